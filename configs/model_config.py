@@ -1,0 +1,159 @@
+"""Frozen model configuration: every architecture field the model zoo needs."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+ATTENTION_TYPES = ("gqa", "mla")
+SCORING_FUNCS = ("softmax", "sigmoid")
+TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """RoPE frequency scaling (HF `rope_parameters` / `rope_scaling`)."""
+
+    rope_type: str = "default"  # one of ROPE_TYPES
+    factor: float = 1.0  # context extension factor
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+    original_max_position_embeddings: int = 8192  # llama3, yarn
+    beta_fast: float = 32.0  # yarn
+    beta_slow: float = 1.0  # yarn
+    mscale: float = 1.0  # yarn (DeepSeek): attention-factor numerator
+    mscale_all_dim: float = 0.0  # yarn (DeepSeek): also scales the softmax (MLA)
+    attention_factor: float | None = None  # yarn: explicit cos/sin magnitude override
+
+    def __post_init__(self):
+        if self.rope_type not in ROPE_TYPES:
+            raise ValueError(f"rope_type={self.rope_type!r}: expected one of {ROPE_TYPES}")
+        if self.factor <= 0:
+            raise ValueError(f"rope factor={self.factor}: must be > 0")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of one decoder-only model (dense GQA, MoE, or DeepSeek MLA + MoE)."""
+
+    name: str = "custom"  # preset name or checkpoint directory
+    model_type: str = "llama"  # HF model_type this config maps from
+    vocab_size: int = 512  # embedding rows
+    hidden_size: int = 64  # model width D
+    num_layers: int = 2  # decoder layers
+    num_heads: int = 4  # query heads H
+    num_kv_heads: int = 4  # KV heads (GQA); MLA ignores it
+    head_dim: int = 16  # GQA per-head width, not tied to hidden/heads
+    intermediate_size: int = 128  # dense SwiGLU width
+    rms_norm_eps: float = 1e-6  # RMSNorm epsilon
+    max_position_embeddings: int = 4096  # longest position the model was built for
+    rope_theta: float = 10000.0  # RoPE base
+    rope_scaling: RopeScaling = field(default_factory=RopeScaling)  # frequency scaling
+    tie_word_embeddings: bool = False  # lm_head shares the embedding matrix
+    attention_bias: bool = False  # q/k/v projections carry biases (Qwen2)
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    attention_type: str = "gqa"  # one of ATTENTION_TYPES
+    # MLA (DeepSeek V2/V3)
+    q_lora_rank: int = 0  # 0: plain q projection
+    kv_lora_rank: int = 0  # latent width cached per token
+    qk_nope_head_dim: int = 0  # per-head non-rotary q/k width
+    qk_rope_head_dim: int = 0  # decoupled rotary width (shared key across heads)
+    v_head_dim: int = 0  # per-head value width
+    rope_interleave: bool = True  # DeepSeek rotary pairs are interleaved (x0,x1),(x2,x3)...
+    # MoE
+    num_experts: int = 0  # routed experts E (0: dense model)
+    num_experts_per_tok: int = 0  # top-k
+    moe_intermediate_size: int = 0  # per-expert SwiGLU width
+    num_shared_experts: int = 0  # DeepSeek shared experts (always on)
+    scoring_func: str = "softmax"  # router scores: one of SCORING_FUNCS
+    topk_method: str = "greedy"  # one of TOPK_METHODS
+    n_group: int = 1  # expert groups for group-limited routing
+    topk_group: int = 1  # groups kept per token
+    norm_topk_prob: bool = False  # renormalize the top-k weights to sum to 1
+    routed_scaling_factor: float = 1.0  # multiplies routed expert weights
+    first_k_dense_replace: int = 0  # first k layers use a dense MLP (DeepSeek)
+    moe_layer_freq: int = 1  # every n-th layer after first_k_dense_replace is MoE
+    mlp_only_layers: tuple[int, ...] = ()  # layers forced dense (Qwen3-MoE)
+    # tokens
+    bos_token_id: int | None = None  # prepended by the tokenizer, if any
+    eos_token_ids: tuple[int, ...] = ()  # generation stops on any of these
+    dtype: str = "float32"  # parameter and activation dtype
+
+    def __post_init__(self):
+        positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}={getattr(self, name)}: must be > 0")
+        if self.attention_type not in ATTENTION_TYPES:
+            raise ValueError(
+                f"attention_type={self.attention_type!r}: expected one of {ATTENTION_TYPES}"
+            )
+        if self.attention_type == "gqa":
+            if self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads:
+                raise ValueError(
+                    f"num_kv_heads={self.num_kv_heads}: must be > 0 and divide "
+                    f"num_heads={self.num_heads}"
+                )
+            if self.head_dim <= 0:
+                raise ValueError(f"head_dim={self.head_dim}: must be > 0")
+        else:
+            for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, name) <= 0:
+                    raise ValueError(f"{name}={getattr(self, name)}: MLA needs it > 0")
+            if self.qk_rope_head_dim % 2:
+                raise ValueError(f"qk_rope_head_dim={self.qk_rope_head_dim}: must be even")
+        if self.num_experts:
+            if not 0 < self.num_experts_per_tok <= self.num_experts:
+                raise ValueError(
+                    f"num_experts_per_tok={self.num_experts_per_tok}: must be in "
+                    f"[1, num_experts={self.num_experts}]"
+                )
+            if self.moe_intermediate_size <= 0:
+                raise ValueError(f"moe_intermediate_size={self.moe_intermediate_size}: must be > 0")
+            if self.scoring_func not in SCORING_FUNCS:
+                raise ValueError(f"scoring_func={self.scoring_func!r}: expected {SCORING_FUNCS}")
+            if self.topk_method not in TOPK_METHODS:
+                raise ValueError(f"topk_method={self.topk_method!r}: expected {TOPK_METHODS}")
+            if self.n_group <= 0 or self.num_experts % self.n_group:
+                raise ValueError(
+                    f"n_group={self.n_group}: must divide num_experts={self.num_experts}"
+                )
+            if not 0 < self.topk_group <= self.n_group:
+                raise ValueError(f"topk_group={self.topk_group}: must be in [1, {self.n_group}]")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype={self.dtype!r}: expected float32, bfloat16 or float16")
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def is_mla(self) -> bool:
+        return self.attention_type == "mla"
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head q/k width: MLA nope + rope, GQA head_dim."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether decoder layer `layer` carries routed experts (else a dense SwiGLU MLP)."""
+        if not self.num_experts or layer in self.mlp_only_layers:
+            return False
+        if layer < self.first_k_dense_replace:
+            return False
+        return (layer - self.first_k_dense_replace) % self.moe_layer_freq == 0
+
+    @property
+    def kv_cache_widths(self) -> tuple[int, ...]:
+        """Per-token, per-layer cache arrays' trailing widths: MLA latent, or GQA K and V."""
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim,)
+        return (self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim)
+
+    def kv_bytes_per_token(self, dtype_bytes: int | None = None) -> int:
+        """KV-cache bytes one token occupies across all layers."""
+        if dtype_bytes is None:
+            dtype_bytes = 4 if self.dtype == "float32" else 2
+        return self.num_layers * sum(self.kv_cache_widths) * dtype_bytes
+
+    def replace(self, **changes) -> ModelConfig:
+        return dataclasses.replace(self, **changes)

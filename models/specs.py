@@ -1,0 +1,177 @@
+"""Every weight declared once: shape, dtype, logical axes, initializer.
+
+Init, shardings, abstract shapes (`jax.eval_shape`) and the checkpoint layout all derive
+from the tree `param_specs(cfg)` returns. Layout (letters as in the einsums):
+
+  embed [V, D]; final_norm [D]; lm_head [D, V] (absent when tied)
+  layers[i]: attn_norm [D], mlp_norm [D], attn {...}, and either mlp {...} or moe {...}
+  GQA attn: wq [D, H, Dh], wk/wv [D, K, Dh], wo [H, Dh, D]; bq [H, Dh], bk/bv [K, Dh]
+            (attention_bias); q_norm/k_norm [Dh] (qk_norm)
+  MLA attn: wq [D, H, Dn+Dr] or wq_a [D, Rq], q_a_norm [Rq], wq_b [Rq, H, Dn+Dr];
+            wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D]
+  mlp:      w_gate [D, F], w_up [D, F], w_down [F, D]
+  moe:      router [D, E], router_bias [E] (noaux_tc), w_gate/w_up [E, D, Fe],
+            w_down [E, Fe, D], shared {w_gate, w_up, w_down} with F = Fe * num_shared
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from configs.model_config import ModelConfig
+
+Initializer = Callable[[jax.Array, tuple[int, ...], Any], jax.Array]
+
+
+def normal(stddev: float) -> Initializer:
+    return lambda key, shape, dtype: (stddev * jax.random.normal(key, shape, jnp.float32)).astype(
+        dtype
+    )
+
+
+def ones(key, shape, dtype):
+    del key
+    return jnp.ones(shape, dtype)
+
+
+def zeros(key, shape, dtype):
+    del key
+    return jnp.zeros(shape, dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSpec:
+    """One array: its shape, dtype, logical axis names (one per dim) and initializer."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    axes: tuple[str | None, ...]
+    init: Initializer = normal(0.02)
+
+    def __post_init__(self):
+        if len(self.shape) != len(self.axes):
+            raise ValueError(f"ParamSpec: shape {self.shape} vs axes {self.axes}")
+
+
+def is_spec(x: Any) -> bool:
+    return isinstance(x, ParamSpec)
+
+
+def _gqa_specs(cfg: ModelConfig, dt, w) -> dict:
+    d, h, k, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    s = {
+        "wq": ParamSpec((d, h, dh), dt, ("embed", "q_heads", "head_dim"), w),
+        "wk": ParamSpec((d, k, dh), dt, ("embed", "kv_heads", "head_dim"), w),
+        "wv": ParamSpec((d, k, dh), dt, ("embed", "kv_heads", "head_dim"), w),
+        "wo": ParamSpec((h, dh, d), dt, ("q_heads", "head_dim", "embed"), w),
+    }
+    if cfg.attention_bias:
+        s["bq"] = ParamSpec((h, dh), dt, ("q_heads", "head_dim"), zeros)
+        s["bk"] = ParamSpec((k, dh), dt, ("kv_heads", "head_dim"), zeros)
+        s["bv"] = ParamSpec((k, dh), dt, ("kv_heads", "head_dim"), zeros)
+    if cfg.qk_norm:
+        s["q_norm"] = ParamSpec((dh,), dt, ("head_dim",), ones)
+        s["k_norm"] = ParamSpec((dh,), dt, ("head_dim",), ones)
+    return s
+
+
+def _mla_specs(cfg: ModelConfig, dt, w) -> dict:
+    d, h, r, dr = cfg.hidden_size, cfg.num_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    dq = cfg.qk_nope_head_dim + dr
+    s = {}
+    if cfg.q_lora_rank:
+        rq = cfg.q_lora_rank
+        s["wq_a"] = ParamSpec((d, rq), dt, ("embed", "q_lora"), w)
+        s["q_a_norm"] = ParamSpec((rq,), dt, ("q_lora",), ones)
+        s["wq_b"] = ParamSpec((rq, h, dq), dt, ("q_lora", "q_heads", "head_dim"), w)
+    else:
+        s["wq"] = ParamSpec((d, h, dq), dt, ("embed", "q_heads", "head_dim"), w)
+    s["wkv_a"] = ParamSpec((d, r + dr), dt, ("embed", "kv_lora"), w)
+    s["kv_a_norm"] = ParamSpec((r,), dt, ("kv_lora",), ones)
+    s["wkv_b"] = ParamSpec(
+        (r, h, cfg.qk_nope_head_dim + cfg.v_head_dim), dt, ("kv_lora", "q_heads", "head_dim"), w
+    )
+    s["wo"] = ParamSpec((h, cfg.v_head_dim, d), dt, ("q_heads", "head_dim", "embed"), w)
+    return s
+
+
+def _mlp_specs(d: int, f: int, dt, w) -> dict:
+    return {
+        "w_gate": ParamSpec((d, f), dt, ("embed", "mlp"), w),
+        "w_up": ParamSpec((d, f), dt, ("embed", "mlp"), w),
+        "w_down": ParamSpec((f, d), dt, ("mlp", "embed"), w),
+    }
+
+
+def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
+    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    s = {
+        "router": ParamSpec((d, e), dt, ("embed", None), w),
+        "w_gate": ParamSpec((e, d, f), dt, ("experts", "embed", "expert_mlp"), w),
+        "w_up": ParamSpec((e, d, f), dt, ("experts", "embed", "expert_mlp"), w),
+        "w_down": ParamSpec((e, f, d), dt, ("experts", "expert_mlp", "embed"), w),
+    }
+    if cfg.topk_method == "noaux_tc":
+        # DeepSeek-V3 keeps the correction bias in float32.
+        s["router_bias"] = ParamSpec((e,), jnp.float32, (None,), zeros)
+    if cfg.num_shared_experts:
+        s["shared"] = _mlp_specs(d, f * cfg.num_shared_experts, dt, w)
+    return s
+
+
+def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
+    """The model's parameter tree, with a ParamSpec at every leaf."""
+    dt = jnp.dtype(cfg.dtype)
+    w = normal(init_std)
+    d, v = cfg.hidden_size, cfg.vocab_size
+    layers = []
+    for i in range(cfg.num_layers):
+        layer = {
+            "attn_norm": ParamSpec((d,), dt, ("embed",), ones),
+            "mlp_norm": ParamSpec((d,), dt, ("embed",), ones),
+            "attn": _mla_specs(cfg, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w),
+        }
+        if cfg.is_moe_layer(i):
+            layer["moe"] = _moe_specs(cfg, dt, w)
+        else:
+            layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w)
+        layers.append(layer)
+    specs = {
+        "embed": ParamSpec((v, d), dt, ("vocab", "embed"), w),
+        "layers": layers,
+        "final_norm": ParamSpec((d,), dt, ("embed",), ones),
+    }
+    if not cfg.tie_word_embeddings:
+        specs["lm_head"] = ParamSpec((d, v), dt, ("embed", "vocab"), w)
+    return specs
+
+
+def init_params(cfg: ModelConfig, key: jax.Array, init_std: float = 0.02) -> dict:
+    """Random parameters following `param_specs` (one fold of `key` per leaf)."""
+    specs = param_specs(cfg, init_std)
+    leaves, treedef = jax.tree.flatten(specs, is_leaf=is_spec)
+    keys = jax.random.split(key, len(leaves))
+    return jax.tree.unflatten(treedef, [s.init(k, s.shape, s.dtype) for s, k in zip(leaves, keys)])
+
+
+def abstract_params(cfg: ModelConfig) -> dict:
+    """`jax.ShapeDtypeStruct` tree of the params, built with `jax.eval_shape` (no allocation)."""
+    return jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+
+
+def count_params(cfg: ModelConfig) -> tuple[int, int]:
+    """(total, active per token) parameter counts, from the abstract tree."""
+    tree = abstract_params(cfg)
+    total = sum(x.size for x in jax.tree.leaves(tree))
+    inactive = 0
+    for layer in tree["layers"]:
+        if "moe" in layer:
+            moe = layer["moe"]
+            per_expert = sum(moe[k].size for k in ("w_gate", "w_up", "w_down")) // cfg.num_experts
+            inactive += per_expert * (cfg.num_experts - cfg.num_experts_per_tok)
+    return total, total - inactive
