@@ -57,7 +57,7 @@ _add(ModelConfig(
     max_position_embeddings=2048, rope_theta=10000.0, attention_type="mla", q_lora_rank=0,
     kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, num_experts=8,
     num_experts_per_tok=2, moe_intermediate_size=24, num_shared_experts=2,
-    scoring_func="softmax", topk_method="group_limited_greedy", n_group=4, topk_group=2,
+    scoring_func="softmax", topk_method="group_limited_greedy", n_group=4, topk_group=1,
     norm_topk_prob=False, routed_scaling_factor=1.5, first_k_dense_replace=1,
     bos_token_id=1, eos_token_ids=(2,),
 ))

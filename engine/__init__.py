@@ -1,0 +1,17 @@
+"""The serving engine: `from engine import LLM, SamplingParams`.
+
+`LLM` is imported lazily so the host-side modules (scheduler, page manager) can be used
+and tested without importing jax.
+"""
+
+from engine.sampling_params import RequestOutput, SamplingParams, StreamDelta
+
+__all__ = ["LLM", "RequestOutput", "SamplingParams", "StreamDelta"]
+
+
+def __getattr__(name: str):
+    if name == "LLM":
+        from engine.llm import LLM
+
+        return LLM
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

@@ -1,0 +1,48 @@
+# moeserve: `make demo`, `make test`. Everything runs from the project's own .venv.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# Python >= 3.12 (jax 0.11.2 needs it): first one that really runs, from PATH or pyenv.
+PYTHON_CANDIDATES := $(PYTHON) python3.13 python3.12 python3 \
+	$(wildcard $(shell pyenv root 2>/dev/null)/versions/3.1[2-9]*/bin/python3) \
+	$(wildcard $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3) \
+	$(wildcard /usr/local/bin/python3.1[2-9] /usr/bin/python3.1[2-9])
+
+.PHONY: setup demo test lint format clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@set -e; found=""; \
+	for c in $(PYTHON_CANDIDATES); do \
+	  if $$c -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then \
+	    found=$$c; break; fi; \
+	done; \
+	if [ -z "$$found" ]; then \
+	  echo "make setup: no Python >= 3.12 found (tried: $(PYTHON_CANDIDATES))." >&2; \
+	  echo "Install one (e.g. 'pyenv install 3.12') or run 'make setup PYTHON=/path/to/python3.12'." >&2; \
+	  exit 1; fi; \
+	echo "make setup: using $$found ($$($$found --version))"; \
+	[ -x $(PY) ] || $$found -m venv $(VENV); \
+	$(PY) -m pip install -q --upgrade pip; \
+	$(PY) -m pip install -q -e '.[dev]'; \
+	touch $(STAMP)
+
+demo: setup
+	$(PY) -m scripts.generate --model=tiny-deepseek-v3 --num_prompts=8 --max_tokens=24
+
+test: setup
+	$(PY) -m pytest -x -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,352 @@
+"""Hugging Face `config.json` -> `ModelConfig`, for the architectures moeserve implements.
+
+Absent fields take the default of the matching `transformers` config class (checked against
+transformers 5.24), so a sparse hand-written config means what it means to Hugging Face.
+Both spellings of RoPE are read: transformers-5 `rope_parameters` (theta inside) and the
+older `rope_scaling` (`type` or `rope_type`, may be null) plus a top-level `rope_theta`.
+
+Sliding-window attention (Mistral v0.1, Mixtral/Qwen with a window set) is not implemented;
+full causal attention equals it for sequences no longer than the window, so such a model
+gets `max_position_embeddings = min(max_position_embeddings, sliding_window)` instead of
+being refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from configs.model_config import ModelConfig, RopeScaling
+
+SUPPORTED_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "mixtral",
+    "deepseek_v2",
+    "deepseek_v3",
+)
+_DTYPES = ("float32", "bfloat16", "float16")
+
+# Defaults of the transformers config classes for the fields read here (absent key -> this).
+# fmt: off
+_COMMON = dict(
+    tie_word_embeddings=False, rms_norm_eps=1e-6, attention_bias=False, mlp_bias=False,
+    head_dim=None, num_key_value_heads=None, rope_theta=10000.0, sliding_window=None,
+)
+_QWEN_WINDOW = dict(bos_token_id=None, eos_token_id=None, use_sliding_window=False,
+                    sliding_window=4096)
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, max_position_embeddings=2048, bos_token_id=1, eos_token_id=2,
+    ),
+    "mistral": dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+        bos_token_id=1, eos_token_id=2, sliding_window=4096,
+    ),
+    "qwen2": dict(
+        vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=32768,
+        **_QWEN_WINDOW,
+    ),
+    "qwen3": dict(
+        vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, head_dim=128,
+        max_position_embeddings=32768, **_QWEN_WINDOW,
+    ),
+    "qwen3_moe": dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24,
+        num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=32768,
+        num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=False,
+        decoder_sparse_step=1, mlp_only_layers=None, **_QWEN_WINDOW,
+    ),
+    "mixtral": dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, rope_theta=1000000.0,
+        num_local_experts=8, num_experts_per_tok=2,
+    ),
+    # DeepSeek V2: `scoring_func` and `moe_layer_freq` are fields of the original remote-code
+    # config only (transformers hard-codes softmax and MoE on every layer >= first_k).
+    "deepseek_v2": dict(
+        vocab_size=102400, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, max_position_embeddings=2048, bos_token_id=1, eos_token_id=2,
+        q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+        v_head_dim=128, n_routed_experts=64, n_shared_experts=2, num_experts_per_tok=None,
+        moe_intermediate_size=1407, n_group=None, topk_group=None, topk_method="greedy",
+        scoring_func="softmax", norm_topk_prob=False, routed_scaling_factor=1.0,
+        first_k_dense_replace=0, moe_layer_freq=1, rope_interleave=True,
+    ),
+    # DeepSeek V3: transformers hard-codes sigmoid scores with the noaux_tc correction bias.
+    "deepseek_v3": dict(
+        vocab_size=129280, hidden_size=7168, intermediate_size=18432, num_hidden_layers=61,
+        num_attention_heads=128, max_position_embeddings=4096, bos_token_id=0, eos_token_id=1,
+        q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+        v_head_dim=128, n_routed_experts=256, n_shared_experts=1, num_experts_per_tok=8,
+        moe_intermediate_size=2048, n_group=8, topk_group=4, topk_method="noaux_tc",
+        scoring_func="sigmoid", norm_topk_prob=True, routed_scaling_factor=2.5,
+        first_k_dense_replace=3, moe_layer_freq=1, rope_interleave=True,
+    ),
+}
+# fmt: on
+# Names transformers accepts for the same field (its `attribute_map`s and older releases).
+_ALIASES = {
+    "num_experts": ("num_local_experts",),
+    "num_local_experts": ("num_experts",),
+    "n_routed_experts": ("num_local_experts", "num_experts"),
+}
+
+
+def read_hf_config(source: dict | str | os.PathLike) -> dict:
+    """The config dict: `source` itself, or parsed from a config.json path or model directory."""
+    if isinstance(source, dict):
+        return source
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"HF config not found: {path}")
+    with open(path) as f:
+        try:
+            hf = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"HF config {path}: not valid JSON ({e})") from e
+    if not isinstance(hf, dict):
+        raise ValueError(f"HF config {path}: expected a JSON object, got {type(hf).__name__}")
+    return hf
+
+
+class _Fields:
+    """Lookup of one HF config with the architecture's class defaults behind it."""
+
+    def __init__(self, hf: dict, model_type: str):
+        self.hf = hf
+        self.defaults = {**_COMMON, **_DEFAULTS[model_type]}
+
+    def get(self, key: str) -> Any:
+        """The value as transformers sees it: present (even null) wins, else alias, else default."""
+        if key in self.hf:
+            return self.hf[key]
+        for alias in _ALIASES.get(key, ()):
+            if alias in self.hf:
+                return self.hf[alias]
+        return self.defaults.get(key)
+
+    def required(self, key: str) -> Any:
+        value = self.get(key)
+        if value is None:
+            raise ValueError(f"HF config field {key!r} is missing or null; it is required")
+        return value
+
+
+def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
+    """(rope_theta, RopeScaling) from `rope_parameters` or legacy `rope_scaling`+`rope_theta`."""
+    params = f.hf.get("rope_scaling") or f.hf.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise ValueError(f"HF config rope_parameters={params!r}: expected a dict or null")
+    if any(isinstance(v, dict) for v in params.values()):
+        raise ValueError(
+            f"HF config rope_parameters has per-layer-type entries {sorted(params)}; moeserve "
+            "supports one RoPE for all layers"
+        )
+    theta = params.get("rope_theta", f.get("rope_theta"))
+    theta = f.defaults["rope_theta"] if theta is None else float(theta)
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    partial = params.get("partial_rotary_factor", f.hf.get("partial_rotary_factor"))
+    if partial not in (None, 1, 1.0):
+        raise ValueError(f"HF config partial_rotary_factor={partial}: only 1.0 is supported")
+    if not params.get("truncate", True):
+        raise ValueError("HF config rope truncate=False: only truncated YaRN is supported")
+    if rope_type == "default":
+        return theta, RopeScaling()
+    if rope_type not in ("linear", "llama3", "yarn"):
+        raise ValueError(
+            f"HF config rope_type={rope_type!r}: supported are default, linear, llama3, yarn"
+        )
+    original = params.get("original_max_position_embeddings")
+    original = max_position if original is None else int(original)
+    factor = params.get("factor")
+    if factor is None:
+        if rope_type != "yarn":
+            raise ValueError(f"HF config rope_parameters.factor is missing for {rope_type!r}")
+        factor = max_position / original  # transformers' YaRN fallback
+    fields: dict[str, Any] = dict(rope_type=rope_type, factor=float(factor))
+    if rope_type == "llama3":
+        fields.update(
+            low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+            high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+            original_max_position_embeddings=original,
+        )
+    elif rope_type == "yarn":
+        # transformers reads null betas as 32/1 and uses mscale only when both it and
+        # mscale_all_dim are set, so a null mscale beside a set mscale_all_dim stays unset (0).
+        attention_factor = params.get("attention_factor")
+        mscale_all_dim = float(params.get("mscale_all_dim") or 0.0)
+        mscale = params.get("mscale")
+        mscale = float(mscale) if mscale is not None else (0.0 if mscale_all_dim else 1.0)
+        fields.update(
+            original_max_position_embeddings=original,
+            beta_fast=float(params.get("beta_fast") or 32.0),
+            beta_slow=float(params.get("beta_slow") or 1.0),
+            mscale=mscale,
+            mscale_all_dim=mscale_all_dim,
+            attention_factor=None if attention_factor is None else float(attention_factor),
+        )
+    return theta, RopeScaling(**fields)
+
+
+def _eos_ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, list | tuple) and all(isinstance(v, int) for v in value):
+        return tuple(value)
+    raise ValueError(f"HF config eos_token_id={value!r}: expected an int, a list of ints or null")
+
+
+def _dtype(hf: dict, dtype: str | None) -> str:
+    if dtype is None:
+        return "float32"
+    if dtype != "auto":
+        return dtype  # ModelConfig validates it
+    value = hf.get("dtype") or hf.get("torch_dtype") or "float32"  # transformers 5 / 4 spelling
+    if value not in _DTYPES:
+        raise ValueError(f"HF config dtype={value!r}: expected one of {_DTYPES}")
+    return value
+
+
+def _refuse_unsupported(f: _Fields, model_type: str) -> None:
+    # Llama/Qwen3 `attention_bias` also puts a bias on o_proj (and DeepSeek's on the low-rank
+    # projections), which the param tree has no slot for; Qwen2's q/k/v biases are handled.
+    if model_type != "qwen2" and f.get("attention_bias"):
+        raise ValueError(f"HF config attention_bias=True: not supported for {model_type}")
+    if f.get("mlp_bias"):
+        raise ValueError(f"HF config mlp_bias=True: not supported for {model_type}")
+    act = f.hf.get("hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
+
+
+def _sliding_window(f: _Fields, model_type: str) -> int | None:
+    if model_type in ("qwen2", "qwen3", "qwen3_moe") and not f.get("use_sliding_window"):
+        return None  # transformers drops the window unless use_sliding_window
+    return f.get("sliding_window")
+
+
+def _gqa_fields(f: _Fields, model_type: str) -> dict:
+    heads = f.required("num_attention_heads")
+    head_dim = f.get("head_dim")
+    kv_heads = f.get("num_key_value_heads")
+    fields = dict(
+        num_kv_heads=heads if kv_heads is None else kv_heads,
+        head_dim=f.required("hidden_size") // heads if head_dim is None else head_dim,
+        attention_bias=model_type == "qwen2",
+        qk_norm=model_type in ("qwen3", "qwen3_moe"),
+    )
+    if model_type == "qwen3_moe":
+        step = f.get("decoder_sparse_step") or 1
+        # transformers: layer i is MoE iff (i + 1) % step == 0, i.e. layers step-1, 2*step-1, ...
+        fields.update(
+            num_experts=f.required("num_experts"),
+            num_experts_per_tok=f.required("num_experts_per_tok"),
+            moe_intermediate_size=f.required("moe_intermediate_size"),
+            norm_topk_prob=bool(f.get("norm_topk_prob")),
+            mlp_only_layers=tuple(f.get("mlp_only_layers") or ()),
+            first_k_dense_replace=step - 1,
+            moe_layer_freq=step,
+        )
+    elif model_type == "mixtral":
+        # Mixtral renormalizes the top-k softmax weights; its experts use intermediate_size.
+        fields.update(
+            num_experts=f.required("num_local_experts"),
+            num_experts_per_tok=f.required("num_experts_per_tok"),
+            moe_intermediate_size=f.required("intermediate_size"),
+            norm_topk_prob=True,
+        )
+    return fields
+
+
+def _mla_fields(f: _Fields, model_type: str, num_layers: int) -> dict:
+    first_k = f.get("first_k_dense_replace") or 0
+    freq = f.get("moe_layer_freq") or 1
+    fields = dict(
+        attention_type="mla",
+        q_lora_rank=f.get("q_lora_rank") or 0,
+        kv_lora_rank=f.required("kv_lora_rank"),
+        qk_nope_head_dim=f.required("qk_nope_head_dim"),
+        qk_rope_head_dim=f.required("qk_rope_head_dim"),
+        v_head_dim=f.required("v_head_dim"),
+        # transformers' DeepSeek-V2 always rotates interleaved pairs (complex multiply).
+        rope_interleave=True if model_type == "deepseek_v2" else bool(f.get("rope_interleave")),
+        num_experts=f.required("n_routed_experts"),
+        num_experts_per_tok=f.required("num_experts_per_tok"),
+        moe_intermediate_size=f.required("moe_intermediate_size"),
+        num_shared_experts=f.get("n_shared_experts") or 0,
+        scoring_func=f.get("scoring_func") or f.defaults["scoring_func"],
+        topk_method=f.get("topk_method") or f.defaults["topk_method"],
+        n_group=f.get("n_group") or 1,
+        topk_group=f.get("topk_group") or 1,
+        norm_topk_prob=bool(f.get("norm_topk_prob")),
+        routed_scaling_factor=float(f.get("routed_scaling_factor")),
+        first_k_dense_replace=first_k,
+    )
+    if freq > 1:
+        # DeepSeek: layer i is MoE iff i >= first_k and i % freq == 0 (absolute index), which
+        # ModelConfig's relative `moe_layer_freq` cannot say; list the dense layers instead.
+        fields["mlp_only_layers"] = tuple(i for i in range(first_k, num_layers) if i % freq)
+    return fields
+
+
+def config_from_hf(
+    source: dict | str | os.PathLike, name: str | None = None, dtype: str | None = None
+) -> ModelConfig:
+    """Map a Hugging Face config (dict, config.json path or model dir) to a `ModelConfig`.
+
+    Args:
+      name: the config's name; default: the directory or file path, or "hf-<model_type>".
+      dtype: parameter dtype; None: float32 (what the CPU path and the HF fixtures use);
+        "auto": the checkpoint's own `dtype` (transformers 5) or `torch_dtype` (older).
+    """
+    hf = read_hf_config(source)
+    model_type = hf.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(
+            f"HF config model_type={model_type!r}: not supported; supported model types: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    if name is None:
+        name = os.fspath(source) if not isinstance(source, dict) else f"hf-{model_type}"
+    f = _Fields(hf, model_type)
+    _refuse_unsupported(f, model_type)
+    num_layers = f.required("num_hidden_layers")
+    max_position = f.required("max_position_embeddings")
+    rope_theta, rope_scaling = _rope(f, max_position)
+    window = _sliding_window(f, model_type)
+    if window is not None:
+        max_position = min(max_position, window)
+    is_mla = model_type in ("deepseek_v2", "deepseek_v3")
+    arch = _mla_fields(f, model_type, num_layers) if is_mla else _gqa_fields(f, model_type)
+    return ModelConfig(
+        name=name,
+        model_type=model_type,
+        vocab_size=f.required("vocab_size"),
+        hidden_size=f.required("hidden_size"),
+        num_layers=num_layers,
+        num_heads=f.required("num_attention_heads"),
+        intermediate_size=f.required("intermediate_size"),
+        rms_norm_eps=float(f.required("rms_norm_eps")),
+        max_position_embeddings=max_position,
+        rope_theta=rope_theta,
+        rope_scaling=rope_scaling,
+        tie_word_embeddings=bool(f.get("tie_word_embeddings")),
+        bos_token_id=f.get("bos_token_id"),
+        eos_token_ids=_eos_ids(f.get("eos_token_id")),
+        dtype=_dtype(hf, dtype),
+        **arch,
+    )

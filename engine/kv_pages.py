@@ -1,0 +1,142 @@
+"""KV page pool: fixed-size pages, a deterministic free list and per-page reference counts.
+
+Host-side bookkeeping only (no jax): the device holds `k_pages [N, P, K, Dh]` (or the MLA
+latent pages) and this class decides which page ids a sequence may write. A slot id on the
+device is `page * page_size + offset`.
+
+Why reused pages never leak another sequence's K/V: a sequence only attends to positions
+`< kv_len`, and every one of them was written by that sequence itself (the device masks by
+`kv_len`). The host keeps this true by (1) returning a page to the free list only when its
+reference count reaches 0, i.e. after every holder released it, and (2) restarting a
+preempted sequence from position 0 (recompute), so the first `ceil(kv_len / page_size)`
+entries of its page table are always pages it has (re)written in its current life. Shared
+pages (`incref`, for prefix sharing) hold identical tokens by construction of the sharer.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+
+
+class OutOfPagesError(RuntimeError):
+    """`allocate` asked for more pages than are free; callers check `can_allocate` first."""
+
+
+def pages_for_tokens(num_tokens: int, page_size: int) -> int:
+    """Pages needed to hold `num_tokens` tokens: ceil(num_tokens / page_size)."""
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens={num_tokens}: must be >= 0")
+    if page_size < 1:
+        raise ValueError(f"page_size={page_size}: must be >= 1")
+    return -(-num_tokens // page_size)
+
+
+def pages_for_budget(budget_bytes: int, kv_bytes_per_token: int, page_size: int) -> int:
+    """Number of pages a KV memory budget holds (the default pool size).
+
+    `kv_bytes_per_token` covers all layers (K and V, or the MLA latent) of one token.
+    """
+    if page_size < 1:
+        raise ValueError(f"page_size={page_size}: must be >= 1")
+    if kv_bytes_per_token < 1:
+        raise ValueError(f"kv_bytes_per_token={kv_bytes_per_token}: must be >= 1")
+    page_bytes = kv_bytes_per_token * page_size
+    num_pages = budget_bytes // page_bytes
+    if num_pages < 1:
+        raise ValueError(
+            f"budget_bytes={budget_bytes}: holds no KV page; one page needs {page_bytes} bytes "
+            f"(page_size={page_size} x kv_bytes_per_token={kv_bytes_per_token})"
+        )
+    return num_pages
+
+
+class PageManager:
+    """A pool of `num_pages` KV pages of `page_size` tokens each.
+
+    The free list is FIFO: `allocate` takes from the front, pages whose count drops to 0 go
+    to the back, in the order given. Pages start as 0..N-1, so page ids are deterministic
+    and the most recently freed pages are reused last (what a prefix cache will want).
+    """
+
+    def __init__(self, num_pages: int, page_size: int):
+        if num_pages < 1:
+            raise ValueError(f"num_pages={num_pages}: must be >= 1")
+        if page_size < 1:
+            raise ValueError(f"page_size={page_size}: must be >= 1")
+        self.page_size = page_size
+        self._num_pages = num_pages
+        self._free: collections.deque[int] = collections.deque(range(num_pages))
+        self._refcount = [0] * num_pages
+
+    @property
+    def num_total(self) -> int:
+        return self._num_pages
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def pages_needed(self, num_tokens: int) -> int:
+        """Pages needed to hold `num_tokens` tokens from position 0."""
+        return pages_for_tokens(num_tokens, self.page_size)
+
+    def num_new_pages(self, page_ids: list[int], num_tokens: int) -> int:
+        """Pages a table holding `page_ids` must gain to cover `num_tokens` tokens."""
+        return max(0, self.pages_needed(num_tokens) - len(page_ids))
+
+    def can_allocate(self, n_pages: int) -> bool:
+        return n_pages <= len(self._free)
+
+    def refcount(self, page: int) -> int:
+        self._check_id(page)
+        return self._refcount[page]
+
+    def allocate(self, n: int) -> list[int]:
+        """Take `n` free pages (refcount 1 each); raises OutOfPagesError if fewer are free."""
+        if n < 0:
+            raise ValueError(f"n={n}: number of pages to allocate must be >= 0")
+        if n > len(self._free):
+            raise OutOfPagesError(f"allocate({n}): only {len(self._free)} pages free")
+        pages = [self._free.popleft() for _ in range(n)]
+        for page in pages:
+            self._refcount[page] = 1
+        return pages
+
+    def incref(self, page: int) -> None:
+        """Add a holder to an allocated page (prefix sharing)."""
+        self._check_id(page)
+        if self._refcount[page] == 0:
+            raise ValueError(f"page={page}: is free; only allocated pages can be shared")
+        self._refcount[page] += 1
+
+    def free(self, pages: Iterable[int]) -> None:
+        """Drop one reference per listed page; pages reaching 0 return to the free list.
+
+        Validated as a whole first, so a bad call (double free) changes nothing.
+        """
+        pages = list(pages)
+        for page, count in collections.Counter(pages).items():
+            self._check_id(page)
+            if count > self._refcount[page]:
+                raise ValueError(
+                    f"page={page}: freed {count} time(s) but has refcount {self._refcount[page]}"
+                )
+        for page in pages:
+            self._refcount[page] -= 1
+            if self._refcount[page] == 0:
+                self._free.append(page)
+
+    def ensure_capacity(self, page_ids: list[int], num_tokens: int) -> list[int]:
+        """Grow the page table `page_ids` in place to cover `num_tokens` tokens.
+
+        Returns the newly allocated pages (empty when it already fits); raises
+        OutOfPagesError, leaving `page_ids` unchanged, when not enough pages are free.
+        """
+        new_pages = self.allocate(self.num_new_pages(page_ids, num_tokens))
+        page_ids.extend(new_pages)
+        return new_pages
+
+    def _check_id(self, page: int) -> None:
+        if not 0 <= page < self._num_pages:
+            raise ValueError(f"page={page}: out of range [0, {self._num_pages})")

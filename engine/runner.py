@@ -1,0 +1,83 @@
+"""Packs a scheduler decision into the padded numpy StepBatch the jitted step takes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.step import StepBatch
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+class Buckets:
+    """Padded shapes: tokens T and sequences S each round up to a power of two.
+
+    Every step compiles for one (T, S) pair with S <= T, so the number of compilations is
+    at most `len(pairs)`, however the traffic mixes decodes and prefill chunks. The page
+    table width P is fixed (max_model_len / page_size): it is small and the attention loop
+    bound is traced, so a fixed P costs nothing at run time.
+    """
+
+    def __init__(self, max_num_batched_tokens: int, max_num_seqs: int, pages_per_seq: int):
+        self.max_tokens = next_pow2(max_num_batched_tokens)
+        self.max_seqs = next_pow2(max_num_seqs)
+        self.pages_per_seq = pages_per_seq
+        self.token_sizes = [1 << i for i in range(self.max_tokens.bit_length())]
+        self.seq_sizes = [1 << i for i in range(self.max_seqs.bit_length())]
+
+    @property
+    def pairs(self) -> list[tuple[int, int]]:
+        return [(t, s) for t in self.token_sizes for s in self.seq_sizes if s <= t]
+
+    def pick(self, num_tokens: int, num_seqs: int) -> tuple[int, int]:
+        t = next_pow2(num_tokens)
+        return t, min(next_pow2(num_seqs), t)
+
+
+def pack(items, page_size: int, buckets: Buckets) -> StepBatch:
+    """Flatten scheduled items (decodes first, then prefill chunks) into a padded StepBatch.
+
+    Each item carries token_ids, start_pos, page_ids, kv_len_after, sampling (with a resolved
+    seed) and num_generated. Padding tokens write nowhere (slot -1); padding sequences have
+    kv_len 0, so they attend to nothing and their samples are ignored by the caller.
+    """
+    num_tokens = sum(len(it.token_ids) for it in items)
+    t_pad, s_pad = buckets.pick(num_tokens, len(items))
+    token_ids = np.zeros(t_pad, np.int32)
+    positions = np.zeros(t_pad, np.int32)
+    slot_mapping = np.full(t_pad, -1, np.int32)
+    cu_q_lens = np.full(s_pad + 1, num_tokens, np.int32)
+    kv_lens = np.zeros(s_pad, np.int32)
+    page_table = np.zeros((s_pad, buckets.pages_per_seq), np.int32)
+    sample_index = np.zeros(s_pad, np.int32)
+    temperature = np.zeros(s_pad, np.float32)
+    top_p = np.ones(s_pad, np.float32)
+    top_k = np.zeros(s_pad, np.int32)
+    seed = np.zeros(s_pad, np.uint32)
+    sample_step = np.zeros(s_pad, np.int32)
+    off = 0
+    for i, it in enumerate(items):
+        n = len(it.token_ids)
+        pos = np.arange(it.start_pos, it.start_pos + n, dtype=np.int32)
+        pages = np.asarray(it.page_ids, np.int32)
+        token_ids[off : off + n] = it.token_ids
+        positions[off : off + n] = pos
+        slot_mapping[off : off + n] = pages[pos // page_size] * page_size + pos % page_size
+        cu_q_lens[i] = off
+        kv_lens[i] = it.kv_len_after
+        page_table[i, : len(pages)] = pages
+        sample_index[i] = off + n - 1
+        sp = it.sampling_params
+        temperature[i] = sp.temperature
+        top_p[i] = sp.top_p
+        top_k[i] = sp.top_k
+        seed[i] = sp.seed
+        sample_step[i] = it.num_generated
+        off += n
+    cu_q_lens[len(items)] = num_tokens
+    return StepBatch(
+        token_ids, positions, slot_mapping, cu_q_lens, kv_lens, page_table, sample_index,
+        temperature, top_p, top_k, seed, sample_step,
+    )

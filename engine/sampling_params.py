@@ -1,0 +1,60 @@
+"""Per-request sampling settings and the finished-request record (the public API types)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request samples and when it stops. Checked at construction."""
+
+    temperature: float = 0.0  # 0 = greedy
+    max_tokens: int = 16  # new tokens at most; 0 returns no tokens
+    seed: int | None = None  # per-request RNG seed; None = derived from the engine seed
+    top_p: float = 1.0  # nucleus mass kept, in (0, 1]
+    top_k: int = 0  # keep the k most likely tokens; 0 = off
+    stop_token_ids: tuple[int, ...] = ()  # stop (inclusive) on any of these
+    ignore_eos: bool = False  # keep going past the model's EOS tokens
+
+    def __post_init__(self):
+        t = self.temperature
+        if not isinstance(t, int | float) or math.isnan(t) or t < 0 or math.isinf(t):
+            raise ValueError(f"temperature={t!r}: must be a finite number >= 0")
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 0:
+            raise ValueError(f"max_tokens={self.max_tokens!r}: must be an integer >= 0")
+        p = self.top_p
+        if not isinstance(p, int | float) or math.isnan(p) or not 0.0 < p <= 1.0:
+            raise ValueError(f"top_p={p!r}: must be in (0, 1]")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k!r}: must be an integer >= 0 (0 = off)")
+        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**32):
+            raise ValueError(f"seed={self.seed!r}: must be an integer in [0, 2**32)")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+
+
+@dataclass
+class RequestOutput:
+    """What `LLM.generate` returns for one prompt."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # log p(token_ids[i]), temperature 1
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    text: str | None = None  # decoded token_ids when the model has a tokenizer
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(frozen=True)
+class StreamDelta:
+    """One request's increment from one engine step (the streaming form)."""
+
+    request_id: str
+    token_ids: tuple[int, ...]  # tokens new in this step (0 or 1 today)
+    logprobs: tuple[float, ...]
+    finish_reason: str | None  # set on the request's last delta

@@ -1,0 +1,78 @@
+"""One request's mutable host-side state: tokens, KV progress, page table, status."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+FINISH_REASONS = ("stop", "length", "abort")
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"  # queued: not yet admitted, or preempted and holding no pages
+    RUNNING = "running"  # admitted: holds pages, scheduled every step it fits
+    FINISHED = "finished"  # done; `finish_reason` says why
+
+
+@dataclass(eq=False)
+class Sequence:
+    """A request as the scheduler sees it; the LLM layer creates it and reads the result.
+
+    `sampling_params` is opaque here except for `max_tokens` (None: bounded only by
+    max_model_len), `stop_token_ids` and `ignore_eos`. Compared by identity (eq=False) so
+    two requests with equal tokens stay distinct.
+    """
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    sampling_params: Any
+    output_token_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    # FCFS order; stamped by Scheduler.add (-1: never queued).
+    arrival: int = -1
+    status: SequenceStatus = SequenceStatus.WAITING
+    # Tokens whose K/V is in the cache (positions 0..num_computed_tokens-1).
+    num_computed_tokens: int = 0
+    # Page table: page_ids[i] holds positions [i * page_size, (i + 1) * page_size).
+    page_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None  # one of FINISH_REASONS once finished
+    num_preemptions: int = 0
+
+    def __post_init__(self):
+        self.prompt_token_ids = tuple(self.prompt_token_ids)
+        if not self.prompt_token_ids:
+            raise ValueError(f"request {self.request_id!r}: prompt_token_ids must not be empty")
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens."""
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def all_token_ids(self) -> tuple[int, ...]:
+        return self.prompt_token_ids + tuple(self.output_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def token_ids_range(self, start: int, stop: int) -> tuple[int, ...]:
+        """Tokens at positions [start, stop) without concatenating the whole sequence.
+
+        Decodes of 128k-token sequences read one token per step; building `all_token_ids`
+        each time would make every step O(context).
+        """
+        n_prompt = len(self.prompt_token_ids)
+        if stop <= n_prompt:
+            return self.prompt_token_ids[start:stop]
+        out = self.output_token_ids[max(0, start - n_prompt) : stop - n_prompt]
+        return self.prompt_token_ids[start:] + tuple(out)

@@ -1,0 +1,118 @@
+"""Attention inputs and outputs for GQA and MLA; the attention core itself is a backend callback.
+
+The layer code computes projected, normed and roped q/k/v (GQA) or the MLA query parts and the
+compressed latent, hands them to a backend (`attend`, see models/transformer.py) that owns the
+KV cache and the softmax, and applies the output projection to what comes back.
+
+MLA (DeepSeek-V2, arXiv:2405.04434): the cache holds c_kv (after kv_a_norm) and the shared roped
+key k_pe per token. With W_UK, W_UV the two halves of wkv_b,
+    q.k = q_nope . (c_kv W_UK) + q_pe . k_pe = (q_nope W_UK^T) . c_kv + q_pe . k_pe
+so a backend may either expand the latent (mla_expand_kv) or fold W_UK into the query
+(mla_absorb_q), attend in latent space, and apply W_UV afterwards (mla_latent_to_v).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from configs.model_config import ModelConfig
+from models.layers import rms_norm
+from models.rope import apply_rope, rope_dim, rope_frequencies, rope_layout, yarn_get_mscale
+
+# HF builds q_a_layernorm and kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps.
+MLA_LATENT_NORM_EPS = 1e-6
+
+
+class AttnInputs(NamedTuple):
+    """What a backend needs for one layer. GQA fills q/k/v; MLA fills q_nope/q_pe/c_kv/k_pe."""
+
+    q: jax.Array | None = None  # GQA [T, H, Dh], qk-normed and roped
+    k: jax.Array | None = None  # GQA [T, K, Dh], qk-normed and roped
+    v: jax.Array | None = None  # GQA [T, K, Dh]
+    q_nope: jax.Array | None = None  # MLA [T, H, Dn]
+    q_pe: jax.Array | None = None  # MLA [T, H, Dr], roped
+    c_kv: jax.Array | None = None  # MLA [T, R], after kv_a_norm
+    k_pe: jax.Array | None = None  # MLA [T, Dr], roped, shared by all heads
+    scale: float = 1.0  # softmax scale applied to q.k
+
+
+def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array) -> jax.Array:
+    inv_freq, attention_factor = rope_frequencies(cfg.rope_theta, rope_dim(cfg), cfg.rope_scaling)
+    return apply_rope(x, positions, inv_freq, attention_factor, rope_layout(cfg))
+
+
+def gqa_inputs(
+    p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig
+) -> AttnInputs:
+    """Project x: [T, D] to q [T, H, Dh], k/v [T, K, Dh]; optional bias; qk-norm before rope (HF)."""
+    q = jnp.einsum("td,dhk->thk", x, p["wq"])
+    k = jnp.einsum("td,dhk->thk", x, p["wk"])
+    v = jnp.einsum("td,dhk->thk", x, p["wv"])
+    if cfg.attention_bias:
+        q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
+    if cfg.qk_norm:
+        q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
+        k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
+    q = _rope(cfg, q, positions)
+    k = _rope(cfg, k, positions)
+    return AttnInputs(q=q, k=k, v=v, scale=cfg.head_dim**-0.5)
+
+
+def mla_softmax_scale(cfg: ModelConfig) -> float:
+    """qk_head_dim^-0.5, times mscale(factor, mscale_all_dim)^2 for scaled rope (HF
+    `yarn_apply_mscale`, which applies to any non-default rope type with mscale_all_dim set)."""
+    scale = cfg.qk_head_dim**-0.5
+    rs = cfg.rope_scaling
+    if rs.rope_type != "default" and rs.mscale_all_dim:
+        m = yarn_get_mscale(rs.factor, rs.mscale_all_dim)
+        scale = scale * m * m
+    return scale
+
+
+def mla_inputs(
+    p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig
+) -> AttnInputs:
+    """x: [T, D] -> MLA query parts and the per-token latent (c_kv normed, k_pe roped)."""
+    dn, r = cfg.qk_nope_head_dim, cfg.kv_lora_rank
+    if cfg.q_lora_rank:
+        q_a = rms_norm(x @ p["wq_a"], p["q_a_norm"], MLA_LATENT_NORM_EPS)  # [T, Rq]
+        q = jnp.einsum("tr,rhk->thk", q_a, p["wq_b"])  # [T, H, Dn + Dr]
+    else:
+        q = jnp.einsum("td,dhk->thk", x, p["wq"])  # [T, H, Dn + Dr]
+    q_nope, q_pe = q[..., :dn], q[..., dn:]
+    kv_a = x @ p["wkv_a"]  # [T, R + Dr]
+    c_kv = rms_norm(kv_a[:, :r], p["kv_a_norm"], MLA_LATENT_NORM_EPS)  # [T, R]
+    k_pe = kv_a[:, r:]  # [T, Dr]
+    return AttnInputs(
+        q_nope=q_nope,
+        q_pe=_rope(cfg, q_pe, positions),
+        c_kv=c_kv,
+        k_pe=_rope(cfg, k_pe, positions),
+        scale=mla_softmax_scale(cfg),
+    )
+
+
+def mla_absorb_q(p: dict, q_nope: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """Fold W_UK into the query: q_nope [T, H, Dn] -> q_lat [T, H, R]."""
+    w_uk = p["wkv_b"][..., : cfg.qk_nope_head_dim]  # [R, H, Dn]
+    return jnp.einsum("thn,rhn->thr", q_nope, w_uk)
+
+
+def mla_latent_to_v(p: dict, o_lat: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """Apply W_UV after latent attention: o_lat [T, H, R] -> [T, H, Dv]."""
+    w_uv = p["wkv_b"][..., cfg.qk_nope_head_dim :]  # [R, H, Dv]
+    return jnp.einsum("thr,rhv->thv", o_lat, w_uv)
+
+
+def mla_expand_kv(p: dict, c_kv: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.Array]:
+    """Expand cached latents: c_kv [L, R] -> (k_nope [L, H, Dn], v [L, H, Dv])."""
+    kv = jnp.einsum("lr,rhk->lhk", c_kv, p["wkv_b"])  # [L, H, Dn + Dv]
+    return kv[..., : cfg.qk_nope_head_dim], kv[..., cfg.qk_nope_head_dim :]
+
+
+def attn_output(p: dict, o: jax.Array) -> jax.Array:
+    """Output projection: o [T, H, Dv] -> [T, D]."""
+    return jnp.einsum("thk,hkd->td", o, p["wo"])

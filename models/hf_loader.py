@@ -1,0 +1,292 @@
+"""Hugging Face safetensors checkpoint -> params tree (models/specs.py layout), without torch.
+
+Reads one `model.safetensors` or the shards listed in `model.safetensors.index.json` with the
+safetensors numpy API. Every expected tensor's presence, shape and dtype is checked from the
+file headers before any tensor data is read, so a bad checkpoint fails fast and nothing is
+half-loaded.
+
+Expert weights come in two layouts, both supported:
+  per_expert: released checkpoints (and transformers' save_pretrained):
+      model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj.weight
+      Mixtral: model.layers.{i}.block_sparse_moe.experts.{e}.{w1,w3,w2}.weight, ...gate.weight
+  fused: transformers 5 in-memory modules: mlp.experts.gate_up_proj [E, 2F, D] (gate rows
+      first), mlp.experts.down_proj [E, D, F]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from safetensors import SafetensorError, safe_open
+
+from configs.model_config import ModelConfig
+from models.specs import ParamSpec, param_specs
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+EXPERT_LAYOUTS = ("per_expert", "fused")
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+
+# How an HF tensor becomes (part of) a params leaf.
+#   copy:        reshape to the leaf shape (embeddings, norms, biases)
+#   linear:      torch Linear weight [out, in] -> transpose -> reshape to the leaf
+#   expert:      one expert's Linear weight -> transpose -> leaf[expert]
+#   gate_up:     fused [E, 2F, D] -> w_gate = [:, :F]^T, w_up = [:, F:]^T (two targets)
+#   experts_T:   fused [E, D, F] -> transpose the last two axes
+KINDS = ("copy", "linear", "expert", "gate_up", "experts_T")
+
+Path_ = tuple  # a params tree path, e.g. ("layers", 0, "attn", "wq")
+
+
+class HFTensor(NamedTuple):
+    """One tensor of an HF checkpoint: its expected shape and where it lands in the params."""
+
+    shape: tuple[int, ...]  # expected shape in the HF file
+    targets: tuple[Path_, ...]  # params leaves it fills
+    kind: str  # one of KINDS
+    expert: int = -1  # expert index for kind "expert"
+
+
+def _linear(out_dim: int, in_dim: int, path: Path_) -> HFTensor:
+    return HFTensor((out_dim, in_dim), (path,), "linear")
+
+
+def _vector(n: int, path: Path_) -> HFTensor:
+    return HFTensor((n,), (path,), "copy")
+
+
+def _attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
+    d, h = cfg.hidden_size, cfg.num_heads
+    names = {}
+    if cfg.is_mla:
+        dq = cfg.qk_head_dim
+        r, dr = cfg.kv_lora_rank, cfg.qk_rope_head_dim
+        if cfg.q_lora_rank:
+            rq = cfg.q_lora_rank
+            names[f"{pre}.q_a_proj.weight"] = _linear(rq, d, at + ("wq_a",))
+            names[f"{pre}.q_a_layernorm.weight"] = _vector(rq, at + ("q_a_norm",))
+            names[f"{pre}.q_b_proj.weight"] = _linear(h * dq, rq, at + ("wq_b",))
+        else:
+            names[f"{pre}.q_proj.weight"] = _linear(h * dq, d, at + ("wq",))
+        names[f"{pre}.kv_a_proj_with_mqa.weight"] = _linear(r + dr, d, at + ("wkv_a",))
+        names[f"{pre}.kv_a_layernorm.weight"] = _vector(r, at + ("kv_a_norm",))
+        kv_b_out = h * (cfg.qk_nope_head_dim + cfg.v_head_dim)
+        names[f"{pre}.kv_b_proj.weight"] = _linear(kv_b_out, r, at + ("wkv_b",))
+        names[f"{pre}.o_proj.weight"] = _linear(d, h * cfg.v_head_dim, at + ("wo",))
+        return names
+    k, dh = cfg.num_kv_heads, cfg.head_dim
+    for proj, heads in (("q", h), ("k", k), ("v", k)):
+        names[f"{pre}.{proj}_proj.weight"] = _linear(heads * dh, d, at + (f"w{proj}",))
+        if cfg.attention_bias:
+            names[f"{pre}.{proj}_proj.bias"] = _vector(heads * dh, at + (f"b{proj}",))
+    names[f"{pre}.o_proj.weight"] = _linear(d, h * dh, at + ("wo",))
+    if cfg.qk_norm:
+        names[f"{pre}.q_norm.weight"] = _vector(dh, at + ("q_norm",))
+        names[f"{pre}.k_norm.weight"] = _vector(dh, at + ("k_norm",))
+    return names
+
+
+def _mlp_names(d: int, f: int, pre: str, at: Path_) -> dict[str, HFTensor]:
+    return {
+        f"{pre}.gate_proj.weight": _linear(f, d, at + ("w_gate",)),
+        f"{pre}.up_proj.weight": _linear(f, d, at + ("w_up",)),
+        f"{pre}.down_proj.weight": _linear(d, f, at + ("w_down",)),
+    }
+
+
+def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str, HFTensor]:
+    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    legacy_mixtral = layout == "per_expert" and cfg.model_type == "mixtral"
+    pre = f"{layer}.block_sparse_moe" if legacy_mixtral else f"{layer}.mlp"
+    names = {f"{pre}.gate.weight": _linear(e, d, at + ("router",))}
+    if cfg.topk_method == "noaux_tc":
+        names[f"{pre}.gate.e_score_correction_bias"] = _vector(e, at + ("router_bias",))
+    if layout == "fused":
+        names[f"{pre}.experts.gate_up_proj"] = HFTensor(
+            (e, 2 * f, d), (at + ("w_gate",), at + ("w_up",)), "gate_up"
+        )
+        names[f"{pre}.experts.down_proj"] = HFTensor((e, d, f), (at + ("w_down",),), "experts_T")
+    else:
+        if legacy_mixtral:
+            parts = (("w1", "w_gate", (f, d)), ("w3", "w_up", (f, d)), ("w2", "w_down", (d, f)))
+        else:
+            parts = (
+                ("gate_proj", "w_gate", (f, d)),
+                ("up_proj", "w_up", (f, d)),
+                ("down_proj", "w_down", (d, f)),
+            )
+        for x in range(e):
+            for hf, ours, shape in parts:
+                names[f"{pre}.experts.{x}.{hf}.weight"] = HFTensor(
+                    shape, (at + (ours,),), "expert", x
+                )
+    if cfg.num_shared_experts:
+        fs = f * cfg.num_shared_experts
+        names.update(_mlp_names(d, fs, f"{pre}.shared_experts", at + ("shared",)))
+    return names
+
+
+def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict[str, HFTensor]:
+    """Every tensor an HF checkpoint of `cfg` must hold -> expected shape and params target."""
+    if expert_layout not in EXPERT_LAYOUTS:
+        raise ValueError(f"expert_layout={expert_layout!r}: expected one of {EXPERT_LAYOUTS}")
+    d, v = cfg.hidden_size, cfg.vocab_size
+    names = {
+        "model.embed_tokens.weight": HFTensor((v, d), (("embed",),), "copy"),
+        "model.norm.weight": _vector(d, ("final_norm",)),
+    }
+    if not cfg.tie_word_embeddings:
+        names["lm_head.weight"] = _linear(v, d, ("lm_head",))
+    for i in range(cfg.num_layers):
+        layer, at = f"model.layers.{i}", ("layers", i)
+        names[f"{layer}.input_layernorm.weight"] = _vector(d, at + ("attn_norm",))
+        names[f"{layer}.post_attention_layernorm.weight"] = _vector(d, at + ("mlp_norm",))
+        names.update(_attn_names(cfg, f"{layer}.self_attn", at + ("attn",)))
+        if cfg.is_moe_layer(i):
+            names.update(_moe_names(cfg, layer, at + ("moe",), expert_layout))
+        else:
+            names.update(_mlp_names(d, cfg.intermediate_size, f"{layer}.mlp", at + ("mlp",)))
+    return names
+
+
+class _Header(NamedTuple):
+    file: Path
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def _checkpoint_files(model_dir: Path) -> list[Path]:
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model_dir {str(model_dir)!r}: directory not found")
+    index = model_dir / INDEX_FILE
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{index}: not a valid safetensors index ({e})") from e
+        files = [model_dir / name for name in sorted(set(weight_map.values()))]
+    else:
+        files = [model_dir / SINGLE_FILE]
+    for f in files:
+        if not f.is_file():
+            raise FileNotFoundError(f"checkpoint file {str(f)!r}: not found")
+    return files
+
+
+def _read_headers(files: list[Path]) -> dict[str, _Header]:
+    headers = {}
+    for path in files:
+        try:
+            with safe_open(str(path), framework="np") as f:
+                for name in f.keys():
+                    sl = f.get_slice(name)
+                    headers[name] = _Header(path, tuple(sl.get_shape()), sl.get_dtype())
+        except SafetensorError as e:
+            raise ValueError(f"checkpoint file {str(path)!r}: corrupt or truncated ({e})") from e
+    return headers
+
+
+def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFTensor]:
+    candidates = [hf_tensor_names(cfg, lay) for lay in (EXPERT_LAYOUTS if cfg.num_experts else
+                                                         EXPERT_LAYOUTS[:1])]
+    missing = [[n for n in names if n not in headers] for names in candidates]
+    best = min(range(len(candidates)), key=lambda j: len(missing[j]))
+    if missing[best]:
+        raise ValueError(
+            f"checkpoint tensor {missing[best][0]!r}: missing "
+            f"({len(missing[best])} expected tensors missing in total)"
+        )
+    return candidates[best]
+
+
+def _validate(names: dict[str, HFTensor], headers: dict[str, _Header]) -> None:
+    for name, want in names.items():
+        got = headers[name]
+        if got.shape != want.shape:
+            raise ValueError(
+                f"checkpoint tensor {name!r}: expected shape {want.shape}, found {got.shape} "
+                f"in {got.file.name}"
+            )
+        if got.dtype not in FLOAT_DTYPES:
+            raise ValueError(
+                f"checkpoint tensor {name!r}: dtype {got.dtype} unsupported; "
+                f"expected one of {FLOAT_DTYPES}"
+            )
+
+
+def _leaf_specs(specs, path: Path_ = ()) -> dict[Path_, ParamSpec]:
+    if isinstance(specs, ParamSpec):
+        return {path: specs}
+    items = specs.items() if isinstance(specs, dict) else enumerate(specs)
+    out = {}
+    for key, sub in items:
+        out.update(_leaf_specs(sub, path + (key,)))
+    return out
+
+
+def _build_tree(specs, leaves: dict[Path_, np.ndarray], path: Path_ = ()):
+    if isinstance(specs, ParamSpec):
+        return jnp.asarray(leaves[path])
+    if isinstance(specs, dict):
+        return {k: _build_tree(v, leaves, path + (k,)) for k, v in specs.items()}
+    return [_build_tree(v, leaves, path + (i,)) for i, v in enumerate(specs)]
+
+
+def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
+    """Params tree for `cfg` from an HF safetensors checkpoint directory, cast to cfg.dtype
+    (router_bias stays float32, as declared in models/specs.py).
+
+    Raises FileNotFoundError (directory, file or shard missing) or ValueError (corrupt file,
+    missing tensor, wrong shape or dtype), each naming the path or tensor, before reading data.
+    """
+    model_dir = Path(model_dir)
+    headers = _read_headers(_checkpoint_files(model_dir))
+    names = _pick_layout(cfg, headers)
+    _validate(names, headers)
+
+    specs = param_specs(cfg)
+    leaf_specs = _leaf_specs(specs)
+    leaves: dict[Path_, np.ndarray] = {}
+    by_file: dict[Path, list[str]] = {}
+    for name in names:
+        by_file.setdefault(headers[name].file, []).append(name)
+    for path, names_in_file in by_file.items():
+        with safe_open(str(path), framework="np") as f:
+            for name in names_in_file:
+                _place(names[name], f.get_tensor(name), leaf_specs, leaves)
+    return _build_tree(specs, leaves)
+
+
+def _place(
+    t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], leaves: dict
+) -> None:
+    def cast(path: Path_, x: np.ndarray) -> np.ndarray:
+        spec = leaf_specs[path]
+        return np.asarray(x, dtype=spec.dtype)
+
+    if t.kind == "copy":
+        (path,) = t.targets
+        leaves[path] = cast(path, arr.reshape(leaf_specs[path].shape))
+    elif t.kind == "linear":
+        (path,) = t.targets
+        leaves[path] = cast(path, arr.T.reshape(leaf_specs[path].shape))
+    elif t.kind == "expert":
+        (path,) = t.targets
+        spec = leaf_specs[path]
+        if path not in leaves:
+            leaves[path] = np.zeros(spec.shape, spec.dtype)
+        leaves[path][t.expert] = cast(path, arr.T.reshape(spec.shape[1:]))
+    elif t.kind == "gate_up":
+        gate_path, up_path = t.targets
+        f = arr.shape[1] // 2
+        leaves[gate_path] = cast(gate_path, arr[:, :f].transpose(0, 2, 1))
+        leaves[up_path] = cast(up_path, arr[:, f:].transpose(0, 2, 1))
+    elif t.kind == "experts_T":
+        (path,) = t.targets
+        leaves[path] = cast(path, arr.transpose(0, 2, 1))
+    else:
+        raise ValueError(f"kind={t.kind!r}: expected one of {KINDS}")

@@ -1,0 +1,41 @@
+"""Small building blocks shared by every architecture: RMSNorm, SwiGLU MLP, embed, logits."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from configs.model_config import ModelConfig
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """RMSNorm over the last axis. x: [..., D], weight: [D].
+
+    Like HF (LlamaRMSNorm and kin): statistics in float32, cast back to x's dtype, then scaled.
+    """
+    xf = x.astype(jnp.float32)
+    variance = jnp.mean(xf * xf, axis=-1, keepdims=True)
+    normed = (xf * jax.lax.rsqrt(variance + eps)).astype(x.dtype)
+    return weight * normed
+
+
+def swiglu_mlp(p: dict, x: jax.Array) -> jax.Array:
+    """down(silu(x @ gate) * (x @ up)). x: [T, D] -> [T, D]; p: w_gate/w_up [D, F], w_down [F, D]."""
+    gate = x @ p["w_gate"]  # [T, F]
+    up = x @ p["w_up"]  # [T, F]
+    return (jax.nn.silu(gate) * up) @ p["w_down"]
+
+
+def embed(params: dict, token_ids: jax.Array) -> jax.Array:
+    """Embedding rows. token_ids: [T] int32 -> [T, D]."""
+    return jnp.take(params["embed"], token_ids, axis=0)
+
+
+def final_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
+    """Final norm, then lm_head (or the tied embedding). hidden: [S, D] -> [S, V] float32."""
+    h = rms_norm(hidden, params["final_norm"], cfg.rms_norm_eps)  # [S, D]
+    if cfg.tie_word_embeddings:
+        logits = h @ params["embed"].T  # [S, V]
+    else:
+        logits = h @ params["lm_head"]  # [S, V]
+    return logits.astype(jnp.float32)

@@ -1,0 +1,109 @@
+"""One entry point for model weights: a preset (random init), an HF directory, or an orbax dir.
+
+`load_model` returns only once everything is read and checked, and keeps no state, so a bad
+checkpoint raises before anything is half-loaded and the next call starts clean.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import jax
+import numpy as np
+
+from configs.hf_config import config_from_hf
+from configs.model_config import ModelConfig
+from configs.presets import PRESETS, get_preset
+from models.hf_loader import load_hf_params
+from models.orbax_io import is_orbax_dir, restore_params, save_params
+from models.specs import abstract_params, count_params, init_params
+
+TOKENIZER_FILE = "tokenizer.json"
+HF_CONFIG_FILE = "config.json"
+
+
+def _looks_like_path(model: str) -> bool:
+    return os.sep in model or (os.altsep is not None and os.altsep in model) or model[:1] in ".~"
+
+
+def cast_params(params: dict, cfg: ModelConfig, dtype: str) -> tuple[ModelConfig, dict]:
+    """(cfg with `dtype`, params cast leaf by leaf to the dtypes the specs declare for it)."""
+    if dtype == cfg.dtype:
+        return cfg, params
+    cfg = cfg.replace(dtype=dtype)
+    # The specs decide per leaf: e.g. DeepSeek-V3's router_bias stays float32.
+    want = abstract_params(cfg)
+    return cfg, jax.tree.map(lambda x, w: x.astype(w.dtype), params, want)
+
+
+def _load_dir(path: str, dtype: str | None) -> tuple[ModelConfig, dict]:
+    if is_orbax_dir(path):
+        cfg, params = restore_params(path)
+        if dtype not in (None, "auto"):
+            cfg, params = cast_params(params, cfg, dtype)
+        return cfg, params
+    if os.path.isfile(os.path.join(path, HF_CONFIG_FILE)):
+        cfg = config_from_hf(path, name=path, dtype=dtype)
+        return cfg, load_hf_params(path, cfg)
+    raise ValueError(
+        f"model={path!r}: directory has neither {HF_CONFIG_FILE} (Hugging Face) nor an orbax "
+        "checkpoint written by save_params"
+    )
+
+
+def load_model(
+    model: str, dtype: str | None = None, seed: int = 0
+) -> tuple[ModelConfig, dict, str | None]:
+    """(cfg, params, tokenizer.json path or None) for a preset name, HF dir or orbax dir.
+
+    A preset name wins over a same-named local directory (write "./name" for the directory).
+
+    Args:
+      model: preset name (random weights from `seed`), a Hugging Face directory (config.json +
+        safetensors) or a directory written by `save_params` / `convert_hf`.
+      dtype: parameter dtype override. None keeps the preset's or orbax checkpoint's dtype and
+        reads HF checkpoints as float32; "auto" reads an HF checkpoint in its own dtype.
+    """
+    path = os.path.expanduser(model)
+    if model not in PRESETS:
+        if os.path.isdir(path):
+            cfg, params = _load_dir(path, dtype)
+            tokenizer = os.path.join(path, TOKENIZER_FILE)
+            return cfg, params, tokenizer if os.path.isfile(tokenizer) else None
+        if os.path.exists(path):
+            raise ValueError(f"model={model!r}: is a file; expected a directory or preset name")
+        if _looks_like_path(model):
+            raise FileNotFoundError(f"model={model!r}: no such directory")
+    cfg = get_preset(model)  # ValueError "unknown preset" listing the presets
+    if dtype not in (None, "auto"):
+        cfg = cfg.replace(dtype=dtype)
+    return cfg, init_params(cfg, jax.random.key(seed)), None
+
+
+def convert_hf_to_orbax(
+    hf_dir: str, out_dir: str, dtype: str | None = None
+) -> tuple[ModelConfig, dict]:
+    """Load the HF checkpoint in `hf_dir` and write it as an orbax checkpoint in `out_dir`,
+    with its tokenizer.json copied along so the orbax directory stands alone."""
+    hf_dir = os.path.expanduser(hf_dir)
+    if not os.path.isdir(hf_dir):
+        raise FileNotFoundError(f"hf_dir={hf_dir!r}: no such directory")
+    if is_orbax_dir(hf_dir):
+        raise ValueError(f"hf_dir={hf_dir!r}: is already an orbax checkpoint")
+    cfg, params = _load_dir(hf_dir, dtype)
+    save_params(out_dir, params, cfg)
+    tokenizer = os.path.join(hf_dir, TOKENIZER_FILE)
+    if os.path.isfile(tokenizer):
+        shutil.copyfile(tokenizer, os.path.join(os.path.expanduser(out_dir), TOKENIZER_FILE))
+    return cfg, params
+
+
+def summary(cfg: ModelConfig, params: dict) -> str:
+    """'deepseek_v3, 3 layers, 1.23M params (0.45M active), float32, 4.9 MB' for logs."""
+    total, active = count_params(cfg)
+    nbytes = sum(np.dtype(x.dtype).itemsize * x.size for x in jax.tree.leaves(params))
+    return (
+        f"{cfg.model_type}, {cfg.num_layers} layers, {total / 1e6:.2f}M params "
+        f"({active / 1e6:.2f}M active), {cfg.dtype}, {nbytes / 1e6:.1f} MB"
+    )

@@ -1,0 +1,135 @@
+"""Contiguous-cache reference forward: the plain computation the paged engine is checked against.
+
+One sequence, a cache of max_len positions per layer, causal softmax attention over the whole
+cache with a position mask. MLA is computed in EXPANDED form (latent -> per-head k_nope and v),
+so the engine's absorbed MLA path is checked against a different computation.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from configs.model_config import ModelConfig
+from models.attention import AttnInputs, mla_expand_kv
+from models.transformer import final_logits, forward_hidden
+
+
+def init_cache(cfg: ModelConfig, max_len: int) -> list:
+    """Per layer: GQA (k [L, K, Dh], v [L, K, Dh]); MLA (latent [L, R + Dr],), zeros."""
+    dt = jnp.dtype(cfg.dtype)
+    if cfg.is_mla:
+        width = cfg.kv_lora_rank + cfg.qk_rope_head_dim
+        return [(jnp.zeros((max_len, width), dt),) for _ in range(cfg.num_layers)]
+    shape = (max_len, cfg.num_kv_heads, cfg.head_dim)
+    return [(jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in range(cfg.num_layers)]
+
+
+def _causal_softmax(
+    scores: jax.Array,  # [T, ..., L] f32
+    positions: jax.Array,  # [T]
+) -> jax.Array:
+    max_len = scores.shape[-1]
+    visible = jnp.arange(max_len)[None, :] <= positions[:, None]  # [T, L]
+    visible = visible.reshape(visible.shape[:1] + (1,) * (scores.ndim - 2) + visible.shape[1:])
+    return jax.nn.softmax(jnp.where(visible, scores, -jnp.inf), axis=-1)
+
+
+def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
+    """Backend for forward_hidden: write the new tokens at `positions` ([T]) of the contiguous
+    cache, then attend causally over it (query at position p sees cache rows 0..p)."""
+
+    def attend(i: int, p_attn: dict, kv_i: tuple, inp: AttnInputs):
+        del i
+        if cfg.is_mla:
+            (latent,) = kv_i  # [L, R + Dr]
+            new = jnp.concatenate([inp.c_kv, inp.k_pe], axis=-1).astype(latent.dtype)
+            latent = latent.at[positions].set(new)
+            r = cfg.kv_lora_rank
+            k_nope, v = mla_expand_kv(p_attn, latent[:, :r], cfg)  # [L, H, Dn], [L, H, Dv]
+            scores = jnp.einsum("thn,lhn->thl", inp.q_nope, k_nope) + jnp.einsum(
+                "thr,lr->thl", inp.q_pe, latent[:, r:]
+            )  # [T, H, L]
+            probs = _causal_softmax(scores.astype(jnp.float32) * inp.scale, positions)
+            o = jnp.einsum("thl,lhv->thv", probs.astype(v.dtype), v)  # [T, H, Dv]
+            return o, (latent,)
+        k_cache, v_cache = kv_i  # [L, K, Dh]
+        k_cache = k_cache.at[positions].set(inp.k.astype(k_cache.dtype))
+        v_cache = v_cache.at[positions].set(inp.v.astype(v_cache.dtype))
+        t, h, dh = inp.q.shape
+        kh = cfg.num_kv_heads
+        q = inp.q.reshape(t, kh, h // kh, dh)  # [T, K, G, Dh]: head h uses kv head h // G
+        scores = jnp.einsum("tkgd,lkd->tkgl", q, k_cache)  # [T, K, G, L]
+        probs = _causal_softmax(scores.astype(jnp.float32) * inp.scale, positions)
+        o = jnp.einsum("tkgl,lkd->tkgd", probs.astype(v_cache.dtype), v_cache)
+        return o.reshape(t, h, dh), (k_cache, v_cache)
+
+    return attend
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def reference_forward(
+    params: dict,
+    cfg: ModelConfig,
+    token_ids: jax.Array,  # [T] int32, the tokens at positions start_pos .. start_pos + T - 1
+    start_pos: jax.Array,  # [] int32
+    cache: list,
+) -> tuple[jax.Array, list]:  # (logits [T, V] f32, cache)
+    """Forward T consecutive tokens of one sequence through the contiguous cache."""
+    positions = (start_pos + jnp.arange(token_ids.shape[0])).astype(jnp.int32)
+    hidden, cache = forward_hidden(
+        params, cfg, token_ids, positions, cache, contiguous_attend(cfg, positions)
+    )
+    return final_logits(params, cfg, hidden), cache
+
+
+def prefill_bucket(n: int) -> int:
+    """Prefill length for an n-token prompt: a power of two, at least 64, so prompts of
+    different lengths share one compilation. Padding rows write cache positions past the
+    prompt; each decode step overwrites its own position before reading it, and rows past a
+    query's position are masked, so padding never changes a result."""
+    return max(64, 1 << (n - 1).bit_length())
+
+
+def _log_softmax_at(logits: np.ndarray, token: int) -> float:
+    logits = logits.astype(np.float32)
+    m = logits.max()
+    lse = m + np.log(np.sum(np.exp(logits - m), dtype=np.float32))
+    return float(logits[token] - lse)
+
+
+def greedy_generate(
+    params: dict, cfg: ModelConfig, prompt: list[int], max_new: int, max_len: int | None = None
+) -> tuple[list[int], list[float]]:
+    """One prefill, then one-token decodes; (tokens, logprob of each chosen token, f32)."""
+    if not prompt:
+        raise ValueError("prompt: must hold at least one token")
+    padded = prefill_bucket(len(prompt))
+    if max_len is None:
+        max_len = -(-max(padded, len(prompt) + max_new) // 128) * 128
+    if max_len < max(padded, len(prompt) + max_new):
+        raise ValueError(
+            f"max_len={max_len}: needs >= {max(padded, len(prompt) + max_new)} "
+            f"(prompt {len(prompt)} padded to {padded}, plus max_new={max_new})"
+        )
+    ids = np.zeros(padded, np.int32)
+    ids[: len(prompt)] = prompt
+    logits, cache = reference_forward(
+        params, cfg, jnp.asarray(ids), jnp.int32(0), init_cache(cfg, max_len)
+    )
+    row = np.asarray(logits[len(prompt) - 1])
+    tokens, logprobs = [], []
+    for step in range(max_new):
+        tok = int(np.argmax(row))
+        tokens.append(tok)
+        logprobs.append(_log_softmax_at(row, tok))
+        if step + 1 == max_new:
+            break
+        logits, cache = reference_forward(
+            params, cfg, jnp.asarray([tok], jnp.int32), jnp.int32(len(prompt) + step), cache
+        )
+        row = np.asarray(logits[0])
+    return tokens, logprobs

@@ -1,0 +1,149 @@
+"""Rotary position embeddings: inverse frequencies per rope type, and their application.
+
+Frequencies follow Hugging Face `modeling_rope_utils` (default, linear, llama3, yarn) and are
+computed in float32 numpy, as HF computes them in float32 torch, so the angles agree to the last
+bits. They are static per config: computed at trace time and baked into the jitted step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from configs.model_config import ModelConfig, RopeScaling
+
+# Layouts of the rotary channels (see apply_rope).
+LAYOUTS = ("half", "pairs", "pairs_to_half")
+
+
+def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN magnitude correction 0.1 * mscale * ln(scale) + 1 (DeepSeek `yarn_get_mscale`)."""
+    if scale <= 1:
+        return 1.0
+    return 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _base_inv_freq(theta: float, dim: int) -> np.ndarray:
+    # HF: 1 / base ** (arange(0, dim, 2).float() / dim), all in float32.
+    exponent = np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)
+    return np.float32(1.0) / np.power(np.float32(theta), exponent, dtype=np.float32)
+
+
+def _llama3_inv_freq(inv_freq: np.ndarray, rs: RopeScaling) -> np.ndarray:
+    # HF `_compute_llama3_parameters`: keep high frequencies, divide low ones by `factor`,
+    # interpolate smoothly in between.
+    old_len = rs.original_max_position_embeddings
+    low_wavelen = old_len / rs.low_freq_factor
+    high_wavelen = old_len / rs.high_freq_factor
+    wavelen = np.float32(2 * math.pi) / inv_freq
+    scaled = np.where(wavelen > low_wavelen, inv_freq / np.float32(rs.factor), inv_freq)
+    smooth = (old_len / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / np.float32(rs.factor) + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def _yarn_inv_freq(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarray, float]:
+    # HF `_compute_yarn_parameters` with truncate=True (its default).
+    factor = rs.factor
+    if rs.attention_factor is not None:
+        attention_factor = float(rs.attention_factor)
+    elif rs.mscale and rs.mscale_all_dim:
+        attention_factor = yarn_get_mscale(factor, rs.mscale) / yarn_get_mscale(
+            factor, rs.mscale_all_dim
+        )
+    else:
+        attention_factor = yarn_get_mscale(factor)
+    beta_fast = rs.beta_fast or 32.0
+    beta_slow = rs.beta_slow or 1.0
+    orig = rs.original_max_position_embeddings
+
+    def correction_dim(num_rotations: float) -> float:
+        return (dim * math.log(orig / (num_rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001  # HF: prevent a zero-width ramp
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - low) / (high - low), 0, 1)
+    extrapolation_factor = (1 - ramp).astype(np.float32)
+    pos_freqs = np.power(
+        np.float32(theta), np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)
+    ).astype(np.float32)
+    inv_extrapolation = np.float32(1.0) / pos_freqs
+    inv_interpolation = np.float32(1.0) / (np.float32(factor) * pos_freqs)
+    inv_freq = (
+        inv_interpolation * (1 - extrapolation_factor) + inv_extrapolation * extrapolation_factor
+    )
+    return inv_freq.astype(np.float32), attention_factor
+
+
+def rope_frequencies(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarray, float]:
+    """(inv_freq [dim // 2] float32, attention_factor) for rotary width `dim`.
+
+    attention_factor multiplies cos and sin (HF `attention_scaling`); it is 1 except for yarn.
+    """
+    if rs.rope_type == "yarn":
+        return _yarn_inv_freq(theta, dim, rs)
+    inv_freq = _base_inv_freq(theta, dim)
+    if rs.rope_type == "linear":
+        inv_freq = inv_freq / np.float32(rs.factor)
+    elif rs.rope_type == "llama3":
+        inv_freq = _llama3_inv_freq(inv_freq, rs)
+    return inv_freq.astype(np.float32), 1.0
+
+
+def rope_dim(cfg: ModelConfig) -> int:
+    """Rotary width: the GQA head dim, or MLA's decoupled rope dim."""
+    return cfg.qk_rope_head_dim if cfg.is_mla else cfg.head_dim
+
+
+def rope_layout(cfg: ModelConfig) -> str:
+    """Channel layout HF uses for this model (see apply_rope)."""
+    if not cfg.is_mla or not cfg.rope_interleave:
+        return "half"
+    # DeepSeek-V2 (HF 5.24) rotates complex pairs in place; V3 de-interleaves into halves.
+    return "pairs" if cfg.model_type == "deepseek_v2" else "pairs_to_half"
+
+
+def apply_rope(
+    x: jax.Array,  # [T, ..., Dr]
+    positions: jax.Array,  # [T] int
+    inv_freq: np.ndarray,  # [Dr // 2]
+    attention_factor: float = 1.0,
+    layout: str = "half",
+) -> jax.Array:  # [T, ..., Dr]
+    """Rotate x by angle position * inv_freq, computed in float32.
+
+    layout "half": channel i pairs with i + Dr/2 (HF rotate_half: Llama, Qwen, Mixtral).
+    layout "pairs": channels (2i, 2i+1) are a complex number rotated in place (DeepSeek-V2's
+      view_as_complex path).
+    layout "pairs_to_half": pairs (2i, 2i+1) rotated, output written as [all even | all odd]
+      (HF DeepSeek-V3 apply_rotary_pos_emb_interleave).
+    All three give the same q.k dot products for the same pair assignment; only what is cached
+    differs, so q and k must use the same layout.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r}: expected one of {LAYOUTS}")
+    freqs = positions.astype(jnp.float32)[:, None] * jnp.asarray(inv_freq)[None, :]  # [T, Dr/2]
+    cos = jnp.cos(freqs) * attention_factor
+    sin = jnp.sin(freqs) * attention_factor
+    extra = x.ndim - 2
+    cos = cos.reshape(cos.shape[:1] + (1,) * extra + cos.shape[1:])
+    sin = sin.reshape(sin.shape[:1] + (1,) * extra + sin.shape[1:])
+    xf = x.astype(jnp.float32)
+    if layout == "half":
+        half = x.shape[-1] // 2
+        x1, x2 = xf[..., :half], xf[..., half:]
+    else:
+        x1, x2 = xf[..., 0::2], xf[..., 1::2]
+    r1 = x1 * cos - x2 * sin
+    r2 = x2 * cos + x1 * sin
+    if layout == "pairs":
+        out = jnp.stack([r1, r2], axis=-1).reshape(x.shape)
+    else:
+        out = jnp.concatenate([r1, r2], axis=-1)
+    return out.astype(x.dtype)

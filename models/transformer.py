@@ -1,0 +1,47 @@
+"""The decoder stack over flattened ragged tokens; the attention core is a backend callback.
+
+    attend(i, p_attn, kv_i, inputs: AttnInputs) -> (o, kv_i)
+        GQA: o [T, H, Dh];  MLA: o [T, H, Dv] (value space, W_UV already applied)
+
+so the same layer code serves the contiguous reference (models/reference.py) and the paged
+engine (engine/step.py). Pre-norm residual blocks as in HF Llama / DeepSeek:
+x + attn(norm(x)), then x + mlp_or_moe(norm(x)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from configs.model_config import ModelConfig
+from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs
+from models.layers import embed, final_logits, rms_norm, swiglu_mlp
+from models.moe import moe_block
+
+__all__ = ["Attend", "final_logits", "forward_hidden"]
+
+Attend = Callable[[int, dict, Any, AttnInputs], tuple[jax.Array, Any]]
+
+
+def forward_hidden(
+    params: dict,
+    cfg: ModelConfig,
+    token_ids: jax.Array,  # [T] int32
+    positions: jax.Array,  # [T] int32
+    kv: list,
+    attend: Attend,
+) -> tuple[jax.Array, list]:  # (hidden [T, D] before the final norm, kv)
+    """Run all decoder layers; kv[i] is whatever the backend caches for layer i."""
+    x = embed(params, token_ids)  # [T, D]
+    attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
+    new_kv = []
+    for i, layer in enumerate(params["layers"]):
+        h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps)
+        o, kv_i = attend(i, layer["attn"], kv[i], attn_inputs(layer["attn"], h, positions, cfg))
+        x = x + attn_output(layer["attn"], o)
+        h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps)
+        x = x + (moe_block(layer["moe"], h, cfg) if "moe" in layer else swiglu_mlp(layer["mlp"], h))
+        new_kv.append(kv_i)
+    return x, new_kv

@@ -1,0 +1,125 @@
+"""Offline decode throughput against the measured memory-bandwidth roofline.
+
+  python -m scripts.bench_throughput                       # the table in docs/benchmarks.md
+  python -m scripts.bench_throughput --models=tiny-llama --batch_sizes=1,2 --decode_steps=4
+
+For each model and batch size B: B random prompts are prefilled, then `decode_steps` steps
+in which every sequence decodes one token are timed (each step reads its tokens back, so
+the time is the whole host + device step). The roofline divides the bytes one decode step
+must read (the weights it touches plus the KV cache) by the bandwidth of a timed large
+device array copy (read + write bytes counted).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from engine import LLM, SamplingParams
+
+_MODELS = flags.DEFINE_list("models", ["bench-llama-20m", "bench-deepseek-v3-35m"], "Presets.")
+_BATCHES = flags.DEFINE_list("batch_sizes", ["1", "8", "32", "64"], "Decode batch sizes.")
+_PROMPT_LEN = flags.DEFINE_integer("prompt_len", 32, "Prompt tokens per sequence.")
+_STEPS = flags.DEFINE_integer("decode_steps", 32, "Timed decode steps per batch size.")
+_COPY_MB = flags.DEFINE_integer("copy_mb", 512, "Size of the timed bandwidth copy (MiB).")
+_JSON = flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+
+
+def copy_bandwidth(num_bytes: int, repeats: int = 5) -> float:
+    """Bytes per second moved by a jitted device array copy (read + write counted)."""
+    x = jnp.arange(num_bytes // 4, dtype=jnp.float32)
+    copy = jax.jit(lambda a: a + 0.0)
+    copy(x).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        copy(x).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2 * x.nbytes / best
+
+
+def decode_bytes(llm: LLM, batch: int, context: int) -> int:
+    """Bytes one decode step reads: every dense weight, the experts B tokens can reach, KV."""
+    cfg = llm.config
+    total = 0
+    for path, leaf in jax.tree_util.tree_leaves_with_path(llm.params):
+        keys = [getattr(k, "key", None) for k in path]
+        if "moe" in keys and keys[-1] in ("w_gate", "w_up", "w_down"):
+            # Expected distinct experts among B * k uniform picks out of E.
+            e, k = cfg.num_experts, cfg.num_experts_per_tok
+            touched = e * (1 - (1 - k / e) ** batch)
+            total += leaf.nbytes * touched / e
+        elif keys[0] == "embed" and not cfg.tie_word_embeddings:
+            total += batch * leaf.shape[1] * leaf.dtype.itemsize  # only B rows are gathered
+        else:
+            total += leaf.nbytes
+    return int(total + batch * context * cfg.kv_bytes_per_token())
+
+
+def _progress(label: str, i: int, n: int) -> None:
+    bar = "#" * (20 * i // n)
+    print(f"\r  {label:<32} [{bar:<20}] {i}/{n}", end="", file=sys.stderr, flush=True)
+
+
+def bench_model(model: str, batches: list[int], prompt_len: int, steps: int, bw: float) -> list:
+    rows = []
+    max_b = max(batches)
+    llm = LLM(model=model, max_num_seqs=max_b, max_num_batched_tokens=max(2048, max_b),
+              max_model_len=prompt_len + 2 * steps + 8)
+    rng = np.random.default_rng(0)
+    for b in batches:
+        params = SamplingParams(max_tokens=2 * steps, ignore_eos=True)
+        ids = [
+            llm.add_request(rng.integers(3, llm.config.vocab_size, prompt_len).tolist(), params)
+            for _ in range(b)
+        ]
+        while llm.stats()["num_waiting"] or llm.stats()["num_running"] < b:
+            llm.step()
+        llm.step()  # first all-decode step: compile the (B, B) bucket outside the timing
+        start = time.perf_counter()
+        for i in range(steps):
+            llm.step()
+            _progress(f"{model} B={b}", i + 1, steps)
+        elapsed = time.perf_counter() - start
+        print(file=sys.stderr)
+        for rid in ids:
+            llm.abort(rid)
+        llm.step()
+        tok_s = b * steps / elapsed
+        nbytes = decode_bytes(llm, b, prompt_len + steps)
+        roof_tok_s = b / (nbytes / bw)
+        rows.append(dict(model=model, batch=b, tok_s=tok_s, step_ms=1e3 * elapsed / steps,
+                         bytes_per_step=nbytes, roofline_tok_s=roof_tok_s,
+                         frac_roofline=tok_s / roof_tok_s))
+    return rows
+
+
+def main(argv):
+    del argv
+    batches = [int(b) for b in _BATCHES.value]
+    bw = copy_bandwidth(_COPY_MB.value << 20)
+    print(f"device {jax.devices()[0].device_kind}; copy bandwidth {bw / 1e9:.1f} GB/s")
+    rows = []
+    for model in _MODELS.value:
+        rows += bench_model(model, batches, _PROMPT_LEN.value, _STEPS.value, bw)
+    print("| model | batch | tok/s | step ms | MB read/step | roofline tok/s | of roofline |"
+          " vs batch 1 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        base = next(x for x in rows if x["model"] == r["model"])["tok_s"]
+        print(f"| {r['model']} | {r['batch']} | {r['tok_s']:.0f} | {r['step_ms']:.2f} | "
+              f"{r['bytes_per_step'] / 1e6:.1f} | {r['roofline_tok_s']:.0f} | "
+              f"{100 * r['frac_roofline']:.0f}% | {r['tok_s'] / base:.1f}x |")
+    if _JSON.value:
+        with open(_JSON.value, "w") as f:
+            json.dump(dict(copy_bandwidth=bw, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    app.run(main)

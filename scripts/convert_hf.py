@@ -1,0 +1,32 @@
+"""Convert a Hugging Face safetensors checkpoint into a self-describing orbax checkpoint.
+
+python -m scripts.convert_hf --hf_dir=tests/fixtures/llama --out_dir=/tmp/llama_orbax
+"""
+
+from __future__ import annotations
+
+from absl import app, flags, logging
+
+from models.load import convert_hf_to_orbax, summary
+
+_HF_DIR = flags.DEFINE_string("hf_dir", None, "HF model directory (config.json + safetensors).")
+_OUT_DIR = flags.DEFINE_string("out_dir", None, "New directory for the orbax checkpoint.")
+_DTYPE = flags.DEFINE_enum(
+    "dtype",
+    None,
+    ["float32", "bfloat16", "float16", "auto"],
+    "Parameter dtype; default float32, 'auto' keeps the checkpoint's own.",
+)
+flags.mark_flags_as_required(["hf_dir", "out_dir"])
+
+
+def main(argv):
+    del argv
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # orbax logs every save step at INFO
+    cfg, params = convert_hf_to_orbax(_HF_DIR.value, _OUT_DIR.value, dtype=_DTYPE.value)
+    print(f"converted {_HF_DIR.value} -> {_OUT_DIR.value}: {summary(cfg, params)}")
+
+
+if __name__ == "__main__":
+    app.run(main)

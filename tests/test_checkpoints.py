@@ -1,0 +1,255 @@
+"""Checkpoint I/O end to end: orbax round trip, HF -> orbax conversion, load_model's inputs and
+its refusals (each naming the tensor or path; nothing half-loaded)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from configs.presets import PRESETS, get_preset
+from models.load import convert_hf_to_orbax, load_model
+from models.orbax_io import CONFIG_FILE, restore_params, save_params
+from models.reference import init_cache, reference_forward
+from models.specs import init_params
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+TOL = 2e-3  # vs transformers' logits, as in test_hf_parity.py
+
+
+def _assert_bitwise_equal(a, b):
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert x.tobytes() == y.tobytes()
+
+
+def _copy_fixture(tmp_path, arch: str) -> str:
+    dst = str(tmp_path / arch)
+    shutil.copytree(os.path.join(FIXTURES, arch), dst)
+    return dst
+
+
+# ---- orbax ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "preset, dtype",
+    [("tiny-llama", None), ("tiny-deepseek-v3", None), ("tiny-deepseek-v3", "bfloat16")],
+)  # fmt: skip
+def test_orbax_round_trip_is_bitwise(tmp_path, preset, dtype):
+    cfg = get_preset(preset)
+    if dtype:
+        cfg = cfg.replace(dtype=dtype)
+    params = init_params(cfg, jax.random.key(7))
+    save_params(tmp_path / "ckpt", params, cfg)
+    got_cfg, got = restore_params(tmp_path / "ckpt")
+    assert got_cfg == cfg
+    _assert_bitwise_equal(got, params)
+    if cfg.topk_method == "noaux_tc":
+        assert got["layers"][1]["moe"]["router_bias"].dtype == np.float32
+
+
+def test_orbax_refusals(tmp_path):
+    cfg = get_preset("tiny-llama")
+    params = init_params(cfg, jax.random.key(0))
+    missing = tmp_path / "missing"
+    with pytest.raises(FileNotFoundError, match=str(missing)):
+        restore_params(missing)
+    with pytest.raises(ValueError, match="tensor 'embed'"):
+        save_params(tmp_path / "bad", {**params, "embed": params["embed"][:10]}, cfg)
+    assert not os.path.exists(tmp_path / "bad" / CONFIG_FILE)
+
+    ckpt = tmp_path / "ckpt"
+    save_params(ckpt, params, cfg)
+    with pytest.raises(FileExistsError, match=str(ckpt)):
+        save_params(ckpt, params, cfg)
+    config_path = ckpt / CONFIG_FILE
+    good = config_path.read_text()
+    # A config that disagrees with the stored arrays: named tensor, before any data is read.
+    config_path.write_text(json.dumps({**json.loads(good), "vocab_size": 256}))
+    with pytest.raises(ValueError, match="'embed'.*shape \\(512, 96\\)"):
+        restore_params(ckpt)
+    config_path.write_text(json.dumps({**json.loads(good), "n_experts": 3}))
+    with pytest.raises(ValueError, match="n_experts"):
+        restore_params(ckpt)
+    config_path.write_text("{not json")
+    with pytest.raises(ValueError, match=CONFIG_FILE):
+        restore_params(ckpt)
+    config_path.unlink()
+    with pytest.raises(ValueError, match=CONFIG_FILE):
+        restore_params(ckpt)
+    config_path.write_text(good)
+    _assert_bitwise_equal(restore_params(ckpt)[1], params)
+
+
+# ---- HF -> orbax with the script, then load both -----------------------------------------------
+def _convert(hf_dir: str, out_dir: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "scripts.convert_hf", f"--hf_dir={hf_dir}", f"--out_dir={out_dir}"]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def _last_logits(params, cfg, prompt) -> np.ndarray:
+    ids = np.asarray(prompt, np.int32)
+    logits, _ = reference_forward(params, cfg, ids, np.int32(0), init_cache(cfg, len(prompt)))
+    return np.asarray(logits[-1])
+
+
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+def test_convert_hf_then_load(tmp_path, arch):
+    hf_dir = os.path.join(FIXTURES, arch)
+    out_dir = str(tmp_path / "orbax")
+    run = _convert(hf_dir, out_dir)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = run.stdout.strip().splitlines()
+    assert len(summary) == 1 and summary[0].startswith(f"converted {hf_dir} -> {out_dir}")
+
+    hf_cfg, hf_params, hf_tok = load_model(hf_dir)
+    cfg, params, tok = load_model(out_dir)
+    assert cfg == hf_cfg
+    assert cfg.replace(name="x") == get_preset(f"tiny-{arch.replace('_', '-')}").replace(name="x")
+    _assert_bitwise_equal(params, hf_params)
+    assert tok == os.path.join(out_dir, "tokenizer.json") and hf_tok.endswith("tokenizer.json")
+    with open(tok, "rb") as a, open(hf_tok, "rb") as b:
+        assert a.read() == b.read()
+
+    with open(os.path.join(hf_dir, "reference.json")) as f:
+        ref = json.load(f)
+    prompt = ref["prompts"][0]
+    got = _last_logits(params, cfg, prompt)
+    assert got.tobytes() == _last_logits(hf_params, hf_cfg, prompt).tobytes()
+    want = np.asarray(ref["last_prefill_logits_prompt0"], np.float32)
+    np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
+
+
+def test_convert_hf_script_refuses_missing_dir(tmp_path):
+    missing = str(tmp_path / "nope")
+    run = _convert(missing, str(tmp_path / "out"))
+    assert run.returncode != 0
+    assert "FileNotFoundError" in run.stderr and missing in run.stderr
+    assert not os.path.exists(tmp_path / "out")
+
+
+# ---- load_model ------------------------------------------------------------------------------
+def test_load_preset():
+    cfg, params, tok = load_model("tiny-deepseek-v3", seed=3)
+    assert cfg == get_preset("tiny-deepseek-v3") and tok is None
+    _assert_bitwise_equal(params, init_params(cfg, jax.random.key(3)))
+    cfg16, params16, _ = load_model("tiny-deepseek-v3", dtype="bfloat16", seed=3)
+    assert cfg16.dtype == "bfloat16" and params16["embed"].dtype == jax.numpy.bfloat16
+    assert params16["layers"][1]["moe"]["router_bias"].dtype == np.float32  # specs say f32
+
+
+def test_load_dtype_override(tmp_path):
+    hf_dir = os.path.join(FIXTURES, "deepseek_v3")
+    cfg, params = convert_hf_to_orbax(hf_dir, str(tmp_path / "o"))
+    assert cfg.dtype == "float32"
+    for source in (hf_dir, str(tmp_path / "o")):
+        cfg16, p16, _ = load_model(source, dtype="bfloat16")
+        assert cfg16 == cfg.replace(dtype="bfloat16")
+        assert p16["layers"][1]["attn"]["wkv_b"].dtype == jax.numpy.bfloat16
+        assert p16["layers"][1]["moe"]["router_bias"].dtype == np.float32
+        want = np.asarray(params["embed"]).astype(jax.numpy.bfloat16)
+        assert np.asarray(p16["embed"]).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("model", ["tiny-lama", "deepseek_v3"])
+def test_unknown_preset_lists_presets(model):
+    with pytest.raises(ValueError, match="unknown preset") as e:
+        load_model(model)
+    assert model in str(e.value) and all(name in str(e.value) for name in PRESETS)
+
+
+@pytest.mark.parametrize("model", ["./no/such/dir", "~/no_such_model_dir", "no/such"])
+def test_missing_path_names_it(model):
+    with pytest.raises(FileNotFoundError, match=model):
+        load_model(model)
+
+
+def test_not_a_model_dir(tmp_path):
+    with pytest.raises(ValueError, match="neither config.json"):
+        load_model(str(tmp_path))
+    (tmp_path / "f.txt").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        load_model(str(tmp_path / "f.txt"))
+
+
+# ---- bad HF checkpoints: each refusal names the tensor or path, then a good load still works --
+def _drop_tensor(d: str) -> str:
+    name = "model.layers.1.mlp.down_proj.weight"
+    path = os.path.join(d, "model.safetensors")
+    tensors = load_file(path)
+    del tensors[name]
+    save_file(tensors, path)
+    return name
+
+
+def _reshape_tensor(d: str) -> str:
+    name = "model.layers.0.self_attn.k_proj.weight"
+    path = os.path.join(d, "model.safetensors")
+    tensors = load_file(path)
+    tensors[name] = tensors[name][:-8]
+    save_file(tensors, path)
+    return name
+
+
+def _truncate_file(d: str) -> str:
+    path = os.path.join(d, "model.safetensors")
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+    return path
+
+
+def _unknown_model_type(d: str) -> str:
+    path = os.path.join(d, "config.json")
+    with open(path) as f:
+        hf = json.load(f)
+    with open(path, "w") as f:
+        json.dump({**hf, "model_type": "gpt_neox"}, f)
+    return "gpt_neox"
+
+
+def _drop_shard(d: str) -> str:
+    path = os.path.join(d, "model-00002-of-00002.safetensors")
+    os.remove(path)
+    return path
+
+
+BAD = {
+    "missing_tensor": ("llama", _drop_tensor, ValueError),
+    "wrong_shape": ("llama", _reshape_tensor, ValueError),
+    "truncated_file": ("llama", _truncate_file, ValueError),
+    "unknown_model_type": ("llama", _unknown_model_type, ValueError),
+    "missing_shard": ("deepseek_v3", _drop_shard, FileNotFoundError),
+}
+
+
+@pytest.fixture(scope="module")
+def good_llama():
+    return load_model(os.path.join(FIXTURES, "llama"))
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_checkpoint_is_refused_whole(tmp_path, case, good_llama):
+    arch, corrupt, error = BAD[case]
+    bad_dir = _copy_fixture(tmp_path, arch)
+    named = corrupt(bad_dir)
+    with pytest.raises(error) as e:
+        load_model(bad_dir)
+    assert named in str(e.value)
+    # The converter refuses the same way and leaves no half-written output behind.
+    out_dir = tmp_path / "out"
+    with pytest.raises(error, match=named):
+        convert_hf_to_orbax(bad_dir, str(out_dir))
+    assert not out_dir.exists()
+    # Nothing was half-loaded: a good load right after gives the full, correct params.
+    cfg, params, _ = load_model(os.path.join(FIXTURES, "llama"))
+    assert cfg == good_llama[0]
+    _assert_bitwise_equal(params, good_llama[1])

@@ -1,0 +1,318 @@
+"""config_from_hf: HF config.json spellings -> ModelConfig, checked against the presets."""
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+from configs.hf_config import SUPPORTED_MODEL_TYPES, config_from_hf
+from configs.model_config import RopeScaling
+from configs.presets import get_preset
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+ARCHS = ("llama", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3")
+# Fields that describe tokens or storage rather than the network.
+NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")
+
+
+def _preset(arch: str):
+    return get_preset("tiny-" + arch.replace("_", "-"))
+
+
+def _arch_diff(got, want) -> dict:
+    return {
+        f.name: (getattr(got, f.name), getattr(want, f.name))
+        for f in dataclasses.fields(want)
+        if f.name not in NON_ARCH and getattr(got, f.name) != getattr(want, f.name)
+    }
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fixture_config_is_tiny_preset(arch):
+    want = _preset(arch)
+    got = config_from_hf(os.path.join(FIXTURES, arch))  # a model directory
+    assert dataclasses.replace(got, name=want.name) == want
+    assert got.name == os.path.join(FIXTURES, arch)
+
+
+@pytest.mark.parametrize("arch", ("llama", "deepseek_v3"))
+def test_legacy_spelling_maps_the_same(arch):
+    """rope_scaling (+ `type`) with top-level rope_theta and torch_dtype == rope_parameters."""
+    legacy = os.path.join(FIXTURES, arch, "config.legacy.json")
+    with open(legacy) as f:
+        raw = json.load(f)
+    assert "rope_scaling" in raw and "rope_parameters" not in raw
+    got = config_from_hf(legacy, name="x")
+    assert got == config_from_hf(os.path.join(FIXTURES, arch, "config.json"), name="x")
+    assert got.rope_scaling.rope_type != "default"
+
+
+def test_dict_source_and_dtype():
+    with open(os.path.join(FIXTURES, "llama", "config.json")) as f:
+        hf = json.load(f)
+    assert config_from_hf(hf).name == "hf-llama"
+    assert config_from_hf(hf).dtype == "float32"
+    assert config_from_hf({**hf, "dtype": "bfloat16"}).dtype == "float32"
+    assert config_from_hf({**hf, "dtype": "bfloat16"}, dtype="auto").dtype == "bfloat16"
+    old = {k: v for k, v in hf.items() if k != "dtype"}
+    assert config_from_hf({**old, "torch_dtype": "float16"}, dtype="auto").dtype == "float16"
+    assert config_from_hf(hf, dtype="bfloat16").dtype == "bfloat16"
+
+
+# ---- real released configs (transformers-4 spellings), abridged to the fields they carry ----
+LLAMA_31_8B = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+    "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0", "use_cache": True, "vocab_size": 128256,
+}  # fmt: skip
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False,
+    "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1,
+    "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+    "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+    "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                            "quant_method": "fp8", "weight_block_size": [128, 128]},
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                     "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                     "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
+    "seq_aux": True, "tie_word_embeddings": False, "topk_group": 4, "topk_method": "noaux_tc",
+    "torch_dtype": "bfloat16", "transformers_version": "4.46.3", "use_cache": True,
+    "v_head_dim": 128, "vocab_size": 129280,
+}  # fmt: skip
+DEEPSEEK_V2_LITE = {
+    "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": False,
+    "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 100000,
+    "eos_token_id": 100001, "first_k_dense_replace": 1, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 10944,
+    "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2",
+    "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64,
+    "n_shared_experts": 2, "norm_topk_prob": False, "num_attention_heads": 16,
+    "num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16,
+    "pretraining_tp": 1, "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                     "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+                     "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax",
+    "seq_aux": True, "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy",
+    "torch_dtype": "bfloat16", "transformers_version": "4.39.3", "use_cache": True,
+    "v_head_dim": 128, "vocab_size": 102400,
+}  # fmt: skip
+MIXTRAL_8X7B = {
+    "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
+    "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False,
+    "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+    "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.36.0.dev0", "use_cache": True, "vocab_size": 32000,
+}  # fmt: skip
+QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False,
+    "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1,
+    "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 6144, "max_position_embeddings": 40960,
+    "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768, "norm_topk_prob": True, "num_attention_heads": 32,
+    "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+    "num_key_value_heads": 4, "output_router_logits": False, "rms_norm_eps": 1e-06,
+    "rope_scaling": None, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001,
+    "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False,
+    "vocab_size": 151936,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "hf, preset",
+    [
+        (LLAMA_31_8B, "llama-3.1-8b"),
+        (DEEPSEEK_V3, "deepseek-v3"),
+        (DEEPSEEK_V2_LITE, "deepseek-v2-lite"),
+        (MIXTRAL_8X7B, "mixtral-8x7b"),
+        (QWEN3_30B_A3B, "qwen3-30b-a3b"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else x["model_type"],
+)
+def test_released_configs_match_presets(hf, preset):
+    want = get_preset(preset)
+    got = config_from_hf(hf, dtype="auto")
+    assert _arch_diff(got, want) == {}
+    assert got.dtype == want.dtype == "bfloat16"
+
+
+def test_released_token_ids():
+    llama = config_from_hf(LLAMA_31_8B)
+    assert llama.bos_token_id == 128000
+    assert llama.eos_token_ids == (128001, 128008, 128009)
+    v3 = config_from_hf(DEEPSEEK_V3)
+    assert (v3.bos_token_id, v3.eos_token_ids) == (0, (1,))
+
+
+def test_transformers5_spelling_of_real_config():
+    """The same model saved by transformers 5: rope_parameters with theta inside, `dtype`."""
+    hf = {k: v for k, v in LLAMA_31_8B.items() if k not in ("rope_scaling", "rope_theta")}
+    hf["rope_parameters"] = {**LLAMA_31_8B["rope_scaling"], "rope_theta": 500000.0}
+    hf["dtype"] = hf.pop("torch_dtype")
+    assert config_from_hf(hf, name="a", dtype="auto") == config_from_hf(
+        LLAMA_31_8B, name="a", dtype="auto"
+    )
+
+
+def test_mistral():
+    # Mistral-7B-v0.1: a 4096 sliding window, 32k positions; head_dim absent.
+    v01 = {
+        "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+        "max_position_embeddings": 32768, "num_attention_heads": 32, "num_hidden_layers": 32,
+        "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+        "sliding_window": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "vocab_size": 32000, "bos_token_id": 1, "eos_token_id": 2,
+    }  # fmt: skip
+    cfg = config_from_hf(v01)
+    assert (cfg.model_type, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (
+        "mistral",
+        32,
+        8,
+        128,
+    )
+    # Full attention equals the 4096 window only up to 4096 tokens: the model is capped there.
+    assert cfg.max_position_embeddings == 4096
+    assert cfg.rope_scaling == RopeScaling() and cfg.rope_theta == 10000.0
+    assert not cfg.attention_bias and not cfg.qk_norm and cfg.num_experts == 0
+    # v0.3: no window, head_dim explicit (null allowed), theta 1e6.
+    v03 = {**v01, "sliding_window": None, "rope_theta": 1000000.0, "head_dim": None}
+    cfg = config_from_hf(v03)
+    assert cfg.max_position_embeddings == 32768 and cfg.head_dim == 128
+    assert cfg.rope_theta == 1000000.0
+    # Absent sliding_window takes MistralConfig's default of 4096.
+    absent = {k: v for k, v in v01.items() if k != "sliding_window"}
+    assert config_from_hf(absent).max_position_embeddings == 4096
+
+
+def test_qwen2():
+    # Qwen2.5-7B-Instruct: q/k/v biases (no attention_bias field), head_dim from hidden/heads.
+    hf = {
+        "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+        "max_position_embeddings": 32768, "max_window_layers": 28, "num_attention_heads": 28,
+        "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "use_sliding_window": False, "vocab_size": 152064,
+        "bos_token_id": 151643, "eos_token_id": 151645, "rope_scaling": None,
+    }  # fmt: skip
+    cfg = config_from_hf(hf)
+    assert cfg.attention_bias and not cfg.qk_norm
+    assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (28, 4, 128)
+    assert cfg.max_position_embeddings == 32768  # the window is off (use_sliding_window)
+    assert cfg.eos_token_ids == (151645,) and cfg.bos_token_id == 151643
+    assert not cfg.tie_word_embeddings and cfg.vocab_size == 152064
+
+
+def test_class_defaults_fill_absent_fields():
+    cfg = config_from_hf({"model_type": "qwen3", "hidden_size": 64})
+    # Qwen3Config defaults: head_dim 128 (not hidden/heads), 32 kv heads, no bos/eos.
+    assert (cfg.head_dim, cfg.num_heads, cfg.num_kv_heads) == (128, 32, 32)
+    assert cfg.bos_token_id is None and cfg.eos_token_ids == ()
+    llama = config_from_hf({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4})
+    assert (llama.head_dim, llama.num_kv_heads) == (16, 4)
+    assert (llama.bos_token_id, llama.eos_token_ids) == (1, (2,))
+    assert config_from_hf({"model_type": "mixtral"}).rope_theta == 1000000.0
+
+
+def test_qwen3_moe_sparse_step_matches_transformers_rule():
+    hf = {**QWEN3_30B_A3B, "num_hidden_layers": 8, "decoder_sparse_step": 3,
+          "mlp_only_layers": [5]}  # fmt: skip
+    cfg = config_from_hf(hf)
+    # Qwen3MoeDecoderLayer: MoE iff i not in mlp_only_layers and (i + 1) % step == 0.
+    want = [i not in (5,) and (i + 1) % 3 == 0 for i in range(8)]
+    assert [cfg.is_moe_layer(i) for i in range(8)] == want
+
+
+def test_deepseek_moe_layer_freq_matches_original_rule():
+    hf = {**DEEPSEEK_V2_LITE, "num_hidden_layers": 9, "first_k_dense_replace": 3,
+          "moe_layer_freq": 2}  # fmt: skip
+    cfg = config_from_hf(hf)
+    # DeepSeek remote code: MoE iff i >= first_k_dense_replace and i % moe_layer_freq == 0.
+    want = [i >= 3 and i % 2 == 0 for i in range(9)]
+    assert [cfg.is_moe_layer(i) for i in range(9)] == want
+
+
+def test_deepseek_v3_defaults():
+    """transformers' DeepSeek-V3 config omits scoring_func/topk_method: sigmoid + noaux_tc."""
+    hf = {k: v for k, v in DEEPSEEK_V3.items() if k not in ("scoring_func", "topk_method")}
+    cfg = config_from_hf(hf)
+    assert (cfg.scoring_func, cfg.topk_method, cfg.rope_interleave) == (
+        "sigmoid",
+        "noaux_tc",
+        True,
+    )
+    assert config_from_hf({**hf, "rope_interleave": False}).rope_interleave is False
+    assert config_from_hf({**hf, "q_lora_rank": None}).q_lora_rank == 0
+
+
+def test_yarn_factor_and_original_defaults():
+    rope = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096}
+    cfg = config_from_hf({**DEEPSEEK_V3, "rope_scaling": rope})
+    assert cfg.rope_scaling == RopeScaling(
+        rope_type="yarn", factor=40.0, original_max_position_embeddings=4096
+    )  # null mscale/betas -> transformers' defaults
+    # mscale_all_dim without mscale: transformers ignores both for the cos/sin magnitude.
+    rope = {"type": "yarn", "factor": 40, "mscale_all_dim": 0.707}
+    cfg = config_from_hf({**DEEPSEEK_V3, "rope_scaling": rope})
+    assert (cfg.rope_scaling.mscale, cfg.rope_scaling.mscale_all_dim) == (0.0, 0.707)
+    assert cfg.rope_scaling.original_max_position_embeddings == 163840  # max_position default
+    rope = {"rope_type": "yarn", "original_max_position_embeddings": 4096, "rope_theta": 5.0}
+    cfg = config_from_hf({**DEEPSEEK_V3, "rope_scaling": None, "rope_parameters": rope})
+    assert cfg.rope_scaling.factor == 163840 / 4096 and cfg.rope_theta == 5.0
+
+
+def test_unknown_model_type():
+    with pytest.raises(ValueError, match="gpt_neox") as e:
+        config_from_hf({"model_type": "gpt_neox", "hidden_size": 64})
+    for supported in SUPPORTED_MODEL_TYPES:
+        assert supported in str(e.value)
+    with pytest.raises(ValueError, match="None"):
+        config_from_hf({"hidden_size": 64})
+
+
+def test_missing_path(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(FileNotFoundError, match=str(missing)):
+        config_from_hf(missing)
+    (missing).mkdir()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        config_from_hf(missing)
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope_type='dynamic'"),
+        ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+        ({"attention_bias": True}, "attention_bias"),
+        ({"mlp_bias": True}, "mlp_bias"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"eos_token_id": "2"}, "eos_token_id"),
+        ({"dtype": "float8"}, "dtype"),
+        ({"num_attention_heads": None}, "num_attention_heads"),
+    ],
+)
+def test_unsupported_fields_are_refused(change, field):
+    with pytest.raises(ValueError, match=field):
+        config_from_hf({**LLAMA_31_8B, **change}, dtype="auto")

@@ -1,0 +1,397 @@
+"""Scheduler: exact batches, page ids, preemption, abort, stop rules, random workloads.
+
+A fake device stands in for the model: it keeps a paged "KV cache" of (request, life,
+position, token) slots and produces the next token from the tokens it reads back through
+the page table, so a wrong page table, position, or a reused page that still belongs to
+someone else changes the output or fails an assertion.
+"""
+
+import collections
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from engine.kv_pages import PageManager, pages_for_tokens
+from engine.scheduler import Scheduler, SchedulerOutput
+from engine.sequence import Sequence, SequenceStatus
+
+VOCAB = 50
+EOS = 0
+
+
+@dataclass(frozen=True)
+class Params:
+    max_tokens: int | None = 16
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+
+def make_seq(rid: str, n_prompt: int, base: int = 1, **params) -> Sequence:
+    """A request whose step-by-step schedule does not depend on the fake model's tokens."""
+    params.setdefault("ignore_eos", True)
+    return Sequence(rid, tuple(range(base, base + n_prompt)), Params(**params))
+
+
+def next_token(context: list[int]) -> int:
+    """The fake model: a deterministic function of the whole context."""
+    return (sum((i + 1) * t for i, t in enumerate(context)) * 40503 + len(context)) % VOCAB
+
+
+def reference(seq: Sequence, max_model_len: int, eos=(EOS,)) -> tuple[list[int], str]:
+    """What the sequence must produce: plain greedy generation, no batching or paging."""
+    params = seq.sampling_params
+    tokens, out = list(seq.prompt_token_ids), []
+    while True:
+        tok = next_token(tokens)
+        tokens.append(tok)
+        out.append(tok)
+        if (tok in eos and not params.ignore_eos) or tok in params.stop_token_ids:
+            return out, "stop"
+        if len(out) == params.max_tokens or len(tokens) >= max_model_len:
+            return out, "length"
+
+
+class FakeDevice:
+    def __init__(self, page_size: int):
+        self.page_size = page_size
+        self.cache: dict[int, tuple[str, int, int, int]] = {}
+        self.life: collections.Counter[str] = collections.Counter()
+
+    def _slot(self, page_ids: tuple[int, ...], pos: int) -> int:
+        return page_ids[pos // self.page_size] * self.page_size + pos % self.page_size
+
+    def run(self, out: SchedulerOutput) -> dict[str, tuple[int, float]]:
+        for rid in out.preempted:  # its old KV is dead: reads must see the recompute
+            self.life[rid] += 1
+        sampled = {}
+        for it in out.items:
+            rid, life = it.request_id, self.life[it.request_id]
+            for i, tok in enumerate(it.token_ids):
+                pos = it.start_pos + i
+                self.cache[self._slot(it.page_ids, pos)] = (rid, life, pos, tok)
+            context = []
+            for pos in range(it.kv_len_after):
+                owner, owner_life, written_pos, tok = self.cache[self._slot(it.page_ids, pos)]
+                assert (owner, owner_life, written_pos) == (rid, life, pos), "KV leak"
+                context.append(tok)
+            if it.sample:
+                tok = next_token(context)
+                sampled[rid] = (tok, -tok / 100)
+        return sampled
+
+
+def step(sched: Scheduler, dev: FakeDevice):
+    out = sched.schedule()
+    return out, sched.update(out, dev.run(out)) if out.items else []
+
+
+def summary(out: SchedulerOutput):
+    """(request_id, start_pos, n_tokens, page_ids, sample) per item."""
+    return [(i.request_id, i.start_pos, len(i.token_ids), i.page_ids, i.sample) for i in out.items]
+
+
+def new_scheduler(num_pages, page_size, *seqs, budget=64, max_num_seqs=8, max_model_len=64):
+    """A scheduler with `seqs` added in order."""
+    pm = PageManager(num_pages, page_size)
+    sched = Scheduler(pm, budget, max_num_seqs, max_model_len, eos_token_ids=(EOS,))
+    for seq in seqs:
+        sched.add(seq)
+    return sched
+
+
+def test_admission_limited_by_pages():
+    a, b, c = (make_seq(r, 6, max_tokens=4) for r in "abc")
+    sched = new_scheduler(4, 4, a, b, c)
+    out = sched.schedule()
+    assert summary(out) == [("a", 0, 6, (0, 1), True), ("b", 0, 6, (2, 3), True)]
+    assert out.items[0].token_ids == a.prompt_token_ids
+    assert out.num_batched_tokens == 12
+    stats = {"num_running": 2, "num_waiting": 1, "num_preemptions": 0}
+    assert sched.stats() == stats | {"num_pages_free": 0, "num_pages_total": 4}
+
+
+def test_strict_fcfs_head_blocks_smaller_request():
+    seqs = [make_seq(rid, n, max_tokens=1) for rid, n in [("a", 8), ("b", 12), ("c", 2)]]
+    sched = new_scheduler(4, 4, *seqs)
+    out = sched.schedule()
+    assert summary(out) == [("a", 0, 8, (0, 1), True)]
+    assert sched.stats()["num_pages_free"] == 2  # enough for "c", not for "b"
+    assert sched.stats()["num_waiting"] == 2
+
+
+def test_max_num_seqs_and_decodes_before_prefills():
+    a, b, c = make_seq("a", 3, max_tokens=1), make_seq("b", 2), make_seq("c", 2)
+    sched, dev = new_scheduler(32, 4, a, b, c, budget=8, max_num_seqs=2), FakeDevice(4)
+    out, res = step(sched, dev)
+    assert summary(out) == [("a", 0, 3, (0,), True), ("b", 0, 2, (1,), True)]
+    assert [(r.request_id, r.finished, r.finish_reason) for r in res] == [
+        ("a", True, "length"), ("b", False, None)]  # fmt: skip
+    out, _ = step(sched, dev)
+    # The decode comes first, then the newly admitted prompt; a's page 0 is reused last.
+    assert summary(out) == [("b", 2, 1, (1,), True), ("c", 0, 2, (2,), True)]
+    assert out.items[0].token_ids == (b.output_token_ids[0],)
+    assert out.items[0].num_generated == 1 and out.items[1].num_generated == 0
+
+
+def test_long_prompt_is_chunked_while_decodes_continue():
+    d = make_seq("d", 4, max_tokens=100)
+    sched = new_scheduler(64, 16, d, budget=64, max_num_seqs=4, max_model_len=512)
+    dev = FakeDevice(16)
+    out, _ = step(sched, dev)
+    assert summary(out) == [("d", 0, 4, (0,), True)]
+    long = make_seq("long", 200, max_tokens=2)
+    sched.add(long)
+    chunks = []
+    for k in range(4):
+        out, res = step(sched, dev)
+        # The running decode is never frozen by the long prefill.
+        assert summary(out)[0] == ("d", 4 + k, 1, (0,), True)
+        assert [r.request_id for r in res] == ["d"] + (["long"] if k == 3 else [])
+        _, start, n, pages, sample = summary(out)[1]
+        chunks.append((start, n, len(pages), sample))
+        assert out.num_batched_tokens == 1 + n
+    assert [c[:2] for c in chunks] == [(0, 63), (63, 63), (126, 63), (189, 11)]
+    assert [c[2:] for c in chunks] == [(4, False), (8, False), (12, False), (13, True)]
+    assert out.items[1].page_ids == tuple(range(1, 14))
+    assert out.items[1].token_ids == long.prompt_token_ids[189:]
+    assert d.num_output_tokens == 5 and long.num_output_tokens == 1
+    out, _ = step(sched, dev)
+    assert summary(out) == [("d", 8, 1, (0,), True), ("long", 200, 1, tuple(range(1, 14)), True)]
+
+
+def test_decode_preempts_newest_which_recomputes_later():
+    a, b = make_seq("a", 7, max_tokens=4), make_seq("b", 7, 20, max_tokens=3)
+    c = make_seq("c", 2, max_tokens=1)
+    sched, dev = new_scheduler(4, 4, a, b, c), FakeDevice(4)
+    out, _ = step(sched, dev)
+    assert summary(out) == [("a", 0, 7, (0, 1), True), ("b", 0, 7, (2, 3), True)]
+    out, _ = step(sched, dev)  # both decode position 7, inside their second page
+    assert summary(out) == [("a", 7, 1, (0, 1), True), ("b", 7, 1, (2, 3), True)]
+    out, _ = step(sched, dev)  # "a" needs a third page: the newest running ("b") goes
+    assert summary(out) == [("a", 8, 1, (0, 1, 2), True)]
+    assert out.preempted == ("b",)
+    assert b.status is SequenceStatus.WAITING and b.page_ids == []
+    assert (b.num_computed_tokens, b.num_preemptions) == (0, 1)
+    assert b.num_output_tokens == 2  # generated tokens are kept and replayed
+    assert sched.stats()["num_preemptions"] == 1
+    out, res = step(sched, dev)  # "b" heads the queue (before "c") but needs 3 pages, 1 free
+    assert summary(out) == [("a", 9, 1, (0, 1, 2), True)]
+    assert out.preempted == ()
+    assert res[0].finished and a.finish_reason == "length"
+    out, res = step(sched, dev)  # recompute: prompt + 2 outputs as one prefill, then sample
+    assert summary(out) == [("b", 0, 9, (3, 0, 1), True), ("c", 0, 2, (2,), True)]
+    assert out.items[0].token_ids == b.prompt_token_ids + tuple(b.output_token_ids[:2])
+    assert out.items[0].num_generated == 2
+    assert b.num_computed_tokens == 9 and b.finish_reason == "length"
+    assert (b.output_token_ids, "length") == reference(b, 64)
+    assert (a.output_token_ids, "length") == reference(a, 64)
+
+
+def test_newest_decode_preempts_itself():
+    a, b = make_seq("a", 6, max_tokens=4), make_seq("b", 8, max_tokens=4)
+    sched, dev = new_scheduler(4, 4, a, b), FakeDevice(4)
+    step(sched, dev)
+    out, _ = step(sched, dev)
+    assert summary(out) == [("a", 6, 1, (0, 1), True)]
+    assert out.preempted == ("b",)
+    assert sched.stats()["num_pages_free"] == 2
+
+
+def test_partial_prefill_short_of_pages_preempts_itself():
+    a, b = make_seq("a", 4, max_tokens=9), make_seq("b", 14, 30, max_tokens=2)
+    sched, dev = new_scheduler(4, 4, a, b, budget=8, max_num_seqs=2), FakeDevice(4)
+    out, _ = step(sched, dev)
+    assert summary(out) == [("a", 0, 4, (0,), True), ("b", 0, 4, (1,), False)]
+    out, _ = step(sched, dev)  # "b" needs 2 more pages for 7 tokens, only 1 left after "a"
+    assert summary(out) == [("a", 4, 1, (0, 2), True)]
+    assert out.preempted == ("b",)
+    out, _ = step(sched, dev)
+    assert summary(out) == [("a", 5, 1, (0, 2), True), ("b", 0, 7, (3, 1), False)]
+    for _ in range(30):  # steps on a finished scheduler are empty no-ops
+        step(sched, dev)
+    assert not sched.has_unfinished()
+    assert b.num_preemptions >= 2
+    assert (b.output_token_ids, b.finish_reason) == reference(b, 64)
+    assert sched.stats()["num_pages_free"] == 4
+
+
+def test_abort_frees_pages_at_next_schedule():
+    a, b, c = make_seq("a", 5), make_seq("b", 3), make_seq("c", 25, max_tokens=1)
+    sched, dev = new_scheduler(8, 4, a, b, c), FakeDevice(4)
+    out = sched.schedule()
+    assert summary(out) == [("a", 0, 5, (0, 1), True), ("b", 0, 3, (2,), True)]
+    # "a" aborts while its step is in flight: its pages stay held until the next schedule().
+    assert sched.abort("a")
+    assert not sched.abort("a") and not sched.abort("nope")
+    assert a.status is SequenceStatus.FINISHED and a.finish_reason == "abort"
+    assert sched.stats()["num_pages_free"] == 5
+    res = sched.update(out, dev.run(out))
+    assert [r.request_id for r in res] == ["b"] and a.num_output_tokens == 0
+    assert sched.abort("c")  # waiting: gone at once, holds no pages
+    assert sched.stats()["num_waiting"] == 0
+    out = sched.schedule()
+    assert out.finished_aborted == ("a", "c")
+    assert summary(out) == [("b", 3, 1, (2,), True)]
+    assert sched.stats()["num_pages_free"] == 7
+    sched.update(out, dev.run(out))
+    sched.abort("b")
+    assert sched.has_unfinished()  # one more schedule() releases the pages
+    out = sched.schedule()
+    assert out.items == () and out.finished_aborted == ("b",)
+    assert not sched.has_unfinished()
+    assert sched.stats()["num_pages_free"] == 8
+
+
+@pytest.mark.parametrize(
+    ("params", "tokens", "reason"),
+    [
+        (Params(max_tokens=5), [7, EOS], "stop"),
+        (Params(max_tokens=3, ignore_eos=True), [7, EOS, 8], "length"),
+        (Params(stop_token_ids=(9,), ignore_eos=True), [7, 9], "stop"),
+        (Params(max_tokens=2), [7, EOS], "stop"),  # "stop" wins over "length"
+        (Params(max_tokens=None), [7, 8, 9], "length"),  # 6 + 3 tokens = max_model_len
+    ],
+)
+def test_stop_conditions(params, tokens, reason):
+    """The request stops exactly after `tokens`: one fewer, or one more step, fails."""
+    sched = new_scheduler(4, 4, max_num_seqs=2, max_model_len=9)
+    seq = Sequence("r", (1, 2, 3, 4, 5, 6), params)
+    sched.add(seq)
+    results = []
+    for tok in tokens:  # update() raises if the request already finished (no items)
+        results += sched.update(sched.schedule(), {"r": (tok, -0.5)})
+    assert (seq.output_token_ids, seq.finish_reason) == (tokens, reason)
+    assert seq.output_logprobs == [-0.5] * len(tokens)
+    assert [r.new_token_ids for r in results] == [(t,) for t in tokens]
+    assert [r.finished for r in results] == [False] * (len(tokens) - 1) + [True]
+    assert results[-1].finish_reason == reason
+    assert not sched.has_unfinished() and sched.stats()["num_pages_free"] == 4
+
+
+def test_check_fits_and_add_validation():
+    sched = new_scheduler(4, 4)  # 16 KV tokens, max_model_len 64
+    zero = make_seq("z", 3, max_tokens=0)  # finishes at once, never queued
+    sched.add(zero)
+    assert zero.status is SequenceStatus.FINISHED and zero.finish_reason == "length"
+    assert not sched.has_unfinished() and sched.schedule().items == ()
+    assert [sched.max_kv_len(10, m) for m in (0, 1, 5, None)] == [0, 10, 14, 63]
+    assert sched.max_kv_len(64, 5) == 64
+    sched.check_fits(10, 7)  # KV up to 16 tokens = 4 pages
+    with pytest.raises(ValueError, match="17 KV tokens = 5 pages, but num_pages=4"):
+        sched.check_fits(10, 8)
+    with pytest.raises(ValueError, match="max_model_len=64"):
+        sched.check_fits(65, 1)
+    with pytest.raises(ValueError, match="max_tokens=-1"):
+        sched.check_fits(3, -1)
+    with pytest.raises(ValueError, match="num_pages=4"):
+        sched.add(make_seq("big", 10, max_tokens=None))
+    assert not sched.has_unfinished()
+    sched.add(make_seq("x", 2, max_tokens=2))
+    with pytest.raises(ValueError, match="'x': already queued"):
+        sched.add(make_seq("x", 2, max_tokens=2))
+    with pytest.raises(ValueError, match="must not be empty"):
+        make_seq("e", 0)
+    with pytest.raises(ValueError, match="max_num_batched_tokens=4: must be >= max_num_seqs=8"):
+        Scheduler(PageManager(4, 4), 4, 8, 64)
+    with pytest.raises(ValueError, match="max_model_len=0"):
+        Scheduler(PageManager(4, 4), 8, 8, 0)
+
+
+def test_update_protocol_is_enforced():
+    sched = new_scheduler(4, 4, make_seq("a", 3, max_tokens=2))
+    out = sched.schedule()
+    with pytest.raises(RuntimeError, match="before update"):
+        sched.schedule()
+    with pytest.raises(ValueError, match="no token for request_id='a'"):
+        sched.update(out, {})
+    with pytest.raises(ValueError, match="not the output of the latest"):
+        sched.update(out, {"a": (1, 0.0)})
+
+
+def _check_schedule(out, sched, seqs, decode_ids):
+    """Structural checks on one step; `decode_ids`: running with one token left before it."""
+    budget = sched.max_num_batched_tokens
+    assert out.num_batched_tokens == sum(len(i.token_ids) for i in out.items) <= budget
+    assert len(out.items) <= sched.max_num_seqs
+    decode_ids = [r for r in decode_ids if r not in out.preempted]
+    ids = [i.request_id for i in out.items]
+    assert ids[: len(decode_ids)] == sorted(decode_ids, key=lambda r: seqs[r].arrival)
+    assert ids[len(decode_ids) :] == sorted(ids[len(decode_ids) :], key=lambda r: seqs[r].arrival)
+    all_pages = [p for i in out.items for p in i.page_ids]
+    assert len(all_pages) == len(set(all_pages))
+    for it in out.items:
+        seq = seqs[it.request_id]
+        assert it.start_pos == seq.num_computed_tokens
+        assert len(it.page_ids) == pages_for_tokens(it.kv_len_after, sched.pages.page_size)
+        assert it.sample == (it.kv_len_after == seq.num_tokens)
+
+
+def _check_state(sched, seqs) -> list[str]:
+    """State checks after a step; returns the ids that must decode first next step."""
+    running = [s for s in seqs.values() if s.status is SequenceStatus.RUNNING]
+    running.sort(key=lambda s: s.arrival)
+    waiting = [s for s in seqs.values() if s.status is SequenceStatus.WAITING and s.arrival >= 0]
+    assert sched.stats()["num_running"] == len(running)
+    if running and waiting:
+        assert running[-1].arrival < min(s.arrival for s in waiting)
+    partial = [s for s in running if s.num_tokens - s.num_computed_tokens > 1]
+    assert partial in ([], running[-1:])  # at most one, and it is the newest
+    held = [p for s in running for p in s.page_ids]
+    assert len(held) == len(set(held))
+    for s in running:
+        assert len(s.page_ids) == pages_for_tokens(s.num_computed_tokens, 4)
+    return [s.request_id for s in running if s.num_tokens - s.num_computed_tokens == 1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_workload_tiny_pool(seed):
+    """Every request finishes with its reference output; all pages come back."""
+    rng = random.Random(seed)
+    max_model_len = 40
+    sched = Scheduler(PageManager(12, 4), 16, 4, max_model_len, eos_token_ids=(EOS,))
+    dev = FakeDevice(4)
+    seqs: dict[str, Sequence] = {}
+    pending = []
+    for k in range(24):
+        params = Params(
+            max_tokens=rng.choice([None, 1, 2, 5, 9, 20]),
+            stop_token_ids=tuple(rng.sample(range(1, VOCAB), rng.choice([0, 0, 1]))),
+            ignore_eos=rng.random() < 0.3,
+        )
+        prompt = tuple(rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 30)))
+        pending.append((rng.randint(0, 60), Sequence(f"r{k}", prompt, params)))
+    pending.sort(key=lambda x: x[0])
+    aborted, chunked, num_steps, decode_ids = set(), 0, 0, []
+    while pending or sched.has_unfinished():
+        while pending and pending[0][0] <= num_steps:
+            seq = pending.pop(0)[1]
+            seqs[seq.request_id] = seq
+            sched.add(seq)
+        out = sched.schedule()
+        _check_schedule(out, sched, seqs, decode_ids)
+        chunked += sum(not i.sample for i in out.items)
+        active = [s for s in seqs.values() if not s.is_finished]
+        if active and rng.random() < 0.05:  # abort while the step is in flight
+            victim = rng.choice(active)
+            assert sched.abort(victim.request_id)
+            aborted.add(victim.request_id)
+        if out.items:
+            sched.update(out, dev.run(out))
+        decode_ids = _check_state(sched, seqs)
+        num_steps += 1
+        assert num_steps < 3000, "no progress: starvation or livelock"
+    assert len(seqs) == 24
+    for rid, seq in seqs.items():
+        ref_tokens, ref_reason = reference(seq, max_model_len)
+        if rid in aborted:
+            assert seq.finish_reason == "abort"
+            assert seq.output_token_ids == ref_tokens[: seq.num_output_tokens]
+        else:
+            assert (seq.output_token_ids, seq.finish_reason) == (ref_tokens, ref_reason), rid
+            assert seq.output_logprobs == [-t / 100 for t in ref_tokens]
+    stats = sched.stats()
+    assert stats["num_pages_free"] == stats["num_pages_total"] == 12
+    assert stats["num_running"] == stats["num_waiting"] == 0
+    # The workload must actually exercise preemption and chunking.
+    assert stats["num_preemptions"] > 0 and chunked > 0
