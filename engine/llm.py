@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator, Sequence as Seq
+from collections.abc import Iterator
+from collections.abc import Sequence as Seq
 
 import jax
 import numpy as np
 
 from engine import runner
+from engine.attention_ops import resolve_impl
 from engine.kv_pages import PageManager, pages_for_budget, pages_for_tokens
 from engine.sampling_params import RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler
@@ -22,7 +24,7 @@ from models.load import load_model
 _CPU_KV_BUDGET = 512 << 20
 _ACCEL_KV_FRACTION = 0.8
 # KV positions reduced together by the attention's online softmax (see paged_attention).
-_KV_BLOCK_TOKENS = 128
+_KV_BLOCK_TOKENS = 32
 
 
 def _default_backend_kv_budget() -> int:
@@ -66,12 +68,7 @@ class LLM:
                 raise ValueError(f"{name}={value!r}: must be an integer >= 1")
         if num_pages is not None and (not isinstance(num_pages, int) or num_pages < 1):
             raise ValueError(f"num_pages={num_pages!r}: must be an integer >= 1")
-        if attention_impl not in ("auto", "xla", "pallas"):
-            raise ValueError(f"attention_impl={attention_impl!r}: expected auto, xla or pallas")
-        if attention_impl == "pallas":
-            raise ValueError(
-                "attention_impl='pallas': the Pallas kernels are not built yet; use 'xla'"
-            )
+        self.attention_impl = resolve_impl(attention_impl)
         if mesh:
             raise ValueError(f"mesh={mesh!r}: sharded meshes are not supported yet; use ''")
         if batch_invariant:
@@ -94,9 +91,7 @@ class LLM:
         pages_per_seq = pages_for_tokens(max_model_len, page_size)
         if num_pages is None:
             num_pages = min(
-                pages_for_budget(
-                    _default_backend_kv_budget(), cfg.kv_bytes_per_token(), page_size
-                ),
+                pages_for_budget(_default_backend_kv_budget(), cfg.kv_bytes_per_token(), page_size),
                 max_num_seqs * pages_per_seq,
             )
         self.num_pages = num_pages
@@ -108,13 +103,16 @@ class LLM:
 
         self._pages = PageManager(num_pages, page_size)
         self._scheduler = Scheduler(
-            self._pages, max_num_batched_tokens, max_num_seqs, max_model_len,
+            self._pages,
+            max_num_batched_tokens,
+            max_num_seqs,
+            max_model_len,
             eos_token_ids=cfg.eos_token_ids,
         )
         self._buckets = runner.Buckets(max_num_batched_tokens, max_num_seqs, pages_per_seq)
         self._kv = init_kv_pages(cfg, num_pages, page_size)
         kv_block_pages = max(1, _KV_BLOCK_TOKENS // page_size)
-        self._step = make_step(cfg, kv_block_pages)
+        self._step = make_step(cfg, kv_block_pages, self.attention_impl)
         self._seed = seed
         self._request_counter = itertools.count()
         self._outputs: dict[str, RequestOutput] = {}  # unfinished, and finished for generate
@@ -133,7 +131,9 @@ class LLM:
                     "pass token ids instead"
                 )
             ids = self.tokenizer.encode(prompt).ids
-            if self.config.bos_token_id is not None and (not ids or ids[0] != self.config.bos_token_id):
+            if self.config.bos_token_id is not None and (
+                not ids or ids[0] != self.config.bos_token_id
+            ):
                 ids = [self.config.bos_token_id, *ids]
             return ids
         try:
@@ -148,7 +148,9 @@ class LLM:
 
     def _validate(self, ids: list[int], params: SamplingParams) -> None:
         if not isinstance(params, SamplingParams):
-            raise ValueError(f"sampling_params: expected SamplingParams, got {type(params).__name__}")
+            raise ValueError(
+                f"sampling_params: expected SamplingParams, got {type(params).__name__}"
+            )
         if not ids:
             raise ValueError("prompt: must not be empty")
         vocab = self.config.vocab_size
@@ -201,11 +203,14 @@ class LLM:
             out.finish_reason = seq.finish_reason
         return request_id
 
-    def add_request(self, prompt, sampling_params: SamplingParams | None = None,
-                    request_id: str | None = None) -> str:
+    def add_request(
+        self, prompt, sampling_params: SamplingParams | None = None, request_id: str | None = None
+    ) -> str:
         """Queue one request; returns its id. Raises ValueError before queueing anything."""
-        if request_id is not None and request_id in self._outputs and not (
-            self._outputs[request_id].finished
+        if (
+            request_id is not None
+            and request_id in self._outputs
+            and not (self._outputs[request_id].finished)
         ):
             raise ValueError(f"request_id={request_id!r}: already in use")
         ((ids, params),) = self._prepare([prompt], sampling_params)
@@ -255,8 +260,7 @@ class LLM:
                 if res.request_id not in self._collecting:
                     del self._outputs[res.request_id]
             deltas.append(
-                StreamDelta(res.request_id, res.new_token_ids, res.new_logprobs,
-                            res.finish_reason)
+                StreamDelta(res.request_id, res.new_token_ids, res.new_logprobs, res.finish_reason)
             )
         return deltas
 

@@ -78,6 +78,16 @@ def pack(items, page_size: int, buckets: Buckets) -> StepBatch:
         off += n
     cu_q_lens[len(items)] = num_tokens
     return StepBatch(
-        token_ids, positions, slot_mapping, cu_q_lens, kv_lens, page_table, sample_index,
-        temperature, top_p, top_k, seed, sample_step,
+        token_ids,
+        positions,
+        slot_mapping,
+        cu_q_lens,
+        kv_lens,
+        page_table,
+        sample_index,
+        temperature,
+        top_p,
+        top_k,
+        seed,
+        sample_step,
     )

@@ -102,7 +102,9 @@ def top_k_top_p_mask(
     # top_p * total) to avoid another rounding step.
     def top_p_keep():
         mass = jnp.where(keep, jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True)), 0.0)
-        budget = (top_p * _fixed_order_sum(mass))[:, None]
+        # The floor keeps the budget positive, so the top token survives even top_p = 0.
+        p = jnp.maximum(top_p, jnp.finfo(jnp.float32).tiny)
+        budget = (p * _fixed_order_sum(mass))[:, None]
 
         def mass_above(t):
             return _fixed_order_sum(jnp.where(keys > t[:, None], mass, 0.0))

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from engine import paged_attention as pa
+from engine.attention_ops import get_attention_ops
 from engine.sampler import sample
 from models.attention import mla_absorb_q, mla_latent_to_v
 from models.transformer import final_logits, forward_hidden
@@ -43,30 +44,40 @@ class StepOutput(NamedTuple):
 
 
 def step_impl(
-    params: dict, kv: list, batch: StepBatch, *, cfg: ModelConfig, kv_block_pages: int
+    params: dict,
+    kv: list,
+    batch: StepBatch,
+    *,
+    cfg: ModelConfig,
+    kv_block_pages: int,
+    attention_impl: str = "xla",
 ) -> tuple[list, StepOutput]:
     """Run one engine step over the paged cache; returns the new cache and sampled tokens."""
     meta = pa.build_metadata(
-        batch.cu_q_lens, batch.positions, batch.kv_lens, batch.page_table,
+        batch.cu_q_lens,
+        batch.positions,
+        batch.kv_lens,
+        batch.page_table,
         batch.token_ids.shape[0],
     )
     slots = batch.slot_mapping
+    ops = get_attention_ops(attention_impl)
 
     def attend_gqa(i, p_attn, kv_i, x):
         k_pages, v_pages = kv_i
-        k_pages = pa.write_kv(k_pages, x.k, slots)
-        v_pages = pa.write_kv(v_pages, x.v, slots)
-        o = pa.paged_attention_gqa(x.q, k_pages, v_pages, meta, x.scale, kv_block_pages)
+        k_pages = ops.write_kv(k_pages, x.k, slots)
+        v_pages = ops.write_kv(v_pages, x.v, slots)
+        o = ops.gqa(x.q, k_pages, v_pages, meta, x.scale, kv_block_pages)
         return o, (k_pages, v_pages)
 
     def attend_mla(i, p_attn, kv_i, x):
         (latent_pages,) = kv_i
         row = jnp.concatenate([x.c_kv, x.k_pe], axis=-1).astype(latent_pages.dtype)
-        latent_pages = pa.write_kv(latent_pages, row, slots)
+        latent_pages = ops.write_kv(latent_pages, row, slots)
         # Absorbed decode (DeepSeek-V2 §2.1.2): W_UK folds into the query, so attention
         # runs against the cached latent directly and W_UV is applied afterwards.
         q_lat = mla_absorb_q(p_attn, x.q_nope, cfg)
-        o_lat = pa.paged_attention_mla(q_lat, x.q_pe, latent_pages, meta, x.scale, kv_block_pages)
+        o_lat = ops.mla(q_lat, x.q_pe, latent_pages, meta, x.scale, kv_block_pages)
         return mla_latent_to_v(p_attn, o_lat, cfg), (latent_pages,)
 
     attend = attend_mla if cfg.is_mla else attend_gqa
@@ -79,18 +90,22 @@ def step_impl(
 
 
 # The public jitted step: static config, KV donated so the pages are updated in place.
-step = jax.jit(step_impl, static_argnames=("cfg", "kv_block_pages"), donate_argnames=("kv",))
+step = jax.jit(
+    step_impl, static_argnames=("cfg", "kv_block_pages", "attention_impl"), donate_argnames=("kv",)
+)
 
 
 @functools.cache
-def make_step(cfg: ModelConfig, kv_block_pages: int):
+def make_step(cfg: ModelConfig, kv_block_pages: int, attention_impl: str = "xla"):
     """The jitted step bound to one model config.
 
     Cached per (cfg, kv_block_pages): engines serving the same model in one process share
     the compiled buckets, and `_cache_size()` of the result counts this model's compilations.
     """
     return jax.jit(
-        functools.partial(step_impl, cfg=cfg, kv_block_pages=kv_block_pages),
+        functools.partial(
+            step_impl, cfg=cfg, kv_block_pages=kv_block_pages, attention_impl=attention_impl
+        ),
         donate_argnames=("kv",),
     )
 

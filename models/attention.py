@@ -44,10 +44,8 @@ def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array) -> jax.Array:
     return apply_rope(x, positions, inv_freq, attention_factor, rope_layout(cfg))
 
 
-def gqa_inputs(
-    p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig
-) -> AttnInputs:
-    """Project x: [T, D] to q [T, H, Dh], k/v [T, K, Dh]; optional bias; qk-norm before rope (HF)."""
+def gqa_inputs(p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig) -> AttnInputs:
+    """x: [T, D] -> q [T, H, Dh], k/v [T, K, Dh]; optional bias; qk-norm before rope (HF)."""
     q = jnp.einsum("td,dhk->thk", x, p["wq"])
     k = jnp.einsum("td,dhk->thk", x, p["wk"])
     v = jnp.einsum("td,dhk->thk", x, p["wv"])
@@ -72,9 +70,7 @@ def mla_softmax_scale(cfg: ModelConfig) -> float:
     return scale
 
 
-def mla_inputs(
-    p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig
-) -> AttnInputs:
+def mla_inputs(p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig) -> AttnInputs:
     """x: [T, D] -> MLA query parts and the per-token latent (c_kv normed, k_pe roped)."""
     dn, r = cfg.qk_nope_head_dim, cfg.kv_lora_rank
     if cfg.q_lora_rank:

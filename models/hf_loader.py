@@ -191,8 +191,10 @@ def _read_headers(files: list[Path]) -> dict[str, _Header]:
 
 
 def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFTensor]:
-    candidates = [hf_tensor_names(cfg, lay) for lay in (EXPERT_LAYOUTS if cfg.num_experts else
-                                                         EXPERT_LAYOUTS[:1])]
+    candidates = [
+        hf_tensor_names(cfg, lay)
+        for lay in (EXPERT_LAYOUTS if cfg.num_experts else EXPERT_LAYOUTS[:1])
+    ]
     missing = [[n for n in names if n not in headers] for names in candidates]
     best = min(range(len(candidates)), key=lambda j: len(missing[j]))
     if missing[best]:
@@ -261,9 +263,7 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     return _build_tree(specs, leaves)
 
 
-def _place(
-    t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], leaves: dict
-) -> None:
+def _place(t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], leaves: dict) -> None:
     def cast(path: Path_, x: np.ndarray) -> np.ndarray:
         spec = leaf_specs[path]
         return np.asarray(x, dtype=spec.dtype)

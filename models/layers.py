@@ -20,7 +20,7 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
 
 
 def swiglu_mlp(p: dict, x: jax.Array) -> jax.Array:
-    """down(silu(x @ gate) * (x @ up)). x: [T, D] -> [T, D]; p: w_gate/w_up [D, F], w_down [F, D]."""
+    """down(silu(x @ gate) * (x @ up)); x: [T, D], w_gate/w_up [D, F], w_down [F, D] -> [T, D]."""
     gate = x @ p["w_gate"]  # [T, F]
     up = x @ p["w_up"]  # [T, F]
     return (jax.nn.silu(gate) * up) @ p["w_down"]

@@ -37,8 +37,8 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
     softmax + greedy: Mixtral / Qwen3-MoE (renormalized when norm_topk_prob) and DeepSeek-V2
     greedy. group_limited_greedy: DeepSeek-V2, non-kept groups' scores zeroed. noaux_tc:
     DeepSeek-V3, the correction bias steers the choice only; weights are the unbiased scores.
-    Weights are renormalized when norm_topk_prob, then multiplied by routed_scaling_factor
-    (HF 5.24 scales DeepSeek-V2 weights unconditionally; Mixtral and Qwen keep factor 1).
+    Weights are renormalized when norm_topk_prob (never for DeepSeek-V2, as in HF 5.24), then
+    multiplied by routed_scaling_factor (1 for Mixtral and Qwen).
     """
     logits = x.astype(jnp.float32) @ p_moe["router"].astype(jnp.float32)  # [T, E]
     if cfg.scoring_func == "sigmoid":
@@ -57,7 +57,8 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
         if cfg.topk_method == "group_limited_greedy":
             scores = jnp.where(_group_mask(scores, cfg), scores, 0.0)
         weights, experts = jax.lax.top_k(scores, k)
-        if cfg.norm_topk_prob:
+        # HF 5.24's DeepseekV2TopkRouter ignores norm_topk_prob (False in every released V2).
+        if cfg.norm_topk_prob and cfg.model_type != "deepseek_v2":
             weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
     weights = weights * cfg.routed_scaling_factor
     return weights.astype(jnp.float32), experts.astype(jnp.int32)

@@ -156,7 +156,9 @@ def init_params(cfg: ModelConfig, key: jax.Array, init_std: float = 0.02) -> dic
     specs = param_specs(cfg, init_std)
     leaves, treedef = jax.tree.flatten(specs, is_leaf=is_spec)
     keys = jax.random.split(key, len(leaves))
-    return jax.tree.unflatten(treedef, [s.init(k, s.shape, s.dtype) for s, k in zip(leaves, keys)])
+    return jax.tree.unflatten(
+        treedef, [s.init(k, s.shape, s.dtype) for s, k in zip(leaves, keys, strict=True)]
+    )
 
 
 def abstract_params(cfg: ModelConfig) -> dict:

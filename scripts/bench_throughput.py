@@ -70,8 +70,12 @@ def _progress(label: str, i: int, n: int) -> None:
 def bench_model(model: str, batches: list[int], prompt_len: int, steps: int, bw: float) -> list:
     rows = []
     max_b = max(batches)
-    llm = LLM(model=model, max_num_seqs=max_b, max_num_batched_tokens=max(2048, max_b),
-              max_model_len=prompt_len + 2 * steps + 8)
+    llm = LLM(
+        model=model,
+        max_num_seqs=max_b,
+        max_num_batched_tokens=max(2048, max_b),
+        max_model_len=prompt_len + 2 * steps + 8,
+    )
     rng = np.random.default_rng(0)
     for b in batches:
         params = SamplingParams(max_tokens=2 * steps, ignore_eos=True)
@@ -94,9 +98,17 @@ def bench_model(model: str, batches: list[int], prompt_len: int, steps: int, bw:
         tok_s = b * steps / elapsed
         nbytes = decode_bytes(llm, b, prompt_len + steps)
         roof_tok_s = b / (nbytes / bw)
-        rows.append(dict(model=model, batch=b, tok_s=tok_s, step_ms=1e3 * elapsed / steps,
-                         bytes_per_step=nbytes, roofline_tok_s=roof_tok_s,
-                         frac_roofline=tok_s / roof_tok_s))
+        rows.append(
+            dict(
+                model=model,
+                batch=b,
+                tok_s=tok_s,
+                step_ms=1e3 * elapsed / steps,
+                bytes_per_step=nbytes,
+                roofline_tok_s=roof_tok_s,
+                frac_roofline=tok_s / roof_tok_s,
+            )
+        )
     return rows
 
 
@@ -108,14 +120,18 @@ def main(argv):
     rows = []
     for model in _MODELS.value:
         rows += bench_model(model, batches, _PROMPT_LEN.value, _STEPS.value, bw)
-    print("| model | batch | tok/s | step ms | MB read/step | roofline tok/s | of roofline |"
-          " vs batch 1 |")
+    print(
+        "| model | batch | tok/s | step ms | MB read/step | roofline tok/s | of roofline |"
+        " vs batch 1 |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         base = next(x for x in rows if x["model"] == r["model"])["tok_s"]
-        print(f"| {r['model']} | {r['batch']} | {r['tok_s']:.0f} | {r['step_ms']:.2f} | "
-              f"{r['bytes_per_step'] / 1e6:.1f} | {r['roofline_tok_s']:.0f} | "
-              f"{100 * r['frac_roofline']:.0f}% | {r['tok_s'] / base:.1f}x |")
+        print(
+            f"| {r['model']} | {r['batch']} | {r['tok_s']:.0f} | {r['step_ms']:.2f} | "
+            f"{r['bytes_per_step'] / 1e6:.1f} | {r['roofline_tok_s']:.0f} | "
+            f"{100 * r['frac_roofline']:.0f}% | {r['tok_s'] / base:.1f}x |"
+        )
     if _JSON.value:
         with open(_JSON.value, "w") as f:
             json.dump(dict(copy_bandwidth=bw, rows=rows), f, indent=1)

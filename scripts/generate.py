@@ -1,7 +1,7 @@
 """Generate from a preset, a Hugging Face directory or an orbax checkpoint.
 
-  python -m scripts.generate --model=tiny-deepseek-v3 --num_prompts=8 --max_tokens=24
-  python -m scripts.generate --model=tests/fixtures/llama --prompt="the cat sat on"
+python -m scripts.generate --model=tiny-deepseek-v3 --num_prompts=8 --max_tokens=24
+python -m scripts.generate --model=tests/fixtures/llama --prompt="the cat sat on"
 """
 
 from __future__ import annotations
@@ -36,10 +36,17 @@ _MESH = flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'dp=1,tp=2,ep=4'.")
 def main(argv):
     del argv
     llm = LLM(
-        model=_MODEL.value, dtype=_DTYPE.value, mesh=_MESH.value, page_size=_PAGE_SIZE.value,
-        num_pages=_NUM_PAGES.value, max_num_batched_tokens=_MAX_BATCHED.value,
-        max_num_seqs=_MAX_SEQS.value, max_model_len=_MAX_MODEL_LEN.value,
-        batch_invariant=_BATCH_INVARIANT.value, attention_impl=_ATTN.value, seed=_SEED.value,
+        model=_MODEL.value,
+        dtype=_DTYPE.value,
+        mesh=_MESH.value,
+        page_size=_PAGE_SIZE.value,
+        num_pages=_NUM_PAGES.value,
+        max_num_batched_tokens=_MAX_BATCHED.value,
+        max_num_seqs=_MAX_SEQS.value,
+        max_model_len=_MAX_MODEL_LEN.value,
+        batch_invariant=_BATCH_INVARIANT.value,
+        attention_impl=_ATTN.value,
+        seed=_SEED.value,
     )
     if _PROMPT.value:
         prompts = list(_PROMPT.value)
@@ -51,8 +58,11 @@ def main(argv):
             for _ in range(_NUM_PROMPTS.value)
         ]
     params = SamplingParams(
-        temperature=_TEMPERATURE.value, max_tokens=_MAX_TOKENS.value, top_p=_TOP_P.value,
-        top_k=_TOP_K.value, seed=_SEED.value if _TEMPERATURE.value > 0 else None,
+        temperature=_TEMPERATURE.value,
+        max_tokens=_MAX_TOKENS.value,
+        top_p=_TOP_P.value,
+        top_k=_TOP_K.value,
+        seed=_SEED.value if _TEMPERATURE.value > 0 else None,
     )
     llm.generate(prompts[:1], SamplingParams(max_tokens=2))  # compile outside the timing
     start = time.perf_counter()
@@ -60,13 +70,17 @@ def main(argv):
     elapsed = time.perf_counter() - start
     for out in outs:
         shown = out.text if out.text is not None else out.token_ids
-        print(f"[{out.request_id}] prompt {len(out.prompt_token_ids)} tok -> {shown} "
-              f"({out.finish_reason})")
+        print(
+            f"[{out.request_id}] prompt {len(out.prompt_token_ids)} tok -> {shown} "
+            f"({out.finish_reason})"
+        )
     new_tokens = sum(len(o.token_ids) for o in outs)
     stats = llm.stats()
-    print(f"{llm.config.name}: {len(outs)} requests, {new_tokens} new tokens in {elapsed:.2f} s "
-          f"= {new_tokens / elapsed:.1f} tok/s; compiles {stats['num_compiles']}, "
-          f"preemptions {stats['num_preemptions']}")
+    print(
+        f"{llm.config.name}: {len(outs)} requests, {new_tokens} new tokens in {elapsed:.2f} s "
+        f"= {new_tokens / elapsed:.1f} tok/s; compiles {stats['num_compiles']}, "
+        f"preemptions {stats['num_preemptions']}"
+    )
 
 
 if __name__ == "__main__":

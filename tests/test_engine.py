@@ -24,8 +24,12 @@ def _reference(arch: str) -> dict:
 def test_generate_matches_hf_for_every_prefill_chunk_budget(arch):
     ref = _reference(arch)
     for budget in (16, 64, 4096):
-        llm = LLM(model=str(FIXTURES / arch), max_num_batched_tokens=budget, num_pages=32,
-                  max_model_len=128)
+        llm = LLM(
+            model=str(FIXTURES / arch),
+            max_num_batched_tokens=budget,
+            num_pages=32,
+            max_model_len=128,
+        )
         outs = llm.generate(ref["prompts"], GREEDY)
         for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
             assert out.token_ids == tokens, f"{arch} budget={budget}"
@@ -45,11 +49,18 @@ def test_concurrent_requests_with_preemption_equal_each_request_alone(arch):
     rng = np.random.default_rng(7)
     n = 22
     prompts = [rng.integers(3, 512, int(rng.integers(1, 101))).tolist() for _ in range(n)]
-    params = [SamplingParams(max_tokens=int(rng.integers(1, 25)), ignore_eos=True)
-              for _ in range(n)]
+    params = [
+        SamplingParams(max_tokens=int(rng.integers(1, 25)), ignore_eos=True) for _ in range(n)
+    ]
     # 10 pages of 16 tokens: the largest request needs 8, the whole load needs ~60.
-    llm = LLM(model=str(FIXTURES / arch), num_pages=10, page_size=16,
-              max_num_batched_tokens=64, max_num_seqs=16, max_model_len=128)
+    llm = LLM(
+        model=str(FIXTURES / arch),
+        num_pages=10,
+        page_size=16,
+        max_num_batched_tokens=64,
+        max_num_seqs=16,
+        max_model_len=128,
+    )
     outs = llm.generate(prompts, params)
     stats = llm.stats()
     assert stats["num_preemptions"] > 0
@@ -103,25 +114,34 @@ def test_streaming_yields_the_same_tokens_as_generate():
 def test_seeded_sampling_is_the_same_alone_and_in_a_batch():
     llm = LLM(model=str(FIXTURES / "llama"), num_pages=32, max_model_len=128)
     target = [11, 22, 33, 44, 55, 66]
-    params = SamplingParams(temperature=0.9, top_k=40, top_p=0.95, seed=1234, max_tokens=12,
-                            ignore_eos=True)
+    params = SamplingParams(
+        temperature=0.9, top_k=40, top_p=0.95, seed=1234, max_tokens=12, ignore_eos=True
+    )
     alone = _alone(llm, target, params).token_ids
-    others = [SamplingParams(temperature=1.0, seed=s, max_tokens=10, ignore_eos=True)
-              for s in (1, 2, 3)]
-    batch = llm.generate([[7, 8], target, list(range(3, 60)), [9]],
-                         [others[0], params, others[1], others[2]])
+    others = [
+        SamplingParams(temperature=1.0, seed=s, max_tokens=10, ignore_eos=True) for s in (1, 2, 3)
+    ]
+    batch = llm.generate(
+        [[7, 8], target, list(range(3, 60)), [9]], [others[0], params, others[1], others[2]]
+    )
     assert batch[1].token_ids == alone
     other_seed = SamplingParams(**{**params.__dict__, "seed": 4321})
     assert _alone(llm, target, other_seed).token_ids != alone
 
 
 def test_compilations_are_bounded_by_the_buckets():
-    llm = LLM(model="tiny-qwen3", max_num_batched_tokens=64, max_num_seqs=8, num_pages=64,
-              max_model_len=256)
+    llm = LLM(
+        model="tiny-qwen3",
+        max_num_batched_tokens=64,
+        max_num_seqs=8,
+        num_pages=64,
+        max_model_len=256,
+    )
     rng = np.random.default_rng(3)
     prompts = [rng.integers(3, 512, int(rng.integers(1, 120))).tolist() for _ in range(12)]
-    params = [SamplingParams(max_tokens=int(rng.integers(1, 10)), ignore_eos=True)
-              for _ in range(12)]
+    params = [
+        SamplingParams(max_tokens=int(rng.integers(1, 10)), ignore_eos=True) for _ in range(12)
+    ]
     llm.generate(prompts, params)
     llm.generate(prompts[:3], params[:3])
     stats = llm.stats()

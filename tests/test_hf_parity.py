@@ -44,7 +44,9 @@ def test_greedy_matches_hf(arch):
     want = np.asarray(ref["last_prefill_logits_prompt0"], np.float32)
     np.testing.assert_allclose(np.asarray(logits[len(prompt0) - 1]), want, atol=TOL, rtol=0)
 
-    for prompt, want_tokens, want_lps in zip(ref["prompts"], ref["greedy_tokens"], ref["logprobs"]):
+    for prompt, want_tokens, want_lps in zip(
+        ref["prompts"], ref["greedy_tokens"], ref["logprobs"], strict=True
+    ):
         tokens, logprobs = greedy_generate(params, cfg, prompt, len(want_tokens))
         assert tokens == want_tokens, f"{arch}: prompt of {len(prompt)} tokens"
         np.testing.assert_allclose(logprobs, want_lps, atol=TOL, rtol=0)

@@ -204,10 +204,8 @@ def test_token_output_independent_of_batch():
         positions[lead] = kv_len - 1
         slots = np.full(num_tokens, -1, np.int32)  # nothing to write: compare reads only
         new_rows = q[:, :num_kv_heads]
-        o = _gqa_step(
-            q, k_pages, v_pages, new_rows, new_rows, slots,
-            cu, positions, kv_lens, pt, head_dim**-0.5, block,
-        )  # fmt: skip
+        args = (q, k_pages, v_pages, new_rows, new_rows, slots, cu, positions, kv_lens, pt)
+        o = _gqa_step(*args, head_dim**-0.5, block)
         outs.append(np.asarray(o)[lead])
     for o in outs[1:]:
         np.testing.assert_array_equal(o, outs[0])

@@ -96,6 +96,7 @@ def test_exact_ties_at_the_cut():
         (5, 1.0, range(5)),
         (5, 0.5, range(3)),  # top-k first: total 5, budget 2.5
         (VOCAB, 1.0, range(VOCAB)),
+        (0, 0.0, range(1)),  # out of contract, but the top token always survives
     ]
     for r, (k, p, _) in enumerate(cases):
         top_k[r], top_p[r] = k, p
