@@ -33,8 +33,13 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m scripts.generate --model=tiny-deepseek-v3 --num_prompts=8 --max_tokens=24
 
+# One pytest process per test file: each file starts from a fresh XLA (compiled programs and
+# fake-device settings never leak between files; a long single process once crashed inside
+# XLA:CPU's compiler after hundreds of compilations).
 test: setup
-	$(PY) -m pytest -x -q
+	@set -e; for f in tests/test_*.py; do \
+	  echo "== $$f"; $(PY) -m pytest -x -q -p no:cacheprovider $$f; \
+	done
 
 lint: setup
 	$(VENV)/bin/ruff check .

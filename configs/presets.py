@@ -210,36 +210,24 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# DeepSeek-V3's routing and MLA at a width where decode is memory-bound on a CPU.
 _add(
-    ModelConfig(
+    PRESETS["tiny-deepseek-v3"].replace(
         name="bench-deepseek-v3-35m",
-        model_type="deepseek_v3",
         vocab_size=8192,
         hidden_size=512,
         num_layers=4,
         num_heads=8,
         intermediate_size=1536,
-        rms_norm_eps=1e-6,
         max_position_embeddings=8192,
-        rope_theta=10000.0,
-        attention_type="mla",
+        rope_scaling=RopeScaling(),
         q_lora_rank=256,
         kv_lora_rank=128,
         qk_nope_head_dim=64,
         qk_rope_head_dim=32,
         v_head_dim=64,
-        num_experts=16,
-        num_experts_per_tok=2,
         moe_intermediate_size=256,
-        num_shared_experts=1,
-        scoring_func="sigmoid",
-        topk_method="noaux_tc",
-        n_group=4,
-        topk_group=2,
-        norm_topk_prob=True,
-        routed_scaling_factor=2.5,
-        first_k_dense_replace=1,
-        eos_token_ids=(2,),
+        bos_token_id=None,
     )
 )
 
@@ -405,3 +393,51 @@ def get_preset(name: str) -> ModelConfig:
     if name not in PRESETS:
         raise ValueError(f"model={name!r}: unknown preset; known presets: {sorted(PRESETS)}")
     return PRESETS[name]
+
+
+# ---- long context (random weights, f32 on CPU): 128k positions with scaled RoPE ----
+# Small enough that a 131,072-token prefill finishes on a 2-core CPU; the RoPE scaling is
+# the released models' (Llama 3.1's llama3, DeepSeek-V3's YaRN), so positions past the
+# original window are exercised.
+_add(
+    ModelConfig(
+        name="small-llama-long",
+        model_type="llama",
+        vocab_size=8192,
+        hidden_size=256,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+        intermediate_size=768,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+        rope_scaling=_LLAMA3_ROPE,
+        eos_token_ids=(2,),
+    )
+)
+_add(
+    PRESETS["tiny-deepseek-v3"].replace(
+        name="small-mla-long",
+        vocab_size=8192,
+        hidden_size=256,
+        num_layers=2,
+        num_heads=4,
+        intermediate_size=768,
+        max_position_embeddings=131072,
+        rope_scaling=RopeScaling(
+            mscale=1.0, mscale_all_dim=1.0, **{**_DEEPSEEK_YARN, "factor": 32.0}
+        ),
+        q_lora_rank=0,
+        kv_lora_rank=32,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=16,
+        v_head_dim=32,
+        num_experts=8,
+        moe_intermediate_size=128,
+        n_group=2,
+        topk_group=1,
+        bos_token_id=None,
+    )
+)

@@ -1,13 +1,27 @@
-"""Which paged-attention implementation the step uses: plain XLA or the Pallas kernels."""
+"""Which paged-attention implementation the step uses: plain XLA or the Pallas kernels.
+
+`pallas` runs pallas_kernels/ (ragged GQA attention, MLA latent attention, KV write) compiled
+for the GPU, or in interpret mode on any other backend (slow; for tests). A shape the kernels
+do not take (pallas_kernels.UnsupportedShapeError) falls back to the XLA path for that call,
+with a warning naming the reason; the choice is made while tracing, so it costs nothing at run
+time. The kernels' own block sizes replace `kv_block_pages`, which only the XLA path uses.
+"""
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 
 from engine import paged_attention as pa
+
+try:
+    import pallas_kernels as pk
+except ImportError:  # a JAX without the Pallas Triton backend
+    pk = None
 
 IMPLS = ("auto", "xla", "pallas")
 
@@ -21,25 +35,100 @@ class AttentionOps(NamedTuple):
 
 
 XLA_OPS = AttentionOps(pa.write_kv, pa.paged_attention_gqa, pa.paged_attention_mla)
+# Batch-invariant mode: decodes go through the same query tiles as prefill chunks, so a
+# token's attention is one matmul shape whether it is decoded or recomputed in a chunk.
+XLA_INVARIANT_OPS = AttentionOps(
+    pa.write_kv,
+    functools.partial(pa.paged_attention_gqa, **pa.INVARIANT_OPTIONS),
+    functools.partial(pa.paged_attention_mla, **pa.INVARIANT_OPTIONS),
+)
 
 
 def resolve_impl(impl: str) -> str:
-    """'auto' -> 'pallas' on GPU, 'xla' elsewhere; validates the name."""
+    """'auto' -> 'pallas' on a GPU the kernels support, 'xla' elsewhere; validates the name."""
     if impl not in IMPLS:
         raise ValueError(f"attention_impl={impl!r}: expected one of {IMPLS}")
     if impl == "auto":
         return "pallas" if jax.default_backend() == "gpu" and _pallas_available() else "xla"
     if impl == "pallas" and not _pallas_available():
-        raise ValueError("attention_impl='pallas': the Pallas kernels are not built yet; use 'xla'")
+        raise ValueError(
+            "attention_impl='pallas': the Pallas kernels cannot run here (jax.experimental."
+            "pallas with the Triton backend, and on GPU compute capability >= 8.0, are needed); "
+            "use 'xla'"
+        )
     return impl
 
 
 def _pallas_available() -> bool:
-    return False
+    """Kernels importable, and on GPU a device the Triton lowering handles (Ampere or newer)."""
+    if pk is None:
+        return False
+    if jax.default_backend() != "gpu":
+        return True  # interpret mode
+    capability = getattr(jax.devices()[0], "compute_capability", None)
+    try:
+        return capability is None or float(capability) >= 8.0
+    except (TypeError, ValueError):
+        return True  # e.g. a ROCm "gfx..." string: Triton lowers for it
 
 
-def get_attention_ops(impl: str) -> AttentionOps:
+def _interpret() -> bool:
+    return jax.default_backend() != "gpu"
+
+
+def _fallback(kernel: str, err: Exception) -> None:
+    warnings.warn(f"Pallas {kernel}: {err}; using the XLA path for this shape", stacklevel=3)
+
+
+def _pallas_write_kv(pages, new, slot_mapping):
+    return pk.write_kv(pages, new, slot_mapping, interpret=_interpret())
+
+
+def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages):
+    try:
+        pk.check_gqa_supported(q, k_pages, v_pages)
+    except pk.UnsupportedShapeError as err:
+        _fallback("GQA attention", err)
+        return pa.paged_attention_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages)
+    return pk.ragged_paged_attention(
+        q,
+        k_pages,
+        v_pages,
+        meta.cu_q_lens,
+        meta.positions,
+        meta.kv_lens,
+        meta.page_table,
+        scale=scale,
+        interpret=_interpret(),
+    )
+
+
+def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
+    try:
+        pk.check_mla_supported(q_lat, q_pe, latent_pages)
+    except pk.UnsupportedShapeError as err:
+        _fallback("MLA attention", err)
+        return pa.paged_attention_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages)
+    return pk.mla_paged_attention(
+        q_lat,
+        q_pe,
+        latent_pages,
+        meta.cu_q_lens,
+        meta.positions,
+        meta.kv_lens,
+        meta.page_table,
+        scale=scale,
+        interpret=_interpret(),
+    )
+
+
+PALLAS_OPS = AttentionOps(_pallas_write_kv, _pallas_gqa, _pallas_mla)
+
+
+def get_attention_ops(impl: str, batch_invariant: bool = False) -> AttentionOps:
     """The ops for a resolved implementation name ('xla' or 'pallas')."""
     if impl == "xla":
-        return XLA_OPS
+        return XLA_INVARIANT_OPS if batch_invariant else XLA_OPS
+    if impl == "pallas":
+        return PALLAS_OPS
     raise ValueError(f"attention_impl={impl!r}: not available")

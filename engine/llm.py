@@ -4,27 +4,44 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Iterator
 from collections.abc import Sequence as Seq
+from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from engine import batch_invariant as batch_invariant_lib
 from engine import runner
 from engine.attention_ops import resolve_impl
 from engine.kv_pages import PageManager, pages_for_budget, pages_for_tokens
 from engine.sampling_params import RequestOutput, SamplingParams, StreamDelta
-from engine.scheduler import Scheduler
+from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
-from engine.step import init_kv_pages, make_step
+from engine.step import StepOutput, init_kv_pages, make_step
+from long_context.policy import LongPrefillPolicy
 from models.load import load_model
+from sharding.mesh import parse_mesh
+from sharding.placement import put_replicated, shard_model
 
 # KV memory when num_pages is not given: a fraction of the accelerator's free memory, or a
 # fixed budget on CPU (host RAM is shared with everything else).
 _CPU_KV_BUDGET = 512 << 20
 _ACCEL_KV_FRACTION = 0.8
 # KV positions reduced together by the attention's online softmax (see paged_attention).
-_KV_BLOCK_TOKENS = 32
+_KV_BLOCK_TOKENS = 128
+
+
+class _Dispatched(NamedTuple):
+    """A step launched on the device whose outputs are not read back yet."""
+
+    sched: SchedulerOutput
+    out: StepOutput
+    score_rows: list
+    compiles: bool
+    start: float
 
 
 def _default_backend_kv_budget() -> int:
@@ -42,7 +59,11 @@ class LLM:
     Args (DESIGN.md "Public API"): `model` is a preset name, a Hugging Face directory or an
     orbax directory; `num_pages=None` sizes the pool from a memory budget (never more than
     max_num_seqs full-length sequences need); `max_num_seqs` is clamped to
-    `max_num_batched_tokens` because every running sequence must decode each step.
+    `max_num_batched_tokens` because every running sequence must decode each step;
+    `long_prefill` (long_context/policy.py) sets how long prompts share steps with running
+    decodes (None: the default policy; `LongPrefillPolicy.token_budget_only()` turns it off).
+    `async_scheduling` dispatches the next step before reading back the previous one's
+    tokens (Scheduler.schedule_ahead; same outputs); False runs each step to completion.
     """
 
     def __init__(
@@ -58,6 +79,8 @@ class LLM:
         batch_invariant: bool = False,
         attention_impl: str = "auto",
         seed: int = 0,
+        long_prefill: LongPrefillPolicy | None = None,
+        async_scheduling: bool = True,
     ):
         for name, value in (
             ("page_size", page_size),
@@ -69,13 +92,15 @@ class LLM:
         if num_pages is not None and (not isinstance(num_pages, int) or num_pages < 1):
             raise ValueError(f"num_pages={num_pages!r}: must be an integer >= 1")
         self.attention_impl = resolve_impl(attention_impl)
-        if mesh:
-            raise ValueError(f"mesh={mesh!r}: sharded meshes are not supported yet; use ''")
-        if batch_invariant:
-            raise ValueError("batch_invariant=True: not supported yet")
+        mesh_config = parse_mesh(mesh)  # ValueError on a bad string, before loading
 
         self.config, self.params, tokenizer_path = load_model(model, dtype=dtype, seed=seed)
         cfg = self.config
+        # mesh="" keeps the single-device path exactly; any mesh string, even "dp=1", places
+        # params and KV with NamedShardings and runs MoE layers through the all-to-all.
+        self.mesh = None
+        if mesh:
+            self.mesh, self.params = shard_model(cfg, self.params, mesh_config)
         if max_model_len is None:
             max_model_len = cfg.max_position_embeddings
         if not isinstance(max_model_len, int) or not 1 <= max_model_len <= (
@@ -108,11 +133,25 @@ class LLM:
             max_num_seqs,
             max_model_len,
             eos_token_ids=cfg.eos_token_ids,
+            long_prefill=LongPrefillPolicy() if long_prefill is None else long_prefill,
         )
-        self._buckets = runner.Buckets(max_num_batched_tokens, max_num_seqs, pages_per_seq)
-        self._kv = init_kv_pages(cfg, num_pages, page_size)
+        self.batch_invariant = bool(batch_invariant)
+        self._buckets = runner.Buckets(
+            max_num_batched_tokens,
+            max_num_seqs,
+            pages_per_seq,
+            # Tokens are split over dp x ep on a mesh: each shard gets MIN_ROWS rows or more.
+            min_rows=runner.next_pow2(
+                batch_invariant_lib.MIN_ROWS * mesh_config.dp * mesh_config.ep
+            )
+            if batch_invariant
+            else 1,
+        )
+        self._kv = init_kv_pages(cfg, num_pages, page_size, mesh=self.mesh)
         kv_block_pages = max(1, _KV_BLOCK_TOKENS // page_size)
-        self._step = make_step(cfg, kv_block_pages, self.attention_impl)
+        self._step_key = (cfg, kv_block_pages, self.attention_impl, self.mesh, self.batch_invariant)
+        self._step = make_step(*self._step_key)
+        self._score_step = None  # the with_scores variant, compiled when first needed
         self._seed = seed
         self._request_counter = itertools.count()
         self._outputs: dict[str, RequestOutput] = {}  # unfinished, and finished for generate
@@ -120,6 +159,13 @@ class LLM:
         self._num_steps = 0
         self._step_shapes: set[tuple[int, int]] = set()  # (T, S) buckets this engine ran
         self._num_tokens_generated = 0
+        self._expert_load = np.zeros((0, 0), np.int64)  # [L_moe, E] last step
+        self._expert_load_total = np.zeros((0, 0), np.int64)  # [L_moe, E] since creation
+        self.async_scheduling = bool(async_scheduling)
+        self._in_flight: _Dispatched | None = None  # a step dispatched, not yet read back
+        self._last_readback = 0.0
+        self._num_dispatched_ahead = 0
+        self._no_prev_tokens = None  # prev_tokens of a step with nothing in flight
 
     # ---- requests ----------------------------------------------------------------------
 
@@ -198,6 +244,8 @@ class LLM:
         seq = Sequence(request_id, tuple(ids), params)
         self._scheduler.add(seq)
         out = RequestOutput(request_id, list(ids))
+        if params.prompt_logprobs:
+            out.prompt_logprobs = [0.0] * (len(ids) - 1)
         self._outputs[request_id] = out
         if seq.is_finished:  # max_tokens == 0
             out.finish_reason = seq.finish_reason
@@ -231,25 +279,84 @@ class LLM:
     # ---- the loop ----------------------------------------------------------------------
 
     def step(self) -> list[StreamDelta]:
-        """Run one engine step; returns the token increments it produced."""
-        sched = self._scheduler.schedule()
-        deltas = [StreamDelta(rid, (), (), "abort") for rid in sched.finished_aborted]
-        for rid in sched.finished_aborted:
-            if rid not in self._collecting:
-                self._outputs.pop(rid, None)
-        if not sched.items:
-            return deltas
+        """Run one engine step; returns the token increments it produced.
+
+        With async scheduling the step in flight (or a new one) gets the next step
+        dispatched behind it before its tokens are read back; when that is not possible
+        (Scheduler.schedule_ahead returns None) the steps run one after another.
+        """
+        deltas = []
+        if self._in_flight is None:
+            sched = self._scheduler.schedule()
+            deltas = [StreamDelta(rid, (), (), "abort") for rid in sched.finished_aborted]
+            for rid in sched.finished_aborted:
+                if rid not in self._collecting:
+                    self._outputs.pop(rid, None)
+            if not sched.items:
+                return deltas
+            self._in_flight = self._dispatch(sched, None)
+        prev, self._in_flight = self._in_flight, None
+        if self.async_scheduling:
+            nxt = self._scheduler.schedule_ahead()
+            if nxt is not None:
+                self._in_flight = self._dispatch(nxt, prev.out)
+                self._num_dispatched_ahead += 1
+        deltas += self._complete(prev)
+        if self._in_flight is not None and self._scheduler.in_flight_all_finished():
+            # Nothing left to gain from it: read it back now so its pages come back.
+            deltas += self._complete(self._in_flight)
+            self._in_flight = None
+        return deltas
+
+    def _dispatch(self, sched, prev_out) -> _Dispatched:
+        """Pack and launch one step without waiting for it; `prev_out` is the step in
+        flight whose sampled tokens feed this one's placeholders."""
         batch = runner.pack(sched.items, self.page_size, self._buckets)
-        self._step_shapes.add((batch.token_ids.shape[0], batch.kv_lens.shape[0]))
-        self._kv, out = self._step(self.params, self._kv, batch)
-        tokens, logprobs = jax.device_get((out.tokens, out.logprobs))
+        shape = (batch.token_ids.shape[0], batch.kv_lens.shape[0])
+        compiles = shape not in self._step_shapes
+        self._step_shapes.add(shape)
+        score_rows = self._fill_score_targets(sched.items, batch)
+        step_fn = self._scoring_step() if score_rows else self._step
+        if self.mesh is not None:
+            # Every process passes the same batch (see sharding/distributed.py).
+            batch = put_replicated(batch, self.mesh)
+        if prev_out is not None:  # a device array: the tokens never visit the host
+            batch = batch._replace(prev_tokens=prev_out.feed_tokens)
+        elif self.mesh is None:
+            # The same kind of argument as a step's output (an uncommitted device array):
+            # a host array here would compile every bucket a second time.
+            if self._no_prev_tokens is None:
+                self._no_prev_tokens = jnp.zeros(self._buckets.max_seqs, jnp.int32)
+            batch = batch._replace(prev_tokens=self._no_prev_tokens)
+        start = time.perf_counter()
+        self._kv, out = step_fn(self.params, self._kv, batch)
+        return _Dispatched(sched, out, score_rows, compiles, start)
+
+    def _complete(self, d: _Dispatched) -> list[StreamDelta]:
+        """Read back a dispatched step's tokens and apply them (Scheduler.update)."""
+        sched, out, score_rows = d.sched, d.out, d.score_rows
+        tokens, logprobs, load = jax.device_get((out.tokens, out.logprobs, out.expert_load))
+        # The long-prefill policy steers by step times; a compiling step would mislead it.
+        # A step dispatched ahead starts on the device when the one before it ends.
+        end = time.perf_counter()
+        seconds = None if d.compiles or score_rows else end - max(d.start, self._last_readback)
+        self._last_readback = end
+        deltas = []
+        if score_rows:
+            scores = jax.device_get(out.score_logprobs)
+            for rid, index, row in score_rows:
+                self._outputs[rid].prompt_logprobs[index] = float(scores[row])
+        self._expert_load = np.asarray(load, np.int64)
+        if self._expert_load_total.shape != self._expert_load.shape:
+            self._expert_load_total = np.zeros_like(self._expert_load)
+        self._expert_load_total += self._expert_load
         sampled = {
             it.request_id: (int(tokens[i]), float(logprobs[i]))
             for i, it in enumerate(sched.items)
             if it.sample
         }
         self._num_steps += 1
-        for res in self._scheduler.update(sched, sampled):
+        for res in self._scheduler.update(sched, sampled, seconds):
             out_rec = self._outputs[res.request_id]
             out_rec.token_ids.extend(res.new_token_ids)
             out_rec.logprobs.extend(res.new_logprobs)
@@ -263,6 +370,39 @@ class LLM:
                 StreamDelta(res.request_id, res.new_token_ids, res.new_logprobs, res.finish_reason)
             )
         return deltas
+
+    def _fill_score_targets(self, items, batch) -> list[tuple[str, int, int]]:
+        """Set batch.score_targets for requests that asked for prompt logprobs.
+
+        Returns (request id, index into its prompt_logprobs, token row) per scored row: the
+        row at position p scores prompt[p + 1]. A recompute after preemption scores the same
+        positions again and overwrites them.
+        """
+        rows = []
+        for i, it in enumerate(items):
+            if not it.sampling_params.prompt_logprobs:
+                continue
+            prompt = self._outputs[it.request_id].prompt_token_ids
+            first = int(batch.cu_q_lens[i])
+            for j in range(len(it.token_ids)):
+                pos = it.start_pos + j
+                if pos + 1 < len(prompt):
+                    batch.score_targets[first + j] = prompt[pos + 1]
+                    rows.append((it.request_id, pos, first + j))
+        return rows
+
+    def _scoring_step(self):
+        """The step variant that also returns every row's target logprob (compiled on use)."""
+        if self._score_step is None:
+            self._score_step = make_step(*self._step_key, with_scores=True)
+        return self._score_step
+
+    def score(self, prompts) -> list[np.ndarray]:
+        """Log-probability of each prompt token given its prefix: for a prompt of n tokens,
+        an array of n - 1 values log p(prompt[i] | prompt[:i]), i = 1..n-1 (perplexity)."""
+        params = SamplingParams(max_tokens=1, ignore_eos=True, prompt_logprobs=True)
+        outs = self.generate(prompts, params)
+        return [np.asarray(o.prompt_logprobs, np.float32) for o in outs]
 
     def _detokenize(self, ids: list[int]) -> str | None:
         return None if self.tokenizer is None else self.tokenizer.decode(ids)
@@ -299,12 +439,19 @@ class LLM:
         s.update(
             # Compilations of this model's step in this process (engines serving the same
             # model config share them), against the buckets this engine can ever use.
-            num_compiles=self._step._cache_size(),
+            num_compiles=self._step._cache_size()
+            + (self._score_step._cache_size() if self._score_step is not None else 0),
             num_buckets=len(self._buckets.pairs),
             num_step_shapes=len(self._step_shapes),
             num_steps=self._num_steps,
+            # Steps dispatched while the previous one was still running (async scheduling).
+            num_steps_dispatched_ahead=self._num_dispatched_ahead,
             num_tokens_generated=self._num_tokens_generated,
             page_size=self.page_size,
             max_model_len=self.max_model_len,
+            # Token copies per routed expert, one list per MoE layer in layer order: the
+            # last step's, and the sum over every step so far (padding not counted).
+            expert_load=self._expert_load.tolist(),
+            expert_load_total=self._expert_load_total.tolist(),
         )
         return s

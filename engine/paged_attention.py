@@ -1,11 +1,24 @@
 """Paged attention in plain jnp (the `xla` backend): GQA and absorbed MLA over a paged KV cache.
 
-Used on CPU and as the GPU fallback. Keys are visited in fixed-size blocks of
-`kv_block_pages` pages aligned to absolute position 0, with an online softmax (FlashAttention,
-Dao et al. 2022), so no score matrix larger than one block per token is ever materialized.
-Every token reduces only over its own sequence's keys in a fixed block order with
-fixed-order sums, so its output is bitwise the same whatever else shares the batch and
-whatever the padded token count (needed by batch-invariant mode).
+Used on CPU and as the GPU fallback. Keys are visited in fixed-size blocks aligned to
+absolute position 0, with an online softmax (FlashAttention, Dao et al. 2022), so no score
+matrix larger than one KV block by one query tile is ever materialized, and the memory a
+step needs does not grow with the context. Every token reduces only over its own sequence's
+keys in a fixed block order with fixed-order sums.
+
+Two paths share that per-token math:
+- decodes (a sequence with one query token this step) are batched across sequences, each
+  gathering its own KV blocks of `kv_block_pages`, up to the longest decode context;
+- prefill chunks are cut into query tiles aligned to the start of each sequence's span; a
+  loop visits the tiles one after another and each tile gathers every KV block of its
+  sequence once for all its rows, up to its own last position. So a chunk of C tokens over
+  context L reads about C / query_tile * L keys (not C * L, as one copy per token would),
+  and a short sequence never pays for a long neighbour's context.
+Bitwise: a decode's output does not depend on the batch around it; a prefill token's does
+not depend on its chunk or neighbours for a given padded step size T (its tile is
+min(QUERY_TILE, T)). With `split_decodes=False` (batch-invariant mode, INVARIANT_OPTIONS)
+every token, decodes included, goes through tiles of one fixed size and block, so decode and
+prefill of the same position agree bitwise whatever the step.
 
 Cache layout (PLAN.md): GQA layer `k_pages, v_pages: [N, P, K, Dh]`; MLA layer
 `latent_pages: [N, P, R + Dr]` holding `[c_kv | k_pe]`. A slot id is `page * P + offset`;
@@ -19,6 +32,22 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+# Query tokens that share one gathered KV block in a prefill chunk, and the KV block of those
+# tiles (decodes use the engine's `kv_block_pages`). Measured: docs/benchmarks.md, "Long
+# context". In the default mode a step with T < QUERY_TILE padded tokens uses tiles of T.
+QUERY_TILE = 128
+PREFILL_KV_BLOCK_TOKENS = 512
+# The last rows of a span, when this few, get a tile of their own size instead of a whole
+# QUERY_TILE (a long prefill sharing steps with decodes runs chunks of a few tokens).
+SMALL_TILE = 8
+# Batch-invariant mode: every query token, decodes included, goes through tiles of one fixed
+# size, so its scores and p.v are rows of the same matmul shape whether it is decoded or
+# recomputed inside a prefill chunk. XLA:CPU picks its dot kernel by shape and a row's last
+# bits can follow the row count (measured: decode rows [G, Dk] vs tile rows [Q * G, Dk]
+# differed for most head shapes, while every chunking through fixed-size tiles agreed). A
+# decode then computes a whole tile, so the tile is smaller there.
+INVARIANT_OPTIONS = {"query_tile": 16, "split_decodes": False}
+
 
 class AttnMetadata(NamedTuple):
     """Per-step addressing for paged attention (all arrays, so it can be built inside jit)."""
@@ -27,6 +56,7 @@ class AttnMetadata(NamedTuple):
     seq_ids: jax.Array  # [T] int32, row of kv_lens / page_table the token belongs to
     kv_lens: jax.Array  # [S] int32, KV length after this step's writes (0 = padding sequence)
     page_table: jax.Array  # [S, Pmax] int32, page ids of each sequence in position order
+    cu_q_lens: jax.Array  # [S + 1] int32, token span of each sequence (last one ends at T)
 
 
 def write_kv(pages: jax.Array, new: jax.Array, slot_mapping: jax.Array) -> jax.Array:
@@ -55,8 +85,8 @@ def build_metadata(
     """Maps each flattened token to its sequence; traceable, so the step can call it in jit.
 
     Tokens at or past `cu_q_lens[S]` (bucket padding) are assigned to an extra padding
-    sequence appended at index S with kv_len 0, so the returned `kv_lens` is `[S + 1]` and
-    `page_table` is `[S + 1, Pmax]`.
+    sequence appended at index S with kv_len 0, so the returned `kv_lens` is `[S + 1]`,
+    `page_table` is `[S + 1, Pmax]` and `cu_q_lens` is `[S + 2]`.
     """
     num_tokens = positions.shape[0]
     if num_tokens_padded is not None and num_tokens_padded != num_tokens:
@@ -71,11 +101,13 @@ def build_metadata(
     page_table = jnp.concatenate(
         [page_table, jnp.zeros((1, page_table.shape[1]), page_table.dtype)]
     )
+    cu_q_lens = jnp.concatenate([cu_q_lens, jnp.full((1,), num_tokens, cu_q_lens.dtype)])
     return AttnMetadata(
         positions=positions.astype(jnp.int32),
         seq_ids=seq_ids.astype(jnp.int32),
         kv_lens=kv_lens.astype(jnp.int32),
         page_table=page_table.astype(jnp.int32),
+        cu_q_lens=cu_q_lens.astype(jnp.int32),
     )
 
 
@@ -95,8 +127,109 @@ def _fixed_order_sum(x: jax.Array) -> jax.Array:  # [..., L] -> [...]
     return x[..., 0]
 
 
-# gather_block(page_ids: [T, B]) -> (keys: [T, L, K, Dk], values: [T, L, K, Dv]), L = B * P.
+# gather_block(page_ids: [..., Bp]) -> (keys [..., L, K, Dk], values [..., L, K, Dv]),
+# L = Bp * page_size: the rows of those pages in order.
 GatherBlock = Callable[[jax.Array], tuple[jax.Array, jax.Array]]
+
+
+def _softmax_step(m, denom, s, valid):
+    """Online-softmax statistics for one KV block.
+
+    m, denom: [R...] running max and sum per query row; s: scores [R..., L]; valid
+    broadcastable to s. Returns (new max, rescale factor for the old sums, p [R..., L],
+    new denom).
+    """
+    s = jnp.where(valid, s, -jnp.inf)
+    m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+    # While a row has seen no valid key its max is -inf; shifting by 0 instead keeps
+    # exp() at exactly 0 rather than NaN from (-inf) - (-inf).
+    m_shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+    alpha = jnp.exp(m - m_shift)
+    p = jnp.exp(s - m_shift[..., None])
+    return m_new, alpha, p, alpha * denom + _fixed_order_sum(p)
+
+
+def _init_carry(shape: tuple[int, ...], value_dim: int):
+    return (
+        jnp.full(shape, -jnp.inf, jnp.float32),
+        jnp.zeros(shape, jnp.float32),
+        jnp.zeros((*shape, value_dim), jnp.float32),
+    )
+
+
+def _normalize(denom: jax.Array, acc: jax.Array) -> jax.Array:
+    # Rows without any valid key (padding) get zeros, not 0 / 0.
+    seen = denom > 0
+    return jnp.where(seen[..., None], acc / jnp.where(seen, denom, 1.0)[..., None], 0.0)
+
+
+def _decode_attention(q, meta, page_table, q_lens, block_pages, block_len, gather, value_dim):
+    """Sequences with one query token, batched: each gathers its own blocks.
+
+    q: [T, K, G, Dk]. Returns (the token row of each sequence's decode [S], -1 where the
+    sequence has no decode this step, outputs [S, K, G, Dv]).
+    """
+    num_tokens = q.shape[0]
+    is_decode = (q_lens == 1) & (meta.kv_lens > 0)
+    rows = jnp.clip(meta.cu_q_lens[:-1], 0, num_tokens - 1)  # [S]
+    limit = jnp.where(is_decode, jnp.minimum(meta.positions[rows] + 1, meta.kv_lens), 0)
+    q_dec = q[rows]  # [S, K, G, Dk]
+    num_blocks = (jnp.max(limit) + block_len - 1) // block_len
+
+    def body(b, carry):
+        m, denom, acc = carry  # [S, K, G], [S, K, G], [S, K, G, Dv]
+        ids = lax.dynamic_slice_in_dim(page_table, b * block_pages, block_pages, axis=1)
+        keys, values = gather(ids)  # [S, L, K, Dk], [S, L, K, Dv]
+        valid = (b * block_len + jnp.arange(block_len))[None, :] < limit[:, None]  # [S, L]
+        s = jnp.einsum("skgd,slkd->skgl", q_dec, keys, preferred_element_type=jnp.float32)
+        m, alpha, p, denom = _softmax_step(m, denom, s, valid[:, None, None, :])
+        # p is 0 at masked keys, but stale rows may hold inf/NaN and 0 * inf = NaN.
+        values = jnp.where(valid[:, :, None, None], values, 0)
+        pv = jnp.einsum("skgl,slkd->skgd", p, values, preferred_element_type=jnp.float32)
+        return m, denom, alpha[..., None] * acc + pv
+
+    init = _init_carry(q_dec.shape[:3], value_dim)
+    _, denom, acc = lax.fori_loop(0, num_blocks, body, init)
+    return jnp.where(is_decode, rows, -1), _normalize(denom, acc)
+
+
+class _Tiles(NamedTuple):
+    """Query tiles of one size: `count` used, then per tile (bounded by a static NT)."""
+
+    count: jax.Array  # [] int32
+    seq: jax.Array  # [NT] int32, the tile's sequence
+    first: jax.Array  # [NT] int32, token row of its first query
+    rows: jax.Array  # [NT] int32, queries in it (<= the tile size)
+
+
+def _tile_tables(
+    meta: AttnMetadata, tiled: jax.Array, num_tokens: int, tile: int, small: int
+) -> tuple[_Tiles, _Tiles]:
+    """Cut the span of each sequence with `tiled` set into tiles of `tile` rows from its
+    first token (so which rows share a tile depends on the sequence alone); a last tile of
+    at most `small` rows goes to the second table, of `small`-row tiles."""
+    q_lens = meta.cu_q_lens[1:] - meta.cu_q_lens[:-1]  # [S]
+    num_seqs = q_lens.shape[0]
+    full, rest = q_lens // tile, q_lens % tile
+    to_small = tiled & (rest > 0) & (rest <= small)
+    per_seq = jnp.where(tiled, full + ((rest > 0) & ~to_small), 0)  # [S] big tiles
+    ends = jnp.cumsum(per_seq)
+    ids = jnp.arange(num_tokens // tile + num_seqs, dtype=jnp.int32)
+    seq = jnp.searchsorted(ends, ids, side="right", method="compare_all")
+    seq = jnp.minimum(seq, num_seqs - 1).astype(jnp.int32)
+    j = ids - (ends[seq] - per_seq[seq])  # tile index inside its sequence
+    big = _Tiles(
+        ends[-1], seq, meta.cu_q_lens[seq] + j * tile, jnp.clip(q_lens[seq] - j * tile, 0, tile)
+    )
+    # Small tiles: at most one per sequence, so a stable sort lists them in sequence order.
+    order = jnp.argsort(~to_small, stable=True).astype(jnp.int32)  # [S]
+    small_tiles = _Tiles(
+        jnp.sum(to_small.astype(jnp.int32)),
+        order,
+        meta.cu_q_lens[order] + full[order] * tile,
+        jnp.where(to_small[order], rest[order], 0),
+    )
+    return big, small_tiles
 
 
 def _blocked_attention(
@@ -105,63 +238,101 @@ def _blocked_attention(
     num_pages: int,
     page_size: int,
     kv_block_pages: int,
+    query_tile: int,
+    split_decodes: bool,
+    prefill_block_tokens: int,
     gather_block: GatherBlock,
     value_dim: int,
 ) -> jax.Array:  # [T, K, G, Dv] f32
     """Online-softmax attention of each token over its sequence's keys, one KV block per step."""
     num_tokens, num_kv_heads, group, _ = q.shape
     block_len = kv_block_pages * page_size
-
-    # A token sees keys j < min(position + 1, kv_len): causal inside a prefill chunk, and
-    # nothing for padding tokens (their padding sequence has kv_len 0).
-    limit = jnp.minimum(meta.positions + 1, meta.kv_lens[meta.seq_ids])  # [T]
-
+    if split_decodes:
+        # Per-token math only has to be fixed within a path here (decodes already take
+        # their own shape), so a short step uses a short tile, the last few rows of a span
+        # a SMALL_TILE, and a tile that much shorter that much longer KV blocks: each loop
+        # iteration keeps about query_tile * prefill_block_tokens scores, so its fixed cost
+        # is spread over as much work, while few-row chunks (a long prefill sharing a step
+        # with decodes) do not pay for a whole tile.
+        tile = min(query_tile, num_tokens)
+        small = SMALL_TILE if tile > SMALL_TILE else 0
+        tile_pages = prefill_block_tokens * max(1, query_tile // tile) // page_size
+        small_pages = prefill_block_tokens * (query_tile // SMALL_TILE) // page_size
+        tile_pages, small_pages = max(kv_block_pages, tile_pages), max(kv_block_pages, small_pages)
+    else:
+        tile, small, tile_pages, small_pages = query_tile, 0, kv_block_pages, kv_block_pages
     # Garbage ids in unused page-table columns are clipped so the gather stays in bounds;
     # their keys are masked anyway. Columns are padded to whole blocks so a block's slice
     # never gets shifted back by dynamic_slice's start-index clamping.
-    token_pages = jnp.clip(meta.page_table[meta.seq_ids], 0, num_pages - 1)  # [T, Pmax]
-    max_pages = token_pages.shape[1]
-    padded_pages = -(-max_pages // kv_block_pages) * kv_block_pages
-    token_pages = jnp.pad(token_pages, ((0, 0), (0, padded_pages - max_pages)))
-    num_blocks = jnp.minimum(
-        (jnp.max(limit) + block_len - 1) // block_len, padded_pages // kv_block_pages
-    )
+    page_table = jnp.clip(meta.page_table, 0, num_pages - 1)  # [S, Pmax]
+    max_pages = page_table.shape[1]
+    widest = max(kv_block_pages, tile_pages, small_pages if small else 1)
+    padded_pages = -(-max_pages // widest) * widest
+    page_table = jnp.pad(page_table, ((0, 0), (0, padded_pages - max_pages)))
+    q_lens = meta.cu_q_lens[1:] - meta.cu_q_lens[:-1]  # [S]
+    tiled = (q_lens > 0) & (meta.kv_lens > 0)
 
-    def body(b, carry):
-        m, denom, acc = carry  # [T, K, G], [T, K, G], [T, K, G, Dv]
-        ids = lax.dynamic_slice_in_dim(token_pages, b * kv_block_pages, kv_block_pages, axis=1)
-        keys, values = gather_block(ids)
-        valid = (b * block_len + jnp.arange(block_len))[None, :] < limit[:, None]  # [T, L]
-        s = jnp.einsum("tkgd,tlkd->tkgl", q, keys, preferred_element_type=jnp.float32)
-        s = jnp.where(valid[:, None, None, :], s, -jnp.inf)
-        m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-        # While a token has seen no valid key its max is -inf; shifting by 0 instead keeps
-        # exp() at exactly 0 rather than NaN from (-inf) - (-inf).
-        m_shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-        alpha = jnp.exp(m - m_shift)
-        p = jnp.exp(s - m_shift[..., None])
-        # p is 0 at masked keys, but stale rows may hold inf/NaN and 0 * inf = NaN.
-        values = jnp.where(valid[:, :, None, None], values, 0)
-        denom = alpha * denom + _fixed_order_sum(p)
-        pv = jnp.einsum("tkgl,tlkd->tkgd", p, values, preferred_element_type=jnp.float32)
-        acc = alpha[..., None] * acc + pv
-        return m_new, denom, acc
+    # Rows past T give every tile a full slice (dynamic_slice would shift a short one back).
+    out = jnp.zeros((num_tokens + tile, num_kv_heads, group, value_dim), jnp.float32)
+    if split_decodes:
+        rows, o_dec = _decode_attention(
+            q, meta, page_table, q_lens, kv_block_pages, block_len, gather_block, value_dim
+        )
+        out = out.at[jnp.where(rows < 0, out.shape[0], rows)].set(o_dec, mode="drop")
+        tiled = tiled & (q_lens > 1)
+    q_pad = jnp.pad(q, ((0, tile), (0, 0), (0, 0), (0, 0)))
+    pos_pad = jnp.pad(meta.positions, (0, tile))
+    big_tiles, small_tiles = _tile_tables(meta, tiled, num_tokens, tile, small)
 
-    stats_shape = (num_tokens, num_kv_heads, group)
-    init = (
-        jnp.full(stats_shape, -jnp.inf, jnp.float32),
-        jnp.zeros(stats_shape, jnp.float32),
-        jnp.zeros((*stats_shape, value_dim), jnp.float32),
-    )
-    _, denom, acc = lax.fori_loop(0, num_blocks, body, init)
-    # Tokens without any valid key (padding) get zeros, not 0 / 0.
-    seen = denom > 0
-    return jnp.where(seen[..., None], acc / jnp.where(seen, denom, 1.0)[..., None], 0.0)
+    def attend_tiles(out, tiles: _Tiles, size: int, block_pages: int):
+        """Each tile in turn: its `size` query rows over its sequence's blocks."""
+        block_tokens = block_pages * page_size
+
+        def tile_body(i, out):
+            seq, first, n = tiles.seq[i], tiles.first[i], tiles.rows[i]
+            in_tile = jnp.arange(size) < n
+            # Causal inside the chunk: row r sees keys j < min(position + 1, kv_len).
+            pos = lax.dynamic_slice_in_dim(pos_pad, first, size)
+            limit = jnp.where(in_tile, jnp.minimum(pos + 1, meta.kv_lens[seq]), 0)  # [Q]
+            tile_limit = jnp.max(limit)
+            q_tile = lax.dynamic_slice_in_dim(q_pad, first, size).transpose(1, 0, 2, 3)
+            pages = page_table[seq]  # [Ppad]
+
+            def body(b, carry):
+                m, denom, acc = carry  # [K, Q, G], [K, Q, G], [K, Q, G, Dv]
+                ids = lax.dynamic_slice_in_dim(pages, b * block_pages, block_pages)
+                keys, values = gather_block(ids)  # [L, K, Dk], [L, K, Dv]
+                key_pos = b * block_tokens + jnp.arange(block_tokens)
+                valid = key_pos[None, :] < limit[:, None]  # [Q, L]
+                s = jnp.einsum("kqgd,lkd->kqgl", q_tile, keys, preferred_element_type=jnp.float32)
+                m, alpha, p, denom = _softmax_step(m, denom, s, valid[None, :, None, :])
+                # Keys below the tile's last limit are real rows of this sequence; only stale
+                # rows past it may hold inf/NaN (0 * inf = NaN).
+                values = jnp.where((key_pos < tile_limit)[:, None, None], values, 0)
+                pv = jnp.einsum("kqgl,lkd->kqgd", p, values, preferred_element_type=jnp.float32)
+                return m, denom, alpha[..., None] * acc + pv
+
+            init = _init_carry((num_kv_heads, size, group), value_dim)
+            num_blocks = (tile_limit + block_tokens - 1) // block_tokens
+            _, denom, acc = lax.fori_loop(0, num_blocks, body, init)
+            o = _normalize(denom, acc).transpose(1, 0, 2, 3)  # [Q, K, G, Dv]
+            old = lax.dynamic_slice_in_dim(out, first, size)
+            new = jnp.where(in_tile[:, None, None, None], o, old)
+            return lax.dynamic_update_slice_in_dim(out, new, first, axis=0)
+
+        return lax.fori_loop(0, tiles.count, tile_body, out)
+
+    out = attend_tiles(out, big_tiles, tile, tile_pages)
+    if small:
+        out = attend_tiles(out, small_tiles, small, small_pages)
+    return out[:num_tokens]
 
 
-def _check_block_pages(kv_block_pages: int) -> None:
+def _check_sizes(kv_block_pages: int, query_tile: int) -> None:
     if kv_block_pages < 1:
         raise ValueError(f"kv_block_pages must be >= 1, got {kv_block_pages}")
+    if query_tile < 1:
+        raise ValueError(f"query_tile must be >= 1, got {query_tile}")
 
 
 def paged_attention_gqa(
@@ -171,12 +342,18 @@ def paged_attention_gqa(
     meta: AttnMetadata,
     scale: float,
     kv_block_pages: int,
+    query_tile: int = QUERY_TILE,
+    split_decodes: bool = True,
+    prefill_block_tokens: int = PREFILL_KV_BLOCK_TOKENS,
 ) -> jax.Array:  # [T, H, Dh]
     """Grouped-query attention of ragged query tokens over their sequences' paged K/V.
 
-    The step's own K/V must already be written to the pages.
+    The step's own K/V must already be written to the pages. Decodes reduce over blocks of
+    `kv_block_pages`; prefill tiles of `query_tile` over blocks of `prefill_block_tokens`
+    (or, with `split_decodes=False`, everything over tiles of `query_tile` and blocks of
+    `kv_block_pages`).
     """
-    _check_block_pages(kv_block_pages)
+    _check_sizes(kv_block_pages, query_tile)
     q, k_pages, v_pages = jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages)
     num_tokens, num_heads, head_dim = q.shape
     num_pages, page_size, num_kv_heads, _ = k_pages.shape
@@ -185,18 +362,25 @@ def paged_attention_gqa(
             f"num query heads {num_heads} is not a multiple of num kv heads {num_kv_heads}"
         )
     group = num_heads // num_kv_heads
-    block_len = kv_block_pages * page_size
 
-    def gather_block(ids):  # ids: [T, B]
-        keys = k_pages[ids].reshape(num_tokens, block_len, num_kv_heads, head_dim)
-        values = v_pages[ids].reshape(num_tokens, block_len, num_kv_heads, head_dim)
-        return keys, values
+    def gather_block(ids):  # ids: [..., Bp]
+        shape = (*ids.shape[:-1], ids.shape[-1] * page_size, num_kv_heads, head_dim)
+        return k_pages[ids].reshape(shape), v_pages[ids].reshape(shape)
 
     # Query head h uses KV head h // G (HF repeat_kv order), so the G heads of one KV head
     # share each gathered block.
     q_grouped = (q.astype(jnp.float32) * scale).reshape(num_tokens, num_kv_heads, group, head_dim)
     o = _blocked_attention(
-        q_grouped, meta, num_pages, page_size, kv_block_pages, gather_block, head_dim
+        q_grouped,
+        meta,
+        num_pages,
+        page_size,
+        kv_block_pages,
+        query_tile,
+        split_decodes,
+        prefill_block_tokens,
+        gather_block,
+        head_dim,
     )
     return o.reshape(num_tokens, num_heads, head_dim).astype(q.dtype)
 
@@ -208,12 +392,15 @@ def paged_attention_mla(
     meta: AttnMetadata,
     scale: float,
     kv_block_pages: int,
+    query_tile: int = QUERY_TILE,
+    split_decodes: bool = True,
+    prefill_block_tokens: int = PREFILL_KV_BLOCK_TOKENS,
 ) -> jax.Array:  # [T, H, R]
     """Absorbed MLA (DeepSeek-V2 sec. 2.1.2): attention in latent space over paged latents.
 
     score = q_lat . c_kv + q_pe . k_pe, output = sum_j p_j c_kv_j; the caller applies W_UV.
     """
-    _check_block_pages(kv_block_pages)
+    _check_sizes(kv_block_pages, query_tile)
     latent_pages = jnp.asarray(latent_pages)
     num_tokens, num_heads, rank = q_lat.shape
     num_pages, page_size, row_dim = latent_pages.shape
@@ -221,16 +408,25 @@ def paged_attention_mla(
         raise ValueError(
             f"latent row dim {row_dim} != kv_lora_rank {rank} + rope dim {q_pe.shape[-1]}"
         )
-    block_len = kv_block_pages * page_size
 
-    def gather_block(ids):  # ids: [T, B]
+    def gather_block(ids):  # ids: [..., Bp]
         # One latent row serves as key (all of it) and value (its c_kv part) for every head.
-        rows = latent_pages[ids].reshape(num_tokens, block_len, 1, row_dim)
+        shape = (*ids.shape[:-1], ids.shape[-1] * page_size, 1, row_dim)
+        rows = latent_pages[ids].reshape(shape)
         return rows, rows[..., :rank]
 
     # Concatenating [q_lat | q_pe] turns the two score terms into one dot with the full row.
     q_cat = jnp.concatenate([q_lat, q_pe], axis=-1).astype(jnp.float32) * scale
     o = _blocked_attention(
-        q_cat[:, None], meta, num_pages, page_size, kv_block_pages, gather_block, rank
+        q_cat[:, None],
+        meta,
+        num_pages,
+        page_size,
+        kv_block_pages,
+        query_tile,
+        split_decodes,
+        prefill_block_tokens,
+        gather_block,
+        rank,
     )
     return o[:, 0].astype(q_lat.dtype)

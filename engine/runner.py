@@ -18,30 +18,46 @@ class Buckets:
     at most `len(pairs)`, however the traffic mixes decodes and prefill chunks. The page
     table width P is fixed (max_model_len / page_size): it is small and the attention loop
     bound is traced, so a fixed P costs nothing at run time.
+
+    With `min_rows` (batch-invariant mode) both T and S are padded to at least that many
+    rows, so every matmul runs in one kernel regime whatever the real batch is.
     """
 
-    def __init__(self, max_num_batched_tokens: int, max_num_seqs: int, pages_per_seq: int):
-        self.max_tokens = next_pow2(max_num_batched_tokens)
-        self.max_seqs = next_pow2(max_num_seqs)
+    def __init__(
+        self,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
+        pages_per_seq: int,
+        min_rows: int = 1,
+    ):
+        if min_rows < 1 or min_rows & (min_rows - 1):
+            raise ValueError(f"min_rows={min_rows}: must be a power of two >= 1")
+        self.min_rows = min_rows
+        self.max_tokens = max(next_pow2(max_num_batched_tokens), min_rows)
+        self.max_seqs = max(next_pow2(max_num_seqs), min_rows)
         self.pages_per_seq = pages_per_seq
-        self.token_sizes = [1 << i for i in range(self.max_tokens.bit_length())]
-        self.seq_sizes = [1 << i for i in range(self.max_seqs.bit_length())]
+        self.token_sizes = self._sizes(self.max_tokens)
+        self.seq_sizes = self._sizes(self.max_seqs)
+
+    def _sizes(self, top: int) -> list[int]:
+        return [1 << i for i in range(top.bit_length()) if 1 << i >= self.min_rows]
 
     @property
     def pairs(self) -> list[tuple[int, int]]:
         return [(t, s) for t in self.token_sizes for s in self.seq_sizes if s <= t]
 
     def pick(self, num_tokens: int, num_seqs: int) -> tuple[int, int]:
-        t = next_pow2(num_tokens)
-        return t, min(next_pow2(num_seqs), t)
+        t = max(next_pow2(num_tokens), self.min_rows)
+        return t, min(max(next_pow2(num_seqs), self.min_rows), t)
 
 
 def pack(items, page_size: int, buckets: Buckets) -> StepBatch:
     """Flatten scheduled items (decodes first, then prefill chunks) into a padded StepBatch.
 
     Each item carries token_ids, start_pos, page_ids, kv_len_after, sampling (with a resolved
-    seed) and num_generated. Padding tokens write nowhere (slot -1); padding sequences have
-    kv_len 0, so they attend to nothing and their samples are ignored by the caller.
+    seed), num_generated and feed_index (ScheduledItem). Padding tokens write nowhere (slot
+    -1); padding sequences have kv_len 0, so they attend to nothing and their samples are
+    ignored by the caller.
     """
     num_tokens = sum(len(it.token_ids) for it in items)
     t_pad, s_pad = buckets.pick(num_tokens, len(items))
@@ -57,6 +73,7 @@ def pack(items, page_size: int, buckets: Buckets) -> StepBatch:
     top_k = np.zeros(s_pad, np.int32)
     seed = np.zeros(s_pad, np.uint32)
     sample_step = np.zeros(s_pad, np.int32)
+    feed_index = np.full(t_pad, -1, np.int32)
     off = 0
     for i, it in enumerate(items):
         n = len(it.token_ids)
@@ -75,6 +92,8 @@ def pack(items, page_size: int, buckets: Buckets) -> StepBatch:
         top_k[i] = sp.top_k
         seed[i] = sp.seed
         sample_step[i] = it.num_generated
+        if it.feed_index >= 0:  # scheduled ahead: a 1-token decode of a pending sample
+            feed_index[off + n - 1] = it.feed_index
         off += n
     cu_q_lens[len(items)] = num_tokens
     return StepBatch(
@@ -90,4 +109,7 @@ def pack(items, page_size: int, buckets: Buckets) -> StepBatch:
         top_k,
         seed,
         sample_step,
+        np.full(t_pad, -1, np.int32),  # score_targets: filled by the caller when scoring
+        feed_index,
+        np.zeros(buckets.max_seqs, np.int32),  # prev_tokens: the caller passes the last step's
     )

@@ -3,7 +3,7 @@
 Pure jnp and row-independent: a row's token and logprob depend only on its own logits,
 parameters, seed and step, bitwise, never on the other rows or the batch size, so a request
 reproduces whatever traffic it shares a step with. Every float reduction is therefore either
-exact (max, argmax, integer counts) or spelled out in a fixed order (`_fixed_order_sum`,
+exact (max, argmax, integer counts) or spelled out in a fixed order (`fixed_order_sum`,
 `jnp.cumsum`, which lowers to an elementwise scan).
 
 No sort: XLA:CPU sorts a [16, 8192] f32 array in ~40 ms, against ~3 ms for a whole decode
@@ -16,22 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-
-def _fixed_order_sum(x: jax.Array) -> jax.Array:  # [..., V] -> [...]
-    """Sums the last axis in an order fixed by V alone.
-
-    XLA:CPU's reduce picks a different summation order for a few rows than for many (a row's
-    jnp.sum over V=1000 differs in the last bit between S=1..4 and S>=5, measured on
-    jax 0.11.2), so the sum is spelled out as a pairwise tree of elementwise adds.
-    engine/paged_attention.py carries the same helper for the same reason.
-    """
-    n = x.shape[-1]
-    width = 1 << (n - 1).bit_length()
-    x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, width - n)])
-    while width > 1:
-        width //= 2
-        x = x[..., :width] + x[..., width:]
-    return x[..., 0]
+from engine.batch_invariant import fixed_order_sum
 
 
 def _float_key(x: jax.Array) -> jax.Array:  # f32 [S, V] -> uint32 [S, V]
@@ -104,10 +89,10 @@ def top_k_top_p_mask(
         mass = jnp.where(keep, jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True)), 0.0)
         # The floor keeps the budget positive, so the top token survives even top_p = 0.
         p = jnp.maximum(top_p, jnp.finfo(jnp.float32).tiny)
-        budget = (p * _fixed_order_sum(mass))[:, None]
+        budget = (p * fixed_order_sum(mass))[:, None]
 
         def mass_above(t):
-            return _fixed_order_sum(jnp.where(keys > t[:, None], mass, 0.0))
+            return fixed_order_sum(jnp.where(keys > t[:, None], mass, 0.0))
 
         last = _smallest_key_where(lambda t: mass_above(t) < budget[:, 0], num_rows)
         ahead = mass_above(last)[:, None]
@@ -174,8 +159,12 @@ def sample(
     )
     tokens = jnp.where(greedy_row, greedy, sampled)
 
-    # log_softmax at the token, with a batch-invariant normalizer.
+    return tokens, token_logprobs(logits, tokens)
+
+
+def token_logprobs(logits: jax.Array, ids: jax.Array) -> jax.Array:  # [R, V], [R] -> [R]
+    """log_softmax(logits)[r, ids[r]] with a batch-invariant (fixed-order) normalizer."""
     shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
-    log_norm = jnp.log(_fixed_order_sum(jnp.exp(shifted)))
-    chosen = jnp.take_along_axis(shifted, tokens[:, None], axis=-1)[:, 0]
-    return tokens, chosen - log_norm
+    log_norm = jnp.log(fixed_order_sum(jnp.exp(shifted)))
+    chosen = jnp.take_along_axis(shifted, ids[:, None], axis=-1)[:, 0]
+    return chosen - log_norm

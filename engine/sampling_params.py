@@ -17,6 +17,7 @@ class SamplingParams:
     top_k: int = 0  # keep the k most likely tokens; 0 = off
     stop_token_ids: tuple[int, ...] = ()  # stop (inclusive) on any of these
     ignore_eos: bool = False  # keep going past the model's EOS tokens
+    prompt_logprobs: bool = False  # also report log p(prompt[i] | prompt[:i]) for i >= 1
 
     def __post_init__(self):
         t = self.temperature
@@ -44,6 +45,8 @@ class RequestOutput:
     logprobs: list[float] = field(default_factory=list)  # log p(token_ids[i]), temperature 1
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     text: str | None = None  # decoded token_ids when the model has a tokenizer
+    # log p(prompt[i] | prompt[:i]) for i = 1..len(prompt)-1, when asked for (prompt_logprobs)
+    prompt_logprobs: list[float] | None = None
 
     @property
     def finished(self) -> bool:

@@ -2,31 +2,50 @@
 
 Each `schedule()` builds one step: every running sequence with a single token left to feed
 decodes it (oldest first), then prefill chunks fill the rest of `max_num_batched_tokens`:
-the running partial prefill first, then waiting sequences admitted in strict FCFS order.
+running partial prefills first, then waiting sequences admitted in FCFS order.
 `update()` applies the step's sampled tokens, checks stop conditions and frees pages.
 
+Long prompts (long_context/policy.py, optional): while decodes run, a long prefill's
+chunk is sized so the step stays within `max_decode_slowdown` of a decode-only step (from
+the step times `update` is given); a waiting shorter request gets room in the budget; at
+most `max_long_prefills` long prefills run at once and later long prompts wait while
+shorter ones pass them.
+
 Invariants (they make the policy simple and starvation-free):
-- Every running sequence arrived before every waiting one: admission takes the head of the
-  waiting queue and preemption takes the newest running sequence, putting it back at the
-  head. So "preempt the newest running" never hurts an older request, and the oldest
-  unfinished request gets tokens every step it exists.
-- At most one running sequence is mid-prefill with more than one token left, and it is the
-  newest: a chunk shorter than the remaining prompt only happens when it used up the
-  budget, which stops admission. So the sequence a prefill chunk preempts for pages is
-  itself, and no sequence preempted in a step has already been scheduled in that step.
+- Running sequences are kept in admission order; preemption takes the newest admitted and
+  puts it back at the head of the waiting queue. Without long prompts held back by
+  `max_long_prefills`, admission is strict FCFS, so every running sequence arrived before
+  every waiting one and "preempt the newest running" never hurts an older request; the
+  oldest running request gets tokens every step it exists.
+- Without a long-prefill policy at most one running sequence is mid-prefill with more than
+  one token left, and it is the newest: a chunk shorter than the remaining prompt only
+  happens when it used up the budget, which stops admission. With one, a long chunk can
+  leave budget over and several sequences may be mid-prefill; a sequence preempted for
+  pages is then taken out of the step even if it was already scheduled in it.
 - A request is accepted only if its largest possible KV footprint fits in the whole pool
   (`check_fits`), so the oldest request can always make room by preempting newer ones and
   the system cannot deadlock or livelock.
+
+Async scheduling (`schedule_ahead`, pipeline depth 1): while step N runs, step N+1 is built
+from optimistic state: tokens scheduled in N count as computed (`num_inflight_tokens`) and
+a sequence whose N item samples decodes a placeholder fed on the device from N's output
+(`feed_index`). It never preempts, frees aborted pages, or schedules a sequence that N
+certainly finishes (max_tokens / max_model_len, counting pending samples); when step N+1
+would need a preemption it returns None and the caller falls back to the synchronous order
+(update N, then schedule). Admission only uses pages free now (conservative). A sequence
+that stops at N while in N+1 is finished by update(N), its N+1 sample is dropped, and its
+pages are released by update(N+1), so a later step never reuses them while N+1 may write.
 """
 
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.kv_pages import PageManager
 from engine.sequence import Sequence, SequenceStatus
+from long_context.policy import LongPrefillController, LongPrefillPolicy
 
 
 @dataclass(frozen=True)
@@ -40,6 +59,9 @@ class ScheduledItem:
     sample: bool  # the last token's logits produce a new output token
     sampling_params: Any
     num_generated: int  # tokens generated before this step: the per-request RNG step index
+    # Scheduled ahead: token_ids is a placeholder and the fed token is the one the previous
+    # step samples at this item index (read on the device); -1 = token_ids are real.
+    feed_index: int = -1
 
     @property
     def kv_len_after(self) -> int:
@@ -66,6 +88,33 @@ class StepResult:
     finish_reason: str | None  # "stop" | "length" once finished
 
 
+class _FallBack(Exception):
+    """schedule_ahead cannot build the step without state the step in flight decides."""
+
+
+@dataclass
+class _StepPlan:
+    """A step being built: what is scheduled so far and the token budget left."""
+
+    budget: int
+    decodes: dict[Sequence, int] = field(default_factory=dict)  # in scheduling order
+    prefills: dict[Sequence, int] = field(default_factory=dict)
+    long: set[Sequence] = field(default_factory=set)  # prefills of long sequences
+    preempted: list[str] = field(default_factory=list)
+    allowance: int | None = None  # long-prefill tokens allowed (None: the budget)
+    allowance_known: bool = False
+    ahead: bool = False  # built by schedule_ahead: never preempt, fall back instead
+
+    @property
+    def long_tokens(self) -> int:
+        return sum(self.prefills[seq] for seq in self.long)
+
+    def drop(self, seq: Sequence) -> None:
+        """Take a preempted sequence out of the step and return its tokens to the budget."""
+        self.budget += self.decodes.pop(seq, 0) + self.prefills.pop(seq, 0)
+        self.long.discard(seq)
+
+
 class Scheduler:
     """Decides each step's batch; owns the waiting queue, running list and page tables.
 
@@ -81,6 +130,7 @@ class Scheduler:
         max_num_seqs: int,
         max_model_len: int,
         eos_token_ids: tuple[int, ...] = (),
+        long_prefill: LongPrefillPolicy | None = None,
     ):
         for name, value in (
             ("max_num_batched_tokens", max_num_batched_tokens),
@@ -104,10 +154,15 @@ class Scheduler:
         self._running: list[Sequence] = []  # in arrival order
         self._active: dict[str, Sequence] = {}  # waiting + running, by request id
         self._aborted: list[Sequence] = []  # aborted since the last schedule()
-        self._in_flight: SchedulerOutput | None = None
-        self._in_flight_seqs: dict[str, Sequence] = {}  # by identity: ids can be reused
+        # Steps handed out and not yet passed to update(), oldest first (at most 2): each
+        # with its sequences by request id (identity: ids can be reused) and its work
+        # (decodes, long prefill tokens, other prefill tokens) for the long-prefill policy.
+        self._in_flight: list[tuple[SchedulerOutput, dict[str, Sequence], tuple]] = []
+        self._release_later: set[Sequence] = set()  # finished while in a later step
+        self._num_scheduled_ahead = 0
         self._next_arrival = 0
         self._num_preemptions = 0
+        self.long_prefill = None if long_prefill is None else LongPrefillController(long_prefill)
 
     # ---- admission control -------------------------------------------------------------
 
@@ -192,79 +247,137 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         """Choose this step's decodes and prefill chunks, preempting if pages run out."""
-        if self._in_flight is not None:
+        if self._in_flight:
             raise RuntimeError("schedule() called before update() of the previous step")
         aborted = tuple(seq.request_id for seq in self._aborted)
         for seq in self._aborted:
             self._release_pages(seq)
         self._aborted.clear()
+        return self._build(_StepPlan(self.max_num_batched_tokens), aborted)
 
-        budget = self.max_num_batched_tokens
-        decodes: list[tuple[Sequence, int]] = []  # (sequence, number of tokens)
-        prefills: list[tuple[Sequence, int]] = []
-        preempted: list[str] = []
+    def schedule_ahead(self) -> SchedulerOutput | None:
+        """Build the next step while the previous one is still in flight (not updated).
 
+        Sequences whose in-flight item samples decode a placeholder fed from that step's
+        output (`ScheduledItem.feed_index`). Returns None, changing nothing, when the step
+        cannot be built without knowing the in-flight step's results (a preemption, aborted
+        pages to free, a long-prefill probe) or would be empty: the caller then passes the
+        in-flight step to update() and calls schedule().
+        """
+        if len(self._in_flight) != 1:
+            raise RuntimeError("schedule_ahead() needs exactly one step in flight")
+        if self._aborted:
+            return None
+        running, waiting = list(self._running), collections.deque(self._waiting)
+        num_pages = {seq: len(seq.page_ids) for seq in running}
+        try:
+            out = self._build(_StepPlan(self.max_num_batched_tokens, ahead=True), ())
+        except _FallBack:
+            out = None
+        if out is None or not out.items:
+            for seq in self._running:  # undo allocations and admissions
+                n = num_pages.get(seq, 0)
+                self.pages.free(seq.page_ids[n:])
+                del seq.page_ids[n:]
+                if seq not in num_pages:
+                    seq.status = SequenceStatus.WAITING
+            self._running, self._waiting = running, waiting
+            return None
+        self._num_scheduled_ahead += 1
+        return out
+
+    def _build(self, plan: _StepPlan, aborted: tuple[str, ...]) -> SchedulerOutput:
         # Decodes, oldest first. budget >= max_num_seqs >= len(running): all of them fit.
         for seq in list(self._running):
-            if seq.status is SequenceStatus.RUNNING and self._tokens_left(seq) == 1:
-                if self._make_room(seq, seq.num_computed_tokens + 1, preempted):
-                    decodes.append((seq, 1))
-                    budget -= 1
+            if (
+                seq.status is SequenceStatus.RUNNING
+                and self._tokens_left(seq) == 1
+                and not self._surely_done(seq)
+            ):
+                if self._make_room(seq, self._computed(seq) + 1, plan):
+                    plan.decodes[seq] = 1
+                    plan.budget -= 1
 
-        # The (single, newest) running partial prefill continues.
+        # Running partial prefills continue, oldest first.
         for seq in list(self._running):
             left = self._tokens_left(seq)
-            if left > 1 and budget > 0:
-                chunk = min(left, budget)
-                if self._make_room(seq, seq.num_computed_tokens + chunk, preempted):
-                    prefills.append((seq, chunk))
-                    budget -= chunk
+            if seq.status is SequenceStatus.RUNNING and left > 1 and plan.budget > 0:
+                chunk = self._chunk(seq, left, plan)
+                if chunk and self._make_room(seq, self._computed(seq) + chunk, plan):
+                    self._add_prefill(plan, seq, chunk)
 
-        # Admission, strict FCFS. Not after a preemption: memory is short, and a just
-        # preempted sequence would be readmitted only to lose its pages again.
+        # Admission in FCFS order. Not after a preemption: memory is short, and a just
+        # preempted sequence would be readmitted only to lose its pages again. Only long
+        # prompts held back by max_long_prefills (or left out of a probe step) are passed.
+        i = 0
         while (
-            not preempted
-            and self._waiting
-            and budget > 0
+            not plan.preempted
+            and i < len(self._waiting)
+            and plan.budget > 0
             and len(self._running) < self.max_num_seqs
         ):
-            seq = self._waiting[0]
-            chunk = min(seq.num_tokens, budget)
+            seq = self._waiting[i]
+            chunk = 0 if self._long_held_back(seq, plan) else self._chunk(seq, seq.num_tokens, plan)
+            if not chunk:
+                i += 1
+                continue
             if not self.pages.can_allocate(self.pages.pages_needed(chunk)):
-                break  # the head waits; nobody overtakes it
-            self._waiting.popleft()
+                break  # this request waits; nobody behind it overtakes
+            del self._waiting[i]
             self.pages.ensure_capacity(seq.page_ids, chunk)
             seq.status = SequenceStatus.RUNNING
             self._running.append(seq)
-            prefills.append((seq, chunk))
-            budget -= chunk
+            self._add_prefill(plan, seq, chunk)
 
-        items = tuple(self._item(seq, n) for seq, n in decodes + prefills)
+        scheduled = list(plan.decodes.items()) + list(plan.prefills.items())
+        feed = {}
+        if plan.ahead:
+            prev = self._in_flight[0][0]
+            feed = {it.request_id: i for i, it in enumerate(prev.items) if it.sample}
+        items = tuple(self._item(seq, n, feed) for seq, n in scheduled)
         out = SchedulerOutput(
             items=items,
-            num_batched_tokens=self.max_num_batched_tokens - budget,
-            preempted=tuple(preempted),
+            num_batched_tokens=self.max_num_batched_tokens - plan.budget,
+            preempted=tuple(plan.preempted),
             finished_aborted=aborted,
         )
-        self._in_flight = out if items else None
-        self._in_flight_seqs = {seq.request_id: seq for seq, _ in decodes + prefills}
+        if items:
+            long_tokens = plan.long_tokens
+            work = (len(plan.decodes), long_tokens, sum(plan.prefills.values()) - long_tokens)
+            self._in_flight.append((out, {seq.request_id: seq for seq, _ in scheduled}, work))
+            for (seq, n), item in zip(scheduled, items, strict=True):
+                seq.num_inflight_tokens += n
+                seq.num_pending_samples += item.sample
         return out
 
     def update(
-        self, sched_out: SchedulerOutput, sampled: dict[str, tuple[int, float]]
+        self,
+        sched_out: SchedulerOutput,
+        sampled: dict[str, tuple[int, float]],
+        step_seconds: float | None = None,
     ) -> list[StepResult]:
         """Apply a finished step: advance KV progress, append sampled tokens, stop, free.
 
         `sampled[request_id] = (token_id, logprob)` for every item with `sample`; requests
-        aborted while the step ran are skipped.
+        aborted while the step ran are skipped. `step_seconds`, the step's wall time (None
+        when unknown or when it included a compilation), steers long-prefill chunks.
         """
-        if sched_out is not self._in_flight:
-            raise ValueError("sched_out: not the output of the latest schedule() call")
-        self._in_flight = None
+        if not self._in_flight or sched_out is not self._in_flight[0][0]:
+            raise ValueError(
+                "sched_out: not the output of the latest schedule() call (oldest in flight)"
+            )
+        _, seqs, work = self._in_flight.pop(0)
+        if self.long_prefill is not None and step_seconds is not None:
+            self.long_prefill.observe(*work, step_seconds)
         results = []
         for item in sched_out.items:
-            seq = self._in_flight_seqs[item.request_id]
-            if seq.is_finished:  # aborted during the step
+            seq = seqs[item.request_id]
+            seq.num_inflight_tokens -= len(item.token_ids)
+            seq.num_pending_samples -= item.sample
+            if seq.is_finished:  # aborted during the step, or stopped in the previous one
+                if seq in self._release_later and not self._in_later_step(seq):
+                    self._release_later.discard(seq)
+                    self._release_pages(seq)
                 continue
             seq.num_computed_tokens = item.kv_len_after
             if not item.sample:
@@ -286,7 +399,7 @@ class Scheduler:
 
     def has_unfinished(self) -> bool:
         """True while requests wait or run, or aborted pages still await `schedule()`."""
-        return bool(self._waiting or self._running or self._aborted)
+        return bool(self._waiting or self._running or self._aborted or self._in_flight)
 
     def stats(self) -> dict[str, int]:
         return {
@@ -297,28 +410,102 @@ class Scheduler:
             "num_pages_total": self.pages.num_total,
         }
 
+    def in_flight_all_finished(self) -> bool:
+        """True when the newest step in flight only holds finished (stopped or aborted)
+        sequences, so nothing waits on it but the release of their pages."""
+        return bool(self._in_flight) and all(s.is_finished for s in self._in_flight[-1][1].values())
+
+    @property
+    def num_scheduled_ahead(self) -> int:
+        """Steps built by schedule_ahead while another step was in flight."""
+        return self._num_scheduled_ahead
+
     # ---- internals ---------------------------------------------------------------------
 
     @staticmethod
-    def _tokens_left(seq: Sequence) -> int:
-        """Known tokens not yet in the KV cache (1 for a decode: the last sampled token)."""
-        return seq.num_tokens - seq.num_computed_tokens
+    def _computed(seq: Sequence) -> int:
+        """KV length once the steps in flight are done (optimistic accounting)."""
+        return seq.num_computed_tokens + seq.num_inflight_tokens
 
-    def _make_room(self, seq: Sequence, num_tokens: int, preempted: list[str]) -> bool:
+    @staticmethod
+    def _tokens_left(seq: Sequence) -> int:
+        """Tokens (known or being sampled) not yet scheduled into the KV cache (1 for a
+        decode: the last sampled token)."""
+        return seq.num_tokens + seq.num_pending_samples - Scheduler._computed(seq)
+
+    def _surely_done(self, seq: Sequence) -> bool:
+        """A pending sample will finish `seq` by length whatever it is (never in sync use)."""
+        if not seq.num_pending_samples:
+            return False
+        max_tokens = seq.sampling_params.max_tokens
+        n_out = seq.num_output_tokens + seq.num_pending_samples
+        return (max_tokens is not None and n_out >= max_tokens) or (
+            seq.num_tokens + seq.num_pending_samples >= self.max_model_len
+        )
+
+    def _in_later_step(self, seq: Sequence) -> bool:
+        return any(seqs.get(seq.request_id) is seq for _, seqs, _ in self._in_flight)
+
+    def _make_room(self, seq: Sequence, num_tokens: int, plan: _StepPlan) -> bool:
         """Grow `seq`'s pages to `num_tokens`, preempting the newest running sequences.
 
-        Returns False if `seq` itself was the newest and got preempted. By the invariants
-        in the module docstring, victims are never already scheduled in this step.
+        Returns False if `seq` itself was the newest and got preempted. A victim already
+        scheduled in this step is taken out of it.
         """
         need = self.pages.num_new_pages(seq.page_ids, num_tokens)
+        if plan.ahead and not self.pages.can_allocate(need):
+            raise _FallBack
         while not self.pages.can_allocate(need):
             victim = self._running[-1]
             self._preempt(victim)
-            preempted.append(victim.request_id)
+            plan.preempted.append(victim.request_id)
+            plan.drop(victim)
             if victim is seq:
                 return False
         self.pages.ensure_capacity(seq.page_ids, num_tokens)
         return True
+
+    def _is_long(self, seq: Sequence) -> bool:
+        return self.long_prefill is not None and self.long_prefill.policy.is_long(seq.num_tokens)
+
+    def _chunk(self, seq: Sequence, left: int, plan: _StepPlan) -> int:
+        """Tokens of `seq`'s prefill to schedule now: the budget, and for a long sequence
+        the policy's allowance and room for a shorter waiting request."""
+        chunk = min(left, plan.budget)
+        if not self._is_long(seq):
+            return chunk
+        policy = self.long_prefill.policy
+        if plan.ahead and policy.max_decode_slowdown is not None:
+            raise _FallBack  # the allowance depends on the in-flight step's time
+        if not plan.allowance_known:
+            plan.allowance = self.long_prefill.allowance(bool(plan.decodes))
+            plan.allowance_known = True
+        if plan.allowance is not None:
+            chunk = min(chunk, max(0, plan.allowance - plan.long_tokens))
+        short = next((w for w in self._waiting if w is not seq and not self._is_long(w)), None)
+        if short is not None and chunk and len(self._running) < self.max_num_seqs:
+            room = min(short.num_tokens, plan.budget // 2)
+            chunk = min(chunk, max(plan.budget - room, policy.chunk_quantum))
+        return chunk
+
+    def _long_held_back(self, seq: Sequence, plan: _StepPlan) -> bool:
+        """A long waiting sequence waits while max_long_prefills are in progress."""
+        if not self._is_long(seq):
+            return False
+        cap = self.long_prefill.policy.max_long_prefills
+        if cap is None:
+            return False
+        in_progress = sum(
+            self._is_long(r) and self._tokens_left(r) - plan.prefills.get(r, 0) > 1
+            for r in self._running
+        )
+        return in_progress >= cap
+
+    def _add_prefill(self, plan: _StepPlan, seq: Sequence, chunk: int) -> None:
+        plan.prefills[seq] = chunk
+        plan.budget -= chunk
+        if self._is_long(seq):
+            plan.long.add(seq)
 
     def _preempt(self, seq: Sequence) -> None:
         """Drop `seq`'s KV and requeue it at the head; it later recomputes from position 0."""
@@ -331,17 +518,21 @@ class Scheduler:
         # It is newer than every running sequence and older than every waiting one.
         self._waiting.appendleft(seq)
 
-    def _item(self, seq: Sequence, num_tokens: int) -> ScheduledItem:
-        start = seq.num_computed_tokens
+    def _item(self, seq: Sequence, num_tokens: int, feed: dict[str, int]) -> ScheduledItem:
+        start = self._computed(seq)
         stop = start + num_tokens
+        token_ids, feed_index = seq.token_ids_range(start, stop), -1
+        if stop > seq.num_tokens:  # a decode of the token the step in flight samples
+            token_ids, feed_index = (0,), feed[seq.request_id]
         return ScheduledItem(
             request_id=seq.request_id,
-            token_ids=seq.token_ids_range(start, stop),
+            token_ids=token_ids,
             start_pos=start,
             page_ids=tuple(seq.page_ids),
-            sample=stop == seq.num_tokens,
+            sample=stop == seq.num_tokens + seq.num_pending_samples,
             sampling_params=seq.sampling_params,
-            num_generated=seq.num_output_tokens,
+            num_generated=seq.num_output_tokens + seq.num_pending_samples,
+            feed_index=feed_index,
         )
 
     def _stop_reason(self, seq: Sequence, token_id: int) -> str | None:
@@ -360,7 +551,10 @@ class Scheduler:
     def _finish(self, seq: Sequence, reason: str) -> None:
         self._running.remove(seq)
         del self._active[seq.request_id]
-        self._release_pages(seq)
+        if self._in_later_step(seq):  # a step scheduled ahead may still write its pages
+            self._release_later.add(seq)
+        else:
+            self._release_pages(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
 

@@ -38,6 +38,11 @@ class Sequence:
     page_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # one of FINISH_REASONS once finished
     num_preemptions: int = 0
+    # Async scheduling (Scheduler.schedule_ahead): tokens scheduled in steps not yet passed
+    # to update(), and of those steps' samples, how many are not read back yet. Both 0 in
+    # the synchronous protocol whenever schedule() runs.
+    num_inflight_tokens: int = 0
+    num_pending_samples: int = 0
 
     def __post_init__(self):
         self.prompt_token_ids = tuple(self.prompt_token_ids)

@@ -12,13 +12,17 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
 from configs.model_config import ModelConfig
 from engine import paged_attention as pa
 from engine.attention_ops import get_attention_ops
-from engine.sampler import sample
+from engine.sampler import sample, token_logprobs
 from models.attention import mla_absorb_q, mla_latent_to_v
+from models.moe import expert_load, routed_experts
 from models.transformer import final_logits, forward_hidden
+from sharding.expert_parallel import make_routed_experts_ep
+from sharding.rules import activation_constrainer, kv_shardings, replicated
 
 
 class StepBatch(NamedTuple):
@@ -36,11 +40,26 @@ class StepBatch(NamedTuple):
     top_k: jax.Array  # [S] int32, 0 = off
     seed: jax.Array  # [S] uint32
     sample_step: jax.Array  # [S] int32, tokens the request generated before this step
+    # [T] int32: the next prompt token at each row whose log-probability is wanted (prompt
+    # logprobs / scoring); -1 = none. Read only by the with_scores variant of the step.
+    score_targets: jax.Array | None = None
+    # Async scheduling: [T] int32, -1 = the row's token is token_ids[t], else the token the
+    # previous step sampled for its sequence feed_index[t], read from `prev_tokens`, that
+    # step's StepOutput.feed_tokens ([S_max] int32, fixed size so no new compilations).
+    feed_index: jax.Array | None = None
+    prev_tokens: jax.Array | None = None
 
 
 class StepOutput(NamedTuple):
     tokens: jax.Array  # [S] int32
     logprobs: jax.Array  # [S] float32
+    # [L_moe, E] int32 token copies each expert received this step, per MoE layer in layer
+    # order (padding tokens not counted); [0, 0] for dense models.
+    expert_load: jax.Array | None = None
+    # [T] float32 log p(score_targets[t] | tokens up to t); only from the with_scores step.
+    score_logprobs: jax.Array | None = None
+    # [S_max] int32: `tokens` padded to batch.prev_tokens' size, the next step's prev_tokens.
+    feed_tokens: jax.Array | None = None
 
 
 def step_impl(
@@ -51,8 +70,15 @@ def step_impl(
     cfg: ModelConfig,
     kv_block_pages: int,
     attention_impl: str = "xla",
+    mesh: Mesh | None = None,
+    batch_invariant: bool = False,
+    with_scores: bool = False,
 ) -> tuple[list, StepOutput]:
-    """Run one engine step over the paged cache; returns the new cache and sampled tokens."""
+    """Run one engine step over the paged cache; returns the new cache and sampled tokens.
+
+    With a `mesh`, params and KV arrive placed by sharding/rules.py, the residual stream is
+    pinned per layer and MoE layers run the expert-parallel all-to-all.
+    """
     meta = pa.build_metadata(
         batch.cu_q_lens,
         batch.positions,
@@ -61,7 +87,7 @@ def step_impl(
         batch.token_ids.shape[0],
     )
     slots = batch.slot_mapping
-    ops = get_attention_ops(attention_impl)
+    ops = get_attention_ops(attention_impl, batch_invariant)
 
     def attend_gqa(i, p_attn, kv_i, x):
         k_pages, v_pages = kv_i
@@ -81,37 +107,93 @@ def step_impl(
         return mla_latent_to_v(p_attn, o_lat, cfg), (latent_pages,)
 
     attend = attend_mla if cfg.is_mla else attend_gqa
-    hidden, kv = forward_hidden(params, cfg, batch.token_ids, batch.positions, kv, attend)
+    routed_impl = routed_experts if mesh is None else make_routed_experts_ep(cfg, mesh)
+    valid = jnp.arange(batch.token_ids.shape[0]) < batch.cu_q_lens[-1]  # [T]
+    loads = []  # filled while this call traces forward_hidden, one [E] per MoE layer
+
+    def routed(p_moe, x, weights, experts):
+        loads.append(expert_load(experts, valid, cfg.num_experts))
+        return routed_impl(p_moe, x, weights, experts)
+
+    constrain = None if mesh is None else activation_constrainer(cfg, mesh)
+    token_ids = batch.token_ids
+    if batch.feed_index is not None:
+        fed = batch.prev_tokens[jnp.maximum(batch.feed_index, 0)]
+        token_ids = jnp.where(batch.feed_index >= 0, fed, token_ids)
+    hidden, kv = forward_hidden(
+        params, cfg, token_ids, batch.positions, kv, attend, routed, constrain
+    )
     logits = final_logits(params, cfg, hidden[batch.sample_index])  # [S, V]
     tokens, logprobs = sample(
         logits, batch.temperature, batch.top_k, batch.top_p, batch.seed, batch.sample_step
     )
-    return kv, StepOutput(tokens, logprobs)
+    load = jnp.stack(loads) if loads else jnp.zeros((0, 0), jnp.int32)  # [L_moe, E]
+    scores = None
+    if with_scores:  # every row's logits: [T, V], so only in the variant that asks for it
+        targets = batch.score_targets
+        all_logits = final_logits(params, cfg, hidden)
+        scores = jnp.where(targets >= 0, token_logprobs(all_logits, jnp.maximum(targets, 0)), 0.0)
+    feed_tokens = None
+    if batch.prev_tokens is not None:
+        feed_tokens = jnp.zeros_like(batch.prev_tokens).at[: tokens.shape[0]].set(tokens)
+    return kv, StepOutput(tokens, logprobs, load, scores, feed_tokens)
 
 
 # The public jitted step: static config, KV donated so the pages are updated in place.
 step = jax.jit(
-    step_impl, static_argnames=("cfg", "kv_block_pages", "attention_impl"), donate_argnames=("kv",)
+    step_impl,
+    static_argnames=("cfg", "kv_block_pages", "attention_impl", "batch_invariant", "with_scores"),
+    donate_argnames=("kv",),
 )
 
 
 @functools.cache
-def make_step(cfg: ModelConfig, kv_block_pages: int, attention_impl: str = "xla"):
-    """The jitted step bound to one model config.
+def make_step(
+    cfg: ModelConfig,
+    kv_block_pages: int,
+    attention_impl: str = "xla",
+    mesh: Mesh | None = None,
+    batch_invariant: bool = False,
+    with_scores: bool = False,
+):
+    """The jitted step bound to one model config (and device mesh, None = one device).
 
-    Cached per (cfg, kv_block_pages): engines serving the same model in one process share
-    the compiled buckets, and `_cache_size()` of the result counts this model's compilations.
+    Cached per (cfg, kv_block_pages, attention_impl, mesh, batch_invariant): engines serving
+    the same model in one process share the compiled buckets, and `_cache_size()` of the
+    result counts this model's compilations. On a mesh the KV leaves with exactly the
+    shardings it came in with (XLA would otherwise canonicalize e.g. a size-1 axis away,
+    and the next call would compile again), and the outputs leave replicated so every
+    process can read them.
     """
+    placement = {}
+    if mesh is not None:
+        placement["out_shardings"] = (kv_shardings(cfg, mesh), replicated(mesh))
     return jax.jit(
         functools.partial(
-            step_impl, cfg=cfg, kv_block_pages=kv_block_pages, attention_impl=attention_impl
+            step_impl,
+            cfg=cfg,
+            kv_block_pages=kv_block_pages,
+            attention_impl=attention_impl,
+            mesh=mesh,
+            batch_invariant=batch_invariant,
+            with_scores=with_scores,
         ),
         donate_argnames=("kv",),
+        **placement,
     )
 
 
-def init_kv_pages(cfg: ModelConfig, num_pages: int, page_size: int, dtype=None) -> list:
-    """Zeroed paged cache: per layer (K, V) pages for GQA, (latent,) pages for MLA."""
+def init_kv_pages(
+    cfg: ModelConfig, num_pages: int, page_size: int, dtype=None, mesh: Mesh | None = None
+) -> list:
+    """Zeroed paged cache: per layer (K, V) pages for GQA, (latent,) pages for MLA.
+
+    With a `mesh` the pages are created in place with their shardings (never whole on one
+    device first).
+    """
+    if mesh is not None:
+        make = functools.partial(init_kv_pages, cfg, num_pages, page_size, dtype)
+        return jax.jit(make, out_shardings=kv_shardings(cfg, mesh))()
     dtype = jnp.dtype(dtype or cfg.dtype)
     if cfg.is_mla:
         width = cfg.kv_lora_rank + cfg.qk_rope_head_dim

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
+from models.reductions import fixed_order_mean
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
@@ -14,7 +15,8 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     Like HF (LlamaRMSNorm and kin): statistics in float32, cast back to x's dtype, then scaled.
     """
     xf = x.astype(jnp.float32)
-    variance = jnp.mean(xf * xf, axis=-1, keepdims=True)
+    # Fixed-order mean: the statistics of a row must not depend on the batch (reductions.py).
+    variance = fixed_order_mean(xf * xf)[..., None]
     normed = (xf * jax.lax.rsqrt(variance + eps)).astype(x.dtype)
     return weight * normed
 

@@ -6,6 +6,11 @@
 so the same layer code serves the contiguous reference (models/reference.py) and the paged
 engine (engine/step.py). Pre-norm residual blocks as in HF Llama / DeepSeek:
 x + attn(norm(x)), then x + mlp_or_moe(norm(x)).
+
+Two optional hooks let a caller run the same layers over a device mesh without the model
+naming any device: `routed` replaces the routed-expert compute of every MoE layer (the
+expert-parallel all-to-all in sharding/expert_parallel.py), and `constrain(x, logical_axes)`
+pins the residual stream at each layer boundary (sharding/rules.py maps the names).
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ import jax
 from configs.model_config import ModelConfig
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs
 from models.layers import embed, final_logits, rms_norm, swiglu_mlp
-from models.moe import moe_block
+from models.moe import RoutedFn, moe_block, routed_experts
 
-__all__ = ["Attend", "final_logits", "forward_hidden"]
+__all__ = ["Attend", "Constrain", "final_logits", "forward_hidden"]
 
 Attend = Callable[[int, dict, Any, AttnInputs], tuple[jax.Array, Any]]
+# constrain(x, logical_axes) -> x, e.g. a sharding constraint; identity when absent.
+Constrain = Callable[[jax.Array, tuple[str | None, ...]], jax.Array]
 
 
 def forward_hidden(
@@ -32,16 +39,23 @@ def forward_hidden(
     positions: jax.Array,  # [T] int32
     kv: list,
     attend: Attend,
+    routed: RoutedFn = routed_experts,
+    constrain: Constrain | None = None,
 ) -> tuple[jax.Array, list]:  # (hidden [T, D] before the final norm, kv)
     """Run all decoder layers; kv[i] is whatever the backend caches for layer i."""
-    x = embed(params, token_ids)  # [T, D]
+    pin = constrain or (lambda x, axes: x)
+    x = pin(embed(params, token_ids), ("batch", "embed"))  # [T, D]
     attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
     new_kv = []
     for i, layer in enumerate(params["layers"]):
         h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps)
         o, kv_i = attend(i, layer["attn"], kv[i], attn_inputs(layer["attn"], h, positions, cfg))
-        x = x + attn_output(layer["attn"], o)
+        x = pin(x + attn_output(layer["attn"], o), ("batch", "embed"))
         h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps)
-        x = x + (moe_block(layer["moe"], h, cfg) if "moe" in layer else swiglu_mlp(layer["mlp"], h))
+        if "moe" in layer:
+            x = x + moe_block(layer["moe"], h, cfg, routed)
+        else:
+            x = x + swiglu_mlp(layer["mlp"], h)
+        x = pin(x, ("batch", "embed"))
         new_kv.append(kv_i)
     return x, new_kv

@@ -2,6 +2,14 @@
 
 python -m scripts.generate --model=tiny-deepseek-v3 --num_prompts=8 --max_tokens=24
 python -m scripts.generate --model=tests/fixtures/llama --prompt="the cat sat on"
+
+Multi-host: start the same command on every process, adding --coordinator=HOST:PORT (process
+0's address), --num_processes=N and --process_id=I; one mesh then spans every process's
+devices (sharding/distributed.py: every process runs the same deterministic scheduler).
+On one machine with fake CPU devices, for example:
+XLA_FLAGS=--xla_force_host_platform_device_count=2 python -m scripts.generate \
+    --model=tests/fixtures/mixtral --mesh=ep=4 --coordinator=127.0.0.1:12355 \
+    --num_processes=2 --process_id=0     # and --process_id=1 in a second shell
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import numpy as np
 from absl import app, flags
 
 from engine import LLM, SamplingParams
+from sharding import distributed
 
 _MODEL = flags.DEFINE_string("model", "tiny-deepseek-v3", "Preset name, HF dir or orbax dir.")
 _PROMPT = flags.DEFINE_multi_string("prompt", [], "Text prompt(s); needs a tokenizer.json.")
@@ -31,10 +40,14 @@ _MAX_MODEL_LEN = flags.DEFINE_integer("max_model_len", None, "Longest sequence."
 _ATTN = flags.DEFINE_enum("attention_impl", "auto", ["auto", "xla", "pallas"], "Attention.")
 _BATCH_INVARIANT = flags.DEFINE_bool("batch_invariant", False, "Bitwise-deterministic mode.")
 _MESH = flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'dp=1,tp=2,ep=4'.")
+_COORDINATOR = flags.DEFINE_string("coordinator", None, "Multi-host: process 0's host:port.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", 1, "Multi-host: number of processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", 0, "Multi-host: this process's index.")
 
 
 def main(argv):
     del argv
+    distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     llm = LLM(
         model=_MODEL.value,
         dtype=_DTYPE.value,
@@ -68,6 +81,8 @@ def main(argv):
     start = time.perf_counter()
     outs = llm.generate(prompts, params)
     elapsed = time.perf_counter() - start
+    if not distributed.is_leader():
+        return  # every process holds the same outputs; process 0 prints them
     for out in outs:
         shown = out.text if out.text is not None else out.token_ids
         print(

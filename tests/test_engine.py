@@ -205,3 +205,77 @@ def _bad_input_llm() -> LLM:
     if "llm" not in _LLM_CACHE:
         _LLM_CACHE["llm"] = LLM(model="tiny-llama", max_model_len=64, num_pages=16)
     return _LLM_CACHE["llm"]
+
+
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+def test_score_matches_the_hf_logprobs_of_the_greedy_continuation(arch):
+    """score(prompt + greedy tokens)[len(prompt) - 1:] are HF's chosen-token logprobs; chunks
+    of 16 tokens make the scored rows span several steps."""
+    ref = _reference(arch)
+    llm = LLM(
+        model=str(FIXTURES / arch), max_num_batched_tokens=16, num_pages=32, max_model_len=128
+    )
+    seqs = [p + g for p, g in zip(ref["prompts"], ref["greedy_tokens"], strict=True)]
+    scores = llm.score(seqs)
+    for s, p, seq, logprobs in zip(scores, ref["prompts"], seqs, ref["logprobs"], strict=True):
+        assert s.shape == (len(seq) - 1,)
+        np.testing.assert_allclose(s[len(p) - 1 :], logprobs, atol=2e-3, rtol=0)
+    stats = llm.stats()
+    assert stats["num_pages_free"] == stats["num_pages_total"]
+
+
+def _mixed_run(async_scheduling: bool) -> tuple[dict, dict]:
+    """Stop tokens, preemption and an abort after a request's 3rd token; every output."""
+    rng = np.random.default_rng(5)
+    llm = LLM(
+        model=str(FIXTURES / "llama"),
+        batch_invariant=True,
+        num_pages=10,
+        page_size=16,
+        max_num_batched_tokens=64,
+        max_num_seqs=16,
+        max_model_len=128,
+        async_scheduling=async_scheduling,
+    )
+    stop = tuple(range(3, 512, 9))
+    ids = []
+    for k in range(14):
+        prompt = rng.integers(3, 512, int(rng.integers(1, 61))).tolist()
+        params = SamplingParams(
+            temperature=0.0 if k % 3 else 0.8,
+            seed=k,
+            max_tokens=int(rng.integers(1, 17)),
+            stop_token_ids=list(stop) if k % 2 else [],
+            ignore_eos=True,
+        )
+        ids.append(llm.add_request(prompt, params, request_id=f"r{k}"))
+    victim = "r4"
+    got = {rid: ([], [], None) for rid in ids}
+    while llm.has_unfinished():
+        for d in llm.step():
+            tokens, logprobs, _ = got[d.request_id]
+            got[d.request_id] = (tokens + list(d.token_ids), logprobs + list(d.logprobs), None)
+            got[d.request_id] = (*got[d.request_id][:2], d.finish_reason)
+            if d.request_id == victim and len(got[victim][0]) == 3 and d.finish_reason is None:
+                assert llm.abort(victim)
+    out = {
+        rid: (t, np.asarray(lp, np.float32).view(np.uint32).tolist(), r)
+        for rid, (t, lp, r) in got.items()
+    }
+    return out, {**llm.stats(), "shapes": set(llm._step_shapes)}
+
+
+def test_async_scheduling_gives_the_synchronous_outputs():
+    sync, sync_stats = _mixed_run(async_scheduling=False)
+    ahead, stats = _mixed_run(async_scheduling=True)
+    assert ahead == sync  # tokens, logprob bits and finish reasons
+    reasons = [r for _, _, r in sync.values()]
+    assert "stop" in reasons and "length" in reasons and sync["r4"][2] == "abort"
+    assert sync_stats["num_preemptions"] > 0 and stats["num_preemptions"] > 0
+    assert sync_stats["num_steps_dispatched_ahead"] == 0
+    assert stats["num_steps_dispatched_ahead"] > stats["num_steps"] // 2
+    assert stats["num_pages_free"] == stats["num_pages_total"] == 10
+    # Feeding placeholders on the device adds no compilations (both engines share them).
+    assert stats["num_compiles"] - sync_stats["num_compiles"] == len(
+        stats["shapes"] - sync_stats["shapes"]
+    )

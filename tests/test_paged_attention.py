@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from engine.paged_attention import (
+    INVARIANT_OPTIONS,
+    QUERY_TILE,
     build_metadata,
     paged_attention_gqa,
     paged_attention_mla,
@@ -113,24 +115,35 @@ def dense_reference(q, seqs, positions, rows_k, rows_v, scale):
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("scale", "block"))
-def _gqa_step(q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt, scale, block):
+@functools.partial(jax.jit, static_argnames=("scale", "block", "tile", "split"))
+def _gqa_step(
+    q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt, scale, block, **opts
+):
     k_pages = write_kv(k_pages, new_k, slots)
     v_pages = write_kv(v_pages, new_v, slots)
     meta = build_metadata(cu, positions, kv_lens, pt, q.shape[0])
-    return paged_attention_gqa(q, k_pages, v_pages, meta, scale, block)
+    return paged_attention_gqa(q, k_pages, v_pages, meta, scale, block, *_options(**opts))
 
 
-@functools.partial(jax.jit, static_argnames=("scale", "block"))
-def _mla_step(q_lat, q_pe, pages, new, slots, cu, positions, kv_lens, pt, scale, block):
+@functools.partial(jax.jit, static_argnames=("scale", "block", "tile", "split"))
+def _mla_step(q_lat, q_pe, pages, new, slots, cu, positions, kv_lens, pt, scale, block, **opts):
     pages = write_kv(pages, new, slots)
     meta = build_metadata(cu, positions, kv_lens, pt, q_lat.shape[0])
-    return paged_attention_mla(q_lat, q_pe, pages, meta, scale, block)
+    return paged_attention_mla(q_lat, q_pe, pages, meta, scale, block, *_options(**opts))
 
 
-# Every page size, block size and GQA group size appears once; one compilation per row.
-@pytest.mark.parametrize("page_size,block,group", [(8, 1, 1), (8, 2, 3), (16, 1, 4), (16, 2, 8)])
-def test_gqa_matches_dense_reference(page_size, block, group):
+def _options(tile: int = QUERY_TILE, split: bool = True) -> tuple[int, bool]:
+    return tile, split
+
+
+# Every page size, block size and GQA group size appears once; one compilation per row. Query
+# tiles of 3..5 rows cut the prefill spans (up to 14 tokens) into several tiles, some
+# ending mid-span; split=False sends decodes through one-row tiles too.
+@pytest.mark.parametrize(
+    "page_size,block,group,tile,split",
+    [(8, 1, 1, 4, True), (8, 2, 3, 3, False), (16, 1, 4, QUERY_TILE, True), (16, 2, 8, 5, False)],
+)
+def test_gqa_matches_dense_reference(page_size, block, group, tile, split):
     num_kv_heads, head_dim = 2, 40
     scale = head_dim**-0.5
     for seed in range(3):
@@ -142,10 +155,8 @@ def test_gqa_matches_dense_reference(page_size, block, group):
         v_pages, new_v, _, _, rows_v = fill_step(v_rng, page_size, row, seqs, seq_pages)
         q = rng.standard_normal((NUM_TOKENS, num_kv_heads * group, head_dim)).astype(np.float32)
 
-        o = _gqa_step(
-            q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt, scale, block
-        )
-        o = np.asarray(o)
+        args = (q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt)
+        o = np.asarray(_gqa_step(*args, scale, block, tile=tile, split=split))
 
         q4 = q.reshape(NUM_TOKENS, num_kv_heads, group, head_dim)
         ref = dense_reference(q4, seqs, positions, rows_k, rows_v, scale)
@@ -153,8 +164,10 @@ def test_gqa_matches_dense_reference(page_size, block, group):
         np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
 
 
-@pytest.mark.parametrize("page_size,block", [(8, 1), (16, 2)])
-def test_mla_matches_dense_reference(page_size, block):
+@pytest.mark.parametrize(
+    "page_size,block,tile,split", [(8, 1, 4, False), (16, 2, QUERY_TILE, True)]
+)
+def test_mla_matches_dense_reference(page_size, block, tile, split):
     num_heads, rank, rope_dim = 4, 32, 8
     scale = (rank + rope_dim) ** -0.5
     for seed in range(3):
@@ -166,9 +179,8 @@ def test_mla_matches_dense_reference(page_size, block):
         q_lat = rng.standard_normal((NUM_TOKENS, num_heads, rank)).astype(np.float32)
         q_pe = rng.standard_normal((NUM_TOKENS, num_heads, rope_dim)).astype(np.float32)
 
-        o = np.asarray(
-            _mla_step(q_lat, q_pe, pages, new, slots, cu, positions, kv_lens, pt, scale, block)
-        )
+        args = (q_lat, q_pe, pages, new, slots, cu, positions, kv_lens, pt)
+        o = np.asarray(_mla_step(*args, scale, block, tile=tile, split=split))
 
         # Absorbed MLA is MQA with key = the whole row and value = its c_kv part.
         q_cat = np.concatenate([q_lat, q_pe], -1)[:, None]
@@ -271,3 +283,104 @@ def test_bad_args():
         paged_attention_gqa(jnp.ones((3, 3, 8)), jnp.ones((2, 4, 2, 8)), k, meta, 1.0, 1)
     with pytest.raises(ValueError, match="kv_lora_rank"):
         paged_attention_mla(jnp.ones((3, 2, 6)), jnp.ones((3, 2, 4)), k[..., 0], meta, 1.0, 1)
+
+
+def _chunk_of_one_sequence(q_seq, pt_row, start, n, lead, num_tokens, neighbour_kv=40):
+    """Step arrays where the sequence's tokens [start, start + n) follow `lead` tokens of a
+    neighbouring prefill; q_seq: [L, ...] the sequence's queries. Nothing is written."""
+    q = np.zeros((num_tokens, *q_seq.shape[1:]), np.float32)
+    q[:lead] = 7.0  # the neighbour's queries
+    q[lead : lead + n] = q_seq[start : start + n]
+    positions = np.zeros(num_tokens, np.int32)
+    positions[:lead] = np.arange(neighbour_kv - lead, neighbour_kv)
+    positions[lead : lead + n] = np.arange(start, start + n)
+    cu = np.array([0, lead, lead + n, lead + n], np.int32)
+    kv_lens = np.array([neighbour_kv, start + n, 0], np.int32)
+    pt = np.zeros((3, len(pt_row)), np.int32)
+    pt[0, :3], pt[1] = [1, 2, 3], pt_row
+    return q, cu, positions, kv_lens, pt, np.full(num_tokens, -1, np.int32)
+
+
+# (start, chunk length, neighbour tokens before it, padded T); the probe token is at 250.
+# Three padded sizes keep the compilations few.
+CHUNKINGS = [(250, 1, 0, 8), (250, 1, 5, 64), (249, 2, 0, 8), (200, 51, 3, 64), (0, 256, 0, 256)]
+CHUNKINGS += [(247, 9, 17, 64), (235, 16, 0, 64), (128, 128, 1, 256), (250, 3, 0, 8)]
+
+
+@pytest.mark.parametrize("kind", ["gqa", "mla"])
+def test_chunking_and_decode_leave_a_token_bitwise_unchanged(kind):
+    """Tiles start at each span's first token, so a token's tile-mates change with the chunk.
+    With INVARIANT_OPTIONS its output must not change at all: any chunk, any padded size, or
+    decoded (a one-row tile)."""
+    page_size, block, seq_len, target = 16, 2, 300, 250
+    rng = np.random.default_rng(9)
+    pt_row = rng.permutation(NUM_PAGES)[: -(-seq_len // page_size)].astype(np.int32)
+    if kind == "gqa":
+        k_pages, v_pages = rng.standard_normal((2, NUM_PAGES, page_size, 2, 40), np.float32)
+        q_seq = rng.standard_normal((seq_len, 6, 40), np.float32)
+    else:
+        pages = rng.standard_normal((NUM_PAGES, page_size, 40), np.float32)
+        q_seq = rng.standard_normal((seq_len, 4, 40), np.float32)
+    outs = {True: [], False: []}
+    for split in (True, False):
+        tile = QUERY_TILE if split else INVARIANT_OPTIONS["query_tile"]
+        for start, n, lead, num_tokens in CHUNKINGS:
+            q, cu, pos, kv_lens, pt, slots = _chunk_of_one_sequence(
+                q_seq, pt_row, start, n, lead, num_tokens
+            )
+            if kind == "gqa":
+                args = (q, k_pages, v_pages, q[:, :2], q[:, :2], slots, cu, pos, kv_lens, pt)
+                o = _gqa_step(*args, 0.15, block, tile=tile, split=split)
+            else:
+                args = (q[..., :32], q[..., 32:], pages, q[:, 0], slots, cu, pos, kv_lens, pt)
+                o = _mla_step(*args, 0.15, block, tile=tile, split=split)
+            outs[split].append(np.asarray(o)[lead + target - start])
+    for o in outs[False][1:]:  # batch-invariant mode: every chunking and the decode
+        np.testing.assert_array_equal(o, outs[False][0])
+    # Default mode: a decode is bitwise the same whatever its neighbours and padded size;
+    # a chunk token's tile follows the step's padded size, so it is only close.
+    decodes = [o for o, c in zip(outs[True], CHUNKINGS, strict=True) if c[1] == 1]
+    assert len(decodes) == 2
+    np.testing.assert_array_equal(decodes[1], decodes[0])
+    for o in outs[True]:
+        np.testing.assert_allclose(o, outs[False][0], rtol=1e-5, atol=1e-6)
+
+
+def test_long_context_chunk_over_many_blocks_and_tiles():
+    """A 260-token chunk at positions 2840..3099 (2 tiles over 7 blocks of 512 keys, the
+    last ones partly masked, and its last 4 rows as a small tile) next to a decode (blocks
+    of 32 keys)."""
+    page_size, block, num_kv_heads, group, head_dim = 16, 2, 2, 2, 32
+    seq_len, start = 3100, 2840
+    rng = np.random.default_rng(4)
+    num_pages = -(-seq_len // page_size) + 4
+    rows_k = rng.standard_normal((seq_len, num_kv_heads, head_dim)).astype(np.float32)
+    rows_v = rng.standard_normal((seq_len, num_kv_heads, head_dim)).astype(np.float32)
+    perm = rng.permutation(num_pages)
+    seq_pages, dec_pages = perm[: num_pages - 4], perm[num_pages - 4 :]
+    k_pages = np.full((num_pages, page_size, num_kv_heads, head_dim), np.nan, np.float32)
+    v_pages = np.full_like(k_pages, np.inf)
+    for j in range(seq_len):
+        k_pages[seq_pages[j // page_size], j % page_size] = rows_k[j]
+        v_pages[seq_pages[j // page_size], j % page_size] = rows_v[j]
+    dec_k = rng.standard_normal((50, num_kv_heads, head_dim)).astype(np.float32)
+    dec_v = rng.standard_normal((50, num_kv_heads, head_dim)).astype(np.float32)
+    for j in range(50):
+        k_pages[dec_pages[j // page_size], j % page_size] = dec_k[j]
+        v_pages[dec_pages[j // page_size], j % page_size] = dec_v[j]
+    n = seq_len - start
+    q = rng.standard_normal((1 + n + 7, num_kv_heads * group, head_dim)).astype(np.float32)
+    positions = np.concatenate([[49], np.arange(start, seq_len), np.zeros(7)]).astype(np.int32)
+    cu = np.array([0, 1, 1 + n], np.int32)
+    kv_lens = np.array([50, seq_len], np.int32)
+    pt = np.zeros((2, num_pages - 4), np.int32)
+    pt[0, :4], pt[1] = dec_pages, seq_pages
+    slots = np.full(len(q), -1, np.int32)
+    scale = head_dim**-0.5
+    args = (q, k_pages, v_pages, q[:, :2], q[:, :2], slots, cu, positions, kv_lens, pt)
+    o = np.asarray(_gqa_step(*args, scale, block))
+    q4 = q.reshape(len(q), num_kv_heads, group, head_dim)
+    seqs = [(1, 50, 0), (n, seq_len, 0)]
+    ref = dense_reference(q4, seqs, positions, [dec_k, rows_k], [dec_v, rows_v], scale)
+    np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
+    assert not o[1 + n :].any()

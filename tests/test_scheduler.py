@@ -7,6 +7,7 @@ someone else changes the output or fails an assertion.
 """
 
 import collections
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -395,3 +396,190 @@ def test_random_workload_tiny_pool(seed):
     assert stats["num_running"] == stats["num_waiting"] == 0
     # The workload must actually exercise preemption and chunking.
     assert stats["num_preemptions"] > 0 and chunked > 0
+
+
+# ---- async scheduling: schedule_ahead while the previous step is in flight ---------------
+
+
+def run_fed(dev: FakeDevice, out: SchedulerOutput, prev) -> dict[str, tuple[int, float]]:
+    """Run a step whose placeholders read the tokens `prev` = (step, sampled) produced,
+    as the device does (steps execute in order, so `prev` already ran)."""
+    items = []
+    for it in out.items:
+        if it.feed_index >= 0:
+            assert it.token_ids == (0,) and it.sample
+            prev_out, prev_sampled = prev
+            tok = prev_sampled[prev_out.items[it.feed_index].request_id][0]
+            it = dataclasses.replace(it, token_ids=(tok,))
+        items.append(it)
+    return dev.run(dataclasses.replace(out, items=tuple(items)))
+
+
+def run_async(sched: Scheduler, dev: FakeDevice, on_step=None) -> int:
+    """Drive `sched` like the async engine: dispatch N+1 before updating N."""
+    in_flight, num_steps = None, 0
+    while sched.has_unfinished():
+        if in_flight is None:
+            out = sched.schedule()
+            if not out.items:
+                continue
+            in_flight = (out, run_fed(dev, out, None))
+        prev, in_flight = in_flight, None
+        nxt = sched.schedule_ahead()
+        if nxt is not None:
+            in_flight = (nxt, run_fed(dev, nxt, prev))
+        sched.update(*prev)
+        num_steps += 1
+        if on_step is not None:
+            on_step(num_steps)
+        assert num_steps < 3000, "no progress"
+    return num_steps
+
+
+def test_schedule_ahead_feeds_placeholders_and_counts_pending():
+    a, b = make_seq("a", 3, max_tokens=3), make_seq("b", 2, 10, max_tokens=5)
+    c = make_seq("c", 2, 20, max_tokens=1)
+    sched, dev = new_scheduler(8, 4, a, b, c), FakeDevice(4)
+    out1 = sched.schedule()
+    assert summary(out1) == [
+        ("a", 0, 3, (0,), True),
+        ("b", 0, 2, (1,), True),
+        ("c", 0, 2, (2,), True),
+    ]
+    assert [it.feed_index for it in out1.items] == [-1, -1, -1]
+    s1 = run_fed(dev, out1, None)
+    out2 = sched.schedule_ahead()
+    # "c" stops at max_tokens=1 whatever step 1 samples: not scheduled ahead.
+    assert summary(out2) == [("a", 3, 1, (0,), True), ("b", 2, 1, (1,), True)]
+    assert [(it.token_ids, it.feed_index, it.num_generated) for it in out2.items] == [
+        ((0,), 0, 1),
+        ((0,), 1, 1),
+    ]
+    assert (a.num_pending_samples, a.num_inflight_tokens, a.num_computed_tokens) == (2, 4, 0)
+    with pytest.raises(RuntimeError, match="exactly one step in flight"):
+        sched.schedule_ahead()
+    with pytest.raises(RuntimeError, match="before update"):
+        sched.schedule()
+    s2 = run_fed(dev, out2, (out1, s1))
+    res = sched.update(out1, s1)
+    assert [(r.request_id, r.finished) for r in res] == [("a", False), ("b", False), ("c", True)]
+    assert (a.num_pending_samples, a.num_inflight_tokens, a.num_computed_tokens) == (1, 1, 3)
+    out3 = sched.schedule_ahead()  # "a" may still sample its third token: one more decode
+    assert summary(out3) == [("a", 4, 1, (0, 3), True), ("b", 3, 1, (1,), True)]
+    assert [it.feed_index for it in out3.items] == [0, 1]
+    assert [it.num_generated for it in out3.items] == [2, 2]
+    s3 = run_fed(dev, out3, (out2, s2))
+    sched.update(out2, s2)
+    out4 = sched.schedule_ahead()  # "a" finishes by length at step 3: only "b"
+    assert summary(out4) == [("b", 4, 1, (1, 4), True)]  # page 3 is still a's
+    s4 = run_fed(dev, out4, (out3, s3))
+    sched.update(out3, s3)
+    sched.update(out4, s4)
+    assert a.finish_reason == "length" and a.page_ids == []
+    run_async(sched, dev)
+    for seq in (a, b, c):
+        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 64)
+    assert sched.num_scheduled_ahead >= 3
+    assert sched.stats()["num_pages_free"] == 8
+
+
+def test_schedule_ahead_falls_back_instead_of_preempting():
+    a, b = make_seq("a", 7, max_tokens=4), make_seq("b", 7, 20, max_tokens=3)
+    sched, dev = new_scheduler(4, 4, a, b), FakeDevice(4)
+    out1 = sched.schedule()
+    s1 = run_fed(dev, out1, None)
+    out2 = sched.schedule_ahead()  # position 7 still fits the second pages
+    assert summary(out2) == [("a", 7, 1, (0, 1), True), ("b", 7, 1, (2, 3), True)]
+    s2 = run_fed(dev, out2, (out1, s1))
+    sched.update(out1, s1)
+    free, running = sched.pages.num_free, [s.page_ids[:] for s in (a, b)]
+    assert sched.schedule_ahead() is None  # "a" needs a third page: that means preempting
+    assert (sched.pages.num_free, [s.page_ids for s in (a, b)]) == (free, running)
+    assert sched.stats()["num_preemptions"] == 0
+    sched.update(out2, s2)
+    out3 = sched.schedule()  # the synchronous order preempts exactly as without async
+    assert summary(out3) == [("a", 8, 1, (0, 1, 2), True)]
+    assert out3.preempted == ("b",)
+    sched.update(out3, dev.run(out3))
+    run_async(sched, dev)
+    assert (a.output_token_ids, a.finish_reason) == reference(a, 64)
+    assert (b.output_token_ids, b.finish_reason) == reference(b, 64)
+    assert sched.stats()["num_pages_free"] == 4
+
+
+def test_stop_while_scheduled_ahead_releases_pages_after_the_later_step():
+    probe = make_seq("x", 5, ignore_eos=True)
+    first = reference(probe, 64)[0][0]
+    a = make_seq("a", 5, max_tokens=8, stop_token_ids=(first,))
+    b = make_seq("b", 3, 30, max_tokens=8)
+    sched, dev = new_scheduler(8, 4, a, b), FakeDevice(4)
+    out1 = sched.schedule()
+    s1 = run_fed(dev, out1, None)
+    out2 = sched.schedule_ahead()
+    assert [it.request_id for it in out2.items] == ["a", "b"]
+    s2 = run_fed(dev, out2, (out1, s1))
+    free = sched.pages.num_free
+    res = sched.update(out1, s1)
+    assert [(r.request_id, r.finish_reason) for r in res] == [("a", "stop"), ("b", None)]
+    assert a.is_finished and a.page_ids == [0, 1]  # step 2 may still write them
+    assert sched.pages.num_free == free
+    assert not sched.in_flight_all_finished()  # "b" still gains a token from step 2
+    res = sched.update(out2, s2)
+    assert [r.request_id for r in res] == ["b"]  # a's step-2 sample is dropped
+    assert a.page_ids == [] and sched.pages.num_free == free + 2
+    assert a.output_token_ids == [first]
+    run_async(sched, dev)
+    assert (b.output_token_ids, b.finish_reason) == reference(b, 64)
+    assert sched.stats()["num_pages_free"] == 8
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_workload_scheduled_ahead(seed):
+    """The tiny-pool workload driven asynchronously: same outputs, all pages back."""
+    rng = random.Random(seed)
+    max_model_len = 40
+    sched = Scheduler(PageManager(12, 4), 16, 4, max_model_len, eos_token_ids=(EOS,))
+    dev = FakeDevice(4)
+    seqs: dict[str, Sequence] = {}
+    pending = []
+    for k in range(24):
+        params = Params(
+            max_tokens=rng.choice([None, 1, 2, 5, 9, 20]),
+            stop_token_ids=tuple(rng.sample(range(1, VOCAB), rng.choice([0, 0, 1]))),
+            ignore_eos=rng.random() < 0.3,
+        )
+        prompt = tuple(rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 30)))
+        pending.append((rng.randint(0, 20), Sequence(f"r{k}", prompt, params)))
+    pending.sort(key=lambda x: x[0])
+    aborted = set()
+
+    def on_step(num_steps):
+        while pending and pending[0][0] <= num_steps:
+            seq = pending.pop(0)[1]
+            seqs[seq.request_id] = seq
+            sched.add(seq)
+        active = [s for s in seqs.values() if not s.is_finished]
+        if active and rng.random() < 0.05:  # abort while a step is in flight
+            victim = rng.choice(active)
+            assert sched.abort(victim.request_id)
+            aborted.add(victim.request_id)
+
+    while pending:
+        on_step(0)
+        run_async(sched, dev, on_step)
+        if pending:  # idle until the next arrival
+            pending[0] = (0, pending[0][1])
+    assert len(seqs) == 24
+    for rid, seq in seqs.items():
+        ref_tokens, ref_reason = reference(seq, max_model_len)
+        if rid in aborted:
+            assert seq.finish_reason == "abort"
+            assert seq.output_token_ids == ref_tokens[: seq.num_output_tokens]
+        else:
+            assert (seq.output_token_ids, seq.finish_reason) == (ref_tokens, ref_reason), rid
+            assert seq.output_logprobs == [-t / 100 for t in ref_tokens]
+        assert seq.num_pending_samples == seq.num_inflight_tokens == 0
+    stats = sched.stats()
+    assert stats["num_pages_free"] == stats["num_pages_total"] == 12
+    assert stats["num_running"] == stats["num_waiting"] == 0
+    assert stats["num_preemptions"] > 0 and sched.num_scheduled_ahead > 0

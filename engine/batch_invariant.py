@@ -1,0 +1,27 @@
+"""Batch-invariant mode: what it pins, and the measurements behind it.
+
+Temperature zero removes sampling randomness but not floating-point randomness: XLA picks
+kernels by shape, so the batch a request lands in can move its logits in the last bits.
+The mode pins every reduction to an order that does not depend on the batch:
+
+- Matmuls: XLA:CPU's dot kernel regime follows M (rows). Measured on jax 0.11.2 (one fixed
+  row placed in [M, K] x [K, N], float32, shapes of the tiny and bench models): the row's
+  result is bitwise identical for all M >= 64 in every shape tried (96x240: {1..48} vs
+  {64..}; 1536x512: {1} vs {2,3} vs {4..}; 512x1536: {1, 33..} vs {2..32}). So the step pads
+  tokens T and sampled rows S to at least MIN_ROWS.
+- Sums over a row (attention blocks, log-softmax, top-p mass): `fixed_order_sum`, a pairwise
+  tree whose order depends only on the summed length (jnp.sum over V=1000 changed a row's
+  last bit between 1..4 and >= 5 rows).
+- Attention: reduced over fixed-size KV blocks aligned to absolute position 0, one token at a
+  time, so chunking, decode vs prefill and neighbours do not change a token's reduction.
+- MoE: the top-k expert outputs are combined in slot order 0..k-1 in float32.
+- Sampling: each request draws from fold_in(key(seed), step), independent of its row.
+"""
+
+from __future__ import annotations
+
+from models.reductions import fixed_order_sum
+
+__all__ = ["MIN_ROWS", "fixed_order_sum"]
+
+MIN_ROWS = 64  # smallest padded M for which every measured dot shape is in one regime

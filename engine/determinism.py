@@ -1,0 +1,117 @@
+"""Determinism regression checks: hide probe prompts among random traffic, compare outputs
+bitwise, and pin them in a golden file so any drift of model or engine is caught."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.sampling_params import RequestOutput, SamplingParams
+
+
+def output_bits(out: RequestOutput) -> tuple[list[int], list[int]]:
+    """(token ids, float32 bit patterns of the logprobs): what "bitwise identical" compares."""
+    return list(out.token_ids), np.asarray(out.logprobs, np.float32).view(np.uint32).tolist()
+
+
+def fingerprint(tokens: list[int], bits: list[int]) -> str:
+    """sha256 over the token ids and logprob bits of one output."""
+    h = hashlib.sha256()
+    h.update(np.asarray(tokens, np.int64).tobytes())
+    h.update(np.asarray(bits, np.uint32).tobytes())
+    return h.hexdigest()
+
+
+def first_difference(a: tuple[list, list], b: tuple[list, list]) -> int | None:
+    """First output position where token or logprob bits differ (None if identical)."""
+    (ta, ba), (tb, bb) = a, b
+    for i in range(max(len(ta), len(tb))):
+        if i >= len(ta) or i >= len(tb) or ta[i] != tb[i] or ba[i] != bb[i]:
+            return i
+    return None
+
+
+@dataclass
+class TrialReport:
+    """Per probe prompt: how many distinct outputs the trials produced, and where they split."""
+
+    unique_outputs: list[int]  # 1 = deterministic
+    first_diff_position: list[int | None]  # vs trial 0, the earliest over all trials
+    outputs: list[tuple[list[int], list[int]]]  # trial 0's (tokens, logprob bits) per probe
+    budgets: list[int]  # chunk budget of each trial
+
+
+def run_trials(
+    make_llm: Callable[[int], object],
+    probes: list[list[int]],
+    params: SamplingParams,
+    trials: int,
+    budgets: tuple[int, ...],
+    vocab_size: int,
+    seed: int = 0,
+    max_co_requests: int = 24,
+    max_co_len: int = 64,
+) -> TrialReport:
+    """Run `trials` trials; each hides the probes at random positions among random co-requests
+    on an engine with a random chunk budget (`make_llm(budget)`), and compares the probes."""
+    rng = np.random.default_rng(seed)
+    per_probe: list[list[tuple[list, list]]] = [[] for _ in probes]
+    used = []
+    for _ in range(trials):
+        budget = int(rng.choice(budgets))
+        used.append(budget)
+        llm = make_llm(budget)
+        n_co = int(rng.integers(0, max_co_requests + 1))
+        prompts = [
+            rng.integers(3, vocab_size, int(rng.integers(1, max_co_len))).tolist()
+            for _ in range(n_co)
+        ]
+        co_params = [
+            SamplingParams(max_tokens=int(rng.integers(1, 16)), ignore_eos=True)
+            for _ in range(n_co)
+        ]
+        slots = []
+        for probe in probes:
+            at = int(rng.integers(0, len(prompts) + 1))
+            slots = [s + (s >= at) for s in slots] + [at]
+            prompts.insert(at, probe)
+            co_params.insert(at, params)
+        outs = llm.generate(prompts, co_params)
+        for i, at in enumerate(slots):
+            per_probe[i].append(output_bits(outs[at]))
+    unique, first = [], []
+    for runs in per_probe:
+        unique.append(len({fingerprint(*r) for r in runs}))
+        diffs = [d for r in runs[1:] if (d := first_difference(runs[0], r)) is not None]
+        first.append(min(diffs) if diffs else None)
+    return TrialReport(unique, first, [runs[0] for runs in per_probe], used)
+
+
+def write_golden(path: str, model: str, probes: list[list[int]], outputs: list) -> None:
+    """Pin each probe's output: hash plus the raw tokens and logprob bits (to locate drift)."""
+    entries = [
+        dict(prompt=p, sha256=fingerprint(t, b), token_ids=t, logprob_bits=b)
+        for p, (t, b) in zip(probes, outputs, strict=True)
+    ]
+    with open(path, "w") as f:
+        json.dump(dict(model=model, probes=entries), f)
+
+
+def check_golden(path: str, probes: list[list[int]], outputs: list) -> list[tuple[int, int]]:
+    """[(probe index, first differing position)] against the golden file; [] when all match."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"golden={path!r}: no such file")
+    golden = json.load(open(path))["probes"]
+    if [g["prompt"] for g in golden] != probes:
+        raise ValueError(f"golden={path!r}: its probe prompts differ from this run's")
+    mismatches = []
+    for i, (g, out) in enumerate(zip(golden, outputs, strict=True)):
+        if g["sha256"] != fingerprint(*out):
+            pos = first_difference((g["token_ids"], g["logprob_bits"]), out)
+            mismatches.append((i, 0 if pos is None else pos))
+    return mismatches

@@ -1,0 +1,223 @@
+"""Capacity math: KV-cache and weight bytes, and how many sequences of a context fit.
+
+KV bytes per token (all layers):
+  MHA / GQA: 2 (K and V) x layers x kv_heads x head_dim x bytes
+  MLA:       layers x (kv_lora_rank + qk_rope_head_dim) x bytes   (DeepSeek-V2, arXiv:2405.04434)
+Weight bytes come from the parameter specs (`models.specs.count_params`), so they count exactly
+what the engine allocates; "active" weights are those one token reads (top-k of the routed
+experts plus everything dense). Quantization scales and the few arrays real quantizers keep in
+high precision (norms, router bias) are not modelled: under 0.1% of any preset here.
+
+Across `tp` devices the weights are split evenly. GQA KV heads are split too, and replicated
+when tp exceeds the KV heads (each device keeps ceil(kv_heads / tp) heads, as vLLM does); the
+MLA latent has no head axis and is replicated on every device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+
+from configs.hf_config import config_from_hf
+from configs.model_config import ModelConfig
+from configs.presets import PRESETS, get_preset
+
+# Bytes per element. int4 packs two values per byte.
+DTYPE_BYTES: dict[str, float] = {
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "float8_e4m3fn": 1,
+    "int8": 1,
+    "int4": 0.5,
+}
+GIB = 1 << 30
+
+
+def dtype_bytes(dtype: str, flag: str) -> float:
+    """Bytes per element of `dtype`; ValueError naming `flag` when it is unknown."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"{flag}={dtype!r}: unknown dtype; expected one of {list(DTYPE_BYTES)}")
+    return DTYPE_BYTES[dtype]
+
+
+def resolve_config(model: str) -> ModelConfig:
+    """The ModelConfig of a preset name, a Hugging Face directory or an orbax directory.
+
+    Reads only the config (never the weights), so a 671B checkpoint is sized in milliseconds.
+    An HF directory keeps the checkpoint's own dtype.
+    """
+    if model in PRESETS:
+        return PRESETS[model]
+    path = os.path.expanduser(model)
+    if os.path.isdir(path):
+        from models.orbax_io import is_orbax_dir, load_config
+
+        if is_orbax_dir(path):
+            return load_config(path)
+        if os.path.isfile(os.path.join(path, "config.json")):
+            return config_from_hf(path, name=model, dtype="auto")
+        raise ValueError(f"model={model!r}: directory has no config.json and no orbax config")
+    return get_preset(model)  # ValueError listing the known presets
+
+
+def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str) -> int:
+    """KV-cache bytes one token occupies across all layers (whole model, before any split)."""
+    # ModelConfig's cache widths: the MLA latent + rope key, or GQA's K and V heads.
+    return math.ceil(cfg.kv_bytes_per_token(dtype_bytes(kv_dtype, "kv_dtype")))
+
+
+def kv_shard_fraction(cfg: ModelConfig, tp: int) -> float:
+    """Fraction of each token's KV bytes one of `tp` devices holds."""
+    if cfg.is_mla:
+        return 1.0  # the latent is shared by all heads: every device keeps all of it
+    return math.ceil(cfg.num_kv_heads / tp) / cfg.num_kv_heads
+
+
+@functools.cache
+def param_counts(cfg: ModelConfig) -> tuple[int, int]:
+    """(total, active per token) parameters, from the specs the engine allocates from (traced
+    once per config: sweeps over dtypes and devices call this many times)."""
+    from models.specs import count_params  # imports jax; keep this module light for --help
+
+    return count_params(cfg)
+
+
+def weight_bytes(cfg: ModelConfig, weight_dtype: str) -> tuple[int, int]:
+    """(total, active per token) weight bytes with every parameter stored as `weight_dtype`."""
+    nbytes = dtype_bytes(weight_dtype, "weight_dtype")
+    return tuple(math.ceil(n * nbytes) for n in param_counts(cfg))
+
+
+@dataclasses.dataclass(frozen=True)
+class Capacity:
+    """What one deployment of a model holds at one context length."""
+
+    model: str  # preset name or directory
+    context: int  # tokens per sequence
+    kv_dtype: str
+    weight_dtype: str
+    tp: int  # devices the model is split over
+    hbm_gib: float  # memory per device
+    headroom: float  # fraction of memory kept free (activations, fragmentation)
+    num_params: int
+    num_active_params: int
+    kv_bytes_per_token: int  # whole model, all layers
+    kv_bytes_per_sequence: int  # kv_bytes_per_token x context
+    kv_bytes_per_sequence_per_device: int  # after the tp split (MLA: replicated)
+    weight_bytes: int  # whole model
+    active_weight_bytes: int  # read per token (MoE: routed top-k + dense)
+    weight_bytes_per_device: int
+    kv_budget_bytes_per_device: int  # hbm x (1 - headroom) - weights per device
+    kv_tokens: int  # tokens the KV budget holds (over all sequences)
+    max_sequences: int  # full-context sequences that fit at once
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def capacity(
+    model: str | ModelConfig,
+    context: int,
+    kv_dtype: str | None = None,
+    weight_dtype: str | None = None,
+    hbm_gib: float = 80.0,
+    tp: int = 1,
+    headroom: float = 0.1,
+) -> Capacity:
+    """Size a deployment of `model` for sequences of `context` tokens.
+
+    Args:
+      model: a ModelConfig, preset name, HF directory or orbax directory.
+      kv_dtype, weight_dtype: keys of DTYPE_BYTES; None means the model's own dtype.
+      hbm_gib: accelerator memory per device, GiB.
+      tp: devices the weights and KV heads are split over.
+      headroom: fraction of each device's memory not given to weights or KV, in [0, 1).
+
+    Raises ValueError naming the argument for a bad value, or when the weights do not fit.
+    """
+    cfg = model if isinstance(model, ModelConfig) else resolve_config(model)
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+        raise ValueError(f"context={context!r}: must be an integer >= 1")
+    if context > cfg.max_position_embeddings:
+        raise ValueError(
+            f"context={context}: exceeds the model's max_position_embeddings="
+            f"{cfg.max_position_embeddings}"
+        )
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"tp={tp!r}: must be an integer >= 1")
+    if not hbm_gib > 0 or math.isinf(hbm_gib):
+        raise ValueError(f"hbm_gib={hbm_gib!r}: must be a finite number > 0")
+    if not 0 <= headroom < 1:
+        raise ValueError(f"headroom={headroom!r}: must be in [0, 1)")
+    kv_dtype = cfg.dtype if kv_dtype is None else kv_dtype
+    weight_dtype = cfg.dtype if weight_dtype is None else weight_dtype
+    per_token = kv_bytes_per_token(cfg, kv_dtype)
+    total_w, active_w = weight_bytes(cfg, weight_dtype)
+    num_params, num_active = param_counts(cfg)
+
+    per_token_dev = math.ceil(per_token * kv_shard_fraction(cfg, tp))
+    weights_dev = math.ceil(total_w / tp)
+    usable = math.floor(hbm_gib * GIB * (1 - headroom))
+    budget = usable - weights_dev
+    if budget <= 0:
+        need = (weights_dev / GIB) / (1 - headroom)
+        raise ValueError(
+            f"hbm_gib={hbm_gib}: {cfg.name} weights take {weights_dev / GIB:.1f} GiB per device "
+            f"({weight_dtype}, tp={tp}), more than {usable / GIB:.1f} GiB left after "
+            f"headroom={headroom}; needs hbm_gib > {need:.1f} or a larger tp"
+        )
+    return Capacity(
+        model=cfg.name,
+        context=context,
+        kv_dtype=kv_dtype,
+        weight_dtype=weight_dtype,
+        tp=tp,
+        hbm_gib=hbm_gib,
+        headroom=headroom,
+        num_params=num_params,
+        num_active_params=num_active,
+        kv_bytes_per_token=per_token,
+        kv_bytes_per_sequence=per_token * context,
+        kv_bytes_per_sequence_per_device=per_token_dev * context,
+        weight_bytes=total_w,
+        active_weight_bytes=active_w,
+        weight_bytes_per_device=weights_dev,
+        kv_budget_bytes_per_device=budget,
+        kv_tokens=budget // per_token_dev,
+        max_sequences=budget // (per_token_dev * context),
+    )
+
+
+def _count(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.2f}{unit}"
+    return str(n)
+
+
+def _size(b: float) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if b >= 1 << shift:
+            return f"{b / (1 << shift):,.2f} {unit}"
+    return f"{b:,.0f} B"
+
+
+def format_capacity(c: Capacity) -> str:
+    """A few human-readable lines for the terminal."""
+    return "\n".join(
+        [
+            f"{c.model}: {_count(c.num_params)} params ({_count(c.num_active_params)} active), "
+            f"weights {c.weight_dtype}, KV {c.kv_dtype}, tp={c.tp}, {c.hbm_gib:g} GiB/device, "
+            f"headroom {c.headroom:g}",
+            f"  KV per token      {c.kv_bytes_per_token:,} B",
+            f"  KV per sequence   {c.kv_bytes_per_sequence:,} B ({_size(c.kv_bytes_per_sequence)})"
+            f" at {c.context:,} tokens; {_size(c.kv_bytes_per_sequence_per_device)} per device",
+            f"  weights           {_size(c.weight_bytes)} total, {_size(c.active_weight_bytes)} "
+            f"active per token, {_size(c.weight_bytes_per_device)} per device",
+            f"  KV budget/device  {_size(c.kv_budget_bytes_per_device)} = {c.kv_tokens:,} tokens",
+            f"  max sequences     {c.max_sequences:,}",
+        ]
+    )

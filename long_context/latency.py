@@ -1,0 +1,299 @@
+"""Long-context latency measurements behind scripts/bench_long_context.py.
+
+- `measure_ttft`: one long prompt alone: time to first token, and the process's peak RSS
+  against the weights and the KV pool it holds.
+- `measure_itl`: `num_streams` requests decode; their inter-token latency (ITL) while a long
+  prompt prefills (until its first token, whose TTFT is the other side of the trade-off),
+  and over as many steps of the same streams without it.
+Steps that compiled a new shape bucket are left out of the ITL samples (and counted).
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import jax
+import numpy as np
+
+from engine import LLM, SamplingParams
+from engine.kv_pages import pages_for_tokens
+from long_context.policy import LongPrefillPolicy
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _weight_bytes(llm: LLM) -> int:
+    return sum(x.nbytes for x in jax.tree.leaves(llm.params))
+
+
+def measure_ttft(model: str, prompt_len: int, budget: int, seed: int = 0) -> dict:
+    """TTFT of one `prompt_len`-token prompt, chunked by `budget`, after a warm-up prompt
+    has compiled the step's shapes; peak RSS of the whole process (run it alone)."""
+    page_size = 16
+    num_pages = pages_for_tokens(prompt_len, page_size) + 1
+    llm = LLM(
+        model=model,
+        max_num_batched_tokens=budget,
+        max_num_seqs=1,
+        max_model_len=prompt_len,
+        num_pages=num_pages,
+        page_size=page_size,
+    )
+    rng = np.random.default_rng(seed)
+    vocab = llm.config.vocab_size
+    one = SamplingParams(temperature=0.0, max_tokens=1)
+    start = time.perf_counter()
+    # Compiles the full-chunk and last-chunk buckets the long prompt will use.
+    warm_len = min(prompt_len, budget + prompt_len % budget if prompt_len % budget else budget)
+    llm.generate([rng.integers(3, vocab, warm_len).tolist()], one)
+    compile_s = time.perf_counter() - start
+    prompt = rng.integers(3, vocab, prompt_len).tolist()
+    steps_before = llm.stats()["num_steps"]
+    start = time.perf_counter()
+    (out,) = llm.generate([prompt], one)
+    ttft = time.perf_counter() - start
+    assert len(out.token_ids) == 1
+    return dict(
+        model=model,
+        prompt_len=prompt_len,
+        budget=budget,
+        ttft_s=ttft,
+        warmup_s=compile_s,
+        steps=llm.stats()["num_steps"] - steps_before,
+        weight_bytes=_weight_bytes(llm),
+        kv_pool_bytes=num_pages * page_size * llm.config.kv_bytes_per_token(),
+        peak_rss_bytes=peak_rss_bytes(),
+    )
+
+
+def _percentiles(samples: list[float]) -> dict:
+    if not samples:
+        return dict(n=0, p50_ms=float("nan"), p99_ms=float("nan"), max_ms=float("nan"))
+    ms = 1e3 * np.asarray(samples)
+    return dict(
+        n=len(ms),
+        p50_ms=float(np.percentile(ms, 50)),
+        p99_ms=float(np.percentile(ms, 99)),
+        max_ms=float(ms.max()),
+    )
+
+
+class _StreamClock:
+    """Arrival times of the decode streams' tokens -> inter-token latencies."""
+
+    def __init__(self, ids: list[str]):
+        self.last = dict.fromkeys(ids)
+        self.samples: list[float] = []
+        self.dropped = 0
+
+    def record(self, deltas, now: float, compiled: bool) -> None:
+        for d in deltas:
+            if d.request_id in self.last and d.token_ids:
+                prev, self.last[d.request_id] = self.last[d.request_id], now
+                if prev is None:
+                    continue
+                if compiled:
+                    self.dropped += 1
+                else:
+                    self.samples.append(now - prev)
+
+
+def _step_timed(llm: LLM, clock: _StreamClock) -> tuple[list, float]:
+    """One engine step; (its deltas, its seconds if it compiled a new shape, else 0)."""
+    compiles = llm.stats()["num_compiles"]
+    start = time.perf_counter()
+    deltas = llm.step()
+    now = time.perf_counter()
+    compiled = llm.stats()["num_compiles"] != compiles
+    clock.record(deltas, now, compiled)
+    return deltas, now - start if compiled else 0.0
+
+
+def _start_streams(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> list[str]:
+    """Queue the decode streams and step until each has generated a few tokens."""
+    ids = [llm.add_request(p, params) for p in prompts]
+    generated = dict.fromkeys(ids, 0)
+    while min(generated.values()) < 4:
+        for d in llm.step():
+            if d.request_id in generated:
+                generated[d.request_id] += len(d.token_ids)
+    return ids
+
+
+def measure_itl(
+    model: str,
+    prompt_len: int,
+    budget: int,
+    policy: LongPrefillPolicy | None,
+    num_streams: int = 8,
+    stream_prompt_len: int = 128,
+    stream_tokens: int = 16384,
+    seed: int = 0,
+) -> dict:
+    """Decode ITL of `num_streams` streams while a `prompt_len` prompt prefills, and of the
+    same streams restarted and decoding as many steps alone (same contexts, so the same
+    decode cost). TTFT leaves out the time of steps that compiled a new shape.
+
+    Each stream may generate `stream_tokens`; `policy` None is the engine's default.
+    """
+    page_size = 16
+    stream_len = stream_prompt_len + stream_tokens
+    max_model_len = max(prompt_len, stream_len) + 1
+    num_pages = pages_for_tokens(prompt_len + num_streams * stream_len, page_size) + 1
+    llm = LLM(
+        model=model,
+        max_num_batched_tokens=budget,
+        max_num_seqs=max(16, num_streams + 1),
+        max_model_len=max_model_len,
+        num_pages=num_pages,
+        page_size=page_size,
+        long_prefill=policy,
+    )
+    rng = np.random.default_rng(seed)
+    vocab = llm.config.vocab_size
+    params = SamplingParams(temperature=0.0, max_tokens=stream_tokens)
+    prompts = [rng.integers(3, vocab, stream_prompt_len).tolist() for _ in range(num_streams)]
+
+    ids = _start_streams(llm, prompts, params)
+    with_long = _StreamClock(ids)
+    long_id = llm.add_request(
+        rng.integers(3, vocab, prompt_len).tolist(), SamplingParams(temperature=0.0, max_tokens=1)
+    )
+    start, compile_s, steps = time.perf_counter(), 0.0, 0
+    while True:
+        deltas, compiled_s = _step_timed(llm, with_long)
+        compile_s += compiled_s
+        steps += 1
+        if any(d.request_id == long_id and d.token_ids for d in deltas):
+            break
+    ttft = time.perf_counter() - start - compile_s
+    for rid in ids:
+        llm.abort(rid)
+
+    ids = _start_streams(llm, prompts, params)
+    without = _StreamClock(ids)
+    for _ in range(steps):
+        _step_timed(llm, without)
+    for rid in ids:
+        llm.abort(rid)
+    llm.step()
+    return dict(
+        model=model,
+        prompt_len=prompt_len,
+        budget=budget,
+        policy=_describe(LongPrefillPolicy() if policy is None else policy),
+        ttft_s=ttft,
+        compile_s=compile_s,
+        steps=steps,
+        itl_without=_percentiles(without.samples) | dict(dropped=without.dropped),
+        itl_with=_percentiles(with_long.samples) | dict(dropped=with_long.dropped),
+    )
+
+
+def _describe(policy: LongPrefillPolicy) -> str:
+    if policy.max_decode_slowdown is None:
+        return "token budget only"
+    return f"max_decode_slowdown={policy.max_decode_slowdown:g}"
+
+
+def plot_itl_vs_ttft(rows: list[dict], path: str, title: str) -> None:
+    """Decode ITL while the long prompt prefills against its TTFT, one point per run: p99 in
+    ms (each run's own p99 without the prompt as a hollow marker), and their ratio. Rows
+    carry "series" (one line each) and "label" (the point's annotation)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for series in dict.fromkeys(r["series"] for r in rows):
+        pts = sorted((r for r in rows if r["series"] == series), key=lambda r: r["ttft_s"])
+        x = [r["ttft_s"] for r in pts]
+        with_ms = [r["itl_with"]["p99_ms"] for r in pts]
+        ratio = [r["itl_with"]["p99_ms"] / r["itl_without"]["p99_ms"] for r in pts]
+        (line,) = left.plot(x, with_ms, "o-", label=series)
+        without_ms = [r["itl_without"]["p99_ms"] for r in pts]
+        left.plot(x, without_ms, "o", mfc="none", color=line.get_color())
+        right.plot(x, ratio, "o-", color=line.get_color(), label=series)
+        for r, xi, yl, yr in zip(pts, x, with_ms, ratio, strict=True):
+            for ax, y in ((left, yl), (right, yr)):
+                ax.annotate(r["label"], (xi, y), textcoords="offset points", xytext=(4, 4),
+                            fontsize=7)  # fmt: skip
+    left.plot([], [], "o", mfc="none", color="gray", label="same run, without the prompt")
+    right.axhline(3, color="gray", ls="--", label="3x")
+    for ax, ylabel in (
+        (left, "p99 decode ITL while it prefills (ms)"),
+        (right, "p99 ITL with / without the prompt"),
+    ):
+        ax.set_xlabel("TTFT of the long prompt (s)")
+        ax.set_ylabel(ylabel)
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# Attention microbenchmark: one layer of paged attention, small-llama-long's shape.
+ATTENTION_SCENARIOS = {  # name -> [(query tokens, KV length after the step)] per sequence
+    "8 decodes at 1k": [(1, 1024)] * 8,
+    "64 decodes at 128": [(1, 128)] * 64,
+    "2048-token chunk at 0": [(2048, 2048)],
+    "256-token chunk at 32k": [(256, 32768)],
+    "2048-token chunk at 30k + 8 decodes": [(1, 512)] * 8 + [(2048, 32768)],
+    "16-token chunk at 32k + 8 decodes": [(1, 512)] * 8 + [(16, 32768)],
+    "2048-token chunk at 126k": [(2048, 131072)],
+}
+
+
+def time_attention(
+    module,
+    scenario: list[tuple[int, int]],
+    kv_block_tokens: int,
+    num_kv_heads: int = 2,
+    group: int = 2,
+    head_dim: int = 32,
+    page_size: int = 16,
+    repeats: int = 3,
+    **options,
+) -> dict:
+    """Best-of-`repeats` seconds and XLA temp bytes of `module.paged_attention_gqa` (the
+    engine's, or an older copy of engine/paged_attention.py) on one step's batch."""
+    cu, positions, kv_lens, rows = [0], [], [], []
+    for q_len, kv_len in scenario:
+        cu.append(cu[-1] + q_len)
+        positions += range(kv_len - q_len, kv_len)
+        kv_lens.append(kv_len)
+        rows.append(pages_for_tokens(kv_len, page_size))
+    page_table = np.zeros((len(scenario), max(rows)), np.int32)
+    used = 0
+    for s, n in enumerate(rows):
+        page_table[s, :n] = np.arange(used, used + n)
+        used += n
+    rng = np.random.default_rng(0)
+    pages = rng.standard_normal((2, used, page_size, num_kv_heads, head_dim), np.float32)
+    q = rng.standard_normal((cu[-1], num_kv_heads * group, head_dim), np.float32)
+    block_pages = max(1, kv_block_tokens // page_size)
+
+    @jax.jit
+    def attend(q, k_pages, v_pages, cu, positions, kv_lens, page_table):
+        meta = module.build_metadata(cu, positions, kv_lens, page_table, q.shape[0])
+        return module.paged_attention_gqa(
+            q, k_pages, v_pages, meta, head_dim**-0.5, block_pages, **options
+        )
+
+    args = (q, pages[0], pages[1], np.array(cu, np.int32), np.array(positions, np.int32))
+    args += (np.array(kv_lens, np.int32), page_table)
+    compiled = attend.lower(*args).compile()
+    compiled(*args).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        compiled(*args).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return dict(seconds=best, temp_bytes=compiled.memory_analysis().temp_size_in_bytes)

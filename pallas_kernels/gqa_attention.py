@@ -1,0 +1,150 @@
+"""Ragged paged attention for GQA/MHA: prefill chunks and decodes in one kernel call.
+
+Every query head of a KV head shares one program, so each K/V row gathered from a page is
+read once per KV head and serves the whole group. See ragged_flash.py for the tiling.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from pallas_kernels.ragged_flash import (
+    GQA_CONFIG,
+    KernelConfig,
+    UnsupportedShapeError,
+    check_dtypes,
+    column_index,
+    gather_rows,
+    next_pow2,
+    padded_dim,
+    plan_tiles,
+    ragged_flash,
+)
+
+MAX_HEAD_DIM = 256  # a [rows, head_dim] f32 accumulator per program must fit in registers
+
+
+def check_gqa_supported(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array) -> None:
+    """Raises UnsupportedShapeError for shapes the kernel does not take (callers fall back)."""
+    if q.ndim != 3:
+        raise ValueError(f"q {q.shape}: expected [T, H, Dh]")
+    num_heads, head_dim = q.shape[1:]
+    if k_pages.ndim != 4 or k_pages.shape != v_pages.shape:
+        raise ValueError(
+            f"k_pages {k_pages.shape} and v_pages {v_pages.shape}: expected equal [N, P, K, Dh]"
+        )
+    if k_pages.shape[3] != head_dim:
+        raise ValueError(f"k_pages head dim {k_pages.shape[3]} != q head dim {head_dim}")
+    if num_heads % k_pages.shape[2]:
+        raise ValueError(
+            f"num query heads {num_heads} is not a multiple of num kv heads {k_pages.shape[2]}"
+        )
+    if head_dim > MAX_HEAD_DIM:
+        raise UnsupportedShapeError(f"head_dim={head_dim}: the kernel takes at most {MAX_HEAD_DIM}")
+    check_dtypes(q, k_pages, v_pages)
+
+
+def ragged_paged_attention(
+    q: jax.Array,  # [T, H, Dh]
+    k_pages: jax.Array,  # [N, P, K, Dh]
+    v_pages: jax.Array,  # [N, P, K, Dh]
+    cu_q_lens: jax.Array,  # [S + 1] int32; tokens at or past cu_q_lens[S] are padding
+    positions: jax.Array,  # [T] int32, absolute position of each query token
+    kv_lens: jax.Array,  # [S] int32, KV length including this step's tokens
+    page_table: jax.Array,  # [S, Pmax] int32
+    *,
+    scale: float,
+    config: KernelConfig = GQA_CONFIG,
+    interpret: bool = False,
+) -> jax.Array:  # [T, H, Dh]
+    """Causal GQA of ragged query spans over their paged K/V (already written)."""
+    check_gqa_supported(q, k_pages, v_pages)
+    num_tokens, num_heads, head_dim = q.shape
+    num_pages, page_size, num_kv_heads, _ = k_pages.shape
+    group = num_heads // num_kv_heads
+    heads = min(next_pow2(group), config.max_heads_per_program)  # heads per program
+    head_blocks = -(-group // heads)
+    block_q = max(1, config.block_rows // heads)
+    d_pad = padded_dim(head_dim)
+    if positions.shape != (num_tokens,):
+        raise ValueError(f"positions {positions.shape}: expected [T] = [{num_tokens}]")
+    plan = plan_tiles(cu_q_lens, positions, kv_lens, page_table, block_q)
+    t_pad = plan.num_tokens_padded
+
+    # Rows of a program: (token, head) for `heads` heads of one KV head. Query head h uses
+    # KV head h // group (HF repeat_kv order).
+    qg = q.reshape(num_tokens, num_kv_heads, group, head_dim)
+    qg = jnp.pad(
+        qg,
+        ((0, t_pad - num_tokens), (0, 0), (0, head_blocks * heads - group), (0, d_pad - head_dim)),
+    )
+    qg = qg.reshape(t_pad, num_kv_heads * head_blocks, heads, d_pad).transpose(1, 0, 2, 3)
+    qg = qg.reshape(num_kv_heads * head_blocks, t_pad * heads, d_pad)
+
+    def load_kv(kv_refs, kv_head, pages, offsets):
+        k_ref, v_ref = kv_refs
+        cols = column_index(head_dim, d_pad)
+        lead = (pages, offsets, kv_head)
+        return [gather_rows(k_ref, lead, cols)], gather_rows(v_ref, lead, cols)
+
+    o = ragged_flash(
+        [qg],
+        [k_pages, v_pages],
+        load_kv,
+        plan,
+        page_table,
+        value_dim=d_pad,
+        heads_per_program=heads,
+        head_blocks=head_blocks,
+        block_q=block_q,
+        page_size=page_size,
+        num_pages=num_pages,
+        scale=scale,
+        config=config,
+        interpret=interpret,
+        name="ragged_paged_attention_gqa",
+    )  # [K * head_blocks, T_pad * heads, d_pad]
+    o = o.reshape(num_kv_heads, head_blocks, t_pad, heads, d_pad).transpose(2, 0, 1, 3, 4)
+    o = o.reshape(t_pad, num_kv_heads, head_blocks * heads, d_pad)[:num_tokens, :, :group]
+    o = o[..., :head_dim].reshape(num_tokens, num_heads, head_dim)
+    # Padding tokens belong to no tile; their rows were never written.
+    valid = jnp.arange(num_tokens) < cu_q_lens[-1]
+    return jnp.where(valid[:, None, None], o, 0.0).astype(q.dtype)
+
+
+def ragged_paged_attention_ref(
+    q: jax.Array,  # [T, H, Dh]
+    k_pages: jax.Array,  # [N, P, K, Dh]
+    v_pages: jax.Array,  # [N, P, K, Dh]
+    cu_q_lens: jax.Array,  # [S + 1]
+    positions: jax.Array,  # [T]
+    kv_lens: jax.Array,  # [S]
+    page_table: jax.Array,  # [S, Pmax]
+    *,
+    scale: float,
+) -> jax.Array:  # [T, H, Dh]
+    """Plain jnp twin: each token gathers its sequence's whole K/V and takes a masked softmax."""
+    num_tokens, num_heads, head_dim = q.shape
+    num_pages, page_size, num_kv_heads, _ = k_pages.shape
+    group = num_heads // num_kv_heads
+    num_seqs, max_pages = page_table.shape
+    token = jnp.arange(num_tokens)
+    seq = jnp.clip(jnp.searchsorted(cu_q_lens, token, side="right") - 1, 0, num_seqs - 1)
+    limit = jnp.where(token < cu_q_lens[-1], jnp.minimum(positions + 1, kv_lens[seq]), 0)
+    pages = jnp.clip(page_table[seq], 0, num_pages - 1)  # [T, Pmax]
+    length = max_pages * page_size
+    keys = k_pages[pages].reshape(num_tokens, length, num_kv_heads, head_dim)
+    values = v_pages[pages].reshape(num_tokens, length, num_kv_heads, head_dim)
+    visible = jnp.arange(length)[None, :] < limit[:, None]  # [T, L]
+    qg = q.reshape(num_tokens, num_kv_heads, group, head_dim).astype(jnp.float32)
+    s = jnp.einsum("tkgd,tlkd->tkgl", qg, keys.astype(jnp.float32), precision=lax.Precision.HIGHEST)
+    s = jnp.where(visible[:, None, None, :], s * scale, -jnp.inf)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    p = jnp.exp(s - jnp.where(m == -jnp.inf, 0.0, m))
+    denom = jnp.sum(p, axis=-1, keepdims=True)
+    p = jnp.where(denom > 0, p / jnp.where(denom > 0, denom, 1.0), 0.0)
+    values = jnp.where(visible[:, :, None, None], values.astype(jnp.float32), 0.0)
+    o = jnp.einsum("tkgl,tlkd->tkgd", p, values, precision=lax.Precision.HIGHEST)
+    return o.reshape(num_tokens, num_heads, head_dim).astype(q.dtype)

@@ -1,0 +1,352 @@
+"""The ragged paged flash-attention kernel shared by GQA and MLA (Pallas, Triton lowering).
+
+One `pallas_call` serves a whole engine step: decode spans of one token and prefill chunks
+of many, each over its own paged KV. The work is cut three ways:
+
+- **Query tiles.** Each sequence's query span is cut into tiles of `block_q` tokens; a
+  tile's rows are (token, head) pairs for every query head that shares one KV head, so
+  `rows = block_q * heads_per_program` and every key/value row loaded from a page serves
+  all of them (the GQA group, or all MLA heads). Tiles never straddle two sequences; a tile
+  that overhangs its span computes the extra rows and masks them out of the store.
+- **KV splits of fixed size** (`kv_split` keys, aligned to absolute position 0). Each split
+  is an independent program writing a partial output and its log-sum-exp; the splits are
+  combined afterwards in a fixed order (Flash-Decoding, Dao et al. 2023). Because the split
+  size is fixed rather than the number of splits, a token's reduction order depends only on
+  its own sequence, never on the batch it shares a step with, and decode and prefill tokens
+  take the same path. The price is a float32 partial output per query row and split: splits
+  are capped at `max_splits` by lengthening them for long page tables (the table width is
+  fixed per engine, so this too is independent of the batch), which bounds that buffer at
+  `max_splits` times the step's f32 output (GQA 2048 tokens x 32 heads x 128: 0.5 GiB; MLA
+  with 128 unsharded heads and a 2048-token prefill budget: 8 GiB, see docs/benchmarks.md).
+- **KV blocks** (`block_kv` keys) inside a split, reduced with an online softmax
+  (FlashAttention, Dao et al. 2022). Keys are gathered token by token through the page
+  table, so any page size works and a block may span several pages or part of one.
+
+Everything the kernel addresses by data (page ids, ragged tile starts) is a whole-array
+ref indexed inside the kernel: with the Triton lowering such refs are plain pointers, and
+a gather through the page table is pointer arithmetic. Shapes the Triton lowering needs as
+powers of two (rows, block_kv, head dims >= 16) are padded here; a head dim that is not a
+power of two is read with clamped column indices and its padded columns are discarded.
+
+Masking matches engine.paged_attention: token t sees key j iff j < min(position_t + 1,
+kv_len of its sequence); a token with no visible key gets zeros.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pl_triton
+
+SUPPORTED_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+
+
+class UnsupportedShapeError(ValueError):
+    """The kernels do not handle this shape or dtype; callers fall back to the XLA path."""
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def padded_dim(n: int) -> int:
+    """Width a head dim is loaded at: a power of two, at least 16 (Triton's dot minimum)."""
+    return max(16, next_pow2(n))
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelConfig:
+    """Static tiling of the ragged attention kernels (one compilation per distinct value)."""
+
+    block_rows: int = 64  # query rows (tokens x heads) per program; a power of two >= 16
+    block_kv: int = 64  # keys per online-softmax step; a power of two >= 16
+    kv_split: int = 2048  # keys per split, a multiple of block_kv; fixed for batch invariance
+    max_splits: int = 16  # longer page tables get proportionally longer splits (memory bound)
+    max_heads_per_program: int = 64  # query heads of one KV head that share a program
+    num_warps: int = 4  # Triton warps per program
+    num_stages: int = 2  # Triton software-pipelining depth of the KV loop
+
+    def __post_init__(self):
+        for name in ("block_rows", "block_kv", "max_heads_per_program"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"KernelConfig.{name}={value}: must be a power of two")
+        for name in ("block_rows", "block_kv"):
+            if getattr(self, name) < 16:
+                raise ValueError(f"KernelConfig.{name}={getattr(self, name)}: must be >= 16")
+        if self.kv_split < self.block_kv or self.kv_split % self.block_kv:
+            raise ValueError(
+                f"KernelConfig.kv_split={self.kv_split}: must be a positive multiple of "
+                f"block_kv={self.block_kv}"
+            )
+        if self.max_splits < 1:
+            raise ValueError(f"KernelConfig.max_splits={self.max_splits}: must be >= 1")
+
+    def split_size(self, max_len: int) -> int:
+        """Keys per split for page tables of `max_len` keys.
+
+        Each split keeps a float32 partial output per query row, so the number of splits is
+        capped at `max_splits`. `max_len` (page-table width x page size) is fixed by the
+        engine, not by the batch, so the split size is too.
+        """
+        per_split = -(-max_len // self.max_splits)
+        return max(self.kv_split, -(-per_split // self.block_kv) * self.block_kv)
+
+
+# Starting points, not yet tuned on a GPU (scripts/bench_kernels.py takes overrides).
+# GQA (head_dim 128, bf16): q [64, 128], K and V blocks [64, 128] double-buffered in shared
+# memory and a [64, 128] f32 accumulator fit one warpgroup (4 warps) comfortably.
+GQA_CONFIG = KernelConfig()
+# MLA (R 512 + Dr 64): the [64, 512] f32 accumulator needs two warpgroups (8 warps, 128
+# registers a thread), and q [64, 576] plus two [32, 576] latent blocks stay under Hopper's
+# 227 KiB of shared memory per block.
+MLA_CONFIG = KernelConfig(block_kv=32, num_warps=8)
+
+
+class TilePlan(NamedTuple):
+    """Where each query tile sits (traceable; built from the step's ragged metadata)."""
+
+    seq: jax.Array  # [NT] int32, page-table row of the tile
+    start: jax.Array  # [NT] int32, first token of the tile
+    end: jax.Array  # [NT] int32, end of the tile's sequence span; end <= start = unused tile
+    limit: jax.Array  # [T_pad] int32, keys visible to each token (0 for padding)
+    num_tokens_padded: int  # T_pad = T + block_q, so a tile's rows never run off the array
+
+
+def plan_tiles(
+    cu_q_lens: jax.Array,  # [S + 1] int32
+    positions: jax.Array,  # [T] int32
+    kv_lens: jax.Array,  # [S] int32
+    page_table: jax.Array,  # [S, Pmax] int32
+    block_q: int,
+) -> TilePlan:
+    """Cuts every sequence's query span into tiles of `block_q` tokens."""
+    num_tokens = positions.shape[0]
+    num_seqs = kv_lens.shape[0]
+    if cu_q_lens.shape != (num_seqs + 1,) or page_table.shape[0] != num_seqs:
+        raise ValueError(
+            f"cu_q_lens {cu_q_lens.shape}, kv_lens {kv_lens.shape}, page_table "
+            f"{page_table.shape}: expected [S + 1], [S], [S, Pmax]"
+        )
+    cu_q_lens = cu_q_lens.astype(jnp.int32)
+    q_lens = jnp.maximum(cu_q_lens[1:] - cu_q_lens[:-1], 0)
+    cu_tiles = jnp.concatenate(
+        [jnp.zeros(1, jnp.int32), jnp.cumsum((q_lens + block_q - 1) // block_q, dtype=jnp.int32)]
+    )
+    # Sum over sequences of ceil(q_len / block_q) < T / block_q + S.
+    max_tiles = -(-num_tokens // block_q) + num_seqs
+    tiles = jnp.arange(max_tiles, dtype=jnp.int32)
+    seq = jnp.clip(jnp.searchsorted(cu_tiles, tiles, side="right") - 1, 0, num_seqs - 1)
+    used = tiles < cu_tiles[-1]
+    start = jnp.where(used, cu_q_lens[seq] + (tiles - cu_tiles[seq]) * block_q, 0)
+    end = jnp.where(used, cu_q_lens[seq + 1], 0)
+
+    token = jnp.arange(num_tokens, dtype=jnp.int32)
+    token_seq = jnp.clip(jnp.searchsorted(cu_q_lens, token, side="right") - 1, 0, num_seqs - 1)
+    in_span = token < cu_q_lens[-1]
+    limit = jnp.where(in_span, jnp.minimum(positions + 1, kv_lens[token_seq]), 0)
+    padded = num_tokens + block_q
+    limit = jnp.pad(jnp.maximum(limit, 0).astype(jnp.int32), (0, block_q))
+    return TilePlan(seq.astype(jnp.int32), start, end, limit, padded)
+
+
+# load_kv(kv_refs, kv_head, pages [BK], offsets [BK]) -> (key parts [[BK, Dk_i]], value [BK, Dv])
+LoadKV = Callable[[Sequence, jax.Array, jax.Array, jax.Array], tuple[list, jax.Array]]
+
+
+def column_index(width: int, padded: int, offset: int = 0):
+    """Columns [offset, offset + width) read at `padded` width: a slice when no padding is
+    needed, else clamped indices (the duplicated columns meet zero query columns or are
+    cropped from the output, so they never reach a result)."""
+    if width == padded:
+        return pl.ds(offset, width)
+    return offset + jnp.minimum(lax.iota(jnp.int32, padded), width - 1)
+
+
+def gather_rows(ref, lead: tuple, cols):
+    """ref[*lead, cols] for per-key index vectors in `lead` ([BK] each) -> [BK, width]."""
+    if isinstance(cols, pl.Slice):
+        return ref[(*lead, cols)]
+    lead = tuple(i[:, None] if getattr(i, "ndim", 0) else i for i in lead)
+    return ref[(*lead, cols[None, :])]
+
+
+def _dot_nt(a: jax.Array, b: jax.Array) -> jax.Array:  # [M, D] x [N, D] -> [M, N] f32
+    return lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _flash_kernel(
+    tile_seq_ref,  # [NT]
+    tile_start_ref,  # [NT]
+    tile_end_ref,  # [NT]
+    limit_ref,  # [T_pad]
+    page_table_ref,  # [S, Pmax]
+    *refs,  # q parts [Q, T_pad * Gb, Dq_i] ..., kv refs ..., o [NS, Q, R, Dv], lse [NS, Q, R]
+    num_q_parts: int,
+    load_kv: LoadKV,
+    heads_per_program: int,
+    head_blocks: int,
+    block_q: int,
+    block_kv: int,
+    kv_split: int,
+    page_size: int,
+    num_pages: int,
+    scale: float,
+):
+    q_refs, kv_refs = refs[:num_q_parts], refs[num_q_parts:-2]
+    o_ref, lse_ref = refs[-2:]
+    group, tile, split = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+    rows = block_q * heads_per_program
+    max_pages = page_table_ref.shape[1]
+
+    seq = tile_seq_ref[tile]
+    t0 = tile_start_ref[tile]
+    # Indices are non-negative: lax.div/rem skip floor division's sign fix-ups.
+    row_token = t0 + lax.div(lax.iota(jnp.int32, rows), heads_per_program)
+    row_ok = row_token < tile_end_ref[tile]
+    limit = jnp.where(row_ok, limit_ref[row_token], 0)  # [rows]
+    lo = split * kv_split
+    # Keys past the page table's last column do not exist (the XLA path never visits them).
+    hi = jnp.minimum(jnp.max(limit), jnp.minimum(lo + kv_split, max_pages * page_size))
+    num_blocks = lax.div(jnp.maximum(hi - lo, 0) + block_kv - 1, block_kv)
+
+    r0 = t0 * heads_per_program
+    qs = [q_ref[group, pl.ds(r0, rows), :] for q_ref in q_refs]
+    kv_head = lax.div(group, head_blocks)
+
+    def body(b, carry):
+        m, denom, acc = carry  # [rows], [rows], [rows, Dv] f32
+        pos = lo + b * block_kv + lax.iota(jnp.int32, block_kv)  # [BK] absolute key positions
+        col = jnp.minimum(lax.div(pos, page_size), max_pages - 1)
+        # Table columns past a sequence's pages may hold anything: clip to stay in bounds.
+        pages = jnp.clip(page_table_ref[seq, col], 0, num_pages - 1)
+        keys, values = load_kv(kv_refs, kv_head, pages, lax.rem(pos, page_size))
+        s = _dot_nt(qs[0], keys[0])
+        for q, k in zip(qs[1:], keys[1:], strict=True):
+            s += _dot_nt(q, k)
+        s = jnp.where(pos[None, :] < limit[:, None], s * scale, -jnp.inf)
+        m_new = jnp.maximum(m, jnp.max(s, axis=1))
+        # A row that has seen no key keeps max -inf; shifting by 0 keeps exp() at 0, not NaN.
+        m_shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+        alpha = jnp.exp(m - m_shift)
+        p = jnp.exp(s - m_shift[:, None])
+        # Stale rows past the tile's keys may hold inf/NaN, and 0 * inf = NaN.
+        values = jnp.where((pos < hi)[:, None], values, jnp.zeros_like(values))
+        pv = lax.dot_general(
+            p.astype(values.dtype),
+            values,
+            (((1,), (0,)), ((), ())),
+            preferred_element_type=jnp.float32,
+        )
+        return m_new, alpha * denom + jnp.sum(p, axis=1), alpha[:, None] * acc + pv
+
+    value_dim = o_ref.shape[-1]
+    init = (
+        jnp.full((rows,), -jnp.inf, jnp.float32),
+        jnp.zeros((rows,), jnp.float32),
+        jnp.zeros((rows, value_dim), jnp.float32),
+    )
+    m, denom, acc = lax.fori_loop(0, num_blocks, body, init)
+    seen = denom > 0
+    out = acc / jnp.where(seen, denom, 1.0)[:, None]
+    lse = jnp.where(seen, m + jnp.log(jnp.where(seen, denom, 1.0)), -jnp.inf)
+    pl_triton.store(o_ref.at[split, group, pl.ds(r0, rows), :], out, mask=row_ok[:, None])
+    pl_triton.store(lse_ref.at[split, group, pl.ds(r0, rows)], lse, mask=row_ok)
+
+
+def combine_splits(
+    o: jax.Array,  # [NS, ..., Dv] f32, each split's normalized output
+    lse: jax.Array,  # [NS, ...] f32, each split's log-sum-exp (-inf = no keys)
+) -> jax.Array:  # [..., Dv] f32
+    """Merges the splits in split order; a row with no key anywhere gets zeros.
+
+    Splits are added one after another: an empty split adds exactly 0, so the result does
+    not depend on how many splits the static shape allows.
+    """
+    m = jnp.max(lse, axis=0)
+    m = jnp.where(m == -jnp.inf, 0.0, m)
+    num = jnp.zeros(o.shape[1:], jnp.float32)
+    den = jnp.zeros(lse.shape[1:], jnp.float32)
+    for s in range(o.shape[0]):
+        w = jnp.exp(lse[s] - m)
+        # Rows no program of this split wrote may hold NaN: select, never multiply.
+        num = num + jnp.where((w > 0)[..., None], w[..., None] * o[s], 0.0)
+        den = den + w
+    return jnp.where((den > 0)[..., None], num / jnp.where(den > 0, den, 1.0)[..., None], 0.0)
+
+
+def ragged_flash(
+    q_parts: Sequence[jax.Array],  # each [Q, T_pad * Gb, Dq_i]; Q = K * head_blocks
+    kv_arrays: Sequence[jax.Array],  # the paged cache arrays load_kv reads
+    load_kv: LoadKV,
+    plan: TilePlan,
+    page_table: jax.Array,  # [S, Pmax] int32
+    *,
+    value_dim: int,
+    heads_per_program: int,
+    head_blocks: int,
+    block_q: int,
+    page_size: int,
+    num_pages: int,
+    scale: float,
+    config: KernelConfig,
+    interpret: bool,
+    name: str,
+) -> jax.Array:  # [Q, T_pad * Gb, Dv] f32
+    """Runs the kernel over (query group, tile, split) and merges the splits."""
+    num_groups, num_rows, _ = q_parts[0].shape
+    num_tiles = plan.seq.shape[0]
+    max_len = page_table.shape[1] * page_size
+    kv_split = config.split_size(max_len)
+    num_splits = -(-max_len // kv_split)
+    kernel = functools.partial(
+        _flash_kernel,
+        num_q_parts=len(q_parts),
+        load_kv=load_kv,
+        heads_per_program=heads_per_program,
+        head_blocks=head_blocks,
+        block_q=block_q,
+        block_kv=config.block_kv,
+        kv_split=kv_split,
+        page_size=page_size,
+        num_pages=num_pages,
+        scale=float(scale),
+    )
+    o, lse = pl.pallas_call(
+        kernel,
+        grid=(num_groups, num_tiles, num_splits),
+        out_shape=[
+            jax.ShapeDtypeStruct((num_splits, num_groups, num_rows, value_dim), jnp.float32),
+            jax.ShapeDtypeStruct((num_splits, num_groups, num_rows), jnp.float32),
+        ],
+        compiler_params=pl_triton.CompilerParams(
+            num_warps=config.num_warps, num_stages=config.num_stages
+        ),
+        interpret=interpret,
+        name=name,
+    )(
+        plan.seq,
+        plan.start,
+        plan.end,
+        plan.limit,
+        page_table.astype(jnp.int32),
+        *q_parts,
+        *kv_arrays,
+    )
+    return combine_splits(o, lse)
+
+
+def check_dtypes(*arrays: jax.Array) -> None:
+    dtypes = {jnp.dtype(a.dtype) for a in arrays}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in [jnp.dtype(d) for d in SUPPORTED_DTYPES]:
+        raise UnsupportedShapeError(
+            f"dtypes {sorted(str(d) for d in dtypes)}: the Pallas kernels need one dtype among "
+            f"{[jnp.dtype(d).name for d in SUPPORTED_DTYPES]} for queries and pages"
+        )

@@ -1,0 +1,67 @@
+"""Cost of batch-invariant mode: the same offline workload with the mode off and on.
+
+  python -m scripts.bench_determinism                      # the docs/benchmarks.md figures
+  python -m scripts.bench_determinism --model=tiny-llama --num_requests=8 --max_tokens=4
+
+Both engines get the same requests (random prompts and lengths, greedy); each is warmed up
+on the same workload first so compilation is not timed, then timed over `repeats` runs
+(best of). Prints tok/s for both and the ratio on / off.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from absl import app, flags
+
+from engine import LLM, SamplingParams
+
+_MODEL = flags.DEFINE_string("model", "bench-llama-20m", "Preset, HF dir or orbax dir.")
+_NUM_REQUESTS = flags.DEFINE_integer("num_requests", 64, "Concurrent requests.")
+_PROMPT_LEN = flags.DEFINE_integer("prompt_len", 64, "Longest prompt (tokens).")
+_MAX_TOKENS = flags.DEFINE_integer("max_tokens", 32, "Tokens generated per request.")
+_MAX_SEQS = flags.DEFINE_integer("max_num_seqs", 64, "Sequences per step.")
+_REPEATS = flags.DEFINE_integer("repeats", 2, "Timed runs per mode (best is kept).")
+
+
+def time_workload(llm: LLM, prompts, params, repeats: int) -> float:
+    """Best wall time of `generate` over `repeats` runs, after one untimed warm-up."""
+    llm.generate(prompts, params)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        llm.generate(prompts, params)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main(argv):
+    del argv
+    rng = np.random.default_rng(0)
+    results = {}
+    for mode in (False, True):
+        llm = LLM(
+            model=_MODEL.value,
+            batch_invariant=mode,
+            max_num_seqs=_MAX_SEQS.value,
+            max_model_len=_PROMPT_LEN.value + _MAX_TOKENS.value + 8,
+        )
+        if not results:
+            vocab = llm.config.vocab_size
+            prompts = [
+                rng.integers(3, vocab, int(rng.integers(1, _PROMPT_LEN.value + 1))).tolist()
+                for _ in range(_NUM_REQUESTS.value)
+            ]
+            params = SamplingParams(max_tokens=_MAX_TOKENS.value, ignore_eos=True)
+        seconds = time_workload(llm, prompts, params, _REPEATS.value)
+        results[mode] = _NUM_REQUESTS.value * _MAX_TOKENS.value / seconds
+        print(f"batch_invariant={mode}: {results[mode]:.0f} tok/s ({seconds:.2f} s)")
+    print(
+        f"{_MODEL.value}: {_NUM_REQUESTS.value} requests x {_MAX_TOKENS.value} tokens; "
+        f"batch-invariant / default throughput = {results[True] / results[False]:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)

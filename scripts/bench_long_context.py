@@ -1,0 +1,231 @@
+"""Long-context benchmarks: TTFT and peak memory of long prompts; decode ITL under a long prefill.
+
+  git show c4ae706:engine/paged_attention.py > /tmp/pa_before.py
+  python -m scripts.bench_long_context --part=attention --attention_before=/tmp/pa_before.py
+  python -m scripts.bench_long_context --part=ttft      # (a) the TTFT / RSS table
+  python -m scripts.bench_long_context --part=itl       # (b) the ITL sweep and its PNG
+  python -m scripts.bench_long_context --part=ttft --models=tiny-llama --prompt_lens=512 \
+      --budget=128                                      # a quick check
+
+attention: one layer of paged attention per scenario, best of 3, and XLA's temp bytes, for
+the engine's engine/paged_attention.py and optionally an older copy of it.
+(a) Each (model, prompt length) runs in a fresh process, so its peak RSS is its own: one
+prompt, chunked by --budget, after a warm-up prompt compiled the step; RSS is compared
+with the weights + the KV pool (sized for the prompt) + 1 GiB.
+(b) --num_streams requests decode; their ITL is measured while a --itl_prompt_len prompt
+prefills until its first token, then over as many steps of the same streams restarted
+without it (same contexts, same decode cost). Swept over budgets
+(max_num_batched_tokens): --policy_budgets with the default long-prefill policy, --budgets
+with the token budget alone; and over --slowdowns (the policy's max_decode_slowdown) at
+--budget.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+from absl import app, flags
+
+from engine import paged_attention
+from long_context.latency import (
+    ATTENTION_SCENARIOS,
+    measure_itl,
+    measure_ttft,
+    plot_itl_vs_ttft,
+    time_attention,
+)
+from long_context.policy import LongPrefillPolicy
+
+_PART = flags.DEFINE_list("part", ["ttft", "itl"], "Which benchmarks: attention, ttft, itl.")
+_ATTN_BEFORE = flags.DEFINE_string(
+    "attention_before", None, "attention: an older paged_attention.py to compare with."
+)
+_ATTN_BEFORE_BLOCK = flags.DEFINE_integer(
+    "attention_before_block", 32, "attention: KV block tokens of the older file (its engine's)."
+)
+_ATTN_CONFIGS = flags.DEFINE_list(
+    "attention_configs",
+    ["128:128:512"],
+    "attention: engine settings to time, decode block:query tile:prefill block (tokens).",
+)
+_ATTN_SKIP_BEFORE = flags.DEFINE_list(
+    "attention_skip_before",
+    ["2048-token chunk at 30k + 8 decodes", "2048-token chunk at 126k"],
+    "attention: scenarios too slow for the older file.",
+)
+_MODELS = flags.DEFINE_list("models", ["small-llama-long", "small-mla-long"], "(a) presets.")
+_PROMPT_LENS = flags.DEFINE_list("prompt_lens", ["8192", "32768", "131072"], "(a) lengths.")
+_BUDGET = flags.DEFINE_integer("budget", 2048, "max_num_batched_tokens (the engine default).")
+_ITL_MODEL = flags.DEFINE_string("itl_model", "small-llama-long", "(b) preset.")
+_ITL_PROMPT_LEN = flags.DEFINE_integer("itl_prompt_len", 32768, "(b) long prompt tokens.")
+_NUM_STREAMS = flags.DEFINE_integer("num_streams", 8, "(b) decoding requests.")
+_STREAM_TOKENS = flags.DEFINE_integer("stream_tokens", 16384, "(b) tokens a stream may decode.")
+_BUDGETS = flags.DEFINE_list(
+    "budgets", ["512", "1024", "2048", "4096", "8192"], "(b) token budget only: budgets."
+)
+_POLICY_BUDGETS = flags.DEFINE_list(
+    "policy_budgets", ["2048", "512", "8192"], "(b) default policy: budgets (first: headline)."
+)
+_SLOWDOWNS = flags.DEFINE_list("slowdowns", ["1.5", "3", "5"], "(b) policy sweep at --budget.")
+_JSON = flags.DEFINE_string("json_out", None, "Write all results here as JSON.")
+_PNG = flags.DEFINE_string("png_out", "docs/long_context_itl.png", "(b) p99 ITL vs TTFT plot.")
+_ITL_FROM = flags.DEFINE_string(
+    "itl_from", None, "(b) table and plot from a --json_out file instead of measuring."
+)
+_SINGLE = flags.DEFINE_string("single_ttft", None, "Internal: MODEL:LEN, one (a) run.")
+
+GIB = 1 << 30
+
+
+def _ttft_in_subprocess(model: str, prompt_len: int, budget: int) -> dict:
+    cmd = [sys.executable, "-m", "scripts.bench_long_context"]
+    cmd += [f"--single_ttft={model}:{prompt_len}", f"--budget={budget}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _load_module(path: str):
+    spec = importlib.util.spec_from_file_location("paged_attention_before", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _attention_rows() -> list[dict]:
+    """Times every scenario for the older file and each --attention_configs of the engine's."""
+    before = _load_module(_ATTN_BEFORE.value) if _ATTN_BEFORE.value else None
+    configs = [tuple(int(x) for x in c.split(":")) for c in _ATTN_CONFIGS.value]
+    rows = []
+    for name, scenario in ATTENTION_SCENARIOS.items():
+        row = dict(scenario=name)
+        if before is not None and name not in _ATTN_SKIP_BEFORE.value:
+            row["before"] = time_attention(before, scenario, _ATTN_BEFORE_BLOCK.value)
+        for decode_block, tile, prefill_block in configs:
+            row[f"{decode_block}:{tile}:{prefill_block}"] = time_attention(
+                paged_attention,
+                scenario,
+                decode_block,
+                query_tile=tile,
+                prefill_block_tokens=prefill_block,
+            )
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    keys = (["before"] if before is not None else []) + [":".join(map(str, c)) for c in configs]
+    print(
+        "ms (XLA temp MiB) of one GQA layer, 4 q / 2 kv heads x 32; columns: the older file, "
+        "then decode block:query tile:prefill block tokens"
+    )
+    print("| scenario | " + " | ".join(keys) + " |")
+    print("|---|" + "---|" * len(keys))
+    for r in rows:
+        cells = [
+            f"{1e3 * r[k]['seconds']:.1f} ({r[k]['temp_bytes'] / 2**20:.1f})" if k in r else "-"
+            for k in keys
+        ]
+        print(f"| {r['scenario']} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _ttft_table(rows: list[dict]) -> None:
+    print(
+        "| model | prompt tokens | TTFT s | prefill tok/s | weights MiB | KV pool MiB "
+        "| peak RSS MiB | bound MiB | within |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        bound = r["weight_bytes"] + r["kv_pool_bytes"] + GIB
+        print(
+            f"| {r['model']} | {r['prompt_len']:,} | {r['ttft_s']:.1f} | "
+            f"{r['prompt_len'] / r['ttft_s']:.0f} | {r['weight_bytes'] / 2**20:.0f} | "
+            f"{r['kv_pool_bytes'] / 2**20:.0f} | {r['peak_rss_bytes'] / 2**20:.0f} | "
+            f"{bound / 2**20:.0f} | {'yes' if r['peak_rss_bytes'] <= bound else 'NO'} |"
+        )
+
+
+def _itl_table(rows: list[dict]) -> None:
+    print(
+        "| policy | budget | TTFT s | ITL p50 / p99 ms without | ITL p50 / p99 ms with "
+        "| p99 ratio | steps |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        a, b = r["itl_without"], r["itl_with"]
+        print(
+            f"| {r['policy']} | {r['budget']} | {r['ttft_s']:.1f} | "
+            f"{a['p50_ms']:.1f} / {a['p99_ms']:.1f} | {b['p50_ms']:.1f} / {b['p99_ms']:.1f} | "
+            f"{b['p99_ms'] / a['p99_ms']:.1f}x | {r['steps']} |"
+        )
+
+
+def main(argv):
+    del argv
+    if _SINGLE.value:
+        model, length = _SINGLE.value.rsplit(":", 1)
+        print(json.dumps(measure_ttft(model, int(length), _BUDGET.value)))
+        return
+    results = {}
+    if "attention" in _PART.value:
+        results["attention"] = _attention_rows()
+    if "ttft" in _PART.value:
+        rows = []
+        for model in _MODELS.value:
+            for length in _PROMPT_LENS.value:
+                rows.append(_ttft_in_subprocess(model, int(length), _BUDGET.value))
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        results["ttft"] = rows
+        _ttft_table(rows)
+    if "itl" in _PART.value:
+        default = (
+            f"default policy (max_decode_slowdown={LongPrefillPolicy().max_decode_slowdown:g})"
+        )
+        runs = [(int(b), None, default, b) for b in _POLICY_BUDGETS.value]
+        runs += [
+            (int(b), LongPrefillPolicy.token_budget_only(), "token budget only", b)
+            for b in _BUDGETS.value
+        ]
+        runs += [
+            (
+                _BUDGET.value,
+                LongPrefillPolicy(max_decode_slowdown=float(s)),
+                f"policy at budget {_BUDGET.value}, other max_decode_slowdown",
+                f"{float(s):g}x",
+            )
+            for s in _SLOWDOWNS.value
+        ]
+        rows = []
+        for budget, policy, series, label in [] if _ITL_FROM.value else runs:
+            row = measure_itl(
+                _ITL_MODEL.value,
+                _ITL_PROMPT_LEN.value,
+                budget,
+                policy,
+                num_streams=_NUM_STREAMS.value,
+                stream_tokens=_STREAM_TOKENS.value,
+            )
+            rows.append(row | dict(series=series, label=str(label)))
+            print(json.dumps(row), file=sys.stderr, flush=True)
+        if _ITL_FROM.value:
+            with open(_ITL_FROM.value) as f:
+                rows = json.load(f)["itl"]
+        results["itl"] = rows
+        _itl_table(rows)
+        if _PNG.value:
+            os.makedirs(os.path.dirname(_PNG.value) or ".", exist_ok=True)
+            title = (
+                f"{_ITL_MODEL.value}: {_NUM_STREAMS.value} decoding streams, "
+                f"{_ITL_PROMPT_LEN.value:,}-token prompt (labels: budget or slowdown)"
+            )
+            plot_itl_vs_ttft(rows, _PNG.value, title)
+    if _JSON.value:
+        with open(_JSON.value, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,95 @@
+"""Determinism regression check: are the probes' outputs bitwise identical in any traffic?
+
+  python -m scripts.determinism_check --model=tiny-deepseek-v3 --trials=6
+  python -m scripts.determinism_check --model=/ckpt --golden=golden.json   # write, then check
+
+Each trial hides the probe prompts at random positions among random co-requests on an engine
+with a random prefill chunk budget. Prints the unique outputs per probe (1 = deterministic)
+and the first differing position otherwise. With --golden, writes the file when it does not
+exist and otherwise checks against it, naming the first drifting probe and position; exits
+non-zero on any difference.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+from absl import app, flags
+
+from engine import LLM, SamplingParams
+from engine import determinism as det
+
+_MODEL = flags.DEFINE_string("model", "tiny-deepseek-v3", "Preset, HF dir or orbax dir.")
+_NUM_PROBES = flags.DEFINE_integer("num_probes", 3, "Probe prompts (random token ids).")
+_PROBE_LEN = flags.DEFINE_integer("probe_len", 24, "Longest probe prompt.")
+_TRIALS = flags.DEFINE_integer("trials", 6, "Trials (engines with random budgets).")
+_MAX_TOKENS = flags.DEFINE_integer("max_tokens", 16, "Tokens generated per probe.")
+_BUDGETS = flags.DEFINE_list("budgets", ["16", "80", "512"], "Chunk budgets to draw from.")
+_NUM_PAGES = flags.DEFINE_integer("num_pages", 24, "KV pages (small: forces preemption).")
+_MAX_MODEL_LEN = flags.DEFINE_integer("max_model_len", 256, "Longest sequence.")
+_BATCH_INVARIANT = flags.DEFINE_bool("batch_invariant", True, "Engine's deterministic mode.")
+_GOLDEN = flags.DEFINE_string("golden", None, "Golden file to write (absent) or check.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of probes and traffic.")
+
+
+def main(argv):
+    del argv
+    engines = {}
+
+    def make_llm(budget: int) -> LLM:
+        if budget not in engines:
+            engines[budget] = LLM(
+                model=_MODEL.value,
+                batch_invariant=_BATCH_INVARIANT.value,
+                max_num_batched_tokens=budget,
+                max_num_seqs=min(budget, 32),
+                num_pages=_NUM_PAGES.value,
+                max_model_len=_MAX_MODEL_LEN.value,
+            )
+        return engines[budget]
+
+    vocab = make_llm(int(_BUDGETS.value[0])).config.vocab_size
+    rng = np.random.default_rng(_SEED.value)
+    probes = [
+        rng.integers(3, vocab, int(rng.integers(1, _PROBE_LEN.value + 1))).tolist()
+        for _ in range(_NUM_PROBES.value)
+    ]
+    params = SamplingParams(temperature=0.0, max_tokens=_MAX_TOKENS.value, ignore_eos=True)
+    report = det.run_trials(
+        make_llm,
+        probes,
+        params,
+        _TRIALS.value,
+        tuple(int(b) for b in _BUDGETS.value),
+        vocab,
+        seed=_SEED.value,
+    )
+    failed = False
+    for i, (u, pos) in enumerate(
+        zip(report.unique_outputs, report.first_diff_position, strict=True)
+    ):
+        where = "" if pos is None else f", first difference at output position {pos}"
+        print(f"probe {i}: {u} unique output(s) over {_TRIALS.value} trials{where}")
+        failed |= u > 1
+    print(f"budgets used: {report.budgets}")
+    if _GOLDEN.value:
+        if os.path.exists(_GOLDEN.value):
+            bad = det.check_golden(_GOLDEN.value, probes, report.outputs)
+            for i, pos in bad:
+                print(
+                    f"golden mismatch: probe {i} differs from {_GOLDEN.value} first at output "
+                    f"position {pos}"
+                )
+            print("golden check: " + ("FAILED" if bad else "passed"))
+            failed |= bool(bad)
+        else:
+            det.write_golden(_GOLDEN.value, _MODEL.value, probes, report.outputs)
+            print(f"golden written: {_GOLDEN.value}")
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    app.run(main)

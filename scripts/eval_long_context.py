@@ -1,0 +1,171 @@
+"""Long-context evaluations through the engine: passkey / needle retrieval, perplexity.
+
+python -m scripts.eval_long_context --model=tiny-llama --task=passkey --lengths=256,1k \
+    --depths=0,0.5,1 --num_samples=2 --output_dir=/tmp/eval
+python -m scripts.eval_long_context --model=/ckpt/llama-3.1-8b --task=perplexity \
+    --text_file=book.txt --lengths=1k,4k,16k,64k,128k
+
+Writes <output_dir>/<task>.json (every prompt's record) and <task>.png (accuracy heatmap by
+length x depth, or the perplexity curve). Models without a tokenizer run in token space.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags
+
+from engine import LLM
+from long_context.evals import (
+    plot_heatmap,
+    plot_perplexity,
+    read_tokens,
+    run_perplexity,
+    run_retrieval,
+    write_json,
+)
+from long_context.evals.model import LLMAdapter
+from long_context.evals.tasks import TextTask
+
+_MODEL = flags.DEFINE_string("model", None, "Preset name, HF dir or orbax dir.")
+_TASK = flags.DEFINE_enum("task", "passkey", ["passkey", "needle", "perplexity"], "Evaluation.")
+_LENGTHS = flags.DEFINE_list(
+    "lengths", "1k,2k,4k,8k,16k,32k,64k,128k", "Context lengths in tokens ('k' = 1024)."
+)
+_DEPTHS = flags.DEFINE_list("depths", "0,0.25,0.5,0.75,1", "Needle depths in [0, 1].")
+_NUM_SAMPLES = flags.DEFINE_integer("num_samples", 5, "Prompts per (length, depth) cell.")
+_MODE = flags.DEFINE_enum(
+    "mode", "auto", ["auto", "text", "tokens"], "Prompts in words (needs a tokenizer) or ids."
+)
+_TEXT_FILE = flags.DEFINE_string(
+    "text_file", None, "Perplexity: the text (or a .npy of token ids). needle: the haystack."
+)
+_NUM_WINDOWS = flags.DEFINE_integer("num_windows", 4, "Perplexity windows per length.")
+_MAX_NEW_TOKENS = flags.DEFINE_integer(
+    "max_new_tokens", None, "Reply tokens; default 16 in words, the answer length in ids."
+)
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 8, "Prompts per generate / score call.")
+_SEED = flags.DEFINE_integer("seed", 0, "Needles, token-space filler, random weights.")
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", "eval_results", "Where the JSON and PNG go.")
+_PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
+# Engine settings, as in scripts/generate.py.
+_DTYPE = flags.DEFINE_string("dtype", None, "Override the parameter dtype.")
+_PAGE_SIZE = flags.DEFINE_integer("page_size", 16, "KV page size in tokens.")
+_NUM_PAGES = flags.DEFINE_integer("num_pages", None, "KV pages; default from a memory budget.")
+_MAX_BATCHED = flags.DEFINE_integer("max_num_batched_tokens", 2048, "Token budget per step.")
+_MAX_SEQS = flags.DEFINE_integer("max_num_seqs", 64, "Sequences per step at most.")
+_MAX_MODEL_LEN = flags.DEFINE_integer(
+    "max_model_len", None, "Longest sequence; default the longest length + reply tokens."
+)
+_ATTN = flags.DEFINE_enum("attention_impl", "auto", ["auto", "xla", "pallas"], "Attention.")
+_MESH = flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'dp=1,tp=2,ep=4'.")
+flags.mark_flag_as_required("model")
+
+# Longest reply either mode asks for by default (token-space answers are shorter).
+_DEFAULT_REPLY = TextTask.default_max_new_tokens
+
+
+def parse_length(s: str) -> int:
+    s = s.strip().lower()
+    try:
+        return int(s[:-1]) * 1024 if s.endswith("k") else int(s)
+    except ValueError:
+        raise ValueError(f"lengths: {s!r} is not a token count like 4096 or 4k") from None
+
+
+def parse_depth(s: str) -> float:
+    try:
+        return float(s)
+    except ValueError:
+        raise ValueError(f"depths: {s!r} is not a number in [0, 1]") from None
+
+
+def _engine(lengths: list[int], reply: int) -> LLM:
+    return LLM(
+        model=_MODEL.value,
+        dtype=_DTYPE.value,
+        mesh=_MESH.value,
+        page_size=_PAGE_SIZE.value,
+        num_pages=_NUM_PAGES.value,
+        max_num_batched_tokens=_MAX_BATCHED.value,
+        max_num_seqs=_MAX_SEQS.value,
+        max_model_len=_MAX_MODEL_LEN.value or max(lengths) + reply,
+        attention_impl=_ATTN.value,
+        seed=_SEED.value,
+    )
+
+
+def _retrieval(lengths: list[int], out: str) -> None:
+    depths = [parse_depth(d) for d in _DEPTHS.value]
+    haystack = None
+    if _TEXT_FILE.value and _TASK.value == "needle":
+        if not os.path.isfile(_TEXT_FILE.value):
+            raise ValueError(f"text_file={_TEXT_FILE.value!r}: no such file")
+        with open(_TEXT_FILE.value, encoding="utf-8") as f:
+            haystack = f.read()
+    reply = _MAX_NEW_TOKENS.value or _DEFAULT_REPLY
+    adapter = LLMAdapter(_engine(lengths, reply))
+    task = adapter.retrieval_task(_TASK.value, _MODE.value, haystack, _SEED.value)
+    result = run_retrieval(
+        task,
+        adapter.generate,
+        lengths,
+        depths,
+        num_samples=_NUM_SAMPLES.value,
+        max_new_tokens=_MAX_NEW_TOKENS.value,
+        batch_size=_BATCH_SIZE.value,
+        seed=_SEED.value,
+        progress=_PROGRESS.value,
+    )
+    result.meta = {"model": _MODEL.value, "mode": type(task).__name__, "seed": _SEED.value}
+    write_json(result, out + ".json")
+    plot_heatmap(result, out + ".png", f"{_TASK.value} on {_MODEL.value}")
+    print(f"{_TASK.value} on {_MODEL.value}: accuracy {result.overall_accuracy:.3f}")
+    print("length  " + " ".join(f"{d:>6.0%}" for d in depths))
+    for n, row in zip(lengths, result.accuracy, strict=True):
+        print(f"{n:>6}  " + " ".join(f"{a:>6.2f}" for a in row))
+
+
+def _perplexity(lengths: list[int], out: str) -> None:
+    if not _TEXT_FILE.value:
+        raise ValueError("text_file: perplexity needs --text_file")
+    llm = _engine(lengths, 0)
+    adapter = LLMAdapter(llm)
+    tokens = read_tokens(_TEXT_FILE.value, adapter.codec)
+    result = run_perplexity(
+        adapter.score,
+        tokens,
+        lengths,
+        num_windows=_NUM_WINDOWS.value,
+        bos_token_id=adapter.bos_token_id,
+        batch_size=_BATCH_SIZE.value,
+        progress=_PROGRESS.value,
+    )
+    result.meta = {"model": _MODEL.value, "text_file": _TEXT_FILE.value}
+    write_json(result, out + ".json")
+    plot_perplexity(result, out + ".png", f"perplexity on {_MODEL.value}")
+    print(f"perplexity on {_MODEL.value} ({len(tokens)} tokens of {_TEXT_FILE.value})")
+    for n, k, p, t in zip(
+        lengths, result.num_windows, result.perplexity, result.tail_perplexity, strict=True
+    ):
+        print(f"{n:>7}  windows {k}  ppl {p:10.3f}  last-quarter ppl {t:10.3f}")
+
+
+def main(argv):
+    del argv
+    try:
+        lengths = [parse_length(s) for s in _LENGTHS.value]
+        out = os.path.join(_OUTPUT_DIR.value, _TASK.value)
+        os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+        if _TASK.value == "perplexity":
+            _perplexity(lengths, out)
+        else:
+            _retrieval(lengths, out)
+    except (ValueError, FileNotFoundError, NotImplementedError) as e:
+        sys.exit(f"eval_long_context: {e}")
+    print(f"wrote {out}.json and {out}.png")
+
+
+if __name__ == "__main__":
+    app.run(main)

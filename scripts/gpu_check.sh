@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The Pallas kernels' GPU checks in one command (a few minutes on an H200): the kernel tests
+# compiled for the GPU against their _ref twins, the engine's HF parity on them, then
+# scripts/bench_kernels.py (table on stdout, JSON and logs in OUT_DIR).
+#
+#   scripts/gpu_check.sh [OUT_DIR]        # device tool: run command 'scripts/gpu_check.sh "$OUT"'
+#
+# Runs under the GPU image's python3 (jax 0.11.2 with the CUDA plugin, flax, orbax,
+# safetensors, tokenizers, absl, pytest); the project's .venv is a CPU build. Each stage has
+# its own time limit so the whole run ends inside one 10-minute device command.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR="${1:-${OUT:-/tmp/gpu_check}}"
+PY="${PYTHON:-python3}"
+mkdir -p "$OUT_DIR"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+
+status=0
+stage() {  # stage NAME SECONDS CMD...: run, log to OUT_DIR/NAME.log, remember a failure
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name (limit ${limit}s)"
+  local start=$SECONDS
+  timeout "$limit" "$@" 2>&1 | tee "$OUT_DIR/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "=== $name: exit $rc after $((SECONDS - start))s"
+  [ "$rc" -eq 0 ] || status=1
+}
+
+stage env 60 "$PY" -c 'import jax, jaxlib; print(jax.__version__, jaxlib.__version__, jax.devices())'
+# Kernels compiled for the GPU (the interpret-mode twins of these run on CPU in make test).
+stage kernels 150 "$PY" -m pytest -q -p no:cacheprovider -m gpu \
+  tests/test_pallas_attention.py tests/test_pallas_kv_write.py
+# The engine on the kernels ("pallas" compiles them; "auto" must pick them on a GPU).
+stage engine 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_pallas_engine.py
+stage bench 220 "$PY" -m scripts.bench_kernels --out="$OUT_DIR/bench_kernels.json"
+exit $status

@@ -1,0 +1,168 @@
+"""Expert parallelism: routed experts split over `ep`, token copies exchanged all-to-all.
+
+Inside `shard_map` each device holds T_l = T / (dp * ep) tokens and E_l = E / ep experts:
+
+  dispatch  sort its T_l * k token copies by expert, so they are grouped by the device that
+            owns the expert; place them in a send buffer [ep, C, D] (C rows per destination);
+            all-to-all over `ep`, so row block s of the receive buffer came from device s
+  compute   sort the received rows by local expert; grouped matmuls over the E_l local
+            experts (jax.lax.ragged_dot); with tp > 1 each device holds an F / tp slice of
+            every expert's MLP and the partial down projections are summed over `tp`
+  combine   unsort; all-to-all back; each copy's output returns to its sender's slot; the
+            k outputs of a token are summed in slot order 0..k-1 in float32, the same fixed
+            order as models.moe.routed_experts
+
+Dropless. XLA:CPU has no `jax.lax.ragged_all_to_all`, so the exchange is a padded
+`jax.lax.all_to_all` with buffers sized for the worst case: a token picks k distinct
+experts, so at most min(k, E_l) of its copies go to one device, and C = T_l * min(k, E_l)
+rows per destination hold every copy even when all tokens pick the same experts. Padding
+rows carry the empty local-expert id E_l, sort last, and fall outside the ragged_dot groups
+(which return zeros there).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from configs.model_config import ModelConfig
+from models.moe import RoutedFn
+from sharding.mesh import EP, TP, mesh_config_of
+from sharding.rules import logical_to_spec, rules_for
+
+EXPERT_WEIGHTS = ("w_gate", "w_up", "w_down")
+
+
+class Dispatched(NamedTuple):
+    """One device's view after the exchange (C = T_l * min(k, E_l) rows per peer)."""
+
+    recv_x: jax.Array  # [ep * C, D] rows received, block s from device s
+    recv_expert: jax.Array  # [ep * C] int32 local expert of each row; E_l = empty row
+    order: jax.Array  # [T_l * k] int32 sort of this device's copies by expert
+    send_index: jax.Array  # [T_l * k] int32 row of each sorted copy in the send buffer
+
+
+def capacity(num_tokens: int, top_k: int, num_local_experts: int) -> int:
+    """Rows per destination that hold every copy in the worst case (see module docstring)."""
+    return num_tokens * min(top_k, num_local_experts)
+
+
+def dispatch(
+    x: jax.Array,  # [T_l, D]
+    experts: jax.Array,  # [T_l, k] int32 global expert ids; >= E means "not a token"
+    num_local_experts: int,
+    ep_size: int,
+) -> Dispatched:
+    """Sort copies by expert and send each to the device owning its expert (inside shard_map)."""
+    t, k = experts.shape
+    cap = capacity(t, k, num_local_experts)
+    flat = experts.reshape(-1)  # [T_l * k]
+    order = jnp.argsort(flat, stable=True)
+    sorted_experts = flat[order]
+    dest = sorted_experts // num_local_experts  # [T_l * k]; ep_size or more: not sent
+    # dest is sorted, so the copies for device d start at the first index with dest >= d.
+    starts = jnp.searchsorted(dest, jnp.arange(ep_size), side="left")  # [ep]
+    slot = jnp.arange(t * k) - starts[jnp.minimum(dest, ep_size - 1)]
+    send_index = jnp.where(dest < ep_size, dest * cap + slot, ep_size * cap)
+    send_x = jnp.zeros((ep_size * cap, x.shape[-1]), x.dtype)
+    send_x = send_x.at[send_index].set(x[order // k], mode="drop")  # [ep * C, D]
+    send_expert = jnp.full((ep_size * cap,), num_local_experts, jnp.int32)
+    send_expert = send_expert.at[send_index].set(
+        (sorted_experts - dest * num_local_experts).astype(jnp.int32), mode="drop"
+    )
+    recv_x = jax.lax.all_to_all(send_x, EP, 0, 0, tiled=True)
+    recv_expert = jax.lax.all_to_all(send_expert, EP, 0, 0, tiled=True)
+    return Dispatched(recv_x, recv_expert, order.astype(jnp.int32), send_index.astype(jnp.int32))
+
+
+def expert_compute(
+    p_local: dict,  # w_gate/w_up [E_l, D, F_l], w_down [E_l, F_l, D]
+    recv_x: jax.Array,  # [R, D]
+    recv_expert: jax.Array,  # [R] int32, E_l = empty row
+) -> jax.Array:  # [R, D], zeros at empty rows
+    """SwiGLU of every received row through its local expert (grouped matmuls)."""
+    num_local = p_local["w_gate"].shape[0]
+    order = jnp.argsort(recv_expert, stable=True)  # empty rows last
+    group_sizes = jnp.bincount(recv_expert, length=num_local).astype(jnp.int32)  # [E_l]
+    xs = recv_x[order]
+    gate = jax.lax.ragged_dot(xs, p_local["w_gate"], group_sizes)  # [R, F_l]
+    up = jax.lax.ragged_dot(xs, p_local["w_up"], group_sizes)  # [R, F_l]
+    ys = jax.lax.ragged_dot(jax.nn.silu(gate) * up, p_local["w_down"], group_sizes)  # [R, D]
+    ys = jax.lax.psum(ys, TP)  # partial sums over the F slices
+    return jnp.zeros_like(ys).at[order].set(ys)
+
+
+def combine(
+    ys: jax.Array,  # [ep * C, D] outputs in the receive layout
+    d: Dispatched,
+    weights: jax.Array,  # [T_l, k] f32
+) -> jax.Array:  # [T_l, D]
+    """Return outputs to their senders and sum each token's k copies in slot order."""
+    t, k = weights.shape
+    back = jax.lax.all_to_all(ys, EP, 0, 0, tiled=True)  # [ep * C, D] in the send layout
+    y_sorted = back.at[d.send_index].get(mode="fill", fill_value=0)  # [T_l * k, D]
+    y = jnp.zeros_like(y_sorted).at[d.order].set(y_sorted).reshape(t, k, -1)  # [T_l, k, D]
+    out = jnp.zeros((t, ys.shape[-1]), jnp.float32)
+    for j in range(k):
+        out = out + weights[:, j, None] * y[:, j].astype(jnp.float32)
+    return out.astype(ys.dtype)
+
+
+def expert_weight_specs(cfg: ModelConfig, mesh: Mesh) -> dict:
+    """PartitionSpecs of the stacked expert weights, from their logical axes."""
+    rules = rules_for(cfg, mesh_config_of(mesh))
+    return {
+        "w_gate": logical_to_spec(("experts", "embed", "expert_mlp"), rules),
+        "w_up": logical_to_spec(("experts", "embed", "expert_mlp"), rules),
+        "w_down": logical_to_spec(("experts", "expert_mlp", "embed"), rules),
+    }
+
+
+def pad_tokens(
+    x: jax.Array,  # [T, D]
+    weights: jax.Array,  # [T, k]
+    experts: jax.Array,  # [T, k]
+    multiple: int,
+    num_experts: int,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Pad T to a multiple of the token shards; pad rows pick expert E, i.e. go nowhere."""
+    pad = -x.shape[0] % multiple
+    return (
+        jnp.pad(x, ((0, pad), (0, 0))),
+        jnp.pad(weights, ((0, pad), (0, 0))),
+        jnp.pad(experts, ((0, pad), (0, 0)), constant_values=num_experts),
+    )
+
+
+def make_routed_experts_ep(cfg: ModelConfig, mesh: Mesh) -> RoutedFn:
+    """A drop-in for models.moe.routed_experts that runs the experts over the mesh."""
+    mc = mesh_config_of(mesh)
+    num_local = cfg.num_experts // mc.ep
+    rules = rules_for(cfg, mc)
+    tokens = logical_to_spec(("expert_batch", None), rules)
+    w_specs = expert_weight_specs(cfg, mesh)
+
+    def local(p_local, x, weights, experts):
+        d = dispatch(x, experts, num_local, mc.ep)
+        ys = expert_compute(p_local, d.recv_x, d.recv_expert)
+        return combine(ys, d, weights)
+
+    sharded = jax.shard_map(
+        local, mesh=mesh, in_specs=(w_specs, tokens, tokens, tokens), out_specs=tokens
+    )
+
+    def routed(
+        p_moe: dict,
+        x: jax.Array,  # [T, D]
+        weights: jax.Array,  # [T, k] f32
+        experts: jax.Array,  # [T, k] int32
+    ) -> jax.Array:  # [T, D]
+        num_tokens = x.shape[0]
+        xp, wp, ep_ = pad_tokens(x, weights, experts, mc.dp * mc.ep, cfg.num_experts)
+        p_local = {name: p_moe[name] for name in EXPERT_WEIGHTS}
+        return sharded(p_local, xp, wp, ep_)[:num_tokens]
+
+    return routed

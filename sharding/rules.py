@@ -1,0 +1,151 @@
+"""Logical axis -> mesh axis rules: the one table that maps model names to devices.
+
+Model code (models/specs.py, models/transformer.py) names logical axes only; this file turns
+them into PartitionSpecs for parameters, the paged KV cache and layer-boundary activations.
+
+Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): q heads and the dense / expert MLP
+widths are split over `tp`, so attention and each MLP need one all-reduce on their output.
+KV heads are split too when `tp` divides them, and replicated otherwise (tp > num_kv_heads:
+each device keeps every KV head and uses the ones its q heads read). MLA: the cached latent
+[c_kv | k_pe] is shared by all heads, so the latent pages are replicated over `tp` while the
+absorbed queries, the per-head attention and W_UV are split by heads.
+
+Data-parallel attention: the step's tokens are split over `dp` at every layer boundary, so
+each replica projects and attends for its own tokens; the KV pages stay replicated over `dp`
+(every replica writes every token) because the scheduler hands out pages from one pool.
+Routed experts are split over `ep` and reached through the all-to-all in
+sharding/expert_parallel.py, where the tokens are split over (dp, ep).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from configs.model_config import ModelConfig
+from models.specs import is_spec, param_specs
+from sharding.mesh import AXES, DP, EP, TP, MeshConfig, mesh_config_of
+
+MeshAxes = str | tuple[str, ...] | None
+
+# Logical axis -> mesh axis (or axes, or None = replicated).
+RULES: dict[str, MeshAxes] = {
+    "batch": DP,  # the step's flattened tokens, outside the expert exchange
+    "expert_batch": (DP, EP),  # tokens entering the expert exchange
+    "embed": None,
+    "vocab": TP,
+    "q_heads": TP,
+    "kv_heads": TP,  # replicated instead when tp does not divide num_kv_heads
+    "head_dim": None,
+    "q_lora": None,
+    "kv_lora": None,
+    "mlp": TP,
+    "experts": EP,
+    "expert_mlp": TP,
+    "kv_pages": None,  # one page pool for all dp replicas (see the module docstring)
+    "page_slots": None,
+    "kv_latent": None,  # MLA latent row, read by every head
+}
+
+# Logical axes of the paged KV cache (PLAN.md layout): per layer (k_pages, v_pages) for GQA,
+# (latent_pages,) for MLA.
+GQA_PAGES_AXES = ("kv_pages", "page_slots", "kv_heads", "head_dim")  # [N, P, K, Dh]
+MLA_PAGES_AXES = ("kv_pages", "page_slots", "kv_latent")  # [N, P, R + Dr]
+
+
+def rules_for(cfg: ModelConfig, mc: MeshConfig) -> dict[str, MeshAxes]:
+    """RULES adapted to one model: KV heads replicated when tp does not divide them."""
+    rules = dict(RULES)
+    if not cfg.is_mla and cfg.num_kv_heads % mc.tp:
+        rules["kv_heads"] = None
+    return rules
+
+
+def logical_to_spec(axes: tuple[str | None, ...], rules: Mapping[str, MeshAxes]) -> P:
+    """PartitionSpec for one array's logical axes; ValueError on a name or mesh-axis clash."""
+    used: set[str] = set()
+    out = []
+    for name in axes:
+        if name is None:
+            out.append(None)
+            continue
+        if name not in rules:
+            raise ValueError(f"logical axis {name!r} has no rule; known: {sorted(rules)}")
+        mesh_axes = rules[name]
+        flat = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes or ())
+        for m in flat:
+            if m not in AXES:
+                raise ValueError(f"rule {name!r} -> {m!r}: mesh axis must be one of {AXES}")
+            if m in used:
+                raise ValueError(f"logical axes {axes}: mesh axis {m!r} used twice")
+            used.add(m)
+        out.append(mesh_axes)
+    return P(*out)
+
+
+def _axis_count(mc: MeshConfig, mesh_axes: MeshAxes) -> int:
+    flat = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes or ())
+    count = 1
+    for m in flat:
+        count *= getattr(mc, m)
+    return count
+
+
+def _check_divides(what: str, shape, axes, spec: P, mc: MeshConfig) -> None:
+    for size, name, mesh_axes in zip(shape, axes, spec, strict=True):
+        count = _axis_count(mc, mesh_axes)
+        if size % count:
+            raise ValueError(
+                f"{what}: logical axis {name!r} of size {size} is split over mesh axis "
+                f"{mesh_axes}={count}, which does not divide it"
+            )
+
+
+def param_partition_specs(cfg: ModelConfig, mc: MeshConfig) -> dict:
+    """The params tree with a PartitionSpec per leaf, from the specs' logical axes."""
+    rules = rules_for(cfg, mc)
+    specs = param_specs(cfg)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(specs, is_leaf=is_spec)
+    out = []
+    for path, s in leaves:
+        spec = logical_to_spec(s.axes, rules)
+        _check_divides(f"param {jax.tree_util.keystr(path)}", s.shape, s.axes, spec, mc)
+        out.append(spec)
+    return jax.tree.unflatten(treedef, out)
+
+
+def param_shardings(cfg: ModelConfig, mesh: Mesh) -> dict:
+    return jax.tree.map(
+        lambda s: NamedSharding(mesh, s),
+        param_partition_specs(cfg, mesh_config_of(mesh)),
+        is_leaf=lambda x: isinstance(x, P),
+    )
+
+
+def kv_shardings(cfg: ModelConfig, mesh: Mesh) -> list:
+    """Per layer: (k, v) or (latent,) NamedShardings matching engine.step.init_kv_pages."""
+    rules = rules_for(cfg, mesh_config_of(mesh))
+    if cfg.is_mla:
+        layer = (NamedSharding(mesh, logical_to_spec(MLA_PAGES_AXES, rules)),)
+    else:
+        s = NamedSharding(mesh, logical_to_spec(GQA_PAGES_AXES, rules))
+        layer = (s, s)
+    return [layer for _ in range(cfg.num_layers)]
+
+
+def activation_constrainer(cfg: ModelConfig, mesh: Mesh):
+    """`constrain(x, logical_axes) -> x` pinned to the mesh, for models.transformer."""
+    rules = rules_for(cfg, mesh_config_of(mesh))
+
+    def constrain(x: jax.Array, axes: tuple[str | None, ...]) -> jax.Array:
+        spec = logical_to_spec(axes, rules)
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+    return constrain
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())

@@ -1,0 +1,216 @@
+"""Subprocess side of tests/test_sharding_mesh.py: runs on fake CPU devices, writes JSON.
+
+The parent sets XLA_FLAGS (--xla_force_host_platform_device_count) before this process
+imports jax, so the pytest process itself keeps its single CPU device. Results go to a JSON
+file and the parent asserts on them.
+
+  python -m tests.sharding_worker mesh_cases OUT.json          (8 devices)
+  python -m tests.sharding_worker two_process OUT.json ADDR N I (2 devices per process)
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+MAX_TOKENS = 16
+
+# (arch, mesh) pairs of the acceptance list; ep=8 only where 8 divides the experts.
+LAYOUTS = [
+    ("deepseek_v3", "ep=4"),
+    ("deepseek_v3", "ep=8"),
+    ("deepseek_v3", "dp=2,ep=4"),
+    ("deepseek_v3", "tp=2,ep=2"),
+    ("qwen3_moe", "ep=4"),
+    ("qwen3_moe", "ep=8"),
+    ("qwen3_moe", "dp=2,ep=4"),
+    ("qwen3_moe", "tp=2,ep=2"),
+    ("mixtral", "ep=4"),
+    ("mixtral", "dp=2,ep=4"),
+    ("mixtral", "tp=2,ep=2"),
+    ("llama", "tp=2"),
+]
+# Skewed routing: every token's copies go to experts 0 and 1, both on device 0.
+SKEWED = [("deepseek_v3", "ep=8"), ("qwen3_moe", "dp=2,ep=4")]
+
+
+def _engine(model: str, mesh: str):
+    from engine import LLM
+
+    return LLM(model=model, mesh=mesh, num_pages=32, max_model_len=128, max_num_batched_tokens=64)
+
+
+def _generate(llm, prompts) -> dict:
+    import numpy as np
+
+    from engine import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    before = llm.stats()
+    outs = llm.generate(prompts, params)
+    stats = llm.stats()
+    load = np.asarray(stats["expert_load_total"])
+    if before["expert_load_total"]:
+        load = load - np.asarray(before["expert_load_total"])
+    return {
+        "tokens": [o.token_ids for o in outs],
+        "logprobs": [o.logprobs for o in outs],
+        "expert_load": load.tolist(),  # token copies per expert during this call
+        "new_compiles": stats["num_compiles"] - before["num_compiles"],
+        "num_prompt_tokens": sum(len(p) for p in prompts),
+        "top_k": llm.config.num_experts_per_tok,
+        "param_specs": _param_specs(llm),
+    }
+
+
+def _param_specs(llm) -> dict:
+    """Where a few weights landed, to check that the mesh really splits them."""
+    layer = next((x for x in llm.params["layers"] if "moe" in x), llm.params["layers"][0])
+    picks = {"attn.wo": layer["attn"]["wo"]}
+    if "moe" in layer:
+        picks["moe.w_gate"] = layer["moe"]["w_gate"]
+    return {k: str(getattr(v.sharding, "spec", None)) for k, v in picks.items()}
+
+
+def _skewed(params: dict, cfg) -> dict:
+    """Routing forced onto experts 0 and 1 in every MoE layer (both on ep device 0).
+
+    DeepSeek-V3: a huge correction bias on experts 0 and 1 (it steers the choice only).
+    Softmax routers: a zero router weight gives equal scores, and top-k breaks ties towards
+    the lowest expert ids.
+    """
+    import numpy as np
+
+    layers = []
+    for layer in params["layers"]:
+        if "moe" in layer:
+            moe = dict(layer["moe"])
+            if "router_bias" in moe:
+                moe["router_bias"] = np.where(np.arange(cfg.num_experts) < 2, 1e4, 0.0).astype(
+                    np.float32
+                )
+            else:
+                moe["router"] = np.zeros(moe["router"].shape, np.float32)
+            layer = {**layer, "moe": moe}
+        layers.append(layer)
+    return {**params, "layers": layers}
+
+
+def _op_check() -> dict:
+    """routed_experts_ep vs routed_experts directly: odd T, all copies onto one device, tp=2."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from configs.presets import get_preset
+    from models.moe import routed_experts
+    from models.specs import init_params
+    from sharding.expert_parallel import make_routed_experts_ep
+    from sharding.mesh import MeshConfig
+    from sharding.placement import shard_model
+
+    cfg = get_preset("tiny-deepseek-v3")  # 16 experts, top-2
+    params = init_params(cfg, jax.random.key(1))
+    layer = next(i for i in range(cfg.num_layers) if cfg.is_moe_layer(i))
+    mesh, sharded = shard_model(cfg, params, MeshConfig(dp=1, tp=2, ep=4))
+    p, p_sharded = params["layers"][layer]["moe"], sharded["layers"][layer]["moe"]
+    rng = np.random.default_rng(0)
+    t = 13  # not a multiple of dp * ep
+    x = jnp.asarray(rng.standard_normal((t, cfg.hidden_size)), jnp.float32)
+    weights = jnp.asarray(rng.uniform(0.1, 1.0, (t, 2)), jnp.float32)
+    cases = {
+        "random": rng.permuted(np.tile(np.arange(16), (t, 1)), axis=1)[:, :2],
+        "one_device": np.tile([1, 3], (t, 1)),  # experts 0..3 live on ep device 0
+    }
+    routed = jax.jit(make_routed_experts_ep(cfg, mesh))
+    zeros = jnp.zeros((t, 2), jnp.int32)
+    hlo = routed.lower(p_sharded, x, weights, zeros).compile().as_text()
+    out = {"hlo_has_all_to_all": "all-to-all" in hlo}
+    for name, experts in cases.items():
+        experts = jnp.asarray(experts, jnp.int32)
+        want = np.asarray(routed_experts(p, x, weights, experts))
+        got = np.asarray(routed(p_sharded, x, weights, experts))
+        out[name] = {
+            "max_abs_err": float(np.max(np.abs(got - want))),
+            "max_abs": float(np.max(np.abs(want))),
+        }
+    return out
+
+
+def mesh_cases(out_path: str) -> None:
+    import jax
+
+    from sharding.placement import put_tree
+    from sharding.rules import param_shardings
+
+    assert jax.device_count() == 8, jax.devices()
+    refs = {a: json.loads((FIXTURES / a / "reference.json").read_text()) for a, _ in LAYOUTS}
+    result = {"op": _op_check(), "single": {}, "sharded": {}, "skewed": {}}
+    singles = {}
+    for arch in sorted(refs):
+        singles[arch] = _engine(str(FIXTURES / arch), "")
+        result["single"][arch] = _generate(singles[arch], refs[arch]["prompts"])
+    for arch, mesh in LAYOUTS:
+        llm = _engine(str(FIXTURES / arch), mesh)
+        prompts = refs[arch]["prompts"]
+        result["sharded"][f"{arch}|{mesh}"] = _generate(llm, prompts)
+        if (arch, mesh) in SKEWED:
+            # Same shapes and shardings, so both engines reuse their compiled steps.
+            single = singles[arch]
+            skewed = _skewed(single.params, single.config)
+            single.params = jax.tree.map(jax.numpy.asarray, skewed)
+            llm.params = put_tree(skewed, param_shardings(llm.config, llm.mesh))
+            result["skewed"][f"{arch}|{mesh}"] = {
+                "single": _generate(single, prompts),
+                "sharded": _generate(llm, prompts),
+            }
+    result["invariant"] = _invariant_across_ep(refs["deepseek_v3"]["prompts"])
+    pathlib.Path(out_path).write_text(json.dumps(result))
+
+
+def _invariant_across_ep(prompts) -> dict:
+    """batch_invariant=True on ep=1 (one device), 2 and 4: tokens and logprob float bits."""
+    import numpy as np
+
+    from engine import LLM, SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    out = {}
+    for mesh in ("", "ep=2", "ep=4"):
+        llm = LLM(
+            model=str(FIXTURES / "deepseek_v3"),
+            mesh=mesh,
+            batch_invariant=True,
+            num_pages=32,
+            max_model_len=128,
+            max_num_batched_tokens=64,
+        )
+        outs = llm.generate(prompts, params)
+        out[mesh or "ep=1"] = {
+            "tokens": [o.token_ids for o in outs],
+            "bits": [np.asarray(o.logprobs, np.float32).view(np.uint32).tolist() for o in outs],
+        }
+    return out
+
+
+def two_process(out_path: str, coordinator: str, num_processes: str, process_id: str) -> None:
+    from sharding import distributed
+
+    distributed.initialize(coordinator, int(num_processes), int(process_id))
+    import jax
+
+    ref = json.loads((FIXTURES / "mixtral" / "reference.json").read_text())
+    res = _generate(_engine(str(FIXTURES / "mixtral"), "ep=4"), ref["prompts"])
+    res.update(
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+        device_count=jax.device_count(),
+        local_device_count=jax.local_device_count(),
+    )
+    pathlib.Path(out_path).write_text(json.dumps(res))
+
+
+if __name__ == "__main__":
+    {"mesh_cases": mesh_cases, "two_process": two_process}[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,112 @@
+"""Batch-invariant mode: a probe request's tokens and logprob bits do not depend on the
+batch it shares, its position, the prefill chunk budget, preemption, or decode vs prefill."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from engine import LLM, SamplingParams
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+PROBE_PARAMS = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+
+
+def _probe(arch: str) -> list[int]:
+    return json.loads((FIXTURES / arch / "reference.json").read_text())["prompts"][1]
+
+
+def _bits(logprobs) -> list[int]:
+    return np.asarray(logprobs, np.float32).view(np.uint32).tolist()
+
+
+def _hidden_among_co_requests(llm: LLM, probe, rng) -> tuple:
+    """Run `probe` at a random position among 1..24 random co-requests; its output."""
+    n = int(rng.integers(1, 25))
+    prompts = [rng.integers(3, 512, int(rng.integers(1, 60))).tolist() for _ in range(n)]
+    params = [
+        SamplingParams(max_tokens=int(rng.integers(1, 16)), ignore_eos=True) for _ in range(n)
+    ]
+    at = int(rng.integers(0, n + 1))
+    prompts.insert(at, probe)
+    params.insert(at, PROBE_PARAMS)
+    out = llm.generate(prompts, params)[at]
+    return out.token_ids, _bits(out.logprobs)
+
+
+def _scenario(
+    arch: str, batch_invariant: bool, budgets=(16, 80, 512)
+) -> tuple[tuple, list[tuple], int]:
+    """(probe alone, probe in random batches under each chunk budget, preemptions)."""
+    probe = _probe(arch)
+    rng = np.random.default_rng(11)
+    alone_llm = LLM(
+        model=str(FIXTURES / arch), batch_invariant=batch_invariant, max_model_len=128, num_pages=64
+    )
+    (out,) = alone_llm.generate([probe], PROBE_PARAMS)
+    alone = (out.token_ids, _bits(out.logprobs))
+    mixed, preemptions = [], 0
+    for budget in budgets:
+        # 8 pages of 16 tokens: too few for the co-requests, so some are preempted.
+        llm = LLM(
+            model=str(FIXTURES / arch),
+            batch_invariant=batch_invariant,
+            max_num_batched_tokens=budget,
+            max_num_seqs=min(budget, 32),
+            num_pages=8,
+            max_model_len=128,
+        )
+        mixed.append(_hidden_among_co_requests(llm, probe, rng))
+        preemptions += llm.stats()["num_preemptions"]
+    return alone, mixed, preemptions
+
+
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+def test_probe_output_is_bitwise_identical_in_any_batch(arch):
+    alone, mixed, preemptions = _scenario(arch, batch_invariant=True)
+    assert preemptions > 0
+    for tokens, bits in mixed:
+        assert tokens == alone[0]
+        assert bits == alone[1]
+
+
+def test_without_the_mode_the_same_scenario_may_differ(capsys):
+    alone, mixed, _ = _scenario("deepseek_v3", batch_invariant=False, budgets=(80, 512))
+    differ = sum(bits != alone[1] for _, bits in mixed)
+    with capsys.disabled():
+        print(
+            f"\n[batch_invariant=False] probe logprob bits differed in {differ}/{len(mixed)} "
+            "mixed batches"
+        )
+
+
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+def test_decode_equals_prefill_of_the_same_position(arch):
+    llm = LLM(
+        model=str(FIXTURES / arch),
+        batch_invariant=True,
+        max_model_len=128,
+        num_pages=32,
+        max_num_batched_tokens=64,
+    )
+    probe = _probe(arch)
+    (full,) = llm.generate([probe], PROBE_PARAMS)
+    one = SamplingParams(max_tokens=1, ignore_eos=True)
+    for j in (1, 5, 11):
+        (out,) = llm.generate([probe + full.token_ids[:j]], one)
+        assert out.token_ids == full.token_ids[j : j + 1]
+        assert _bits(out.logprobs) == _bits(full.logprobs[j : j + 1])
+
+
+def test_the_mode_still_matches_hugging_face():
+    ref = json.loads((FIXTURES / "qwen3_moe" / "reference.json").read_text())
+    llm = LLM(
+        model=str(FIXTURES / "qwen3_moe"), batch_invariant=True, max_model_len=128, num_pages=32
+    )
+    outs = llm.generate(ref["prompts"], SamplingParams(max_tokens=16, ignore_eos=True))
+    for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
+        assert out.token_ids == tokens
+        np.testing.assert_allclose(out.logprobs, logprobs, atol=2e-3, rtol=0)

@@ -1,0 +1,191 @@
+"""Capacity math against figures computed here from the published architectures (the released
+config.json files), not from the code under test: KV bytes per token and per sequence,
+parameter and weight bytes (total and active), sequences that fit, bad input, the script."""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from safetensors import safe_open
+
+from configs.presets import get_preset
+from long_context.capacity import capacity, kv_bytes_per_token, weight_bytes
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+GIB = 1 << 30
+BYTES = {"bfloat16": 2, "float8_e4m3fn": 1, "int8": 1, "int4": 0.5}
+
+# From each model's released config.json. GQA: V, d, layers, heads, kv heads, head dim, dense
+# FFN, and for MoE (experts, top-k, expert FFN, qk_norm). MLA models are listed separately.
+GQA = {
+    "llama-3.1-8b": dict(V=128256, d=4096, L=32, H=32, K=8, hd=128, F=14336),
+    "llama-3.1-70b": dict(V=128256, d=8192, L=80, H=64, K=8, hd=128, F=28672),
+    "mixtral-8x7b": dict(V=32000, d=4096, L=32, H=32, K=8, hd=128, E=8, k=2, Fe=14336),
+    "qwen3-30b-a3b": dict(V=151936, d=2048, L=48, H=32, K=4, hd=128, E=128, k=8, Fe=768, qkn=1),
+    "qwen3-235b-a22b": dict(V=151936, d=4096, L=94, H=64, K=4, hd=128, E=128, k=8, Fe=1536, qkn=1),
+}
+MLA = {
+    # q_lora 0 = plain q projection; dense = first_k_dense_replace; bias = noaux_tc router bias
+    "deepseek-v2-lite": dict(V=102400, d=2048, L=27, H=16, rq=0, r=512, dn=128, dr=64, dv=128,
+                             F=10944, dense=1, E=64, k=6, Fe=1408, shared=2, bias=0),
+    "deepseek-v3": dict(V=129280, d=7168, L=61, H=128, rq=1536, r=512, dn=128, dr=64, dv=128,
+                        F=18432, dense=3, E=256, k=8, Fe=2048, shared=1, bias=1),
+}  # fmt: skip
+
+
+def gqa_params(V, d, L, H, K, hd, F=0, E=0, k=0, Fe=0, qkn=0) -> tuple[int, int]:
+    attn = d * H * hd + 2 * d * K * hd + H * hd * d + 2 * hd * qkn
+    ffn = 3 * d * F if not E else d * E + 3 * d * Fe * E
+    idle = 0 if not E else 3 * d * Fe * (E - k)  # routed experts a token does not use
+    total = 2 * V * d + d + L * (attn + ffn + 2 * d)  # untied embedding and head, norms
+    return total, total - L * idle
+
+
+def mla_params(V, d, L, H, rq, r, dn, dr, dv, F, dense, E, k, Fe, shared, bias):
+    q = d * rq + rq + rq * H * (dn + dr) if rq else d * H * (dn + dr)
+    attn = q + d * (r + dr) + r + r * H * (dn + dv) + H * dv * d
+    moe = d * E + bias * E + 3 * d * Fe * E + 3 * d * Fe * shared
+    total = 2 * V * d + d + L * (attn + 2 * d) + dense * 3 * d * F + (L - dense) * moe
+    return total, total - (L - dense) * 3 * d * Fe * (E - k)
+
+
+def expected_params(name: str) -> tuple[int, int]:
+    return gqa_params(**GQA[name]) if name in GQA else mla_params(**MLA[name])
+
+
+def expected_kv_per_token(name: str, nbytes: float = 2) -> float:
+    if name in GQA:
+        a = GQA[name]
+        return 2 * a["L"] * a["K"] * a["hd"] * nbytes
+    a = MLA[name]
+    return a["L"] * (a["r"] + a["dr"]) * nbytes
+
+
+REAL = [*GQA, *MLA]
+
+
+def test_acceptance_figures():
+    c = capacity("llama-3.1-70b", 131072, kv_dtype="bfloat16", weight_dtype="bfloat16", tp=8)
+    assert c.kv_bytes_per_token == 327_680
+    assert c.kv_bytes_per_sequence == 42_949_672_960
+    assert kv_bytes_per_token(get_preset("deepseek-v3"), "bfloat16") == 70_272
+
+
+def test_published_totals_match_the_architecture_tables():
+    # Guards the tables above against typos: the model cards' headline counts.
+    for name, total, active in [
+        ("llama-3.1-8b", 8.03e9, 8.03e9),
+        ("llama-3.1-70b", 70.6e9, 70.6e9),
+        ("mixtral-8x7b", 46.7e9, 12.9e9),
+        ("qwen3-30b-a3b", 30.5e9, 3.3e9),
+        ("qwen3-235b-a22b", 235e9, 22e9),
+        ("deepseek-v2-lite", 15.7e9, None),  # card's 2.4B active excludes the embeddings
+        ("deepseek-v3", 671e9, 37e9),
+    ]:
+        got_total, got_active = expected_params(name)
+        assert got_total == pytest.approx(total, rel=0.01), name
+        if active is not None:
+            assert got_active == pytest.approx(active, rel=0.03), name
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_kv_bytes_and_weight_bytes_of_real_presets(name):
+    cfg = get_preset(name)
+    total, active = expected_params(name)
+    for dtype, nbytes in BYTES.items():
+        assert kv_bytes_per_token(cfg, dtype) == expected_kv_per_token(name, nbytes)
+        assert weight_bytes(cfg, dtype) == (math.ceil(total * nbytes), math.ceil(active * nbytes))
+    c = capacity(name, 4096, weight_dtype="int4", hbm_gib=4096.0)
+    assert (c.num_params, c.num_active_params) == (total, active)
+    assert c.kv_dtype == "bfloat16"  # the model's own dtype by default
+    assert c.kv_bytes_per_sequence == expected_kv_per_token(name) * 4096
+
+
+def test_max_sequences_gqa_split_over_tp():
+    c = capacity("llama-3.1-70b", 131072, weight_dtype="bfloat16", hbm_gib=80, tp=8, headroom=0.1)
+    weights_dev = 2 * 70_553_706_496 // 8
+    budget = int(80 * GIB * 0.9) - weights_dev
+    kv_seq_dev = 327_680 // 8 * 131072  # one of the 8 KV heads per device
+    assert c.weight_bytes_per_device == weights_dev
+    assert c.kv_bytes_per_sequence_per_device == kv_seq_dev
+    assert c.max_sequences == budget // kv_seq_dev == 11
+    assert c.kv_tokens == budget // (327_680 // 8)
+
+
+def test_kv_heads_replicate_when_tp_exceeds_them_and_mla_latent_is_never_split():
+    # 8 KV heads over 16 devices: each keeps one head, as with tp=8.
+    a = capacity("llama-3.1-8b", 8192, tp=16, hbm_gib=80)
+    assert a.kv_bytes_per_sequence_per_device == 131_072 // 8 * 8192
+    b = capacity("deepseek-v3", 131072, weight_dtype="float8_e4m3fn", tp=8, hbm_gib=141)
+    assert b.kv_bytes_per_sequence_per_device == b.kv_bytes_per_sequence == 70_272 * 131072
+    budget = int(141 * GIB * 0.9) - math.ceil(expected_params("deepseek-v3")[0] / 8)
+    assert b.max_sequences == budget // (70_272 * 131072) == 5
+
+
+def test_hf_directory_is_sized_from_its_config_without_loading_weights():
+    for arch in ("llama", "deepseek_v3", "mixtral"):
+        path = REPO / "tests" / "fixtures" / arch
+        n = 0
+        for f in glob.glob(str(path / "*.safetensors")):
+            with safe_open(f, "np") as st:
+                n += sum(math.prod(st.get_slice(k).get_shape()) for k in st.keys())
+        cfg = json.loads((path / "config.json").read_text())
+        c = capacity(str(path), 1024, weight_dtype="bfloat16")
+        assert c.num_params == n and c.weight_bytes == 2 * n
+        assert c.kv_dtype == "float32"  # the checkpoint's own dtype
+        layers = cfg["num_hidden_layers"]
+        if arch == "deepseek_v3":
+            want = layers * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * 4
+        else:
+            want = 2 * layers * cfg["num_key_value_heads"] * cfg["head_dim"] * 4
+        assert c.kv_bytes_per_token == want
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(context=-1), "context"),
+        (dict(context=0), "context"),
+        (dict(context=1.5), "context"),
+        (dict(context=200_000), "context"),  # over max_position_embeddings
+        (dict(kv_dtype="fp4"), "kv_dtype"),
+        (dict(weight_dtype="float64"), "weight_dtype"),
+        (dict(tp=0), "tp"),
+        (dict(hbm_gib=-8.0), "hbm_gib"),
+        (dict(headroom=1.0), "headroom"),
+        (dict(hbm_gib=80.0, tp=1), "hbm_gib"),  # 131 GiB of weights on one 80 GiB device
+        (dict(model="no-such-model"), "model"),
+    ],
+)
+def test_bad_input_raises_naming_the_flag(kwargs, field):
+    args = dict(model="llama-3.1-70b", context=131072, weight_dtype="bfloat16", tp=8)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=rf"^{field}="):
+        capacity(**args)
+
+
+def _script(*flags: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "scripts.capacity", *flags]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_script_prints_one_json_object():
+    proc = _script(
+        "--model=llama-3.1-70b", "--context=131072", "--kv_dtype=bfloat16",
+        "--weight_dtype=int4", "--hbm_gib=80", "--tp=2", "--headroom=0.1", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["kv_bytes_per_token"] == 327_680
+    assert d["kv_bytes_per_sequence"] == 42_949_672_960
+    assert d["weight_bytes"] == d["active_weight_bytes"] == 70_553_706_496 // 2
+    budget = int(80 * GIB * 0.9) - 70_553_706_496 // 4
+    assert d["max_sequences"] == budget // (42_949_672_960 // 2) == 2
+    bad = _script("--model=llama-3.1-70b", "--context=-5")
+    assert bad.returncode != 0 and "context=-5" in bad.stderr

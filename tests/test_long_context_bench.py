@@ -1,0 +1,25 @@
+"""The long-context benchmark code runs end to end on a tiny model (its figures are not
+checked here: timing belongs in scripts/bench_long_context.py)."""
+
+from engine import paged_attention
+from long_context.latency import measure_itl, measure_ttft, plot_itl_vs_ttft, time_attention
+from long_context.policy import LongPrefillPolicy
+
+
+def test_latency_measurements_run_on_a_tiny_model(tmp_path):
+    ttft = measure_ttft("tiny-llama", prompt_len=300, budget=64)
+    assert ttft["steps"] == 5 and ttft["ttft_s"] > 0  # ceil(300 / 64) chunks
+    assert ttft["peak_rss_bytes"] > ttft["weight_bytes"] + ttft["kv_pool_bytes"]
+
+    policy = LongPrefillPolicy(long_prompt_tokens=128)
+    itl = measure_itl("tiny-llama", 400, budget=64, policy=policy, num_streams=2, stream_tokens=300)
+    for window in ("itl_with", "itl_without"):
+        assert itl[window]["n"] + itl[window]["dropped"] >= 2 * (itl["steps"] - 1)
+    assert itl["policy"] == "max_decode_slowdown=2" and itl["steps"] >= 400 // 64
+
+    rows = [itl | dict(series="default", label="64")]
+    plot_itl_vs_ttft(rows, str(tmp_path / "itl.png"), "tiny")
+    assert (tmp_path / "itl.png").stat().st_size > 1000
+
+    timing = time_attention(paged_attention, [(1, 40), (30, 70)], kv_block_tokens=32, repeats=1)
+    assert timing["seconds"] > 0 and timing["temp_bytes"] > 0

@@ -1,0 +1,266 @@
+"""Pallas ragged paged attention (GQA and MLA) against their plain-jnp `_ref` twins.
+
+On CPU the kernels run in interpret mode; the same cases run compiled under
+`@pytest.mark.gpu` on a GPU. Each case compiles once and is checked on several random
+ragged batches: decodes and prefill chunks, a 0-length span, lengths on and off page
+boundaries, a sequence reaching the page table's last column, padding tokens, garbage page
+ids past each sequence's pages, and NaN in every cache slot no sequence owns.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine.paged_attention import build_metadata, paged_attention_gqa, paged_attention_mla
+from pallas_kernels import (
+    KernelConfig,
+    UnsupportedShapeError,
+    check_gqa_supported,
+    mla_paged_attention,
+    mla_paged_attention_ref,
+    ragged_paged_attention,
+    ragged_paged_attention_ref,
+)
+
+ON_GPU = jax.default_backend() == "gpu"
+gqa_ref = jax.jit(ragged_paged_attention_ref, static_argnames="scale")
+mla_ref = jax.jit(mla_paged_attention_ref, static_argnames="scale")
+NUM_TOKENS = 24  # padded T
+NUM_SEQS = 6  # padded S (the last one is padding)
+MAX_LEN = 72
+SEEDS = (0, 1, 2)
+TOL = {jnp.float32: 1e-5, jnp.bfloat16: 2e-2}
+
+
+def ragged_batch(seed: int, page_size: int, num_pages: int) -> dict:
+    """A random step: host metadata plus the set of cache slots sequences own."""
+    rng = np.random.default_rng(seed)
+    max_pages = -(-MAX_LEN // page_size)
+    on_boundary = [page_size * m for m in range(1, MAX_LEN // page_size + 1)]
+    first_chunk = int(rng.integers(1, 9))
+    near = int(rng.choice(on_boundary))
+    off_boundary = near - 1 if near == MAX_LEN else near + int(rng.choice([-1, 1]))
+    seqs = [
+        (int(rng.integers(2, 7)), MAX_LEN),  # prefill chunk reaching the table's last column
+        (1, int(rng.choice(on_boundary))),  # decode whose KV ends on a page boundary
+        (1, off_boundary),  # ... and one just off a boundary
+        (0, int(rng.integers(1, MAX_LEN + 1))),  # 0-length span: nothing to compute this step
+        (first_chunk, first_chunk),  # first chunk of a prompt
+    ]
+    seqs = [seqs[i] for i in rng.permutation(len(seqs))] + [(0, 0)]  # then a padding sequence
+    perm = rng.permutation(num_pages)
+    table = rng.integers(-2, num_pages + 3, size=(NUM_SEQS, max_pages)).astype(np.int32)
+    cu, kv_lens, positions, owned, used = [0], [], np.zeros(NUM_TOKENS, np.int32), set(), 0
+    for s, (q_len, kv) in enumerate(seqs):
+        n = -(-kv // page_size)
+        table[s, :n] = perm[used : used + n]
+        used += n
+        positions[cu[-1] : cu[-1] + q_len] = np.arange(kv - q_len, kv)
+        cu.append(cu[-1] + q_len)
+        kv_lens.append(kv)
+        owned |= {int(table[s, j // page_size]) * page_size + j % page_size for j in range(kv)}
+    assert cu[-1] < NUM_TOKENS and used <= num_pages
+    return dict(
+        cu_q_lens=np.asarray(cu, np.int32),
+        positions=positions,
+        kv_lens=np.asarray(kv_lens, np.int32),
+        page_table=table,
+        owned=np.asarray(sorted(owned)),
+    )
+
+
+def random_pages(rng, shape, owned, dtype) -> jax.Array:
+    """Random cache rows, NaN in every slot no sequence owns (stale or never written)."""
+    flat = np.full((shape[0] * shape[1], *shape[2:]), np.nan, np.float32)
+    flat[owned] = rng.standard_normal((len(owned), *shape[2:]))
+    return jnp.asarray(flat.reshape(shape), dtype)
+
+
+def _meta(b: dict) -> tuple:
+    return (b["cu_q_lens"], b["positions"], b["kv_lens"], b["page_table"])
+
+
+def _check(out, ref, b, dtype):
+    out, ref = np.asarray(out, np.float32), np.asarray(ref, np.float32)
+    assert np.isfinite(out).all()
+    assert not out[b["cu_q_lens"][-1] :].any(), "padding tokens must get zeros"
+    np.testing.assert_allclose(out, ref, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+GQA_CASES = {
+    # name: (group, kv heads, head dim, page size, num pages, dtype, config)
+    "g1_p8_f32": (1, 2, 16, 8, 48, jnp.float32, KernelConfig(16, 16, 32)),
+    "g3_d40_p16_bf16": (3, 2, 40, 16, 40, jnp.bfloat16, KernelConfig(32, 16, 48)),
+    "g4_p64_f32": (4, 1, 32, 64, 16, jnp.float32, KernelConfig(16, 32, 64)),
+    "g8_p8_bf16_2progs": (
+        8,
+        1,
+        16,
+        8,
+        48,
+        jnp.bfloat16,
+        KernelConfig(16, 16, 32, max_heads_per_program=4),
+    ),
+    "g4_p16_f32_default": (4, 2, 32, 16, 40, jnp.float32, KernelConfig()),
+}
+MODES = [
+    pytest.param(True, id="interpret"),
+    pytest.param(False, id="gpu", marks=pytest.mark.gpu),
+]
+
+
+def _skip_unless_runnable(interpret: bool):
+    if not interpret and not ON_GPU:
+        pytest.skip("needs a GPU")
+
+
+@pytest.mark.parametrize("interpret", MODES)
+@pytest.mark.parametrize("case", list(GQA_CASES))
+def test_gqa_kernel_matches_ref(case, interpret):
+    _skip_unless_runnable(interpret)
+    group, kv_heads, head_dim, page_size, num_pages, dtype, config = GQA_CASES[case]
+    shape = (num_pages, page_size, kv_heads, head_dim)
+    kernel = jax.jit(
+        functools.partial(
+            ragged_paged_attention, scale=head_dim**-0.5, config=config, interpret=interpret
+        )
+    )
+    for seed in SEEDS:
+        b = ragged_batch(seed, page_size, num_pages)
+        rng = np.random.default_rng(100 + seed)
+        q = jnp.asarray(rng.standard_normal((NUM_TOKENS, group * kv_heads, head_dim)), dtype)
+        k_pages = random_pages(rng, shape, b["owned"], dtype)
+        v_pages = random_pages(rng, shape, b["owned"], dtype)
+        out = kernel(q, k_pages, v_pages, *_meta(b))
+        ref = gqa_ref(q, k_pages, v_pages, *_meta(b), scale=head_dim**-0.5)
+        assert out.shape == q.shape and out.dtype == q.dtype
+        _check(out, ref, b, dtype)
+
+
+MLA_CASES = {
+    # name: (heads, kv_lora_rank, rope dim, page size, num pages, dtype, config)
+    "h4_r32_dr8_p16_f32": (4, 32, 8, 16, 40, jnp.float32, KernelConfig(16, 16, 32)),
+    "h16_r64_dr16_p8_bf16_2progs": (
+        16,
+        64,
+        16,
+        8,
+        48,
+        jnp.bfloat16,
+        KernelConfig(16, 16, 48, max_heads_per_program=8),
+    ),
+    "h3_r32_dr16_p64_f32": (3, 32, 16, 64, 16, jnp.float32, KernelConfig(16, 32, 64)),
+}
+
+
+@pytest.mark.parametrize("interpret", MODES)
+@pytest.mark.parametrize("case", list(MLA_CASES))
+def test_mla_kernel_matches_ref(case, interpret):
+    _skip_unless_runnable(interpret)
+    heads, rank, rope, page_size, num_pages, dtype, config = MLA_CASES[case]
+    scale = 0.5 * (rank + rope) ** -0.5
+    kernel = jax.jit(
+        functools.partial(mla_paged_attention, scale=scale, config=config, interpret=interpret)
+    )
+    for seed in SEEDS:
+        b = ragged_batch(seed, page_size, num_pages)
+        rng = np.random.default_rng(200 + seed)
+        q_lat = jnp.asarray(rng.standard_normal((NUM_TOKENS, heads, rank)), dtype)
+        q_pe = jnp.asarray(rng.standard_normal((NUM_TOKENS, heads, rope)), dtype)
+        latent = random_pages(rng, (num_pages, page_size, rank + rope), b["owned"], dtype)
+        out = kernel(q_lat, q_pe, latent, *_meta(b))
+        ref = mla_ref(q_lat, q_pe, latent, *_meta(b), scale=scale)
+        assert out.shape == q_lat.shape and out.dtype == dtype
+        _check(out, ref, b, dtype)
+
+
+def test_refs_match_the_engine_xla_path():
+    """The twins encode the engine's semantics (positions, kv_lens, padding rows)."""
+    b = ragged_batch(5, 16, 40)
+    rng = np.random.default_rng(5)
+    meta = build_metadata(*(jnp.asarray(x) for x in _meta(b)))
+    xla_gqa = jax.jit(paged_attention_gqa, static_argnums=(4, 5))
+    xla_mla = jax.jit(paged_attention_mla, static_argnums=(4, 5))
+    q = jnp.asarray(rng.standard_normal((NUM_TOKENS, 6, 40)), jnp.float32)
+    k_pages = random_pages(rng, (40, 16, 2, 40), b["owned"], jnp.float32)
+    v_pages = random_pages(rng, (40, 16, 2, 40), b["owned"], jnp.float32)
+    np.testing.assert_allclose(
+        gqa_ref(q, k_pages, v_pages, *_meta(b), scale=0.2),
+        xla_gqa(q, k_pages, v_pages, meta, 0.2, 2),
+        atol=1e-5,
+        rtol=1e-5,
+    )
+    q_lat = jnp.asarray(rng.standard_normal((NUM_TOKENS, 4, 32)), jnp.float32)
+    q_pe = jnp.asarray(rng.standard_normal((NUM_TOKENS, 4, 8)), jnp.float32)
+    latent = random_pages(rng, (40, 16, 40), b["owned"], jnp.float32)
+    np.testing.assert_allclose(
+        mla_ref(q_lat, q_pe, latent, *_meta(b), scale=0.2),
+        xla_mla(q_lat, q_pe, latent, meta, 0.2, 2),
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
+def test_split_size_is_fixed_by_the_page_table_not_the_batch():
+    config = KernelConfig(block_kv=64, kv_split=2048, max_splits=16)
+    assert config.split_size(8192) == 2048
+    assert config.split_size(32768) == 2048
+    assert config.split_size(131072) == 8192  # at most 16 splits
+    assert config.split_size(100_000) % 64 == 0
+    with pytest.raises(ValueError, match="kv_split"):
+        KernelConfig(block_kv=64, kv_split=96)
+    with pytest.raises(ValueError, match="block_kv"):
+        KernelConfig(block_kv=8)
+
+
+def test_unsupported_shapes_raise_a_clear_error():
+    q = jnp.zeros((4, 8, 512), jnp.float32)
+    pages = jnp.zeros((4, 8, 2, 512), jnp.float32)
+    with pytest.raises(UnsupportedShapeError, match="head_dim=512"):
+        check_gqa_supported(q, pages, pages)
+    with pytest.raises(UnsupportedShapeError, match="dtypes"):
+        check_gqa_supported(q[..., :64], pages[..., :64].astype(jnp.float16), pages[..., :64])
+    with pytest.raises(ValueError, match="multiple of num kv heads"):
+        check_gqa_supported(jnp.zeros((4, 3, 64)), pages[..., :64], pages[..., :64])
+
+
+@pytest.mark.parametrize("interpret", MODES)
+def test_gqa_kernel_is_batch_invariant(interpret):
+    """A token's output is bitwise the same alone or among other sequences, at another row
+    of the padded batch, and as a decode or as the last token of a prefill chunk."""
+    _skip_unless_runnable(interpret)
+    page_size, num_pages, max_pages, kv_len = 16, 40, 5, 70  # 70 keys: 3 splits of 32
+    config = KernelConfig(16, 16, 32)
+    rng = np.random.default_rng(7)
+    k_pages = jnp.asarray(rng.standard_normal((num_pages, page_size, 2, 32)), jnp.float32)
+    v_pages = jnp.asarray(rng.standard_normal((num_pages, page_size, 2, 32)), jnp.float32)
+    q_rows = jnp.asarray(rng.standard_normal((4, 8, 32)), jnp.float32)  # positions 66..69
+    own_pages = np.arange(5, 10, dtype=np.int32)
+    kernel = jax.jit(
+        functools.partial(ragged_paged_attention, scale=0.2, config=config, interpret=interpret)
+    )
+
+    def run(num_tokens, spans, x_seq, x_q_len):
+        """spans: (q_len, kv_len) per sequence; sequence x_seq is ours, ending at kv_len."""
+        cu = np.concatenate([[0], np.cumsum([q for q, _ in spans])]).astype(np.int32)
+        positions = np.zeros(num_tokens, np.int32)
+        table = rng.integers(10, num_pages, size=(len(spans), max_pages)).astype(np.int32)
+        q = jnp.asarray(rng.standard_normal((num_tokens, 8, 32)), jnp.float32)
+        for s, (q_len, kv) in enumerate(spans):
+            positions[cu[s] : cu[s + 1]] = np.arange(kv - q_len, kv)
+        table[x_seq] = own_pages
+        q = q.at[cu[x_seq] : cu[x_seq + 1]].set(q_rows[4 - x_q_len :])
+        kv_lens = np.asarray([kv for _, kv in spans], np.int32)
+        out = kernel(q, k_pages, v_pages, cu, positions, kv_lens, table)
+        return np.asarray(out[cu[x_seq + 1] - 1])  # the token at position kv_len - 1
+
+    alone = run(8, [(1, kv_len), (0, 0)], 0, 1)
+    crowded = run(24, [(3, 20), (1, 33), (0, 9), (5, 48), (1, kv_len), (0, 0)], 4, 1)
+    in_chunk = run(24, [(1, 17), (4, kv_len), (2, 31), (0, 0), (0, 0), (0, 0)], 1, 4)
+    np.testing.assert_array_equal(alone, crowded)
+    np.testing.assert_array_equal(alone, in_chunk)

@@ -1,0 +1,57 @@
+"""scripts/bench_kernels.py end to end in its --smoke mode (interpret mode off GPU)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jax
+import pytest
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def _run_bench(tmp_path, *extra) -> dict:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.bench_kernels", f"--out={out}", *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "target gqa_decode_frac_of_copy>=0.80" in proc.stdout
+    return json.loads(out.read_text())
+
+
+def test_bench_kernels_smoke_writes_every_row(tmp_path):
+    result = _run_bench(tmp_path, "--smoke")
+    kinds = {(r["kind"], r.get("attn"), r["impl"]) for r in result["rows"]}
+    assert kinds == {
+        ("copy", None, "xla"),
+        ("matmul", None, "xla"),
+        ("decode", "gqa", "pallas"),
+        ("decode", "gqa", "bundled"),
+        ("decode", "mla", "pallas"),
+        ("prefill", "gqa", "pallas"),
+    }
+    assert all(r["seconds"] > 0 for r in result["rows"])
+    bundled = next(r for r in result["rows"] if r["impl"] == "bundled")
+    # Same decode, two kernels: both right (bf16 outputs of O(1) values).
+    assert bundled["max_abs_diff_vs_pallas"] < 5e-2
+    assert set(result["targets"]) == {
+        "gqa_decode_frac_of_copy>=0.80",
+        "mla_decode_frac_of_copy>=0.75",
+        "min_speedup_vs_bundled>=1.3",
+        "prefill_frac_of_matmul>=0.40",
+    }
+
+
+@pytest.mark.gpu
+def test_bench_kernels_full_run_on_gpu(tmp_path):
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs a GPU")
+    result = _run_bench(tmp_path)
+    assert all(v is not None for v in result["targets"].values()), result["targets"]

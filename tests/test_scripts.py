@@ -1,0 +1,61 @@
+"""The absl entry points run end to end on tiny presets (each in its own process, as users
+run them: absl flags are process-global)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parent.parent
+
+
+def _run(module: str, *flags: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_generate_prints_tokens_and_throughput():
+    out = _run("scripts.generate", "--model=tiny-qwen3", "--num_prompts=3", "--max_tokens=5")
+    assert out.count("(length)") == 3
+    assert "tok/s" in out
+
+
+def test_generate_from_text_with_a_tokenizer():
+    out = _run(
+        "scripts.generate",
+        f"--model={ROOT}/tests/fixtures/llama",
+        "--prompt=the cat sat on the",
+        "--max_tokens=4",
+    )
+    assert "(length)" in out
+
+
+@pytest.mark.parametrize(
+    "module, flags, expect",
+    [
+        (
+            "scripts.bench_throughput",
+            ["--models=tiny-llama", "--batch_sizes=1,2", "--decode_steps=3", "--copy_mb=16"],
+            "| tiny-llama | 2 |",
+        ),
+        (
+            "scripts.bench_determinism",
+            ["--model=tiny-llama", "--num_requests=4", "--max_tokens=3", "--repeats=1"],
+            "batch-invariant / default throughput",
+        ),
+    ],
+)
+def test_benchmarks_run_small(module, flags, expect):
+    assert expect in _run(module, *flags)

@@ -1,0 +1,151 @@
+"""Mesh strings, layout checks, the logical-axis rules and the multi-host flags, in this process
+(one CPU device, nothing compiled). The sharded runs are in tests/test_sharding_mesh.py."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from configs.presets import get_preset
+from engine import LLM
+from sharding import distributed
+from sharding.expert_parallel import capacity
+from sharding.mesh import MeshConfig, check_layout, make_mesh, parse_mesh
+from sharding.rules import (
+    GQA_PAGES_AXES,
+    RULES,
+    logical_to_spec,
+    param_partition_specs,
+    rules_for,
+)
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize(
+    "spec, want",
+    [
+        ("", MeshConfig()),
+        ("dp=2,tp=2,ep=2", MeshConfig(2, 2, 2)),
+        ("ep=8", MeshConfig(ep=8)),
+        (" tp = 2 , dp=1 ", MeshConfig(dp=1, tp=2)),
+    ],
+)
+def test_parse_mesh(spec, want):
+    assert parse_mesh(spec) == want
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ("xp=2", "'xp=2' is not 'axis=count'"),
+        ("tp", "'tp' is not 'axis=count'"),
+        ("tp=0", "axis tp count 0 must be >= 1"),
+        ("ep=-4", "axis ep count -4 must be >= 1"),
+        ("dp=two", "axis dp count 'two' is not an integer"),
+        ("tp=2,tp=4", "axis tp given twice"),
+    ],
+)
+def test_bad_mesh_strings(spec, match):
+    with pytest.raises(ValueError, match=match):
+        parse_mesh(spec)
+
+
+@pytest.mark.parametrize(
+    "preset, mc, match",
+    [
+        ("tiny-qwen3-moe", MeshConfig(tp=3), "tp=3 does not divide num_heads=4"),
+        ("tiny-qwen3-moe", MeshConfig(ep=3), "ep=3 does not divide num_experts=8"),
+        ("tiny-mixtral", MeshConfig(ep=8), "ep=8 does not divide num_experts=4"),
+        ("tiny-llama", MeshConfig(ep=2), "ep=2: model 'tiny-llama' has no routed experts"),
+    ],
+)
+def test_impossible_layouts(preset, mc, match):
+    with pytest.raises(ValueError, match=match):
+        check_layout(get_preset(preset), mc)
+
+
+def test_widths_the_mesh_does_not_divide_name_the_param_axis_and_count():
+    cfg = get_preset("tiny-deepseek-v3").replace(moe_intermediate_size=30)
+    check_layout(cfg, MeshConfig(tp=4))  # heads and experts are fine
+    with pytest.raises(
+        ValueError, match=r"\['moe'\].*axis '\w*mlp' of size 30 is split over mesh axis tp=4"
+    ):
+        param_partition_specs(cfg, MeshConfig(tp=4))
+
+
+def test_mesh_larger_than_the_devices():
+    with pytest.raises(
+        ValueError, match=r"dp=1,tp=2,ep=1: dp\*tp\*ep=2 does not divide the 1 devices"
+    ):
+        make_mesh(MeshConfig(tp=2))
+    mesh = make_mesh(MeshConfig())
+    assert dict(mesh.shape) == {"dp": 1, "tp": 1, "ep": 1}
+
+
+def test_param_specs_follow_the_logical_axes():
+    specs = param_partition_specs(get_preset("tiny-deepseek-v3"), MeshConfig(dp=2, tp=2, ep=2))
+    dense, moe = specs["layers"][0], specs["layers"][1]
+    assert specs["embed"] == P("tp", None)
+    assert dense["attn"]["wq_b"] == P(None, "tp", None)
+    assert dense["attn"]["wkv_a"] == P(None, None)  # MLA latent projection: every head reads it
+    assert dense["mlp"]["w_down"] == P("tp", None)
+    assert moe["moe"]["w_gate"] == P("ep", None, "tp")
+    assert moe["moe"]["w_down"] == P("ep", "tp", None)
+    assert moe["moe"]["router"] == P(None, None)
+    assert moe["moe"]["shared"]["w_up"] == P(None, "tp")
+
+
+def test_kv_heads_split_when_tp_divides_them_and_replicated_otherwise():
+    mixtral = get_preset("tiny-mixtral")  # 4 q heads, 1 kv head
+    qwen = get_preset("tiny-qwen3-moe")  # 4 q heads, 2 kv heads
+    tp2 = MeshConfig(tp=2)
+    assert param_partition_specs(mixtral, tp2)["layers"][0]["attn"]["wk"] == P(None, None, None)
+    assert param_partition_specs(qwen, tp2)["layers"][0]["attn"]["wk"] == P(None, "tp", None)
+    assert logical_to_spec(GQA_PAGES_AXES, rules_for(mixtral, tp2)) == P(None, None, None, None)
+    assert logical_to_spec(GQA_PAGES_AXES, rules_for(qwen, tp2)) == P(None, None, "tp", None)
+
+
+def test_rules_reject_clashes_and_unknown_names():
+    with pytest.raises(ValueError, match="mesh axis 'ep' used twice"):
+        logical_to_spec(("experts", "expert_batch"), RULES)
+    with pytest.raises(ValueError, match="logical axis 'heads' has no rule"):
+        logical_to_spec(("heads",), RULES)
+
+
+def test_exchange_capacity_holds_the_worst_case():
+    # A token's k copies go to k distinct experts, so at most min(k, E_local) per device.
+    assert capacity(13, 2, 4) == 26
+    assert capacity(13, 8, 4) == 52
+    assert capacity(13, 8, 1) == 13
+
+
+def test_llm_rejects_bad_meshes_before_loading():
+    with pytest.raises(ValueError, match="axis tp count 0"):
+        LLM(model="/no/such/dir", mesh="tp=0")  # the string is checked before the model
+    with pytest.raises(ValueError, match="tp=3 does not divide num_heads=4"):
+        LLM(model=str(FIXTURES / "mixtral"), mesh="tp=3")
+    with pytest.raises(ValueError, match="ep=2: model"):
+        LLM(model=str(FIXTURES / "llama"), mesh="ep=2")
+    with pytest.raises(ValueError, match=r"ep=4: dp\*tp\*ep=4 does not divide the 1 devices"):
+        LLM(model=str(FIXTURES / "mixtral"), mesh="ep=4")
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (("127.0.0.1:1234", 0, 0), "num_processes=0"),
+        (("127.0.0.1:1234", 2, 2), r"process_id=2: must be in \[0, 2\)"),
+        (("localhost", 2, 0), "coordinator='localhost': expected 'host:port'"),
+        ((None, 2, 1), "coordinator=None"),
+    ],
+)
+def test_distributed_flags_are_checked(args, match):
+    with pytest.raises(ValueError, match=match):
+        distributed.initialize(*args)
+
+
+def test_one_process_needs_no_runtime():
+    distributed.initialize(None, 1, 0)  # no coordinator, nothing started
