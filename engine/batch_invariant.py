@@ -16,6 +16,11 @@ The mode pins every reduction to an order that does not depend on the batch:
   time, so chunking, decode vs prefill and neighbours do not change a token's reduction.
 - MoE: the top-k expert outputs are combined in slot order 0..k-1 in float32.
 - Sampling: each request draws from fold_in(key(seed), step), independent of its row.
+- Meshes: tokens are split over dp x ep, so the padding is MIN_ROWS x dp x ep rows and
+  every shard stays in the same regime; expert compute is local and the combine runs in slot
+  order, so ep=1, 2 and 4 give bitwise-equal output (tests/test_sharding_mesh.py). Tensor
+  parallelism is not covered: its all-reduces sum partial products across devices in an
+  order XLA chooses, so tp > 1 is deterministic run to run but not claimed equal to tp=1.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from jax import lax
 # Query tokens that share one gathered KV block in a prefill chunk, and the KV block of those
 # tiles (decodes use the engine's `kv_block_pages`). Measured: docs/benchmarks.md, "Long
 # context". In the default mode a step with T < QUERY_TILE padded tokens uses tiles of T.
-QUERY_TILE = 128
+QUERY_TILE = 256
 PREFILL_KV_BLOCK_TOKENS = 512
 # The last rows of a span, when this few, get a tile of their own size instead of a whole
 # QUERY_TILE (a long prefill sharing steps with decodes runs chunks of a few tokens).

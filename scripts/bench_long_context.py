@@ -49,7 +49,7 @@ _ATTN_BEFORE_BLOCK = flags.DEFINE_integer(
 )
 _ATTN_CONFIGS = flags.DEFINE_list(
     "attention_configs",
-    ["128:128:512"],
+    ["128:256:512"],
     "attention: engine settings to time, decode block:query tile:prefill block (tokens).",
 )
 _ATTN_SKIP_BEFORE = flags.DEFINE_list(

