@@ -8,7 +8,8 @@ keys in a fixed block order with fixed-order sums.
 
 Two paths share that per-token math:
 - decodes (a sequence with one query token this step) are batched across sequences, each
-  gathering its own KV blocks of `kv_block_pages`, up to the longest decode context;
+  gathering its own KV blocks of `kv_block_pages`, up to the longest decode context (up to
+  DECODE_BATCH_MAX_TOKENS: longer ones take the tile path);
 - prefill chunks are cut into query tiles aligned to the start of each sequence's span; a
   loop visits the tiles one after another and each tile gathers every KV block of its
   sequence once for all its rows, up to its own last position. So a chunk of C tokens over
@@ -40,6 +41,10 @@ PREFILL_KV_BLOCK_TOKENS = 512
 # The last rows of a span, when this few, get a tile of their own size instead of a whole
 # QUERY_TILE (a long prefill sharing steps with decodes runs chunks of a few tokens).
 SMALL_TILE = 8
+# Decodes are batched and loop together up to the longest of them, so a decode over a longer
+# context than this goes through the tiles instead, paying for its own context alone (a 128k
+# request decoding next to short ones would otherwise make every decode scan 128k keys).
+DECODE_BATCH_MAX_TOKENS = 8192
 # Batch-invariant mode: every query token, decodes included, goes through tiles of one fixed
 # size, so its scores and p.v are rows of the same matmul shape whether it is decoded or
 # recomputed inside a prefill chunk. XLA:CPU picks its dot kernel by shape and a row's last
@@ -163,17 +168,18 @@ def _normalize(denom: jax.Array, acc: jax.Array) -> jax.Array:
     return jnp.where(seen[..., None], acc / jnp.where(seen, denom, 1.0)[..., None], 0.0)
 
 
-def _decode_attention(q, meta, page_table, q_lens, block_pages, block_len, gather, value_dim):
-    """Sequences with one query token, batched: each gathers its own blocks.
+def _decode_attention(q, meta, page_table, is_decode, block_pages, block_len, gather, value_dim):
+    """Sequences with one query token (`is_decode` [S]), batched: each gathers its own blocks.
 
     q: [T, K, G, Dk]. Returns (the token row of each sequence's decode [S], -1 where the
-    sequence has no decode this step, outputs [S, K, G, Dv]).
+    sequence has no decode here, outputs [S, K, G, Dv]).
     """
     num_tokens = q.shape[0]
-    is_decode = (q_lens == 1) & (meta.kv_lens > 0)
     rows = jnp.clip(meta.cu_q_lens[:-1], 0, num_tokens - 1)  # [S]
     limit = jnp.where(is_decode, jnp.minimum(meta.positions[rows] + 1, meta.kv_lens), 0)
     q_dec = q[rows]  # [S, K, G, Dk]
+    # Other sequences' slots are computed and masked; reading page 0 for them stays in cache.
+    page_table = jnp.where(is_decode[:, None], page_table, 0)
     num_blocks = (jnp.max(limit) + block_len - 1) // block_len
 
     def body(b, carry):
@@ -275,11 +281,12 @@ def _blocked_attention(
     # Rows past T give every tile a full slice (dynamic_slice would shift a short one back).
     out = jnp.zeros((num_tokens + tile, num_kv_heads, group, value_dim), jnp.float32)
     if split_decodes:
+        is_decode = tiled & (q_lens == 1) & (meta.kv_lens <= DECODE_BATCH_MAX_TOKENS)
         rows, o_dec = _decode_attention(
-            q, meta, page_table, q_lens, kv_block_pages, block_len, gather_block, value_dim
+            q, meta, page_table, is_decode, kv_block_pages, block_len, gather_block, value_dim
         )
         out = out.at[jnp.where(rows < 0, out.shape[0], rows)].set(o_dec, mode="drop")
-        tiled = tiled & (q_lens > 1)
+        tiled = tiled & ~is_decode
     q_pad = jnp.pad(q, ((0, tile), (0, 0), (0, 0), (0, 0)))
     pos_pad = jnp.pad(meta.positions, (0, tile))
     big_tiles, small_tiles = _tile_tables(meta, tiled, num_tokens, tile, small)

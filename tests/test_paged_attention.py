@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from engine.paged_attention import (
+    DECODE_BATCH_MAX_TOKENS,
     INVARIANT_OPTIONS,
     QUERY_TILE,
     build_metadata,
@@ -384,3 +385,39 @@ def test_long_context_chunk_over_many_blocks_and_tiles():
     ref = dense_reference(q4, seqs, positions, [dec_k, rows_k], [dec_v, rows_v], scale)
     np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
     assert not o[1 + n :].any()
+
+
+def test_a_decode_over_a_long_context_takes_the_tiles_and_matches():
+    """A decode over more than DECODE_BATCH_MAX_TOKENS keys leaves the batched decodes (which
+    would all scan its context) for a tile of its own; both kinds stay exact."""
+    page_size, num_kv_heads, group, head_dim = 16, 1, 4, 32
+    lens = [DECODE_BATCH_MAX_TOKENS + 900, 40, 300]
+    rng = np.random.default_rng(12)
+    pages_per = [-(-n // page_size) for n in lens]
+    perm = rng.permutation(sum(pages_per)).astype(np.int32)
+    shape = (len(perm), page_size, num_kv_heads, head_dim)
+    k_pages, v_pages = np.full(shape, np.nan, np.float32), np.full(shape, np.nan, np.float32)
+    rows_k, rows_v, pt = [], [], np.zeros((3, max(pages_per)), np.int32)
+    used = 0
+    for s, n in enumerate(lens):
+        ids = perm[used : used + pages_per[s]]
+        used += pages_per[s]
+        pt[s, : len(ids)] = ids
+        rk, rv = rng.standard_normal((2, n, num_kv_heads, head_dim)).astype(np.float32)
+        for j in range(n):
+            k_pages[ids[j // page_size], j % page_size] = rk[j]
+            v_pages[ids[j // page_size], j % page_size] = rv[j]
+        rows_k.append(rk)
+        rows_v.append(rv)
+    q = rng.standard_normal((4, num_kv_heads * group, head_dim)).astype(np.float32)
+    positions = np.array([n - 1 for n in lens] + [0], np.int32)
+    cu, kv_lens = np.array([0, 1, 2, 3], np.int32), np.array(lens, np.int32)
+    slots = np.full(4, -1, np.int32)
+    scale = head_dim**-0.5
+    args = (q, k_pages, v_pages, q[:, :1], q[:, :1], slots, cu, positions, kv_lens, pt)
+    o = np.asarray(_gqa_step(*args, scale, 2))
+    seqs = [(1, n, 0) for n in lens]
+    q4 = q.reshape(4, num_kv_heads, group, head_dim)
+    ref = dense_reference(q4, seqs, positions, rows_k, rows_v, scale)
+    np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
+    assert not o[3].any()
