@@ -14,7 +14,10 @@ The mode pins every reduction to an order that does not depend on the batch:
   last bit between 1..4 and >= 5 rows).
 - Attention: reduced over fixed-size KV blocks aligned to absolute position 0, one token at a
   time, so chunking, decode vs prefill and neighbours do not change a token's reduction.
-- MoE: the top-k expert outputs are combined in slot order 0..k-1 in float32.
+- MoE: on CPU each expert's rows are multiplied in fixed tiles of GROUP_TILE rows
+  (`models.moe.grouped_matmul`; a row's product was bitwise the same at every place in a tile
+  and for any tile count), and the top-k expert outputs are combined in slot order 0..k-1 in
+  float32. On GPU the grouped matmul is `jax.lax.ragged_dot`, not yet shown invariant there.
 - Sampling: each request draws from fold_in(key(seed), step), independent of its row.
 - Meshes: tokens are split over dp x ep, so the padding is MIN_ROWS x dp x ep rows and
   every shard stays in the same regime; expert compute is local and the combine runs in slot

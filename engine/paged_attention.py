@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from models.reductions import fixed_order_sum
+
 # Query tokens that share one gathered KV block in a prefill chunk, and the KV block of those
 # tiles (decodes use the engine's `kv_block_pages`). Measured: docs/benchmarks.md, "Long
 # context". In the default mode a step with T < QUERY_TILE padded tokens uses tiles of T.
@@ -116,22 +118,6 @@ def build_metadata(
     )
 
 
-def _fixed_order_sum(x: jax.Array) -> jax.Array:  # [..., L] -> [...]
-    """Sums the last axis in an order fixed by L alone.
-
-    XLA:CPU's reduce sums a row in a different order when there are few rows (an attention
-    output differed in the last bit between T <= 8 and T >= 16 with jnp.sum here, measured on
-    jax 0.11.2); a pairwise tree of elementwise adds cannot change with T.
-    """
-    n = x.shape[-1]
-    width = 1 << (n - 1).bit_length()
-    x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, width - n)])
-    while width > 1:
-        width //= 2
-        x = x[..., :width] + x[..., width:]
-    return x[..., 0]
-
-
 # gather_block(page_ids: [..., Bp]) -> (keys [..., L, K, Dk], values [..., L, K, Dv]),
 # L = Bp * page_size: the rows of those pages in order.
 GatherBlock = Callable[[jax.Array], tuple[jax.Array, jax.Array]]
@@ -151,7 +137,8 @@ def _softmax_step(m, denom, s, valid):
     m_shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
     alpha = jnp.exp(m - m_shift)
     p = jnp.exp(s - m_shift[..., None])
-    return m_new, alpha, p, alpha * denom + _fixed_order_sum(p)
+    # fixed_order_sum: XLA:CPU's reduce changed a row's sum between T <= 8 and T >= 16.
+    return m_new, alpha, p, alpha * denom + fixed_order_sum(p)
 
 
 def _init_carry(shape: tuple[int, ...], value_dim: int):

@@ -1,5 +1,5 @@
 """Mixture-of-experts: routing (softmax top-k, DeepSeek greedy / group-limited / noaux_tc) and a
-dropless expert block (sort token copies by expert, grouped matmul with jax.lax.ragged_dot).
+dropless expert block (sort token copies by expert, grouped matmuls: `grouped_matmul`).
 
 Routing follows Hugging Face 5.24: MixtralTopKRouter, Qwen3MoeTopKRouter, DeepseekV2TopkRouter,
 DeepseekV3TopkRouter. The router runs in float32 whatever the model dtype.
@@ -74,7 +74,59 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
     return weights.astype(jnp.float32), experts.astype(jnp.int32)
 
 
-_GATHER_MAX_TOKENS = 64  # == engine.batch_invariant.MIN_ROWS: invariant mode never gathers
+# Rows of one matmul in the CPU grouped matmul: every expert's rows are cut into tiles of this
+# many, each a [GROUP_TILE, D] x [D, F] product. Fixed, so a row's result never depends on how
+# many other rows its expert got (see grouped_matmul).
+GROUP_TILE = 16
+
+
+def grouped_matmul(
+    xs: jax.Array,  # [M, D], rows grouped by expert in order
+    w: jax.Array,  # [E, D, F]
+    group_sizes: jax.Array,  # [E] int32, sum <= M
+) -> jax.Array:  # [M, F], zeros past sum(group_sizes)
+    """`jax.lax.ragged_dot` semantics: rows [start_e, start_e + group_sizes[e]) times w[e].
+
+    On accelerators this is ragged_dot (a grouped kernel). XLA:CPU's ragged_dot computes every
+    group over all M rows (E times the work), so on CPU the rows of each expert are laid out in
+    tiles of GROUP_TILE rows (a group's last tile padded) and a loop runs one [GROUP_TILE, D] x
+    [D, F] product per used tile. Measured on jax 0.11.2 CPU (D=512, F=256, E=16): 0.15 ms at
+    M=2, 14 ms at M=4096, against 1.2 ms and 128 ms for ragged_dot. Every tile is the same dot
+    shape and a row's result was bitwise the same at every row position of a tile and for any
+    tile count, so a token copy's expert output does not depend on the batch (the property
+    batch-invariant mode and the expert-parallel layouts rely on).
+    """
+    if jax.default_backend() != "cpu":
+        return jax.lax.ragged_dot(xs, w, group_sizes)
+    return _tiled_grouped_matmul(xs, w, group_sizes, GROUP_TILE)
+
+
+def _tiled_grouped_matmul(xs, w, group_sizes, tile):
+    m, d = xs.shape
+    e, _, f = w.shape
+    num_tiles = -(-m // tile) + e  # each group adds at most one partial tile
+    gs = group_sizes.astype(jnp.int32)
+    tiles_per = (gs + tile - 1) // tile  # [E]
+    tile_end = jnp.cumsum(tiles_per)  # [E]
+    row_end = jnp.cumsum(gs)  # [E]
+    rows = jnp.arange(m, dtype=jnp.int32)
+    group = jnp.searchsorted(row_end, rows, side="right")  # [M], E past the groups
+    g = jnp.minimum(group, e - 1)
+    dest = (tile_end - tiles_per)[g] * tile + rows - (row_end - gs)[g]  # row in the tile layout
+    dest = jnp.where(group < e, dest, num_tiles * tile)  # rows past the groups: dropped
+    tile_expert = jnp.searchsorted(tile_end, jnp.arange(num_tiles, dtype=jnp.int32), side="right")
+    tile_expert = jnp.minimum(tile_expert, e - 1)
+    x_tiles = jnp.zeros((num_tiles * tile, d), xs.dtype).at[dest].set(xs, mode="drop")
+
+    def body(i, y):
+        x_i = jax.lax.dynamic_slice_in_dim(x_tiles, i * tile, tile)  # [tile, D]
+        return jax.lax.dynamic_update_slice_in_dim(y, x_i @ w[tile_expert[i]], i * tile, 0)
+
+    # Zeros typed like the products (inside shard_map they vary over the axes xs and w vary
+    # over; a loop carry must keep its type).
+    y = jnp.zeros_like(x_tiles[:, :1] * w[0, :1])  # [num_tiles * tile, F]
+    y = jax.lax.fori_loop(0, tile_end[-1], body, y)
+    return jnp.take(y, dest, axis=0, mode="fill", fill_value=0)
 
 
 def routed_experts(
@@ -86,42 +138,22 @@ def routed_experts(
     """Dropless expert compute: every (token, slot) copy is processed, none is dropped.
 
     The T*k copies are stably sorted by expert so each expert's rows are contiguous, run through
-    grouped matmuls (ragged_dot) over the stacked [E, D, F] weights, unsorted, and the k outputs
-    of a token are summed in slot order 0..k-1 in float32, a fixed order whatever the batch.
+    grouped matmuls over the stacked [E, D, F] weights, unsorted, and the k outputs of a token
+    are summed in slot order 0..k-1 in float32, a fixed order whatever the batch.
     """
     t, k = experts.shape
     e = p_moe["w_gate"].shape[0]
-    if jax.default_backend() == "cpu" and t < _GATHER_MAX_TOKENS and t * k <= 8 * e:
-        # Small decode batches on CPU: XLA:CPU's ragged_dot computes every group densely
-        # (E times the work), so multiplying each copy by its own gathered expert weights is
-        # far cheaper. Static per shape; batch-invariant mode pads T to >= 64 rows, so it
-        # always takes ragged_dot. On accelerators ragged_dot is grouped and always wins.
-        return _gathered_experts(p_moe, x, weights, experts)
     flat = experts.reshape(-1)  # [T*k]
     order = jnp.argsort(flat, stable=True)  # [T*k]
     group_sizes = jnp.bincount(flat, length=e).astype(jnp.int32)  # [E]
     xs = jnp.take(x, order // k, axis=0)  # [T*k, D], grouped by expert
-    gate = jax.lax.ragged_dot(xs, p_moe["w_gate"], group_sizes)  # [T*k, F]
-    up = jax.lax.ragged_dot(xs, p_moe["w_up"], group_sizes)  # [T*k, F]
-    ys = jax.lax.ragged_dot(jax.nn.silu(gate) * up, p_moe["w_down"], group_sizes)  # [T*k, D]
+    gate = grouped_matmul(xs, p_moe["w_gate"], group_sizes)  # [T*k, F]
+    up = grouped_matmul(xs, p_moe["w_up"], group_sizes)  # [T*k, F]
+    ys = grouped_matmul(jax.nn.silu(gate) * up, p_moe["w_down"], group_sizes)  # [T*k, D]
     y = jnp.zeros_like(ys).at[order].set(ys).reshape(t, k, -1)  # [T, k, D], slot order
     out = jnp.zeros((t, x.shape[-1]), jnp.float32)
     for j in range(k):
         out = out + weights[:, j, None] * y[:, j].astype(jnp.float32)
-    return out.astype(x.dtype)
-
-
-def _gathered_experts(p_moe, x, weights, experts):  # x [T, D], weights/experts [T, k]
-    """Each copy multiplies by its own expert's gathered weights: reads k experts per token."""
-    t, k = experts.shape
-    xs = jnp.repeat(x, k, axis=0)  # [T*k, D], copy j of token t at row t*k + j
-    flat = experts.reshape(-1)
-    gate = jnp.einsum("md,mdf->mf", xs, p_moe["w_gate"][flat])
-    up = jnp.einsum("md,mdf->mf", xs, p_moe["w_up"][flat])
-    ys = jnp.einsum("mf,mfd->md", jax.nn.silu(gate) * up, p_moe["w_down"][flat]).reshape(t, k, -1)
-    out = jnp.zeros((t, x.shape[-1]), jnp.float32)
-    for j in range(k):
-        out = out + weights[:, j, None] * ys[:, j].astype(jnp.float32)
     return out.astype(x.dtype)
 
 

@@ -6,7 +6,7 @@ Inside `shard_map` each device holds T_l = T / (dp * ep) tokens and E_l = E / ep
             owns the expert; place them in a send buffer [ep, C, D] (C rows per destination);
             all-to-all over `ep`, so row block s of the receive buffer came from device s
   compute   sort the received rows by local expert; grouped matmuls over the E_l local
-            experts (jax.lax.ragged_dot); with tp > 1 each device holds an F / tp slice of
+            experts (models.moe.grouped_matmul); with tp > 1 each device holds an F / tp slice of
             every expert's MLP and the partial down projections are summed over `tp`
   combine   unsort; all-to-all back; each copy's output returns to its sender's slot; the
             k outputs of a token are summed in slot order 0..k-1 in float32, the same fixed
@@ -16,7 +16,7 @@ Dropless. XLA:CPU has no `jax.lax.ragged_all_to_all`, so the exchange is a padde
 `jax.lax.all_to_all` with buffers sized for the worst case: a token picks k distinct
 experts, so at most min(k, E_l) of its copies go to one device, and C = T_l * min(k, E_l)
 rows per destination hold every copy even when all tokens pick the same experts. Padding
-rows carry the empty local-expert id E_l, sort last, and fall outside the ragged_dot groups
+rows carry the empty local-expert id E_l, sort last, and fall outside the grouped-matmul groups
 (which return zeros there).
 """
 
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from configs.model_config import ModelConfig
-from models.moe import RoutedFn
+from models.moe import RoutedFn, grouped_matmul
 from sharding.mesh import EP, TP, mesh_config_of
 from sharding.rules import logical_to_spec, rules_for
 
@@ -88,9 +88,9 @@ def expert_compute(
     order = jnp.argsort(recv_expert, stable=True)  # empty rows last
     group_sizes = jnp.bincount(recv_expert, length=num_local).astype(jnp.int32)  # [E_l]
     xs = recv_x[order]
-    gate = jax.lax.ragged_dot(xs, p_local["w_gate"], group_sizes)  # [R, F_l]
-    up = jax.lax.ragged_dot(xs, p_local["w_up"], group_sizes)  # [R, F_l]
-    ys = jax.lax.ragged_dot(jax.nn.silu(gate) * up, p_local["w_down"], group_sizes)  # [R, D]
+    gate = grouped_matmul(xs, p_local["w_gate"], group_sizes)  # [R, F_l]
+    up = grouped_matmul(xs, p_local["w_up"], group_sizes)  # [R, F_l]
+    ys = grouped_matmul(jax.nn.silu(gate) * up, p_local["w_down"], group_sizes)  # [R, D]
     ys = jax.lax.psum(ys, TP)  # partial sums over the F slices
     return jnp.zeros_like(ys).at[order].set(ys)
 
