@@ -18,6 +18,10 @@ The mode pins every reduction to an order that does not depend on the batch:
   (`models.moe.grouped_matmul`; a row's product was bitwise the same at every place in a tile
   and for any tile count), and the top-k expert outputs are combined in slot order 0..k-1 in
   float32. On GPU the grouped matmul is `jax.lax.ragged_dot`, not yet shown invariant there.
+- Pallas kernels (`attention_impl="pallas"`): each program reduces one fixed query tile
+  over KV blocks aligned to position 0, in order, so they need no extra mode; bitwise
+  invariance is tested in interpret mode on CPU (tests/test_batch_invariance.py), not yet on
+  a GPU.
 - Sampling: each request draws from fold_in(key(seed), step), independent of its row.
 - Meshes: tokens are split over dp x ep, so the padding is MIN_ROWS x dp x ep rows and
   every shard stays in the same regime; expert compute is local and the combine runs in slot

@@ -110,3 +110,37 @@ def test_the_mode_still_matches_hugging_face():
     for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
         assert out.token_ids == tokens
         np.testing.assert_allclose(out.logprobs, logprobs, atol=2e-3, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+def test_pallas_kernels_keep_the_mode(arch):
+    """attention_impl="pallas" (interpret mode on CPU): each kernel program reduces a fixed
+    query tile over KV blocks aligned to position 0, so the probe is bitwise the same alone,
+    among co-requests with preemption, and decoded vs prefilled."""
+    probe = _probe(arch)
+    rng = np.random.default_rng(5)
+
+    def engine(**kw):
+        return LLM(
+            model=str(FIXTURES / arch),
+            batch_invariant=True,
+            attention_impl="pallas",
+            max_model_len=128,
+            **kw,
+        )
+
+    (alone,) = engine(num_pages=64).generate([probe], PROBE_PARAMS)
+    preemptions = 0
+    for budget in (16, 80):
+        llm = engine(max_num_batched_tokens=budget, max_num_seqs=min(budget, 32), num_pages=8)
+        assert _hidden_among_co_requests(llm, probe, rng) == (
+            alone.token_ids,
+            _bits(alone.logprobs),
+        )
+        preemptions += llm.stats()["num_preemptions"]
+    assert preemptions > 0
+    (next_one,) = llm.generate(
+        [probe + alone.token_ids[:5]], SamplingParams(max_tokens=1, ignore_eos=True)
+    )
+    assert next_one.token_ids == alone.token_ids[5:6]
+    assert _bits(next_one.logprobs) == _bits(alone.logprobs[5:6])
