@@ -47,6 +47,8 @@ SMALL_TILE = 8
 # context than this goes through the tiles instead, paying for its own context alone (a 128k
 # request decoding next to short ones would otherwise make every decode scan 128k keys).
 DECODE_BATCH_MAX_TOKENS = 8192
+# Batch-invariant mode: decodes run this many sequences at a time (see _decode_attention).
+DECODE_GROUP = 8
 # Batch-invariant mode: every query token, decodes included, goes through tiles of one fixed
 # size, so its scores and p.v are rows of the same matmul shape whether it is decoded or
 # recomputed inside a prefill chunk. XLA:CPU picks its dot kernel by shape and a row's last
@@ -155,35 +157,64 @@ def _normalize(denom: jax.Array, acc: jax.Array) -> jax.Array:
     return jnp.where(seen[..., None], acc / jnp.where(seen, denom, 1.0)[..., None], 0.0)
 
 
-def _decode_attention(q, meta, page_table, is_decode, block_pages, block_len, gather, value_dim):
+def _decode_attention(
+    q, meta, page_table, is_decode, block_pages, block_len, gather, value_dim, query_rows
+):
     """Sequences with one query token (`is_decode` [S]), batched: each gathers its own blocks.
 
     q: [T, K, G, Dk]. Returns (the token row of each sequence's decode [S], -1 where the
     sequence has no decode here, outputs [S, K, G, Dv]).
+
+    With query_rows > 1 (batch-invariant mode) each decode query is the first of
+    `query_rows` rows (the rest zeros), so its scores and p.v are rows of the same
+    per-KV-head matmul shape, [query_rows * G, Dk] x [Dk, L], as a token inside a prefill
+    tile of that size; as that multiplies the work, the decodes are then gathered to the
+    front and run DECODE_GROUP at a time, as many groups as there are decodes, instead of
+    computing every (padded) sequence slot.
     """
-    num_tokens = q.shape[0]
-    rows = jnp.clip(meta.cu_q_lens[:-1], 0, num_tokens - 1)  # [S]
-    limit = jnp.where(is_decode, jnp.minimum(meta.positions[rows] + 1, meta.kv_lens), 0)
-    q_dec = q[rows]  # [S, K, G, Dk]
+    num_tokens, num_seqs = q.shape[0], is_decode.shape[0]
+    first_row = jnp.clip(meta.cu_q_lens[:-1], 0, num_tokens - 1)  # [S]
+    limit = jnp.where(is_decode, jnp.minimum(meta.positions[first_row] + 1, meta.kv_lens), 0)
     # Other sequences' slots are computed and masked; reading page 0 for them stays in cache.
     page_table = jnp.where(is_decode[:, None], page_table, 0)
-    num_blocks = (jnp.max(limit) + block_len - 1) // block_len
 
-    def body(b, carry):
-        m, denom, acc = carry  # [S, K, G], [S, K, G], [S, K, G, Dv]
-        ids = lax.dynamic_slice_in_dim(page_table, b * block_pages, block_pages, axis=1)
-        keys, values = gather(ids)  # [S, L, K, Dk], [S, L, K, Dv]
-        valid = (b * block_len + jnp.arange(block_len))[None, :] < limit[:, None]  # [S, L]
-        s = jnp.einsum("skgd,slkd->skgl", q_dec, keys, preferred_element_type=jnp.float32)
-        m, alpha, p, denom = _softmax_step(m, denom, s, valid[:, None, None, :])
-        # p is 0 at masked keys, but stale rows may hold inf/NaN and 0 * inf = NaN.
-        values = jnp.where(valid[:, :, None, None], values, 0)
-        pv = jnp.einsum("skgl,slkd->skgd", p, values, preferred_element_type=jnp.float32)
-        return m, denom, alpha[..., None] * acc + pv
+    def attend(seqs):  # [n] sequence ids -> [n, K, G, Dv]
+        q_dec = q[first_row[seqs]][:, :, None]  # [n, K, 1, G, Dk]
+        q_dec = jnp.pad(q_dec, ((0, 0), (0, 0), (0, query_rows - 1), (0, 0), (0, 0)))
+        lim, pages = limit[seqs], page_table[seqs]
 
-    init = _init_carry(q_dec.shape[:3], value_dim)
-    _, denom, acc = lax.fori_loop(0, num_blocks, body, init)
-    return jnp.where(is_decode, rows, -1), _normalize(denom, acc)
+        def body(b, carry):
+            m, denom, acc = carry  # [n, K, Q, G], [n, K, Q, G], [n, K, Q, G, Dv]
+            ids = lax.dynamic_slice_in_dim(pages, b * block_pages, block_pages, axis=1)
+            keys, values = gather(ids)  # [n, L, K, Dk], [n, L, K, Dv]
+            valid = (b * block_len + jnp.arange(block_len))[None, :] < lim[:, None]  # [n, L]
+            s = jnp.einsum("skqgd,slkd->skqgl", q_dec, keys, preferred_element_type=jnp.float32)
+            m, alpha, p, denom = _softmax_step(m, denom, s, valid[:, None, None, None, :])
+            # p is 0 at masked keys, but stale rows may hold inf/NaN and 0 * inf = NaN.
+            values = jnp.where(valid[:, :, None, None], values, 0)
+            pv = jnp.einsum("skqgl,slkd->skqgd", p, values, preferred_element_type=jnp.float32)
+            return m, denom, alpha[..., None] * acc + pv
+
+        num_blocks = (jnp.max(lim) + block_len - 1) // block_len
+        _, denom, acc = lax.fori_loop(0, num_blocks, body, _init_carry(q_dec.shape[:4], value_dim))
+        return _normalize(denom, acc)[:, :, 0]
+
+    rows = jnp.where(is_decode, first_row, -1)
+    if query_rows == 1:
+        return rows, attend(jnp.arange(num_seqs))
+    group = min(DECODE_GROUP, num_seqs)
+    num_groups = -(-num_seqs // group)
+    order = jnp.argsort(~is_decode, stable=True).astype(jnp.int32)  # decodes first
+    order = jnp.pad(order, (0, num_groups * group - num_seqs), constant_values=num_seqs - 1)
+    out = jnp.zeros((num_seqs + 1, *q.shape[1:3], value_dim), jnp.float32)
+
+    def group_body(i, out):
+        seqs = lax.dynamic_slice_in_dim(order, i * group, group)
+        dest = jnp.where(is_decode[seqs], seqs, num_seqs)  # non-decode slots land on a spare row
+        return out.at[dest].set(attend(seqs))
+
+    used = (jnp.sum(is_decode.astype(jnp.int32)) + group - 1) // group
+    return rows, lax.fori_loop(0, used, group_body, out)[:num_seqs]
 
 
 class _Tiles(NamedTuple):
@@ -267,13 +298,22 @@ def _blocked_attention(
 
     # Rows past T give every tile a full slice (dynamic_slice would shift a short one back).
     out = jnp.zeros((num_tokens + tile, num_kv_heads, group, value_dim), jnp.float32)
-    if split_decodes:
-        is_decode = tiled & (q_lens == 1) & (meta.kv_lens <= DECODE_BATCH_MAX_TOKENS)
-        rows, o_dec = _decode_attention(
-            q, meta, page_table, is_decode, kv_block_pages, block_len, gather_block, value_dim
-        )
-        out = out.at[jnp.where(rows < 0, out.shape[0], rows)].set(o_dec, mode="drop")
-        tiled = tiled & ~is_decode
+    # Decodes are batched across sequences; in batch-invariant mode (not split_decodes) each
+    # computes a whole tile's rows so its math is that of a tile row (see _decode_attention).
+    is_decode = tiled & (q_lens == 1) & (meta.kv_lens <= DECODE_BATCH_MAX_TOKENS)
+    rows, o_dec = _decode_attention(
+        q,
+        meta,
+        page_table,
+        is_decode,
+        kv_block_pages,
+        block_len,
+        gather_block,
+        value_dim,
+        query_rows=1 if split_decodes else tile,
+    )
+    out = out.at[jnp.where(rows < 0, out.shape[0], rows)].set(o_dec, mode="drop")
+    tiled = tiled & ~is_decode
     q_pad = jnp.pad(q, ((0, tile), (0, 0), (0, 0), (0, 0)))
     pos_pad = jnp.pad(meta.positions, (0, tile))
     big_tiles, small_tiles = _tile_tables(meta, tiled, num_tokens, tile, small)
