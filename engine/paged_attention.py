@@ -26,6 +26,7 @@ Cache layout (PLAN.md): GQA layer `k_pages, v_pages: [N, P, K, Dh]`; MLA layer
 slot -1 means padding.
 """
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -40,22 +41,30 @@ from models.reductions import fixed_order_sum
 # context". In the default mode a step with T < QUERY_TILE padded tokens uses tiles of T.
 QUERY_TILE = 256
 PREFILL_KV_BLOCK_TOKENS = 512
-# The last rows of a span, when this few, get a tile of their own size instead of a whole
-# QUERY_TILE (a long prefill sharing steps with decodes runs chunks of a few tokens).
-SMALL_TILE = 8
+# The last rows of a span (or a whole short span), when this few, get a tile of the smallest
+# of these sizes that holds them instead of a whole QUERY_TILE: short prompts, and a long
+# prefill sharing steps with decodes that runs chunks of a few tokens.
+REMAINDER_TILES = (32, 8)
+SMALL_TILE = REMAINDER_TILES[-1]
+# A tile whose keys end within this many of the engine's (decode) KV blocks reads those
+# small blocks instead of its long-context block (whose size is set for 128k prefills).
+SHORT_CONTEXT_BLOCKS = 8
 # Decodes are batched and loop together up to the longest of them, so a decode over a longer
 # context than this goes through the tiles instead, paying for its own context alone (a 128k
 # request decoding next to short ones would otherwise make every decode scan 128k keys).
 DECODE_BATCH_MAX_TOKENS = 8192
 # Batch-invariant mode: decodes run this many sequences at a time (see _decode_attention).
-DECODE_GROUP = 8
-# Batch-invariant mode: every query token, decodes included, goes through tiles of one fixed
-# size, so its scores and p.v are rows of the same matmul shape whether it is decoded or
-# recomputed inside a prefill chunk. XLA:CPU picks its dot kernel by shape and a row's last
-# bits can follow the row count (measured: decode rows [G, Dk] vs tile rows [Q * G, Dk]
+DECODE_GROUP = 16
+# Batch-invariant mode: every query token's scores and p.v are rows of one matmul shape,
+# [query_tile * G, Dk] x [Dk, L] per KV head, whether it is decoded or recomputed inside a
+# prefill chunk: prefill spans are cut into tiles of query_tile rows and a decode is the first
+# row of such a tile (_decode_attention). XLA:CPU picks its dot kernel by shape and a row's
+# last bits can follow the row count (measured: decode rows [G, Dk] vs tile rows [Q * G, Dk]
 # differed for most head shapes, while every chunking through fixed-size tiles agreed). A
-# decode then computes a whole tile, so the tile is smaller there.
-INVARIANT_OPTIONS = {"query_tile": 16, "split_decodes": False}
+# decode computes a whole tile, so the tile is small: 8 rows measured 0.89x the default
+# mode's decode throughput at batch 64 (bench-llama-20m), 16 rows 0.73x, 4 rows 0.95x but
+# 0.77x (against 0.84x for 16) on 256-token prompts.
+INVARIANT_OPTIONS = {"query_tile": 8, "split_decodes": False}
 
 
 class AttnMetadata(NamedTuple):
@@ -227,33 +236,40 @@ class _Tiles(NamedTuple):
 
 
 def _tile_tables(
-    meta: AttnMetadata, tiled: jax.Array, num_tokens: int, tile: int, small: int
-) -> tuple[_Tiles, _Tiles]:
+    meta: AttnMetadata, tiled: jax.Array, num_tokens: int, tile: int, classes: tuple[int, ...]
+) -> list[_Tiles]:
     """Cut the span of each sequence with `tiled` set into tiles of `tile` rows from its
-    first token (so which rows share a tile depends on the sequence alone); a last tile of
-    at most `small` rows goes to the second table, of `small`-row tiles."""
+    first token (so which rows share a tile depends on the sequence alone). A last tile of
+    at most classes[0] rows goes instead to the table of the smallest class that holds it
+    (classes descending, each < tile). Returns the `tile` table, then one per class."""
     q_lens = meta.cu_q_lens[1:] - meta.cu_q_lens[:-1]  # [S]
     num_seqs = q_lens.shape[0]
     full, rest = q_lens // tile, q_lens % tile
-    to_small = tiled & (rest > 0) & (rest <= small)
-    per_seq = jnp.where(tiled, full + ((rest > 0) & ~to_small), 0)  # [S] big tiles
+    to_class = tiled & (rest > 0) & (rest <= (classes[0] if classes else 0))
+    per_seq = jnp.where(tiled, full + ((rest > 0) & ~to_class), 0)  # [S] `tile` tiles
     ends = jnp.cumsum(per_seq)
     ids = jnp.arange(num_tokens // tile + num_seqs, dtype=jnp.int32)
     seq = jnp.searchsorted(ends, ids, side="right", method="compare_all")
     seq = jnp.minimum(seq, num_seqs - 1).astype(jnp.int32)
     j = ids - (ends[seq] - per_seq[seq])  # tile index inside its sequence
-    big = _Tiles(
-        ends[-1], seq, meta.cu_q_lens[seq] + j * tile, jnp.clip(q_lens[seq] - j * tile, 0, tile)
-    )
-    # Small tiles: at most one per sequence, so a stable sort lists them in sequence order.
-    order = jnp.argsort(~to_small, stable=True).astype(jnp.int32)  # [S]
-    small_tiles = _Tiles(
-        jnp.sum(to_small.astype(jnp.int32)),
-        order,
-        meta.cu_q_lens[order] + full[order] * tile,
-        jnp.where(to_small[order], rest[order], 0),
-    )
-    return big, small_tiles
+    tables = [
+        _Tiles(
+            ends[-1], seq, meta.cu_q_lens[seq] + j * tile, jnp.clip(q_lens[seq] - j * tile, 0, tile)
+        )
+    ]
+    for c, smaller in zip(classes, (*classes[1:], 0)[: len(classes)], strict=True):
+        mine = to_class & (rest > smaller) & (rest <= c)
+        # At most one per sequence, so a stable sort lists them in sequence order.
+        order = jnp.argsort(~mine, stable=True).astype(jnp.int32)  # [S]
+        tables.append(
+            _Tiles(
+                jnp.sum(mine.astype(jnp.int32)),
+                order,
+                meta.cu_q_lens[order] + full[order] * tile,
+                jnp.where(mine[order], rest[order], 0),
+            )
+        )
+    return tables
 
 
 def _blocked_attention(
@@ -274,23 +290,27 @@ def _blocked_attention(
     if split_decodes:
         # Per-token math only has to be fixed within a path here (decodes already take
         # their own shape), so a short step uses a short tile, the last few rows of a span
-        # a SMALL_TILE, and a tile that much shorter that much longer KV blocks: each loop
-        # iteration keeps about query_tile * prefill_block_tokens scores, so its fixed cost
-        # is spread over as much work, while few-row chunks (a long prefill sharing a step
-        # with decodes) do not pay for a whole tile.
+        # a remainder tile, and a tile that much shorter that much longer KV blocks: each
+        # loop iteration keeps about query_tile * prefill_block_tokens scores, so its fixed
+        # cost is spread over as much work, while few-row chunks (a long prefill sharing a
+        # step with decodes) do not pay for a whole tile. Tiles over short contexts read
+        # the small decode blocks instead (`short`).
         tile = min(query_tile, num_tokens)
-        small = SMALL_TILE if tile > SMALL_TILE else 0
-        tile_pages = prefill_block_tokens * max(1, query_tile // tile) // page_size
-        small_pages = prefill_block_tokens * (query_tile // SMALL_TILE) // page_size
-        tile_pages, small_pages = max(kv_block_pages, tile_pages), max(kv_block_pages, small_pages)
+        sizes = (tile, *(c for c in REMAINDER_TILES if c < tile))
+        block_pages = [
+            max(kv_block_pages, prefill_block_tokens * max(1, query_tile // n) // page_size)
+            for n in sizes
+        ]
+        short = kv_block_pages
     else:
-        tile, small, tile_pages, small_pages = query_tile, 0, kv_block_pages, kv_block_pages
+        sizes, block_pages, short = (query_tile,), [kv_block_pages], kv_block_pages
+    tile = sizes[0]
     # Garbage ids in unused page-table columns are clipped so the gather stays in bounds;
     # their keys are masked anyway. Columns are padded to whole blocks so a block's slice
     # never gets shifted back by dynamic_slice's start-index clamping.
     page_table = jnp.clip(meta.page_table, 0, num_pages - 1)  # [S, Pmax]
     max_pages = page_table.shape[1]
-    widest = max(kv_block_pages, tile_pages, small_pages if small else 1)
+    widest = math.lcm(kv_block_pages, *block_pages)
     padded_pages = -(-max_pages // widest) * widest
     page_table = jnp.pad(page_table, ((0, 0), (0, padded_pages - max_pages)))
     q_lens = meta.cu_q_lens[1:] - meta.cu_q_lens[:-1]  # [S]
@@ -316,11 +336,10 @@ def _blocked_attention(
     tiled = tiled & ~is_decode
     q_pad = jnp.pad(q, ((0, tile), (0, 0), (0, 0), (0, 0)))
     pos_pad = jnp.pad(meta.positions, (0, tile))
-    big_tiles, small_tiles = _tile_tables(meta, tiled, num_tokens, tile, small)
+    tables = _tile_tables(meta, tiled, num_tokens, tile, sizes[1:])
 
-    def attend_tiles(out, tiles: _Tiles, size: int, block_pages: int):
+    def attend_tiles(out, tiles: _Tiles, size: int, long_pages: int):
         """Each tile in turn: its `size` query rows over its sequence's blocks."""
-        block_tokens = block_pages * page_size
 
         def tile_body(i, out):
             seq, first, n = tiles.seq[i], tiles.first[i], tiles.rows[i]
@@ -332,23 +351,36 @@ def _blocked_attention(
             q_tile = lax.dynamic_slice_in_dim(q_pad, first, size).transpose(1, 0, 2, 3)
             pages = page_table[seq]  # [Ppad]
 
-            def body(b, carry):
-                m, denom, acc = carry  # [K, Q, G], [K, Q, G], [K, Q, G, Dv]
-                ids = lax.dynamic_slice_in_dim(pages, b * block_pages, block_pages)
-                keys, values = gather_block(ids)  # [L, K, Dk], [L, K, Dv]
-                key_pos = b * block_tokens + jnp.arange(block_tokens)
-                valid = key_pos[None, :] < limit[:, None]  # [Q, L]
-                s = jnp.einsum("kqgd,lkd->kqgl", q_tile, keys, preferred_element_type=jnp.float32)
-                m, alpha, p, denom = _softmax_step(m, denom, s, valid[None, :, None, :])
-                # Keys below the tile's last limit are real rows of this sequence; only stale
-                # rows past it may hold inf/NaN (0 * inf = NaN).
-                values = jnp.where((key_pos < tile_limit)[:, None, None], values, 0)
-                pv = jnp.einsum("kqgl,lkd->kqgd", p, values, preferred_element_type=jnp.float32)
-                return m, denom, alpha[..., None] * acc + pv
+            def over_blocks(block_pages):
+                block_tokens = block_pages * page_size
 
-            init = _init_carry((num_kv_heads, size, group), value_dim)
-            num_blocks = (tile_limit + block_tokens - 1) // block_tokens
-            _, denom, acc = lax.fori_loop(0, num_blocks, body, init)
+                def body(b, carry):
+                    m, denom, acc = carry  # [K, Q, G], [K, Q, G], [K, Q, G, Dv]
+                    ids = lax.dynamic_slice_in_dim(pages, b * block_pages, block_pages)
+                    keys, values = gather_block(ids)  # [L, K, Dk], [L, K, Dv]
+                    key_pos = b * block_tokens + jnp.arange(block_tokens)
+                    valid = key_pos[None, :] < limit[:, None]  # [Q, L]
+                    s = jnp.einsum(
+                        "kqgd,lkd->kqgl", q_tile, keys, preferred_element_type=jnp.float32
+                    )
+                    m, alpha, p, denom = _softmax_step(m, denom, s, valid[None, :, None, :])
+                    # Keys below the tile's last limit are real rows of this sequence; only
+                    # stale rows past it may hold inf/NaN (0 * inf = NaN).
+                    values = jnp.where((key_pos < tile_limit)[:, None, None], values, 0)
+                    pv = jnp.einsum("kqgl,lkd->kqgd", p, values, preferred_element_type=jnp.float32)
+                    return m, denom, alpha[..., None] * acc + pv
+
+                init = _init_carry((num_kv_heads, size, group), value_dim)
+                num_blocks = (tile_limit + block_tokens - 1) // block_tokens
+                return lax.fori_loop(0, num_blocks, body, init)[1:]
+
+            if long_pages == short:
+                denom, acc = over_blocks(short)
+            else:
+                is_short = tile_limit <= SHORT_CONTEXT_BLOCKS * short * page_size
+                denom, acc = lax.cond(
+                    is_short, lambda: over_blocks(short), lambda: over_blocks(long_pages)
+                )
             o = _normalize(denom, acc).transpose(1, 0, 2, 3)  # [Q, K, G, Dv]
             old = lax.dynamic_slice_in_dim(out, first, size)
             new = jnp.where(in_tile[:, None, None, None], o, old)
@@ -356,9 +388,8 @@ def _blocked_attention(
 
         return lax.fori_loop(0, tiles.count, tile_body, out)
 
-    out = attend_tiles(out, big_tiles, tile, tile_pages)
-    if small:
-        out = attend_tiles(out, small_tiles, small, small_pages)
+    for tiles, size, long_pages in zip(tables, sizes, block_pages, strict=True):
+        out = attend_tiles(out, tiles, size, long_pages)
     return out[:num_tokens]
 
 

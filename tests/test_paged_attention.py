@@ -421,3 +421,44 @@ def test_a_decode_over_a_long_context_takes_the_tiles_and_matches():
     ref = dense_reference(q4, seqs, positions, rows_k, rows_v, scale)
     np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
     assert not o[3].any()
+
+
+def test_short_spans_take_remainder_tiles_and_short_blocks():
+    """Spans of 3..40 rows (remainder tiles of 8 and 32; 40 rows take a whole tile) over short
+    contexts (the small decode blocks) and a 20-row span at 1500 keys (a 32-row tile over the
+    long-context blocks), in one step: all match the dense reference."""
+    page_size, block, num_kv_heads, group, head_dim = 16, 2, 2, 3, 24
+    spans = [(3, 3), (20, 90), (31, 31), (33, 200), (40, 40), (20, 1500), (1, 77)]
+    rng = np.random.default_rng(21)
+    pages_per = [-(-kv // page_size) for _, kv in spans]
+    perm = rng.permutation(sum(pages_per)).astype(np.int32)
+    shape = (len(perm), page_size, num_kv_heads, head_dim)
+    k_pages, v_pages = np.full(shape, np.nan, np.float32), np.full(shape, np.inf, np.float32)
+    pt = np.zeros((len(spans), max(pages_per)), np.int32)
+    rows_k, rows_v, positions, used = [], [], [], 0
+    for s, (q_len, kv) in enumerate(spans):
+        ids = perm[used : used + pages_per[s]]
+        used += pages_per[s]
+        pt[s, : len(ids)] = ids
+        rk, rv = rng.standard_normal((2, kv, num_kv_heads, head_dim)).astype(np.float32)
+        for j in range(kv):
+            k_pages[ids[j // page_size], j % page_size] = rk[j]
+            v_pages[ids[j // page_size], j % page_size] = rv[j]
+        rows_k.append(rk)
+        rows_v.append(rv)
+        positions.extend(range(kv - q_len, kv))
+    num_tokens = 256  # a padded step: tiles of 256 rows, remainders of 32 and 8
+    real = len(positions)
+    positions = np.array(positions + [0] * (num_tokens - real), np.int32)
+    q = rng.standard_normal((num_tokens, num_kv_heads * group, head_dim)).astype(np.float32)
+    cu = np.concatenate([[0], np.cumsum([q_len for q_len, _ in spans])]).astype(np.int32)
+    kv_lens = np.array([kv for _, kv in spans], np.int32)
+    slots = np.full(num_tokens, -1, np.int32)
+    scale = head_dim**-0.5
+    args = (q, k_pages, v_pages, q[:, :2], q[:, :2], slots, cu, positions, kv_lens, pt)
+    o = np.asarray(_gqa_step(*args, scale, block))
+    q4 = q.reshape(num_tokens, num_kv_heads, group, head_dim)
+    seqs = [(q_len, kv, 0) for q_len, kv in spans]
+    ref = dense_reference(q4, seqs, positions, rows_k, rows_v, scale)
+    np.testing.assert_allclose(o[:real], ref.reshape(o.shape)[:real], atol=TOL, rtol=TOL)
+    assert not o[real:].any()
