@@ -187,30 +187,45 @@ def _decode_attention(
     # Other sequences' slots are computed and masked; reading page 0 for them stays in cache.
     page_table = jnp.where(is_decode[:, None], page_table, 0)
 
-    def attend(seqs):  # [n] sequence ids -> [n, K, G, Dv]
-        q_dec = q[first_row[seqs]][:, :, None]  # [n, K, 1, G, Dk]
-        q_dec = jnp.pad(q_dec, ((0, 0), (0, 0), (0, query_rows - 1), (0, 0), (0, 0)))
-        lim, pages = limit[seqs], page_table[seqs]
+    # Scores [n, K, (Q,) G, L]: the Q axis only when decodes are padded to tile rows.
+    qa, lead = ("q", 3) if query_rows > 1 else ("", 2)
+
+    def attend(seqs):  # [n] sequence ids (None: all) -> [n, K, G, Dv]
+        if seqs is None:
+            q_dec, lim, pages = q[first_row], limit, page_table  # [S, K, G, Dk]
+        else:
+            q_dec, lim, pages = q[first_row[seqs]], limit[seqs], page_table[seqs]
+        if query_rows > 1:
+            q_dec = jnp.pad(
+                q_dec[:, :, None], ((0, 0), (0, 0), (0, query_rows - 1), (0, 0), (0, 0))
+            )
+        expand = (slice(None),) + (None,) * lead  # [n, L] -> like the scores
 
         def body(b, carry):
-            m, denom, acc = carry  # [n, K, Q, G], [n, K, Q, G], [n, K, Q, G, Dv]
+            m, denom, acc = carry  # [n, K, (Q,) G], same, [n, K, (Q,) G, Dv]
             ids = lax.dynamic_slice_in_dim(pages, b * block_pages, block_pages, axis=1)
             keys, values = gather(ids)  # [n, L, K, Dk], [n, L, K, Dv]
             valid = (b * block_len + jnp.arange(block_len))[None, :] < lim[:, None]  # [n, L]
-            s = jnp.einsum("skqgd,slkd->skqgl", q_dec, keys, preferred_element_type=jnp.float32)
-            m, alpha, p, denom = _softmax_step(m, denom, s, valid[:, None, None, None, :])
+            s = jnp.einsum(
+                f"sk{qa}gd,slkd->sk{qa}gl", q_dec, keys, preferred_element_type=jnp.float32
+            )
+            m, alpha, p, denom = _softmax_step(m, denom, s, valid[expand])
             # p is 0 at masked keys, but stale rows may hold inf/NaN and 0 * inf = NaN.
             values = jnp.where(valid[:, :, None, None], values, 0)
-            pv = jnp.einsum("skqgl,slkd->skqgd", p, values, preferred_element_type=jnp.float32)
+            pv = jnp.einsum(
+                f"sk{qa}gl,slkd->sk{qa}gd", p, values, preferred_element_type=jnp.float32
+            )
             return m, denom, alpha[..., None] * acc + pv
 
         num_blocks = (jnp.max(lim) + block_len - 1) // block_len
-        _, denom, acc = lax.fori_loop(0, num_blocks, body, _init_carry(q_dec.shape[:4], value_dim))
-        return _normalize(denom, acc)[:, :, 0]
+        init = _init_carry(q_dec.shape[: lead + 1], value_dim)
+        _, denom, acc = lax.fori_loop(0, num_blocks, body, init)
+        out = _normalize(denom, acc)
+        return out[:, :, 0] if query_rows > 1 else out
 
     rows = jnp.where(is_decode, first_row, -1)
     if query_rows == 1:
-        return rows, attend(jnp.arange(num_seqs))
+        return rows, attend(None)
     group = min(DECODE_GROUP, num_seqs)
     num_groups = -(-num_seqs // group)
     order = jnp.argsort(~is_decode, stable=True).astype(jnp.int32)  # decodes first
