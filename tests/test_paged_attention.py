@@ -387,28 +387,37 @@ def test_long_context_chunk_over_many_blocks_and_tiles():
     assert not o[1 + n :].any()
 
 
+def pages_holding(rng, lens, page_size, row_shape):
+    """Each sequence's random K and V rows [len, *row_shape] in shuffled pages; every other
+    slot NaN (K) or inf (V). Returns (k_pages, v_pages, page_table, rows_k, rows_v)."""
+    pages_per = [-(-n // page_size) for n in lens]
+    perm = rng.permutation(sum(pages_per)).astype(np.int32)
+    shape = (len(perm), page_size, *row_shape)
+    k_pages, v_pages = np.full(shape, np.nan, np.float32), np.full(shape, np.inf, np.float32)
+    pt = np.zeros((len(lens), max(pages_per)), np.int32)
+    rows_k, rows_v, used = [], [], 0
+    for s, n in enumerate(lens):
+        ids = perm[used : used + pages_per[s]]
+        used += pages_per[s]
+        pt[s, : len(ids)] = ids
+        rk, rv = rng.standard_normal((2, n, *row_shape)).astype(np.float32)
+        for j in range(n):
+            k_pages[ids[j // page_size], j % page_size] = rk[j]
+            v_pages[ids[j // page_size], j % page_size] = rv[j]
+        rows_k.append(rk)
+        rows_v.append(rv)
+    return k_pages, v_pages, pt, rows_k, rows_v
+
+
 def test_a_decode_over_a_long_context_takes_the_tiles_and_matches():
     """A decode over more than DECODE_BATCH_MAX_TOKENS keys leaves the batched decodes (which
     would all scan its context) for a tile of its own; both kinds stay exact."""
     page_size, num_kv_heads, group, head_dim = 16, 1, 4, 32
     lens = [DECODE_BATCH_MAX_TOKENS + 900, 40, 300]
     rng = np.random.default_rng(12)
-    pages_per = [-(-n // page_size) for n in lens]
-    perm = rng.permutation(sum(pages_per)).astype(np.int32)
-    shape = (len(perm), page_size, num_kv_heads, head_dim)
-    k_pages, v_pages = np.full(shape, np.nan, np.float32), np.full(shape, np.nan, np.float32)
-    rows_k, rows_v, pt = [], [], np.zeros((3, max(pages_per)), np.int32)
-    used = 0
-    for s, n in enumerate(lens):
-        ids = perm[used : used + pages_per[s]]
-        used += pages_per[s]
-        pt[s, : len(ids)] = ids
-        rk, rv = rng.standard_normal((2, n, num_kv_heads, head_dim)).astype(np.float32)
-        for j in range(n):
-            k_pages[ids[j // page_size], j % page_size] = rk[j]
-            v_pages[ids[j // page_size], j % page_size] = rv[j]
-        rows_k.append(rk)
-        rows_v.append(rv)
+    k_pages, v_pages, pt, rows_k, rows_v = pages_holding(
+        rng, lens, page_size, (num_kv_heads, head_dim)
+    )
     q = rng.standard_normal((4, num_kv_heads * group, head_dim)).astype(np.float32)
     positions = np.array([n - 1 for n in lens] + [0], np.int32)
     cu, kv_lens = np.array([0, 1, 2, 3], np.int32), np.array(lens, np.int32)
@@ -430,23 +439,10 @@ def test_short_spans_take_remainder_tiles_and_short_blocks():
     page_size, block, num_kv_heads, group, head_dim = 16, 2, 2, 3, 24
     spans = [(3, 3), (20, 90), (31, 31), (33, 200), (40, 40), (20, 1500), (1, 77)]
     rng = np.random.default_rng(21)
-    pages_per = [-(-kv // page_size) for _, kv in spans]
-    perm = rng.permutation(sum(pages_per)).astype(np.int32)
-    shape = (len(perm), page_size, num_kv_heads, head_dim)
-    k_pages, v_pages = np.full(shape, np.nan, np.float32), np.full(shape, np.inf, np.float32)
-    pt = np.zeros((len(spans), max(pages_per)), np.int32)
-    rows_k, rows_v, positions, used = [], [], [], 0
-    for s, (q_len, kv) in enumerate(spans):
-        ids = perm[used : used + pages_per[s]]
-        used += pages_per[s]
-        pt[s, : len(ids)] = ids
-        rk, rv = rng.standard_normal((2, kv, num_kv_heads, head_dim)).astype(np.float32)
-        for j in range(kv):
-            k_pages[ids[j // page_size], j % page_size] = rk[j]
-            v_pages[ids[j // page_size], j % page_size] = rv[j]
-        rows_k.append(rk)
-        rows_v.append(rv)
-        positions.extend(range(kv - q_len, kv))
+    k_pages, v_pages, pt, rows_k, rows_v = pages_holding(
+        rng, [kv for _, kv in spans], page_size, (num_kv_heads, head_dim)
+    )
+    positions = [p for q_len, kv in spans for p in range(kv - q_len, kv)]
     num_tokens = 256  # a padded step: tiles of 256 rows, remainders of 32 and 8
     real = len(positions)
     positions = np.array(positions + [0] * (num_tokens - real), np.int32)
