@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import jax
 
+from engine import kv_quant
 from engine import paged_attention as pa
 
 try:
@@ -29,6 +30,7 @@ IMPLS = ("auto", "xla", "pallas")
 class AttentionOps(NamedTuple):
     """The three operations the step needs, with the signatures of engine.paged_attention."""
 
+    # pages below may be kv_quant.QuantizedPages (fp8 with per-row scales) as well as arrays
     write_kv: Callable  # (pages [N, P, ...], new [T, ...], slot_mapping [T]) -> pages
     gqa: Callable  # (q, k_pages, v_pages, meta, scale, kv_block_pages) -> [T, H, Dh]
     mla: Callable  # (q_lat, q_pe, latent_pages, meta, scale, kv_block_pages) -> [T, H, R]
@@ -81,43 +83,78 @@ def _fallback(kernel: str, err: Exception) -> None:
 
 
 def _pallas_write_kv(pages, new, slot_mapping):
+    if kv_quant.is_quantized(pages):
+        rows = kv_quant.quantize_rows(new)
+        return kv_quant.QuantizedPages(
+            pk.write_kv(pages.data, rows.data, slot_mapping, interpret=_interpret()),
+            pk.write_kv(pages.scale, rows.scale, slot_mapping, interpret=_interpret()),
+        )
     return pk.write_kv(pages, new, slot_mapping, interpret=_interpret())
 
 
-def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages):
+def _split(pages) -> tuple[jax.Array, jax.Array | None]:
+    """(page data, per-row scales or None) of plain or fp8 pages."""
+    if kv_quant.is_quantized(pages):
+        return pages.data, pages.scale
+    return pages, None
+
+
+def _check_fp8_device(pages) -> None:
+    """Triton casts float8_e4m3fn only on compute capability 8.9+ (Ada, Hopper)."""
+    if not kv_quant.is_quantized(pages) or _interpret():
+        return
+    capability = getattr(jax.devices()[0], "compute_capability", None)
     try:
-        pk.check_gqa_supported(q, k_pages, v_pages)
+        ok = capability is None or float(capability) >= 8.9
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise pk.UnsupportedShapeError(
+            f"float8_e4m3fn pages on compute capability {capability}: needs 8.9 or newer"
+        )
+
+
+def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages):
+    (k_data, k_scales), (v_data, v_scales) = _split(k_pages), _split(v_pages)
+    try:
+        _check_fp8_device(k_pages)
+        pk.check_gqa_supported(q, k_data, v_data, k_scales, v_scales)
     except pk.UnsupportedShapeError as err:
         _fallback("GQA attention", err)
         return pa.paged_attention_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages)
     return pk.ragged_paged_attention(
         q,
-        k_pages,
-        v_pages,
+        k_data,
+        v_data,
         meta.cu_q_lens,
         meta.positions,
         meta.kv_lens,
         meta.page_table,
         scale=scale,
+        k_scales=k_scales,
+        v_scales=v_scales,
         interpret=_interpret(),
     )
 
 
 def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
+    data, scales = _split(latent_pages)
     try:
-        pk.check_mla_supported(q_lat, q_pe, latent_pages)
+        _check_fp8_device(latent_pages)
+        pk.check_mla_supported(q_lat, q_pe, data, scales)
     except pk.UnsupportedShapeError as err:
         _fallback("MLA attention", err)
         return pa.paged_attention_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages)
     return pk.mla_paged_attention(
         q_lat,
         q_pe,
-        latent_pages,
+        data,
         meta.cu_q_lens,
         meta.positions,
         meta.kv_lens,
         meta.page_table,
         scale=scale,
+        latent_scales=scales,
         interpret=_interpret(),
     )
 

@@ -23,7 +23,8 @@ prefill of the same position agree bitwise whatever the step.
 
 Cache layout (PLAN.md): GQA layer `k_pages, v_pages: [N, P, K, Dh]`; MLA layer
 `latent_pages: [N, P, R + Dr]` holding `[c_kv | k_pe]`. A slot id is `page * P + offset`;
-slot -1 means padding.
+slot -1 means padding. Any of these may be fp8 pages with per-row scales (engine/kv_quant.py):
+writes quantize, and every gathered block is dequantized to float32.
 """
 
 import math
@@ -34,6 +35,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from engine import kv_quant
 from models.reductions import fixed_order_sum
 
 # Query tokens that share one gathered KV block in a prefill chunk, and the KV block of those
@@ -77,20 +79,45 @@ class AttnMetadata(NamedTuple):
     cu_q_lens: jax.Array  # [S + 1] int32, token span of each sequence (last one ends at T)
 
 
-def write_kv(pages: jax.Array, new: jax.Array, slot_mapping: jax.Array) -> jax.Array:
-    """Scatters `new: [T, ...]` into `pages: [N, P, ...]` at `slot_mapping: [T]`; -1 = skip."""
-    num_pages, page_size = pages.shape[:2]
+def write_kv(pages, new: jax.Array, slot_mapping: jax.Array):
+    """Scatters `new: [T, ...]` into `pages: [N, P, ...]` at `slot_mapping: [T]`; -1 = skip.
+
+    fp8 pages (kv_quant.QuantizedPages) get each new row quantized with its own scale.
+    """
     if new.shape[1:] != pages.shape[2:]:
         raise ValueError(
             f"new row shape {new.shape[1:]} does not match the page row shape {pages.shape[2:]}"
         )
+    if kv_quant.is_quantized(pages):
+        rows = kv_quant.quantize_rows(new)
+        return kv_quant.QuantizedPages(
+            _scatter_rows(pages.data, rows.data, slot_mapping),
+            _scatter_rows(pages.scale, rows.scale, slot_mapping),
+        )
+    return _scatter_rows(jnp.asarray(pages), new, slot_mapping)
+
+
+def _scatter_rows(pages: jax.Array, new: jax.Array, slot_mapping: jax.Array) -> jax.Array:
+    num_pages, page_size = pages.shape[:2]
     num_slots = num_pages * page_size
-    flat = jnp.asarray(pages).reshape(num_slots, *pages.shape[2:])
+    flat = pages.reshape(num_slots, *pages.shape[2:])
     # A negative index would wrap around to the last slot, so padding is sent out of range
     # and dropped instead.
     slots = jnp.where(slot_mapping < 0, num_slots, slot_mapping)
     flat = flat.at[slots].set(new.astype(pages.dtype), mode="drop")
     return flat.reshape(pages.shape)
+
+
+def as_pages(pages):
+    """A page array as a jax array; fp8 pages (QuantizedPages) as they are."""
+    return pages if kv_quant.is_quantized(pages) else jnp.asarray(pages)
+
+
+def gather_pages(pages, ids: jax.Array) -> jax.Array:
+    """pages[ids]: [..., Bp, P, ...] rows of the listed pages, fp8 pages dequantized (f32)."""
+    if kv_quant.is_quantized(pages):
+        return kv_quant.dequantize(kv_quant.QuantizedPages(pages.data[ids], pages.scale[ids]))
+    return pages[ids]
 
 
 def build_metadata(
@@ -434,7 +461,7 @@ def paged_attention_gqa(
     `kv_block_pages`).
     """
     _check_sizes(kv_block_pages, query_tile)
-    q, k_pages, v_pages = jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages)
+    q, k_pages, v_pages = jnp.asarray(q), as_pages(k_pages), as_pages(v_pages)
     num_tokens, num_heads, head_dim = q.shape
     num_pages, page_size, num_kv_heads, _ = k_pages.shape
     if num_heads % num_kv_heads:
@@ -445,7 +472,7 @@ def paged_attention_gqa(
 
     def gather_block(ids):  # ids: [..., Bp]
         shape = (*ids.shape[:-1], ids.shape[-1] * page_size, num_kv_heads, head_dim)
-        return k_pages[ids].reshape(shape), v_pages[ids].reshape(shape)
+        return gather_pages(k_pages, ids).reshape(shape), gather_pages(v_pages, ids).reshape(shape)
 
     # Query head h uses KV head h // G (HF repeat_kv order), so the G heads of one KV head
     # share each gathered block.
@@ -481,7 +508,7 @@ def paged_attention_mla(
     score = q_lat . c_kv + q_pe . k_pe, output = sum_j p_j c_kv_j; the caller applies W_UV.
     """
     _check_sizes(kv_block_pages, query_tile)
-    latent_pages = jnp.asarray(latent_pages)
+    latent_pages = as_pages(latent_pages)
     num_tokens, num_heads, rank = q_lat.shape
     num_pages, page_size, row_dim = latent_pages.shape
     if rank + q_pe.shape[-1] != row_dim:
@@ -492,7 +519,7 @@ def paged_attention_mla(
     def gather_block(ids):  # ids: [..., Bp]
         # One latent row serves as key (all of it) and value (its c_kv part) for every head.
         shape = (*ids.shape[:-1], ids.shape[-1] * page_size, 1, row_dim)
-        rows = latent_pages[ids].reshape(shape)
+        rows = gather_pages(latent_pages, ids).reshape(shape)
         return rows, rows[..., :rank]
 
     # Concatenating [q_lat | q_pe] turns the two score terms into one dot with the full row.

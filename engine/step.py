@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from configs.model_config import ModelConfig
+from engine import kv_quant
 from engine import paged_attention as pa
 from engine.attention_ops import get_attention_ops
 from engine.sampler import sample, token_logprobs
@@ -98,7 +99,7 @@ def step_impl(
 
     def attend_mla(i, p_attn, kv_i, x):
         (latent_pages,) = kv_i
-        row = jnp.concatenate([x.c_kv, x.k_pe], axis=-1).astype(latent_pages.dtype)
+        row = jnp.concatenate([x.c_kv, x.k_pe], axis=-1)  # cast (or quantized) by write_kv
         latent_pages = ops.write_kv(latent_pages, row, slots)
         # Absorbed decode (DeepSeek-V2 §2.1.2): W_UK folds into the query, so attention
         # runs against the cached latent directly and W_UV is applied afterwards.
@@ -154,11 +155,14 @@ def make_step(
     attention_impl: str = "xla",
     mesh: Mesh | None = None,
     batch_invariant: bool = False,
+    kv_dtype: str | None = None,
     with_scores: bool = False,
 ):
     """The jitted step bound to one model config (and device mesh, None = one device).
 
-    Cached per (cfg, kv_block_pages, attention_impl, mesh, batch_invariant): engines serving
+    `kv_dtype` is the cache's page dtype (None: the model's), which fixes the KV pytree the
+    step takes and returns. Cached per (cfg, kv_block_pages, attention_impl, mesh,
+    batch_invariant, kv_dtype): engines serving
     the same model in one process share the compiled buckets, and `_cache_size()` of the
     result counts this model's compilations. On a mesh the KV leaves with exactly the
     shardings it came in with (XLA would otherwise canonicalize e.g. a size-1 axis away,
@@ -167,7 +171,7 @@ def make_step(
     """
     placement = {}
     if mesh is not None:
-        placement["out_shardings"] = (kv_shardings(cfg, mesh), replicated(mesh))
+        placement["out_shardings"] = (kv_shardings(cfg, mesh, kv_dtype), replicated(mesh))
     return jax.jit(
         functools.partial(
             step_impl,
@@ -188,15 +192,20 @@ def init_kv_pages(
 ) -> list:
     """Zeroed paged cache: per layer (K, V) pages for GQA, (latent,) pages for MLA.
 
-    With a `mesh` the pages are created in place with their shardings (never whole on one
-    device first).
+    `dtype` defaults to the model's; float8_e4m3fn gives kv_quant.QuantizedPages (fp8 data
+    with a float32 scale per row). With a `mesh` the pages are created in place with their
+    shardings (never whole on one device first).
     """
+    dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
     if mesh is not None:
         make = functools.partial(init_kv_pages, cfg, num_pages, page_size, dtype)
-        return jax.jit(make, out_shardings=kv_shardings(cfg, mesh))()
-    dtype = jnp.dtype(dtype or cfg.dtype)
+        return jax.jit(make, out_shardings=kv_shardings(cfg, mesh, dtype))()
+    if dtype == kv_quant.FP8_DTYPE:
+        zeros = kv_quant.zeros
+    else:
+        zeros = functools.partial(jnp.zeros, dtype=dtype)
     if cfg.is_mla:
         width = cfg.kv_lora_rank + cfg.qk_rope_head_dim
-        return [(jnp.zeros((num_pages, page_size, width), dtype),) for _ in range(cfg.num_layers)]
+        return [(zeros((num_pages, page_size, width)),) for _ in range(cfg.num_layers)]
     shape = (num_pages, page_size, cfg.num_kv_heads, cfg.head_dim)
-    return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(cfg.num_layers)]
+    return [(zeros(shape), zeros(shape)) for _ in range(cfg.num_layers)]

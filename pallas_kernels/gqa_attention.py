@@ -13,10 +13,11 @@ from jax import lax
 from pallas_kernels.ragged_flash import (
     GQA_CONFIG,
     KernelConfig,
+    KVBlock,
     UnsupportedShapeError,
     check_dtypes,
     column_index,
-    gather_rows,
+    load_rows,
     next_pow2,
     padded_dim,
     plan_tiles,
@@ -26,7 +27,13 @@ from pallas_kernels.ragged_flash import (
 MAX_HEAD_DIM = 256  # a [rows, head_dim] f32 accumulator per program must fit in registers
 
 
-def check_gqa_supported(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array) -> None:
+def check_gqa_supported(
+    q: jax.Array,
+    k_pages: jax.Array,
+    v_pages: jax.Array,
+    k_scales: jax.Array | None = None,
+    v_scales: jax.Array | None = None,
+) -> None:
     """Raises UnsupportedShapeError for shapes the kernel does not take (callers fall back)."""
     if q.ndim != 3:
         raise ValueError(f"q {q.shape}: expected [T, H, Dh]")
@@ -43,7 +50,8 @@ def check_gqa_supported(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array) ->
         )
     if head_dim > MAX_HEAD_DIM:
         raise UnsupportedShapeError(f"head_dim={head_dim}: the kernel takes at most {MAX_HEAD_DIM}")
-    check_dtypes(q, k_pages, v_pages)
+    scales = () if k_scales is None and v_scales is None else (k_scales, v_scales)
+    check_dtypes([q], [k_pages, v_pages], scales)
 
 
 def ragged_paged_attention(
@@ -56,11 +64,19 @@ def ragged_paged_attention(
     page_table: jax.Array,  # [S, Pmax] int32
     *,
     scale: float,
+    k_scales: jax.Array | None = None,  # [N, P, K] f32 with float8_e4m3fn pages
+    v_scales: jax.Array | None = None,  # [N, P, K] f32
     config: KernelConfig = GQA_CONFIG,
     interpret: bool = False,
 ) -> jax.Array:  # [T, H, Dh]
-    """Causal GQA of ragged query spans over their paged K/V (already written)."""
-    check_gqa_supported(q, k_pages, v_pages)
+    """Causal GQA of ragged query spans over their paged K/V (already written).
+
+    fp8 pages (float8_e4m3fn, a float32 scale per (token, KV head) row) are read as
+    `rows * scales`: the block is upcast to q's dtype and the scales are applied to the score
+    columns and to the probabilities before p.v.
+    """
+    check_gqa_supported(q, k_pages, v_pages, k_scales, v_scales)
+    quantized = k_scales is not None
     num_tokens, num_heads, head_dim = q.shape
     num_pages, page_size, num_kv_heads, _ = k_pages.shape
     group = num_heads // num_kv_heads
@@ -84,14 +100,18 @@ def ragged_paged_attention(
     qg = qg.reshape(num_kv_heads * head_blocks, t_pad * heads, d_pad)
 
     def load_kv(kv_refs, kv_head, pages, offsets):
-        k_ref, v_ref = kv_refs
         cols = column_index(head_dim, d_pad)
         lead = (pages, offsets, kv_head)
-        return [gather_rows(k_ref, lead, cols)], gather_rows(v_ref, lead, cols)
+        keys = load_rows(kv_refs[0], lead, cols, q.dtype)
+        values = load_rows(kv_refs[1], lead, cols, q.dtype)
+        if not quantized:
+            return KVBlock([keys], values)
+        k_scale_ref, v_scale_ref = kv_refs[2:]
+        return KVBlock([keys], values, k_scale_ref[lead], v_scale_ref[lead])
 
     o = ragged_flash(
         [qg],
-        [k_pages, v_pages],
+        [k_pages, v_pages, k_scales, v_scales] if quantized else [k_pages, v_pages],
         load_kv,
         plan,
         page_table,
@@ -124,8 +144,13 @@ def ragged_paged_attention_ref(
     page_table: jax.Array,  # [S, Pmax]
     *,
     scale: float,
+    k_scales: jax.Array | None = None,  # [N, P, K] f32 with float8_e4m3fn pages
+    v_scales: jax.Array | None = None,
 ) -> jax.Array:  # [T, H, Dh]
     """Plain jnp twin: each token gathers its sequence's whole K/V and takes a masked softmax."""
+    if k_scales is not None:  # fp8 pages: dequantize them whole
+        k_pages = k_pages.astype(jnp.float32) * k_scales[..., None]
+        v_pages = v_pages.astype(jnp.float32) * v_scales[..., None]
     num_tokens, num_heads, head_dim = q.shape
     num_pages, page_size, num_kv_heads, _ = k_pages.shape
     group = num_heads // num_kv_heads

@@ -17,10 +17,11 @@ from jax import lax
 from pallas_kernels.ragged_flash import (
     MLA_CONFIG,
     KernelConfig,
+    KVBlock,
     UnsupportedShapeError,
     check_dtypes,
     column_index,
-    gather_rows,
+    load_rows,
     next_pow2,
     padded_dim,
     plan_tiles,
@@ -31,7 +32,12 @@ MAX_RANK = 512  # the [rows, R] f32 accumulator of a program must fit in registe
 MAX_ROPE_DIM = 128
 
 
-def check_mla_supported(q_lat: jax.Array, q_pe: jax.Array, latent_pages: jax.Array) -> None:
+def check_mla_supported(
+    q_lat: jax.Array,
+    q_pe: jax.Array,
+    latent_pages: jax.Array,
+    latent_scales: jax.Array | None = None,
+) -> None:
     """Raises UnsupportedShapeError for shapes the kernel does not take (callers fall back)."""
     rank, rope_dim = q_lat.shape[-1], q_pe.shape[-1]
     if latent_pages.ndim != 3 or rank + rope_dim != latent_pages.shape[-1]:
@@ -46,7 +52,7 @@ def check_mla_supported(q_lat: jax.Array, q_pe: jax.Array, latent_pages: jax.Arr
             f"kv_lora_rank={rank}, rope dim={rope_dim}: the kernel takes at most "
             f"{MAX_RANK} and {MAX_ROPE_DIM}"
         )
-    check_dtypes(q_lat, q_pe, latent_pages)
+    check_dtypes([q_lat, q_pe], [latent_pages], () if latent_scales is None else (latent_scales,))
 
 
 def mla_paged_attention(
@@ -59,11 +65,17 @@ def mla_paged_attention(
     page_table: jax.Array,  # [S, Pmax] int32
     *,
     scale: float,
+    latent_scales: jax.Array | None = None,  # [N, P] f32 with float8_e4m3fn pages
     config: KernelConfig = MLA_CONFIG,
     interpret: bool = False,
 ) -> jax.Array:  # [T, H, R]
-    """Absorbed MLA of ragged query spans over their paged latents (already written)."""
-    check_mla_supported(q_lat, q_pe, latent_pages)
+    """Absorbed MLA of ragged query spans over their paged latents (already written).
+
+    fp8 pages (float8_e4m3fn, one float32 scale per token's latent row) are read as
+    `rows * scale`; the row's scale multiplies both score terms and the probabilities.
+    """
+    check_mla_supported(q_lat, q_pe, latent_pages, latent_scales)
+    quantized = latent_scales is not None
     num_tokens, num_heads, rank = q_lat.shape
     rope_dim = q_pe.shape[-1]
     num_pages, page_size, _ = latent_pages.shape
@@ -89,14 +101,17 @@ def mla_paged_attention(
         return x.reshape(head_blocks, t_pad * heads, width)
 
     def load_kv(kv_refs, kv_head, pages, offsets):
-        (latent_ref,) = kv_refs
-        c_kv = gather_rows(latent_ref, (pages, offsets), column_index(rank, r_pad))
-        k_pe = gather_rows(latent_ref, (pages, offsets), column_index(rope_dim, dr_pad, rank))
-        return [c_kv, k_pe], c_kv
+        latent_ref, lead = kv_refs[0], (pages, offsets)
+        c_kv = load_rows(latent_ref, lead, column_index(rank, r_pad), q_lat.dtype)
+        k_pe = load_rows(latent_ref, lead, column_index(rope_dim, dr_pad, rank), q_lat.dtype)
+        if not quantized:
+            return KVBlock([c_kv, k_pe], c_kv)
+        row_scale = kv_refs[1][lead]
+        return KVBlock([c_kv, k_pe], c_kv, row_scale, row_scale)
 
     o = ragged_flash(
         [rows(q_lat, r_pad), rows(q_pe, dr_pad)],
-        [latent_pages],
+        [latent_pages, latent_scales] if quantized else [latent_pages],
         load_kv,
         plan,
         page_table,
@@ -127,8 +142,11 @@ def mla_paged_attention_ref(
     page_table: jax.Array,  # [S, Pmax]
     *,
     scale: float,
+    latent_scales: jax.Array | None = None,  # [N, P] f32 with float8_e4m3fn pages
 ) -> jax.Array:  # [T, H, R]
     """Plain jnp twin: each token gathers its sequence's latents and takes a masked softmax."""
+    if latent_scales is not None:  # fp8 pages: dequantize them whole
+        latent_pages = latent_pages.astype(jnp.float32) * latent_scales[..., None]
     num_tokens, _, rank = q_lat.shape
     num_pages, page_size, row_dim = latent_pages.shape
     num_seqs, max_pages = page_table.shape

@@ -46,6 +46,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
 SUPPORTED_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+FP8_DTYPE = jnp.float8_e4m3fn  # page dtype with per-row float32 scales
 
 
 class UnsupportedShapeError(ValueError):
@@ -157,8 +158,17 @@ def plan_tiles(
     return TilePlan(seq.astype(jnp.int32), start, end, limit, padded)
 
 
-# load_kv(kv_refs, kv_head, pages [BK], offsets [BK]) -> (key parts [[BK, Dk_i]], value [BK, Dv])
-LoadKV = Callable[[Sequence, jax.Array, jax.Array, jax.Array], tuple[list, jax.Array]]
+class KVBlock(NamedTuple):
+    """One block of keys as a kernel's `load_kv` returns it."""
+
+    keys: list  # key parts [[BK, Dk_i]], dotted with the matching query parts and summed
+    values: jax.Array  # [BK, Dv]
+    key_scale: jax.Array | None = None  # [BK] f32 per key (fp8 pages), None: unscaled
+    value_scale: jax.Array | None = None  # [BK] f32 per value row
+
+
+# load_kv(kv_refs, kv_head, pages [BK], offsets [BK]) -> KVBlock
+LoadKV = Callable[[Sequence, jax.Array, jax.Array, jax.Array], KVBlock]
 
 
 def column_index(width: int, padded: int, offset: int = 0):
@@ -227,10 +237,13 @@ def _flash_kernel(
         col = jnp.minimum(lax.div(pos, page_size), max_pages - 1)
         # Table columns past a sequence's pages may hold anything: clip to stay in bounds.
         pages = jnp.clip(page_table_ref[seq, col], 0, num_pages - 1)
-        keys, values = load_kv(kv_refs, kv_head, pages, lax.rem(pos, page_size))
+        block = load_kv(kv_refs, kv_head, pages, lax.rem(pos, page_size))
+        keys, values = block.keys, block.values
         s = _dot_nt(qs[0], keys[0])
         for q, k in zip(qs[1:], keys[1:], strict=True):
             s += _dot_nt(q, k)
+        if block.key_scale is not None:  # fp8 pages: q . (k * s_k) = (q . k) * s_k
+            s = s * block.key_scale[None, :]
         s = jnp.where(pos[None, :] < limit[:, None], s * scale, -jnp.inf)
         m_new = jnp.maximum(m, jnp.max(s, axis=1))
         # A row that has seen no key keeps max -inf; shifting by 0 keeps exp() at 0, not NaN.
@@ -239,8 +252,11 @@ def _flash_kernel(
         p = jnp.exp(s - m_shift[:, None])
         # Stale rows past the tile's keys may hold inf/NaN, and 0 * inf = NaN.
         values = jnp.where((pos < hi)[:, None], values, jnp.zeros_like(values))
+        p_v = p
+        if block.value_scale is not None:  # fp8 pages: sum_j p_j (v_j s_j) = (p * s) . v
+            p_v = p * jnp.where(pos < hi, block.value_scale, 0.0)[None, :]
         pv = lax.dot_general(
-            p.astype(values.dtype),
+            p_v.astype(values.dtype),
             values,
             (((1,), (0,)), ((), ())),
             preferred_element_type=jnp.float32,
@@ -343,10 +359,36 @@ def ragged_flash(
     return combine_splits(o, lse)
 
 
-def check_dtypes(*arrays: jax.Array) -> None:
-    dtypes = {jnp.dtype(a.dtype) for a in arrays}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in [jnp.dtype(d) for d in SUPPORTED_DTYPES]:
+def check_dtypes(queries: Sequence[jax.Array], pages: Sequence[jax.Array], scales=()) -> None:
+    """Queries and pages share one supported dtype; or the pages are float8_e4m3fn, each with
+    a float32 scale per row (`scales`, shaped like its pages without the last axis)."""
+    q_dtypes = {jnp.dtype(a.dtype) for a in queries}
+    supported = [jnp.dtype(d) for d in SUPPORTED_DTYPES]
+    if len(q_dtypes) != 1 or next(iter(q_dtypes)) not in supported:
         raise UnsupportedShapeError(
-            f"dtypes {sorted(str(d) for d in dtypes)}: the Pallas kernels need one dtype among "
-            f"{[jnp.dtype(d).name for d in SUPPORTED_DTYPES]} for queries and pages"
+            f"query dtypes {sorted(str(d) for d in q_dtypes)}: the Pallas kernels need one dtype "
+            f"among {[d.name for d in supported]}"
         )
+    page_dtypes = {jnp.dtype(a.dtype) for a in pages}
+    if page_dtypes == {jnp.dtype(FP8_DTYPE)}:
+        if len(scales) != len(pages) or any(x is None for x in scales):
+            raise ValueError("float8_e4m3fn pages need their per-row scales")
+        for page, scale in zip(pages, scales, strict=True):
+            if scale.shape != page.shape[:-1] or jnp.dtype(scale.dtype) != jnp.float32:
+                raise ValueError(
+                    f"scales {scale.shape} {scale.dtype}: expected float32 {page.shape[:-1]} "
+                    f"(one per row of the pages {page.shape})"
+                )
+        return
+    if any(x is not None for x in scales):
+        raise ValueError(f"scales given for {sorted(str(d) for d in page_dtypes)} pages")
+    if page_dtypes != q_dtypes:
+        raise UnsupportedShapeError(
+            f"dtypes {sorted(str(d) for d in q_dtypes | page_dtypes)}: the Pallas kernels need "
+            f"the queries' dtype for the pages, or float8_e4m3fn pages with scales"
+        )
+
+
+def load_rows(ref, lead: tuple, cols, dtype) -> jax.Array:
+    """gather_rows cast to the compute dtype (fp8 pages: exact for bf16, f16 and f32)."""
+    return gather_rows(ref, lead, cols).astype(dtype)

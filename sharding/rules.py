@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -125,14 +126,21 @@ def param_shardings(cfg: ModelConfig, mesh: Mesh) -> dict:
     )
 
 
-def kv_shardings(cfg: ModelConfig, mesh: Mesh) -> list:
-    """Per layer: (k, v) or (latent,) NamedShardings matching engine.step.init_kv_pages."""
+def kv_shardings(cfg: ModelConfig, mesh: Mesh, kv_dtype=None) -> list:
+    """Per layer: (k, v) or (latent,) NamedShardings matching engine.step.init_kv_pages.
+
+    fp8 pages (`kv_dtype` float8_e4m3fn) are (data, scale) pairs: the scales are split like
+    the data's rows, without its last axis.
+    """
     rules = rules_for(cfg, mesh_config_of(mesh))
-    if cfg.is_mla:
-        layer = (NamedSharding(mesh, logical_to_spec(MLA_PAGES_AXES, rules)),)
-    else:
-        s = NamedSharding(mesh, logical_to_spec(GQA_PAGES_AXES, rules))
-        layer = (s, s)
+    axes = MLA_PAGES_AXES if cfg.is_mla else GQA_PAGES_AXES
+    pages = NamedSharding(mesh, logical_to_spec(axes, rules))
+    if kv_dtype is not None and jnp.dtype(kv_dtype) == jnp.float8_e4m3fn:
+        # Imported here: engine/ imports this module at its top.
+        from engine.kv_quant import QuantizedPages
+
+        pages = QuantizedPages(pages, NamedSharding(mesh, logical_to_spec(axes[:-1], rules)))
+    layer = (pages,) if cfg.is_mla else (pages, pages)
     return [layer for _ in range(cfg.num_layers)]
 
 
