@@ -34,6 +34,8 @@ LAYOUTS = [
 ]
 # Skewed routing: every token's copies go to experts 0 and 1, both on device 0.
 SKEWED = [("deepseek_v3", "ep=8"), ("qwen3_moe", "dp=2,ep=4")]
+# fp8 KV pages on a mesh that splits the KV heads (and so the per-row scales).
+FP8_LAYOUT = ("llama", "tp=2")
 
 
 def _engine(model: str, mesh: str):
@@ -167,7 +169,38 @@ def mesh_cases(out_path: str) -> None:
                 "sharded": _generate(llm, prompts),
             }
     result["invariant"] = _invariant_across_ep(refs["deepseek_v3"]["prompts"])
+    result["fp8"] = _fp8_kv(FP8_LAYOUT)
     pathlib.Path(out_path).write_text(json.dumps(result))
+
+
+def _fp8_kv(layout: tuple[str, str]) -> dict:
+    """fp8 KV pages on a mesh: the page scales are split like the pages' rows."""
+    import jax.numpy as jnp
+
+    from engine import LLM, SamplingParams
+
+    arch, mesh = layout
+    ref = json.loads((FIXTURES / arch / "reference.json").read_text())
+    n = len(json.loads((FIXTURES / arch / "reference_fp8_kv.json").read_text())["logprobs"][0])
+    llm = LLM(
+        model=str(FIXTURES / arch),
+        mesh=mesh,
+        kv_cache_dtype="fp8",
+        num_pages=32,
+        max_model_len=128,
+        max_num_batched_tokens=64,
+    )
+    k_pages = llm._kv[0][0]
+    assert k_pages.data.dtype == jnp.float8_e4m3fn, k_pages.data.dtype
+    outs = llm.generate(
+        ref["prompts"], SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+    )
+    return {
+        "tokens": [o.token_ids for o in outs],
+        "logprobs": [o.logprobs for o in outs],
+        "data_spec": str(k_pages.data.sharding.spec),
+        "scale_spec": str(k_pages.scale.sharding.spec),
+    }
 
 
 def _invariant_across_ep(prompts) -> dict:

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from engine import kv_quant
 from engine.paged_attention import build_metadata, paged_attention_gqa, paged_attention_mla
 from pallas_kernels import (
     KernelConfig,
@@ -264,3 +265,73 @@ def test_gqa_kernel_is_batch_invariant(interpret):
     in_chunk = run(24, [(1, 17), (4, kv_len), (2, 31), (0, 0), (0, 0), (0, 0)], 1, 4)
     np.testing.assert_array_equal(alone, crowded)
     np.testing.assert_array_equal(alone, in_chunk)
+
+
+FP8_CASES = {
+    # name: (kernel, case of GQA_CASES / MLA_CASES whose shapes and query dtype it takes)
+    "gqa_g3_d40_p16_bf16": ("gqa", "g3_d40_p16_bf16"),
+    "gqa_g4_p16_f32_default": ("gqa", "g4_p16_f32_default"),
+    "mla_h16_r64_dr16_p8_bf16_2progs": ("mla", "h16_r64_dr16_p8_bf16_2progs"),
+}
+
+
+def random_fp8_pages(rng, shape, owned):
+    """float8_e4m3fn pages and their float32 row scales; NaN rows where no sequence owns."""
+    return kv_quant.quantize_rows(random_pages(rng, shape, owned, jnp.float32) * 4.0)
+
+
+@pytest.mark.parametrize("interpret", MODES)
+@pytest.mark.parametrize("case", list(FP8_CASES))
+def test_kernels_read_fp8_pages_with_row_scales(case, interpret):
+    """fp8 pages: the kernel applies the scales to scores and probabilities, the `_ref` twin
+    dequantizes the pages whole; they agree to the query dtype's tolerance."""
+    _skip_unless_runnable(interpret)
+    kind, base = FP8_CASES[case]
+    if kind == "gqa":
+        group, kv_heads, head_dim, page_size, num_pages, dtype, config = GQA_CASES[base]
+        shape, scale = (num_pages, page_size, kv_heads, head_dim), head_dim**-0.5
+        kernel = jax.jit(
+            functools.partial(
+                ragged_paged_attention, scale=scale, config=config, interpret=interpret
+            )
+        )
+    else:
+        heads, rank, rope, page_size, num_pages, dtype, config = MLA_CASES[base]
+        shape, scale = (num_pages, page_size, rank + rope), 0.5 * (rank + rope) ** -0.5
+        kernel = jax.jit(
+            functools.partial(mla_paged_attention, scale=scale, config=config, interpret=interpret)
+        )
+    for seed in SEEDS[:2]:
+        b = ragged_batch(seed, page_size, num_pages)
+        rng = np.random.default_rng(300 + seed)
+        if kind == "gqa":
+            q = jnp.asarray(rng.standard_normal((NUM_TOKENS, group * kv_heads, head_dim)), dtype)
+            k, v = (
+                random_fp8_pages(rng, shape, b["owned"]),
+                random_fp8_pages(rng, shape, b["owned"]),
+            )
+            args = (q, k.data, v.data, *_meta(b))
+            out = kernel(*args, k_scales=k.scale, v_scales=v.scale)
+            ref = gqa_ref(*args, scale=scale, k_scales=k.scale, v_scales=v.scale)
+        else:
+            q_lat = jnp.asarray(rng.standard_normal((NUM_TOKENS, heads, rank)), dtype)
+            q_pe = jnp.asarray(rng.standard_normal((NUM_TOKENS, heads, rope)), dtype)
+            latent = random_fp8_pages(rng, shape, b["owned"])
+            args = (q_lat, q_pe, latent.data, *_meta(b))
+            out = kernel(*args, latent_scales=latent.scale)
+            ref = mla_ref(*args, scale=scale, latent_scales=latent.scale)
+        assert out.dtype == dtype
+        _check(out, ref, b, dtype)
+
+
+def test_fp8_pages_need_their_scales():
+    q = jnp.zeros((4, 4, 32), jnp.bfloat16)
+    pages = jnp.zeros((4, 8, 2, 32), jnp.float8_e4m3fn)
+    scales = jnp.zeros((4, 8, 2), jnp.float32)
+    check_gqa_supported(q, pages, pages, scales, scales)
+    with pytest.raises(ValueError, match="per-row scales"):
+        check_gqa_supported(q, pages, pages)
+    with pytest.raises(ValueError, match=r"expected float32 \(4, 8, 2\)"):
+        check_gqa_supported(q, pages, pages, scales[..., :1], scales)
+    with pytest.raises(ValueError, match="scales given for"):
+        check_gqa_supported(q, pages.astype(q.dtype), pages.astype(q.dtype), scales, scales)

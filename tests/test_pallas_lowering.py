@@ -14,6 +14,7 @@ from pallas_kernels.gpu_lowering import lower_for_gpu
 
 S = jax.ShapeDtypeStruct
 I32 = jnp.int32
+FP8 = jnp.float8_e4m3fn
 
 
 def _metadata(tokens: int, batch: int, max_pages: int) -> tuple:
@@ -54,9 +55,57 @@ def _metadata(tokens: int, batch: int, max_pages: int) -> tuple:
             id="mla_deepseek_v3_bf16",
         ),
         pytest.param(
+            lambda q, k, v, *meta_and_scales: ragged_paged_attention(
+                q,
+                k,
+                v,
+                *meta_and_scales[:4],
+                scale=0.1,
+                k_scales=meta_and_scales[4],
+                v_scales=meta_and_scales[5],
+            ),
+            (
+                S((64, 32, 128), jnp.bfloat16),
+                S((4096, 16, 8, 128), FP8),
+                S((4096, 16, 8, 128), FP8),
+                *_metadata(64, 64, 512),
+                S((4096, 16, 8), jnp.float32),
+                S((4096, 16, 8), jnp.float32),
+            ),
+            id="gqa_llama8b_fp8_pages",
+        ),
+        pytest.param(
+            lambda q_lat, q_pe, latent, *meta_and_scales: mla_paged_attention(
+                q_lat,
+                q_pe,
+                latent,
+                *meta_and_scales[:4],
+                scale=0.1,
+                latent_scales=meta_and_scales[4],
+            ),
+            (
+                S((64, 128, 512), jnp.bfloat16),
+                S((64, 128, 64), jnp.bfloat16),
+                S((2048, 64, 576), FP8),
+                *_metadata(64, 64, 128),
+                S((2048, 64), jnp.float32),
+            ),
+            id="mla_deepseek_v3_fp8_pages",
+        ),
+        pytest.param(
             write_kv,
             (S((4096, 16, 8, 128), jnp.bfloat16), S((64, 8, 128), jnp.bfloat16), S((64,), I32)),
             id="write_gqa_bf16",
+        ),
+        pytest.param(
+            write_kv,
+            (S((2048, 64, 576), FP8), S((64, 576), FP8), S((64,), I32)),
+            id="write_mla_fp8",
+        ),
+        pytest.param(
+            write_kv,
+            (S((2048, 64), jnp.float32), S((64,), jnp.float32), S((64,), I32)),
+            id="write_mla_fp8_scales",
         ),
         pytest.param(
             write_kv,

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.sharding_worker import LAYOUTS, MAX_TOKENS, SKEWED
+from tests.sharding_worker import FP8_LAYOUT, LAYOUTS, MAX_TOKENS, SKEWED
 
 ROOT = pathlib.Path(__file__).parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -159,3 +159,13 @@ def test_batch_invariant_output_is_bitwise_equal_across_ep_layouts(mesh_results)
     for mesh in ("ep=2", "ep=4"):
         assert runs[mesh]["tokens"] == runs["ep=1"]["tokens"]
         assert runs[mesh]["bits"] == runs["ep=1"]["bits"], mesh
+
+
+def test_fp8_kv_pages_on_a_mesh_match_hf_with_an_fp8_cache(mesh_results):
+    """kv_cache_dtype="fp8" with KV heads split over tp: HF's fp8-cache tokens and logprobs."""
+    got = mesh_results["fp8"]
+    ref = json.loads((FIXTURES / FP8_LAYOUT[0] / "reference_fp8_kv.json").read_text())
+    assert got["data_spec"] == "P(None, None, 'tp', None)"
+    assert got["scale_spec"] == "P(None, None, 'tp')"
+    assert got["tokens"] == ref["greedy_tokens"]
+    assert _max_diff(got["logprobs"], ref["logprobs"]) < TOL
