@@ -3,6 +3,7 @@
 KV bytes per token (all layers):
   MHA / GQA: 2 (K and V) x layers x kv_heads x head_dim x bytes
   MLA:       layers x (kv_lora_rank + qk_rope_head_dim) x bytes   (DeepSeek-V2, arXiv:2405.04434)
+  fp8 KV adds the engine's 4-byte scale per cached row (engine/kv_quant.py).
 Weight bytes come from the parameter specs (`models.specs.count_params`), so they count exactly
 what the engine allocates; "active" weights are those one token reads (top-k of the routed
 experts plus everything dense). Quantization scales and the few arrays real quantizers keep in
@@ -63,10 +64,22 @@ def resolve_config(model: str) -> ModelConfig:
     return get_preset(model)  # ValueError listing the known presets
 
 
+# Bytes of the float32 scale the engine keeps per cached row of fp8 KV (engine/kv_quant.py).
+FP8_KV_SCALE_BYTES = 4
+
+
 def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str) -> int:
-    """KV-cache bytes one token occupies across all layers (whole model, before any split)."""
+    """KV-cache bytes one token occupies across all layers (whole model, before any split).
+
+    float8_e4m3fn KV is sized as the engine stores it (`kv_cache_dtype="fp8"`): one float32
+    scale per cached row, i.e. per KV head for K and for V, per token for the MLA latent.
+    """
     # ModelConfig's cache widths: the MLA latent + rope key, or GQA's K and V heads.
-    return math.ceil(cfg.kv_bytes_per_token(dtype_bytes(kv_dtype, "kv_dtype")))
+    total = cfg.kv_bytes_per_token(dtype_bytes(kv_dtype, "kv_dtype"))
+    if kv_dtype == "float8_e4m3fn":
+        rows = 1 if cfg.is_mla else 2 * cfg.num_kv_heads
+        total += cfg.num_layers * rows * FP8_KV_SCALE_BYTES
+    return math.ceil(total)
 
 
 def kv_shard_fraction(cfg: ModelConfig, tp: int) -> float:

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from engine import LLM, SamplingParams
+from engine import LLM, SamplingParams, kv_quant
 
 _MODELS = flags.DEFINE_list("models", ["bench-llama-20m", "bench-deepseek-v3-35m"], "Presets.")
 _BATCHES = flags.DEFINE_list("batch_sizes", ["1", "8", "32", "64"], "Decode batch sizes.")
@@ -28,6 +28,9 @@ _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 32, "Prompt tokens per sequence
 _STEPS = flags.DEFINE_integer("decode_steps", 32, "Timed decode steps per batch size.")
 _COPY_MB = flags.DEFINE_integer("copy_mb", 512, "Size of the timed bandwidth copy (MiB).")
 _JSON = flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+_KV_CACHE_DTYPE = flags.DEFINE_enum(
+    "kv_cache_dtype", "auto", ["auto", "fp8"], "KV pages: the model dtype, or fp8 (+ row scales)."
+)
 
 
 def copy_bandwidth(num_bytes: int, repeats: int = 5) -> float:
@@ -59,7 +62,7 @@ def decode_bytes(llm: LLM, batch: int, context: int) -> int:
             total += batch * leaf.shape[1] * leaf.dtype.itemsize  # only B rows are gathered
         else:
             total += leaf.nbytes
-    return int(total + batch * context * cfg.kv_bytes_per_token())
+    return int(total + batch * context * kv_quant.bytes_per_token(cfg, llm.kv_dtype))
 
 
 def _progress(label: str, i: int, n: int) -> None:
@@ -67,11 +70,14 @@ def _progress(label: str, i: int, n: int) -> None:
     print(f"\r  {label:<32} [{bar:<20}] {i}/{n}", end="", file=sys.stderr, flush=True)
 
 
-def bench_model(model: str, batches: list[int], prompt_len: int, steps: int, bw: float) -> list:
+def bench_model(
+    model: str, batches: list[int], prompt_len: int, steps: int, bw: float, kv_cache_dtype: str
+) -> list:
     rows = []
     max_b = max(batches)
     llm = LLM(
         model=model,
+        kv_cache_dtype=kv_cache_dtype,
         max_num_seqs=max_b,
         max_num_batched_tokens=max(2048, max_b),
         max_model_len=prompt_len + 2 * steps + 8,
@@ -101,6 +107,7 @@ def bench_model(model: str, batches: list[int], prompt_len: int, steps: int, bw:
         rows.append(
             dict(
                 model=model,
+                kv_cache_dtype=llm.kv_dtype.name,
                 batch=b,
                 tok_s=tok_s,
                 step_ms=1e3 * elapsed / steps,
@@ -119,7 +126,9 @@ def main(argv):
     print(f"device {jax.devices()[0].device_kind}; copy bandwidth {bw / 1e9:.1f} GB/s")
     rows = []
     for model in _MODELS.value:
-        rows += bench_model(model, batches, _PROMPT_LEN.value, _STEPS.value, bw)
+        rows += bench_model(
+            model, batches, _PROMPT_LEN.value, _STEPS.value, bw, _KV_CACHE_DTYPE.value
+        )
     print(
         "| model | batch | tok/s | step ms | MB read/step | roofline tok/s | of roofline |"
         " vs batch 1 |"

@@ -59,6 +59,9 @@ _MAX_MODEL_LEN = flags.DEFINE_integer(
     "max_model_len", None, "Longest sequence; default the longest length + reply tokens."
 )
 _ATTN = flags.DEFINE_enum("attention_impl", "auto", ["auto", "xla", "pallas"], "Attention.")
+_KV_CACHE_DTYPE = flags.DEFINE_enum(
+    "kv_cache_dtype", "auto", ["auto", "fp8", "fp8_e4m3"], "KV pages: the model dtype, or fp8."
+)
 _MESH = flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'dp=1,tp=2,ep=4'.")
 flags.mark_flag_as_required("model")
 
@@ -92,6 +95,7 @@ def _engine(lengths: list[int], reply: int) -> LLM:
         max_num_seqs=_MAX_SEQS.value,
         max_model_len=_MAX_MODEL_LEN.value or max(lengths) + reply,
         attention_impl=_ATTN.value,
+        kv_cache_dtype=_KV_CACHE_DTYPE.value,
         seed=_SEED.value,
     )
 

@@ -38,6 +38,9 @@ _MAX_BATCHED = flags.DEFINE_integer("max_num_batched_tokens", 2048, "Token budge
 _MAX_SEQS = flags.DEFINE_integer("max_num_seqs", 64, "Sequences per step at most.")
 _MAX_MODEL_LEN = flags.DEFINE_integer("max_model_len", None, "Longest sequence.")
 _ATTN = flags.DEFINE_enum("attention_impl", "auto", ["auto", "xla", "pallas"], "Attention.")
+_KV_CACHE_DTYPE = flags.DEFINE_enum(
+    "kv_cache_dtype", "auto", ["auto", "fp8", "fp8_e4m3"], "KV pages: the model dtype, or fp8."
+)
 _BATCH_INVARIANT = flags.DEFINE_bool("batch_invariant", False, "Bitwise-deterministic mode.")
 _MESH = flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'dp=1,tp=2,ep=4'.")
 _COORDINATOR = flags.DEFINE_string("coordinator", None, "Multi-host: process 0's host:port.")
@@ -59,6 +62,7 @@ def main(argv):
         max_model_len=_MAX_MODEL_LEN.value,
         batch_invariant=_BATCH_INVARIANT.value,
         attention_impl=_ATTN.value,
+        kv_cache_dtype=_KV_CACHE_DTYPE.value,
         seed=_SEED.value,
     )
     if _PROMPT.value:

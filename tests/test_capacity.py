@@ -59,12 +59,14 @@ def expected_params(name: str) -> tuple[int, int]:
     return gqa_params(**GQA[name]) if name in GQA else mla_params(**MLA[name])
 
 
-def expected_kv_per_token(name: str, nbytes: float = 2) -> float:
+def expected_kv_per_token(name: str, nbytes: float = 2, fp8_scales: bool = False) -> float:
+    """fp8_scales: the engine's fp8 pages keep a 4-byte scale per cached row."""
+    scale = 4 if fp8_scales else 0
     if name in GQA:
         a = GQA[name]
-        return 2 * a["L"] * a["K"] * a["hd"] * nbytes
+        return 2 * a["L"] * a["K"] * (a["hd"] * nbytes + scale)
     a = MLA[name]
-    return a["L"] * (a["r"] + a["dr"]) * nbytes
+    return a["L"] * ((a["r"] + a["dr"]) * nbytes + scale)
 
 
 REAL = [*GQA, *MLA]
@@ -75,6 +77,9 @@ def test_acceptance_figures():
     assert c.kv_bytes_per_token == 327_680
     assert c.kv_bytes_per_sequence == 42_949_672_960
     assert kv_bytes_per_token(get_preset("deepseek-v3"), "bfloat16") == 70_272
+    # fp8 KV as the engine stores it: 61 x (576 + 4) and 2 x 80 x 8 x (128 + 4)
+    assert kv_bytes_per_token(get_preset("deepseek-v3"), "float8_e4m3fn") == 35_380
+    assert kv_bytes_per_token(get_preset("llama-3.1-70b"), "float8_e4m3fn") == 168_960
 
 
 def test_published_totals_match_the_architecture_tables():
@@ -99,7 +104,8 @@ def test_kv_bytes_and_weight_bytes_of_real_presets(name):
     cfg = get_preset(name)
     total, active = expected_params(name)
     for dtype, nbytes in BYTES.items():
-        assert kv_bytes_per_token(cfg, dtype) == expected_kv_per_token(name, nbytes)
+        fp8 = dtype == "float8_e4m3fn"
+        assert kv_bytes_per_token(cfg, dtype) == expected_kv_per_token(name, nbytes, fp8)
         assert weight_bytes(cfg, dtype) == (math.ceil(total * nbytes), math.ceil(active * nbytes))
     c = capacity(name, 4096, weight_dtype="int4", hbm_gib=4096.0)
     assert (c.num_params, c.num_active_params) == (total, active)

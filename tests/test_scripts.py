@@ -47,7 +47,13 @@ def test_generate_from_text_with_a_tokenizer():
     [
         (
             "scripts.bench_throughput",
-            ["--models=tiny-llama", "--batch_sizes=1,2", "--decode_steps=3", "--copy_mb=16"],
+            [
+                "--models=tiny-llama",
+                "--batch_sizes=1,2",
+                "--decode_steps=3",
+                "--copy_mb=16",
+                "--kv_cache_dtype=fp8",
+            ],
             "| tiny-llama | 2 |",
         ),
         (
