@@ -8,7 +8,9 @@ the KV bytes the attention must read (GQA: K and V of every KV head; MLA: the la
 over the kernel time, set beside a timed device-to-device copy (read + write bytes over
 time), measured in the same run. `bundled` is jax.experimental.pallas.ops.gpu.paged_attention
 (its own [K, N, P, D] page layout, its default tiling) on the same shapes, and its output is
-compared with ours. The prefill row is one chunk of `prefill_chunk` tokens at the end of a
+compared with ours. fp8 rows read float8_e4m3fn pages with a float32 scale per row (the
+engine's kv_cache_dtype="fp8"), at the target context only, and count the scales' bytes too.
+The prefill row is one chunk of `prefill_chunk` tokens at the end of a
 `prefill_context` context, in TFLOP/s beside a timed bf16 matmul. Times are the median over
 `repeats` of the mean over `iters` back-to-back calls of the jitted op (q packing, kernel
 and split combine included). `--smoke` runs the same code on tiny shapes, in interpret mode
@@ -31,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from engine import kv_quant
 from pallas_kernels import (
     GQA_CONFIG,
     MLA_CONFIG,
@@ -45,6 +48,9 @@ _PAGE_SIZE = flags.DEFINE_integer("page_size", 16, "Tokens per KV page.")
 _BATCHES = flags.DEFINE_list("batches", None, "Decode batch sizes (default: the suite's).")
 _CONTEXTS = flags.DEFINE_list("contexts", None, "Decode context lengths (default: the suite's).")
 _BUNDLED = flags.DEFINE_bool("bundled", True, "Also time JAX's bundled paged_attention.")
+_FP8 = flags.DEFINE_bool(
+    "fp8", True, "Also time fp8 (e4m3) pages with row scales, at the target context."
+)
 _TUNING = {
     name: flags.DEFINE_integer(
         name,
@@ -160,8 +166,9 @@ def _bundled_kernel(interpret: bool, pages_per_seq: int):
     )
 
 
-def bench_decode(suite, configs, page_size, interpret, bundled, copy_gbps, rng) -> list[dict]:
-    """GQA (ours and bundled) and MLA decode at every batch x context."""
+def bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy_gbps, rng) -> list[dict]:
+    """GQA (ours and bundled) and MLA decode at every batch x context; with `fp8`, both
+    kernels over fp8 pages at the target context (or the suite's longest)."""
     h, kh, d = suite.gqa
     mh, rank, rope = suite.mla
     dtype = jnp.bfloat16
@@ -173,6 +180,9 @@ def bench_decode(suite, configs, page_size, interpret, bundled, copy_gbps, rng) 
     latent = jax.random.normal(kl, (num_pages, page_size, rank + rope), dtype)
     # The bundled kernel's page layout, [K, N, P, D]: one copy for every shape.
     bundled_pages = [jnp.transpose(x, (2, 0, 1, 3)) for x in (k_pages, v_pages)] if bundled else []
+    fp8_context = TARGET_CONTEXT if TARGET_CONTEXT in suite.contexts else max(suite.contexts)
+    if fp8:
+        k8, v8, lat8 = (kv_quant.quantize_rows(x) for x in (k_pages, v_pages, latent))
     scale = d**-0.5
     gqa = jax.jit(
         functools.partial(
@@ -194,7 +204,9 @@ def bench_decode(suite, configs, page_size, interpret, bundled, copy_gbps, rng) 
         q_pe = jax.random.normal(kq, (batch, mh, rope), dtype)
         for context in suite.contexts:
             meta = _decode_batch(batch, context, page_size, num_pages, rng)
-            common = dict(kind="decode", batch=batch, context=context, page_size=page_size)
+            common = dict(
+                kind="decode", batch=batch, context=context, page_size=page_size, kv="bf16"
+            )
 
             kv_bytes = batch * context * kh * d * 2 * jnp.dtype(dtype).itemsize
             args = (q, k_pages, v_pages, *meta)
@@ -214,6 +226,22 @@ def bench_decode(suite, configs, page_size, interpret, bundled, copy_gbps, rng) 
             lat_bytes = batch * context * (rank + rope) * jnp.dtype(dtype).itemsize
             seconds = time_call(mla, (q_lat, q_pe, latent, *meta), suite.iters, suite.repeats)
             rows.append(_bw_row(common, "mla", "pallas", lat_bytes, seconds, copy_gbps))
+
+            if fp8 and context == fp8_context:
+                common = dict(common, kv="fp8")
+                # one byte per element, plus a 4-byte scale per (token, KV head) row
+                kv_bytes = batch * context * kh * (d + 4) * 2
+                args = (q, k8.fp8(), v8.fp8(), *meta)
+                scales = dict(k_scales=k8.scale, v_scales=v8.scale)
+                seconds = time_call(
+                    functools.partial(gqa, **scales), args, suite.iters, suite.repeats
+                )
+                rows.append(_bw_row(common, "gqa", "pallas", kv_bytes, seconds, copy_gbps))
+                lat_bytes = batch * context * (rank + rope + 4)
+                fn = functools.partial(mla, latent_scales=lat8.scale)
+                args = (q_lat, q_pe, lat8.fp8(), *meta)
+                seconds = time_call(fn, args, suite.iters, suite.repeats)
+                rows.append(_bw_row(common, "mla", "pallas", lat_bytes, seconds, copy_gbps))
     return rows
 
 
@@ -290,12 +318,14 @@ def _find(rows, **want):
 
 def targets(rows: list[dict]) -> dict:
     """The acceptance checks of issue 5 on the rows this run measured (None = not measured)."""
-    at = dict(kind="decode", batch=TARGET_BATCH, context=TARGET_CONTEXT)
+    at = dict(kind="decode", batch=TARGET_BATCH, context=TARGET_CONTEXT, kv="bf16")
     gqa, mla = _find(rows, attn="gqa", impl="pallas", **at), _find(rows, attn="mla", **at)
     speedups = []
     for r in rows:
         if r.get("impl") == "bundled":
-            shape = dict(kind="decode", attn="gqa", batch=r["batch"], context=r["context"])
+            shape = dict(
+                kind="decode", attn="gqa", batch=r["batch"], context=r["context"], kv="bf16"
+            )
             speedups.append(r["seconds"] / _find(rows, impl="pallas", **shape)["seconds"])
     prefill = _find(rows, kind="prefill")
     return {
@@ -306,13 +336,15 @@ def targets(rows: list[dict]) -> dict:
     }
 
 
-def run(suite: Suite, configs: dict, page_size: int, interpret: bool, bundled: bool) -> dict:
+def run(
+    suite: Suite, configs: dict, page_size: int, interpret: bool, bundled: bool, fp8: bool = True
+) -> dict:
     """All rows; `configs` maps "gqa" and "mla" to their KernelConfig."""
     rng = np.random.default_rng(0)
     copy = bench_copy(suite)
     matmul = bench_matmul(suite)
     rows = [copy, matmul]
-    rows += bench_decode(suite, configs, page_size, interpret, bundled, copy["gbps"], rng)
+    rows += bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy["gbps"], rng)
     rows.append(bench_prefill(suite, configs["gqa"], page_size, interpret, matmul["tflops"], rng))
     device = jax.devices()[0]
     return dict(
@@ -334,12 +366,13 @@ def _fmt(value, spec: str, scale: float = 1.0) -> str:
 def format_table(result: dict) -> str:
     lines = [
         f"device={result['device']} jax={result['jax']} interpret={result['interpret']}",
-        f"{'kind':8} {'attn':4} {'impl':8} {'batch':>5} {'ctx':>6} {'us':>10} "
+        f"{'kind':8} {'attn':4} {'impl':8} {'kv':4} {'batch':>5} {'ctx':>6} {'us':>10} "
         f"{'GB/s':>8} {'%copy':>6} {'TFLOP/s':>8} {'%mm':>5}",
     ]
     for r in result["rows"]:
         lines.append(
-            f"{r['kind']:8} {r.get('attn', ''):4} {r['impl']:8} {r.get('batch', ''):>5} "
+            f"{r['kind']:8} {r.get('attn', ''):4} {r['impl']:8} {r.get('kv', ''):4} "
+            f"{r.get('batch', ''):>5} "
             f"{r.get('context', ''):>6} {r['seconds'] * 1e6:>10.1f} "
             f"{_fmt(r.get('gbps'), '.1f'):>8} {_fmt(r.get('frac_of_copy'), '.1f', 100):>6} "
             f"{_fmt(r.get('tflops'), '.2f'):>8} {_fmt(r.get('frac_of_matmul'), '.1f', 100):>5}"
@@ -366,7 +399,14 @@ def main(argv):
         "gqa": dataclasses.replace(GQA_CONFIG, **overrides),
         "mla": dataclasses.replace(MLA_CONFIG, **overrides),
     }
-    result = run(suite, configs, _PAGE_SIZE.value, interpret=not on_gpu, bundled=_BUNDLED.value)
+    result = run(
+        suite,
+        configs,
+        _PAGE_SIZE.value,
+        interpret=not on_gpu,
+        bundled=_BUNDLED.value,
+        fp8=_FP8.value,
+    )
     print(format_table(result))
     with open(_OUT.value, "w") as f:
         json.dump(result, f, indent=1)

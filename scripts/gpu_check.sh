@@ -27,11 +27,13 @@ stage() {  # stage NAME SECONDS CMD...: run, log to OUT_DIR/NAME.log, remember a
   [ "$rc" -eq 0 ] || status=1
 }
 
-stage env 60 "$PY" -c 'import jax, jaxlib; print(jax.__version__, jaxlib.__version__, jax.devices())'
+stage env 30 "$PY" -c 'import jax, jaxlib; print(jax.__version__, jaxlib.__version__, jax.devices())'
 # Kernels compiled for the GPU (the interpret-mode twins of these run on CPU in make test).
 stage kernels 150 "$PY" -m pytest -q -p no:cacheprovider -m gpu \
   tests/test_pallas_attention.py tests/test_pallas_kv_write.py
-# The engine on the kernels ("pallas" compiles them; "auto" must pick them on a GPU).
-stage engine 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_pallas_engine.py
+# The engine on the kernels ("pallas" compiles them; "auto" must pick them on a GPU), and
+# with fp8 KV pages against HF with an fp8 cache.
+stage engine 180 "$PY" -m pytest -q -p no:cacheprovider tests/test_pallas_engine.py \
+  tests/test_kv_quant.py -k "not xla or falls_back"
 stage bench 220 "$PY" -m scripts.bench_kernels --out="$OUT_DIR/bench_kernels.json"
 exit $status

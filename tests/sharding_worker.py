@@ -191,7 +191,7 @@ def _fp8_kv(layout: tuple[str, str]) -> dict:
         max_num_batched_tokens=64,
     )
     k_pages = llm._kv[0][0]
-    assert k_pages.data.dtype == jnp.float8_e4m3fn, k_pages.data.dtype
+    assert k_pages.data.dtype == jnp.uint8, k_pages.data.dtype  # e4m3 bit patterns
     outs = llm.generate(
         ref["prompts"], SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
     )

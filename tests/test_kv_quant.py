@@ -33,7 +33,8 @@ def test_quantize_rows_matches_numpy_e4m3_rounding():
     x[1, 2] = 0.0  # an all-zero row
     x[2, 0, 7] = 3e38  # a huge value: must not overflow to NaN
     q = kv_quant.quantize_rows(jnp.asarray(x))
-    assert q.data.dtype == jnp.float8_e4m3fn and q.scale.dtype == jnp.float32
+    assert q.data.dtype == jnp.uint8 and q.scale.dtype == jnp.float32  # e4m3 bit patterns
+    assert q.fp8().dtype == jnp.float8_e4m3fn
     assert q.data.shape == x.shape and q.scale.shape == x.shape[:-1]
     # XLA may divide by 448 as a multiply by its reciprocal: within one float32 ulp.
     np.testing.assert_allclose(np.asarray(q.scale), np.abs(x).max(-1) / 448.0, rtol=1.2e-7)
@@ -106,7 +107,7 @@ def test_xla_attention_over_fp8_pages_reads_the_dequantized_rows(mla):
         out = pa.paged_attention_mla(q_lat, q_pe, pages, meta, 0.2, 1)
         want = pa.paged_attention_mla(q_lat, q_pe, deq, meta, 0.2, 1)
         twin = mla_paged_attention_ref(
-            q_lat, q_pe, pages.data, *meta_args, scale=0.2, latent_scales=pages.scale
+            q_lat, q_pe, pages.fp8(), *meta_args, scale=0.2, latent_scales=pages.scale
         )
     else:
         q = jnp.asarray(rng.standard_normal((8, 6, 16)), jnp.float32)
@@ -115,8 +116,8 @@ def test_xla_attention_over_fp8_pages_reads_the_dequantized_rows(mla):
         want = pa.paged_attention_gqa(q, deq, kv_quant.dequantize(values), meta, 0.2, 1)
         twin = ragged_paged_attention_ref(
             q,
-            pages.data,
-            values.data,
+            pages.fp8(),
+            values.fp8(),
             *meta_args,
             scale=0.2,
             k_scales=pages.scale,
@@ -146,7 +147,7 @@ def test_cache_bytes_and_layout():
     (latent,) = kv[0]
     assert latent.data.shape == (3, 8, width) and latent.scale.shape == (3, 8)
     k_pages, v_pages = init_kv_pages(llama, 3, 8, jnp.float8_e4m3fn)[0]
-    assert k_pages.data.dtype == jnp.float8_e4m3fn and v_pages.scale.shape == (3, 8, k)
+    assert k_pages.fp8().dtype == jnp.float8_e4m3fn and v_pages.scale.shape == (3, 8, k)
 
 
 def test_bad_kv_cache_dtype_is_refused_before_loading():

@@ -310,14 +310,14 @@ def test_kernels_read_fp8_pages_with_row_scales(case, interpret):
                 random_fp8_pages(rng, shape, b["owned"]),
                 random_fp8_pages(rng, shape, b["owned"]),
             )
-            args = (q, k.data, v.data, *_meta(b))
+            args = (q, k.fp8(), v.fp8(), *_meta(b))
             out = kernel(*args, k_scales=k.scale, v_scales=v.scale)
             ref = gqa_ref(*args, scale=scale, k_scales=k.scale, v_scales=v.scale)
         else:
             q_lat = jnp.asarray(rng.standard_normal((NUM_TOKENS, heads, rank)), dtype)
             q_pe = jnp.asarray(rng.standard_normal((NUM_TOKENS, heads, rope)), dtype)
             latent = random_fp8_pages(rng, shape, b["owned"])
-            args = (q_lat, q_pe, latent.data, *_meta(b))
+            args = (q_lat, q_pe, latent.fp8(), *_meta(b))
             out = kernel(*args, latent_scales=latent.scale)
             ref = mla_ref(*args, scale=scale, latent_scales=latent.scale)
         assert out.dtype == dtype

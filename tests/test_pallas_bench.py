@@ -28,15 +28,21 @@ def _run_bench(tmp_path, *extra) -> dict:
 
 def test_bench_kernels_smoke_writes_every_row(tmp_path):
     result = _run_bench(tmp_path, "--smoke")
-    kinds = {(r["kind"], r.get("attn"), r["impl"]) for r in result["rows"]}
+    kinds = {(r["kind"], r.get("attn"), r["impl"], r.get("kv")) for r in result["rows"]}
     assert kinds == {
-        ("copy", None, "xla"),
-        ("matmul", None, "xla"),
-        ("decode", "gqa", "pallas"),
-        ("decode", "gqa", "bundled"),
-        ("decode", "mla", "pallas"),
-        ("prefill", "gqa", "pallas"),
+        ("copy", None, "xla", None),
+        ("matmul", None, "xla", None),
+        ("decode", "gqa", "pallas", "bf16"),
+        ("decode", "gqa", "bundled", "bf16"),
+        ("decode", "mla", "pallas", "bf16"),
+        ("decode", "gqa", "pallas", "fp8"),
+        ("decode", "mla", "pallas", "fp8"),
+        ("prefill", "gqa", "pallas", None),
     }
+    fp8 = next(r for r in result["rows"] if r.get("kv") == "fp8" and r["attn"] == "gqa")
+    bf16 = next(r for r in result["rows"] if r.get("kv") == "bf16" and r["attn"] == "gqa")
+    # 1-byte elements plus a 4-byte scale per 16-wide row, against 2-byte elements
+    assert fp8["bytes"] * 2 * 16 == bf16["bytes"] * (16 + 4)
     assert all(r["seconds"] > 0 for r in result["rows"])
     bundled = next(r for r in result["rows"] if r["impl"] == "bundled")
     # Same decode, two kernels: both right (bf16 outputs of O(1) values).
