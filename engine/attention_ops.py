@@ -95,7 +95,7 @@ def _pallas_write_kv(pages, new, slot_mapping):
 def _split(pages) -> tuple[jax.Array, jax.Array | None]:
     """(page data, per-row scales or None) of plain or fp8 pages."""
     if kv_quant.is_quantized(pages):
-        return pages.fp8(), pages.scale
+        return pages.data, pages.scale  # uint8 e4m3 bits: the kernels bitcast them
     return pages, None
 
 

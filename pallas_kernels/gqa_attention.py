@@ -17,6 +17,7 @@ from pallas_kernels.ragged_flash import (
     UnsupportedShapeError,
     check_dtypes,
     column_index,
+    dequantize_pages,
     load_rows,
     next_pow2,
     padded_dim,
@@ -64,16 +65,16 @@ def ragged_paged_attention(
     page_table: jax.Array,  # [S, Pmax] int32
     *,
     scale: float,
-    k_scales: jax.Array | None = None,  # [N, P, K] f32 with float8_e4m3fn pages
+    k_scales: jax.Array | None = None,  # [N, P, K] f32 with fp8 pages (float8_e4m3fn / uint8)
     v_scales: jax.Array | None = None,  # [N, P, K] f32
     config: KernelConfig = GQA_CONFIG,
     interpret: bool = False,
 ) -> jax.Array:  # [T, H, Dh]
     """Causal GQA of ragged query spans over their paged K/V (already written).
 
-    fp8 pages (float8_e4m3fn, a float32 scale per (token, KV head) row) are read as
-    `rows * scales`: the block is upcast to q's dtype and the scales are applied to the score
-    columns and to the probabilities before p.v.
+    fp8 pages (float8_e4m3fn or its bits as uint8, a float32 scale per (token, KV head) row)
+    are read as `rows * scales`: the block is upcast to q's dtype and the scales are applied
+    to the score columns and to the probabilities before p.v.
     """
     check_gqa_supported(q, k_pages, v_pages, k_scales, v_scales)
     quantized = k_scales is not None
@@ -144,13 +145,13 @@ def ragged_paged_attention_ref(
     page_table: jax.Array,  # [S, Pmax]
     *,
     scale: float,
-    k_scales: jax.Array | None = None,  # [N, P, K] f32 with float8_e4m3fn pages
+    k_scales: jax.Array | None = None,  # [N, P, K] f32 with fp8 pages (float8_e4m3fn / uint8)
     v_scales: jax.Array | None = None,
 ) -> jax.Array:  # [T, H, Dh]
     """Plain jnp twin: each token gathers its sequence's whole K/V and takes a masked softmax."""
     if k_scales is not None:  # fp8 pages: dequantize them whole
-        k_pages = k_pages.astype(jnp.float32) * k_scales[..., None]
-        v_pages = v_pages.astype(jnp.float32) * v_scales[..., None]
+        k_pages = dequantize_pages(k_pages, k_scales)
+        v_pages = dequantize_pages(v_pages, v_scales)
     num_tokens, num_heads, head_dim = q.shape
     num_pages, page_size, num_kv_heads, _ = k_pages.shape
     group = num_heads // num_kv_heads

@@ -21,6 +21,7 @@ from pallas_kernels.ragged_flash import (
     UnsupportedShapeError,
     check_dtypes,
     column_index,
+    dequantize_pages,
     load_rows,
     next_pow2,
     padded_dim,
@@ -65,14 +66,15 @@ def mla_paged_attention(
     page_table: jax.Array,  # [S, Pmax] int32
     *,
     scale: float,
-    latent_scales: jax.Array | None = None,  # [N, P] f32 with float8_e4m3fn pages
+    latent_scales: jax.Array | None = None,  # [N, P] f32 with fp8 pages (float8_e4m3fn / uint8)
     config: KernelConfig = MLA_CONFIG,
     interpret: bool = False,
 ) -> jax.Array:  # [T, H, R]
     """Absorbed MLA of ragged query spans over their paged latents (already written).
 
-    fp8 pages (float8_e4m3fn, one float32 scale per token's latent row) are read as
-    `rows * scale`; the row's scale multiplies both score terms and the probabilities.
+    fp8 pages (float8_e4m3fn or its bits as uint8, one float32 scale per token's latent row)
+    are read as `rows * scale`; the row's scale multiplies both score terms and the
+    probabilities.
     """
     check_mla_supported(q_lat, q_pe, latent_pages, latent_scales)
     quantized = latent_scales is not None
@@ -142,11 +144,11 @@ def mla_paged_attention_ref(
     page_table: jax.Array,  # [S, Pmax]
     *,
     scale: float,
-    latent_scales: jax.Array | None = None,  # [N, P] f32 with float8_e4m3fn pages
+    latent_scales: jax.Array | None = None,  # [N, P] f32 with fp8 pages (float8_e4m3fn / uint8)
 ) -> jax.Array:  # [T, H, R]
     """Plain jnp twin: each token gathers its sequence's latents and takes a masked softmax."""
     if latent_scales is not None:  # fp8 pages: dequantize them whole
-        latent_pages = latent_pages.astype(jnp.float32) * latent_scales[..., None]
+        latent_pages = dequantize_pages(latent_pages, latent_scales)
     num_tokens, _, rank = q_lat.shape
     num_pages, page_size, row_dim = latent_pages.shape
     num_seqs, max_pages = page_table.shape

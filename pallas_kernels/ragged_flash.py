@@ -46,7 +46,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
 SUPPORTED_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
-FP8_DTYPE = jnp.float8_e4m3fn  # page dtype with per-row float32 scales
+FP8_DTYPE = jnp.float8_e4m3fn  # page dtype with per-row float32 scales (or its bits, uint8)
 
 
 class UnsupportedShapeError(ValueError):
@@ -360,8 +360,9 @@ def ragged_flash(
 
 
 def check_dtypes(queries: Sequence[jax.Array], pages: Sequence[jax.Array], scales=()) -> None:
-    """Queries and pages share one supported dtype; or the pages are float8_e4m3fn, each with
-    a float32 scale per row (`scales`, shaped like its pages without the last axis)."""
+    """Queries and pages share one supported dtype; or the pages are fp8 (float8_e4m3fn, or
+    its bits as uint8), each with a float32 scale per row (`scales`, shaped like its pages
+    without the last axis)."""
     q_dtypes = {jnp.dtype(a.dtype) for a in queries}
     supported = [jnp.dtype(d) for d in SUPPORTED_DTYPES]
     if len(q_dtypes) != 1 or next(iter(q_dtypes)) not in supported:
@@ -370,9 +371,9 @@ def check_dtypes(queries: Sequence[jax.Array], pages: Sequence[jax.Array], scale
             f"among {[d.name for d in supported]}"
         )
     page_dtypes = {jnp.dtype(a.dtype) for a in pages}
-    if page_dtypes == {jnp.dtype(FP8_DTYPE)}:
+    if page_dtypes in ({jnp.dtype(FP8_DTYPE)}, {jnp.dtype(jnp.uint8)}):
         if len(scales) != len(pages) or any(x is None for x in scales):
-            raise ValueError("float8_e4m3fn pages need their per-row scales")
+            raise ValueError("fp8 (float8_e4m3fn or uint8 bits) pages need their per-row scales")
         for page, scale in zip(pages, scales, strict=True):
             if scale.shape != page.shape[:-1] or jnp.dtype(scale.dtype) != jnp.float32:
                 raise ValueError(
@@ -390,5 +391,19 @@ def check_dtypes(queries: Sequence[jax.Array], pages: Sequence[jax.Array], scale
 
 
 def load_rows(ref, lead: tuple, cols, dtype) -> jax.Array:
-    """gather_rows cast to the compute dtype (fp8 pages: exact for bf16, f16 and f32)."""
-    return gather_rows(ref, lead, cols).astype(dtype)
+    """gather_rows cast to the compute dtype (fp8 pages: exact for bf16, f16 and f32).
+
+    uint8 pages hold e4m3 bit patterns (engine/kv_quant.py keeps them so, as XLA scatters
+    them in place): bitcast inside the kernel, so no converted copy of the cache is made.
+    """
+    rows = gather_rows(ref, lead, cols)
+    if rows.dtype == jnp.uint8:
+        rows = lax.bitcast_convert_type(rows, FP8_DTYPE)
+    return rows.astype(dtype)
+
+
+def dequantize_pages(pages: jax.Array, scales: jax.Array) -> jax.Array:
+    """fp8 pages (float8_e4m3fn or uint8 bits) times their row scales, in float32 (_ref twins)."""
+    if pages.dtype == jnp.uint8:
+        pages = lax.bitcast_convert_type(pages, FP8_DTYPE)
+    return pages.astype(jnp.float32) * scales[..., None]

@@ -38,13 +38,17 @@ def _hidden_among_co_requests(llm: LLM, probe, rng) -> tuple:
 
 
 def _scenario(
-    arch: str, batch_invariant: bool, budgets=(16, 80, 512)
+    arch: str, batch_invariant: bool, budgets=(16, 80, 512), **engine_kw
 ) -> tuple[tuple, list[tuple], int]:
     """(probe alone, probe in random batches under each chunk budget, preemptions)."""
     probe = _probe(arch)
     rng = np.random.default_rng(11)
     alone_llm = LLM(
-        model=str(FIXTURES / arch), batch_invariant=batch_invariant, max_model_len=128, num_pages=64
+        model=str(FIXTURES / arch),
+        batch_invariant=batch_invariant,
+        max_model_len=128,
+        num_pages=64,
+        **engine_kw,
     )
     (out,) = alone_llm.generate([probe], PROBE_PARAMS)
     alone = (out.token_ids, _bits(out.logprobs))
@@ -58,6 +62,7 @@ def _scenario(
             max_num_seqs=min(budget, 32),
             num_pages=8,
             max_model_len=128,
+            **engine_kw,
         )
         mixed.append(_hidden_among_co_requests(llm, probe, rng))
         preemptions += llm.stats()["num_preemptions"]
@@ -71,6 +76,16 @@ def test_probe_output_is_bitwise_identical_in_any_batch(arch):
     for tokens, bits in mixed:
         assert tokens == alone[0]
         assert bits == alone[1]
+
+
+def test_fp8_kv_pages_keep_the_mode():
+    """Each cached row is quantized from itself alone, so fp8 pages keep the probe bitwise."""
+    alone, mixed, preemptions = _scenario(
+        "deepseek_v3", batch_invariant=True, budgets=(16, 80), kv_cache_dtype="fp8"
+    )
+    assert preemptions > 0
+    for tokens, bits in mixed:
+        assert (tokens, bits) == alone
 
 
 def test_without_the_mode_the_same_scenario_may_differ(capsys):

@@ -268,10 +268,11 @@ def test_gqa_kernel_is_batch_invariant(interpret):
 
 
 FP8_CASES = {
-    # name: (kernel, case of GQA_CASES / MLA_CASES whose shapes and query dtype it takes)
-    "gqa_g3_d40_p16_bf16": ("gqa", "g3_d40_p16_bf16"),
-    "gqa_g4_p16_f32_default": ("gqa", "g4_p16_f32_default"),
-    "mla_h16_r64_dr16_p8_bf16_2progs": ("mla", "h16_r64_dr16_p8_bf16_2progs"),
+    # name: (kernel, case of GQA_CASES / MLA_CASES whose shapes and query dtype it takes,
+    #        pages as float8_e4m3fn or as their uint8 bits, as the engine keeps them)
+    "gqa_g3_d40_p16_bf16_bits": ("gqa", "g3_d40_p16_bf16", "bits"),
+    "gqa_g4_p16_f32_default_fp8": ("gqa", "g4_p16_f32_default", "fp8"),
+    "mla_h16_r64_dr16_p8_bf16_2progs_bits": ("mla", "h16_r64_dr16_p8_bf16_2progs", "bits"),
 }
 
 
@@ -286,7 +287,11 @@ def test_kernels_read_fp8_pages_with_row_scales(case, interpret):
     """fp8 pages: the kernel applies the scales to scores and probabilities, the `_ref` twin
     dequantizes the pages whole; they agree to the query dtype's tolerance."""
     _skip_unless_runnable(interpret)
-    kind, base = FP8_CASES[case]
+    kind, base, storage = FP8_CASES[case]
+
+    def data(pages):
+        return pages.data if storage == "bits" else pages.fp8()
+
     if kind == "gqa":
         group, kv_heads, head_dim, page_size, num_pages, dtype, config = GQA_CASES[base]
         shape, scale = (num_pages, page_size, kv_heads, head_dim), head_dim**-0.5
@@ -310,14 +315,14 @@ def test_kernels_read_fp8_pages_with_row_scales(case, interpret):
                 random_fp8_pages(rng, shape, b["owned"]),
                 random_fp8_pages(rng, shape, b["owned"]),
             )
-            args = (q, k.fp8(), v.fp8(), *_meta(b))
+            args = (q, data(k), data(v), *_meta(b))
             out = kernel(*args, k_scales=k.scale, v_scales=v.scale)
             ref = gqa_ref(*args, scale=scale, k_scales=k.scale, v_scales=v.scale)
         else:
             q_lat = jnp.asarray(rng.standard_normal((NUM_TOKENS, heads, rank)), dtype)
             q_pe = jnp.asarray(rng.standard_normal((NUM_TOKENS, heads, rope)), dtype)
             latent = random_fp8_pages(rng, shape, b["owned"])
-            args = (q_lat, q_pe, latent.fp8(), *_meta(b))
+            args = (q_lat, q_pe, data(latent), *_meta(b))
             out = kernel(*args, latent_scales=latent.scale)
             ref = mla_ref(*args, scale=scale, latent_scales=latent.scale)
         assert out.dtype == dtype

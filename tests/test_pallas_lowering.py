@@ -66,13 +66,13 @@ def _metadata(tokens: int, batch: int, max_pages: int) -> tuple:
             ),
             (
                 S((64, 32, 128), jnp.bfloat16),
-                S((4096, 16, 8, 128), FP8),
-                S((4096, 16, 8, 128), FP8),
+                S((4096, 16, 8, 128), jnp.uint8),  # e4m3 bits, as the engine keeps them
+                S((4096, 16, 8, 128), jnp.uint8),
                 *_metadata(64, 64, 512),
                 S((4096, 16, 8), jnp.float32),
                 S((4096, 16, 8), jnp.float32),
             ),
-            id="gqa_llama8b_fp8_pages",
+            id="gqa_llama8b_fp8_bits_pages",
         ),
         pytest.param(
             lambda q_lat, q_pe, latent, *meta_and_scales: mla_paged_attention(
@@ -99,8 +99,8 @@ def _metadata(tokens: int, batch: int, max_pages: int) -> tuple:
         ),
         pytest.param(
             write_kv,
-            (S((2048, 64, 576), FP8), S((64, 576), FP8), S((64,), I32)),
-            id="write_mla_fp8",
+            (S((2048, 64, 576), jnp.uint8), S((64, 576), jnp.uint8), S((64,), I32)),
+            id="write_mla_fp8_bits",
         ),
         pytest.param(
             write_kv,
