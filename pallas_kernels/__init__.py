@@ -5,6 +5,9 @@
 - `mla_paged_attention` (mla_attention.py): absorbed MLA over the latent cache.
 - `write_kv` (kv_write.py): scatters new K/V or latent rows into pages by slot.
 
+The attention kernels also read fp8 pages (float8_e4m3fn, or its bits as uint8 as the
+engine keeps them) with a float32 scale per cached row (engine/kv_quant.py).
+
 Every kernel takes `interpret=True` to run on CPU (Pallas' HLO interpreter); engine/
 attention_ops.py sets it whenever the backend is not a GPU.
 

@@ -28,6 +28,10 @@ a gather through the page table is pointer arithmetic. Shapes the Triton lowerin
 powers of two (rows, block_kv, head dims >= 16) are padded here; a head dim that is not a
 power of two is read with clamped column indices and its padded columns are discarded.
 
+fp8 pages (per-row float32 scales) are upcast block by block to the query dtype; a key's
+scale multiplies its score column and a value's scale its probability column before p.v, so
+no dequantized block is formed.
+
 Masking matches engine.paged_attention: token t sees key j iff j < min(position_t + 1,
 kv_len of its sequence); a token with no visible key gets zeros.
 """
