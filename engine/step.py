@@ -155,15 +155,15 @@ def make_step(
     attention_impl: str = "xla",
     mesh: Mesh | None = None,
     batch_invariant: bool = False,
-    kv_dtype: str | None = None,
+    kv_dtype=None,
     with_scores: bool = False,
 ):
     """The jitted step bound to one model config (and device mesh, None = one device).
 
-    `kv_dtype` is the cache's page dtype (None: the model's), which fixes the KV pytree the
-    step takes and returns. Cached per (cfg, kv_block_pages, attention_impl, mesh,
-    batch_invariant, kv_dtype): engines serving
-    the same model in one process share the compiled buckets, and `_cache_size()` of the
+    `kv_dtype` is the cache's page dtype (None: the model's; float8_e4m3fn: fp8 pages with
+    scales), which fixes the KV pytree the step takes and returns. Cached per (cfg,
+    kv_block_pages, attention_impl, mesh, batch_invariant, kv_dtype): engines serving the
+    same model in one process share the compiled buckets, and `_cache_size()` of the
     result counts this model's compilations. On a mesh the KV leaves with exactly the
     shardings it came in with (XLA would otherwise canonicalize e.g. a size-1 axis away,
     and the next call would compile again), and the outputs leave replicated so every

@@ -16,7 +16,7 @@ import time
 import jax
 import numpy as np
 
-from engine import LLM, SamplingParams
+from engine import LLM, SamplingParams, kv_quant
 from engine.kv_pages import pages_for_tokens
 from long_context.policy import LongPrefillPolicy
 
@@ -30,7 +30,9 @@ def _weight_bytes(llm: LLM) -> int:
     return sum(x.nbytes for x in jax.tree.leaves(llm.params))
 
 
-def measure_ttft(model: str, prompt_len: int, budget: int, seed: int = 0) -> dict:
+def measure_ttft(
+    model: str, prompt_len: int, budget: int, seed: int = 0, kv_cache_dtype: str = "auto"
+) -> dict:
     """TTFT of one `prompt_len`-token prompt, chunked by `budget`, after a warm-up prompt
     has compiled the step's shapes; peak RSS of the whole process (run it alone)."""
     page_size = 16
@@ -42,6 +44,7 @@ def measure_ttft(model: str, prompt_len: int, budget: int, seed: int = 0) -> dic
         max_model_len=prompt_len,
         num_pages=num_pages,
         page_size=page_size,
+        kv_cache_dtype=kv_cache_dtype,
     )
     rng = np.random.default_rng(seed)
     vocab = llm.config.vocab_size
@@ -61,11 +64,12 @@ def measure_ttft(model: str, prompt_len: int, budget: int, seed: int = 0) -> dic
         model=model,
         prompt_len=prompt_len,
         budget=budget,
+        kv_cache_dtype=llm.kv_dtype.name,
         ttft_s=ttft,
         warmup_s=compile_s,
         steps=llm.stats()["num_steps"] - steps_before,
         weight_bytes=_weight_bytes(llm),
-        kv_pool_bytes=num_pages * page_size * llm.config.kv_bytes_per_token(),
+        kv_pool_bytes=num_pages * page_size * kv_quant.bytes_per_token(llm.config, llm.kv_dtype),
         peak_rss_bytes=peak_rss_bytes(),
     )
 

@@ -60,6 +60,9 @@ _ATTN_SKIP_BEFORE = flags.DEFINE_list(
 _MODELS = flags.DEFINE_list("models", ["small-llama-long", "small-mla-long"], "(a) presets.")
 _PROMPT_LENS = flags.DEFINE_list("prompt_lens", ["8192", "32768", "131072"], "(a) lengths.")
 _BUDGET = flags.DEFINE_integer("budget", 2048, "max_num_batched_tokens (the engine default).")
+_KV_CACHE_DTYPE = flags.DEFINE_enum(
+    "kv_cache_dtype", "auto", ["auto", "fp8"], "(a) KV pages: the model dtype, or fp8."
+)
 _ITL_MODEL = flags.DEFINE_string("itl_model", "small-llama-long", "(b) preset.")
 _ITL_PROMPT_LEN = flags.DEFINE_integer("itl_prompt_len", 32768, "(b) long prompt tokens.")
 _NUM_STREAMS = flags.DEFINE_integer("num_streams", 8, "(b) decoding requests.")
@@ -81,9 +84,10 @@ _SINGLE = flags.DEFINE_string("single_ttft", None, "Internal: MODEL:LEN, one (a)
 GIB = 1 << 30
 
 
-def _ttft_in_subprocess(model: str, prompt_len: int, budget: int) -> dict:
+def _ttft_in_subprocess(model: str, prompt_len: int, budget: int, kv_cache_dtype: str) -> dict:
     cmd = [sys.executable, "-m", "scripts.bench_long_context"]
     cmd += [f"--single_ttft={model}:{prompt_len}", f"--budget={budget}"]
+    cmd += [f"--kv_cache_dtype={kv_cache_dtype}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -134,14 +138,14 @@ def _attention_rows() -> list[dict]:
 
 def _ttft_table(rows: list[dict]) -> None:
     print(
-        "| model | prompt tokens | TTFT s | prefill tok/s | weights MiB | KV pool MiB "
+        "| model | KV | prompt tokens | TTFT s | prefill tok/s | weights MiB | KV pool MiB "
         "| peak RSS MiB | bound MiB | within |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         bound = r["weight_bytes"] + r["kv_pool_bytes"] + GIB
         print(
-            f"| {r['model']} | {r['prompt_len']:,} | {r['ttft_s']:.1f} | "
+            f"| {r['model']} | {r['kv_cache_dtype']} | {r['prompt_len']:,} | {r['ttft_s']:.1f} | "
             f"{r['prompt_len'] / r['ttft_s']:.0f} | {r['weight_bytes'] / 2**20:.0f} | "
             f"{r['kv_pool_bytes'] / 2**20:.0f} | {r['peak_rss_bytes'] / 2**20:.0f} | "
             f"{bound / 2**20:.0f} | {'yes' if r['peak_rss_bytes'] <= bound else 'NO'} |"
@@ -167,7 +171,10 @@ def main(argv):
     del argv
     if _SINGLE.value:
         model, length = _SINGLE.value.rsplit(":", 1)
-        print(json.dumps(measure_ttft(model, int(length), _BUDGET.value)))
+        result = measure_ttft(
+            model, int(length), _BUDGET.value, kv_cache_dtype=_KV_CACHE_DTYPE.value
+        )
+        print(json.dumps(result))
         return
     results = {}
     if "attention" in _PART.value:
@@ -176,7 +183,9 @@ def main(argv):
         rows = []
         for model in _MODELS.value:
             for length in _PROMPT_LENS.value:
-                rows.append(_ttft_in_subprocess(model, int(length), _BUDGET.value))
+                rows.append(
+                    _ttft_in_subprocess(model, int(length), _BUDGET.value, _KV_CACHE_DTYPE.value)
+                )
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         results["ttft"] = rows
         _ttft_table(rows)
