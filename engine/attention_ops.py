@@ -67,11 +67,17 @@ def _pallas_available() -> bool:
         return False
     if jax.default_backend() != "gpu":
         return True  # interpret mode
+    # A ROCm "gfx..." string: Triton lowers for it.
+    return _capability_at_least(8.0, unknown=True)
+
+
+def _capability_at_least(version: float, unknown: bool) -> bool:
+    """The GPU's CUDA compute capability >= `version`; `unknown` when it is not a number."""
     capability = getattr(jax.devices()[0], "compute_capability", None)
     try:
-        return capability is None or float(capability) >= 8.0
+        return capability is None or float(capability) >= version
     except (TypeError, ValueError):
-        return True  # e.g. a ROCm "gfx..." string: Triton lowers for it
+        return unknown
 
 
 def _interpret() -> bool:
@@ -103,12 +109,8 @@ def _check_fp8_device(pages) -> None:
     """Triton casts float8_e4m3fn only on compute capability 8.9+ (Ada, Hopper)."""
     if not kv_quant.is_quantized(pages) or _interpret():
         return
-    capability = getattr(jax.devices()[0], "compute_capability", None)
-    try:
-        ok = capability is None or float(capability) >= 8.9
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
+    if not _capability_at_least(8.9, unknown=False):
+        capability = getattr(jax.devices()[0], "compute_capability", None)
         raise pk.UnsupportedShapeError(
             f"float8_e4m3fn pages on compute capability {capability}: needs 8.9 or newer"
         )
