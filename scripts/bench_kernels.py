@@ -51,6 +51,10 @@ _BUNDLED = flags.DEFINE_bool("bundled", True, "Also time JAX's bundled paged_att
 _FP8 = flags.DEFINE_bool(
     "fp8", True, "Also time fp8 (e4m3) pages with row scales, at the target context."
 )
+_SWEEP = flags.DEFINE_bool(
+    "sweep", False, "Also time each kernel's SWEEP configs at the target decode shape."
+)
+_PREFILL = flags.DEFINE_bool("prefill", True, "Also time the prefill-chunk row.")
 _TUNING = {
     name: flags.DEFINE_integer(
         name,
@@ -110,6 +114,27 @@ SMOKE_SUITE = Suite(
 )
 # Acceptance targets (issue 5), checked on the row named by (kind, attn, batch, context).
 TARGET_BATCH, TARGET_CONTEXT = 64, 8192
+# --sweep: KernelConfig overrides timed at the target decode shape, one compilation each.
+# Decode tiles hold one token, so fewer rows per program waste less of the dot; longer KV
+# blocks and deeper pipelines keep more loads in flight; shorter splits make more programs.
+SWEEP = {
+    "gqa": (
+        dict(block_rows=16, block_kv=64),
+        dict(block_rows=16, block_kv=128),
+        dict(block_rows=16, block_kv=128, num_stages=3),
+        dict(block_rows=16, block_kv=64, kv_split=1024),
+        dict(block_rows=32, block_kv=128, num_warps=8, num_stages=3),
+        dict(block_rows=64, block_kv=128),
+    ),
+    "mla": (
+        dict(block_kv=16),
+        dict(block_kv=32, num_stages=3),
+        dict(block_kv=32, kv_split=1024),
+        dict(block_kv=32, kv_split=512),
+        dict(block_rows=32, block_kv=32, num_warps=4),
+        dict(block_rows=32, block_kv=64, num_warps=4, kv_split=1024),
+    ),
+}
 
 
 def time_call(fn, args, iters: int, repeats: int) -> float:
@@ -125,8 +150,19 @@ def time_call(fn, args, iters: int, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _attempt(rows: list[dict], what: dict, measure) -> None:
+    """rows += measure(), or a row naming the error: one failing shape or kernel does not
+    cost the rest of a (short, rationed) GPU run."""
+    try:
+        rows.append(measure())
+    except Exception as e:  # noqa: BLE001 - recorded in the table and the JSON
+        rows.append(dict(what, seconds=None, error=f"{type(e).__name__}: {e}"[:2000]))
+        print(f"FAILED {what}: {rows[-1]['error'][:500]}", file=sys.stderr, flush=True)
+
+
 def bench_copy(suite: Suite) -> dict:
-    x = jnp.ones((suite.copy_mib << 18,), jnp.float32)
+    # Random data, never zeros or ones: constant inputs can run faster than real ones.
+    x = jax.random.normal(jax.random.key(7), (suite.copy_mib << 18,), jnp.float32)
     seconds = time_call(jax.jit(lambda a: a + 0.0), (x,), suite.iters, suite.repeats)
     moved = 2 * x.nbytes  # read + write
     return dict(kind="copy", impl="xla", bytes=moved, seconds=seconds, gbps=moved / seconds / 1e9)
@@ -134,8 +170,8 @@ def bench_copy(suite: Suite) -> dict:
 
 def bench_matmul(suite: Suite) -> dict:
     n = suite.matmul
-    a = jnp.ones((n, n), jnp.bfloat16)
-    seconds = time_call(jax.jit(jnp.matmul), (a, a), suite.iters, suite.repeats)
+    a, b = jax.random.normal(jax.random.key(8), (2, n, n), jnp.bfloat16)
+    seconds = time_call(jax.jit(jnp.matmul), (a, b), suite.iters, suite.repeats)
     flops = 2 * n**3
     return dict(kind="matmul", impl="xla", n=n, seconds=seconds, tflops=flops / seconds / 1e12)
 
@@ -207,25 +243,36 @@ def bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy_gbps, 
             common = dict(
                 kind="decode", batch=batch, context=context, page_size=page_size, kv="bf16"
             )
-
             kv_bytes = batch * context * kh * d * 2 * jnp.dtype(dtype).itemsize
             args = (q, k_pages, v_pages, *meta)
-            seconds = time_call(gqa, args, suite.iters, suite.repeats)
-            rows.append(_bw_row(common, "gqa", "pallas", kv_bytes, seconds, copy_gbps))
+
+            def ours(args=args, kv_bytes=kv_bytes, common=common):
+                seconds = time_call(gqa, args, suite.iters, suite.repeats)
+                return _bw_row(common, "gqa", "pallas", kv_bytes, seconds, copy_gbps)
+
+            _attempt(rows, dict(common, attn="gqa", impl="pallas"), ours)
             if bundled:
-                ours = gqa(*args)
-                # The bundled kernel has no softmax scale: it gets the query pre-scaled.
-                q_scaled = (q.astype(jnp.float32) * scale).astype(dtype)
-                theirs, seconds = _bench_bundled(q_scaled, *bundled_pages, meta, suite, interpret)
-                row = _bw_row(common, "gqa", "bundled", kv_bytes, seconds, copy_gbps)
-                row["max_abs_diff_vs_pallas"] = float(
-                    jnp.max(jnp.abs(theirs.astype(jnp.float32) - ours.astype(jnp.float32)))
-                )
-                rows.append(row)
+
+                def theirs(q=q, args=args, meta=meta, kv_bytes=kv_bytes, common=common):
+                    # The bundled kernel has no softmax scale: it gets the query pre-scaled.
+                    q_scaled = (q.astype(jnp.float32) * scale).astype(dtype)
+                    out, seconds = _bench_bundled(q_scaled, *bundled_pages, meta, suite, interpret)
+                    row = _bw_row(common, "gqa", "bundled", kv_bytes, seconds, copy_gbps)
+                    row["max_abs_diff_vs_pallas"] = float(
+                        jnp.max(jnp.abs(out.astype(jnp.float32) - gqa(*args).astype(jnp.float32)))
+                    )
+                    return row
+
+                _attempt(rows, dict(common, attn="gqa", impl="bundled"), theirs)
 
             lat_bytes = batch * context * (rank + rope) * jnp.dtype(dtype).itemsize
-            seconds = time_call(mla, (q_lat, q_pe, latent, *meta), suite.iters, suite.repeats)
-            rows.append(_bw_row(common, "mla", "pallas", lat_bytes, seconds, copy_gbps))
+            mla_args = (q_lat, q_pe, latent, *meta)
+
+            def mla_row(args=mla_args, lat_bytes=lat_bytes, common=common):
+                seconds = time_call(mla, args, suite.iters, suite.repeats)
+                return _bw_row(common, "mla", "pallas", lat_bytes, seconds, copy_gbps)
+
+            _attempt(rows, dict(common, attn="mla", impl="pallas"), mla_row)
 
             if fp8 and context == fp8_context:
                 common = dict(common, kv="fp8")
@@ -233,16 +280,75 @@ def bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy_gbps, 
                 kv_bytes = batch * context * kh * (d + 4) * 2
                 args = (q, k8.fp8(), v8.fp8(), *meta)
                 scales = dict(k_scales=k8.scale, v_scales=v8.scale)
-                seconds = time_call(
-                    functools.partial(gqa, **scales), args, suite.iters, suite.repeats
-                )
-                rows.append(_bw_row(common, "gqa", "pallas", kv_bytes, seconds, copy_gbps))
+
+                def gqa_fp8(args=args, kv_bytes=kv_bytes, common=common, scales=scales):
+                    fn = functools.partial(gqa, **scales)
+                    seconds = time_call(fn, args, suite.iters, suite.repeats)
+                    return _bw_row(common, "gqa", "pallas", kv_bytes, seconds, copy_gbps)
+
+                _attempt(rows, dict(common, attn="gqa", impl="pallas"), gqa_fp8)
                 lat_bytes = batch * context * (rank + rope + 4)
-                fn = functools.partial(mla, latent_scales=lat8.scale)
                 args = (q_lat, q_pe, lat8.fp8(), *meta)
-                seconds = time_call(fn, args, suite.iters, suite.repeats)
-                rows.append(_bw_row(common, "mla", "pallas", lat_bytes, seconds, copy_gbps))
+
+                def mla_fp8(args=args, lat_bytes=lat_bytes, common=common):
+                    fn = functools.partial(mla, latent_scales=lat8.scale)
+                    seconds = time_call(fn, args, suite.iters, suite.repeats)
+                    return _bw_row(common, "mla", "pallas", lat_bytes, seconds, copy_gbps)
+
+                _attempt(rows, dict(common, attn="mla", impl="pallas"), mla_fp8)
     return rows
+
+
+def bench_sweep(suite, configs, page_size, interpret, copy_gbps, rng) -> list[dict]:
+    """Each SWEEP config of both kernels at the target decode shape (bf16 pages)."""
+    h, kh, d = suite.gqa
+    mh, rank, rope = suite.mla
+    batch = TARGET_BATCH if TARGET_BATCH in suite.batches else max(suite.batches)
+    context = TARGET_CONTEXT if TARGET_CONTEXT in suite.contexts else max(suite.contexts)
+    num_pages = batch * context // page_size
+    kk, kv, kl, kq = jax.random.split(jax.random.key(2), 4)
+    dtype = jnp.bfloat16
+    k_pages = jax.random.normal(kk, (num_pages, page_size, kh, d), dtype)
+    v_pages = jax.random.normal(kv, (num_pages, page_size, kh, d), dtype)
+    latent = jax.random.normal(kl, (num_pages, page_size, rank + rope), dtype)
+    meta = _decode_batch(batch, context, page_size, num_pages, rng)
+    gqa_args = (jax.random.normal(kq, (batch, h, d), dtype), k_pages, v_pages, *meta)
+    q_lat = jax.random.normal(kq, (batch, mh, rank), dtype)
+    mla_args = (q_lat, jax.random.normal(kq, (batch, mh, rope), dtype), latent, *meta)
+    common = dict(kind="sweep", batch=batch, context=context, page_size=page_size, kv="bf16")
+    gqa_bytes = batch * context * kh * d * 2 * jnp.dtype(dtype).itemsize
+    mla_bytes = batch * context * (rank + rope) * jnp.dtype(dtype).itemsize
+    cases = {
+        "gqa": (ragged_paged_attention, dict(scale=d**-0.5), gqa_args, gqa_bytes),
+        "mla": (mla_paged_attention, dict(scale=(128 + 64) ** -0.5), mla_args, mla_bytes),
+    }
+    rows = []
+    for attn, (kernel, kwargs, args, num_bytes) in cases.items():
+        first = []  # the first config's output, which every other config must reproduce
+        for overrides in SWEEP[attn]:
+            try:
+                config = dataclasses.replace(configs[attn], **overrides)
+            except ValueError as e:  # a smoke suite's shapes may not take every config
+                print(f"sweep {attn} {overrides}: {e}", file=sys.stderr)
+                continue
+            what = dict(common, attn=attn, impl="pallas", config=dataclasses.asdict(config))
+            fn = jax.jit(functools.partial(kernel, **kwargs, config=config, interpret=interpret))
+            _attempt(
+                rows,
+                what,
+                functools.partial(_sweep_row, fn, args, what, num_bytes, suite, copy_gbps, first),
+            )
+    return rows
+
+
+def _sweep_row(fn, args, what, num_bytes, suite, copy_gbps, first: list) -> dict:
+    out = fn(*args).astype(jnp.float32)
+    if not first:
+        first.append(out)
+    seconds = time_call(fn, args, suite.iters, suite.repeats)
+    row = _bw_row(what, what["attn"], "pallas", num_bytes, seconds, copy_gbps)
+    row["max_abs_diff_vs_first"] = float(jnp.max(jnp.abs(out - first[0])))
+    return row
 
 
 def _bw_row(common, attn, impl, num_bytes, seconds, copy_gbps) -> dict:
@@ -320,24 +426,34 @@ def targets(rows: list[dict]) -> dict:
     """The acceptance checks of issue 5 on the rows this run measured (None = not measured)."""
     at = dict(kind="decode", batch=TARGET_BATCH, context=TARGET_CONTEXT, kv="bf16")
     gqa, mla = _find(rows, attn="gqa", impl="pallas", **at), _find(rows, attn="mla", **at)
+    gqa, mla = (r if r and r.get("seconds") else None for r in (gqa, mla))
     speedups = []
     for r in rows:
         if r.get("impl") == "bundled":
             shape = dict(
                 kind="decode", attn="gqa", batch=r["batch"], context=r["context"], kv="bf16"
             )
-            speedups.append(r["seconds"] / _find(rows, impl="pallas", **shape)["seconds"])
+            ours = _find(rows, impl="pallas", **shape)
+            if r["seconds"] and ours and ours["seconds"]:
+                speedups.append(r["seconds"] / ours["seconds"])
     prefill = _find(rows, kind="prefill")
     return {
         "gqa_decode_frac_of_copy>=0.80": gqa and gqa["frac_of_copy"],
         "mla_decode_frac_of_copy>=0.75": mla and mla["frac_of_copy"],
         "min_speedup_vs_bundled>=1.3": min(speedups) if speedups else None,
-        "prefill_frac_of_matmul>=0.40": prefill and prefill["frac_of_matmul"],
+        "prefill_frac_of_matmul>=0.40": prefill and prefill.get("frac_of_matmul"),
     }
 
 
 def run(
-    suite: Suite, configs: dict, page_size: int, interpret: bool, bundled: bool, fp8: bool = True
+    suite: Suite,
+    configs: dict,
+    page_size: int,
+    interpret: bool,
+    bundled: bool,
+    fp8: bool = True,
+    sweep: bool = False,
+    prefill: bool = True,
 ) -> dict:
     """All rows; `configs` maps "gqa" and "mla" to their KernelConfig."""
     rng = np.random.default_rng(0)
@@ -345,7 +461,16 @@ def run(
     matmul = bench_matmul(suite)
     rows = [copy, matmul]
     rows += bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy["gbps"], rng)
-    rows.append(bench_prefill(suite, configs["gqa"], page_size, interpret, matmul["tflops"], rng))
+    if prefill:
+        _attempt(
+            rows,
+            dict(kind="prefill", attn="gqa", impl="pallas"),
+            lambda: bench_prefill(
+                suite, configs["gqa"], page_size, interpret, matmul["tflops"], rng
+            ),
+        )
+    if sweep:
+        rows += bench_sweep(suite, configs, page_size, interpret, copy["gbps"], rng)
     device = jax.devices()[0]
     return dict(
         device=getattr(device, "device_kind", device.platform),
@@ -370,13 +495,19 @@ def format_table(result: dict) -> str:
         f"{'GB/s':>8} {'%copy':>6} {'TFLOP/s':>8} {'%mm':>5}",
     ]
     for r in result["rows"]:
-        lines.append(
+        line = (
             f"{r['kind']:8} {r.get('attn', ''):4} {r['impl']:8} {r.get('kv', ''):4} "
             f"{r.get('batch', ''):>5} "
-            f"{r.get('context', ''):>6} {r['seconds'] * 1e6:>10.1f} "
+            f"{r.get('context', ''):>6} {_fmt(r['seconds'], '.1f', 1e6):>10} "
             f"{_fmt(r.get('gbps'), '.1f'):>8} {_fmt(r.get('frac_of_copy'), '.1f', 100):>6} "
             f"{_fmt(r.get('tflops'), '.2f'):>8} {_fmt(r.get('frac_of_matmul'), '.1f', 100):>5}"
         )
+        if "config" in r:
+            keys = ("block_rows", "block_kv", "kv_split", "num_warps", "num_stages")
+            line += " " + ",".join(f"{k}={r['config'][k]}" for k in keys)
+        if "error" in r:
+            line += f"  ERROR {r['error'][:160]}"
+        lines.append(line)
     for name, value in result["targets"].items():
         lines.append(f"target {name}: {'not measured' if value is None else f'{value:.3f}'}")
     return "\n".join(lines)
@@ -406,6 +537,8 @@ def main(argv):
         interpret=not on_gpu,
         bundled=_BUNDLED.value,
         fp8=_FP8.value,
+        sweep=_SWEEP.value,
+        prefill=_PREFILL.value,
     )
     print(format_table(result))
     with open(_OUT.value, "w") as f:

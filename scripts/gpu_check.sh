@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # The Pallas kernels' GPU checks in one command (a few minutes on an H200): the kernel tests
-# compiled for the GPU against their _ref twins, the engine's HF parity on them, then
-# scripts/bench_kernels.py (table on stdout, JSON and logs in OUT_DIR).
+# compiled for the GPU against their _ref twins, the engine's HF parity on them, a tuning
+# sweep at the target decode shape, then scripts/bench_kernels.py (table on stdout, JSON and
+# logs in OUT_DIR).
 #
 #   scripts/gpu_check.sh [OUT_DIR]        # device tool: run command 'scripts/gpu_check.sh "$OUT"'
+#   STAGES="env kernels sweep" scripts/gpu_check.sh "$OUT"    # a subset, in this order
+#   BENCH_FLAGS="--block_rows=16" scripts/gpu_check.sh ...    # extra flags for both benches
 #
 # Runs under the GPU image's python3 (jax 0.11.2 with the CUDA plugin, flax, orbax,
 # safetensors, tokenizers, absl, pytest); the project's .venv is a CPU build. Each stage has
-# its own time limit so the whole run ends inside one 10-minute device command.
+# its own time limit so the whole run ends inside one 10-minute device command, and a stage
+# that fails does not stop the next.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR="${1:-${OUT:-/tmp/gpu_check}}"
 PY="${PYTHON:-python3}"
+STAGES="${STAGES:-env kernels engine sweep bench}"
+read -r -a EXTRA <<<"${BENCH_FLAGS:-}"
 mkdir -p "$OUT_DIR"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 
@@ -19,6 +25,7 @@ status=0
 stage() {  # stage NAME SECONDS CMD...: run, log to OUT_DIR/NAME.log, remember a failure
   local name=$1 limit=$2
   shift 2
+  [[ " $STAGES " == *" $name "* ]] || return 0
   echo "=== $name (limit ${limit}s)"
   local start=$SECONDS
   timeout "$limit" "$@" 2>&1 | tee "$OUT_DIR/$name.log"
@@ -29,11 +36,14 @@ stage() {  # stage NAME SECONDS CMD...: run, log to OUT_DIR/NAME.log, remember a
 
 stage env 30 "$PY" -c 'import jax, jaxlib; print(jax.__version__, jaxlib.__version__, jax.devices())'
 # Kernels compiled for the GPU (the interpret-mode twins of these run on CPU in make test).
-stage kernels 150 "$PY" -m pytest -q -p no:cacheprovider -m gpu \
+stage kernels 120 "$PY" -m pytest -q -p no:cacheprovider -m gpu \
   tests/test_pallas_attention.py tests/test_pallas_kv_write.py
 # The engine on the kernels ("pallas" compiles them; "auto" must pick them on a GPU), and
 # with fp8 KV pages against HF with an fp8 cache.
-stage engine 180 "$PY" -m pytest -q -p no:cacheprovider tests/test_pallas_engine.py \
+stage engine 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_pallas_engine.py \
   tests/test_kv_quant.py -k "not xla or falls_back"
-stage bench 220 "$PY" -m scripts.bench_kernels --out="$OUT_DIR/bench_kernels.json"
+# Tuning: the base configs and each SWEEP config at the target decode shape only.
+stage sweep 120 "$PY" -m scripts.bench_kernels --batches=64 --contexts=8192 --sweep \
+  --noprefill --out="$OUT_DIR/sweep.json" "${EXTRA[@]}"
+stage bench 220 "$PY" -m scripts.bench_kernels --out="$OUT_DIR/bench_kernels.json" "${EXTRA[@]}"
 exit $status
