@@ -116,7 +116,18 @@ def _check_fp8_device(pages) -> None:
         )
 
 
-def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages):
+def _gqa_config(num_tokens: int, num_seqs: int, batch_invariant: bool):
+    """The decode tiling for a decode-only step shape (bucket T <= S), else the general one.
+
+    Batch-invariant mode keeps one query tile for every step, so that a token decoded alone
+    and the same token recomputed inside a prefill chunk go through the same program shape.
+    """
+    if not batch_invariant and num_tokens <= num_seqs:
+        return pk.GQA_DECODE_CONFIG
+    return pk.GQA_CONFIG
+
+
+def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, batch_invariant=False):
     (k_data, k_scales), (v_data, v_scales) = _split(k_pages), _split(v_pages)
     try:
         _check_fp8_device(k_pages)
@@ -135,6 +146,7 @@ def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages):
         scale=scale,
         k_scales=k_scales,
         v_scales=v_scales,
+        config=_gqa_config(q.shape[0], meta.kv_lens.shape[0], batch_invariant),
         interpret=_interpret(),
     )
 
@@ -162,6 +174,9 @@ def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
 
 
 PALLAS_OPS = AttentionOps(_pallas_write_kv, _pallas_gqa, _pallas_mla)
+PALLAS_INVARIANT_OPS = AttentionOps(
+    _pallas_write_kv, functools.partial(_pallas_gqa, batch_invariant=True), _pallas_mla
+)
 
 
 def get_attention_ops(impl: str, batch_invariant: bool = False) -> AttentionOps:
@@ -169,5 +184,5 @@ def get_attention_ops(impl: str, batch_invariant: bool = False) -> AttentionOps:
     if impl == "xla":
         return XLA_INVARIANT_OPS if batch_invariant else XLA_OPS
     if impl == "pallas":
-        return PALLAS_OPS
+        return PALLAS_INVARIANT_OPS if batch_invariant else PALLAS_OPS
     raise ValueError(f"attention_impl={impl!r}: not available")

@@ -45,6 +45,7 @@ from pallas_kernels.mla_attention import (
 )
 from pallas_kernels.ragged_flash import (
     GQA_CONFIG,
+    GQA_DECODE_CONFIG,
     MLA_CONFIG,
     KernelConfig,
     UnsupportedShapeError,
@@ -52,6 +53,7 @@ from pallas_kernels.ragged_flash import (
 
 __all__ = [
     "GQA_CONFIG",
+    "GQA_DECODE_CONFIG",
     "MLA_CONFIG",
     "KernelConfig",
     "UnsupportedShapeError",

@@ -36,6 +36,7 @@ from absl import app, flags
 from engine import kv_quant
 from pallas_kernels import (
     GQA_CONFIG,
+    GQA_DECODE_CONFIG,
     MLA_CONFIG,
     KernelConfig,
     mla_paged_attention,
@@ -59,7 +60,8 @@ _TUNING = {
     name: flags.DEFINE_integer(
         name,
         None,
-        f"KernelConfig.{name} for both kernels (default: each kernel's GQA_CONFIG / MLA_CONFIG).",
+        f"KernelConfig.{name} for every row (default: the engine's configs, GQA_DECODE_CONFIG "
+        "for GQA decode, GQA_CONFIG for the prefill chunk, MLA_CONFIG).",
     )
     for name in (
         "block_rows",
@@ -135,6 +137,13 @@ SWEEP = {
         dict(block_rows=32, block_kv=64, num_warps=4, kv_split=1024),
     ),
 }
+# --sweep: the prefill chunk (GQA) under other tilings: bigger query tiles re-read KV less.
+PREFILL_SWEEP = (
+    dict(block_rows=16),
+    dict(block_rows=64, block_kv=128, num_stages=3),
+    dict(block_rows=128, num_warps=8),
+    dict(block_rows=128, block_kv=128, num_warps=8),
+)
 
 
 def time_call(fn, args, iters: int, repeats: int) -> float:
@@ -415,6 +424,11 @@ def bench_prefill(suite, config: KernelConfig, page_size, interpret, matmul_tflo
     )
 
 
+def _prefill_sweep_row(suite, config, page_size, interpret, matmul, rng) -> dict:
+    row = bench_prefill(suite, config, page_size, interpret, matmul["tflops"], rng)
+    return dict(row, kind="sweep", config=dataclasses.asdict(config))
+
+
 def _find(rows, **want):
     for r in rows:
         if all(r.get(k) == v for k, v in want.items()):
@@ -466,11 +480,25 @@ def run(
             rows,
             dict(kind="prefill", attn="gqa", impl="pallas"),
             lambda: bench_prefill(
-                suite, configs["gqa"], page_size, interpret, matmul["tflops"], rng
+                suite, configs["gqa_prefill"], page_size, interpret, matmul["tflops"], rng
             ),
         )
     if sweep:
         rows += bench_sweep(suite, configs, page_size, interpret, copy["gbps"], rng)
+        for overrides in PREFILL_SWEEP:
+            try:
+                config = dataclasses.replace(configs["gqa_prefill"], **overrides)
+            except ValueError as e:
+                print(f"prefill sweep {overrides}: {e}", file=sys.stderr)
+                continue
+            what = dict(kind="sweep", attn="gqa", impl="pallas", chunk=suite.prefill_chunk)
+            _attempt(
+                rows,
+                dict(what, config=dataclasses.asdict(config)),
+                functools.partial(
+                    _prefill_sweep_row, suite, config, page_size, interpret, matmul, rng
+                ),
+            )
     device = jax.devices()[0]
     return dict(
         device=getattr(device, "device_kind", device.platform),
@@ -527,7 +555,8 @@ def main(argv):
     if _SMOKE.value:  # several blocks and splits even at the tiny shapes
         overrides = dict(block_rows=16, block_kv=16, kv_split=32) | overrides
     configs = {
-        "gqa": dataclasses.replace(GQA_CONFIG, **overrides),
+        "gqa": dataclasses.replace(GQA_DECODE_CONFIG, **overrides),
+        "gqa_prefill": dataclasses.replace(GQA_CONFIG, **overrides),
         "mla": dataclasses.replace(MLA_CONFIG, **overrides),
     }
     result = run(

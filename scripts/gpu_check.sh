@@ -40,8 +40,9 @@ stage kernels 120 "$PY" -m pytest -q -p no:cacheprovider -m gpu \
   tests/test_pallas_attention.py tests/test_pallas_kv_write.py
 # The engine on the kernels ("pallas" compiles them; "auto" must pick them on a GPU), and
 # with fp8 KV pages against HF with an fp8 cache.
-stage engine 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_pallas_engine.py \
-  tests/test_kv_quant.py -k "not xla or falls_back"
+stage engine 180 "$PY" -m pytest -q -p no:cacheprovider tests/test_pallas_engine.py \
+  tests/test_kv_quant.py tests/test_batch_invariance.py \
+  -k "test_pallas_engine or fp8_cache or pallas_kernels_keep"
 # Tuning: the base configs and each SWEEP config at the target decode shape only.
 stage sweep 120 "$PY" -m scripts.bench_kernels --batches=64 --contexts=8192 --sweep \
   --noprefill --out="$OUT_DIR/sweep.json" "${EXTRA[@]}"

@@ -56,8 +56,23 @@ def test_auto_picks_pallas_only_on_gpu():
     assert ops.resolve_impl("auto") == ("pallas" if jax.default_backend() == "gpu" else "xla")
     assert ops.resolve_impl("pallas") == "pallas"  # interpret mode off GPU
     assert ops.get_attention_ops("pallas") is ops.PALLAS_OPS
+    assert ops.get_attention_ops("pallas", batch_invariant=True) is ops.PALLAS_INVARIANT_OPS
     with pytest.raises(ValueError, match="attention_impl"):
         ops.resolve_impl("triton")
+
+
+def test_decode_only_steps_take_the_decode_tiling_except_in_invariant_mode():
+    """A step bucket with no more tokens than sequences is all decodes (one-token tiles);
+    the invariant mode keeps one tiling for every step."""
+    import pallas_kernels as pk
+
+    assert pk.GQA_DECODE_CONFIG.block_rows < pk.GQA_CONFIG.block_rows
+    # The decode tiling must not change the order keys are reduced in.
+    for name in ("block_kv", "kv_split", "max_splits"):
+        assert getattr(pk.GQA_DECODE_CONFIG, name) == getattr(pk.GQA_CONFIG, name)
+    assert ops._gqa_config(64, 64, batch_invariant=False) is pk.GQA_DECODE_CONFIG
+    assert ops._gqa_config(128, 64, batch_invariant=False) is pk.GQA_CONFIG
+    assert ops._gqa_config(64, 64, batch_invariant=True) is pk.GQA_CONFIG
 
 
 def test_refused_shape_falls_back_to_xla_with_a_warning():
