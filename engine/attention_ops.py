@@ -151,6 +151,15 @@ def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, batch_invarian
     )
 
 
+def mla_config():
+    """MLA_HOPPER_CONFIG on a Hopper GPU (compute capability 9.x, where it was measured and
+    its shared memory fits), else MLA_CONFIG."""
+    hopper = _capability_at_least(9.0, unknown=False) and not _capability_at_least(10.0, True)
+    if not _interpret() and hopper:
+        return pk.MLA_HOPPER_CONFIG
+    return pk.MLA_CONFIG
+
+
 def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
     data, scales = _split(latent_pages)
     try:
@@ -169,6 +178,7 @@ def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
         meta.page_table,
         scale=scale,
         latent_scales=scales,
+        config=mla_config(),
         interpret=_interpret(),
     )
 

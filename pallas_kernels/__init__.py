@@ -47,6 +47,7 @@ from pallas_kernels.ragged_flash import (
     GQA_CONFIG,
     GQA_DECODE_CONFIG,
     MLA_CONFIG,
+    MLA_HOPPER_CONFIG,
     KernelConfig,
     UnsupportedShapeError,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "GQA_CONFIG",
     "GQA_DECODE_CONFIG",
     "MLA_CONFIG",
+    "MLA_HOPPER_CONFIG",
     "KernelConfig",
     "UnsupportedShapeError",
     "check_gqa_supported",

@@ -117,6 +117,10 @@ GQA_DECODE_CONFIG = dataclasses.replace(GQA_CONFIG, block_rows=16)
 # registers a thread), and q [64, 576] plus two [32, 576] latent blocks stay under Hopper's
 # 227 KiB of shared memory per block.
 MLA_CONFIG = KernelConfig(block_kv=32, num_warps=8)
+# On Hopper (227 KiB of shared memory per block) a third latent block in flight fits (q 72
+# KiB + 3 x 36 KiB): 1.32 ms against 1.72 ms at 64 x 8k on an H200 (two runs each,
+# docs/benchmarks.md). Ampere's 163 KiB does not take it.
+MLA_HOPPER_CONFIG = dataclasses.replace(MLA_CONFIG, num_stages=3)
 
 
 class TilePlan(NamedTuple):

@@ -33,11 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from engine import kv_quant
+from engine import attention_ops, kv_quant
 from pallas_kernels import (
     GQA_CONFIG,
     GQA_DECODE_CONFIG,
-    MLA_CONFIG,
     KernelConfig,
     mla_paged_attention,
     ragged_paged_attention,
@@ -61,7 +60,7 @@ _TUNING = {
         name,
         None,
         f"KernelConfig.{name} for every row (default: the engine's configs, GQA_DECODE_CONFIG "
-        "for GQA decode, GQA_CONFIG for the prefill chunk, MLA_CONFIG).",
+        "for GQA decode, GQA_CONFIG for the prefill chunk, the engine's MLA config).",
     )
     for name in (
         "block_rows",
@@ -136,6 +135,12 @@ SWEEP = {
         dict(block_rows=32, block_kv=32, num_warps=4),
         dict(block_rows=32, block_kv=64, num_warps=4, kv_split=1024),
     ),
+}
+# --sweep, at the smaller decode batches: shorter KV splits give more programs and fewer
+# dependent block steps each (decode tiling only; the invariant mode keeps its split).
+SMALL_SWEEP = {
+    "gqa": (dict(), dict(kv_split=512, max_splits=64), dict(kv_split=256, max_splits=128)),
+    "mla": (dict(), dict(kv_split=512, max_splits=64), dict(kv_split=256, max_splits=128)),
 }
 # --sweep: the prefill chunk (GQA) under other tilings: bigger query tiles re-read KV less.
 PREFILL_SWEEP = (
@@ -309,11 +314,23 @@ def bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy_gbps, 
 
 
 def bench_sweep(suite, configs, page_size, interpret, copy_gbps, rng) -> list[dict]:
-    """Each SWEEP config of both kernels at the target decode shape (bf16 pages)."""
-    h, kh, d = suite.gqa
-    mh, rank, rope = suite.mla
+    """Each SWEEP config of both kernels at the target decode shape, and each SMALL_SWEEP
+    config at the suite's smaller batches (bf16 pages)."""
     batch = TARGET_BATCH if TARGET_BATCH in suite.batches else max(suite.batches)
     context = TARGET_CONTEXT if TARGET_CONTEXT in suite.contexts else max(suite.contexts)
+    rows = _sweep_shape(suite, configs, SWEEP, batch, context, page_size, interpret, copy_gbps, rng)
+    for small in sorted(b for b in suite.batches if b < batch):
+        rows += _sweep_shape(
+            suite, configs, SMALL_SWEEP, small, context, page_size, interpret, copy_gbps, rng
+        )
+    return rows
+
+
+def _sweep_shape(
+    suite, configs, sweep, batch, context, page_size, interpret, copy_gbps, rng
+) -> list[dict]:
+    h, kh, d = suite.gqa
+    mh, rank, rope = suite.mla
     num_pages = batch * context // page_size
     kk, kv, kl, kq = jax.random.split(jax.random.key(2), 4)
     dtype = jnp.bfloat16
@@ -334,7 +351,7 @@ def bench_sweep(suite, configs, page_size, interpret, copy_gbps, rng) -> list[di
     rows = []
     for attn, (kernel, kwargs, args, num_bytes) in cases.items():
         first = []  # the first config's output, which every other config must reproduce
-        for overrides in SWEEP[attn]:
+        for overrides in sweep[attn]:
             try:
                 config = dataclasses.replace(configs[attn], **overrides)
             except ValueError as e:  # a smoke suite's shapes may not take every config
@@ -557,7 +574,7 @@ def main(argv):
     configs = {
         "gqa": dataclasses.replace(GQA_DECODE_CONFIG, **overrides),
         "gqa_prefill": dataclasses.replace(GQA_CONFIG, **overrides),
-        "mla": dataclasses.replace(MLA_CONFIG, **overrides),
+        "mla": dataclasses.replace(attention_ops.mla_config(), **overrides),
     }
     result = run(
         suite,

@@ -7,6 +7,7 @@ model, chosen so that steps mix prefill chunks and decodes).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -61,7 +62,7 @@ def test_auto_picks_pallas_only_on_gpu():
         ops.resolve_impl("triton")
 
 
-def test_decode_only_steps_take_the_decode_tiling_except_in_invariant_mode():
+def test_kernel_configs_by_step_shape_and_device():
     """A step bucket with no more tokens than sequences is all decodes (one-token tiles);
     the invariant mode keeps one tiling for every step."""
     import pallas_kernels as pk
@@ -73,6 +74,11 @@ def test_decode_only_steps_take_the_decode_tiling_except_in_invariant_mode():
     assert ops._gqa_config(64, 64, batch_invariant=False) is pk.GQA_DECODE_CONFIG
     assert ops._gqa_config(128, 64, batch_invariant=False) is pk.GQA_CONFIG
     assert ops._gqa_config(64, 64, batch_invariant=True) is pk.GQA_CONFIG
+    # MLA: a deeper pipeline on Hopper only, same tiling and key order.
+    assert dataclasses.replace(pk.MLA_HOPPER_CONFIG, num_stages=2) == pk.MLA_CONFIG
+    capability = getattr(jax.devices()[0], "compute_capability", None)
+    hopper = jax.default_backend() == "gpu" and str(capability).startswith("9.")
+    assert ops.mla_config() is (pk.MLA_HOPPER_CONFIG if hopper else pk.MLA_CONFIG)
 
 
 def test_refused_shape_falls_back_to_xla_with_a_warning():
