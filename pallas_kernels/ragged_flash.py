@@ -156,13 +156,17 @@ def plan_tiles(
     # Sum over sequences of ceil(q_len / block_q) < T / block_q + S.
     max_tiles = -(-num_tokens // block_q) + num_seqs
     tiles = jnp.arange(max_tiles, dtype=jnp.int32)
-    seq = jnp.clip(jnp.searchsorted(cu_tiles, tiles, side="right") - 1, 0, num_seqs - 1)
+    # compare_all: one elementwise pass, where the default binary search is a while loop of
+    # log2(S) dependent steps in front of every kernel call (not yet timed on a GPU).
+    seq = jnp.searchsorted(cu_tiles, tiles, side="right", method="compare_all")
+    seq = jnp.clip(seq - 1, 0, num_seqs - 1)
     used = tiles < cu_tiles[-1]
     start = jnp.where(used, cu_q_lens[seq] + (tiles - cu_tiles[seq]) * block_q, 0)
     end = jnp.where(used, cu_q_lens[seq + 1], 0)
 
     token = jnp.arange(num_tokens, dtype=jnp.int32)
-    token_seq = jnp.clip(jnp.searchsorted(cu_q_lens, token, side="right") - 1, 0, num_seqs - 1)
+    token_seq = jnp.searchsorted(cu_q_lens, token, side="right", method="compare_all")
+    token_seq = jnp.clip(token_seq - 1, 0, num_seqs - 1)
     in_span = token < cu_q_lens[-1]
     limit = jnp.where(in_span, jnp.minimum(positions + 1, kv_lens[token_seq]), 0)
     padded = num_tokens + block_q
