@@ -108,10 +108,10 @@ class KernelConfig:
 # GQA (head_dim 128, bf16): q [64, 128], K and V blocks [64, 128] double-buffered in shared
 # memory and a [64, 128] f32 accumulator fit one warpgroup (4 warps) comfortably.
 GQA_CONFIG = KernelConfig()
-# Decode-only steps (no more tokens than sequences): a tile holds one token, so 16 rows (4
-# heads of a 4-group x 4 token slots) waste a quarter of the dot where 64 rows waste
-# 15/16. Measured on an H200 (docs/benchmarks.md): 64 x 8k decode at 83% of copy
-# bandwidth against 66% with GQA_CONFIG. Same block_kv and kv_split: the same key order.
+# Decode-only steps (no more tokens than sequences): a tile holds one token, so with 4 query
+# heads per KV head 16 rows compute 4 useful rows where 64 rows compute the same 4. Measured
+# on an H200 (docs/benchmarks.md): 64 x 8k decode at 80-84% of copy bandwidth against 66%
+# with GQA_CONFIG. Same block_kv and kv_split: the same key order.
 GQA_DECODE_CONFIG = dataclasses.replace(GQA_CONFIG, block_rows=16)
 # MLA (R 512 + Dr 64): the [64, 512] f32 accumulator needs two warpgroups (8 warps, 128
 # registers a thread), and q [64, 576] plus two [32, 576] latent blocks stay under Hopper's
