@@ -323,6 +323,21 @@ def bench_sweep(suite, configs, page_size, interpret, copy_gbps, rng) -> list[di
         rows += _sweep_shape(
             suite, configs, SMALL_SWEEP, small, context, page_size, interpret, copy_gbps, rng
         )
+    # MLA with its heads split 8 ways (tensor parallel): 30 FLOP per latent byte instead of
+    # 242 at 128 heads, so memory-bound; the engine's config.
+    mh, rank, rope = suite.mla
+    tp8 = dataclasses.replace(suite, mla=(max(1, mh // 8), rank, rope))
+    rows += _sweep_shape(
+        tp8,
+        configs,
+        {"gqa": (), "mla": ({},)},
+        batch,
+        context,
+        page_size,
+        interpret,
+        copy_gbps,
+        rng,
+    )
     return rows
 
 
@@ -341,7 +356,9 @@ def _sweep_shape(
     gqa_args = (jax.random.normal(kq, (batch, h, d), dtype), k_pages, v_pages, *meta)
     q_lat = jax.random.normal(kq, (batch, mh, rank), dtype)
     mla_args = (q_lat, jax.random.normal(kq, (batch, mh, rope), dtype), latent, *meta)
-    common = dict(kind="sweep", batch=batch, context=context, page_size=page_size, kv="bf16")
+    common = dict(
+        kind="sweep", batch=batch, context=context, page_size=page_size, kv="bf16", mla_heads=mh
+    )
     gqa_bytes = batch * context * kh * d * 2 * jnp.dtype(dtype).itemsize
     mla_bytes = batch * context * (rank + rope) * jnp.dtype(dtype).itemsize
     cases = {
@@ -550,6 +567,8 @@ def format_table(result: dict) -> str:
         if "config" in r:
             keys = ("block_rows", "block_kv", "kv_split", "num_warps", "num_stages")
             line += " " + ",".join(f"{k}={r['config'][k]}" for k in keys)
+            if r.get("attn") == "mla" and "mla_heads" in r:
+                line += f",heads={r['mla_heads']}"
         if "error" in r:
             line += f"  ERROR {r['error'][:160]}"
         lines.append(line)

@@ -55,6 +55,32 @@ def test_bench_kernels_smoke_writes_every_row(tmp_path):
     }
 
 
+def test_bench_kernels_sweep_times_every_config_on_the_same_function(tmp_path):
+    """--sweep: every tiling is timed at the target shape, the smaller batch and the
+    tensor-parallel MLA heads, and every tiling computes the first one's output."""
+    from scripts import bench_kernels as bk
+
+    result = _run_bench(tmp_path, "--smoke", "--sweep", "--batches=1,2", "--nofp8", "--nobundled")
+    sweep = [r for r in result["rows"] if r["kind"] == "sweep"]
+    assert not [r for r in sweep if "error" in r], sweep
+    decode = [r for r in sweep if "max_abs_diff_vs_first" in r]
+    assert {(r["attn"], r["batch"], r["mla_heads"]) for r in decode} == {
+        ("gqa", 2, 4),
+        ("mla", 2, 4),
+        ("gqa", 1, 4),
+        ("mla", 1, 4),
+        ("mla", 2, 1),  # heads / 8
+    }
+    # bf16 outputs of O(1) values: the tilings reorder sums only.
+    assert max(r["max_abs_diff_vs_first"] for r in decode) < 5e-2
+    small = [r for r in decode if r["batch"] == 1]
+    assert {r["config"]["kv_split"] for r in small} == {32, 256, 512}  # the smoke split, then
+    assert len(small) == sum(len(v) for v in bk.SMALL_SWEEP.values())  # SMALL_SWEEP's
+    prefill = [r for r in sweep if "tflops" in r]
+    assert {r["config"]["block_rows"] for r in prefill} == {16, 128}  # the smoke-valid ones
+    assert all(r["seconds"] > 0 for r in sweep)
+
+
 @pytest.mark.gpu
 def test_bench_kernels_full_run_on_gpu(tmp_path):
     if jax.default_backend() != "gpu":
