@@ -174,6 +174,25 @@ def _attempt(rows: list[dict], what: dict, measure) -> None:
         print(f"FAILED {what}: {rows[-1]['error'][:500]}", file=sys.stderr, flush=True)
 
 
+def _timed_bw(rows, fn, args, what: dict, num_bytes: int, *, suite, copy_gbps) -> None:
+    """rows += the bandwidth row of timing fn(*args) (`what` names kind, attn, impl, ...)."""
+
+    def measure():
+        seconds = time_call(fn, args, suite.iters, suite.repeats)
+        return _bw_row(what, what["attn"], what["impl"], num_bytes, seconds, copy_gbps)
+
+    _attempt(rows, what, measure)
+
+
+def _valid_configs(base: KernelConfig, overrides_list, label: str):
+    """(config) for each override set `base` takes; a smoke suite's shapes may not take all."""
+    for overrides in overrides_list:
+        try:
+            yield dataclasses.replace(base, **overrides)
+        except ValueError as e:
+            print(f"sweep {label} {overrides}: {e}", file=sys.stderr)
+
+
 def bench_copy(suite: Suite) -> dict:
     # Random data, never zeros or ones: constant inputs can run faster than real ones.
     x = jax.random.normal(jax.random.key(7), (suite.copy_mib << 18,), jnp.float32)
@@ -248,6 +267,7 @@ def bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy_gbps, 
         )
     )
     rows = []
+    timed = functools.partial(_timed_bw, rows, suite=suite, copy_gbps=copy_gbps)
     for batch in suite.batches:
         q = jax.random.normal(kq, (batch, h, d), dtype)
         q_lat = jax.random.normal(kq, (batch, mh, rank), dtype)
@@ -259,12 +279,7 @@ def bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy_gbps, 
             )
             kv_bytes = batch * context * kh * d * 2 * jnp.dtype(dtype).itemsize
             args = (q, k_pages, v_pages, *meta)
-
-            def ours(args=args, kv_bytes=kv_bytes, common=common):
-                seconds = time_call(gqa, args, suite.iters, suite.repeats)
-                return _bw_row(common, "gqa", "pallas", kv_bytes, seconds, copy_gbps)
-
-            _attempt(rows, dict(common, attn="gqa", impl="pallas"), ours)
+            timed(gqa, args, dict(common, attn="gqa", impl="pallas"), kv_bytes)
             if bundled:
 
                 def theirs(q=q, args=args, meta=meta, kv_bytes=kv_bytes, common=common):
@@ -280,36 +295,28 @@ def bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy_gbps, 
                 _attempt(rows, dict(common, attn="gqa", impl="bundled"), theirs)
 
             lat_bytes = batch * context * (rank + rope) * jnp.dtype(dtype).itemsize
-            mla_args = (q_lat, q_pe, latent, *meta)
-
-            def mla_row(args=mla_args, lat_bytes=lat_bytes, common=common):
-                seconds = time_call(mla, args, suite.iters, suite.repeats)
-                return _bw_row(common, "mla", "pallas", lat_bytes, seconds, copy_gbps)
-
-            _attempt(rows, dict(common, attn="mla", impl="pallas"), mla_row)
+            timed(
+                mla,
+                (q_lat, q_pe, latent, *meta),
+                dict(common, attn="mla", impl="pallas"),
+                lat_bytes,
+            )
 
             if fp8 and context == fp8_context:
-                common = dict(common, kv="fp8")
+                common = dict(common, kv="fp8", impl="pallas")
                 # one byte per element, plus a 4-byte scale per (token, KV head) row
-                kv_bytes = batch * context * kh * (d + 4) * 2
-                args = (q, k8.fp8(), v8.fp8(), *meta)
-                scales = dict(k_scales=k8.scale, v_scales=v8.scale)
-
-                def gqa_fp8(args=args, kv_bytes=kv_bytes, common=common, scales=scales):
-                    fn = functools.partial(gqa, **scales)
-                    seconds = time_call(fn, args, suite.iters, suite.repeats)
-                    return _bw_row(common, "gqa", "pallas", kv_bytes, seconds, copy_gbps)
-
-                _attempt(rows, dict(common, attn="gqa", impl="pallas"), gqa_fp8)
-                lat_bytes = batch * context * (rank + rope + 4)
-                args = (q_lat, q_pe, lat8.fp8(), *meta)
-
-                def mla_fp8(args=args, lat_bytes=lat_bytes, common=common):
-                    fn = functools.partial(mla, latent_scales=lat8.scale)
-                    seconds = time_call(fn, args, suite.iters, suite.repeats)
-                    return _bw_row(common, "mla", "pallas", lat_bytes, seconds, copy_gbps)
-
-                _attempt(rows, dict(common, attn="mla", impl="pallas"), mla_fp8)
+                timed(
+                    functools.partial(gqa, k_scales=k8.scale, v_scales=v8.scale),
+                    (q, k8.fp8(), v8.fp8(), *meta),
+                    dict(common, attn="gqa"),
+                    batch * context * kh * (d + 4) * 2,
+                )
+                timed(
+                    functools.partial(mla, latent_scales=lat8.scale),
+                    (q_lat, q_pe, lat8.fp8(), *meta),
+                    dict(common, attn="mla"),
+                    batch * context * (rank + rope + 4),
+                )
     return rows
 
 
@@ -368,12 +375,7 @@ def _sweep_shape(
     rows = []
     for attn, (kernel, kwargs, args, num_bytes) in cases.items():
         first = []  # the first config's output, which every other config must reproduce
-        for overrides in sweep[attn]:
-            try:
-                config = dataclasses.replace(configs[attn], **overrides)
-            except ValueError as e:  # a smoke suite's shapes may not take every config
-                print(f"sweep {attn} {overrides}: {e}", file=sys.stderr)
-                continue
+        for config in _valid_configs(configs[attn], sweep[attn], attn):
             what = dict(common, attn=attn, impl="pallas", config=dataclasses.asdict(config))
             fn = jax.jit(functools.partial(kernel, **kwargs, config=config, interpret=interpret))
             _attempt(
@@ -519,12 +521,7 @@ def run(
         )
     if sweep:
         rows += bench_sweep(suite, configs, page_size, interpret, copy["gbps"], rng)
-        for overrides in PREFILL_SWEEP:
-            try:
-                config = dataclasses.replace(configs["gqa_prefill"], **overrides)
-            except ValueError as e:
-                print(f"prefill sweep {overrides}: {e}", file=sys.stderr)
-                continue
+        for config in _valid_configs(configs["gqa_prefill"], PREFILL_SWEEP, "prefill"):
             what = dict(kind="sweep", attn="gqa", impl="pallas", chunk=suite.prefill_chunk)
             _attempt(
                 rows,
