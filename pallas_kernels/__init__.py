@@ -43,6 +43,13 @@ from pallas_kernels.mla_attention import (
     mla_paged_attention,
     mla_paged_attention_ref,
 )
+from pallas_kernels.mla_mosaic import (
+    MOSAIC_MLA_CONFIG,
+    MosaicMLAConfig,
+    check_mla_mosaic_supported,
+    mla_decode_mosaic,
+    mla_decode_mosaic_ref,
+)
 from pallas_kernels.ragged_flash import (
     GQA_CONFIG,
     GQA_DECODE_CONFIG,
@@ -57,10 +64,15 @@ __all__ = [
     "GQA_DECODE_CONFIG",
     "MLA_CONFIG",
     "MLA_HOPPER_CONFIG",
+    "MOSAIC_MLA_CONFIG",
     "KernelConfig",
+    "MosaicMLAConfig",
     "UnsupportedShapeError",
     "check_gqa_supported",
+    "check_mla_mosaic_supported",
     "check_mla_supported",
+    "mla_decode_mosaic",
+    "mla_decode_mosaic_ref",
     "mla_paged_attention",
     "mla_paged_attention_ref",
     "ragged_paged_attention",

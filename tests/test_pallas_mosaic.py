@@ -1,0 +1,167 @@
+"""The Mosaic GPU MLA decode kernel against its plain-jnp twin, and lowered for an H200.
+
+On CPU the kernel runs in Pallas' GPU interpreter, which simulates its three warpgroups,
+shared memory, TMA copies and barriers (and fails on a barrier phase no thread observed);
+the same cases run compiled under `@pytest.mark.gpu` on a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_pallas_attention import _check, _meta, ragged_batch, random_pages
+
+from pallas_kernels import UnsupportedShapeError
+from pallas_kernels.gpu_lowering import lower_for_gpu
+from pallas_kernels.mla_mosaic import (
+    MOSAIC_MLA_CONFIG,
+    MosaicMLAConfig,
+    check_mla_mosaic_supported,
+    mla_decode_mosaic,
+    mla_decode_mosaic_ref,
+)
+
+ON_GPU = jax.default_backend() == "gpu"
+RANK, ROPE = 128, 64  # the smallest latent the kernel takes: two 64-column halves
+MODES = [
+    pytest.param(True, id="interpret"),
+    pytest.param(False, id="gpu", marks=pytest.mark.gpu),
+]
+ref = jax.jit(mla_decode_mosaic_ref, static_argnames="scale")
+
+
+def _skip_unless_runnable(interpret: bool):
+    if not interpret and not ON_GPU:
+        pytest.skip("needs a GPU")
+
+
+def decode_batch(seed: int, page_size: int, num_pages: int) -> dict:
+    """One token per sequence over contexts of several 64-key blocks (the ring of latent
+    slots wraps), on and off block and page boundaries, plus 0-length and padding spans."""
+    rng = np.random.default_rng(seed)
+    kv_lens = [int(rng.integers(260, 320)), 128, 129, 1, 200, 0, 0]
+    q_lens = [1, 1, 1, 1, 0, 1, 0]  # a 0-length span, and a token over an empty cache
+    max_pages = -(-max(kv_lens) // page_size)
+    table = rng.integers(-2, num_pages + 3, size=(len(kv_lens), max_pages)).astype(np.int32)
+    perm, used, owned = rng.permutation(num_pages), 0, set()
+    for s, kv in enumerate(kv_lens):
+        n = -(-kv // page_size)
+        table[s, :n] = perm[used : used + n]
+        used += n
+        owned |= {int(table[s, j // page_size]) * page_size + j % page_size for j in range(kv)}
+    assert used <= num_pages
+    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    num_tokens = 8  # padded: tokens past cu[-1] are padding
+    positions = np.zeros(num_tokens, np.int32)
+    positions[: cu[-1]] = [kv - 1 for kv, q in zip(kv_lens, q_lens, strict=True) if q]
+    return dict(
+        cu_q_lens=cu,
+        positions=positions,
+        kv_lens=np.asarray(kv_lens, np.int32),
+        page_table=table,
+        owned=np.asarray(sorted(owned)),
+        num_tokens=num_tokens,
+    )
+
+
+CASES = {
+    # name: (batch maker, heads, page size, num pages, config)
+    "decode_h8_p16": (decode_batch, 8, 16, 80, MosaicMLAConfig(pv_cols=64)),
+    "decode_h72_p64_3stages_splits": (
+        decode_batch,
+        72,  # two head blocks, the second mostly padding
+        64,
+        24,
+        MosaicMLAConfig(num_stages=3, min_split=256, target_programs=10**6),
+    ),
+    "ragged_h3_p8_1stage": (
+        ragged_batch,  # prefill chunks too: each token is its own program
+        3,
+        8,
+        48,
+        MosaicMLAConfig(num_stages=1, min_split=128, pv_cols=64),
+    ),
+}
+
+
+@pytest.mark.parametrize("interpret", MODES)
+@pytest.mark.parametrize("case", list(CASES))
+def test_mosaic_mla_matches_ref(case, interpret):
+    _skip_unless_runnable(interpret)
+    make_batch, heads, page_size, num_pages, config = CASES[case]
+    b = make_batch(7, page_size, num_pages)
+    num_tokens = b.get("num_tokens", b["positions"].shape[0])
+    rng = np.random.default_rng(3)
+    dtype = jnp.bfloat16
+    q_lat = jnp.asarray(rng.standard_normal((num_tokens, heads, RANK)), dtype)
+    q_pe = jnp.asarray(rng.standard_normal((num_tokens, heads, ROPE)), dtype)
+    latent = random_pages(rng, (num_pages, page_size, RANK + ROPE), b["owned"], dtype)
+    scale = 0.5 * (RANK + ROPE) ** -0.5
+    kernel = functools.partial(mla_decode_mosaic, scale=scale, config=config, interpret=interpret)
+    out = jax.jit(kernel)(q_lat, q_pe, latent, *_meta(b))
+    assert out.shape == q_lat.shape and out.dtype == dtype
+    _check(out, ref(q_lat, q_pe, latent, *_meta(b), scale=scale), b, dtype)
+
+
+def test_split_count_fills_the_gpu_but_keeps_splits_long():
+    config = MOSAIC_MLA_CONFIG
+    # 64 tokens x 2 head blocks = 128 programs: three splits of an 8k table reach 264.
+    assert config.split_size(64, 2, 8192) == 2752
+    # One token: as many splits as min_split allows (8k / 512 = 16).
+    assert config.split_size(1, 2, 8192) == 512
+    # Enough programs already: one split of the whole table.
+    assert config.split_size(512, 2, 8192) == 8192
+
+
+def test_unsupported_shapes_raise_a_clear_error():
+    s = jax.ShapeDtypeStruct
+    bf16 = jnp.bfloat16
+
+    def check(rank, rope, page_size, dtype=bf16, scales=None, config=MOSAIC_MLA_CONFIG):
+        check_mla_mosaic_supported(
+            s((4, 8, rank), dtype),
+            s((4, 8, rope), dtype),
+            s((16, page_size, rank + rope), dtype),
+            scales,
+            config,
+        )
+
+    check(512, 64, 16)  # DeepSeek-V3
+    with pytest.raises(UnsupportedShapeError, match="bfloat16, float16"):
+        check(128, 64, 16, jnp.float32)
+    with pytest.raises(UnsupportedShapeError, match="multiple of 128"):
+        check(96, 64, 16)
+    with pytest.raises(UnsupportedShapeError, match="page size 24"):
+        check(128, 64, 24)
+    with pytest.raises(UnsupportedShapeError, match="page size 96"):
+        check(128, 64, 96)
+    with pytest.raises(UnsupportedShapeError, match="shared memory"):
+        check(512, 64, 16, config=MosaicMLAConfig(num_stages=3))
+    with pytest.raises(UnsupportedShapeError, match="fp8"):
+        check(128, 64, 16, scales=s((16, 16), jnp.float32))
+    with pytest.raises(ValueError, match="min_split"):
+        MosaicMLAConfig(min_split=100)
+
+
+@pytest.mark.parametrize("heads, page_size, pv_cols", [(128, 64, 128), (16, 16, 256)])
+def test_lowers_for_an_h200(heads, page_size, pv_cols):
+    """DeepSeek-V3's latent (512 + 64) through Pallas' Mosaic GPU lowering and Mosaic's
+    layout inference and shared-memory check; only the PTX compile needs a GPU."""
+    s, i32 = jax.ShapeDtypeStruct, jnp.int32
+    tokens, max_pages = 64, 8192 // page_size
+    args = (
+        s((tokens, heads, 512), jnp.bfloat16),
+        s((tokens, heads, 64), jnp.bfloat16),
+        s((tokens * max_pages, page_size, 576), jnp.bfloat16),
+        s((tokens + 1,), i32),
+        s((tokens,), i32),
+        s((tokens,), i32),
+        s((tokens, max_pages), i32),
+    )
+    config = MosaicMLAConfig(pv_cols=pv_cols)
+    text = lower_for_gpu(functools.partial(mla_decode_mosaic, scale=0.1, config=config), *args)
+    assert "mosaic_gpu" in text
