@@ -8,8 +8,11 @@ the KV bytes the attention must read (GQA: K and V of every KV head; MLA: the la
 over the kernel time, set beside a timed device-to-device copy (read + write bytes over
 time), measured in the same run. `bundled` is jax.experimental.pallas.ops.gpu.paged_attention
 (its own [K, N, P, D] page layout, its default tiling) on the same shapes, and its output is
-compared with ours. fp8 rows read float8_e4m3fn pages with a float32 scale per row (the
-engine's kv_cache_dtype="fp8"), at the target context only, and count the scales' bytes too.
+compared with ours. MLA rows come twice: `pallas` is the Triton kernel the engine uses,
+`mosaic` the Mosaic GPU (WGMMA) decode kernel (pallas_kernels/mla_mosaic.py), whose output
+is compared with the Triton one's. fp8 rows read float8_e4m3fn pages with a float32 scale
+per row (the engine's kv_cache_dtype="fp8"), at the target context only, and count the
+scales' bytes too (Triton kernels only).
 The prefill row is one chunk of `prefill_chunk` tokens at the end of a
 `prefill_context` context, in TFLOP/s beside a timed bf16 matmul. Times are the median over
 `repeats` of the mean over `iters` back-to-back calls of the jitted op (q packing, kernel
@@ -37,7 +40,9 @@ from engine import attention_ops, kv_quant
 from pallas_kernels import (
     GQA_CONFIG,
     GQA_DECODE_CONFIG,
+    MOSAIC_MLA_CONFIG,
     KernelConfig,
+    mla_decode_mosaic,
     mla_paged_attention,
     ragged_paged_attention,
 )
@@ -55,6 +60,9 @@ _SWEEP = flags.DEFINE_bool(
     "sweep", False, "Also time each kernel's SWEEP configs at the target decode shape."
 )
 _PREFILL = flags.DEFINE_bool("prefill", True, "Also time the prefill-chunk row.")
+_MOSAIC = flags.DEFINE_bool(
+    "mosaic", True, "Also time the Mosaic GPU MLA decode kernel beside the Triton one."
+)
 _TUNING = {
     name: flags.DEFINE_integer(
         name,
@@ -105,7 +113,7 @@ SMOKE_SUITE = Suite(
     batches=(2,),
     contexts=(64,),
     gqa=(4, 2, 16),
-    mla=(4, 32, 16),
+    mla=(4, 128, 64),  # the smallest latent the Mosaic GPU kernel takes
     prefill_chunk=16,
     prefill_context=64,
     matmul=64,
@@ -127,6 +135,15 @@ SWEEP = {
         dict(block_rows=32, block_kv=128, num_warps=8, num_stages=3),
         dict(block_rows=64, block_kv=128),
     ),
+    # MosaicMLAConfig overrides: narrower or wider p . c_kv MMAs (registers against MMA
+    # size), no double buffering, fewer and longer splits.
+    "mosaic": (
+        dict(),
+        dict(pv_cols=64),
+        dict(pv_cols=256),
+        dict(num_stages=1),
+        dict(target_programs=132),
+    ),
     "mla": (
         dict(block_kv=16),
         dict(block_kv=32, num_stages=3),
@@ -141,6 +158,7 @@ SWEEP = {
 SMALL_SWEEP = {
     "gqa": (dict(), dict(kv_split=512, max_splits=64), dict(kv_split=256, max_splits=128)),
     "mla": (dict(), dict(kv_split=512, max_splits=64), dict(kv_split=256, max_splits=128)),
+    "mosaic": (dict(), dict(min_split=256), dict(min_split=128)),
 }
 # --sweep: the prefill chunk (GQA) under other tilings: bigger query tiles re-read KV less.
 PREFILL_SWEEP = (
@@ -235,9 +253,12 @@ def _bundled_kernel(interpret: bool, pages_per_seq: int):
     )
 
 
-def bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy_gbps, rng) -> list[dict]:
-    """GQA (ours and bundled) and MLA decode at every batch x context; with `fp8`, both
-    kernels over fp8 pages at the target context (or the suite's longest)."""
+def bench_decode(
+    suite, configs, page_size, interpret, bundled, fp8, copy_gbps, rng, mosaic=True
+) -> list[dict]:
+    """GQA (ours and bundled) and MLA (Triton, and with `mosaic` Mosaic GPU) decode at every
+    batch x context; with `fp8`, both Triton kernels over fp8 pages at the target context
+    (or the suite's longest)."""
     h, kh, d = suite.gqa
     mh, rank, rope = suite.mla
     dtype = jnp.bfloat16
@@ -258,12 +279,15 @@ def bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy_gbps, 
             ragged_paged_attention, scale=scale, config=configs["gqa"], interpret=interpret
         )
     )
+    mla_scale = (128 + 64) ** -0.5  # DeepSeek-V3's qk_head_dim
     mla = jax.jit(
         functools.partial(
-            mla_paged_attention,
-            scale=(128 + 64) ** -0.5,  # DeepSeek-V3's qk_head_dim
-            config=configs["mla"],
-            interpret=interpret,
+            mla_paged_attention, scale=mla_scale, config=configs["mla"], interpret=interpret
+        )
+    )
+    mla_mosaic = jax.jit(
+        functools.partial(
+            mla_decode_mosaic, scale=mla_scale, config=configs["mosaic"], interpret=interpret
         )
     )
     rows = []
@@ -295,12 +319,17 @@ def bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy_gbps, 
                 _attempt(rows, dict(common, attn="gqa", impl="bundled"), theirs)
 
             lat_bytes = batch * context * (rank + rope) * jnp.dtype(dtype).itemsize
-            timed(
-                mla,
-                (q_lat, q_pe, latent, *meta),
-                dict(common, attn="mla", impl="pallas"),
-                lat_bytes,
-            )
+            mla_args = (q_lat, q_pe, latent, *meta)
+            timed(mla, mla_args, dict(common, attn="mla", impl="pallas"), lat_bytes)
+            if mosaic:
+                what = dict(common, attn="mla", impl="mosaic")
+                _attempt(
+                    rows,
+                    what,
+                    functools.partial(
+                        _compared_row, mla_mosaic, mla, mla_args, what, lat_bytes, suite, copy_gbps
+                    ),
+                )
 
             if fp8 and context == fp8_context:
                 common = dict(common, kv="fp8", impl="pallas")
@@ -337,7 +366,7 @@ def bench_sweep(suite, configs, page_size, interpret, copy_gbps, rng) -> list[di
     rows += _sweep_shape(
         tp8,
         configs,
-        {"gqa": (), "mla": ({},)},
+        {"mla": ({},), "mosaic": ({},)},
         batch,
         context,
         page_size,
@@ -368,15 +397,19 @@ def _sweep_shape(
     )
     gqa_bytes = batch * context * kh * d * 2 * jnp.dtype(dtype).itemsize
     mla_bytes = batch * context * (rank + rope) * jnp.dtype(dtype).itemsize
-    cases = {
-        "gqa": (ragged_paged_attention, dict(scale=d**-0.5), gqa_args, gqa_bytes),
-        "mla": (mla_paged_attention, dict(scale=(128 + 64) ** -0.5), mla_args, mla_bytes),
+    mla_kwargs = dict(scale=(128 + 64) ** -0.5)
+    cases = {  # sweep key: (attn, impl, kernel, kwargs, args, bytes)
+        "gqa": ("gqa", "pallas", ragged_paged_attention, dict(scale=d**-0.5), gqa_args, gqa_bytes),
+        "mla": ("mla", "pallas", mla_paged_attention, mla_kwargs, mla_args, mla_bytes),
+        "mosaic": ("mla", "mosaic", mla_decode_mosaic, mla_kwargs, mla_args, mla_bytes),
     }
     rows = []
-    for attn, (kernel, kwargs, args, num_bytes) in cases.items():
+    for name, (attn, impl, kernel, kwargs, args, num_bytes) in cases.items():
         first = []  # the first config's output, which every other config must reproduce
-        for config in _valid_configs(configs[attn], sweep[attn], attn):
-            what = dict(common, attn=attn, impl="pallas", config=dataclasses.asdict(config))
+        if name not in configs:  # --nomosaic
+            continue
+        for config in _valid_configs(configs[name], sweep.get(name, ()), name):
+            what = dict(common, attn=attn, impl=impl, config=dataclasses.asdict(config))
             fn = jax.jit(functools.partial(kernel, **kwargs, config=config, interpret=interpret))
             _attempt(
                 rows,
@@ -386,12 +419,21 @@ def _sweep_shape(
     return rows
 
 
+def _compared_row(fn, theirs, args, what, num_bytes, suite, copy_gbps) -> dict:
+    """The bandwidth row of fn, with its largest difference from `theirs` on the same args."""
+    seconds = time_call(fn, args, suite.iters, suite.repeats)
+    row = _bw_row(what, what["attn"], what["impl"], num_bytes, seconds, copy_gbps)
+    diff = fn(*args).astype(jnp.float32) - theirs(*args).astype(jnp.float32)
+    row["max_abs_diff_vs_pallas"] = float(jnp.max(jnp.abs(diff)))
+    return row
+
+
 def _sweep_row(fn, args, what, num_bytes, suite, copy_gbps, first: list) -> dict:
     out = fn(*args).astype(jnp.float32)
     if not first:
         first.append(out)
     seconds = time_call(fn, args, suite.iters, suite.repeats)
-    row = _bw_row(what, what["attn"], "pallas", num_bytes, seconds, copy_gbps)
+    row = _bw_row(what, what["attn"], what["impl"], num_bytes, seconds, copy_gbps)
     row["max_abs_diff_vs_first"] = float(jnp.max(jnp.abs(out - first[0])))
     return row
 
@@ -475,8 +517,11 @@ def _find(rows, **want):
 def targets(rows: list[dict]) -> dict:
     """The acceptance checks of issue 5 on the rows this run measured (None = not measured)."""
     at = dict(kind="decode", batch=TARGET_BATCH, context=TARGET_CONTEXT, kv="bf16")
-    gqa, mla = _find(rows, attn="gqa", impl="pallas", **at), _find(rows, attn="mla", **at)
-    gqa, mla = (r if r and r.get("seconds") else None for r in (gqa, mla))
+    gqa = _find(rows, attn="gqa", impl="pallas", **at)
+    gqa = gqa if gqa and gqa.get("seconds") else None
+    # MLA: the faster of the Triton and the Mosaic GPU kernel (both rows are in the table)
+    mla = [_find(rows, attn="mla", impl=impl, **at) for impl in ("pallas", "mosaic")]
+    mla = max((r for r in mla if r and r.get("seconds")), key=lambda r: r["gbps"], default=None)
     speedups = []
     for r in rows:
         if r.get("impl") == "bundled":
@@ -504,13 +549,17 @@ def run(
     fp8: bool = True,
     sweep: bool = False,
     prefill: bool = True,
+    mosaic: bool = True,
 ) -> dict:
-    """All rows; `configs` maps "gqa" and "mla" to their KernelConfig."""
+    """All rows; `configs` maps "gqa", "gqa_prefill" and "mla" to their KernelConfig and
+    "mosaic" to the MosaicMLAConfig."""
     rng = np.random.default_rng(0)
     copy = bench_copy(suite)
     matmul = bench_matmul(suite)
     rows = [copy, matmul]
-    rows += bench_decode(suite, configs, page_size, interpret, bundled, fp8, copy["gbps"], rng)
+    rows += bench_decode(
+        suite, configs, page_size, interpret, bundled, fp8, copy["gbps"], rng, mosaic
+    )
     if prefill:
         _attempt(
             rows,
@@ -563,6 +612,8 @@ def format_table(result: dict) -> str:
         )
         if "config" in r:
             keys = ("block_rows", "block_kv", "kv_split", "num_warps", "num_stages")
+            if r["impl"] == "mosaic":
+                keys = ("num_stages", "pv_cols", "min_split", "target_programs")
             line += " " + ",".join(f"{k}={r['config'][k]}" for k in keys)
             if r.get("attn") == "mla" and "mla_heads" in r:
                 line += f",heads={r['mla_heads']}"
@@ -592,6 +643,8 @@ def main(argv):
         "gqa_prefill": dataclasses.replace(GQA_CONFIG, **overrides),
         "mla": dataclasses.replace(attention_ops.mla_config(), **overrides),
     }
+    if _MOSAIC.value:
+        configs["mosaic"] = MOSAIC_MLA_CONFIG
     result = run(
         suite,
         configs,
@@ -601,6 +654,7 @@ def main(argv):
         fp8=_FP8.value,
         sweep=_SWEEP.value,
         prefill=_PREFILL.value,
+        mosaic=_MOSAIC.value,
     )
     print(format_table(result))
     with open(_OUT.value, "w") as f:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The Pallas kernels' GPU checks in one command (a few minutes on an H200): the kernel tests
-# compiled for the GPU against their _ref twins, the engine's HF parity on them, a tuning
+# The Pallas kernels' GPU checks in one command (a few minutes on an H200): the Mosaic GPU
+# MLA kernel, never yet run on a GPU, first; the kernel tests compiled for the GPU against
+# their _ref twins, the engine's HF parity on them, a tuning
 # sweep at the target decode shape, then scripts/bench_kernels.py (table on stdout, JSON and
 # logs in OUT_DIR).
 #
@@ -10,13 +11,13 @@
 #
 # Runs under the GPU image's python3 (jax 0.11.2 with the CUDA plugin, flax, orbax,
 # safetensors, tokenizers, absl, pytest); the project's .venv is a CPU build. Each stage has
-# its own time limit (570 s together; 330 s on 2026-12-01) so the whole run ends inside one
+# its own time limit (560 s together) so the whole run ends inside one
 # 10-minute device command, and a stage that fails does not stop the next.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR="${1:-${OUT:-/tmp/gpu_check}}"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-env kernels engine fp8 sweep bench}"
+STAGES="${STAGES:-env mosaic kernels engine fp8 sweep bench}"
 read -r -a EXTRA <<<"${BENCH_FLAGS:-}"
 mkdir -p "$OUT_DIR"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -34,21 +35,23 @@ stage() {  # stage NAME SECONDS CMD...: run, log to OUT_DIR/NAME.log, remember a
   [ "$rc" -eq 0 ] || status=1
 }
 
-stage env 30 "$PY" -c 'import jax, jaxlib; print(jax.__version__, jaxlib.__version__, jax.devices())'
+stage env 20 "$PY" -c 'import jax, jaxlib; print(jax.__version__, jaxlib.__version__, jax.devices())'
 # Kernels compiled for the GPU (the interpret-mode twins of these run on CPU in make test).
-stage kernels 90 "$PY" -m pytest -q -p no:cacheprovider --durations=5 -m gpu \
+stage mosaic 60 "$PY" -m pytest -q -p no:cacheprovider --durations=5 -m gpu \
+  tests/test_pallas_mosaic.py
+stage kernels 80 "$PY" -m pytest -q -p no:cacheprovider --durations=5 -m gpu \
   tests/test_pallas_attention.py tests/test_pallas_kv_write.py
 # The engine on the kernels ("pallas" compiles them; "auto" must pick them on a GPU).
-stage engine 120 "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_pallas_engine.py
+stage engine 100 "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_pallas_engine.py
 # fp8 KV pages against HF with an fp8 cache (both paths), and batch-invariant mode on the
 # kernels. Pallas cases first: the XLA ones matter less here.
 F=tests/test_kv_quant.py::test_engine_with_fp8_kv_matches_hf_with_an_fp8_cache
-stage fp8 120 "$PY" -m pytest -q -p no:cacheprovider --durations=0 "$F[deepseek_v3-pallas]" \
+stage fp8 110 "$PY" -m pytest -q -p no:cacheprovider --durations=0 "$F[deepseek_v3-pallas]" \
   "$F[llama-pallas]" tests/test_batch_invariance.py::test_pallas_kernels_keep_the_mode \
   "$F[deepseek_v3-xla]" "$F[llama-xla]"
 # Tuning: the base configs and each SWEEP config at the target decode shape, the smaller
 # batches' SMALL_SWEEP, and the prefill chunk's PREFILL_SWEEP.
-stage sweep 100 "$PY" -m scripts.bench_kernels --batches=1,16,64 --contexts=8192 --sweep \
+stage sweep 90 "$PY" -m scripts.bench_kernels --batches=1,16,64 --contexts=8192 --sweep \
   --nobundled --nofp8 --out="$OUT_DIR/sweep.json" "${EXTRA[@]}"
-stage bench 110 "$PY" -m scripts.bench_kernels --out="$OUT_DIR/bench_kernels.json" "${EXTRA[@]}"
+stage bench 100 "$PY" -m scripts.bench_kernels --out="$OUT_DIR/bench_kernels.json" "${EXTRA[@]}"
 exit $status

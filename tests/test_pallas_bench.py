@@ -35,6 +35,7 @@ def test_bench_kernels_smoke_writes_every_row(tmp_path):
         ("decode", "gqa", "pallas", "bf16"),
         ("decode", "gqa", "bundled", "bf16"),
         ("decode", "mla", "pallas", "bf16"),
+        ("decode", "mla", "mosaic", "bf16"),
         ("decode", "gqa", "pallas", "fp8"),
         ("decode", "mla", "pallas", "fp8"),
         ("prefill", "gqa", "pallas", None),
@@ -44,9 +45,10 @@ def test_bench_kernels_smoke_writes_every_row(tmp_path):
     # 1-byte elements plus a 4-byte scale per 16-wide row, against 2-byte elements
     assert fp8["bytes"] * 2 * 16 == bf16["bytes"] * (16 + 4)
     assert all(r["seconds"] > 0 for r in result["rows"])
-    bundled = next(r for r in result["rows"] if r["impl"] == "bundled")
     # Same decode, two kernels: both right (bf16 outputs of O(1) values).
-    assert bundled["max_abs_diff_vs_pallas"] < 5e-2
+    for impl in ("bundled", "mosaic"):
+        other = next(r for r in result["rows"] if r["impl"] == impl)
+        assert other["max_abs_diff_vs_pallas"] < 5e-2, other
     assert set(result["targets"]) == {
         "gqa_decode_frac_of_copy>=0.80",
         "mla_decode_frac_of_copy>=0.75",
@@ -64,18 +66,24 @@ def test_bench_kernels_sweep_times_every_config_on_the_same_function(tmp_path):
     sweep = [r for r in result["rows"] if r["kind"] == "sweep"]
     assert not [r for r in sweep if "error" in r], sweep
     decode = [r for r in sweep if "max_abs_diff_vs_first" in r]
-    assert {(r["attn"], r["batch"], r["mla_heads"]) for r in decode} == {
-        ("gqa", 2, 4),
-        ("mla", 2, 4),
-        ("gqa", 1, 4),
-        ("mla", 1, 4),
-        ("mla", 2, 1),  # heads / 8
+    assert {(r["attn"], r["impl"], r["batch"], r["mla_heads"]) for r in decode} == {
+        ("gqa", "pallas", 2, 4),
+        ("mla", "pallas", 2, 4),
+        ("mla", "mosaic", 2, 4),
+        ("gqa", "pallas", 1, 4),
+        ("mla", "pallas", 1, 4),
+        ("mla", "mosaic", 1, 4),
+        ("mla", "pallas", 2, 1),  # heads / 8
+        ("mla", "mosaic", 2, 1),
     }
     # bf16 outputs of O(1) values: the tilings reorder sums only.
     assert max(r["max_abs_diff_vs_first"] for r in decode) < 5e-2
     small = [r for r in decode if r["batch"] == 1]
-    assert {r["config"]["kv_split"] for r in small} == {32, 256, 512}  # the smoke split, then
+    triton = [r for r in small if r["impl"] == "pallas"]
+    assert {r["config"]["kv_split"] for r in triton} == {32, 256, 512}  # the smoke split, then
     assert len(small) == sum(len(v) for v in bk.SMALL_SWEEP.values())  # SMALL_SWEEP's
+    mosaic = [r["config"] for r in decode if r["impl"] == "mosaic" and r["batch"] == 2]
+    assert len(mosaic) == len(bk.SWEEP["mosaic"]) + 1  # and at heads / 8, the default
     prefill = [r for r in sweep if "tflops" in r]
     assert {r["config"]["block_rows"] for r in prefill} == {16, 128}  # the smoke-valid ones
     assert all(r["seconds"] > 0 for r in sweep)
