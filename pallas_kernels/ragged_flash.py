@@ -18,6 +18,8 @@ of many, each over its own paged KV. The work is cut three ways:
   fixed per engine, so this too is independent of the batch), which bounds that buffer at
   `max_splits` times the step's f32 output (GQA 2048 tokens x 32 heads x 128: 0.5 GiB; MLA
   with 128 unsharded heads and a 2048-token prefill budget: 8 GiB, see docs/benchmarks.md).
+  One exception, outside the batch-invariant mode: the decode tiling (GQA_DECODE_CONFIG)
+  shortens the splits of steps too small to fill the GPU (`target_programs`).
 - **KV blocks** (`block_kv` keys) inside a split, reduced with an online softmax
   (FlashAttention, Dao et al. 2022). Keys are gathered token by token through the page
   table, so any page size works and a block may span several pages or part of one.
@@ -77,6 +79,8 @@ class KernelConfig:
     max_heads_per_program: int = 64  # query heads of one KV head that share a program
     num_warps: int = 4  # Triton warps per program
     num_stages: int = 2  # Triton software-pipelining depth of the KV loop
+    target_programs: int = 0  # > 0: shorter splits until about this many programs (decode)
+    min_split: int = 256  # keys per split at least when target_programs shortens them
 
     def __post_init__(self):
         for name in ("block_rows", "block_kv", "max_heads_per_program"):
@@ -93,16 +97,31 @@ class KernelConfig:
             )
         if self.max_splits < 1:
             raise ValueError(f"KernelConfig.max_splits={self.max_splits}: must be >= 1")
+        if self.target_programs < 0:
+            raise ValueError(f"KernelConfig.target_programs={self.target_programs}: must be >= 0")
+        if self.target_programs and (self.min_split < 1 or self.min_split % self.block_kv):
+            raise ValueError(
+                f"KernelConfig.min_split={self.min_split}: must be a positive multiple of "
+                f"block_kv={self.block_kv}"
+            )
 
-    def split_size(self, max_len: int) -> int:
+    def split_size(self, max_len: int, programs: int = 0) -> int:
         """Keys per split for page tables of `max_len` keys.
 
         Each split keeps a float32 partial output per query row, so the number of splits is
         capped at `max_splits`. `max_len` (page-table width x page size) is fixed by the
-        engine, not by the batch, so the split size is too.
+        engine, not by the batch, so the split size is too, unless `target_programs` is set:
+        then a step of fewer `programs` (query tiles x KV heads) gets shorter splits, down to
+        `min_split`, so that small decode batches still fill the GPU (Flash-Decoding). That
+        makes the split depend on the batch, which only the non-invariant decode tiling may.
         """
         per_split = -(-max_len // self.max_splits)
-        return max(self.kv_split, -(-per_split // self.block_kv) * self.block_kv)
+        size = max(self.kv_split, -(-per_split // self.block_kv) * self.block_kv)
+        if self.target_programs and 0 < programs < self.target_programs:
+            wanted = -(-max_len // -(-self.target_programs // programs))
+            short = -(-wanted // self.block_kv) * self.block_kv
+            size = min(size, max(self.min_split, short))
+        return size
 
 
 # GQA (head_dim 128, bf16): q [64, 128], K and V blocks [64, 128] double-buffered in shared
@@ -111,8 +130,14 @@ GQA_CONFIG = KernelConfig()
 # Decode-only steps (no more tokens than sequences): a tile holds one token, so with 4 query
 # heads per KV head 16 rows compute 4 useful rows where 64 rows compute the same 4. Measured
 # on an H200 (docs/benchmarks.md): 64 x 8k decode at 80-84% of copy bandwidth against 66%
-# with GQA_CONFIG. Same block_kv and kv_split: the same key order.
-GQA_DECODE_CONFIG = dataclasses.replace(GQA_CONFIG, block_rows=16)
+# with GQA_CONFIG. Same block_kv, so the same key order within a split.
+# Splits are also shortened until about 1024 programs (query tiles x KV heads x splits) run.
+# In the H200 table the steps with 2048 programs (64 x 8k, 16 x 32k) reached 84-87% of copy
+# and those with 512 or fewer 1-39% (16 x 2k: 128 programs of 32 block steps, 370 us, where
+# the bundled kernel's 16 splits took 97 us). Chosen from that table, not yet timed
+# (bench_kernels --sweep times it against fixed splits at the smaller batches). The step's
+# batch then sets the split, which is why batch-invariant mode keeps GQA_CONFIG.
+GQA_DECODE_CONFIG = dataclasses.replace(GQA_CONFIG, block_rows=16, target_programs=1024)
 # MLA (R 512 + Dr 64): the [64, 512] f32 accumulator needs two warpgroups (8 warps, 128
 # registers a thread), and q [64, 576] plus two [32, 576] latent blocks stay under Hopper's
 # 227 KiB of shared memory per block.
@@ -348,7 +373,9 @@ def ragged_flash(
     num_groups, num_rows, _ = q_parts[0].shape
     num_tiles = plan.seq.shape[0]
     max_len = page_table.shape[1] * page_size
-    kv_split = config.split_size(max_len)
+    # Programs that do work: a decode step uses one tile per sequence, at most S.
+    programs = num_groups * min(num_tiles, page_table.shape[0])
+    kv_split = config.split_size(max_len, programs)
     num_splits = -(-max_len // kv_split)
     kernel = functools.partial(
         _flash_kernel,

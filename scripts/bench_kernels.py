@@ -156,7 +156,13 @@ SWEEP = {
 # --sweep, at the smaller decode batches: shorter KV splits give more programs and fewer
 # dependent block steps each (decode tiling only; the invariant mode keeps its split).
 SMALL_SWEEP = {
-    "gqa": (dict(), dict(kv_split=512, max_splits=64), dict(kv_split=256, max_splits=128)),
+    # GQA: the decode config's program target, then fixed splits (target_programs=0)
+    "gqa": (
+        dict(),
+        dict(target_programs=0),
+        dict(kv_split=512, max_splits=64, target_programs=0),
+        dict(kv_split=256, max_splits=128, target_programs=0),
+    ),
     "mla": (dict(), dict(kv_split=512, max_splits=64), dict(kv_split=256, max_splits=128)),
     "mosaic": (dict(), dict(min_split=256), dict(min_split=128)),
 }

@@ -19,6 +19,7 @@ import pytest
 from engine import kv_quant
 from engine.paged_attention import build_metadata, paged_attention_gqa, paged_attention_mla
 from pallas_kernels import (
+    GQA_DECODE_CONFIG,
     KernelConfig,
     UnsupportedShapeError,
     check_gqa_supported,
@@ -108,6 +109,16 @@ GQA_CASES = {
         KernelConfig(16, 16, 32, max_heads_per_program=4),
     ),
     "g4_p16_f32_default": (4, 2, 32, 16, 40, jnp.float32, KernelConfig()),
+    # a program target: the 64-key split shortens to min_split (16 keys, 5 splits at 72)
+    "g4_p16_bf16_target": (
+        4,
+        2,
+        32,
+        16,
+        40,
+        jnp.bfloat16,
+        KernelConfig(16, 16, 64, target_programs=1024, min_split=16),
+    ),
 }
 MODES = [
     pytest.param(True, id="interpret"),
@@ -217,6 +228,19 @@ def test_split_size_is_fixed_by_the_page_table_not_the_batch():
         KernelConfig(block_kv=64, kv_split=96)
     with pytest.raises(ValueError, match="block_kv"):
         KernelConfig(block_kv=8)
+
+
+def test_decode_splits_shorten_until_the_step_has_enough_programs():
+    config = GQA_DECODE_CONFIG  # about 1024 programs, splits of at least 256 keys
+    assert config.split_size(2048, programs=8) == 256  # 1 x 2k, 8 KV heads: 8 splits
+    assert config.split_size(8192, programs=128) == 1024  # 16 x 8k: 8 splits
+    assert config.split_size(32768, programs=8) == 256  # 1 x 32k: 128 splits, past max_splits
+    # Enough programs already: the fixed split (64 x 8k, 16 x 32k), never a longer one.
+    assert config.split_size(8192, programs=512) == 2048
+    assert config.split_size(32768, programs=128) == 2048
+    assert KernelConfig().split_size(2048, programs=8) == 2048  # no target: the batch is ignored
+    with pytest.raises(ValueError, match="min_split"):
+        KernelConfig(target_programs=64, min_split=100)
 
 
 def test_unsupported_shapes_raise_a_clear_error():
