@@ -4,27 +4,27 @@
   chunks and decodes in one call.
 - `mla_paged_attention` (mla_attention.py): absorbed MLA over the latent cache.
 - `write_kv` (kv_write.py): scatters new K/V or latent rows into pages by slot.
+- `mla_decode_mosaic` (mla_mosaic.py): MLA decode on Hopper's warpgroup MMA (Mosaic GPU).
 
 The attention kernels also read fp8 pages (float8_e4m3fn, or its bits as uint8 as the
 engine keeps them) with a float32 scale per cached row (engine/kv_quant.py).
 
-Every kernel takes `interpret=True` to run on CPU (Pallas' HLO interpreter); engine/
-attention_ops.py sets it whenever the backend is not a GPU.
+Every kernel takes `interpret=True` to run on CPU (Pallas' HLO interpreter for the Triton
+kernels, its GPU interpreter for the Mosaic GPU one); engine/attention_ops.py sets it
+whenever the backend is not a GPU.
 
-Backend: the Triton lowering, for all three kernels, chosen without a GPU to measure on.
-- Paged attention is a gather: each key row lives wherever the page table says. In the
-  Triton lowering a whole-array ref is a pointer and a gather through the page table is
-  pointer arithmetic, so any page size works, a block may span pages, and head dims that
-  are not powers of two are read with clamped column indices. Mosaic GPU would stage pages
-  through shared memory with per-page TMA copies and barriers, and its WGMMA wants 64-row
-  tiles, which decode (1 token x 1-8 heads per KV head) fills mostly with padding.
-- It can be checked here: `gpu_lowering.lower_for_gpu` runs the complete Pallas-to-Triton
-  lowering for an H200 on a CPU-only machine (tests do), while the Mosaic GPU lowering needs
-  the CUDA plugin's bindings, so a Mosaic GPU kernel would reach a GPU untested.
-- Against it: the Triton backend is deprecated in JAX 0.11 (it warns) in favour of Mosaic
-  GPU. A Mosaic GPU MLA kernel, where 64-128 heads do fill WGMMA tiles, is the first thing
-  to try once a GPU can measure it (scripts/bench_kernels.py compares against the copy
-  bandwidth and JAX's bundled kernel).
+Backend, per kernel (docs/benchmarks.md has the measurements and the full argument):
+- Triton for the ragged GQA kernel, the general MLA kernel and the KV write. Paged attention
+  is a gather: each key row lives wherever the page table says. In the Triton lowering a
+  whole-array ref is a pointer and a gather through the page table is pointer arithmetic,
+  so any page size works, a block may span pages, decodes and prefill chunks share one
+  call, and head dims that are not powers of two are read with clamped column indices. GQA
+  decode meets its bandwidth target on it. Against it: Triton is deprecated in JAX 0.11.
+- Mosaic GPU for MLA decode (`mla_decode_mosaic`, mla_mosaic.py): the Triton MLA kernel is
+  compute-bound at 11-14% of the matmul rate with 128 heads, and a token's 64-128 heads fill
+  WGMMA's 64-row tiles. Written after the H200 runs: checked in the GPU interpreter and
+  lowered for an H200 on CPU (`gpu_lowering.lower_for_gpu` runs Pallas' Mosaic GPU lowering
+  too), not yet compiled or timed on a GPU, so the engine does not use it yet.
 """
 
 # The first interpret-mode lowering imports Pallas' TPU interpreter, which adds a value to
