@@ -5,6 +5,7 @@
 - `mla_paged_attention` (mla_attention.py): absorbed MLA over the latent cache.
 - `write_kv` (kv_write.py): scatters new K/V or latent rows into pages by slot.
 - `mla_decode_mosaic` (mla_mosaic.py): MLA decode on Hopper's warpgroup MMA (Mosaic GPU).
+- `ragged_paged_attention_mosaic` (gqa_mosaic.py): GQA prefill chunks on the same (Mosaic GPU).
 
 The attention kernels also read fp8 pages (float8_e4m3fn, or its bits as uint8 as the
 engine keeps them) with a float32 scale per cached row (engine/kv_quant.py).
@@ -25,6 +26,9 @@ Backend, per kernel (docs/benchmarks.md has the measurements and the full argume
   WGMMA's 64-row tiles. Written after the H200 runs: checked in the GPU interpreter and
   lowered for an H200 on CPU (`gpu_lowering.lower_for_gpu` runs Pallas' Mosaic GPU lowering
   too), not yet compiled or timed on a GPU, so the engine does not use it yet.
+- Mosaic GPU for GQA prefill chunks (`ragged_paged_attention_mosaic`, gqa_mosaic.py): the
+  Triton kernel reached 32% of the matmul rate on a 2k chunk; 128 rows of (token, head) per
+  program as two warpgroups' WGMMA tiles over TMA-fed K/V blocks. Same status as the MLA one.
 """
 
 # The first interpret-mode lowering imports Pallas' TPU interpreter, which adds a value to
@@ -36,6 +40,13 @@ from pallas_kernels.gqa_attention import (
     check_gqa_supported,
     ragged_paged_attention,
     ragged_paged_attention_ref,
+)
+from pallas_kernels.gqa_mosaic import (
+    MOSAIC_GQA_CONFIG,
+    MosaicGQAConfig,
+    check_gqa_mosaic_supported,
+    ragged_paged_attention_mosaic,
+    ragged_paged_attention_mosaic_ref,
 )
 from pallas_kernels.kv_write import write_kv, write_kv_ref
 from pallas_kernels.mla_attention import (
@@ -64,10 +75,13 @@ __all__ = [
     "GQA_DECODE_CONFIG",
     "MLA_CONFIG",
     "MLA_HOPPER_CONFIG",
+    "MOSAIC_GQA_CONFIG",
     "MOSAIC_MLA_CONFIG",
     "KernelConfig",
+    "MosaicGQAConfig",
     "MosaicMLAConfig",
     "UnsupportedShapeError",
+    "check_gqa_mosaic_supported",
     "check_gqa_supported",
     "check_mla_mosaic_supported",
     "check_mla_supported",
@@ -76,6 +90,8 @@ __all__ = [
     "mla_paged_attention",
     "mla_paged_attention_ref",
     "ragged_paged_attention",
+    "ragged_paged_attention_mosaic",
+    "ragged_paged_attention_mosaic_ref",
     "ragged_paged_attention_ref",
     "write_kv",
     "write_kv_ref",

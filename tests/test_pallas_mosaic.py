@@ -1,6 +1,7 @@
-"""The Mosaic GPU MLA decode kernel against its plain-jnp twin, and lowered for an H200.
+"""The Mosaic GPU kernels (MLA decode, GQA prefill) against their plain-jnp twins, and
+lowered for an H200.
 
-On CPU the kernel runs in Pallas' GPU interpreter, which simulates its three warpgroups,
+On CPU the kernels run in Pallas' GPU interpreter, which simulates their three warpgroups,
 shared memory, TMA copies and barriers (and fails on a barrier phase no thread observed);
 the same cases run compiled under `@pytest.mark.gpu` on a GPU.
 """
@@ -17,6 +18,13 @@ from test_pallas_attention import _check, _meta, ragged_batch, random_pages
 
 from pallas_kernels import UnsupportedShapeError
 from pallas_kernels.gpu_lowering import lower_for_gpu
+from pallas_kernels.gqa_mosaic import (
+    MOSAIC_GQA_CONFIG,
+    MosaicGQAConfig,
+    check_gqa_mosaic_supported,
+    ragged_paged_attention_mosaic,
+    ragged_paged_attention_mosaic_ref,
+)
 from pallas_kernels.mla_mosaic import (
     MOSAIC_MLA_CONFIG,
     MosaicMLAConfig,
@@ -32,6 +40,7 @@ MODES = [
     pytest.param(False, id="gpu", marks=pytest.mark.gpu),
 ]
 ref = jax.jit(mla_decode_mosaic_ref, static_argnames="scale")
+gqa_ref = jax.jit(ragged_paged_attention_mosaic_ref, static_argnames="scale")
 
 
 def _skip_unless_runnable(interpret: bool):
@@ -165,3 +174,80 @@ def test_lowers_for_an_h200(heads, page_size, pv_cols):
     config = MosaicMLAConfig(pv_cols=pv_cols)
     text = lower_for_gpu(functools.partial(mla_decode_mosaic, scale=0.1, config=config), *args)
     assert "mosaic_gpu" in text
+
+
+GQA_CASES = {
+    # name: (group, KV heads, head dim, page size, num pages, config)
+    "g4_d64_p16": (4, 2, 64, 16, 40, MosaicGQAConfig(block_kv=64)),
+    "g8_d128_p8_1stage": (8, 1, 128, 8, 48, MosaicGQAConfig(block_kv=64, num_stages=1)),
+    "g1_d64_p64_bkv128": (1, 2, 64, 64, 16, MosaicGQAConfig(block_kv=128)),
+    # 2 tokens a tile: a prefill chunk spans several tiles
+    "g64_d64_p16_3stages": (64, 1, 64, 16, 40, MosaicGQAConfig(block_kv=64, num_stages=3)),
+}
+
+
+@pytest.mark.parametrize("interpret", MODES)
+@pytest.mark.parametrize("case", list(GQA_CASES))
+def test_mosaic_gqa_matches_ref(case, interpret):
+    """Ragged steps of prefill chunks, decodes, 0-length and padding spans, KV lengths on and
+    off page boundaries, garbage page ids, NaN in every unowned cache slot."""
+    _skip_unless_runnable(interpret)
+    group, kv_heads, head_dim, page_size, num_pages, config = GQA_CASES[case]
+    b = ragged_batch(11, page_size, num_pages)
+    num_tokens = b["positions"].shape[0]
+    rng = np.random.default_rng(5)
+    dtype = jnp.bfloat16
+    q = jnp.asarray(rng.standard_normal((num_tokens, group * kv_heads, head_dim)), dtype)
+    shape = (num_pages, page_size, kv_heads, head_dim)
+    k_pages = random_pages(rng, shape, b["owned"], dtype)
+    v_pages = random_pages(rng, shape, b["owned"], dtype)
+    scale = head_dim**-0.5
+    kernel = functools.partial(
+        ragged_paged_attention_mosaic, scale=scale, config=config, interpret=interpret
+    )
+    out = jax.jit(kernel)(q, k_pages, v_pages, *_meta(b))
+    assert out.shape == q.shape and out.dtype == dtype
+    _check(out, gqa_ref(q, k_pages, v_pages, *_meta(b), scale=scale), b, dtype)
+
+
+def test_mosaic_gqa_refuses_what_it_does_not_take():
+    s = jax.ShapeDtypeStruct
+    bf16 = jnp.bfloat16
+
+    def check(heads, head_dim, page_size, dtype=bf16, config=MOSAIC_GQA_CONFIG):
+        pages = s((16, page_size, 2, head_dim), dtype)
+        check_gqa_mosaic_supported(s((4, heads, head_dim), dtype), pages, pages, config=config)
+
+    check(8, 128, 16)  # Llama: group 4
+    with pytest.raises(UnsupportedShapeError, match="group dividing 64"):
+        check(6, 128, 16)  # group 3
+    with pytest.raises(UnsupportedShapeError, match="head_dim=40"):
+        check(8, 40, 16)
+    with pytest.raises(UnsupportedShapeError, match="bfloat16, float16"):
+        check(8, 128, 16, jnp.float32)
+    with pytest.raises(UnsupportedShapeError, match="page size 24"):
+        check(8, 128, 24)
+    with pytest.raises(UnsupportedShapeError, match="shared memory"):
+        check(8, 256, 16, config=MosaicGQAConfig(block_kv=256, num_stages=3))
+    with pytest.raises(ValueError, match="block_kv"):
+        MosaicGQAConfig(block_kv=96)
+
+
+@pytest.mark.parametrize("block_kv, num_stages", [(128, 2), (64, 3)])
+def test_mosaic_gqa_lowers_for_an_h200(block_kv, num_stages):
+    """The bench's prefill row: a 2048-token chunk ending a 32k context, Llama-3-8B heads."""
+    s, i32 = jax.ShapeDtypeStruct, jnp.int32
+    tokens, max_pages = 2048, 2048
+    pages = s((max_pages, 16, 8, 128), jnp.bfloat16)
+    args = (
+        s((tokens, 32, 128), jnp.bfloat16),
+        pages,
+        pages,
+        s((2,), i32),
+        s((tokens,), i32),
+        s((1,), i32),
+        s((1, max_pages), i32),
+    )
+    config = MosaicGQAConfig(block_kv=block_kv, num_stages=num_stages)
+    kernel = functools.partial(ragged_paged_attention_mosaic, scale=0.1, config=config)
+    assert "mosaic_gpu" in lower_for_gpu(kernel, *args)
