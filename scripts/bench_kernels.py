@@ -13,7 +13,8 @@ compared with ours. MLA rows come twice: `pallas` is the Triton kernel the engin
 is compared with the Triton one's. fp8 rows read float8_e4m3fn pages with a float32 scale
 per row (the engine's kv_cache_dtype="fp8"), at the target context only, and count the
 scales' bytes too (Triton kernels only).
-The prefill row is one chunk of `prefill_chunk` tokens at the end of a
+The prefill row (Triton, and `mosaic`: the Mosaic GPU prefill kernel, output compared) is
+one chunk of `prefill_chunk` tokens at the end of a
 `prefill_context` context, in TFLOP/s beside a timed bf16 matmul. Times are the median over
 `repeats` of the mean over `iters` back-to-back calls of the jitted op (q packing, kernel
 and split combine included). `--smoke` runs the same code on tiny shapes, in interpret mode
@@ -40,11 +41,13 @@ from engine import attention_ops, kv_quant
 from pallas_kernels import (
     GQA_CONFIG,
     GQA_DECODE_CONFIG,
+    MOSAIC_GQA_CONFIG,
     MOSAIC_MLA_CONFIG,
     KernelConfig,
     mla_decode_mosaic,
     mla_paged_attention,
     ragged_paged_attention,
+    ragged_paged_attention_mosaic,
 )
 
 _SMOKE = flags.DEFINE_bool("smoke", False, "Tiny shapes (interpret mode off GPU).")
@@ -112,7 +115,7 @@ GPU_SUITE = Suite(
 SMOKE_SUITE = Suite(
     batches=(2,),
     contexts=(64,),
-    gqa=(4, 2, 16),
+    gqa=(4, 2, 64),  # head dim 64: the smallest the Mosaic GPU GQA kernel takes
     mla=(4, 128, 64),  # the smallest latent the Mosaic GPU kernel takes
     prefill_chunk=16,
     prefill_context=64,
@@ -167,6 +170,13 @@ SMALL_SWEEP = {
     "mosaic": (dict(), dict(min_split=256), dict(min_split=128)),
 }
 # --sweep: the prefill chunk (GQA) under other tilings: bigger query tiles re-read KV less.
+# --sweep: the Mosaic GPU prefill kernel's MosaicGQAConfig (all fit Hopper's shared memory).
+MOSAIC_PREFILL_SWEEP = (
+    dict(block_kv=64),
+    dict(block_kv=64, num_stages=3),
+    dict(block_kv=128, num_stages=1),
+    dict(block_kv=256, num_stages=1),
+)
 PREFILL_SWEEP = (
     dict(block_rows=16),
     dict(block_rows=64, block_kv=128, num_stages=3),
@@ -466,8 +476,19 @@ def _bench_bundled(q, k_pages, v_pages, meta, suite, interpret) -> tuple[jax.Arr
     return fn(*args), seconds
 
 
-def bench_prefill(suite, config: KernelConfig, page_size, interpret, matmul_tflops, rng) -> dict:
-    """One prefill chunk at the end of a long context (GQA shapes), causal inside the chunk."""
+def bench_prefill(
+    suite,
+    config,
+    page_size,
+    interpret,
+    matmul_tflops,
+    rng,
+    kernel=ragged_paged_attention,
+    impl="pallas",
+    reference=None,
+) -> dict:
+    """One prefill chunk at the end of a long context (GQA shapes), causal inside the chunk;
+    `reference` (a function of the same args) adds the largest difference from its output."""
     h, kh, d = suite.gqa
     chunk, context = suite.prefill_chunk, suite.prefill_context
     num_pages = context // page_size
@@ -487,18 +508,16 @@ def bench_prefill(suite, config: KernelConfig, page_size, interpret, matmul_tflo
         jnp.array([context], jnp.int32),
         table,
     )
-    fn = jax.jit(
-        functools.partial(ragged_paged_attention, scale=d**-0.5, config=config, interpret=interpret)
-    )
+    fn = jax.jit(functools.partial(kernel, scale=d**-0.5, config=config, interpret=interpret))
     seconds = time_call(fn, args, suite.iters, suite.repeats)
     # QK^T and PV, 2 flops per multiply-add, over the keys each query sees.
     visible = int(np.sum(np.arange(context - chunk, context) + 1))
     flops = 4 * h * d * visible
     tflops = flops / seconds / 1e12
-    return dict(
+    row = dict(
         kind="prefill",
         attn="gqa",
-        impl="pallas",
+        impl=impl,
         chunk=chunk,
         context=context,
         page_size=page_size,
@@ -506,10 +525,14 @@ def bench_prefill(suite, config: KernelConfig, page_size, interpret, matmul_tflo
         tflops=tflops,
         frac_of_matmul=tflops / matmul_tflops,
     )
+    if reference is not None:
+        diff = fn(*args).astype(jnp.float32) - reference(*args).astype(jnp.float32)
+        row["max_abs_diff_vs_pallas"] = float(jnp.max(jnp.abs(diff)))
+    return row
 
 
-def _prefill_sweep_row(suite, config, page_size, interpret, matmul, rng) -> dict:
-    row = bench_prefill(suite, config, page_size, interpret, matmul["tflops"], rng)
+def _prefill_sweep_row(suite, config, page_size, interpret, matmul, rng, **kernel) -> dict:
+    row = bench_prefill(suite, config, page_size, interpret, matmul["tflops"], rng, **kernel)
     return dict(row, kind="sweep", config=dataclasses.asdict(config))
 
 
@@ -537,7 +560,11 @@ def targets(rows: list[dict]) -> dict:
             ours = _find(rows, impl="pallas", **shape)
             if r["seconds"] and ours and ours["seconds"]:
                 speedups.append(r["seconds"] / ours["seconds"])
-    prefill = _find(rows, kind="prefill")
+    # prefill: the faster of the Triton and the Mosaic GPU kernel
+    prefill = [_find(rows, kind="prefill", impl=impl) for impl in ("pallas", "mosaic")]
+    prefill = max(
+        (r for r in prefill if r and r.get("seconds")), key=lambda r: r["tflops"], default=None
+    )
     return {
         "gqa_decode_frac_of_copy>=0.80": gqa and gqa["frac_of_copy"],
         "mla_decode_frac_of_copy>=0.75": mla and mla["frac_of_copy"],
@@ -557,8 +584,9 @@ def run(
     prefill: bool = True,
     mosaic: bool = True,
 ) -> dict:
-    """All rows; `configs` maps "gqa", "gqa_prefill" and "mla" to their KernelConfig and
-    "mosaic" to the MosaicMLAConfig."""
+    """All rows; `configs` maps "gqa", "gqa_prefill" and "mla" to their KernelConfig, and
+    (with `mosaic`) "mosaic" to the MosaicMLAConfig and "mosaic_prefill" to the
+    MosaicGQAConfig."""
     rng = np.random.default_rng(0)
     copy = bench_copy(suite)
     matmul = bench_matmul(suite)
@@ -574,6 +602,31 @@ def run(
                 suite, configs["gqa_prefill"], page_size, interpret, matmul["tflops"], rng
             ),
         )
+    mosaic_prefill = dict(kernel=ragged_paged_attention_mosaic, impl="mosaic")
+    if prefill and mosaic:
+        d = suite.gqa[2]
+        triton = jax.jit(
+            functools.partial(
+                ragged_paged_attention,
+                scale=d**-0.5,
+                config=configs["gqa_prefill"],
+                interpret=interpret,
+            )
+        )
+        _attempt(
+            rows,
+            dict(kind="prefill", attn="gqa", impl="mosaic"),
+            lambda: bench_prefill(
+                suite,
+                configs["mosaic_prefill"],
+                page_size,
+                interpret,
+                matmul["tflops"],
+                rng,
+                reference=triton,
+                **mosaic_prefill,
+            ),
+        )
     if sweep:
         rows += bench_sweep(suite, configs, page_size, interpret, copy["gbps"], rng)
         for config in _valid_configs(configs["gqa_prefill"], PREFILL_SWEEP, "prefill"):
@@ -585,6 +638,24 @@ def run(
                     _prefill_sweep_row, suite, config, page_size, interpret, matmul, rng
                 ),
             )
+        if mosaic:
+            base = configs["mosaic_prefill"]
+            for config in _valid_configs(base, MOSAIC_PREFILL_SWEEP, "mosaic prefill"):
+                what = dict(kind="sweep", attn="gqa", impl="mosaic", chunk=suite.prefill_chunk)
+                _attempt(
+                    rows,
+                    dict(what, config=dataclasses.asdict(config)),
+                    functools.partial(
+                        _prefill_sweep_row,
+                        suite,
+                        config,
+                        page_size,
+                        interpret,
+                        matmul,
+                        rng,
+                        **mosaic_prefill,
+                    ),
+                )
     device = jax.devices()[0]
     return dict(
         device=getattr(device, "device_kind", device.platform),
@@ -618,8 +689,10 @@ def format_table(result: dict) -> str:
         )
         if "config" in r:
             keys = ("block_rows", "block_kv", "kv_split", "num_warps", "num_stages")
-            if r["impl"] == "mosaic":
+            if "pv_cols" in r["config"]:  # MosaicMLAConfig
                 keys = ("num_stages", "pv_cols", "min_split", "target_programs")
+            elif r["impl"] == "mosaic":  # MosaicGQAConfig
+                keys = ("block_kv", "num_stages")
             line += " " + ",".join(f"{k}={r['config'][k]}" for k in keys)
             if r.get("attn") == "mla" and "mla_heads" in r:
                 line += f",heads={r['mla_heads']}"
@@ -651,6 +724,7 @@ def main(argv):
     }
     if _MOSAIC.value:
         configs["mosaic"] = MOSAIC_MLA_CONFIG
+        configs["mosaic_prefill"] = MOSAIC_GQA_CONFIG
     result = run(
         suite,
         configs,

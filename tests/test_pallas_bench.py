@@ -39,15 +39,18 @@ def test_bench_kernels_smoke_writes_every_row(tmp_path):
         ("decode", "gqa", "pallas", "fp8"),
         ("decode", "mla", "pallas", "fp8"),
         ("prefill", "gqa", "pallas", None),
+        ("prefill", "gqa", "mosaic", None),
     }
     fp8 = next(r for r in result["rows"] if r.get("kv") == "fp8" and r["attn"] == "gqa")
     bf16 = next(r for r in result["rows"] if r.get("kv") == "bf16" and r["attn"] == "gqa")
-    # 1-byte elements plus a 4-byte scale per 16-wide row, against 2-byte elements
-    assert fp8["bytes"] * 2 * 16 == bf16["bytes"] * (16 + 4)
+    # 1-byte elements plus a 4-byte scale per head_dim-wide row, against 2-byte elements
+    d = result["suite"]["gqa"][2]
+    assert fp8["bytes"] * 2 * d == bf16["bytes"] * (d + 4)
     assert all(r["seconds"] > 0 for r in result["rows"])
     # Same decode, two kernels: both right (bf16 outputs of O(1) values).
-    for impl in ("bundled", "mosaic"):
-        other = next(r for r in result["rows"] if r["impl"] == impl)
+    others = [r for r in result["rows"] if r["impl"] in ("bundled", "mosaic")]
+    assert len(others) == 3  # bundled GQA decode, Mosaic MLA decode, Mosaic GQA prefill
+    for other in others:
         assert other["max_abs_diff_vs_pallas"] < 5e-2, other
     assert set(result["targets"]) == {
         "gqa_decode_frac_of_copy>=0.80",
@@ -84,8 +87,10 @@ def test_bench_kernels_sweep_times_every_config_on_the_same_function(tmp_path):
     assert len(small) == sum(len(v) for v in bk.SMALL_SWEEP.values())  # SMALL_SWEEP's
     mosaic = [r["config"] for r in decode if r["impl"] == "mosaic" and r["batch"] == 2]
     assert len(mosaic) == len(bk.SWEEP["mosaic"]) + 1  # and at heads / 8, the default
-    prefill = [r for r in sweep if "tflops" in r]
+    prefill = [r for r in sweep if "tflops" in r and r["impl"] == "pallas"]
     assert {r["config"]["block_rows"] for r in prefill} == {16, 128}  # the smoke-valid ones
+    mosaic_prefill = [r for r in sweep if "tflops" in r and r["impl"] == "mosaic"]
+    assert len(mosaic_prefill) == len(bk.MOSAIC_PREFILL_SWEEP)
     assert all(r["seconds"] > 0 for r in sweep)
 
 
