@@ -28,7 +28,6 @@ the kernel for an H200 on CPU.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
@@ -37,13 +36,20 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.gqa_attention import ragged_paged_attention_ref
-from pallas_kernels.mla_mosaic import SMEM_BYTES
+from pallas_kernels.mosaic_common import (
+    LOG2E,
+    check_page_size,
+    check_smem,
+    check_wgmma_dtypes,
+    kernel_params,
+    produce_ring,
+    tiled_smem,
+    zero_rows_from,
+)
 from pallas_kernels.ragged_flash import UnsupportedShapeError, plan_tiles
 
 ROWS = 128  # query rows per program: two consumer warpgroups of WGMMA's 64 rows
 WG_ROWS = 64
-LOG2E = math.log2(math.e)
-REDUCTION_SCRATCH = 512  # row reductions of WGMMA tiles stay within a warp's quads
 
 # Same semantics as the Triton kernel, hence the same plain-jnp twin.
 ragged_paged_attention_mosaic_ref = ragged_paged_attention_ref
@@ -96,11 +102,7 @@ def check_gqa_mosaic_supported(
         )
     if k_scales is not None or v_scales is not None:
         raise UnsupportedShapeError("fp8 pages: the Mosaic GPU GQA kernel reads bf16/f16 only")
-    dtypes = {jnp.dtype(x.dtype) for x in (q, k_pages, v_pages)}
-    if dtypes not in ({jnp.dtype(jnp.bfloat16)}, {jnp.dtype(jnp.float16)}):
-        raise UnsupportedShapeError(
-            f"dtypes {sorted(str(d) for d in dtypes)}: WGMMA needs one of bfloat16, float16"
-        )
+    check_wgmma_dtypes("GQA", q, k_pages, v_pages)
     group = num_heads // num_kv_heads
     if WG_ROWS % group:
         raise UnsupportedShapeError(
@@ -110,22 +112,11 @@ def check_gqa_mosaic_supported(
         raise UnsupportedShapeError(
             f"head_dim={head_dim}: the kernel needs a multiple of 64 up to 256"
         )
-    page_size, block_kv = k_pages.shape[1], config.block_kv
-    if page_size % 8 or (page_size < block_kv and block_kv % page_size):
-        raise UnsupportedShapeError(
-            f"page size {page_size}: the kernel needs a multiple of 8 that divides "
-            f"block_kv={block_kv} or is a multiple of it"
-        )
-    if page_size > block_kv and page_size % block_kv:
-        raise UnsupportedShapeError(
-            f"page size {page_size}: above block_kv={block_kv} it must be a multiple of it"
-        )
-    smem = _smem_bytes(head_dim, config)
-    if smem > SMEM_BYTES:
-        raise UnsupportedShapeError(
-            f"head_dim={head_dim} with block_kv={block_kv}, num_stages={config.num_stages}: "
-            f"{smem} bytes of shared memory, over {SMEM_BYTES}"
-        )
+    check_page_size(k_pages.shape[1], config.block_kv)
+    check_smem(
+        _smem_bytes(head_dim, config),
+        f"head_dim={head_dim} with block_kv={config.block_kv}, num_stages={config.num_stages}",
+    )
 
 
 def ragged_paged_attention_mosaic(
@@ -265,14 +256,8 @@ def _gqa_call(
                 partial = (b == n_blocks - 1) & (last_valid < block_kv)
 
                 @pl.when(partial & (wg == 0))
-                def _():  # stale or never-written rows past the last visible key
-                    row = plgpu.broadcasted_iota(
-                        jnp.int32, (block_kv, 64), 0, layout=plgpu.Layout.WGMMA
-                    )
-                    for j in range(head_dim // 64):
-                        part = v_smem.at[slot, :, pl.ds(j * 64, 64)]
-                        part[...] = jnp.where(row < last_valid, part[...], 0).astype(dtype)
-                    plgpu.commit_smem()
+                def _():
+                    zero_rows_from(v_smem, slot, last_valid, 0, head_dim)
                     plgpu.barrier_arrive(v_zeroed.at[0])
 
                 def qk(s_ref):
@@ -315,30 +300,15 @@ def _gqa_call(
         @pl.when(wg == 2)
         def _producer():
             plgpu.set_max_registers(40, action="decrease")
-            for b in range(stages):
-
-                @pl.when(b < n_blocks)
-                def _(b=b):
-                    fetch(b, b)
-
-            @pl.loop(stages, jnp.maximum(n_blocks, stages))
-            def _(b):
-                slot = lax.rem(b, stages)
-                plgpu.barrier_wait(kv_free.at[slot])
-                fetch(b, slot)
-
-            @pl.loop(jnp.maximum(n_blocks - stages, 0), n_blocks)
-            def _(b):
-                plgpu.barrier_wait(kv_free.at[lax.rem(b, stages)])  # the last blocks' frees
+            produce_ring(fetch, n_blocks, stages, kv_free)
 
     def entry(*refs):
-        transforms = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
         pl.run_scoped(
             lambda *scoped: kernel(*refs, *scoped),
-            plgpu.SMEM((ROWS, head_dim), dtype, transforms=transforms),
-            plgpu.SMEM((stages, block_kv, head_dim), dtype, transforms=transforms),
-            plgpu.SMEM((stages, block_kv, head_dim), dtype, transforms=transforms),
-            plgpu.SMEM((2, WG_ROWS, block_kv), dtype, transforms=transforms),
+            tiled_smem((ROWS, head_dim), dtype),
+            tiled_smem((stages, block_kv, head_dim), dtype),
+            tiled_smem((stages, block_kv, head_dim), dtype),
+            tiled_smem((2, WG_ROWS, block_kv), dtype),
             plgpu.SMEM((ROWS,), jnp.int32),
             plgpu.Barrier(num_arrivals=2, num_barriers=1),
             plgpu.Barrier(num_arrivals=2 * copies, num_barriers=stages),
@@ -354,8 +324,5 @@ def _gqa_call(
         grid_names=("kh", "tile"),
         num_threads=3,
         thread_name="wg",
-        compiler_params=plgpu.CompilerParams(
-            approx_math=True, reduction_scratch_bytes=REDUCTION_SCRATCH
-        ),
-        interpret=plgpu.InterpretGPUParams() if interpret else False,
+        **kernel_params(interpret),
     )(tile_seq, tile_keys, row_limit, page_table, qg, k_pages, v_pages)

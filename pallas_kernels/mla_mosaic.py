@@ -37,7 +37,6 @@ lowers it for an H200 on CPU.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
@@ -46,17 +45,22 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.mla_attention import mla_paged_attention_ref
+from pallas_kernels.mosaic_common import (
+    LOG2E,
+    REDUCTION_SCRATCH,
+    check_page_size,
+    check_smem,
+    check_wgmma_dtypes,
+    kernel_params,
+    produce_ring,
+    tiled_smem,
+    zero_rows_from,
+)
 from pallas_kernels.ragged_flash import UnsupportedShapeError, combine_splits
 
 HEAD_ROWS = 64  # WGMMA's M: the heads of one token a program computes (padded with zeros)
 BLOCK_KV = 64  # keys per step: WGMMA's K for p . c_kv from shared memory is a multiple of 64
-SMEM_BYTES = 227 * 1024  # Hopper's shared memory per block
-# Mosaic reserves shared memory for cross-warp reductions (2 KiB by default). The row max
-# and sum of a WGMMA tile reduce within each warp's quad, and at DeepSeek-V3's shapes the
-# default would push the block 56 bytes past SMEM_BYTES.
-REDUCTION_SCRATCH = 512
 BARRIER_BYTES = 8 * 16  # mbarriers, generously
-LOG2E = math.log2(math.e)
 
 # Same semantics as the Triton kernel, hence the same plain-jnp twin.
 mla_decode_mosaic_ref = mla_paged_attention_ref
@@ -114,11 +118,7 @@ def check_mla_mosaic_supported(
         )
     if latent_scales is not None:
         raise UnsupportedShapeError("fp8 pages: the Mosaic GPU MLA kernel reads bf16/f16 only")
-    dtypes = {jnp.dtype(x.dtype) for x in (q_lat, q_pe, latent_pages)}
-    if dtypes not in ({jnp.dtype(jnp.bfloat16)}, {jnp.dtype(jnp.float16)}):
-        raise UnsupportedShapeError(
-            f"dtypes {sorted(str(d) for d in dtypes)}: WGMMA needs one of bfloat16, float16"
-        )
+    check_wgmma_dtypes("MLA", q_lat, q_pe, latent_pages)
     if rank % 128 or rank > 512 or rope_dim % 64:
         raise UnsupportedShapeError(
             f"kv_lora_rank={rank}, rope dim={rope_dim}: the kernel needs a rank that is a "
@@ -129,22 +129,11 @@ def check_mla_mosaic_supported(
         raise UnsupportedShapeError(
             f"kv_lora_rank={rank}: half of it is not a multiple of pv_cols={config.pv_cols}"
         )
-    page_size = latent_pages.shape[1]
-    if page_size % 8 or (page_size < BLOCK_KV and BLOCK_KV % page_size):
-        raise UnsupportedShapeError(
-            f"page size {page_size}: the kernel needs a multiple of 8 that divides "
-            f"{BLOCK_KV} or is a multiple of it"
-        )
-    if page_size > BLOCK_KV and page_size % BLOCK_KV:
-        raise UnsupportedShapeError(
-            f"page size {page_size}: above {BLOCK_KV} it must be a multiple of {BLOCK_KV}"
-        )
-    smem = _smem_bytes(rank + rope_dim, config.num_stages)
-    if smem > SMEM_BYTES:
-        raise UnsupportedShapeError(
-            f"rank + rope dim = {rank + rope_dim} with num_stages={config.num_stages}: "
-            f"{smem} bytes of shared memory, over {SMEM_BYTES}"
-        )
+    check_page_size(latent_pages.shape[1], BLOCK_KV)
+    check_smem(
+        _smem_bytes(rank + rope_dim, config.num_stages),
+        f"rank + rope dim = {rank + rope_dim} with num_stages={config.num_stages}",
+    )
 
 
 def _pv_cols(rank: int, config: MosaicMLAConfig) -> int:
@@ -263,16 +252,9 @@ def _mla_decode_call(
                 plgpu.copy_gmem_to_smem(src, dst, kv_full.at[slot])
 
         def zero_tail_rows(slot, b, col0):
-            # Rows past the limit in the last block: stale or never-written cache slots.
             @pl.when((b == n_blocks - 1) & (last_valid < BLOCK_KV))
             def _():
-                row = plgpu.broadcasted_iota(
-                    jnp.int32, (BLOCK_KV, 64), 0, layout=plgpu.Layout.WGMMA
-                )
-                for j in range(half // 64):
-                    part = kv_smem.at[slot, :, pl.ds(col0 + j * 64, 64)]
-                    part[...] = jnp.where(row < last_valid, part[...], 0).astype(dtype)
-                plgpu.commit_smem()
+                zero_rows_from(kv_smem, slot, last_valid, col0, half)
 
         def p_times_v(slot, acc, alpha, col0):
             out = []
@@ -367,29 +349,14 @@ def _mla_decode_call(
         @pl.when(wg == 2)
         def _producer():
             plgpu.set_max_registers(40, action="decrease")
-            for b in range(stages):
-
-                @pl.when(b < n_blocks)
-                def _(b=b):
-                    fetch(b, b)
-
-            @pl.loop(stages, jnp.maximum(n_blocks, stages))
-            def _(b):
-                slot = lax.rem(b, stages)
-                plgpu.barrier_wait(kv_free.at[slot])
-                fetch(b, slot)
-
-            @pl.loop(jnp.maximum(n_blocks - stages, 0), n_blocks)
-            def _(b):
-                plgpu.barrier_wait(kv_free.at[lax.rem(b, stages)])  # the last blocks' frees
+            produce_ring(fetch, n_blocks, stages, kv_free)
 
     def entry(*refs):
-        transforms = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
         pl.run_scoped(
             lambda *scoped: kernel(*refs, *scoped),
-            plgpu.SMEM((HEAD_ROWS, row_dim), dtype, transforms=transforms),
-            plgpu.SMEM((stages, BLOCK_KV, row_dim), dtype, transforms=transforms),
-            plgpu.SMEM((HEAD_ROWS, BLOCK_KV), dtype, transforms=transforms),
+            tiled_smem((HEAD_ROWS, row_dim), dtype),
+            tiled_smem((stages, BLOCK_KV, row_dim), dtype),
+            tiled_smem((HEAD_ROWS, BLOCK_KV), dtype),
             plgpu.SMEM((HEAD_ROWS,), jnp.float32),
             plgpu.Barrier(num_barriers=1),
             plgpu.Barrier(num_arrivals=copies, num_barriers=stages),
@@ -411,8 +378,5 @@ def _mla_decode_call(
         grid_names=("hb", "split", "t"),
         num_threads=3,
         thread_name="wg",
-        compiler_params=plgpu.CompilerParams(
-            approx_math=True, reduction_scratch_bytes=REDUCTION_SCRATCH
-        ),
-        interpret=plgpu.InterpretGPUParams() if interpret else False,
+        **kernel_params(interpret),
     )(seq, limit, page_table, q, latent_pages)
