@@ -5,6 +5,17 @@ for the GPU, or in interpret mode on any other backend (slow; for tests). A shap
 do not take (pallas_kernels.UnsupportedShapeError) falls back to the XLA path for that call,
 with a warning naming the reason; the choice is made while tracing, so it costs nothing at run
 time. The kernels' own block sizes replace `kv_block_pages`, which only the XLA path uses.
+
+`mosaic` (opt-in, Hopper GPUs only) is `pallas` with the Mosaic GPU kernels where they are
+built to win: GQA steps that carry prefill chunks (ragged_paged_attention_mosaic) and MLA
+steps that are all decodes (mla_decode_mosaic). The other step shapes, and shapes those two
+kernels refuse (fp8 pages, float32, small head dims), take the `pallas` path, and from there
+XLA. It is not the default: the two kernels have not been timed on a GPU yet
+(docs/benchmarks.md). Batch-invariant mode refuses it (the MLA kernel's split count follows
+the step shape). Off GPU it is refused too: Pallas' GPU interpreter runs each warpgroup as
+a thread whose barrier waits block XLA:CPU threads, and inside a whole engine step on a
+2-core machine that deadlocked (measured; it finished with NPROC=8). MOSAIC_OPS themselves
+run in interpret mode anywhere, which is how make test checks them.
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ try:
 except ImportError:  # a JAX without the Pallas Triton backend
     pk = None
 
-IMPLS = ("auto", "xla", "pallas")
+IMPLS = ("auto", "xla", "pallas", "mosaic")
 
 
 class AttentionOps(NamedTuple):
@@ -46,19 +57,38 @@ XLA_INVARIANT_OPS = AttentionOps(
 )
 
 
-def resolve_impl(impl: str) -> str:
-    """'auto' -> 'pallas' on a GPU the kernels support, 'xla' elsewhere; validates the name."""
+def resolve_impl(impl: str, batch_invariant: bool = False) -> str:
+    """'auto' -> 'pallas' on a GPU the kernels support, 'xla' elsewhere; validates the name
+    and what the device and mode allow."""
     if impl not in IMPLS:
         raise ValueError(f"attention_impl={impl!r}: expected one of {IMPLS}")
     if impl == "auto":
         return "pallas" if jax.default_backend() == "gpu" and _pallas_available() else "xla"
-    if impl == "pallas" and not _pallas_available():
+    if impl in ("pallas", "mosaic") and not _pallas_available():
         raise ValueError(
-            "attention_impl='pallas': the Pallas kernels cannot run here (jax.experimental."
+            f"attention_impl={impl!r}: the Pallas kernels cannot run here (jax.experimental."
             "pallas with the Triton backend, and on GPU compute capability >= 8.0, are needed); "
             "use 'xla'"
         )
+    if impl == "mosaic":
+        _check_mosaic_mode(batch_invariant)
+        if _interpret() or not _hopper():
+            device = jax.devices()[0]
+            capability = getattr(device, "compute_capability", "none")
+            raise ValueError(
+                "attention_impl='mosaic': needs a Hopper GPU (compute capability 9.x, for "
+                f"warpgroup MMA); this device is {device.device_kind!r}, compute capability "
+                f"{capability}; use 'pallas'"
+            )
     return impl
+
+
+def _check_mosaic_mode(batch_invariant: bool) -> None:
+    if batch_invariant:
+        raise ValueError(
+            "attention_impl='mosaic' with batch_invariant=True: the Mosaic GPU MLA kernel "
+            "splits keys by step shape; use 'pallas' or 'xla'"
+        )
 
 
 def _pallas_available() -> bool:
@@ -82,6 +112,11 @@ def _capability_at_least(version: float, unknown: bool) -> bool:
 
 def _interpret() -> bool:
     return jax.default_backend() != "gpu"
+
+
+def _hopper() -> bool:
+    """Compute capability 9.x (an unknown one is not assumed to be)."""
+    return _capability_at_least(9.0, unknown=False) and not _capability_at_least(10.0, True)
 
 
 def _fallback(kernel: str, err: Exception) -> None:
@@ -154,8 +189,7 @@ def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, batch_invarian
 def mla_config():
     """MLA_HOPPER_CONFIG on a Hopper GPU (compute capability 9.x, where it was measured and
     its shared memory fits), else MLA_CONFIG."""
-    hopper = _capability_at_least(9.0, unknown=False) and not _capability_at_least(10.0, True)
-    if not _interpret() and hopper:
+    if not _interpret() and _hopper():
         return pk.MLA_HOPPER_CONFIG
     return pk.MLA_CONFIG
 
@@ -183,10 +217,63 @@ def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
     )
 
 
+def _decode_only(num_tokens: int, meta) -> bool:
+    """A step bucket with no more tokens than sequences holds only decodes."""
+    return num_tokens <= meta.kv_lens.shape[0]
+
+
+def _mosaic_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages):
+    """Steps with prefill chunks on the Mosaic GPU kernel; decodes (one token in its 128-row
+    tile) and shapes it refuses on the Triton one."""
+    if _decode_only(q.shape[0], meta):
+        return _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages)
+    (k_data, k_scales), (v_data, v_scales) = _split(k_pages), _split(v_pages)
+    try:
+        pk.check_gqa_mosaic_supported(q, k_data, v_data, k_scales, v_scales)
+    except pk.UnsupportedShapeError as err:
+        _fallback("Mosaic GQA attention (to Triton)", err)
+        return _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages)
+    return pk.ragged_paged_attention_mosaic(
+        q,
+        k_pages,
+        v_pages,
+        meta.cu_q_lens,
+        meta.positions,
+        meta.kv_lens,
+        meta.page_table,
+        scale=scale,
+        interpret=_interpret(),
+    )
+
+
+def _mosaic_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
+    """Decode-only steps on the Mosaic GPU kernel (one program per token re-reads a prefill
+    chunk's keys for every token, so chunks stay on Triton), and shapes it refuses."""
+    if not _decode_only(q_lat.shape[0], meta):
+        return _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages)
+    try:
+        pk.check_mla_mosaic_supported(q_lat, q_pe, *_split(latent_pages))
+    except pk.UnsupportedShapeError as err:
+        _fallback("Mosaic MLA attention (to Triton)", err)
+        return _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages)
+    return pk.mla_decode_mosaic(
+        q_lat,
+        q_pe,
+        latent_pages,
+        meta.cu_q_lens,
+        meta.positions,
+        meta.kv_lens,
+        meta.page_table,
+        scale=scale,
+        interpret=_interpret(),
+    )
+
+
 PALLAS_OPS = AttentionOps(_pallas_write_kv, _pallas_gqa, _pallas_mla)
 PALLAS_INVARIANT_OPS = AttentionOps(
     _pallas_write_kv, functools.partial(_pallas_gqa, batch_invariant=True), _pallas_mla
 )
+MOSAIC_OPS = AttentionOps(_pallas_write_kv, _mosaic_gqa, _mosaic_mla)
 
 
 def get_attention_ops(impl: str, batch_invariant: bool = False) -> AttentionOps:
@@ -195,4 +282,7 @@ def get_attention_ops(impl: str, batch_invariant: bool = False) -> AttentionOps:
         return XLA_INVARIANT_OPS if batch_invariant else XLA_OPS
     if impl == "pallas":
         return PALLAS_INVARIANT_OPS if batch_invariant else PALLAS_OPS
+    if impl == "mosaic":
+        _check_mosaic_mode(batch_invariant)
+        return MOSAIC_OPS
     raise ValueError(f"attention_impl={impl!r}: not available")

@@ -95,7 +95,7 @@ class LLM:
                 raise ValueError(f"{name}={value!r}: must be an integer >= 1")
         if num_pages is not None and (not isinstance(num_pages, int) or num_pages < 1):
             raise ValueError(f"num_pages={num_pages!r}: must be an integer >= 1")
-        self.attention_impl = resolve_impl(attention_impl)
+        self.attention_impl = resolve_impl(attention_impl, bool(batch_invariant))
         kv_dtype = kv_quant.resolve_kv_cache_dtype(kv_cache_dtype)
         mesh_config = parse_mesh(mesh)  # ValueError on a bad string, before loading
 

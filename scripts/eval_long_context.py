@@ -58,7 +58,9 @@ _MAX_SEQS = flags.DEFINE_integer("max_num_seqs", 64, "Sequences per step at most
 _MAX_MODEL_LEN = flags.DEFINE_integer(
     "max_model_len", None, "Longest sequence; default the longest length + reply tokens."
 )
-_ATTN = flags.DEFINE_enum("attention_impl", "auto", ["auto", "xla", "pallas"], "Attention.")
+_ATTN = flags.DEFINE_enum(
+    "attention_impl", "auto", ["auto", "xla", "pallas", "mosaic"], "Attention."
+)
 _KV_CACHE_DTYPE = flags.DEFINE_enum(
     "kv_cache_dtype", "auto", ["auto", "fp8", "fp8_e4m3"], "KV pages: the model dtype, or fp8."
 )

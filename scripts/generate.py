@@ -37,7 +37,9 @@ _NUM_PAGES = flags.DEFINE_integer("num_pages", None, "KV pages; default from a m
 _MAX_BATCHED = flags.DEFINE_integer("max_num_batched_tokens", 2048, "Token budget per step.")
 _MAX_SEQS = flags.DEFINE_integer("max_num_seqs", 64, "Sequences per step at most.")
 _MAX_MODEL_LEN = flags.DEFINE_integer("max_model_len", None, "Longest sequence.")
-_ATTN = flags.DEFINE_enum("attention_impl", "auto", ["auto", "xla", "pallas"], "Attention.")
+_ATTN = flags.DEFINE_enum(
+    "attention_impl", "auto", ["auto", "xla", "pallas", "mosaic"], "Attention."
+)
 _KV_CACHE_DTYPE = flags.DEFINE_enum(
     "kv_cache_dtype", "auto", ["auto", "fp8", "fp8_e4m3"], "KV pages: the model dtype, or fp8."
 )

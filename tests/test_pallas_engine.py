@@ -1,5 +1,6 @@
 """The engine with attention_impl="pallas": HF greedy tokens for every fixture model, the
-dispatch rules, and the automatic XLA fallback for shapes the kernels refuse.
+dispatch rules, and the automatic XLA fallback for shapes the kernels refuse; the opt-in
+attention_impl="mosaic" routing (and on a Hopper GPU, the engine on it).
 
 On CPU the kernels run in interpret mode inside the jitted step (slow: one prompt budget per
 model, chosen so that steps mix prefill chunks and decodes).
@@ -55,6 +56,7 @@ def test_pallas_engine_matches_hf_greedy(arch, budget):
 
 def test_auto_picks_pallas_only_on_gpu():
     assert ops.resolve_impl("auto") == ("pallas" if jax.default_backend() == "gpu" else "xla")
+    assert ops.resolve_impl("auto") != "mosaic"  # opt-in until timed on a GPU
     assert ops.resolve_impl("pallas") == "pallas"  # interpret mode off GPU
     assert ops.get_attention_ops("pallas") is ops.PALLAS_OPS
     assert ops.get_attention_ops("pallas", batch_invariant=True) is ops.PALLAS_INVARIANT_OPS
@@ -98,3 +100,124 @@ def test_refused_shape_falls_back_to_xla_with_a_warning():
     with pytest.warns(UserWarning, match="head_dim=320.*XLA path"):
         out = ops.PALLAS_OPS.gqa(q, k_pages, v_pages, meta, 0.1, 1)
     np.testing.assert_array_equal(out, pa.paged_attention_gqa(q, k_pages, v_pages, meta, 0.1, 1))
+
+
+def _spy_on_kernels(monkeypatch) -> list[str]:
+    """Records which pallas_kernels entry point each attention op calls (then calls it)."""
+    import pallas_kernels as pk
+
+    calls = []
+
+    def spy(name, real):
+        def call(*args, **kwargs):
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+    for name in (
+        "ragged_paged_attention",
+        "ragged_paged_attention_mosaic",
+        "mla_paged_attention",
+        "mla_decode_mosaic",
+    ):
+        monkeypatch.setattr(pk, name, spy(name, getattr(pk, name)))
+    return calls
+
+
+def test_mosaic_ops_route_prefill_gqa_and_decode_mla_to_the_mosaic_kernels(monkeypatch):
+    """MOSAIC_OPS in interpret mode: GQA steps with prefill chunks and all-decode MLA steps
+    run the Mosaic GPU kernels and equal the XLA path; decodes (GQA), chunks (MLA) and what
+    the Mosaic kernels refuse (float32) go to the Triton kernels, the last with a warning."""
+    from test_pallas_attention import _check, _meta, ragged_batch, random_pages
+    from test_pallas_mosaic import decode_batch
+
+    calls = _spy_on_kernels(monkeypatch)
+    rng = np.random.default_rng(11)
+    bf16 = jnp.bfloat16
+    pages = {"prefill": 40, "decode": 64}
+    prefill = ragged_batch(4, 16, pages["prefill"])  # 24 tokens, 6 sequences: chunks, decodes
+    decode = decode_batch(4, 16, pages["decode"])  # 8 tokens, 7 sequences: one token at most
+    prefill["pages"], decode["pages"] = pages["prefill"], pages["decode"]
+
+    def inputs(b, kind, dtype):
+        meta = pa.build_metadata(*(jnp.asarray(x) for x in _meta(b)))
+        num_tokens = b["positions"].shape[0]
+        if kind == "gqa":  # 8 query heads on 2 KV heads of 64
+            q = jnp.asarray(rng.standard_normal((num_tokens, 8, 64)), dtype)
+            k = random_pages(rng, (b["pages"], 16, 2, 64), b["owned"], dtype)
+            v = random_pages(rng, (b["pages"], 16, 2, 64), b["owned"], dtype)
+            return (q, k, v, meta, 0.125, 2)
+        q_lat = jnp.asarray(rng.standard_normal((num_tokens, 4, 128)), dtype)
+        q_pe = jnp.asarray(rng.standard_normal((num_tokens, 4, 64)), dtype)
+        latent = random_pages(rng, (b["pages"], 16, 192), b["owned"], dtype)
+        return (q_lat, q_pe, latent, meta, 0.07, 2)
+
+    def trace(op, args):  # abstract arrays; scale and kv_block_pages stay Python numbers
+        jax.eval_shape(lambda *arrays: op(*arrays, *args[4:]), *args[:4])
+
+    routes = [  # (step, attention, dtype, the kernel it must reach)
+        (prefill, "gqa", bf16, "ragged_paged_attention_mosaic"),
+        (decode, "gqa", bf16, "ragged_paged_attention"),
+        (decode, "mla", bf16, "mla_decode_mosaic"),
+        (prefill, "mla", bf16, "mla_paged_attention"),
+    ]
+    for b, kind, dtype, kernel in routes:
+        calls.clear()
+        trace(getattr(ops.MOSAIC_OPS, kind), inputs(b, kind, dtype))
+        assert calls == [kernel], (kind, dtype)
+    calls.clear()
+    with pytest.warns(UserWarning, match="Mosaic GQA attention.*bfloat16, float16"):
+        trace(ops.MOSAIC_OPS.gqa, inputs(prefill, "gqa", jnp.float32))
+    assert calls == ["ragged_paged_attention"]
+
+    # The two Mosaic routes, run: the same numbers as the engine's XLA path.
+    for b, kind in ((prefill, "gqa"), (decode, "mla")):
+        args = inputs(b, kind, bf16)
+        mosaic = jax.jit(getattr(ops.MOSAIC_OPS, kind), static_argnums=(4, 5))
+        xla = jax.jit(getattr(ops.XLA_OPS, kind), static_argnums=(4, 5))
+        _check(mosaic(*args), xla(*args), b, bf16)
+
+
+def test_mosaic_is_opt_in_for_hopper_and_not_batch_invariant():
+    capability = str(getattr(jax.devices()[0], "compute_capability", ""))
+    if jax.default_backend() == "gpu" and capability.startswith("9."):
+        assert ops.resolve_impl("mosaic") == "mosaic"
+    else:  # the GPU interpreter deadlocked XLA:CPU inside a whole step (attention_ops.py)
+        with pytest.raises(ValueError, match="attention_impl='mosaic': needs a Hopper GPU"):
+            ops.resolve_impl("mosaic")
+    assert ops.get_attention_ops("mosaic") is ops.MOSAIC_OPS
+    with pytest.raises(ValueError, match="batch_invariant=True"):
+        ops.resolve_impl("mosaic", batch_invariant=True)
+    with pytest.raises(ValueError, match="batch_invariant=True"):
+        ops.get_attention_ops("mosaic", batch_invariant=True)
+    with pytest.raises(ValueError, match="attention_impl='mosaic'"):  # before any loading
+        LLM(model="/nonexistent", attention_impl="mosaic", batch_invariant=True)
+
+
+@pytest.mark.gpu
+def test_mosaic_engine_scores_like_the_pallas_engine_on_hopper():
+    """bf16, 8 query heads on 2 KV heads of 64: prompts (one chunked) through the Mosaic GPU
+    prefill kernel. Random weights give near-uniform logits, where greedy tokens flip on
+    rounding, so the check is every prompt token's logprob against the Triton-kernel engine
+    in the same dtype."""
+    capability = str(getattr(jax.devices()[0], "compute_capability", ""))
+    if jax.default_backend() != "gpu" or not capability.startswith("9."):
+        pytest.skip("needs a Hopper GPU")
+    rng = np.random.default_rng(0)
+    prompts = [[int(t) for t in rng.integers(3, 8000, n)] for n in (5, 40, 70)]
+    scores = {}
+    for impl in ("pallas", "mosaic"):
+        llm = LLM(
+            model="bench-llama-20m",
+            dtype="bfloat16",
+            attention_impl=impl,
+            page_size=16,
+            num_pages=64,
+            max_model_len=256,
+            max_num_batched_tokens=64,  # the 70-token prompt is chunked
+        )
+        scores[impl] = llm.score(prompts)
+    for a, b in zip(scores["pallas"], scores["mosaic"], strict=True):
+        assert a.shape == b.shape and np.isfinite(b).all()
+        np.testing.assert_allclose(b, a, atol=1e-2, rtol=0)
