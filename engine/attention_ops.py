@@ -133,6 +133,11 @@ def _pallas_write_kv(pages, new, slot_mapping):
     return pk.write_kv(pages, new, slot_mapping, interpret=_interpret())
 
 
+def _spans(meta: pa.AttnMetadata) -> tuple[jax.Array, ...]:
+    """The kernels' step description: cu_q_lens, positions, kv_lens, page_table."""
+    return meta.cu_q_lens, meta.positions, meta.kv_lens, meta.page_table
+
+
 def _split(pages) -> tuple[jax.Array, jax.Array | None]:
     """(page data, per-row scales or None) of plain or fp8 pages."""
     if kv_quant.is_quantized(pages):
@@ -174,10 +179,7 @@ def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, batch_invarian
         q,
         k_data,
         v_data,
-        meta.cu_q_lens,
-        meta.positions,
-        meta.kv_lens,
-        meta.page_table,
+        *_spans(meta),
         scale=scale,
         k_scales=k_scales,
         v_scales=v_scales,
@@ -206,10 +208,7 @@ def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
         q_lat,
         q_pe,
         data,
-        meta.cu_q_lens,
-        meta.positions,
-        meta.kv_lens,
-        meta.page_table,
+        *_spans(meta),
         scale=scale,
         latent_scales=scales,
         config=mla_config(),
@@ -237,10 +236,7 @@ def _mosaic_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages):
         q,
         k_pages,
         v_pages,
-        meta.cu_q_lens,
-        meta.positions,
-        meta.kv_lens,
-        meta.page_table,
+        *_spans(meta),
         scale=scale,
         interpret=_interpret(),
     )
@@ -260,10 +256,7 @@ def _mosaic_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
         q_lat,
         q_pe,
         latent_pages,
-        meta.cu_q_lens,
-        meta.positions,
-        meta.kv_lens,
-        meta.page_table,
+        *_spans(meta),
         scale=scale,
         interpret=_interpret(),
     )
