@@ -169,7 +169,6 @@ SMALL_SWEEP = {
     "mla": (dict(), dict(kv_split=512, max_splits=64), dict(kv_split=256, max_splits=128)),
     "mosaic": (dict(), dict(min_split=256), dict(min_split=128)),
 }
-# --sweep: the prefill chunk (GQA) under other tilings: bigger query tiles re-read KV less.
 # --sweep: the Mosaic GPU prefill kernel's MosaicGQAConfig (all fit Hopper's shared memory).
 MOSAIC_PREFILL_SWEEP = (
     dict(block_kv=64),
@@ -177,6 +176,7 @@ MOSAIC_PREFILL_SWEEP = (
     dict(block_kv=128, num_stages=1),
     dict(block_kv=256, num_stages=1),
 )
+# --sweep: the prefill chunk (GQA) under other tilings: bigger query tiles re-read KV less.
 PREFILL_SWEEP = (
     dict(block_rows=16),
     dict(block_rows=64, block_kv=128, num_stages=3),
