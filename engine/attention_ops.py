@@ -119,8 +119,8 @@ def _hopper() -> bool:
     return _capability_at_least(9.0, unknown=False) and not _capability_at_least(10.0, True)
 
 
-def _fallback(kernel: str, err: Exception) -> None:
-    warnings.warn(f"Pallas {kernel}: {err}; using the XLA path for this shape", stacklevel=3)
+def _fallback(kernel: str, err: Exception, instead: str = "the XLA path") -> None:
+    warnings.warn(f"Pallas {kernel}: {err}; using {instead} for this shape", stacklevel=3)
 
 
 def _pallas_write_kv(pages, new, slot_mapping):
@@ -230,7 +230,7 @@ def _mosaic_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages):
     try:
         pk.check_gqa_mosaic_supported(q, k_data, v_data, k_scales, v_scales)
     except pk.UnsupportedShapeError as err:
-        _fallback("Mosaic GQA attention (to Triton)", err)
+        _fallback("Mosaic GQA attention", err, instead="the Triton kernel")
         return _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages)
     return pk.ragged_paged_attention_mosaic(
         q,
@@ -250,7 +250,7 @@ def _mosaic_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
     try:
         pk.check_mla_mosaic_supported(q_lat, q_pe, *_split(latent_pages))
     except pk.UnsupportedShapeError as err:
-        _fallback("Mosaic MLA attention (to Triton)", err)
+        _fallback("Mosaic MLA attention", err, instead="the Triton kernel")
         return _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages)
     return pk.mla_decode_mosaic(
         q_lat,

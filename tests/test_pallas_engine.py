@@ -167,7 +167,7 @@ def test_mosaic_ops_route_prefill_gqa_and_decode_mla_to_the_mosaic_kernels(monke
         trace(getattr(ops.MOSAIC_OPS, kind), inputs(b, kind, dtype))
         assert calls == [kernel], (kind, dtype)
     calls.clear()
-    with pytest.warns(UserWarning, match="Mosaic GQA attention.*bfloat16, float16"):
+    with pytest.warns(UserWarning, match="Mosaic GQA attention.*bfloat16, float16.*Triton kernel"):
         trace(ops.MOSAIC_OPS.gqa, inputs(prefill, "gqa", jnp.float32))
     assert calls == ["ragged_paged_attention"]
 
