@@ -35,9 +35,13 @@ demo: setup
 
 # One pytest process per test file: each file starts from a fresh XLA (compiled programs and
 # fake-device settings never leak between files; a long single process once crashed inside
-# XLA:CPU's compiler after hundreds of compilations).
+# XLA:CPU's compiler after hundreds of compilations). Compiling is most of the suite's time
+# on CPU and many files compile the same step programs, so the run shares JAX's persistent
+# compilation cache: a fresh directory per run (what a clean checkout pays), removed after.
 test: setup
-	@set -e; for f in tests/test_*.py; do \
+	@set -e; cache=$$(mktemp -d); trap 'rm -rf "$$cache"' EXIT; \
+	export JAX_COMPILATION_CACHE_DIR=$$cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0; \
+	for f in tests/test_*.py; do \
 	  echo "== $$f"; $(PY) -m pytest -x -q -p no:cacheprovider $$f; \
 	done
 
