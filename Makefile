@@ -33,17 +33,21 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m scripts.generate --model=tiny-deepseek-v3 --num_prompts=8 --max_tokens=24
 
-# One pytest process per test file: each file starts from a fresh XLA (compiled programs and
-# fake-device settings never leak between files; a long single process once crashed inside
-# XLA:CPU's compiler after hundreds of compilations). Compiling is most of the suite's time
-# on CPU and many files compile the same step programs, so the run shares JAX's persistent
-# compilation cache: a fresh directory per run (what a clean checkout pays), removed after.
+# tests/run_files.sh runs one pytest process per test file, TEST_JOBS at a time (why: its
+# header), the slowest files (measured) first so the workers finish close together.
+# Compiling is most of the suite's time on CPU and many files compile the same step
+# programs, so the run shares JAX's persistent compilation cache: a fresh directory per run
+# (what a clean checkout pays), removed after.
+TEST_JOBS ?= 2
+SLOW_TESTS := $(wildcard tests/test_engine.py tests/test_sharding_mesh.py \
+	tests/test_batch_invariance.py tests/test_kv_quant.py tests/test_long_context.py \
+	tests/test_pallas_engine.py tests/test_pallas_bench.py tests/test_scripts.py)
+TEST_FILES := $(SLOW_TESTS) $(filter-out $(SLOW_TESTS),$(sort $(wildcard tests/test_*.py)))
+
 test: setup
 	@set -e; cache=$$(mktemp -d); trap 'rm -rf "$$cache"' EXIT; \
 	export JAX_COMPILATION_CACHE_DIR=$$cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0; \
-	for f in tests/test_*.py; do \
-	  echo "== $$f"; $(PY) -m pytest -x -q -p no:cacheprovider $$f; \
-	done
+	tests/run_files.sh $(PY) $(TEST_JOBS) $(TEST_FILES)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -348,7 +348,6 @@ def _mla_decode_call(
 
         @pl.when(wg == 2)
         def _producer():
-            plgpu.set_max_registers(40, action="decrease")
             produce_ring(fetch, n_blocks, stages, kv_free)
 
     def entry(*refs):

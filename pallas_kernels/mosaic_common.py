@@ -79,9 +79,12 @@ def produce_ring(
     """The producer warpgroup's loop: `fetch(block, slot)` for blocks 0..n_blocks-1 into a
     ring of `stages` slots, each refill after its slot's consumers released it.
 
-    The last `stages` frees are waited on after the loop too, so every barrier's phases are
-    observed before the barriers are deallocated (the interpreter checks this).
+    It only issues copies, so it first hands its registers down to 40 per thread for the
+    consumer warpgroups (which raise theirs to 232). The last `stages` frees are waited on
+    after the loop too, so every barrier's phases are observed before the barriers are
+    deallocated (the interpreter checks this).
     """
+    plgpu.set_max_registers(40, action="decrease")
     for b in range(stages):
 
         @pl.when(b < n_blocks)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the test files, one pytest process each, JOBS at a time; `make test` calls it.
+#
+#   tests/run_files.sh PYTHON JOBS FILE...
+#
+# Each file starts from a fresh XLA (compiled programs and fake-device settings never leak
+# between files; a long single process once crashed inside XLA:CPU's compiler after
+# hundreds of compilations). A file's output is printed whole when it ends, so two files'
+# lines never interleave. The first failing file stops new ones from starting (xargs stops
+# on exit status 255) and fails the run, like pytest -x.
+set -euo pipefail
+py=$1 jobs=$2
+shift 2
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+export py logs
+printf '%s\n' "$@" | xargs -P "$jobs" -I{} bash -c '
+  f={}; log="$logs/$(basename "$f").log"; start=$SECONDS
+  if "$py" -m pytest -x -q -p no:cacheprovider "$f" > "$log" 2>&1; then
+    echo "== $f ($((SECONDS - start)) s)"; cat "$log"
+  else
+    echo "== $f FAILED ($((SECONDS - start)) s)"; cat "$log"; exit 255
+  fi'
