@@ -14,10 +14,8 @@ shift 2
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 export py logs
-printf '%s\n' "$@" | xargs -P "$jobs" -I{} bash -c '
-  f={}; log="$logs/$(basename "$f").log"; start=$SECONDS
-  if "$py" -m pytest -x -q -p no:cacheprovider "$f" > "$log" 2>&1; then
-    echo "== $f ($((SECONDS - start)) s)"; cat "$log"
-  else
-    echo "== $f FAILED ($((SECONDS - start)) s)"; cat "$log"; exit 255
-  fi'
+printf '%s\n' "$@" | xargs -P "$jobs" -n 1 bash -c '
+  log="$logs/$(basename "$1").log" start=$SECONDS status=0
+  "$py" -m pytest -x -q -p no:cacheprovider "$1" > "$log" 2>&1 || status=$?
+  echo "== $1$( ((status)) && echo " FAILED") ($((SECONDS - start)) s)"; cat "$log"
+  ((status == 0)) || exit 255' _
