@@ -1,5 +1,5 @@
 """Mixture-of-experts: routing (softmax top-k, DeepSeek greedy / group-limited / noaux_tc) and a
-dropless expert block (sort token copies by expert, grouped matmuls: `grouped_matmul`).
+dropless expert block (sort token copies by expert, grouped matmuls: `grouped_swiglu`).
 
 Routing follows Hugging Face 5.24: MixtralTopKRouter, Qwen3MoeTopKRouter, DeepseekV2TopkRouter,
 DeepseekV3TopkRouter. The router runs in float32 whatever the model dtype.
@@ -98,12 +98,44 @@ def grouped_matmul(
     """
     if jax.default_backend() != "cpu":
         return jax.lax.ragged_dot(xs, w, group_sizes)
-    return _tiled_grouped_matmul(xs, w, group_sizes, GROUP_TILE)
+    return _tiled_grouped(xs, group_sizes, (w,), lambda x_i, e: x_i @ w[e])
 
 
-def _tiled_grouped_matmul(xs, w, group_sizes, tile):
+def grouped_swiglu(
+    xs: jax.Array,  # [M, D], rows grouped by expert in order
+    w_gate: jax.Array,  # [E, D, F]
+    w_up: jax.Array,  # [E, D, F]
+    w_down: jax.Array,  # [E, F, D]
+    group_sizes: jax.Array,  # [E] int32, sum <= M
+) -> jax.Array:  # [M, D], zeros past sum(group_sizes)
+    """Each row through its group's SwiGLU expert: down(silu(x @ gate) * (x @ up)).
+
+    The same products as three `grouped_matmul` calls. On CPU the rows are laid out in tiles
+    once and one loop runs a tile's three products back to back, where three calls would
+    build the layout, loop and gather back three times (a smaller program to compile, and
+    the hidden activations never leave the tile layout).
+    """
+    if jax.default_backend() != "cpu":
+        gate = jax.lax.ragged_dot(xs, w_gate, group_sizes)
+        up = jax.lax.ragged_dot(xs, w_up, group_sizes)
+        return jax.lax.ragged_dot(jax.nn.silu(gate) * up, w_down, group_sizes)
+
+    def expert_tile(x_i, e):
+        return (jax.nn.silu(x_i @ w_gate[e]) * (x_i @ w_up[e])) @ w_down[e]
+
+    return _tiled_grouped(xs, group_sizes, (w_gate, w_up, w_down), expert_tile)
+
+
+def _tiled_grouped(
+    xs: jax.Array,  # [M, D], rows grouped by expert in order
+    group_sizes: jax.Array,  # [E] int32
+    weights: tuple,  # the stacked [E, ...] weights expert_tile reads; the last gives the width
+    expert_tile: Callable[[jax.Array, jax.Array], jax.Array],  # ([TILE, D], e) -> [TILE, F]
+    tile: int = GROUP_TILE,
+) -> jax.Array:  # [M, F], zeros past sum(group_sizes)
+    """The CPU grouped products: each group's rows in tiles of `tile`, one call per used tile."""
     m, d = xs.shape
-    e, _, f = w.shape
+    e = weights[0].shape[0]
     num_tiles = -(-m // tile) + e  # each group adds at most one partial tile
     gs = group_sizes.astype(jnp.int32)
     tiles_per = (gs + tile - 1) // tile  # [E]
@@ -120,11 +152,14 @@ def _tiled_grouped_matmul(xs, w, group_sizes, tile):
 
     def body(i, y):
         x_i = jax.lax.dynamic_slice_in_dim(x_tiles, i * tile, tile)  # [tile, D]
-        return jax.lax.dynamic_update_slice_in_dim(y, x_i @ w[tile_expert[i]], i * tile, 0)
+        return jax.lax.dynamic_update_slice_in_dim(y, expert_tile(x_i, tile_expert[i]), i * tile, 0)
 
-    # Zeros typed like the products (inside shard_map they vary over the axes xs and w vary
-    # over; a loop carry must keep its type).
-    y = jnp.zeros_like(x_tiles[:, :1] * w[0, :1])  # [num_tiles * tile, F]
+    # Zeros typed like the products (inside shard_map they vary over the axes xs and the
+    # weights vary over; a loop carry must keep its type).
+    typed = x_tiles[:, :1]
+    for w in weights:
+        typed = typed * w[0, :1, :1]
+    y = jnp.zeros_like(jnp.broadcast_to(typed, (typed.shape[0], weights[-1].shape[-1])))
     y = jax.lax.fori_loop(0, tile_end[-1], body, y)
     return jnp.take(y, dest, axis=0, mode="fill", fill_value=0)
 
@@ -147,9 +182,7 @@ def routed_experts(
     order = jnp.argsort(flat, stable=True)  # [T*k]
     group_sizes = jnp.bincount(flat, length=e).astype(jnp.int32)  # [E]
     xs = jnp.take(x, order // k, axis=0)  # [T*k, D], grouped by expert
-    gate = grouped_matmul(xs, p_moe["w_gate"], group_sizes)  # [T*k, F]
-    up = grouped_matmul(xs, p_moe["w_up"], group_sizes)  # [T*k, F]
-    ys = grouped_matmul(jax.nn.silu(gate) * up, p_moe["w_down"], group_sizes)  # [T*k, D]
+    ys = grouped_swiglu(xs, p_moe["w_gate"], p_moe["w_up"], p_moe["w_down"], group_sizes)
     y = jnp.zeros_like(ys).at[order].set(ys).reshape(t, k, -1)  # [T, k, D], slot order
     out = jnp.zeros((t, x.shape[-1]), jnp.float32)
     for j in range(k):

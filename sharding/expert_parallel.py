@@ -6,7 +6,7 @@ Inside `shard_map` each device holds T_l = T / (dp * ep) tokens and E_l = E / ep
             owns the expert; place them in a send buffer [ep, C, D] (C rows per destination);
             all-to-all over `ep`, so row block s of the receive buffer came from device s
   compute   sort the received rows by local expert; grouped matmuls over the E_l local
-            experts (models.moe.grouped_matmul); with tp > 1 each device holds an F / tp slice of
+            experts (models.moe.grouped_swiglu); with tp > 1 each device holds an F / tp slice of
             every expert's MLP and the partial down projections are summed over `tp`
   combine   unsort; all-to-all back; each copy's output returns to its sender's slot; the
             k outputs of a token are summed in slot order 0..k-1 in float32, the same fixed
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from configs.model_config import ModelConfig
-from models.moe import RoutedFn, grouped_matmul
+from models.moe import RoutedFn, grouped_swiglu
 from sharding.mesh import EP, TP, mesh_config_of
 from sharding.rules import logical_to_spec, rules_for
 
@@ -88,9 +88,9 @@ def expert_compute(
     order = jnp.argsort(recv_expert, stable=True)  # empty rows last
     group_sizes = jnp.bincount(recv_expert, length=num_local).astype(jnp.int32)  # [E_l]
     xs = recv_x[order]
-    gate = grouped_matmul(xs, p_local["w_gate"], group_sizes)  # [R, F_l]
-    up = grouped_matmul(xs, p_local["w_up"], group_sizes)  # [R, F_l]
-    ys = grouped_matmul(jax.nn.silu(gate) * up, p_local["w_down"], group_sizes)  # [R, D]
+    ys = grouped_swiglu(  # [R, D]
+        xs, p_local["w_gate"], p_local["w_up"], p_local["w_down"], group_sizes
+    )
     ys = jax.lax.psum(ys, TP)  # partial sums over the F slices
     return jnp.zeros_like(ys).at[order].set(ys)
 

@@ -19,7 +19,7 @@ from models.attention import (
     mla_latent_to_v,
     mla_softmax_scale,
 )
-from models.moe import GROUP_TILE, grouped_matmul, moe_block, route
+from models.moe import GROUP_TILE, grouped_matmul, grouped_swiglu, moe_block, route
 from models.reference import init_cache, reference_forward
 from models.rope import apply_rope, rope_frequencies, yarn_get_mscale
 from models.specs import is_spec, param_specs
@@ -288,13 +288,37 @@ def test_grouped_matmul_matches_per_group_products(sizes):
     assert not got[sum(sizes) :].any()
 
 
-def test_grouped_matmul_row_does_not_depend_on_the_other_rows():
+def test_grouped_swiglu_matches_per_group_products():
+    sizes = [0, 3, 0, GROUP_TILE, GROUP_TILE + 1, 1, 0, 2 * GROUP_TILE + 5]
+    rng = np.random.default_rng(11)
+    m = sum(sizes) + 5
+    xs = rng.standard_normal((m, 24)).astype(np.float32)
+    w_gate, w_up = (rng.standard_normal((len(sizes), 24, 20)).astype(np.float32) for _ in "gu")
+    w_down = rng.standard_normal((len(sizes), 20, 24)).astype(np.float32)
+    got = np.asarray(
+        jax.jit(grouped_swiglu)(xs, w_gate, w_up, w_down, jnp.asarray(sizes, jnp.int32))
+    )
+    want, start = np.zeros((m, 24)), 0
+    for e, n in enumerate(sizes):
+        x = xs[start : start + n].astype(np.float64)
+        gate = x @ w_gate[e]
+        want[start : start + n] = (gate / (1 + np.exp(-gate)) * (x @ w_up[e])) @ w_down[e]
+        start += n
+    np.testing.assert_allclose(got, want, atol=1e-3, rtol=1e-5)
+    assert not got[sum(sizes) :].any()
+
+
+@pytest.mark.parametrize("fn_name", ["grouped_matmul", "grouped_swiglu"])
+def test_grouped_products_of_a_row_do_not_depend_on_the_other_rows(fn_name):
     """The batch-invariance property: one row's product is bitwise the same whatever the
     group sizes around it, its place in its group, and the total row count."""
     rng = np.random.default_rng(3)
-    w = rng.standard_normal((8, 512, 256)).astype(np.float32)
+    weights = [rng.standard_normal((8, 512, 256)).astype(np.float32)]
+    if fn_name == "grouped_swiglu":  # + w_up, w_down
+        weights.append(rng.standard_normal((8, 512, 256)).astype(np.float32))
+        weights.append(rng.standard_normal((8, 256, 512)).astype(np.float32) / 16)
+    fn = jax.jit({"grouped_matmul": grouped_matmul, "grouped_swiglu": grouped_swiglu}[fn_name])
     probe = rng.standard_normal(512).astype(np.float32)
-    fn = jax.jit(grouped_matmul)
     seen = set()
     # Small totals too: XLA:CPU's ragged_dot, whose kernel follows the row count, gave two
     # different results for this row over these trials.
@@ -304,7 +328,7 @@ def test_grouped_matmul_row_does_not_depend_on_the_other_rows():
         xs = rng.standard_normal((int(sizes.sum()) + trial, 512)).astype(np.float32)
         row = int(sizes[:5].sum() + rng.integers(0, sizes[5]))  # somewhere in expert 5's group
         xs[row] = probe
-        seen.add(np.asarray(fn(xs, w, jnp.asarray(sizes, jnp.int32)))[row].tobytes())
+        seen.add(np.asarray(fn(xs, *weights, jnp.asarray(sizes, jnp.int32)))[row].tobytes())
     assert len(seen) == 1
 
 
