@@ -344,6 +344,11 @@ def _blocked_attention(
             for n in sizes
         ]
         short = kv_block_pages
+        # A page table no wider than SHORT_CONTEXT_BLOCKS small blocks holds no context long
+        # enough for a long block: the choice below would always pick the small ones, so
+        # the long-block loops are not built (same results, a smaller program to compile).
+        if meta.page_table.shape[1] <= SHORT_CONTEXT_BLOCKS * short:
+            block_pages = [short] * len(sizes)
     else:
         sizes, block_pages, short = (query_tile,), [kv_block_pages], kv_block_pages
     tile = sizes[0]
