@@ -15,7 +15,7 @@ The mode pins every reduction to an order that does not depend on the batch:
 - Attention: reduced over fixed-size KV blocks aligned to absolute position 0, one token at a
   time, so chunking, decode vs prefill and neighbours do not change a token's reduction.
 - MoE: on CPU each expert's rows are multiplied in fixed tiles of GROUP_TILE rows
-  (`models.moe.grouped_swiglu`; a row's products was bitwise the same at every place in a tile
+  (`models.moe.grouped_swiglu`; a row's products were bitwise the same at every place in a tile
   and for any tile count), and the top-k expert outputs are combined in slot order 0..k-1 in
   float32. On GPU the grouped matmul is `jax.lax.ragged_dot`, not yet shown invariant there.
 - Pallas kernels (`attention_impl="pallas"`): each program reduces one fixed query tile
