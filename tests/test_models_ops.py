@@ -308,16 +308,16 @@ def test_grouped_swiglu_matches_per_group_products():
     assert not got[sum(sizes) :].any()
 
 
-@pytest.mark.parametrize("fn_name", ["grouped_matmul", "grouped_swiglu"])
-def test_grouped_products_of_a_row_do_not_depend_on_the_other_rows(fn_name):
+@pytest.mark.parametrize("fn", [grouped_matmul, grouped_swiglu], ids=lambda fn: fn.__name__)
+def test_grouped_products_of_a_row_do_not_depend_on_the_other_rows(fn):
     """The batch-invariance property: one row's product is bitwise the same whatever the
     group sizes around it, its place in its group, and the total row count."""
     rng = np.random.default_rng(3)
     weights = [rng.standard_normal((8, 512, 256)).astype(np.float32)]
-    if fn_name == "grouped_swiglu":  # + w_up, w_down
+    if fn is grouped_swiglu:  # + w_up, w_down
         weights.append(rng.standard_normal((8, 512, 256)).astype(np.float32))
         weights.append(rng.standard_normal((8, 256, 512)).astype(np.float32) / 16)
-    fn = jax.jit({"grouped_matmul": grouped_matmul, "grouped_swiglu": grouped_swiglu}[fn_name])
+    fn = jax.jit(fn)
     probe = rng.standard_normal(512).astype(np.float32)
     seen = set()
     # Small totals too: XLA:CPU's ragged_dot, whose kernel follows the row count, gave two
