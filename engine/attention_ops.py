@@ -157,7 +157,11 @@ def _check_fp8_device(pages) -> None:
 
 
 def _gqa_config(num_tokens: int, num_seqs: int, batch_invariant: bool):
-    """The decode tiling for a decode-only step shape (bucket T <= S), else the general one.
+    """The decode tiling for a step bucket with T <= S, else the general one.
+
+    T <= S holds for every decode-only step; otherwise only for steps with fewer than two
+    tokens per sequence, or of at most runner.SEQ_FLOOR tokens (S is padded up to T there):
+    short spans that the decode tiling serves as well.
 
     Batch-invariant mode keeps one query tile for every step, so that a token decoded alone
     and the same token recomputed inside a prefill chunk go through the same program shape.

@@ -65,8 +65,8 @@ def test_auto_picks_pallas_only_on_gpu():
 
 
 def test_kernel_configs_by_step_shape_and_device():
-    """A step bucket with no more tokens than sequences is all decodes (one-token tiles);
-    the invariant mode keeps one tiling for every step."""
+    """A step bucket with no more tokens than sequences (all decodes, or a step of a few
+    tokens) takes the decode tiling; the invariant mode keeps one tiling for every step."""
     import pallas_kernels as pk
 
     assert pk.GQA_DECODE_CONFIG.block_rows < pk.GQA_CONFIG.block_rows

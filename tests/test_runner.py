@@ -1,0 +1,46 @@
+"""Step shape buckets (engine/runner.Buckets): every batch the scheduler can form lands in
+one of `pairs`, each pair is used, and there are few of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.runner import SEQ_FLOOR, Buckets
+
+
+def _walk(buckets: Buckets, max_tokens: int, max_seqs: int) -> set[tuple[int, int]]:
+    """Picks every (tokens, sequences) batch a step may hold: 1 <= sequences <= tokens."""
+    seen = set()
+    for n in range(1, max_tokens + 1):
+        for s in range(1, min(n, max_seqs) + 1):
+            t_pad, s_pad = buckets.pick(n, s)
+            assert t_pad & (t_pad - 1) == 0 and s_pad & (s_pad - 1) == 0, (n, s)
+            assert n <= t_pad <= buckets.max_tokens and s <= s_pad <= min(t_pad, buckets.max_seqs)
+            # Padding stays under 2x, except up to the floors.
+            assert t_pad < 2 * n or t_pad == buckets.min_rows, (n, s)
+            assert s_pad < 2 * s or s_pad <= max(SEQ_FLOOR, buckets.min_rows), (n, s)
+            seen.add((t_pad, s_pad))
+    return seen
+
+
+@pytest.mark.parametrize(
+    "max_tokens, max_seqs, min_rows",
+    [(64, 8, 1), (64, 16, 1), (200, 64, 1), (100, 3, 1), (256, 64, 64), (32, 4, 8)],
+)
+def test_every_batch_lands_in_a_bucket_and_every_bucket_is_reachable(
+    max_tokens, max_seqs, min_rows
+):
+    buckets = Buckets(max_tokens, max_seqs, pages_per_seq=4, min_rows=min_rows)
+    assert _walk(buckets, max_tokens, max_seqs) == set(buckets.pairs)
+    assert len(buckets.pairs) == len(set(buckets.pairs))
+
+
+def test_the_default_engine_limits_give_33_buckets():
+    # S = T for T <= 8 (4 pairs); then S in 8..T: T = 16 has 2, T = 32 has 3, and each of
+    # T = 64 .. 2048 (6 sizes) has S in 8, 16, 32, 64. Without the floor it was 63 pairs.
+    buckets = Buckets(2048, 64, pages_per_seq=1)
+    assert len(buckets.pairs) == 4 + 2 + 3 + 6 * 4
+    assert buckets.pick(1, 1) == (1, 1)
+    assert buckets.pick(5, 2) == (8, 8)
+    assert buckets.pick(100, 1) == (128, 8)
+    assert buckets.pick(100, 9) == (128, 16)
