@@ -11,10 +11,11 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-# A step pads its sequences to at least this many rows (or T, if fewer): the lm_head and
-# sampler rows of a step cost next to nothing at that size (a GPU matmul pads M to 8 anyway),
-# and it drops the S = 1, 2, 4 variants of every larger T. At the defaults (2048 tokens, 64
-# sequences) that is 33 buckets instead of 63: about half the compilations to warm up.
+# A step pads its sequences to at least this many rows (or T, if fewer). Those rows cost an
+# lm_head and sampler row each (on a GPU 8 lm_head rows read the same weights as 1; on CPU
+# ~1 ms per step, docs/benchmarks.md "Step buckets"), and the floor drops the S = 1, 2, 4
+# variants of every larger T: at the defaults (2048 tokens, 64 sequences) 33 buckets
+# instead of 63, about half the compilations to warm up.
 SEQ_FLOOR = 8
 
 
