@@ -74,31 +74,10 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
     return weights.astype(jnp.float32), experts.astype(jnp.int32)
 
 
-# Rows of one matmul in the CPU grouped matmul: every expert's rows are cut into tiles of this
+# Rows of one matmul in the CPU expert block: every expert's rows are cut into tiles of this
 # many, each a [GROUP_TILE, D] x [D, F] product. Fixed, so a row's result never depends on how
-# many other rows its expert got (see grouped_matmul).
+# many other rows its expert got (see grouped_swiglu).
 GROUP_TILE = 16
-
-
-def grouped_matmul(
-    xs: jax.Array,  # [M, D], rows grouped by expert in order
-    w: jax.Array,  # [E, D, F]
-    group_sizes: jax.Array,  # [E] int32, sum <= M
-) -> jax.Array:  # [M, F], zeros past sum(group_sizes)
-    """`jax.lax.ragged_dot` semantics: rows [start_e, start_e + group_sizes[e]) times w[e].
-
-    On accelerators this is ragged_dot (a grouped kernel). XLA:CPU's ragged_dot computes every
-    group over all M rows (E times the work), so on CPU the rows of each expert are laid out in
-    tiles of GROUP_TILE rows (a group's last tile padded) and a loop runs one [GROUP_TILE, D] x
-    [D, F] product per used tile. Measured on jax 0.11.2 CPU (D=512, F=256, E=16): 0.15 ms at
-    M=2, 14 ms at M=4096, against 1.2 ms and 128 ms for ragged_dot. Every tile is the same dot
-    shape and a row's result was bitwise the same at every row position of a tile and for any
-    tile count, so a token copy's expert output does not depend on the batch (the property
-    batch-invariant mode and the expert-parallel layouts rely on).
-    """
-    if jax.default_backend() != "cpu":
-        return jax.lax.ragged_dot(xs, w, group_sizes)
-    return _tiled_grouped(xs, group_sizes, (w,), lambda x_i, e: x_i @ w[e])
 
 
 def grouped_swiglu(
@@ -108,12 +87,18 @@ def grouped_swiglu(
     w_down: jax.Array,  # [E, F, D]
     group_sizes: jax.Array,  # [E] int32, sum <= M
 ) -> jax.Array:  # [M, D], zeros past sum(group_sizes)
-    """Each row through its group's SwiGLU expert: down(silu(x @ gate) * (x @ up)).
+    """Each row through its group's SwiGLU expert: down(silu(x @ gate) * (x @ up)), with
+    `jax.lax.ragged_dot` grouping: rows [start_e, start_e + group_sizes[e]) use expert e.
 
-    The same products as three `grouped_matmul` calls. On CPU the rows are laid out in tiles
-    once and one loop runs a tile's three products back to back, where three calls would
-    build the layout, loop and gather back three times (a smaller program to compile, and
-    the hidden activations never leave the tile layout).
+    On accelerators these are three ragged_dot calls (a grouped kernel). XLA:CPU's ragged_dot
+    computes every group over all M rows (E times the work), so on CPU the rows of each
+    expert are laid out in tiles of GROUP_TILE rows (a group's last tile padded) once, and a
+    loop runs a used tile's three products back to back. Measured on jax 0.11.2 CPU for one
+    product (D=512, F=256, E=16): 0.15 ms at M=2, 14 ms at M=4096, against 1.2 ms and 128 ms
+    for ragged_dot; the three products in one loop instead of three: docs/benchmarks.md. Every
+    tile is the same dot shape and a row's result was bitwise the same at every row position
+    of a tile and for any tile count, so a token copy's expert output does not depend on the
+    batch (the property batch-invariant mode and the expert-parallel layouts rely on).
     """
     if jax.default_backend() != "cpu":
         gate = jax.lax.ragged_dot(xs, w_gate, group_sizes)
