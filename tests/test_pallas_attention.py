@@ -109,12 +109,13 @@ GQA_CASES = {
         KernelConfig(16, 16, 32, max_heads_per_program=4),
     ),
     "g4_p16_f32_default": (4, 2, 32, 16, 40, jnp.float32, KernelConfig()),
-    # a program target: the 64-key split shortens to min_split (16 keys, 5 splits at 72)
-    "g4_p16_bf16_target": (
+    # a program target: the 64-key split shortens to min_split (16 keys, 5 splits at 72);
+    # pages of 24 rows (a multiple of 8, not a power of two): blocks straddle pages
+    "g4_p24_bf16_target": (
         4,
         2,
         32,
-        16,
+        24,
         40,
         jnp.bfloat16,
         KernelConfig(16, 16, 64, target_programs=1024, min_split=16),
