@@ -20,6 +20,7 @@ run in interpret mode anywhere, which is how make test checks them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from collections.abc import Callable
@@ -166,9 +167,18 @@ def _gqa_config(num_tokens: int, num_seqs: int, batch_invariant: bool):
     Batch-invariant mode keeps one query tile for every step, so that a token decoded alone
     and the same token recomputed inside a prefill chunk go through the same program shape.
     """
-    if not batch_invariant and num_tokens <= num_seqs:
+    if batch_invariant:
+        return _invariant(pk.GQA_CONFIG)
+    if num_tokens <= num_seqs:
         return pk.GQA_DECODE_CONFIG
     return pk.GQA_CONFIG
+
+
+def _invariant(config):
+    """`config` without `fast_softmax`, whose loop body for a key block depends on the other
+    rows of the tile (off in every engine config today; this keeps the mode bitwise if a GPU
+    measurement turns it on)."""
+    return dataclasses.replace(config, fast_softmax=False) if config.fast_softmax else config
 
 
 def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, batch_invariant=False):
@@ -192,15 +202,14 @@ def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, batch_invarian
     )
 
 
-def mla_config():
+def mla_config(batch_invariant: bool = False):
     """MLA_HOPPER_CONFIG on a Hopper GPU (compute capability 9.x, where it was measured and
     its shared memory fits), else MLA_CONFIG."""
-    if not _interpret() and _hopper():
-        return pk.MLA_HOPPER_CONFIG
-    return pk.MLA_CONFIG
+    config = pk.MLA_HOPPER_CONFIG if not _interpret() and _hopper() else pk.MLA_CONFIG
+    return _invariant(config) if batch_invariant else config
 
 
-def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
+def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages, batch_invariant=False):
     data, scales = _split(latent_pages)
     try:
         _check_fp8_device(latent_pages)
@@ -215,7 +224,7 @@ def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
         *_spans(meta),
         scale=scale,
         latent_scales=scales,
-        config=mla_config(),
+        config=mla_config(batch_invariant),
         interpret=_interpret(),
     )
 
@@ -268,7 +277,9 @@ def _mosaic_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
 
 PALLAS_OPS = AttentionOps(_pallas_write_kv, _pallas_gqa, _pallas_mla)
 PALLAS_INVARIANT_OPS = AttentionOps(
-    _pallas_write_kv, functools.partial(_pallas_gqa, batch_invariant=True), _pallas_mla
+    _pallas_write_kv,
+    functools.partial(_pallas_gqa, batch_invariant=True),
+    functools.partial(_pallas_mla, batch_invariant=True),
 )
 MOSAIC_OPS = AttentionOps(_pallas_write_kv, _mosaic_gqa, _mosaic_mla)
 

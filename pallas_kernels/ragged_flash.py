@@ -22,7 +22,9 @@ of many, each over its own paged KV. The work is cut three ways:
   shortens the splits of steps too small to fill the GPU (`target_programs`).
 - **KV blocks** (`block_kv` keys) inside a split, reduced with an online softmax
   (FlashAttention, Dao et al. 2022). Keys are gathered token by token through the page
-  table, so any page size works and a block may span several pages or part of one.
+  table, so any page size works and a block may span several pages or part of one. With
+  `fast_softmax` the softmax runs in base 2 and blocks every row of the tile sees skip the
+  causal mask (a second loop body); see KernelConfig.
 
 Everything the kernel addresses by data (page ids, ragged tile starts) is a whole-array
 ref indexed inside the kernel: with the Triton lowering such refs are plain pointers, and
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -53,6 +56,8 @@ from jax.experimental.pallas import triton as pl_triton
 
 SUPPORTED_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
 FP8_DTYPE = jnp.float8_e4m3fn  # page dtype with per-row float32 scales (or its bits, uint8)
+LOG2E = math.log2(math.e)
+LN2 = math.log(2.0)
 
 
 class UnsupportedShapeError(ValueError):
@@ -81,6 +86,14 @@ class KernelConfig:
     num_stages: int = 2  # Triton software-pipelining depth of the KV loop
     target_programs: int = 0  # > 0: shorter splits until about this many programs (decode)
     min_split: int = 256  # keys per split at least when target_programs shortens them
+    # True: base-2 online softmax (scores times scale * log2(e), then one exp2 each, where
+    # jnp.exp lowers to libdevice's longer expf in Pallas' Triton lowering), and the key
+    # blocks that every row of a tile sees skip the causal mask and the value select.
+    # Fewer elementwise instructions per score; written for the prefill chunk and not yet
+    # timed on a GPU (bench_kernels --sweep times it), so the engine's configs keep False.
+    # A block takes one of two loop bodies depending on the tile's other rows, so a
+    # token's last bits may depend on the batch: batch-invariant mode never takes it.
+    fast_softmax: bool = False
 
     def __post_init__(self):
         for name in ("block_rows", "block_kv", "max_heads_per_program"):
@@ -261,6 +274,7 @@ def _flash_kernel(
     page_size: int,
     num_pages: int,
     scale: float,
+    fast_softmax: bool,
 ):
     q_refs, kv_refs = refs[:num_q_parts], refs[num_q_parts:-2]
     o_ref, lse_ref = refs[-2:]
@@ -283,7 +297,7 @@ def _flash_kernel(
     qs = [q_ref[group, pl.ds(r0, rows), :] for q_ref in q_refs]
     kv_head = lax.div(group, head_blocks)
 
-    def body(b, carry):
+    def body(b, carry, masked=True):
         m, denom, acc = carry  # [rows], [rows], [rows, Dv] f32
         pos = lo + b * block_kv + lax.iota(jnp.int32, block_kv)  # [BK] absolute key positions
         col = jnp.minimum(lax.div(pos, page_size), max_pages - 1)
@@ -294,19 +308,40 @@ def _flash_kernel(
         s = _dot_nt(qs[0], keys[0])
         for q, k in zip(qs[1:], keys[1:], strict=True):
             s += _dot_nt(q, k)
-        if block.key_scale is not None:  # fp8 pages: q . (k * s_k) = (q . k) * s_k
-            s = s * block.key_scale[None, :]
-        s = jnp.where(pos[None, :] < limit[:, None], s * scale, -jnp.inf)
-        m_new = jnp.maximum(m, jnp.max(s, axis=1))
-        # A row that has seen no key keeps max -inf; shifting by 0 keeps exp() at 0, not NaN.
-        m_shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-        alpha = jnp.exp(m - m_shift)
-        p = jnp.exp(s - m_shift[:, None])
-        # Stale rows past the tile's keys may hold inf/NaN, and 0 * inf = NaN.
-        values = jnp.where((pos < hi)[:, None], values, jnp.zeros_like(values))
+        if fast_softmax:  # base 2: exp(x * scale) = exp2(x * scale * log2(e))
+            col_scale = scale * LOG2E
+            if block.key_scale is not None:  # fp8 pages: q . (k * s_k) = (q . k) * s_k
+                col_scale = block.key_scale[None, :] * col_scale
+            s = s * col_scale
+            # Masked after exp2, so a block's scores take the same operations in both loop
+            # bodies; masked-out scores (inf or NaN from stale rows) only reach the max and
+            # the probabilities through the selects.
+            visible = pos[None, :] < limit[:, None] if masked else None
+            s_visible = jnp.where(visible, s, -jnp.inf) if masked else s
+            m_new = jnp.maximum(m, jnp.max(s_visible, axis=1))
+            m_shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+            alpha = jnp.exp2(m - m_shift)
+            p = jnp.exp2(s - m_shift[:, None])
+            if masked:
+                p = jnp.where(visible, p, 0.0)
+        else:
+            if block.key_scale is not None:
+                s = s * block.key_scale[None, :]
+            s = jnp.where(pos[None, :] < limit[:, None], s * scale, -jnp.inf)
+            m_new = jnp.maximum(m, jnp.max(s, axis=1))
+            # A row that has seen no key keeps max -inf; shifting by 0 keeps exp() at 0.
+            m_shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+            alpha = jnp.exp(m - m_shift)
+            p = jnp.exp(s - m_shift[:, None])
+        value_scale = block.value_scale
+        if masked:
+            # Stale rows past the tile's keys may hold inf/NaN, and 0 * inf = NaN.
+            values = jnp.where((pos < hi)[:, None], values, jnp.zeros_like(values))
+            if value_scale is not None:
+                value_scale = jnp.where(pos < hi, value_scale, 0.0)
         p_v = p
-        if block.value_scale is not None:  # fp8 pages: sum_j p_j (v_j s_j) = (p * s) . v
-            p_v = p * jnp.where(pos < hi, block.value_scale, 0.0)[None, :]
+        if value_scale is not None:  # fp8 pages: sum_j p_j (v_j s_j) = (p * s) . v
+            p_v = p * value_scale[None, :]
         pv = lax.dot_general(
             p_v.astype(values.dtype),
             values,
@@ -322,7 +357,15 @@ def _flash_kernel(
         jnp.zeros((rows,), jnp.float32),
         jnp.zeros((rows, value_dim), jnp.float32),
     )
-    m, denom, acc = lax.fori_loop(0, num_blocks, body, init)
+    if fast_softmax:
+        # Blocks that end at or before every (stored) row's limit need no mask.
+        first_limit = jnp.min(jnp.where(row_ok, limit, jnp.iinfo(jnp.int32).max))
+        num_full = jnp.minimum(lax.div(jnp.maximum(first_limit - lo, 0), block_kv), num_blocks)
+        carry = lax.fori_loop(0, num_full, functools.partial(body, masked=False), init)
+        m, denom, acc = lax.fori_loop(num_full, num_blocks, body, carry)
+        m = m * LN2  # back to natural-log units for the split combine
+    else:
+        m, denom, acc = lax.fori_loop(0, num_blocks, body, init)
     seen = denom > 0
     out = acc / jnp.where(seen, denom, 1.0)[:, None]
     lse = jnp.where(seen, m + jnp.log(jnp.where(seen, denom, 1.0)), -jnp.inf)
@@ -389,6 +432,7 @@ def ragged_flash(
         page_size=page_size,
         num_pages=num_pages,
         scale=float(scale),
+        fast_softmax=config.fast_softmax,
     )
     o, lse = pl.pallas_call(
         kernel,

@@ -66,6 +66,11 @@ _PREFILL = flags.DEFINE_bool("prefill", True, "Also time the prefill-chunk row."
 _MOSAIC = flags.DEFINE_bool(
     "mosaic", True, "Also time the Mosaic GPU MLA decode kernel beside the Triton one."
 )
+_FAST_SOFTMAX = flags.DEFINE_bool(
+    "fast_softmax",
+    None,
+    "KernelConfig.fast_softmax for every Triton row (default: the engine's configs, False).",
+)
 _TUNING = {
     name: flags.DEFINE_integer(
         name,
@@ -137,6 +142,7 @@ SWEEP = {
         dict(block_rows=16, block_kv=64, kv_split=1024),
         dict(block_rows=32, block_kv=128, num_warps=8, num_stages=3),
         dict(block_rows=64, block_kv=128),
+        dict(block_rows=16, block_kv=64, fast_softmax=True),
     ),
     # MosaicMLAConfig overrides: narrower or wider p . c_kv MMAs (registers against MMA
     # size), no double buffering, fewer and longer splits.
@@ -154,6 +160,7 @@ SWEEP = {
         dict(block_kv=32, kv_split=512),
         dict(block_rows=32, block_kv=32, num_warps=4),
         dict(block_rows=32, block_kv=64, num_warps=4, kv_split=1024),
+        dict(block_kv=32, num_stages=3, fast_softmax=True),
     ),
 }
 # --sweep, at the smaller decode batches: shorter KV splits give more programs and fewer
@@ -176,12 +183,16 @@ MOSAIC_PREFILL_SWEEP = (
     dict(block_kv=128, num_stages=1),
     dict(block_kv=256, num_stages=1),
 )
-# --sweep: the prefill chunk (GQA) under other tilings: bigger query tiles re-read KV less.
+# --sweep: the prefill chunk (GQA) under other tilings: bigger query tiles re-read KV less;
+# fast_softmax cuts the elementwise work per score (exp2, no mask on fully visible blocks).
 PREFILL_SWEEP = (
     dict(block_rows=16),
     dict(block_rows=64, block_kv=128, num_stages=3),
     dict(block_rows=128, num_warps=8),
     dict(block_rows=128, block_kv=128, num_warps=8),
+    dict(fast_softmax=True),
+    dict(block_rows=128, num_warps=8, fast_softmax=True),
+    dict(block_rows=128, block_kv=128, num_warps=8, fast_softmax=True),
 )
 
 
@@ -715,6 +726,8 @@ def main(argv):
     if _CONTEXTS.value:
         suite = dataclasses.replace(suite, contexts=tuple(int(c) for c in _CONTEXTS.value))
     overrides = {name: flag.value for name, flag in _TUNING.items() if flag.value is not None}
+    if _FAST_SOFTMAX.value is not None:
+        overrides["fast_softmax"] = _FAST_SOFTMAX.value
     if _SMOKE.value:  # several blocks and splits even at the tiny shapes
         overrides = dict(block_rows=16, block_kv=16, kv_split=32) | overrides
     configs = {

@@ -97,8 +97,16 @@ def _check(out, ref, b, dtype):
 GQA_CASES = {
     # name: (group, kv heads, head dim, page size, num pages, dtype, config)
     "g1_p8_f32": (1, 2, 16, 8, 48, jnp.float32, KernelConfig(16, 16, 32)),
-    "g3_d40_p16_bf16": (3, 2, 40, 16, 40, jnp.bfloat16, KernelConfig(32, 16, 48)),
-    "g4_p64_f32": (4, 1, 32, 64, 16, jnp.float32, KernelConfig(16, 32, 64)),
+    "g3_d40_p16_bf16_fast": (
+        3,
+        2,
+        40,
+        16,
+        40,
+        jnp.bfloat16,
+        KernelConfig(32, 16, 48, fast_softmax=True),
+    ),
+    "g4_p64_f32_fast": (4, 1, 32, 64, 16, jnp.float32, KernelConfig(16, 32, 64, fast_softmax=True)),
     "g8_p8_bf16_2progs": (
         8,
         1,
@@ -111,14 +119,14 @@ GQA_CASES = {
     "g4_p16_f32_default": (4, 2, 32, 16, 40, jnp.float32, KernelConfig()),
     # a program target: the 64-key split shortens to min_split (16 keys, 5 splits at 72);
     # pages of 24 rows (a multiple of 8, not a power of two): blocks straddle pages
-    "g4_p24_bf16_target": (
+    "g4_p24_bf16_target_fast": (
         4,
         2,
         32,
         24,
         40,
         jnp.bfloat16,
-        KernelConfig(16, 16, 64, target_programs=1024, min_split=16),
+        KernelConfig(16, 16, 64, target_programs=1024, min_split=16, fast_softmax=True),
     ),
 }
 MODES = [
@@ -158,16 +166,24 @@ def test_gqa_kernel_matches_ref(case, interpret):
 MLA_CASES = {
     # name: (heads, kv_lora_rank, rope dim, page size, num pages, dtype, config)
     "h4_r32_dr8_p16_f32": (4, 32, 8, 16, 40, jnp.float32, KernelConfig(16, 16, 32)),
-    "h16_r64_dr16_p8_bf16_2progs": (
+    "h16_r64_dr16_p8_bf16_2progs_fast": (
         16,
         64,
         16,
         8,
         48,
         jnp.bfloat16,
-        KernelConfig(16, 16, 48, max_heads_per_program=8),
+        KernelConfig(16, 16, 48, max_heads_per_program=8, fast_softmax=True),
     ),
-    "h3_r32_dr16_p64_f32": (3, 32, 16, 64, 16, jnp.float32, KernelConfig(16, 32, 64)),
+    "h3_r32_dr16_p64_f32_fast": (
+        3,
+        32,
+        16,
+        64,
+        16,
+        jnp.float32,
+        KernelConfig(16, 32, 64, fast_softmax=True),
+    ),
 }
 
 
@@ -295,9 +311,13 @@ def test_gqa_kernel_is_batch_invariant(interpret):
 FP8_CASES = {
     # name: (kernel, case of GQA_CASES / MLA_CASES whose shapes and query dtype it takes,
     #        pages as float8_e4m3fn or as their uint8 bits, as the engine keeps them)
-    "gqa_g3_d40_p16_bf16_bits": ("gqa", "g3_d40_p16_bf16", "bits"),
+    "gqa_g3_d40_p16_bf16_fast_bits": ("gqa", "g3_d40_p16_bf16_fast", "bits"),
     "gqa_g4_p16_f32_default_fp8": ("gqa", "g4_p16_f32_default", "fp8"),
-    "mla_h16_r64_dr16_p8_bf16_2progs_bits": ("mla", "h16_r64_dr16_p8_bf16_2progs", "bits"),
+    "mla_h16_r64_dr16_p8_bf16_2progs_fast_bits": (
+        "mla",
+        "h16_r64_dr16_p8_bf16_2progs_fast",
+        "bits",
+    ),
 }
 
 

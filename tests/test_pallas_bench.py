@@ -89,6 +89,9 @@ def test_bench_kernels_sweep_times_every_config_on_the_same_function(tmp_path):
     assert len(mosaic) == len(bk.SWEEP["mosaic"]) + 1  # and at heads / 8, the default
     prefill = [r for r in sweep if "tflops" in r and r["impl"] == "pallas"]
     assert {r["config"]["block_rows"] for r in prefill} == {16, 128}  # the smoke-valid ones
+    # The base-2, mask-skipping softmax is timed beside the default at each shape.
+    for rows in ([r for r in decode if r["impl"] == "pallas" and r["batch"] == 2], prefill):
+        assert {r["config"]["fast_softmax"] for r in rows} == {False, True}
     mosaic_prefill = [r for r in sweep if "tflops" in r and r["impl"] == "mosaic"]
     assert len(mosaic_prefill) == len(bk.MOSAIC_PREFILL_SWEEP)
     assert all(r["seconds"] > 0 for r in sweep)

@@ -85,6 +85,25 @@ def test_kernel_configs_by_step_shape_and_device():
     assert ops.mla_config() is (pk.MLA_HOPPER_CONFIG if hopper else pk.MLA_CONFIG)
 
 
+def test_batch_invariant_mode_never_takes_the_fast_softmax(monkeypatch):
+    """fast_softmax picks a key block's loop body by the other rows of its tile: should a
+    GPU measurement turn it on in the engine's configs, the invariant mode still keeps it
+    off (and the other modes take it)."""
+    import pallas_kernels as pk
+
+    for name in ("GQA_CONFIG", "GQA_DECODE_CONFIG", "MLA_CONFIG", "MLA_HOPPER_CONFIG"):
+        monkeypatch.setattr(pk, name, dataclasses.replace(getattr(pk, name), fast_softmax=True))
+    assert ops._gqa_config(128, 64, batch_invariant=False).fast_softmax
+    assert ops._gqa_config(64, 64, batch_invariant=False).fast_softmax
+    assert ops.mla_config().fast_softmax
+    for num_tokens in (64, 128):
+        config = ops._gqa_config(num_tokens, 64, batch_invariant=True)
+        assert config == dataclasses.replace(pk.GQA_CONFIG, fast_softmax=False)
+    assert ops.mla_config(batch_invariant=True) == dataclasses.replace(
+        ops.mla_config(), fast_softmax=False
+    )
+
+
 def test_refused_shape_falls_back_to_xla_with_a_warning():
     rng = np.random.default_rng(0)
     head_dim = 320  # over the kernel's register budget
