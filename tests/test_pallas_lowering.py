@@ -3,18 +3,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 import pytest
 
-from pallas_kernels import mla_paged_attention, ragged_paged_attention, write_kv
+from pallas_kernels import (
+    GQA_CONFIG,
+    MLA_HOPPER_CONFIG,
+    mla_paged_attention,
+    ragged_paged_attention,
+    write_kv,
+)
 from pallas_kernels.gpu_lowering import lower_for_gpu
 
 S = jax.ShapeDtypeStruct
 I32 = jnp.int32
 FP8 = jnp.float8_e4m3fn
+FAST_GQA = dataclasses.replace(GQA_CONFIG, fast_softmax=True)
+FAST_MLA = dataclasses.replace(MLA_HOPPER_CONFIG, fast_softmax=True)
 
 
 def _metadata(tokens: int, batch: int, max_pages: int) -> tuple:
@@ -91,6 +100,35 @@ def _metadata(tokens: int, batch: int, max_pages: int) -> tuple:
                 S((2048, 64), jnp.float32),
             ),
             id="mla_deepseek_v3_fp8_pages",
+        ),
+        pytest.param(
+            functools.partial(ragged_paged_attention, scale=0.1, config=FAST_GQA),
+            (
+                S((2048, 32, 128), jnp.bfloat16),
+                S((2048, 16, 8, 128), jnp.bfloat16),
+                S((2048, 16, 8, 128), jnp.bfloat16),
+                *_metadata(2048, 1, 2048),
+            ),
+            id="gqa_llama8b_prefill_chunk_fast_softmax",
+        ),
+        pytest.param(
+            lambda q_lat, q_pe, latent, *meta_and_scales: mla_paged_attention(
+                q_lat,
+                q_pe,
+                latent,
+                *meta_and_scales[:4],
+                scale=0.1,
+                latent_scales=meta_and_scales[4],
+                config=FAST_MLA,
+            ),
+            (
+                S((64, 128, 512), jnp.bfloat16),
+                S((64, 128, 64), jnp.bfloat16),
+                S((2048, 64, 576), jnp.uint8),
+                *_metadata(64, 64, 128),
+                S((2048, 64), jnp.float32),
+            ),
+            id="mla_deepseek_v3_fp8_bits_fast_softmax",
         ),
         pytest.param(
             write_kv,
