@@ -209,13 +209,20 @@ def time_call(fn, args, iters: int, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _log_row(row: dict) -> dict:
+    """Prints the row as one JSON line as soon as it is measured: a run cut off by its time
+    limit (a rationed GPU call) still leaves every finished row in its log."""
+    print("row " + json.dumps(row), flush=True)
+    return row
+
+
 def _attempt(rows: list[dict], what: dict, measure) -> None:
     """rows += measure(), or a row naming the error: one failing shape or kernel does not
     cost the rest of a (short, rationed) GPU run."""
     try:
-        rows.append(measure())
+        rows.append(_log_row(measure()))
     except Exception as e:  # noqa: BLE001 - recorded in the table and the JSON
-        rows.append(dict(what, seconds=None, error=f"{type(e).__name__}: {e}"[:2000]))
+        rows.append(_log_row(dict(what, seconds=None, error=f"{type(e).__name__}: {e}"[:2000])))
         print(f"FAILED {what}: {rows[-1]['error'][:500]}", file=sys.stderr, flush=True)
 
 
@@ -377,15 +384,12 @@ def bench_decode(
 
 
 def bench_sweep(suite, configs, page_size, interpret, copy_gbps, rng) -> list[dict]:
-    """Each SWEEP config of both kernels at the target decode shape, and each SMALL_SWEEP
-    config at the suite's smaller batches (bf16 pages)."""
+    """Each SWEEP config of both kernels at the target decode shape, MLA with a tensor-
+    parallel share of the heads, then each SMALL_SWEEP config at the suite's smaller batches,
+    largest first (bf16 pages)."""
     batch = TARGET_BATCH if TARGET_BATCH in suite.batches else max(suite.batches)
     context = TARGET_CONTEXT if TARGET_CONTEXT in suite.contexts else max(suite.contexts)
     rows = _sweep_shape(suite, configs, SWEEP, batch, context, page_size, interpret, copy_gbps, rng)
-    for small in sorted(b for b in suite.batches if b < batch):
-        rows += _sweep_shape(
-            suite, configs, SMALL_SWEEP, small, context, page_size, interpret, copy_gbps, rng
-        )
     # MLA with its heads split 8 ways (tensor parallel): 30 FLOP per latent byte instead of
     # 242 at 128 heads, so memory-bound; the engine's config.
     mh, rank, rope = suite.mla
@@ -401,6 +405,10 @@ def bench_sweep(suite, configs, page_size, interpret, copy_gbps, rng) -> list[di
         copy_gbps,
         rng,
     )
+    for small in sorted((b for b in suite.batches if b < batch), reverse=True):
+        rows += _sweep_shape(
+            suite, configs, SMALL_SWEEP, small, context, page_size, interpret, copy_gbps, rng
+        )
     return rows
 
 
@@ -599,8 +607,8 @@ def run(
     (with `mosaic`) "mosaic" to the MosaicMLAConfig and "mosaic_prefill" to the
     MosaicGQAConfig."""
     rng = np.random.default_rng(0)
-    copy = bench_copy(suite)
-    matmul = bench_matmul(suite)
+    copy = _log_row(bench_copy(suite))
+    matmul = _log_row(bench_matmul(suite))
     rows = [copy, matmul]
     rows += bench_decode(
         suite, configs, page_size, interpret, bundled, fp8, copy["gbps"], rng, mosaic
@@ -638,8 +646,8 @@ def run(
                 **mosaic_prefill,
             ),
         )
-    if sweep:
-        rows += bench_sweep(suite, configs, page_size, interpret, copy["gbps"], rng)
+    if sweep:  # the prefill chunk's tilings first: a run cut off by its time limit loses
+        # the decode sweep's small batches, which matter least, rather than these
         for config in _valid_configs(configs["gqa_prefill"], PREFILL_SWEEP, "prefill"):
             what = dict(kind="sweep", attn="gqa", impl="pallas", chunk=suite.prefill_chunk)
             _attempt(
@@ -667,6 +675,7 @@ def run(
                         **mosaic_prefill,
                     ),
                 )
+        rows += bench_sweep(suite, configs, page_size, interpret, copy["gbps"], rng)
     device = jax.devices()[0]
     return dict(
         device=getattr(device, "device_kind", device.platform),

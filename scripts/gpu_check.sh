@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The Pallas kernels' GPU checks in one command (a few minutes on an H200): the Mosaic GPU
-# kernels, never yet run on a GPU, first (and the engine on them); the kernel tests compiled for the GPU against
-# their _ref twins, the engine's HF parity on them, a tuning
-# sweep at the target decode shape, then scripts/bench_kernels.py (table on stdout, JSON and
-# logs in OUT_DIR).
+# kernels, never yet run on a GPU, first (and the engine on them); the kernel tests compiled
+# for the GPU against their _ref twins; the engine's HF parity on them; fp8 pages and
+# batch invariance; a tuning sweep; then scripts/bench_kernels.py (table on stdout, JSON and
+# logs in OUT_DIR; both benches also print each row as it is measured).
 #
 #   scripts/gpu_check.sh [OUT_DIR]        # device tool: run command 'scripts/gpu_check.sh "$OUT"'
 #   STAGES="env kernels sweep" scripts/gpu_check.sh "$OUT"    # a subset, in this order
 #   BENCH_FLAGS="--block_rows=16" scripts/gpu_check.sh ...    # extra flags for both benches
 #
+# Stage limits from the first H200 runs (kernels 30 s, engine 96 s, sweep 46 s for 23 rows,
+# bench 48 s) grown with what was added since (Mosaic rows, more sweep configs).
 # Runs under the GPU image's python3 (jax 0.11.2 with the CUDA plugin, flax, orbax,
 # safetensors, tokenizers, absl, pytest); the project's .venv is a CPU build. Each stage has
 # its own time limit (580 s together) so the whole run ends inside one
@@ -40,7 +42,7 @@ stage env 20 "$PY" -c 'import jax, jaxlib; print(jax.__version__, jaxlib.__versi
 M=tests/test_pallas_engine.py::test_mosaic_engine_scores_like_the_pallas_engine_on_hopper
 stage mosaic 90 "$PY" -m pytest -q -p no:cacheprovider --durations=5 -m gpu \
   tests/test_pallas_mosaic.py "$M"
-stage kernels 80 "$PY" -m pytest -q -p no:cacheprovider --durations=5 -m gpu \
+stage kernels 60 "$PY" -m pytest -q -p no:cacheprovider --durations=5 -m gpu \
   tests/test_pallas_attention.py tests/test_pallas_kv_write.py
 # The engine on the kernels ("pallas" compiles them; "auto" must pick them on a GPU).
 stage engine 100 "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_pallas_engine.py \
@@ -48,12 +50,14 @@ stage engine 100 "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test
 # fp8 KV pages against HF with an fp8 cache (both paths), and batch-invariant mode on the
 # kernels. Pallas cases first: the XLA ones matter less here.
 F=tests/test_kv_quant.py::test_engine_with_fp8_kv_matches_hf_with_an_fp8_cache
-stage fp8 110 "$PY" -m pytest -q -p no:cacheprovider --durations=0 "$F[deepseek_v3-pallas]" \
+stage fp8 90 "$PY" -m pytest -q -p no:cacheprovider --durations=0 "$F[deepseek_v3-pallas]" \
   "$F[llama-pallas]" tests/test_batch_invariance.py::test_pallas_kernels_keep_the_mode \
   "$F[deepseek_v3-xla]" "$F[llama-xla]"
-# Tuning: the base configs and each SWEEP config at the target decode shape, the smaller
-# batches' SMALL_SWEEP, and the prefill chunk's PREFILL_SWEEP.
-stage sweep 80 "$PY" -m scripts.bench_kernels --batches=1,16,64 --contexts=8192 --sweep \
+# Tuning: the base configs, the prefill chunk's PREFILL_SWEEP (fast_softmax among them) and
+# MOSAIC_PREFILL_SWEEP, each SWEEP config at the target decode shape, then the smaller
+# batches' SMALL_SWEEP: about 60 compilations, in that order so that a run cut off at the
+# limit loses the least useful rows; every finished row is in sweep.log ("row {json}").
+stage sweep 130 "$PY" -m scripts.bench_kernels --batches=1,16,64 --contexts=8192 --sweep \
   --nobundled --nofp8 --out="$OUT_DIR/sweep.json" "${EXTRA[@]}"
-stage bench 100 "$PY" -m scripts.bench_kernels --out="$OUT_DIR/bench_kernels.json" "${EXTRA[@]}"
+stage bench 90 "$PY" -m scripts.bench_kernels --out="$OUT_DIR/bench_kernels.json" "${EXTRA[@]}"
 exit $status

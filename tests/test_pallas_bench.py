@@ -23,7 +23,11 @@ def _run_bench(tmp_path, *extra) -> dict:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "target gqa_decode_frac_of_copy>=0.80" in proc.stdout
-    return json.loads(out.read_text())
+    result = json.loads(out.read_text())
+    # Each row is also printed as it is measured (what a cut-off run leaves behind).
+    logged = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line[:4] == "row "]
+    assert logged == result["rows"]
+    return result
 
 
 def test_bench_kernels_smoke_writes_every_row(tmp_path):
