@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -107,3 +108,26 @@ def test_bench_kernels_full_run_on_gpu(tmp_path):
         pytest.skip("needs a GPU")
     result = _run_bench(tmp_path)
     assert all(v is not None for v in result["targets"].values()), result["targets"]
+
+
+def test_gpu_check_names_tests_that_exist(tmp_path):
+    """scripts/gpu_check.sh (the rationed GPU run) selects tests by node id: each of its
+    pytest stages, run here with --collect-only, finds every test it names and some to run."""
+    stages = "mosaic kernels engine fp8"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "STAGES": stages,
+            "PYTEST_ADDOPTS": "--collect-only",
+            "PYTHON": sys.executable,
+        },
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for stage in stages.split():
+        assert f"=== {stage}: exit 0" in proc.stdout
+        assert " collected" in (tmp_path / f"{stage}.log").read_text()
