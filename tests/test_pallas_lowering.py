@@ -30,6 +30,23 @@ def _metadata(tokens: int, batch: int, max_pages: int) -> tuple:
     return (S((batch + 1,), I32), S((tokens,), I32), S((batch,), I32), S((batch, max_pages), I32))
 
 
+def _mla_with_scales(**config):
+    """The MLA kernel over fp8 pages: (q_lat, q_pe, latent, *metadata, latent_scales)."""
+
+    def kernel(q_lat, q_pe, latent, *meta_and_scales):
+        return mla_paged_attention(
+            q_lat,
+            q_pe,
+            latent,
+            *meta_and_scales[:4],
+            scale=0.1,
+            latent_scales=meta_and_scales[4],
+            **config,
+        )
+
+    return kernel
+
+
 @pytest.mark.parametrize(
     "kernel, args",
     [
@@ -84,14 +101,7 @@ def _metadata(tokens: int, batch: int, max_pages: int) -> tuple:
             id="gqa_llama8b_fp8_bits_pages",
         ),
         pytest.param(
-            lambda q_lat, q_pe, latent, *meta_and_scales: mla_paged_attention(
-                q_lat,
-                q_pe,
-                latent,
-                *meta_and_scales[:4],
-                scale=0.1,
-                latent_scales=meta_and_scales[4],
-            ),
+            _mla_with_scales(),
             (
                 S((64, 128, 512), jnp.bfloat16),
                 S((64, 128, 64), jnp.bfloat16),
@@ -112,15 +122,7 @@ def _metadata(tokens: int, batch: int, max_pages: int) -> tuple:
             id="gqa_llama8b_prefill_chunk_fast_softmax",
         ),
         pytest.param(
-            lambda q_lat, q_pe, latent, *meta_and_scales: mla_paged_attention(
-                q_lat,
-                q_pe,
-                latent,
-                *meta_and_scales[:4],
-                scale=0.1,
-                latent_scales=meta_and_scales[4],
-                config=FAST_MLA,
-            ),
+            _mla_with_scales(config=FAST_MLA),
             (
                 S((64, 128, 512), jnp.bfloat16),
                 S((64, 128, 64), jnp.bfloat16),
