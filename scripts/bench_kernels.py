@@ -391,13 +391,14 @@ def bench_sweep(suite, configs, page_size, interpret, copy_gbps, rng) -> list[di
     context = TARGET_CONTEXT if TARGET_CONTEXT in suite.contexts else max(suite.contexts)
     rows = _sweep_shape(suite, configs, SWEEP, batch, context, page_size, interpret, copy_gbps, rng)
     # MLA with its heads split 8 ways (tensor parallel): 30 FLOP per latent byte instead of
-    # 242 at 128 heads, so memory-bound; the engine's config.
+    # 242 at 128 heads, so memory-bound; the engine's config, and 16-row tiles (a decode
+    # tile holds one token, 16 heads: 64 rows would be three quarters padding, as for GQA).
     mh, rank, rope = suite.mla
     tp8 = dataclasses.replace(suite, mla=(max(1, mh // 8), rank, rope))
     rows += _sweep_shape(
         tp8,
         configs,
-        {"mla": ({},), "mosaic": ({},)},
+        {"mla": ({}, dict(block_rows=16), dict(block_rows=16, num_warps=4)), "mosaic": ({},)},
         batch,
         context,
         page_size,
