@@ -714,6 +714,8 @@ def format_table(result: dict) -> str:
                 keys = ("num_stages", "pv_cols", "min_split", "target_programs")
             elif r["impl"] == "mosaic":  # MosaicGQAConfig
                 keys = ("block_kv", "num_stages")
+            # Triton: the fields a sweep varies that are off by default, when set
+            keys += tuple(k for k in ("target_programs", "fast_softmax") if r["config"].get(k))
             line += " " + ",".join(f"{k}={r['config'][k]}" for k in keys)
             if r.get("attn") == "mla" and "mla_heads" in r:
                 line += f",heads={r['mla_heads']}"

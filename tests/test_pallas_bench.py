@@ -97,6 +97,8 @@ def test_bench_kernels_sweep_times_every_config_on_the_same_function(tmp_path):
     # The base-2, mask-skipping softmax is timed beside the default at each shape.
     for rows in ([r for r in decode if r["impl"] == "pallas" and r["batch"] == 2], prefill):
         assert {r["config"]["fast_softmax"] for r in rows} == {False, True}
+    table = bk.format_table(result)  # the printed rows tell those configs apart
+    assert "fast_softmax=True" in table and "target_programs=1024" in table
     mosaic_prefill = [r for r in sweep if "tflops" in r and r["impl"] == "mosaic"]
     assert len(mosaic_prefill) == len(bk.MOSAIC_PREFILL_SWEEP)
     assert all(r["seconds"] > 0 for r in sweep)
