@@ -308,31 +308,18 @@ def _flash_kernel(
         s = _dot_nt(qs[0], keys[0])
         for q, k in zip(qs[1:], keys[1:], strict=True):
             s += _dot_nt(q, k)
-        if fast_softmax:  # base 2: exp(x * scale) = exp2(x * scale * log2(e))
-            col_scale = scale * LOG2E
-            if block.key_scale is not None:  # fp8 pages: q . (k * s_k) = (q . k) * s_k
-                col_scale = block.key_scale[None, :] * col_scale
-            s = s * col_scale
-            # Masked after exp2, so a block's scores take the same operations in both loop
-            # bodies; masked-out scores (inf or NaN from stale rows) only reach the max and
-            # the probabilities through the selects.
-            visible = pos[None, :] < limit[:, None] if masked else None
-            s_visible = jnp.where(visible, s, -jnp.inf) if masked else s
-            m_new = jnp.maximum(m, jnp.max(s_visible, axis=1))
-            m_shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-            alpha = jnp.exp2(m - m_shift)
-            p = jnp.exp2(s - m_shift[:, None])
-            if masked:
-                p = jnp.where(visible, p, 0.0)
-        else:
-            if block.key_scale is not None:
-                s = s * block.key_scale[None, :]
-            s = jnp.where(pos[None, :] < limit[:, None], s * scale, -jnp.inf)
-            m_new = jnp.maximum(m, jnp.max(s, axis=1))
-            # A row that has seen no key keeps max -inf; shifting by 0 keeps exp() at 0.
-            m_shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-            alpha = jnp.exp(m - m_shift)
-            p = jnp.exp(s - m_shift[:, None])
+        if block.key_scale is not None:  # fp8 pages: q . (k * s_k) = (q . k) * s_k
+            s = s * block.key_scale[None, :]
+        # fast_softmax works in base 2: exp(x * scale) = exp2(x * scale * log2(e)).
+        s = s * (scale * LOG2E if fast_softmax else scale)
+        if masked:
+            s = jnp.where(pos[None, :] < limit[:, None], s, -jnp.inf)
+        m_new = jnp.maximum(m, jnp.max(s, axis=1))
+        # A row that has seen no key keeps max -inf; shifting by 0 keeps exp() at 0, not NaN.
+        m_shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+        exp = jnp.exp2 if fast_softmax else jnp.exp
+        alpha = exp(m - m_shift)
+        p = exp(s - m_shift[:, None])
         value_scale = block.value_scale
         if masked:
             # Stale rows past the tile's keys may hold inf/NaN, and 0 * inf = NaN.
