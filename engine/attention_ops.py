@@ -175,10 +175,13 @@ def _gqa_config(num_tokens: int, num_seqs: int, batch_invariant: bool):
 
 
 def _invariant(config):
-    """`config` without `fast_softmax`, whose loop body for a key block depends on the other
-    rows of the tile (off in every engine config today; this keeps the mode bitwise if a GPU
-    measurement turns it on)."""
-    return dataclasses.replace(config, fast_softmax=False) if config.fast_softmax else config
+    """`config` without what makes a token's reduction order depend on its batch:
+    `fast_softmax`, whose loop body for a key block depends on the other rows of the tile
+    (off in every engine config today; this keeps the mode bitwise if a GPU measurement
+    turns it on), and `max_partial_bytes`, which lengthens the KV splits of steps with many
+    tokens. Without the latter the split partials are up to `max_splits` times the step's
+    f32 attention output (8 GiB for an unsharded 128-head MLA step of 2048 tokens)."""
+    return dataclasses.replace(config, fast_softmax=False, max_partial_bytes=0)
 
 
 def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, batch_invariant=False):

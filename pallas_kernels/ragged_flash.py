@@ -18,8 +18,10 @@ of many, each over its own paged KV. The work is cut three ways:
   fixed per engine, so this too is independent of the batch), which bounds that buffer at
   `max_splits` times the step's f32 output (GQA 2048 tokens x 32 heads x 128: 0.5 GiB; MLA
   with 128 unsharded heads and a 2048-token prefill budget: 8 GiB, see docs/benchmarks.md).
-  One exception, outside the batch-invariant mode: the decode tiling (GQA_DECODE_CONFIG)
-  shortens the splits of steps too small to fill the GPU (`target_programs`).
+  Two exceptions, outside the batch-invariant mode: the decode tiling (GQA_DECODE_CONFIG)
+  shortens the splits of steps too small to fill the GPU (`target_programs`), and every
+  config lengthens the splits of steps whose partials would pass `max_partial_bytes` (1 GiB:
+  the MLA prefill above runs unsplit; such steps have programs enough without splits).
 - **KV blocks** (`block_kv` keys) inside a split, reduced with an online softmax
   (FlashAttention, Dao et al. 2022). Keys are gathered token by token through the page
   table, so any page size works and a block may span several pages or part of one. With
@@ -81,6 +83,11 @@ class KernelConfig:
     block_kv: int = 64  # keys per online-softmax step; a power of two >= 16
     kv_split: int = 2048  # keys per split, a multiple of block_kv; fixed for batch invariance
     max_splits: int = 16  # longer page tables get proportionally longer splits (memory bound)
+    # > 0: also at most this many bytes of f32 partials (output and log-sum-exp) per call.
+    # Only steps with very many query rows reach it (an unsharded 128-head MLA prefill of
+    # 2048 tokens has 0.5 GiB per split); their splits lengthen instead. The bound then
+    # depends on the step's token count, so batch-invariant mode drops it (0).
+    max_partial_bytes: int = 1 << 30
     max_heads_per_program: int = 64  # query heads of one KV head that share a program
     num_warps: int = 4  # Triton warps per program
     num_stages: int = 2  # Triton software-pipelining depth of the KV loop
@@ -110,6 +117,10 @@ class KernelConfig:
             )
         if self.max_splits < 1:
             raise ValueError(f"KernelConfig.max_splits={self.max_splits}: must be >= 1")
+        if self.max_partial_bytes < 0:
+            raise ValueError(
+                f"KernelConfig.max_partial_bytes={self.max_partial_bytes}: must be >= 0"
+            )
         if self.target_programs < 0:
             raise ValueError(f"KernelConfig.target_programs={self.target_programs}: must be >= 0")
         if self.target_programs and (self.min_split < 1 or self.min_split % self.block_kv):
@@ -118,23 +129,30 @@ class KernelConfig:
                 f"block_kv={self.block_kv}"
             )
 
-    def split_size(self, max_len: int, programs: int = 0) -> int:
+    def split_size(self, max_len: int, programs: int = 0, split_bytes: int = 0) -> int:
         """Keys per split for page tables of `max_len` keys.
 
-        Each split keeps a float32 partial output per query row, so the number of splits is
-        capped at `max_splits`. `max_len` (page-table width x page size) is fixed by the
-        engine, not by the batch, so the split size is too, unless `target_programs` is set:
-        then a step of fewer `programs` (query tiles x KV heads) gets shorter splits, down to
-        `min_split`, so that small decode batches still fill the GPU (Flash-Decoding). That
-        makes the split depend on the batch, which only the non-invariant decode tiling may.
+        Each split keeps a float32 partial output per query row (`split_bytes` of them in
+        all), so the number of splits is capped at `max_splits`, and at `max_partial_bytes`
+        worth of partials. `max_len` (page-table width x page size) is fixed by the engine,
+        not by the batch, so the split size is too, unless `target_programs` is set: then a
+        step of fewer `programs` (query tiles x KV heads) gets shorter splits, down to
+        `min_split`, so that small decode batches still fill the GPU (Flash-Decoding); or
+        unless the step is large enough to reach `max_partial_bytes`. Either makes the split
+        depend on the batch, which the batch-invariant mode's configs never allow.
         """
-        per_split = -(-max_len // self.max_splits)
-        size = max(self.kv_split, -(-per_split // self.block_kv) * self.block_kv)
+        size = max(self.kv_split, self._keys_per_split(max_len, self.max_splits))
         if self.target_programs and 0 < programs < self.target_programs:
-            wanted = -(-max_len // -(-self.target_programs // programs))
-            short = -(-wanted // self.block_kv) * self.block_kv
+            short = self._keys_per_split(max_len, -(-self.target_programs // programs))
             size = min(size, max(self.min_split, short))
+        if self.max_partial_bytes and split_bytes > 0:
+            splits = max(1, self.max_partial_bytes // split_bytes)
+            size = max(size, self._keys_per_split(max_len, splits))
         return size
+
+    def _keys_per_split(self, max_len: int, splits: int) -> int:
+        """The shortest whole number of key blocks that covers `max_len` in `splits` splits."""
+        return -(-max_len // splits // self.block_kv) * self.block_kv
 
 
 # GQA (head_dim 128, bf16): q [64, 128], K and V blocks [64, 128] double-buffered in shared
@@ -405,7 +423,9 @@ def ragged_flash(
     max_len = page_table.shape[1] * page_size
     # Programs that do work: a decode step uses one tile per sequence, at most S.
     programs = num_groups * min(num_tiles, page_table.shape[0])
-    kv_split = config.split_size(max_len, programs)
+    # Each split's partials: a normalized f32 output and a log-sum-exp per query row.
+    split_bytes = num_groups * num_rows * (value_dim + 1) * 4
+    kv_split = config.split_size(max_len, programs, split_bytes)
     num_splits = -(-max_len // kv_split)
     kernel = functools.partial(
         _flash_kernel,

@@ -9,6 +9,7 @@ ids past each sequence's pages, and NaN in every cache slot no sequence owns.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -165,7 +166,16 @@ def test_gqa_kernel_matches_ref(case, interpret):
 
 MLA_CASES = {
     # name: (heads, kv_lora_rank, rope dim, page size, num pages, dtype, config)
-    "h4_r32_dr8_p16_f32": (4, 32, 8, 16, 40, jnp.float32, KernelConfig(16, 16, 32)),
+    # a 1-byte partials budget: one split over the whole page table (an MLA prefill's case)
+    "h4_r32_dr8_p16_f32_unsplit": (
+        4,
+        32,
+        8,
+        16,
+        40,
+        jnp.float32,
+        KernelConfig(16, 16, 32, max_partial_bytes=1),
+    ),
     "h16_r64_dr16_p8_bf16_2progs_fast": (
         16,
         64,
@@ -245,6 +255,24 @@ def test_split_size_is_fixed_by_the_page_table_not_the_batch():
         KernelConfig(block_kv=64, kv_split=96)
     with pytest.raises(ValueError, match="block_kv"):
         KernelConfig(block_kv=8)
+
+
+def test_steps_with_many_query_rows_lengthen_their_splits_to_bound_the_partials():
+    config = KernelConfig(block_kv=64, kv_split=2048, max_splits=16, max_partial_bytes=1 << 30)
+    # DeepSeek-V3 unsharded: a 2048-token step, 2 programs of 64 heads per token, f32
+    # partials of 512 latent columns plus a log-sum-exp: 0.5 GiB per split.
+    mla_prefill = 2 * (2048 + 1) * 64 * (512 + 1) * 4
+    assert config.split_size(32768, split_bytes=mla_prefill) == 32768  # 1 split, not 16
+    assert config.split_size(32768, split_bytes=256 << 20) == 8192  # 4 splits fit in 1 GiB
+    assert config.split_size(32768, split_bytes=64 << 20) == 2048  # 16 fit: unchanged
+    assert config.split_size(100_000, split_bytes=256 << 20) == 25_024  # whole key blocks
+    unbounded = dataclasses.replace(config, max_partial_bytes=0)
+    assert unbounded.split_size(32768, split_bytes=mla_prefill) == 2048
+    # The bound wins over a program target's shorter splits.
+    target = dataclasses.replace(GQA_DECODE_CONFIG, max_partial_bytes=1 << 30)
+    assert target.split_size(32768, programs=8, split_bytes=256 << 20) == 8192
+    with pytest.raises(ValueError, match="max_partial_bytes"):
+        KernelConfig(max_partial_bytes=-1)
 
 
 def test_decode_splits_shorten_until_the_step_has_enough_programs():

@@ -77,7 +77,8 @@ def test_kernel_configs_by_step_shape_and_device():
     assert pk.GQA_DECODE_CONFIG.target_programs > 0 == pk.GQA_CONFIG.target_programs
     assert ops._gqa_config(64, 64, batch_invariant=False) is pk.GQA_DECODE_CONFIG
     assert ops._gqa_config(128, 64, batch_invariant=False) is pk.GQA_CONFIG
-    assert ops._gqa_config(64, 64, batch_invariant=True) is pk.GQA_CONFIG
+    invariant = ops._gqa_config(64, 64, batch_invariant=True)
+    assert invariant == dataclasses.replace(pk.GQA_CONFIG, max_partial_bytes=0)
     # MLA: a deeper pipeline on Hopper only, same tiling and key order.
     assert dataclasses.replace(pk.MLA_HOPPER_CONFIG, num_stages=2) == pk.MLA_CONFIG
     capability = getattr(jax.devices()[0], "compute_capability", None)
@@ -85,22 +86,27 @@ def test_kernel_configs_by_step_shape_and_device():
     assert ops.mla_config() is (pk.MLA_HOPPER_CONFIG if hopper else pk.MLA_CONFIG)
 
 
-def test_batch_invariant_mode_never_takes_the_fast_softmax(monkeypatch):
-    """fast_softmax picks a key block's loop body by the other rows of its tile: should a
-    GPU measurement turn it on in the engine's configs, the invariant mode still keeps it
-    off (and the other modes take it)."""
+def test_batch_invariant_mode_never_takes_what_depends_on_the_batch(monkeypatch):
+    """fast_softmax picks a key block's loop body by the other rows of its tile, and
+    max_partial_bytes lengthens the splits of steps with many tokens: should a GPU
+    measurement turn the first on in the engine's configs, the invariant mode still keeps
+    both off (and the other modes take them)."""
     import pallas_kernels as pk
 
     for name in ("GQA_CONFIG", "GQA_DECODE_CONFIG", "MLA_CONFIG", "MLA_HOPPER_CONFIG"):
         monkeypatch.setattr(pk, name, dataclasses.replace(getattr(pk, name), fast_softmax=True))
-    assert ops._gqa_config(128, 64, batch_invariant=False).fast_softmax
-    assert ops._gqa_config(64, 64, batch_invariant=False).fast_softmax
-    assert ops.mla_config().fast_softmax
+    mode_free = dict(fast_softmax=False, max_partial_bytes=0)
+    for config in (
+        ops._gqa_config(128, 64, batch_invariant=False),
+        ops._gqa_config(64, 64, batch_invariant=False),
+        ops.mla_config(),
+    ):
+        assert config.fast_softmax and config.max_partial_bytes > 0
     for num_tokens in (64, 128):
         config = ops._gqa_config(num_tokens, 64, batch_invariant=True)
-        assert config == dataclasses.replace(pk.GQA_CONFIG, fast_softmax=False)
+        assert config == dataclasses.replace(pk.GQA_CONFIG, **mode_free)
     assert ops.mla_config(batch_invariant=True) == dataclasses.replace(
-        ops.mla_config(), fast_softmax=False
+        ops.mla_config(), **mode_free
     )
 
 
