@@ -116,9 +116,10 @@ def _tiled_grouped(
     group_sizes: jax.Array,  # [E] int32
     weights: tuple,  # the stacked [E, ...] weights expert_tile reads; the last gives the width
     expert_tile: Callable[[jax.Array, jax.Array], jax.Array],  # ([TILE, D], e) -> [TILE, F]
-    tile: int = GROUP_TILE,
 ) -> jax.Array:  # [M, F], zeros past sum(group_sizes)
-    """The CPU grouped products: each group's rows in tiles of `tile`, one call per used tile."""
+    """The CPU grouped products: each group's rows in tiles of GROUP_TILE, one call per used
+    tile."""
+    tile = GROUP_TILE
     m, d = xs.shape
     e = weights[0].shape[0]
     num_tiles = -(-m // tile) + e  # each group adds at most one partial tile

@@ -186,7 +186,8 @@ MOSAIC_PREFILL_SWEEP = (
 # --sweep: the prefill chunk (GQA) under other tilings: bigger query tiles re-read KV less;
 # fast_softmax cuts the elementwise work per score (exp2, no mask on fully visible blocks);
 # 8k-key splits write and re-read a quarter of the f32 partials (16 x 32 MiB at 2048 x 32
-# heads: about 0.2 ms of HBM traffic in a step of a few ms), 4 x 1024 programs still.
+# heads: 1 GiB of HBM traffic, 0.27 ms at the H200's copy rate, in a 4.35 ms step), and
+# still run 4 x 1024 programs.
 PREFILL_SWEEP = (
     dict(block_rows=16),
     dict(kv_split=8192),
