@@ -178,10 +178,14 @@ def _invariant(config):
     """`config` without what makes a token's reduction order depend on its batch:
     `fast_softmax`, whose loop body for a key block depends on the other rows of the tile
     (off in every engine config today; this keeps the mode bitwise if a GPU measurement
-    turns it on), and `max_partial_bytes`, which lengthens the KV splits of steps with many
-    tokens. Without the latter the split partials are up to `max_splits` times the step's
-    f32 attention output (8 GiB for an unsharded 128-head MLA step of 2048 tokens)."""
-    return dataclasses.replace(config, fast_softmax=False, max_partial_bytes=0)
+    turns it on), `max_partial_bytes`, which lengthens the KV splits of steps with many
+    tokens, and `splits_follow_length`, which cuts a tile's splits by its own key count (a
+    chunk's last token, not the token's). So every split is the fixed one the page table's
+    width sets, and the split partials are up to `max_splits` times the step's f32
+    attention output (8 GiB for an unsharded 128-head MLA step of 2048 tokens)."""
+    return dataclasses.replace(
+        config, fast_softmax=False, max_partial_bytes=0, splits_follow_length=False
+    )
 
 
 def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, batch_invariant=False):
@@ -205,11 +209,16 @@ def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, batch_invarian
     )
 
 
-def mla_config(batch_invariant: bool = False):
+def mla_config(batch_invariant: bool = False, decode: bool = False):
     """MLA_HOPPER_CONFIG on a Hopper GPU (compute capability 9.x, where it was measured and
-    its shared memory fits), else MLA_CONFIG."""
-    config = pk.MLA_HOPPER_CONFIG if not _interpret() and _hopper() else pk.MLA_CONFIG
-    return _invariant(config) if batch_invariant else config
+    its shared memory fits), else MLA_CONFIG; their decode variants (splits shortened for
+    small batches) for a bucket of decodes only, outside the batch-invariant mode."""
+    hopper = not _interpret() and _hopper()
+    if batch_invariant:
+        return _invariant(pk.MLA_HOPPER_CONFIG if hopper else pk.MLA_CONFIG)
+    if decode:
+        return pk.MLA_HOPPER_DECODE_CONFIG if hopper else pk.MLA_DECODE_CONFIG
+    return pk.MLA_HOPPER_CONFIG if hopper else pk.MLA_CONFIG
 
 
 def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages, batch_invariant=False):
@@ -227,7 +236,7 @@ def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages, batch_in
         *_spans(meta),
         scale=scale,
         latent_scales=scales,
-        config=mla_config(batch_invariant),
+        config=mla_config(batch_invariant, decode=_decode_only(q_lat.shape[0], meta)),
         interpret=_interpret(),
     )
 

@@ -22,8 +22,9 @@ split follows FlashMLA (DeepSeek, 2025); the code is written from its descriptio
 
 Each program writes its unnormalized accumulator, row max and row sum; XLA merges the KV
 splits (ragged_flash.combine_splits). The split count is static, chosen from the step shape
-to fill the GPU, so results depend on the batch shape: the kernel is not for the
-batch-invariant mode.
+to fill the GPU, and each token cuts its own keys into that many (so an engine's page
+table, max_model_len wide, does not leave a short decode one split): results depend on the
+batch shape, so the kernel is not for the batch-invariant mode.
 
 Keys past a token's limit are masked out of s, and in the last, partial block each consumer
 zeroes the rows past the limit in its half of c_kv before p . c_kv, so NaN in unowned cache
@@ -97,6 +98,15 @@ class MosaicMLAConfig:
         per_split = -(-max_len // num_splits)
         return max(self.min_split, -(-per_split // BLOCK_KV) * BLOCK_KV)
 
+    def token_splits(self, limit: jax.Array, num_splits: int) -> jax.Array:
+        """Keys per split of each token ([T] int32): its own keys (`limit`, [T]) cut into at
+        most `num_splits` pieces of at least min_split. An engine's page table spans
+        max_model_len, so split_size alone would leave an 8k decode in a 128k table one
+        split where an 8k table gives it three."""
+        per_split = -(-jnp.maximum(limit, 1) // num_splits)
+        size = jnp.maximum(self.min_split, -(-per_split // BLOCK_KV) * BLOCK_KV)
+        return size.astype(jnp.int32)
+
 
 MOSAIC_MLA_CONFIG = MosaicMLAConfig()
 
@@ -169,14 +179,14 @@ def mla_decode_mosaic(
         raise ValueError(f"positions {positions.shape}: expected [T] = [{num_tokens}]")
     head_blocks = -(-num_heads // HEAD_ROWS)
     max_len = max_pages * page_size
-    kv_split = config.split_size(num_tokens, head_blocks, max_len)
-    num_splits = -(-max_len // kv_split)
+    num_splits = -(-max_len // config.split_size(num_tokens, head_blocks, max_len))
 
     token = jnp.arange(num_tokens, dtype=jnp.int32)
     seq = jnp.searchsorted(cu_q_lens, token, side="right", method="compare_all") - 1
     seq = jnp.clip(seq, 0, num_seqs - 1).astype(jnp.int32)
     limit = jnp.minimum(positions + 1, kv_lens[seq])
     limit = jnp.where(token < cu_q_lens[-1], limit, 0).astype(jnp.int32)
+    split_blocks = config.token_splits(limit, num_splits) // BLOCK_KV
     q = jnp.concatenate([q_lat, q_pe], axis=-1)
     q = jnp.pad(q, ((0, 0), (0, head_blocks * HEAD_ROWS - num_heads), (0, 0)))
     pages = jnp.clip(page_table, 0, num_pages - 1).astype(jnp.int32)
@@ -184,12 +194,12 @@ def mla_decode_mosaic(
     acc, row_max, row_sum = _mla_decode_call(
         seq,
         limit,
+        split_blocks,
         pages,
         q,
         latent_pages,
         rank=rank,
         page_size=page_size,
-        kv_split=kv_split,
         num_splits=num_splits,
         head_blocks=head_blocks,
         scale=float(scale),
@@ -207,13 +217,13 @@ def mla_decode_mosaic(
 def _mla_decode_call(
     seq: jax.Array,  # [T] int32, page-table row of each token
     limit: jax.Array,  # [T] int32, keys each token sees (0: padding)
+    split_blocks: jax.Array,  # [T] int32, key blocks per split of each token
     page_table: jax.Array,  # [S, Pmax] int32, clipped to valid page ids
     q: jax.Array,  # [T, Hp, R + Dr], heads padded to a multiple of 64
     latent_pages: jax.Array,  # [N, P, R + Dr]
     *,
     rank: int,
     page_size: int,
-    kv_split: int,
     num_splits: int,
     head_blocks: int,
     scale: float,
@@ -231,12 +241,15 @@ def _mla_decode_call(
     chunks = half // pv_cols
     c = scale * LOG2E  # softmax in base 2: exp2 of pre-scaled scores (FlashAttention-3)
 
-    def kernel(seq_ref, limit_ref, table_ref, q_ref, pages_ref, acc_ref, m_ref, l_ref, *scoped):
+    def kernel(
+        seq_ref, limit_ref, split_ref, table_ref, q_ref, pages_ref, acc_ref, m_ref, l_ref, *scoped
+    ):
         q_smem, kv_smem, p_smem, alpha_smem = scoped[:4]
         q_bar, kv_full, kv_free, p_full, p_free = scoped[4:]
         wg = lax.axis_index("wg")
         hb, split, t = lax.axis_index("hb"), lax.axis_index("split"), lax.axis_index("t")
-        s_idx, lim = seq_ref[t], limit_ref[t]
+        s_idx, lim, split_blocks = seq_ref[t], limit_ref[t], split_ref[t]
+        kv_split = split_blocks * BLOCK_KV
         start = split * kv_split
         n_keys = jnp.clip(lim - start, 0, kv_split)
         n_blocks = (n_keys + BLOCK_KV - 1) // BLOCK_KV
@@ -378,4 +391,4 @@ def _mla_decode_call(
         num_threads=3,
         thread_name="wg",
         **kernel_params(interpret),
-    )(seq, limit, page_table, q, latent_pages)
+    )(seq, limit, split_blocks, page_table, q, latent_pages)

@@ -18,10 +18,14 @@ of many, each over its own paged KV. The work is cut three ways:
   fixed per engine, so this too is independent of the batch), which bounds that buffer at
   `max_splits` times the step's f32 output (GQA 2048 tokens x 32 heads x 128: 0.5 GiB; MLA
   with 128 unsharded heads and a 2048-token prefill budget: 8 GiB, see docs/benchmarks.md).
-  Two exceptions, outside the batch-invariant mode: the decode tiling (GQA_DECODE_CONFIG)
-  shortens the splits of steps too small to fill the GPU (`target_programs`), and every
-  config lengthens the splits of steps whose partials would pass `max_partial_bytes` (1 GiB:
-  the MLA prefill above runs unsplit; such steps have programs enough without splits).
+  Outside the batch-invariant mode three things make the split follow the step: the
+  decode tiling (GQA_DECODE_CONFIG) shortens the splits of steps too small to fill the GPU
+  (`target_programs`); every config lengthens the splits of steps whose partials would
+  pass `max_partial_bytes` (1 GiB: the MLA prefill above runs unsplit; such steps have
+  programs enough without splits); and `splits_follow_length` applies these rules to the
+  keys each tile sees instead of the page table's width, which an engine sets to
+  max_model_len (a 64 x 8k decode then gets four 2048-key splits in a 128k table too,
+  where the width alone gives one of 8192).
 - **KV blocks** (`block_kv` keys) inside a split, reduced with an online softmax
   (FlashAttention, Dao et al. 2022). Keys are gathered token by token through the page
   table, so any page size works and a block may span several pages or part of one. With
@@ -101,6 +105,13 @@ class KernelConfig:
     # A block takes one of two loop bodies depending on the tile's other rows, so a
     # token's last bits may depend on the batch: batch-invariant mode never takes it.
     fast_softmax: bool = False
+    # True: each query tile cuts the keys it sees (its last token's) into splits by the
+    # rules of split_size, rather than the page table's width: an engine's table spans
+    # max_model_len, so a 128k engine would split an 8k decode into one 8192-key piece
+    # where an 8k table gives four of 2048 (the measured shape). The split then follows
+    # the step (a chunk's last token, the sequence's length), so batch-invariant mode
+    # keeps False: fixed splits aligned to position 0, the same for every step.
+    splits_follow_length: bool = True
 
     def __post_init__(self):
         for name in ("block_rows", "block_kv", "max_heads_per_program"):
@@ -141,18 +152,46 @@ class KernelConfig:
         unless the step is large enough to reach `max_partial_bytes`. Either makes the split
         depend on the batch, which the batch-invariant mode's configs never allow.
         """
-        size = max(self.kv_split, self._keys_per_split(max_len, self.max_splits))
+        return self._split_rule(max_len, programs, split_bytes, max, min)
+
+    def tile_splits(
+        self,
+        keys: jax.Array,  # [NT] int32, keys each query tile sees (0: unused tile)
+        max_len: int,
+        programs: int = 0,
+        split_bytes: int = 0,
+    ) -> tuple[int, jax.Array]:  # (splits in the grid, [NT] int32 keys per split)
+        """Each tile's split size, and the number of splits the kernel's grid must hold.
+
+        With `splits_follow_length` a tile's keys are split by split_size's rules applied
+        to its own key count, never into more pieces than the page table's width would be
+        (so the grid and the partials keep their size); without it every tile takes
+        split_size(max_len), fixed by the engine.
+        """
+        fixed = self.split_size(max_len, programs, split_bytes)
+        num_splits = -(-max_len // fixed)
+        if not self.splits_follow_length:
+            return num_splits, jnp.full(keys.shape, fixed, jnp.int32)
+        keys = jnp.maximum(keys, 1)
+        size = self._split_rule(keys, programs, split_bytes, jnp.maximum, jnp.minimum)
+        size = jnp.maximum(size, self._keys_per_split(keys, num_splits))
+        return num_splits, size.astype(jnp.int32)
+
+    def _split_rule(self, length, programs: int, split_bytes: int, maximum, minimum):
+        """split_size's rules for `length` keys: an int, or an int array (with jnp's
+        maximum and minimum)."""
+        size = maximum(self.kv_split, self._keys_per_split(length, self.max_splits))
         if self.target_programs and 0 < programs < self.target_programs:
-            short = self._keys_per_split(max_len, -(-self.target_programs // programs))
-            size = min(size, max(self.min_split, short))
+            short = self._keys_per_split(length, -(-self.target_programs // programs))
+            size = minimum(size, maximum(self.min_split, short))
         if self.max_partial_bytes and split_bytes > 0:
             splits = max(1, self.max_partial_bytes // split_bytes)
-            size = max(size, self._keys_per_split(max_len, splits))
+            size = maximum(size, self._keys_per_split(length, splits))
         return size
 
-    def _keys_per_split(self, max_len: int, splits: int) -> int:
-        """The shortest whole number of key blocks that covers `max_len` in `splits` splits."""
-        return -(-max_len // splits // self.block_kv) * self.block_kv
+    def _keys_per_split(self, length, splits: int):
+        """The shortest whole number of key blocks that covers `length` in `splits` splits."""
+        return -(-length // splits // self.block_kv) * self.block_kv
 
 
 # GQA (head_dim 128, bf16): q [64, 128], K and V blocks [64, 128] double-buffered in shared
@@ -177,6 +216,15 @@ MLA_CONFIG = KernelConfig(block_kv=32, num_warps=8)
 # KiB + 3 x 36 KiB): 1.32 ms against 1.72 ms at 64 x 8k on an H200 (two runs each,
 # docs/benchmarks.md). Ampere's 163 KiB does not take it.
 MLA_HOPPER_CONFIG = dataclasses.replace(MLA_CONFIG, num_stages=3)
+# Decode-only MLA steps: a token's 128 heads make two programs, so batches of 1-16 ran 2-32
+# programs a split on the H200's 132 SMs (1 x 2k: two programs walking 64 key blocks each,
+# 326 us for 4.7 MB). As GQA_DECODE_CONFIG does, their splits shorten until about two
+# programs per SM run (an 8-warp program with up to 180 KiB of shared memory has its SM to
+# itself): 1 x 2k 32 programs of 4 blocks, 16 x 8k 288 of 29 (928-key splits). From 132
+# programs (64 x 8k: 128 x 4 splits) nothing changes. Not yet timed (bench_kernels --sweep
+# times it against fixed splits at the smaller batches).
+MLA_DECODE_CONFIG = dataclasses.replace(MLA_CONFIG, target_programs=264, min_split=128)
+MLA_HOPPER_DECODE_CONFIG = dataclasses.replace(MLA_DECODE_CONFIG, num_stages=3)
 
 
 class TilePlan(NamedTuple):
@@ -186,6 +234,7 @@ class TilePlan(NamedTuple):
     start: jax.Array  # [NT] int32, first token of the tile
     end: jax.Array  # [NT] int32, end of the tile's sequence span; end <= start = unused tile
     limit: jax.Array  # [T_pad] int32, keys visible to each token (0 for padding)
+    keys: jax.Array  # [NT] int32, most keys a token of the tile sees (0 = unused tile)
     num_tokens_padded: int  # T_pad = T + block_q, so a tile's rows never run off the array
 
 
@@ -227,7 +276,9 @@ def plan_tiles(
     limit = jnp.where(in_span, jnp.minimum(positions + 1, kv_lens[token_seq]), 0)
     padded = num_tokens + block_q
     limit = jnp.pad(jnp.maximum(limit, 0).astype(jnp.int32), (0, block_q))
-    return TilePlan(seq.astype(jnp.int32), start, end, limit, padded)
+    rows = start[:, None] + jnp.arange(block_q, dtype=jnp.int32)  # [NT, block_q]
+    keys = jnp.max(jnp.where(rows < end[:, None], limit[rows], 0), axis=1)
+    return TilePlan(seq.astype(jnp.int32), start, end, limit, keys, padded)
 
 
 class KVBlock(NamedTuple):
@@ -279,6 +330,7 @@ def _flash_kernel(
     tile_seq_ref,  # [NT]
     tile_start_ref,  # [NT]
     tile_end_ref,  # [NT]
+    tile_split_ref,  # [NT], keys per KV split
     limit_ref,  # [T_pad]
     page_table_ref,  # [S, Pmax]
     *refs,  # q parts [Q, T_pad * Gb, Dq_i] ..., kv refs ..., o [NS, Q, R, Dv], lse [NS, Q, R]
@@ -288,7 +340,6 @@ def _flash_kernel(
     head_blocks: int,
     block_q: int,
     block_kv: int,
-    kv_split: int,
     page_size: int,
     num_pages: int,
     scale: float,
@@ -306,6 +357,7 @@ def _flash_kernel(
     row_token = t0 + lax.div(lax.iota(jnp.int32, rows), heads_per_program)
     row_ok = row_token < tile_end_ref[tile]
     limit = jnp.where(row_ok, limit_ref[row_token], 0)  # [rows]
+    kv_split = tile_split_ref[tile]
     lo = split * kv_split
     # Keys past the page table's last column do not exist (the XLA path never visits them).
     hi = jnp.minimum(jnp.max(limit), jnp.minimum(lo + kv_split, max_pages * page_size))
@@ -425,8 +477,7 @@ def ragged_flash(
     programs = num_groups * min(num_tiles, page_table.shape[0])
     # Each split's partials: a normalized f32 output and a log-sum-exp per query row.
     split_bytes = num_groups * num_rows * (value_dim + 1) * 4
-    kv_split = config.split_size(max_len, programs, split_bytes)
-    num_splits = -(-max_len // kv_split)
+    num_splits, tile_split = config.tile_splits(plan.keys, max_len, programs, split_bytes)
     kernel = functools.partial(
         _flash_kernel,
         num_q_parts=len(q_parts),
@@ -435,7 +486,6 @@ def ragged_flash(
         head_blocks=head_blocks,
         block_q=block_q,
         block_kv=config.block_kv,
-        kv_split=kv_split,
         page_size=page_size,
         num_pages=num_pages,
         scale=float(scale),
@@ -457,6 +507,7 @@ def ragged_flash(
         plan.seq,
         plan.start,
         plan.end,
+        tile_split,
         plan.limit,
         page_table.astype(jnp.int32),
         *q_parts,

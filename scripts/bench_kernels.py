@@ -76,7 +76,7 @@ _TUNING = {
         name,
         None,
         f"KernelConfig.{name} for every row (default: the engine's configs, GQA_DECODE_CONFIG "
-        "for GQA decode, GQA_CONFIG for the prefill chunk, the engine's MLA config).",
+        "for GQA decode, GQA_CONFIG for the prefill chunk, the engine's MLA decode config).",
     )
     for name in (
         "block_rows",
@@ -100,6 +100,7 @@ class Suite:
     prefill_chunk: int
     prefill_context: int
     matmul: int  # n of the timed [n, n] x [n, n] bf16 matmul
+    engine_table: int  # --sweep: page-table width in keys of an engine (max_model_len)
     copy_mib: int
     iters: int
     repeats: int
@@ -113,6 +114,7 @@ GPU_SUITE = Suite(
     prefill_chunk=2048,
     prefill_context=32768,
     matmul=8192,
+    engine_table=131072,
     copy_mib=2048,
     iters=10,
     repeats=3,
@@ -125,6 +127,7 @@ SMOKE_SUITE = Suite(
     prefill_chunk=16,
     prefill_context=64,
     matmul=64,
+    engine_table=256,
     copy_mib=1,
     iters=1,
     repeats=1,
@@ -166,15 +169,28 @@ SWEEP = {
 # --sweep, at the smaller decode batches: shorter KV splits give more programs and fewer
 # dependent block steps each (decode tiling only; the invariant mode keeps its split).
 SMALL_SWEEP = {
-    # GQA: the decode config's program target, then fixed splits (target_programs=0)
+    # The decode configs' program targets, then fixed splits (target_programs=0)
     "gqa": (
         dict(),
         dict(target_programs=0),
         dict(kv_split=512, max_splits=64, target_programs=0),
         dict(kv_split=256, max_splits=128, target_programs=0),
     ),
-    "mla": (dict(), dict(kv_split=512, max_splits=64), dict(kv_split=256, max_splits=128)),
+    "mla": (
+        dict(),
+        dict(target_programs=0),
+        dict(kv_split=512, max_splits=64, target_programs=0),
+        dict(kv_split=256, max_splits=128, target_programs=0),
+    ),
     "mosaic": (dict(), dict(min_split=256), dict(min_split=128)),
+}
+# --sweep, at the target decode shape with the page table an engine passes (max_model_len
+# wide, 128k keys; the rows above size it to the context): splits cut from each tile's keys
+# (the engine's configs) against the fixed ones the width alone gives (batch-invariant mode:
+# one 8192-key split per 8k sequence, a quarter of the programs).
+ENGINE_TABLE_SWEEP = {
+    "gqa": (dict(), dict(splits_follow_length=False)),
+    "mla": (dict(), dict(splits_follow_length=False)),
 }
 # --sweep: the Mosaic GPU prefill kernel's MosaicGQAConfig (all fit Hopper's shared memory).
 MOSAIC_PREFILL_SWEEP = (
@@ -265,9 +281,12 @@ def bench_matmul(suite: Suite) -> dict:
     return dict(kind="matmul", impl="xla", n=n, seconds=seconds, tflops=flops / seconds / 1e12)
 
 
-def _decode_batch(batch: int, context: int, page_size: int, num_pages: int, rng):
+def _decode_batch(batch: int, context: int, page_size: int, num_pages: int, rng, table_len=0):
+    """One query token per sequence over `context` keys, in a page table of `table_len`
+    keys (0: the context), its unused columns 0 as the engine's runner leaves them."""
     pages_per_seq = context // page_size
     table = rng.permutation(num_pages)[: batch * pages_per_seq].reshape(batch, pages_per_seq)
+    table = np.pad(table, ((0, 0), (0, max(0, table_len // page_size - pages_per_seq))))
     return (
         jnp.arange(batch + 1, dtype=jnp.int32),  # cu_q_lens: one token per sequence
         jnp.full((batch,), context - 1, jnp.int32),  # positions
@@ -394,6 +413,18 @@ def bench_sweep(suite, configs, page_size, interpret, copy_gbps, rng) -> list[di
     batch = TARGET_BATCH if TARGET_BATCH in suite.batches else max(suite.batches)
     context = TARGET_CONTEXT if TARGET_CONTEXT in suite.contexts else max(suite.contexts)
     rows = _sweep_shape(suite, configs, SWEEP, batch, context, page_size, interpret, copy_gbps, rng)
+    rows += _sweep_shape(
+        suite,
+        configs,
+        ENGINE_TABLE_SWEEP,
+        batch,
+        context,
+        page_size,
+        interpret,
+        copy_gbps,
+        rng,
+        table_len=suite.engine_table,
+    )
     # MLA with its heads split 8 ways (tensor parallel): 30 FLOP per latent byte instead of
     # 242 at 128 heads, so memory-bound; the engine's config, and 16-row tiles (a decode
     # tile holds one token, 16 heads: 64 rows would be three quarters padding, as for GQA).
@@ -418,7 +449,7 @@ def bench_sweep(suite, configs, page_size, interpret, copy_gbps, rng) -> list[di
 
 
 def _sweep_shape(
-    suite, configs, sweep, batch, context, page_size, interpret, copy_gbps, rng
+    suite, configs, sweep, batch, context, page_size, interpret, copy_gbps, rng, table_len=0
 ) -> list[dict]:
     h, kh, d = suite.gqa
     mh, rank, rope = suite.mla
@@ -428,13 +459,15 @@ def _sweep_shape(
     k_pages = jax.random.normal(kk, (num_pages, page_size, kh, d), dtype)
     v_pages = jax.random.normal(kv, (num_pages, page_size, kh, d), dtype)
     latent = jax.random.normal(kl, (num_pages, page_size, rank + rope), dtype)
-    meta = _decode_batch(batch, context, page_size, num_pages, rng)
+    meta = _decode_batch(batch, context, page_size, num_pages, rng, table_len)
     gqa_args = (jax.random.normal(kq, (batch, h, d), dtype), k_pages, v_pages, *meta)
     q_lat = jax.random.normal(kq, (batch, mh, rank), dtype)
     mla_args = (q_lat, jax.random.normal(kq, (batch, mh, rope), dtype), latent, *meta)
     common = dict(
         kind="sweep", batch=batch, context=context, page_size=page_size, kv="bf16", mla_heads=mh
     )
+    if table_len:
+        common["table"] = table_len
     gqa_bytes = batch * context * kh * d * 2 * jnp.dtype(dtype).itemsize
     mla_bytes = batch * context * (rank + rope) * jnp.dtype(dtype).itemsize
     mla_kwargs = dict(scale=(128 + 64) ** -0.5)
@@ -720,7 +753,11 @@ def format_table(result: dict) -> str:
                 keys = ("block_kv", "num_stages")
             # Triton: the fields a sweep varies that are off by default, when set
             keys += tuple(k for k in ("target_programs", "fast_softmax") if r["config"].get(k))
+            if r["config"].get("splits_follow_length") is False:
+                keys += ("splits_follow_length",)
             line += " " + ",".join(f"{k}={r['config'][k]}" for k in keys)
+            if "table" in r:
+                line += f",table={r['table']}"
             if r.get("attn") == "mla" and "mla_heads" in r:
                 line += f",heads={r['mla_heads']}"
         if "error" in r:
@@ -749,7 +786,7 @@ def main(argv):
     configs = {
         "gqa": dataclasses.replace(GQA_DECODE_CONFIG, **overrides),
         "gqa_prefill": dataclasses.replace(GQA_CONFIG, **overrides),
-        "mla": dataclasses.replace(attention_ops.mla_config(), **overrides),
+        "mla": dataclasses.replace(attention_ops.mla_config(decode=True), **overrides),
     }
     if _MOSAIC.value:
         configs["mosaic"] = MOSAIC_MLA_CONFIG

@@ -55,9 +55,11 @@ stage fp8 90 "$PY" -m pytest -q -p no:cacheprovider --durations=0 \
   tests/test_batch_invariance.py::test_pallas_kernels_keep_the_mode "$F[llama-pallas]" \
   "$F[deepseek_v3-pallas]" "$F[deepseek_v3-xla]" "$F[llama-xla]"
 # Tuning: the base configs, the prefill chunk's PREFILL_SWEEP (fast_softmax among them) and
-# MOSAIC_PREFILL_SWEEP, each SWEEP config at the target decode shape, then the smaller
-# batches' SMALL_SWEEP: about 60 compilations, in that order so that a run cut off at the
-# limit loses the least useful rows; every finished row is in sweep.log ("row {json}").
+# MOSAIC_PREFILL_SWEEP, each SWEEP config at the target decode shape, that shape in an
+# engine's 128k-wide page table (ENGINE_TABLE_SWEEP), MLA at a tensor-parallel share of the
+# heads, then the smaller batches' SMALL_SWEEP: about 65 compilations, in that order so
+# that a run cut off at the limit loses the least useful rows; every finished row is in
+# sweep.log ("row {json}").
 stage sweep 130 "$PY" -m scripts.bench_kernels --batches=1,16,64 --contexts=8192 --sweep \
   --nobundled --nofp8 --out="$OUT_DIR/sweep.json" "${EXTRA[@]}"
 stage bench 90 "$PY" -m scripts.bench_kernels --out="$OUT_DIR/bench_kernels.json" "${EXTRA[@]}"

@@ -21,6 +21,7 @@ from engine import kv_quant
 from engine.paged_attention import build_metadata, paged_attention_gqa, paged_attention_mla
 from pallas_kernels import (
     GQA_DECODE_CONFIG,
+    MLA_DECODE_CONFIG,
     KernelConfig,
     UnsupportedShapeError,
     check_gqa_supported,
@@ -97,7 +98,8 @@ def _check(out, ref, b, dtype):
 
 GQA_CASES = {
     # name: (group, kv heads, head dim, page size, num pages, dtype, config)
-    "g1_p8_f32": (1, 2, 16, 8, 48, jnp.float32, KernelConfig(16, 16, 32)),
+    # at most 2 splits: 48 keys each over the whole table, a tile's own keys cut in two
+    "g1_p8_f32_2splits": (1, 2, 16, 8, 48, jnp.float32, KernelConfig(16, 16, 32, max_splits=2)),
     "g3_d40_p16_bf16_fast": (
         3,
         2,
@@ -108,14 +110,15 @@ GQA_CASES = {
         KernelConfig(32, 16, 48, fast_softmax=True),
     ),
     "g4_p64_f32_fast": (4, 1, 32, 64, 16, jnp.float32, KernelConfig(16, 32, 64, fast_softmax=True)),
-    "g8_p8_bf16_2progs": (
+    # fixed splits, as batch-invariant mode runs them
+    "g8_p8_bf16_2progs_fixed": (
         8,
         1,
         16,
         8,
         48,
         jnp.bfloat16,
-        KernelConfig(16, 16, 32, max_heads_per_program=4),
+        KernelConfig(16, 16, 32, max_heads_per_program=4, splits_follow_length=False),
     ),
     "g4_p16_f32_default": (4, 2, 32, 16, 40, jnp.float32, KernelConfig()),
     # a program target: the 64-key split shortens to min_split (16 keys, 5 splits at 72);
@@ -176,14 +179,15 @@ MLA_CASES = {
         jnp.float32,
         KernelConfig(16, 16, 32, max_partial_bytes=1),
     ),
-    "h16_r64_dr16_p8_bf16_2progs_fast": (
+    # at most 3 splits: 32-key ones over the table, 16-key ones in a tile of 40 keys
+    "h16_r64_dr16_p8_bf16_2progs_3splits_fast": (
         16,
         64,
         16,
         8,
         48,
         jnp.bfloat16,
-        KernelConfig(16, 16, 48, max_heads_per_program=8, fast_softmax=True),
+        KernelConfig(16, 16, 16, max_splits=3, max_heads_per_program=8, fast_softmax=True),
     ),
     "h3_r32_dr16_p64_f32_fast": (
         3,
@@ -275,6 +279,43 @@ def test_steps_with_many_query_rows_lengthen_their_splits_to_bound_the_partials(
         KernelConfig(max_partial_bytes=-1)
 
 
+def test_splits_follow_each_tiles_keys_not_the_page_tables_width():
+    """An engine's page table spans max_model_len; a tile's splits are cut from the keys it
+    sees, as a table of its own length would cut them, within the grid the width sets."""
+    wide = 131072
+    decode = GQA_DECODE_CONFIG  # 64 x 8k, 8 KV heads: 512 programs
+    keys = jnp.asarray([8192] * 64, jnp.int32)
+    assert decode.split_size(wide, programs=512) == 8192  # the width's one piece of 8k
+    num_splits, size = decode.tile_splits(keys, wide, programs=512)
+    assert num_splits == 16
+    assert size.tolist() == [decode.split_size(8192, programs=512)] * 64 == [2048] * 64
+    # 1 x 2k: 8 splits of 256 keys, as in a 2k table.
+    num_splits, size = decode.tile_splits(jnp.asarray([2048]), wide, programs=8)
+    assert size.tolist() == [256] == [decode.split_size(2048, programs=8)]
+    # A 2k prefill chunk ending at 32k: 2048-key splits (16), not 8192 (4).
+    prefill = KernelConfig()
+    num_splits, size = prefill.tile_splits(jnp.asarray([30784, 32768]), wide)
+    assert num_splits == 16 and size.tolist() == [2048, 2048]
+    # The partials bound still holds: an MLA prefill's 0.5 GiB a split gets one (1 GiB),
+    # 256 MiB ones get four.
+    mla_bytes = 2 * (2048 + 1) * 64 * (512 + 1) * 4
+    num_splits, size = prefill.tile_splits(jnp.asarray([32768]), wide, split_bytes=mla_bytes)
+    assert num_splits == 1 and size.tolist() == [32768]
+    num_splits, size = prefill.tile_splits(jnp.asarray([32768]), wide, split_bytes=256 << 20)
+    assert num_splits == 4 and size.tolist() == [8192]
+    # Never more pieces than the grid holds, at any key count.
+    rng = np.random.default_rng(0)
+    keys = jnp.asarray(rng.integers(0, wide + 1, 500), jnp.int32)
+    for config, programs in ((decode, 8), (decode, 512), (prefill, 0), (decode, 100)):
+        num_splits, size = config.tile_splits(keys, wide, programs=programs)
+        assert (np.asarray(size) > 0).all() and (np.asarray(size) % config.block_kv == 0).all()
+        assert (-(-np.asarray(keys) // np.asarray(size)) <= num_splits).all()
+    # Batch-invariant mode's fixed splits: the width's, whatever the keys.
+    fixed = dataclasses.replace(decode, splits_follow_length=False)
+    num_splits, size = fixed.tile_splits(keys[:3], wide, programs=512)
+    assert num_splits == 16 and size.tolist() == [8192] * 3
+
+
 def test_decode_splits_shorten_until_the_step_has_enough_programs():
     config = GQA_DECODE_CONFIG  # about 1024 programs, splits of at least 256 keys
     assert config.split_size(2048, programs=8) == 256  # 1 x 2k, 8 KV heads: 8 splits
@@ -284,6 +325,10 @@ def test_decode_splits_shorten_until_the_step_has_enough_programs():
     assert config.split_size(8192, programs=512) == 2048
     assert config.split_size(32768, programs=128) == 2048
     assert KernelConfig().split_size(2048, programs=8) == 2048  # no target: the batch is ignored
+    # MLA decodes (two 64-head programs a token at 128 heads): about 264 programs.
+    assert MLA_DECODE_CONFIG.split_size(2048, programs=2) == 128  # 1 x 2k: 16 splits
+    assert MLA_DECODE_CONFIG.split_size(8192, programs=32) == 928  # 16 x 8k: 9 splits
+    assert MLA_DECODE_CONFIG.split_size(8192, programs=128) == 2048  # 64 x 8k: as before
     with pytest.raises(ValueError, match="min_split"):
         KernelConfig(target_programs=64, min_split=100)
 
@@ -341,9 +386,9 @@ FP8_CASES = {
     #        pages as float8_e4m3fn or as their uint8 bits, as the engine keeps them)
     "gqa_g3_d40_p16_bf16_fast_bits": ("gqa", "g3_d40_p16_bf16_fast", "bits"),
     "gqa_g4_p16_f32_default_fp8": ("gqa", "g4_p16_f32_default", "fp8"),
-    "mla_h16_r64_dr16_p8_bf16_2progs_fast_bits": (
+    "mla_h16_r64_dr16_p8_bf16_2progs_3splits_fast_bits": (
         "mla",
-        "h16_r64_dr16_p8_bf16_2progs_fast",
+        "h16_r64_dr16_p8_bf16_2progs_3splits_fast",
         "bits",
     ),
 }

@@ -97,8 +97,18 @@ def test_bench_kernels_sweep_times_every_config_on_the_same_function(tmp_path):
     # The base-2, mask-skipping softmax is timed beside the default at each shape.
     for rows in ([r for r in decode if r["impl"] == "pallas" and r["batch"] == 2], prefill):
         assert {r["config"]["fast_softmax"] for r in rows} == {False, True}
+    # The engine's max_model_len-wide page table: per-tile splits against fixed ones.
+    wide = [r for r in decode if r.get("table")]
+    assert {(r["attn"], r["config"]["splits_follow_length"]) for r in wide} == {
+        ("gqa", True),
+        ("gqa", False),
+        ("mla", True),
+        ("mla", False),
+    }
+    assert {(r["batch"], r["table"]) for r in wide} == {(2, bk.SMOKE_SUITE.engine_table)}
     table = bk.format_table(result)  # the printed rows tell those configs apart
     assert "fast_softmax=True" in table and "target_programs=1024" in table
+    assert "splits_follow_length=False,table=256" in table
     mosaic_prefill = [r for r in sweep if "tflops" in r and r["impl"] == "mosaic"]
     assert len(mosaic_prefill) == len(bk.MOSAIC_PREFILL_SWEEP)
     assert all(r["seconds"] > 0 for r in sweep)

@@ -78,30 +78,46 @@ def test_kernel_configs_by_step_shape_and_device():
     assert ops._gqa_config(64, 64, batch_invariant=False) is pk.GQA_DECODE_CONFIG
     assert ops._gqa_config(128, 64, batch_invariant=False) is pk.GQA_CONFIG
     invariant = ops._gqa_config(64, 64, batch_invariant=True)
-    assert invariant == dataclasses.replace(pk.GQA_CONFIG, max_partial_bytes=0)
-    # MLA: a deeper pipeline on Hopper only, same tiling and key order.
+    assert invariant == dataclasses.replace(
+        pk.GQA_CONFIG, max_partial_bytes=0, splits_follow_length=False
+    )
+    # MLA: a deeper pipeline on Hopper only, same tiling and key order; decode-only
+    # buckets shorten their splits for small batches, as GQA's do.
     assert dataclasses.replace(pk.MLA_HOPPER_CONFIG, num_stages=2) == pk.MLA_CONFIG
+    for decode, base in (
+        (pk.MLA_DECODE_CONFIG, pk.MLA_CONFIG),
+        (pk.MLA_HOPPER_DECODE_CONFIG, pk.MLA_HOPPER_CONFIG),
+    ):
+        assert decode.target_programs > 0 == base.target_programs
+        assert dataclasses.replace(decode, target_programs=0, min_split=base.min_split) == base
     capability = getattr(jax.devices()[0], "compute_capability", None)
     hopper = jax.default_backend() == "gpu" and str(capability).startswith("9.")
     assert ops.mla_config() is (pk.MLA_HOPPER_CONFIG if hopper else pk.MLA_CONFIG)
+    decode = ops.mla_config(decode=True)
+    assert decode is (pk.MLA_HOPPER_DECODE_CONFIG if hopper else pk.MLA_DECODE_CONFIG)
+    assert ops.mla_config(True, decode=True) == ops.mla_config(True)  # invariant: one tiling
 
 
 def test_batch_invariant_mode_never_takes_what_depends_on_the_batch(monkeypatch):
-    """fast_softmax picks a key block's loop body by the other rows of its tile, and
-    max_partial_bytes lengthens the splits of steps with many tokens: should a GPU
-    measurement turn the first on in the engine's configs, the invariant mode still keeps
-    both off (and the other modes take them)."""
+    """fast_softmax picks a key block's loop body by the other rows of its tile,
+    max_partial_bytes lengthens the splits of steps with many tokens and
+    splits_follow_length cuts them by the tile's keys: should a GPU measurement turn the
+    first on in the engine's configs, the invariant mode still keeps all three off (and
+    the other modes take them)."""
     import pallas_kernels as pk
 
-    for name in ("GQA_CONFIG", "GQA_DECODE_CONFIG", "MLA_CONFIG", "MLA_HOPPER_CONFIG"):
+    names = ("GQA_CONFIG", "GQA_DECODE_CONFIG", "MLA_CONFIG", "MLA_HOPPER_CONFIG")
+    for name in names + ("MLA_DECODE_CONFIG", "MLA_HOPPER_DECODE_CONFIG"):
         monkeypatch.setattr(pk, name, dataclasses.replace(getattr(pk, name), fast_softmax=True))
-    mode_free = dict(fast_softmax=False, max_partial_bytes=0)
+    mode_free = dict(fast_softmax=False, max_partial_bytes=0, splits_follow_length=False)
     for config in (
         ops._gqa_config(128, 64, batch_invariant=False),
         ops._gqa_config(64, 64, batch_invariant=False),
         ops.mla_config(),
+        ops.mla_config(decode=True),
     ):
         assert config.fast_softmax and config.max_partial_bytes > 0
+        assert config.splits_follow_length
     for num_tokens in (64, 128):
         config = ops._gqa_config(num_tokens, 64, batch_invariant=True)
         assert config == dataclasses.replace(pk.GQA_CONFIG, **mode_free)

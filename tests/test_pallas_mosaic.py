@@ -79,7 +79,14 @@ def decode_batch(seed: int, page_size: int, num_pages: int) -> dict:
 
 CASES = {
     # name: (batch maker, heads, page size, num pages, config)
-    "decode_h8_p16": (decode_batch, 8, 16, 80, MosaicMLAConfig(pv_cols=64)),
+    # 2 splits of 192 keys over the table; a token of 129 keys gets 2 of 128, of 128 one
+    "decode_h8_p16_2splits": (
+        decode_batch,
+        8,
+        16,
+        80,
+        MosaicMLAConfig(pv_cols=64, min_split=64, target_programs=16),
+    ),
     "decode_h72_p64_3stages_splits": (
         decode_batch,
         72,  # two head blocks, the second mostly padding
@@ -124,6 +131,14 @@ def test_split_count_fills_the_gpu_but_keeps_splits_long():
     assert config.split_size(1, 2, 8192) == 512
     # Enough programs already: one split of the whole table.
     assert config.split_size(512, 2, 8192) == 8192
+    # Each token cuts its own keys into at most the grid's splits: in a 128k-wide table
+    # (an engine's max_model_len) an 8k decode gets three 2752-key splits, as in an 8k one,
+    # not one of 43k; a 2k decode three of 704, as split_size(64, 2, 2048) gives.
+    num_splits = -(-131072 // config.split_size(64, 2, 131072))
+    assert num_splits == 3
+    limits = jnp.asarray([8192, 2048, 1, 0], jnp.int32)
+    assert config.token_splits(limits, num_splits).tolist() == [2752, 704, 512, 512]
+    assert config.split_size(64, 2, 2048) == 704
 
 
 def test_unsupported_shapes_raise_a_clear_error():
