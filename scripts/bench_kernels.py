@@ -407,44 +407,31 @@ def bench_decode(
 
 
 def bench_sweep(suite, configs, page_size, interpret, copy_gbps, rng) -> list[dict]:
-    """Each SWEEP config of both kernels at the target decode shape, MLA with a tensor-
-    parallel share of the heads, then each SMALL_SWEEP config at the suite's smaller batches,
-    largest first (bf16 pages)."""
+    """Each SWEEP config of both kernels at the target decode shape, then that shape in an
+    engine's page table (ENGINE_TABLE_SWEEP), MLA with a tensor-parallel share of the heads,
+    then each SMALL_SWEEP config at the suite's smaller batches, largest first (bf16 pages)."""
     batch = TARGET_BATCH if TARGET_BATCH in suite.batches else max(suite.batches)
     context = TARGET_CONTEXT if TARGET_CONTEXT in suite.contexts else max(suite.contexts)
-    rows = _sweep_shape(suite, configs, SWEEP, batch, context, page_size, interpret, copy_gbps, rng)
-    rows += _sweep_shape(
-        suite,
-        configs,
-        ENGINE_TABLE_SWEEP,
-        batch,
-        context,
-        page_size,
-        interpret,
-        copy_gbps,
-        rng,
-        table_len=suite.engine_table,
-    )
+
+    def at(suite, sweep, batch, table_len=0):
+        return _sweep_shape(
+            suite, configs, sweep, batch, context, page_size, interpret, copy_gbps, rng, table_len
+        )
+
+    rows = at(suite, SWEEP, batch)
+    rows += at(suite, ENGINE_TABLE_SWEEP, batch, table_len=suite.engine_table)
     # MLA with its heads split 8 ways (tensor parallel): 30 FLOP per latent byte instead of
     # 242 at 128 heads, so memory-bound; the engine's config, and 16-row tiles (a decode
     # tile holds one token, 16 heads: 64 rows would be three quarters padding, as for GQA).
     mh, rank, rope = suite.mla
     tp8 = dataclasses.replace(suite, mla=(max(1, mh // 8), rank, rope))
-    rows += _sweep_shape(
-        tp8,
-        configs,
-        {"mla": ({}, dict(block_rows=16), dict(block_rows=16, num_warps=4)), "mosaic": ({},)},
-        batch,
-        context,
-        page_size,
-        interpret,
-        copy_gbps,
-        rng,
-    )
+    tp8_sweep = {
+        "mla": ({}, dict(block_rows=16), dict(block_rows=16, num_warps=4)),
+        "mosaic": ({},),
+    }
+    rows += at(tp8, tp8_sweep, batch)
     for small in sorted((b for b in suite.batches if b < batch), reverse=True):
-        rows += _sweep_shape(
-            suite, configs, SMALL_SWEEP, small, context, page_size, interpret, copy_gbps, rng
-        )
+        rows += at(suite, SMALL_SWEEP, small)
     return rows
 
 
