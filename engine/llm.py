@@ -173,6 +173,7 @@ class LLM:
         self._collecting: set[str] = set()  # ids whose finished record generate() returns
         self._num_steps = 0
         self._step_shapes: set[tuple[int, int]] = set()  # (T, S) buckets this engine ran
+        self._page_rows = runner.PageRows()  # page tables as arrays, grown step by step
         self._num_tokens_generated = 0
         self._expert_load = np.zeros((0, 0), np.int64)  # [L_moe, E] last step
         self._expert_load_total = np.zeros((0, 0), np.int64)  # [L_moe, E] since creation
@@ -326,7 +327,7 @@ class LLM:
     def _dispatch(self, sched, prev_out) -> _Dispatched:
         """Pack and launch one step without waiting for it; `prev_out` is the step in
         flight whose sampled tokens feed this one's placeholders."""
-        batch = runner.pack(sched.items, self.page_size, self._buckets)
+        batch = runner.pack(sched.items, self.page_size, self._buckets, self._page_rows)
         shape = (batch.token_ids.shape[0], batch.kv_lens.shape[0])
         compiles = shape not in self._step_shapes
         self._step_shapes.add(shape)

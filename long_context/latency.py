@@ -5,6 +5,8 @@
 - `measure_itl`: `num_streams` requests decode; their inter-token latency (ITL) while a long
   prompt prefills (until its first token, whose TTFT is the other side of the trade-off),
   and over as many steps of the same streams without it.
+- `time_pack`: the host's share of a decode step at long context, packing the batch
+  (engine/runner.pack), whose page tables grow with the context.
 Steps that compiled a new shape bucket are left out of the ITL samples (and counted).
 """
 
@@ -16,8 +18,9 @@ import time
 import jax
 import numpy as np
 
-from engine import LLM, SamplingParams, kv_quant
+from engine import LLM, SamplingParams, kv_quant, runner
 from engine.kv_pages import pages_for_tokens
+from engine.scheduler import ScheduledItem
 from long_context.policy import LongPrefillPolicy
 
 
@@ -301,3 +304,36 @@ def time_attention(
         compiled(*args).block_until_ready()
         best = min(best, time.perf_counter() - start)
     return dict(seconds=best, temp_bytes=compiled.memory_analysis().temp_size_in_bytes)
+
+
+def time_pack(
+    num_seqs: int,
+    context: int,
+    max_model_len: int,
+    carried: bool,
+    page_size: int = 16,
+    steps: int = 20,
+) -> float:
+    """Mean seconds of runner.pack for `num_seqs` decodes at `context` keys in an engine of
+    `max_model_len`, over `steps` steps of fresh ScheduledItems (as the scheduler makes
+    them, page tables as tuples), with the engine's carried page rows or without."""
+    num_pages = pages_for_tokens(context, page_size)
+    tables = [list(range(i * num_pages, (i + 1) * num_pages)) for i in range(num_seqs)]
+    params = SamplingParams(seed=1)
+    buckets = runner.Buckets(max(num_seqs, 1), num_seqs, pages_for_tokens(max_model_len, page_size))
+    rows = runner.PageRows() if carried else None
+
+    def items():
+        return [
+            ScheduledItem(str(i), (5,), context - 1, tuple(t), True, params, 3)
+            for i, t in enumerate(tables)
+        ]
+
+    runner.pack(items(), page_size, buckets, rows)  # the first step converts every table
+    total = 0.0
+    for _ in range(steps):
+        batch = items()
+        start = time.perf_counter()
+        runner.pack(batch, page_size, buckets, rows)
+        total += time.perf_counter() - start
+    return total / steps

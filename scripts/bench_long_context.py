@@ -6,12 +6,15 @@
   python -m scripts.bench_long_context --part=itl       # (b) the ITL sweep and its PNG
   python -m scripts.bench_long_context --part=ttft --models=tiny-llama --prompt_lens=512 \
       --budget=128                                      # a quick check
+  python -m scripts.bench_long_context --part=pack      # host: packing 64 decodes
 
 attention: one layer of paged attention per scenario, best of 3, and XLA's temp bytes, for
 the engine's engine/paged_attention.py and optionally an older copy of it.
 (a) Each (model, prompt length) runs in a fresh process, so its peak RSS is its own: one
 prompt, chunked by --budget, after a warm-up prompt compiled the step; RSS is compared
 with the weights + the KV pool (sized for the prompt) + 1 GiB.
+pack: the host's runner.pack of --num_pack_seqs decodes at each --pack_contexts in an
+engine of 131,072 positions, with the engine's carried page rows and without.
 (b) --num_streams requests decode; their ITL is measured while a --itl_prompt_len prompt
 prefills until its first token, then over as many steps of the same streams restarted
 without it (same contexts, same decode cost). Swept over budgets
@@ -37,10 +40,15 @@ from long_context.latency import (
     measure_ttft,
     plot_itl_vs_ttft,
     time_attention,
+    time_pack,
 )
 from long_context.policy import LongPrefillPolicy
 
-_PART = flags.DEFINE_list("part", ["ttft", "itl"], "Which benchmarks: attention, ttft, itl.")
+_PART = flags.DEFINE_list("part", ["ttft", "itl"], "Which benchmarks: attention, ttft, itl, pack.")
+_PACK_SEQS = flags.DEFINE_integer("num_pack_seqs", 64, "(pack) decodes in the step.")
+_PACK_CONTEXTS = flags.DEFINE_list(
+    "pack_contexts", ["2048", "8192", "32768", "131072"], "(pack) their context lengths."
+)
 _ATTN_BEFORE = flags.DEFINE_string(
     "attention_before", None, "attention: an older paged_attention.py to compare with."
 )
@@ -179,6 +187,20 @@ def main(argv):
     results = {}
     if "attention" in _PART.value:
         results["attention"] = _attention_rows()
+    if "pack" in _PART.value:
+        rows = []
+        print("| context | pack ms, carried page rows | pack ms, converted afresh |")
+        print("|---|---|---|")
+        for context in _PACK_CONTEXTS.value:
+            row = dict(context=int(context), num_seqs=_PACK_SEQS.value)
+            for carried in (True, False):
+                seconds = time_pack(_PACK_SEQS.value, int(context), 131072, carried)
+                row["carried_s" if carried else "fresh_s"] = seconds
+            rows.append(row)
+            print(
+                f"| {int(context):,} | {1e3 * row['carried_s']:.2f} | {1e3 * row['fresh_s']:.2f} |"
+            )
+        results["pack"] = rows
     if "ttft" in _PART.value:
         rows = []
         for model in _MODELS.value:

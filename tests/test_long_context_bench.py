@@ -2,7 +2,13 @@
 checked here: timing belongs in scripts/bench_long_context.py)."""
 
 from engine import paged_attention
-from long_context.latency import measure_itl, measure_ttft, plot_itl_vs_ttft, time_attention
+from long_context.latency import (
+    measure_itl,
+    measure_ttft,
+    plot_itl_vs_ttft,
+    time_attention,
+    time_pack,
+)
 from long_context.policy import LongPrefillPolicy
 
 
@@ -23,3 +29,6 @@ def test_latency_measurements_run_on_a_tiny_model(tmp_path):
 
     timing = time_attention(paged_attention, [(1, 40), (30, 70)], kv_block_tokens=32, repeats=1)
     assert timing["seconds"] > 0 and timing["temp_bytes"] > 0
+
+    for carried in (True, False):
+        assert time_pack(4, 100, 1024, carried, steps=2) > 0

@@ -1,11 +1,16 @@
 """Step shape buckets (engine/runner.Buckets): every batch the scheduler can form lands in
-one of `pairs`, each pair is used, and there are few of them."""
+one of `pairs`, each pair is used, and there are few of them. Page tables carried across
+steps (engine/runner.PageRows) give what converting them afresh gives."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 
-from engine.runner import SEQ_FLOOR, Buckets
+from engine.runner import SEQ_FLOOR, Buckets, PageRows, pack
+from engine.sampling_params import SamplingParams
 
 
 def _walk(buckets: Buckets, max_tokens: int, max_seqs: int) -> set[tuple[int, int]]:
@@ -44,3 +49,46 @@ def test_the_default_engine_limits_give_33_buckets():
     assert buckets.pick(5, 2) == (8, 8)
     assert buckets.pick(100, 1) == (128, 8)
     assert buckets.pick(100, 9) == (128, 16)
+
+
+def _item(rid: str, page_ids, start_pos: int = 0, num_tokens: int = 1):
+    return SimpleNamespace(
+        request_id=rid,
+        token_ids=(5,) * num_tokens,
+        start_pos=start_pos,
+        kv_len_after=start_pos + num_tokens,
+        page_ids=tuple(page_ids),
+        sampling_params=SamplingParams(seed=3),
+        num_generated=0,
+        feed_index=-1,
+    )
+
+
+def test_page_rows_convert_a_table_once_and_then_only_its_new_pages():
+    rows = PageRows()
+    a, b = list(range(10, 20)), [3, 1]
+    first = rows.rows([_item("a", a), _item("b", b)])
+    assert [r.tolist() for r in first] == [a, b] and first[0].dtype == np.int32
+    same = rows.rows([_item("a", a), _item("b", b + [4])])
+    assert same[0] is first[0]  # unchanged: not converted again
+    assert same[1].tolist() == [3, 1, 4]  # grown: the new page appended
+    # Pages given back (an undone step ahead), or a preempted sequence's new table.
+    assert rows.rows([_item("a", a[:4]), _item("b", [9, 1, 4])])[0].tolist() == a[:4]
+    assert rows.rows([_item("b", [9, 1, 4])])[0].tolist() == [9, 1, 4]
+    # "a" was not in the last step: its row is dropped and built again.
+    again = rows.rows([_item("a", a[:4])])[0]
+    assert again.tolist() == a[:4]
+
+
+def test_pack_with_carried_page_rows_equals_pack_without():
+    buckets = Buckets(64, 8, pages_per_seq=16)
+    rows = PageRows()
+    steps = [
+        [_item("a", [7, 2], 20, 1), _item("b", [5], 0, 9)],
+        [_item("a", [7, 2], 21, 1), _item("b", [5, 6], 9, 8)],
+        [_item("b", [5, 6, 11], 17, 1), _item("a", [0], 0, 3)],  # "a" re-admitted
+    ]
+    for items in steps:
+        fresh, carried = pack(items, 16, buckets), pack(items, 16, buckets, rows)
+        for name, want in fresh._asdict().items():
+            np.testing.assert_array_equal(getattr(carried, name), want, err_msg=name)
