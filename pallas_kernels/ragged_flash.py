@@ -105,8 +105,8 @@ class KernelConfig:
     # A block takes one of two loop bodies depending on the tile's other rows, so a
     # token's last bits may depend on the batch: batch-invariant mode never takes it.
     fast_softmax: bool = False
-    # True: each query tile cuts the keys it sees (its last token's) into splits by the
-    # rules of split_size, rather than the page table's width: an engine's table spans
+    # True: each query tile cuts the keys it sees (the most any of its tokens sees) into
+    # splits by the rules of split_size, rather than the page table's width: an engine's table spans
     # max_model_len, so a 128k engine would split an 8k decode into one 8192-key piece
     # where an 8k table gives four of 2048 (the measured shape). The split then follows
     # the step (a chunk's last token, the sequence's length), so batch-invariant mode
@@ -220,9 +220,10 @@ MLA_HOPPER_CONFIG = dataclasses.replace(MLA_CONFIG, num_stages=3)
 # programs a split on the H200's 132 SMs (1 x 2k: two programs walking 64 key blocks each,
 # 326 us for 4.7 MB). As GQA_DECODE_CONFIG does, their splits shorten until about two
 # programs per SM run (an 8-warp program with up to 180 KiB of shared memory has its SM to
-# itself): 1 x 2k 32 programs of 4 blocks, 16 x 8k 288 of 29 (928-key splits). From 132
-# programs (64 x 8k: 128 x 4 splits) nothing changes. Not yet timed (bench_kernels --sweep
-# times it against fixed splits at the smaller batches).
+# itself): 1 x 2k 32 programs of 4 blocks, 16 x 8k 288 of 29 (928-key splits). At 64 x 8k
+# (128 programs, four 2048-key splits) nothing changes: the target's splits would be
+# longer. Not yet timed (bench_kernels --sweep times it against fixed splits at the smaller
+# batches).
 MLA_DECODE_CONFIG = dataclasses.replace(MLA_CONFIG, target_programs=264, min_split=128)
 MLA_HOPPER_DECODE_CONFIG = dataclasses.replace(MLA_DECODE_CONFIG, num_stages=3)
 
