@@ -95,17 +95,21 @@ class MosaicMLAConfig:
         """Keys per KV split: enough splits to reach `target_programs`, each >= min_split."""
         programs = max(1, num_tokens * head_blocks)
         num_splits = max(1, -(-self.target_programs // programs))
-        per_split = -(-max_len // num_splits)
-        return max(self.min_split, -(-per_split // BLOCK_KV) * BLOCK_KV)
+        return self._split_for(max_len, num_splits, max)
 
     def token_splits(self, limit: jax.Array, num_splits: int) -> jax.Array:
         """Keys per split of each token ([T] int32): its own keys (`limit`, [T]) cut into at
         most `num_splits` pieces of at least min_split. An engine's page table spans
         max_model_len, so split_size alone would leave an 8k decode in a 128k table one
         split where an 8k table gives it three."""
-        per_split = -(-jnp.maximum(limit, 1) // num_splits)
-        size = jnp.maximum(self.min_split, -(-per_split // BLOCK_KV) * BLOCK_KV)
+        size = self._split_for(jnp.maximum(limit, 1), num_splits, jnp.maximum)
         return size.astype(jnp.int32)
+
+    def _split_for(self, keys, num_splits: int, maximum):
+        """`keys` (an int, or an int array with jnp.maximum) in `num_splits` pieces of
+        whole 64-key blocks, each at least min_split."""
+        per_split = -(-keys // num_splits)
+        return maximum(self.min_split, -(-per_split // BLOCK_KV) * BLOCK_KV)
 
 
 MOSAIC_MLA_CONFIG = MosaicMLAConfig()
