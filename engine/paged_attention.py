@@ -99,13 +99,13 @@ def write_kv(pages, new: jax.Array, slot_mapping: jax.Array):
 
 def _scatter_rows(pages: jax.Array, new: jax.Array, slot_mapping: jax.Array) -> jax.Array:
     num_pages, page_size = pages.shape[:2]
-    num_slots = num_pages * page_size
-    flat = pages.reshape(num_slots, *pages.shape[2:])
-    # A negative index would wrap around to the last slot, so padding is sent out of range
-    # and dropped instead.
-    slots = jnp.where(slot_mapping < 0, num_slots, slot_mapping)
-    flat = flat.at[slots].set(new.astype(pages.dtype), mode="drop")
-    return flat.reshape(pages.shape)
+    # Indexed by (page, offset), not through a flat [N * P, ...] view of the pool: XLA turns
+    # a one-token scatter into a dynamic-update-slice, and behind the view's reshape it
+    # copied the whole donated pool instead of updating it in place (a batch-1 decode in a
+    # 1,536-page engine took 96 ms a token instead of 4; docs/benchmarks.md). A negative
+    # index would wrap around, so padding (-1) is sent to a page out of range and dropped.
+    page = jnp.where(slot_mapping < 0, num_pages, slot_mapping // page_size)
+    return pages.at[page, slot_mapping % page_size].set(new.astype(pages.dtype), mode="drop")
 
 
 def as_pages(pages):

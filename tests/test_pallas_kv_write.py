@@ -48,3 +48,22 @@ def test_write_kv_matches_ref(row_shape, dtype, interpret):
 def test_write_kv_rejects_mismatched_rows():
     with pytest.raises(ValueError, match="row shape"):
         write_kv(jnp.zeros((2, 8, 4)), jnp.zeros((3, 5)), jnp.zeros(3, jnp.int32))
+
+
+@pytest.mark.gpu
+def test_a_one_token_write_updates_the_donated_pool_in_place():
+    # The kernel's twin of test_paged_attention's one-token step: it writes through a flat
+    # view of the pages (input_output_aliases), and a copy of the donated pool would cost a
+    # whole pool read and write per layer per step. Compiled for the GPU (copies are added
+    # when XLA compiles, so interpret mode on CPU cannot show them).
+    if not ON_GPU:
+        pytest.skip("needs a GPU")
+    num_pages, page_size = 2048, 16
+    pool = jnp.zeros((num_pages, page_size, 8, 128), jnp.bfloat16)
+    write = jax.jit(write_kv, donate_argnums=0)
+    text = write.lower(pool, jnp.ones((1, 8, 128)), jnp.array([17], jnp.int32)).compile().as_text()
+    shapes = (f"[{num_pages},", f"[{num_pages * page_size},")
+    copies = [
+        line for line in text.splitlines() if " copy(" in line and any(s in line for s in shapes)
+    ]
+    assert copies == []
