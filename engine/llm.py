@@ -181,6 +181,8 @@ class LLM:
         self._in_flight: _Dispatched | None = None  # a step dispatched, not yet read back
         self._last_readback = 0.0
         self._num_dispatched_ahead = 0
+        self._host_seconds = 0.0  # step() time not spent waiting for the device's tokens
+        self._wait_seconds = 0.0  # step() time blocked reading a step's tokens back
         self._no_prev_tokens = None  # prev_tokens of a step with nothing in flight
 
     # ---- requests ----------------------------------------------------------------------
@@ -301,6 +303,12 @@ class LLM:
         dispatched behind it before its tokens are read back; when that is not possible
         (Scheduler.schedule_ahead returns None) the steps run one after another.
         """
+        start, waited = time.perf_counter(), self._wait_seconds
+        deltas = self._advance()
+        self._host_seconds += time.perf_counter() - start - (self._wait_seconds - waited)
+        return deltas
+
+    def _advance(self) -> list[StreamDelta]:
         deltas = []
         if self._in_flight is None:
             sched = self._scheduler.schedule()
@@ -351,10 +359,12 @@ class LLM:
     def _complete(self, d: _Dispatched) -> list[StreamDelta]:
         """Read back a dispatched step's tokens and apply them (Scheduler.update)."""
         sched, out, score_rows = d.sched, d.out, d.score_rows
+        begin = time.perf_counter()
         tokens, logprobs, load = jax.device_get((out.tokens, out.logprobs, out.expert_load))
         # The long-prefill policy steers by step times; a compiling step would mislead it.
         # A step dispatched ahead starts on the device when the one before it ends.
         end = time.perf_counter()
+        self._wait_seconds += end - begin
         seconds = None if d.compiles or score_rows else end - max(d.start, self._last_readback)
         self._last_readback = end
         deltas = []
@@ -463,6 +473,10 @@ class LLM:
             # Steps dispatched while the previous one was still running (async scheduling).
             num_steps_dispatched_ahead=self._num_dispatched_ahead,
             num_tokens_generated=self._num_tokens_generated,
+            # Seconds step() spent on the host (schedule, pack, launch, update, outputs) and
+            # blocked reading tokens back (the device's time that the host did not hide).
+            host_seconds=self._host_seconds,
+            wait_seconds=self._wait_seconds,
             page_size=self.page_size,
             kv_cache_dtype=self.kv_dtype.name,
             max_model_len=self.max_model_len,

@@ -453,6 +453,8 @@ class Scheduler:
         scheduled in this step is taken out of it.
         """
         need = self.pages.num_new_pages(seq.page_ids, num_tokens)
+        if not need:  # most decodes: the last page has room
+            return True
         if plan.ahead and not self.pages.can_allocate(need):
             raise _FallBack
         while not self.pages.can_allocate(need):

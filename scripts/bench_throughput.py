@@ -94,11 +94,13 @@ def bench_model(
         while len(decoding) < b:
             decoding.update(d.request_id for d in llm.step() if d.token_ids)
         llm.step()  # first all-decode step: compile the (B, B) bucket outside the timing
+        before = llm.stats()
         start = time.perf_counter()
         for i in range(steps):
             llm.step()
             _progress(f"{model} B={b}", i + 1, steps)
         elapsed = time.perf_counter() - start
+        after = llm.stats()
         print(file=sys.stderr)
         for rid in ids:
             llm.abort(rid)
@@ -113,6 +115,10 @@ def bench_model(
                 batch=b,
                 tok_s=tok_s,
                 step_ms=1e3 * elapsed / steps,
+                # The engine's own account (LLM.stats): host work, and time blocked on the
+                # device's tokens, per step.
+                host_ms=1e3 * (after["host_seconds"] - before["host_seconds"]) / steps,
+                wait_ms=1e3 * (after["wait_seconds"] - before["wait_seconds"]) / steps,
                 bytes_per_step=nbytes,
                 roofline_tok_s=roof_tok_s,
                 frac_roofline=tok_s / roof_tok_s,
@@ -132,15 +138,16 @@ def main(argv):
             model, batches, _PROMPT_LEN.value, _STEPS.value, bw, _KV_CACHE_DTYPE.value
         )
     print(
-        "| model | batch | tok/s | step ms | MB read/step | roofline tok/s | of roofline |"
-        " vs batch 1 |"
+        "| model | batch | tok/s | step ms | host ms | wait ms | MB read/step | roofline tok/s |"
+        " of roofline | vs batch 1 |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         base = next(x for x in rows if x["model"] == r["model"])["tok_s"]
         print(
             f"| {r['model']} | {r['batch']} | {r['tok_s']:.0f} | {r['step_ms']:.2f} | "
-            f"{r['bytes_per_step'] / 1e6:.1f} | {r['roofline_tok_s']:.0f} | "
+            f"{r['host_ms']:.2f} | {r['wait_ms']:.2f} | {r['bytes_per_step'] / 1e6:.1f} | "
+            f"{r['roofline_tok_s']:.0f} | "
             f"{100 * r['frac_roofline']:.0f}% | {r['tok_s'] / base:.1f}x |"
         )
     if _JSON.value:
