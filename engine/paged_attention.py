@@ -101,9 +101,11 @@ def _scatter_rows(pages: jax.Array, new: jax.Array, slot_mapping: jax.Array) -> 
     num_pages, page_size = pages.shape[:2]
     # Indexed by (page, offset), not through a flat [N * P, ...] view of the pool: XLA turns
     # a one-token scatter into a dynamic-update-slice, and behind the view's reshape it
-    # copied the whole donated pool instead of updating it in place (a batch-1 decode in a
-    # 1,536-page engine took 96 ms a token instead of 4; docs/benchmarks.md). A negative
-    # index would wrap around, so padding (-1) is sent to a page out of range and dropped.
+    # copied the whole donated pool instead of updating it in place. With a page table of
+    # one KV block (max_model_len <= 128) those copies ran every step: a batch-1 decode
+    # took 88 ms a token with 1,536 pages and 423 ms with 8,192, against ~4 ms
+    # (docs/benchmarks.md). A negative index would wrap around, so padding (-1) is sent to
+    # a page out of range and dropped.
     page = jnp.where(slot_mapping < 0, num_pages, slot_mapping // page_size)
     return pages.at[page, slot_mapping % page_size].set(new.astype(pages.dtype), mode="drop")
 
