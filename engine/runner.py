@@ -136,8 +136,19 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
     token_ids = np.zeros(t_pad, np.int32)
     token_ids[:num_tokens] = tokens
     page_table = np.zeros((s_pad, buckets.pages_per_seq), np.int32)
+    num_pages = np.zeros(n, np.int32)
     for i, pages in enumerate((page_rows or PageRows()).rows(items)):
         page_table[i, : len(pages)] = pages
+        num_pages[i] = len(pages)
+    # The slots below read the table, where a missing page would read as page 0 (another
+    # sequence's): the scheduler never hands out such an item, and pack refuses one.
+    short = np.flatnonzero(num_pages * page_size < kv_lens[:n])
+    if short.size:
+        i = int(short[0])
+        raise ValueError(
+            f"items[{i}].page_ids: {num_pages[i]} pages of {page_size} cannot hold "
+            f"kv_len_after={int(kv_lens[i])}"
+        )
     pos = positions[:num_tokens]
     slot_mapping = np.full(t_pad, -1, np.int32)
     slot_mapping[:num_tokens] = page_table[owner, pos // page_size] * page_size + pos % page_size

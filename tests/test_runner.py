@@ -92,3 +92,36 @@ def test_pack_with_carried_page_rows_equals_pack_without():
         fresh, carried = pack(items, 16, buckets), pack(items, 16, buckets, rows)
         for name, want in fresh._asdict().items():
             np.testing.assert_array_equal(getattr(carried, name), want, err_msg=name)
+
+
+def test_pack_lays_out_a_mixed_step_by_hand():
+    # A fed decode at position 20 (pages 7, 2 of 16 tokens) and a 3-token chunk at positions
+    # 15..17 that crosses from page 4 into page 9: 4 tokens and 2 sequences, padded to 4 each.
+    decode = _item("a", [7, 2], 20, 1)
+    decode.feed_index, decode.sampling_params = 3, SamplingParams(temperature=0.5, seed=11)
+    chunk = _item("b", [4, 9], 15, 3)
+    chunk.token_ids, chunk.num_generated = (101, 102, 103), 2
+    batch = pack([decode, chunk], 16, Buckets(64, 8, pages_per_seq=3))
+    expect = dict(
+        token_ids=[5, 101, 102, 103],
+        positions=[20, 15, 16, 17],
+        slot_mapping=[2 * 16 + 4, 4 * 16 + 15, 9 * 16 + 0, 9 * 16 + 1],
+        cu_q_lens=[0, 1, 4, 4, 4],
+        kv_lens=[21, 18, 0, 0],
+        page_table=[[7, 2, 0], [4, 9, 0], [0, 0, 0], [0, 0, 0]],
+        sample_index=[0, 3, 0, 0],
+        temperature=[0.5, 0.0, 0.0, 0.0],
+        top_p=[1.0, 1.0, 1.0, 1.0],
+        top_k=[0, 0, 0, 0],
+        seed=[11, 3, 0, 0],
+        sample_step=[0, 2, 0, 0],
+        score_targets=[-1, -1, -1, -1],
+        feed_index=[3, -1, -1, -1],
+    )
+    for name, want in expect.items():
+        np.testing.assert_array_equal(getattr(batch, name), want, err_msg=name)
+
+
+def test_pack_refuses_an_item_whose_pages_cannot_hold_its_tokens():
+    with pytest.raises(ValueError, match=r"items\[1\].page_ids: 1 pages of 16"):
+        pack([_item("a", [3], 0, 1), _item("b", [4], 15, 2)], 16, Buckets(64, 8, 4))
