@@ -108,7 +108,8 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
 
     One pass over the items gathers their fields into lists; everything per token is then
     whole-array numpy (a per-item numpy slice costs ~1 us: with a dozen of them an item took
-    ~30 us, 7-9 ms for 256 decodes; docs/benchmarks.md "Host: one decode step").
+    ~30 us, 7-9 ms for 256 decodes; docs/benchmarks.md "Host: a decode step at large
+    batch").
     """
     n = len(items)
     lens, starts, tokens, feeds, fields = [], [], [], [], []

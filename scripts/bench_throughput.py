@@ -7,7 +7,9 @@ For each model and batch size B: B random prompts are prefilled, then `decode_st
 in which every sequence decodes one token are timed (each step reads its tokens back, so
 the time is the whole host + device step). The roofline divides the bytes one decode step
 must read (the weights it touches plus the KV cache) by the bandwidth of a timed large
-device array copy (read + write bytes counted).
+device array copy (read + write bytes counted). Beside the step time, the engine's own
+split of it (`LLM.stats()`): host ms (schedule, pack, launch, update, outputs) and wait ms
+(blocked reading the step's tokens back).
 """
 
 from __future__ import annotations
