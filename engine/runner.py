@@ -121,18 +121,17 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
         feeds.append(it.feed_index)
         fields.append((sp.temperature, sp.top_p, sp.top_k, sp.seed, it.num_generated))
     num_tokens = len(tokens)
-    lens = np.asarray(lens, np.int32)
+    lens, starts = np.asarray(lens, np.int32), np.asarray(starts, np.int32)
     t_pad, s_pad = buckets.pick(num_tokens, n)
     cu_q_lens = np.full(s_pad + 1, num_tokens, np.int32)
     cu_q_lens[0] = 0
     np.cumsum(lens, out=cu_q_lens[1 : n + 1])
     ends = cu_q_lens[1 : n + 1]
     kv_lens = np.zeros(s_pad, np.int32)
-    kv_lens[:n] = np.add(starts, lens)
+    kv_lens[:n] = starts + lens
     # Token t of item i sits at position starts[i] + (t - cu_q_lens[i]).
     owner = np.repeat(np.arange(n, dtype=np.int32), lens)
     positions = np.zeros(t_pad, np.int32)
-    starts = np.asarray(starts, np.int32)
     positions[:num_tokens] = np.arange(num_tokens, dtype=np.int32) + (starts - cu_q_lens[:n])[owner]
     token_ids = np.zeros(t_pad, np.int32)
     token_ids[:num_tokens] = tokens
