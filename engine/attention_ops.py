@@ -46,9 +46,19 @@ class AttentionOps(NamedTuple):
     write_kv: Callable  # (pages [N, P, ...], new [T, ...], slot_mapping [T]) -> pages
     gqa: Callable  # (q, k_pages, v_pages, meta, scale, kv_block_pages) -> [T, H, Dh]
     mla: Callable  # (q_lat, q_pe, latent_pages, meta, scale, kv_block_pages) -> [T, H, R]
+    # MLA prefill spans in expanded form, or None (absorbed everywhere):
+    # (q_nope, q_pe, latent_pages, w_kv_b, meta, scale, kv_block_pages) -> [T, H, Dv]
+    mla_expanded: Callable | None = None
 
 
-XLA_OPS = AttentionOps(pa.write_kv, pa.paged_attention_gqa, pa.paged_attention_mla)
+# The XLA path attends long MLA prefill spans expanded (less work at real head shapes; see
+# paged_attention_mla_expanded). Not in batch-invariant mode, where a token's attention must
+# be the same math whether it is decoded or recomputed in a chunk of any size, nor on the
+# Pallas routes, whose MLA kernel is absorbed and whose GPU timings this has not been
+# measured against.
+XLA_OPS = AttentionOps(
+    pa.write_kv, pa.paged_attention_gqa, pa.paged_attention_mla, pa.paged_attention_mla_expanded
+)
 # Batch-invariant mode: decodes go through the same query tiles as prefill chunks, so a
 # token's attention is one matmul shape whether it is decoded or recomputed in a chunk.
 XLA_INVARIANT_OPS = AttentionOps(

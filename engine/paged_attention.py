@@ -21,6 +21,13 @@ min(QUERY_TILE, T)). With `split_decodes=False` (batch-invariant mode, INVARIANT
 every token, decodes included, goes through tiles of one fixed size and block, so decode and
 prefill of the same position agree bitwise whatever the step.
 
+MLA is absorbed (attention in latent space) for decodes and short spans. A prefill span
+long enough to pay for it can instead be attended in expanded form, multi-head attention
+over per-head keys and values expanded from each KV block's latents
+(paged_attention_mla_expanded; which spans: mla_expanded_seqs, called by engine/step.py),
+which needs ~2-3x fewer multiply-adds at DeepSeek-V3's heads for chunks of 512 tokens and
+more. The batch-invariant mode keeps the absorbed form everywhere.
+
 Cache layout (PLAN.md): GQA layer `k_pages, v_pages: [N, P, K, Dh]`; MLA layer
 `latent_pages: [N, P, R + Dr]` holding `[c_kv | k_pe]`. A slot id is `page * P + offset`;
 slot -1 means padding. Any of these may be fp8 pages with per-row scales (engine/kv_quant.py):
@@ -48,6 +55,14 @@ PREFILL_KV_BLOCK_TOKENS = 512
 # prefill sharing steps with decodes that runs chunks of a few tokens.
 REMAINDER_TILES = (32, 8)
 SMALL_TILE = REMAINDER_TILES[-1]
+# MLA prefill spans attended in expanded form (paged_attention_mla_expanded) are cut into
+# tiles of this many rows: each tile expands every KV block it reads, so a longer tile
+# spreads that cost over more rows (at DeepSeek-V3's heads 128 + 320 multiply-adds per key,
+# head and row against 1,088 absorbed), and its scores are [H, tile, block].
+EXPANDED_QUERY_TILE = 1024
+# ... and their KV blocks are shortened (to whole pages) so that one block's scores,
+# [H, tile, block], stay within this many elements: at 128 heads, 256 keys (128 MiB in f32).
+EXPANDED_SCORE_ELEMENTS = 1 << 25
 # A tile whose keys end within this many of the engine's (decode) KV blocks reads those
 # small blocks instead of its long-context block (whose size is set for 128k prefills).
 SHORT_CONTEXT_BLOCKS = 8
@@ -327,8 +342,15 @@ def _blocked_attention(
     prefill_block_tokens: int,
     gather_block: GatherBlock,
     value_dim: int,
+    decodes: bool = True,
+    remainder_tiles: tuple[int, ...] = REMAINDER_TILES,
 ) -> jax.Array:  # [T, K, G, Dv] f32
-    """Online-softmax attention of each token over its sequence's keys, one KV block per step."""
+    """Online-softmax attention of each token over its sequence's keys, one KV block per step.
+
+    `decodes=False` leaves out the batched decode path (the caller sends no decodes; a span
+    of one token would take a tile), and `remainder_tiles=()` cuts every span into tiles of
+    the full size only.
+    """
     num_tokens, num_kv_heads, group, _ = q.shape
     block_len = kv_block_pages * page_size
     if split_decodes:
@@ -340,7 +362,7 @@ def _blocked_attention(
         # step with decodes) do not pay for a whole tile. Tiles over short contexts read
         # the small decode blocks instead (`short`).
         tile = min(query_tile, num_tokens)
-        sizes = (tile, *(c for c in REMAINDER_TILES if c < tile))
+        sizes = (tile, *(c for c in remainder_tiles if c < tile))
         block_pages = [
             max(kv_block_pages, prefill_block_tokens * max(1, query_tile // n) // page_size)
             for n in sizes
@@ -369,20 +391,21 @@ def _blocked_attention(
     out = jnp.zeros((num_tokens + tile, num_kv_heads, group, value_dim), jnp.float32)
     # Decodes are batched across sequences; in batch-invariant mode (not split_decodes) each
     # computes a whole tile's rows so its math is that of a tile row (see _decode_attention).
-    is_decode = tiled & (q_lens == 1) & (meta.kv_lens <= DECODE_BATCH_MAX_TOKENS)
-    rows, o_dec = _decode_attention(
-        q,
-        meta,
-        page_table,
-        is_decode,
-        kv_block_pages,
-        block_len,
-        gather_block,
-        value_dim,
-        query_rows=1 if split_decodes else tile,
-    )
-    out = out.at[jnp.where(rows < 0, out.shape[0], rows)].set(o_dec, mode="drop")
-    tiled = tiled & ~is_decode
+    if decodes:
+        is_decode = tiled & (q_lens == 1) & (meta.kv_lens <= DECODE_BATCH_MAX_TOKENS)
+        rows, o_dec = _decode_attention(
+            q,
+            meta,
+            page_table,
+            is_decode,
+            kv_block_pages,
+            block_len,
+            gather_block,
+            value_dim,
+            query_rows=1 if split_decodes else tile,
+        )
+        out = out.at[jnp.where(rows < 0, out.shape[0], rows)].set(o_dec, mode="drop")
+        tiled = tiled & ~is_decode
     q_pad = jnp.pad(q, ((0, tile), (0, 0), (0, 0), (0, 0)))
     pos_pad = jnp.pad(meta.positions, (0, tile))
     tables = _tile_tables(meta, tiled, num_tokens, tile, sizes[1:])
@@ -544,3 +567,114 @@ def paged_attention_mla(
         rank,
     )
     return o[:, 0].astype(q_lat.dtype)
+
+
+def mla_expanded_cost(
+    q_lens, tile: int, rank: int, nope_dim: int, rope_dim: int, value_dim: int
+) -> tuple:
+    """Multiply-adds per key per head of a span of `q_lens` query tokens in each MLA form.
+
+    Absorbed: every query row dots the whole latent row and sums latents, 2R + Dr. Expanded:
+    each tile of `tile` rows first expands the key's latent to a per-head key and value,
+    R (Dn + Dv), then each row dots Dn + Dr and sums Dv. (The absorb and W_UV products are
+    per query row, not per key, so they are left out.) Works on ints and on arrays.
+    """
+    tiles = (q_lens + tile - 1) // tile
+    absorbed = q_lens * (2 * rank + rope_dim)
+    expanded = tiles * rank * (nope_dim + value_dim) + q_lens * (nope_dim + rope_dim + value_dim)
+    return absorbed, expanded
+
+
+def mla_expansion_may_pay(
+    num_tokens: int, num_seqs: int, rank: int, nope_dim: int, rope_dim: int, value_dim: int
+) -> bool:
+    """Static: whether any span of a step bucket could be cheaper expanded (a span of the
+    whole step, in tiles of EXPANDED_QUERY_TILE). No for buckets of decodes only (no more
+    tokens than sequences, as the Pallas MLA config assumes) and for head shapes where a
+    key's expansion costs more than the latent form saves (2R <= Dn + Dv)."""
+    if num_tokens <= num_seqs:
+        return False
+    tile = min(EXPANDED_QUERY_TILE, num_tokens)
+    absorbed, expanded = mla_expanded_cost(num_tokens, tile, rank, nope_dim, rope_dim, value_dim)
+    return expanded < absorbed
+
+
+def mla_expanded_seqs(
+    meta: AttnMetadata, rank: int, nope_dim: int, rope_dim: int, value_dim: int
+) -> jax.Array:  # [S] bool
+    """The sequences whose span this step is cheaper to attend in expanded form."""
+    q_lens = meta.cu_q_lens[1:] - meta.cu_q_lens[:-1]
+    tile = min(EXPANDED_QUERY_TILE, meta.positions.shape[0])
+    absorbed, expanded = mla_expanded_cost(q_lens, tile, rank, nope_dim, rope_dim, value_dim)
+    return (q_lens > 1) & (meta.kv_lens > 0) & (expanded < absorbed)
+
+
+def only_seqs(meta: AttnMetadata, keep: jax.Array) -> AttnMetadata:
+    """`meta` with every sequence not in `keep` [S] made padding (kv_len 0): attention then
+    skips its tokens and leaves their output rows zero."""
+    return meta._replace(kv_lens=jnp.where(keep, meta.kv_lens, 0))
+
+
+def paged_attention_mla_expanded(
+    q_nope: jax.Array,  # [T, H, Dn]
+    q_pe: jax.Array,  # [T, H, Dr], roped
+    latent_pages: jax.Array,  # [N, P, R + Dr], rows [c_kv | k_pe]
+    w_kv_b: jax.Array,  # [R, H, Dn + Dv]: W_UK | W_UV (the checkpoint's kv_b_proj)
+    meta: AttnMetadata,
+    scale: float,
+    kv_block_pages: int,
+    query_tile: int = EXPANDED_QUERY_TILE,
+    prefill_block_tokens: int = PREFILL_KV_BLOCK_TOKENS,
+) -> jax.Array:  # [T, H, Dv]
+    """MLA prefill in expanded form (DeepSeek-V2 eq. 9-11, what HF computes): each KV block's
+    latents are expanded to per-head keys [k_nope | k_pe] and values, once per query tile,
+    and every head attends like multi-head attention.
+
+    For prefill spans only (`mla_expanded_seqs`; decodes are left to the absorbed form):
+    a tile of Q rows pays R (Dn + Dv) per key per head for the expansion, so with Q well
+    above R (Dn + Dv) / (2R - Dn - Dv) it needs less work than the absorbed form, ~2.8x less
+    at DeepSeek-V3's heads (R 512, Dn 128, Dr 64, Dv 128) for a 2048-token chunk.
+    """
+    _check_sizes(kv_block_pages, query_tile)
+    latent_pages = as_pages(latent_pages)
+    num_tokens, num_heads, nope_dim = q_nope.shape
+    num_pages, page_size, row_dim = latent_pages.shape
+    rank = w_kv_b.shape[0]
+    if rank + q_pe.shape[-1] != row_dim:
+        raise ValueError(
+            f"latent row dim {row_dim} != kv_lora_rank {rank} + rope dim {q_pe.shape[-1]}"
+        )
+    value_dim = w_kv_b.shape[-1] - nope_dim
+    # A tile of n < query_tile rows reads blocks query_tile / n times longer (_blocked_attention),
+    # so every tile's scores are bounded by those of a full one.
+    fits = EXPANDED_SCORE_ELEMENTS // (num_heads * query_tile) // page_size * page_size
+    prefill_block_tokens = max(page_size, min(prefill_block_tokens, fits))
+
+    def gather_block(ids):  # ids: [..., Bp]
+        shape = (*ids.shape[:-1], ids.shape[-1] * page_size, row_dim)
+        rows = gather_pages(latent_pages, ids).reshape(shape)  # [..., L, R + Dr]
+        kv = jnp.einsum(
+            "...lr,rhk->...lhk", rows[..., :rank], w_kv_b, preferred_element_type=jnp.float32
+        )
+        k_pe = jnp.broadcast_to(
+            rows[..., None, rank:].astype(jnp.float32), (*shape[:-1], num_heads, row_dim - rank)
+        )
+        return jnp.concatenate([kv[..., :nope_dim], k_pe], axis=-1), kv[..., nope_dim:]
+
+    # Every head is its own KV head here (group 1).
+    q_cat = jnp.concatenate([q_nope, q_pe], axis=-1).astype(jnp.float32) * scale
+    o = _blocked_attention(
+        q_cat[:, :, None],
+        meta,
+        num_pages,
+        page_size,
+        kv_block_pages,
+        query_tile,
+        True,
+        prefill_block_tokens,
+        gather_block,
+        value_dim,
+        decodes=False,
+        remainder_tiles=(),
+    )
+    return o[:, :, 0].astype(q_nope.dtype)

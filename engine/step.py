@@ -63,6 +63,48 @@ class StepOutput(NamedTuple):
     feed_tokens: jax.Array | None = None
 
 
+def _mla_dims(cfg: ModelConfig) -> tuple[int, int, int, int]:
+    return cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+
+
+def mla_expansion_may_pay(ops, cfg: ModelConfig, num_tokens: int, num_seqs: int) -> bool:
+    """Static, per step bucket: whether `mla_attention` should look for spans to expand."""
+    return ops.mla_expanded is not None and pa.mla_expansion_may_pay(
+        num_tokens, num_seqs, *_mla_dims(cfg)
+    )
+
+
+def mla_attention(
+    ops, p_attn: dict, cfg: ModelConfig, x, latent_pages, meta, kv_block_pages: int, expand: bool
+) -> jax.Array:  # [T, H, Dv]
+    """One MLA layer's attention over the written latent pages, before the output projection.
+
+    Absorbed (DeepSeek-V2 sec. 2.1.2): W_UK folds into the query, attention runs against the
+    cached latents and W_UV is applied afterwards. With `expand`, the prefill spans that need
+    less work expanded (pa.mla_expanded_seqs) attend in expanded form instead; each form
+    leaves the other's rows zero.
+    """
+    q_lat = mla_absorb_q(p_attn, x.q_nope, cfg)
+    if not expand:
+        o_lat = ops.mla(q_lat, x.q_pe, latent_pages, meta, x.scale, kv_block_pages)
+        return mla_latent_to_v(p_attn, o_lat, cfg)
+    expanded = pa.mla_expanded_seqs(meta, *_mla_dims(cfg))  # [S + 1]
+    o_exp = ops.mla_expanded(
+        x.q_nope,
+        x.q_pe,
+        latent_pages,
+        p_attn["wkv_b"],
+        pa.only_seqs(meta, expanded),
+        x.scale,
+        kv_block_pages,
+    )
+    rest = pa.only_seqs(meta, ~expanded)
+    o = mla_latent_to_v(
+        p_attn, ops.mla(q_lat, x.q_pe, latent_pages, rest, x.scale, kv_block_pages), cfg
+    )
+    return jnp.where(expanded[meta.seq_ids][:, None, None], o_exp, o)
+
+
 def step_impl(
     params: dict,
     kv: list,
@@ -89,6 +131,12 @@ def step_impl(
     )
     slots = batch.slot_mapping
     ops = get_attention_ops(attention_impl, batch_invariant)
+    mla_dims = (cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim)
+    expand_mla = (
+        cfg.is_mla
+        and ops.mla_expanded is not None
+        and pa.mla_expansion_may_pay(batch.token_ids.shape[0], batch.kv_lens.shape[0], *mla_dims)
+    )
 
     def attend_gqa(i, p_attn, kv_i, x):
         k_pages, v_pages = kv_i
@@ -101,11 +149,8 @@ def step_impl(
         (latent_pages,) = kv_i
         row = jnp.concatenate([x.c_kv, x.k_pe], axis=-1)  # cast (or quantized) by write_kv
         latent_pages = ops.write_kv(latent_pages, row, slots)
-        # Absorbed decode (DeepSeek-V2 §2.1.2): W_UK folds into the query, so attention
-        # runs against the cached latent directly and W_UV is applied afterwards.
-        q_lat = mla_absorb_q(p_attn, x.q_nope, cfg)
-        o_lat = ops.mla(q_lat, x.q_pe, latent_pages, meta, x.scale, kv_block_pages)
-        return mla_latent_to_v(p_attn, o_lat, cfg), (latent_pages,)
+        o = mla_attention(ops, p_attn, cfg, x, latent_pages, meta, kv_block_pages, expand_mla)
+        return o, (latent_pages,)
 
     attend = attend_mla if cfg.is_mla else attend_gqa
     routed_impl = routed_experts if mesh is None else make_routed_experts_ep(cfg, mesh)

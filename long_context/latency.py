@@ -18,10 +18,15 @@ import time
 import jax
 import numpy as np
 
+from configs.presets import get_preset
 from engine import LLM, SamplingParams, kv_quant, runner
+from engine import paged_attention as pa
+from engine import step as engine_step
+from engine.attention_ops import get_attention_ops
 from engine.kv_pages import pages_for_tokens
 from engine.scheduler import ScheduledItem
 from long_context.policy import LongPrefillPolicy
+from models.attention import AttnInputs
 
 
 def peak_rss_bytes() -> int:
@@ -258,6 +263,33 @@ ATTENTION_SCENARIOS = {  # name -> [(query tokens, KV length after the step)] pe
 }
 
 
+MLA_SCENARIOS = {  # name -> [(query tokens, KV length after the step)] per sequence
+    "8 decodes at 1k": [(1, 1024)] * 8,
+    "128-token chunk at 8k": [(128, 8192)],
+    "512-token chunk at 8k": [(512, 8192)],
+    "2048-token chunk at 0": [(2048, 2048)],
+    "2048-token chunk at 8k": [(2048, 8192)],
+    "2048-token chunk at 6k + 8 decodes": [(1, 512)] * 8 + [(2048, 6144)],
+}
+
+
+def _paged_batch(scenario: list[tuple[int, int]], page_size: int):
+    """cu_q_lens, positions, kv_lens, page table (pages in order) and pages used."""
+    cu, positions, kv_lens, rows = [0], [], [], []
+    for q_len, kv_len in scenario:
+        cu.append(cu[-1] + q_len)
+        positions += range(kv_len - q_len, kv_len)
+        kv_lens.append(kv_len)
+        rows.append(pages_for_tokens(kv_len, page_size))
+    page_table = np.zeros((len(scenario), max(rows)), np.int32)
+    used = 0
+    for s, n in enumerate(rows):
+        page_table[s, :n] = np.arange(used, used + n)
+        used += n
+    meta = (np.array(cu, np.int32), np.array(positions, np.int32), np.array(kv_lens, np.int32))
+    return (*meta, page_table), used
+
+
 def time_attention(
     module,
     scenario: list[tuple[int, int]],
@@ -271,20 +303,10 @@ def time_attention(
 ) -> dict:
     """Best-of-`repeats` seconds and XLA temp bytes of `module.paged_attention_gqa` (the
     engine's, or an older copy of engine/paged_attention.py) on one step's batch."""
-    cu, positions, kv_lens, rows = [0], [], [], []
-    for q_len, kv_len in scenario:
-        cu.append(cu[-1] + q_len)
-        positions += range(kv_len - q_len, kv_len)
-        kv_lens.append(kv_len)
-        rows.append(pages_for_tokens(kv_len, page_size))
-    page_table = np.zeros((len(scenario), max(rows)), np.int32)
-    used = 0
-    for s, n in enumerate(rows):
-        page_table[s, :n] = np.arange(used, used + n)
-        used += n
+    meta_args, used = _paged_batch(scenario, page_size)
     rng = np.random.default_rng(0)
     pages = rng.standard_normal((2, used, page_size, num_kv_heads, head_dim), np.float32)
-    q = rng.standard_normal((cu[-1], num_kv_heads * group, head_dim), np.float32)
+    q = rng.standard_normal((int(meta_args[0][-1]), num_kv_heads * group, head_dim), np.float32)
     block_pages = max(1, kv_block_tokens // page_size)
 
     @jax.jit
@@ -294,8 +316,7 @@ def time_attention(
             q, k_pages, v_pages, meta, head_dim**-0.5, block_pages, **options
         )
 
-    args = (q, pages[0], pages[1], np.array(cu, np.int32), np.array(positions, np.int32))
-    args += (np.array(kv_lens, np.int32), page_table)
+    args = (q, pages[0], pages[1], *meta_args)
     compiled = attend.lower(*args).compile()
     compiled(*args).block_until_ready()
     best = float("inf")
@@ -304,6 +325,55 @@ def time_attention(
         compiled(*args).block_until_ready()
         best = min(best, time.perf_counter() - start)
     return dict(seconds=best, temp_bytes=compiled.memory_analysis().temp_size_in_bytes)
+
+
+def time_mla_attention(
+    scenario: list[tuple[int, int]],
+    expand: bool,
+    num_heads: int = 8,
+    page_size: int = 16,
+    kv_block_tokens: int = 128,
+    repeats: int = 2,
+) -> dict:
+    """Best-of-`repeats` seconds and XLA temp bytes of one MLA layer's attention as the step
+    runs it (engine.step.mla_attention, W_UK and W_UV included) at DeepSeek-V3's per-head
+    shapes (latent 512, rope 64, nope 128, value 128), `num_heads` heads: absorbed for
+    every token, or (`expand`) with the prefill spans the cost model picks expanded."""
+    cfg = get_preset("tiny-deepseek-v3").replace(
+        num_heads=num_heads,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+    )
+    meta_args, num_pages = _paged_batch(scenario, page_size)
+    num_tokens = int(meta_args[0][-1])
+    rng = np.random.default_rng(0)
+    latent = rng.standard_normal((num_pages, page_size, 576), np.float32)
+    q_nope = rng.standard_normal((num_tokens, num_heads, 128), np.float32)
+    q_pe = rng.standard_normal((num_tokens, num_heads, 64), np.float32)
+    w_kv_b = rng.standard_normal((512, num_heads, 256), np.float32) / 512**0.5
+    ops = get_attention_ops("xla")
+    expand = expand and engine_step.mla_expansion_may_pay(ops, cfg, num_tokens, len(scenario))
+
+    @jax.jit
+    def attend(q_nope, q_pe, latent, w_kv_b, cu, positions, kv_lens, page_table):
+        meta = pa.build_metadata(cu, positions, kv_lens, page_table, num_tokens)
+        x = AttnInputs(q_nope=q_nope, q_pe=q_pe, scale=192**-0.5)
+        return engine_step.mla_attention(
+            ops, {"wkv_b": w_kv_b}, cfg, x, latent, meta, kv_block_tokens // page_size, expand
+        )
+
+    args = (q_nope, q_pe, latent, w_kv_b, *meta_args)
+    compiled = attend.lower(*args).compile()
+    out = compiled(*args).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        compiled(*args).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    return dict(seconds=best, temp_bytes=temp, expanded=expand, out=np.asarray(out))
 
 
 def time_pack(

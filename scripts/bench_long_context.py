@@ -7,12 +7,16 @@
   python -m scripts.bench_long_context --part=ttft --models=tiny-llama --prompt_lens=512 \
       --budget=128                                      # a quick check
   python -m scripts.bench_long_context --part=pack      # host: packing 64 decodes
+  python -m scripts.bench_long_context --part=mla       # MLA prefill: absorbed vs expanded
 
 attention: one layer of paged attention per scenario, best of 3, and XLA's temp bytes, for
 the engine's engine/paged_attention.py and optionally an older copy of it.
 (a) Each (model, prompt length) runs in a fresh process, so its peak RSS is its own: one
 prompt, chunked by --budget, after a warm-up prompt compiled the step; RSS is compared
 with the weights + the KV pool (sized for the prompt) + 1 GiB.
+mla: one MLA layer's attention as the step runs it, at DeepSeek-V3's per-head shapes with
+--mla_heads heads, absorbed for every token against the engine's choice (long prefill spans
+expanded), best of 2, with XLA's temp bytes and the largest difference between the two.
 pack: the host's runner.pack of --num_pack_seqs decodes at each --pack_contexts in an
 engine of 131,072 positions, with the engine's carried page rows and without.
 (b) --num_streams requests decode; their ITL is measured while a --itl_prompt_len prompt
@@ -36,15 +40,20 @@ from absl import app, flags
 from engine import paged_attention
 from long_context.latency import (
     ATTENTION_SCENARIOS,
+    MLA_SCENARIOS,
     measure_itl,
     measure_ttft,
     plot_itl_vs_ttft,
     time_attention,
+    time_mla_attention,
     time_pack,
 )
 from long_context.policy import LongPrefillPolicy
 
-_PART = flags.DEFINE_list("part", ["ttft", "itl"], "Which benchmarks: attention, ttft, itl, pack.")
+_PART = flags.DEFINE_list(
+    "part", ["ttft", "itl"], "Which benchmarks: attention, ttft, itl, pack, mla."
+)
+_MLA_HEADS = flags.DEFINE_integer("mla_heads", 8, "(mla) attention heads (DeepSeek-V3: 128).")
 _PACK_SEQS = flags.DEFINE_integer("num_pack_seqs", 64, "(pack) decodes in the step.")
 _PACK_CONTEXTS = flags.DEFINE_list(
     "pack_contexts", ["2048", "8192", "32768", "131072"], "(pack) their context lengths."
@@ -144,6 +153,28 @@ def _attention_rows() -> list[dict]:
     return rows
 
 
+def _mla_rows() -> list[dict]:
+    print(
+        f"ms (XLA temp MiB) of one MLA layer's attention, {_MLA_HEADS.value} heads of "
+        "DeepSeek-V3's shapes"
+    )
+    print("| scenario | absorbed | engine | expanded spans | speedup | max abs diff |")
+    print("|---|---|---|---|---|---|")
+    rows = []
+    for name, scenario in MLA_SCENARIOS.items():
+        runs = [time_mla_attention(scenario, expand, _MLA_HEADS.value) for expand in (False, True)]
+        diff = float(abs(runs[0].pop("out") - runs[1].pop("out")).max())
+        row = dict(scenario=name, absorbed=runs[0], engine=runs[1], max_abs_diff=diff)
+        rows.append(row)
+        cells = [f"{1e3 * r['seconds']:.1f} ({r['temp_bytes'] / 2**20:.1f})" for r in runs]
+        print(
+            f"| {name} | {cells[0]} | {cells[1]} | {'yes' if runs[1]['expanded'] else 'no'} "
+            f"| {runs[0]['seconds'] / runs[1]['seconds']:.2f}x | {diff:.1e} |",
+            flush=True,
+        )
+    return rows
+
+
 def _ttft_table(rows: list[dict]) -> None:
     print(
         "| model | KV | prompt tokens | TTFT s | prefill tok/s | weights MiB | KV pool MiB "
@@ -187,6 +218,8 @@ def main(argv):
     results = {}
     if "attention" in _PART.value:
         results["attention"] = _attention_rows()
+    if "mla" in _PART.value:
+        results["mla"] = _mla_rows()
     if "pack" in _PART.value:
         rows = []
         print("| context | pack ms, carried page rows | pack ms, converted afresh |")

@@ -7,10 +7,12 @@ import json
 import pathlib
 import time
 
+import jax
 import numpy as np
 import pytest
 
-from engine import LLM, SamplingParams
+from engine import LLM, SamplingParams, attention_ops
+from engine import paged_attention as pa
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 ARCHS = ["llama", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3"]
@@ -22,8 +24,18 @@ def _reference(arch: str) -> dict:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_generate_matches_hf_for_every_prefill_chunk_budget(arch):
+def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
     ref = _reference(arch)
+    # MLA: the 33-token prompt's span is long enough at the fixtures' heads for the expanded
+    # form (the engine's choice for long prefill spans), so budgets of 64 and more check it.
+    expanded_spans = []
+
+    def spy(q_nope, *args):
+        expanded_spans.append(q_nope.shape)
+        return pa.paged_attention_mla_expanded(q_nope, *args)
+
+    monkeypatch.setattr(attention_ops, "XLA_OPS", attention_ops.XLA_OPS._replace(mla_expanded=spy))
+    jax.clear_caches()  # so the step is traced here, whatever ran before in this process
     for budget in (16, 64, 4096):
         llm = LLM(
             model=str(FIXTURES / arch),
@@ -43,6 +55,8 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch):
         # The engine's split of its steps' time: both parts happened, neither is counted twice.
         assert 0 < stats["host_seconds"] and 0 < stats["wait_seconds"]
         assert stats["host_seconds"] + stats["wait_seconds"] <= wall
+    # (Traced once: the engines share compiled steps.)
+    assert bool(expanded_spans) == arch.startswith("deepseek")
 
 
 def _alone(llm: LLM, prompt, params):

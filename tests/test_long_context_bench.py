@@ -7,6 +7,7 @@ from long_context.latency import (
     measure_ttft,
     plot_itl_vs_ttft,
     time_attention,
+    time_mla_attention,
     time_pack,
 )
 from long_context.policy import LongPrefillPolicy
@@ -29,6 +30,12 @@ def test_latency_measurements_run_on_a_tiny_model(tmp_path):
 
     timing = time_attention(paged_attention, [(1, 40), (30, 70)], kv_block_tokens=32, repeats=1)
     assert timing["seconds"] > 0 and timing["temp_bytes"] > 0
+
+    # A 200-token span is expanded at DeepSeek-V3's heads (break-even ~171 rows), a decode
+    # is not; both forms agree.
+    mla = [time_mla_attention([(1, 40), (200, 230)], e, 1, repeats=1) for e in (False, True)]
+    assert [m["expanded"] for m in mla] == [False, True] and mla[1]["seconds"] > 0
+    assert abs(mla[0]["out"] - mla[1]["out"]).max() < 1e-5
 
     for carried in (True, False):
         assert time_pack(4, 100, 1024, carried, steps=2) > 0

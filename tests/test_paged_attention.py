@@ -13,8 +13,12 @@ from engine.paged_attention import (
     INVARIANT_OPTIONS,
     QUERY_TILE,
     build_metadata,
+    mla_expanded_cost,
+    mla_expanded_seqs,
+    only_seqs,
     paged_attention_gqa,
     paged_attention_mla,
+    paged_attention_mla_expanded,
     write_kv,
 )
 
@@ -191,6 +195,105 @@ def test_mla_matches_dense_reference(page_size, block, tile, split):
         ref = dense_reference(q_cat, seqs, positions, rows_k, rows_v, scale)[:, 0]
         assert np.all(np.isfinite(o))
         np.testing.assert_allclose(o, ref, atol=TOL, rtol=TOL)
+
+
+@functools.partial(jax.jit, static_argnames=("scale", "block", "tile"))
+def _mla_expanded_step(
+    q_nope, q_pe, pages, w_kv_b, new, slots, cu, positions, kv_lens, pt, scale, block, tile
+):
+    pages = write_kv(pages, new, slots)
+    meta = build_metadata(cu, positions, kv_lens, pt, q_nope.shape[0])
+    return paged_attention_mla_expanded(q_nope, q_pe, pages, w_kv_b, meta, scale, block, tile)
+
+
+@pytest.mark.parametrize("page_size,block,tile", [(8, 1, 3), (16, 2, 1024)])
+def test_mla_expanded_matches_dense_multi_head_reference(page_size, block, tile):
+    """Expanded MLA is multi-head attention over keys [c_kv W_UK | k_pe] and values c_kv W_UV
+    (the reference expands each sequence's rows in numpy). Every span, one-token ones too,
+    goes through tiles here; tiles of 3 rows cut spans mid-way."""
+    num_heads, rank, rope_dim, nope_dim, value_dim = 4, 32, 8, 16, 12
+    scale = (nope_dim + rope_dim) ** -0.5
+    for seed in range(3):
+        rng = np.random.default_rng(11 * page_size + block + 1000 * seed)
+        seqs, seq_pages, cu, kv_lens, pt = make_batch(rng, page_size)
+        pages, new, slots, positions, rows = fill_step(
+            rng, page_size, (rank + rope_dim,), seqs, seq_pages
+        )
+        q_nope = rng.standard_normal((NUM_TOKENS, num_heads, nope_dim)).astype(np.float32)
+        q_pe = rng.standard_normal((NUM_TOKENS, num_heads, rope_dim)).astype(np.float32)
+        w_kv_b = (rng.standard_normal((rank, num_heads, nope_dim + value_dim)) / 4).astype(
+            np.float32
+        )
+
+        args = (q_nope, q_pe, pages, w_kv_b, new, slots, cu, positions, kv_lens, pt)
+        o = np.asarray(_mla_expanded_step(*args, scale, block, tile))
+
+        w = w_kv_b.astype(np.float64)
+        rows_k, rows_v = [], []
+        for r in rows:
+            kv = np.einsum("lr,rhk->lhk", r[:, :rank], w)
+            k_pe = np.broadcast_to(r[:, None, rank:], (len(r), num_heads, rope_dim))
+            rows_k.append(np.concatenate([kv[..., :nope_dim], k_pe], -1))
+            rows_v.append(kv[..., nope_dim:])
+        q_cat = np.concatenate([q_nope, q_pe], -1)[:, :, None]  # every head its own KV head
+        ref = dense_reference(q_cat, seqs, positions, rows_k, rows_v, scale)[:, :, 0]
+        assert np.all(np.isfinite(o))
+        np.testing.assert_allclose(o, ref, atol=TOL, rtol=TOL)
+
+
+def test_mla_expansion_takes_the_long_spans_and_matches_the_absorbed_form():
+    """The step's split: spans the cost model sends to the expanded form are those where
+    it needs fewer multiply-adds, and expanded rows + absorbed rows (W_UV applied) equal the
+    absorbed form everywhere."""
+    page_size, num_heads, rank, rope_dim, nope_dim, value_dim = 8, 4, 32, 8, 16, 12
+    dims = (rank, nope_dim, rope_dim, value_dim)
+    # One tile of q rows: 32 * 28 + 36 q against 72 q, so 25 rows and more pay.
+    absorbed, expanded = mla_expanded_cost(np.arange(1, 40), 64, *dims)
+    assert list(np.flatnonzero(expanded < absorbed) + 1) == list(range(25, 40))
+    lens = [(30, 50), (1, 20), (24, 24), (25, 60), (0, 9), (2, 2)]  # (q_len, kv_len)
+    num_tokens = 96
+    cu = np.concatenate([[0], np.cumsum([q for q, _ in lens])]).astype(np.int32)
+    kv_lens = np.array([k for _, k in lens], np.int32)
+    rng = np.random.default_rng(3)
+    max_pages = 8
+    pt = rng.permutation(6 * max_pages).reshape(6, max_pages).astype(np.int32)
+    positions = np.zeros(num_tokens, np.int32)
+    for s, (q, k) in enumerate(lens):
+        positions[cu[s] : cu[s + 1]] = np.arange(k - q, k)
+    pages = rng.standard_normal((6 * max_pages, page_size, rank + rope_dim)).astype(np.float32)
+    q_nope = rng.standard_normal((num_tokens, num_heads, nope_dim)).astype(np.float32)
+    q_pe = rng.standard_normal((num_tokens, num_heads, rope_dim)).astype(np.float32)
+    w = (rng.standard_normal((rank, num_heads, nope_dim + value_dim)) / 4).astype(np.float32)
+    w_uk, w_uv = w[..., :nope_dim], w[..., nope_dim:]
+    scale = 0.2
+
+    @jax.jit
+    def split_and_whole(q_nope, q_pe, pages, w, cu, positions, kv_lens, pt):
+        meta = build_metadata(cu, positions, kv_lens, pt, num_tokens)
+        take = mla_expanded_seqs(meta, *dims)
+        q_lat = jnp.einsum("thn,rhn->thr", q_nope, w_uk)
+        o_exp = paged_attention_mla_expanded(
+            q_nope, q_pe, pages, w, only_seqs(meta, take), scale, 2
+        )
+        o_lat = paged_attention_mla(q_lat, q_pe, pages, only_seqs(meta, ~take), scale, 2)
+        o_rest = jnp.einsum("thr,rhv->thv", o_lat, w_uv)
+        whole = jnp.einsum(
+            "thr,rhv->thv", paged_attention_mla(q_lat, q_pe, pages, meta, scale, 2), w_uv
+        )
+        return take, o_exp, o_rest, whole
+
+    take, o_exp, o_rest, whole = map(
+        np.asarray, split_and_whole(q_nope, q_pe, pages, w, cu, positions, kv_lens, pt)
+    )
+    assert list(take[:6]) == [True, False, False, True, False, False]
+    assert not take[6]  # the padding sequence
+    rows_exp = np.isin(np.arange(num_tokens), np.r_[0:30, 55:80])
+    # Each form leaves the other's rows (and padding) zero.
+    assert np.all(o_exp[~rows_exp] == 0) and np.all(np.abs(o_exp[rows_exp]).sum(-1) > 0)
+    assert np.all(o_rest[rows_exp] == 0)
+    np.testing.assert_allclose(
+        np.where(rows_exp[:, None, None], o_exp, o_rest), whole, atol=TOL, rtol=TOL
+    )
 
 
 def test_token_output_independent_of_batch():
