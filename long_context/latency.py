@@ -333,7 +333,7 @@ def time_mla_attention(
     num_heads: int = 8,
     page_size: int = 16,
     kv_block_tokens: int = 128,
-    repeats: int = 2,
+    repeats: int = 3,
 ) -> dict:
     """Best-of-`repeats` seconds and XLA temp bytes of one MLA layer's attention as the step
     runs it (engine.step.mla_attention, W_UK and W_UV included) at DeepSeek-V3's per-head

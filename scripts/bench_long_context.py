@@ -16,7 +16,7 @@ prompt, chunked by --budget, after a warm-up prompt compiled the step; RSS is co
 with the weights + the KV pool (sized for the prompt) + 1 GiB.
 mla: one MLA layer's attention as the step runs it, at DeepSeek-V3's per-head shapes with
 --mla_heads heads, absorbed for every token against the engine's choice (long prefill spans
-expanded), best of 2, with XLA's temp bytes and the largest difference between the two.
+expanded), best of 3, with XLA's temp bytes and the largest difference between the two.
 pack: the host's runner.pack of --num_pack_seqs decodes at each --pack_contexts in an
 engine of 131,072 positions, with the engine's carried page rows and without.
 (b) --num_streams requests decode; their ITL is measured while a --itl_prompt_len prompt
