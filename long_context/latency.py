@@ -16,6 +16,7 @@ import resource
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from configs.presets import get_preset
@@ -334,11 +335,18 @@ def time_mla_attention(
     page_size: int = 16,
     kv_block_tokens: int = 128,
     repeats: int = 3,
+    impl: str = "xla",
+    dtype=np.float32,
 ) -> dict:
     """Best-of-`repeats` seconds and XLA temp bytes of one MLA layer's attention as the step
     runs it (engine.step.mla_attention, W_UK and W_UV included) at DeepSeek-V3's per-head
     shapes (latent 512, rope 64, nope 128, value 128), `num_heads` heads: absorbed for
-    every token, or (`expand`) with the prefill spans the cost model picks expanded."""
+    every token, or (`expand`) with the prefill spans the cost model picks expanded.
+
+    `impl="pallas"` runs the absorbed part on the Pallas MLA kernel (on a GPU; interpret
+    mode elsewhere, slow) and the expanded spans on the XLA path, which the engine does not
+    do: its Pallas route stays absorbed until this has been timed on a GPU.
+    """
     cfg = get_preset("tiny-deepseek-v3").replace(
         num_heads=num_heads,
         kv_lora_rank=512,
@@ -353,7 +361,8 @@ def time_mla_attention(
     q_nope = rng.standard_normal((num_tokens, num_heads, 128), np.float32)
     q_pe = rng.standard_normal((num_tokens, num_heads, 64), np.float32)
     w_kv_b = rng.standard_normal((512, num_heads, 256), np.float32) / 512**0.5
-    ops = get_attention_ops("xla")
+    latent, q_nope, q_pe, w_kv_b = (jnp.asarray(a, dtype) for a in (latent, q_nope, q_pe, w_kv_b))
+    ops = get_attention_ops(impl)._replace(mla_expanded=pa.paged_attention_mla_expanded)
     expand = expand and engine_step.mla_expansion_may_pay(ops, cfg, num_tokens, len(scenario))
 
     @jax.jit
@@ -373,7 +382,8 @@ def time_mla_attention(
         compiled(*args).block_until_ready()
         best = min(best, time.perf_counter() - start)
     temp = compiled.memory_analysis().temp_size_in_bytes
-    return dict(seconds=best, temp_bytes=temp, expanded=expand, out=np.asarray(out))
+    out = np.asarray(out.astype(jnp.float32))
+    return dict(seconds=best, temp_bytes=temp, expanded=expand, out=out)
 
 
 def time_pack(

@@ -17,6 +17,9 @@ with the weights + the KV pool (sized for the prompt) + 1 GiB.
 mla: one MLA layer's attention as the step runs it, at DeepSeek-V3's per-head shapes with
 --mla_heads heads, absorbed for every token against the engine's choice (long prefill spans
 expanded), best of 3, with XLA's temp bytes and the largest difference between the two.
+On a GPU, --mla_impls=xla,pallas --mla_heads=128 --mla_dtype=bfloat16 also times the
+Pallas MLA kernel against it with the long spans on the XLA expanded path (gpu_check.sh's
+optional `mla` stage): the measurement that would decide the engine's GPU route.
 pack: the host's runner.pack of --num_pack_seqs decodes at each --pack_contexts in an
 engine of 131,072 positions, with the engine's carried page rows and without.
 (b) --num_streams requests decode; their ITL is measured while a --itl_prompt_len prompt
@@ -35,6 +38,7 @@ import os
 import subprocess
 import sys
 
+import jax.numpy as jnp
 from absl import app, flags
 
 from engine import paged_attention
@@ -54,6 +58,10 @@ _PART = flags.DEFINE_list(
     "part", ["ttft", "itl"], "Which benchmarks: attention, ttft, itl, pack, mla."
 )
 _MLA_HEADS = flags.DEFINE_integer("mla_heads", 8, "(mla) attention heads (DeepSeek-V3: 128).")
+_MLA_IMPLS = flags.DEFINE_list(
+    "mla_impls", ["xla"], "(mla) xla and/or pallas (the Pallas MLA kernel for the absorbed part)."
+)
+_MLA_DTYPE = flags.DEFINE_enum("mla_dtype", "float32", ["float32", "bfloat16"], "(mla) dtype.")
 _PACK_SEQS = flags.DEFINE_integer("num_pack_seqs", 64, "(pack) decodes in the step.")
 _PACK_CONTEXTS = flags.DEFINE_list(
     "pack_contexts", ["2048", "8192", "32768", "131072"], "(pack) their context lengths."
@@ -156,22 +164,29 @@ def _attention_rows() -> list[dict]:
 def _mla_rows() -> list[dict]:
     print(
         f"ms (XLA temp MiB) of one MLA layer's attention, {_MLA_HEADS.value} heads of "
-        "DeepSeek-V3's shapes"
+        f"DeepSeek-V3's shapes, {_MLA_DTYPE.value}"
     )
-    print("| scenario | absorbed | engine | expanded spans | speedup | max abs diff |")
-    print("|---|---|---|---|---|---|")
+    print("| impl | scenario | absorbed | engine | expanded spans | speedup | max abs diff |")
+    print("|---|---|---|---|---|---|---|")
     rows = []
-    for name, scenario in MLA_SCENARIOS.items():
-        runs = [time_mla_attention(scenario, expand, _MLA_HEADS.value) for expand in (False, True)]
-        diff = float(abs(runs[0].pop("out") - runs[1].pop("out")).max())
-        row = dict(scenario=name, absorbed=runs[0], engine=runs[1], max_abs_diff=diff)
-        rows.append(row)
-        cells = [f"{1e3 * r['seconds']:.1f} ({r['temp_bytes'] / 2**20:.1f})" for r in runs]
-        print(
-            f"| {name} | {cells[0]} | {cells[1]} | {'yes' if runs[1]['expanded'] else 'no'} "
-            f"| {runs[0]['seconds'] / runs[1]['seconds']:.2f}x | {diff:.1e} |",
-            flush=True,
-        )
+    dtype = jnp.dtype(_MLA_DTYPE.value)
+    for impl in _MLA_IMPLS.value:
+        for name, scenario in MLA_SCENARIOS.items():
+            runs = [
+                time_mla_attention(scenario, e, _MLA_HEADS.value, impl=impl, dtype=dtype)
+                for e in (False, True)
+            ]
+            diff = float(abs(runs[0].pop("out") - runs[1].pop("out")).max())
+            rows.append(
+                dict(impl=impl, scenario=name, absorbed=runs[0], engine=runs[1], max_abs_diff=diff)
+            )
+            cells = [f"{1e3 * r['seconds']:.1f} ({r['temp_bytes'] / 2**20:.1f})" for r in runs]
+            print(
+                f"| {impl} | {name} | {cells[0]} | {cells[1]} "
+                f"| {'yes' if runs[1]['expanded'] else 'no'} "
+                f"| {runs[0]['seconds'] / runs[1]['seconds']:.2f}x | {diff:.1e} |",
+                flush=True,
+            )
     return rows
 
 

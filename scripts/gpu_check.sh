@@ -8,6 +8,8 @@
 #   scripts/gpu_check.sh [OUT_DIR]        # device tool: run command 'scripts/gpu_check.sh "$OUT"'
 #   STAGES="env kernels sweep" scripts/gpu_check.sh "$OUT"    # a subset, in this order
 #   BENCH_FLAGS="--block_rows=16" scripts/gpu_check.sh ...    # extra flags for both benches
+#   STAGES=mla scripts/gpu_check.sh "$OUT"   # optional, not in the default run (no time left
+#       in it): MLA prefill absorbed on the Pallas kernel vs expanded on XLA, 128 heads bf16
 #
 # Stage limits from the first H200 runs (kernels 30 s, engine 96 s, sweep 46 s for 23 rows,
 # bench 48 s) grown with what was added since (Mosaic rows, more sweep configs).
@@ -63,4 +65,8 @@ stage fp8 90 "$PY" -m pytest -q -p no:cacheprovider --durations=0 \
 stage sweep 130 "$PY" -m scripts.bench_kernels --batches=1,16,64 --contexts=8192 --sweep \
   --nobundled --nofp8 --out="$OUT_DIR/sweep.json" "${EXTRA[@]}"
 stage bench 90 "$PY" -m scripts.bench_kernels --out="$OUT_DIR/bench_kernels.json" "${EXTRA[@]}"
+# Optional (STAGES=mla): would the engine's GPU route gain from expanding long MLA prefill
+# spans on the XLA path, as its CPU route does? (bench_long_context --part=mla)
+stage mla 150 "$PY" -m scripts.bench_long_context --part=mla --mla_impls=pallas,xla \
+  --mla_heads=128 --mla_dtype=bfloat16 --json_out="$OUT_DIR/mla_prefill.json"
 exit $status
