@@ -16,7 +16,8 @@ prompt, chunked by --budget, after a warm-up prompt compiled the step; RSS is co
 with the weights + the KV pool (sized for the prompt) + 1 GiB.
 mla: one MLA layer's attention as the step runs it, at DeepSeek-V3's per-head shapes with
 --mla_heads heads, absorbed for every token against the engine's choice (long prefill spans
-expanded), best of 3, with XLA's temp bytes and the largest difference between the two.
+expanded), the two run in turn, best of 3 each, with XLA's temp bytes and the largest
+difference between the two.
 On a GPU, --mla_impls=xla,pallas --mla_heads=128 --mla_dtype=bfloat16 also times the
 Pallas MLA kernel against it with the long spans on the XLA expanded path (gpu_check.sh's
 optional `mla` stage): the measurement that would decide the engine's GPU route.
@@ -172,19 +173,14 @@ def _mla_rows() -> list[dict]:
     dtype = jnp.dtype(_MLA_DTYPE.value)
     for impl in _MLA_IMPLS.value:
         for name, scenario in MLA_SCENARIOS.items():
-            runs = [
-                time_mla_attention(scenario, e, _MLA_HEADS.value, impl=impl, dtype=dtype)
-                for e in (False, True)
-            ]
-            diff = float(abs(runs[0].pop("out") - runs[1].pop("out")).max())
-            rows.append(
-                dict(impl=impl, scenario=name, absorbed=runs[0], engine=runs[1], max_abs_diff=diff)
-            )
-            cells = [f"{1e3 * r['seconds']:.1f} ({r['temp_bytes'] / 2**20:.1f})" for r in runs]
+            r = time_mla_attention(scenario, _MLA_HEADS.value, impl=impl, dtype=dtype)
+            rows.append(dict(impl=impl, scenario=name) | r)
+            a, e = r["absorbed"], r["engine"]
+            cells = [f"{1e3 * w['seconds']:.1f} ({w['temp_bytes'] / 2**20:.1f})" for w in (a, e)]
             print(
                 f"| {impl} | {name} | {cells[0]} | {cells[1]} "
-                f"| {'yes' if runs[1]['expanded'] else 'no'} "
-                f"| {runs[0]['seconds'] / runs[1]['seconds']:.2f}x | {diff:.1e} |",
+                f"| {'yes' if r['expanded'] else 'no'} "
+                f"| {a['seconds'] / e['seconds']:.2f}x | {r['max_abs_diff']:.1e} |",
                 flush=True,
             )
     return rows
