@@ -131,11 +131,8 @@ def step_impl(
     )
     slots = batch.slot_mapping
     ops = get_attention_ops(attention_impl, batch_invariant)
-    mla_dims = (cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim)
-    expand_mla = (
-        cfg.is_mla
-        and ops.mla_expanded is not None
-        and pa.mla_expansion_may_pay(batch.token_ids.shape[0], batch.kv_lens.shape[0], *mla_dims)
+    expand_mla = cfg.is_mla and mla_expansion_may_pay(
+        ops, cfg, batch.token_ids.shape[0], batch.kv_lens.shape[0]
     )
 
     def attend_gqa(i, p_attn, kv_i, x):
