@@ -170,6 +170,14 @@ def test_gqa_matches_dense_reference(page_size, block, group, tile, split):
         np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
 
 
+def _latent_step(rng, page_size, row_dim):
+    """make_batch and fill_step for MLA latent rows of `row_dim`: (seqs, cu, kv_lens, page
+    table, pages, new rows, slot_mapping, positions, rows per sequence)."""
+    seqs, seq_pages, cu, kv_lens, pt = make_batch(rng, page_size)
+    filled = fill_step(rng, page_size, (row_dim,), seqs, seq_pages)
+    return (seqs, cu, kv_lens, pt, *filled)
+
+
 @pytest.mark.parametrize(
     "page_size,block,tile,split", [(8, 1, 4, False), (16, 2, QUERY_TILE, True)]
 )
@@ -178,9 +186,8 @@ def test_mla_matches_dense_reference(page_size, block, tile, split):
     scale = (rank + rope_dim) ** -0.5
     for seed in range(3):
         rng = np.random.default_rng(7 * page_size + block + 1000 * seed)
-        seqs, seq_pages, cu, kv_lens, pt = make_batch(rng, page_size)
-        pages, new, slots, positions, rows = fill_step(
-            rng, page_size, (rank + rope_dim,), seqs, seq_pages
+        seqs, cu, kv_lens, pt, pages, new, slots, positions, rows = _latent_step(
+            rng, page_size, rank + rope_dim
         )
         q_lat = rng.standard_normal((NUM_TOKENS, num_heads, rank)).astype(np.float32)
         q_pe = rng.standard_normal((NUM_TOKENS, num_heads, rope_dim)).astype(np.float32)
@@ -215,9 +222,8 @@ def test_mla_expanded_matches_dense_multi_head_reference(page_size, block, tile)
     scale = (nope_dim + rope_dim) ** -0.5
     for seed in range(3):
         rng = np.random.default_rng(11 * page_size + block + 1000 * seed)
-        seqs, seq_pages, cu, kv_lens, pt = make_batch(rng, page_size)
-        pages, new, slots, positions, rows = fill_step(
-            rng, page_size, (rank + rope_dim,), seqs, seq_pages
+        seqs, cu, kv_lens, pt, pages, new, slots, positions, rows = _latent_step(
+            rng, page_size, rank + rope_dim
         )
         q_nope = rng.standard_normal((NUM_TOKENS, num_heads, nope_dim)).astype(np.float32)
         q_pe = rng.standard_normal((NUM_TOKENS, num_heads, rope_dim)).astype(np.float32)
