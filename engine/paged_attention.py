@@ -24,7 +24,7 @@ prefill of the same position agree bitwise whatever the step.
 MLA is absorbed (attention in latent space) for decodes and short spans. A prefill span
 long enough to pay for it can instead be attended in expanded form, multi-head attention
 over per-head keys and values expanded from each KV block's latents
-(paged_attention_mla_expanded; which spans: mla_expanded_seqs, called by engine/step.py),
+(paged_attention_mla_expanded; which spans: mla_split, called by engine/step.py),
 which needs ~2-3x fewer multiply-adds at DeepSeek-V3's heads for chunks of 512 tokens and
 more. The batch-invariant mode keeps the absorbed form everywhere.
 
@@ -599,20 +599,30 @@ def mla_expansion_may_pay(
     return expanded < absorbed
 
 
-def mla_expanded_seqs(
+class MlaSplit(NamedTuple):
+    """A step's MLA tokens split between the two forms (`mla_split`), built once per step."""
+
+    rows: jax.Array  # [T] bool, tokens attended in expanded form
+    expanded: AttnMetadata  # only the expanded sequences (the others made padding)
+    absorbed: AttnMetadata  # only the rest
+
+
+def mla_split(
     meta: AttnMetadata, rank: int, nope_dim: int, rope_dim: int, value_dim: int
-) -> jax.Array:  # [S] bool
-    """The sequences whose span this step is cheaper to attend in expanded form."""
+) -> MlaSplit:
+    """Sends each sequence whose span is cheaper expanded (mla_expanded_cost) to the
+    expanded form, the rest (decodes, short spans, padding) to the absorbed one. A sequence
+    left out of a metadata has kv_len 0, so that call skips its tokens and leaves their
+    output rows zero."""
     q_lens = meta.cu_q_lens[1:] - meta.cu_q_lens[:-1]
     tile = min(EXPANDED_QUERY_TILE, meta.positions.shape[0])
     absorbed, expanded = mla_expanded_cost(q_lens, tile, rank, nope_dim, rope_dim, value_dim)
-    return (q_lens > 1) & (meta.kv_lens > 0) & (expanded < absorbed)
-
-
-def only_seqs(meta: AttnMetadata, keep: jax.Array) -> AttnMetadata:
-    """`meta` with every sequence not in `keep` [S] made padding (kv_len 0): attention then
-    skips its tokens and leaves their output rows zero."""
-    return meta._replace(kv_lens=jnp.where(keep, meta.kv_lens, 0))
+    take = (q_lens > 1) & (meta.kv_lens > 0) & (expanded < absorbed)  # [S + 1]
+    return MlaSplit(
+        rows=take[meta.seq_ids],
+        expanded=meta._replace(kv_lens=jnp.where(take, meta.kv_lens, 0)),
+        absorbed=meta._replace(kv_lens=jnp.where(take, 0, meta.kv_lens)),
+    )
 
 
 def paged_attention_mla_expanded(
@@ -630,7 +640,7 @@ def paged_attention_mla_expanded(
     latents are expanded to per-head keys [k_nope | k_pe] and values, once per query tile,
     and every head attends like multi-head attention.
 
-    For prefill spans only (`mla_expanded_seqs`; decodes are left to the absorbed form):
+    For prefill spans only (`mla_split`; decodes are left to the absorbed form):
     a tile of Q rows pays R (Dn + Dv) per key per head for the expansion, so with Q well
     above R (Dn + Dv) / (2R - Dn - Dv) it needs less work than the absorbed form, ~2.8x less
     at DeepSeek-V3's heads (R 512, Dn 128, Dr 64, Dv 128) for a 2048-token chunk.

@@ -68,41 +68,38 @@ def _mla_dims(cfg: ModelConfig) -> tuple[int, int, int, int]:
 
 
 def mla_expansion_may_pay(ops, cfg: ModelConfig, num_tokens: int, num_seqs: int) -> bool:
-    """Static, per step bucket: whether `mla_attention` should look for spans to expand."""
+    """Static, per step bucket: whether any span could be expanded (pa.mla_expansion_may_pay)."""
     return ops.mla_expanded is not None and pa.mla_expansion_may_pay(
         num_tokens, num_seqs, *_mla_dims(cfg)
     )
 
 
+def mla_split_for(ops, cfg: ModelConfig, meta, num_tokens: int, num_seqs: int):
+    """The step's pa.MlaSplit, or None where no span can be expanded (nothing is built)."""
+    if not mla_expansion_may_pay(ops, cfg, num_tokens, num_seqs):
+        return None
+    return pa.mla_split(meta, *_mla_dims(cfg))
+
+
 def mla_attention(
-    ops, p_attn: dict, cfg: ModelConfig, x, latent_pages, meta, kv_block_pages: int, expand: bool
+    ops, p_attn: dict, cfg: ModelConfig, x, latent_pages, meta, kv_block_pages: int, split=None
 ) -> jax.Array:  # [T, H, Dv]
     """One MLA layer's attention over the written latent pages, before the output projection.
 
     Absorbed (DeepSeek-V2 sec. 2.1.2): W_UK folds into the query, attention runs against the
-    cached latents and W_UV is applied afterwards. With `expand`, the prefill spans that need
-    less work expanded (pa.mla_expanded_seqs) attend in expanded form instead; each form
-    leaves the other's rows zero.
+    cached latents and W_UV is applied afterwards. With a `split` (mla_split_for), its
+    expanded sequences attend in expanded form instead and the rest absorbed.
     """
     q_lat = mla_absorb_q(p_attn, x.q_nope, cfg)
-    if not expand:
+    if split is None:
         o_lat = ops.mla(q_lat, x.q_pe, latent_pages, meta, x.scale, kv_block_pages)
         return mla_latent_to_v(p_attn, o_lat, cfg)
-    expanded = pa.mla_expanded_seqs(meta, *_mla_dims(cfg))  # [S + 1]
     o_exp = ops.mla_expanded(
-        x.q_nope,
-        x.q_pe,
-        latent_pages,
-        p_attn["wkv_b"],
-        pa.only_seqs(meta, expanded),
-        x.scale,
-        kv_block_pages,
+        x.q_nope, x.q_pe, latent_pages, p_attn["wkv_b"], split.expanded, x.scale, kv_block_pages
     )
-    rest = pa.only_seqs(meta, ~expanded)
-    o = mla_latent_to_v(
-        p_attn, ops.mla(q_lat, x.q_pe, latent_pages, rest, x.scale, kv_block_pages), cfg
-    )
-    return jnp.where(expanded[meta.seq_ids][:, None, None], o_exp, o)
+    o_lat = ops.mla(q_lat, x.q_pe, latent_pages, split.absorbed, x.scale, kv_block_pages)
+    o = mla_latent_to_v(p_attn, o_lat, cfg)
+    return jnp.where(split.rows[:, None, None], o_exp, o)
 
 
 def step_impl(
@@ -131,9 +128,10 @@ def step_impl(
     )
     slots = batch.slot_mapping
     ops = get_attention_ops(attention_impl, batch_invariant)
-    expand_mla = cfg.is_mla and mla_expansion_may_pay(
-        ops, cfg, batch.token_ids.shape[0], batch.kv_lens.shape[0]
-    )
+    # Which MLA sequences attend expanded: decided once for the step, used by every layer.
+    split = None
+    if cfg.is_mla:
+        split = mla_split_for(ops, cfg, meta, batch.token_ids.shape[0], batch.kv_lens.shape[0])
 
     def attend_gqa(i, p_attn, kv_i, x):
         k_pages, v_pages = kv_i
@@ -146,7 +144,7 @@ def step_impl(
         (latent_pages,) = kv_i
         row = jnp.concatenate([x.c_kv, x.k_pe], axis=-1)  # cast (or quantized) by write_kv
         latent_pages = ops.write_kv(latent_pages, row, slots)
-        o = mla_attention(ops, p_attn, cfg, x, latent_pages, meta, kv_block_pages, expand_mla)
+        o = mla_attention(ops, p_attn, cfg, x, latent_pages, meta, kv_block_pages, split)
         return o, (latent_pages,)
 
     attend = attend_mla if cfg.is_mla else attend_gqa

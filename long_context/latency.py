@@ -373,8 +373,11 @@ def time_mla_attention(
             meta = pa.build_metadata(cu, positions, kv_lens, page_table, num_tokens)
             x = AttnInputs(q_nope=q_nope, q_pe=q_pe, scale=192**-0.5)
             block = kv_block_tokens // page_size
+            split = None
+            if expand:
+                split = engine_step.mla_split_for(ops, cfg, meta, num_tokens, len(scenario))
             return engine_step.mla_attention(
-                ops, {"wkv_b": w_kv_b}, cfg, x, latent, meta, block, expand
+                ops, {"wkv_b": w_kv_b}, cfg, x, latent, meta, block, split
             )
 
         return attend.lower(*args).compile()

@@ -14,8 +14,7 @@ from engine.paged_attention import (
     QUERY_TILE,
     build_metadata,
     mla_expanded_cost,
-    mla_expanded_seqs,
-    only_seqs,
+    mla_split,
     paged_attention_gqa,
     paged_attention_mla,
     paged_attention_mla_expanded,
@@ -276,24 +275,25 @@ def test_mla_expansion_takes_the_long_spans_and_matches_the_absorbed_form():
     @jax.jit
     def split_and_whole(q_nope, q_pe, pages, w, cu, positions, kv_lens, pt):
         meta = build_metadata(cu, positions, kv_lens, pt, num_tokens)
-        take = mla_expanded_seqs(meta, *dims)
+        split = mla_split(meta, *dims)
         q_lat = jnp.einsum("thn,rhn->thr", q_nope, w_uk)
-        o_exp = paged_attention_mla_expanded(
-            q_nope, q_pe, pages, w, only_seqs(meta, take), scale, 2
-        )
-        o_lat = paged_attention_mla(q_lat, q_pe, pages, only_seqs(meta, ~take), scale, 2)
+        o_exp = paged_attention_mla_expanded(q_nope, q_pe, pages, w, split.expanded, scale, 2)
+        o_lat = paged_attention_mla(q_lat, q_pe, pages, split.absorbed, scale, 2)
         o_rest = jnp.einsum("thr,rhv->thv", o_lat, w_uv)
         whole = jnp.einsum(
             "thr,rhv->thv", paged_attention_mla(q_lat, q_pe, pages, meta, scale, 2), w_uv
         )
-        return take, o_exp, o_rest, whole
+        return split.rows, split.expanded.kv_lens, split.absorbed.kv_lens, o_exp, o_rest, whole
 
-    take, o_exp, o_rest, whole = map(
+    rows, kv_exp, kv_abs, o_exp, o_rest, whole = map(
         np.asarray, split_and_whole(q_nope, q_pe, pages, w, cu, positions, kv_lens, pt)
     )
-    assert list(take[:6]) == [True, False, False, True, False, False]
-    assert not take[6]  # the padding sequence
+    # Sequences 0 and 3 (30 and 25 rows) expanded, the rest absorbed; the padding sequence
+    # appended by build_metadata (kv_len 0) in neither.
+    assert list(kv_exp) == [50, 0, 0, 60, 0, 0, 0]
+    assert list(kv_abs) == [0, 20, 24, 0, 9, 2, 0]
     rows_exp = np.isin(np.arange(num_tokens), np.r_[0:30, 55:80])
+    assert list(rows) == list(rows_exp)
     # Each form leaves the other's rows (and padding) zero.
     assert np.all(o_exp[~rows_exp] == 0) and np.all(np.abs(o_exp[rows_exp]).sum(-1) > 0)
     assert np.all(o_rest[rows_exp] == 0)
