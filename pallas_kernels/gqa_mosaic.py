@@ -38,6 +38,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from pallas_kernels.gqa_attention import ragged_paged_attention_ref
 from pallas_kernels.mosaic_common import (
     LOG2E,
+    Interpret,
     check_page_size,
     check_smem,
     check_wgmma_dtypes,
@@ -130,7 +131,7 @@ def ragged_paged_attention_mosaic(
     *,
     scale: float,
     config: MosaicGQAConfig = MOSAIC_GQA_CONFIG,
-    interpret: bool = False,
+    interpret: Interpret = False,
 ) -> jax.Array:  # [T, H, Dh]
     """Causal GQA of ragged query spans over their paged K/V (already written)."""
     check_gqa_mosaic_supported(q, k_pages, v_pages, config=config)
@@ -197,7 +198,7 @@ def _gqa_call(
     page_size: int,
     scale: float,
     config: MosaicGQAConfig,
-    interpret: bool,
+    interpret: Interpret,
 ) -> jax.Array:  # [K, NT, ROWS, Dh] in q's dtype
     num_kv_heads, num_tiles, _, head_dim = qg.shape
     max_pages = page_table.shape[1]

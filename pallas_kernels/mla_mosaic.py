@@ -28,7 +28,8 @@ batch shape, so the kernel is not for the batch-invariant mode.
 
 Keys past a token's limit are masked out of s, and in the last, partial block each consumer
 zeroes the rows past the limit in its half of c_kv before p . c_kv, so NaN in unowned cache
-slots never reaches the output (0 * NaN would).
+slots never reaches the output (0 * NaN would). Warpgroup 1 zeroes its half only once p is
+ready: warpgroup 0's scores read every column of the block.
 
 Interpret mode (`interpret=True`) runs the kernel on CPU in Pallas' GPU interpreter, which
 simulates the warpgroups, shared memory, TMA and barriers; gpu_lowering.lower_for_gpu
@@ -49,6 +50,7 @@ from pallas_kernels.mla_attention import mla_paged_attention_ref
 from pallas_kernels.mosaic_common import (
     LOG2E,
     REDUCTION_SCRATCH,
+    Interpret,
     check_page_size,
     check_smem,
     check_wgmma_dtypes,
@@ -172,7 +174,7 @@ def mla_decode_mosaic(
     *,
     scale: float,
     config: MosaicMLAConfig = MOSAIC_MLA_CONFIG,
-    interpret: bool = False,
+    interpret: Interpret = False,
 ) -> jax.Array:  # [T, H, R]
     """Absorbed MLA of each token over its sequence's paged latents (already written)."""
     check_mla_mosaic_supported(q_lat, q_pe, latent_pages, config=config)
@@ -232,7 +234,7 @@ def _mla_decode_call(
     head_blocks: int,
     scale: float,
     config: MosaicMLAConfig,
-    interpret: bool,
+    interpret: Interpret,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:  # acc [NS, T, Hp, R], m, l [NS, T, Hp] f32
     num_tokens, _, row_dim = q.shape
     max_pages = page_table.shape[1]
@@ -353,8 +355,10 @@ def _mla_decode_call(
             def body(b, acc):
                 slot = lax.rem(b, stages)
                 plgpu.barrier_wait(kv_full.at[slot])
-                zero_tail_rows(slot, b, half)
+                # Zeroing waits for p: warpgroup 0's s = q . [c_kv|k_pe]^T reads these
+                # columns too (tests/test_pallas_mosaic.py's race check found it).
                 plgpu.barrier_wait(p_full.at[0])
+                zero_tail_rows(slot, b, half)
                 alpha = plgpu.load(alpha_smem, layout=plgpu.Layout.WGMMA.reduce(1))
                 acc = p_times_v(slot, acc, alpha, half)
                 plgpu.barrier_arrive(p_free.at[0])

@@ -33,13 +33,20 @@ def tiled_smem(shape: tuple[int, ...], dtype) -> plgpu.SMEM:
     return plgpu.SMEM(shape, dtype, transforms=transforms)
 
 
-def kernel_params(interpret: bool) -> dict:
+# A kernel's `interpret`: False (compiled), True (Pallas' GPU interpreter on CPU), or the
+# interpreter's own parameters (e.g. InterpretGPUParams(detect_races=True), as the tests use).
+Interpret = bool | plgpu.InterpretGPUParams
+
+
+def kernel_params(interpret: Interpret) -> dict:
     """plgpu.kernel keyword arguments every Mosaic kernel here passes."""
+    if interpret is True:
+        interpret = plgpu.InterpretGPUParams()
     return dict(
         compiler_params=plgpu.CompilerParams(
             approx_math=True, reduction_scratch_bytes=REDUCTION_SCRATCH
         ),
-        interpret=plgpu.InterpretGPUParams() if interpret else False,
+        interpret=interpret or False,
     )
 
 

@@ -2,8 +2,9 @@
 lowered for an H200.
 
 On CPU the kernels run in Pallas' GPU interpreter, which simulates their three warpgroups,
-shared memory, TMA copies and barriers (and fails on a barrier phase no thread observed);
-the same cases run compiled under `@pytest.mark.gpu` on a GPU.
+shared memory, TMA copies and barriers (and fails on a barrier phase no thread observed),
+here with its race detector on (`race_checked`); the same cases run compiled under
+`@pytest.mark.gpu` on a GPU.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
+from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
 from test_pallas_attention import _check, _meta, ragged_batch, random_pages
 
 from pallas_kernels import UnsupportedShapeError
@@ -32,6 +37,7 @@ from pallas_kernels.mla_mosaic import (
     mla_decode_mosaic,
     mla_decode_mosaic_ref,
 )
+from pallas_kernels.mosaic_common import tiled_smem
 
 ON_GPU = jax.default_backend() == "gpu"
 RANK, ROPE = 128, 64  # the smallest latent the kernel takes: two 64-column halves
@@ -46,6 +52,96 @@ gqa_ref = jax.jit(ragged_paged_attention_mosaic_ref, static_argnames="scale")
 def _skip_unless_runnable(interpret: bool):
     if not interpret and not ON_GPU:
         pytest.skip("needs a GPU")
+
+
+@pytest.fixture
+def race_checked(monkeypatch):
+    """The interpreter's parameters with its race detector on, and WGMMA's shared-memory
+    operands checked as reads too; returns (params, races_found: () -> bool).
+
+    The interpreter (jax 0.11.2) checks loads, stores and TMA copies against each other,
+    not the operands of a WGMMA, which are most of these kernels' shared-memory reads. Here
+    a WGMMA's operands are checked as reads at the reading warpgroup's async-proxy clock
+    (WGMMA reads through the async proxy, as TMA writes): a store reaches them only through
+    `commit_smem` (fence.proxy.async) and a barrier, and a TMA refill of the slot is ordered
+    after them only by a barrier the reader arrived on after its WGMMA finished.
+    `test_race_check_sees_wgmma_reads` shows it failing where it should.
+    """
+    wgmma = gpu_callbacks.wgmma
+
+    def checked_wgmma(**kw):
+        memory = gpu_callbacks._get_shared_memory()
+        thread = kw["thread"]
+        if memory.detect_races:
+            with memory.lock:  # a new event of the thread in both proxies
+                memory.clocks[thread].inc(memory.thread_to_vc_position(thread))
+                clock = memory.clocks[thread].copy()
+            for name in ("a", "b"):
+                key = gpu_callbacks.HostAllocationKey.from_array(
+                    kw[f"{name}_allocation_key_as_array"]
+                )
+                transforms = gpu_callbacks._remove_noop_transforms(kw[f"{name}_transforms"])
+                access = memory.access(key, jax.tree.map(int, transforms))
+                gpu_callbacks.get_races().check_read(
+                    thread, clock.async_smem_clock, key, access, source_info=kw.get("source_info")
+                )
+        return wgmma(**kw)
+
+    monkeypatch.setattr(gpu_callbacks, "wgmma", checked_wgmma)
+    return (
+        plgpu.InterpretGPUParams(detect_races=True),
+        lambda: gpu_callbacks.get_races().races_found,
+    )
+
+
+@pytest.mark.parametrize("order, racy", [("none", True), ("no_fence", True), ("fenced", False)])
+def test_race_check_sees_wgmma_reads(race_checked, order, racy):
+    """Warpgroup 1 stores a tile that warpgroup 0 then multiplies by WGMMA: with no barrier,
+    and with a barrier but no fence between the store and the async proxy, that is a race;
+    with commit_smem and a barrier it is not."""
+    params, races_found = race_checked
+
+    def kernel(o_ref, tile, ready):
+        wg = lax.axis_index("wg")
+
+        @pl.when(wg == 1)
+        def _():
+            tile[...] = jnp.ones((64, 64), jnp.bfloat16)
+            if order == "fenced":
+                plgpu.commit_smem()
+            if order != "none":
+                plgpu.barrier_arrive(ready.at[0])
+
+        @pl.when(wg == 0)
+        def _():
+            if order != "none":
+                plgpu.barrier_wait(ready.at[0])
+
+            def square(acc):
+                plgpu.wgmma(acc, tile, tile.T)
+                return acc[...]
+
+            o_ref[...] = pl.run_scoped(square, plgpu.ACC((64, 64), jnp.float32))
+
+    def entry(o_ref):
+        pl.run_scoped(
+            lambda *scoped: kernel(o_ref, *scoped),
+            tiled_smem((64, 64), jnp.bfloat16),
+            plgpu.Barrier(num_barriers=1),
+            collective_axes="wg",
+        )
+
+    out = plgpu.kernel(
+        entry,
+        out_type=jax.ShapeDtypeStruct((64, 64), jnp.float32),
+        grid=(1,),
+        grid_names=("g",),
+        num_threads=2,
+        thread_name="wg",
+        interpret=params,
+    )()
+    np.testing.assert_array_equal(out, 64.0)  # the interpreter runs wg 1 first
+    assert races_found() == racy
 
 
 def decode_batch(seed: int, page_size: int, num_pages: int) -> dict:
@@ -106,8 +202,9 @@ CASES = {
 
 @pytest.mark.parametrize("interpret", MODES)
 @pytest.mark.parametrize("case", list(CASES))
-def test_mosaic_mla_matches_ref(case, interpret):
+def test_mosaic_mla_matches_ref(case, interpret, race_checked):
     _skip_unless_runnable(interpret)
+    params, races_found = race_checked
     make_batch, heads, page_size, num_pages, config = CASES[case]
     b = make_batch(7, page_size, num_pages)
     num_tokens = b.get("num_tokens", b["positions"].shape[0])
@@ -117,9 +214,12 @@ def test_mosaic_mla_matches_ref(case, interpret):
     q_pe = jnp.asarray(rng.standard_normal((num_tokens, heads, ROPE)), dtype)
     latent = random_pages(rng, (num_pages, page_size, RANK + ROPE), b["owned"], dtype)
     scale = 0.5 * (RANK + ROPE) ** -0.5
-    kernel = functools.partial(mla_decode_mosaic, scale=scale, config=config, interpret=interpret)
+    kernel = functools.partial(
+        mla_decode_mosaic, scale=scale, config=config, interpret=interpret and params
+    )
     out = jax.jit(kernel)(q_lat, q_pe, latent, *_meta(b))
     assert out.shape == q_lat.shape and out.dtype == dtype
+    assert not (interpret and races_found())
     _check(out, ref(q_lat, q_pe, latent, *_meta(b), scale=scale), b, dtype)
 
 
@@ -203,10 +303,11 @@ GQA_CASES = {
 
 @pytest.mark.parametrize("interpret", MODES)
 @pytest.mark.parametrize("case", list(GQA_CASES))
-def test_mosaic_gqa_matches_ref(case, interpret):
+def test_mosaic_gqa_matches_ref(case, interpret, race_checked):
     """Ragged steps of prefill chunks, decodes, 0-length and padding spans, KV lengths on and
-    off page boundaries, garbage page ids, NaN in every unowned cache slot."""
+    off page boundaries, garbage page ids, NaN in every unowned cache slot; no races."""
     _skip_unless_runnable(interpret)
+    params, races_found = race_checked
     group, kv_heads, head_dim, page_size, num_pages, config = GQA_CASES[case]
     b = ragged_batch(11, page_size, num_pages)
     num_tokens = b["positions"].shape[0]
@@ -218,10 +319,11 @@ def test_mosaic_gqa_matches_ref(case, interpret):
     v_pages = random_pages(rng, shape, b["owned"], dtype)
     scale = head_dim**-0.5
     kernel = functools.partial(
-        ragged_paged_attention_mosaic, scale=scale, config=config, interpret=interpret
+        ragged_paged_attention_mosaic, scale=scale, config=config, interpret=interpret and params
     )
     out = jax.jit(kernel)(q, k_pages, v_pages, *_meta(b))
     assert out.shape == q.shape and out.dtype == dtype
+    assert not (interpret and races_found())
     _check(out, gqa_ref(q, k_pages, v_pages, *_meta(b), scale=scale), b, dtype)
 
 
