@@ -64,7 +64,8 @@ def race_checked(monkeypatch):
     a WGMMA's operands are checked as reads at the reading warpgroup's async-proxy clock
     (WGMMA reads through the async proxy, as TMA writes): a store reaches them only through
     `commit_smem` (fence.proxy.async) and a barrier, and a TMA refill of the slot is ordered
-    after them only by a barrier the reader arrived on after its WGMMA finished.
+    after them only by a barrier the reader arrived on afterwards. Not caught: arriving
+    before a WGMMA has finished (the interpreter runs one to completion when it is issued).
     `test_race_check_sees_wgmma_reads` shows it failing where it should.
     """
     wgmma = gpu_callbacks.wgmma
