@@ -410,7 +410,7 @@ def run_fed(dev: FakeDevice, out: SchedulerOutput, prev) -> dict[str, tuple[int,
             assert it.token_ids == (0,) and it.sample
             prev_out, prev_sampled = prev
             tok = prev_sampled[prev_out.items[it.feed_index].request_id][0]
-            it = dataclasses.replace(it, token_ids=(tok,))
+            it = it._replace(token_ids=(tok,))
         items.append(it)
     return dev.run(dataclasses.replace(out, items=tuple(items)))
 
