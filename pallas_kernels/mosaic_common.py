@@ -40,13 +40,13 @@ Interpret = bool | plgpu.InterpretGPUParams
 
 def kernel_params(interpret: Interpret) -> dict:
     """plgpu.kernel keyword arguments every Mosaic kernel here passes."""
-    if interpret is True:
-        interpret = plgpu.InterpretGPUParams()
+    if not isinstance(interpret, plgpu.InterpretGPUParams):
+        interpret = plgpu.InterpretGPUParams() if interpret else False
     return dict(
         compiler_params=plgpu.CompilerParams(
             approx_math=True, reduction_scratch_bytes=REDUCTION_SCRATCH
         ),
-        interpret=interpret or False,
+        interpret=interpret,
     )
 
 
