@@ -7,12 +7,15 @@
   and over as many steps of the same streams without it.
 - `time_pack`: the host's share of a decode step at long context, packing the batch
   (engine/runner.pack), whose page tables grow with the context.
+- `time_host_step`: the host's whole share of a decode step, no model: the scheduler's
+  schedule and update around runner.pack.
 Steps that compiled a new shape bucket are left out of the ITL samples (and counted).
 """
 
 from __future__ import annotations
 
 import resource
+import statistics
 import time
 
 import jax
@@ -24,8 +27,9 @@ from engine import LLM, SamplingParams, kv_quant, runner
 from engine import paged_attention as pa
 from engine import step as engine_step
 from engine.attention_ops import get_attention_ops
-from engine.kv_pages import pages_for_tokens
-from engine.scheduler import ScheduledItem
+from engine.kv_pages import PageManager, pages_for_tokens
+from engine.scheduler import ScheduledItem, Scheduler
+from engine.sequence import Sequence
 from long_context.policy import LongPrefillPolicy
 from models.attention import AttnInputs
 
@@ -429,3 +433,42 @@ def time_pack(
         runner.pack(batch, page_size, buckets, rows)
         total += time.perf_counter() - start
     return total / steps
+
+
+def time_host_step(num_seqs: int, context: int, steps: int = 50, page_size: int = 16) -> dict:
+    """Median seconds a step of Scheduler.schedule, runner.pack and Scheduler.update for
+    `num_seqs` running decodes from `context`-token prompts, no model (every sample is one
+    token id), over `steps` decode steps; the prompts are prefilled in one untimed step.
+    The sampled-token dict update() takes is built outside the timed part, as the engine
+    builds it from the device's output."""
+    max_len = context + steps + 1
+    budget = max(num_seqs * context, num_seqs)
+    pages = PageManager(num_seqs * pages_for_tokens(max_len, page_size), page_size)
+    sched = Scheduler(pages, budget, num_seqs, max_len)
+    params = SamplingParams(max_tokens=steps + 1, ignore_eos=True, seed=0)
+    prompt = tuple(range(1, context + 1))
+    for i in range(num_seqs):
+        sched.add(Sequence(str(i), prompt, params))
+    buckets = runner.Buckets(budget, num_seqs, pages_for_tokens(max_len, page_size))
+    rows = runner.PageRows()
+    times = {"schedule_s": [], "pack_s": [], "update_s": []}
+    for step in range(steps + 1):
+        start = time.perf_counter()
+        out = sched.schedule()
+        scheduled = time.perf_counter()
+        runner.pack(out.items, page_size, buckets, rows)
+        packed = time.perf_counter()
+        sampled = {it.request_id: (7, -0.5) for it in out.items if it.sample}
+        updating = time.perf_counter()
+        sched.update(out, sampled)
+        done = time.perf_counter()
+        if step == 0:  # the prefill step
+            continue
+        if len(out.items) != num_seqs or out.num_batched_tokens != num_seqs:
+            raise RuntimeError(f"step {step}: not {num_seqs} decodes ({out.num_batched_tokens})")
+        for name, seconds in zip(
+            times, (scheduled - start, packed - scheduled, done - updating), strict=True
+        ):
+            times[name].append(seconds)
+    result = {name: statistics.median(values) for name, values in times.items()}
+    return result | dict(num_seqs=num_seqs, context=context, steps=steps)

@@ -7,6 +7,7 @@
   python -m scripts.bench_long_context --part=ttft --models=tiny-llama --prompt_lens=512 \
       --budget=128                                      # a quick check
   python -m scripts.bench_long_context --part=pack      # host: packing 64 decodes
+  python -m scripts.bench_long_context --part=host      # host: schedule + pack + update
   python -m scripts.bench_long_context --part=mla       # MLA prefill: absorbed vs expanded
 
 attention: one layer of paged attention per scenario, best of 3, and XLA's temp bytes, for
@@ -23,6 +24,8 @@ Pallas MLA kernel against it with the long spans on the XLA expanded path (gpu_c
 optional `mla` stage): the measurement that would decide the engine's GPU route.
 pack: the host's runner.pack of --num_pack_seqs decodes at each --pack_contexts in an
 engine of 131,072 positions, with the engine's carried page rows and without.
+host: a decode step's whole host share without a model (Scheduler.schedule, runner.pack,
+Scheduler.update), --num_host_seqs decodes at each --host_contexts, median of 50 steps.
 (b) --num_streams requests decode; their ITL is measured while a --itl_prompt_len prompt
 prefills until its first token, then over as many steps of the same streams restarted
 without it (same contexts, same decode cost). Swept over budgets
@@ -50,13 +53,14 @@ from long_context.latency import (
     measure_ttft,
     plot_itl_vs_ttft,
     time_attention,
+    time_host_step,
     time_mla_attention,
     time_pack,
 )
 from long_context.policy import LongPrefillPolicy
 
 _PART = flags.DEFINE_list(
-    "part", ["ttft", "itl"], "Which benchmarks: attention, ttft, itl, pack, mla."
+    "part", ["ttft", "itl"], "Which benchmarks: attention, ttft, itl, pack, host, mla."
 )
 _MLA_HEADS = flags.DEFINE_integer("mla_heads", 8, "(mla) attention heads (DeepSeek-V3: 128).")
 _MLA_IMPLS = flags.DEFINE_list(
@@ -66,6 +70,10 @@ _MLA_DTYPE = flags.DEFINE_enum("mla_dtype", "float32", ["float32", "bfloat16"], 
 _PACK_SEQS = flags.DEFINE_integer("num_pack_seqs", 64, "(pack) decodes in the step.")
 _PACK_CONTEXTS = flags.DEFINE_list(
     "pack_contexts", ["2048", "8192", "32768", "131072"], "(pack) their context lengths."
+)
+_HOST_SEQS = flags.DEFINE_integer("num_host_seqs", 256, "(host) decodes in the step.")
+_HOST_CONTEXTS = flags.DEFINE_list(
+    "host_contexts", ["80", "2048", "32768"], "(host) their context lengths."
 )
 _ATTN_BEFORE = flags.DEFINE_string(
     "attention_before", None, "attention: an older paged_attention.py to compare with."
@@ -245,6 +253,15 @@ def main(argv):
                 f"| {int(context):,} | {1e3 * row['carried_s']:.2f} | {1e3 * row['fresh_s']:.2f} |"
             )
         results["pack"] = rows
+    if "host" in _PART.value:
+        print("| decodes | context | schedule ms | pack ms | update ms | host ms a step |")
+        print("|---|---|---|---|---|---|")
+        rows = [time_host_step(_HOST_SEQS.value, int(c)) for c in _HOST_CONTEXTS.value]
+        for r in rows:
+            parts = [1e3 * r[k] for k in ("schedule_s", "pack_s", "update_s")]
+            cells = " | ".join(f"{x:.2f}" for x in [*parts, sum(parts)])
+            print(f"| {r['num_seqs']} | {r['context']:,} | {cells} |")
+        results["host"] = rows
     if "ttft" in _PART.value:
         rows = []
         for model in _MODELS.value:

@@ -7,6 +7,7 @@ from long_context.latency import (
     measure_ttft,
     plot_itl_vs_ttft,
     time_attention,
+    time_host_step,
     time_mla_attention,
     time_pack,
 )
@@ -39,3 +40,6 @@ def test_latency_measurements_run_on_a_tiny_model(tmp_path):
 
     for carried in (True, False):
         assert time_pack(4, 100, 1024, carried, steps=2) > 0
+
+    host = time_host_step(3, 40, steps=4)  # raises unless every timed step is 3 decodes
+    assert host["schedule_s"] > 0 and host["pack_s"] > 0 and host["update_s"] > 0
