@@ -32,8 +32,9 @@ GPU_INTERPRETER_FILES = ("test_pallas_mosaic.py", "test_pallas_engine.py", "test
 # - test_determinism_check.py: the determinism regression script, bitwise run to run;
 # - test_long_context.py: 8k-token prefills, run-time bound (196 s either way).
 # The other files' HF parity tolerances hold at either level, and their bitwise comparisons
-# are between programs compiled alike. Not on a machine with a GPU (or a GPU plugin): there
-# the flag would also reach the GPU compiler, and the GPU tests check what users run.
+# are between programs compiled alike. A run given a directory (one process) gets level 0
+# throughout. Not on a machine with a GPU (or a GPU plugin): there the flag would also reach
+# the GPU compiler, and the GPU tests check what users run.
 DEFAULT_OPT_FILES = (
     "test_batch_invariance.py",
     "test_determinism_check.py",
