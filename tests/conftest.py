@@ -1,4 +1,5 @@
-"""Settings for the test processes (make test runs each file in its own pytest process).
+"""Settings for the test processes (make test runs each file in its own pytest process):
+XLA:CPU's thread count (NPROC) and optimization level (XLA_FLAGS, below).
 
 NPROC sizes XLA:CPU's thread pool, and must be set before the CPU backend starts. Pallas'
 GPU interpreter runs a Mosaic GPU kernel's warpgroups as threads that block in barrier waits
@@ -23,10 +24,11 @@ GPU_INTERPRETER_FILES = ("test_pallas_mosaic.py", "test_pallas_engine.py", "test
 
 # XLA:CPU's backend optimization level 0: compiling is most of a test file's time on CPU
 # (tiny models, many step shapes), and level 0 compiles about 30% faster (tests/test_engine.py
-# alone: 327 -> 234 s; make test 17.8 -> 16.3 min). The programs it
-# makes run slower (interpret-mode Pallas kernels most: 20 -> 55 s for one test), so files
-# whose time is running, not compiling, keep the default level, and so do the files whose
-# bitwise claims are about the programs users run:
+# alone: 327 -> 234 s; make test with it in every file 16.3 min against 17.8 the day before,
+# docs/benchmarks.md "Test time"). The programs it makes run slower (interpret-mode Pallas
+# kernels most: 20 -> 56 s for one test), so files whose time is running, not compiling,
+# keep the default level, and so do the files whose bitwise claims are about the programs
+# users run:
 # - test_batch_invariance.py: bitwise invariance of the default build (and its Pallas
 #   interpret-mode cases run slower at level 0: alone 148 s at the default, 178 s at 0);
 # - test_determinism_check.py: the determinism regression script, bitwise run to run;
