@@ -178,7 +178,12 @@ class LLM:
         self._expert_load = np.zeros((0, 0), np.int64)  # [L_moe, E] last step
         self._expert_load_total = np.zeros((0, 0), np.int64)  # [L_moe, E] since creation
         self.async_scheduling = bool(async_scheduling)
-        self._in_flight: _Dispatched | None = None  # a step dispatched, not yet read back
+        # Steps dispatched and not yet read back, oldest first (at most 2 with async
+        # scheduling). A step leaves this list only once its tokens are on the host.
+        self._dispatched: list[_Dispatched] = []
+        # Deltas the next step() returns: aborts, requests finished at once (max_tokens=0),
+        # and a step's increments when a later part of the same call raised.
+        self._outbox: list[StreamDelta] = []
         self._last_readback = 0.0
         self._num_dispatched_ahead = 0
         self._host_seconds = 0.0  # step() time not spent waiting for the device's tokens
@@ -252,9 +257,29 @@ class LLM:
             reqs.append((ids, params))
         return reqs
 
-    def _enqueue(self, ids: list[int], params: SamplingParams, request_id: str | None) -> str:
+    def _id_in_use(self, request_id: str) -> bool:
+        """An id is taken until its last delta is returned (or generate/stream returns it)."""
+        return (
+            request_id in self._outputs
+            or self._scheduler.has_request(request_id)
+            or any(d.request_id == request_id for d in self._outbox)
+        )
+
+    def _enqueue(
+        self,
+        ids: list[int],
+        params: SamplingParams,
+        request_id: str | None,
+        announce: bool = False,
+    ) -> str:
+        """Queue a validated request. A request with max_tokens=0 finishes here; with
+        `announce` (add_request) its finish delta is returned by the next step() and no
+        record is kept, else (generate, stream) the caller collects its record."""
         n = next(self._request_counter)
-        request_id = str(n) if request_id is None else request_id
+        if request_id is None:
+            while self._id_in_use(str(n)):  # an id a caller chose: skip it
+                n = next(self._request_counter)
+            request_id = str(n)
         if params.seed is None:
             # Unseeded requests still get a distinct, reproducible stream per engine seed.
             seed = (self._seed * 1_000_003 + n) % (2**32)
@@ -262,28 +287,35 @@ class LLM:
         seq = Sequence(request_id, tuple(ids), params)
         self._scheduler.add(seq)
         out = RequestOutput(request_id, list(ids))
-        if params.prompt_logprobs:
+        if params.prompt_logprobs:  # filled in by the steps that compute the prompt
             out.prompt_logprobs = [0.0] * (len(ids) - 1)
-        self._outputs[request_id] = out
         if seq.is_finished:  # max_tokens == 0
             out.finish_reason = seq.finish_reason
+            if announce:
+                self._outbox.append(StreamDelta(request_id, (), (), out.finish_reason))
+                return request_id
+        self._outputs[request_id] = out
         return request_id
 
     def add_request(
         self, prompt, sampling_params: SamplingParams | None = None, request_id: str | None = None
     ) -> str:
-        """Queue one request; returns its id. Raises ValueError before queueing anything."""
-        if (
-            request_id is not None
-            and request_id in self._outputs
-            and not (self._outputs[request_id].finished)
-        ):
-            raise ValueError(f"request_id={request_id!r}: already in use")
+        """Queue one request; returns its id. Raises ValueError before queueing anything.
+
+        Its increments come from step(), the last one with a finish_reason (a request with
+        max_tokens=0 gets that at the next step()). An id is in use until then.
+        """
+        if request_id is not None and self._id_in_use(request_id):
+            raise ValueError(
+                f"request_id={request_id!r}: already in use (queued, running, or its last "
+                "delta not yet returned by step())"
+            )
         ((ids, params),) = self._prepare([prompt], sampling_params)
-        return self._enqueue(ids, params, request_id)
+        return self._enqueue(ids, params, request_id, announce=True)
 
     def abort(self, request_id: str) -> bool:
-        """Stop a request now (finish_reason "abort"); its pages are freed at the next step."""
+        """Stop a request now (finish_reason "abort"). The next step() frees its pages and
+        returns its "abort" delta (with a step in flight, once that step is read back)."""
         if not self._scheduler.abort(request_id):
             return False
         out = self._outputs.get(request_id)
@@ -309,28 +341,46 @@ class LLM:
         return deltas
 
     def _advance(self) -> list[StreamDelta]:
-        deltas = []
-        if self._in_flight is None:
+        """One step() call. If any part raises (a launch that fails, Ctrl-C while waiting
+        for the device), the engine stays consistent: a step that was not launched is
+        taken back (Scheduler.cancel), one launched stays to be read back by the next
+        call, and deltas already produced wait in the outbox."""
+        if not self._dispatched:
             sched = self._scheduler.schedule()
-            deltas = [StreamDelta(rid, (), (), "abort") for rid in sched.finished_aborted]
-            for rid in sched.finished_aborted:
-                if rid not in self._collecting:
-                    self._outputs.pop(rid, None)
-            if not sched.items:
-                return deltas
-            self._in_flight = self._dispatch(sched, None)
-        prev, self._in_flight = self._in_flight, None
-        if self.async_scheduling:
-            nxt = self._scheduler.schedule_ahead()
-            if nxt is not None:
-                self._in_flight = self._dispatch(nxt, prev.out)
-                self._num_dispatched_ahead += 1
-        deltas += self._complete(prev)
-        if self._in_flight is not None and self._scheduler.in_flight_all_finished():
-            # Nothing left to gain from it: read it back now so its pages come back.
-            deltas += self._complete(self._in_flight)
-            self._in_flight = None
+            self._deliver_aborts(sched.finished_aborted)
+            if sched.items:
+                self._launch(sched)
+        if self._dispatched:
+            if self.async_scheduling and len(self._dispatched) == 1:
+                nxt = self._scheduler.schedule_ahead()
+                if nxt is not None:
+                    self._launch(nxt)
+                    self._num_dispatched_ahead += 1
+            self._complete_oldest()
+            if len(self._dispatched) == 1 and self._scheduler.in_flight_all_finished():
+                # Nothing left to gain from it: read it back now so its pages come back.
+                self._complete_oldest()
+        if not self._dispatched:
+            # Requests aborted while a step was in flight: free their pages now.
+            self._deliver_aborts(self._scheduler.release_aborted())
+        deltas, self._outbox = self._outbox, []
         return deltas
+
+    def _deliver_aborts(self, request_ids) -> None:
+        for rid in request_ids:
+            self._outbox.append(StreamDelta(rid, (), (), "abort"))
+            if rid not in self._collecting:
+                self._outputs.pop(rid, None)
+
+    def _launch(self, sched: SchedulerOutput) -> None:
+        """Dispatch `sched` behind the steps in flight; if that fails, the scheduler takes
+        the step back, so the engine can go on (the same work is scheduled again)."""
+        prev_out = self._dispatched[-1].out if self._dispatched else None
+        try:
+            self._dispatched.append(self._dispatch(sched, prev_out))
+        except BaseException:
+            self._scheduler.cancel(sched)
+            raise
 
     def _dispatch(self, sched, prev_out) -> _Dispatched:
         """Pack and launch one step without waiting for it; `prev_out` is the step in
@@ -338,7 +388,6 @@ class LLM:
         batch = runner.pack(sched.items, self.page_size, self._buckets, self._page_rows)
         shape = (batch.token_ids.shape[0], batch.kv_lens.shape[0])
         compiles = shape not in self._step_shapes
-        self._step_shapes.add(shape)
         score_rows = self._fill_score_targets(sched.items, batch)
         step_fn = self._scoring_step() if score_rows else self._step
         if self.mesh is not None:
@@ -354,23 +403,26 @@ class LLM:
             batch = batch._replace(prev_tokens=self._no_prev_tokens)
         start = time.perf_counter()
         self._kv, out = step_fn(self.params, self._kv, batch)
+        self._step_shapes.add(shape)
         return _Dispatched(sched, out, score_rows, compiles, start)
 
-    def _complete(self, d: _Dispatched) -> list[StreamDelta]:
-        """Read back a dispatched step's tokens and apply them (Scheduler.update)."""
+    def _complete_oldest(self) -> None:
+        """Read back the oldest dispatched step's tokens and apply them (Scheduler.update);
+        its deltas go to the outbox. If the readback raises, the step stays dispatched."""
+        d = self._dispatched[0]
         sched, out, score_rows = d.sched, d.out, d.score_rows
         begin = time.perf_counter()
         tokens, logprobs, load = jax.device_get((out.tokens, out.logprobs, out.expert_load))
+        scores = jax.device_get(out.score_logprobs) if score_rows else None
+        self._dispatched.pop(0)
         # The long-prefill policy steers by step times; a compiling step would mislead it.
         # A step dispatched ahead starts on the device when the one before it ends.
         end = time.perf_counter()
         self._wait_seconds += end - begin
         seconds = None if d.compiles or score_rows else end - max(d.start, self._last_readback)
         self._last_readback = end
-        deltas = []
-        if score_rows:
-            scores = jax.device_get(out.score_logprobs)
-            for rid, index, row in score_rows:
+        for rid, index, row in score_rows:
+            if rid in self._outputs:  # not if aborted and dropped since
                 self._outputs[rid].prompt_logprobs[index] = float(scores[row])
         self._expert_load = np.asarray(load, np.int64)
         if self._expert_load_total.shape != self._expert_load.shape:
@@ -392,10 +444,9 @@ class LLM:
                 out_rec.text = self._detokenize(out_rec.token_ids)
                 if res.request_id not in self._collecting:
                     del self._outputs[res.request_id]
-            deltas.append(
+            self._outbox.append(
                 StreamDelta(res.request_id, res.new_token_ids, res.new_logprobs, res.finish_reason)
             )
-        return deltas
 
     def _fill_score_targets(self, items, batch) -> list[tuple[str, int, int]]:
         """Set batch.score_targets for requests that asked for prompt logprobs.
@@ -434,31 +485,54 @@ class LLM:
         return None if self.tokenizer is None else self.tokenizer.decode(ids)
 
     def stream(self, prompts, sampling_params=None) -> Iterator[list[StreamDelta]]:
-        """Queue `prompts` and yield each step's increments until they all finish."""
-        ids = [self._enqueue(i, p, None) for i, p in self._prepare(prompts, sampling_params)]
-        pending = set()
-        for rid in ids:
-            if self._outputs[rid].finished:  # max_tokens == 0: done before any step
-                del self._outputs[rid]
-            else:
-                pending.add(rid)
-        while pending:
-            deltas = self.step()
-            pending -= {d.request_id for d in deltas if d.finish_reason is not None}
-            if deltas:
-                yield deltas
+        """Queue `prompts` and yield each step's increments until they all finish.
+
+        A request with max_tokens=0 gets its finish delta in the first yield. Each yield
+        holds all of the step's deltas (requests added by hand included). Closing the
+        generator early aborts the requests it has not finished.
+        """
+        records = self._collect(self._prepare(prompts, sampling_params))
+        try:
+            done = [
+                StreamDelta(r.request_id, (), (), r.finish_reason) for r in records if r.finished
+            ]
+            if done:
+                yield done
+            # Ends on the records, not on seeing finish deltas: a generate() or step() call
+            # in between may have taken them.
+            while any(not r.finished for r in records):
+                deltas = self.step()
+                if deltas:
+                    yield deltas
+        finally:
+            self._release(records)
 
     def generate(self, prompts, sampling_params=None) -> list[RequestOutput]:
-        """Generate for every prompt (a string, a token-id list, or a list of those)."""
-        reqs = self._prepare(prompts, sampling_params)
-        ids = [self._enqueue(i, p, None) for i, p in reqs]
-        self._collecting.update(ids)
+        """Generate for every prompt (a string, a token-id list, or a list of those).
+
+        If it raises (or is interrupted), its unfinished requests are aborted."""
+        records = self._collect(self._prepare(prompts, sampling_params))
         try:
-            while any(not self._outputs[rid].finished for rid in ids):
+            while any(not r.finished for r in records):
                 self.step()
         finally:
-            self._collecting.difference_update(ids)
-        return [self._outputs.pop(rid) for rid in ids]
+            self._release(records)
+        return records
+
+    def _collect(self, reqs) -> list[RequestOutput]:
+        """Queue validated requests whose records the caller keeps (generate, stream)."""
+        ids = [self._enqueue(i, p, None) for i, p in reqs]
+        self._collecting.update(ids)
+        return [self._outputs[rid] for rid in ids]
+
+    def _release(self, records: list[RequestOutput]) -> None:
+        """Drop the records of a generate/stream call; abort what it leaves unfinished."""
+        for r in records:
+            self._collecting.discard(r.request_id)
+            if not r.finished:
+                self.abort(r.request_id)
+            if self._outputs.get(r.request_id) is r:
+                del self._outputs[r.request_id]
 
     def stats(self) -> dict:
         s = self._scheduler.stats()

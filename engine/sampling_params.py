@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -21,18 +24,37 @@ class SamplingParams:
 
     def __post_init__(self):
         t = self.temperature
-        if not isinstance(t, int | float) or math.isnan(t) or t < 0 or math.isinf(t):
+        if not _is_number(t) or math.isnan(t) or t < 0 or math.isinf(t):
             raise ValueError(f"temperature={t!r}: must be a finite number >= 0")
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 0:
+        if not _is_int(self.max_tokens) or self.max_tokens < 0:
             raise ValueError(f"max_tokens={self.max_tokens!r}: must be an integer >= 0")
         p = self.top_p
-        if not isinstance(p, int | float) or math.isnan(p) or not 0.0 < p <= 1.0:
+        if not _is_number(p) or math.isnan(p) or not 0.0 < p <= 1.0:
             raise ValueError(f"top_p={p!r}: must be in (0, 1]")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
+        if not _is_int(self.top_k) or self.top_k < 0:
             raise ValueError(f"top_k={self.top_k!r}: must be an integer >= 0 (0 = off)")
-        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**32):
+        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < 2**32):
             raise ValueError(f"seed={self.seed!r}: must be an integer in [0, 2**32)")
-        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        stop = self.stop_token_ids
+        if isinstance(stop, str | bytes) or not isinstance(stop, Iterable):
+            raise ValueError(f"stop_token_ids={stop!r}: must be a sequence of token ids")
+        stop = tuple(stop)
+        if not all(
+            isinstance(t, int | np.integer) and not isinstance(t, bool) and t >= 0 for t in stop
+        ):
+            raise ValueError(f"stop_token_ids={stop!r}: token ids must be integers >= 0")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in stop))
+        if self.prompt_logprobs and self.max_tokens == 0:
+            # The prompt is scored by the steps that compute it; max_tokens=0 runs none.
+            raise ValueError("prompt_logprobs=True: needs max_tokens >= 1 (max_tokens=0)")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
 
 
 @dataclass

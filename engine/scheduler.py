@@ -213,6 +213,11 @@ class Scheduler:
         """
         if seq.request_id in self._active:
             raise ValueError(f"request_id={seq.request_id!r}: already queued or running")
+        if any(a.request_id == seq.request_id for a in self._aborted):
+            raise ValueError(
+                f"request_id={seq.request_id!r}: its abort is still being processed; the id "
+                "is free again after the next step"
+            )
         if seq.status is not SequenceStatus.WAITING or seq.page_ids or seq.num_computed_tokens:
             raise ValueError(f"request_id={seq.request_id!r}: must be a new WAITING sequence")
         max_tokens = seq.sampling_params.max_tokens
@@ -250,11 +255,36 @@ class Scheduler:
         """Choose this step's decodes and prefill chunks, preempting if pages run out."""
         if self._in_flight:
             raise RuntimeError("schedule() called before update() of the previous step")
+        aborted = self.release_aborted()
+        return self._build(_StepPlan(self.max_num_batched_tokens), aborted)
+
+    def release_aborted(self) -> tuple[str, ...]:
+        """Free the pages of requests aborted since the last call, when no step in flight
+        can still write them; returns their ids (schedule() reports them as
+        `finished_aborted`). Until then their ids stay taken."""
+        if self._in_flight:
+            return ()
         aborted = tuple(seq.request_id for seq in self._aborted)
         for seq in self._aborted:
             self._release_pages(seq)
         self._aborted.clear()
-        return self._build(_StepPlan(self.max_num_batched_tokens), aborted)
+        return aborted
+
+    def cancel(self, sched_out: SchedulerOutput) -> None:
+        """Take back the newest step handed out, which never ran (its launch failed).
+
+        Its tokens count as not computed again and its samples as not pending, so the
+        next steps schedule the same work. What building it did stays: pages allocated to
+        its sequences (they will be written by the retry), admissions (the admitted
+        sequences continue as running prefills) and preemptions.
+        """
+        if not self._in_flight or sched_out is not self._in_flight[-1][0]:
+            raise ValueError("sched_out: not the newest step handed out")
+        _, seqs, _ = self._in_flight.pop()
+        for item in sched_out.items:
+            seq = seqs[item.request_id]
+            seq.num_inflight_tokens -= len(item.token_ids)
+            seq.num_pending_samples -= item.sample
 
     def schedule_ahead(self) -> SchedulerOutput | None:
         """Build the next step while the previous one is still in flight (not updated).
@@ -309,7 +339,9 @@ class Scheduler:
 
         # Admission in FCFS order. Not after a preemption: memory is short, and a just
         # preempted sequence would be readmitted only to lose its pages again. Only long
-        # prompts held back by max_long_prefills (or left out of a probe step) are passed.
+        # prompts held back by max_long_prefills are passed; a probe step (a long prompt
+        # left out to time the decodes alone) admits nobody after it, or the prefills
+        # admitted would spoil every probe and the long prompt would wait forever.
         i = 0
         while (
             not plan.preempted
@@ -320,6 +352,8 @@ class Scheduler:
             seq = self._waiting[i]
             chunk = 0 if self._long_held_back(seq, plan) else self._chunk(seq, seq.num_tokens, plan)
             if not chunk:
+                if plan.allowance_known and plan.allowance == 0:
+                    break
                 i += 1
                 continue
             if not self.pages.can_allocate(self.pages.pages_needed(chunk)):
@@ -401,6 +435,10 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         """True while requests wait or run, or aborted pages still await `schedule()`."""
         return bool(self._waiting or self._running or self._aborted or self._in_flight)
+
+    def has_request(self, request_id: str) -> bool:
+        """Whether `request_id` is taken: queued, running, or aborted and not yet released."""
+        return request_id in self._active or any(s.request_id == request_id for s in self._aborted)
 
     def stats(self) -> dict[str, int]:
         return {

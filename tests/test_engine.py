@@ -3,6 +3,7 @@ preemption, abort, seeded sampling, bounded compilation, bad input."""
 
 from __future__ import annotations
 
+import collections
 import json
 import pathlib
 import time
@@ -201,6 +202,10 @@ def test_bad_input_raises_before_queueing_and_engine_stays_usable(prompt, params
         (dict(top_p=0.0), "top_p"),
         (dict(top_p=1.5), "top_p"),
         (dict(top_k=-2), "top_k"),
+        (dict(max_tokens=True), "max_tokens"),
+        (dict(stop_token_ids=5), "stop_token_ids"),
+        (dict(stop_token_ids=["x"]), "stop_token_ids"),
+        (dict(prompt_logprobs=True, max_tokens=0), "prompt_logprobs"),
     ],
 )
 def test_bad_sampling_params(kwargs, field):
@@ -226,6 +231,147 @@ def _bad_input_llm() -> LLM:
     if "llm" not in _LLM_CACHE:
         _LLM_CACHE["llm"] = LLM(model="tiny-llama", max_model_len=64, num_pages=16)
     return _LLM_CACHE["llm"]
+
+
+def _drain(llm: LLM, max_steps: int = 200) -> dict[str, tuple[list[int], str | None]]:
+    """Step until nothing is left; each request's tokens and finish reason from the deltas."""
+    got: dict[str, tuple[list[int], str | None]] = {}
+    for _ in range(max_steps):
+        if not llm.has_unfinished():
+            return got
+        for d in llm.step():
+            tokens, _ = got.setdefault(d.request_id, ([], None))
+            tokens.extend(d.token_ids)
+            got[d.request_id] = (tokens, d.finish_reason)
+    raise AssertionError(f"still unfinished after {max_steps} steps")
+
+
+def _all_pages_free(llm: LLM) -> bool:
+    stats = llm.stats()
+    return stats["num_pages_free"] == stats["num_pages_total"]
+
+
+def test_request_ids_stay_taken_until_their_last_delta():
+    llm = _bad_input_llm()
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    want = _alone(llm, [8, 9, 10], params).token_ids
+    # Automatic ids skip the ones callers chose.
+    n = int(llm.add_request([5, 6], params)) + 1
+    mine = [llm.add_request([5, 6, 7], params, request_id=str(n + k)) for k in range(2)]
+    outs = llm.generate([[8, 9, 10], [8, 9, 10]], params)
+    assert not {o.request_id for o in outs} & set(mine)
+    assert [o.token_ids for o in outs] == [want, want]
+    _drain(llm)  # (generate's steps ran the hand-added requests too, deltas unread)
+    assert _all_pages_free(llm)
+    # An aborted id is taken until the step() that returns its "abort" delta.
+    llm.add_request([5, 6, 7], params, request_id="x")
+    llm.step()
+    assert llm.abort("x")
+    with pytest.raises(ValueError, match="request_id='x'"):
+        llm.add_request([8, 9, 10], params, request_id="x")
+    deltas = llm.step()
+    assert [(d.request_id, d.finish_reason) for d in deltas] == [("x", "abort")]
+    assert _all_pages_free(llm)
+    llm.add_request([8, 9, 10], params, request_id="x")
+    assert _drain(llm) == {"x": (want, "length")}
+    # max_tokens=0 by hand: a "length" delta from the next step(), then the id is free.
+    llm.add_request([5], SamplingParams(max_tokens=0), request_id="z")
+    with pytest.raises(ValueError, match="request_id='z'"):
+        llm.add_request([5], params, request_id="z")
+    assert [(d.request_id, d.token_ids, d.finish_reason) for d in llm.step()] == [
+        ("z", (), "length")
+    ]
+    llm.add_request([8, 9, 10], params, request_id="z")
+    assert _drain(llm) == {"z": (want, "length")} and _all_pages_free(llm)
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_failed_launches_and_an_interrupted_readback_leave_the_engine_consistent(
+    async_scheduling, monkeypatch
+):
+    """A step whose launch raises (a compile or allocation failure) is taken back and the
+    same work scheduled again; one whose readback is interrupted (Ctrl-C while waiting) is
+    read back by the next step(). The tokens are those of an undisturbed run."""
+    llm = _bad_input_llm()
+    llm.async_scheduling = async_scheduling
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    prompts = [[5, 6, 7], list(range(10, 30)), [8, 9]]
+    want = [o.token_ids for o in llm.generate(prompts, params)]
+    real_step, real_get, calls = llm._step, jax.device_get, collections.Counter()
+
+    def flaky_step(*args):
+        calls["step"] += 1
+        if calls["step"] in (2, 3, 6):
+            raise RuntimeError("RESOURCE_EXHAUSTED: injected")
+        return real_step(*args)
+
+    def flaky_get(x):
+        calls["get"] += 1
+        if calls["get"] == 3:
+            raise KeyboardInterrupt
+        return real_get(x)
+
+    flaky_step._cache_size = real_step._cache_size  # for stats()
+    monkeypatch.setattr(llm, "_step", flaky_step)
+    monkeypatch.setattr(jax, "device_get", flaky_get)
+    try:
+        ids = [llm.add_request(p, params) for p in prompts]
+        got, raised = {}, collections.Counter()
+        for _ in range(100):
+            if not llm.has_unfinished():
+                break
+            try:
+                deltas = llm.step()
+            except (RuntimeError, KeyboardInterrupt) as e:
+                raised[type(e).__name__] += 1
+                continue
+            for d in deltas:
+                got.setdefault(d.request_id, []).extend(d.token_ids)
+        assert raised == {"RuntimeError": 3, "KeyboardInterrupt": 1}
+        assert [got[rid] for rid in ids] == want
+        assert _all_pages_free(llm)
+        # generate() that raises aborts its requests; the engine goes on.
+        calls["step"] = 5  # the next launch fails
+        with pytest.raises(RuntimeError, match="injected"):
+            llm.generate(prompts, params)
+        _drain(llm)
+        assert _all_pages_free(llm) and llm.stats()["num_running"] == 0
+    finally:
+        llm.async_scheduling = True
+    assert [o.token_ids for o in llm.generate(prompts, params)] == want
+
+
+def test_stream_ends_on_its_records_and_closing_it_aborts(monkeypatch):
+    llm = _bad_input_llm()
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    want = _alone(llm, [5, 6, 7], params).token_ids
+    real_step, steps = llm.step, [0]
+
+    def counted_step():
+        steps[0] += 1
+        assert steps[0] < 100, "stream() keeps stepping an idle engine"
+        return real_step()
+
+    monkeypatch.setattr(llm, "step", counted_step)
+    stream = llm.stream([[5, 6, 7]], params)
+    first = next(stream)
+    llm.generate([[8, 9]], params)  # finishes the stream's request too
+    rest = [d for deltas in stream for d in deltas]
+    assert [d.token_ids for d in first] == [(want[0],)] and rest == []
+    assert _all_pages_free(llm)
+    # Closing a stream early aborts what it has not finished.
+    stream = llm.stream([[5, 6, 7], [8, 9]], SamplingParams(max_tokens=50, ignore_eos=True))
+    next(stream)
+    stream.close()
+    got = _drain(llm)
+    assert sorted(reason for _, reason in got.values()) == ["abort", "abort"]
+    assert _all_pages_free(llm)
+    # max_tokens=0: its finish delta comes first, before any step.
+    steps[0] = 0
+    zero = SamplingParams(max_tokens=0)
+    deltas = [d for ds in llm.stream([[5, 6, 7], [5]], [params, zero]) for d in ds]
+    assert steps[0] > 0 and deltas[0].finish_reason == "length" and not deltas[0].token_ids
+    assert [d.token_ids[0] for d in deltas[1:]] == want
 
 
 @pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])

@@ -123,6 +123,36 @@ def test_max_long_prefills_holds_later_long_prompts_and_lets_short_ones_pass():
     assert {i.request_id for i in sched.schedule().items} == {"a", "b"}
 
 
+def test_steady_short_arrivals_cannot_starve_a_long_prompt():
+    """A probe step (the long prompt left out to time the decodes alone) admits nobody
+    behind it: a short request arriving every step would otherwise spoil every probe, and
+    with no decode-only time measured the long prompt would get no tokens at all."""
+    decoder = make_seq("d", 8, max_tokens=10_000)
+    sched, dev = long_scheduler(decoder), FakeDevice(16)
+    run_step(sched, dev)  # "d" decodes from now on; nothing is measured yet
+    long = make_seq("long", 1000, base=3, max_tokens=1)
+    sched.add(long)
+    shorts, admitted_in_probe = [], 0
+    for k in range(200):
+        short = make_seq(f"s{k}", 4, base=5 + k % 40, max_tokens=1)
+        shorts.append(short)
+        sched.add(short)
+        out = run_step(sched, dev)
+        decodes, long_tokens, other = kinds(out, {"long"})
+        if long.num_computed_tokens < long.num_prompt_tokens and long_tokens == 0:
+            admitted_in_probe += other  # a step without the long prompt: a probe
+        if long.is_finished:
+            break
+    assert long.is_finished, f"long prompt starved: {long.num_computed_tokens} tokens computed"
+    assert admitted_in_probe == 0
+    for _ in range(100):  # the shorts held back by probe steps are served after them
+        if all(s.is_finished for s in shorts):
+            break
+        run_step(sched, dev)
+    for seq in [long, *shorts]:
+        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 4096)
+
+
 def test_token_budget_only_schedules_exactly_like_no_policy():
     def trace(policy):
         seqs = [make_seq(f"r{k}", n, base=k + 1, max_tokens=m) for k, (n, m) in
