@@ -13,6 +13,8 @@ import numpy as np
 
 from engine.sampling_params import RequestOutput, SamplingParams
 
+MAX_CO_LEN = 64  # co-requests' prompts are shorter than this
+
 
 def output_bits(out: RequestOutput) -> tuple[list[int], list[int]]:
     """(token ids, float32 bit patterns of the logprobs): what "bitwise identical" compares."""
@@ -46,6 +48,37 @@ class TrialReport:
     budgets: list[int]  # chunk budget of each trial
 
 
+def check_trial_args(
+    num_probes: int,
+    probe_len: int,
+    trials: int,
+    max_tokens: int,
+    budgets: tuple[int, ...],
+    max_model_len: int,
+    seed: int = 0,
+    max_co_len: int = MAX_CO_LEN,
+) -> None:
+    """ValueError naming the first argument a check cannot run with, before any engine exists
+    (an empty probe set or max_tokens=0 would make a check that cannot fail)."""
+    for name, value in (
+        ("num_probes", num_probes),
+        ("probe_len", probe_len),
+        ("trials", trials),
+        ("max_tokens", max_tokens),
+        ("max_model_len", max_model_len),
+    ):
+        if value < 1:
+            raise ValueError(f"{name}={value}: must be >= 1")
+    if not budgets or any(b < 1 for b in budgets):
+        raise ValueError(f"budgets={list(budgets)}: must be one or more chunk budgets >= 1")
+    if seed < 0:
+        raise ValueError(f"seed={seed}: must be >= 0")
+    # Co-requests have up to max_co_len - 1 prompt tokens; the engine refuses longer prompts.
+    longest = max(probe_len, max_co_len - 1)
+    if max_model_len < longest:
+        raise ValueError(f"max_model_len={max_model_len}: prompts here run up to {longest} tokens")
+
+
 def run_trials(
     make_llm: Callable[[int], object],
     probes: list[list[int]],
@@ -55,10 +88,14 @@ def run_trials(
     vocab_size: int,
     seed: int = 0,
     max_co_requests: int = 24,
-    max_co_len: int = 64,
+    max_co_len: int = MAX_CO_LEN,
 ) -> TrialReport:
     """Run `trials` trials; each hides the probes at random positions among random co-requests
     on an engine with a random chunk budget (`make_llm(budget)`), and compares the probes."""
+    if trials < 1:
+        raise ValueError(f"trials={trials}: must be >= 1")
+    if not budgets:
+        raise ValueError("budgets: must name one or more chunk budgets")
     rng = np.random.default_rng(seed)
     per_probe: list[list[tuple[list, list]]] = [[] for _ in probes]
     used = []
@@ -92,21 +129,50 @@ def run_trials(
     return TrialReport(unique, first, [runs[0] for runs in per_probe], used)
 
 
-def write_golden(path: str, model: str, probes: list[list[int]], outputs: list) -> None:
-    """Pin each probe's output: hash plus the raw tokens and logprob bits (to locate drift)."""
+def write_golden(
+    path: str, model: str, probes: list[list[int]], outputs: list, settings: dict | None = None
+) -> None:
+    """Pin each probe's output: hash plus the raw tokens and logprob bits (to locate drift),
+    with the model and the `settings` (JSON values) a later check must run with."""
     entries = [
         dict(prompt=p, sha256=fingerprint(t, b), token_ids=t, logprob_bits=b)
         for p, (t, b) in zip(probes, outputs, strict=True)
     ]
     with open(path, "w") as f:
-        json.dump(dict(model=model, probes=entries), f)
+        json.dump(dict(model=model, settings=settings or {}, probes=entries), f)
+
+
+def _read_golden(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"golden={path!r}: no such file")
+    try:
+        with open(path) as f:
+            golden = json.load(f)
+    except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"golden={path!r}: not JSON ({e})") from None
+    if not isinstance(golden, dict) or not {"model", "probes"} <= golden.keys():
+        raise ValueError(f"golden={path!r}: not a golden file (needs 'model' and 'probes')")
+    return golden
+
+
+def check_golden_settings(path: str, model: str, settings: dict) -> None:
+    """ValueError naming the first of model / `settings` that differs from what the golden file
+    recorded: its outputs are not comparable then. Files written before settings were recorded
+    only have the model checked."""
+    golden = _read_golden(path)
+    recorded = {"model": os.path.normpath(golden["model"]), **golden.get("settings", {})}
+    given = {"model": os.path.normpath(model), **settings}
+    for name, want in recorded.items():
+        if name in given and given[name] != want:
+            raise ValueError(
+                f"golden={path!r}: written with {name}={want!r}, this run has {name}="
+                f"{given[name]!r}; write a new golden file to pin other settings"
+            )
 
 
 def check_golden(path: str, probes: list[list[int]], outputs: list) -> list[tuple[int, int]]:
     """[(probe index, first differing position)] against the golden file; [] when all match."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"golden={path!r}: no such file")
-    golden = json.load(open(path))["probes"]
+    golden = _read_golden(path)["probes"]
     if [g["prompt"] for g in golden] != probes:
         raise ValueError(f"golden={path!r}: its probe prompts differ from this run's")
     mismatches = []

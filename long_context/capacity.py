@@ -12,6 +12,9 @@ high precision (norms, router bias) are not modelled: under 0.1% of any preset h
 Across `tp` devices the weights are split evenly. GQA KV heads are split too, and replicated
 when tp exceeds the KV heads (each device keeps ceil(kv_heads / tp) heads, as vLLM does); the
 MLA latent has no head axis and is replicated on every device.
+
+KV is counted as the engine allocates it (engine/kv_pages.py): the budget holds whole pages
+of `page_size` tokens, and a sequence takes ceil(context / page_size) of them.
 """
 
 from __future__ import annotations
@@ -113,6 +116,7 @@ class Capacity:
     kv_dtype: str
     weight_dtype: str
     tp: int  # devices the model is split over
+    page_size: int  # KV page size in tokens
     hbm_gib: float  # memory per device
     headroom: float  # fraction of memory kept free (activations, fragmentation)
     num_params: int
@@ -124,8 +128,8 @@ class Capacity:
     active_weight_bytes: int  # read per token (MoE: routed top-k + dense)
     weight_bytes_per_device: int
     kv_budget_bytes_per_device: int  # hbm x (1 - headroom) - weights per device
-    kv_tokens: int  # tokens the KV budget holds (over all sequences)
-    max_sequences: int  # full-context sequences that fit at once
+    kv_tokens: int  # tokens the KV budget holds in whole pages (over all sequences)
+    max_sequences: int  # full-context sequences that fit at once, each in whole pages
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -139,6 +143,7 @@ def capacity(
     hbm_gib: float = 80.0,
     tp: int = 1,
     headroom: float = 0.1,
+    page_size: int = 16,
 ) -> Capacity:
     """Size a deployment of `model` for sequences of `context` tokens.
 
@@ -148,6 +153,7 @@ def capacity(
       hbm_gib: accelerator memory per device, GiB.
       tp: devices the weights and KV heads are split over.
       headroom: fraction of each device's memory not given to weights or KV, in [0, 1).
+      page_size: KV page size in tokens (the engine's `page_size`).
 
     Raises ValueError naming the argument for a bad value, or when the weights do not fit.
     """
@@ -161,6 +167,8 @@ def capacity(
         )
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ValueError(f"tp={tp!r}: must be an integer >= 1")
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size={page_size!r}: must be an integer >= 1")
     if not hbm_gib > 0 or math.isinf(hbm_gib):
         raise ValueError(f"hbm_gib={hbm_gib!r}: must be a finite number > 0")
     if not 0 <= headroom < 1:
@@ -182,12 +190,14 @@ def capacity(
             f"({weight_dtype}, tp={tp}), more than {usable / GIB:.1f} GiB left after "
             f"headroom={headroom}; needs hbm_gib > {need:.1f} or a larger tp"
         )
+    num_pages = budget // (per_token_dev * page_size)
     return Capacity(
         model=cfg.name,
         context=context,
         kv_dtype=kv_dtype,
         weight_dtype=weight_dtype,
         tp=tp,
+        page_size=page_size,
         hbm_gib=hbm_gib,
         headroom=headroom,
         num_params=num_params,
@@ -199,8 +209,8 @@ def capacity(
         active_weight_bytes=active_w,
         weight_bytes_per_device=weights_dev,
         kv_budget_bytes_per_device=budget,
-        kv_tokens=budget // per_token_dev,
-        max_sequences=budget // (per_token_dev * context),
+        kv_tokens=num_pages * page_size,
+        max_sequences=num_pages // -(-context // page_size),
     )
 
 
@@ -230,7 +240,8 @@ def format_capacity(c: Capacity) -> str:
             f" at {c.context:,} tokens; {_size(c.kv_bytes_per_sequence_per_device)} per device",
             f"  weights           {_size(c.weight_bytes)} total, {_size(c.active_weight_bytes)} "
             f"active per token, {_size(c.weight_bytes_per_device)} per device",
-            f"  KV budget/device  {_size(c.kv_budget_bytes_per_device)} = {c.kv_tokens:,} tokens",
+            f"  KV budget/device  {_size(c.kv_budget_bytes_per_device)} = {c.kv_tokens:,} tokens "
+            f"in {c.page_size}-token pages",
             f"  max sequences     {c.max_sequences:,}",
         ]
     )

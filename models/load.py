@@ -81,6 +81,19 @@ def load_model(
     return cfg, init_params(cfg, jax.random.key(seed)), None
 
 
+def _check_out_dir(hf_dir: str, out_dir: str) -> None:
+    """ValueError naming out_dir unless it is a new (or empty) directory apart from hf_dir,
+    checked before the checkpoint is read: writing into the HF directory would mix the two."""
+    src, dst = os.path.realpath(hf_dir), os.path.realpath(os.path.expanduser(out_dir))
+    if os.path.commonpath([src, dst]) in (src, dst):
+        raise ValueError(
+            f"out_dir={out_dir!r}: must be a new directory outside hf_dir={hf_dir!r} "
+            "(and not one containing it)"
+        )
+    if os.path.exists(dst) and not (os.path.isdir(dst) and not os.listdir(dst)):
+        raise ValueError(f"out_dir={out_dir!r}: already exists; give a new or empty directory")
+
+
 def convert_hf_to_orbax(
     hf_dir: str, out_dir: str, dtype: str | None = None
 ) -> tuple[ModelConfig, dict]:
@@ -91,6 +104,7 @@ def convert_hf_to_orbax(
         raise FileNotFoundError(f"hf_dir={hf_dir!r}: no such directory")
     if is_orbax_dir(hf_dir):
         raise ValueError(f"hf_dir={hf_dir!r}: is already an orbax checkpoint")
+    _check_out_dir(hf_dir, out_dir)
     cfg, params = _load_dir(hf_dir, dtype)
     save_params(out_dir, params, cfg)
     tokenizer = os.path.join(hf_dir, TOKENIZER_FILE)

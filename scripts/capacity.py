@@ -27,6 +27,7 @@ _WEIGHT_DTYPE = flags.DEFINE_string(
 )
 _HBM_GIB = flags.DEFINE_float("hbm_gib", 80.0, "Accelerator memory per device, GiB.")
 _TP = flags.DEFINE_integer("tp", 1, "Devices the weights and KV heads are split over.")
+_PAGE_SIZE = flags.DEFINE_integer("page_size", 16, "KV page size in tokens, as the engine's.")
 _HEADROOM = flags.DEFINE_float(
     "headroom", 0.1, "Fraction of each device's memory kept free (activations, fragmentation)."
 )
@@ -44,6 +45,7 @@ def main(argv):
             hbm_gib=_HBM_GIB.value,
             tp=_TP.value,
             headroom=_HEADROOM.value,
+            page_size=_PAGE_SIZE.value,
         )
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"capacity: {e}")

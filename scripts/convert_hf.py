@@ -5,12 +5,16 @@ python -m scripts.convert_hf --hf_dir=tests/fixtures/llama --out_dir=/tmp/llama_
 
 from __future__ import annotations
 
+import sys
+
 from absl import app, flags, logging
 
 from models.load import convert_hf_to_orbax, summary
 
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "HF model directory (config.json + safetensors).")
-_OUT_DIR = flags.DEFINE_string("out_dir", None, "New directory for the orbax checkpoint.")
+_OUT_DIR = flags.DEFINE_string(
+    "out_dir", None, "New (or empty) directory for the orbax checkpoint, outside --hf_dir."
+)
 _DTYPE = flags.DEFINE_enum(
     "dtype",
     None,
@@ -24,7 +28,10 @@ def main(argv):
     del argv
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every save step at INFO
-    cfg, params = convert_hf_to_orbax(_HF_DIR.value, _OUT_DIR.value, dtype=_DTYPE.value)
+    try:
+        cfg, params = convert_hf_to_orbax(_HF_DIR.value, _OUT_DIR.value, dtype=_DTYPE.value)
+    except (ValueError, FileNotFoundError) as e:
+        sys.exit(f"convert_hf: {e}")
     print(f"converted {_HF_DIR.value} -> {_OUT_DIR.value}: {summary(cfg, params)}")
 
 

@@ -7,7 +7,9 @@ Each trial hides the probe prompts at random positions among random co-requests 
 with a random prefill chunk budget. Prints the unique outputs per probe (1 = deterministic)
 and the first differing position otherwise. With --golden, writes the file when it does not
 exist and otherwise checks against it, naming the first drifting probe and position; exits
-non-zero on any difference.
+non-zero on any difference. The file records the model and the settings the outputs depend on
+(max_tokens, batch_invariant, seed, num_probes, probe_len); a run with others is refused
+before any engine is built, not reported as drift.
 """
 
 from __future__ import annotations
@@ -34,8 +36,46 @@ _GOLDEN = flags.DEFINE_string("golden", None, "Golden file to write (absent) or 
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of probes and traffic.")
 
 
+def parse_budgets(values: list[str]) -> tuple[int, ...]:
+    try:
+        return tuple(int(b) for b in values)
+    except ValueError:
+        raise ValueError(f"budgets={values}: expected integers, e.g. 16,80,512") from None
+
+
 def main(argv):
     del argv
+    try:
+        failed = _check()
+    except (ValueError, FileNotFoundError) as e:
+        sys.exit(f"determinism_check: {e}")
+    if failed:
+        sys.exit(1)
+
+
+def _check() -> bool:
+    """Run the trials (and the golden write / check); True when anything differed."""
+    budgets = parse_budgets(_BUDGETS.value)
+    det.check_trial_args(
+        _NUM_PROBES.value,
+        _PROBE_LEN.value,
+        _TRIALS.value,
+        _MAX_TOKENS.value,
+        budgets,
+        _MAX_MODEL_LEN.value,
+        _SEED.value,
+    )
+    # What the probes' outputs depend on besides the model; a golden file pins them.
+    settings = {
+        "max_tokens": _MAX_TOKENS.value,
+        "batch_invariant": _BATCH_INVARIANT.value,
+        "seed": _SEED.value,
+        "num_probes": _NUM_PROBES.value,
+        "probe_len": _PROBE_LEN.value,
+    }
+    check = bool(_GOLDEN.value) and os.path.exists(_GOLDEN.value)
+    if check:
+        det.check_golden_settings(_GOLDEN.value, _MODEL.value, settings)
     engines = {}
 
     def make_llm(budget: int) -> LLM:
@@ -50,7 +90,7 @@ def main(argv):
             )
         return engines[budget]
 
-    vocab = make_llm(int(_BUDGETS.value[0])).config.vocab_size
+    vocab = make_llm(budgets[0]).config.vocab_size
     rng = np.random.default_rng(_SEED.value)
     probes = [
         rng.integers(3, vocab, int(rng.integers(1, _PROBE_LEN.value + 1))).tolist()
@@ -58,13 +98,7 @@ def main(argv):
     ]
     params = SamplingParams(temperature=0.0, max_tokens=_MAX_TOKENS.value, ignore_eos=True)
     report = det.run_trials(
-        make_llm,
-        probes,
-        params,
-        _TRIALS.value,
-        tuple(int(b) for b in _BUDGETS.value),
-        vocab,
-        seed=_SEED.value,
+        make_llm, probes, params, _TRIALS.value, budgets, vocab, seed=_SEED.value
     )
     failed = False
     for i, (u, pos) in enumerate(
@@ -74,21 +108,19 @@ def main(argv):
         print(f"probe {i}: {u} unique output(s) over {_TRIALS.value} trials{where}")
         failed |= u > 1
     print(f"budgets used: {report.budgets}")
-    if _GOLDEN.value:
-        if os.path.exists(_GOLDEN.value):
-            bad = det.check_golden(_GOLDEN.value, probes, report.outputs)
-            for i, pos in bad:
-                print(
-                    f"golden mismatch: probe {i} differs from {_GOLDEN.value} first at output "
-                    f"position {pos}"
-                )
-            print("golden check: " + ("FAILED" if bad else "passed"))
-            failed |= bool(bad)
-        else:
-            det.write_golden(_GOLDEN.value, _MODEL.value, probes, report.outputs)
-            print(f"golden written: {_GOLDEN.value}")
-    if failed:
-        sys.exit(1)
+    if check:
+        bad = det.check_golden(_GOLDEN.value, probes, report.outputs)
+        for i, pos in bad:
+            print(
+                f"golden mismatch: probe {i} differs from {_GOLDEN.value} first at output "
+                f"position {pos}"
+            )
+        print("golden check: " + ("FAILED" if bad else "passed"))
+        failed |= bool(bad)
+    elif _GOLDEN.value:
+        det.write_golden(_GOLDEN.value, _MODEL.value, probes, report.outputs, settings)
+        print(f"golden written: {_GOLDEN.value}")
+    return failed
 
 
 if __name__ == "__main__":

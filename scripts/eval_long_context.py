@@ -18,6 +18,8 @@ from absl import app, flags
 
 from engine import LLM
 from long_context.evals import (
+    check_perplexity_args,
+    check_retrieval_args,
     plot_heatmap,
     plot_perplexity,
     read_tokens,
@@ -36,7 +38,10 @@ _LENGTHS = flags.DEFINE_list(
 _DEPTHS = flags.DEFINE_list("depths", "0,0.25,0.5,0.75,1", "Needle depths in [0, 1].")
 _NUM_SAMPLES = flags.DEFINE_integer("num_samples", 5, "Prompts per (length, depth) cell.")
 _MODE = flags.DEFINE_enum(
-    "mode", "auto", ["auto", "text", "tokens"], "Prompts in words (needs a tokenizer) or ids."
+    "mode",
+    "auto",
+    ["auto", "text", "tokens"],
+    "passkey / needle: prompts in words (needs a tokenizer) or ids.",
 )
 _TEXT_FILE = flags.DEFINE_string(
     "text_file", None, "Perplexity: the text (or a .npy of token ids). needle: the haystack."
@@ -86,6 +91,14 @@ def parse_depth(s: str) -> float:
         raise ValueError(f"depths: {s!r} is not a number in [0, 1]") from None
 
 
+def _check_max_model_len(lengths: list[int]) -> None:
+    """The engine refuses a prompt longer than max_model_len; say so before loading."""
+    if _MAX_MODEL_LEN.value is not None and _MAX_MODEL_LEN.value < max(lengths):
+        raise ValueError(
+            f"max_model_len={_MAX_MODEL_LEN.value}: shorter than the longest length, {max(lengths)}"
+        )
+
+
 def _engine(lengths: list[int], reply: int) -> LLM:
     return LLM(
         model=_MODEL.value,
@@ -104,12 +117,17 @@ def _engine(lengths: list[int], reply: int) -> LLM:
 
 def _retrieval(lengths: list[int], out: str) -> None:
     depths = [parse_depth(d) for d in _DEPTHS.value]
+    check_retrieval_args(
+        lengths, depths, _NUM_SAMPLES.value, _MAX_NEW_TOKENS.value, _BATCH_SIZE.value
+    )
+    _check_max_model_len(lengths)
     haystack = None
     if _TEXT_FILE.value and _TASK.value == "needle":
         if not os.path.isfile(_TEXT_FILE.value):
             raise ValueError(f"text_file={_TEXT_FILE.value!r}: no such file")
         with open(_TEXT_FILE.value, encoding="utf-8") as f:
             haystack = f.read()
+    os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
     reply = _MAX_NEW_TOKENS.value or _DEFAULT_REPLY
     adapter = LLMAdapter(_engine(lengths, reply))
     task = adapter.retrieval_task(_TASK.value, _MODE.value, haystack, _SEED.value)
@@ -136,6 +154,16 @@ def _retrieval(lengths: list[int], out: str) -> None:
 def _perplexity(lengths: list[int], out: str) -> None:
     if not _TEXT_FILE.value:
         raise ValueError("text_file: perplexity needs --text_file")
+    if not os.path.isfile(_TEXT_FILE.value):
+        raise FileNotFoundError(f"text_file={_TEXT_FILE.value!r}: no such file")
+    if _MODE.value != "auto":
+        raise ValueError(
+            f"mode={_MODE.value!r}: applies to passkey and needle; perplexity reads "
+            "--text_file as text (through the tokenizer) or as a .npy of token ids"
+        )
+    check_perplexity_args(lengths, _NUM_WINDOWS.value, _BATCH_SIZE.value)
+    _check_max_model_len(lengths)
+    os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
     llm = _engine(lengths, 0)
     adapter = LLMAdapter(llm)
     tokens = read_tokens(_TEXT_FILE.value, adapter.codec)
@@ -163,7 +191,6 @@ def main(argv):
     try:
         lengths = [parse_length(s) for s in _LENGTHS.value]
         out = os.path.join(_OUTPUT_DIR.value, _TASK.value)
-        os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
         if _TASK.value == "perplexity":
             _perplexity(lengths, out)
         else:

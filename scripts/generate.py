@@ -14,6 +14,8 @@ XLA_FLAGS=--xla_force_host_platform_device_count=2 python -m scripts.generate \
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import time
 
 import numpy as np
@@ -30,7 +32,12 @@ _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 16, "New tokens per prompt.")
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "0 = greedy.")
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus mass.")
 _TOP_K = flags.DEFINE_integer("top_k", 0, "Top-k; 0 = off.")
-_SEED = flags.DEFINE_integer("seed", 0, "Engine seed (random weights, request seeds).")
+_SEED = flags.DEFINE_integer(
+    "seed",
+    0,
+    "Engine seed (random weights, random prompts); with --temperature > 0, prompt i samples "
+    "with seed + i.",
+)
 _DTYPE = flags.DEFINE_string("dtype", None, "Override the parameter dtype.")
 _PAGE_SIZE = flags.DEFINE_integer("page_size", 16, "KV page size in tokens.")
 _NUM_PAGES = flags.DEFINE_integer("num_pages", None, "KV pages; default from a memory budget.")
@@ -52,6 +59,15 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", 0, "Multi-host: this process's 
 
 def main(argv):
     del argv
+    try:  # checked before the model loads
+        params = SamplingParams(
+            temperature=_TEMPERATURE.value,
+            max_tokens=_MAX_TOKENS.value,
+            top_p=_TOP_P.value,
+            top_k=_TOP_K.value,
+        )
+    except ValueError as e:
+        sys.exit(f"generate: {e}")
     distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     llm = LLM(
         model=_MODEL.value,
@@ -76,13 +92,12 @@ def main(argv):
             rng.integers(3, vocab, size=int(rng.integers(1, _PROMPT_LEN.value + 1))).tolist()
             for _ in range(_NUM_PROMPTS.value)
         ]
-    params = SamplingParams(
-        temperature=_TEMPERATURE.value,
-        max_tokens=_MAX_TOKENS.value,
-        top_p=_TOP_P.value,
-        top_k=_TOP_K.value,
-        seed=_SEED.value if _TEMPERATURE.value > 0 else None,
-    )
+    if _TEMPERATURE.value > 0:
+        # A seed per prompt: one shared seed would give equal prompts equal samples and make
+        # every prompt's draws the same uniforms.
+        params = [
+            dataclasses.replace(params, seed=(_SEED.value + i) % 2**32) for i in range(len(prompts))
+        ]
     llm.generate(prompts, SamplingParams(max_tokens=2))  # compile outside the timing
     start = time.perf_counter()
     outs = llm.generate(prompts, params)

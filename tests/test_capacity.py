@@ -15,6 +15,7 @@ import pytest
 from safetensors import safe_open
 
 from configs.presets import get_preset
+from engine.kv_pages import pages_for_tokens
 from long_context.capacity import capacity, kv_bytes_per_token, weight_bytes
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -121,7 +122,20 @@ def test_max_sequences_gqa_split_over_tp():
     assert c.weight_bytes_per_device == weights_dev
     assert c.kv_bytes_per_sequence_per_device == kv_seq_dev
     assert c.max_sequences == budget // kv_seq_dev == 11
-    assert c.kv_tokens == budget // (327_680 // 8)
+    assert c.kv_tokens == budget // (327_680 // 8 * 16) * 16  # whole 16-token pages
+
+
+def test_sequences_take_whole_kv_pages_as_the_engine_allocates_them():
+    # 1025 tokens take 65 pages of 16 (1040 slots), as engine/kv_pages.py allocates them.
+    c = capacity("llama-3.1-8b", 1025, hbm_gib=20.0)
+    per_token = 131_072  # 2 x 32 layers x 8 KV heads x 128 x 2 bytes
+    pages = c.kv_budget_bytes_per_device // (per_token * 16)
+    assert c.page_size == 16 and c.kv_tokens == pages * 16
+    assert c.max_sequences == pages // pages_for_tokens(1025, 16) == pages // 65
+    assert c.max_sequences < c.kv_budget_bytes_per_device // (per_token * 1025)
+    assert capacity("llama-3.1-8b", 1025, hbm_gib=20.0, page_size=1).max_sequences == (
+        c.kv_budget_bytes_per_device // (per_token * 1025)
+    )
 
 
 def test_kv_heads_replicate_when_tp_exceeds_them_and_mla_latent_is_never_split():
@@ -165,6 +179,7 @@ def test_hf_directory_is_sized_from_its_config_without_loading_weights():
         (dict(tp=0), "tp"),
         (dict(hbm_gib=-8.0), "hbm_gib"),
         (dict(headroom=1.0), "headroom"),
+        (dict(page_size=0), "page_size"),
         (dict(hbm_gib=80.0, tp=1), "hbm_gib"),  # 131 GiB of weights on one 80 GiB device
         (dict(model="no-such-model"), "model"),
     ],

@@ -131,8 +131,25 @@ def test_convert_hf_script_refuses_missing_dir(tmp_path):
     missing = str(tmp_path / "nope")
     run = _convert(missing, str(tmp_path / "out"))
     assert run.returncode != 0
-    assert "FileNotFoundError" in run.stderr and missing in run.stderr
+    assert f"convert_hf: hf_dir={missing!r}: no such directory" in run.stderr
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_convert_hf_refuses_out_dir_before_reading_the_checkpoint(tmp_path, monkeypatch):
+    hf_dir = _copy_fixture(tmp_path, "llama")
+    before = sorted(os.listdir(hf_dir))
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the checkpoint was read before out_dir was checked")
+
+    monkeypatch.setattr("models.load._load_dir", no_load)
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("")
+    for out_dir in (hf_dir, os.path.join(hf_dir, "orbax"), str(tmp_path), str(full)):
+        with pytest.raises(ValueError, match=f"out_dir={out_dir!r}"):
+            convert_hf_to_orbax(hf_dir, out_dir)
+    assert sorted(os.listdir(hf_dir)) == before
 
 
 # ---- load_model ------------------------------------------------------------------------------

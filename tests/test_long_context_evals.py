@@ -19,9 +19,12 @@ from long_context.evals import (
     TextTask,
     TokenTask,
     build_sample,
+    check_perplexity_args,
+    check_retrieval_args,
     perplexity_dataset,
     plot_heatmap,
     plot_perplexity,
+    read_tokens,
     retrieval_dataset,
     run_perplexity,
     run_retrieval,
@@ -331,6 +334,45 @@ def test_results_are_written_as_json_and_png(tmp_path):
     assert d["task"] == "perplexity" and d["lengths"] == [16, 64]
     np.testing.assert_allclose(d["perplexity"], [math.e, math.e])
     assert (tmp_path / "p.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_argument_checks_name_the_flag():
+    check_retrieval_args([64, 128], [0.0, 1.0], 1, None, 1)
+    check_perplexity_args([64, 128], 1, 1)
+    for args, field in [
+        (([64], [0.5, 2.0], 1, None, 1), "depths"),
+        (([64, 64], [0.5], 1, None, 1), "lengths"),
+        (([64], [0.5], 0, None, 1), "num_samples=0"),
+        (([64], [0.5], 1, 0, 1), "max_new_tokens=0"),
+        (([64], [0.5], 1, None, 0), "batch_size=0"),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            check_retrieval_args(*args)
+    for args, field in [(([], 1, 1), "lengths"), (([64], 0, 1), "num_windows=0")]:
+        with pytest.raises(ValueError, match=field):
+            check_perplexity_args(*args)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        run_retrieval(TokenTask("passkey", 512), lambda p, n: [], [64], [0.5], batch_size=0)
+    with pytest.raises(FileNotFoundError, match="text_file='/nope.npy'"):
+        read_tokens("/nope.npy", None)
+
+
+@pytest.mark.parametrize(
+    "flags, error",
+    [
+        (["--task=passkey", "--num_samples=0"], "num_samples=0: must be >= 1"),
+        (["--task=perplexity", "--text_file=/nope.txt"], "text_file='/nope.txt': no such file"),
+    ],
+)
+def test_eval_script_checks_flags_before_loading_the_model(tmp_path, flags, error):
+    # A missing model directory would be reported first if the model were loaded first.
+    cmd = [
+        sys.executable, "-m", "scripts.eval_long_context", f"--model={tmp_path}/no_model",
+        "--lengths=64", f"--output_dir={tmp_path}/out", *flags,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and f"eval_long_context: {error}" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_eval_script_runs_end_to_end_on_a_tiny_preset(tmp_path):

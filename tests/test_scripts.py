@@ -33,13 +33,18 @@ def test_generate_prints_tokens_and_throughput():
 
 
 def test_generate_from_text_with_a_tokenizer():
+    # Sampled: equal prompts get seeds --seed + i, so their samples differ.
     out = _run(
         "scripts.generate",
         f"--model={ROOT}/tests/fixtures/llama",
         "--prompt=the cat sat on the",
-        "--max_tokens=4",
+        "--prompt=the cat sat on the",
+        "--max_tokens=8",
+        "--temperature=1.0",
     )
-    assert "(length)" in out
+    replies = [line.split(" -> ")[1] for line in out.splitlines() if " -> " in line]
+    assert len(replies) == 2 and all(r.endswith("(length)") for r in replies), out
+    assert replies[0] != replies[1], out
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,8 @@ from long_context.evals.data import perplexity_dataset, read_tokens, retrieval_d
 from long_context.evals.harness import (
     PerplexityResult,
     RetrievalResult,
+    check_perplexity_args,
+    check_retrieval_args,
     run_perplexity,
     run_retrieval,
 )
@@ -27,6 +29,8 @@ __all__ = [
     "TokenTask",
     "TokenizerCodec",
     "build_sample",
+    "check_perplexity_args",
+    "check_retrieval_args",
     "perplexity_dataset",
     "plot_heatmap",
     "plot_perplexity",

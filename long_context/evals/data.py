@@ -56,6 +56,8 @@ class PerplexityWindow:
 
 def read_tokens(path: str, codec: Codec | None) -> np.ndarray:
     """Token ids of a text file through `codec`, or of a `.npy` file of ids as they are."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"text_file={path!r}: no such file")
     if path.endswith(".npy"):
         return np.asarray(np.load(path), dtype=np.int32).reshape(-1)
     if codec is None:
@@ -63,8 +65,6 @@ def read_tokens(path: str, codec: Codec | None) -> np.ndarray:
             f"text_file={path!r}: a text file needs a tokenizer; this model has none "
             "(give a .npy file of token ids instead)"
         )
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"text_file={path!r}: no such file")
     with open(path, encoding="utf-8") as f:
         return np.asarray(codec.encode(f.read()), dtype=np.int32)
 

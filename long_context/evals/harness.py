@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from long_context.evals.data import batches, perplexity_dataset, retrieval_dataset
+from long_context.evals.data import batches, check_grid, perplexity_dataset, retrieval_dataset
 from long_context.evals.tasks import RetrievalTask
 
 GenerateFn = Callable[[list[list[int]], int], list]
@@ -79,6 +79,31 @@ def _progress(total: int, desc: str, enabled: bool) -> tqdm:
     return tqdm(total=total, desc=desc, unit="prompt", disable=not enabled, dynamic_ncols=True)
 
 
+def _check_counts(**counts: int | None) -> None:
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            raise ValueError(f"{name}={value}: must be >= 1")
+
+
+def check_retrieval_args(
+    lengths: Sequence[int],
+    depths: Sequence[float],
+    num_samples: int,
+    max_new_tokens: int | None,
+    batch_size: int,
+) -> None:
+    """`run_retrieval`'s argument checks alone, for callers to run before loading a model."""
+    check_grid(lengths, depths)
+    _check_counts(num_samples=num_samples, max_new_tokens=max_new_tokens, batch_size=batch_size)
+
+
+def check_perplexity_args(lengths: Sequence[int], num_windows: int, batch_size: int) -> None:
+    """`run_perplexity`'s argument checks that need no text, for callers to run before loading
+    a model (a length longer than the text is found once the text is read)."""
+    check_grid(lengths)
+    _check_counts(num_windows=num_windows, batch_size=batch_size)
+
+
 def run_retrieval(
     task: RetrievalTask,
     generate_fn: GenerateFn,
@@ -95,11 +120,10 @@ def run_retrieval(
     Args:
       max_new_tokens: reply length; default `task.default_max_new_tokens`.
     """
+    check_retrieval_args(lengths, depths, num_samples, max_new_tokens, batch_size)
     ds = retrieval_dataset(task, lengths, depths, num_samples, seed)
     if max_new_tokens is None:
         max_new_tokens = task.default_max_new_tokens
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens={max_new_tokens}: must be >= 1")
     lengths, depths = [int(n) for n in lengths], [float(d) for d in depths]
     correct = np.zeros((len(lengths), len(depths)))
     records = []
@@ -148,6 +172,7 @@ def run_perplexity(
     progress: bool = True,
 ) -> PerplexityResult:
     """Perplexity of `tokens` (a text's ids) in disjoint windows of each length."""
+    check_perplexity_args(lengths, num_windows, batch_size)
     ds = perplexity_dataset(tokens, lengths, num_windows, bos_token_id)
     lengths = [int(n) for n in lengths]
     nll = {n: [0.0, 0] for n in lengths}  # sum of -logprob, tokens
