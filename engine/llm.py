@@ -324,7 +324,9 @@ class LLM:
         return True
 
     def has_unfinished(self) -> bool:
-        return self._scheduler.has_unfinished()
+        """True while step() has work to do or deltas to return (`while llm.has_unfinished():
+        llm.step()` sees every request's last delta)."""
+        return bool(self._outbox or self._dispatched) or self._scheduler.has_unfinished()
 
     # ---- the loop ----------------------------------------------------------------------
 

@@ -276,6 +276,7 @@ def test_request_ids_stay_taken_until_their_last_delta():
     assert _drain(llm) == {"x": (want, "length")}
     # max_tokens=0 by hand: a "length" delta from the next step(), then the id is free.
     llm.add_request([5], SamplingParams(max_tokens=0), request_id="z")
+    assert llm.has_unfinished()  # until step() has returned its delta
     with pytest.raises(ValueError, match="request_id='z'"):
         llm.add_request([5], params, request_id="z")
     assert [(d.request_id, d.token_ids, d.finish_reason) for d in llm.step()] == [
