@@ -120,8 +120,8 @@ class Scheduler:
     """Decides each step's batch; owns the waiting queue, running list and page tables.
 
     Protocol: `out = schedule()`, run the step, `update(out, sampled)`, repeat while
-    `has_unfinished()`. A step whose output has items must be passed to `update` before
-    the next `schedule()`.
+    `has_unfinished()`. A step whose output has items must be passed to `update` (or, if
+    it could not be launched, to `cancel`) before the next `schedule()`.
     """
 
     def __init__(
