@@ -175,7 +175,12 @@ def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
         if rope_type != "yarn":
             raise ValueError(f"HF config rope_parameters.factor is missing for {rope_type!r}")
         factor = max_position / original  # transformers' YaRN fallback
-    fields: dict[str, Any] = dict(rope_type=rope_type, factor=float(factor))
+    # DeepSeek's MLA softmax scale uses mscale_all_dim with any non-default rope type
+    # (transformers' DeepseekV2/V3 attention); only YaRN also uses it for the frequencies.
+    mscale_all_dim = float(params.get("mscale_all_dim") or 0.0)
+    fields: dict[str, Any] = dict(
+        rope_type=rope_type, factor=float(factor), mscale_all_dim=mscale_all_dim
+    )
     if rope_type == "llama3":
         fields.update(
             low_freq_factor=float(params.get("low_freq_factor", 1.0)),
@@ -186,7 +191,6 @@ def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
         # transformers reads null betas as 32/1 and uses mscale only when both it and
         # mscale_all_dim are set, so a null mscale beside a set mscale_all_dim stays unset (0).
         attention_factor = params.get("attention_factor")
-        mscale_all_dim = float(params.get("mscale_all_dim") or 0.0)
         mscale = params.get("mscale")
         mscale = float(mscale) if mscale is not None else (0.0 if mscale_all_dim else 1.0)
         fields.update(
@@ -194,7 +198,6 @@ def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
             beta_fast=float(params.get("beta_fast") or 32.0),
             beta_slow=float(params.get("beta_slow") or 1.0),
             mscale=mscale,
-            mscale_all_dim=mscale_all_dim,
             attention_factor=None if attention_factor is None else float(attention_factor),
         )
     return theta, RopeScaling(**fields)
@@ -208,6 +211,24 @@ def _eos_ids(value: Any) -> tuple[int, ...]:
     if isinstance(value, list | tuple) and all(isinstance(v, int) for v in value):
         return tuple(value)
     raise ValueError(f"HF config eos_token_id={value!r}: expected an int, a list of ints or null")
+
+
+def _generation_eos_ids(source: str | os.PathLike) -> tuple[int, ...]:
+    """eos_token_id of the generation_config.json beside the config, if there is one: chat
+    models (Llama 3 Instruct, Qwen2.5 Instruct) list their end-of-turn token only there."""
+    path = os.fspath(source)
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    gen_path = os.path.join(folder, "generation_config.json")
+    if not os.path.isfile(gen_path):
+        return ()
+    with open(gen_path) as f:
+        try:
+            gen = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{gen_path}: not valid JSON ({e})") from e
+    if not isinstance(gen, dict):
+        raise ValueError(f"{gen_path}: expected a JSON object, got {type(gen).__name__}")
+    return _eos_ids(gen.get("eos_token_id"))
 
 
 def _dtype(hf: dict, dtype: str | None) -> str:
@@ -273,6 +294,13 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
 
 
 def _mla_fields(f: _Fields, model_type: str, num_layers: int) -> dict:
+    if model_type == "deepseek_v2" and f.get("norm_topk_prob"):
+        # transformers' DeepSeek-V2 never renormalizes the top-k weights (DeepSeek's own
+        # code does, and then skips routed_scaling_factor): the two disagree, so refuse.
+        raise ValueError(
+            "HF config norm_topk_prob=true: deepseek_v2 routing here follows transformers, "
+            "which does not renormalize the top-k weights; only false is supported"
+        )
     first_k = f.get("first_k_dense_replace") or 0
     freq = f.get("moe_layer_freq") or 1
     fields = dict(
@@ -308,6 +336,8 @@ def config_from_hf(
 ) -> ModelConfig:
     """Map a Hugging Face config (dict, config.json path or model dir) to a `ModelConfig`.
 
+    EOS ids: the config's, and those of a generation_config.json beside it.
+
     Args:
       name: the config's name; default: the directory or file path, or "hf-<model_type>".
       dtype: parameter dtype; None: float32 (what the CPU path and the HF fixtures use);
@@ -330,6 +360,9 @@ def config_from_hf(
     window = _sliding_window(f, model_type)
     if window is not None:
         max_position = min(max_position, window)
+    eos_ids = _eos_ids(f.get("eos_token_id"))
+    if not isinstance(source, dict):
+        eos_ids = tuple(dict.fromkeys(eos_ids + _generation_eos_ids(source)))
     is_mla = model_type in ("deepseek_v2", "deepseek_v3")
     arch = _mla_fields(f, model_type, num_layers) if is_mla else _gqa_fields(f, model_type)
     return ModelConfig(
@@ -346,7 +379,7 @@ def config_from_hf(
         rope_scaling=rope_scaling,
         tie_word_embeddings=bool(f.get("tie_word_embeddings")),
         bos_token_id=f.get("bos_token_id"),
-        eos_token_ids=_eos_ids(f.get("eos_token_id")),
+        eos_token_ids=eos_ids,
         dtype=_dtype(hf, dtype),
         **arch,
     )

@@ -121,6 +121,20 @@ class ModelConfig:
                 )
             if not 0 < self.topk_group <= self.n_group:
                 raise ValueError(f"topk_group={self.topk_group}: must be in [1, {self.n_group}]")
+            per_group = self.num_experts // self.n_group
+            if self.topk_method == "noaux_tc" and per_group < 2:
+                # A group's score is the sum of its two best experts.
+                raise ValueError(
+                    f"n_group={self.n_group}: noaux_tc needs >= 2 experts per group "
+                    f"(num_experts={self.num_experts})"
+                )
+            if self.topk_method != "greedy" and self.topk_group * per_group < (
+                self.num_experts_per_tok
+            ):
+                raise ValueError(
+                    f"topk_group={self.topk_group}: its groups hold {self.topk_group * per_group}"
+                    f" experts, fewer than num_experts_per_tok={self.num_experts_per_tok}"
+                )
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype={self.dtype!r}: expected float32, bfloat16 or float16")
 

@@ -168,6 +168,13 @@ def _checkpoint_files(model_dir: Path) -> list[Path]:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise ValueError(f"{index}: not a valid safetensors index ({e})") from e
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+        ):
+            raise ValueError(
+                f"{index}: not a valid safetensors index (weight_map must map tensor names "
+                "to file names)"
+            )
         files = [model_dir / name for name in sorted(set(weight_map.values()))]
     else:
         files = [model_dir / SINGLE_FILE]
@@ -183,6 +190,11 @@ def _read_headers(files: list[Path]) -> dict[str, _Header]:
         try:
             with safe_open(str(path), framework="np") as f:
                 for name in f.keys():
+                    if name in headers:
+                        raise ValueError(
+                            f"checkpoint tensor {name!r}: in both {headers[name].file.name} "
+                            f"and {path.name}"
+                        )
                     sl = f.get_slice(name)
                     headers[name] = _Header(path, tuple(sl.get_shape()), sl.get_dtype())
         except SafetensorError as e:

@@ -56,12 +56,10 @@ def parse_mesh(spec: str) -> MeshConfig:
             raise ValueError(f"mesh={spec!r}: {part!r} is not 'axis=count' with axis one of {AXES}")
         if name in counts:
             raise ValueError(f"mesh={spec!r}: axis {name} given twice")
-        try:
-            count = int(value)
-        except ValueError:
-            raise ValueError(
-                f"mesh={spec!r}: axis {name} count {value!r} is not an integer"
-            ) from None
+        digits = value.removeprefix("-")
+        if not (digits.isascii() and digits.isdigit()):  # int() takes "1_6", "+2", "２"
+            raise ValueError(f"mesh={spec!r}: axis {name} count {value!r} is not an integer")
+        count = int(value)
         if count < 1:
             raise ValueError(f"mesh={spec!r}: axis {name} count {count} must be >= 1")
         counts[name] = count

@@ -239,12 +239,34 @@ def _drop_shard(d: str) -> str:
     return path
 
 
+def _index_weight_map_list(d: str) -> str:
+    path = os.path.join(d, "model.safetensors.index.json")
+    with open(path) as f:
+        index = json.load(f)
+    with open(path, "w") as f:
+        json.dump({**index, "weight_map": sorted(index["weight_map"])}, f)
+    return "model.safetensors.index.json"
+
+
+def _tensor_in_two_shards(d: str) -> str:
+    """A tensor of shard 1 also stored (zeroed) in shard 2: which one holds the weights?"""
+    first = os.path.join(d, "model-00001-of-00002.safetensors")
+    second = os.path.join(d, "model-00002-of-00002.safetensors")
+    name = sorted(load_file(first))[0]
+    tensors = load_file(second)
+    tensors[name] = np.zeros_like(load_file(first)[name])
+    save_file(tensors, second)
+    return name
+
+
 BAD = {
     "missing_tensor": ("llama", _drop_tensor, ValueError),
     "wrong_shape": ("llama", _reshape_tensor, ValueError),
     "truncated_file": ("llama", _truncate_file, ValueError),
     "unknown_model_type": ("llama", _unknown_model_type, ValueError),
     "missing_shard": ("deepseek_v3", _drop_shard, FileNotFoundError),
+    "malformed_index": ("deepseek_v3", _index_weight_map_list, ValueError),
+    "tensor_in_two_shards": ("deepseek_v3", _tensor_in_two_shards, ValueError),
 }
 
 

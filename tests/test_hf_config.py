@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 import os
 
 import pytest
@@ -316,3 +317,49 @@ def test_missing_path(tmp_path):
 def test_unsupported_fields_are_refused(change, field):
     with pytest.raises(ValueError, match=field):
         config_from_hf({**LLAMA_31_8B, **change}, dtype="auto")
+
+
+def test_mla_softmax_scale_uses_mscale_all_dim_with_any_scaled_rope():
+    """transformers' DeepSeek attention multiplies its softmax scale by
+    (0.1 * mscale_all_dim * ln(factor) + 1)^2 whenever rope_scaling is set, not only for yarn."""
+    from models.attention import mla_softmax_scale
+
+    rope = {"type": "linear", "factor": 4.0, "mscale_all_dim": 1.0}
+    cfg = config_from_hf({**DEEPSEEK_V3, "rope_scaling": rope})
+    assert cfg.rope_scaling.mscale_all_dim == 1.0
+    want = (128 + 64) ** -0.5 * (0.1 * math.log(4.0) + 1) ** 2  # qk_nope + qk_rope head dims
+    assert mla_softmax_scale(cfg) == pytest.approx(want, rel=1e-12)
+
+
+def test_eos_ids_include_the_generation_config(tmp_path):
+    """Chat models list their end-of-turn token in generation_config.json only."""
+    with open(os.path.join(FIXTURES, "llama", "config.json")) as f:
+        hf = json.load(f)
+    (tmp_path / "config.json").write_text(json.dumps({**hf, "eos_token_id": 2}))
+    assert config_from_hf(tmp_path).eos_token_ids == (2,)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 2]}))
+    assert config_from_hf(tmp_path).eos_token_ids == (2, 7)
+    assert config_from_hf(tmp_path / "config.json").eos_token_ids == (2, 7)
+    (tmp_path / "generation_config.json").write_text("{")
+    with pytest.raises(ValueError, match="generation_config.json"):
+        config_from_hf(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"norm_topk_prob": True}, "norm_topk_prob"),  # transformers ignores it for V2
+        ({"topk_method": "group_limited_greedy", "n_group": 16, "topk_group": 1}, "topk_group"),
+    ],
+)
+def test_deepseek_v2_routing_that_cannot_be_honoured_is_refused(change, field):
+    with pytest.raises(ValueError, match=field):
+        config_from_hf({**DEEPSEEK_V2_LITE, **change})
+
+
+def test_noaux_tc_groups_need_two_experts():
+    with open(os.path.join(FIXTURES, "deepseek_v3", "config.json")) as f:
+        hf = json.load(f)
+    n = hf["n_routed_experts"]
+    with pytest.raises(ValueError, match="n_group"):
+        config_from_hf({**hf, "n_group": n, "topk_group": 1})

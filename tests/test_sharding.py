@@ -45,6 +45,8 @@ def test_parse_mesh(spec, want):
         ("tp=0", "axis tp count 0 must be >= 1"),
         ("ep=-4", "axis ep count -4 must be >= 1"),
         ("dp=two", "axis dp count 'two' is not an integer"),
+        ("tp=1_6", "axis tp count '1_6' is not an integer"),
+        ("tp=+2", "axis tp count '\\+2' is not an integer"),
         ("tp=2,tp=4", "axis tp given twice"),
     ],
 )
