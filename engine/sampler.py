@@ -111,6 +111,9 @@ def apply_top_k_top_p(logits: jax.Array, top_k: jax.Array, top_p: jax.Array) -> 
     return jnp.where(top_k_top_p_mask(logits, top_k, top_p), logits, -jnp.inf)
 
 
+GREEDY_TEMPERATURE = 1e-5  # rows with a lower temperature sample greedily
+
+
 def _row_uniform(seed: jax.Array, step: jax.Array) -> jax.Array:  # [] f32 in [0, 1)
     # The key derives from the request alone, so its draw is the same in any batch.
     key = jax.random.fold_in(jax.random.key(seed), step)
@@ -135,7 +138,7 @@ def _sample_rows(scaled, top_k, top_p, seed, sample_step):  # [S, V] -> [S] int3
 
 def sample(
     logits: jax.Array,  # [S, V] f32
-    temperature: jax.Array,  # [S] f32, 0 = greedy
+    temperature: jax.Array,  # [S] f32, 0 (or below GREEDY_TEMPERATURE) = greedy
     top_k: jax.Array,  # [S] int32, 0 = off
     top_p: jax.Array,  # [S] f32, 1.0 = off
     seed: jax.Array,  # [S] uint32
@@ -144,7 +147,9 @@ def sample(
     """Samples one token per row; logprobs are under the unscaled, unfiltered distribution."""
     logits = jnp.asarray(logits, jnp.float32)
     greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # ties -> lowest id
-    greedy_row = temperature == 0
+    # Below GREEDY_TEMPERATURE, logits / temperature overflows (inf - inf = NaN in the
+    # softmax, which drew the last token id): such rows are greedy, as in vLLM.
+    greedy_row = temperature < GREEDY_TEMPERATURE
     scaled = logits / jnp.where(greedy_row, 1.0, temperature)[:, None]
     # An all-greedy step (the determinism suites) skips the sampling work entirely.
     sampled = lax.cond(

@@ -13,7 +13,7 @@ import numpy as np
 class SamplingParams:
     """How one request samples and when it stops. Checked at construction."""
 
-    temperature: float = 0.0  # 0 = greedy
+    temperature: float = 0.0  # 0 = greedy (so is anything below 1e-5, sampler.GREEDY_TEMPERATURE)
     max_tokens: int = 16  # new tokens at most; 0 returns no tokens
     seed: int | None = None  # per-request RNG seed; None = derived from the engine seed
     top_p: float = 1.0  # nucleus mass kept, in (0, 1]

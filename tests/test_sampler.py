@@ -57,7 +57,9 @@ def test_greedy_is_argmax_with_lowest_id_on_ties():
     logits, _, top_k, top_p, seed, step = random_params(rng, ROWS)
     logits[:8] = 0.0
     logits[:8, [3, 9]] = 1.0  # tie between ids 3 and 9
-    tokens, logprobs = sample_jit(logits, np.zeros(ROWS, np.float32), top_k, top_p, seed, step)
+    # Temperatures too small to divide by (logits / 2e-38 overflows) are greedy too.
+    temperature = rng.choice([0.0, 2e-38, 1e-6, 9.9e-6], ROWS).astype(np.float32)
+    tokens, logprobs = sample_jit(logits, temperature, top_k, top_p, seed, step)
     expected = np.argmax(logits, axis=-1)  # numpy also returns the first maximum
     np.testing.assert_array_equal(tokens, expected)
     assert np.all(np.asarray(tokens[:8]) == 3)
