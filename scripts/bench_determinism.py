@@ -32,8 +32,16 @@ def time_once(llm: LLM, prompts, params) -> float:
     return time.perf_counter() - start
 
 
+def check_flags() -> None:
+    """app.UsageError naming the flag and its limit, before any engine is built."""
+    for flag in (_NUM_REQUESTS, _PROMPT_LEN, _MAX_TOKENS, _MAX_SEQS, _REPEATS):
+        if flag.value < 1:
+            raise app.UsageError(f"--{flag.name}={flag.value}: must be >= 1")
+
+
 def main(argv):
     del argv
+    check_flags()
     rng = np.random.default_rng(0)
     engines = {
         mode: LLM(

@@ -755,16 +755,43 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def check_page_size(suite: Suite, page_size: int) -> str | None:
+    """Why --page_size does not fit the suite (None: it does). Every context, decode and
+    prefill, must be a whole number of pages: the page tables are context // page_size
+    pages wide, and a remainder would be timed on a table too short for its kv_lens."""
+    if page_size < 1:
+        return f"--page_size={page_size}: must be >= 1"
+    bad = [c for c in suite.contexts if c < 1 or c % page_size]
+    if bad:
+        return (
+            f"--contexts={','.join(map(str, suite.contexts))}: every context must be a positive "
+            f"multiple of --page_size={page_size} (not {', '.join(map(str, bad))})"
+        )
+    if suite.prefill_context % page_size:
+        return (
+            f"--page_size={page_size}: the prefill context {suite.prefill_context} must be a "
+            "multiple of it"
+        )
+    return None
+
+
 def main(argv):
     del argv
+    suite = SMOKE_SUITE if _SMOKE.value else GPU_SUITE
+    try:
+        if _BATCHES.value:
+            suite = dataclasses.replace(suite, batches=tuple(int(b) for b in _BATCHES.value))
+        if _CONTEXTS.value:
+            suite = dataclasses.replace(suite, contexts=tuple(int(c) for c in _CONTEXTS.value))
+    except ValueError as e:
+        sys.exit(f"bench_kernels: --batches and --contexts take integers ({e})")
+    if min(suite.batches, default=0) < 1:
+        sys.exit(f"bench_kernels: --batches={','.join(map(str, suite.batches))}: must be >= 1")
+    if (error := check_page_size(suite, _PAGE_SIZE.value)) is not None:
+        sys.exit(f"bench_kernels: {error}")
     on_gpu = jax.default_backend() == "gpu"
     if not on_gpu and not _SMOKE.value:
         sys.exit("bench_kernels: no GPU; run with --smoke for the interpret-mode check")
-    suite = SMOKE_SUITE if _SMOKE.value else GPU_SUITE
-    if _BATCHES.value:
-        suite = dataclasses.replace(suite, batches=tuple(int(b) for b in _BATCHES.value))
-    if _CONTEXTS.value:
-        suite = dataclasses.replace(suite, contexts=tuple(int(c) for c in _CONTEXTS.value))
     overrides = {name: flag.value for name, flag in _TUNING.items() if flag.value is not None}
     if _FAST_SOFTMAX.value is not None:
         overrides["fast_softmax"] = _FAST_SOFTMAX.value

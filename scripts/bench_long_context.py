@@ -59,9 +59,8 @@ from long_context.latency import (
 )
 from long_context.policy import LongPrefillPolicy
 
-_PART = flags.DEFINE_list(
-    "part", ["ttft", "itl"], "Which benchmarks: attention, ttft, itl, pack, host, mla."
-)
+PARTS = ("attention", "ttft", "itl", "pack", "host", "mla")
+_PART = flags.DEFINE_list("part", ["ttft", "itl"], f"Which benchmarks: {', '.join(PARTS)}.")
 _MLA_HEADS = flags.DEFINE_integer("mla_heads", 8, "(mla) attention heads (DeepSeek-V3: 128).")
 _MLA_IMPLS = flags.DEFINE_list(
     "mla_impls", ["xla"], "(mla) xla and/or pallas (the Pallas MLA kernel for the absorbed part)."
@@ -234,6 +233,12 @@ def main(argv):
         )
         print(json.dumps(result))
         return
+    unknown = [p for p in _PART.value if p not in PARTS]
+    if unknown or not _PART.value:
+        raise app.UsageError(
+            f"--part={','.join(_PART.value)}: {', '.join(unknown) or 'no part'} is not one of "
+            f"{', '.join(PARTS)}"
+        )
     results = {}
     if "attention" in _PART.value:
         results["attention"] = _attention_rows()

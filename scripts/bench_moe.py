@@ -83,7 +83,16 @@ def imbalance(load: np.ndarray) -> float:
 
 def main(argv):
     del argv
+    if _ITERS.value < 1:
+        raise app.UsageError(f"--iters={_ITERS.value}: must be >= 1")
+    if _TOKENS.value < 1:
+        raise app.UsageError(f"--num_tokens={_TOKENS.value}: must be >= 1")
     cfg = get_preset(_MODEL.value)
+    if cfg.num_experts < 1:
+        raise app.UsageError(
+            f"--model={_MODEL.value}: must be a preset with routed experts (num_experts >= 1, "
+            f"not {cfg.num_experts})"
+        )
     mc = parse_mesh(_MESH.value)
     mesh = make_mesh(mc)
     params = init_params(cfg, jax.random.key(_SEED.value))
@@ -130,12 +139,13 @@ def main(argv):
             )
         )
 
+    # Tokens per shard after pad_tokens pads num_tokens up to a multiple of dp * ep.
+    local_tokens = -(-_TOKENS.value // (mc.dp * mc.ep))
     print(
         f"{cfg.name}, mesh {_MESH.value} on {jax.device_count()} {jax.default_backend()} "
         f"devices, {_TOKENS.value} tokens, top-{cfg.num_experts_per_tok} of {cfg.num_experts} "
         f"experts ({num_local} per ep device), exchange capacity "
-        f"{ep_lib.capacity(_TOKENS.value // (mc.dp * mc.ep), cfg.num_experts_per_tok, num_local)}"
-        " rows per peer\n"
+        f"{ep_lib.capacity(local_tokens, cfg.num_experts_per_tok, num_local)} rows per peer\n"
     )
     print(
         "| layer | dispatch ms | expert compute ms | combine ms | EP path ms | one device ms "

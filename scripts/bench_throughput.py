@@ -129,9 +129,35 @@ def bench_model(
     return rows
 
 
+def parse_flags() -> list[int]:
+    """The batch sizes; app.UsageError naming the flag and its limit for a bad value (checked
+    before any engine is built)."""
+    try:
+        batches = [int(b) for b in _BATCHES.value]
+    except ValueError:
+        raise app.UsageError(
+            f"--batch_sizes={','.join(_BATCHES.value)}: every batch size must be an integer >= 1"
+        ) from None
+    if not batches or min(batches) < 1:
+        raise app.UsageError(
+            f"--batch_sizes={','.join(_BATCHES.value)}: every batch size must be an integer >= 1"
+        )
+    # Each sequence may decode max_tokens = 2 * decode_steps tokens: the prefill's token, the
+    # untimed warm-up step and the timed steps need decode_steps + 2 <= 2 * decode_steps, so
+    # every timed step has work only from decode_steps >= 2 (at 0 no prompt ever yields a
+    # token, so the wait for prefill never ends; at 1 the timed step has nothing to decode).
+    if _STEPS.value < 2:
+        raise app.UsageError(f"--decode_steps={_STEPS.value}: must be >= 2")
+    if _PROMPT_LEN.value < 1:
+        raise app.UsageError(f"--prompt_len={_PROMPT_LEN.value}: must be >= 1")
+    if _COPY_MB.value < 1:
+        raise app.UsageError(f"--copy_mb={_COPY_MB.value}: must be >= 1")
+    return batches
+
+
 def main(argv):
     del argv
-    batches = [int(b) for b in _BATCHES.value]
+    batches = parse_flags()
     bw = copy_bandwidth(_COPY_MB.value << 20)
     print(f"device {jax.devices()[0].device_kind}; copy bandwidth {bw / 1e9:.1f} GB/s")
     rows = []
@@ -139,13 +165,16 @@ def main(argv):
         rows += bench_model(
             model, batches, _PROMPT_LEN.value, _STEPS.value, bw, _KV_CACHE_DTYPE.value
         )
+    # Speedup over the smallest batch size's row of the same model (batch 1 by default).
+    base_batch = min(batches)
     print(
         "| model | batch | tok/s | step ms | host ms | wait ms | MB read/step | roofline tok/s |"
-        " of roofline | vs batch 1 |"
+        f" of roofline | vs batch {base_batch} |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        base = next(x for x in rows if x["model"] == r["model"])["tok_s"]
+        base = next(x for x in rows if x["model"] == r["model"] and x["batch"] == base_batch)
+        base = base["tok_s"]
         print(
             f"| {r['model']} | {r['batch']} | {r['tok_s']:.0f} | {r['step_ms']:.2f} | "
             f"{r['host_ms']:.2f} | {r['wait_ms']:.2f} | {r['bytes_per_step'] / 1e6:.1f} | "

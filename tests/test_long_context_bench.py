@@ -1,6 +1,9 @@
 """The long-context benchmark code runs end to end on a tiny model (its figures are not
 checked here: timing belongs in scripts/bench_long_context.py)."""
 
+import pytest
+from absl import app, flags
+
 from engine import paged_attention
 from long_context.latency import (
     measure_itl,
@@ -43,3 +46,16 @@ def test_latency_measurements_run_on_a_tiny_model(tmp_path):
 
     host = time_host_step(3, 40, steps=4)  # raises unless every timed step is 3 decodes
     assert host["schedule_s"] > 0 and host["pack_s"] > 0 and host["update_s"] > 0
+
+
+def test_bench_rejects_an_unknown_part(tmp_path):
+    from scripts import bench_long_context
+
+    out = tmp_path / "lc.json"
+    flags.FLAGS(["bench_long_context", "--part=ttft,bogus", f"--json_out={out}"])
+    try:
+        with pytest.raises(app.UsageError, match="--part=ttft,bogus: bogus is not one of"):
+            bench_long_context.main([])
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert not out.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -112,6 +113,37 @@ def test_bench_kernels_sweep_times_every_config_on_the_same_function(tmp_path):
     mosaic_prefill = [r for r in sweep if "tflops" in r and r["impl"] == "mosaic"]
     assert len(mosaic_prefill) == len(bk.MOSAIC_PREFILL_SWEEP)
     assert all(r["seconds"] > 0 for r in sweep)
+
+
+def test_bench_kernels_rejects_contexts_off_the_page_size(tmp_path):
+    """A context that is not a whole number of pages (or --page_size=0) is refused before
+    anything is timed: its page table would be too short for its kv_lens."""
+    from scripts import bench_kernels as bk
+
+    assert bk.check_page_size(bk.SMOKE_SUITE, 16) is None
+    assert "--page_size=0: must be >= 1" in bk.check_page_size(bk.SMOKE_SUITE, 0)
+    ok_contexts = dataclasses.replace(bk.SMOKE_SUITE, contexts=(96,))
+    assert "prefill context 64" in bk.check_page_size(ok_contexts, 48)
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scripts.bench_kernels",
+            "--smoke",
+            "--contexts=100",
+            f"--out={out}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "--contexts=100: every context must be a positive multiple of --page_size=16" in (
+        proc.stderr
+    )
+    assert not out.exists() and "row " not in proc.stdout
 
 
 @pytest.mark.gpu

@@ -70,3 +70,31 @@ def test_generate_from_text_with_a_tokenizer():
 )
 def test_benchmarks_run_small(module, flags, expect):
     assert expect in _run(module, *flags)
+
+
+@pytest.mark.parametrize(
+    "module, flags, expect",
+    [
+        (
+            "scripts.bench_throughput",
+            ["--models=no-such-preset", "--decode_steps=1"],
+            "--decode_steps=1: must be >= 2",
+        ),
+        (
+            "scripts.bench_determinism",
+            ["--model=no-such-preset", "--max_tokens=0"],
+            "--max_tokens=0: must be >= 1",
+        ),
+    ],
+)
+def test_benchmarks_reject_bad_flags_before_building_a_model(module, flags, expect):
+    # A preset that does not exist: the flag error must come before any model is looked up.
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert proc.returncode != 0 and expect in proc.stderr, proc.stderr[-3000:]
