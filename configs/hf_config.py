@@ -111,14 +111,18 @@ def read_hf_config(source: dict | str | os.PathLike) -> dict:
         path = os.path.join(path, "config.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"HF config not found: {path}")
+    return _read_json_object(path, "HF config")
+
+
+def _read_json_object(path: str, what: str) -> dict:
     with open(path) as f:
         try:
-            hf = json.load(f)
+            obj = json.load(f)
         except json.JSONDecodeError as e:
-            raise ValueError(f"HF config {path}: not valid JSON ({e})") from e
-    if not isinstance(hf, dict):
-        raise ValueError(f"HF config {path}: expected a JSON object, got {type(hf).__name__}")
-    return hf
+            raise ValueError(f"{what} {path}: not valid JSON ({e})") from e
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what} {path}: expected a JSON object, got {type(obj).__name__}")
+    return obj
 
 
 class _Fields:
@@ -221,14 +225,7 @@ def _generation_eos_ids(source: str | os.PathLike) -> tuple[int, ...]:
     gen_path = os.path.join(folder, "generation_config.json")
     if not os.path.isfile(gen_path):
         return ()
-    with open(gen_path) as f:
-        try:
-            gen = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{gen_path}: not valid JSON ({e})") from e
-    if not isinstance(gen, dict):
-        raise ValueError(f"{gen_path}: expected a JSON object, got {type(gen).__name__}")
-    return _eos_ids(gen.get("eos_token_id"))
+    return _eos_ids(_read_json_object(gen_path, "HF generation config").get("eos_token_id"))
 
 
 def _dtype(hf: dict, dtype: str | None) -> str:

@@ -13,8 +13,8 @@ import pytest
 ROOT = pathlib.Path(__file__).parent.parent
 
 
-def _run(module: str, *flags: str) -> str:
-    proc = subprocess.run(
+def _process(module: str, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "-m", module, *flags],
         cwd=ROOT,
         capture_output=True,
@@ -22,6 +22,10 @@ def _run(module: str, *flags: str) -> str:
         timeout=600,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
+
+
+def _run(module: str, *flags: str) -> str:
+    proc = _process(module, *flags)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -89,12 +93,5 @@ def test_benchmarks_run_small(module, flags, expect):
 )
 def test_benchmarks_reject_bad_flags_before_building_a_model(module, flags, expect):
     # A preset that does not exist: the flag error must come before any model is looked up.
-    proc = subprocess.run(
-        [sys.executable, "-m", module, *flags],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-    )
+    proc = _process(module, *flags)
     assert proc.returncode != 0 and expect in proc.stderr, proc.stderr[-3000:]
