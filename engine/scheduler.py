@@ -213,7 +213,7 @@ class Scheduler:
         """
         if seq.request_id in self._active:
             raise ValueError(f"request_id={seq.request_id!r}: already queued or running")
-        if any(a.request_id == seq.request_id for a in self._aborted):
+        if self.has_request(seq.request_id):  # aborted, pages not yet released
             raise ValueError(
                 f"request_id={seq.request_id!r}: its abort is still being processed; the id "
                 "is free again after the next step"

@@ -755,23 +755,14 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def check_page_size(suite: Suite, page_size: int) -> str | None:
-    """Why --page_size does not fit the suite (None: it does). Every context, decode and
-    prefill, must be a whole number of pages: the page tables are context // page_size
-    pages wide, and a remainder would be timed on a table too short for its kv_lens."""
-    if page_size < 1:
-        return f"--page_size={page_size}: must be >= 1"
-    bad = [c for c in suite.contexts if c < 1 or c % page_size]
+def check_suite(suite: Suite, page_size: int) -> str | None:
+    """Why the flags do not make a suite (None: they do). Contexts, decode and prefill, must
+    be whole pages: a page table is context // page_size wide, too short for a remainder."""
+    if page_size < 1 or min(suite.batches, default=0) < 1:
+        return f"--page_size={page_size}, --batches={list(suite.batches)}: must be >= 1"
+    bad = [c for c in (*suite.contexts, suite.prefill_context) if c < 1 or c % page_size]
     if bad:
-        return (
-            f"--contexts={','.join(map(str, suite.contexts))}: every context must be a positive "
-            f"multiple of --page_size={page_size} (not {', '.join(map(str, bad))})"
-        )
-    if suite.prefill_context % page_size:
-        return (
-            f"--page_size={page_size}: the prefill context {suite.prefill_context} must be a "
-            "multiple of it"
-        )
+        return f"contexts {bad}: every context must be a positive multiple of --page_size"
     return None
 
 
@@ -785,9 +776,7 @@ def main(argv):
             suite = dataclasses.replace(suite, contexts=tuple(int(c) for c in _CONTEXTS.value))
     except ValueError as e:
         sys.exit(f"bench_kernels: --batches and --contexts take integers ({e})")
-    if min(suite.batches, default=0) < 1:
-        sys.exit(f"bench_kernels: --batches={','.join(map(str, suite.batches))}: must be >= 1")
-    if (error := check_page_size(suite, _PAGE_SIZE.value)) is not None:
+    if (error := check_suite(suite, _PAGE_SIZE.value)) is not None:
         sys.exit(f"bench_kernels: {error}")
     on_gpu = jax.default_backend() == "gpu"
     if not on_gpu and not _SMOKE.value:

@@ -120,10 +120,13 @@ def test_bench_kernels_rejects_contexts_off_the_page_size(tmp_path):
     anything is timed: its page table would be too short for its kv_lens."""
     from scripts import bench_kernels as bk
 
-    assert bk.check_page_size(bk.SMOKE_SUITE, 16) is None
-    assert "--page_size=0: must be >= 1" in bk.check_page_size(bk.SMOKE_SUITE, 0)
+    assert bk.check_suite(bk.SMOKE_SUITE, 16) is None
+    assert "--page_size=0" in bk.check_suite(bk.SMOKE_SUITE, 0)
+    no_batch = dataclasses.replace(bk.SMOKE_SUITE, batches=(0,))
+    assert "--batches=[0]" in bk.check_suite(no_batch, 16)
     ok_contexts = dataclasses.replace(bk.SMOKE_SUITE, contexts=(96,))
-    assert "prefill context 64" in bk.check_page_size(ok_contexts, 48)
+    prefill = bk.SMOKE_SUITE.prefill_context
+    assert f"contexts [{prefill}]" in bk.check_suite(ok_contexts, 48)
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [
@@ -140,7 +143,7 @@ def test_bench_kernels_rejects_contexts_off_the_page_size(tmp_path):
         timeout=120,
     )
     assert proc.returncode != 0, proc.stdout[-3000:]
-    assert "--contexts=100: every context must be a positive multiple of --page_size=16" in (
+    assert "contexts [100]: every context must be a positive multiple of --page_size" in (
         proc.stderr
     )
     assert not out.exists() and "row " not in proc.stdout
