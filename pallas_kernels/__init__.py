@@ -6,6 +6,7 @@
 - `write_kv` (kv_write.py): scatters new K/V or latent rows into pages by slot.
 - `mla_decode_mosaic` (mla_mosaic.py): MLA decode on Hopper's warpgroup MMA (Mosaic GPU).
 - `ragged_paged_attention_mosaic` (gqa_mosaic.py): GQA prefill chunks on the same (Mosaic GPU).
+- benchmark.py (not imported here): the timing behind scripts/bench_kernels.py.
 
 The attention kernels also read fp8 pages (float8_e4m3fn, or its bits as uint8 as the
 engine keeps them) with a float32 scale per cached row (engine/kv_quant.py).

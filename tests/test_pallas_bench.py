@@ -69,7 +69,7 @@ def test_bench_kernels_smoke_writes_every_row(tmp_path):
 def test_bench_kernels_sweep_times_every_config_on_the_same_function(tmp_path):
     """--sweep: every tiling is timed at the target shape, the smaller batch and the
     tensor-parallel MLA heads, and every tiling computes the first one's output."""
-    from scripts import bench_kernels as bk
+    from pallas_kernels import benchmark as bk
 
     result = _run_bench(tmp_path, "--smoke", "--sweep", "--batches=1,2", "--nofp8", "--nobundled")
     sweep = [r for r in result["rows"] if r["kind"] == "sweep"]
@@ -118,7 +118,7 @@ def test_bench_kernels_sweep_times_every_config_on_the_same_function(tmp_path):
 def test_bench_kernels_rejects_contexts_off_the_page_size(tmp_path):
     """A context that is not a whole number of pages (or --page_size=0) is refused before
     anything is timed: its page table would be too short for its kv_lens."""
-    from scripts import bench_kernels as bk
+    from pallas_kernels import benchmark as bk
 
     assert bk.check_suite(bk.SMOKE_SUITE, 16) is None
     assert "--page_size=0" in bk.check_suite(bk.SMOKE_SUITE, 0)
