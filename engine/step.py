@@ -102,7 +102,24 @@ def mla_attention(
     return jnp.where(split.rows[:, None, None], o_exp, o)
 
 
-def step_impl(
+def step_impl(params: dict, kv: list, batch: StepBatch, *, cfg: ModelConfig, **static):
+    """Run one engine step over the paged cache; returns the new cache and sampled tokens.
+
+    With a `mesh`, params and KV arrive placed by sharding/rules.py, the residual stream is
+    pinned per layer and MoE layers run the expert-parallel all-to-all. `static`: the
+    keyword arguments of `_step_body`.
+
+    A float32 model's matmuls run in full float32, as Hugging Face's (torch's default)
+    do: XLA:GPU's default for a float32 dot is TF32, ~1e-3 relative error, which moved
+    logprobs 0.2 from HF's on an H200 (fp8-cache test, docs/benchmarks.md). No effect on
+    XLA:CPU, nor on bfloat16 models (their float32 router asks for it itself).
+    """
+    full_f32 = jnp.dtype(cfg.dtype) == jnp.float32
+    with jax.default_matmul_precision("highest" if full_f32 else None):
+        return _step_body(params, kv, batch, cfg=cfg, **static)
+
+
+def _step_body(
     params: dict,
     kv: list,
     batch: StepBatch,
@@ -114,11 +131,6 @@ def step_impl(
     batch_invariant: bool = False,
     with_scores: bool = False,
 ) -> tuple[list, StepOutput]:
-    """Run one engine step over the paged cache; returns the new cache and sampled tokens.
-
-    With a `mesh`, params and KV arrive placed by sharding/rules.py, the residual stream is
-    pinned per layer and MoE layers run the expert-parallel all-to-all.
-    """
     meta = pa.build_metadata(
         batch.cu_q_lens,
         batch.positions,

@@ -50,7 +50,11 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
     Weights are renormalized when norm_topk_prob (never for DeepSeek-V2, as in HF 5.24), then
     multiplied by routed_scaling_factor (1 for Mixtral and Qwen).
     """
-    logits = x.astype(jnp.float32) @ p_moe["router"].astype(jnp.float32)  # [T, E]
+    # Full float32 (HF's), never TF32 (XLA:GPU's default for float32 dots): a 1e-3 error
+    # in a router logit can flip a close expert choice.
+    logits = jnp.matmul(
+        x.astype(jnp.float32), p_moe["router"].astype(jnp.float32), precision="highest"
+    )  # [T, E]
     if cfg.scoring_func == "sigmoid":
         scores = jax.nn.sigmoid(logits)
     else:

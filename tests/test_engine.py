@@ -6,13 +6,15 @@ from __future__ import annotations
 import collections
 import json
 import pathlib
+import re
 import time
 
 import jax
 import numpy as np
 import pytest
 
-from engine import LLM, SamplingParams, attention_ops
+from configs.presets import get_preset
+from engine import LLM, SamplingParams, attention_ops, runner
 from engine import paged_attention as pa
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -447,3 +449,35 @@ def test_async_scheduling_gives_the_synchronous_outputs():
     assert stats["num_compiles"] - sync_stats["num_compiles"] == len(
         stats["shapes"] - sync_stats["shapes"]
     )
+
+
+def _dot_precisions(preset: str, dtype: str) -> list[tuple[str, str, str]]:
+    """(precision, lhs type, rhs type) of every dot in the step program the engine compiles
+    for its first step, read from the lowered StableHLO (lowered, never run)."""
+    llm = LLM(model=preset, dtype=dtype, page_size=8, num_pages=8, max_model_len=32)
+    llm.add_request([1, 2, 3, 4, 5], SamplingParams(max_tokens=1))
+    sched = llm._scheduler.schedule()
+    batch = runner.pack(sched.items, llm.page_size, llm._buckets)
+    batch = batch._replace(prev_tokens=jax.numpy.zeros(llm._buckets.max_seqs, np.int32))
+    text = llm._step.lower(llm.params, llm._kv, batch).as_text()
+    dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
+    found = [
+        re.search(r"precision = \[(\w+), \1\] : \(tensor<[\dx]*(\w+)>, tensor<[\dx]*(\w+)>", d)
+        for d in dots
+    ]
+    assert dots and all(found), dots
+    return [m.groups() for m in found]
+
+
+@pytest.mark.parametrize("preset", ["tiny-deepseek-v3", "tiny-mixtral"])
+def test_float32_models_compute_float32_matmuls_and_bf16_ones_only_their_router(preset):
+    """XLA:GPU runs a DEFAULT float32 dot in TF32 (seen on an H200: logprobs 0.2 from HF's),
+    so a float32 model asks for HIGHEST everywhere; a bfloat16 one only in its float32
+    router (one per MoE layer), leaving its bf16 matmuls at the fast default."""
+    cfg = get_preset(preset)
+    assert {p for p, _, _ in _dot_precisions(preset, "float32")} == {"HIGHEST"}
+    bf16 = _dot_precisions(preset, "bfloat16")
+    highest = [(lhs, rhs) for p, lhs, rhs in bf16 if p == "HIGHEST"]
+    moe_layers = sum(cfg.is_moe_layer(i) for i in range(cfg.num_layers))
+    assert highest == [("f32", "f32")] * moe_layers
+    assert all(p == "DEFAULT" for p, lhs, rhs in bf16 if "bf16" in (lhs, rhs))

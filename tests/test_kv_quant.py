@@ -9,7 +9,6 @@ import json
 import pathlib
 import warnings
 
-import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -156,10 +155,6 @@ def test_bad_kv_cache_dtype_is_refused_before_loading():
         LLM(model="/nonexistent/model", kv_cache_dtype="int4")
 
 
-def _full_f32_matmuls():
-    return jax.default_matmul_precision("highest")
-
-
 @pytest.mark.parametrize("impl", ["xla", "pallas"])
 @pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
 def test_engine_with_fp8_kv_matches_hf_with_an_fp8_cache(arch, impl):
@@ -180,10 +175,10 @@ def test_engine_with_fp8_kv_matches_hf_with_an_fp8_cache(arch, impl):
     assert llm.stats()["kv_cache_dtype"] == "float8_e4m3fn"
     assert isinstance(llm._kv[0][0], kv_quant.QuantizedPages)
     n = len(ref8["greedy_tokens"][0])
-    # float32 matmuls in full precision: XLA:GPU's default is TF32, whose ~1e-3 error moves
-    # K/V rows across e4m3 rounding boundaries (a 1/16 step) that HF's float32 did not cross
-    # (seen on an H200: logprobs 0.2 apart, tokens equal). A no-op on CPU.
-    with _full_f32_matmuls(), warnings.catch_warnings(record=True) as caught:
+    # The engine runs a float32 model's matmuls in float32 (engine/step.py): TF32, XLA:GPU's
+    # default, moved K/V rows across e4m3 rounding steps (1/16) that HF's float32 did not
+    # cross (seen on an H200, before: logprobs 0.2 apart, tokens equal).
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         outs = llm.generate(
             ref["prompts"], SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
@@ -194,8 +189,7 @@ def test_engine_with_fp8_kv_matches_hf_with_an_fp8_cache(arch, impl):
         np.testing.assert_allclose(out.logprobs, logprobs, atol=TOL, rtol=0)
     seqs = [p + t for p, t in zip(ref["prompts"], ref["greedy_tokens"], strict=True)]
     fp8_gap = 0.0
-    with _full_f32_matmuls():
-        scored = llm.score(seqs)
+    scored = llm.score(seqs)
     for got, want, unquantized in zip(
         scored, ref8["scored_logprobs"], ref8["scored_logprobs_f32"], strict=True
     ):
