@@ -173,6 +173,10 @@ def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
             f"HF config rope_type={rope_type!r}: supported are default, linear, llama3, yarn"
         )
     original = params.get("original_max_position_embeddings")
+    if rope_type in ("llama3", "yarn") and f.hf.get("original_max_position_embeddings"):
+        # transformers' standardize_rope_params gives a top-level value (Phi-3's spelling)
+        # precedence over the one inside the rope dict, for these types.
+        original = f.hf["original_max_position_embeddings"]
     original = max_position if original is None else int(original)
     factor = params.get("factor")
     if factor is None:
@@ -239,22 +243,44 @@ def _dtype(hf: dict, dtype: str | None) -> str:
     return value
 
 
+# The families whose transformers modeling code reads these fields; the others hard-code the
+# biases off (Qwen2: q/k/v biases on, handled) and ignore the field, so it is ignored here too.
+_HONOURS_ATTENTION_BIAS = ("llama", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+_HONOURS_MLP_BIAS = ("llama", "deepseek_v2")
+
+
 def _refuse_unsupported(f: _Fields, model_type: str) -> None:
     # Llama/Qwen3 `attention_bias` also puts a bias on o_proj (and DeepSeek's on the low-rank
-    # projections), which the param tree has no slot for; Qwen2's q/k/v biases are handled.
-    if model_type != "qwen2" and f.get("attention_bias"):
+    # projections), which the param tree has no slot for.
+    if model_type in _HONOURS_ATTENTION_BIAS and f.get("attention_bias"):
         raise ValueError(f"HF config attention_bias=True: not supported for {model_type}")
-    if f.get("mlp_bias"):
+    if model_type in _HONOURS_MLP_BIAS and f.get("mlp_bias"):
         raise ValueError(f"HF config mlp_bias=True: not supported for {model_type}")
     act = f.hf.get("hidden_act", "silu")
-    if act != "silu":
+    if act not in ("silu", "swish"):  # transformers' ACT2FN: both are SiLU
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 
 
-def _sliding_window(f: _Fields, model_type: str) -> int | None:
-    if model_type in ("qwen2", "qwen3", "qwen3_moe") and not f.get("use_sliding_window"):
-        return None  # transformers drops the window unless use_sliding_window
-    return f.get("sliding_window")
+def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> int | None:
+    """The window transformers applies to some layer, or None (as its modeling code reads it:
+    Llama and DeepSeek have none; Mistral and Mixtral on every layer; Qwen only with
+    use_sliding_window, and Qwen2/Qwen3 only on the layers `layer_types` (default: from
+    max_window_layers on) marks sliding)."""
+    if model_type in ("llama", "deepseek_v2", "deepseek_v3"):
+        return None
+    window = f.get("sliding_window")
+    if model_type in ("mistral", "mixtral") or window is None:
+        return window
+    if not f.get("use_sliding_window"):
+        return None
+    if model_type in ("qwen2", "qwen3"):
+        layer_types = f.hf.get("layer_types")
+        if layer_types is None:
+            first = f.hf.get("max_window_layers", 28)  # Qwen2Config / Qwen3Config default
+            layer_types = ["sliding_attention" if i >= first else "full" for i in range(num_layers)]
+        if "sliding_attention" not in layer_types:
+            return None
+    return window
 
 
 def _gqa_fields(f: _Fields, model_type: str) -> dict:
@@ -290,7 +316,7 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
     return fields
 
 
-def _mla_fields(f: _Fields, model_type: str, num_layers: int) -> dict:
+def _mla_fields(f: _Fields, model_type: str) -> dict:
     if model_type == "deepseek_v2" and f.get("norm_topk_prob"):
         # transformers' DeepSeek-V2 never renormalizes the top-k weights (DeepSeek's own
         # code does, and then skips routed_scaling_factor): the two disagree, so refuse.
@@ -298,8 +324,28 @@ def _mla_fields(f: _Fields, model_type: str, num_layers: int) -> dict:
             "HF config norm_topk_prob=true: deepseek_v2 routing here follows transformers, "
             "which does not renormalize the top-k weights; only false is supported"
         )
-    first_k = f.get("first_k_dense_replace") or 0
-    freq = f.get("moe_layer_freq") or 1
+    # transformers hard-codes DeepSeek-V2's softmax scores and V3's sigmoid scores with the
+    # noaux_tc correction bias (the config fields are the original remote code's), and MoE on
+    # every layer from first_k_dense_replace, where DeepSeek's own code reads moe_layer_freq.
+    # A config asking otherwise means a different model to the two references: refuse it.
+    hard_coded = dict(
+        scoring_func="softmax" if model_type == "deepseek_v2" else "sigmoid", moe_layer_freq=1
+    )
+    if model_type == "deepseek_v3":
+        hard_coded["topk_method"] = "noaux_tc"
+    for name, want in hard_coded.items():
+        value = f.get(name)
+        if value is not None and value != want:
+            raise ValueError(
+                f"HF config {name}={value!r}: transformers' {model_type} always uses "
+                f"{want!r} (only that is supported)"
+            )
+    topk_method = f.get("topk_method") or f.defaults["topk_method"]
+    if model_type == "deepseek_v2" and topk_method not in ("greedy", "group_limited_greedy"):
+        raise ValueError(
+            f"HF config topk_method={topk_method!r}: transformers' deepseek_v2 takes greedy "
+            "or group_limited_greedy"
+        )
     fields = dict(
         attention_type="mla",
         q_lora_rank=f.get("q_lora_rank") or 0,
@@ -313,18 +359,14 @@ def _mla_fields(f: _Fields, model_type: str, num_layers: int) -> dict:
         num_experts_per_tok=f.required("num_experts_per_tok"),
         moe_intermediate_size=f.required("moe_intermediate_size"),
         num_shared_experts=f.get("n_shared_experts") or 0,
-        scoring_func=f.get("scoring_func") or f.defaults["scoring_func"],
-        topk_method=f.get("topk_method") or f.defaults["topk_method"],
+        scoring_func=hard_coded["scoring_func"],
+        topk_method=topk_method,
         n_group=f.get("n_group") or 1,
         topk_group=f.get("topk_group") or 1,
         norm_topk_prob=bool(f.get("norm_topk_prob")),
         routed_scaling_factor=float(f.get("routed_scaling_factor")),
-        first_k_dense_replace=first_k,
+        first_k_dense_replace=f.get("first_k_dense_replace") or 0,
     )
-    if freq > 1:
-        # DeepSeek: layer i is MoE iff i >= first_k and i % freq == 0 (absolute index), which
-        # ModelConfig's relative `moe_layer_freq` cannot say; list the dense layers instead.
-        fields["mlp_only_layers"] = tuple(i for i in range(first_k, num_layers) if i % freq)
     return fields
 
 
@@ -354,14 +396,14 @@ def config_from_hf(
     num_layers = f.required("num_hidden_layers")
     max_position = f.required("max_position_embeddings")
     rope_theta, rope_scaling = _rope(f, max_position)
-    window = _sliding_window(f, model_type)
+    window = _sliding_window(f, model_type, num_layers)
     if window is not None:
         max_position = min(max_position, window)
     eos_ids = _eos_ids(f.get("eos_token_id"))
     if not isinstance(source, dict):
         eos_ids = tuple(dict.fromkeys(eos_ids + _generation_eos_ids(source)))
     is_mla = model_type in ("deepseek_v2", "deepseek_v3")
-    arch = _mla_fields(f, model_type, num_layers) if is_mla else _gqa_fields(f, model_type)
+    arch = _mla_fields(f, model_type) if is_mla else _gqa_fields(f, model_type)
     return ModelConfig(
         name=name,
         model_type=model_type,

@@ -245,13 +245,25 @@ def test_qwen3_moe_sparse_step_matches_transformers_rule():
     assert [cfg.is_moe_layer(i) for i in range(8)] == want
 
 
-def test_deepseek_moe_layer_freq_matches_original_rule():
-    hf = {**DEEPSEEK_V2_LITE, "num_hidden_layers": 9, "first_k_dense_replace": 3,
-          "moe_layer_freq": 2}  # fmt: skip
-    cfg = config_from_hf(hf)
-    # DeepSeek remote code: MoE iff i >= first_k_dense_replace and i % moe_layer_freq == 0.
-    want = [i >= 3 and i % 2 == 0 for i in range(9)]
-    assert [cfg.is_moe_layer(i) for i in range(9)] == want
+@pytest.mark.parametrize(
+    "base, change",
+    [
+        # transformers puts MoE on every layer from first_k_dense_replace whatever
+        # moe_layer_freq says (DeepSeek's own code makes the others dense)
+        ("v2", {"moe_layer_freq": 2}),
+        ("v3", {"moe_layer_freq": 2}),
+        # transformers hard-codes V2's softmax and V3's sigmoid + noaux_tc routing
+        ("v2", {"scoring_func": "sigmoid"}),
+        ("v3", {"scoring_func": "softmax"}),
+        ("v3", {"topk_method": "greedy"}),
+        ("v2", {"topk_method": "noaux_tc"}),
+    ],
+)
+def test_deepseek_routing_transformers_hard_codes_is_refused_otherwise(base, change):
+    hf = {"v2": DEEPSEEK_V2_LITE, "v3": DEEPSEEK_V3}[base]
+    (field,) = change
+    with pytest.raises(ValueError, match=f"{field}="):
+        config_from_hf({**hf, **change})
 
 
 def test_deepseek_v3_defaults():
@@ -281,6 +293,58 @@ def test_yarn_factor_and_original_defaults():
     rope = {"rope_type": "yarn", "original_max_position_embeddings": 4096, "rope_theta": 5.0}
     cfg = config_from_hf({**DEEPSEEK_V3, "rope_scaling": None, "rope_parameters": rope})
     assert cfg.rope_scaling.factor == 163840 / 4096 and cfg.rope_theta == 5.0
+
+
+def test_top_level_original_max_position_embeddings_wins_for_llama3_and_yarn():
+    """transformers' standardize_rope_params: a top-level original_max_position_embeddings
+    (Phi-3's spelling) overrides the rope dict's for llama3 and yarn, not for linear."""
+    inner = {**LLAMA_31_8B["rope_scaling"], "original_max_position_embeddings": 8192}
+    hf = {**LLAMA_31_8B, "rope_scaling": inner, "original_max_position_embeddings": 4096}
+    assert config_from_hf(hf).rope_scaling.original_max_position_embeddings == 4096
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}
+    cfg = config_from_hf({**hf, "rope_scaling": yarn})
+    assert cfg.rope_scaling.original_max_position_embeddings == 4096
+    assert cfg.rope_scaling.factor == 4.0
+    linear = {"type": "linear", "factor": 4.0}
+    assert config_from_hf({**hf, "rope_scaling": linear}).rope_scaling.factor == 4.0
+
+
+@pytest.mark.parametrize(
+    "model_type, change",
+    [
+        ("llama", {"hidden_act": "swish"}),  # transformers' ACT2FN: SiLU under either name
+        ("mistral", {"attention_bias": True}),  # Mistral and Mixtral hard-code no biases
+        ("mixtral", {"attention_bias": True}),
+        ("qwen3", {"mlp_bias": True}),  # Qwen3's MLP hard-codes no bias
+        ("qwen2", {"attention_bias": True}),  # Qwen2: q/k/v biases whatever the field says
+    ],
+)
+def test_fields_transformers_ignores_are_ignored(model_type, change):
+    base = {"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4}
+    base["num_key_value_heads"] = 2
+    assert config_from_hf({**base, **change}) == config_from_hf(base)
+
+
+def test_sliding_window_caps_the_context_only_where_transformers_applies_one():
+    """Llama and DeepSeek ignore a sliding_window key; Qwen2/Qwen3 slide only the layers
+    from max_window_layers on (or those `layer_types` names), Qwen3-MoE every layer."""
+    base = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=4)
+    window = dict(sliding_window=16, use_sliding_window=True, max_position_embeddings=512)
+    slide = dict(sliding_window=16, use_sliding_window=True)
+    assert config_from_hf({**LLAMA_31_8B, **slide}).max_position_embeddings == 131072
+    assert config_from_hf({**DEEPSEEK_V3, **slide}).max_position_embeddings == 163840
+
+    def context(model_type, **change):
+        hf = {"model_type": model_type, **base, **window, **change}
+        return config_from_hf(hf).max_position_embeddings
+
+    assert context("qwen3", max_window_layers=4) == 512  # no layer slides
+    assert context("qwen3", max_window_layers=3) == 16
+    assert context("qwen2") == 512  # the default max_window_layers, 28, is past 4 layers
+    assert context("qwen3", layer_types=["full_attention"] * 4) == 512
+    assert context("qwen3", layer_types=["full_attention"] * 3 + ["sliding_attention"]) == 16
+    assert context("qwen3", max_window_layers=0, use_sliding_window=False) == 512
+    assert context("qwen3_moe") == 16
 
 
 def test_unknown_model_type():
