@@ -16,6 +16,7 @@ Expert weights come in two layouts, both supported:
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -248,6 +249,33 @@ def _build_tree(specs, leaves: dict[Path_, np.ndarray], path: Path_ = ()):
     if isinstance(specs, dict):
         return {k: _build_tree(v, leaves, path + (k,)) for k, v in specs.items()}
     return [_build_tree(v, leaves, path + (i,)) for i, v in enumerate(specs)]
+
+
+def resolve_tied_head(model_dir: str | Path, cfg: ModelConfig) -> ModelConfig:
+    """`cfg`, untied when its checkpoint holds an lm_head.weight unlike the embedding.
+
+    transformers 5.24 does the same: with tie_word_embeddings it warns that both are present
+    with different values and keeps them apart (saved tied models hold only the embedding).
+    """
+    head, embed = "lm_head.weight", "model.embed_tokens.weight"
+    if not cfg.tie_word_embeddings:
+        return cfg
+    headers = _read_headers(_checkpoint_files(Path(model_dir)))
+    if head not in headers:
+        return cfg
+    if embed in headers and headers[head].shape == headers[embed].shape:
+        arrays = []
+        for name in (head, embed):
+            with safe_open(str(headers[name].file), framework="np") as f:
+                arrays.append(f.get_tensor(name))
+        if np.array_equal(*arrays):
+            return cfg
+    warnings.warn(
+        f"{model_dir}: tie_word_embeddings=true, but the checkpoint's {head} differs from "
+        f"{embed}: they are not tied (as transformers does)",
+        stacklevel=2,
+    )
+    return cfg.replace(tie_word_embeddings=False)
 
 
 def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:

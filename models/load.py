@@ -15,7 +15,7 @@ import numpy as np
 from configs.hf_config import config_from_hf
 from configs.model_config import ModelConfig
 from configs.presets import PRESETS, get_preset
-from models.hf_loader import load_hf_params
+from models.hf_loader import load_hf_params, resolve_tied_head
 from models.orbax_io import is_orbax_dir, restore_params, save_params
 from models.specs import abstract_params, count_params, init_params
 
@@ -44,7 +44,7 @@ def _load_dir(path: str, dtype: str | None) -> tuple[ModelConfig, dict]:
             cfg, params = cast_params(params, cfg, dtype)
         return cfg, params
     if os.path.isfile(os.path.join(path, HF_CONFIG_FILE)):
-        cfg = config_from_hf(path, name=path, dtype=dtype)
+        cfg = resolve_tied_head(path, config_from_hf(path, name=path, dtype=dtype))
         return cfg, load_hf_params(path, cfg)
     raise ValueError(
         f"model={path!r}: directory has neither {HF_CONFIG_FILE} (Hugging Face) nor an orbax "

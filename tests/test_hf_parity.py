@@ -14,6 +14,7 @@ from safetensors.numpy import load_file, save_file
 
 from configs.presets import get_preset
 from models.hf_loader import hf_tensor_names, load_hf_params
+from models.load import load_model
 from models.reference import greedy_generate, init_cache, prefill_bucket, reference_forward
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -128,3 +129,30 @@ def test_hf_tensor_names_cover_the_fixture():
         for f in files:
             on_disk |= set(load_file(str(f)))
         assert on_disk == set(hf_tensor_names(cfg, "per_expert")), arch
+
+
+def test_a_tied_config_keeps_a_different_lm_head_from_its_checkpoint(tmp_path):
+    """transformers 5.24 (checked by hand: HF's logits on this copy equal the fixture's to
+    7e-7) does not tie an lm_head.weight that differs from the embedding, whatever
+    tie_word_embeddings says: the llama fixture (untied) with its config flipped to tied
+    still gives HF's reference logits. An lm_head equal to the embedding stays tied."""
+    model = tmp_path / "llama"
+    shutil.copytree(FIXTURES / "llama", model)
+    hf = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**hf, "tie_word_embeddings": True}))
+    with pytest.warns(UserWarning, match="not tied"):
+        cfg, params, _ = load_model(str(model))
+    assert not cfg.tie_word_embeddings
+    ref = json.loads((model / "reference.json").read_text())
+    prompt0 = ref["prompts"][0]
+    ids = np.zeros(prefill_bucket(len(prompt0)), np.int32)
+    ids[: len(prompt0)] = prompt0
+    logits, _ = reference_forward(params, cfg, ids, np.int32(0), init_cache(cfg, 128))
+    want = np.asarray(ref["last_prefill_logits_prompt0"], np.float32)
+    np.testing.assert_allclose(np.asarray(logits[len(prompt0) - 1]), want, atol=TOL, rtol=0)
+
+    tensors = load_file(str(model / "model.safetensors"))
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].copy()
+    save_file(tensors, str(model / "model.safetensors"))
+    cfg, params, _ = load_model(str(model))
+    assert cfg.tie_word_embeddings and "lm_head" not in params
