@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from configs.model_config import ModelConfig
 from engine import batch_invariant as batch_invariant_lib
 from engine import kv_quant, runner
 from engine.attention_ops import resolve_impl
@@ -22,7 +24,7 @@ from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.step import StepOutput, init_kv_pages, make_step
 from long_context.policy import LongPrefillPolicy
-from models.load import load_model
+from models.load import TOKENIZER_CONFIG_FILE, load_model
 from sharding.mesh import parse_mesh
 from sharding.placement import put_replicated, shard_model
 
@@ -42,6 +44,35 @@ class _Dispatched(NamedTuple):
     score_rows: list
     compiles: bool
     start: float
+
+
+def _prompt_bos_id(tokenizer_path, tokenizer, cfg: ModelConfig) -> int | None:
+    """The BOS id text prompts start with, or None to take the tokenizer's ids as they are.
+
+    tokenizer.json's post-processor adds a BOS where the model wants one (Llama 3, Mistral),
+    and `tokenizers` applies it. A tokenizer_config.json beside it may also set
+    add_bos_token (Llama 2, DeepSeek: transformers' Llama tokenizer adds its bos_token
+    then). The config's bos_token_id alone means nothing here: Qwen configs name
+    <|endoftext|>, which their tokenizer never adds.
+    """
+    path = os.path.join(os.path.dirname(os.fspath(tokenizer_path)), TOKENIZER_CONFIG_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        try:
+            tok_cfg = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(tok_cfg, dict) or tok_cfg.get("add_bos_token") is not True:
+        return None
+    token = tok_cfg.get("bos_token")
+    if isinstance(token, dict):  # an AddedToken
+        token = token.get("content")
+    bos = tokenizer.token_to_id(token) if isinstance(token, str) else None
+    bos = cfg.bos_token_id if bos is None else bos
+    if bos is None:
+        raise ValueError(f"{path}: add_bos_token is true but no bos_token is known")
+    return bos
 
 
 def _default_backend_kv_budget() -> int:
@@ -128,10 +159,13 @@ class LLM:
             )
         self.num_pages = num_pages
         self.tokenizer = None
+        # The BOS a text prompt must start with (None: whatever the tokenizer gives).
+        self.prompt_bos_id: int | None = None
         if tokenizer_path is not None:
             from tokenizers import Tokenizer
 
             self.tokenizer = Tokenizer.from_file(os.fspath(tokenizer_path))
+            self.prompt_bos_id = _prompt_bos_id(tokenizer_path, self.tokenizer, cfg)
 
         self._pages = PageManager(num_pages, page_size)
         self._scheduler = Scheduler(
@@ -200,10 +234,9 @@ class LLM:
                     "pass token ids instead"
                 )
             ids = self.tokenizer.encode(prompt).ids
-            if self.config.bos_token_id is not None and (
-                not ids or ids[0] != self.config.bos_token_id
-            ):
-                ids = [self.config.bos_token_id, *ids]
+            bos = self.prompt_bos_id
+            if bos is not None and (not ids or ids[0] != bos):
+                ids = [bos, *ids]
             return ids
         try:
             ids = [int(t) for t in prompt]

@@ -20,6 +20,7 @@ from models.orbax_io import is_orbax_dir, restore_params, save_params
 from models.specs import abstract_params, count_params, init_params
 
 TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # read for add_bos_token (engine/llm.py)
 HF_CONFIG_FILE = "config.json"
 
 
@@ -98,7 +99,8 @@ def convert_hf_to_orbax(
     hf_dir: str, out_dir: str, dtype: str | None = None
 ) -> tuple[ModelConfig, dict]:
     """Load the HF checkpoint in `hf_dir` and write it as an orbax checkpoint in `out_dir`,
-    with its tokenizer.json copied along so the orbax directory stands alone."""
+    with its tokenizer.json (and tokenizer_config.json) copied along so the orbax directory
+    stands alone."""
     hf_dir = os.path.expanduser(hf_dir)
     if not os.path.isdir(hf_dir):
         raise FileNotFoundError(f"hf_dir={hf_dir!r}: no such directory")
@@ -107,9 +109,11 @@ def convert_hf_to_orbax(
     _check_out_dir(hf_dir, out_dir)
     cfg, params = _load_dir(hf_dir, dtype)
     save_params(out_dir, params, cfg)
-    tokenizer = os.path.join(hf_dir, TOKENIZER_FILE)
-    if os.path.isfile(tokenizer):
-        shutil.copyfile(tokenizer, os.path.join(os.path.expanduser(out_dir), TOKENIZER_FILE))
+    for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE):
+        if os.path.isfile(os.path.join(hf_dir, name)):
+            shutil.copyfile(
+                os.path.join(hf_dir, name), os.path.join(os.path.expanduser(out_dir), name)
+            )
     return cfg, params
 
 

@@ -16,6 +16,7 @@ import pytest
 from configs.presets import get_preset
 from engine import LLM, SamplingParams, attention_ops, runner
 from engine import paged_attention as pa
+from models.load import convert_hf_to_orbax
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 ARCHS = ["llama", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3"]
@@ -481,3 +482,45 @@ def test_float32_models_compute_float32_matmuls_and_bf16_ones_only_their_router(
     moe_layers = sum(cfg.is_moe_layer(i) for i in range(cfg.num_layers))
     assert highest == [("f32", "f32")] * moe_layers
     assert all(p == "DEFAULT" for p, lhs, rhs in bf16 if "bf16" in (lhs, rhs))
+
+
+def _text_prompt_ids(model_dir, text: str) -> list[int]:
+    llm = LLM(model=str(model_dir), page_size=8, num_pages=8, max_model_len=32)
+    (out,) = llm.generate([text], SamplingParams(max_tokens=0))
+    return out.prompt_token_ids
+
+
+def test_text_prompts_get_a_bos_only_where_the_tokenizer_files_ask(tmp_path):
+    """The tokenizer decides, as in Hugging Face: its post-processor, or add_bos_token in
+    tokenizer_config.json; never the config's bos_token_id alone (Qwen configs name one their
+    tokenizer does not add). transformers 5.24 gave [3, 4, 5] for this text and tokenizer.json
+    with no tokenizer_config.json (checked by hand)."""
+    import shutil
+
+    text = "the of and"
+    model = tmp_path / "m"
+    shutil.copytree(FIXTURES / "llama", model)
+    assert json.loads((model / "config.json").read_text())["bos_token_id"] == 1
+    assert _text_prompt_ids(model, text) == [3, 4, 5]
+    tok_cfg = model / "tokenizer_config.json"
+    tok_cfg.write_text(json.dumps({"add_bos_token": False, "bos_token": "<s>"}))
+    assert _text_prompt_ids(model, text) == [3, 4, 5]
+    tok_cfg.write_text(json.dumps({"add_bos_token": True, "bos_token": {"content": "<s>"}}))
+    assert _text_prompt_ids(model, text) == [1, 3, 4, 5]
+    convert_hf_to_orbax(str(model), str(tmp_path / "orbax"))  # carries tokenizer_config.json
+    assert _text_prompt_ids(tmp_path / "orbax", text) == [1, 3, 4, 5]
+    # A post-processor that adds <s> itself (Llama 3's, Mistral's): one BOS, not two.
+    tok = json.loads((model / "tokenizer.json").read_text())
+    tok["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [
+            {"SpecialToken": {"id": "<s>", "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}},
+        ],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}},
+    }
+    (model / "tokenizer.json").write_text(json.dumps(tok))
+    assert _text_prompt_ids(model, text) == [1, 3, 4, 5]
+    tok_cfg.unlink()
+    assert _text_prompt_ids(model, text) == [1, 3, 4, 5]

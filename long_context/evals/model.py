@@ -16,8 +16,10 @@ class LLMAdapter:
     def __init__(self, llm):
         self.llm = llm
         cfg = llm.config
-        self.bos_token_id = cfg.bos_token_id
+        # Text prompts start as the engine starts them (the tokenizer's rule, not the config's
+        # bos_token_id, which e.g. Qwen never adds); token-space prompts with the config's.
         self.codec = None if llm.tokenizer is None else TokenizerCodec(llm.tokenizer)
+        self.bos_token_id = cfg.bos_token_id if self.codec is None else llm.prompt_bos_id
         # Never used as filler / answers in token space: ids with a meaning of their own.
         bos = () if cfg.bos_token_id is None else (cfg.bos_token_id,)
         self.reserved_ids = tuple(sorted({0, *bos, *cfg.eos_token_ids}))
