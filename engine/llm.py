@@ -46,6 +46,26 @@ class _Dispatched(NamedTuple):
     start: float
 
 
+def _long_prefill_policy(
+    long_prefill: LongPrefillPolicy | None, process_count: int
+) -> LongPrefillPolicy:
+    """The policy to schedule by. Across processes (one mesh over several hosts) every
+    process must build the same steps (sharding/distributed.py), so none may steer by its own
+    clock: the default policy drops its step-time rule there, and an explicit one that keeps
+    it is refused (two hosts measuring 3% apart split a chunk, 96 tokens against 104, and
+    the mesh then computes on mixed batches or its collectives abort)."""
+    if long_prefill is None:
+        policy = LongPrefillPolicy()
+        return policy if process_count == 1 else policy.without_clock()
+    if process_count > 1 and long_prefill.max_decode_slowdown is not None:
+        raise ValueError(
+            f"long_prefill.max_decode_slowdown={long_prefill.max_decode_slowdown}: steers by "
+            f"this process's step times, which differ across the {process_count} processes "
+            "that must schedule alike; use None (LongPrefillPolicy.without_clock())"
+        )
+    return long_prefill
+
+
 def _prompt_bos_id(tokenizer_path, tokenizer, cfg: ModelConfig) -> int | None:
     """The BOS id text prompts start with, or None to take the tokenizer's ids as they are.
 
@@ -129,6 +149,7 @@ class LLM:
         self.attention_impl = resolve_impl(attention_impl, bool(batch_invariant))
         kv_dtype = kv_quant.resolve_kv_cache_dtype(kv_cache_dtype)
         mesh_config = parse_mesh(mesh)  # ValueError on a bad string, before loading
+        long_prefill = _long_prefill_policy(long_prefill, jax.process_count())
 
         self.config, self.params, tokenizer_path = load_model(model, dtype=dtype, seed=seed)
         cfg = self.config
@@ -174,7 +195,7 @@ class LLM:
             max_num_seqs,
             max_model_len,
             eos_token_ids=cfg.eos_token_ids,
-            long_prefill=LongPrefillPolicy() if long_prefill is None else long_prefill,
+            long_prefill=long_prefill,
         )
         self.batch_invariant = bool(batch_invariant)
         self._buckets = runner.Buckets(

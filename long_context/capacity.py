@@ -9,9 +9,10 @@ what the engine allocates; "active" weights are those one token reads (top-k of 
 experts plus everything dense). Quantization scales and the few arrays real quantizers keep in
 high precision (norms, router bias) are not modelled: under 0.1% of any preset here.
 
-Across `tp` devices the weights are split evenly. GQA KV heads are split too, and replicated
-when tp exceeds the KV heads (each device keeps ceil(kv_heads / tp) heads, as vLLM does); the
-MLA latent has no head axis and is replicated on every device.
+Across `tp` devices the weights are split evenly. GQA KV heads are split too when tp divides
+them, else every device keeps all of them (the engine's cache sharding, sharding/rules.py; vLLM
+would keep ceil(kv_heads / tp)); the MLA latent has no head axis and is replicated on every
+device.
 
 KV is counted as the engine allocates it (engine/kv_pages.py): the budget holds whole pages
 of `page_size` tokens, and a sequence takes ceil(context / page_size) of them.
@@ -86,10 +87,12 @@ def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str) -> int:
 
 
 def kv_shard_fraction(cfg: ModelConfig, tp: int) -> float:
-    """Fraction of each token's KV bytes one of `tp` devices holds."""
-    if cfg.is_mla:
-        return 1.0  # the latent is shared by all heads: every device keeps all of it
-    return math.ceil(cfg.num_kv_heads / tp) / cfg.num_kv_heads
+    """Fraction of each token's KV bytes one of `tp` devices holds, as the engine shards the
+    cache (sharding/rules.py `rules_for`): KV heads split over tp when it divides them, else
+    every device keeps them all; the MLA latent, shared by all heads, is never split."""
+    if cfg.is_mla or cfg.num_kv_heads % tp:
+        return 1.0
+    return 1.0 / tp
 
 
 @functools.cache

@@ -23,6 +23,7 @@ The scheduler stays deterministic given the step times it is told; without them 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -60,6 +61,11 @@ class LongPrefillPolicy:
     def token_budget_only(cls) -> LongPrefillPolicy:
         """Plain chunked prefill: long prompts are chunked by the token budget alone."""
         return cls(max_long_prefills=None, max_decode_slowdown=None)
+
+    def without_clock(self) -> LongPrefillPolicy:
+        """This policy without its step-time rule: steps that depend on no clock, as every
+        process of a multi-host mesh must build (engine/llm.py)."""
+        return dataclasses.replace(self, max_decode_slowdown=None)
 
     def is_long(self, num_tokens: int) -> bool:
         """Whether a sequence with `num_tokens` to prefill (from position 0) is long."""
@@ -105,7 +111,14 @@ class LongPrefillController:
     ) -> None:
         """Account one executed step: its decodes, long-prefill and other prefill tokens."""
         probing, self._probing = self._probing, False
-        if num_decodes == 0 or other_prefill_tokens or self.policy.max_decode_slowdown is None:
+        # A time that is not a time (NaN, inf, negative) would poison the averages for good.
+        bad_time = not (math.isfinite(seconds) and seconds >= 0)
+        if (
+            num_decodes == 0
+            or other_prefill_tokens
+            or self.policy.max_decode_slowdown is None
+            or bad_time
+        ):
             if probing:  # the probe was spoiled by other work: try again later
                 self._since_base = 0
             return

@@ -7,7 +7,8 @@ all-reduces) cross hosts with no code of ours in between.
 Scheduling: a replicated deterministic scheduler, not a leader that broadcasts. Every
 process builds the same LLM, receives the same requests in the same order, and runs the
 same pure-Python scheduler (FIFO queues, page ids from a deterministic free list, request
-seeds derived from the engine seed and a counter, no clocks). Its only input from the
+seeds derived from the engine seed and a counter, no clocks: the long-prefill policy's
+step-time rule is off there, engine/llm.py `_long_prefill_policy`). Its only input from the
 device is the step output, which the step returns replicated on the mesh, so every process
 reads the very same tokens and the schedulers stay in lockstep. A leader would need an
 extra variable-size host broadcast of each SchedulerOutput every step, on the latency path

@@ -138,10 +138,26 @@ def test_sequences_take_whole_kv_pages_as_the_engine_allocates_them():
     )
 
 
-def test_kv_heads_replicate_when_tp_exceeds_them_and_mla_latent_is_never_split():
-    # 8 KV heads over 16 devices: each keeps one head, as with tp=8.
-    a = capacity("llama-3.1-8b", 8192, tp=16, hbm_gib=80)
-    assert a.kv_bytes_per_sequence_per_device == 131_072 // 8 * 8192
+@pytest.mark.parametrize(
+    "preset, tp", [("llama-3.1-8b", 8), ("llama-3.1-8b", 16), ("qwen3-30b-a3b", 8)]
+)
+def test_kv_bytes_per_device_follow_the_engines_cache_sharding(preset, tp):
+    """Read off the PartitionSpec the engine gives its KV pages (sharding/rules.py): KV
+    heads split over tp only when tp divides them (8 heads at tp=8), else kept whole on
+    every device (8 heads at tp=16, Qwen3-30B-A3B's 4 at tp=8)."""
+    from sharding.mesh import MeshConfig
+    from sharding.rules import GQA_PAGES_AXES, logical_to_spec, rules_for
+
+    cfg = get_preset(preset)
+    spec = logical_to_spec(GQA_PAGES_AXES, rules_for(cfg, MeshConfig(tp=tp)))
+    heads_split = spec[GQA_PAGES_AXES.index("kv_heads")] is not None
+    per_token = kv_bytes_per_token(cfg, cfg.dtype)
+    c = capacity(preset, 8192, tp=tp, hbm_gib=80)
+    assert c.kv_bytes_per_sequence_per_device == per_token * 8192 // (tp if heads_split else 1)
+    assert heads_split == (cfg.num_kv_heads % tp == 0)
+
+
+def test_mla_latent_is_never_split():
     b = capacity("deepseek-v3", 131072, weight_dtype="float8_e4m3fn", tp=8, hbm_gib=141)
     assert b.kv_bytes_per_sequence_per_device == b.kv_bytes_per_sequence == 70_272 * 131072
     budget = int(141 * GIB * 0.9) - math.ceil(expected_params("deepseek-v3")[0] / 8)

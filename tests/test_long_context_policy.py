@@ -244,3 +244,44 @@ def test_controller_probes_and_bad_policies():
     ]:
         with pytest.raises(ValueError, match=field):
             LongPrefillPolicy(**kwargs)
+
+
+def test_times_that_are_not_times_are_not_measurements():
+    ctl = LongPrefillController(LongPrefillPolicy())
+    for bad in (float("nan"), float("inf"), -1.0):
+        ctl.observe(4, 0, 0, bad)  # a decode-only step
+        assert ctl.base_seconds is None and ctl.allowance(True) == 0  # still to be measured
+    ctl.observe(4, 0, 0, 1.0)
+    ctl.observe(4, 16, 0, float("nan"))
+    assert ctl.base_seconds == 1.0 and ctl.token_seconds is None
+    assert ctl.allowance(True) == 16  # the initial chunk, never NaN tokens
+
+
+def _noisy_trace(policy, noise_seed: int) -> list:
+    """The steps one process schedules when its step times carry +-3% noise of its own."""
+    rnd = random.Random(noise_seed)
+    decoders = [make_seq(f"d{k}", 8, base=10 * k + 1, max_tokens=300) for k in range(4)]
+    sched, dev = long_scheduler(*decoders, policy=policy), FakeDevice(16)
+    trace = []
+    for i in range(300):
+        if i == 3:
+            sched.add(make_seq("long", 2000, base=3, max_tokens=2))
+        out = run_step(sched, dev, lambda out: step_seconds(out) * (1 + 0.03 * rnd.random()))
+        trace.append([(it.request_id, len(it.token_ids)) for it in out.items])
+    return trace
+
+
+def test_processes_of_one_mesh_schedule_alike_whatever_their_clocks():
+    """engine/llm.py's multi-process policy has no clock in it: two processes measuring
+    different step times build the same steps (with the clock, they part ways)."""
+    from engine.llm import _long_prefill_policy
+
+    timed = LongPrefillPolicy(long_prompt_tokens=100, probe_every=8)
+    assert _noisy_trace(timed, 0) != _noisy_trace(timed, 1)
+    clockless = timed.without_clock()
+    assert _noisy_trace(clockless, 0) == _noisy_trace(clockless, 1)
+    assert _long_prefill_policy(None, 1) == LongPrefillPolicy()
+    assert _long_prefill_policy(None, 2) == LongPrefillPolicy().without_clock()
+    assert _long_prefill_policy(clockless, 2) is clockless
+    with pytest.raises(ValueError, match="long_prefill.max_decode_slowdown"):
+        _long_prefill_policy(timed, 2)
