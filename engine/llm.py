@@ -24,9 +24,9 @@ from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.step import StepOutput, init_kv_pages, make_step
 from long_context.policy import LongPrefillPolicy
-from models.load import TOKENIZER_CONFIG_FILE, load_model
+from models.load import TOKENIZER_CONFIG_FILE, load_model, model_config
 from sharding.mesh import parse_mesh
-from sharding.placement import put_replicated, shard_model
+from sharding.placement import check_model_layout, put_replicated, shard_model
 
 # KV memory when num_pages is not given: a fraction of the accelerator's free memory, or a
 # fixed budget on CPU (host RAM is shared with everything else).
@@ -151,13 +151,10 @@ class LLM:
         mesh_config = parse_mesh(mesh)  # ValueError on a bad string, before loading
         long_prefill = _long_prefill_policy(long_prefill, jax.process_count())
 
-        self.config, self.params, tokenizer_path = load_model(model, dtype=dtype, seed=seed)
-        cfg = self.config
-        # mesh="" keeps the single-device path exactly; any mesh string, even "dp=1", places
-        # params and KV with NamedShardings and runs MoE layers through the all-to-all.
-        self.mesh = None
+        # Everything the config decides is checked before the weights are read.
+        cfg = model_config(model, dtype)
         if mesh:
-            self.mesh, self.params = shard_model(cfg, self.params, mesh_config)
+            check_model_layout(cfg, mesh_config)
         if max_model_len is None:
             max_model_len = cfg.max_position_embeddings
         if not isinstance(max_model_len, int) or not 1 <= max_model_len <= (
@@ -167,6 +164,14 @@ class LLM:
                 f"max_model_len={max_model_len!r}: must be in [1, max_position_embeddings="
                 f"{cfg.max_position_embeddings}]"
             )
+
+        self.config, self.params, tokenizer_path = load_model(model, dtype=dtype, seed=seed)
+        cfg = self.config
+        # mesh="" keeps the single-device path exactly; any mesh string, even "dp=1", places
+        # params and KV with NamedShardings and runs MoE layers through the all-to-all.
+        self.mesh = None
+        if mesh:
+            self.mesh, self.params = shard_model(cfg, self.params, mesh_config)
         self.max_model_len = max_model_len
         self.page_size = page_size
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)

@@ -16,7 +16,7 @@ from configs.hf_config import config_from_hf
 from configs.model_config import ModelConfig
 from configs.presets import PRESETS, get_preset
 from models.hf_loader import load_hf_params, resolve_tied_head
-from models.orbax_io import is_orbax_dir, restore_params, save_params
+from models.orbax_io import is_orbax_dir, load_config, restore_params, save_params
 from models.specs import abstract_params, count_params, init_params
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -38,19 +38,49 @@ def cast_params(params: dict, cfg: ModelConfig, dtype: str) -> tuple[ModelConfig
     return cfg, jax.tree.map(lambda x, w: x.astype(w.dtype), params, want)
 
 
-def _load_dir(path: str, dtype: str | None) -> tuple[ModelConfig, dict]:
+def _dir_config(path: str, dtype: str | None) -> ModelConfig:
     if is_orbax_dir(path):
-        cfg, params = restore_params(path)
-        if dtype not in (None, "auto"):
-            cfg, params = cast_params(params, cfg, dtype)
-        return cfg, params
+        cfg = load_config(path)
+        return cfg if dtype in (None, "auto") else cfg.replace(dtype=dtype)
     if os.path.isfile(os.path.join(path, HF_CONFIG_FILE)):
-        cfg = resolve_tied_head(path, config_from_hf(path, name=path, dtype=dtype))
-        return cfg, load_hf_params(path, cfg)
+        return resolve_tied_head(path, config_from_hf(path, name=path, dtype=dtype))
     raise ValueError(
         f"model={path!r}: directory has neither {HF_CONFIG_FILE} (Hugging Face) nor an orbax "
         "checkpoint written by save_params"
     )
+
+
+def _load_dir(path: str, dtype: str | None) -> tuple[ModelConfig, dict]:
+    cfg = _dir_config(path, dtype)
+    if is_orbax_dir(path):
+        stored, params = restore_params(path)
+        return cast_params(params, stored, cfg.dtype)
+    return cfg, load_hf_params(path, cfg)
+
+
+def _model_dir(model: str) -> str | None:
+    """The directory `model` names, or None for a preset; errors name `model`."""
+    path = os.path.expanduser(model)
+    if model in PRESETS:
+        return None
+    if os.path.isdir(path):
+        return path
+    if os.path.exists(path):
+        raise ValueError(f"model={model!r}: is a file; expected a directory or preset name")
+    if _looks_like_path(model):
+        raise FileNotFoundError(f"model={model!r}: no such directory")
+    get_preset(model)  # ValueError "unknown preset" listing the presets
+    return None
+
+
+def model_config(model: str, dtype: str | None = None) -> ModelConfig:
+    """The ModelConfig `load_model(model, dtype)` returns, read without any weights: what
+    an engine checks its arguments against before it loads them."""
+    path = _model_dir(model)
+    if path is not None:
+        return _dir_config(path, dtype)
+    cfg = get_preset(model)
+    return cfg.replace(dtype=dtype) if dtype not in (None, "auto") else cfg
 
 
 def load_model(
@@ -66,19 +96,12 @@ def load_model(
       dtype: parameter dtype override. None keeps the preset's or orbax checkpoint's dtype and
         reads HF checkpoints as float32; "auto" reads an HF checkpoint in its own dtype.
     """
-    path = os.path.expanduser(model)
-    if model not in PRESETS:
-        if os.path.isdir(path):
-            cfg, params = _load_dir(path, dtype)
-            tokenizer = os.path.join(path, TOKENIZER_FILE)
-            return cfg, params, tokenizer if os.path.isfile(tokenizer) else None
-        if os.path.exists(path):
-            raise ValueError(f"model={model!r}: is a file; expected a directory or preset name")
-        if _looks_like_path(model):
-            raise FileNotFoundError(f"model={model!r}: no such directory")
-    cfg = get_preset(model)  # ValueError "unknown preset" listing the presets
-    if dtype not in (None, "auto"):
-        cfg = cfg.replace(dtype=dtype)
+    path = _model_dir(model)
+    if path is not None:
+        cfg, params = _load_dir(path, dtype)
+        tokenizer = os.path.join(path, TOKENIZER_FILE)
+        return cfg, params, tokenizer if os.path.isfile(tokenizer) else None
+    cfg = model_config(model, dtype)
     return cfg, init_params(cfg, jax.random.key(seed)), None
 
 

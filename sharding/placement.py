@@ -34,13 +34,19 @@ def put_replicated(tree, mesh: Mesh):
     return jax.tree.map(lambda x: put_global(x, rep), tree)
 
 
+def check_model_layout(cfg: ModelConfig, mc: MeshConfig) -> Mesh:
+    """The mesh `mc` builds for this model; a ValueError naming the axis and the count if it
+    cannot split the model (heads, experts, every other width) or the devices."""
+    check_layout(cfg, mc)
+    param_partition_specs(cfg, mc)  # ValueError on a width the mesh does not divide
+    return make_mesh(mc)
+
+
 def shard_model(cfg: ModelConfig, params: dict, mc: MeshConfig) -> tuple[Mesh, dict]:
     """Check that `mc` can split this model, build the mesh, and place the params on it.
 
     Every check runs before anything is placed, so a bad layout raises a ValueError naming
     the axis and the count and leaves nothing half-sharded.
     """
-    check_layout(cfg, mc)
-    param_partition_specs(cfg, mc)  # ValueError on a width the mesh does not divide
-    mesh = make_mesh(mc)
+    mesh = check_model_layout(cfg, mc)
     return mesh, put_tree(params, param_shardings(cfg, mesh))

@@ -124,9 +124,16 @@ def test_exchange_capacity_holds_the_worst_case():
     assert capacity(13, 8, 1) == 13
 
 
-def test_llm_rejects_bad_meshes_before_loading():
+def test_llm_rejects_bad_meshes_before_loading(monkeypatch):
     with pytest.raises(ValueError, match="axis tp count 0"):
         LLM(model="/no/such/dir", mesh="tp=0")  # the string is checked before the model
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the weights were read before the layout was checked")
+
+    monkeypatch.setattr("engine.llm.load_model", no_loading)
+    with pytest.raises(ValueError, match=r"max_model_len=4096: must be in \[1, max_position"):
+        LLM(model=str(FIXTURES / "mixtral"), max_model_len=4096)
     with pytest.raises(ValueError, match="tp=3 does not divide num_heads=4"):
         LLM(model=str(FIXTURES / "mixtral"), mesh="tp=3")
     with pytest.raises(ValueError, match="ep=2: model"):
