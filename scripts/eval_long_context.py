@@ -91,28 +91,36 @@ def parse_depth(s: str) -> float:
         raise ValueError(f"depths: {s!r} is not a number in [0, 1]") from None
 
 
-def _check_max_model_len(lengths: list[int]) -> None:
-    """The engine refuses a prompt longer than max_model_len; say so before loading."""
-    if _MAX_MODEL_LEN.value is not None and _MAX_MODEL_LEN.value < max(lengths):
+def _check_max_model_len(lengths: list[int], reply: int) -> None:
+    """The engine refuses a prompt longer than max_model_len and cuts a reply off there (a
+    cut answer would score as wrong); say so before loading."""
+    if _MAX_MODEL_LEN.value is not None and _MAX_MODEL_LEN.value < max(lengths) + reply:
         raise ValueError(
-            f"max_model_len={_MAX_MODEL_LEN.value}: shorter than the longest length, {max(lengths)}"
+            f"max_model_len={_MAX_MODEL_LEN.value}: must hold the longest length, "
+            f"{max(lengths)}, plus {reply} reply tokens (--max_new_tokens)"
         )
 
 
 def _engine(lengths: list[int], reply: int) -> LLM:
-    return LLM(
-        model=_MODEL.value,
-        dtype=_DTYPE.value,
-        mesh=_MESH.value,
-        page_size=_PAGE_SIZE.value,
-        num_pages=_NUM_PAGES.value,
-        max_num_batched_tokens=_MAX_BATCHED.value,
-        max_num_seqs=_MAX_SEQS.value,
-        max_model_len=_MAX_MODEL_LEN.value or max(lengths) + reply,
-        attention_impl=_ATTN.value,
-        kv_cache_dtype=_KV_CACHE_DTYPE.value,
-        seed=_SEED.value,
-    )
+    try:
+        return LLM(
+            model=_MODEL.value,
+            dtype=_DTYPE.value,
+            mesh=_MESH.value,
+            page_size=_PAGE_SIZE.value,
+            num_pages=_NUM_PAGES.value,
+            max_num_batched_tokens=_MAX_BATCHED.value,
+            max_num_seqs=_MAX_SEQS.value,
+            max_model_len=_MAX_MODEL_LEN.value or max(lengths) + reply,
+            attention_impl=_ATTN.value,
+            kv_cache_dtype=_KV_CACHE_DTYPE.value,
+            seed=_SEED.value,
+        )
+    except ValueError as e:
+        if _MAX_MODEL_LEN.value is None and str(e).startswith("max_model_len="):
+            # The value is ours (longest length + reply), not the user's: say where it is from.
+            raise ValueError(f"lengths up to {max(lengths)} plus {reply} reply tokens: {e}") from e
+        raise
 
 
 def _retrieval(lengths: list[int], out: str) -> None:
@@ -120,7 +128,7 @@ def _retrieval(lengths: list[int], out: str) -> None:
     check_retrieval_args(
         lengths, depths, _NUM_SAMPLES.value, _MAX_NEW_TOKENS.value, _BATCH_SIZE.value
     )
-    _check_max_model_len(lengths)
+    _check_max_model_len(lengths, _MAX_NEW_TOKENS.value or _DEFAULT_REPLY)
     haystack = None
     if _TEXT_FILE.value and _TASK.value == "needle":
         if not os.path.isfile(_TEXT_FILE.value):
@@ -162,7 +170,7 @@ def _perplexity(lengths: list[int], out: str) -> None:
             "--text_file as text (through the tokenizer) or as a .npy of token ids"
         )
     check_perplexity_args(lengths, _NUM_WINDOWS.value, _BATCH_SIZE.value)
-    _check_max_model_len(lengths)
+    _check_max_model_len(lengths, 0)
     os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
     llm = _engine(lengths, 0)
     adapter = LLMAdapter(llm)

@@ -362,6 +362,11 @@ def test_argument_checks_name_the_flag():
     [
         (["--task=passkey", "--num_samples=0"], "num_samples=0: must be >= 1"),
         (["--task=perplexity", "--text_file=/nope.txt"], "text_file='/nope.txt': no such file"),
+        # a reply needs room past the prompt: cut off at max_model_len, it would score wrong
+        (
+            ["--task=passkey", "--max_model_len=64", "--max_new_tokens=5"],
+            "max_model_len=64: must hold the longest length, 64, plus 5 reply tokens",
+        ),
     ],
 )
 def test_eval_script_checks_flags_before_loading_the_model(tmp_path, flags, error):
@@ -373,6 +378,16 @@ def test_eval_script_checks_flags_before_loading_the_model(tmp_path, flags, erro
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and f"eval_long_context: {error}" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_eval_script_names_where_its_default_max_model_len_comes_from(tmp_path):
+    cmd = [
+        sys.executable, "-m", "scripts.eval_long_context", "--model=tiny-llama",
+        "--task=passkey", "--lengths=4k", f"--output_dir={tmp_path}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    want = "lengths up to 4096 plus 16 reply tokens: max_model_len=4112: must be in [1, max_pos"
+    assert proc.returncode == 1 and want in proc.stderr, proc.stderr[-2000:]
 
 
 def test_eval_script_runs_end_to_end_on_a_tiny_preset(tmp_path):
