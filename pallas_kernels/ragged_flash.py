@@ -121,6 +121,10 @@ class KernelConfig:
         for name in ("block_rows", "block_kv"):
             if getattr(self, name) < 16:
                 raise ValueError(f"KernelConfig.{name}={getattr(self, name)}: must be >= 16")
+        if self.num_warps < 1 or self.num_warps & (self.num_warps - 1):
+            raise ValueError(f"KernelConfig.num_warps={self.num_warps}: must be a power of two")
+        if self.num_stages < 1:
+            raise ValueError(f"KernelConfig.num_stages={self.num_stages}: must be >= 1")
         if self.kv_split < self.block_kv or self.kv_split % self.block_kv:
             raise ValueError(
                 f"KernelConfig.kv_split={self.kv_split}: must be a positive multiple of "
@@ -248,11 +252,19 @@ def plan_tiles(
 ) -> TilePlan:
     """Cuts every sequence's query span into tiles of `block_q` tokens."""
     num_tokens = positions.shape[0]
-    num_seqs = kv_lens.shape[0]
-    if cu_q_lens.shape != (num_seqs + 1,) or page_table.shape[0] != num_seqs:
+    num_seqs = kv_lens.shape[0] if kv_lens.ndim == 1 else 0
+    if (
+        num_seqs < 1
+        or cu_q_lens.shape != (num_seqs + 1,)
+        or page_table.ndim != 2
+        or page_table.shape[0] != num_seqs
+        or page_table.shape[1] < 1
+        or positions.ndim != 1
+    ):
         raise ValueError(
             f"cu_q_lens {cu_q_lens.shape}, kv_lens {kv_lens.shape}, page_table "
-            f"{page_table.shape}: expected [S + 1], [S], [S, Pmax]"
+            f"{page_table.shape}, positions {positions.shape}: expected [S + 1], [S], "
+            "[S, Pmax], [T] with S, Pmax >= 1"
         )
     cu_q_lens = cu_q_lens.astype(jnp.int32)
     q_lens = jnp.maximum(cu_q_lens[1:] - cu_q_lens[:-1], 0)
@@ -397,8 +409,15 @@ def _flash_kernel(
             values = jnp.where((pos < hi)[:, None], values, jnp.zeros_like(values))
             if value_scale is not None:
                 value_scale = jnp.where(pos < hi, value_scale, 0.0)
-        p_v = p
+        p_v, v_unit = p, None
         if value_scale is not None:  # fp8 pages: sum_j p_j (v_j s_j) = (p * s) . v
+            if values.dtype == jnp.float16:
+                # A row scale is ~max|v| / 448, and float16 is normal only above 6e-5: p * s
+                # lost a diffuse tail's keys (9% of the output, 2k keys). Take s relative to
+                # the block's largest and put that back, in float32, after the dot.
+                v_unit = jnp.max(value_scale)
+                v_unit = jnp.where(v_unit > 0, v_unit, 1.0)
+                value_scale = value_scale / v_unit
             p_v = p * value_scale[None, :]
         pv = lax.dot_general(
             p_v.astype(values.dtype),
@@ -407,6 +426,8 @@ def _flash_kernel(
             precision=_DOT_PRECISION,
             preferred_element_type=jnp.float32,
         )
+        if v_unit is not None:
+            pv = pv * v_unit
         return m_new, alpha * denom + jnp.sum(p, axis=1), alpha[:, None] * acc + pv
 
     value_dim = o_ref.shape[-1]

@@ -344,6 +344,29 @@ def test_unsupported_shapes_raise_a_clear_error():
         check_gqa_supported(jnp.zeros((4, 3, 64)), pages[..., :64], pages[..., :64])
 
 
+def test_malformed_metadata_and_configs_raise_a_clear_error():
+    q = jnp.zeros((4, 4, 64), jnp.float32)
+    pages = jnp.zeros((4, 8, 2, 64), jnp.float32)
+    cu, pos, lens, table = (
+        jnp.array([0, 2, 4], jnp.int32),
+        jnp.arange(4, dtype=jnp.int32),
+        jnp.array([2, 2], jnp.int32),
+        jnp.zeros((2, 3), jnp.int32),
+    )
+    for bad in (
+        (cu, pos, lens, table[0]),  # a 1-D page table
+        (cu, pos, lens, table[None]),  # a 3-D one
+        (cu, pos, lens[:, None], table),  # 2-D kv_lens
+        (cu[:1], pos, lens[:0], table[:0]),  # no sequences
+        (cu, pos, lens, table[:, :0]),  # no table columns
+    ):
+        with pytest.raises(ValueError, match=r"expected \[S \+ 1\], \[S\], \[S, Pmax\], \[T\]"):
+            ragged_paged_attention(q, pages, pages, *bad, scale=0.1, interpret=True)
+    for field, value in (("num_warps", 0), ("num_warps", 3), ("num_stages", 0)):
+        with pytest.raises(ValueError, match=f"KernelConfig.{field}={value}"):
+            KernelConfig(**{field: value})
+
+
 @pytest.mark.parametrize("interpret", MODES)
 def test_gqa_kernel_is_batch_invariant(interpret):
     """A token's output is bitwise the same alone or among other sequences, at another row
@@ -458,3 +481,55 @@ def test_fp8_pages_need_their_scales():
         check_gqa_supported(q, pages, pages, scales[..., :1], scales)
     with pytest.raises(ValueError, match="scales given for"):
         check_gqa_supported(q, pages.astype(q.dtype), pages.astype(q.dtype), scales, scales)
+
+
+@pytest.mark.parametrize("interpret", MODES)
+@pytest.mark.parametrize("kind", ["gqa", "mla"])
+def test_fp8_pages_under_float16_queries_keep_a_diffuse_tail(kind, interpret):
+    """One decode over 2,000 keys: one key scores 9 above the rest, whose probabilities
+    (~6e-6 each, with a row scale ~1.5e-4) sum to a tenth of the output. float16 is normal
+    only above 6e-5: p times the scale, formed in float16, rounded the tail away (9% of
+    the output lost); the kernel agrees with its `_ref` to float16's own rounding."""
+    _skip_unless_runnable(interpret)
+    rng = np.random.default_rng(0)
+    page_size, kv_len = 16, 2000
+    num_pages = kv_len // page_size
+    table = jnp.arange(num_pages, dtype=jnp.int32)[None]
+    meta = (
+        jnp.array([0, 1], jnp.int32),
+        jnp.array([kv_len - 1], jnp.int32),
+        jnp.array([kv_len], jnp.int32),
+        table,
+    )
+    values = 0.05 + 0.02 * rng.standard_normal((num_pages * page_size, 64))
+    if kind == "gqa":
+        scale = 64**-0.5
+        k = 0.01 * rng.standard_normal((num_pages * page_size, 64))
+        k[0, 0] = 9.0 / scale / 8.0  # with q = 8 e_0: key 0 scores 9, the rest ~0
+        k, v = (
+            kv_quant.quantize_rows(jnp.asarray(x.reshape(num_pages, page_size, 1, 64), jnp.float32))
+            for x in (k, values)
+        )
+        q = jnp.zeros((1, 1, 64), jnp.float16).at[0, 0, 0].set(8.0)
+        args = (q, k.data, v.data, *meta)
+        scales = dict(k_scales=k.scale, v_scales=v.scale)
+        kernel, ref = ragged_paged_attention, gqa_ref
+    else:
+        rank, rope = 64, 16
+        scale = (rank + rope) ** -0.5
+        latent = np.concatenate(
+            [values, 0.01 * rng.standard_normal((num_pages * page_size, rope))], axis=1
+        )
+        latent[0, rank] = 0.1  # with q_pe = (9 / scale / 0.1) e_0: key 0 scores 9
+        lat = kv_quant.quantize_rows(
+            jnp.asarray(latent.reshape(num_pages, page_size, rank + rope), jnp.float32)
+        )
+        q_pe = jnp.zeros((1, 4, rope), jnp.float16).at[:, :, 0].set(9.0 / scale / 0.1)
+        args = (jnp.zeros((1, 4, rank), jnp.float16), q_pe, lat.data, *meta)
+        scales = dict(latent_scales=lat.scale)
+        kernel, ref = mla_paged_attention, mla_ref
+    out = kernel(*args, scale=scale, interpret=interpret, **scales)
+    want = np.asarray(ref(*args, scale=scale, **scales), np.float32)
+    tail_share = 1 - 1 / (1 + (kv_len - 1) * np.exp(-9.0))  # of the softmax mass
+    assert 0.1 < tail_share < 0.3
+    np.testing.assert_allclose(np.asarray(out, np.float32), want, atol=2e-3 * np.abs(want).max())
