@@ -130,11 +130,28 @@ def _step_timed(llm: LLM, clock: _StreamClock) -> tuple[list, float]:
     return deltas, now - start if compiled else 0.0
 
 
+# Tokens each stream decodes before the measurement starts (its prefill is done by then).
+WARMUP_TOKENS = 4
+
+
+def check_itl_args(num_streams: int, stream_tokens: int, prompt_len: int) -> None:
+    """ValueError naming the argument that cannot make an ITL measurement."""
+    if num_streams < 1:
+        raise ValueError(f"num_streams={num_streams}: must be >= 1")
+    if stream_tokens <= WARMUP_TOKENS:
+        raise ValueError(
+            f"stream_tokens={stream_tokens}: must be > {WARMUP_TOKENS} (the streams decode "
+            f"{WARMUP_TOKENS} tokens before the long prompt arrives)"
+        )
+    if prompt_len < 1:
+        raise ValueError(f"prompt_len={prompt_len}: must be >= 1")
+
+
 def _start_streams(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> list[str]:
     """Queue the decode streams and step until each has generated a few tokens."""
     ids = [llm.add_request(p, params) for p in prompts]
     generated = dict.fromkeys(ids, 0)
-    while min(generated.values()) < 4:
+    while min(generated.values()) < WARMUP_TOKENS:
         for d in llm.step():
             if d.request_id in generated:
                 generated[d.request_id] += len(d.token_ids)
@@ -157,6 +174,7 @@ def measure_itl(
 
     Each stream may generate `stream_tokens`; `policy` None is the engine's default.
     """
+    check_itl_args(num_streams, stream_tokens, prompt_len)
     page_size = 16
     stream_len = stream_prompt_len + stream_tokens
     max_model_len = max(prompt_len, stream_len) + 1

@@ -14,6 +14,8 @@ import os
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 from configs.model_config import ModelConfig, RopeScaling
@@ -122,5 +124,9 @@ def restore_params(path: str | os.PathLike) -> tuple[ModelConfig, dict]:
         # Check every stored array against the specs first: orbax would otherwise cast dtypes
         # silently and report shape mismatches without naming the array.
         check_tree(ckptr.metadata(params_dir).item_metadata.tree, cfg, params_dir)
-        params = ckptr.restore(params_dir, abstract_params(cfg))
+        # Read into host arrays, then onto the default device uncommitted, as HF checkpoints
+        # and presets are: orbax's committed device arrays made the engine's KV come back
+        # committed after its first step, and every step shape compiled a second time.
+        host = jax.tree.map(lambda a: np.empty(a.shape, a.dtype), abstract_params(cfg))
+        params = jax.tree.map(jnp.asarray, ckptr.restore(params_dir, host))
     return cfg, params

@@ -49,6 +49,7 @@ from engine import paged_attention
 from long_context.latency import (
     ATTENTION_SCENARIOS,
     MLA_SCENARIOS,
+    check_itl_args,
     measure_itl,
     measure_ttft,
     plot_itl_vs_ttft,
@@ -226,6 +227,13 @@ def _itl_table(rows: list[dict]) -> None:
 
 def main(argv):
     del argv
+    try:
+        _main()
+    except (ValueError, FileNotFoundError) as e:  # bad flags and inputs: one line, no trace
+        sys.exit(f"bench_long_context: {e}")
+
+
+def _main() -> None:
     if _SINGLE.value:
         model, length = _SINGLE.value.rsplit(":", 1)
         result = measure_ttft(
@@ -239,6 +247,8 @@ def main(argv):
             f"--part={','.join(_PART.value)}: {', '.join(unknown) or 'no part'} is not one of "
             f"{', '.join(PARTS)}"
         )
+    if "itl" in _PART.value and not _ITL_FROM.value:
+        check_itl_args(_NUM_STREAMS.value, _STREAM_TOKENS.value, _ITL_PROMPT_LEN.value)
     results = {}
     if "attention" in _PART.value:
         results["attention"] = _attention_rows()

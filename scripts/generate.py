@@ -59,15 +59,27 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", 0, "Multi-host: this process's 
 
 def main(argv):
     del argv
-    try:  # checked before the model loads
-        params = SamplingParams(
-            temperature=_TEMPERATURE.value,
-            max_tokens=_MAX_TOKENS.value,
-            top_p=_TOP_P.value,
-            top_k=_TOP_K.value,
-        )
-    except ValueError as e:
+    try:
+        _generate()
+    except (ValueError, FileNotFoundError) as e:  # bad flags and inputs: one line, no trace
         sys.exit(f"generate: {e}")
+
+
+def _generate() -> None:
+    # Checked before the model loads.
+    params = SamplingParams(
+        temperature=_TEMPERATURE.value,
+        max_tokens=_MAX_TOKENS.value,
+        top_p=_TOP_P.value,
+        top_k=_TOP_K.value,
+    )
+    for name, flag, low in (
+        ("num_prompts", _NUM_PROMPTS, 1),
+        ("prompt_len", _PROMPT_LEN, 1),
+        ("seed", _SEED, 0),
+    ):
+        if flag.value < low:
+            raise ValueError(f"--{name}={flag.value}: must be >= {low}")
     distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     llm = LLM(
         model=_MODEL.value,

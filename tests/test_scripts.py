@@ -89,9 +89,17 @@ def test_benchmarks_run_small(module, flags, expect):
             ["--model=no-such-preset", "--max_tokens=0"],
             "--max_tokens=0: must be >= 1",
         ),
+        ("scripts.generate", ["--model=no-such-preset", "--prompt_len=0"], "--prompt_len=0"),
+        ("scripts.generate", ["--model=/no/such/dir"], "model='/no/such/dir': no such directory"),
+        (
+            "scripts.bench_long_context",
+            ["--part=itl", "--itl_model=no-such-preset", "--stream_tokens=3"],
+            "stream_tokens=3: must be > 4",  # a stream that stops first hung the warm-up
+        ),
     ],
 )
 def test_benchmarks_reject_bad_flags_before_building_a_model(module, flags, expect):
     # A preset that does not exist: the flag error must come before any model is looked up.
     proc = _process(module, *flags)
     assert proc.returncode != 0 and expect in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]  # one line, for a person
