@@ -11,6 +11,7 @@ Prints tok/s for both and the ratio on / off.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -41,6 +42,13 @@ def check_flags() -> None:
 
 def main(argv):
     del argv
+    try:
+        _main()
+    except (ValueError, FileNotFoundError) as e:  # bad flags and inputs: one line, no trace
+        sys.exit(f"bench_determinism: {e}")
+
+
+def _main() -> None:
     check_flags()
     rng = np.random.default_rng(0)
     engines = {

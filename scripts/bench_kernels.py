@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 
 import jax
@@ -75,6 +76,8 @@ def main(argv):
         sys.exit(f"bench_kernels: --batches and --contexts take integers ({e})")
     if (error := check_suite(suite, _PAGE_SIZE.value)) is not None:
         sys.exit(f"bench_kernels: {error}")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(_OUT.value))):
+        sys.exit(f"bench_kernels: --out={_OUT.value}: its folder does not exist")
     on_gpu = jax.default_backend() == "gpu"
     if not on_gpu and not _SMOKE.value:
         sys.exit("bench_kernels: no GPU; run with --smoke for the interpret-mode check")
@@ -83,11 +86,14 @@ def main(argv):
         overrides["fast_softmax"] = _FAST_SOFTMAX.value
     if _SMOKE.value:  # several blocks and splits even at the tiny shapes
         overrides = dict(block_rows=16, block_kv=16, kv_split=32) | overrides
-    configs = {
-        "gqa": dataclasses.replace(GQA_DECODE_CONFIG, **overrides),
-        "gqa_prefill": dataclasses.replace(GQA_CONFIG, **overrides),
-        "mla": dataclasses.replace(attention_ops.mla_config(decode=True), **overrides),
-    }
+    try:  # KernelConfig names the field a tuning flag set wrong
+        configs = {
+            "gqa": dataclasses.replace(GQA_DECODE_CONFIG, **overrides),
+            "gqa_prefill": dataclasses.replace(GQA_CONFIG, **overrides),
+            "mla": dataclasses.replace(attention_ops.mla_config(decode=True), **overrides),
+        }
+    except ValueError as e:
+        sys.exit(f"bench_kernels: {e}")
     if _MOSAIC.value:
         configs["mosaic"] = MOSAIC_MLA_CONFIG
         configs["mosaic_prefill"] = MOSAIC_GQA_CONFIG

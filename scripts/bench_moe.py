@@ -16,6 +16,7 @@ Load: token copies per expert and per ep device, as max / mean (1.0 = balanced).
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import jax
@@ -83,6 +84,13 @@ def imbalance(load: np.ndarray) -> float:
 
 def main(argv):
     del argv
+    try:
+        _main()
+    except (ValueError, FileNotFoundError) as e:  # bad flags and inputs: one line, no trace
+        sys.exit(f"bench_moe: {e}")
+
+
+def _main() -> None:
     if _ITERS.value < 1:
         raise app.UsageError(f"--iters={_ITERS.value}: must be >= 1")
     if _TOKENS.value < 1:

@@ -15,6 +15,7 @@ split of it (`LLM.stats()`): host ms (schedule, pack, launch, update, outputs) a
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -157,7 +158,16 @@ def parse_flags() -> list[int]:
 
 def main(argv):
     del argv
+    try:
+        _main()
+    except (ValueError, FileNotFoundError) as e:  # bad flags and inputs: one line, no trace
+        sys.exit(f"bench_throughput: {e}")
+
+
+def _main() -> None:
     batches = parse_flags()
+    if _JSON.value and not os.path.isdir(os.path.dirname(os.path.abspath(_JSON.value))):
+        raise FileNotFoundError(f"json_out={_JSON.value!r}: its folder does not exist")
     bw = copy_bandwidth(_COPY_MB.value << 20)
     print(f"device {jax.devices()[0].device_kind}; copy bandwidth {bw / 1e9:.1f} GB/s")
     rows = []

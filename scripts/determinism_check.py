@@ -74,6 +74,10 @@ def _check() -> bool:
         "probe_len": _PROBE_LEN.value,
     }
     check = bool(_GOLDEN.value) and os.path.exists(_GOLDEN.value)
+    if _GOLDEN.value and not check:  # to be written after the trials: its folder must exist
+        folder = os.path.dirname(os.path.abspath(_GOLDEN.value))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"golden={_GOLDEN.value!r}: no folder {folder!r} to write it")
     if check:
         det.check_golden_settings(_GOLDEN.value, _MODEL.value, settings)
     engines = {}

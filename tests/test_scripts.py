@@ -96,6 +96,19 @@ def test_benchmarks_run_small(module, flags, expect):
             ["--part=itl", "--itl_model=no-such-preset", "--stream_tokens=3"],
             "stream_tokens=3: must be > 4",  # a stream that stops first hung the warm-up
         ),
+        # Output paths are checked before the run, not when the results are written.
+        (
+            "scripts.bench_throughput",
+            ["--models=no-such-preset", "--json_out=/no/such/dir/x.json"],
+            "json_out='/no/such/dir/x.json': its folder does not exist",
+        ),
+        (
+            "scripts.determinism_check",
+            ["--model=no-such-preset", "--golden=/no/such/dir/g.json"],
+            "no folder '/no/such/dir' to write it",
+        ),
+        ("scripts.bench_kernels", ["--smoke", "--out=/no/such/dir/x.json"], "--out="),
+        ("scripts.bench_kernels", ["--smoke", "--num_warps=3"], "KernelConfig.num_warps=3"),
     ],
 )
 def test_benchmarks_reject_bad_flags_before_building_a_model(module, flags, expect):
