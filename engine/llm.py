@@ -231,6 +231,9 @@ class LLM:
         self._request_counter = itertools.count()
         self._outputs: dict[str, RequestOutput] = {}  # unfinished, and finished for generate
         self._collecting: set[str] = set()  # ids whose finished record generate() returns
+        # Ids a closed stream() (or a generate() that raised) aborted: no one is left to read
+        # their "abort" delta, so the step that frees their pages returns none.
+        self._unwatched: set[str] = set()
         self._num_steps = 0
         self._step_shapes: set[tuple[int, int]] = set()  # (T, S) buckets this engine ran
         self._page_rows = runner.PageRows()  # page tables as arrays, grown step by step
@@ -429,6 +432,9 @@ class LLM:
 
     def _deliver_aborts(self, request_ids) -> None:
         for rid in request_ids:
+            if rid in self._unwatched:
+                self._unwatched.discard(rid)
+                continue
             self._outbox.append(StreamDelta(rid, (), (), "abort"))
             if rid not in self._collecting:
                 self._outputs.pop(rid, None)
@@ -550,7 +556,8 @@ class LLM:
 
         A request with max_tokens=0 gets its finish delta in the first yield. Each yield
         holds all of the step's deltas (requests added by hand included). Closing the
-        generator early aborts the requests it has not finished.
+        generator early aborts the requests it has not finished; no later step() returns
+        their "abort" deltas (no one is left to read them).
         """
         records = self._collect(self._prepare(prompts, sampling_params))
         try:
@@ -590,8 +597,8 @@ class LLM:
         """Drop the records of a generate/stream call; abort what it leaves unfinished."""
         for r in records:
             self._collecting.discard(r.request_id)
-            if not r.finished:
-                self.abort(r.request_id)
+            if not r.finished and self.abort(r.request_id):
+                self._unwatched.add(r.request_id)
             if self._outputs.get(r.request_id) is r:
                 del self._outputs[r.request_id]
 
