@@ -29,6 +29,17 @@ ARCHS = {
 TOL = 2e-3
 
 
+def _assert_last_prefill_logits(params, cfg, ref: dict) -> None:
+    """The logits row at prompt 0's last position equal HF's (reference.json)."""
+    # Padded like greedy_generate pads, so this shares its compilation.
+    prompt0 = ref["prompts"][0]
+    ids = np.zeros(prefill_bucket(len(prompt0)), np.int32)
+    ids[: len(prompt0)] = prompt0
+    logits, _ = reference_forward(params, cfg, ids, np.int32(0), init_cache(cfg, 128))
+    want = np.asarray(ref["last_prefill_logits_prompt0"], np.float32)
+    np.testing.assert_allclose(np.asarray(logits[len(prompt0) - 1]), want, atol=TOL, rtol=0)
+
+
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_greedy_matches_hf(arch):
     fixture = FIXTURES / arch
@@ -37,13 +48,7 @@ def test_greedy_matches_hf(arch):
     ref = json.loads((fixture / "reference.json").read_text())
     params = load_hf_params(fixture, cfg)
 
-    # Padded like greedy_generate pads, so this shares its compilation.
-    prompt0 = ref["prompts"][0]
-    ids = np.zeros(prefill_bucket(len(prompt0)), np.int32)
-    ids[: len(prompt0)] = prompt0
-    logits, _ = reference_forward(params, cfg, ids, np.int32(0), init_cache(cfg, 128))
-    want = np.asarray(ref["last_prefill_logits_prompt0"], np.float32)
-    np.testing.assert_allclose(np.asarray(logits[len(prompt0) - 1]), want, atol=TOL, rtol=0)
+    _assert_last_prefill_logits(params, cfg, ref)
 
     for prompt, want_tokens, want_lps in zip(
         ref["prompts"], ref["greedy_tokens"], ref["logprobs"], strict=True
@@ -144,12 +149,7 @@ def test_a_tied_config_keeps_a_different_lm_head_from_its_checkpoint(tmp_path):
         cfg, params, _ = load_model(str(model))
     assert not cfg.tie_word_embeddings
     ref = json.loads((model / "reference.json").read_text())
-    prompt0 = ref["prompts"][0]
-    ids = np.zeros(prefill_bucket(len(prompt0)), np.int32)
-    ids[: len(prompt0)] = prompt0
-    logits, _ = reference_forward(params, cfg, ids, np.int32(0), init_cache(cfg, 128))
-    want = np.asarray(ref["last_prefill_logits_prompt0"], np.float32)
-    np.testing.assert_allclose(np.asarray(logits[len(prompt0) - 1]), want, atol=TOL, rtol=0)
+    _assert_last_prefill_logits(params, cfg, ref)
 
     tensors = load_file(str(model / "model.safetensors"))
     tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].copy()
