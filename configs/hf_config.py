@@ -38,7 +38,7 @@ _COMMON = dict(
     head_dim=None, num_key_value_heads=None, rope_theta=10000.0, sliding_window=None,
 )
 _QWEN_WINDOW = dict(bos_token_id=None, eos_token_id=None, use_sliding_window=False,
-                    sliding_window=4096)
+                    sliding_window=4096, max_window_layers=28)
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": dict(
         vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
@@ -276,7 +276,7 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> int | None:
     if model_type in ("qwen2", "qwen3"):
         layer_types = f.hf.get("layer_types")
         if layer_types is None:
-            first = f.hf.get("max_window_layers", 28)  # Qwen2Config / Qwen3Config default
+            first = f.get("max_window_layers")
             layer_types = ["sliding_attention" if i >= first else "full" for i in range(num_layers)]
         if "sliding_attention" not in layer_types:
             return None

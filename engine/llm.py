@@ -165,8 +165,7 @@ class LLM:
                 f"{cfg.max_position_embeddings}]"
             )
 
-        self.config, self.params, tokenizer_path = load_model(model, dtype=dtype, seed=seed)
-        cfg = self.config
+        self.config, self.params, tokenizer_path = load_model(model, dtype, seed, cfg)
         # mesh="" keeps the single-device path exactly; any mesh string, even "dp=1", places
         # params and KV with NamedShardings and runs MoE layers through the all-to-all.
         self.mesh = None

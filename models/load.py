@@ -50,8 +50,10 @@ def _dir_config(path: str, dtype: str | None) -> ModelConfig:
     )
 
 
-def _load_dir(path: str, dtype: str | None) -> tuple[ModelConfig, dict]:
-    cfg = _dir_config(path, dtype)
+def _load_dir(
+    path: str, dtype: str | None, cfg: ModelConfig | None = None
+) -> tuple[ModelConfig, dict]:
+    cfg = _dir_config(path, dtype) if cfg is None else cfg
     if is_orbax_dir(path):
         stored, params = restore_params(path)
         return cast_params(params, stored, cfg.dtype)
@@ -84,7 +86,7 @@ def model_config(model: str, dtype: str | None = None) -> ModelConfig:
 
 
 def load_model(
-    model: str, dtype: str | None = None, seed: int = 0
+    model: str, dtype: str | None = None, seed: int = 0, cfg: ModelConfig | None = None
 ) -> tuple[ModelConfig, dict, str | None]:
     """(cfg, params, tokenizer.json path or None) for a preset name, HF dir or orbax dir.
 
@@ -95,13 +97,14 @@ def load_model(
         safetensors) or a directory written by `save_params` / `convert_hf`.
       dtype: parameter dtype override. None keeps the preset's or orbax checkpoint's dtype and
         reads HF checkpoints as float32; "auto" reads an HF checkpoint in its own dtype.
+      cfg: `model_config(model, dtype)`, when the caller has read it already.
     """
     path = _model_dir(model)
     if path is not None:
-        cfg, params = _load_dir(path, dtype)
+        cfg, params = _load_dir(path, dtype, cfg)
         tokenizer = os.path.join(path, TOKENIZER_FILE)
         return cfg, params, tokenizer if os.path.isfile(tokenizer) else None
-    cfg = model_config(model, dtype)
+    cfg = model_config(model, dtype) if cfg is None else cfg
     return cfg, init_params(cfg, jax.random.key(seed)), None
 
 
