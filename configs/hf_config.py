@@ -232,6 +232,49 @@ def _generation_eos_ids(source: str | os.PathLike) -> tuple[int, ...]:
     return _eos_ids(_read_json_object(gen_path, "HF generation config").get("eos_token_id"))
 
 
+# transformers' FineGrainedFP8Config defaults, for the fields a checkpoint may leave out.
+_FP8_DEFAULTS = dict(fmt="e4m3", activation_scheme="dynamic", weight_block_size=(128, 128))
+
+
+def fp8_weight_block(hf: dict) -> tuple[int, int] | None:
+    """[rows, cols] of the scale blocks of a checkpoint whose linear weights are stored as fp8
+    (e4m3) with a `<name>_scale_inv` per block, as DeepSeek-V3/R1 and Qwen3-*-FP8 ship; None
+    when the config has no `quantization_config`. Such weights are dequantized on load
+    (models/fp8_checkpoint.py). Other quantization methods are refused, naming the field."""
+    qc = hf.get("quantization_config")
+    if qc is None:
+        return None
+    if not isinstance(qc, dict):
+        raise ValueError(f"HF config quantization_config={qc!r}: expected a JSON object")
+    method = qc.get("quant_method")
+    if method != "fp8":
+        raise ValueError(
+            f"HF config quantization_config.quant_method={method!r}: only 'fp8' (block-quantized "
+            "e4m3 weights with weight_scale_inv, dequantized on load) is supported"
+        )
+    q = {k: qc.get(k, v) for k, v in _FP8_DEFAULTS.items()}
+    if q["fmt"] != "e4m3":
+        raise ValueError(f"HF config quantization_config.fmt={q['fmt']!r}: only 'e4m3'")
+    if q["activation_scheme"] != "dynamic":
+        # Static schemes quantize activations with stored scales: not what a dequantized
+        # model computes.
+        raise ValueError(
+            f"HF config quantization_config.activation_scheme={q['activation_scheme']!r}: "
+            "only 'dynamic' is supported"
+        )
+    block = q["weight_block_size"]
+    if (
+        not isinstance(block, list | tuple)
+        or len(block) != 2
+        or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+    ):
+        raise ValueError(
+            f"HF config quantization_config.weight_block_size={block!r}: expected two positive "
+            "ints [rows, cols] (per-tensor scales are not supported)"
+        )
+    return int(block[0]), int(block[1])
+
+
 def _dtype(hf: dict, dtype: str | None) -> str:
     if dtype is None:
         return "float32"
@@ -375,7 +418,8 @@ def config_from_hf(
 ) -> ModelConfig:
     """Map a Hugging Face config (dict, config.json path or model dir) to a `ModelConfig`.
 
-    EOS ids: the config's, and those of a generation_config.json beside it.
+    EOS ids: the config's, and those of a generation_config.json beside it. A
+    `quantization_config` is checked here (`fp8_weight_block`); the loader dequantizes.
 
     Args:
       name: the config's name; default: the directory or file path, or "hf-<model_type>".
@@ -393,6 +437,7 @@ def config_from_hf(
         name = os.fspath(source) if not isinstance(source, dict) else f"hf-{model_type}"
     f = _Fields(hf, model_type)
     _refuse_unsupported(f, model_type)
+    fp8_weight_block(hf)  # refuses an unsupported quantization before any weight is read
     num_layers = f.required("num_hidden_layers")
     max_position = f.required("max_position_embeddings")
     rope_theta, rope_scaling = _rope(f, max_position)

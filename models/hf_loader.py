@@ -5,6 +5,9 @@ safetensors numpy API. Every expected tensor's presence, shape and dtype is chec
 file headers before any tensor data is read, so a bad checkpoint fails fast and nothing is
 half-loaded.
 
+Block-quantized fp8 weights (a `quantization_config` with quant_method "fp8", as DeepSeek-V3
+ships) are dequantized to the params dtype as they are read (models/fp8_checkpoint.py).
+
 Expert weights come in two layouts, both supported:
   per_expert: released checkpoints (and transformers' save_pretrained):
       model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj.weight
@@ -15,6 +18,7 @@ Expert weights come in two layouts, both supported:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from pathlib import Path
@@ -24,7 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
+from configs.hf_config import fp8_weight_block, read_hf_config
 from configs.model_config import ModelConfig
+from models.fp8_checkpoint import FP8_DTYPE, Fp8Reader, dequantize, scale_name, scale_shape
 from models.specs import ParamSpec, param_specs
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -218,7 +224,15 @@ def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFT
     return candidates[best]
 
 
-def _validate(names: dict[str, HFTensor], headers: dict[str, _Header]) -> None:
+def _fp8_block(model_dir: Path) -> tuple[int, int] | None:
+    """The checkpoint's fp8 scale block ([rows, cols]), or None when it is not quantized."""
+    config = model_dir / "config.json"
+    return fp8_weight_block(read_hf_config(config)) if config.is_file() else None
+
+
+def _validate(
+    names: dict[str, HFTensor], headers: dict[str, _Header], block: tuple[int, int] | None
+) -> None:
     for name, want in names.items():
         got = headers[name]
         if got.shape != want.shape:
@@ -226,11 +240,42 @@ def _validate(names: dict[str, HFTensor], headers: dict[str, _Header]) -> None:
                 f"checkpoint tensor {name!r}: expected shape {want.shape}, found {got.shape} "
                 f"in {got.file.name}"
             )
-        if got.dtype not in FLOAT_DTYPES:
+        if got.dtype == FP8_DTYPE:
+            _validate_fp8(name, got, headers, block)
+        elif got.dtype not in FLOAT_DTYPES:
             raise ValueError(
                 f"checkpoint tensor {name!r}: dtype {got.dtype} unsupported; "
-                f"expected one of {FLOAT_DTYPES}"
+                f"expected one of {FLOAT_DTYPES} (or {FP8_DTYPE} with block scales)"
             )
+
+
+def _validate_fp8(
+    name: str, got: _Header, headers: dict[str, _Header], block: tuple[int, int] | None
+) -> None:
+    if block is None:
+        raise ValueError(
+            f"checkpoint tensor {name!r}: dtype {FP8_DTYPE} needs a config.json "
+            "quantization_config with quant_method 'fp8' (none found)"
+        )
+    if len(got.shape) < 2:
+        raise ValueError(f"checkpoint tensor {name!r}: {FP8_DTYPE} only for matrices")
+    scale = headers.get(scale_name(name))
+    if scale is None:
+        raise ValueError(
+            f"checkpoint tensor {name!r}: {FP8_DTYPE} weight without its scale tensor "
+            f"{scale_name(name)!r}"
+        )
+    want = scale_shape(got.shape, block)
+    if scale.shape != want:
+        raise ValueError(
+            f"checkpoint tensor {scale_name(name)!r}: expected shape {want} (weight "
+            f"{got.shape} in blocks of {list(block)}), found {scale.shape}"
+        )
+    if scale.dtype not in FLOAT_DTYPES:
+        raise ValueError(
+            f"checkpoint tensor {scale_name(name)!r}: dtype {scale.dtype} unsupported; "
+            f"expected one of {FLOAT_DTYPES}"
+        )
 
 
 def _leaf_specs(specs, path: Path_ = ()) -> dict[Path_, ParamSpec]:
@@ -283,23 +328,34 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     (router_bias stays float32, as declared in models/specs.py).
 
     Raises FileNotFoundError (directory, file or shard missing) or ValueError (corrupt file,
-    missing tensor, wrong shape or dtype), each naming the path or tensor, before reading data.
+    missing tensor, wrong shape or dtype, an fp8 weight without its scale or quantization_config),
+    each naming the path or tensor, before reading data.
     """
     model_dir = Path(model_dir)
     headers = _read_headers(_checkpoint_files(model_dir))
     names = _pick_layout(cfg, headers)
-    _validate(names, headers)
+    block = _fp8_block(model_dir)
+    _validate(names, headers, block)
 
     specs = param_specs(cfg)
     leaf_specs = _leaf_specs(specs)
     leaves: dict[Path_, np.ndarray] = {}
-    by_file: dict[Path, list[str]] = {}
-    for name in names:
-        by_file.setdefault(headers[name].file, []).append(name)
-    for path, names_in_file in by_file.items():
-        with safe_open(str(path), framework="np") as f:
-            for name in names_in_file:
-                _place(names[name], f.get_tensor(name), leaf_specs, leaves)
+    fp8 = Fp8Reader()
+    with contextlib.ExitStack() as stack:
+        handles = {}
+
+        def read(name: str) -> np.ndarray:
+            path = headers[name].file
+            if headers[name].dtype == FP8_DTYPE:
+                scale = read(scale_name(name))
+                return dequantize(fp8.read(path, name), scale, block)
+            if path not in handles:
+                handles[path] = stack.enter_context(safe_open(str(path), framework="np"))
+            return handles[path].get_tensor(name)
+
+        # In file order, so each shard is read front to back.
+        for name in sorted(names, key=lambda n: str(headers[n].file)):
+            _place(names[name], read(name), leaf_specs, leaves)
     return _build_tree(specs, leaves)
 
 

@@ -376,11 +376,39 @@ def test_missing_path(tmp_path):
         ({"eos_token_id": "2"}, "eos_token_id"),
         ({"dtype": "float8"}, "dtype"),
         ({"num_attention_heads": None}, "num_attention_heads"),
+        ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "quant_method='awq'"),
+        ({"quantization_config": "fp8"}, "quantization_config='fp8'"),
+        (
+            {"quantization_config": {"quant_method": "fp8", "activation_scheme": "static"}},
+            "activation_scheme='static'",
+        ),
+        ({"quantization_config": {"quant_method": "fp8", "fmt": "e5m2"}}, "fmt='e5m2'"),
+        (
+            {"quantization_config": {"quant_method": "fp8", "weight_block_size": None}},
+            "weight_block_size=None",
+        ),
+        (
+            {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 0]}},
+            r"weight_block_size=\[128, 0\]",
+        ),
     ],
 )
 def test_unsupported_fields_are_refused(change, field):
     with pytest.raises(ValueError, match=field):
         config_from_hf({**LLAMA_31_8B, **change}, dtype="auto")
+
+
+def test_fp8_block_quantization_is_read_with_transformers_defaults():
+    from configs.hf_config import fp8_weight_block
+
+    assert fp8_weight_block(LLAMA_31_8B) is None
+    # DeepSeek-V3's own quantization_config (checked by config_from_hf too).
+    assert fp8_weight_block(DEEPSEEK_V3) == (128, 128)
+    config_from_hf(DEEPSEEK_V3)
+    # FineGrainedFP8Config's defaults: e4m3, dynamic activations, 128 x 128 blocks.
+    assert fp8_weight_block({"quantization_config": {"quant_method": "fp8"}}) == (128, 128)
+    qc = {"quant_method": "fp8", "weight_block_size": [64, 32]}
+    assert fp8_weight_block({"quantization_config": qc}) == (64, 32)
 
 
 def test_mla_softmax_scale_uses_mscale_all_dim_with_any_scaled_rope():

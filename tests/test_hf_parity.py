@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+import jax
+import ml_dtypes
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
@@ -56,6 +58,97 @@ def test_greedy_matches_hf(arch):
         tokens, logprobs = greedy_generate(params, cfg, prompt, len(want_tokens))
         assert tokens == want_tokens, f"{arch}: prompt of {len(prompt)} tokens"
         np.testing.assert_allclose(logprobs, want_lps, atol=TOL, rtol=0)
+
+
+FP8_ARCHS = ("deepseek_v3", "qwen3_moe")
+
+
+@pytest.mark.parametrize("arch", FP8_ARCHS)
+def test_fp8_block_checkpoint_matches_hf(arch):
+    """DeepSeek-V3's release format (e4m3 weights with per-block scale_inv, made by
+    tests/fixtures/make_fp8_weight_fixtures.py) gives what transformers computes on it."""
+    fixture = FIXTURES / f"{arch}_fp8"
+    cfg = get_preset(ARCHS[arch])
+    ref = json.loads((fixture / "reference.json").read_text())
+    params = load_hf_params(fixture, cfg)
+    _assert_last_prefill_logits(params, cfg, ref)
+    for prompt, want_tokens, want_lps in zip(
+        ref["prompts"], ref["greedy_tokens"], ref["logprobs"], strict=True
+    ):
+        tokens, logprobs = greedy_generate(params, cfg, prompt, len(want_tokens))
+        assert tokens == want_tokens, f"{arch}: prompt of {len(prompt)} tokens"
+        np.testing.assert_allclose(logprobs, want_lps, atol=TOL, rtol=0)
+
+
+def test_fp8_checkpoint_uses_every_weight_and_scale():
+    cfg = get_preset("tiny-deepseek-v3")
+    fixture = FIXTURES / "deepseek_v3_fp8"
+    on_disk = set(json.loads((fixture / "model.safetensors.index.json").read_text())["weight_map"])
+    names = set(hf_tensor_names(cfg, "per_expert"))
+    scales = {n for n in on_disk if n.endswith("_scale_inv")}
+    assert on_disk == names | scales
+    assert {n.removesuffix("_scale_inv") for n in scales} < names  # KEEP stays float32
+    # The same model through the public loader (config.json's quantization_config read there).
+    hf_cfg, params, _ = load_model(str(fixture))
+    assert hf_cfg.num_experts == cfg.num_experts
+    want = load_hf_params(fixture, cfg)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_fp8_dequantize_spreads_each_scale_over_its_block_and_partial_blocks():
+    """DeepSeek-V3's weight_dequant rule, w[i, j] * scale[i // bm, j // bn], written out per
+    element; the last block of each side here is partial (20 = 8 + 8 + 4, 12 = 8 + 4)."""
+    from models.fp8_checkpoint import dequantize, scale_shape
+
+    rng = np.random.default_rng(0)
+    block = (8, 8)
+    w = rng.normal(size=(3, 20, 12)).astype(ml_dtypes.float8_e4m3fn)  # [experts, rows, cols]
+    scale = rng.uniform(0.5, 2.0, size=scale_shape(w.shape, block)).astype(np.float32)
+    assert scale.shape == (3, 3, 2)
+    want = np.empty(w.shape, np.float32)
+    for e, i, j in np.ndindex(*w.shape):
+        want[e, i, j] = np.float32(w[e, i, j]) * scale[e, i // 8, j // 8]
+    np.testing.assert_array_equal(dequantize(w, scale, block), want)
+
+
+def test_fp8_loader_errors_name_the_tensor(tmp_path):
+    cfg = get_preset("tiny-qwen3-moe")
+    d = _copy_fixture(tmp_path, "qwen3_moe_fp8")
+    name = "model.layers.0.self_attn.q_proj.weight"  # the first weight the loader checks
+    raw = (d / "model.safetensors").read_bytes()
+    config = json.loads((d / "config.json").read_text())
+
+    (d / "config.json").write_text(json.dumps({**config, "quantization_config": None}))
+    with pytest.raises(ValueError, match=f"{name}'.*F8_E4M3 needs a config.json quantization"):
+        load_hf_params(d, cfg)
+    qc = {**config["quantization_config"], "weight_block_size": [16, 4]}
+    (d / "config.json").write_text(json.dumps({**config, "quantization_config": qc}))
+    with pytest.raises(ValueError, match=rf"{name}_scale_inv.*expected shape \(4, 16\)"):
+        load_hf_params(d, cfg)
+    (d / "config.json").write_text(json.dumps(config))
+
+    tensors = _load_raw(d / "model.safetensors")
+    del tensors[name + "_scale_inv"]
+    save_file(tensors, str(d / "model.safetensors"))
+    with pytest.raises(ValueError, match=f"{name}.*without its scale tensor"):
+        load_hf_params(d, cfg)
+    (d / "model.safetensors").write_bytes(raw)
+    assert load_hf_params(d, cfg) is not None
+
+
+def _load_raw(path: Path) -> dict:
+    """Every tensor of a safetensors file, fp8 ones included (the numpy API has no fp8)."""
+    from safetensors import safe_open
+
+    from models.fp8_checkpoint import FP8_DTYPE, Fp8Reader
+
+    out = {}
+    with safe_open(str(path), framework="np") as f:
+        for name in f.keys():
+            fp8 = f.get_slice(name).get_dtype() == FP8_DTYPE
+            out[name] = Fp8Reader().read(path, name) if fp8 else f.get_tensor(name)
+    return out
 
 
 def test_loader_reads_fused_and_per_expert_layouts_alike(tmp_path):

@@ -1,0 +1,80 @@
+"""Block-quantized fp8 checkpoint weights (DeepSeek-V3/R1, Qwen3-*-FP8), dequantized on load.
+
+Such a checkpoint stores a linear weight `w: [..., R, C]` as float8_e4m3fn beside a float
+`w_scale_inv: [..., ceil(R / bm), ceil(C / bn)]`, [bm, bn] being the config's
+`quantization_config.weight_block_size`; the weight is `w[i, j] * scale_inv[i // bm, j // bn]`
+(DeepSeek-V3's `weight_dequant`; the last block of a side may be partial, e.g. 576 = 4.5 x 128
+rows in DeepSeek-V3's kv_a_proj_with_mqa). transformers' `Fp8Dequantize` computes the same where
+the blocks divide the weight (tests/fixtures/make_fp8_weight_fixtures.py).
+
+The safetensors numpy API cannot return fp8 tensors (numpy has no such dtype), so they are
+read from the file's own layout: an 8-byte little-endian header size, a JSON header of
+`{name: {dtype, shape, data_offsets}}`, then the data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+FP8_DTYPE = "F8_E4M3"  # safetensors' name for float8_e4m3fn
+SCALE_SUFFIX = "_scale_inv"
+
+
+def scale_name(weight: str) -> str:
+    """The scale tensor's name beside `weight` (e.g. `...q_a_proj.weight_scale_inv`)."""
+    return weight + SCALE_SUFFIX
+
+
+def scale_shape(shape: tuple[int, ...], block: tuple[int, int]) -> tuple[int, ...]:
+    """The scale grid of a weight of `shape`: one value per (possibly partial) block."""
+    *lead, rows, cols = shape
+    return (*lead, math.ceil(rows / block[0]), math.ceil(cols / block[1]))
+
+
+class Fp8Reader:
+    """Reads F8_E4M3 tensors, parsing each file's header once."""
+
+    def __init__(self):
+        self._layouts: dict[Path, tuple[int, dict]] = {}
+
+    def _layout(self, path: Path) -> tuple[int, dict]:
+        if path not in self._layouts:
+            with open(path, "rb") as f:
+                (header_len,) = struct.unpack("<Q", f.read(8))
+                self._layouts[path] = (8 + header_len, json.loads(f.read(header_len)))
+        return self._layouts[path]
+
+    def read(self, path: Path, name: str) -> np.ndarray:
+        """Tensor `name` of safetensors file `path` as an ml_dtypes float8_e4m3fn array."""
+        start, header = self._layout(path)
+        entry = header[name]
+        if entry["dtype"] != FP8_DTYPE:
+            raise ValueError(f"checkpoint tensor {name!r}: dtype {entry['dtype']}, not {FP8_DTYPE}")
+        begin, end = entry["data_offsets"]
+        shape = tuple(entry["shape"])
+        if end - begin != math.prod(shape):
+            raise ValueError(f"checkpoint tensor {name!r}: {end - begin} bytes for shape {shape}")
+        raw = np.fromfile(path, dtype=np.uint8, count=end - begin, offset=start + begin)
+        if raw.size != end - begin:
+            raise ValueError(f"checkpoint file {str(path)!r}: truncated inside tensor {name!r}")
+        return raw.view(ml_dtypes.float8_e4m3fn).reshape(shape)
+
+
+def dequantize(w: np.ndarray, scale: np.ndarray, block: tuple[int, int]) -> np.ndarray:
+    """float32 `w * scale` with each scale value spread over its [bm, bn] block.
+
+    Args:
+      w: [..., R, C] fp8 weight.
+      scale: [..., ceil(R / bm), ceil(C / bn)] float scale_inv.
+    """
+    rows, cols = w.shape[-2:]
+    s = np.asarray(scale, np.float32)
+    s = np.repeat(s, block[0], axis=-2)[..., :rows, :]
+    s = np.repeat(s, block[1], axis=-1)[..., :cols]
+    return w.astype(np.float32) * s
