@@ -165,7 +165,11 @@ class LLM:
                 f"{cfg.max_position_embeddings}]"
             )
 
-        self.config, self.params, tokenizer_path = load_model(model, dtype, seed, cfg)
+        # On a mesh the params stay on the host until shard_model puts each device's shards:
+        # a model larger than one device never lands whole on the first.
+        self.config, self.params, tokenizer_path = load_model(
+            model, dtype, seed, cfg, host=bool(mesh)
+        )
         # mesh="" keeps the single-device path exactly; any mesh string, even "dp=1", places
         # params and KV with NamedShardings and runs MoE layers through the all-to-all.
         self.mesh = None

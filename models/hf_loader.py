@@ -24,7 +24,6 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
-import jax.numpy as jnp
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
@@ -290,7 +289,7 @@ def _leaf_specs(specs, path: Path_ = ()) -> dict[Path_, ParamSpec]:
 
 def _build_tree(specs, leaves: dict[Path_, np.ndarray], path: Path_ = ()):
     if isinstance(specs, ParamSpec):
-        return jnp.asarray(leaves[path])
+        return leaves[path]
     if isinstance(specs, dict):
         return {k: _build_tree(v, leaves, path + (k,)) for k, v in specs.items()}
     return [_build_tree(v, leaves, path + (i,)) for i, v in enumerate(specs)]
@@ -324,8 +323,9 @@ def resolve_tied_head(model_dir: str | Path, cfg: ModelConfig) -> ModelConfig:
 
 
 def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
-    """Params tree for `cfg` from an HF safetensors checkpoint directory, cast to cfg.dtype
-    (router_bias stays float32, as declared in models/specs.py).
+    """Params tree of host (numpy) arrays for `cfg` from an HF safetensors checkpoint
+    directory, cast to cfg.dtype (router_bias stays float32, as declared in models/specs.py).
+    The caller places them: whole on one device, or straight into shards on a mesh.
 
     Raises FileNotFoundError (directory, file or shard missing) or ValueError (corrupt file,
     missing tensor, wrong shape or dtype, an fp8 weight without its scale or quantization_config),

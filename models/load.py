@@ -10,6 +10,7 @@ import os
 import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from configs.hf_config import config_from_hf
@@ -86,7 +87,11 @@ def model_config(model: str, dtype: str | None = None) -> ModelConfig:
 
 
 def load_model(
-    model: str, dtype: str | None = None, seed: int = 0, cfg: ModelConfig | None = None
+    model: str,
+    dtype: str | None = None,
+    seed: int = 0,
+    cfg: ModelConfig | None = None,
+    host: bool = False,
 ) -> tuple[ModelConfig, dict, str | None]:
     """(cfg, params, tokenizer.json path or None) for a preset name, HF dir or orbax dir.
 
@@ -98,14 +103,22 @@ def load_model(
       dtype: parameter dtype override. None keeps the preset's or orbax checkpoint's dtype and
         reads HF checkpoints as float32; "auto" reads an HF checkpoint in its own dtype.
       cfg: `model_config(model, dtype)`, when the caller has read it already.
+      host: return the params as host (numpy) arrays, for a caller that places them itself
+        (sharding a model onto a mesh: no device ever holds more than its shards); default:
+        on the default device.
     """
     path = _model_dir(model)
+    tokenizer = None
     if path is not None:
         cfg, params = _load_dir(path, dtype, cfg)
-        tokenizer = os.path.join(path, TOKENIZER_FILE)
-        return cfg, params, tokenizer if os.path.isfile(tokenizer) else None
+        if os.path.isfile(os.path.join(path, TOKENIZER_FILE)):
+            tokenizer = os.path.join(path, TOKENIZER_FILE)
+        if not host:
+            params = jax.tree.map(jnp.asarray, params)
+        return cfg, params, tokenizer
     cfg = model_config(model, dtype) if cfg is None else cfg
-    return cfg, init_params(cfg, jax.random.key(seed)), None
+    params = init_params(cfg, jax.random.key(seed))
+    return cfg, jax.device_get(params) if host else params, None
 
 
 def _check_out_dir(hf_dir: str, out_dir: str) -> None:

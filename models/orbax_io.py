@@ -14,7 +14,6 @@ import os
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -114,7 +113,8 @@ def load_config(path: str | os.PathLike) -> ModelConfig:
 
 
 def restore_params(path: str | os.PathLike) -> tuple[ModelConfig, dict]:
-    """(cfg, params) from a directory written by `save_params`; shapes and dtypes checked."""
+    """(cfg, params as host arrays) from a directory written by `save_params`; shapes and
+    dtypes checked."""
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))
     cfg = load_config(path)
     params_dir = os.path.join(path, PARAMS_DIR)
@@ -124,9 +124,9 @@ def restore_params(path: str | os.PathLike) -> tuple[ModelConfig, dict]:
         # Check every stored array against the specs first: orbax would otherwise cast dtypes
         # silently and report shape mismatches without naming the array.
         check_tree(ckptr.metadata(params_dir).item_metadata.tree, cfg, params_dir)
-        # Read into host arrays, then onto the default device uncommitted, as HF checkpoints
-        # and presets are: orbax's committed device arrays made the engine's KV come back
-        # committed after its first step, and every step shape compiled a second time.
+        # Read into host arrays, as HF checkpoints are; the caller places them (orbax's own
+        # committed device arrays made the engine's KV come back committed after its first
+        # step, and every step shape compiled a second time).
         host = jax.tree.map(lambda a: np.empty(a.shape, a.dtype), abstract_params(cfg))
-        params = jax.tree.map(jnp.asarray, ckptr.restore(params_dir, host))
+        params = ckptr.restore(params_dir, host)
     return cfg, params

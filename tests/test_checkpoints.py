@@ -176,6 +176,18 @@ def test_load_dtype_override(tmp_path):
         assert np.asarray(p16["embed"]).tobytes() == want.tobytes()
 
 
+def test_host_load_keeps_every_array_on_the_host(tmp_path):
+    """host=True (what LLM asks for on a mesh): numpy leaves, equal to the placed load."""
+    hf_dir = os.path.join(FIXTURES, "deepseek_v3")
+    convert_hf_to_orbax(hf_dir, str(tmp_path / "o"))
+    for source in (hf_dir, str(tmp_path / "o"), "tiny-deepseek-v3"):
+        _, host, _ = load_model(source, host=True)
+        _, placed, _ = load_model(source)
+        assert all(type(x) is np.ndarray for x in jax.tree.leaves(host)), source
+        assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(placed)), source
+        _assert_bitwise_equal(host, placed)
+
+
 @pytest.mark.parametrize("model", ["tiny-lama", "deepseek_v3"])
 def test_unknown_preset_lists_presets(model):
     with pytest.raises(ValueError, match="unknown preset") as e:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import pathlib
 
+import jax
+import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
 from configs.presets import get_preset
 from engine import LLM
+from models.load import load_model
 from sharding import distributed
 from sharding.expert_parallel import capacity
 from sharding.mesh import MeshConfig, check_layout, make_mesh, parse_mesh
@@ -140,6 +143,27 @@ def test_llm_rejects_bad_meshes_before_loading(monkeypatch):
         LLM(model=str(FIXTURES / "llama"), mesh="ep=2")
     with pytest.raises(ValueError, match=r"ep=4: dp\*tp\*ep=4 does not divide the 1 devices"):
         LLM(model=str(FIXTURES / "mixtral"), mesh="ep=4")
+
+
+def test_llm_on_a_mesh_shards_params_straight_from_the_host(monkeypatch):
+    """On a mesh the weights reach the devices only as shards: load_model hands over host
+    arrays (a model larger than one device would not fit whole on the first)."""
+    import engine.llm
+
+    loaded = []
+
+    def spy(*args, **kwargs):
+        out = load_model(*args, **kwargs)
+        loaded.append({type(x) for x in jax.tree.leaves(out[1])})
+        return out
+
+    monkeypatch.setattr(engine.llm, "load_model", spy)
+    llm = LLM(model=str(FIXTURES / "llama"), mesh="dp=1")
+    assert loaded == [{np.ndarray}]
+    leaves = jax.tree.leaves(llm.params)
+    assert all(isinstance(x.sharding, jax.sharding.NamedSharding) for x in leaves)
+    LLM(model=str(FIXTURES / "llama"))
+    assert len(loaded) == 2 and all(issubclass(t, jax.Array) for t in loaded[1])
 
 
 @pytest.mark.parametrize(
