@@ -116,12 +116,9 @@ def _generate() -> None:
     elapsed = time.perf_counter() - start
     if not distributed.is_leader():
         return  # every process holds the same outputs; process 0 prints them
-    for out in outs:
+    for i, out in enumerate(outs):  # numbered by prompt (the warm-up took the first ids)
         shown = out.text if out.text is not None else out.token_ids
-        print(
-            f"[{out.request_id}] prompt {len(out.prompt_token_ids)} tok -> {shown} "
-            f"({out.finish_reason})"
-        )
+        print(f"[{i}] prompt {len(out.prompt_token_ids)} tok -> {shown} ({out.finish_reason})")
     new_tokens = sum(len(o.token_ids) for o in outs)
     stats = llm.stats()
     print(

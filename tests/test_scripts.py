@@ -33,6 +33,11 @@ def _run(module: str, *flags: str) -> str:
 def test_generate_prints_tokens_and_throughput():
     out = _run("scripts.generate", "--model=tiny-qwen3", "--num_prompts=3", "--max_tokens=5")
     assert out.count("(length)") == 3
+    assert [line.split("]")[0] for line in out.splitlines() if " -> " in line] == [
+        "[0",
+        "[1",
+        "[2",
+    ]
     assert "tok/s" in out
 
 
