@@ -59,7 +59,7 @@ class QuantizedPages(NamedTuple):
 
 def resolve_kv_cache_dtype(kv_cache_dtype: str):
     """The page dtype for an LLM `kv_cache_dtype` name (None: the model's own dtype)."""
-    if kv_cache_dtype not in KV_CACHE_DTYPES:
+    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(
             f"kv_cache_dtype={kv_cache_dtype!r}: expected one of {sorted(KV_CACHE_DTYPES)}"
         )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
 import time
 from collections.abc import Iterator
-from collections.abc import Sequence as Seq
 from typing import NamedTuple
 
 import jax
@@ -16,7 +16,7 @@ import numpy as np
 
 from configs.model_config import ModelConfig
 from engine import batch_invariant as batch_invariant_lib
-from engine import kv_quant, runner
+from engine import inputs, kv_quant, runner
 from engine.attention_ops import resolve_impl
 from engine.kv_pages import PageManager, pages_for_budget, pages_for_tokens
 from engine.sampling_params import RequestOutput, SamplingParams, StreamDelta
@@ -104,6 +104,26 @@ def _default_backend_kv_budget() -> int:
     return int(free * _ACCEL_KV_FRACTION) if free > 0 else _CPU_KV_BUDGET
 
 
+def _check_kv_fits(num_pages: int, page_size: int, bytes_per_token: int, devices: int) -> None:
+    """ValueError naming num_pages if its KV pool cannot fit the memory of the devices (the
+    host's RAM on CPU), before anything is allocated."""
+    need = num_pages * page_size * bytes_per_token
+    dev = jax.devices()[0]
+    if dev.platform == "cpu":
+        have, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "host RAM"
+    else:
+        limit = (dev.memory_stats() or {}).get("bytes_limit")
+        if not limit:
+            return
+        have, where = limit * devices, f"the memory of {devices} {dev.platform} device(s)"
+    if need > have:
+        raise ValueError(
+            f"num_pages={num_pages}: a KV pool of {need / 2**30:.1f} GiB ({page_size}-token "
+            f"pages, {bytes_per_token} bytes per token) exceeds the {have / 2**30:.1f} GiB of "
+            f"{where}"
+        )
+
+
 class LLM:
     """Offline and streaming generation over a paged KV cache with continuous batching.
 
@@ -137,16 +157,21 @@ class LLM:
         async_scheduling: bool = True,
         kv_cache_dtype: str = "auto",
     ):
-        for name, value in (
-            ("page_size", page_size),
-            ("max_num_batched_tokens", max_num_batched_tokens),
-            ("max_num_seqs", max_num_seqs),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r}: must be an integer >= 1")
-        if num_pages is not None and (not isinstance(num_pages, int) or num_pages < 1):
-            raise ValueError(f"num_pages={num_pages!r}: must be an integer >= 1")
-        self.attention_impl = resolve_impl(attention_impl, bool(batch_invariant))
+        model = inputs.as_model_path(model)
+        page_size = inputs.as_int("page_size", page_size)
+        max_num_batched_tokens = inputs.as_int("max_num_batched_tokens", max_num_batched_tokens)
+        max_num_seqs = inputs.as_int("max_num_seqs", max_num_seqs)
+        if num_pages is not None:
+            num_pages = inputs.as_int("num_pages", num_pages, high=inputs.INT32_MAX // page_size)
+        if max_model_len is not None:  # its upper limit comes with the config, below
+            max_model_len = inputs.as_int("max_model_len", max_model_len)
+        batch_invariant = inputs.as_bool("batch_invariant", batch_invariant)
+        async_scheduling = inputs.as_bool("async_scheduling", async_scheduling)
+        # Request seeds derive from it modulo 2**32 (numpy's seed range, as vLLM's).
+        seed = inputs.as_int("seed", seed, low=0, high=2**32 - 1)
+        if long_prefill is not None and not isinstance(long_prefill, LongPrefillPolicy):
+            raise ValueError(f"long_prefill={long_prefill!r}: expected a LongPrefillPolicy or None")
+        self.attention_impl = resolve_impl(attention_impl, batch_invariant)
         kv_dtype = kv_quant.resolve_kv_cache_dtype(kv_cache_dtype)
         mesh_config = parse_mesh(mesh)  # ValueError on a bad string, before loading
         long_prefill = _long_prefill_policy(long_prefill, jax.process_count())
@@ -157,12 +182,17 @@ class LLM:
             check_model_layout(cfg, mesh_config)
         if max_model_len is None:
             max_model_len = cfg.max_position_embeddings
-        if not isinstance(max_model_len, int) or not 1 <= max_model_len <= (
-            cfg.max_position_embeddings
-        ):
+        if max_model_len > cfg.max_position_embeddings:
             raise ValueError(
                 f"max_model_len={max_model_len!r}: must be in [1, max_position_embeddings="
                 f"{cfg.max_position_embeddings}]"
+            )
+        if num_pages is not None:
+            _check_kv_fits(
+                num_pages,
+                page_size,
+                kv_quant.bytes_per_token(cfg, kv_dtype),
+                mesh_config.dp * mesh_config.tp * mesh_config.ep if mesh else 1,
             )
 
         # On a mesh the params stay on the host until shard_model puts each device's shards:
@@ -259,6 +289,7 @@ class LLM:
     # ---- requests ----------------------------------------------------------------------
 
     def _tokenize(self, prompt) -> list[int]:
+        prompt = inputs.prompt_text_or_ids(prompt)
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError(
@@ -270,21 +301,9 @@ class LLM:
             if bos is not None and (not ids or ids[0] != bos):
                 ids = [bos, *ids]
             return ids
-        try:
-            ids = [int(t) for t in prompt]
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"prompt: expected a string or a list of token ids, got {type(prompt).__name__}"
-            ) from None
-        if any(not isinstance(t, int | np.integer) for t in prompt):
-            raise ValueError("prompt: token ids must be integers")
-        return ids
+        return prompt
 
     def _validate(self, ids: list[int], params: SamplingParams) -> None:
-        if not isinstance(params, SamplingParams):
-            raise ValueError(
-                f"sampling_params: expected SamplingParams, got {type(params).__name__}"
-            )
         if not ids:
             raise ValueError("prompt: must not be empty")
         vocab = self.config.vocab_size
@@ -299,22 +318,8 @@ class LLM:
 
     def _prepare(self, prompts, sampling_params) -> list[tuple[list[int], SamplingParams]]:
         """Normalize and validate every request before any is queued (all or nothing)."""
-        if isinstance(prompts, str) or (
-            isinstance(prompts, Seq) and prompts and isinstance(prompts[0], int | np.integer)
-        ):
-            prompts = [prompts]
-        prompts = list(prompts)
-        if not prompts:
-            raise ValueError("prompts: must contain at least one prompt")
-        if sampling_params is None:
-            sampling_params = SamplingParams()
-        if isinstance(sampling_params, SamplingParams):
-            sampling_params = [sampling_params] * len(prompts)
-        sampling_params = list(sampling_params)
-        if len(sampling_params) != len(prompts):
-            raise ValueError(
-                f"sampling_params: {len(sampling_params)} given for {len(prompts)} prompts"
-            )
+        prompts = inputs.split_prompts(prompts)
+        sampling_params = inputs.sampling_list(sampling_params, len(prompts))
         reqs = []
         for prompt, params in zip(prompts, sampling_params, strict=True):
             ids = self._tokenize(prompt)
@@ -348,7 +353,7 @@ class LLM:
         if params.seed is None:
             # Unseeded requests still get a distinct, reproducible stream per engine seed.
             seed = (self._seed * 1_000_003 + n) % (2**32)
-            params = SamplingParams(**{**params.__dict__, "seed": seed})
+            params = dataclasses.replace(params, seed=seed)
         seq = Sequence(request_id, tuple(ids), params)
         self._scheduler.add(seq)
         out = RequestOutput(request_id, list(ids))
@@ -370,6 +375,8 @@ class LLM:
         Its increments come from step(), the last one with a finish_reason (a request with
         max_tokens=0 gets that at the next step()). An id is in use until then.
         """
+        if request_id is not None and not isinstance(request_id, str):
+            raise ValueError(f"request_id={request_id!r}: must be a string (or None)")
         if request_id is not None and self._id_in_use(request_id):
             raise ValueError(
                 f"request_id={request_id!r}: already in use (queued, running, or its last "
@@ -591,10 +598,20 @@ class LLM:
         return records
 
     def _collect(self, reqs) -> list[RequestOutput]:
-        """Queue validated requests whose records the caller keeps (generate, stream)."""
-        ids = [self._enqueue(i, p, None) for i, p in reqs]
-        self._collecting.update(ids)
-        return [self._outputs[rid] for rid in ids]
+        """Queue validated requests whose records the caller keeps (generate, stream); all
+        or none (an error part-way takes back the ones already queued)."""
+        records = []
+        try:
+            for ids, params in reqs:
+                rid = self._enqueue(ids, params, None)
+                self._collecting.add(rid)
+                records.append(self._outputs[rid])
+        except BaseException:
+            self._release(records)
+            # Nothing of theirs ran: free them now, not at the next step().
+            self._deliver_aborts(self._scheduler.release_aborted())
+            raise
+        return records
 
     def _release(self, records: list[RequestOutput]) -> None:
         """Drop the records of a generate/stream call; abort what it leaves unfinished."""

@@ -358,8 +358,8 @@ class Scheduler:
                 continue
             if not self.pages.can_allocate(self.pages.pages_needed(chunk)):
                 break  # this request waits; nobody behind it overtakes
-            del self._waiting[i]
             self.pages.ensure_capacity(seq.page_ids, chunk)
+            del self._waiting[i]
             seq.status = SequenceStatus.RUNNING
             self._running.append(seq)
             self._add_prefill(plan, seq, chunk)

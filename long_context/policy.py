@@ -44,18 +44,23 @@ class LongPrefillPolicy:
     smoothing: float = 0.5  # weight of the newest measurement in the running averages
 
     def __post_init__(self):
-        for name in ("long_prompt_tokens", "chunk_quantum", "initial_chunk_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
-        if self.max_long_prefills is not None and self.max_long_prefills < 1:
-            raise ValueError(f"max_long_prefills={self.max_long_prefills}: must be >= 1 or None")
+        def is_int(x) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        def is_real(x) -> bool:
+            return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+        for name in ("long_prompt_tokens", "chunk_quantum", "initial_chunk_tokens", "probe_every"):
+            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r}: must be an integer >= 1")
+        cap = self.max_long_prefills
+        if cap is not None and (not is_int(cap) or cap < 1):
+            raise ValueError(f"max_long_prefills={cap!r}: must be an integer >= 1 or None")
         slowdown = self.max_decode_slowdown
-        if slowdown is not None and not (slowdown > 1 and math.isfinite(slowdown)):
-            raise ValueError(f"max_decode_slowdown={slowdown}: must be > 1 (or None)")
-        if self.probe_every < 1:
-            raise ValueError(f"probe_every={self.probe_every}: must be >= 1")
-        if not 0 < self.smoothing <= 1:
-            raise ValueError(f"smoothing={self.smoothing}: must be in (0, 1]")
+        if slowdown is not None and not (is_real(slowdown) and slowdown > 1):
+            raise ValueError(f"max_decode_slowdown={slowdown!r}: must be > 1 (or None)")
+        if not (is_real(self.smoothing) and 0 < self.smoothing <= 1):
+            raise ValueError(f"smoothing={self.smoothing!r}: must be in (0, 1]")
 
     @classmethod
     def token_budget_only(cls) -> LongPrefillPolicy:

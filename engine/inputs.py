@@ -1,0 +1,151 @@
+"""What callers pass to `LLM`: its arguments, prompts and sampling params, checked and put in
+one shape before any work starts. Each refusal is a ValueError naming the field.
+
+Prompt forms (vLLM's): a string, a sequence of token ids (list, tuple, range or 1-D integer
+array), a dict `{"prompt": text}` or `{"prompt_token_ids": ids}` (vLLM's TextPrompt and
+TokensPrompt), or a list (or 2-D integer array) of those.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from engine.sampling_params import SamplingParams
+
+INT32_MAX = 2**31 - 1  # step arrays (token counts, slots, sequence counts) are int32
+PROMPT_KEYS = ("prompt", "prompt_token_ids")
+
+
+def as_int(name: str, value, low: int = 1, high: int = INT32_MAX) -> int:
+    """`value` as an int in [low, high]: Python and numpy integers, never bools."""
+    if isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name}={value!r}: must be an integer, not a bool")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name}={value!r}: must be an integer in [{low}, {high}]") from None
+    if not low <= n <= high:
+        raise ValueError(f"{name}={value!r}: must be an integer in [{low}, {high}]")
+    return n
+
+
+def as_bool(name: str, value) -> bool:
+    """`value` as a bool; only True/False (numpy's too): "False" is not False."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name}={value!r}: must be True or False")
+    return bool(value)
+
+
+def as_model_path(model) -> str:
+    """The `model` argument as a string: a preset name or a path (str or os.PathLike)."""
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    if not isinstance(model, str):
+        raise ValueError(
+            f"model={model!r}: expected a preset name or a directory path (str or PathLike)"
+        )
+    return model
+
+
+def _is_token(x) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool | np.bool_)
+
+
+def _is_single(prompts) -> bool:
+    """Whether `prompts` is one prompt rather than a batch of them."""
+    if isinstance(prompts, str | Mapping):
+        return True
+    if isinstance(prompts, np.ndarray):
+        return prompts.ndim == 1 and prompts.dtype.kind in "iu"
+    # A number first (a float or bool too) is meant as a token id, and refused as one.
+    return (
+        isinstance(prompts, Sequence)
+        and len(prompts) > 0
+        and isinstance(prompts[0], int | float | np.number | np.bool_)
+    )
+
+
+def _as_array(x):
+    """Array-likes that are not numpy arrays (e.g. jax arrays) as numpy arrays."""
+    if hasattr(x, "__array__") and not isinstance(x, np.ndarray | str | Sequence | Mapping):
+        return np.asarray(x)
+    return x
+
+
+def split_prompts(prompts) -> list:
+    """The prompts of a generate/stream/score call as a list of single prompts."""
+    prompts = _as_array(prompts)
+    if isinstance(prompts, bytes | bytearray):
+        raise ValueError("prompts: bytes are not a prompt; pass a str or token ids")
+    if isinstance(prompts, np.ndarray) and prompts.ndim == 0:
+        raise ValueError(f"prompts: a 0-d array ({prompts!r}) is not a prompt")
+    if _is_single(prompts):
+        return [prompts]
+    if not isinstance(prompts, Iterable):
+        raise ValueError(
+            "prompts: expected a string, token ids, a {'prompt': ...} or "
+            "{'prompt_token_ids': ...} dict, or a list of those; got "
+            f"{type(prompts).__name__}"
+        )
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("prompts: must contain at least one prompt")
+    return prompts
+
+
+def prompt_text_or_ids(prompt) -> str | list[int]:
+    """One prompt as its text (to tokenize) or its token ids (checked to be integers)."""
+    prompt = _as_array(prompt)
+    if isinstance(prompt, Mapping):
+        keys = sorted(map(str, prompt))
+        if len(prompt) != 1 or keys[0] not in PROMPT_KEYS:
+            raise ValueError(
+                f"prompt: a dict prompt holds exactly one of {PROMPT_KEYS}; got keys {keys}"
+            )
+        ((key, prompt),) = prompt.items()
+        if key == "prompt" and not isinstance(prompt, str):
+            raise ValueError(f"prompt: 'prompt' must be a string, got {type(prompt).__name__}")
+        if key == "prompt_token_ids" and isinstance(prompt, str):
+            raise ValueError("prompt: 'prompt_token_ids' must be token ids, got a string")
+        prompt = _as_array(prompt)
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, bytes | bytearray):
+        raise ValueError("prompt: bytes are not a prompt; pass a str or token ids")
+    if isinstance(prompt, np.ndarray) and prompt.ndim != 1:
+        raise ValueError(f"prompt: token ids must be 1-D, got an array of shape {prompt.shape}")
+    if not isinstance(prompt, Iterable) or isinstance(prompt, Mapping):
+        raise ValueError(
+            f"prompt: expected a string or a list of token ids, got {type(prompt).__name__}"
+        )
+    ids = list(prompt)
+    for t in ids:
+        if not _is_token(t):
+            raise ValueError(f"prompt: token ids must be integers, got {t!r}")
+    return [int(t) for t in ids]
+
+
+def sampling_list(sampling_params, num_prompts: int) -> list[SamplingParams]:
+    """One SamplingParams per prompt: None (defaults), one for all, or one each."""
+    if sampling_params is None:
+        sampling_params = SamplingParams()
+    if isinstance(sampling_params, SamplingParams):
+        return [sampling_params] * num_prompts
+    if isinstance(sampling_params, str | bytes | Mapping | type) or not isinstance(
+        sampling_params, Iterable
+    ):
+        raise ValueError(
+            "sampling_params: expected a SamplingParams or a list of them, got "
+            f"{type(sampling_params).__name__}"
+        )
+    params = list(sampling_params)
+    if len(params) != num_prompts:
+        raise ValueError(f"sampling_params: {len(params)} given for {num_prompts} prompts")
+    for p in params:
+        if not isinstance(p, SamplingParams):
+            raise ValueError(f"sampling_params: expected SamplingParams, got {type(p).__name__}")
+    return params

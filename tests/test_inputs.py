@@ -1,0 +1,247 @@
+"""What callers pass to LLM (engine/inputs.py): prompt forms as vLLM users write them,
+constructor arguments, and refusals that name the field and leave the engine clean."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine import LLM, SamplingParams
+from engine.inputs import as_bool, as_int, prompt_text_or_ids, sampling_list, split_prompts
+from long_context.policy import LongPrefillPolicy
+
+FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "llama"  # has a tokenizer.json
+P = [5, 17, 42, 9]
+PARAMS = SamplingParams(max_tokens=4, ignore_eos=True)
+_ENGINES: dict = {}
+
+
+def _llm(**kwargs) -> LLM:
+    """One engine per argument set; all share the step programs (same model and pool)."""
+    key = tuple(sorted(kwargs.items()))
+    if key not in _ENGINES:
+        _ENGINES[key] = LLM(model=str(FIXTURE), max_model_len=64, num_pages=16, **kwargs)
+    return _ENGINES[key]
+
+
+def _clean(llm: LLM) -> bool:
+    stats = llm.stats()
+    return (
+        stats["num_pages_free"] == stats["num_pages_total"]
+        and not llm.has_unfinished()
+        and not llm._outputs
+    )
+
+
+@pytest.mark.parametrize(
+    "prompts, want",
+    [
+        ("a b", ["a b"]),
+        (P, [P]),
+        (tuple(P), [P]),
+        (range(3, 6), [[3, 4, 5]]),
+        (np.array(P), [P]),
+        (np.array(P, np.uint16), [P]),
+        (jnp.asarray(P), [P]),
+        (np.array([P, P]), [P, P]),
+        ([np.int64(5), np.int32(6)], [[5, 6]]),
+        ({"prompt_token_ids": P}, [P]),
+        ({"prompt": "a b"}, ["a b"]),
+        ([{"prompt": "a"}, "b", P, {"prompt_token_ids": np.array(P)}], ["a", "b", P, P]),
+        ((p for p in (P, "x")), [P, "x"]),
+    ],
+)
+def test_prompt_forms(prompts, want):
+    assert [prompt_text_or_ids(p) for p in split_prompts(prompts)] == want
+
+
+@pytest.mark.parametrize(
+    "prompts, match",
+    [
+        (b"hello", "prompts: bytes"),
+        ([b"hello"], "prompt: bytes"),
+        (None, "prompts: expected a string, token ids"),
+        (5, "prompts: expected"),
+        (5.0, "prompts: expected"),
+        (object(), "prompts: expected"),
+        (np.array(5), "prompts: a 0-d array"),
+        ([], "at least one prompt"),
+        ({"prompt": "a", "x": 1}, r"exactly one of \('prompt', 'prompt_token_ids'\)"),
+        ({"text": "a"}, "got keys"),
+        ({"prompt": 5}, "'prompt' must be a string"),
+        ({"prompt_token_ids": "abc"}, "'prompt_token_ids' must be token ids"),
+        ([True, False, True], "token ids must be integers, got True"),
+        ([5.0, 17, 42], "token ids must be integers, got 5.0"),
+        ([[5], [6.5]], "got 6.5"),
+        ([[5, [6]]], r"got \[6\]"),
+        (np.zeros((2, 2, 2), np.int32), "must be 1-D"),
+        ([None], "got NoneType"),
+    ],
+)
+def test_prompt_refusals_name_the_field(prompts, match):
+    with pytest.raises(ValueError, match=match):
+        [prompt_text_or_ids(p) for p in split_prompts(prompts)]
+
+
+def test_sampling_params_forms_and_refusals():
+    sp = SamplingParams(max_tokens=3)
+    assert sampling_list(None, 2) == [SamplingParams()] * 2
+    assert sampling_list(sp, 2) == [sp, sp]
+    assert sampling_list((sp for _ in range(2)), 2) == [sp, sp]
+    for bad, match in [
+        ({"max_tokens": 4}, "expected a SamplingParams or a list of them, got dict"),
+        (SamplingParams, "got type"),
+        (5, "got int"),
+        ("greedy", "got str"),
+        ([sp], "1 given for 2 prompts"),
+        ([sp, None], "expected SamplingParams, got NoneType"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            sampling_list(bad, 2)
+
+
+def test_scalar_arguments():
+    assert as_int("page_size", np.int64(16)) == 16 and type(as_int("x", np.int32(3))) is int
+    for bad in (True, np.bool_(True), "16", 16.0, None):
+        with pytest.raises(ValueError, match="page_size="):
+            as_int("page_size", bad)
+    with pytest.raises(ValueError, match=r"seed=4294967296: must be an integer in \[0, 4294967295"):
+        as_int("seed", 2**32, low=0, high=2**32 - 1)
+    assert as_bool("batch_invariant", np.bool_(False)) is False
+    for bad in ("False", 0, 2, [False], None):
+        with pytest.raises(ValueError, match="batch_invariant="):
+            as_bool("batch_invariant", bad)
+
+
+def test_every_prompt_form_generates_what_its_token_ids_do():
+    llm = _llm()
+    want = llm.generate([P], PARAMS)[0].token_ids
+    text = "the cat sat on the"
+    want_text = llm.generate([text], PARAMS)[0].token_ids
+    for prompts in ({"prompt_token_ids": P}, np.array(P), tuple(P), [np.array(P)]):
+        (out,) = llm.generate(prompts, PARAMS)
+        assert out.token_ids == want and out.prompt_token_ids == P, prompts
+    assert llm.generate({"prompt": text}, PARAMS)[0].token_ids == want_text
+    outs = llm.generate([{"prompt": text}, {"prompt_token_ids": P}], PARAMS)
+    assert [o.token_ids for o in outs] == [want_text, want]
+    assert [len(x) for x in llm.score({"prompt_token_ids": P})] == [len(P) - 1]
+    assert _clean(llm)
+
+
+def test_a_batch_that_fails_while_queueing_is_taken_back_whole(monkeypatch):
+    """All or nothing: the requests queued before the failing one are withdrawn at once."""
+    llm = _llm()
+    want = llm.generate([P], PARAMS)[0].token_ids
+    real_add, calls = llm._scheduler.add, []
+
+    def add(seq):
+        calls.append(seq.request_id)
+        if len(calls) == 3:
+            raise RuntimeError("injected")
+        return real_add(seq)
+
+    monkeypatch.setattr(llm._scheduler, "add", add)
+    with pytest.raises(RuntimeError, match="injected"):
+        llm.generate([P, P, P], PARAMS)
+    assert len(calls) == 3 and _clean(llm)
+    monkeypatch.undo()
+    assert llm.generate([P], PARAMS)[0].token_ids == want and _clean(llm)
+
+
+def test_sampling_params_subclasses_keep_their_fields():
+    @dataclasses.dataclass(frozen=True)
+    class Tagged(SamplingParams):
+        tag: str = "x"
+
+    llm = _llm()
+    outs = llm.generate([P, P], [SamplingParams(max_tokens=4, seed=1), Tagged(max_tokens=4)])
+    assert [len(o.token_ids) for o in outs] == [4, 4] and _clean(llm)
+
+
+def test_engine_seed_takes_numpy_ints_and_refuses_what_it_cannot_use():
+    sampled = SamplingParams(max_tokens=6, temperature=1.0, ignore_eos=True)
+    # Fresh engines: unseeded requests draw from (engine seed, request number).
+    fresh = [
+        LLM(model=str(FIXTURE), max_model_len=64, num_pages=16, seed=s) for s in (3, np.int64(3))
+    ]
+    a, b = (llm.generate([P], sampled)[0].token_ids for llm in fresh)
+    assert a == b
+    for bad in (-1, 2**32, "0", 1.5, None, True):
+        with pytest.raises(ValueError, match=r"seed=.*must be an integer"):
+            LLM(model="/not/read", seed=bad)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(model=None), "model=None: expected a preset name"),
+        (dict(model=b"tiny-llama"), "model=b'tiny-llama'"),
+        (dict(page_size=True), "page_size=True: must be an integer, not a bool"),
+        (dict(max_num_seqs="8"), "max_num_seqs='8'"),
+        (dict(max_num_batched_tokens=2**40), r"max_num_batched_tokens=.*\[1, 2147483647\]"),
+        (dict(num_pages=2**31), "num_pages="),
+        (dict(num_pages=0), "num_pages=0"),
+        (dict(batch_invariant="False"), "batch_invariant='False': must be True or False"),
+        (dict(async_scheduling=1), "async_scheduling=1"),
+        (dict(kv_cache_dtype=["fp8"]), r"kv_cache_dtype=\['fp8'\]"),
+        (dict(long_prefill=5), "long_prefill=5: expected a LongPrefillPolicy"),
+        (dict(max_model_len=True), "max_model_len=True"),
+    ],
+)
+def test_engine_arguments_are_checked_before_the_model_is_read(kwargs, match, monkeypatch):
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was read before the arguments were checked")
+
+    monkeypatch.setattr("engine.llm.model_config", no_loading)
+    monkeypatch.setattr("engine.llm.load_model", no_loading)
+    with pytest.raises(ValueError, match=match):
+        LLM(**{"model": str(FIXTURE), **kwargs})
+
+
+def test_a_kv_pool_larger_than_memory_is_refused_before_the_weights_are_read(monkeypatch):
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the weights were read before the pool was checked")
+
+    monkeypatch.setattr("engine.llm.load_model", no_loading)
+    with pytest.raises(ValueError, match=r"num_pages=100000000: a KV pool of .* GiB .*host RAM"):
+        LLM(model=str(FIXTURE), num_pages=10**8)
+
+
+def test_other_arguments_in_numpy_or_path_form():
+    llm = LLM(model=FIXTURE, max_model_len=np.int64(64), num_pages=np.int32(16))
+    assert llm.max_model_len == 64 and llm.num_pages == 16
+    assert llm.generate([P], PARAMS)[0].token_ids == _llm().generate([P], PARAMS)[0].token_ids
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("chunk_quantum", 2.5),
+        ("long_prompt_tokens", "8"),
+        ("max_long_prefills", 1.5),
+        ("probe_every", True),
+        ("smoothing", "0.5"),
+        ("max_decode_slowdown", float("nan")),
+    ],
+)
+def test_long_prefill_policy_fields_are_typed(field, value):
+    with pytest.raises(ValueError, match=f"{field}="):
+        LongPrefillPolicy(**{field: value})
+
+
+def test_request_ids_are_strings_and_huge_top_k_means_off():
+    llm = _llm()
+    with pytest.raises(ValueError, match=r"request_id=5: must be a string"):
+        llm.add_request(P, PARAMS, request_id=5)
+    assert _clean(llm)
+    sampled = dict(max_tokens=6, temperature=1.0, seed=7, ignore_eos=True)
+    want = llm.generate([P], SamplingParams(**sampled))[0].token_ids
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy warned casting it to int32 on every step
+        got = llm.generate([P], SamplingParams(**sampled, top_k=10**12))[0].token_ids
+    assert got == want
