@@ -262,7 +262,8 @@ def _validate_fp8(
     if scale is None:
         raise ValueError(
             f"checkpoint tensor {name!r}: {FP8_DTYPE} weight without its scale tensor "
-            f"{scale_name(name)!r}"
+            f"{scale_name(name)!r} (only block scales are supported, not per-tensor "
+            "`weight_scale` as AutoFP8 writes)"
         )
     want = scale_shape(got.shape, block)
     if scale.shape != want:
