@@ -42,10 +42,17 @@ def _assert_last_prefill_logits(params, cfg, ref: dict) -> None:
     np.testing.assert_allclose(np.asarray(logits[len(prompt0) - 1]), want, atol=TOL, rtol=0)
 
 
-@pytest.mark.parametrize("arch", list(ARCHS))
-def test_greedy_matches_hf(arch):
-    fixture = FIXTURES / arch
-    assert fixture.is_dir(), f"fixture {fixture} missing: run tests/fixtures/make_hf_fixtures.py"
+# The fp8 fixtures: two models stored in DeepSeek-V3's release format (e4m3 weights with a
+# scale_inv per block, tests/fixtures/make_fp8_weight_fixtures.py), with what transformers
+# computes on those files.
+FP8_FIXTURES = [f"{arch}_fp8" for arch in ("deepseek_v3", "qwen3_moe")]
+
+
+@pytest.mark.parametrize("fixture_name", list(ARCHS) + FP8_FIXTURES)
+def test_greedy_matches_hf(fixture_name):
+    fixture = FIXTURES / fixture_name
+    assert fixture.is_dir(), f"fixture {fixture} missing: run tests/fixtures/make_*_fixtures.py"
+    arch = fixture_name.removesuffix("_fp8")
     cfg = get_preset(ARCHS[arch])
     ref = json.loads((fixture / "reference.json").read_text())
     params = load_hf_params(fixture, cfg)
@@ -56,27 +63,7 @@ def test_greedy_matches_hf(arch):
         ref["prompts"], ref["greedy_tokens"], ref["logprobs"], strict=True
     ):
         tokens, logprobs = greedy_generate(params, cfg, prompt, len(want_tokens))
-        assert tokens == want_tokens, f"{arch}: prompt of {len(prompt)} tokens"
-        np.testing.assert_allclose(logprobs, want_lps, atol=TOL, rtol=0)
-
-
-FP8_ARCHS = ("deepseek_v3", "qwen3_moe")
-
-
-@pytest.mark.parametrize("arch", FP8_ARCHS)
-def test_fp8_block_checkpoint_matches_hf(arch):
-    """DeepSeek-V3's release format (e4m3 weights with per-block scale_inv, made by
-    tests/fixtures/make_fp8_weight_fixtures.py) gives what transformers computes on it."""
-    fixture = FIXTURES / f"{arch}_fp8"
-    cfg = get_preset(ARCHS[arch])
-    ref = json.loads((fixture / "reference.json").read_text())
-    params = load_hf_params(fixture, cfg)
-    _assert_last_prefill_logits(params, cfg, ref)
-    for prompt, want_tokens, want_lps in zip(
-        ref["prompts"], ref["greedy_tokens"], ref["logprobs"], strict=True
-    ):
-        tokens, logprobs = greedy_generate(params, cfg, prompt, len(want_tokens))
-        assert tokens == want_tokens, f"{arch}: prompt of {len(prompt)} tokens"
+        assert tokens == want_tokens, f"{fixture_name}: prompt of {len(prompt)} tokens"
         np.testing.assert_allclose(logprobs, want_lps, atol=TOL, rtol=0)
 
 
