@@ -73,6 +73,24 @@ _add(
 )
 _add(
     ModelConfig(
+        name="tiny-qwen2",
+        model_type="qwen2",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        attention_bias=True,
+        eos_token_ids=(2,),
+    )
+)
+_add(
+    ModelConfig(
         name="tiny-qwen3-moe",
         model_type="qwen3_moe",
         vocab_size=512,

@@ -22,6 +22,7 @@ from models.reference import greedy_generate, init_cache, prefill_bucket, refere
 FIXTURES = Path(__file__).parent / "fixtures"
 ARCHS = {
     "llama": "tiny-llama",
+    "qwen2": "tiny-qwen2",
     "qwen3": "tiny-qwen3",
     "qwen3_moe": "tiny-qwen3-moe",
     "mixtral": "tiny-mixtral",
