@@ -133,6 +133,9 @@ class LLM:
     `max_num_batched_tokens` because every running sequence must decode each step;
     `long_prefill` (long_context/policy.py) sets how long prompts share steps with running
     decodes (None: the default policy; `LongPrefillPolicy.token_budget_only()` turns it off).
+    Integer arguments take Python or numpy integers (never bools), `seed` is in
+    [0, 2**32) and the flags are True/False (engine/inputs.py); a `num_pages` pool larger
+    than the memory there is refused before the weights are read.
     `async_scheduling` dispatches the next step before reading back the previous one's
     tokens (Scheduler.schedule_ahead; same outputs); False runs each step to completion.
     `kv_cache_dtype="fp8"` stores K/V (or the MLA latent) as float8_e4m3fn pages with a
