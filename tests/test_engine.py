@@ -209,11 +209,27 @@ def test_bad_input_raises_before_queueing_and_engine_stays_usable(prompt, params
         (dict(stop_token_ids=5), "stop_token_ids"),
         (dict(stop_token_ids=["x"]), "stop_token_ids"),
         (dict(prompt_logprobs=True, max_tokens=0), "prompt_logprobs"),
+        (dict(temperature=float("inf")), "temperature"),
+        (dict(temperature=True), "temperature"),
+        (dict(temperature="0.5"), "temperature"),
+        (dict(top_k=-1), "top_k"),
+        (dict(top_k=2.5), "top_k"),
+        (dict(seed=2**32), "seed"),
+        (dict(seed=-1), "seed"),
+        (dict(seed=1.5), "seed"),
+        (dict(stop_token_ids=[-1]), "stop_token_ids"),
+        (dict(stop_token_ids=[True]), "stop_token_ids"),
+        (dict(stop_token_ids=b"\x05"), "stop_token_ids"),
     ],
 )
 def test_bad_sampling_params(kwargs, field):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**kwargs)
+
+
+def test_sampling_params_edges_and_normalization():
+    params = SamplingParams(seed=2**32 - 1, top_k=0, stop_token_ids=[np.int64(5), 6])
+    assert params.stop_token_ids == (5, 6) and all(type(t) is int for t in params.stop_token_ids)
 
 
 def test_bad_engine_arguments():

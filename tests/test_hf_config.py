@@ -455,3 +455,97 @@ def test_noaux_tc_groups_need_two_experts():
     n = hf["n_routed_experts"]
     with pytest.raises(ValueError, match="n_group"):
         config_from_hf({**hf, "n_group": n, "topk_group": 1})
+
+
+# ---- edges found by mutation testing -------------------------------------------------------
+
+
+def test_rope_defaults_and_refusals():
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}
+    rope = config_from_hf({**LLAMA_31_8B, "rope_scaling": llama3}).rope_scaling
+    assert (rope.low_freq_factor, rope.high_freq_factor) == (1.0, 4.0)  # LlamaConfig's
+    yarn = {"type": "yarn", "factor": 4.0, "attention_factor": 1.5}
+    assert (
+        config_from_hf({**DEEPSEEK_V3, "rope_scaling": yarn}).rope_scaling.attention_factor == 1.5
+    )
+    # A null rope_theta takes the architecture's default, not the generic 10000.
+    assert config_from_hf({**MIXTRAL_8X7B, "rope_theta": None}).rope_theta == 1000000.0
+    for rope, field in [
+        ({"type": "linear"}, "factor is missing for 'linear'"),
+        ({"type": "yarn", "factor": 4.0, "truncate": False}, "truncate=False"),
+        ({"full_attention": {"rope_type": "default"}}, "per-layer-type"),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            config_from_hf({**LLAMA_31_8B, "rope_scaling": rope})
+
+
+def test_expert_count_aliases_and_hard_coded_fields():
+    mixtral = {k: v for k, v in MIXTRAL_8X7B.items() if k != "num_local_experts"}
+    assert config_from_hf({**mixtral, "num_experts": 4}).num_experts == 4
+    v3 = {k: v for k, v in DEEPSEEK_V3.items() if k != "n_routed_experts"}
+    assert config_from_hf({**v3, "num_local_experts": 64}).num_experts == 64
+    # transformers' DeepSeek-V2 always rotates interleaved pairs, whatever the field says.
+    assert config_from_hf({**DEEPSEEK_V2_LITE, "rope_interleave": False}).rope_interleave
+    # A null hard-coded field means the default, not a different routing.
+    assert config_from_hf({**DEEPSEEK_V3, "scoring_func": None}).scoring_func == "sigmoid"
+    # Mistral and Mixtral slide every layer, with no use_sliding_window switch.
+    assert config_from_hf({**MIXTRAL_8X7B, "sliding_window": 16}).max_position_embeddings == 16
+
+
+@pytest.mark.parametrize(
+    "hf, field",
+    [
+        ({**QWEN3_30B_A3B, "attention_bias": True}, "attention_bias"),
+        ({**DEEPSEEK_V2_LITE, "mlp_bias": True}, "mlp_bias"),
+        ({**LLAMA_31_8B, "eos_token_id": ["2"]}, "eos_token_id"),
+    ],
+)
+def test_more_unsupported_fields_are_refused(hf, field):
+    with pytest.raises(ValueError, match=field):
+        config_from_hf(hf)
+
+
+def test_eos_token_id_zero():
+    assert config_from_hf({**LLAMA_31_8B, "eos_token_id": 0}).eos_token_ids == (0,)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(vocab_size=0), "vocab_size=0"),
+        (dict(num_heads=4, num_kv_heads=3), "num_kv_heads=3"),
+        (dict(head_dim=0), "head_dim=0"),
+        (dict(dtype="int8"), "dtype='int8'"),
+        (
+            dict(attention_type="mla", kv_lora_rank=8, qk_nope_head_dim=8, qk_rope_head_dim=3,
+                 v_head_dim=8),
+            "qk_rope_head_dim=3",
+        ),
+        (
+            dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=8, n_group=4),
+            "n_group=4",
+        ),
+        (
+            dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=8, n_group=2,
+                 topk_group=3),
+            "topk_group=3",
+        ),
+    ],
+)  # fmt: skip
+def test_model_config_rejects_inconsistent_fields(kwargs, field):
+    from configs.model_config import ModelConfig
+
+    with pytest.raises(ValueError, match=field):
+        ModelConfig(**kwargs)
+
+
+def test_model_config_edges():
+    from configs.model_config import ModelConfig
+
+    with pytest.raises(ValueError, match="rope_type='dynamic'"):
+        RopeScaling(rope_type="dynamic")
+    with pytest.raises(ValueError, match="rope factor=0"):
+        RopeScaling(rope_type="linear", factor=0.0)
+    ModelConfig(num_experts=4, num_experts_per_tok=4, moe_intermediate_size=8)  # k == E is fine
+    cfg = ModelConfig()
+    assert cfg.replace(dtype="bfloat16").kv_bytes_per_token() * 2 == cfg.kv_bytes_per_token()

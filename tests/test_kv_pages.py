@@ -122,3 +122,13 @@ def test_host_modules_do_not_import_jax():
             elif isinstance(node, ast.ImportFrom) and node.module:
                 roots.add(node.module.split(".")[0])
         assert not roots & {"jax", "jaxlib", "flax", "numpy"}, (name, roots)
+
+
+def test_sizing_edges():
+    with pytest.raises(ValueError, match="page_size=0"):
+        pages_for_tokens(1, 0)
+    pm = PageManager(num_pages=4, page_size=4)
+    table = pm.allocate(3)
+    # A table already larger than needed (a step taken back by cancel) gains nothing.
+    assert pm.num_new_pages(table, 5) == 0
+    assert pm.ensure_capacity(table, 5) == [] and table == [0, 1, 2]

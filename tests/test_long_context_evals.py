@@ -409,3 +409,65 @@ def test_eval_script_runs_end_to_end_on_a_tiny_preset(tmp_path):
         assert len(r["output"]) <= TokenTask.NEEDLE_VALUE_LEN and len(r["answer"]) == 5
         assert r["correct"] == (r["output"] == r["answer"])
     assert (tmp_path / "needle.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- edges found by mutation testing -------------------------------------------------------
+
+
+def test_grid_and_size_edges_are_refused_up_front():
+    with pytest.raises(ValueError, match="lengths"):
+        check_perplexity_args([1], 1, 1)  # one token has nothing to score
+    with pytest.raises(ValueError, match="depths.*repeats"):
+        check_retrieval_args([64], [0.5, 0.5], 1, None, 1)
+    with pytest.raises(ValueError, match="depths: 1.5"):
+        build_sample(TokenTask("passkey", vocab_size=512), 100, 1.5, 0)
+    with pytest.raises(ValueError, match="vocab_size=20"):
+        TokenTask("passkey", vocab_size=20)
+    from long_context.evals.data import batches
+
+    with pytest.raises(ValueError, match="batch_size=0"):
+        batches(perplexity_dataset(np.arange(10), [4], 1), 0)
+
+    class Silent:  # encodes nothing: a haystack of it can never be built
+        encode = staticmethod(lambda text: [] if text.startswith(" ") else [1])
+        decode = staticmethod(lambda ids: "")
+
+    with pytest.raises(ValueError, match="no sentence encodes"):
+        TextTask("needle", Silent(), haystack_text="A. B.").unit(0)
+
+
+def test_perplexity_windows_count_the_bos_token():
+    ds = perplexity_dataset(np.arange(10, 19), [4], num_windows=3, bos_token_id=1)
+    assert [w.prompt.tolist() for w in ds] == [[1, 10, 11, 12], [1, 13, 14, 15], [1, 16, 17, 18]]
+
+
+def test_needle_placement_details():
+    task = TokenTask("passkey", vocab_size=512, seed=2)
+    fixed = 100 - build_sample(task, 100, 0.0, 0).haystack_len
+    # No haystack at all is the shortest prompt the error message promises.
+    assert len(build_sample(task, fixed, 0.5, 0).prompt) == fixed
+    # depth x haystack halfway between two unit boundaries (8 and 16 of 24): the lower one.
+    assert build_sample(task, fixed + 24, 0.5, 0).needle_start - len(task.prefix) == 8
+    # Sentences of a haystack text are units: the needle goes between them.
+    text = TextTask("needle", CharCodec(), haystack_text="Aa. Bb. Cc. Dd.")
+    fixed = 500 - build_sample(text, 500, 0.0, 0).haystack_len
+    assert build_sample(text, fixed + 16, 0.5, 0).actual_depth == 0.5
+    # Marker ids never occur in the filler, and each cell draws its own needle.
+    needle = TokenTask("needle", vocab_size=512, seed=2)
+    s = build_sample(needle, 3000, 1.0, 0)
+    hay = s.prompt[s.haystack_start : s.haystack_start + s.haystack_len]
+    markers = needle.intro_ids + needle.needle_ids + needle.end_ids + needle.question_ids
+    assert not set(hay.tolist()) & set(markers)
+    assert build_sample(needle, 500, 0.0, 0).answer != build_sample(needle, 500, 1.0, 0).answer
+
+
+def test_retrieval_asks_for_the_tasks_default_reply_length():
+    task = TokenTask("needle", vocab_size=512)
+    asked = []
+
+    def generate(prompts, max_new_tokens):
+        asked.append(max_new_tokens)
+        return [[0] for _ in prompts]
+
+    run_retrieval(task, generate, [64], [0.5], progress=False)
+    assert asked == [task.default_max_new_tokens] == [5]

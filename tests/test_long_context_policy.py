@@ -285,3 +285,60 @@ def test_processes_of_one_mesh_schedule_alike_whatever_their_clocks():
     assert _long_prefill_policy(clockless, 2) is clockless
     with pytest.raises(ValueError, match="long_prefill.max_decode_slowdown"):
         _long_prefill_policy(timed, 2)
+
+
+# ---- edges found by mutation testing -------------------------------------------------------
+
+
+def test_room_for_a_short_request_is_at_most_half_the_budget_and_only_if_it_can_run():
+    long = make_seq("long", 1000, max_tokens=1)
+    policy = LongPrefillPolicy(long_prompt_tokens=300, probe_every=8)
+    sched, dev = long_scheduler(long, policy=policy), FakeDevice(16)
+    run_step(sched, dev)
+    sched.add(make_seq("short", 200, base=7, max_tokens=1))
+    out = run_step(sched, dev)
+    # The long prefill keeps half the budget even for a short prompt longer than that.
+    assert [(i.request_id, len(i.token_ids)) for i in out.items] == [("long", 128), ("short", 128)]
+    # With max_num_seqs running the short prompt cannot be admitted: no room is held back.
+    long = make_seq("long", 1000, max_tokens=1)
+    sched, dev = long_scheduler(long, max_num_seqs=1), FakeDevice(16)
+    run_step(sched, dev)
+    sched.add(make_seq("short", 40, base=7, max_tokens=1))
+    out = run_step(sched, dev)
+    assert [(i.request_id, len(i.token_ids)) for i in out.items] == [("long", 256)]
+
+
+def test_long_prefills_share_one_allowance():
+    """With no cap on long prefills, the slowdown allowance bounds their tokens together."""
+    policy = LongPrefillPolicy(long_prompt_tokens=100, max_long_prefills=None, probe_every=8)
+    d = make_seq("d", 8, max_tokens=1000)
+    sched, dev = long_scheduler(d, policy=policy), FakeDevice(16)
+    for _ in range(3):
+        run_step(sched, dev)
+    sched.add(make_seq("x", 300, base=3, max_tokens=1))
+    sched.add(make_seq("y", 300, base=5, max_tokens=1))
+    out = run_step(sched, dev)
+    assert kinds(out, {"x", "y"}) == (1, 16, 0)  # initial_chunk_tokens, for both together
+
+
+def test_schedule_ahead_undoes_admissions_when_a_long_chunk_needs_the_step_time():
+    """A long prompt's chunk depends on the in-flight step's time: schedule_ahead falls back,
+    and a short prompt it admitted before that is waiting again (so it can be aborted)."""
+    policy = LongPrefillPolicy(long_prompt_tokens=16)
+    a = make_seq("a", 8, max_tokens=3)
+    sched, dev = long_scheduler(a, policy=policy), FakeDevice(16)
+    out1 = sched.schedule()
+    s1 = dev.run(out1)
+    s, big = make_seq("s", 4, base=20, max_tokens=2), make_seq("L", 40, base=30, max_tokens=2)
+    sched.add(s)
+    sched.add(big)
+    free = sched.pages.num_free
+    assert sched.schedule_ahead() is None
+    assert s.status is SequenceStatus.WAITING and s.page_ids == []
+    assert sched.pages.num_free == free and sched.stats()["num_waiting"] == 2
+    assert sched.abort("s")
+    sched.update(out1, s1, 1.0)
+    while sched.has_unfinished():
+        run_step(sched, dev)
+    for seq in (a, big):
+        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 4096)

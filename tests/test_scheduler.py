@@ -583,3 +583,80 @@ def test_random_workload_scheduled_ahead(seed):
     assert stats["num_pages_free"] == stats["num_pages_total"] == 12
     assert stats["num_running"] == stats["num_waiting"] == 0
     assert stats["num_preemptions"] > 0 and sched.num_scheduled_ahead > 0
+
+
+# ---- edges found by mutation testing -------------------------------------------------------
+
+
+def test_limits_are_inclusive():
+    """A budget equal to max_num_seqs is valid; a prompt of exactly max_model_len tokens runs
+    (one token, then "length"); an empty prompt is refused by check_fits too."""
+    Scheduler(PageManager(4, 4), 8, 8, 64)
+    sched = new_scheduler(4, 4, max_model_len=9)
+    with pytest.raises(ValueError, match="prompt length=0: must be >= 1"):
+        sched.check_fits(0, 1)
+    sched.check_fits(9, 1)
+    seq = make_seq("full", 9, max_tokens=5)
+    sched.add(seq)
+    out, res = step(sched, FakeDevice(4))
+    assert summary(out) == [("full", 0, 9, (0, 1, 2), True)]
+    assert [(r.request_id, r.finish_reason) for r in res] == [("full", "length")]
+
+
+def test_add_refuses_reused_ids_and_used_sequences():
+    sched = new_scheduler(8, 4, make_seq("a", 3))
+    out = sched.schedule()
+    assert sched.abort("a")
+    with pytest.raises(ValueError, match="'a': its abort is still being processed"):
+        sched.add(make_seq("a", 3))
+    used = make_seq("u", 3)
+    used.page_ids = [5]
+    with pytest.raises(ValueError, match="'u': must be a new WAITING sequence"):
+        sched.add(used)
+    # A step is in flight: the aborted request's pages stay held until it is updated.
+    assert sched.release_aborted() == ()
+    assert sched.pages.num_free == 7 and sched.has_request("a")
+    sched.update(out, {})
+    assert sched.release_aborted() == ("a",)
+    assert sched.pages.num_free == 8 and not sched.has_request("a")
+    sched.add(make_seq("a", 3))
+
+
+def test_cancel_takes_back_only_the_newest_step_and_ahead_waits_for_aborts():
+    a, b = make_seq("a", 3, max_tokens=4), make_seq("b", 2, 10, max_tokens=4)
+    c = make_seq("c", 2, 20, max_tokens=4)
+    sched, dev = new_scheduler(8, 4, a, b, c), FakeDevice(4)
+    assert not sched.in_flight_all_finished()  # nothing in flight
+    out1 = sched.schedule()
+    s1 = run_fed(dev, out1, None)
+    out2 = sched.schedule_ahead()
+    assert out2 is not None
+    with pytest.raises(ValueError, match="not the newest step"):
+        sched.cancel(out1)
+    sched.cancel(out2)
+    sched.update(out1, s1)
+    assert sched.abort("b")
+    out3 = sched.schedule()
+    assert out3.finished_aborted == ("b",)
+    assert summary(out3) == [("a", 3, 1, (0,), True), ("c", 2, 1, (2,), True)]
+    s3 = run_fed(dev, out3, None)
+    # c's pages can only be freed once nothing is in flight: no step is built ahead.
+    assert sched.abort("c")
+    assert sched.schedule_ahead() is None
+    sched.update(out3, s3)
+    assert sched.schedule().finished_aborted == ("c",)  # "a" is scheduled here too
+
+
+def test_schedule_ahead_skips_a_sequence_that_reaches_max_model_len():
+    a = make_seq("a", 6, max_tokens=None)
+    sched, dev = new_scheduler(4, 4, a, max_model_len=8), FakeDevice(4)
+    out1 = sched.schedule()
+    s1 = run_fed(dev, out1, None)
+    out2 = sched.schedule_ahead()  # a's 7th token is pending: the 8th may follow it
+    assert summary(out2) == [("a", 6, 1, (0, 1), True)]
+    s2 = run_fed(dev, out2, (out1, s1))
+    sched.update(out1, s1)
+    # The pending sample makes 8 tokens = max_model_len: a finishes whatever it is.
+    assert sched.schedule_ahead() is None
+    sched.update(out2, s2)
+    assert (a.output_token_ids, a.finish_reason) == reference(a, 8)

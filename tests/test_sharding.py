@@ -51,6 +51,7 @@ def test_parse_mesh(spec, want):
         ("tp=1_6", "axis tp count '1_6' is not an integer"),
         ("tp=+2", "axis tp count '\\+2' is not an integer"),
         ("tp=2,tp=4", "axis tp given twice"),
+        ("tp=\uff12", "axis tp count '\uff12' is not an integer"),  # a fullwidth 2
     ],
 )
 def test_bad_mesh_strings(spec, match):
@@ -118,6 +119,8 @@ def test_rules_reject_clashes_and_unknown_names():
         logical_to_spec(("experts", "expert_batch"), RULES)
     with pytest.raises(ValueError, match="logical axis 'heads' has no rule"):
         logical_to_spec(("heads",), RULES)
+    with pytest.raises(ValueError, match="rule 'x' -> 'zz': mesh axis must be one of"):
+        logical_to_spec(("x",), {"x": "zz"})
 
 
 def test_exchange_capacity_holds_the_worst_case():
@@ -173,6 +176,7 @@ def test_llm_on_a_mesh_shards_params_straight_from_the_host(monkeypatch):
         (("127.0.0.1:1234", 2, 2), r"process_id=2: must be in \[0, 2\)"),
         (("localhost", 2, 0), "coordinator='localhost': expected 'host:port'"),
         ((None, 2, 1), "coordinator=None"),
+        ((":1234", 2, 0), "coordinator=':1234': expected 'host:port'"),
     ],
 )
 def test_distributed_flags_are_checked(args, match):
@@ -182,3 +186,14 @@ def test_distributed_flags_are_checked(args, match):
 
 def test_one_process_needs_no_runtime():
     distributed.initialize(None, 1, 0)  # no coordinator, nothing started
+
+
+def test_mesh_config_and_device_count_edges():
+    for kwargs in (dict(tp=0), dict(dp=2.0)):
+        with pytest.raises(ValueError, match="count must be an integer >= 1"):
+            MeshConfig(**kwargs)
+    import jax
+
+    # 3 devices of 4 would leave one out: the mesh must divide the devices it is given.
+    with pytest.raises(ValueError, match="dp\\*tp\\*ep=3 does not divide the 4 devices"):
+        make_mesh(MeshConfig(tp=3), jax.devices() * 4)
