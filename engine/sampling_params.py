@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -23,38 +24,48 @@ class SamplingParams:
     prompt_logprobs: bool = False  # also report log p(prompt[i] | prompt[:i]) for i >= 1
 
     def __post_init__(self):
+        # numpy scalars are taken (and stored as Python numbers); bools are not numbers here.
+        set_ = functools.partial(object.__setattr__, self)
         t = self.temperature
         if not _is_number(t) or math.isnan(t) or t < 0 or math.isinf(t):
             raise ValueError(f"temperature={t!r}: must be a finite number >= 0")
+        set_("temperature", float(t))
         if not _is_int(self.max_tokens) or self.max_tokens < 0:
             raise ValueError(f"max_tokens={self.max_tokens!r}: must be an integer >= 0")
+        set_("max_tokens", int(self.max_tokens))
         p = self.top_p
         if not _is_number(p) or math.isnan(p) or not 0.0 < p <= 1.0:
             raise ValueError(f"top_p={p!r}: must be in (0, 1]")
+        set_("top_p", float(p))
         if not _is_int(self.top_k) or self.top_k < 0:
             raise ValueError(f"top_k={self.top_k!r}: must be an integer >= 0 (0 = off)")
-        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < 2**32):
-            raise ValueError(f"seed={self.seed!r}: must be an integer in [0, 2**32)")
+        set_("top_k", int(self.top_k))
+        if self.seed is not None:
+            if not _is_int(self.seed) or not 0 <= self.seed < 2**32:
+                raise ValueError(f"seed={self.seed!r}: must be an integer in [0, 2**32)")
+            set_("seed", int(self.seed))
         stop = self.stop_token_ids
         if isinstance(stop, str | bytes) or not isinstance(stop, Iterable):
             raise ValueError(f"stop_token_ids={stop!r}: must be a sequence of token ids")
         stop = tuple(stop)
-        if not all(
-            isinstance(t, int | np.integer) and not isinstance(t, bool) and t >= 0 for t in stop
-        ):
+        if not all(_is_int(t) and t >= 0 for t in stop):
             raise ValueError(f"stop_token_ids={stop!r}: token ids must be integers >= 0")
-        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in stop))
+        set_("stop_token_ids", tuple(int(t) for t in stop))
+        for name in ("ignore_eos", "prompt_logprobs"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise ValueError(f"{name}={getattr(self, name)!r}: must be True or False")
+            set_(name, bool(getattr(self, name)))
         if self.prompt_logprobs and self.max_tokens == 0:
             # The prompt is scored by the steps that compute it; max_tokens=0 runs none.
             raise ValueError("prompt_logprobs=True: needs max_tokens >= 1 (max_tokens=0)")
 
 
 def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
 
 
 def _is_number(x) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
+    return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
 
 
 @dataclass

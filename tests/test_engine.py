@@ -230,6 +230,25 @@ def test_bad_sampling_params(kwargs, field):
 def test_sampling_params_edges_and_normalization():
     params = SamplingParams(seed=2**32 - 1, top_k=0, stop_token_ids=[np.int64(5), 6])
     assert params.stop_token_ids == (5, 6) and all(type(t) is int for t in params.stop_token_ids)
+    # numpy scalars are taken as the Python numbers they hold (an engine derives per-request
+    # seeds from them; a numpy seed once broke that).
+    params = SamplingParams(
+        temperature=np.float32(0.5), max_tokens=np.int64(4), top_p=np.float64(0.9),
+        top_k=np.int32(3), seed=np.uint32(7), ignore_eos=np.bool_(True),
+    )  # fmt: skip
+    assert params == SamplingParams(
+        temperature=0.5, max_tokens=4, top_p=0.9, top_k=3, seed=7, ignore_eos=True
+    )
+    assert [type(getattr(params, f)) for f in ("temperature", "max_tokens", "seed")] == [
+        float,
+        int,
+        int,
+    ]
+    for bad in ("False", 0, None):
+        with pytest.raises(ValueError, match="ignore_eos="):
+            SamplingParams(ignore_eos=bad)
+        with pytest.raises(ValueError, match="prompt_logprobs="):
+            SamplingParams(prompt_logprobs=bad)
 
 
 def test_bad_engine_arguments():
