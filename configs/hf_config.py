@@ -255,7 +255,8 @@ def fp8_weight_block(hf: dict) -> tuple[int, int] | None:
     q = {k: qc.get(k, v) for k, v in _FP8_DEFAULTS.items()}
     if q["fmt"] != "e4m3":
         raise ValueError(f"HF config quantization_config.fmt={q['fmt']!r}: only 'e4m3'")
-    if q["activation_scheme"] != "dynamic":
+    scheme = q["activation_scheme"]
+    if not (isinstance(scheme, str) and scheme.lower() == "dynamic"):  # transformers lowercases
         # Static schemes quantize activations with stored scales: not what a dequantized
         # model computes.
         raise ValueError(

@@ -66,15 +66,22 @@ class Fp8Reader:
         return raw.view(ml_dtypes.float8_e4m3fn).reshape(shape)
 
 
-def dequantize(w: np.ndarray, scale: np.ndarray, block: tuple[int, int]) -> np.ndarray:
-    """float32 `w * scale` with each scale value spread over its [bm, bn] block.
+def dequantize(
+    w: np.ndarray, scale: np.ndarray, block: tuple[int, int], dtype=np.float32
+) -> np.ndarray:
+    """`w * scale` with each scale value spread over its [bm, bn] block, computed in float32
+    and stored as `dtype`.
 
     Args:
       w: [..., R, C] fp8 weight.
       scale: [..., ceil(R / bm), ceil(C / bn)] float scale_inv.
     """
     rows, cols = w.shape[-2:]
-    s = np.asarray(scale, np.float32)
-    s = np.repeat(s, block[0], axis=-2)[..., :rows, :]
-    s = np.repeat(s, block[1], axis=-1)[..., :cols]
-    return w.astype(np.float32) * s
+    out = np.empty(w.shape, dtype)
+    # One [R, C] matrix at a time: a fused [E, R, C] expert tensor never needs float32 copies
+    # of the whole of it.
+    for idx in np.ndindex(*w.shape[:-2]):
+        s = np.asarray(scale[idx], np.float32)
+        s = np.repeat(np.repeat(s, block[0], axis=0)[:rows], block[1], axis=1)[:, :cols]
+        out[idx] = w[idx].astype(np.float32) * s
+    return out

@@ -22,8 +22,9 @@ import contextlib
 import json
 import warnings
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
@@ -241,6 +242,12 @@ def _validate(
             )
         if got.dtype == FP8_DTYPE:
             _validate_fp8(name, got, headers, block)
+        elif scale_name(name) in headers:
+            # transformers would multiply it in anyway; what the file means is unclear.
+            raise ValueError(
+                f"checkpoint tensor {scale_name(name)!r}: a scale for {name!r}, which is stored "
+                f"as {got.dtype}, not {FP8_DTYPE}"
+            )
         elif got.dtype not in FLOAT_DTYPES:
             raise ValueError(
                 f"checkpoint tensor {name!r}: dtype {got.dtype} unsupported; "
@@ -278,6 +285,26 @@ def _validate_fp8(
         )
 
 
+class _TensorReader(contextlib.ExitStack):
+    """Reads checkpoint tensors by name, each file opened once; fp8 weights come dequantized
+    (as `dtype`) with their block scales."""
+
+    def __init__(self, headers: dict[str, _Header], block: tuple[int, int] | None, dtype):
+        super().__init__()
+        self.headers, self.block, self.dtype = headers, block, dtype
+        self._fp8 = Fp8Reader()
+        self._files: dict[Path, Any] = {}
+
+    def read(self, name: str) -> np.ndarray:
+        path = self.headers[name].file
+        if self.headers[name].dtype == FP8_DTYPE:
+            scale = self.read(scale_name(name))
+            return dequantize(self._fp8.read(path, name), scale, self.block, self.dtype)
+        if path not in self._files:
+            self._files[path] = self.enter_context(safe_open(str(path), framework="np"))
+        return self._files[path].get_tensor(name)
+
+
 def _leaf_specs(specs, path: Path_ = ()) -> dict[Path_, ParamSpec]:
     if isinstance(specs, ParamSpec):
         return {path: specs}
@@ -309,12 +336,16 @@ def resolve_tied_head(model_dir: str | Path, cfg: ModelConfig) -> ModelConfig:
     if head not in headers:
         return cfg
     if embed in headers and headers[head].shape == headers[embed].shape:
-        arrays = []
-        for name in (head, embed):
-            with safe_open(str(headers[name].file), framework="np") as f:
-                arrays.append(f.get_tensor(name))
-        if np.array_equal(*arrays):
-            return cfg
+        block = _fp8_block(Path(model_dir))
+        pair = {n: HFTensor(headers[n].shape, (), "copy") for n in (head, embed)}
+        try:
+            _validate(pair, headers, block)
+        except ValueError:
+            pair = None  # not comparable; the load (untied) refuses the bad one, naming it
+        if pair is not None:
+            with _TensorReader(headers, block, np.float32) as reader:
+                if np.array_equal(reader.read(head), reader.read(embed)):
+                    return cfg
     warnings.warn(
         f"{model_dir}: tie_word_embeddings=true, but the checkpoint's {head} differs from "
         f"{embed}: they are not tied (as transformers does)",
@@ -341,22 +372,10 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     specs = param_specs(cfg)
     leaf_specs = _leaf_specs(specs)
     leaves: dict[Path_, np.ndarray] = {}
-    fp8 = Fp8Reader()
-    with contextlib.ExitStack() as stack:
-        handles = {}
-
-        def read(name: str) -> np.ndarray:
-            path = headers[name].file
-            if headers[name].dtype == FP8_DTYPE:
-                scale = read(scale_name(name))
-                return dequantize(fp8.read(path, name), scale, block)
-            if path not in handles:
-                handles[path] = stack.enter_context(safe_open(str(path), framework="np"))
-            return handles[path].get_tensor(name)
-
+    with _TensorReader(headers, block, jnp.dtype(cfg.dtype)) as reader:
         # In file order, so each shard is read front to back.
         for name in sorted(names, key=lambda n: str(headers[n].file)):
-            _place(names[name], read(name), leaf_specs, leaves)
+            _place(names[name], reader.read(name), leaf_specs, leaves)
     return _build_tree(specs, leaves)
 
 

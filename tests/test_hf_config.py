@@ -407,8 +407,8 @@ def test_fp8_block_quantization_is_read_with_transformers_defaults():
     config_from_hf(DEEPSEEK_V3)
     # FineGrainedFP8Config's defaults: e4m3, dynamic activations, 128 x 128 blocks.
     assert fp8_weight_block({"quantization_config": {"quant_method": "fp8"}}) == (128, 128)
-    qc = {"quant_method": "fp8", "weight_block_size": [64, 32]}
-    assert fp8_weight_block({"quantization_config": qc}) == (64, 32)
+    qc = {"quant_method": "fp8", "weight_block_size": [64, 32], "activation_scheme": "Dynamic"}
+    assert fp8_weight_block({"quantization_config": qc}) == (64, 32)  # case as transformers
 
 
 def test_mla_softmax_scale_uses_mscale_all_dim_with_any_scaled_rope():

@@ -98,6 +98,10 @@ def test_fp8_dequantize_spreads_each_scale_over_its_block_and_partial_blocks():
     for e, i, j in np.ndindex(*w.shape):
         want[e, i, j] = np.float32(w[e, i, j]) * scale[e, i // 8, j // 8]
     np.testing.assert_array_equal(dequantize(w, scale, block), want)
+    # Stored in the params dtype: computed in float32, then rounded once (as transformers).
+    got16 = dequantize(w, scale, block, ml_dtypes.bfloat16)
+    assert got16.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(got16, want.astype(ml_dtypes.bfloat16))
 
 
 def test_fp8_loader_errors_name_the_tensor(tmp_path):
@@ -121,8 +125,49 @@ def test_fp8_loader_errors_name_the_tensor(tmp_path):
     save_file(tensors, str(d / "model.safetensors"))
     with pytest.raises(ValueError, match=f"{name}.*without its scale tensor"):
         load_hf_params(d, cfg)
+    # A scale beside a weight stored as a float: transformers would multiply it in anyway.
+    tensors = _load_raw_bytes(raw, d)
+    tensors[name] = tensors[name].astype(np.float32)
+    save_file(tensors, str(d / "model.safetensors"))
+    with pytest.raises(ValueError, match=f"{name}_scale_inv': a scale for .* stored as F32"):
+        load_hf_params(d, cfg)
     (d / "model.safetensors").write_bytes(raw)
     assert load_hf_params(d, cfg) is not None
+
+
+def _load_raw_bytes(raw: bytes, d: Path) -> dict:
+    (d / "model.safetensors").write_bytes(raw)
+    return _load_raw(d / "model.safetensors")
+
+
+def test_a_tied_model_with_fp8_head_or_embedding_loads_like_transformers(tmp_path):
+    """transformers 5.24 unties an fp8 lm_head that differs from the (float) embedding, and
+    dequantizes an fp8 embedding a tied model shares with its head."""
+    d = _copy_fixture(tmp_path, "qwen3")  # tied, float32
+    config = json.loads((d / "config.json").read_text())
+    qc = {"quant_method": "fp8", "weight_block_size": [8, 8]}
+    (d / "config.json").write_text(json.dumps({**config, "quantization_config": qc}))
+    tensors = load_file(str(d / "model.safetensors"))
+    embed = tensors["model.embed_tokens.weight"]  # [512, 64]
+    scale = np.abs(embed).reshape(64, 8, 8, 8).max(axis=(1, 3)) / 448
+    stored = (embed.reshape(64, 8, 8, 8) / scale[:, None, :, None]).reshape(embed.shape)
+    stored = stored.astype(ml_dtypes.float8_e4m3fn)
+    dequantized = stored.astype(np.float32) * np.repeat(np.repeat(scale, 8, 0), 8, 1)
+
+    save_file(
+        {**tensors, "lm_head.weight": stored, "lm_head.weight_scale_inv": scale},
+        str(d / "model.safetensors"),
+    )
+    with pytest.warns(UserWarning, match="not tied"):
+        cfg, params, _ = load_model(str(d))
+    assert not cfg.tie_word_embeddings
+    np.testing.assert_array_equal(np.asarray(params["lm_head"]).T, dequantized)
+
+    fp8_embed = {"model.embed_tokens.weight": stored, "model.embed_tokens.weight_scale_inv": scale}
+    save_file({**tensors, **fp8_embed}, str(d / "model.safetensors"))
+    cfg, params, _ = load_model(str(d))
+    assert cfg.tie_word_embeddings
+    np.testing.assert_array_equal(np.asarray(params["embed"]), dequantized)
 
 
 def _load_raw(path: Path) -> dict:
