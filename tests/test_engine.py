@@ -558,3 +558,23 @@ def test_text_prompts_get_a_bos_only_where_the_tokenizer_files_ask(tmp_path):
     assert _text_prompt_ids(model, text) == [1, 3, 4, 5]
     tok_cfg.unlink()
     assert _text_prompt_ids(model, text) == [1, 3, 4, 5]
+
+
+def test_score_of_token_id_0_is_its_log_probability():
+    """Token id 0 is a real token (a score target of 0 is not 'no target'): its prompt
+    logprob is the model's, as the reference forward gives it."""
+    from models.hf_loader import load_hf_params
+    from models.reference import init_cache, reference_forward
+
+    cfg = get_preset("tiny-llama")
+    llm = LLM(model=str(FIXTURES / "llama"), num_pages=8, max_model_len=64)
+    seq = [5, 0, 7, 0, 9]
+    (got,) = llm.score([seq])
+    params = load_hf_params(FIXTURES / "llama", cfg)
+    logits, _ = reference_forward(
+        params, cfg, np.asarray(seq, np.int32), np.int32(0), init_cache(cfg, 64)
+    )
+    logits = np.asarray(logits, np.float64)
+    logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+    want = [logits[i, seq[i + 1]] - logz[i] for i in range(len(seq) - 1)]
+    np.testing.assert_allclose(got, want, atol=2e-3, rtol=0)

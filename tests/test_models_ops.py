@@ -19,9 +19,10 @@ from models.attention import (
     mla_latent_to_v,
     mla_softmax_scale,
 )
+from models.layers import rms_norm
 from models.moe import GROUP_TILE, grouped_swiglu, moe_block, route
 from models.reference import init_cache, reference_forward
-from models.rope import apply_rope, rope_frequencies, yarn_get_mscale
+from models.rope import apply_rope, rope_frequencies, rope_layout, yarn_get_mscale
 from models.specs import is_spec, param_specs
 
 
@@ -137,6 +138,29 @@ def test_rope_frequencies_match_hf_values():
 
     l3 = get_preset("llama-3.1-8b").rope_scaling
     np.testing.assert_allclose(rope_frequencies(500000.0, 128, l3)[0][::8], HF_LLAMA31, rtol=1e-6)
+
+
+def test_yarn_attention_factor_is_the_ratio_of_the_two_mscales():
+    # HF _compute_yarn_parameters: get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+    # (the test above has them equal, where the ratio is 1 whichever way round).
+    rs = RopeScaling(
+        rope_type="yarn",
+        factor=40.0,
+        original_max_position_embeddings=4096,
+        mscale=1.0,
+        mscale_all_dim=0.5,
+    )
+    want = (0.1 * math.log(40) + 1) / (0.05 * math.log(40) + 1)
+    assert rope_frequencies(10000.0, 64, rs)[1] == pytest.approx(want)
+
+
+def test_rope_layout_follows_rope_interleave():
+    # HF DeepSeek-V3 with rope_interleave=False rotates halves (apply_rotary_pos_emb).
+    v3 = get_preset("tiny-deepseek-v3")
+    assert v3.rope_interleave and rope_layout(v3) == "pairs_to_half"
+    assert rope_layout(v3.replace(rope_interleave=False)) == "half"
+    assert rope_layout(get_preset("tiny-deepseek-v2")) == "pairs"
+    assert rope_layout(get_preset("tiny-llama")) == "half"
 
 
 def _np_rotate(x, pos, inv_freq, factor, layout):
@@ -266,6 +290,20 @@ def test_moe_block_matches_naive_loop(case):
         assert np.array_equal(np.sort(np.asarray(experts), -1), np.sort(want_experts, -1))
 
 
+def test_noaux_tc_never_picks_an_expert_outside_the_kept_groups():
+    # Negative correction biases make every kept expert's choice score negative: masked
+    # experts must still lose (-inf, as HF 5.24's DeepseekV3TopkRouter and DeepSeek's
+    # inference code mask them; a 0.0 fill, as older HF releases had, picks them here).
+    cfg = MOE_CASES["deepseek_v3_noaux_tc"]
+    p = random_params(cfg, 0)["layers"][1]["moe"]
+    bias = np.random.default_rng(7).uniform(-2.0, -1.0, cfg.num_experts)
+    p = dict(p, router_bias=jnp.asarray(bias, jnp.float32))
+    x = np.random.default_rng(1).standard_normal((13, cfg.hidden_size)).astype(np.float32)
+    _, want = _np_route(p, x, cfg)
+    _, got = jax.jit(route, static_argnums=2)(p, jnp.asarray(x), cfg)
+    assert np.array_equal(np.sort(np.asarray(got), -1), np.sort(want, -1))
+
+
 @pytest.mark.parametrize(
     "sizes",
     [
@@ -324,6 +362,19 @@ def test_moe_group_limit_changes_choice(case):
     _, limited = _np_route(p, x, cfg)
     _, free = _np_route(p, x, cfg.replace(topk_group=cfg.n_group))
     assert (np.sort(limited, -1) != np.sort(free, -1)).any()
+
+
+def test_rms_norm_casts_to_the_input_dtype_before_the_weight():
+    # HF LlamaRMSNorm: weight * hidden.to(input_dtype); a bfloat16 product, not a float32 one.
+    rng = np.random.default_rng(4)
+    x = jnp.asarray(rng.standard_normal((4, 64)) * 3, jnp.bfloat16)
+    w = jnp.asarray(1 + 0.3 * rng.standard_normal(64), jnp.bfloat16)
+    xf = np.asarray(x, np.float32)
+    normed = xf / np.sqrt(np.mean(xf * xf, -1, keepdims=True, dtype=np.float64) + 1e-6)
+    want = np.asarray(w) * normed.astype(np.float32).astype(jnp.bfloat16)
+    got = jax.jit(rms_norm, static_argnums=2)(x, w, 1e-6)
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
 
 
 # ---- MLA ----------------------------------------------------------------------------------

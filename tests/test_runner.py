@@ -30,7 +30,8 @@ def _walk(buckets: Buckets, max_tokens: int, max_seqs: int) -> set[tuple[int, in
 
 @pytest.mark.parametrize(
     "max_tokens, max_seqs, min_rows",
-    [(64, 8, 1), (64, 16, 1), (200, 64, 1), (100, 3, 1), (256, 64, 64), (32, 4, 8)],
+    # (16, 4, 64): engine limits below the batch-invariant floor still pad to min_rows.
+    [(64, 8, 1), (64, 16, 1), (200, 64, 1), (100, 3, 1), (256, 64, 64), (32, 4, 8), (16, 4, 64)],
 )
 def test_every_batch_lands_in_a_bucket_and_every_bucket_is_reachable(
     max_tokens, max_seqs, min_rows
@@ -120,6 +121,14 @@ def test_pack_lays_out_a_mixed_step_by_hand():
     )
     for name, want in expect.items():
         np.testing.assert_array_equal(getattr(batch, name), want, err_msg=name)
+
+
+def test_pack_takes_items_whose_pages_are_exactly_full():
+    # kv_len_after == pages * page_size: the last token goes to the last page's last slot.
+    items = [_item("a", [3], 0, 16), _item("b", [4, 6], 31, 1)]
+    batch = pack(items, 16, Buckets(64, 8, 4))
+    assert batch.slot_mapping[:17].tolist() == [3 * 16 + i for i in range(16)] + [6 * 16 + 15]
+    assert batch.kv_lens[:2].tolist() == [16, 32]
 
 
 def test_pack_refuses_an_item_whose_pages_cannot_hold_its_tokens():
