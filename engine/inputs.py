@@ -59,8 +59,8 @@ def _is_single(prompts) -> bool:
     """Whether `prompts` is one prompt rather than a batch of them."""
     if isinstance(prompts, str | Mapping):
         return True
-    if isinstance(prompts, np.ndarray):
-        return prompts.ndim == 1 and prompts.dtype.kind in "iu"
+    if isinstance(prompts, np.ndarray):  # a numeric 1-D array is one prompt (floats refused)
+        return prompts.ndim == 1 and prompts.dtype.kind in "biuf"
     # A number first (a float or bool too) is meant as a token id, and refused as one.
     return (
         isinstance(prompts, Sequence)
@@ -122,7 +122,7 @@ def prompt_text_or_ids(prompt) -> str | list[int]:
         raise ValueError(
             f"prompt: expected a string or a list of token ids, got {type(prompt).__name__}"
         )
-    ids = list(prompt)
+    ids = prompt.tolist() if isinstance(prompt, np.ndarray) else list(prompt)
     for t in ids:
         if not _is_token(t):
             raise ValueError(f"prompt: token ids must be integers, got {t!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -23,9 +24,10 @@ from engine.sampling_params import RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.step import StepOutput, init_kv_pages, make_step
+from long_context.capacity import kv_shard_fraction
 from long_context.policy import LongPrefillPolicy
 from models.load import TOKENIZER_CONFIG_FILE, load_model, model_config
-from sharding.mesh import parse_mesh
+from sharding.mesh import MeshConfig, parse_mesh
 from sharding.placement import check_model_layout, put_replicated, shard_model
 
 # KV memory when num_pages is not given: a fraction of the accelerator's free memory, or a
@@ -104,23 +106,31 @@ def _default_backend_kv_budget() -> int:
     return int(free * _ACCEL_KV_FRACTION) if free > 0 else _CPU_KV_BUDGET
 
 
-def _check_kv_fits(num_pages: int, page_size: int, bytes_per_token: int, devices: int) -> None:
-    """ValueError naming num_pages if its KV pool cannot fit the memory of the devices (the
-    host's RAM on CPU), before anything is allocated."""
-    need = num_pages * page_size * bytes_per_token
+def _check_kv_fits(
+    cfg: ModelConfig, num_pages: int, page_size: int, kv_dtype, mesh_config: MeshConfig | None
+) -> None:
+    """ValueError naming num_pages if its KV pool cannot fit, before anything is allocated.
+
+    Each device holds the whole pool but for GQA KV heads split over tp (sharding/rules.py:
+    pages are replicated over dp and ep; the MLA latent is never split): on a GPU that share
+    is held against one device's memory; on CPU every device's copy is host RAM."""
+    tp = mesh_config.tp if mesh_config else 1
+    devices = mesh_config.dp * mesh_config.tp * mesh_config.ep if mesh_config else 1
+    pool = num_pages * page_size * kv_quant.bytes_per_token(cfg, kv_dtype)
+    per_device = math.ceil(pool * kv_shard_fraction(cfg, tp))
     dev = jax.devices()[0]
     if dev.platform == "cpu":
+        need = per_device * devices
         have, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "host RAM"
     else:
-        limit = (dev.memory_stats() or {}).get("bytes_limit")
-        if not limit:
+        need, have = per_device, (dev.memory_stats() or {}).get("bytes_limit")
+        where = f"one {dev.platform} device's memory"
+        if not have:
             return
-        have, where = limit * devices, f"the memory of {devices} {dev.platform} device(s)"
     if need > have:
         raise ValueError(
-            f"num_pages={num_pages}: a KV pool of {need / 2**30:.1f} GiB ({page_size}-token "
-            f"pages, {bytes_per_token} bytes per token) exceeds the {have / 2**30:.1f} GiB of "
-            f"{where}"
+            f"num_pages={num_pages}: the KV pool ({page_size}-token pages) needs "
+            f"{need / 2**30:.1f} GiB of {where}, which has {have / 2**30:.1f} GiB"
         )
 
 
@@ -165,7 +175,10 @@ class LLM:
         max_num_batched_tokens = inputs.as_int("max_num_batched_tokens", max_num_batched_tokens)
         max_num_seqs = inputs.as_int("max_num_seqs", max_num_seqs)
         if num_pages is not None:
-            num_pages = inputs.as_int("num_pages", num_pages, high=inputs.INT32_MAX // page_size)
+            # Slot ids (page * page_size + offset) are int32.
+            num_pages = inputs.as_int(
+                "num_pages", num_pages, high=max(1, inputs.INT32_MAX // page_size)
+            )
         if max_model_len is not None:  # its upper limit comes with the config, below
             max_model_len = inputs.as_int("max_model_len", max_model_len)
         batch_invariant = inputs.as_bool("batch_invariant", batch_invariant)
@@ -191,15 +204,11 @@ class LLM:
                 f"{cfg.max_position_embeddings}]"
             )
         if num_pages is not None:
-            _check_kv_fits(
-                num_pages,
-                page_size,
-                kv_quant.bytes_per_token(cfg, kv_dtype),
-                mesh_config.dp * mesh_config.tp * mesh_config.ep if mesh else 1,
-            )
+            _check_kv_fits(cfg, num_pages, page_size, kv_dtype, mesh_config if mesh else None)
 
-        # On a mesh the params stay on the host until shard_model puts each device's shards:
-        # a model larger than one device never lands whole on the first.
+        # On a mesh checkpoint params stay on the host until shard_model puts each device's
+        # shards: a checkpoint larger than one device never lands whole on the first (preset
+        # weights are drawn on the default device first: random-weight test models).
         self.config, self.params, tokenizer_path = load_model(
             model, dtype, seed, cfg, host=bool(mesh)
         )
@@ -589,7 +598,8 @@ class LLM:
             self._release(records)
 
     def generate(self, prompts, sampling_params=None) -> list[RequestOutput]:
-        """Generate for every prompt (a string, a token-id list, or a list of those).
+        """Generate for every prompt: one prompt or a list of them (engine/inputs.py: a string,
+        token ids, or a {"prompt": ...} / {"prompt_token_ids": ...} dict).
 
         If it raises (or is interrupted), its unfinished requests are aborted."""
         records = self._collect(self._prepare(prompts, sampling_params))

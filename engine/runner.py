@@ -172,7 +172,7 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
         sample_index,
         sampling[0].astype(np.float32),  # temperature
         sampling[1].astype(np.float32),  # top_p
-        np.minimum(sampling[2], 2**31 - 1).astype(np.int32),  # top_k (>= vocab: all kept)
+        sampling[2].astype(np.int32),  # top_k (SamplingParams keeps it within int32)
         sampling[3].astype(np.uint32),  # seed: < 2**32, exact in float64
         sampling[4].astype(np.int32),  # sample_step
         np.full(t_pad, -1, np.int32),  # score_targets: filled by the caller when scoring

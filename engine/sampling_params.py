@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+TOP_K_MAX = 2**31 - 1  # the step carries top_k as int32; any k >= the vocabulary keeps all
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -37,8 +39,10 @@ class SamplingParams:
         if not _is_number(p) or math.isnan(p) or not 0.0 < p <= 1.0:
             raise ValueError(f"top_p={p!r}: must be in (0, 1]")
         set_("top_p", float(p))
-        if not _is_int(self.top_k) or self.top_k < 0:
-            raise ValueError(f"top_k={self.top_k!r}: must be an integer >= 0 (0 = off)")
+        if not _is_int(self.top_k) or not 0 <= self.top_k <= TOP_K_MAX:
+            raise ValueError(
+                f"top_k={self.top_k!r}: must be an integer in [0, {TOP_K_MAX}] (0 = off)"
+            )
         set_("top_k", int(self.top_k))
         if self.seed is not None:
             if not _is_int(self.seed) or not 0 <= self.seed < 2**32:

@@ -27,6 +27,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class LongPrefillPolicy:
@@ -44,23 +46,30 @@ class LongPrefillPolicy:
     smoothing: float = 0.5  # weight of the newest measurement in the running averages
 
     def __post_init__(self):
+        # numpy scalars are taken (as LLM's arguments are) and stored as Python numbers.
         def is_int(x) -> bool:
-            return isinstance(x, int) and not isinstance(x, bool)
+            return isinstance(x, int | np.integer) and not isinstance(x, bool)
 
         def is_real(x) -> bool:
-            return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+            return (is_int(x) or isinstance(x, float | np.floating)) and math.isfinite(x)
 
         for name in ("long_prompt_tokens", "chunk_quantum", "initial_chunk_tokens", "probe_every"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be an integer >= 1")
+            object.__setattr__(self, name, int(getattr(self, name)))
         cap = self.max_long_prefills
-        if cap is not None and (not is_int(cap) or cap < 1):
-            raise ValueError(f"max_long_prefills={cap!r}: must be an integer >= 1 or None")
+        if cap is not None:
+            if not is_int(cap) or cap < 1:
+                raise ValueError(f"max_long_prefills={cap!r}: must be an integer >= 1 or None")
+            object.__setattr__(self, "max_long_prefills", int(cap))
         slowdown = self.max_decode_slowdown
-        if slowdown is not None and not (is_real(slowdown) and slowdown > 1):
-            raise ValueError(f"max_decode_slowdown={slowdown!r}: must be > 1 (or None)")
+        if slowdown is not None:
+            if not (is_real(slowdown) and slowdown > 1):
+                raise ValueError(f"max_decode_slowdown={slowdown!r}: must be > 1 (or None)")
+            object.__setattr__(self, "max_decode_slowdown", float(slowdown))
         if not (is_real(self.smoothing) and 0 < self.smoothing <= 1):
             raise ValueError(f"smoothing={self.smoothing!r}: must be in (0, 1]")
+        object.__setattr__(self, "smoothing", float(self.smoothing))
 
     @classmethod
     def token_budget_only(cls) -> LongPrefillPolicy:

@@ -19,7 +19,7 @@ import math
 import struct
 from pathlib import Path
 
-import ml_dtypes
+import jax.numpy as jnp
 import numpy as np
 
 FP8_DTYPE = "F8_E4M3"  # safetensors' name for float8_e4m3fn
@@ -51,7 +51,7 @@ class Fp8Reader:
         return self._layouts[path]
 
     def read(self, path: Path, name: str) -> np.ndarray:
-        """Tensor `name` of safetensors file `path` as an ml_dtypes float8_e4m3fn array."""
+        """Tensor `name` of safetensors file `path` as a float8_e4m3fn numpy array."""
         start, header = self._layout(path)
         entry = header[name]
         if entry["dtype"] != FP8_DTYPE:
@@ -63,7 +63,7 @@ class Fp8Reader:
         raw = np.fromfile(path, dtype=np.uint8, count=end - begin, offset=start + begin)
         if raw.size != end - begin:
             raise ValueError(f"checkpoint file {str(path)!r}: truncated inside tensor {name!r}")
-        return raw.view(ml_dtypes.float8_e4m3fn).reshape(shape)
+        return raw.view(jnp.float8_e4m3fn).reshape(shape)
 
 
 def dequantize(

@@ -373,7 +373,7 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     leaf_specs = _leaf_specs(specs)
     leaves: dict[Path_, np.ndarray] = {}
     with _TensorReader(headers, block, jnp.dtype(cfg.dtype)) as reader:
-        # In file order, so each shard is read front to back.
+        # Grouped by file (each shard opened once).
         for name in sorted(names, key=lambda n: str(headers[n].file)):
             _place(names[name], reader.read(name), leaf_specs, leaves)
     return _build_tree(specs, leaves)

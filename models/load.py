@@ -104,8 +104,9 @@ def load_model(
         reads HF checkpoints as float32; "auto" reads an HF checkpoint in its own dtype.
       cfg: `model_config(model, dtype)`, when the caller has read it already.
       host: return the params as host (numpy) arrays, for a caller that places them itself
-        (sharding a model onto a mesh: no device ever holds more than its shards); default:
-        on the default device.
+        (sharding a checkpoint onto a mesh: no device holds more than its shards; preset
+        weights are drawn on the default device, then copied to the host); default: on the
+        default device.
     """
     path = _model_dir(model)
     tokenizer = None

@@ -80,6 +80,8 @@ def test_prompt_forms(prompts, want):
         ([[5], [6.5]], "got 6.5"),
         ([[5, [6]]], r"got \[6\]"),
         (np.zeros((2, 2, 2), np.int32), "must be 1-D"),
+        (np.array([1.0, 2.0]), "token ids must be integers, got 1.0"),
+        (np.array([True, False]), "token ids must be integers, got True"),
         ([None], "got NoneType"),
     ],
 )
@@ -161,6 +163,13 @@ def test_sampling_params_subclasses_keep_their_fields():
     llm = _llm()
     outs = llm.generate([P, P], [SamplingParams(max_tokens=4, seed=1), Tagged(max_tokens=4)])
     assert [len(o.token_ids) for o in outs] == [4, 4] and _clean(llm)
+    # The engine's seed is filled in without losing the subclass or its fields.
+    rid = llm.add_request(P, Tagged(max_tokens=4, tag="mine"))
+    params = llm._scheduler._active[rid].sampling_params
+    assert type(params) is Tagged and params.tag == "mine" and params.seed is not None
+    llm.abort(rid)
+    llm.step()
+    assert _clean(llm)
 
 
 def test_engine_seed_takes_numpy_ints_and_refuses_what_it_cannot_use():
@@ -208,7 +217,9 @@ def test_a_kv_pool_larger_than_memory_is_refused_before_the_weights_are_read(mon
         raise AssertionError("the weights were read before the pool was checked")
 
     monkeypatch.setattr("engine.llm.load_model", no_loading)
-    with pytest.raises(ValueError, match=r"num_pages=100000000: a KV pool of .* GiB .*host RAM"):
+    with pytest.raises(
+        ValueError, match=r"num_pages=100000000: the KV pool .* needs .* GiB of host RAM"
+    ):
         LLM(model=str(FIXTURE), num_pages=10**8)
 
 
@@ -234,6 +245,12 @@ def test_long_prefill_policy_fields_are_typed(field, value):
         LongPrefillPolicy(**{field: value})
 
 
+def test_long_prefill_policy_takes_numpy_numbers_as_python_ones():
+    policy = LongPrefillPolicy(long_prompt_tokens=np.int64(4096), smoothing=np.float32(0.25))
+    assert policy == LongPrefillPolicy(long_prompt_tokens=4096, smoothing=0.25)
+    assert type(policy.long_prompt_tokens) is int and type(policy.smoothing) is float
+
+
 def test_request_ids_are_strings_and_huge_top_k_means_off():
     llm = _llm()
     with pytest.raises(ValueError, match=r"request_id=5: must be a string"):
@@ -242,6 +259,47 @@ def test_request_ids_are_strings_and_huge_top_k_means_off():
     sampled = dict(max_tokens=6, temperature=1.0, seed=7, ignore_eos=True)
     want = llm.generate([P], SamplingParams(**sampled))[0].token_ids
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # numpy warned casting it to int32 on every step
-        got = llm.generate([P], SamplingParams(**sampled, top_k=10**12))[0].token_ids
+        warnings.simplefilter("error")  # numpy warned casting 10**12 to int32 on every step
+        got = llm.generate([P], SamplingParams(**sampled, top_k=2**31 - 1))[0].token_ids
     assert got == want
+    # Larger ones cannot ride in the step's int32 (10**400 failed mid-step, not at the call).
+    for k in (2**31, 10**12, 10**400):
+        with pytest.raises(ValueError, match=r"top_k=.*must be an integer in \[0, 2147483647\]"):
+            SamplingParams(top_k=k)
+
+
+class _FakeGpu:
+    platform = "gpu"
+
+    def memory_stats(self):
+        return {"bytes_limit": 1 << 30}
+
+
+@pytest.mark.parametrize(
+    "preset, mesh, share",
+    [
+        # MLA latent: pages replicated over dp and ep, never split; one device holds it all.
+        ("tiny-deepseek-v3", "dp=2,ep=2", 1),
+        ("tiny-qwen3", "dp=2", 1),
+        # GQA over tp=2 (2 KV heads): each device holds half of every page.
+        ("tiny-qwen3", "tp=2", 2),
+        ("tiny-qwen3", "", 1),
+    ],
+)
+def test_kv_pool_is_held_against_what_one_device_keeps(preset, mesh, share, monkeypatch):
+    """On a GPU each device keeps its own share of the pool (the whole of it unless tp splits
+    KV heads), checked against one device's memory (1 GiB here)."""
+    from configs.presets import get_preset
+    from engine import kv_quant
+    from engine.llm import _check_kv_fits
+    from sharding.mesh import parse_mesh
+
+    cfg = get_preset(preset)
+    monkeypatch.setattr("jax.devices", lambda *a: [_FakeGpu()])
+    mc = parse_mesh(mesh) if mesh else None
+    # The most 16-token pages one device holds whole, times the ways tp splits each page.
+    most = (1 << 30) // (16 * kv_quant.bytes_per_token(cfg)) * share
+    _check_kv_fits(cfg, most, 16, None, mc)
+    too_big = most + share
+    with pytest.raises(ValueError, match=f"num_pages={too_big}: .*of one gpu device's memory"):
+        _check_kv_fits(cfg, too_big, 16, None, mc)
