@@ -367,10 +367,12 @@ class LLM:
             seed = (self._seed * 1_000_003 + n) % (2**32)
             params = dataclasses.replace(params, seed=seed)
         seq = Sequence(request_id, tuple(ids), params)
-        self._scheduler.add(seq)
         out = RequestOutput(request_id, list(ids))
         if params.prompt_logprobs:  # filled in by the steps that compute the prompt
             out.prompt_logprobs = [0.0] * (len(ids) - 1)
+        # Queued last: nothing that can fail stands between it and the record below, so a
+        # caller that takes back what it queued (_collect) knows every queued request.
+        self._scheduler.add(seq)
         if seq.is_finished:  # max_tokens == 0
             out.finish_reason = seq.finish_reason
             if announce:

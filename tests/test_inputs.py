@@ -155,6 +155,24 @@ def test_a_batch_that_fails_while_queueing_is_taken_back_whole(monkeypatch):
     assert llm.generate([P], PARAMS)[0].token_ids == want and _clean(llm)
 
 
+def test_a_request_that_fails_while_its_record_is_made_is_not_queued(monkeypatch):
+    import engine.llm
+
+    llm = _llm()
+    real, made = engine.llm.RequestOutput, []
+
+    def record(*args):
+        made.append(args[0])
+        if len(made) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(engine.llm, "RequestOutput", record)
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate([P, P, P], PARAMS)
+    assert len(made) == 2 and _clean(llm) and not llm._scheduler.has_request(made[1])
+
+
 def test_sampling_params_subclasses_keep_their_fields():
     @dataclasses.dataclass(frozen=True)
     class Tagged(SamplingParams):
