@@ -5,10 +5,8 @@ transformers 5.24), so a sparse hand-written config means what it means to Huggi
 Both spellings of RoPE are read: transformers-5 `rope_parameters` (theta inside) and the
 older `rope_scaling` (`type` or `rope_type`, may be null) plus a top-level `rope_theta`.
 
-Sliding-window attention (Mistral v0.1, Mixtral/Qwen with a window set) is not implemented;
-full causal attention equals it for sequences no longer than the window, so such a model
-gets `max_position_embeddings = min(max_position_embeddings, sliding_window)` instead of
-being refused.
+Sliding-window attention (Mistral v0.1, Mixtral/Qwen with a window set) is read into
+`sliding_window` and `full_attention_layers`, as transformers' modeling code applies it.
 """
 
 from __future__ import annotations
@@ -305,26 +303,37 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 
 
-def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> int | None:
-    """The window transformers applies to some layer, or None (as its modeling code reads it:
-    Llama and DeepSeek have none; Mistral and Mixtral on every layer; Qwen only with
-    use_sliding_window, and Qwen2/Qwen3 only on the layers `layer_types` (default: from
-    max_window_layers on) marks sliding)."""
+def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
+    """The window transformers applies, and the layers it leaves out, as its modeling code
+    reads them: Llama and DeepSeek have none; Mistral and Mixtral window every layer; Qwen
+    only with use_sliding_window, Qwen3-MoE every layer, Qwen2/Qwen3 the layers
+    `layer_types` marks "sliding_attention" (default: from max_window_layers on)."""
+    none = dict(sliding_window=None, full_attention_layers=())
     if model_type in ("llama", "deepseek_v2", "deepseek_v3"):
-        return None
+        return none
     window = f.get("sliding_window")
-    if model_type in ("mistral", "mixtral") or window is None:
-        return window
-    if not f.get("use_sliding_window"):
-        return None
-    if model_type in ("qwen2", "qwen3"):
-        layer_types = f.hf.get("layer_types")
-        if layer_types is None:
-            first = f.get("max_window_layers")
-            layer_types = ["sliding_attention" if i >= first else "full" for i in range(num_layers)]
-        if "sliding_attention" not in layer_types:
-            return None
-    return window
+    if model_type not in ("mistral", "mixtral") and not f.get("use_sliding_window"):
+        return none
+    if window is None or model_type not in ("qwen2", "qwen3"):
+        return dict(sliding_window=window, full_attention_layers=())
+    layer_types = f.hf.get("layer_types")
+    if layer_types is None:
+        first = f.get("max_window_layers")
+        layer_types = [
+            "sliding_attention" if i >= first else "full_attention" for i in range(num_layers)
+        ]
+    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+        raise ValueError(
+            f"HF config layer_types: expected a list of num_hidden_layers={num_layers} entries"
+        )
+    kinds = ("full_attention", "sliding_attention")
+    bad = [t for t in layer_types if t not in kinds]
+    if bad:
+        raise ValueError(f"HF config layer_types: {bad[0]!r} is not one of {kinds}")
+    full = tuple(i for i, t in enumerate(layer_types) if t == "full_attention")
+    if len(full) == num_layers:
+        return none
+    return dict(sliding_window=window, full_attention_layers=full)
 
 
 def _gqa_fields(f: _Fields, model_type: str) -> dict:
@@ -443,8 +452,6 @@ def config_from_hf(
     max_position = f.required("max_position_embeddings")
     rope_theta, rope_scaling = _rope(f, max_position)
     window = _sliding_window(f, model_type, num_layers)
-    if window is not None:
-        max_position = min(max_position, window)
     eos_ids = _eos_ids(f.get("eos_token_id"))
     if not isinstance(source, dict):
         eos_ids = tuple(dict.fromkeys(eos_ids + _generation_eos_ids(source)))
@@ -466,5 +473,6 @@ def config_from_hf(
         bos_token_id=f.get("bos_token_id"),
         eos_token_ids=eos_ids,
         dtype=_dtype(hf, dtype),
+        **window,
         **arch,
     )

@@ -53,6 +53,11 @@ class ModelConfig:
     tie_word_embeddings: bool = False  # lm_head shares the embedding matrix
     attention_bias: bool = False  # q/k/v projections carry biases (Qwen2)
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    # Sliding-window attention (Mistral v0.1, Qwen with use_sliding_window): a query at
+    # position p sees keys p - sliding_window + 1 .. p (HF's `kv_idx > q_idx - window`);
+    # None: full causal attention. Layers in `full_attention_layers` take no window.
+    sliding_window: int | None = None
+    full_attention_layers: tuple[int, ...] = ()
     attention_type: str = "gqa"  # one of ATTENTION_TYPES
     # MLA (DeepSeek V2/V3)
     q_lora_rank: int = 0  # 0: plain q projection
@@ -97,12 +102,30 @@ class ModelConfig:
                 )
             if self.head_dim <= 0:
                 raise ValueError(f"head_dim={self.head_dim}: must be > 0")
+            if self.sliding_window is not None and not (
+                isinstance(self.sliding_window, int)
+                and not isinstance(self.sliding_window, bool)
+                and self.sliding_window >= 1
+            ):
+                raise ValueError(
+                    f"sliding_window={self.sliding_window!r}: must be an integer >= 1 or None"
+                )
+            bad = [i for i in self.full_attention_layers if not 0 <= i < self.num_layers]
+            if bad:
+                raise ValueError(
+                    f"full_attention_layers: layer {bad[0]} is outside [0, "
+                    f"num_layers={self.num_layers})"
+                )
         else:
             for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if getattr(self, name) <= 0:
                     raise ValueError(f"{name}={getattr(self, name)}: MLA needs it > 0")
             if self.qk_rope_head_dim % 2:
                 raise ValueError(f"qk_rope_head_dim={self.qk_rope_head_dim}: must be even")
+            if self.sliding_window is not None:
+                raise ValueError(
+                    f"sliding_window={self.sliding_window}: not implemented for MLA attention"
+                )
         if self.num_experts:
             if not 0 < self.num_experts_per_tok <= self.num_experts:
                 raise ValueError(
@@ -147,6 +170,13 @@ class ModelConfig:
     def qk_head_dim(self) -> int:
         """Per-head q/k width: MLA nope + rope, GQA head_dim."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    def attention_window(self, layer: int) -> int | None:
+        """Keys a query of decoder layer `layer` sees back from its own position (itself
+        included), or None: every earlier key."""
+        if self.sliding_window is None or layer in self.full_attention_layers:
+            return None
+        return self.sliding_window
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer `layer` carries routed experts (else a dense SwiGLU MLP)."""

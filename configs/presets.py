@@ -89,6 +89,24 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# Sliding-window attention (tests/fixtures/mistral, qwen2_sliding): every layer, and
+# only layer 1 (layer_types [full, sliding]).
+_add(
+    PRESETS["tiny-qwen2"].replace(
+        name="tiny-mistral",
+        model_type="mistral",
+        attention_bias=False,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        sliding_window=8,
+        bos_token_id=1,
+    )
+)
+_add(
+    PRESETS["tiny-qwen2"].replace(
+        name="tiny-qwen2-sliding", sliding_window=6, full_attention_layers=(0,)
+    )
+)
 _add(
     ModelConfig(
         name="tiny-qwen3-moe",

@@ -44,7 +44,9 @@ class AttentionOps(NamedTuple):
 
     # pages below may be kv_quant.QuantizedPages (fp8 with per-row scales) as well as arrays
     write_kv: Callable  # (pages [N, P, ...], new [T, ...], slot_mapping [T]) -> pages
-    gqa: Callable  # (q, k_pages, v_pages, meta, scale, kv_block_pages) -> [T, H, Dh]
+    # (q, k_pages, v_pages, meta, scale, kv_block_pages, window=None) -> [T, H, Dh]; window:
+    # the layer's sliding window (ModelConfig.attention_window) or None
+    gqa: Callable
     mla: Callable  # (q_lat, q_pe, latent_pages, meta, scale, kv_block_pages) -> [T, H, R]
     # MLA prefill spans in expanded form, or None (absorbed everywhere):
     # (q_nope, q_pe, latent_pages, w_kv_b, meta, scale, kv_block_pages) -> [T, H, Dv]
@@ -198,20 +200,24 @@ def _invariant(config):
     )
 
 
-def _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, batch_invariant=False):
+def _pallas_gqa(
+    q, k_pages, v_pages, meta, scale, kv_block_pages, window=None, batch_invariant=False
+):
     (k_data, k_scales), (v_data, v_scales) = _split(k_pages), _split(v_pages)
     try:
         _check_fp8_device(k_pages)
         pk.check_gqa_supported(q, k_data, v_data, k_scales, v_scales)
     except pk.UnsupportedShapeError as err:
         _fallback("GQA attention", err)
-        return pa.paged_attention_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages)
+        xla = XLA_INVARIANT_OPS if batch_invariant else XLA_OPS
+        return xla.gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, window=window)
     return pk.ragged_paged_attention(
         q,
         k_data,
         v_data,
         *_spans(meta),
         scale=scale,
+        window=window,
         k_scales=k_scales,
         v_scales=v_scales,
         config=_gqa_config(q.shape[0], meta.kv_lens.shape[0], batch_invariant),
@@ -238,7 +244,8 @@ def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages, batch_in
         pk.check_mla_supported(q_lat, q_pe, data, scales)
     except pk.UnsupportedShapeError as err:
         _fallback("MLA attention", err)
-        return pa.paged_attention_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages)
+        xla = XLA_INVARIANT_OPS if batch_invariant else XLA_OPS
+        return xla.mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages)
     return pk.mla_paged_attention(
         q_lat,
         q_pe,
@@ -256,11 +263,12 @@ def _decode_only(num_tokens: int, meta) -> bool:
     return num_tokens <= meta.kv_lens.shape[0]
 
 
-def _mosaic_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages):
+def _mosaic_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, window=None):
     """Steps with prefill chunks on the Mosaic GPU kernel; decodes (one token in its 128-row
-    tile) and shapes it refuses on the Triton one."""
-    if _decode_only(q.shape[0], meta):
-        return _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages)
+    tile), layers with a sliding window (the Mosaic kernel has no window mask) and shapes it
+    refuses on the Triton one."""
+    if _decode_only(q.shape[0], meta) or window is not None:
+        return _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, window)
     (k_data, k_scales), (v_data, v_scales) = _split(k_pages), _split(v_pages)
     try:
         pk.check_gqa_mosaic_supported(q, k_data, v_data, k_scales, v_scales)

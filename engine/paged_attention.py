@@ -211,7 +211,7 @@ def _normalize(denom: jax.Array, acc: jax.Array) -> jax.Array:
 
 
 def _decode_attention(
-    q, meta, page_table, is_decode, block_pages, block_len, gather, value_dim, query_rows
+    q, meta, page_table, is_decode, block_pages, block_len, gather, value_dim, query_rows, window
 ):
     """Sequences with one query token (`is_decode` [S]), batched: each gathers its own blocks.
 
@@ -228,6 +228,8 @@ def _decode_attention(
     num_tokens, num_seqs = q.shape[0], is_decode.shape[0]
     first_row = jnp.clip(meta.cu_q_lens[:-1], 0, num_tokens - 1)  # [S]
     limit = jnp.where(is_decode, jnp.minimum(meta.positions[first_row] + 1, meta.kv_lens), 0)
+    # First key each decode sees (a sliding window), or 0; past every key where none decodes.
+    first = _first_key(meta.positions[first_row], window, limit > 0)
     # Other sequences' slots are computed and masked; reading page 0 for them stays in cache.
     page_table = jnp.where(is_decode[:, None], page_table, 0)
 
@@ -236,9 +238,9 @@ def _decode_attention(
 
     def attend(seqs):  # [n] sequence ids (None: all) -> [n, K, G, Dv]
         if seqs is None:
-            q_dec, lim, pages = q[first_row], limit, page_table  # [S, K, G, Dk]
+            q_dec, lim, lo, pages = q[first_row], limit, first, page_table  # [S, K, G, Dk]
         else:
-            q_dec, lim, pages = q[first_row[seqs]], limit[seqs], page_table[seqs]
+            q_dec, lim, lo, pages = q[first_row[seqs]], limit[seqs], first[seqs], page_table[seqs]
         if query_rows > 1:
             q_dec = jnp.pad(
                 q_dec[:, :, None], ((0, 0), (0, 0), (0, query_rows - 1), (0, 0), (0, 0))
@@ -249,7 +251,10 @@ def _decode_attention(
             m, denom, acc = carry  # [n, K, (Q,) G], same, [n, K, (Q,) G, Dv]
             ids = lax.dynamic_slice_in_dim(pages, b * block_pages, block_pages, axis=1)
             keys, values = gather(ids)  # [n, L, K, Dk], [n, L, K, Dv]
-            valid = (b * block_len + jnp.arange(block_len))[None, :] < lim[:, None]  # [n, L]
+            key_pos = (b * block_len + jnp.arange(block_len))[None, :]
+            valid = key_pos < lim[:, None]  # [n, L]
+            if window is not None:
+                valid &= key_pos >= lo[:, None]
             s = jnp.einsum(
                 f"sk{qa}gd,slkd->sk{qa}gl", q_dec, keys, preferred_element_type=jnp.float32
             )
@@ -263,7 +268,9 @@ def _decode_attention(
 
         num_blocks = (jnp.max(lim) + block_len - 1) // block_len
         init = _init_carry(q_dec.shape[: lead + 1], value_dim)
-        _, denom, acc = lax.fori_loop(0, num_blocks, body, init)
+        # Blocks before every row's first key would leave the carry exactly as it is.
+        start = 0 if window is None else jnp.min(lo) // block_len
+        _, denom, acc = lax.fori_loop(start, num_blocks, body, init)
         out = _normalize(denom, acc)
         return out[:, :, 0] if query_rows > 1 else out
 
@@ -292,6 +299,14 @@ class _Tiles(NamedTuple):
     seq: jax.Array  # [NT] int32, the tile's sequence
     first: jax.Array  # [NT] int32, token row of its first query
     rows: jax.Array  # [NT] int32, queries in it (<= the tile size)
+
+
+def _first_key(positions: jax.Array, window: int | None, attends: jax.Array) -> jax.Array:
+    """The first key a query at `positions` sees: 0, or with a sliding window the window's
+    start; rows that attend to nothing (`attends` False) get int32 max, so that the min over
+    a tile or a batch is the first block any of its rows needs."""
+    first = jnp.zeros_like(positions) if window is None else jnp.maximum(positions + 1 - window, 0)
+    return jnp.where(attends, first, jnp.iinfo(jnp.int32).max)
 
 
 def _tile_tables(
@@ -344,8 +359,13 @@ def _blocked_attention(
     value_dim: int,
     decodes: bool = True,
     remainder_tiles: tuple[int, ...] = REMAINDER_TILES,
+    window: int | None = None,
 ) -> jax.Array:  # [T, K, G, Dv] f32
     """Online-softmax attention of each token over its sequence's keys, one KV block per step.
+
+    With a sliding `window` a token at position p sees keys p - window + 1 .. p; the blocks
+    before a tile's (or decode batch's) first visible key are skipped, which changes no bit
+    of a result (such a block leaves the online-softmax carry exactly as it was).
 
     `decodes=False` leaves out the batched decode path (the caller sends no decodes; a span
     of one token would take a tile), and `remainder_tiles=()` cuts every span into tiles of
@@ -403,6 +423,7 @@ def _blocked_attention(
             gather_block,
             value_dim,
             query_rows=1 if split_decodes else tile,
+            window=window,
         )
         out = out.at[jnp.where(rows < 0, out.shape[0], rows)].set(o_dec, mode="drop")
         tiled = tiled & ~is_decode
@@ -419,6 +440,7 @@ def _blocked_attention(
             # Causal inside the chunk: row r sees keys j < min(position + 1, kv_len).
             pos = lax.dynamic_slice_in_dim(pos_pad, first, size)
             limit = jnp.where(in_tile, jnp.minimum(pos + 1, meta.kv_lens[seq]), 0)  # [Q]
+            key_from = _first_key(pos, window, limit > 0)  # [Q]
             tile_limit = jnp.max(limit)
             q_tile = lax.dynamic_slice_in_dim(q_pad, first, size).transpose(1, 0, 2, 3)
             pages = page_table[seq]  # [Ppad]
@@ -432,6 +454,8 @@ def _blocked_attention(
                     keys, values = gather_block(ids)  # [L, K, Dk], [L, K, Dv]
                     key_pos = b * block_tokens + jnp.arange(block_tokens)
                     valid = key_pos[None, :] < limit[:, None]  # [Q, L]
+                    if window is not None:
+                        valid &= key_pos[None, :] >= key_from[:, None]
                     s = jnp.einsum(
                         "kqgd,lkd->kqgl", q_tile, keys, preferred_element_type=jnp.float32
                     )
@@ -444,7 +468,8 @@ def _blocked_attention(
 
                 init = _init_carry((num_kv_heads, size, group), value_dim)
                 num_blocks = (tile_limit + block_tokens - 1) // block_tokens
-                return lax.fori_loop(0, num_blocks, body, init)[1:]
+                start = 0 if window is None else jnp.min(key_from) // block_tokens
+                return lax.fori_loop(start, num_blocks, body, init)[1:]
 
             if long_pages == short:
                 denom, acc = over_blocks(short)
@@ -465,6 +490,11 @@ def _blocked_attention(
     return out[:num_tokens]
 
 
+def _check_window(window: int | None) -> None:
+    if window is not None and (not isinstance(window, int) or window < 1):
+        raise ValueError(f"window={window!r}: must be an integer >= 1 or None")
+
+
 def _check_sizes(kv_block_pages: int, query_tile: int) -> None:
     if kv_block_pages < 1:
         raise ValueError(f"kv_block_pages must be >= 1, got {kv_block_pages}")
@@ -482,14 +512,16 @@ def paged_attention_gqa(
     query_tile: int = QUERY_TILE,
     split_decodes: bool = True,
     prefill_block_tokens: int = PREFILL_KV_BLOCK_TOKENS,
+    window: int | None = None,
 ) -> jax.Array:  # [T, H, Dh]
     """Grouped-query attention of ragged query tokens over their sequences' paged K/V.
 
     The step's own K/V must already be written to the pages. Decodes reduce over blocks of
     `kv_block_pages`; prefill tiles of `query_tile` over blocks of `prefill_block_tokens`
     (or, with `split_decodes=False`, everything over tiles of `query_tile` and blocks of
-    `kv_block_pages`).
+    `kv_block_pages`). `window`: a sliding window (ModelConfig.attention_window), or None.
     """
+    _check_window(window)
     _check_sizes(kv_block_pages, query_tile)
     q, k_pages, v_pages = jnp.asarray(q), as_pages(k_pages), as_pages(v_pages)
     num_tokens, num_heads, head_dim = q.shape
@@ -518,6 +550,7 @@ def paged_attention_gqa(
         prefill_block_tokens,
         gather_block,
         head_dim,
+        window=window,
     )
     return o.reshape(num_tokens, num_heads, head_dim).astype(q.dtype)
 

@@ -149,7 +149,8 @@ def _step_body(
         k_pages, v_pages = kv_i
         k_pages = ops.write_kv(k_pages, x.k, slots)
         v_pages = ops.write_kv(v_pages, x.v, slots)
-        o = ops.gqa(x.q, k_pages, v_pages, meta, x.scale, kv_block_pages)
+        window = cfg.attention_window(i)
+        o = ops.gqa(x.q, k_pages, v_pages, meta, x.scale, kv_block_pages, window=window)
         return o, (k_pages, v_pages)
 
     def attend_mla(i, p_attn, kv_i, x):

@@ -31,19 +31,23 @@ def init_cache(cfg: ModelConfig, max_len: int) -> list:
 def _causal_softmax(
     scores: jax.Array,  # [T, ..., L] f32
     positions: jax.Array,  # [T]
+    window: int | None = None,
 ) -> jax.Array:
     max_len = scores.shape[-1]
-    visible = jnp.arange(max_len)[None, :] <= positions[:, None]  # [T, L]
+    keys = jnp.arange(max_len)[None, :]
+    visible = keys <= positions[:, None]  # [T, L]
+    if window is not None:
+        visible &= keys > positions[:, None] - window
     visible = visible.reshape(visible.shape[:1] + (1,) * (scores.ndim - 2) + visible.shape[1:])
     return jax.nn.softmax(jnp.where(visible, scores, -jnp.inf), axis=-1)
 
 
 def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
     """Backend for forward_hidden: write the new tokens at `positions` ([T]) of the contiguous
-    cache, then attend causally over it (query at position p sees cache rows 0..p)."""
+    cache, then attend causally over it (query at position p sees cache rows 0..p, or its
+    layer's sliding window of them)."""
 
     def attend(i: int, p_attn: dict, kv_i: tuple, inp: AttnInputs):
-        del i
         if cfg.is_mla:
             (latent,) = kv_i  # [L, R + Dr]
             new = jnp.concatenate([inp.c_kv, inp.k_pe], axis=-1).astype(latent.dtype)
@@ -63,7 +67,8 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
         kh = cfg.num_kv_heads
         q = inp.q.reshape(t, kh, h // kh, dh)  # [T, K, G, Dh]: head h uses kv head h // G
         scores = jnp.einsum("tkgd,lkd->tkgl", q, k_cache)  # [T, K, G, L]
-        probs = _causal_softmax(scores.astype(jnp.float32) * inp.scale, positions)
+        window = cfg.attention_window(i)
+        probs = _causal_softmax(scores.astype(jnp.float32) * inp.scale, positions, window)
         o = jnp.einsum("tkgl,lkd->tkgd", probs.astype(v_cache.dtype), v_cache)
         return o.reshape(t, h, dh), (k_cache, v_cache)
 

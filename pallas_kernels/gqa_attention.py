@@ -65,12 +65,14 @@ def ragged_paged_attention(
     page_table: jax.Array,  # [S, Pmax] int32
     *,
     scale: float,
+    window: int | None = None,  # sliding window: keys p - window + 1 .. p; None: all keys
     k_scales: jax.Array | None = None,  # [N, P, K] f32 with fp8 pages (float8_e4m3fn / uint8)
     v_scales: jax.Array | None = None,  # [N, P, K] f32
     config: KernelConfig = GQA_CONFIG,
     interpret: bool = False,
 ) -> jax.Array:  # [T, H, Dh]
-    """Causal GQA of ragged query spans over their paged K/V (already written).
+    """Causal GQA of ragged query spans over their paged K/V (already written), or with a
+    sliding `window` (a token at position p sees keys p - window + 1 .. p).
 
     fp8 pages (float8_e4m3fn or its bits as uint8, a float32 scale per (token, KV head) row)
     are read as `rows * scales`: the block is upcast to q's dtype and the scales are applied
@@ -87,7 +89,7 @@ def ragged_paged_attention(
     d_pad = padded_dim(head_dim)
     if positions.shape != (num_tokens,):
         raise ValueError(f"positions {positions.shape}: expected [T] = [{num_tokens}]")
-    plan = plan_tiles(cu_q_lens, positions, kv_lens, page_table, block_q)
+    plan = plan_tiles(cu_q_lens, positions, kv_lens, page_table, block_q, window)
     t_pad = plan.num_tokens_padded
 
     # Rows of a program: (token, head) for `heads` heads of one KV head. Query head h uses
@@ -145,6 +147,7 @@ def ragged_paged_attention_ref(
     page_table: jax.Array,  # [S, Pmax]
     *,
     scale: float,
+    window: int | None = None,
     k_scales: jax.Array | None = None,  # [N, P, K] f32 with fp8 pages (float8_e4m3fn / uint8)
     v_scales: jax.Array | None = None,
 ) -> jax.Array:  # [T, H, Dh]
@@ -164,6 +167,8 @@ def ragged_paged_attention_ref(
     keys = k_pages[pages].reshape(num_tokens, length, num_kv_heads, head_dim)
     values = v_pages[pages].reshape(num_tokens, length, num_kv_heads, head_dim)
     visible = jnp.arange(length)[None, :] < limit[:, None]  # [T, L]
+    if window is not None:
+        visible &= jnp.arange(length)[None, :] > positions[:, None] - window
     qg = q.reshape(num_tokens, num_kv_heads, group, head_dim).astype(jnp.float32)
     s = jnp.einsum("tkgd,tlkd->tkgl", qg, keys.astype(jnp.float32), precision=lax.Precision.HIGHEST)
     s = jnp.where(visible[:, None, None, :], s * scale, -jnp.inf)

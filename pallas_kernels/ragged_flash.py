@@ -43,7 +43,9 @@ scale multiplies its score column and a value's scale its probability column bef
 no dequantized block is formed.
 
 Masking matches engine.paged_attention: token t sees key j iff j < min(position_t + 1,
-kv_len of its sequence); a token with no visible key gets zeros.
+kv_len of its sequence), and with a sliding window (GQA) also j > position_t - window; a
+token with no visible key gets zeros. A windowed program starts at the first key block any
+of its rows sees: earlier blocks would leave its online-softmax state exactly as it is.
 """
 
 from __future__ import annotations
@@ -241,6 +243,8 @@ class TilePlan(NamedTuple):
     limit: jax.Array  # [T_pad] int32, keys visible to each token (0 for padding)
     keys: jax.Array  # [NT] int32, most keys a token of the tile sees (0 = unused tile)
     num_tokens_padded: int  # T_pad = T + block_q, so a tile's rows never run off the array
+    # [T_pad] int32, first key each token sees under a sliding window; None: no window
+    first: jax.Array | None = None
 
 
 def plan_tiles(
@@ -249,8 +253,12 @@ def plan_tiles(
     kv_lens: jax.Array,  # [S] int32
     page_table: jax.Array,  # [S, Pmax] int32
     block_q: int,
+    window: int | None = None,
 ) -> TilePlan:
-    """Cuts every sequence's query span into tiles of `block_q` tokens."""
+    """Cuts every sequence's query span into tiles of `block_q` tokens; with a sliding
+    `window`, a token at position p sees keys from max(p - window + 1, 0)."""
+    if window is not None and (not isinstance(window, int) or window < 1):
+        raise ValueError(f"window={window!r}: must be an integer >= 1 or None")
     num_tokens = positions.shape[0]
     num_seqs = kv_lens.shape[0] if kv_lens.ndim == 1 else 0
     if (
@@ -291,7 +299,11 @@ def plan_tiles(
     limit = jnp.pad(jnp.maximum(limit, 0).astype(jnp.int32), (0, block_q))
     rows = start[:, None] + jnp.arange(block_q, dtype=jnp.int32)  # [NT, block_q]
     keys = jnp.max(jnp.where(rows < end[:, None], limit[rows], 0), axis=1)
-    return TilePlan(seq.astype(jnp.int32), start, end, limit, keys, padded)
+    first = None
+    if window is not None:
+        first = jnp.maximum(positions.astype(jnp.int32) + 1 - window, 0)
+        first = jnp.pad(first, (0, block_q))
+    return TilePlan(seq.astype(jnp.int32), start, end, limit, keys, padded, first)
 
 
 class KVBlock(NamedTuple):
@@ -346,7 +358,9 @@ def _flash_kernel(
     tile_split_ref,  # [NT], keys per KV split
     limit_ref,  # [T_pad]
     page_table_ref,  # [S, Pmax]
-    *refs,  # q parts [Q, T_pad * Gb, Dq_i] ..., kv refs ..., o [NS, Q, R, Dv], lse [NS, Q, R]
+    *refs,  # (first [T_pad] if windowed), q parts [Q, T_pad * Gb, Dq_i] ..., kv refs ...,
+    # o [NS, Q, R, Dv], lse [NS, Q, R]
+    windowed: bool,
     num_q_parts: int,
     load_kv: LoadKV,
     heads_per_program: int,
@@ -358,6 +372,7 @@ def _flash_kernel(
     scale: float,
     fast_softmax: bool,
 ):
+    first_ref, refs = (refs[0], refs[1:]) if windowed else (None, refs)
     q_refs, kv_refs = refs[:num_q_parts], refs[num_q_parts:-2]
     o_ref, lse_ref = refs[-2:]
     group, tile, split = pl.program_id(0), pl.program_id(1), pl.program_id(2)
@@ -375,6 +390,12 @@ def _flash_kernel(
     # Keys past the page table's last column do not exist (the XLA path never visits them).
     hi = jnp.minimum(jnp.max(limit), jnp.minimum(lo + kv_split, max_pages * page_size))
     num_blocks = lax.div(jnp.maximum(hi - lo, 0) + block_kv - 1, block_kv)
+    first_block = 0
+    if windowed:  # [rows] first key of each row's window; rows that store nothing: none
+        first = jnp.where(row_ok, first_ref[row_token], jnp.iinfo(jnp.int32).max)
+        first_block = jnp.minimum(
+            lax.div(jnp.maximum(jnp.min(first) - lo, 0), block_kv), num_blocks
+        )
 
     r0 = t0 * heads_per_program
     qs = [q_ref[group, pl.ds(r0, rows), :] for q_ref in q_refs]
@@ -396,7 +417,10 @@ def _flash_kernel(
         # fast_softmax works in base 2: exp(x * scale) = exp2(x * scale * log2(e)).
         s = s * (scale * LOG2E if fast_softmax else scale)
         if masked:
-            s = jnp.where(pos[None, :] < limit[:, None], s, -jnp.inf)
+            visible = pos[None, :] < limit[:, None]
+            if windowed:
+                visible &= pos[None, :] >= first[:, None]
+            s = jnp.where(visible, s, -jnp.inf)
         m_new = jnp.maximum(m, jnp.max(s, axis=1))
         # A row that has seen no key keeps max -inf; shifting by 0 keeps exp() at 0, not NaN.
         m_shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
@@ -436,7 +460,7 @@ def _flash_kernel(
         jnp.zeros((rows,), jnp.float32),
         jnp.zeros((rows, value_dim), jnp.float32),
     )
-    if fast_softmax:
+    if fast_softmax and not windowed:
         # Blocks that end at or before every (stored) row's limit need no mask.
         first_limit = jnp.min(jnp.where(row_ok, limit, jnp.iinfo(jnp.int32).max))
         num_full = jnp.minimum(lax.div(jnp.maximum(first_limit - lo, 0), block_kv), num_blocks)
@@ -444,7 +468,9 @@ def _flash_kernel(
         m, denom, acc = lax.fori_loop(num_full, num_blocks, body, carry)
         m = m * LN2  # back to natural-log units for the split combine
     else:
-        m, denom, acc = lax.fori_loop(0, num_blocks, body, init)
+        m, denom, acc = lax.fori_loop(first_block, num_blocks, body, init)
+        if fast_softmax:
+            m = m * LN2
     seen = denom > 0
     out = acc / jnp.where(seen, denom, 1.0)[:, None]
     lse = jnp.where(seen, m + jnp.log(jnp.where(seen, denom, 1.0)), -jnp.inf)
@@ -500,8 +526,10 @@ def ragged_flash(
     # Each split's partials: a normalized f32 output and a log-sum-exp per query row.
     split_bytes = num_groups * num_rows * (value_dim + 1) * 4
     num_splits, tile_split = config.tile_splits(plan.keys, max_len, programs, split_bytes)
+    windowed = plan.first is not None
     kernel = functools.partial(
         _flash_kernel,
+        windowed=windowed,
         num_q_parts=len(q_parts),
         load_kv=load_kv,
         heads_per_program=heads_per_program,
@@ -532,6 +560,7 @@ def ragged_flash(
         tile_split,
         plan.limit,
         page_table.astype(jnp.int32),
+        *([plan.first] if windowed else []),
         *q_parts,
         *kv_arrays,
     )

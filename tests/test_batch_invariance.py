@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from engine import LLM, SamplingParams
+from engine import llm as llm_module
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 PROBE_PARAMS = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
@@ -76,6 +77,23 @@ def test_probe_output_is_bitwise_identical_in_any_batch(arch):
     for tokens, bits in mixed:
         assert tokens == alone[0]
         assert bits == alone[1]
+
+
+def test_a_sliding_window_keeps_the_mode(monkeypatch):
+    """mistral (an 8-key window on every layer) with 16-key KV blocks, so that the blocks
+    before a token's window are skipped, from a first block that follows the other rows of
+    its tile or decode batch: the probe stays bitwise the same alone, among co-requests with
+    preemption, and decoded vs prefilled."""
+    monkeypatch.setattr(llm_module, "_KV_BLOCK_TOKENS", 16)
+    alone, mixed, preemptions = _scenario("mistral", batch_invariant=True, budgets=(16, 80))
+    assert preemptions > 0
+    for tokens, bits in mixed:
+        assert (tokens, bits) == alone
+    llm = LLM(model=str(FIXTURES / "mistral"), batch_invariant=True, max_model_len=128)
+    one = SamplingParams(max_tokens=1, ignore_eos=True)
+    for j in (3, 11):
+        (out,) = llm.generate([_probe("mistral") + alone[0][:j]], one)
+        assert (out.token_ids, _bits(out.logprobs)) == (alone[0][j : j + 1], alone[1][j : j + 1])
 
 
 def test_fp8_kv_pages_keep_the_mode():

@@ -19,7 +19,8 @@ from engine import paged_attention as pa
 from models.load import convert_hf_to_orbax
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-ARCHS = ["llama", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3"]
+# qwen2_sliding: a 6-key sliding window on layer 1, full attention on layer 0.
+ARCHS = ["llama", "qwen2_sliding", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3"]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
 
 

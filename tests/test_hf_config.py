@@ -12,7 +12,17 @@ from configs.model_config import RopeScaling
 from configs.presets import get_preset
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
-ARCHS = ("llama", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3")
+ARCHS = (
+    "llama",
+    "qwen2",
+    "qwen2_sliding",
+    "mistral",
+    "qwen3",
+    "qwen3_moe",
+    "mixtral",
+    "deepseek_v2",
+    "deepseek_v3",
+)
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")
 
@@ -193,18 +203,20 @@ def test_mistral():
         8,
         128,
     )
-    # Full attention equals the 4096 window only up to 4096 tokens: the model is capped there.
-    assert cfg.max_position_embeddings == 4096
+    # A 4096-key window on every layer, over 32k positions.
+    assert cfg.max_position_embeddings == 32768 and cfg.sliding_window == 4096
+    assert [cfg.attention_window(i) for i in (0, 31)] == [4096, 4096]
     assert cfg.rope_scaling == RopeScaling() and cfg.rope_theta == 10000.0
     assert not cfg.attention_bias and not cfg.qk_norm and cfg.num_experts == 0
     # v0.3: no window, head_dim explicit (null allowed), theta 1e6.
     v03 = {**v01, "sliding_window": None, "rope_theta": 1000000.0, "head_dim": None}
     cfg = config_from_hf(v03)
     assert cfg.max_position_embeddings == 32768 and cfg.head_dim == 128
+    assert cfg.sliding_window is None and cfg.attention_window(0) is None
     assert cfg.rope_theta == 1000000.0
     # Absent sliding_window takes MistralConfig's default of 4096.
     absent = {k: v for k, v in v01.items() if k != "sliding_window"}
-    assert config_from_hf(absent).max_position_embeddings == 4096
+    assert config_from_hf(absent).sliding_window == 4096
 
 
 def test_qwen2():
@@ -220,7 +232,8 @@ def test_qwen2():
     cfg = config_from_hf(hf)
     assert cfg.attention_bias and not cfg.qk_norm
     assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (28, 4, 128)
-    assert cfg.max_position_embeddings == 32768  # the window is off (use_sliding_window)
+    assert cfg.max_position_embeddings == 32768
+    assert cfg.sliding_window is None  # the window is off (use_sliding_window)
     assert cfg.eos_token_ids == (151645,) and cfg.bos_token_id == 151643
     assert not cfg.tie_word_embeddings and cfg.vocab_size == 152064
 
@@ -325,26 +338,59 @@ def test_fields_transformers_ignores_are_ignored(model_type, change):
     assert config_from_hf({**base, **change}) == config_from_hf(base)
 
 
-def test_sliding_window_caps_the_context_only_where_transformers_applies_one():
+def test_sliding_window_only_where_transformers_applies_one():
     """Llama and DeepSeek ignore a sliding_window key; Qwen2/Qwen3 slide only the layers
     from max_window_layers on (or those `layer_types` names), Qwen3-MoE every layer."""
     base = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=4)
     window = dict(sliding_window=16, use_sliding_window=True, max_position_embeddings=512)
     slide = dict(sliding_window=16, use_sliding_window=True)
-    assert config_from_hf({**LLAMA_31_8B, **slide}).max_position_embeddings == 131072
-    assert config_from_hf({**DEEPSEEK_V3, **slide}).max_position_embeddings == 163840
+    assert config_from_hf({**LLAMA_31_8B, **slide}).sliding_window is None
+    assert config_from_hf({**DEEPSEEK_V3, **slide}).sliding_window is None
 
-    def context(model_type, **change):
-        hf = {"model_type": model_type, **base, **window, **change}
-        return config_from_hf(hf).max_position_embeddings
+    def windows(model_type, **change):
+        """Each layer's window."""
+        cfg = config_from_hf({"model_type": model_type, **base, **window, **change})
+        assert cfg.max_position_embeddings == 512  # a window does not shorten the context
+        return [cfg.attention_window(i) for i in range(4)]
 
-    assert context("qwen3", max_window_layers=4) == 512  # no layer slides
-    assert context("qwen3", max_window_layers=3) == 16
-    assert context("qwen2") == 512  # the default max_window_layers, 28, is past 4 layers
-    assert context("qwen3", layer_types=["full_attention"] * 4) == 512
-    assert context("qwen3", layer_types=["full_attention"] * 3 + ["sliding_attention"]) == 16
-    assert context("qwen3", max_window_layers=0, use_sliding_window=False) == 512
-    assert context("qwen3_moe") == 16
+    assert windows("qwen3", max_window_layers=4) == [None] * 4  # no layer slides
+    assert windows("qwen3", max_window_layers=3) == [None] * 3 + [16]
+    assert windows("qwen3", max_window_layers=0) == [16] * 4
+    assert windows("qwen2") == [None] * 4  # the default max_window_layers, 28, is past 4 layers
+    assert windows("qwen3", layer_types=["full_attention"] * 4) == [None] * 4
+    mixed = ["sliding_attention", "full_attention"] * 2
+    assert windows("qwen2", layer_types=mixed) == [16, None, 16, None]
+    assert windows("qwen3", max_window_layers=0, use_sliding_window=False) == [None] * 4
+    # Qwen3-MoE has no layer_types: every layer.
+    assert windows("qwen3_moe", max_window_layers=4) == [16] * 4
+    assert windows("mistral", use_sliding_window=False) == [16] * 4  # no switch there
+    assert windows("mistral", sliding_window=None) == [None] * 4
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(layer_types=["full_attention"] * 3), "layer_types: expected a list of "),
+        (dict(layer_types="sliding_attention"), "layer_types: expected a list of "),
+        (dict(layer_types=["sliding_attention"] * 3 + ["chunked"]), "'chunked' is not one of"),
+        (dict(sliding_window=0), "sliding_window=0: must be an integer >= 1"),
+        (dict(sliding_window=2.5), "sliding_window=2.5: must be an integer >= 1"),
+        (dict(sliding_window=True), "sliding_window=True: must be an integer >= 1"),
+    ],
+)
+def test_bad_sliding_window_fields_are_refused_by_name(change, message):
+    hf = dict(
+        model_type="qwen2",
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=4,
+        use_sliding_window=True,
+        sliding_window=16,
+        max_window_layers=0,
+    )
+    with pytest.raises(ValueError, match=message):
+        config_from_hf({**hf, **change})
 
 
 def test_unknown_model_type():
@@ -489,7 +535,7 @@ def test_expert_count_aliases_and_hard_coded_fields():
     # A null hard-coded field means the default, not a different routing.
     assert config_from_hf({**DEEPSEEK_V3, "scoring_func": None}).scoring_func == "sigmoid"
     # Mistral and Mixtral slide every layer, with no use_sliding_window switch.
-    assert config_from_hf({**MIXTRAL_8X7B, "sliding_window": 16}).max_position_embeddings == 16
+    assert config_from_hf({**MIXTRAL_8X7B, "sliding_window": 16}).sliding_window == 16
 
 
 @pytest.mark.parametrize(

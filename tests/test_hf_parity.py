@@ -23,6 +23,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 ARCHS = {
     "llama": "tiny-llama",
     "qwen2": "tiny-qwen2",
+    "qwen2_sliding": "tiny-qwen2-sliding",
+    "mistral": "tiny-mistral",
     "qwen3": "tiny-qwen3",
     "qwen3_moe": "tiny-qwen3-moe",
     "mixtral": "tiny-mixtral",

@@ -102,8 +102,9 @@ def fill_step(rng, page_size, row_shape, seqs, seq_pages):
     return pages.astype(np.float32), new.astype(np.float32), slots, positions, rows
 
 
-def dense_reference(q, seqs, positions, rows_k, rows_v, scale):
-    """o[t] = softmax(q[t] . K[:pos+1]) V over the token's own contiguous sequence, float64.
+def dense_reference(q, seqs, positions, rows_k, rows_v, scale, window=None):
+    """o[t] = softmax(q[t] . K[:pos+1]) V over the token's own contiguous sequence, float64;
+    with a sliding window only the last `window` of those keys.
 
     q: [T, K, G, Dk]; rows_k[s]: [L_s, K, Dk]; rows_v[s]: [L_s, K, Dv]. Padding -> zeros.
     """
@@ -112,22 +113,37 @@ def dense_reference(q, seqs, positions, rows_k, rows_v, scale):
     for (q_len, _, _), k, v in zip(seqs, rows_k, rows_v, strict=True):
         for _ in range(q_len):
             n = positions[t] + 1
-            s = np.einsum("kgd,lkd->kgl", q[t].astype(np.float64), k[:n]) * scale
+            lo = 0 if window is None else max(0, n - window)
+            s = np.einsum("kgd,lkd->kgl", q[t].astype(np.float64), k[lo:n]) * scale
             p = np.exp(s - s.max(-1, keepdims=True))
             p /= p.sum(-1, keepdims=True)
-            out[t] = np.einsum("kgl,lkd->kgd", p, v[:n])
+            out[t] = np.einsum("kgl,lkd->kgd", p, v[lo:n])
             t += 1
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("scale", "block", "tile", "split"))
+@functools.partial(jax.jit, static_argnames=("scale", "block", "tile", "split", "window"))
 def _gqa_step(
-    q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt, scale, block, **opts
+    q,
+    k_pages,
+    v_pages,
+    new_k,
+    new_v,
+    slots,
+    cu,
+    positions,
+    kv_lens,
+    pt,
+    scale,
+    block,
+    window=None,
+    **opts,
 ):
     k_pages = write_kv(k_pages, new_k, slots)
     v_pages = write_kv(v_pages, new_v, slots)
     meta = build_metadata(cu, positions, kv_lens, pt, q.shape[0])
-    return paged_attention_gqa(q, k_pages, v_pages, meta, scale, block, *_options(**opts))
+    options = _options(**opts)
+    return paged_attention_gqa(q, k_pages, v_pages, meta, scale, block, *options, window=window)
 
 
 @functools.partial(jax.jit, static_argnames=("scale", "block", "tile", "split"))
@@ -167,6 +183,40 @@ def test_gqa_matches_dense_reference(page_size, block, group, tile, split):
         ref = dense_reference(q4, seqs, positions, rows_k, rows_v, scale)
         assert np.all(np.isfinite(o))
         np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
+
+
+# Windows of one key, part of a page, about a page and several pages; blocks of one and two
+# pages, so whole blocks before a window are skipped (on the decode path and on the tiles).
+@pytest.mark.parametrize(
+    "page_size,block,group,tile,split,window",
+    [
+        (8, 1, 2, 4, True, 1),
+        (8, 2, 3, 3, False, 7),
+        (16, 1, 4, 5, True, 16),
+        (8, 1, 1, 3, True, 30),
+    ],
+)
+def test_gqa_sliding_window_matches_dense_reference(page_size, block, group, tile, split, window):
+    num_kv_heads, head_dim = 2, 16
+    scale = head_dim**-0.5
+    for seed in range(2):
+        rng = np.random.default_rng(7 * window + 1000 * seed)
+        seqs, seq_pages, cu, kv_lens, pt = make_batch(rng, page_size)
+        row = (num_kv_heads, head_dim)
+        k_pages, new_k, slots, positions, rows_k = fill_step(rng, page_size, row, seqs, seq_pages)
+        v_rng = np.random.default_rng(rng.integers(1 << 31))
+        v_pages, new_v, _, _, rows_v = fill_step(v_rng, page_size, row, seqs, seq_pages)
+        q = rng.standard_normal((NUM_TOKENS, num_kv_heads * group, head_dim)).astype(np.float32)
+
+        args = (q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt)
+        o = np.asarray(_gqa_step(*args, scale, block, window, tile=tile, split=split))
+
+        q4 = q.reshape(NUM_TOKENS, num_kv_heads, group, head_dim)
+        ref = dense_reference(q4, seqs, positions, rows_k, rows_v, scale, window)
+        full = dense_reference(q4, seqs, positions, rows_k, rows_v, scale)
+        assert np.all(np.isfinite(o))
+        np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
+        assert np.abs(full - ref).max() > 0.1  # the window changed the result
 
 
 def _latent_step(rng, page_size, row_dim):
@@ -461,15 +511,17 @@ CHUNKINGS = [(250, 1, 0, 8), (250, 1, 5, 64), (249, 2, 0, 8), (200, 51, 3, 64), 
 CHUNKINGS += [(247, 9, 17, 64), (235, 16, 0, 64), (128, 128, 1, 256), (250, 3, 0, 8)]
 
 
-@pytest.mark.parametrize("kind", ["gqa", "mla"])
+@pytest.mark.parametrize("kind", ["gqa", "gqa_window", "mla"])
 def test_chunking_and_decode_leave_a_token_bitwise_unchanged(kind):
     """Tiles start at each span's first token, so a token's tile-mates change with the chunk.
     With INVARIANT_OPTIONS its output must not change at all: any chunk, any padded size, or
-    decoded (a one-row tile)."""
+    decoded (a one-row tile). With a 37-key window (keys 214..250 for the probe) the blocks
+    before it are skipped, from a start that follows the tile's or decode batch's rows."""
+    window = 37 if kind == "gqa_window" else None
     page_size, block, seq_len, target = 16, 2, 300, 250
     rng = np.random.default_rng(9)
     pt_row = rng.permutation(NUM_PAGES)[: -(-seq_len // page_size)].astype(np.int32)
-    if kind == "gqa":
+    if kind != "mla":
         k_pages, v_pages = rng.standard_normal((2, NUM_PAGES, page_size, 2, 40), np.float32)
         q_seq = rng.standard_normal((seq_len, 6, 40), np.float32)
     else:
@@ -482,9 +534,9 @@ def test_chunking_and_decode_leave_a_token_bitwise_unchanged(kind):
             q, cu, pos, kv_lens, pt, slots = _chunk_of_one_sequence(
                 q_seq, pt_row, start, n, lead, num_tokens
             )
-            if kind == "gqa":
+            if kind != "mla":
                 args = (q, k_pages, v_pages, q[:, :2], q[:, :2], slots, cu, pos, kv_lens, pt)
-                o = _gqa_step(*args, 0.15, block, tile=tile, split=split)
+                o = _gqa_step(*args, 0.15, block, window, tile=tile, split=split)
             else:
                 args = (q[..., :32], q[..., 32:], pages, q[:, 0], slots, cu, pos, kv_lens, pt)
                 o = _mla_step(*args, 0.15, block, tile=tile, split=split)

@@ -167,6 +167,46 @@ def test_gqa_kernel_matches_ref(case, interpret):
         _check(out, ref, b, dtype)
 
 
+# Sliding windows: (case of GQA_CASES, window). One key; part of a block; windows that
+# start inside a KV split after whole skipped blocks (and splits) with fixed and
+# length-following splits; a window longer than any context (= no window).
+WINDOW_CASES = [
+    ("g1_p8_f32_2splits", 1),
+    ("g3_d40_p16_bf16_fast", 5),
+    ("g8_p8_bf16_2progs_fixed", 21),
+    ("g4_p24_bf16_target_fast", 40),
+    ("g4_p16_f32_default", 100),
+]
+
+
+@pytest.mark.parametrize("interpret", MODES)
+@pytest.mark.parametrize("case, window", WINDOW_CASES)
+def test_gqa_kernel_with_a_sliding_window_matches_ref(case, window, interpret):
+    """A token at position p sees keys p - window + 1 .. p; the twin checks it, and the twin
+    itself is checked against the engine's XLA path (test_refs_match_the_engine_xla_path)."""
+    _skip_unless_runnable(interpret)
+    group, kv_heads, head_dim, page_size, num_pages, dtype, config = GQA_CASES[case]
+    shape = (num_pages, page_size, kv_heads, head_dim)
+    scale = head_dim**-0.5
+    kernel = jax.jit(
+        functools.partial(
+            ragged_paged_attention, scale=scale, window=window, config=config, interpret=interpret
+        )
+    )
+    for seed in SEEDS[:2]:
+        b = ragged_batch(seed, page_size, num_pages)
+        rng = np.random.default_rng(300 + seed)
+        q = jnp.asarray(rng.standard_normal((NUM_TOKENS, group * kv_heads, head_dim)), dtype)
+        k_pages = random_pages(rng, shape, b["owned"], dtype)
+        v_pages = random_pages(rng, shape, b["owned"], dtype)
+        out = kernel(q, k_pages, v_pages, *_meta(b))
+        ref = gqa_ref(q, k_pages, v_pages, *_meta(b), scale=scale, window=window)
+        _check(out, ref, b, dtype)
+        full = gqa_ref(q, k_pages, v_pages, *_meta(b), scale=scale)
+        changed = np.abs(np.asarray(full, np.float32) - np.asarray(ref, np.float32)).max()
+        assert changed == 0 if window >= MAX_LEN else changed > 0.1
+
+
 MLA_CASES = {
     # name: (heads, kv_lora_rank, rope dim, page size, num pages, dtype, config)
     # a 1-byte partials budget: one split over the whole page table (an MLA prefill's case)
@@ -227,17 +267,18 @@ def test_refs_match_the_engine_xla_path():
     b = ragged_batch(5, 16, 40)
     rng = np.random.default_rng(5)
     meta = build_metadata(*(jnp.asarray(x) for x in _meta(b)))
-    xla_gqa = jax.jit(paged_attention_gqa, static_argnums=(4, 5))
+    xla_gqa = jax.jit(paged_attention_gqa, static_argnums=(4, 5), static_argnames="window")
     xla_mla = jax.jit(paged_attention_mla, static_argnums=(4, 5))
     q = jnp.asarray(rng.standard_normal((NUM_TOKENS, 6, 40)), jnp.float32)
     k_pages = random_pages(rng, (40, 16, 2, 40), b["owned"], jnp.float32)
     v_pages = random_pages(rng, (40, 16, 2, 40), b["owned"], jnp.float32)
-    np.testing.assert_allclose(
-        gqa_ref(q, k_pages, v_pages, *_meta(b), scale=0.2),
-        xla_gqa(q, k_pages, v_pages, meta, 0.2, 2),
-        atol=1e-5,
-        rtol=1e-5,
-    )
+    for window in (None, 3, 20):
+        np.testing.assert_allclose(
+            gqa_ref(q, k_pages, v_pages, *_meta(b), scale=0.2, window=window),
+            xla_gqa(q, k_pages, v_pages, meta, 0.2, 2, window=window),
+            atol=1e-5,
+            rtol=1e-5,
+        )
     q_lat = jnp.asarray(rng.standard_normal((NUM_TOKENS, 4, 32)), jnp.float32)
     q_pe = jnp.asarray(rng.standard_normal((NUM_TOKENS, 4, 8)), jnp.float32)
     latent = random_pages(rng, (40, 16, 40), b["owned"], jnp.float32)
@@ -368,9 +409,11 @@ def test_malformed_metadata_and_configs_raise_a_clear_error():
 
 
 @pytest.mark.parametrize("interpret", MODES)
-def test_gqa_kernel_is_batch_invariant(interpret):
+@pytest.mark.parametrize("window", [None, 20])
+def test_gqa_kernel_is_batch_invariant(interpret, window):
     """A token's output is bitwise the same alone or among other sequences, at another row
-    of the padded batch, and as a decode or as the last token of a prefill chunk."""
+    of the padded batch, and as a decode or as the last token of a prefill chunk; with a
+    20-key window (keys 50..69: the first split and a block of the second skipped) too."""
     _skip_unless_runnable(interpret)
     page_size, num_pages, max_pages, kv_len = 16, 40, 5, 70  # 70 keys: 3 splits of 32
     config = KernelConfig(16, 16, 32)
@@ -380,7 +423,9 @@ def test_gqa_kernel_is_batch_invariant(interpret):
     q_rows = jnp.asarray(rng.standard_normal((4, 8, 32)), jnp.float32)  # positions 66..69
     own_pages = np.arange(5, 10, dtype=np.int32)
     kernel = jax.jit(
-        functools.partial(ragged_paged_attention, scale=0.2, config=config, interpret=interpret)
+        functools.partial(
+            ragged_paged_attention, scale=0.2, window=window, config=config, interpret=interpret
+        )
     )
 
     def run(num_tokens, spans, x_seq, x_q_len):

@@ -31,6 +31,7 @@ ARCH_BUDGETS = [
     ("mixtral", 64),
     ("deepseek_v2", 64),
     ("deepseek_v3", 32),  # MLA
+    ("mistral", 32),  # an 8-key sliding window on every layer
 ]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 
@@ -141,6 +142,53 @@ def test_refused_shape_falls_back_to_xla_with_a_warning():
     with pytest.warns(UserWarning, match="head_dim=320.*XLA path"):
         out = ops.PALLAS_OPS.gqa(q, k_pages, v_pages, meta, 0.1, 1)
     np.testing.assert_array_equal(out, pa.paged_attention_gqa(q, k_pages, v_pages, meta, 0.1, 1))
+
+
+def test_the_fallback_keeps_the_window_and_the_batch_invariant_mode(monkeypatch):
+    """A refused shape goes to the XLA ops of the engine's mode (the invariant tiling in
+    batch-invariant mode), with the layer's sliding window."""
+    rng = np.random.default_rng(1)
+    calls = []
+
+    def spy(name, real):
+        def call(*args, **kwargs):
+            calls.append((name, kwargs.get("window")))
+            return real(*args, **kwargs)
+
+        return call
+
+    for mode in ("XLA_OPS", "XLA_INVARIANT_OPS"):
+        xla = getattr(ops, mode)
+        spies = dict(gqa=spy(mode, xla.gqa), mla=spy(mode, xla.mla))
+        monkeypatch.setattr(ops, mode, xla._replace(**spies))
+    meta = pa.build_metadata(
+        jnp.array([0, 1, 3], jnp.int32),
+        jnp.array([4, 6, 7], jnp.int32),
+        jnp.array([5, 8], jnp.int32),
+        jnp.array([[2, 0], [1, 3]], jnp.int32),
+    )
+    q = jnp.asarray(rng.standard_normal((3, 2, 320)), jnp.float32)  # head_dim over the budget
+    kv = jnp.asarray(rng.standard_normal((2, 4, 8, 1, 320)), jnp.float32)
+    rank = 1024  # kv_lora_rank over the MLA kernel's
+    q_lat = jnp.asarray(rng.standard_normal((3, 2, rank)), jnp.float32)
+    q_pe = jnp.asarray(rng.standard_normal((3, 2, 8)), jnp.float32)
+    latent = jnp.asarray(rng.standard_normal((4, 8, rank + 8)), jnp.float32)
+    outs = {}
+    for pallas, mode in (
+        (ops.PALLAS_OPS, "XLA_OPS"),
+        (ops.PALLAS_INVARIANT_OPS, "XLA_INVARIANT_OPS"),
+    ):
+        for window in (None, 2):
+            calls.clear()
+            with pytest.warns(UserWarning, match="XLA path"):
+                outs[mode, window] = pallas.gqa(q, *kv, meta, 0.1, 1, window=window)
+            assert calls == [(mode, window)]
+        calls.clear()
+        with pytest.warns(UserWarning, match="XLA path"):
+            pallas.mla(q_lat, q_pe, latent, meta, 0.1, 1)
+        assert calls == [(mode, None)]
+    changed = np.asarray(outs["XLA_OPS", 2]) - np.asarray(outs["XLA_OPS", None])
+    assert np.abs(changed).max() > 0.1  # the window is applied
 
 
 def _spy_on_kernels(monkeypatch) -> list[str]:
