@@ -216,8 +216,9 @@ def _spy_on_kernels(monkeypatch) -> list[str]:
 
 def test_mosaic_ops_route_prefill_gqa_and_decode_mla_to_the_mosaic_kernels(monkeypatch):
     """MOSAIC_OPS in interpret mode: GQA steps with prefill chunks and all-decode MLA steps
-    run the Mosaic GPU kernels and equal the XLA path; decodes (GQA), chunks (MLA) and what
-    the Mosaic kernels refuse (float32) go to the Triton kernels, the last with a warning."""
+    run the Mosaic GPU kernels and equal the XLA path; decodes (GQA), chunks (MLA), GQA
+    layers with a sliding window and what the Mosaic kernels refuse (float32) go to the
+    Triton kernels, the last with a warning."""
     from test_pallas_attention import _check, _meta, ragged_batch, random_pages
     from test_pallas_mosaic import decode_batch
 
@@ -258,6 +259,11 @@ def test_mosaic_ops_route_prefill_gqa_and_decode_mla_to_the_mosaic_kernels(monke
     calls.clear()
     with pytest.warns(UserWarning, match="Mosaic GQA attention.*bfloat16, float16.*Triton kernel"):
         trace(ops.MOSAIC_OPS.gqa, inputs(prefill, "gqa", jnp.float32))
+    assert calls == ["ragged_paged_attention"]
+    # A layer with a sliding window: the Mosaic kernel has no window mask.
+    calls.clear()
+    args = inputs(prefill, "gqa", bf16)
+    jax.eval_shape(lambda *a: ops.MOSAIC_OPS.gqa(*a, *args[4:], window=4), *args[:4])
     assert calls == ["ragged_paged_attention"]
 
     # The two Mosaic routes, run: the same numbers as the engine's XLA path.
