@@ -44,7 +44,7 @@ def config_from_dict(d: dict) -> ModelConfig:
     try:
         if "rope_scaling" in d:
             d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
-        for name in ("eos_token_ids", "mlp_only_layers"):
+        for name in ("eos_token_ids", "mlp_only_layers", "full_attention_layers"):
             if name in d:
                 d[name] = tuple(d[name])
         return ModelConfig(**d)

@@ -15,7 +15,13 @@ from safetensors.numpy import load_file, save_file
 from configs.presets import PRESETS, get_preset
 from engine import LLM, SamplingParams
 from models.load import convert_hf_to_orbax, load_model
-from models.orbax_io import CONFIG_FILE, restore_params, save_params
+from models.orbax_io import (
+    CONFIG_FILE,
+    config_from_dict,
+    config_to_dict,
+    restore_params,
+    save_params,
+)
 from models.reference import init_cache, reference_forward
 from models.specs import init_params
 
@@ -319,3 +325,14 @@ def test_an_engine_from_an_orbax_checkpoint_compiles_each_step_shape_once(tmp_pa
         llm.generate([[5, 6, 7, 8]], SamplingParams(max_tokens=4))
         counts.append(llm.stats()["num_compiles"])
     assert counts[0] == counts[1] == counts[2], counts
+
+
+def test_every_preset_config_survives_the_orbax_json_round_trip():
+    """An orbax checkpoint stores its ModelConfig as JSON (tuples as lists): every field of
+    every preset, the sliding-window ones included, comes back equal."""
+    for name in PRESETS:
+        cfg = get_preset(name)
+        stored = json.loads(json.dumps(config_to_dict(cfg)))
+        assert config_from_dict(stored) == cfg, name
+    windowed = get_preset("tiny-qwen2-sliding")
+    assert windowed.full_attention_layers and windowed.sliding_window
