@@ -178,6 +178,14 @@ class ModelConfig:
             return None
         return self.sliding_window
 
+    @property
+    def kv_window(self) -> int | None:
+        """Keys back from a query that every layer needs at most (the sliding window when
+        every layer has it), or None: some layer needs all of them."""
+        if self.full_attention_layers:
+            return None
+        return self.sliding_window
+
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer `layer` carries routed experts (else a dense SwiGLU MLP)."""
         if not self.num_experts or layer in self.mlp_only_layers:

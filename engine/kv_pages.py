@@ -11,6 +11,10 @@ reference count reaches 0, i.e. after every holder released it, and (2) restarti
 preempted sequence from position 0 (recompute), so the first `ceil(kv_len / page_size)`
 entries of its page table are always pages it has (re)written in its current life. Shared
 pages (`incref`, for prefix sharing) hold identical tokens by construction of the sharer.
+Sliding-window models are the one exception: a sequence gives back the pages wholly behind
+its window (Scheduler, Sequence.num_released_pages) while their ids stay in its table; the
+attention masks those keys and zeroes their values, so whatever another holder writes
+there never reaches it.
 """
 
 from __future__ import annotations

@@ -246,6 +246,7 @@ class LLM:
             max_model_len,
             eos_token_ids=cfg.eos_token_ids,
             long_prefill=long_prefill,
+            sliding_window=cfg.kv_window,
         )
         self.batch_invariant = bool(batch_invariant)
         self._buckets = runner.Buckets(

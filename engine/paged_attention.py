@@ -259,7 +259,8 @@ def _decode_attention(
                 f"sk{qa}gd,slkd->sk{qa}gl", q_dec, keys, preferred_element_type=jnp.float32
             )
             m, alpha, p, denom = _softmax_step(m, denom, s, valid[expand])
-            # p is 0 at masked keys, but stale rows may hold inf/NaN and 0 * inf = NaN.
+            # p is 0 at masked keys, but stale rows (past the context, or before a window:
+            # pages given back to the pool) may hold inf/NaN and 0 * inf = NaN.
             values = jnp.where(valid[:, :, None, None], values, 0)
             pv = jnp.einsum(
                 f"sk{qa}gl,slkd->sk{qa}gd", p, values, preferred_element_type=jnp.float32
@@ -461,8 +462,12 @@ def _blocked_attention(
                     )
                     m, alpha, p, denom = _softmax_step(m, denom, s, valid[None, :, None, :])
                     # Keys below the tile's last limit are real rows of this sequence; only
-                    # stale rows past it may hold inf/NaN (0 * inf = NaN).
-                    values = jnp.where((key_pos < tile_limit)[:, None, None], values, 0)
+                    # stale rows past it may hold inf/NaN (0 * inf = NaN), and with a window
+                    # the rows before every row's window (pages given back to the pool).
+                    live = key_pos < tile_limit
+                    if window is not None:
+                        live &= key_pos >= jnp.min(key_from)
+                    values = jnp.where(live[:, None, None], values, 0)
                     pv = jnp.einsum("kqgl,lkd->kqgd", p, values, preferred_element_type=jnp.float32)
                     return m, denom, alpha[..., None] * acc + pv
 

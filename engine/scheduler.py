@@ -132,7 +132,11 @@ class Scheduler:
         max_model_len: int,
         eos_token_ids: tuple[int, ...] = (),
         long_prefill: LongPrefillPolicy | None = None,
+        sliding_window: int | None = None,
     ):
+        """`sliding_window`: set when every layer of the model attends only to the last
+        that many keys (ModelConfig.kv_window); a running sequence then gives back the
+        pages behind its window as it advances (Sequence.num_released_pages)."""
         for name, value in (
             ("max_num_batched_tokens", max_num_batched_tokens),
             ("max_num_seqs", max_num_seqs),
@@ -140,6 +144,8 @@ class Scheduler:
         ):
             if value < 1:
                 raise ValueError(f"{name}={value}: must be >= 1")
+        if sliding_window is not None and sliding_window < 1:
+            raise ValueError(f"sliding_window={sliding_window}: must be >= 1 or None")
         # Every running sequence must be able to decode each step (no decode starvation).
         if max_num_batched_tokens < max_num_seqs:
             raise ValueError(
@@ -151,6 +157,7 @@ class Scheduler:
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.eos_token_ids = frozenset(eos_token_ids)
+        self.sliding_window = sliding_window
         self._waiting: collections.deque[Sequence] = collections.deque()
         self._running: list[Sequence] = []  # in arrival order
         self._active: dict[str, Sequence] = {}  # waiting + running, by request id
@@ -196,13 +203,27 @@ class Scheduler:
         if max_tokens is not None and max_tokens < 0:
             raise ValueError(f"max_tokens={max_tokens}: must be >= 0")
         kv_len = self.max_kv_len(num_prompt_tokens, max_tokens)
-        need = self.pages.pages_needed(kv_len)
+        need = self.pages_held_at_most(kv_len)
         if need > self.pages.num_total:
+            window = (
+                "" if self.sliding_window is None else f" (sliding window {self.sliding_window})"
+            )
             raise ValueError(
                 f"prompt length={num_prompt_tokens} with max_tokens={max_tokens}: needs up to "
-                f"{kv_len} KV tokens = {need} pages, but num_pages={self.pages.num_total} "
-                f"(page_size={self.pages.page_size})"
+                f"{kv_len} KV tokens{window} = {need} pages, but num_pages="
+                f"{self.pages.num_total} (page_size={self.pages.page_size})"
             )
+
+    def pages_held_at_most(self, kv_len: int) -> int:
+        """Most pages a sequence of up to `kv_len` KV tokens holds at once: all of them, or
+        with a sliding window W the pages under a step's chunk (<= the token budget) and the
+        W - 1 keys before it: L consecutive positions touch at most 1 + ceil((L - 1) / P)
+        pages of P (the pages wholly before them are given back after the previous step)."""
+        need = self.pages.pages_needed(kv_len)
+        if self.sliding_window is None:
+            return need
+        span = self.sliding_window - 1 + self.max_num_batched_tokens
+        return min(need, 1 + self.pages.pages_needed(span - 1))
 
     def add(self, seq: Sequence) -> None:
         """Queue a new request (FCFS by the arrival index stamped here).
@@ -415,6 +436,8 @@ class Scheduler:
                     self._release_pages(seq)
                 continue
             seq.num_computed_tokens = item.kv_len_after
+            if self.sliding_window is not None:
+                self._release_behind_window(seq)
             if not item.sample:
                 continue
             if item.request_id not in sampled:
@@ -599,6 +622,20 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
 
+    def _release_behind_window(self, seq: Sequence) -> None:
+        """Free the pages wholly behind the window of every query `seq` will still make.
+
+        Its next query is at position num_computed_tokens or later (a step in flight
+        included: it follows the steps already updated) and sees keys from that position +
+        1 - sliding_window on. Preemption recomputes from position 0 with new pages.
+        """
+        first_key = seq.num_computed_tokens + 1 - self.sliding_window
+        behind = min(max(first_key, 0) // self.pages.page_size, len(seq.page_ids))
+        if behind > seq.num_released_pages:
+            self.pages.free(seq.page_ids[seq.num_released_pages : behind])
+            seq.num_released_pages = behind
+
     def _release_pages(self, seq: Sequence) -> None:
-        self.pages.free(seq.page_ids)
+        self.pages.free(seq.page_ids[seq.num_released_pages :])
         seq.page_ids = []
+        seq.num_released_pages = 0

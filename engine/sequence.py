@@ -36,6 +36,10 @@ class Sequence:
     num_computed_tokens: int = 0
     # Page table: page_ids[i] holds positions [i * page_size, (i + 1) * page_size).
     page_ids: list[int] = field(default_factory=list)
+    # Sliding-window models: the first num_released_pages pages hold only keys behind every
+    # later query's window; they went back to the pool (their ids stay in the table, where
+    # attention masks them and zeroes their values, so the table keeps its positions).
+    num_released_pages: int = 0
     finish_reason: str | None = None  # one of FINISH_REASONS once finished
     num_preemptions: int = 0
     # Async scheduling (Scheduler.schedule_ahead): tokens scheduled in steps not yet passed

@@ -393,9 +393,8 @@ def _flash_kernel(
     first_block = 0
     if windowed:  # [rows] first key of each row's window; rows that store nothing: none
         first = jnp.where(row_ok, first_ref[row_token], jnp.iinfo(jnp.int32).max)
-        first_block = jnp.minimum(
-            lax.div(jnp.maximum(jnp.min(first) - lo, 0), block_kv), num_blocks
-        )
+        tile_first = jnp.min(first)
+        first_block = jnp.minimum(lax.div(jnp.maximum(tile_first - lo, 0), block_kv), num_blocks)
 
     r0 = t0 * heads_per_program
     qs = [q_ref[group, pl.ds(r0, rows), :] for q_ref in q_refs]
@@ -429,10 +428,14 @@ def _flash_kernel(
         p = exp(s - m_shift[:, None])
         value_scale = block.value_scale
         if masked:
-            # Stale rows past the tile's keys may hold inf/NaN, and 0 * inf = NaN.
-            values = jnp.where((pos < hi)[:, None], values, jnp.zeros_like(values))
+            # Stale rows past the tile's keys may hold inf/NaN, and 0 * inf = NaN; with a
+            # window so may the rows before every row's window (pages given back).
+            live = pos < hi
+            if windowed:
+                live &= pos >= tile_first
+            values = jnp.where(live[:, None], values, jnp.zeros_like(values))
             if value_scale is not None:
-                value_scale = jnp.where(pos < hi, value_scale, 0.0)
+                value_scale = jnp.where(live, value_scale, 0.0)
         p_v, v_unit = p, None
         if value_scale is not None:  # fp8 pages: sum_j p_j (v_j s_j) = (p * s) . v
             if values.dtype == jnp.float16:

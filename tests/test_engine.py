@@ -579,3 +579,30 @@ def test_score_of_token_id_0_is_its_log_probability():
     logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
     want = [logits[i, seq[i + 1]] - logz[i] for i in range(len(seq) - 1)]
     np.testing.assert_allclose(got, want, atol=2e-3, rtol=0)
+
+
+def test_a_sliding_window_model_gives_back_the_pages_behind_its_window():
+    """mistral: an 8-key window on every layer. Pages of 8 and a 16-token budget: a step's
+    chunk and the 7 keys before it span 23 positions, so 1 + ceil(22 / 8) = 4 pages at
+    most (by hand), where the 49 KV tokens of the 33-token prompt need 7. A pool of 4 runs
+    the fixture's prompts together and alone, to Hugging Face's tokens."""
+    ref = _reference("mistral")
+    llm = LLM(
+        model=str(FIXTURES / "mistral"),
+        page_size=8,
+        num_pages=4,
+        max_num_batched_tokens=16,
+        max_model_len=128,
+    )
+    outs = llm.generate(ref["prompts"], GREEDY)
+    for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
+        assert out.token_ids == tokens
+        np.testing.assert_allclose(out.logprobs, logprobs, atol=2e-3, rtol=0)
+    llm.add_request(ref["prompts"][2], GREEDY)
+    held = []
+    while llm.has_unfinished():
+        llm.step()
+        stats = llm.stats()
+        held.append(stats["num_pages_total"] - stats["num_pages_free"])
+    assert max(held) <= 4 and held[-1] == 0
+    assert ref["greedy_tokens"][2] and len(ref["prompts"][2]) + 16 > 4 * 8  # needs the release

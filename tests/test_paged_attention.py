@@ -207,6 +207,11 @@ def test_gqa_sliding_window_matches_dense_reference(page_size, block, group, til
         v_rng = np.random.default_rng(rng.integers(1 << 31))
         v_pages, new_v, _, _, rows_v = fill_step(v_rng, page_size, row, seqs, seq_pages)
         q = rng.standard_normal((NUM_TOKENS, num_kv_heads * group, head_dim)).astype(np.float32)
+        # Rows before every query's window may be pages given back to the pool: NaN there.
+        for (q_len, kv_len, _), pages in zip(seqs, seq_pages, strict=True):
+            for j in range(max(0, kv_len - q_len + 1 - window)):
+                for cache in (k_pages, v_pages):
+                    cache[pages[j // page_size], j % page_size] = np.nan
 
         args = (q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt)
         o = np.asarray(_gqa_step(*args, scale, block, window, tile=tile, split=split))

@@ -39,12 +39,15 @@ def next_token(context: list[int]) -> int:
     return (sum((i + 1) * t for i, t in enumerate(context)) * 40503 + len(context)) % VOCAB
 
 
-def reference(seq: Sequence, max_model_len: int, eos=(EOS,)) -> tuple[list[int], str]:
-    """What the sequence must produce: plain greedy generation, no batching or paging."""
+def reference(
+    seq: Sequence, max_model_len: int, eos=(EOS,), window: int | None = None
+) -> tuple[list[int], str]:
+    """What the sequence must produce: plain greedy generation, no batching or paging (with
+    a sliding window, the fake model sees the last `window` tokens)."""
     params = seq.sampling_params
     tokens, out = list(seq.prompt_token_ids), []
     while True:
-        tok = next_token(tokens)
+        tok = next_token(tokens if window is None else tokens[-window:])
         tokens.append(tok)
         out.append(tok)
         if (tok in eos and not params.ignore_eos) or tok in params.stop_token_ids:
@@ -54,8 +57,13 @@ def reference(seq: Sequence, max_model_len: int, eos=(EOS,)) -> tuple[list[int],
 
 
 class FakeDevice:
-    def __init__(self, page_size: int):
+    """Writes each step's tokens into the slots its page table names, then reads back every
+    key its queries see (all earlier ones, or a sliding window's) and checks that this
+    sequence wrote each of them in its current life."""
+
+    def __init__(self, page_size: int, window: int | None = None):
         self.page_size = page_size
+        self.window = window
         self.cache: dict[int, tuple[str, int, int, int]] = {}
         self.life: collections.Counter[str] = collections.Counter()
 
@@ -72,10 +80,13 @@ class FakeDevice:
                 pos = it.start_pos + i
                 self.cache[self._slot(it.page_ids, pos)] = (rid, life, pos, tok)
             context = []
-            for pos in range(it.kv_len_after):
+            first = 0 if self.window is None else max(0, it.start_pos + 1 - self.window)
+            for pos in range(first, it.kv_len_after):
                 owner, owner_life, written_pos, tok = self.cache[self._slot(it.page_ids, pos)]
                 assert (owner, owner_life, written_pos) == (rid, life, pos), "KV leak"
                 context.append(tok)
+            if self.window is not None:  # the last query's keys
+                context = context[-self.window :]
             if it.sample:
                 tok = next_token(context)
                 sampled[rid] = (tok, -tok / 100)
@@ -319,7 +330,8 @@ def _check_schedule(out, sched, seqs, decode_ids):
     ids = [i.request_id for i in out.items]
     assert ids[: len(decode_ids)] == sorted(decode_ids, key=lambda r: seqs[r].arrival)
     assert ids[len(decode_ids) :] == sorted(ids[len(decode_ids) :], key=lambda r: seqs[r].arrival)
-    all_pages = [p for i in out.items for p in i.page_ids]
+    # Pages given back behind a sliding window keep their ids in the table.
+    all_pages = [p for i in out.items for p in i.page_ids[seqs[i.request_id].num_released_pages :]]
     assert len(all_pages) == len(set(all_pages))
     for it in out.items:
         seq = seqs[it.request_id]
@@ -338,20 +350,29 @@ def _check_state(sched, seqs) -> list[str]:
         assert running[-1].arrival < min(s.arrival for s in waiting)
     partial = [s for s in running if s.num_tokens - s.num_computed_tokens > 1]
     assert partial in ([], running[-1:])  # at most one, and it is the newest
-    held = [p for s in running for p in s.page_ids]
+    held = [p for s in running for p in s.page_ids[s.num_released_pages :]]
     assert len(held) == len(set(held))
     for s in running:
         assert len(s.page_ids) == pages_for_tokens(s.num_computed_tokens, 4)
+        behind = 0 if sched.sliding_window is None else s.num_computed_tokens + 1 - 6
+        assert s.num_released_pages == max(0, behind) // 4
     return [s.request_id for s in running if s.num_tokens - s.num_computed_tokens == 1]
 
 
+@pytest.mark.parametrize("window", [None, 6])
 @pytest.mark.parametrize("seed", range(6))
-def test_random_workload_tiny_pool(seed):
-    """Every request finishes with its reference output; all pages come back."""
+def test_random_workload_tiny_pool(seed, window):
+    """Every request finishes with its reference output; all pages come back. With a
+    6-token sliding window, pages behind it go back to the pool as sequences advance."""
     rng = random.Random(seed)
     max_model_len = 40
-    sched = Scheduler(PageManager(12, 4), 16, 4, max_model_len, eos_token_ids=(EOS,))
-    dev = FakeDevice(4)
+    # A 40-token sequence needs 10 pages; with the window at most 6 at once (a 16-token
+    # chunk and the 5 keys before it: 21 positions), so 6 pages hold any request.
+    num_pages = 12 if window is None else 6
+    sched = Scheduler(
+        PageManager(num_pages, 4), 16, 4, max_model_len, eos_token_ids=(EOS,), sliding_window=window
+    )
+    dev = FakeDevice(4, window)
     seqs: dict[str, Sequence] = {}
     pending = []
     for k in range(24):
@@ -363,7 +384,7 @@ def test_random_workload_tiny_pool(seed):
         prompt = tuple(rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 30)))
         pending.append((rng.randint(0, 60), Sequence(f"r{k}", prompt, params)))
     pending.sort(key=lambda x: x[0])
-    aborted, chunked, num_steps, decode_ids = set(), 0, 0, []
+    aborted, chunked, num_steps, decode_ids, released = set(), 0, 0, [], 0
     while pending or sched.has_unfinished():
         while pending and pending[0][0] <= num_steps:
             seq = pending.pop(0)[1]
@@ -380,22 +401,25 @@ def test_random_workload_tiny_pool(seed):
         if out.items:
             sched.update(out, dev.run(out))
         decode_ids = _check_state(sched, seqs)
+        released = max(released, sum(s.num_released_pages for s in seqs.values()))
         num_steps += 1
         assert num_steps < 3000, "no progress: starvation or livelock"
     assert len(seqs) == 24
     for rid, seq in seqs.items():
-        ref_tokens, ref_reason = reference(seq, max_model_len)
+        ref_tokens, ref_reason = reference(seq, max_model_len, window=window)
         if rid in aborted:
             assert seq.finish_reason == "abort"
             assert seq.output_token_ids == ref_tokens[: seq.num_output_tokens]
         else:
             assert (seq.output_token_ids, seq.finish_reason) == (ref_tokens, ref_reason), rid
             assert seq.output_logprobs == [-t / 100 for t in ref_tokens]
+        assert seq.num_released_pages == 0
     stats = sched.stats()
-    assert stats["num_pages_free"] == stats["num_pages_total"] == 12
+    assert stats["num_pages_free"] == stats["num_pages_total"] == num_pages
     assert stats["num_running"] == stats["num_waiting"] == 0
-    # The workload must actually exercise preemption and chunking.
+    # The workload must actually exercise preemption and chunking (and the window).
     assert stats["num_preemptions"] > 0 and chunked > 0
+    assert (released > 0) == (window is not None)
 
 
 # ---- async scheduling: schedule_ahead while the previous step is in flight ---------------
@@ -533,13 +557,21 @@ def test_stop_while_scheduled_ahead_releases_pages_after_the_later_step():
     assert sched.stats()["num_pages_free"] == 8
 
 
+@pytest.mark.parametrize("window", [None, 6])
 @pytest.mark.parametrize("seed", range(6))
-def test_random_workload_scheduled_ahead(seed):
-    """The tiny-pool workload driven asynchronously: same outputs, all pages back."""
+def test_random_workload_scheduled_ahead(seed, window):
+    """The tiny-pool workload driven asynchronously: same outputs, all pages back (with a
+    sliding window, pages behind it given back while the next step is in flight)."""
     rng = random.Random(seed)
     max_model_len = 40
-    sched = Scheduler(PageManager(12, 4), 16, 4, max_model_len, eos_token_ids=(EOS,))
-    dev = FakeDevice(4)
+    # A 40-token sequence needs 10 pages; with the window at most 6 at once (a 16-token
+    # chunk and the 5 keys before it: 21 positions), so 6 pages hold any request.
+    num_pages = 12 if window is None else 6
+    sched = Scheduler(
+        PageManager(num_pages, 4), 16, 4, max_model_len, eos_token_ids=(EOS,), sliding_window=window
+    )
+    dev = FakeDevice(4, window)
+    released = []
     seqs: dict[str, Sequence] = {}
     pending = []
     for k in range(24):
@@ -554,6 +586,7 @@ def test_random_workload_scheduled_ahead(seed):
     aborted = set()
 
     def on_step(num_steps):
+        released.append(sum(s.num_released_pages for s in seqs.values()))
         while pending and pending[0][0] <= num_steps:
             seq = pending.pop(0)[1]
             seqs[seq.request_id] = seq
@@ -571,7 +604,7 @@ def test_random_workload_scheduled_ahead(seed):
             pending[0] = (0, pending[0][1])
     assert len(seqs) == 24
     for rid, seq in seqs.items():
-        ref_tokens, ref_reason = reference(seq, max_model_len)
+        ref_tokens, ref_reason = reference(seq, max_model_len, window=window)
         if rid in aborted:
             assert seq.finish_reason == "abort"
             assert seq.output_token_ids == ref_tokens[: seq.num_output_tokens]
@@ -580,9 +613,10 @@ def test_random_workload_scheduled_ahead(seed):
             assert seq.output_logprobs == [-t / 100 for t in ref_tokens]
         assert seq.num_pending_samples == seq.num_inflight_tokens == 0
     stats = sched.stats()
-    assert stats["num_pages_free"] == stats["num_pages_total"] == 12
+    assert stats["num_pages_free"] == stats["num_pages_total"] == num_pages
     assert stats["num_running"] == stats["num_waiting"] == 0
     assert stats["num_preemptions"] > 0 and sched.num_scheduled_ahead > 0
+    assert (max(released) > 0) == (window is not None)
 
 
 # ---- edges found by mutation testing -------------------------------------------------------
@@ -660,3 +694,44 @@ def test_schedule_ahead_skips_a_sequence_that_reaches_max_model_len():
     assert sched.schedule_ahead() is None
     sched.update(out2, s2)
     assert (a.output_token_ids, a.finish_reason) == reference(a, 8)
+
+
+class PeakPages(PageManager):
+    """A PageManager that records the most pages it ever had allocated at once."""
+
+    peak = 0
+
+    def allocate(self, n: int) -> list[int]:
+        pages = super().allocate(n)
+        self.peak = max(self.peak, self.num_total - self.num_free)
+        return pages
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_sliding_window_request_runs_in_the_pages_its_window_needs(asynchronous):
+    """Pages of 4, a 6-token window, a 16-token budget: a step's chunk and the 5 keys before
+    it span at most 21 positions, so 1 + ceil(20 / 4) = 6 pages (by hand). A pool of 6 runs
+    40-token requests alone to their reference output, whatever their prompt's alignment,
+    and some step holds all 6; a pool of 5 refuses them up front."""
+    peak = 0
+    for n_prompt in range(1, 31):
+        seq = make_seq(f"p{n_prompt}", n_prompt, max_tokens=40 - n_prompt + 1)
+        pm = PeakPages(6, 4)
+        sched = Scheduler(pm, 16, 4, 41, eos_token_ids=(EOS,), sliding_window=6)
+        dev = FakeDevice(4, window=6)
+        sched.add(seq)
+        if asynchronous:
+            run_async(sched, dev)
+        else:
+            for _ in range(100):
+                if not sched.has_unfinished():
+                    break
+                step(sched, dev)
+        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 41, window=6)
+        assert seq.num_preemptions == 0 and pm.num_free == 6
+        peak = max(peak, pm.peak)
+    assert peak == 6
+    small = Scheduler(PageManager(5, 4), 16, 4, 41, sliding_window=6)
+    with pytest.raises(ValueError, match=r"\(sliding window 6\) = 6 pages, but num_pages=5"):
+        small.check_fits(30, 11)
+    small.check_fits(4, 1)  # 4 KV tokens: one page, window or not
