@@ -15,7 +15,10 @@ would keep ceil(kv_heads / tp)); the MLA latent has no head axis and is replicat
 device.
 
 KV is counted as the engine allocates it (engine/kv_pages.py): the budget holds whole pages
-of `page_size` tokens, and a sequence takes ceil(context / page_size) of them.
+of `page_size` tokens, and a sequence takes ceil(context / page_size) of them; with a sliding
+window on every layer (ModelConfig.kv_window) a decoding sequence holds only the pages under
+its last `window` keys, 1 + ceil((window - 1) / page_size) at most (engine/scheduler.py gives
+the rest back).
 """
 
 from __future__ import annotations
@@ -132,7 +135,8 @@ class Capacity:
     weight_bytes_per_device: int
     kv_budget_bytes_per_device: int  # hbm x (1 - headroom) - weights per device
     kv_tokens: int  # tokens the KV budget holds in whole pages (over all sequences)
-    max_sequences: int  # full-context sequences that fit at once, each in whole pages
+    max_sequences: int  # full-context sequences decoding at once, each in whole pages
+    sliding_window: int | None = None  # every layer's window (fewer pages held), or None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -194,6 +198,10 @@ def capacity(
             f"headroom={headroom}; needs hbm_gib > {need:.1f} or a larger tp"
         )
     num_pages = budget // (per_token_dev * page_size)
+    pages_per_sequence = -(-context // page_size)
+    window = cfg.kv_window
+    if window is not None:  # the pages under the last `window` keys, however aligned
+        pages_per_sequence = min(pages_per_sequence, 1 + -(-(window - 1) // page_size))
     return Capacity(
         model=cfg.name,
         context=context,
@@ -213,7 +221,8 @@ def capacity(
         weight_bytes_per_device=weights_dev,
         kv_budget_bytes_per_device=budget,
         kv_tokens=num_pages * page_size,
-        max_sequences=num_pages // -(-context // page_size),
+        max_sequences=num_pages // pages_per_sequence,
+        sliding_window=window,
     )
 
 
@@ -245,6 +254,11 @@ def format_capacity(c: Capacity) -> str:
             f"active per token, {_size(c.weight_bytes_per_device)} per device",
             f"  KV budget/device  {_size(c.kv_budget_bytes_per_device)} = {c.kv_tokens:,} tokens "
             f"in {c.page_size}-token pages",
-            f"  max sequences     {c.max_sequences:,}",
+            f"  max sequences     {c.max_sequences:,}"
+            + (
+                ""
+                if c.sliding_window is None
+                else f" (each holding its last {c.sliding_window:,} keys' pages: sliding window)"
+            ),
         ]
     )

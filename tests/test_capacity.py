@@ -16,7 +16,7 @@ from safetensors import safe_open
 
 from configs.presets import get_preset
 from engine.kv_pages import pages_for_tokens
-from long_context.capacity import capacity, kv_bytes_per_token, weight_bytes
+from long_context.capacity import capacity, format_capacity, kv_bytes_per_token, weight_bytes
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -155,6 +155,36 @@ def test_kv_bytes_per_device_follow_the_engines_cache_sharding(preset, tp):
     c = capacity(preset, 8192, tp=tp, hbm_gib=80)
     assert c.kv_bytes_per_sequence_per_device == per_token * 8192 // (tp if heads_split else 1)
     assert heads_split == (cfg.num_kv_heads % tp == 0)
+
+
+def test_a_sliding_window_model_decodes_in_the_pages_of_its_window():
+    """Mistral-7B-v0.1 (its released config.json): a 4096-key window on every layer. At 32k
+    tokens a decoding sequence holds the pages under its last 4096 keys, 1 + ceil(4095 /
+    16) = 257 of 16 tokens, where full attention holds 2048."""
+    from configs.hf_config import config_from_hf
+
+    v01 = {
+        "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+        "max_position_embeddings": 32768, "num_attention_heads": 32, "num_hidden_layers": 32,
+        "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+        "sliding_window": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "vocab_size": 32000,
+    }  # fmt: skip
+    windowed = capacity(config_from_hf(v01, dtype="auto"), 32768, hbm_gib=40)
+    full = capacity(
+        config_from_hf({**v01, "sliding_window": None}, dtype="auto"), 32768, hbm_gib=40
+    )
+    per_token = 131_072  # 2 x 32 layers x 8 KV heads x 128 x 2 bytes
+    pages = windowed.kv_budget_bytes_per_device // (per_token * 16)
+    assert windowed.kv_bytes_per_token == full.kv_bytes_per_token == per_token
+    assert windowed.kv_tokens == full.kv_tokens == pages * 16
+    assert full.max_sequences == pages // 2048 and full.sliding_window is None
+    assert windowed.max_sequences == pages // 257 and windowed.sliding_window == 4096
+    assert "sliding window" in format_capacity(windowed)
+    # A context no longer than the window holds all of its pages either way.
+    assert capacity(config_from_hf(v01, dtype="auto"), 1000, hbm_gib=40).max_sequences == (
+        pages // 63
+    )
 
 
 def test_mla_latent_is_never_split():
