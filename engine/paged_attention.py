@@ -389,6 +389,13 @@ def _blocked_attention(
             for n in sizes
         ]
         short = kv_block_pages
+        if window is not None:
+            # A tile's keys span at most its rows plus the window: a longer block would
+            # read keys no row sees (a one-row tile's 16k-key block, against a 4k window).
+            # Whole small blocks, a power of two of them, so the table's padding stays small.
+            blocks = -(-window // (short * page_size))
+            cap = short * (1 << (blocks - 1).bit_length())
+            block_pages = [min(b, cap) for b in block_pages]
         # A page table no wider than SHORT_CONTEXT_BLOCKS small blocks holds no context long
         # enough for a long block: the choice below would always pick the small ones, so
         # the long-block loops are not built (same results, a smaller program to compile).

@@ -286,6 +286,31 @@ ATTENTION_SCENARIOS = {  # name -> [(query tokens, KV length after the step)] pe
 }
 
 
+# Sliding-window attention: the same layer with a window (Mistral v0.1: 4096) at long contexts.
+WINDOW_SCENARIOS = {  # name -> [(query tokens, KV length after the step)] per sequence
+    "8 decodes at 32k": [(1, 32768)] * 8,
+    "8 decodes at 8k": [(1, 8192)] * 8,
+    "256-token chunk at 32k": [(256, 32768)],
+    "2048-token chunk at 30k + 8 decodes": [(1, 512)] * 8 + [(2048, 32768)],
+}
+
+
+def time_window_attention(windows: list[int | None], repeats: int = 3) -> list[dict]:
+    """`time_attention` of the engine's paged attention for each WINDOW_SCENARIOS entry
+    and window (None: full causal), the engine's decode block (128 keys)."""
+    from engine import paged_attention
+
+    rows = []
+    for name, scenario in WINDOW_SCENARIOS.items():
+        row = dict(scenario=name)
+        for window in windows:
+            row[str(window)] = time_attention(
+                paged_attention, scenario, 128, repeats=repeats, window=window
+            )
+        rows.append(row)
+    return rows
+
+
 MLA_SCENARIOS = {  # name -> [(query tokens, KV length after the step)] per sequence
     "8 decodes at 1k": [(1, 1024)] * 8,
     "128-token chunk at 8k": [(128, 8192)],
@@ -339,7 +364,9 @@ def time_attention(
             q, k_pages, v_pages, meta, head_dim**-0.5, block_pages, **options
         )
 
-    args = (q, pages[0], pages[1], *meta_args)
+    # On the device first: numpy arguments would be copied to it on every timed call (the
+    # whole cache: most of the time of a short step over a long context).
+    args = tuple(jax.device_put(a) for a in (q, pages[0], pages[1], *meta_args))
     compiled = attend.lower(*args).compile()
     compiled(*args).block_until_ready()
     best = float("inf")

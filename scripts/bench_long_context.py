@@ -9,6 +9,7 @@
   python -m scripts.bench_long_context --part=pack      # host: packing 64 decodes
   python -m scripts.bench_long_context --part=host      # host: schedule + pack + update
   python -m scripts.bench_long_context --part=mla       # MLA prefill: absorbed vs expanded
+  python -m scripts.bench_long_context --part=window    # sliding-window attention
 
 attention: one layer of paged attention per scenario, best of 3, and XLA's temp bytes, for
 the engine's engine/paged_attention.py and optionally an older copy of it.
@@ -22,6 +23,8 @@ difference between the two.
 On a GPU, --mla_impls=xla,pallas --mla_heads=128 --mla_dtype=bfloat16 also times the
 Pallas MLA kernel against it with the long spans on the XLA expanded path (gpu_check.sh's
 optional `mla` stage): the measurement that would decide the engine's GPU route.
+window: one GQA layer of the engine's paged attention at long contexts with each
+--windows sliding window ("none": full causal), best of 3 (WINDOW_SCENARIOS).
 pack: the host's runner.pack of --num_pack_seqs decodes at each --pack_contexts in an
 engine of 131,072 positions, with the engine's carried page rows and without.
 host: a decode step's whole host share without a model (Scheduler.schedule, runner.pack,
@@ -57,16 +60,20 @@ from long_context.latency import (
     time_host_step,
     time_mla_attention,
     time_pack,
+    time_window_attention,
 )
 from long_context.policy import LongPrefillPolicy
 
-PARTS = ("attention", "ttft", "itl", "pack", "host", "mla")
+PARTS = ("attention", "ttft", "itl", "pack", "host", "mla", "window")
 _PART = flags.DEFINE_list("part", ["ttft", "itl"], f"Which benchmarks: {', '.join(PARTS)}.")
 _MLA_HEADS = flags.DEFINE_integer("mla_heads", 8, "(mla) attention heads (DeepSeek-V3: 128).")
 _MLA_IMPLS = flags.DEFINE_list(
     "mla_impls", ["xla"], "(mla) xla and/or pallas (the Pallas MLA kernel for the absorbed part)."
 )
 _MLA_DTYPE = flags.DEFINE_enum("mla_dtype", "float32", ["float32", "bfloat16"], "(mla) dtype.")
+_WINDOWS = flags.DEFINE_list(
+    "windows", ["none", "4096", "1024"], "(window) sliding windows in tokens; none: full."
+)
 _PACK_SEQS = flags.DEFINE_integer("num_pack_seqs", 64, "(pack) decodes in the step.")
 _PACK_CONTEXTS = flags.DEFINE_list(
     "pack_contexts", ["2048", "8192", "32768", "131072"], "(pack) their context lengths."
@@ -170,6 +177,33 @@ def _attention_rows() -> list[dict]:
     return rows
 
 
+def _windows() -> list[int | None]:
+    """--windows as integers >= 1 (None for "none"); UsageError naming the flag otherwise."""
+    windows = []
+    for w in _WINDOWS.value:
+        if w == "none":
+            windows.append(None)
+        elif w.isdigit() and int(w) >= 1:
+            windows.append(int(w))
+        else:
+            raise app.UsageError(f"--windows={','.join(_WINDOWS.value)}: {w!r} is not none or >= 1")
+    if not windows:
+        raise app.UsageError("--windows: give at least one window")
+    return windows
+
+
+def _window_rows(windows: list[int | None]) -> list[dict]:
+    rows = time_window_attention(windows)
+    keys = [str(w) for w in windows]
+    print("ms (XLA temp MiB) of one GQA layer, 4 q / 2 kv heads x 32, by sliding window")
+    print("| scenario | " + " | ".join("full" if k == "None" else k for k in keys) + " |")
+    print("|---|" + "---|" * len(keys))
+    for r in rows:
+        cells = [f"{1e3 * r[k]['seconds']:.1f} ({r[k]['temp_bytes'] / 2**20:.1f})" for k in keys]
+        print(f"| {r['scenario']} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def _mla_rows() -> list[dict]:
     print(
         f"ms (XLA temp MiB) of one MLA layer's attention, {_MLA_HEADS.value} heads of "
@@ -247,6 +281,7 @@ def _main() -> None:
             f"--part={','.join(_PART.value)}: {', '.join(unknown) or 'no part'} is not one of "
             f"{', '.join(PARTS)}"
         )
+    windows = _windows() if "window" in _PART.value else []
     if "itl" in _PART.value and not _ITL_FROM.value:
         check_itl_args(_NUM_STREAMS.value, _STREAM_TOKENS.value, _ITL_PROMPT_LEN.value)
     results = {}
@@ -254,6 +289,8 @@ def _main() -> None:
         results["attention"] = _attention_rows()
     if "mla" in _PART.value:
         results["mla"] = _mla_rows()
+    if "window" in _PART.value:
+        results["window"] = _window_rows(windows)
     if "pack" in _PART.value:
         rows = []
         print("| context | pack ms, carried page rows | pack ms, converted afresh |")

@@ -13,6 +13,7 @@ from long_context.latency import (
     time_host_step,
     time_mla_attention,
     time_pack,
+    time_window_attention,
 )
 from long_context.policy import LongPrefillPolicy
 
@@ -34,6 +35,10 @@ def test_latency_measurements_run_on_a_tiny_model(tmp_path):
 
     timing = time_attention(paged_attention, [(1, 40), (30, 70)], kv_block_tokens=32, repeats=1)
     assert timing["seconds"] > 0 and timing["temp_bytes"] > 0
+    windowed = time_attention(
+        paged_attention, [(1, 40), (30, 70)], kv_block_tokens=32, repeats=1, window=8
+    )
+    assert windowed["seconds"] > 0
 
     # A 200-token span is expanded at DeepSeek-V3's heads (break-even ~171 rows), a decode
     # is not; both forms agree.
@@ -58,4 +63,25 @@ def test_bench_rejects_an_unknown_part(tmp_path):
             bench_long_context.main([])
     finally:
         flags.FLAGS.unparse_flags()
+    assert not out.exists()
+
+
+def test_window_benchmark_runs_and_rejects_bad_windows(tmp_path, monkeypatch):
+    import long_context.latency as latency
+    from scripts import bench_long_context
+
+    monkeypatch.setattr(latency, "WINDOW_SCENARIOS", {"2 decodes at 300": [(1, 300)] * 2})
+    rows = time_window_attention([None, 16], repeats=1)
+    assert [r["scenario"] for r in rows] == ["2 decodes at 300"]
+    assert rows[0]["None"]["seconds"] > 0 and rows[0]["16"]["seconds"] > 0
+    out = tmp_path / "lc.json"
+    for bad in ("0", "4k", ""):
+        flags.FLAGS(
+            ["bench_long_context", "--part=window", f"--windows={bad}", f"--json_out={out}"]
+        )
+        try:
+            with pytest.raises(app.UsageError, match="--windows"):
+                bench_long_context.main([])
+        finally:
+            flags.FLAGS.unparse_flags()
     assert not out.exists()
