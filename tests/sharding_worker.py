@@ -31,6 +31,7 @@ LAYOUTS = [
     ("mixtral", "dp=2,ep=4"),
     ("mixtral", "tp=2,ep=2"),
     ("llama", "tp=2"),
+    ("mistral", "tp=2"),  # a sliding window, KV heads split over tp
 ]
 # Skewed routing: every token's copies go to experts 0 and 1, both on device 0.
 SKEWED = [("deepseek_v3", "ep=8"), ("qwen3_moe", "dp=2,ep=4")]
