@@ -18,6 +18,7 @@ import numpy as np
 from absl import app, flags
 
 from engine import LLM, SamplingParams
+from scripts.flag_checks import MAX_PROMPTS
 
 _MODEL = flags.DEFINE_string("model", "bench-llama-20m", "Preset, HF dir or orbax dir.")
 _NUM_REQUESTS = flags.DEFINE_integer("num_requests", 64, "Concurrent requests.")
@@ -38,6 +39,8 @@ def check_flags() -> None:
     for flag in (_NUM_REQUESTS, _PROMPT_LEN, _MAX_TOKENS, _MAX_SEQS, _REPEATS):
         if flag.value < 1:
             raise app.UsageError(f"--{flag.name}={flag.value}: must be >= 1")
+    if _NUM_REQUESTS.value > MAX_PROMPTS:  # the random prompts are built before they run
+        raise app.UsageError(f"--num_requests={_NUM_REQUESTS.value}: must be <= {MAX_PROMPTS}")
 
 
 def main(argv):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 
 import jax
@@ -24,6 +23,7 @@ from pallas_kernels import (
     MOSAIC_MLA_CONFIG,
 )
 from pallas_kernels.benchmark import GPU_SUITE, SMOKE_SUITE, check_suite, format_table, run
+from scripts.flag_checks import check_output_file
 
 _SMOKE = flags.DEFINE_bool("smoke", False, "Tiny shapes (interpret mode off GPU).")
 _OUT = flags.DEFINE_string("out", "/tmp/bench_kernels.json", "Write the results here as JSON.")
@@ -76,8 +76,17 @@ def main(argv):
         sys.exit(f"bench_kernels: --batches and --contexts take integers ({e})")
     if (error := check_suite(suite, _PAGE_SIZE.value)) is not None:
         sys.exit(f"bench_kernels: {error}")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(_OUT.value))):
-        sys.exit(f"bench_kernels: --out={_OUT.value}: its folder does not exist")
+    # Each row allocates KV pages for batch x context tokens: refuse a count no device holds
+    # (it failed as a numpy MemoryError traceback after the other rows had run).
+    if max(suite.batches) * max(suite.contexts) >= 2**31:
+        sys.exit(
+            f"bench_kernels: --batches={','.join(map(str, suite.batches))}, --contexts="
+            f"{','.join(map(str, suite.contexts))}: batch x context must be < 2**31 tokens"
+        )
+    try:  # written after the run: checked before it
+        check_output_file("--out", _OUT.value)
+    except ValueError as e:
+        sys.exit(f"bench_kernels: {e}")
     on_gpu = jax.default_backend() == "gpu"
     if not on_gpu and not _SMOKE.value:
         sys.exit("bench_kernels: no GPU; run with --smoke for the interpret-mode check")

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 
@@ -63,6 +62,8 @@ from long_context.latency import (
     time_window_attention,
 )
 from long_context.policy import LongPrefillPolicy
+from models.load import model_config
+from scripts.flag_checks import check_input_file, check_output_file, parse_floats, parse_ints
 
 PARTS = ("attention", "ttft", "itl", "pack", "host", "mla", "window")
 _PART = flags.DEFINE_list("part", ["ttft", "itl"], f"Which benchmarks: {', '.join(PARTS)}.")
@@ -130,6 +131,9 @@ def _ttft_in_subprocess(model: str, prompt_len: int, budget: int, kv_cache_dtype
     cmd += [f"--single_ttft={model}:{prompt_len}", f"--budget={budget}"]
     cmd += [f"--kv_cache_dtype={kv_cache_dtype}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode and "Traceback" not in proc.stderr and proc.stderr.strip():
+        # The run refused its input in one line: say it as that line, not as a crash.
+        raise ValueError(f"{model} at {prompt_len} tokens: {proc.stderr.strip().splitlines()[-1]}")
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -263,13 +267,75 @@ def main(argv):
     del argv
     try:
         _main()
-    except (ValueError, FileNotFoundError) as e:  # bad flags and inputs: one line, no trace
+    except (ValueError, OSError) as e:  # bad flags and inputs: one line, no trace
         sys.exit(f"bench_long_context: {e}")
+
+
+def _check_models(flag: str, models: list[str], lengths: list[int]) -> None:
+    """Every model's config (no weights) holds the longest length, before anything runs."""
+    if not models or "" in models:
+        raise ValueError(f"{flag}={','.join(models)}: must name one or more models")
+    for model in models:
+        limit = model_config(model).max_position_embeddings
+        if max(lengths) > limit:
+            raise ValueError(
+                f"{flag}={model}: {max(lengths)} tokens exceed its max_position_embeddings={limit}"
+            )
+
+
+def _check_flags() -> None:
+    """ValueError naming the flag for every bad value the chosen parts would read, so that no
+    part runs (for minutes) before a later one finds its flags wrong."""
+    part = set(_PART.value)
+    if _JSON.value is not None:
+        check_output_file("--json_out", _JSON.value)
+    if "attention" in part:
+        if _ATTN_BEFORE.value:
+            check_input_file("--attention_before", _ATTN_BEFORE.value)
+        for c in _ATTN_CONFIGS.value or [""]:
+            parse_ints("--attention_configs", c.split(":"))
+            if c.count(":") != 2:
+                raise ValueError(
+                    f"--attention_configs={c}: expected decode block:query tile:prefill block"
+                )
+    if "mla" in part:
+        if _MLA_HEADS.value < 1:
+            raise ValueError(f"--mla_heads={_MLA_HEADS.value}: must be >= 1")
+        impls = _MLA_IMPLS.value
+        if not impls or any(i not in ("xla", "pallas") for i in impls):
+            raise ValueError(f"--mla_impls={','.join(impls)}: expected xla and/or pallas")
+    if "pack" in part:
+        if _PACK_SEQS.value < 1:
+            raise ValueError(f"--num_pack_seqs={_PACK_SEQS.value}: must be >= 1")
+        parse_ints("--pack_contexts", _PACK_CONTEXTS.value, high=131072)  # the engine's length
+    if "host" in part:
+        if _HOST_SEQS.value < 1:
+            raise ValueError(f"--num_host_seqs={_HOST_SEQS.value}: must be >= 1")
+        parse_ints("--host_contexts", _HOST_CONTEXTS.value)
+    if _BUDGET.value < 1:
+        raise ValueError(f"--budget={_BUDGET.value}: must be >= 1")
+    if "ttft" in part:
+        lengths = parse_ints("--prompt_lens", _PROMPT_LENS.value)
+        _check_models("--models", _MODELS.value, lengths)
+    if "itl" in part and _ITL_FROM.value:
+        check_input_file("--itl_from", _ITL_FROM.value)
+    elif "itl" in part:
+        check_itl_args(_NUM_STREAMS.value, _STREAM_TOKENS.value, _ITL_PROMPT_LEN.value)
+        runs = parse_ints("--policy_budgets", _POLICY_BUDGETS.value, allow_empty=True)
+        runs += parse_ints("--budgets", _BUDGETS.value, allow_empty=True)
+        runs += parse_floats("--slowdowns", _SLOWDOWNS.value)
+        if not runs:
+            raise ValueError("--policy_budgets, --budgets, --slowdowns: all empty, nothing to run")
+        _check_models("--itl_model", [_ITL_MODEL.value], [_ITL_PROMPT_LEN.value])
+    if "itl" in part and _PNG.value:
+        check_output_file("--png_out", _PNG.value)
 
 
 def _main() -> None:
     if _SINGLE.value:
-        model, length = _SINGLE.value.rsplit(":", 1)
+        model, _, length = _SINGLE.value.rpartition(":")
+        if not model or not length.isdigit():
+            raise ValueError(f"--single_ttft={_SINGLE.value}: expected MODEL:LENGTH")
         result = measure_ttft(
             model, int(length), _BUDGET.value, kv_cache_dtype=_KV_CACHE_DTYPE.value
         )
@@ -282,8 +348,7 @@ def _main() -> None:
             f"{', '.join(PARTS)}"
         )
     windows = _windows() if "window" in _PART.value else []
-    if "itl" in _PART.value and not _ITL_FROM.value:
-        check_itl_args(_NUM_STREAMS.value, _STREAM_TOKENS.value, _ITL_PROMPT_LEN.value)
+    _check_flags()
     results = {}
     if "attention" in _PART.value:
         results["attention"] = _attention_rows()
@@ -360,7 +425,6 @@ def _main() -> None:
         results["itl"] = rows
         _itl_table(rows)
         if _PNG.value:
-            os.makedirs(os.path.dirname(_PNG.value) or ".", exist_ok=True)
             title = (
                 f"{_ITL_MODEL.value}: {_NUM_STREAMS.value} decoding streams, "
                 f"{_ITL_PROMPT_LEN.value:,}-token prompt (labels: budget or slowdown)"

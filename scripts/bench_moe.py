@@ -31,8 +31,9 @@ from models.moe import routed_experts
 from models.reference import contiguous_attend, init_cache
 from models.specs import init_params
 from models.transformer import forward_hidden
+from scripts.flag_checks import check_output_file
 from sharding import expert_parallel as ep_lib
-from sharding.mesh import DP, EP, make_mesh, parse_mesh
+from sharding.mesh import DP, EP, check_layout, make_mesh, parse_mesh
 from sharding.placement import put_tree
 from sharding.rules import param_shardings
 
@@ -86,22 +87,31 @@ def main(argv):
     del argv
     try:
         _main()
-    except (ValueError, FileNotFoundError) as e:  # bad flags and inputs: one line, no trace
+    except (ValueError, OSError) as e:  # bad flags and inputs: one line, no trace
         sys.exit(f"bench_moe: {e}")
 
 
 def _main() -> None:
     if _ITERS.value < 1:
         raise app.UsageError(f"--iters={_ITERS.value}: must be >= 1")
-    if _TOKENS.value < 1:
-        raise app.UsageError(f"--num_tokens={_TOKENS.value}: must be >= 1")
+    if _SEED.value < 0:
+        raise app.UsageError(f"--seed={_SEED.value}: must be >= 0")
+    if _JSON.value is not None:
+        check_output_file("--json_out", _JSON.value)
     cfg = get_preset(_MODEL.value)
     if cfg.num_experts < 1:
         raise app.UsageError(
             f"--model={_MODEL.value}: must be a preset with routed experts (num_experts >= 1, "
             f"not {cfg.num_experts})"
         )
+    # One prompt of num_tokens positions goes through the model.
+    if not 1 <= _TOKENS.value <= cfg.max_position_embeddings:
+        raise app.UsageError(
+            f"--num_tokens={_TOKENS.value}: must be in [1, {cfg.max_position_embeddings}] "
+            f"({cfg.name}'s max_position_embeddings)"
+        )
     mc = parse_mesh(_MESH.value)
+    check_layout(cfg, mc)  # before the model runs, not when its weights are placed
     mesh = make_mesh(mc)
     params = init_params(cfg, jax.random.key(_SEED.value))
     rng = np.random.default_rng(_SEED.value)

@@ -24,6 +24,8 @@ import numpy as np
 from absl import app, flags
 
 from engine import LLM, SamplingParams, kv_quant
+from models.load import model_config
+from scripts.flag_checks import check_output_file, parse_ints
 
 _MODELS = flags.DEFINE_list("models", ["bench-llama-20m", "bench-deepseek-v3-35m"], "Presets.")
 _BATCHES = flags.DEFINE_list("batch_sizes", ["1", "8", "32", "64"], "Decode batch sizes.")
@@ -134,15 +136,9 @@ def parse_flags() -> list[int]:
     """The batch sizes; app.UsageError naming the flag and its limit for a bad value (checked
     before any engine is built)."""
     try:
-        batches = [int(b) for b in _BATCHES.value]
-    except ValueError:
-        raise app.UsageError(
-            f"--batch_sizes={','.join(_BATCHES.value)}: every batch size must be an integer >= 1"
-        ) from None
-    if not batches or min(batches) < 1:
-        raise app.UsageError(
-            f"--batch_sizes={','.join(_BATCHES.value)}: every batch size must be an integer >= 1"
-        )
+        batches = parse_ints("--batch_sizes", _BATCHES.value)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     # Each sequence may decode max_tokens = 2 * decode_steps tokens: the prefill's token, the
     # untimed warm-up step and the timed steps need decode_steps + 2 <= 2 * decode_steps, so
     # every timed step has work only from decode_steps >= 2 (at 0 no prompt ever yields a
@@ -151,8 +147,28 @@ def parse_flags() -> list[int]:
         raise app.UsageError(f"--decode_steps={_STEPS.value}: must be >= 2")
     if _PROMPT_LEN.value < 1:
         raise app.UsageError(f"--prompt_len={_PROMPT_LEN.value}: must be >= 1")
-    if _COPY_MB.value < 1:
-        raise app.UsageError(f"--copy_mb={_COPY_MB.value}: must be >= 1")
+    # Two buffers of copy_mb each: more than the host holds fails in numpy (a traceback).
+    host_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20
+    if not 1 <= _COPY_MB.value <= host_mib // 4:
+        raise app.UsageError(
+            f"--copy_mb={_COPY_MB.value}: must be in [1, {host_mib // 4}] (a quarter of this "
+            "host's memory: the timed copy holds two buffers of that size)"
+        )
+    if not _MODELS.value or "" in _MODELS.value or len(set(_MODELS.value)) < len(_MODELS.value):
+        raise app.UsageError(
+            f"--models={','.join(_MODELS.value)}: must name one or more models, none repeated"
+        )
+    # Every model's config (no weights) before the first is benchmarked: a bad name or a
+    # length past a model's positions fails now, not after the models before it have run.
+    max_len = _PROMPT_LEN.value + 2 * _STEPS.value + 8  # bench_model's max_model_len
+    for model in _MODELS.value:
+        cfg = model_config(model)
+        if max_len > cfg.max_position_embeddings:
+            raise ValueError(
+                f"--prompt_len={_PROMPT_LEN.value}, --decode_steps={_STEPS.value}: sequences "
+                f"reach {max_len} tokens (prompt_len + 2 * decode_steps + 8), more than "
+                f"{model}'s max_position_embeddings={cfg.max_position_embeddings}"
+            )
     return batches
 
 
@@ -160,14 +176,14 @@ def main(argv):
     del argv
     try:
         _main()
-    except (ValueError, FileNotFoundError) as e:  # bad flags and inputs: one line, no trace
+    except (ValueError, OSError) as e:  # bad flags and inputs: one line, no trace
         sys.exit(f"bench_throughput: {e}")
 
 
 def _main() -> None:
+    if _JSON.value is not None:
+        check_output_file("--json_out", _JSON.value)
     batches = parse_flags()
-    if _JSON.value and not os.path.isdir(os.path.dirname(os.path.abspath(_JSON.value))):
-        raise FileNotFoundError(f"json_out={_JSON.value!r}: its folder does not exist")
     bw = copy_bandwidth(_COPY_MB.value << 20)
     print(f"device {jax.devices()[0].device_kind}; copy bandwidth {bw / 1e9:.1f} GB/s")
     rows = []

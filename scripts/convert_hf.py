@@ -5,11 +5,14 @@ python -m scripts.convert_hf --hf_dir=tests/fixtures/llama --out_dir=/tmp/llama_
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 
 from absl import app, flags, logging
 
 from models.load import convert_hf_to_orbax, summary
+from scripts.flag_checks import check_output_dir
 
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "HF model directory (config.json + safetensors).")
 _OUT_DIR = flags.DEFINE_string(
@@ -28,9 +31,15 @@ def main(argv):
     del argv
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every save step at INFO
+    out_dir = os.path.abspath(os.path.expanduser(_OUT_DIR.value))
+    existed = os.path.exists(out_dir)
     try:
+        # Before the checkpoint is read (minutes for a large one), not when it is written.
+        check_output_dir("--out_dir", _OUT_DIR.value)
         cfg, params = convert_hf_to_orbax(_HF_DIR.value, _OUT_DIR.value, dtype=_DTYPE.value)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
+        if not existed and os.path.isdir(out_dir):  # no half-written checkpoint left behind
+            shutil.rmtree(out_dir, ignore_errors=True)
         sys.exit(f"convert_hf: {e}")
     print(f"converted {_HF_DIR.value} -> {_OUT_DIR.value}: {summary(cfg, params)}")
 

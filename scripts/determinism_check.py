@@ -22,6 +22,7 @@ from absl import app, flags
 
 from engine import LLM, SamplingParams
 from engine import determinism as det
+from scripts.flag_checks import MAX_PROMPTS, check_count, check_output_file
 
 _MODEL = flags.DEFINE_string("model", "tiny-deepseek-v3", "Preset, HF dir or orbax dir.")
 _NUM_PROBES = flags.DEFINE_integer("num_probes", 3, "Probe prompts (random token ids).")
@@ -47,7 +48,7 @@ def main(argv):
     del argv
     try:
         failed = _check()
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         sys.exit(f"determinism_check: {e}")
     if failed:
         sys.exit(1)
@@ -73,11 +74,15 @@ def _check() -> bool:
         "num_probes": _NUM_PROBES.value,
         "probe_len": _PROBE_LEN.value,
     }
+    check_count("--num_probes", _NUM_PROBES.value, high=MAX_PROMPTS)
+    if _GOLDEN.value is not None and os.path.isdir(_GOLDEN.value):
+        raise ValueError(f"golden={_GOLDEN.value!r}: is a directory; give a file path")
     check = bool(_GOLDEN.value) and os.path.exists(_GOLDEN.value)
     if _GOLDEN.value and not check:  # to be written after the trials: its folder must exist
         folder = os.path.dirname(os.path.abspath(_GOLDEN.value))
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"golden={_GOLDEN.value!r}: no folder {folder!r} to write it")
+        check_output_file("--golden", _GOLDEN.value)  # and be writable
     if check:
         det.check_golden_settings(_GOLDEN.value, _MODEL.value, settings)
     engines = {}

@@ -29,6 +29,7 @@ from long_context.evals import (
 )
 from long_context.evals.model import LLMAdapter
 from long_context.evals.tasks import TextTask
+from scripts.flag_checks import MAX_PROMPTS, check_output_dir
 
 _MODEL = flags.DEFINE_string("model", None, "Preset name, HF dir or orbax dir.")
 _TASK = flags.DEFINE_enum("task", "passkey", ["passkey", "needle", "perplexity"], "Evaluation.")
@@ -129,6 +130,12 @@ def _retrieval(lengths: list[int], out: str) -> None:
         lengths, depths, _NUM_SAMPLES.value, _MAX_NEW_TOKENS.value, _BATCH_SIZE.value
     )
     _check_max_model_len(lengths, _MAX_NEW_TOKENS.value or _DEFAULT_REPLY)
+    cells = len(lengths) * len(depths)
+    if cells * _NUM_SAMPLES.value > MAX_PROMPTS:  # every prompt is built before they run
+        raise ValueError(
+            f"num_samples={_NUM_SAMPLES.value}: {cells} (length, depth) cells x num_samples "
+            f"must be <= {MAX_PROMPTS} prompts"
+        )
     haystack = None
     if _TEXT_FILE.value and _TASK.value == "needle":
         if not os.path.isfile(_TEXT_FILE.value):
@@ -198,12 +205,13 @@ def main(argv):
     del argv
     try:
         lengths = [parse_length(s) for s in _LENGTHS.value]
+        check_output_dir("--output_dir", _OUTPUT_DIR.value)
         out = os.path.join(_OUTPUT_DIR.value, _TASK.value)
         if _TASK.value == "perplexity":
             _perplexity(lengths, out)
         else:
             _retrieval(lengths, out)
-    except (ValueError, FileNotFoundError, NotImplementedError) as e:
+    except (ValueError, OSError, NotImplementedError) as e:
         sys.exit(f"eval_long_context: {e}")
     print(f"wrote {out}.json and {out}.png")
 

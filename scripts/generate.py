@@ -22,6 +22,8 @@ import numpy as np
 from absl import app, flags
 
 from engine import LLM, SamplingParams
+from models.load import model_config
+from scripts.flag_checks import MAX_PROMPTS, check_count
 from sharding import distributed
 
 _MODEL = flags.DEFINE_string("model", "tiny-deepseek-v3", "Preset name, HF dir or orbax dir.")
@@ -61,7 +63,7 @@ def main(argv):
     del argv
     try:
         _generate()
-    except (ValueError, FileNotFoundError) as e:  # bad flags and inputs: one line, no trace
+    except (ValueError, OSError) as e:  # bad flags and inputs: one line, no trace
         sys.exit(f"generate: {e}")
 
 
@@ -80,6 +82,15 @@ def _generate() -> None:
     ):
         if flag.value < low:
             raise ValueError(f"--{name}={flag.value}: must be >= {low}")
+    if not _PROMPT.value:  # random prompts, built on the host before they run
+        check_count("--num_prompts", _NUM_PROMPTS.value, high=MAX_PROMPTS)
+        # The engine refuses a prompt past max_model_len; the config says it without weights.
+        limit = _MAX_MODEL_LEN.value or model_config(_MODEL.value).max_position_embeddings
+        if _PROMPT_LEN.value > limit:
+            raise ValueError(
+                f"--prompt_len={_PROMPT_LEN.value}: must be <= max_model_len={limit}"
+                + ("" if _MAX_MODEL_LEN.value else " (the model's max_position_embeddings)")
+            )
     distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     llm = LLM(
         model=_MODEL.value,

@@ -105,7 +105,7 @@ def test_benchmarks_run_small(module, flags, expect):
         (
             "scripts.bench_throughput",
             ["--models=no-such-preset", "--json_out=/no/such/dir/x.json"],
-            "json_out='/no/such/dir/x.json': its folder does not exist",
+            "json_out='/no/such/dir/x.json': its folder '/no/such/dir' does not exist",
         ),
         (
             "scripts.determinism_check",
@@ -114,6 +114,101 @@ def test_benchmarks_run_small(module, flags, expect):
         ),
         ("scripts.bench_kernels", ["--smoke", "--out=/no/such/dir/x.json"], "--out="),
         ("scripts.bench_kernels", ["--smoke", "--num_warps=3"], "KernelConfig.num_warps=3"),
+        # From a flag fuzz: each of these ran (some for the whole benchmark) before failing,
+        # with a traceback or a message that did not name the flag, or was taken silently.
+        ("scripts.bench_kernels", ["--smoke", "--out=tests"], "--out='tests': is a directory"),
+        (
+            "scripts.bench_kernels",
+            ["--smoke", "--batches=100000000000"],
+            "batch x context must be < 2**31",
+        ),
+        (
+            "scripts.bench_throughput",
+            ["--models=no-such-preset", "--json_out=tests"],
+            "--json_out='tests': is a directory",
+        ),
+        (
+            "scripts.bench_throughput",
+            ["--models=no-such-preset", "--batch_sizes=1,1"],
+            "--batch_sizes=1,1: has repeats",
+        ),
+        (
+            "scripts.bench_throughput",
+            ["--models=no-such-preset", "--copy_mb=1000000000"],
+            "--copy_mb=1000000000: must be in [1, ",
+        ),
+        (
+            "scripts.bench_moe",
+            ["--model=no-such-preset", "--json_out=/no/such/dir/x.json"],
+            "its folder '/no/such/dir' does not exist",
+        ),
+        ("scripts.bench_moe", ["--model=no-such-preset", "--seed=-1"], "--seed=-1: must be >= 0"),
+        (
+            "scripts.bench_moe",
+            ["--model=tiny-deepseek-v3", "--num_tokens=10000000000"],
+            "--num_tokens=10000000000: must be in [1, 2048]",
+        ),
+        (
+            "scripts.generate",
+            ["--model=no-such-preset", "--num_prompts=100000000000"],
+            "--num_prompts=100000000000: must be in [1, 1048576]",
+        ),
+        (
+            "scripts.generate",
+            ["--model=tiny-llama", "--prompt_len=100000000"],
+            "--prompt_len=100000000: must be <= max_model_len=2048",
+        ),
+        (
+            "scripts.bench_determinism",
+            ["--model=no-such-preset", "--num_requests=10000000000"],
+            "--num_requests=10000000000: must be <= 1048576",
+        ),
+        (
+            "scripts.determinism_check",
+            ["--model=no-such-preset", "--num_probes=100000000000"],
+            "--num_probes=100000000000: must be in [1, 1048576]",
+        ),
+        (
+            "scripts.determinism_check",
+            ["--model=no-such-preset", "--golden=tests"],
+            "golden='tests': is a directory",
+        ),
+        (
+            "scripts.eval_long_context",
+            ["--model=no-such-preset", "--output_dir=README.md"],
+            "--output_dir=",
+        ),
+        (
+            "scripts.eval_long_context",
+            ["--model=no-such-preset", "--num_samples=10000000000", "--lengths=64"],
+            "must be <= 1048576 prompts",
+        ),
+        ("scripts.convert_hf", ["--hf_dir=tests/fixtures/llama", "--out_dir="], "--out_dir: empty"),
+        (
+            "scripts.bench_long_context",
+            ["--part=pack", "--pack_contexts=16,abc"],
+            "--pack_contexts=16,abc: expected integers",
+        ),
+        (
+            "scripts.bench_long_context",
+            ["--part=mla", "--mla_impls=foo"],
+            "--mla_impls=foo: expected xla and/or pallas",
+        ),
+        (
+            "scripts.bench_long_context",
+            ["--part=ttft", "--models=tiny-llama,no-such-preset", "--prompt_lens=64"],
+            "model='no-such-preset': unknown preset",
+        ),
+        (
+            "scripts.bench_long_context",
+            ["--part=pack", "--json_out=tests"],
+            "--json_out='tests': is a directory",
+        ),
+        (
+            "scripts.bench_long_context",
+            ["--part=itl", "--itl_from=docs/long_context_itl.json", "--png_out=/no/such/x.png"],
+            "--png_out='/no/such/x.png': its folder '/no/such' does not exist",
+        ),
     ],
 )
 def test_benchmarks_reject_bad_flags_before_building_a_model(module, flags, expect):
@@ -121,3 +216,9 @@ def test_benchmarks_reject_bad_flags_before_building_a_model(module, flags, expe
     proc = _process(module, *flags)
     assert proc.returncode != 0 and expect in proc.stderr, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]  # one line, for a person
+
+
+def test_bench_throughput_checks_every_model_before_the_first_runs():
+    proc = _process("scripts.bench_throughput", "--models=tiny-llama,no-such-preset")
+    assert proc.returncode != 0 and "model='no-such-preset': unknown preset" in proc.stderr
+    assert "copy bandwidth" not in proc.stdout, proc.stdout  # nothing was measured
