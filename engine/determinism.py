@@ -77,6 +77,12 @@ def check_trial_args(
     longest = max(probe_len, max_co_len - 1)
     if max_model_len < longest:
         raise ValueError(f"max_model_len={max_model_len}: prompts here run up to {longest} tokens")
+    # A reply stops at max_model_len: the check would compare fewer tokens than asked for.
+    if probe_len + max_tokens > max_model_len:
+        raise ValueError(
+            f"max_tokens={max_tokens}: probe_len={probe_len} + max_tokens exceeds "
+            f"max_model_len={max_model_len} (the replies would be cut short)"
+        )
 
 
 def run_trials(

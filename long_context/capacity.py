@@ -68,6 +68,12 @@ def resolve_config(model: str) -> ModelConfig:
         if os.path.isfile(os.path.join(path, "config.json")):
             return config_from_hf(path, name=model, dtype="auto")
         raise ValueError(f"model={model!r}: directory has no config.json and no orbax config")
+    from models.load import looks_like_path
+
+    if os.path.exists(path):
+        raise ValueError(f"model={model!r}: is a file; expected a directory or preset name")
+    if looks_like_path(model):
+        raise FileNotFoundError(f"model={model!r}: no such directory")
     return get_preset(model)  # ValueError listing the known presets
 
 

@@ -25,7 +25,8 @@ TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # read for add_bos_token (engin
 HF_CONFIG_FILE = "config.json"
 
 
-def _looks_like_path(model: str) -> bool:
+def looks_like_path(model: str) -> bool:
+    """Whether a `model` string that names no preset was meant as a path."""
     return os.sep in model or (os.altsep is not None and os.altsep in model) or model[:1] in ".~"
 
 
@@ -70,7 +71,7 @@ def _model_dir(model: str) -> str | None:
         return path
     if os.path.exists(path):
         raise ValueError(f"model={model!r}: is a file; expected a directory or preset name")
-    if _looks_like_path(model):
+    if looks_like_path(model):
         raise FileNotFoundError(f"model={model!r}: no such directory")
     get_preset(model)  # ValueError "unknown preset" listing the presets
     return None

@@ -237,6 +237,17 @@ def test_bad_input_raises_naming_the_flag(kwargs, field):
         capacity(**args)
 
 
+def test_a_missing_model_path_is_not_called_an_unknown_preset(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"^model='/no/such/dir': no such directory"):
+        capacity("/no/such/dir", 1024)
+    with pytest.raises(FileNotFoundError, match=r"^model='\./nope': no such directory"):
+        capacity("./nope", 1024)
+    afile = tmp_path / "config.json"
+    afile.write_text("{}")
+    with pytest.raises(ValueError, match="is a file; expected a directory or preset name"):
+        capacity(str(afile), 1024)
+
+
 def _script(*flags: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "scripts.capacity", *flags]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -84,6 +84,7 @@ def test_flags_are_checked_before_an_engine_is_built(tmp_path):
         ("budgets", (16, 0)),
         ("max_model_len", 32),
         ("seed", -1),
+        ("max_tokens", 57),  # probe_len 8 + 57 > max_model_len 64: replies would be cut
     ]:
         with pytest.raises(ValueError, match=f"{field}="):
             det.check_trial_args(**{**good, field: bad})
