@@ -121,6 +121,28 @@ def _mla_with_scales(**config):
             ),
             id="gqa_llama8b_prefill_chunk_fast_softmax",
         ),
+        pytest.param(  # Mistral v0.1: a 4096-key window, fp8 pages, fast_softmax asked
+            lambda q, k, v, *meta_and_scales: ragged_paged_attention(
+                q,
+                k,
+                v,
+                *meta_and_scales[:4],
+                scale=0.1,
+                window=4096,
+                k_scales=meta_and_scales[4],
+                v_scales=meta_and_scales[5],
+                config=FAST_GQA,
+            ),
+            (
+                S((64, 32, 128), jnp.bfloat16),
+                S((4096, 16, 8, 128), jnp.uint8),
+                S((4096, 16, 8, 128), jnp.uint8),
+                *_metadata(64, 64, 512),
+                S((4096, 16, 8), jnp.float32),
+                S((4096, 16, 8), jnp.float32),
+            ),
+            id="gqa_mistral_window_fp8_fast_softmax",
+        ),
         pytest.param(
             _mla_with_scales(config=FAST_MLA),
             (
