@@ -69,8 +69,9 @@ def resolve_kv_cache_dtype(kv_cache_dtype: str):
 def quantize_rows(x: jax.Array) -> QuantizedPages:
     """x [..., W] -> (fp8 data [..., W], float32 scale [...]) with x ~= data * scale.
 
-    An all-zero row gets scale 0 and zeros. Values are clipped to +-448 before the cast
-    (a quotient rounded just past 448 would otherwise become NaN: e4m3fn has no inf).
+    An all-zero row gets scale 0 and zeros. Values are clipped to +-448 before the cast: a
+    quotient an ulp past 448 still rounds to 448, but e4m3fn has no inf, so one from 464 on
+    (a subnormal scale's quotient, where a backend does not flush it) would become NaN.
     """
     x = x.astype(jnp.float32)
     amax = jnp.max(jnp.abs(x), axis=-1)

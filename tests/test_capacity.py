@@ -4,6 +4,7 @@ parameter and weight bytes (total and active), sequences that fit, bad input, th
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import math
@@ -267,3 +268,184 @@ def test_script_prints_one_json_object():
     assert d["max_sequences"] == budget // (42_949_672_960 // 2) == 2
     bad = _script("--model=llama-3.1-70b", "--context=-5")
     assert bad.returncode != 0 and "context=-5" in bad.stderr
+
+
+def test_float16_and_int4_byte_widths():
+    # 2 x 32 layers x 8 KV heads x 128 = 65,536 KV elements per token; float16 is 2 bytes.
+    cfg = get_preset("llama-3.1-8b")
+    assert kv_bytes_per_token(cfg, "float16") == 65_536 * 2
+    assert kv_bytes_per_token(cfg, "float32") == 65_536 * 4
+    total, _ = expected_params("llama-3.1-8b")
+    assert weight_bytes(cfg, "float16") == (2 * total, 2 * total)
+
+
+def test_fractional_bytes_round_up_never_down():
+    # An odd parameter count at int4 (half a byte each) needs the last half byte stored too.
+    cfg = get_preset("tiny-llama").replace(hidden_size=33)
+    n, _ = gqa_params(V=512, d=33, L=2, H=6, K=2, hd=40, F=192)
+    assert n % 2 == 1
+    assert weight_bytes(cfg, "int4") == ((n + 1) // 2, (n + 1) // 2)
+    # MLA latent 31 + rope key 8 = 39 values per layer, 3 layers: 117 half bytes -> 59 bytes.
+    mla = get_preset("tiny-deepseek-v3").replace(kv_lora_rank=31)
+    assert (mla.num_layers, mla.qk_rope_head_dim) == (3, 8)
+    assert kv_bytes_per_token(mla, "int4") == 59
+
+
+def test_weights_per_device_round_up_when_tp_does_not_divide_them():
+    # llama-3.1-8b at tp=3: 3 does not divide the 8 KV heads (each device keeps all 8), and
+    # the 2n weight bytes are not a multiple of 3: the largest device shard is rounded up.
+    n, _ = expected_params("llama-3.1-8b")
+    assert (2 * n) % 3
+    c = capacity("llama-3.1-8b", 4096, tp=3, hbm_gib=80.0)
+    assert c.weight_bytes_per_device == (2 * n + 2) // 3
+    assert c.kv_bytes_per_sequence_per_device == 131_072 * 4096
+    assert c.kv_budget_bytes_per_device == int(80 * GIB * 0.9) - (2 * n + 2) // 3
+
+
+def test_mla_latent_is_not_split_even_when_tp_divides_the_kv_heads():
+    # deepseek-v3's config keeps num_kv_heads=4 (unused by MLA); tp=4 divides it, and the
+    # latent is still on every device whole.
+    cfg = get_preset("deepseek-v3")
+    assert cfg.num_kv_heads % 4 == 0
+    c = capacity("deepseek-v3", 4096, weight_dtype="int4", tp=4, hbm_gib=141)
+    assert c.kv_bytes_per_sequence_per_device == c.kv_bytes_per_sequence == 70_272 * 4096
+
+
+def test_usable_memory_rounds_down_and_zero_headroom_is_allowed():
+    # 1 GiB x (1 - 0.3) = 751,619,276.8 bytes: the budget counts whole bytes, rounded down.
+    n, _ = gqa_params(V=512, d=96, L=2, H=6, K=2, hd=40, F=192)  # tiny-llama, float32
+    c = capacity("tiny-llama", 64, hbm_gib=1.0, headroom=0.3)
+    assert c.weight_bytes_per_device == 4 * n
+    assert c.kv_budget_bytes_per_device == 751_619_276 - 4 * n
+    c0 = capacity("tiny-llama", 64, hbm_gib=1.0, headroom=0.0)
+    assert c0.kv_budget_bytes_per_device == GIB - 4 * n
+
+
+def test_a_budget_of_exactly_zero_bytes_does_not_fit_and_one_page_does():
+    n, _ = expected_params("llama-3.1-8b")
+    weights = 2 * n  # bfloat16
+    with pytest.raises(ValueError, match=r"^hbm_gib="):
+        capacity("llama-3.1-8b", 16, hbm_gib=weights / GIB, headroom=0.0)
+    page = 131_072 * 16  # one 16-token page of llama-3.1-8b's bfloat16 KV
+    c = capacity("llama-3.1-8b", 16, hbm_gib=(weights + page) / GIB, headroom=0.0)
+    assert c.kv_budget_bytes_per_device == page
+    assert (c.kv_tokens, c.max_sequences) == (16, 1)
+
+
+def test_not_fitting_names_the_memory_that_would_fit():
+    # llama-3.1-70b in bfloat16 on one device: 2 x 70,553,706,496 bytes = 131.4 GiB, which
+    # with 10% headroom needs 131.4 / 0.9 = 146.0 GiB.
+    need = 2 * 70_553_706_496 / GIB / 0.9
+    with pytest.raises(ValueError, match=rf"needs hbm_gib > {need:.1f} or a larger tp"):
+        capacity("llama-3.1-70b", 4096, hbm_gib=80.0)
+    with pytest.raises(ValueError, match=r"^hbm_gib="):
+        capacity("llama-3.1-70b", 4096, hbm_gib=need - 0.1)
+    assert capacity("llama-3.1-70b", 4096, hbm_gib=need + 0.1).kv_budget_bytes_per_device > 0
+
+
+def test_weight_dtype_defaults_to_the_models_not_the_kv_dtype():
+    c = capacity("llama-3.1-8b", 4096, kv_dtype="float8_e4m3fn")
+    n, _ = expected_params("llama-3.1-8b")
+    assert (c.kv_dtype, c.weight_dtype) == ("float8_e4m3fn", "bfloat16")
+    assert c.weight_bytes == 2 * n
+    c = capacity("llama-3.1-8b", 4096, weight_dtype="int4")
+    assert (c.kv_dtype, c.weight_dtype) == ("bfloat16", "int4")
+
+
+def test_a_model_config_is_sized_as_given_and_counts_are_integers():
+    cfg = get_preset("llama-3.1-8b").replace(name="my-8b", num_layers=16)
+    c = capacity(cfg, 4096, tp=8)
+    assert c.model == "my-8b"
+    assert c.kv_bytes_per_token == 2 * 16 * 8 * 128 * 2
+    assert c.kv_bytes_per_sequence_per_device == 2 * 16 * 128 * 2 * 4096  # one KV head each
+    # Whole numbers of bytes, tokens and sequences (the script prints them as JSON).
+    for name, value in c.to_dict().items():
+        if name not in (
+            "model",
+            "kv_dtype",
+            "weight_dtype",
+            "hbm_gib",
+            "headroom",
+            "sliding_window",
+        ):
+            assert type(value) is int, (name, value)
+
+
+def test_hf_directory_in_its_own_dtype(tmp_path):
+    hf = json.loads((REPO / "tests" / "fixtures" / "llama" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(hf | {"dtype": "bfloat16"}))
+    c = capacity(str(tmp_path), 1024)
+    assert (c.kv_dtype, c.weight_dtype) == ("bfloat16", "bfloat16")
+    assert c.kv_bytes_per_token == 2 * 2 * 2 * 40 * 2  # 2 layers, 2 KV heads, head_dim 40
+    assert c.model == str(tmp_path)
+
+
+def test_orbax_directory_is_sized_from_its_stored_config(tmp_path):
+    from models.orbax_io import CONFIG_FILE, config_to_dict
+
+    cfg = get_preset("llama-3.1-8b").replace(name="ckpt-8b", num_kv_heads=4)
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(config_to_dict(cfg)))
+    c = capacity(str(tmp_path), 1024)
+    assert c.model == "ckpt-8b"
+    assert c.kv_bytes_per_token == 2 * 32 * 4 * 128 * 2
+
+
+def test_model_paths_presets_and_empty_directories(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "llama-3.1-8b").mkdir()  # a preset name wins over a directory of that name
+    assert capacity("llama-3.1-8b", 1024).model == "llama-3.1-8b"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"^model='empty': directory has no config.json"):
+        capacity("empty", 1024)
+    home = tmp_path / "home"
+    (home / "ckpt").mkdir(parents=True)
+    hf = (REPO / "tests" / "fixtures" / "llama" / "config.json").read_text()
+    (home / "ckpt" / "config.json").write_text(hf)
+    monkeypatch.setenv("HOME", str(home))
+    assert capacity("~/ckpt", 1024).kv_bytes_per_token == 2 * 2 * 2 * 40 * 4
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(context=True), "context"),
+        (dict(tp=True), "tp"),
+        (dict(tp=8.0), "tp"),
+        (dict(page_size=True), "page_size"),
+        (dict(page_size=16.0), "page_size"),
+        (dict(hbm_gib=0.0), "hbm_gib"),
+        (dict(hbm_gib=float("nan")), "hbm_gib"),
+        (dict(hbm_gib=float("inf")), "hbm_gib"),
+        (dict(headroom=-0.1), "headroom"),
+        (dict(headroom=float("nan")), "headroom"),
+    ],
+)
+def test_more_bad_input_raises_naming_the_flag(kwargs, field):
+    args = dict(model="llama-3.1-70b", context=131072, weight_dtype="bfloat16", tp=8)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=rf"^{field}="):
+        capacity(**args)
+
+
+def test_format_capacity_prints_sizes_in_their_largest_whole_unit():
+    from long_context.capacity import Capacity, format_capacity
+
+    c = Capacity(
+        model="m", context=131072, kv_dtype="bfloat16", weight_dtype="int4", tp=8,
+        page_size=16, hbm_gib=80.0, headroom=0.1, num_params=10**9, num_active_params=1000,
+        kv_bytes_per_token=1000, kv_bytes_per_sequence=1 << 30,
+        kv_bytes_per_sequence_per_device=1023, weight_bytes=1 << 20, active_weight_bytes=1024,
+        weight_bytes_per_device=3 << 29, kv_budget_bytes_per_device=1_000_000,
+        kv_tokens=123_456, max_sequences=1000,
+    )  # fmt: skip
+    assert format_capacity(c).splitlines() == [
+        "m: 1.00B params (1.00K active), weights int4, KV bfloat16, tp=8, 80 GiB/device, "
+        "headroom 0.1",
+        "  KV per token      1,000 B",
+        "  KV per sequence   1,073,741,824 B (1.00 GiB) at 131,072 tokens; 1,023 B per device",
+        "  weights           1.00 MiB total, 1.00 KiB active per token, 1.50 GiB per device",
+        "  KV budget/device  976.56 KiB = 123,456 tokens in 16-token pages",
+        "  max sequences     1,000",
+    ]
+    c = dataclasses.replace(c, num_params=10**6, num_active_params=999)
+    assert format_capacity(c).startswith("m: 1.00M params (999 active),")

@@ -196,3 +196,46 @@ def test_engine_with_fp8_kv_matches_hf_with_an_fp8_cache(arch, impl):
         np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
         fp8_gap = max(fp8_gap, float(np.abs(np.subtract(want, unquantized)).max()))
     assert fp8_gap > 10 * TOL  # the comparison could tell fp8 from unquantized KV
+
+
+def test_kv_cache_dtype_names():
+    assert kv_quant.resolve_kv_cache_dtype("auto") is None  # the model's own dtype
+    assert kv_quant.resolve_kv_cache_dtype("fp8") == jnp.float8_e4m3fn
+    assert kv_quant.resolve_kv_cache_dtype("fp8_e4m3") == jnp.float8_e4m3fn
+    for bad in (["fp8"], None, "FP8", jnp.float8_e4m3fn):
+        with pytest.raises(ValueError, match=r"^kv_cache_dtype="):
+            kv_quant.resolve_kv_cache_dtype(bad)
+
+
+def test_bfloat16_rows_are_scaled_in_float32():
+    # The scale of a bfloat16 row is its float32 max / 448, not a bfloat16-rounded one.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 16)).astype(ml_dtypes.bfloat16)
+    q = kv_quant.quantize_rows(jnp.asarray(x))
+    x32 = x.astype(np.float32)
+    np.testing.assert_allclose(np.asarray(q.scale), np.abs(x32).max(-1) / 448.0, rtol=1.2e-7)
+    want = np.clip(x32 / np.asarray(q.scale)[:, None], -448, 448).astype(ml_dtypes.float8_e4m3fn)
+    np.testing.assert_array_equal(np.asarray(q.data), want.view(np.uint8))
+
+
+def test_dequantize_multiplies_in_float32_then_casts():
+    rng = np.random.default_rng(4)
+    q = kv_quant.quantize_rows(jnp.asarray(rng.standard_normal((64, 16)) * 7, jnp.float32))
+    want = np.asarray(q.fp8()).astype(np.float32) * np.asarray(q.scale)[:, None]
+    got = kv_quant.dequantize(q, jnp.bfloat16)
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(
+        np.asarray(got).view(np.uint16), want.astype(ml_dtypes.bfloat16).view(np.uint16)
+    )
+
+
+def test_bytes_per_token_defaults_to_the_models_dtype():
+    cfg = get_preset("llama-3.1-8b")  # bfloat16: 2 x 32 layers x 8 KV heads x 128 x 2 bytes
+    assert kv_quant.bytes_per_token(cfg) == 131_072
+    assert kv_quant.bytes_per_token(cfg, jnp.float32) == 262_144
+
+
+def test_is_quantized_only_for_quantized_pages():
+    assert kv_quant.is_quantized(kv_quant.zeros((2, 4, 8)))
+    assert not kv_quant.is_quantized(jnp.zeros((2, 4, 8)))
+    assert not kv_quant.is_quantized(np.zeros((2, 4, 8), np.uint8))
