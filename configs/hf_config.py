@@ -312,11 +312,19 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
     if model_type in ("llama", "deepseek_v2", "deepseek_v3"):
         return none
     window = f.get("sliding_window")
+    layer_types = f.hf.get("layer_types") if model_type in ("qwen2", "qwen3") else None
     if model_type not in ("mistral", "mixtral") and not f.get("use_sliding_window"):
+        window = None  # transformers' config sets it so
+    if window is None:
+        if layer_types and "sliding_attention" in layer_types:
+            # transformers builds the model, then fails making its sliding mask.
+            raise ValueError(
+                "HF config layer_types: marks sliding_attention layers, but there is no "
+                "window (sliding_window null, or use_sliding_window false)"
+            )
         return none
-    if window is None or model_type not in ("qwen2", "qwen3"):
+    if model_type not in ("qwen2", "qwen3"):
         return dict(sliding_window=window, full_attention_layers=())
-    layer_types = f.hf.get("layer_types")
     if layer_types is None:
         first = f.get("max_window_layers")
         layer_types = [

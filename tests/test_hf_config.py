@@ -376,6 +376,15 @@ def test_sliding_window_only_where_transformers_applies_one():
         (dict(sliding_window=0), "sliding_window=0: must be an integer >= 1"),
         (dict(sliding_window=2.5), "sliding_window=2.5: must be an integer >= 1"),
         (dict(sliding_window=True), "sliding_window=True: must be an integer >= 1"),
+        # transformers builds these, then fails making the sliding mask (no window).
+        (
+            dict(use_sliding_window=False, layer_types=["sliding_attention"] * 4),
+            "marks sliding_attention layers, but there is no window",
+        ),
+        (
+            dict(sliding_window=None, layer_types=["full_attention", "sliding_attention"] * 2),
+            "marks sliding_attention layers, but there is no window",
+        ),
     ],
 )
 def test_bad_sliding_window_fields_are_refused_by_name(change, message):

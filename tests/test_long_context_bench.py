@@ -296,3 +296,36 @@ def test_itl_windows_on_a_fake_engine(fake_engine):
     assert got["itl_with"]["n"] == 12 and got["itl_with"]["p50_ms"] == pytest.approx(3)
     assert got["itl_without"]["n"] == 12 and got["itl_without"]["max_ms"] == pytest.approx(2)
     assert not llm.requests  # every stream aborted at the end
+
+
+def test_bench_flags_take_the_documented_attention_configs_and_report_crashes(monkeypatch):
+    """A decode block:query tile:prefill block triple may repeat a size (docs/benchmarks.md
+    times 128:128:512); a malformed one is refused by name. A TTFT child that refused its
+    input (exit 1, main's one line) is reported as that line; one that crashed (killed, or
+    a traceback) as a crash with its log."""
+    import subprocess
+
+    from scripts import bench_long_context
+
+    good = "128:256:512,128:128:512,128:256:256"
+    flags.FLAGS(["bench_long_context", "--part=attention", f"--attention_configs={good}"])
+    try:
+        bench_long_context._check_flags()
+        for bad in ("128:256", "128:0:512", "a:b:c"):
+            flags.FLAGS["attention_configs"].value = [bad]
+            with pytest.raises(ValueError, match=f"--attention_configs={bad}: expected"):
+                bench_long_context._check_flags()
+    finally:
+        flags.FLAGS.unparse_flags()
+
+    def child(returncode, stderr):
+        done = subprocess.CompletedProcess([], returncode, stdout="", stderr=stderr)
+        monkeypatch.setattr(subprocess, "run", lambda *a, **k: done)
+
+    child(1, "W0101 a warning\nbench_long_context: --budget=0: must be >= 1\n")
+    with pytest.raises(ValueError, match="m at 8 tokens: bench_long_context: --budget=0"):
+        bench_long_context._ttft_in_subprocess("m", 8, 0, "auto")
+    for returncode, stderr in ((-9, "W0101 a warning\n"), (1, "Traceback ...\nKeyError: 3\n")):
+        child(returncode, stderr)
+        with pytest.raises(RuntimeError, match="failed:"):
+            bench_long_context._ttft_in_subprocess("m", 8, 64, "auto")
