@@ -24,6 +24,7 @@ from engine.sampling_params import RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.step import StepOutput, init_kv_pages, make_step
+from engine.stop_strings import truncate_at_stop
 from long_context.capacity import kv_shard_fraction
 from long_context.policy import LongPrefillPolicy
 from models.load import TOKENIZER_CONFIG_FILE, load_model, model_config
@@ -247,6 +248,7 @@ class LLM:
             eos_token_ids=cfg.eos_token_ids,
             long_prefill=long_prefill,
             sliding_window=cfg.kv_window,
+            detokenize=None if self.tokenizer is None else self._detokenize,
         )
         self.batch_invariant = bool(batch_invariant)
         self._buckets = runner.Buckets(
@@ -328,6 +330,7 @@ class LLM:
                 f"prompt: length {len(ids)} exceeds max_model_len={self.max_model_len}"
             )
         self._scheduler.check_fits(len(ids), params.max_tokens)
+        self._scheduler.check_stop_strings(params.stop)
 
     def _prepare(self, prompts, sampling_params) -> list[tuple[list[int], SamplingParams]]:
         """Normalize and validate every request before any is queued (all or nothing)."""
@@ -526,6 +529,7 @@ class LLM:
             if it.sample
         }
         self._num_steps += 1
+        params_of = {it.request_id: it.sampling_params for it in sched.items}
         for res in self._scheduler.update(sched, sampled, seconds):
             out_rec = self._outputs[res.request_id]
             out_rec.token_ids.extend(res.new_token_ids)
@@ -534,6 +538,11 @@ class LLM:
             if res.finished:
                 out_rec.finish_reason = res.finish_reason
                 out_rec.text = self._detokenize(out_rec.token_ids)
+                params = params_of[res.request_id]
+                if params.stop and res.finish_reason == "stop":
+                    out_rec.text = truncate_at_stop(
+                        out_rec.text, params.stop, params.include_stop_str_in_output
+                    )
                 if res.request_id not in self._collecting:
                     del self._outputs[res.request_id]
             self._outbox.append(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+MAX_STOP_CHARS = 1024  # per stop string; the stop check decodes ~4 tokens per character
 TOP_K_MAX = 2**31 - 1  # the step carries top_k as int32; any k >= the vocabulary keeps all
 
 
@@ -24,6 +25,10 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()  # stop (inclusive) on any of these
     ignore_eos: bool = False  # keep going past the model's EOS tokens
     prompt_logprobs: bool = False  # also report log p(prompt[i] | prompt[:i]) for i >= 1
+    # Stop once the output text contains one of these (needs the model's tokenizer); the
+    # finished text ends before it, or after it with include_stop_str_in_output.
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
 
     def __post_init__(self):
         # numpy scalars are taken (and stored as Python numbers); bools are not numbers here.
@@ -55,7 +60,20 @@ class SamplingParams:
         if not all(_is_int(t) and t >= 0 for t in stop):
             raise ValueError(f"stop_token_ids={stop!r}: token ids must be integers >= 0")
         set_("stop_token_ids", tuple(int(t) for t in stop))
-        for name in ("ignore_eos", "prompt_logprobs"):
+        stop = self.stop
+        if isinstance(stop, str):
+            stop = (stop,)
+        if isinstance(stop, bytes) or not isinstance(stop, Iterable):
+            raise ValueError(f"stop={self.stop!r}: must be a string or a sequence of strings")
+        stop = tuple(stop)
+        if not all(isinstance(s, str) and s for s in stop):
+            raise ValueError(f"stop={self.stop!r}: each stop string must be a non-empty str")
+        if any(len(s) > MAX_STOP_CHARS for s in stop):
+            raise ValueError(
+                f"stop={self.stop!r}: a stop string has at most {MAX_STOP_CHARS} characters"
+            )
+        set_("stop", stop)
+        for name in ("ignore_eos", "prompt_logprobs", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be True or False")
             set_(name, bool(getattr(self, name)))

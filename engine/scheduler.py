@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 
 from engine.kv_pages import PageManager
 from engine.sequence import Sequence, SequenceStatus
+from engine.stop_strings import Detokenize, stop_string_hit
 from long_context.policy import LongPrefillController, LongPrefillPolicy
 
 
@@ -133,10 +134,13 @@ class Scheduler:
         eos_token_ids: tuple[int, ...] = (),
         long_prefill: LongPrefillPolicy | None = None,
         sliding_window: int | None = None,
+        detokenize: Detokenize | None = None,
     ):
         """`sliding_window`: set when every layer of the model attends only to the last
         that many keys (ModelConfig.kv_window); a running sequence then gives back the
-        pages behind its window as it advances (Sequence.num_released_pages)."""
+        pages behind its window as it advances (Sequence.num_released_pages).
+        `detokenize(token_ids) -> str`: the model's tokenizer, for requests with stop
+        strings (SamplingParams.stop); without it such requests are refused."""
         for name, value in (
             ("max_num_batched_tokens", max_num_batched_tokens),
             ("max_num_seqs", max_num_seqs),
@@ -158,6 +162,7 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.eos_token_ids = frozenset(eos_token_ids)
         self.sliding_window = sliding_window
+        self.detokenize = detokenize
         self._waiting: collections.deque[Sequence] = collections.deque()
         self._running: list[Sequence] = []  # in arrival order
         self._active: dict[str, Sequence] = {}  # waiting + running, by request id
@@ -214,6 +219,14 @@ class Scheduler:
                 f"{self.pages.num_total} (page_size={self.pages.page_size})"
             )
 
+    def check_stop_strings(self, stop: tuple[str, ...]) -> None:
+        """ValueError if a request has stop strings and there is no tokenizer to read them."""
+        if stop and self.detokenize is None:
+            raise ValueError(
+                f"stop={stop!r}: stop strings need the model's tokenizer (a tokenizer.json "
+                "in the model directory); use stop_token_ids instead"
+            )
+
     def pages_held_at_most(self, kv_len: int) -> int:
         """Most pages a sequence of up to `kv_len` KV tokens holds at once: all of them, or
         with a sliding window W the pages under a step's chunk (<= the token budget) and the
@@ -243,6 +256,7 @@ class Scheduler:
             raise ValueError(f"request_id={seq.request_id!r}: must be a new WAITING sequence")
         max_tokens = seq.sampling_params.max_tokens
         self.check_fits(seq.num_prompt_tokens, max_tokens)
+        self.check_stop_strings(seq.sampling_params.stop)
         seq.arrival = self._next_arrival
         self._next_arrival += 1
         if max_tokens == 0:
@@ -605,6 +619,8 @@ class Scheduler:
         if token_id in self.eos_token_ids and not params.ignore_eos:
             return "stop"
         if token_id in (params.stop_token_ids or ()):
+            return "stop"
+        if params.stop and stop_string_hit(self.detokenize, seq.output_token_ids, params.stop):
             return "stop"
         if params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens:
             return "length"

@@ -34,6 +34,9 @@ _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 16, "New tokens per prompt.")
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "0 = greedy.")
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus mass.")
 _TOP_K = flags.DEFINE_integer("top_k", 0, "Top-k; 0 = off.")
+_STOP = flags.DEFINE_multi_string(
+    "stop", [], "Stop string(s): a request ends when its text holds one (needs a tokenizer.json)."
+)
 _SEED = flags.DEFINE_integer(
     "seed",
     0,
@@ -74,6 +77,7 @@ def _generate() -> None:
         max_tokens=_MAX_TOKENS.value,
         top_p=_TOP_P.value,
         top_k=_TOP_K.value,
+        stop=tuple(_STOP.value),
     )
     for name, flag, low in (
         ("num_prompts", _NUM_PROMPTS, 1),
@@ -106,6 +110,8 @@ def _generate() -> None:
         kv_cache_dtype=_KV_CACHE_DTYPE.value,
         seed=_SEED.value,
     )
+    if params.stop and llm.tokenizer is None:
+        raise ValueError(f"--stop={list(params.stop)}: the model has no tokenizer.json to read it")
     if _PROMPT.value:
         prompts = list(_PROMPT.value)
     else:

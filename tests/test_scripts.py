@@ -56,6 +56,20 @@ def test_generate_from_text_with_a_tokenizer():
     assert replies[0] != replies[1], out
 
 
+def test_generate_stops_at_a_stop_string():
+    # transformers 5.24's greedy generate on this fixture continues the prompt with "well well
+    # well w397 w488 w251 or have w488 well well w443" (12 tokens, no EOS).
+    out = _run(
+        "scripts.generate",
+        f"--model={ROOT}/tests/fixtures/llama",
+        "--prompt=the cat sat on the",
+        "--max_tokens=12",
+        "--stop=w397",
+    )
+    (reply,) = [line.split(" -> ")[1] for line in out.splitlines() if " -> " in line]
+    assert reply == "well well well  (stop)", out
+
+
 @pytest.mark.parametrize(
     "module, flags, expect",
     [
@@ -96,6 +110,8 @@ def test_benchmarks_run_small(module, flags, expect):
         ),
         ("scripts.generate", ["--model=no-such-preset", "--prompt_len=0"], "--prompt_len=0"),
         ("scripts.generate", ["--model=/no/such/dir"], "model='/no/such/dir': no such directory"),
+        ("scripts.generate", ["--model=tiny-qwen3", "--stop=x"], "the model has no tokenizer"),
+        ("scripts.generate", ["--model=no-such-preset", "--stop="], "non-empty str"),
         (
             "scripts.bench_long_context",
             ["--part=itl", "--itl_model=no-such-preset", "--stream_tokens=3"],
