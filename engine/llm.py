@@ -20,7 +20,7 @@ from engine import batch_invariant as batch_invariant_lib
 from engine import inputs, kv_quant, runner
 from engine.attention_ops import resolve_impl
 from engine.kv_pages import PageManager, pages_for_budget, pages_for_tokens
-from engine.sampling_params import RequestOutput, SamplingParams, StreamDelta
+from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.step import StepOutput, init_kv_pages, make_step
@@ -47,6 +47,7 @@ class _Dispatched(NamedTuple):
     score_rows: list
     compiles: bool
     start: float
+    with_top: bool  # the step also returned each row's top logprobs
 
 
 def _long_prefill_policy(
@@ -274,7 +275,10 @@ class LLM:
             self.kv_dtype,
         )
         self._step = make_step(*self._step_key)
-        self._score_step = None  # the with_scores variant, compiled when first needed
+        # Step variants that also return prompt-token scores and/or the top logprobs of
+        # each sampled row, by (with_scores, with_top); each compiled when first needed.
+        self._variants: dict[tuple[bool, bool], object] = {}
+        self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
         self._seed = seed
         self._request_counter = itertools.count()
         self._outputs: dict[str, RequestOutput] = {}  # unfinished, and finished for generate
@@ -284,6 +288,7 @@ class LLM:
         self._unwatched: set[str] = set()
         self._num_steps = 0
         self._step_shapes: set[tuple[int, int]] = set()  # (T, S) buckets this engine ran
+        self._variant_shapes: set[tuple] = set()  # (variant, T, S) compiled for this engine
         self._page_rows = runner.PageRows()  # page tables as arrays, grown step by step
         self._num_tokens_generated = 0
         self._expert_load = np.zeros((0, 0), np.int64)  # [L_moe, E] last step
@@ -374,6 +379,8 @@ class LLM:
         out = RequestOutput(request_id, list(ids))
         if params.prompt_logprobs:  # filled in by the steps that compute the prompt
             out.prompt_logprobs = [0.0] * (len(ids) - 1)
+        if params.logprobs:
+            out.top_logprobs = []
         # Queued last: nothing that can fail stands between it and the record below, so a
         # caller that takes back what it queued (_collect) knows every queued request.
         self._scheduler.add(seq)
@@ -482,9 +489,11 @@ class LLM:
         flight whose sampled tokens feed this one's placeholders."""
         batch = runner.pack(sched.items, self.page_size, self._buckets, self._page_rows)
         shape = (batch.token_ids.shape[0], batch.kv_lens.shape[0])
-        compiles = shape not in self._step_shapes
         score_rows = self._fill_score_targets(sched.items, batch)
-        step_fn = self._scoring_step() if score_rows else self._step
+        with_top = any(it.sample and it.sampling_params.logprobs for it in sched.items)
+        variant = (bool(score_rows), with_top)
+        compiles = (variant, *shape) not in self._variant_shapes
+        step_fn = self._step_variant(variant)
         if self.mesh is not None:
             # Every process passes the same batch (see sharding/distributed.py).
             batch = put_replicated(batch, self.mesh)
@@ -499,7 +508,8 @@ class LLM:
         start = time.perf_counter()
         self._kv, out = step_fn(self.params, self._kv, batch)
         self._step_shapes.add(shape)
-        return _Dispatched(sched, out, score_rows, compiles, start)
+        self._variant_shapes.add((variant, *shape))
+        return _Dispatched(sched, out, score_rows, compiles, start, with_top)
 
     def _complete_oldest(self) -> None:
         """Read back the oldest dispatched step's tokens and apply them (Scheduler.update);
@@ -509,6 +519,9 @@ class LLM:
         begin = time.perf_counter()
         tokens, logprobs, load = jax.device_get((out.tokens, out.logprobs, out.expert_load))
         scores = jax.device_get(out.score_logprobs) if score_rows else None
+        top_ids = top_lps = None
+        if d.with_top:
+            top_ids, top_lps = jax.device_get((out.top_ids, out.top_logprobs))
         self._dispatched.pop(0)
         # The long-prefill policy steers by step times; a compiling step would mislead it.
         # A step dispatched ahead starts on the device when the one before it ends.
@@ -530,13 +543,24 @@ class LLM:
         }
         self._num_steps += 1
         params_of = {it.request_id: it.sampling_params for it in sched.items}
+        tops = {}  # request id -> its sampled row's top logprobs, most likely first
+        for i, it in enumerate(sched.items):
+            if it.sample and it.sampling_params.logprobs:
+                n = it.sampling_params.logprobs
+                pairs = zip(top_ids[i, :n].tolist(), top_lps[i, :n].tolist(), strict=True)
+                tops[it.request_id] = tuple(pairs)
         for res in self._scheduler.update(sched, sampled, seconds):
             out_rec = self._outputs[res.request_id]
             out_rec.token_ids.extend(res.new_token_ids)
             out_rec.logprobs.extend(res.new_logprobs)
+            top = None
+            if res.new_token_ids and res.request_id in tops:
+                top = (tops[res.request_id],)
+                out_rec.top_logprobs.extend(list(t) for t in top)
             self._num_tokens_generated += len(res.new_token_ids)
             if res.finished:
                 out_rec.finish_reason = res.finish_reason
+                out_rec.stop_reason = res.stop_reason
                 out_rec.text = self._detokenize(out_rec.token_ids)
                 params = params_of[res.request_id]
                 if params.stop and res.finish_reason == "stop":
@@ -546,7 +570,9 @@ class LLM:
                 if res.request_id not in self._collecting:
                     del self._outputs[res.request_id]
             self._outbox.append(
-                StreamDelta(res.request_id, res.new_token_ids, res.new_logprobs, res.finish_reason)
+                StreamDelta(
+                    res.request_id, res.new_token_ids, res.new_logprobs, res.finish_reason, top
+                )
             )
 
     def _fill_score_targets(self, items, batch) -> list[tuple[str, int, int]]:
@@ -569,11 +595,19 @@ class LLM:
                     rows.append((it.request_id, pos, first + j))
         return rows
 
-    def _scoring_step(self):
-        """The step variant that also returns every row's target logprob (compiled on use)."""
-        if self._score_step is None:
-            self._score_step = make_step(*self._step_key, with_scores=True)
-        return self._score_step
+    def _step_variant(self, variant: tuple[bool, bool]):
+        """The step that also returns every row's target logprob (with_scores) and/or the
+        top logprobs of each sampled row (with_top); compiled on first use."""
+        if variant == (False, False):
+            return self._step
+        if variant not in self._variants:
+            with_scores, with_top = variant
+            self._variants[variant] = make_step(
+                *self._step_key,
+                with_scores=with_scores,
+                top_logprobs=self._top_k if with_top else 0,
+            )
+        return self._variants[variant]
 
     def score(self, prompts) -> list[np.ndarray]:
         """Log-probability of each prompt token given its prefix: for a prompt of n tokens,
@@ -653,7 +687,7 @@ class LLM:
             # Compilations of this model's step in this process (engines serving the same
             # model config share them), against the buckets this engine can ever use.
             num_compiles=self._step._cache_size()
-            + (self._score_step._cache_size() if self._score_step is not None else 0),
+            + sum(fn._cache_size() for fn in self._variants.values()),
             num_buckets=len(self._buckets.pairs),
             num_step_shapes=len(self._step_shapes),
             num_steps=self._num_steps,

@@ -119,7 +119,7 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
         starts.append(it.start_pos)
         tokens += it.token_ids
         feeds.append(it.feed_index)
-        fields.append((sp.temperature, sp.top_p, sp.top_k, sp.seed, it.num_generated))
+        fields.append((sp.temperature, sp.top_p, sp.top_k, sp.seed, it.num_generated, sp.min_p))
     num_tokens = len(tokens)
     lens, starts = np.asarray(lens, np.int32), np.asarray(starts, np.int32)
     t_pad, s_pad = buckets.pick(num_tokens, n)
@@ -154,7 +154,7 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
     slot_mapping[:num_tokens] = page_table[owner, pos // page_size] * page_size + pos % page_size
     sample_index = np.zeros(s_pad, np.int32)
     sample_index[:n] = ends - 1
-    sampling = np.zeros((5, s_pad), np.float64)
+    sampling = np.zeros((6, s_pad), np.float64)
     sampling[1] = 1.0  # top_p of padding rows
     if n:
         sampling[:, :n] = np.asarray(fields, np.float64).T
@@ -178,4 +178,5 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
         np.full(t_pad, -1, np.int32),  # score_targets: filled by the caller when scoring
         feed_index,
         np.zeros(buckets.max_seqs, np.int32),  # prev_tokens: the caller passes the last step's
+        sampling[5].astype(np.float32),  # min_p
     )

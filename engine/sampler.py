@@ -1,4 +1,4 @@
-"""In-step token sampler: greedy, temperature, top-k, top-p, with per-request seeds.
+"""In-step token sampler: greedy, temperature, top-k, top-p, min-p, with per-request seeds.
 
 Pure jnp and row-independent: a row's token and logprob depend only on its own logits,
 parameters, seed and step, bitwise, never on the other rows or the batch size, so a request
@@ -120,9 +120,33 @@ def _row_uniform(seed: jax.Array, step: jax.Array) -> jax.Array:  # [] f32 in [0
     return jax.random.uniform(key, (), jnp.float32)
 
 
-def _sample_rows(scaled, top_k, top_p, seed, sample_step):  # [S, V] -> [S] int32
-    """Inverse-CDF draw from softmax(scaled) restricted to the top-k / top-p set."""
+def min_p_mask(scaled: jax.Array, min_p: jax.Array) -> jax.Array:  # [S, V], [S] -> [S, V]
+    """Tokens at least `min_p` times as likely as the most likely one (Nguyen et al. 2024;
+    HF MinPLogitsWarper): p_i / p_max = exp(s_i - s_max), so no normalizer is needed. The
+    top token always stays; min_p = 0 keeps all."""
+    ratio = jnp.exp(scaled - jnp.max(scaled, axis=-1, keepdims=True))
+    return ratio >= min_p[:, None]
+
+
+def allowed_mask(
+    scaled: jax.Array,  # [S, V] f32, temperature-scaled logits
+    top_k: jax.Array,  # [S] int32, <= 0 = off
+    top_p: jax.Array,  # [S] f32, >= 1 = off
+    min_p: jax.Array,  # [S] f32, 0 = off
+) -> jax.Array:  # [S, V] bool
+    """The tokens a sampled row may draw: top-k, then top-p, then min-p, the order of
+    Hugging Face's warpers (vLLM applies min-p first; the sets differ only through top-p's
+    mass when both are set). Top-k and top-p never drop the top token, so min-p's ratio to
+    it is the same before or after them."""
     keep = top_k_top_p_mask(scaled, top_k, top_p)
+    return keep & lax.cond(
+        jnp.any(min_p > 0), min_p_mask, lambda s, _: jnp.ones(s.shape, bool), scaled, min_p
+    )
+
+
+def _sample_rows(scaled, top_k, top_p, seed, sample_step, min_p):  # [S, V] -> [S] int32
+    """Inverse-CDF draw from softmax(scaled) restricted to the allowed set."""
+    keep = allowed_mask(scaled, top_k, top_p, min_p)
     mass = jnp.where(keep, jnp.exp(scaled - jnp.max(scaled, axis=-1, keepdims=True)), 0.0)
     cdf = jnp.cumsum(mass, axis=-1)
     u = jax.vmap(_row_uniform)(seed, sample_step)
@@ -143,9 +167,12 @@ def sample(
     top_p: jax.Array,  # [S] f32, 1.0 = off
     seed: jax.Array,  # [S] uint32
     sample_step: jax.Array,  # [S] int32, tokens the request generated before this one
+    min_p: jax.Array | None = None,  # [S] f32, 0 = off
 ) -> tuple[jax.Array, jax.Array]:  # tokens [S] int32, logprobs [S] f32
     """Samples one token per row; logprobs are under the unscaled, unfiltered distribution."""
     logits = jnp.asarray(logits, jnp.float32)
+    if min_p is None:
+        min_p = jnp.zeros(logits.shape[:1], jnp.float32)
     greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # ties -> lowest id
     # Below GREEDY_TEMPERATURE, logits / temperature overflows (inf - inf = NaN in the
     # softmax, which drew the last token id): such rows are greedy, as in vLLM.
@@ -161,15 +188,29 @@ def sample(
         top_p,
         seed,
         sample_step,
+        min_p,
     )
     tokens = jnp.where(greedy_row, greedy, sampled)
 
     return tokens, token_logprobs(logits, tokens)
 
 
+def _shifted_and_log_norm(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
+    shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
+    return shifted, jnp.log(fixed_order_sum(jnp.exp(shifted)))
+
+
 def token_logprobs(logits: jax.Array, ids: jax.Array) -> jax.Array:  # [R, V], [R] -> [R]
     """log_softmax(logits)[r, ids[r]] with a batch-invariant (fixed-order) normalizer."""
-    shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
-    log_norm = jnp.log(fixed_order_sum(jnp.exp(shifted)))
+    shifted, log_norm = _shifted_and_log_norm(logits)
     chosen = jnp.take_along_axis(shifted, ids[:, None], axis=-1)[:, 0]
     return chosen - log_norm
+
+
+def top_logprobs(logits: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """The k most likely tokens of each row, most likely first (equal logits: lower id
+    first), as ids [R, k] int32 and their log-probabilities [R, k] f32, computed as
+    token_logprobs computes them (bitwise the same value for the same token)."""
+    shifted, log_norm = _shifted_and_log_norm(jnp.asarray(logits, jnp.float32))
+    values, ids = lax.top_k(shifted, k)
+    return ids.astype(jnp.int32), values - log_norm[:, None]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+MAX_LOGPROBS = 20  # top logprobs per token at most (vLLM's default max_logprobs)
 MAX_STOP_CHARS = 1024  # per stop string; the stop check decodes ~4 tokens per character
 TOP_K_MAX = 2**31 - 1  # the step carries top_k as int32; any k >= the vocabulary keeps all
 
@@ -29,6 +30,10 @@ class SamplingParams:
     # finished text ends before it, or after it with include_stop_str_in_output.
     stop: tuple[str, ...] = ()
     include_stop_str_in_output: bool = False
+    # Also report, per generated token, the `logprobs` most likely tokens and their logprobs
+    # (unscaled distribution, as `RequestOutput.logprobs`); None or 0 = off.
+    logprobs: int | None = None
+    min_p: float = 0.0  # keep tokens at least min_p times as likely as the top one; 0 = off
 
     def __post_init__(self):
         # numpy scalars are taken (and stored as Python numbers); bools are not numbers here.
@@ -49,6 +54,10 @@ class SamplingParams:
                 f"top_k={self.top_k!r}: must be an integer in [0, {TOP_K_MAX}] (0 = off)"
             )
         set_("top_k", int(self.top_k))
+        m = self.min_p
+        if not _is_number(m) or math.isnan(m) or not 0.0 <= m <= 1.0:
+            raise ValueError(f"min_p={m!r}: must be in [0, 1] (0 = off)")
+        set_("min_p", float(m))
         if self.seed is not None:
             if not _is_int(self.seed) or not 0 <= self.seed < 2**32:
                 raise ValueError(f"seed={self.seed!r}: must be an integer in [0, 2**32)")
@@ -73,6 +82,12 @@ class SamplingParams:
                 f"stop={self.stop!r}: a stop string has at most {MAX_STOP_CHARS} characters"
             )
         set_("stop", stop)
+        if self.logprobs is not None:
+            if not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_LOGPROBS:
+                raise ValueError(
+                    f"logprobs={self.logprobs!r}: must be an integer in [0, {MAX_LOGPROBS}] or None"
+                )
+            set_("logprobs", int(self.logprobs))
         for name in ("ignore_eos", "prompt_logprobs", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be True or False")
@@ -100,8 +115,14 @@ class RequestOutput:
     logprobs: list[float] = field(default_factory=list)  # log p(token_ids[i]), temperature 1
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     text: str | None = None  # decoded token_ids when the model has a tokenizer
+    # What made a "stop": the stop token id (stop_token_ids) or stop string (stop); None for
+    # the model's EOS and for other finish reasons (vLLM's CompletionOutput.stop_reason).
+    stop_reason: int | str | None = None
     # log p(prompt[i] | prompt[:i]) for i = 1..len(prompt)-1, when asked for (prompt_logprobs)
     prompt_logprobs: list[float] | None = None
+    # Per generated token, [(token id, logprob), ...] of the most likely tokens, most likely
+    # first (equal logprobs: lower id first), when asked for (SamplingParams.logprobs).
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
     @property
     def finished(self) -> bool:
@@ -116,3 +137,6 @@ class StreamDelta:
     token_ids: tuple[int, ...]  # tokens new in this step (0 or 1 today)
     logprobs: tuple[float, ...]
     finish_reason: str | None  # set on the request's last delta
+    # Per token in token_ids, its step's most likely (token id, logprob) pairs, when the
+    # request asked for them (SamplingParams.logprobs); else None.
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None

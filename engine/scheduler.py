@@ -88,6 +88,8 @@ class StepResult(NamedTuple):
     new_logprobs: tuple[float, ...]
     finished: bool
     finish_reason: str | None  # "stop" | "length" once finished
+    # What made a "stop": the stop token id or stop string (None for EOS, as in vLLM).
+    stop_reason: int | str | None = None
 
 
 class _FallBack(Exception):
@@ -459,11 +461,11 @@ class Scheduler:
             token_id, logprob = sampled[item.request_id]
             seq.output_token_ids.append(token_id)
             seq.output_logprobs.append(logprob)
-            reason = self._stop_reason(seq, token_id)
+            reason, why = self._stop_reason(seq, token_id)
             if reason is not None:
                 self._finish(seq, reason)
             results.append(
-                StepResult(seq.request_id, (token_id,), (logprob,), reason is not None, reason)
+                StepResult(seq.request_id, (token_id,), (logprob,), reason is not None, reason, why)
             )
         return results
 
@@ -613,20 +615,23 @@ class Scheduler:
             feed_index=feed_index,
         )
 
-    def _stop_reason(self, seq: Sequence, token_id: int) -> str | None:
-        """ "stop" wins over "length" when the last allowed token is also a stop token."""
+    def _stop_reason(self, seq: Sequence, token_id: int) -> tuple[str | None, int | str | None]:
+        """(finish reason, the stop token id or string behind a "stop"); "stop" wins over
+        "length" when the last allowed token is also a stop token."""
         params = seq.sampling_params
         if token_id in self.eos_token_ids and not params.ignore_eos:
-            return "stop"
+            return "stop", None
         if token_id in (params.stop_token_ids or ()):
-            return "stop"
-        if params.stop and stop_string_hit(self.detokenize, seq.output_token_ids, params.stop):
-            return "stop"
+            return "stop", token_id
+        if params.stop:
+            hit = stop_string_hit(self.detokenize, seq.output_token_ids, params.stop)
+            if hit is not None:
+                return "stop", hit
         if params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens:
-            return "length"
+            return "length", None
         if seq.num_tokens >= self.max_model_len:
-            return "length"
-        return None
+            return "length", None
+        return None, None
 
     def _finish(self, seq: Sequence, reason: str) -> None:
         self._running.remove(seq)

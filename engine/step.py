@@ -19,6 +19,7 @@ from engine import kv_quant
 from engine import paged_attention as pa
 from engine.attention_ops import get_attention_ops
 from engine.sampler import sample, token_logprobs
+from engine.sampler import top_logprobs as top_logprobs_of
 from models.attention import mla_absorb_q, mla_latent_to_v
 from models.moe import expert_load, routed_experts
 from models.transformer import final_logits, forward_hidden
@@ -49,6 +50,7 @@ class StepBatch(NamedTuple):
     # step's StepOutput.feed_tokens ([S_max] int32, fixed size so no new compilations).
     feed_index: jax.Array | None = None
     prev_tokens: jax.Array | None = None
+    min_p: jax.Array | None = None  # [S] float32, 0 = off (None: off for every row)
 
 
 class StepOutput(NamedTuple):
@@ -61,6 +63,10 @@ class StepOutput(NamedTuple):
     score_logprobs: jax.Array | None = None
     # [S_max] int32: `tokens` padded to batch.prev_tokens' size, the next step's prev_tokens.
     feed_tokens: jax.Array | None = None
+    # [S, K] int32 / float32: each row's K most likely tokens and their logprobs (unscaled
+    # distribution, most likely first); only from a step made with top_logprobs=K.
+    top_ids: jax.Array | None = None
+    top_logprobs: jax.Array | None = None
 
 
 def _mla_dims(cfg: ModelConfig) -> tuple[int, int, int, int]:
@@ -130,6 +136,7 @@ def _step_body(
     mesh: Mesh | None = None,
     batch_invariant: bool = False,
     with_scores: bool = False,
+    top_logprobs: int = 0,
 ) -> tuple[list, StepOutput]:
     meta = pa.build_metadata(
         batch.cu_q_lens,
@@ -179,7 +186,13 @@ def _step_body(
     )
     logits = final_logits(params, cfg, hidden[batch.sample_index])  # [S, V]
     tokens, logprobs = sample(
-        logits, batch.temperature, batch.top_k, batch.top_p, batch.seed, batch.sample_step
+        logits,
+        batch.temperature,
+        batch.top_k,
+        batch.top_p,
+        batch.seed,
+        batch.sample_step,
+        batch.min_p,
     )
     load = jnp.stack(loads) if loads else jnp.zeros((0, 0), jnp.int32)  # [L_moe, E]
     scores = None
@@ -190,13 +203,23 @@ def _step_body(
     feed_tokens = None
     if batch.prev_tokens is not None:
         feed_tokens = jnp.zeros_like(batch.prev_tokens).at[: tokens.shape[0]].set(tokens)
-    return kv, StepOutput(tokens, logprobs, load, scores, feed_tokens)
+    top = (None, None)
+    if top_logprobs:
+        top = top_logprobs_of(logits, top_logprobs)
+    return kv, StepOutput(tokens, logprobs, load, scores, feed_tokens, *top)
 
 
 # The public jitted step: static config, KV donated so the pages are updated in place.
 step = jax.jit(
     step_impl,
-    static_argnames=("cfg", "kv_block_pages", "attention_impl", "batch_invariant", "with_scores"),
+    static_argnames=(
+        "cfg",
+        "kv_block_pages",
+        "attention_impl",
+        "batch_invariant",
+        "with_scores",
+        "top_logprobs",
+    ),
     donate_argnames=("kv",),
 )
 
@@ -210,6 +233,7 @@ def make_step(
     batch_invariant: bool = False,
     kv_dtype=None,
     with_scores: bool = False,
+    top_logprobs: int = 0,
 ):
     """The jitted step bound to one model config (and device mesh, None = one device).
 
@@ -234,6 +258,7 @@ def make_step(
             mesh=mesh,
             batch_invariant=batch_invariant,
             with_scores=with_scores,
+            top_logprobs=top_logprobs,
         ),
         donate_argnames=("kv",),
         **placement,

@@ -29,12 +29,15 @@ def tail_tokens(stops: Sequence[str]) -> int:
     return 4 * max(len(s) for s in stops) + _LEAD_TOKENS
 
 
-def stop_string_hit(detokenize: Detokenize, token_ids: Sequence[int], stops: Sequence[str]) -> bool:
-    """True if the text of `token_ids` contains one of `stops` (checked on its tail only)."""
+def stop_string_hit(
+    detokenize: Detokenize, token_ids: Sequence[int], stops: Sequence[str]
+) -> str | None:
+    """The first of `stops` (in their order) that the text of `token_ids` contains, checked
+    on its tail only; None if none does."""
     if not stops or not token_ids:
-        return False
+        return None
     text = detokenize(token_ids[-tail_tokens(stops) :])
-    return any(s in text for s in stops)
+    return next((s for s in stops if s in text), None)
 
 
 def truncate_at_stop(text: str, stops: Sequence[str], include: bool) -> str:

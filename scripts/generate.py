@@ -34,6 +34,7 @@ _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 16, "New tokens per prompt.")
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "0 = greedy.")
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus mass.")
 _TOP_K = flags.DEFINE_integer("top_k", 0, "Top-k; 0 = off.")
+_MIN_P = flags.DEFINE_float("min_p", 0.0, "Min-p (relative to the top token); 0 = off.")
 _STOP = flags.DEFINE_multi_string(
     "stop", [], "Stop string(s): a request ends when its text holds one (needs a tokenizer.json)."
 )
@@ -77,6 +78,7 @@ def _generate() -> None:
         max_tokens=_MAX_TOKENS.value,
         top_p=_TOP_P.value,
         top_k=_TOP_K.value,
+        min_p=_MIN_P.value,
         stop=tuple(_STOP.value),
     )
     for name, flag, low in (

@@ -1,9 +1,14 @@
 """engine/sampler.py against numpy references of the allowed set and the distribution."""
 
+import json
+import pathlib
+
 import jax
 import numpy as np
+import pytest
 
-from engine.sampler import apply_top_k_top_p, sample
+from engine.sampler import allowed_mask, apply_top_k_top_p, sample
+from engine.sampling_params import SamplingParams
 
 VOCAB = 16
 ROWS = 4096  # one shape for the set, frequency and logprob tests: one compilation
@@ -168,3 +173,56 @@ def test_row_independent_of_batch_and_position():
     # Different steps of the same request do draw different tokens.
     stepped = np.asarray(sample_jit(logits, temperature, top_k, top_p, seed, step + 1)[0])
     assert np.any(stepped[1:] != full_tokens[1:])
+
+
+def test_allowed_set_matches_hugging_face_warpers():
+    """Temperature, top-k, top-p and min-p against transformers' warpers on 300 random rows
+    (tests/fixtures/make_hf_sampler_fixture.py; rows with a cut float rounding could move
+    are left out there)."""
+    path = pathlib.Path(__file__).parent / "fixtures" / "sampler" / "hf_warpers.json"
+    rows = json.loads(path.read_text())["rows"]
+    logits = np.array([r["logits"] for r in rows], np.float32)
+    temperature = np.array([r["temperature"] for r in rows], np.float32)
+    top_k = np.array([r["top_k"] for r in rows], np.int32)
+    top_p = np.array([r["top_p"] for r in rows], np.float32)
+    min_p = np.array([r["min_p"] for r in rows], np.float32)
+    scaled = logits / temperature[:, None]  # float32, as HF's TemperatureLogitsWarper
+    keep = np.asarray(jax.jit(allowed_mask)(scaled, top_k, top_p, min_p))
+    for i, r in enumerate(rows):
+        assert np.flatnonzero(keep[i]).tolist() == r["keep"], (i, r["min_p"], r["top_k"])
+    # The filters matter: min-p alone cuts most rows short of the whole vocabulary.
+    assert sum(len(r["keep"]) < logits.shape[1] for r in rows if r["min_p"] >= 0.02) > 200
+
+
+def test_min_p_samples_follow_the_renormalized_distribution():
+    rng = np.random.default_rng(5)
+    configs = [(1.0, 0.1), (0.7, 0.3), (1.5, 0.05)]  # (temperature, min_p)
+    draws = ROWS // len(configs)
+    n = draws * len(configs)
+    base = (rng.standard_normal((len(configs), VOCAB)) * 1.5).astype(np.float32)
+    logits = np.repeat(base, draws, axis=0)
+    temperature = np.repeat([c[0] for c in configs], draws).astype(np.float32)
+    min_p = np.repeat([c[1] for c in configs], draws).astype(np.float32)
+    seed = np.full(n, 99, np.uint32)
+    step = np.tile(np.arange(draws, dtype=np.int32), len(configs))
+    top_k, top_p = np.zeros(n, np.int32), np.ones(n, np.float32)
+    tokens = np.asarray(sample_jit(logits, temperature, top_k, top_p, seed, step, min_p)[0])
+    for c, (temp, mp) in enumerate(configs):
+        scaled = (base[c] / np.float32(temp)).astype(np.float64)
+        ratio = np.exp(scaled - scaled.max())
+        keep = ratio >= mp
+        assert 1 < keep.sum() < VOCAB  # the cut is inside the vocabulary
+        probs = np.where(keep, ratio, 0.0) / ratio[keep].sum()
+        counts = np.bincount(tokens[c * draws : (c + 1) * draws], minlength=VOCAB)
+        assert np.all(counts[~keep] == 0), (c, counts, keep)
+        expected = probs[keep] * draws
+        chi2 = np.sum((counts[keep] - expected) ** 2 / expected)
+        dof = max(int(keep.sum()) - 1, 1)
+        assert chi2 < dof + 6 * np.sqrt(2 * dof) + 10, (c, chi2, dof, counts, expected)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), "0.1", True])
+def test_min_p_outside_zero_one_is_refused(bad):
+    with pytest.raises(ValueError, match=r"min_p=.*: must be in \[0, 1\]"):
+        SamplingParams(min_p=bad)
+    assert SamplingParams(min_p=np.float32(0.25)).min_p == 0.25

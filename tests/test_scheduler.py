@@ -26,6 +26,7 @@ class Params:
     max_tokens: int | None = 16
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    stop: tuple[str, ...] = ()
 
 
 def make_seq(rid: str, n_prompt: int, base: int = 1, **params) -> Sequence:
@@ -103,10 +104,17 @@ def summary(out: SchedulerOutput):
     return [(i.request_id, i.start_pos, len(i.token_ids), i.page_ids, i.sample) for i in out.items]
 
 
+def detokenize(ids) -> str:
+    """A stand-in tokenizer's text: token t reads "<t>"."""
+    return "".join(f"<{t}>" for t in ids)
+
+
 def new_scheduler(num_pages, page_size, *seqs, budget=64, max_num_seqs=8, max_model_len=64):
     """A scheduler with `seqs` added in order."""
     pm = PageManager(num_pages, page_size)
-    sched = Scheduler(pm, budget, max_num_seqs, max_model_len, eos_token_ids=(EOS,))
+    sched = Scheduler(
+        pm, budget, max_num_seqs, max_model_len, eos_token_ids=(EOS,), detokenize=detokenize
+    )
     for seq in seqs:
         sched.add(seq)
     return sched
@@ -256,16 +264,20 @@ def test_abort_frees_pages_at_next_schedule():
 
 
 @pytest.mark.parametrize(
-    ("params", "tokens", "reason"),
+    ("params", "tokens", "reason", "stop_reason"),
     [
-        (Params(max_tokens=5), [7, EOS], "stop"),
-        (Params(max_tokens=3, ignore_eos=True), [7, EOS, 8], "length"),
-        (Params(stop_token_ids=(9,), ignore_eos=True), [7, 9], "stop"),
-        (Params(max_tokens=2), [7, EOS], "stop"),  # "stop" wins over "length"
-        (Params(max_tokens=None), [7, 8, 9], "length"),  # 6 + 3 tokens = max_model_len
+        (Params(max_tokens=5), [7, EOS], "stop", None),
+        (Params(max_tokens=3, ignore_eos=True), [7, EOS, 8], "length", None),
+        (Params(stop_token_ids=(9,), ignore_eos=True), [7, 9], "stop", 9),
+        (Params(max_tokens=2), [7, EOS], "stop", None),  # "stop" wins over "length"
+        (Params(max_tokens=None), [7, 8, 9], "length", None),  # 6 + 3 = max_model_len
+        (Params(stop=("8><9",), ignore_eos=True), [7, 8, 9], "stop", "8><9"),  # two tokens
+        (Params(stop=("<1>", "9"), ignore_eos=True), [7, 8, 9], "stop", "9"),  # output only
+        (Params(max_tokens=2, stop=("8>",)), [7, 8], "stop", "8>"),  # not "length"
+        (Params(stop=("<5", "8>"), stop_token_ids=(8,)), [7, 8], "stop", 8),  # the id first
     ],
 )
-def test_stop_conditions(params, tokens, reason):
+def test_stop_conditions(params, tokens, reason, stop_reason):
     """The request stops exactly after `tokens`: one fewer, or one more step, fails."""
     sched = new_scheduler(4, 4, max_num_seqs=2, max_model_len=9)
     seq = Sequence("r", (1, 2, 3, 4, 5, 6), params)
@@ -278,7 +290,17 @@ def test_stop_conditions(params, tokens, reason):
     assert [r.new_token_ids for r in results] == [(t,) for t in tokens]
     assert [r.finished for r in results] == [False] * (len(tokens) - 1) + [True]
     assert results[-1].finish_reason == reason
+    assert results[-1].stop_reason == stop_reason
     assert not sched.has_unfinished() and sched.stats()["num_pages_free"] == 4
+
+
+def test_stop_strings_are_refused_without_a_tokenizer():
+    sched = Scheduler(PageManager(4, 4), 64, 8, 64)  # no detokenize
+    with pytest.raises(ValueError, match=r"stop=\('x',\): stop strings need the model's"):
+        sched.add(make_seq("s", 3, max_tokens=1, stop=("x",)))
+    assert not sched.has_unfinished() and sched.stats()["num_pages_free"] == 4
+    sched.add(make_seq("t", 3, max_tokens=1))  # a request without them is queued
+    assert sched.has_unfinished()
 
 
 def test_check_fits_and_add_validation():

@@ -1,16 +1,23 @@
-"""Stop strings (SamplingParams.stop): the tail check against a brute-force decode of every
-prefix, with real `tokenizers` decoders, and the engine against its own unstopped output."""
+"""Request options beyond the sampler's: stop strings (SamplingParams.stop), checked against
+a brute-force decode of every prefix with real `tokenizers` decoders and against the engine's
+unstopped output; and top logprobs (SamplingParams.logprobs), against Hugging Face's logits
+and the reference forward."""
 
+import json
 import pathlib
 import random
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders
 from tokenizers.models import BPE
 from tokenizers.pre_tokenizers import ByteLevel
 
 from engine import LLM, SamplingParams
+from engine.sampling_params import MAX_LOGPROBS
 from engine.stop_strings import stop_string_hit, truncate_at_stop
+from models.reference import init_cache, prefill_bucket, reference_forward
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
@@ -146,6 +153,7 @@ def test_engine_stops_where_the_text_first_holds_a_stop_string(llama):
         assert got.token_ids == out.token_ids[:n] and got.logprobs == out.logprobs[:n]
         assert got.finish_reason == "stop"
         text = llama.tokenizer.decode(out.token_ids[:n])
+        assert got.stop_reason == next(s for s in stop if s in text)  # the first listed
         cut = min(text.find(s) for s in stop if s in text)
         end = [cut + len(s) for s in stop if text.find(s) == cut]
         assert got.text == (text[: max(end)] if include else text[:cut])
@@ -157,6 +165,7 @@ def test_engine_stops_where_the_text_first_holds_a_stop_string(llama):
     # A stop string never produced changes nothing; the pool is whole afterwards.
     same = llama.generate(_PROMPTS[:1], SamplingParams(max_tokens=14, stop="no such text"))[0]
     assert same.token_ids == plain[0].token_ids and same.finish_reason == "length"
+    assert same.stop_reason is None
     stats = llama.stats()
     assert stats["num_pages_free"] == stats["num_pages_total"]
 
@@ -203,3 +212,129 @@ def test_stop_strings_need_a_tokenizer():
     assert len(llm.generate([[5, 6, 7]], SamplingParams(max_tokens=2))[0].token_ids) == 2
     stats = llm.stats()
     assert stats["num_pages_free"] == stats["num_pages_total"]
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    return x - (x.max() + np.log(np.exp(x - x.max()).sum()))
+
+
+def _assert_top_matches(top, want_row: np.ndarray, atol: float) -> None:
+    """`top` [(id, logprob)] against a full log-softmax row: the values of the row's
+    largest len(top) entries, and the ids wherever the row has no near-tie."""
+    order = np.argsort(-want_row, kind="stable")[: len(top)]
+    ids, values = [t for t, _ in top], np.array([v for _, v in top])
+    np.testing.assert_allclose(values, want_row[order], atol=atol)
+    np.testing.assert_allclose(values, want_row[ids], atol=atol)  # each id's own logprob
+    gaps = -np.diff(np.sort(want_row)[::-1][: len(top) + 1])
+    for i in range(len(top)):
+        if gaps[i] > 2 * atol and (i == 0 or gaps[i - 1] > 2 * atol):
+            assert ids[i] == order[i], (i, ids, order)
+    assert np.all(np.diff(values) <= 0)
+
+
+def test_top_logprobs_match_hugging_face_and_the_reference_forward(llama):
+    ref = json.loads((FIXTURES / "llama" / "reference.json").read_text())
+    prompt = ref["prompts"][0]
+    n = 5
+    out = llama.generate([prompt], SamplingParams(max_tokens=6, logprobs=n))[0]
+    assert len(out.top_logprobs) == len(out.token_ids) == 6
+    # The first token's: HF's logits at the prompt's last position (transformers 5.24).
+    hf = _log_softmax(np.array(ref["last_prefill_logits_prompt0"], np.float64))
+    _assert_top_matches(out.top_logprobs[0], hf, atol=2e-3)
+    # Every token's: the reference forward (checked against HF in test_hf_parity.py) over
+    # the prompt and the generated tokens.
+    seq = prompt + out.token_ids
+    ids = np.zeros(prefill_bucket(len(seq)), np.int32)
+    ids[: len(seq)] = seq
+    cfg = llama.config
+    logits, _ = reference_forward(
+        llama.params, cfg, jnp.asarray(ids), jnp.int32(0), init_cache(cfg, len(ids))
+    )
+    logits = np.asarray(logits)
+    for i, top in enumerate(out.top_logprobs):
+        assert len(top) == n
+        _assert_top_matches(top, _log_softmax(logits[len(prompt) - 1 + i]), atol=2e-3)
+        # Greedy: the most likely entry is the token and its logprob, bitwise.
+        assert top[0] == (out.token_ids[i], out.logprobs[i])
+
+
+def test_top_logprobs_of_sampled_tokens_in_a_mixed_batch(llama):
+    params = [
+        SamplingParams(max_tokens=8, temperature=1.5, seed=7, logprobs=MAX_LOGPROBS),
+        SamplingParams(max_tokens=8),  # asks for none
+        SamplingParams(max_tokens=8, temperature=0.8, seed=3, top_k=4, logprobs=1),
+    ]
+    outs = llama.generate(_PROMPTS[:3], params)
+    assert outs[1].top_logprobs is None
+    for out, p in zip(outs[::2], params[::2], strict=True):
+        assert len(out.top_logprobs) == len(out.token_ids) == 8
+        for token, logprob, top in zip(out.token_ids, out.logprobs, out.top_logprobs, strict=True):
+            assert len(top) == p.logprobs and len({t for t, _ in top}) == p.logprobs
+            values = [v for _, v in top]
+            assert values == sorted(values, reverse=True) and values[0] <= 0.0
+            # The unscaled distribution: the sampled token is listed with its own logprob,
+            # bitwise, or is less likely than every listed one.
+            listed = dict(top)
+            if token in listed:
+                assert listed[token] == logprob
+            else:
+                assert logprob <= values[-1]
+    # Asking for top logprobs changes no token: the same seeds without them.
+    plain = llama.generate(
+        _PROMPTS[:3], [SamplingParams(**{**vars(p), "logprobs": None}) for p in params]
+    )
+    assert [o.token_ids for o in plain] == [o.token_ids for o in outs]
+    assert [o.logprobs for o in plain] == [o.logprobs for o in outs]
+
+
+def test_top_logprobs_stream_with_their_tokens(llama):
+    got = []
+    for deltas in llama.stream([_PROMPTS[0]], SamplingParams(max_tokens=4, logprobs=2)):
+        for d in deltas:
+            assert d.top_logprobs is not None and len(d.top_logprobs) == len(d.token_ids)
+            got.extend(d.top_logprobs)
+    whole = llama.generate([_PROMPTS[0]], SamplingParams(max_tokens=4, logprobs=2))[0]
+    assert [list(t) for t in got] == whole.top_logprobs
+
+
+def test_top_logprobs_are_batch_invariant():
+    llm = LLM(
+        model=str(FIXTURES / "llama"),
+        max_num_seqs=4,
+        max_num_batched_tokens=64,
+        batch_invariant=True,
+    )
+    p = SamplingParams(max_tokens=5, logprobs=4)
+    alone = llm.generate([_PROMPTS[1]], p)[0]
+    crowd = llm.generate(_PROMPTS, [SamplingParams(max_tokens=9, logprobs=3)] * 4)
+    mixed = llm.generate(
+        [_PROMPTS[3], _PROMPTS[1], _PROMPTS[0]], [SamplingParams(max_tokens=7), p, p]
+    )
+    assert mixed[1].top_logprobs == alone.top_logprobs
+    assert [t[:3] for t in alone.top_logprobs] == crowd[1].top_logprobs[:5]
+
+
+@pytest.mark.parametrize("bad", [-1, MAX_LOGPROBS + 1, 2.0, True, "3"])
+def test_logprobs_outside_its_range_is_refused(bad):
+    with pytest.raises(ValueError, match=rf"logprobs={bad!r}: must be an integer in \[0, 20\]"):
+        SamplingParams(logprobs=bad)
+    assert SamplingParams(logprobs=np.int64(3)).logprobs == 3
+
+
+def test_min_p_in_the_engine_keeps_only_tokens_near_the_top(llama):
+    # min_p = 0.5 at temperature 1: a drawn token's logprob is within ln(0.5) of the top one
+    # (read from the top logprobs of the same step). Without min_p the same seeds draw
+    # tokens outside that band, so the bound is not met by chance.
+    def draws(min_p):
+        params = [
+            SamplingParams(max_tokens=12, temperature=1.0, seed=s, min_p=min_p, logprobs=1)
+            for s in range(4)
+        ]
+        outs = llama.generate(_PROMPTS, params)
+        return [
+            lp - top[0][1] for o in outs for lp, top in zip(o.logprobs, o.top_logprobs, strict=True)
+        ]
+
+    assert min(draws(0.5)) >= np.log(0.5) - 1e-6
+    assert min(draws(0.0)) < np.log(0.5)
