@@ -81,7 +81,7 @@ class SamplingParams:
             raise ValueError(
                 f"stop={self.stop!r}: a stop string has at most {MAX_STOP_CHARS} characters"
             )
-        set_("stop", stop)
+        set_("stop", tuple(str(s) for s in stop))  # numpy strings as Python ones
         if self.logprobs is not None:
             if not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_LOGPROBS:
                 raise ValueError(

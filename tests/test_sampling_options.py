@@ -202,6 +202,7 @@ def test_stop_strings_are_checked_before_anything_is_queued(llama):
             SamplingParams(**kwargs)
     assert SamplingParams(stop="ab").stop == ("ab",)
     assert SamplingParams(stop=["ab", "c"]).stop == ("ab", "c")
+    assert type(SamplingParams(stop=[np.str_("ab")]).stop[0]) is str
 
 
 def test_stop_strings_need_a_tokenizer():
@@ -338,3 +339,48 @@ def test_min_p_in_the_engine_keeps_only_tokens_near_the_top(llama):
 
     assert min(draws(0.5)) >= np.log(0.5) - 1e-6
     assert min(draws(0.0)) < np.log(0.5)
+
+
+def test_every_option_at_once_under_preemption_equals_each_request_alone():
+    """Batch-invariant engine, a pool too small for the load (preemption and recompute), and
+    requests mixing stop strings, stop ids, top logprobs, min-p, top-k, seeded sampling
+    and prompt logprobs: every field of every output is bitwise that of the request alone."""
+    rng = np.random.default_rng(11)
+    llm = LLM(
+        model=str(FIXTURES / "llama"),
+        num_pages=8,
+        page_size=8,
+        max_num_batched_tokens=32,
+        max_num_seqs=8,
+        max_model_len=64,
+        batch_invariant=True,
+    )
+    words = ["w3", "ee", "ow", "w41"]  # inside words, as this model writes them
+    prompts, params = [], []
+    for i in range(12):
+        prompts.append(rng.integers(3, 512, int(rng.integers(2, 30))).tolist())
+        params.append(
+            SamplingParams(
+                max_tokens=int(rng.integers(4, 20)),
+                temperature=float(rng.choice([0.0, 0.9])),
+                seed=i,
+                top_k=int(rng.choice([0, 20])),
+                min_p=float(rng.choice([0.0, 0.05])),
+                stop=tuple(rng.choice(words, int(rng.integers(0, 3)), replace=False)),
+                include_stop_str_in_output=bool(i % 2),
+                stop_token_ids=(int(rng.integers(3, 512)),) if i % 3 == 0 else (),
+                logprobs=int(rng.choice([0, 3])) or None,
+                prompt_logprobs=bool(i % 4 == 1),
+            )
+        )
+    outs = llm.generate(prompts, params)
+    stats = llm.stats()
+    assert stats["num_preemptions"] > 0
+    assert stats["num_pages_free"] == stats["num_pages_total"]
+    fields = ("token_ids", "logprobs", "top_logprobs", "prompt_logprobs", "text")
+    for prompt, p, out in zip(prompts, params, outs, strict=True):
+        alone = llm.generate([prompt], p)[0]
+        for f in (*fields, "finish_reason", "stop_reason"):
+            assert getattr(out, f) == getattr(alone, f), (f, p)
+    reasons = {type(o.stop_reason).__name__ for o in outs if o.finish_reason == "stop"}
+    assert "str" in reasons  # some request did stop on a stop string
