@@ -77,6 +77,15 @@ def _model_dir(model: str) -> str | None:
     return None
 
 
+def tokenizer_path(model: str) -> str | None:
+    """The tokenizer.json `load_model(model)` returns (None: presets, directories without
+    one), found without reading any weights."""
+    path = _model_dir(model)
+    if path is None or not os.path.isfile(os.path.join(path, TOKENIZER_FILE)):
+        return None
+    return os.path.join(path, TOKENIZER_FILE)
+
+
 def model_config(model: str, dtype: str | None = None) -> ModelConfig:
     """The ModelConfig `load_model(model, dtype)` returns, read without any weights: what
     an engine checks its arguments against before it loads them."""
@@ -110,11 +119,9 @@ def load_model(
         default device.
     """
     path = _model_dir(model)
-    tokenizer = None
     if path is not None:
         cfg, params = _load_dir(path, dtype, cfg)
-        if os.path.isfile(os.path.join(path, TOKENIZER_FILE)):
-            tokenizer = os.path.join(path, TOKENIZER_FILE)
+        tokenizer = tokenizer_path(model)
         if not host:
             params = jax.tree.map(jnp.asarray, params)
         return cfg, params, tokenizer

@@ -10,6 +10,10 @@ must read (the weights it touches plus the KV cache) by the bandwidth of a timed
 device array copy (read + write bytes counted). Beside the step time, the engine's own
 split of it (`LLM.stats()`): host ms (schedule, pack, launch, update, outputs) and wait ms
 (blocked reading the step's tokens back).
+
+`--sampling` repeats the runs per sampling mode: greedy (the default), sampled
+(temperature 0.8, top-k 50, top-p 0.95, min-p 0.05, a seed per request) and logprobs
+(greedy plus the top 5 logprobs of every token: the step variant that returns them).
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 32, "Prompt tokens per sequence
 _STEPS = flags.DEFINE_integer("decode_steps", 32, "Timed decode steps per batch size.")
 _COPY_MB = flags.DEFINE_integer("copy_mb", 512, "Size of the timed bandwidth copy (MiB).")
 _JSON = flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+_SAMPLING = flags.DEFINE_list(
+    "sampling", ["greedy"], "Sampling modes to time: greedy, sampled, logprobs."
+)
 _KV_CACHE_DTYPE = flags.DEFINE_enum(
     "kv_cache_dtype", "auto", ["auto", "fp8"], "KV pages: the model dtype, or fp8 (+ row scales)."
 )
@@ -75,8 +82,21 @@ def _progress(label: str, i: int, n: int) -> None:
     print(f"\r  {label:<32} [{bar:<20}] {i}/{n}", end="", file=sys.stderr, flush=True)
 
 
+SAMPLING_MODES = {
+    "greedy": {},
+    "sampled": dict(temperature=0.8, top_k=50, top_p=0.95, min_p=0.05),
+    "logprobs": dict(logprobs=5),
+}
+
+
 def bench_model(
-    model: str, batches: list[int], prompt_len: int, steps: int, bw: float, kv_cache_dtype: str
+    model: str,
+    batches: list[int],
+    prompt_len: int,
+    steps: int,
+    bw: float,
+    kv_cache_dtype: str,
+    sampling: str = "greedy",
 ) -> list:
     rows = []
     max_b = max(batches)
@@ -89,10 +109,14 @@ def bench_model(
     )
     rng = np.random.default_rng(0)
     for b in batches:
-        params = SamplingParams(max_tokens=2 * steps, ignore_eos=True)
         ids = [
-            llm.add_request(rng.integers(3, llm.config.vocab_size, prompt_len).tolist(), params)
-            for _ in range(b)
+            llm.add_request(
+                rng.integers(3, llm.config.vocab_size, prompt_len).tolist(),
+                SamplingParams(
+                    max_tokens=2 * steps, ignore_eos=True, seed=i, **SAMPLING_MODES[sampling]
+                ),
+            )
+            for i in range(b)
         ]
         # Until every prompt is prefilled (a long prompt takes several chunked steps).
         decoding = set()
@@ -103,7 +127,7 @@ def bench_model(
         start = time.perf_counter()
         for i in range(steps):
             llm.step()
-            _progress(f"{model} B={b}", i + 1, steps)
+            _progress(f"{model} {sampling} B={b}", i + 1, steps)
         elapsed = time.perf_counter() - start
         after = llm.stats()
         print(file=sys.stderr)
@@ -116,6 +140,7 @@ def bench_model(
         rows.append(
             dict(
                 model=model,
+                sampling=sampling,
                 kv_cache_dtype=llm.kv_dtype.name,
                 batch=b,
                 tok_s=tok_s,
@@ -143,6 +168,12 @@ def parse_flags() -> list[int]:
     # untimed warm-up step and the timed steps need decode_steps + 2 <= 2 * decode_steps, so
     # every timed step has work only from decode_steps >= 2 (at 0 no prompt ever yields a
     # token, so the wait for prefill never ends; at 1 the timed step has nothing to decode).
+    bad = [m for m in _SAMPLING.value if m not in SAMPLING_MODES]
+    if bad or not _SAMPLING.value or len(set(_SAMPLING.value)) < len(_SAMPLING.value):
+        raise app.UsageError(
+            f"--sampling={','.join(_SAMPLING.value)}: must list one or more of "
+            f"{', '.join(SAMPLING_MODES)}, none repeated"
+        )
     if _STEPS.value < 2:
         raise app.UsageError(f"--decode_steps={_STEPS.value}: must be >= 2")
     if _PROMPT_LEN.value < 1:
@@ -188,21 +219,33 @@ def _main() -> None:
     print(f"device {jax.devices()[0].device_kind}; copy bandwidth {bw / 1e9:.1f} GB/s")
     rows = []
     for model in _MODELS.value:
-        rows += bench_model(
-            model, batches, _PROMPT_LEN.value, _STEPS.value, bw, _KV_CACHE_DTYPE.value
-        )
+        for sampling in _SAMPLING.value:
+            rows += bench_model(
+                model,
+                batches,
+                _PROMPT_LEN.value,
+                _STEPS.value,
+                bw,
+                _KV_CACHE_DTYPE.value,
+                sampling,
+            )
     # Speedup over the smallest batch size's row of the same model (batch 1 by default).
     base_batch = min(batches)
     print(
-        "| model | batch | tok/s | step ms | host ms | wait ms | MB read/step | roofline tok/s |"
-        f" of roofline | vs batch {base_batch} |"
+        "| model | sampling | batch | tok/s | step ms | host ms | wait ms | MB read/step |"
+        f" roofline tok/s | of roofline | vs batch {base_batch} |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        base = next(x for x in rows if x["model"] == r["model"] and x["batch"] == base_batch)
+        base = next(
+            x
+            for x in rows
+            if (x["model"], x["sampling"], x["batch"]) == (r["model"], r["sampling"], base_batch)
+        )
         base = base["tok_s"]
         print(
-            f"| {r['model']} | {r['batch']} | {r['tok_s']:.0f} | {r['step_ms']:.2f} | "
+            f"| {r['model']} | {r['sampling']} | {r['batch']} | {r['tok_s']:.0f} | "
+            f"{r['step_ms']:.2f} | "
             f"{r['host_ms']:.2f} | {r['wait_ms']:.2f} | {r['bytes_per_step'] / 1e6:.1f} | "
             f"{r['roofline_tok_s']:.0f} | "
             f"{100 * r['frac_roofline']:.0f}% | {r['tok_s'] / base:.1f}x |"

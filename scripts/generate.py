@@ -22,7 +22,7 @@ import numpy as np
 from absl import app, flags
 
 from engine import LLM, SamplingParams
-from models.load import model_config
+from models.load import model_config, tokenizer_path
 from scripts.flag_checks import MAX_PROMPTS, check_count
 from sharding import distributed
 
@@ -97,6 +97,10 @@ def _generate() -> None:
                 f"--prompt_len={_PROMPT_LEN.value}: must be <= max_model_len={limit}"
                 + ("" if _MAX_MODEL_LEN.value else " (the model's max_position_embeddings)")
             )
+    # Text in or out needs the model's tokenizer: known from its files, before the weights.
+    if (_PROMPT.value or params.stop) and tokenizer_path(_MODEL.value) is None:
+        flag = "--prompt" if _PROMPT.value else f"--stop={list(params.stop)}"
+        raise ValueError(f"{flag}: model={_MODEL.value!r} has no tokenizer.json to read text")
     distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     llm = LLM(
         model=_MODEL.value,
@@ -112,8 +116,6 @@ def _generate() -> None:
         kv_cache_dtype=_KV_CACHE_DTYPE.value,
         seed=_SEED.value,
     )
-    if params.stop and llm.tokenizer is None:
-        raise ValueError(f"--stop={list(params.stop)}: the model has no tokenizer.json to read it")
     if _PROMPT.value:
         prompts = list(_PROMPT.value)
     else:

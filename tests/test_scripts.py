@@ -81,8 +81,9 @@ def test_generate_stops_at_a_stop_string():
                 "--decode_steps=3",
                 "--copy_mb=16",
                 "--kv_cache_dtype=fp8",
+                "--sampling=greedy,logprobs",
             ],
-            "| tiny-llama | 2 |",
+            "| tiny-llama | logprobs | 2 |",
         ),
         (
             "scripts.bench_determinism",
@@ -110,7 +111,13 @@ def test_benchmarks_run_small(module, flags, expect):
         ),
         ("scripts.generate", ["--model=no-such-preset", "--prompt_len=0"], "--prompt_len=0"),
         ("scripts.generate", ["--model=/no/such/dir"], "model='/no/such/dir': no such directory"),
-        ("scripts.generate", ["--model=tiny-qwen3", "--stop=x"], "the model has no tokenizer"),
+        ("scripts.generate", ["--model=tiny-qwen3", "--stop=x"], "has no tokenizer.json"),
+        ("scripts.generate", ["--model=tiny-qwen3", "--prompt=hi"], "--prompt: model='tiny-q"),
+        (
+            "scripts.bench_throughput",
+            ["--models=no-such-preset", "--sampling=greedy,beam"],
+            "--sampling=greedy,beam: must list one or more of greedy, sampled, logprobs",
+        ),
         ("scripts.generate", ["--model=no-such-preset", "--stop="], "non-empty str"),
         (
             "scripts.bench_long_context",
