@@ -14,11 +14,14 @@ from safetensors.numpy import load_file, save_file
 
 from configs.presets import PRESETS, get_preset
 from engine import LLM, SamplingParams
-from models.load import convert_hf_to_orbax, load_model
+from models.load import convert_hf_to_orbax, load_model, model_config, summary
 from models.orbax_io import (
     CONFIG_FILE,
+    PARAMS_DIR,
+    check_tree,
     config_from_dict,
     config_to_dict,
+    is_orbax_dir,
     restore_params,
     save_params,
 )
@@ -95,6 +98,67 @@ def test_orbax_refusals(tmp_path):
     _assert_bitwise_equal(restore_params(ckpt)[1], params)
 
 
+def test_orbax_refusals_name_the_tensor_field_or_file(tmp_path):
+    cfg = get_preset("tiny-llama")
+    params = init_params(cfg, jax.random.key(0))
+    # check_tree names tensors with the dotted names orbax uses (list indices as numbers).
+    for tree, match in [
+        (
+            {k: v for k, v in params.items() if k != "lm_head"},
+            r"tensors missing for config 'tiny-llama': \['lm_head'\]",
+        ),
+        (
+            {**params, "extra": params["lm_head"]},
+            r"unexpected tensors for config 'tiny-llama': \['extra'\]",
+        ),
+        (
+            jax.tree.map(lambda x: x.astype(jax.numpy.bfloat16), params),
+            r"tensor 'embed' has shape \(512, 96\) dtype bfloat16; "
+            r"config 'tiny-llama' needs shape \(512, 96\) dtype float32",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=f"^what: {match}"):
+            check_tree(tree, cfg, "what")
+    layer1 = {
+        **params["layers"][1],
+        "attn": {**params["layers"][1]["attn"], "wk": params["layers"][1]["attn"]["wk"][:, :1]},
+    }
+    with pytest.raises(ValueError, match=r"tensor 'layers\.1\.attn\.wk' has shape \(96, 1, 40\)"):
+        check_tree({**params, "layers": [params["layers"][0], layer1]}, cfg, "what")
+
+    # config_from_dict: every unknown field listed; ill-typed ones refused as ValueErrors.
+    good = config_to_dict(cfg)
+    with pytest.raises(ValueError, match=r"config fields \['experts', 'n_experts'\]"):
+        config_from_dict({**good, "n_experts": 3, "experts": 3})
+    for field, value in [("eos_token_ids", 5), ("rope_scaling", 5), ("mlp_only_layers", None)]:
+        with pytest.raises(ValueError, match="^config: "):
+            config_from_dict({**good, field: value})
+
+    # A directory is an orbax checkpoint by its config file (a plain file), and a partial
+    # one (its params or its config alone) is neither overwritten nor restored.
+    ckpt = tmp_path / "ckpt"
+    (ckpt / CONFIG_FILE).mkdir(parents=True)
+    assert not is_orbax_dir(ckpt) and not is_orbax_dir(tmp_path / "none")
+    (ckpt / CONFIG_FILE).rmdir()
+    (ckpt / CONFIG_FILE).write_text(json.dumps(good))
+    assert is_orbax_dir(ckpt)
+    with pytest.raises(FileNotFoundError, match=f"orbax params directory not found: {ckpt}"):
+        restore_params(ckpt)
+    with pytest.raises(FileExistsError, match=f"checkpoint already exists at {ckpt}"):
+        save_params(ckpt, params, cfg)
+    assert (ckpt / CONFIG_FILE).read_text() == json.dumps(good) and not (ckpt / PARAMS_DIR).exists()
+    (ckpt / CONFIG_FILE).unlink()
+    (ckpt / PARAMS_DIR).mkdir()
+    with pytest.raises(FileExistsError, match=f"checkpoint already exists at {ckpt}"):
+        save_params(ckpt, params, cfg)
+    assert os.listdir(ckpt) == [PARAMS_DIR] and not os.listdir(ckpt / PARAMS_DIR)
+    (ckpt / CONFIG_FILE).write_text(json.dumps([good]))
+    with pytest.raises(
+        ValueError, match=f"{CONFIG_FILE}: bad config \\(expected a JSON object, got list\\)"
+    ):
+        restore_params(ckpt)
+
+
 # ---- HF -> orbax with the script, then load both -----------------------------------------------
 def _convert(hf_dir: str, out_dir: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "scripts.convert_hf", f"--hf_dir={hf_dir}", f"--out_dir={out_dir}"]
@@ -153,10 +217,44 @@ def test_convert_hf_refuses_out_dir_before_reading_the_checkpoint(tmp_path, monk
     full = tmp_path / "full"
     full.mkdir()
     (full / "x").write_text("")
-    for out_dir in (hf_dir, os.path.join(hf_dir, "orbax"), str(tmp_path), str(full)):
+    link = tmp_path / "link"  # another name for hf_dir
+    link.symlink_to(hf_dir)
+    inside = (hf_dir, os.path.join(hf_dir, "orbax"), str(link), str(link / "orbax"))
+    for out_dir in (*inside, str(tmp_path), str(full)):
         with pytest.raises(ValueError, match=f"out_dir={out_dir!r}"):
             convert_hf_to_orbax(hf_dir, out_dir)
+    for out_dir in (*inside, str(tmp_path)):  # in hf_dir, or holding it: not "already exists"
+        with pytest.raises(ValueError, match="must be a new directory outside hf_dir"):
+            convert_hf_to_orbax(hf_dir, out_dir)
     assert sorted(os.listdir(hf_dir)) == before
+
+
+def test_convert_hf_in_a_dtype_into_an_empty_dir_then_load_it_as_stored(tmp_path):
+    hf_dir = _copy_fixture(tmp_path, "llama")
+    with open(os.path.join(hf_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"add_bos_token": False}, f)
+    out_dir = tmp_path / "orbax"
+    out_dir.mkdir()  # an empty directory is as good as a new one
+    cfg, params = convert_hf_to_orbax(hf_dir, str(out_dir), dtype="bfloat16")
+    _, hf_params, _ = load_model(hf_dir)  # float32
+    want = jax.tree.map(lambda x: np.asarray(x).astype(jax.numpy.bfloat16), hf_params)
+    assert cfg.dtype == "bfloat16"
+    _assert_bitwise_equal(params, want)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        with open(os.path.join(hf_dir, name), "rb") as a, open(out_dir / name, "rb") as b:
+            assert a.read() == b.read(), name
+    # None and "auto" both keep the stored dtype; a dtype given casts.
+    for dtype in (None, "auto"):
+        assert model_config(str(out_dir), dtype) == cfg
+        got_cfg, got, tok = load_model(str(out_dir), dtype=dtype)
+        assert got_cfg == cfg and tok == str(out_dir / "tokenizer.json")
+        _assert_bitwise_equal(got, want)
+    cfg32, got32, _ = load_model(str(out_dir), dtype="float32")
+    assert cfg32 == cfg.replace(dtype="float32") and got32["embed"].dtype == np.float32
+    # An orbax directory is not an HF one to convert.
+    with pytest.raises(ValueError, match=f"hf_dir={str(out_dir)!r}: is already an orbax"):
+        convert_hf_to_orbax(str(out_dir), str(tmp_path / "again"))
+    assert not (tmp_path / "again").exists()
 
 
 # ---- load_model ------------------------------------------------------------------------------
@@ -201,7 +299,66 @@ def test_unknown_preset_lists_presets(model):
     assert model in str(e.value) and all(name in str(e.value) for name in PRESETS)
 
 
-@pytest.mark.parametrize("model", ["./no/such/dir", "~/no_such_model_dir", "no/such"])
+def test_load_preset_config_and_dtype_auto():
+    cfg = get_preset("tiny-llama")
+    assert model_config("tiny-llama") == model_config("tiny-llama", "auto") == cfg
+    assert model_config("tiny-llama", "bfloat16") == cfg.replace(dtype="bfloat16")
+    _, params, _ = load_model("tiny-llama", dtype="auto")
+    assert params["embed"].dtype == np.float32
+
+
+def test_a_preset_name_wins_over_a_same_named_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny-llama").mkdir()  # an empty directory: not a model
+    assert model_config("tiny-llama") == get_preset("tiny-llama")
+    with pytest.raises(ValueError, match="neither config.json"):
+        model_config("./tiny-llama")
+
+
+def test_home_relative_paths(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # a path taken literally lands here, not in the repo
+    hf_dir = _copy_fixture(tmp_path, "llama")
+    assert model_config("~/llama") == model_config(hf_dir)
+    cfg, params = convert_hf_to_orbax("~/llama", "~/orbax")
+    assert (tmp_path / "orbax" / CONFIG_FILE).is_file() and load_model("~/orbax")[0] == cfg
+    got_cfg, got = restore_params("~/orbax")
+    assert got_cfg == cfg
+    _assert_bitwise_equal(got, params)
+
+
+def test_load_model_takes_the_config_read_before(monkeypatch):
+    hf_dir = os.path.join(FIXTURES, "llama")
+    loads = {m: (model_config(m), load_model(m)) for m in ("tiny-llama", hf_dir)}
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the config was read again")
+
+    monkeypatch.setattr("models.load.model_config", no_reading)
+    monkeypatch.setattr("models.load._dir_config", no_reading)
+    for model, (cfg, (want_cfg, want, _)) in loads.items():
+        got_cfg, got, _ = load_model(model, cfg=cfg)
+        assert got_cfg == want_cfg
+        _assert_bitwise_equal(got, want)
+
+
+def test_summary():
+    cfg = get_preset("tiny-llama")
+    params = init_params(cfg, jax.random.key(0))
+    total = sum(x.size for x in jax.tree.leaves(params))  # dense: every param is active
+    want = f"({total / 1e6:.2f}M active), float32, {4 * total / 1e6:.1f} MB"
+    assert summary(cfg, params) == f"llama, 2 layers, {total / 1e6:.2f}M params {want}"
+    # 294,096 params; each of the 2 MoE layers leaves 14 of its 16 experts (3 * 64 * 24 params
+    # each) idle: 165,072 active. bfloat16 but the two router biases (16 float32 each).
+    cfg, params, _ = load_model("tiny-deepseek-v3", dtype="bfloat16")
+    assert summary(cfg, params) == (
+        "deepseek_v3, 3 layers, 0.29M params (0.17M active), bfloat16, 0.6 MB"
+    )
+
+
+@pytest.mark.parametrize(
+    "model", ["./no/such/dir", "~/no_such_model_dir", "no/such", ".no_such_dir", "~no_such_user"]
+)
 def test_missing_path_names_it(model):
     with pytest.raises(FileNotFoundError, match=model):
         load_model(model)

@@ -106,6 +106,52 @@ def test_fp8_dequantize_spreads_each_scale_over_its_block_and_partial_blocks():
     np.testing.assert_array_equal(got16, want.astype(jnp.bfloat16))
 
 
+def test_fp8_dequantize_computes_in_float32_whatever_the_scale_dtype():
+    """A float64 scale_inv is rounded to float32 first: 1 + 2**-24 (halfway between two
+    float32s) becomes 1.0, so 3 * it is exactly 3, not 3 * (1 + 2**-24) rounded up."""
+    from models.fp8_checkpoint import dequantize
+
+    w = np.full((2, 2), 3.0).astype(jnp.float8_e4m3fn)
+    scale = np.array([[1 + 2.0**-24]])
+    np.testing.assert_array_equal(dequantize(w, scale, (2, 2)), np.full((2, 2), 3.0, np.float32))
+
+
+def _write_safetensors(path: Path, header: dict, data: bytes) -> None:
+    """A safetensors file as the format lays it out: 8-byte little-endian header size, the
+    JSON header, then the data."""
+    blob = json.dumps(header).encode()
+    path.write_bytes(len(blob).to_bytes(8, "little") + blob + data)
+
+
+def test_fp8_reader_reads_the_file_layout_and_names_bad_tensors(tmp_path):
+    from models.fp8_checkpoint import Fp8Reader
+
+    w = np.array([[1, -2, 0.5], [448, -0.25, 3]]).astype(jnp.float8_e4m3fn)
+    f = np.array([1.5, -1.5], np.float32)
+    header = {
+        "f": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "w": {"dtype": "F8_E4M3", "shape": [2, 3], "data_offsets": [8, 14]},
+    }
+    good = tmp_path / "good.safetensors"
+    _write_safetensors(good, header, f.tobytes() + w.tobytes())
+    reader = Fp8Reader()
+    got = reader.read(good, "w")
+    assert got.dtype == jnp.float8_e4m3fn and got.shape == (2, 3)
+    assert got.tobytes() == w.tobytes() and got.astype(np.float32)[1, 0] == 448
+    with pytest.raises(ValueError, match="checkpoint tensor 'f': dtype F32, not F8_E4M3"):
+        reader.read(good, "f")
+
+    bad = tmp_path / "bad.safetensors"
+    wrong_size = {**header, "w": {**header["w"], "data_offsets": [8, 16]}}
+    _write_safetensors(bad, wrong_size, f.tobytes() + w.tobytes() + b"xy")
+    with pytest.raises(ValueError, match=r"tensor 'w': 8 bytes for shape \(2, 3\)"):
+        Fp8Reader().read(bad, "w")
+    cut = tmp_path / "cut.safetensors"
+    _write_safetensors(cut, header, f.tobytes() + w.tobytes()[:3])
+    with pytest.raises(ValueError, match=f"file {str(cut)!r}: truncated inside tensor 'w'"):
+        Fp8Reader().read(cut, "w")
+
+
 def test_fp8_loader_errors_name_the_tensor(tmp_path):
     cfg = get_preset("tiny-qwen3-moe")
     d = _copy_fixture(tmp_path, "qwen3_moe_fp8")

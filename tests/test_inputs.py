@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 from engine import LLM, SamplingParams
-from engine.inputs import as_bool, as_int, prompt_text_or_ids, sampling_list, split_prompts
+from engine.inputs import (
+    as_bool,
+    as_int,
+    as_model_path,
+    prompt_text_or_ids,
+    sampling_list,
+    split_prompts,
+)
 from long_context.policy import LongPrefillPolicy
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "llama"  # has a tokenizer.json
@@ -51,6 +58,7 @@ def _clean(llm: LLM) -> bool:
         (np.array([P, P]), [P, P]),
         ([np.int64(5), np.int32(6)], [[5, 6]]),
         ({"prompt_token_ids": P}, [P]),
+        ({"prompt_token_ids": jnp.asarray(P)}, [P]),
         ({"prompt": "a b"}, ["a b"]),
         ([{"prompt": "a"}, "b", P, {"prompt_token_ids": np.array(P)}], ["a", "b", P, P]),
         ((p for p in (P, "x")), [P, "x"]),
@@ -65,6 +73,9 @@ def test_prompt_forms(prompts, want):
     [
         (b"hello", "prompts: bytes"),
         ([b"hello"], "prompt: bytes"),
+        # A bytearray is a sequence of ints: refused, not read as the token ids of its bytes.
+        (bytearray(b"hi"), "prompts: bytes"),
+        ([bytearray(b"hi")], "prompt: bytes"),
         (None, "prompts: expected a string, token ids"),
         (5, "prompts: expected"),
         (5.0, "prompts: expected"),
@@ -75,6 +86,11 @@ def test_prompt_forms(prompts, want):
         ({"text": "a"}, "got keys"),
         ({"prompt": 5}, "'prompt' must be a string"),
         ({"prompt_token_ids": "abc"}, "'prompt_token_ids' must be token ids"),
+        ({"prompt_token_ids": {5: 1}}, "expected a string or a list of token ids, got dict"),
+        (
+            {"prompt_token_ids": jnp.zeros((2, 2), jnp.int32)},
+            r"1-D, got an array of shape \(2, 2\)",
+        ),
         ([True, False, True], "token ids must be integers, got True"),
         ([5.0, 17, 42], "token ids must be integers, got 5.0"),
         ([[5], [6.5]], "got 6.5"),
@@ -90,6 +106,12 @@ def test_prompt_refusals_name_the_field(prompts, match):
         [prompt_text_or_ids(p) for p in split_prompts(prompts)]
 
 
+def test_token_ids_come_back_as_python_ints():
+    for prompt in ([np.int64(5), np.uint8(6)], np.array([5, 6], np.int32), jnp.asarray([5, 6])):
+        ids = prompt_text_or_ids(prompt)
+        assert ids == [5, 6] and [type(t) for t in ids] == [int, int], prompt
+
+
 def test_sampling_params_forms_and_refusals():
     sp = SamplingParams(max_tokens=3)
     assert sampling_list(None, 2) == [SamplingParams()] * 2
@@ -100,8 +122,11 @@ def test_sampling_params_forms_and_refusals():
         (SamplingParams, "got type"),
         (5, "got int"),
         ("greedy", "got str"),
+        (b"ab", "got bytes"),
         ([sp], "1 given for 2 prompts"),
+        ([sp, sp, sp], "3 given for 2 prompts"),
         ([sp, None], "expected SamplingParams, got NoneType"),
+        ([sp, {"max_tokens": 4}], "expected SamplingParams, got dict"),
     ]:
         with pytest.raises(ValueError, match=match):
             sampling_list(bad, 2)
@@ -114,10 +139,21 @@ def test_scalar_arguments():
             as_int("page_size", bad)
     with pytest.raises(ValueError, match=r"seed=4294967296: must be an integer in \[0, 4294967295"):
         as_int("seed", 2**32, low=0, high=2**32 - 1)
+    # Both ends of the range are allowed, one past either end is not.
+    assert as_int("seed", 0, low=0, high=2**32 - 1) == 0
+    assert as_int("seed", 2**32 - 1, low=0, high=2**32 - 1) == 4294967295
+    assert as_int("num_pages", 1) == 1 and as_int("num_pages", 2**31 - 1) == 2147483647
+    for bad in (0, -1, 2**31):
+        with pytest.raises(ValueError, match=rf"num_pages={bad}: must be an integer in \[1, "):
+            as_int("num_pages", bad)
+    with pytest.raises(ValueError, match=r"page_size=np.True_: must be an integer, not a bool"):
+        as_int("page_size", np.bool_(True))
     assert as_bool("batch_invariant", np.bool_(False)) is False
     for bad in ("False", 0, 2, [False], None):
         with pytest.raises(ValueError, match="batch_invariant="):
             as_bool("batch_invariant", bad)
+    assert as_model_path(pathlib.Path("models/llama")) == "models/llama"
+    assert as_model_path("tiny-llama") == "tiny-llama"
 
 
 def test_every_prompt_form_generates_what_its_token_ids_do():

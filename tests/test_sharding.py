@@ -8,6 +8,7 @@ import pathlib
 import jax
 import numpy as np
 import pytest
+from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
 from configs.presets import get_preset
@@ -15,10 +16,12 @@ from engine import LLM
 from models.load import load_model
 from sharding import distributed
 from sharding.expert_parallel import capacity
-from sharding.mesh import MeshConfig, check_layout, make_mesh, parse_mesh
+from sharding.mesh import AXES, MeshConfig, check_layout, make_mesh, parse_mesh
 from sharding.rules import (
     GQA_PAGES_AXES,
     RULES,
+    activation_constrainer,
+    kv_shardings,
     logical_to_spec,
     param_partition_specs,
     rules_for,
@@ -112,6 +115,42 @@ def test_kv_heads_split_when_tp_divides_them_and_replicated_otherwise():
     assert param_partition_specs(qwen, tp2)["layers"][0]["attn"]["wk"] == P(None, "tp", None)
     assert logical_to_spec(GQA_PAGES_AXES, rules_for(mixtral, tp2)) == P(None, None, None, None)
     assert logical_to_spec(GQA_PAGES_AXES, rules_for(qwen, tp2)) == P(None, None, "tp", None)
+
+
+def test_kv_pages_and_activations_on_a_mesh(monkeypatch):
+    """On dp=2,tp=2,ep=2 (an abstract mesh: specs only, no devices): pages replicated over dp
+    (one pool); GQA pages split by KV heads over tp when tp divides them; MLA's latent pages
+    (one row read by every head) never split; fp8 scales split like their data's rows."""
+    from engine.kv_quant import QuantizedPages
+
+    mesh = AbstractMesh((2, 2, 2), AXES)
+    mla, qwen, mixtral = (
+        get_preset(n) for n in ("tiny-deepseek-v3", "tiny-qwen3-moe", "tiny-mixtral")
+    )
+    cases = [
+        (mla, None, (P(None, None, None),)),
+        (qwen, None, (P(None, None, "tp", None),) * 2),  # 2 KV heads
+        (mixtral, None, (P(None, None, None, None),) * 2),  # 1 KV head: replicated
+        (mla, "float8_e4m3fn", (QuantizedPages(P(None, None, None), P(None, None)),)),
+        (
+            qwen,
+            "float8_e4m3fn",
+            (QuantizedPages(P(None, None, "tp", None), P(None, None, "tp")),) * 2,
+        ),
+    ]
+    for cfg, kv_dtype, want in cases:
+        got = kv_shardings(cfg, mesh, kv_dtype)
+        assert len(got) == cfg.num_layers, cfg.name
+        specs = jax.tree.map(lambda s: s.spec, got, is_leaf=lambda x: hasattr(x, "spec"))
+        assert specs == [want] * cfg.num_layers, (cfg.name, kv_dtype)
+    # Layer-boundary activations split over dp; tokens entering the expert exchange over
+    # (dp, ep): each dp replica's tokens split among its own ep devices.
+    monkeypatch.setattr(jax.lax, "with_sharding_constraint", lambda x, sharding: sharding)
+    pinned = activation_constrainer(qwen, mesh)(np.zeros((8, 4)), ("batch", "embed"))
+    assert pinned.spec == P("dp", None) and pinned.mesh == mesh
+    assert logical_to_spec(("expert_batch", None), rules_for(qwen, MeshConfig(2, 2, 2))) == P(
+        ("dp", "ep"), None
+    )
 
 
 def test_rules_reject_clashes_and_unknown_names():
