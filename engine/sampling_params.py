@@ -115,11 +115,13 @@ class RequestOutput:
     logprobs: list[float] = field(default_factory=list)  # log p(token_ids[i]), temperature 1
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     text: str | None = None  # decoded token_ids when the model has a tokenizer
-    # What made a "stop": the stop token id (stop_token_ids) or stop string (stop); None for
-    # the model's EOS and for other finish reasons (vLLM's CompletionOutput.stop_reason).
-    stop_reason: int | str | None = None
     # log p(prompt[i] | prompt[:i]) for i = 1..len(prompt)-1, when asked for (prompt_logprobs)
     prompt_logprobs: list[float] | None = None
+    # New fields go after the old ones: callers may build a RequestOutput positionally.
+    # What made a "stop": the stop token id (stop_token_ids) or the stop string `text` is cut
+    # at (stop); None for the model's EOS and for other finish reasons (vLLM's
+    # CompletionOutput.stop_reason).
+    stop_reason: int | str | None = None
     # Per generated token, [(token id, logprob), ...] of the most likely tokens, most likely
     # first (equal logprobs: lower id first), when asked for (SamplingParams.logprobs).
     top_logprobs: list[list[tuple[int, float]]] | None = None

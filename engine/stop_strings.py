@@ -7,10 +7,13 @@ decodes to at least one byte (byte-level BPE; byte-fallback SentencePiece) and a
 is at most four bytes, so a stop string of L characters spans at most 4 L tokens. The few
 tokens before those only absorb what decoding a cut-off sequence gets wrong at its start (a
 half character, a dropped leading space); what a suffix decodes to past that is what the
-whole output decodes to there. Decoding a suffix never invents text (it only drops or
-replaces what it starts with), so the check cannot fire before the stop string is there.
-Special tokens decode to nothing: a stop string they interrupt is still found across up to
-`_LEAD_TOKENS` of them.
+whole output decodes to there. A suffix's start can also read as text the whole output
+does not hold (WordPiece keeps the "##" of a continuation token that starts it; a byte
+fallback or byte-level decoder turns a cut-off character into U+FFFD), so a hit in the tail
+is confirmed on the whole output's text (one full decode, normally once per request, at its
+stop): the check never fires before the whole text holds a stop string. Special tokens
+decode to nothing: a stop string they interrupt is still found across up to `_LEAD_TOKENS`
+of them.
 
 As in vLLM the token that completes a stop string is kept in `token_ids`, and the finished
 `text` ends before the first stop string (after it with `include_stop_str_in_output`).
@@ -32,23 +35,35 @@ def tail_tokens(stops: Sequence[str]) -> int:
 def stop_string_hit(
     detokenize: Detokenize, token_ids: Sequence[int], stops: Sequence[str]
 ) -> str | None:
-    """The first of `stops` (in their order) that the text of `token_ids` contains, checked
-    on its tail only; None if none does."""
+    """The stop string the text of `token_ids` is cut at (`first_stop`), looked for in its
+    tail and confirmed on the whole text; None if the text holds none."""
     if not stops or not token_ids:
         return None
-    text = detokenize(token_ids[-tail_tokens(stops) :])
-    return next((s for s in stops if s in text), None)
+    n = tail_tokens(stops)
+    text = detokenize(token_ids[-n:])
+    if not any(s in text for s in stops):
+        return None
+    if len(token_ids) > n:
+        text = detokenize(token_ids)
+    return first_stop(text, stops)
+
+
+def first_stop(text: str, stops: Sequence[str]) -> str | None:
+    """The stop string `text` is cut at: the one that starts earliest (the longest one if
+    several start there); None if none occurs."""
+    best = None  # (start, -length, stop string)
+    for s in stops:
+        i = text.find(s)
+        if i >= 0 and (best is None or (i, -len(s)) < best[:2]):
+            best = (i, -len(s), s)
+    return None if best is None else best[2]
 
 
 def truncate_at_stop(text: str, stops: Sequence[str], include: bool) -> str:
-    """`text` up to its first stop string (where the earliest one starts; the longest one
-    if several start there), with that string when `include`; `text` if none occurs."""
-    best = None  # (start, -length)
-    for s in stops:
-        i = text.find(s)
-        if i >= 0 and (best is None or (i, -len(s)) < best):
-            best = (i, -len(s))
-    if best is None:
+    """`text` up to its first stop string (`first_stop`), with that string when `include`;
+    `text` if none occurs."""
+    s = first_stop(text, stops)
+    if s is None:
         return text
-    start, neg_len = best
-    return text[: start - neg_len] if include else text[:start]
+    start = text.find(s)
+    return text[: start + len(s)] if include else text[:start]

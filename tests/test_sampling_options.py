@@ -11,11 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders
-from tokenizers.models import BPE
+from tokenizers.models import BPE, WordPiece
 from tokenizers.pre_tokenizers import ByteLevel
 
 from engine import LLM, SamplingParams
-from engine.sampling_params import MAX_LOGPROBS
+from engine.sampling_params import MAX_LOGPROBS, RequestOutput
 from engine.stop_strings import stop_string_hit, truncate_at_stop
 from models.reference import init_cache, prefill_bucket, reference_forward
 
@@ -117,6 +117,36 @@ def test_special_tokens_inside_a_stop_string_are_looked_across(make):
     assert not stop_string_hit(tok.decode, ids[:-1], ["🙂"])
 
 
+def _wordpiece_tokenizer() -> Tokenizer:
+    """BERT style: "##" marks a word's continuation; a decode keeps the "##" of the token it
+    starts with (no word before it to join)."""
+    words = ["[UNK]", "x", "walk", "##ing", "do", "."]
+    tok = Tokenizer(WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    return tok
+
+
+def test_a_tail_that_reads_as_a_stop_string_the_output_lacks_does_not_stop():
+    # "walking" in the output: once the tail starts at "##ing" it decodes to "##ing ...",
+    # but the whole output never holds "##" (a markdown heading's stop string).
+    tok = _wordpiece_tokenizer()
+    x, walk, ing = (tok.token_to_id(t) for t in ("x", "walk", "##ing"))
+    ids = [x] * 20 + [walk, ing] + [x] * 40
+    assert "##" not in tok.decode(ids) and tok.decode(ids[21:]).startswith("##ing")
+    assert [n for n in range(1, len(ids) + 1) if stop_string_hit(tok.decode, ids[:n], ["##"])] == []
+
+
+def test_the_stop_reason_is_the_stop_string_the_text_is_cut_at():
+    # One token completes both: "w3" starts first, so the text is cut there and it is the
+    # stop string named, whatever the order they were listed in.
+    def decode(ids):
+        return " ".join(f"w{t}" for t in ids)
+
+    assert stop_string_hit(decode, [5, 397], ("97", "w3")) == "w3"
+    assert stop_string_hit(decode, [5, 397], ("w39", "w3")) == "w39"  # longest at one start
+    assert stop_string_hit(decode, [5, 397], ("97",)) == "97"
+
+
 def test_truncate_at_the_earliest_stop_string():
     assert truncate_at_stop("abc STOP def END", ("END", "STOP"), include=False) == "abc "
     assert truncate_at_stop("abc STOP def END", ("END", "STOP"), include=True) == "abc STOP"
@@ -153,10 +183,11 @@ def test_engine_stops_where_the_text_first_holds_a_stop_string(llama):
         assert got.token_ids == out.token_ids[:n] and got.logprobs == out.logprobs[:n]
         assert got.finish_reason == "stop"
         text = llama.tokenizer.decode(out.token_ids[:n])
-        assert got.stop_reason == next(s for s in stop if s in text)  # the first listed
         cut = min(text.find(s) for s in stop if s in text)
         end = [cut + len(s) for s in stop if text.find(s) == cut]
         assert got.text == (text[: max(end)] if include else text[:cut])
+        # The stop string the text is cut at (the longest of those starting there).
+        assert got.stop_reason == text[cut : max(end)]
     # The last token max_tokens allows completes the stop string: "stop" wins over "length".
     out, stop, _ = requests[0]
     n = _first_hit_brute(llama.tokenizer.decode, out.token_ids, stop)
@@ -168,6 +199,25 @@ def test_engine_stops_where_the_text_first_holds_a_stop_string(llama):
     assert same.stop_reason is None
     stats = llama.stats()
     assert stats["num_pages_free"] == stats["num_pages_total"]
+
+
+def test_stop_reason_and_text_agree_when_one_token_completes_two_stop_strings(llama):
+    # Greedy, this fixture writes "well well well w397 ..." after the prompt: the token
+    # "w397" completes "97" and "w3"; the text is cut at "w3", so that is the stop_reason.
+    for include, text in ((False, "well well well "), (True, "well well well w3")):
+        params = SamplingParams(
+            max_tokens=12, stop=("97", "w3"), include_stop_str_in_output=include
+        )
+        out = llama.generate([_PROMPTS[0]], params)[0]
+        assert (out.text, out.finish_reason, out.stop_reason) == (text, "stop", "w3")
+
+
+def test_request_output_keeps_its_positional_fields():
+    # Fields added later go last: a RequestOutput built positionally as before keeps its
+    # prompt_logprobs where they were given.
+    out = RequestOutput("r", [1, 2], [3], [-0.5], "stop", "w3", [-1.25])
+    assert out.prompt_logprobs == [-1.25] and out.stop_reason is None
+    assert out.top_logprobs is None
 
 
 def test_stop_strings_while_streaming_and_with_stop_tokens(llama):
