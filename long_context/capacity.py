@@ -9,9 +9,12 @@ what the engine allocates; "active" weights are those one token reads (top-k of 
 experts plus everything dense). Quantization scales and the few arrays real quantizers keep in
 high precision (norms, router bias) are not modelled: under 0.1% of any preset here.
 
-Across `tp` devices the weights are split evenly. GQA KV heads are split too when tp divides
-them, else every device keeps all of them (the engine's cache sharding, sharding/rules.py; vLLM
-would keep ceil(kv_heads / tp)); the MLA latent has no head axis and is replicated on every
+Across `tp` devices each weight is split as the engine shards it (sharding/rules.py): over
+tp along its head, MLP or vocabulary axis, or kept whole on every device (norms, routers, the
+MLA down-projections, and GQA K/V projections when tp does not divide the KV heads); a tp the
+engine refuses (one that does not divide the heads or a split width) is refused here too.
+GQA KV heads are split when tp divides them, else every device keeps all of them (vLLM would
+keep ceil(kv_heads / tp)); the MLA latent has no head axis and is replicated on every
 device.
 
 KV is counted as the engine allocates it (engine/kv_pages.py): the budget holds whole pages
@@ -113,6 +116,36 @@ def param_counts(cfg: ModelConfig) -> tuple[int, int]:
     return count_params(cfg)
 
 
+@functools.cache
+def params_per_device(cfg: ModelConfig, tp: int) -> int:
+    """Parameters one of `tp` devices holds as the engine shards them: a weight split over
+    tp holds 1/tp of its elements there (the engine checks that tp divides the axis), a
+    replicated one all of them. ValueError (naming the axis) for a split the engine refuses."""
+    from jax.sharding import PartitionSpec
+
+    from models.specs import param_specs
+    from sharding.mesh import MeshConfig, check_layout
+    from sharding.rules import param_partition_specs
+
+    mc = MeshConfig(tp=tp)
+    check_layout(cfg, mc)
+    specs = jax_leaves(param_specs(cfg))
+    parts = jax_leaves(param_partition_specs(cfg, mc), lambda x: isinstance(x, PartitionSpec))
+    total = 0
+    for spec, part in zip(specs, parts, strict=True):
+        split = any(a == "tp" or (isinstance(a, tuple) and "tp" in a) for a in part)
+        total += math.prod(spec.shape) // (tp if split else 1)
+    return total
+
+
+def jax_leaves(tree, is_leaf=None) -> list:
+    import jax
+
+    from models.specs import is_spec
+
+    return jax.tree.leaves(tree, is_leaf=is_leaf or is_spec)
+
+
 def weight_bytes(cfg: ModelConfig, weight_dtype: str) -> tuple[int, int]:
     """(total, active per token) weight bytes with every parameter stored as `weight_dtype`."""
     nbytes = dtype_bytes(weight_dtype, "weight_dtype")
@@ -193,7 +226,11 @@ def capacity(
     num_params, num_active = param_counts(cfg)
 
     per_token_dev = math.ceil(per_token * kv_shard_fraction(cfg, tp))
-    weights_dev = math.ceil(total_w / tp)
+    try:  # a split the engine refuses (heads, a width tp must divide) is no answer
+        dev_params = params_per_device(cfg, tp)
+    except ValueError as e:
+        raise ValueError(f"tp={tp}: the engine cannot split {cfg.name} so ({e})") from None
+    weights_dev = math.ceil(dev_params * dtype_bytes(weight_dtype, "weight_dtype"))
     usable = math.floor(hbm_gib * GIB * (1 - headroom))
     budget = usable - weights_dev
     if budget <= 0:

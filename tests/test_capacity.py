@@ -117,7 +117,10 @@ def test_kv_bytes_and_weight_bytes_of_real_presets(name):
 
 def test_max_sequences_gqa_split_over_tp():
     c = capacity("llama-3.1-70b", 131072, weight_dtype="bfloat16", hbm_gib=80, tp=8, headroom=0.1)
-    weights_dev = 2 * 70_553_706_496 // 8
+    # Every weight split 8 ways but the RMSNorm weights (two per layer and the final one, of
+    # 8,192 each), which every device keeps whole.
+    norms = (80 * 2 + 1) * 8192
+    weights_dev = 2 * ((70_553_706_496 - norms) // 8 + norms)
     budget = int(80 * GIB * 0.9) - weights_dev
     kv_seq_dev = 327_680 // 8 * 131072  # one of the 8 KV heads per device
     assert c.weight_bytes_per_device == weights_dev
@@ -291,15 +294,24 @@ def test_fractional_bytes_round_up_never_down():
     assert kv_bytes_per_token(mla, "int4") == 59
 
 
-def test_weights_per_device_round_up_when_tp_does_not_divide_them():
-    # llama-3.1-8b at tp=3: 3 does not divide the 8 KV heads (each device keeps all 8), and
-    # the 2n weight bytes are not a multiple of 3: the largest device shard is rounded up.
+def test_weights_per_device_as_the_engine_shards_them():
+    # llama-3.1-8b at tp=16: 16 does not divide the 8 KV heads, so every device keeps the
+    # whole K and V projections (and the KV cache), and the RMSNorm weights, as the engine's
+    # sharding does; the rest is split 16 ways. An even split would count 1.5x too little.
     n, _ = expected_params("llama-3.1-8b")
-    assert (2 * n) % 3
-    c = capacity("llama-3.1-8b", 4096, tp=3, hbm_gib=80.0)
-    assert c.weight_bytes_per_device == (2 * n + 2) // 3
+    whole = 32 * (2 * 4096 * 1024 + 2 * 4096) + 4096  # wk, wv, two norms a layer; final norm
+    c = capacity("llama-3.1-8b", 4096, tp=16, hbm_gib=80.0)
+    assert c.weight_bytes_per_device == 2 * ((n - whole) // 16 + whole)
     assert c.kv_bytes_per_sequence_per_device == 131_072 * 4096
-    assert c.kv_budget_bytes_per_device == int(80 * GIB * 0.9) - (2 * n + 2) // 3
+    assert c.kv_budget_bytes_per_device == int(80 * GIB * 0.9) - c.weight_bytes_per_device
+
+
+def test_a_tp_the_engine_cannot_split_by_is_refused():
+    # 3 does not divide llama-3.1-8b's 32 heads; 64 does not divide tiny-llama's heads.
+    with pytest.raises(ValueError, match=r"tp=3: the engine cannot split llama-3.1-8b so "):
+        capacity("llama-3.1-8b", 4096, tp=3, hbm_gib=80.0)
+    with pytest.raises(ValueError, match=r"tp=64: .*does not divide num_heads"):
+        capacity("tiny-llama", 64, tp=64, hbm_gib=1.0)
 
 
 def test_mla_latent_is_not_split_even_when_tp_divides_the_kv_heads():
