@@ -99,7 +99,8 @@ def test_pack_lays_out_a_mixed_step_by_hand():
     # A fed decode at position 20 (pages 7, 2 of 16 tokens) and a 3-token chunk at positions
     # 15..17 that crosses from page 4 into page 9: 4 tokens and 2 sequences, padded to 4 each.
     decode = _item("a", [7, 2], 20, 1)
-    decode.feed_index, decode.sampling_params = 3, SamplingParams(temperature=0.5, seed=11)
+    decode.feed_index = 3
+    decode.sampling_params = SamplingParams(temperature=0.5, seed=11, min_p=0.1)
     chunk = _item("b", [4, 9], 15, 3)
     chunk.token_ids, chunk.num_generated = (101, 102, 103), 2
     batch = pack([decode, chunk], 16, Buckets(64, 8, pages_per_seq=3))
@@ -118,9 +119,11 @@ def test_pack_lays_out_a_mixed_step_by_hand():
         sample_step=[0, 2, 0, 0],
         score_targets=[-1, -1, -1, -1],
         feed_index=[3, -1, -1, -1],
+        min_p=np.array([0.1, 0.0, 0.0, 0.0], np.float32),  # padding rows: off
     )
     for name, want in expect.items():
         np.testing.assert_array_equal(getattr(batch, name), want, err_msg=name)
+    assert batch.min_p.dtype == np.float32
 
 
 def test_pack_takes_items_whose_pages_are_exactly_full():

@@ -194,6 +194,16 @@ def test_allowed_set_matches_hugging_face_warpers():
     assert sum(len(r["keep"]) < logits.shape[1] for r in rows if r["min_p"] >= 0.02) > 200
 
 
+def test_a_small_min_p_filters_in_a_batch_of_small_min_p():
+    # Probability ratios to the top token e^0, e^-1, e^-2.5, e^-3.5, e^-6 = 1, .37, .082,
+    # .030, .0025: min_p = 0.05 keeps the first three; min_p = 0 keeps all, in the same batch.
+    scaled = np.tile(np.array([[0.0, -1.0, -2.5, -3.5, -6.0]], np.float32), (2, 1))
+    top_k, top_p = np.zeros(2, np.int32), np.ones(2, np.float32)
+    min_p = np.array([0.05, 0.0], np.float32)
+    keep = np.asarray(jax.jit(allowed_mask)(scaled, top_k, top_p, min_p))
+    assert keep.tolist() == [[True, True, True, False, False], [True] * 5]
+
+
 def test_min_p_samples_follow_the_renormalized_distribution():
     rng = np.random.default_rng(5)
     configs = [(1.0, 0.1), (0.7, 0.3), (1.5, 0.05)]  # (temperature, min_p)
@@ -226,3 +236,6 @@ def test_min_p_outside_zero_one_is_refused(bad):
     with pytest.raises(ValueError, match=r"min_p=.*: must be in \[0, 1\]"):
         SamplingParams(min_p=bad)
     assert SamplingParams(min_p=np.float32(0.25)).min_p == 0.25
+    assert type(SamplingParams(min_p=np.float32(0.25)).min_p) is float
+    # Both ends are allowed: 0 (off) and 1 (only tokens as likely as the top one).
+    assert [SamplingParams(min_p=m).min_p for m in (0, 1)] == [0.0, 1.0]

@@ -15,7 +15,7 @@ from tokenizers.models import BPE, WordPiece
 from tokenizers.pre_tokenizers import ByteLevel
 
 from engine import LLM, SamplingParams
-from engine.sampling_params import MAX_LOGPROBS, RequestOutput
+from engine.sampling_params import MAX_LOGPROBS, RequestOutput, StreamDelta
 from engine.stop_strings import stop_string_hit, truncate_at_stop
 from models.reference import init_cache, prefill_bucket, reference_forward
 
@@ -102,6 +102,8 @@ def test_a_stop_string_of_four_byte_characters_is_found_whole(make):
     assert stop_string_hit(tok.decode, ids, stops)
     assert not stop_string_hit(tok.decode, ids[:-1], stops)
     assert not stop_string_hit(tok.decode, ids[:-4], stops)
+    # The tail is sized by the longest stop string, whatever the others are.
+    assert stop_string_hit(tok.decode, ids, ["z", *stops]) == stops[0]
 
 
 @pytest.mark.parametrize("make", [_byte_level_tokenizer, _sentencepiece_tokenizer])
@@ -134,6 +136,18 @@ def test_a_tail_that_reads_as_a_stop_string_the_output_lacks_does_not_stop():
     ids = [x] * 20 + [walk, ing] + [x] * 40
     assert "##" not in tok.decode(ids) and tok.decode(ids[21:]).startswith("##ing")
     assert [n for n in range(1, len(ids) + 1) if stop_string_hit(tok.decode, ids[:n], ["##"])] == []
+    # The tail leaves out only the output's first token ("walk"): still confirmed whole.
+    ids = [walk, ing] + [x] * 15  # 17 tokens, one more than the tail of "##" (4 * 2 + 8)
+    assert tok.decode(ids[1:]).startswith("##ing") and "##" not in tok.decode(ids)
+    assert stop_string_hit(tok.decode, ids, ["##"]) is None
+
+
+def test_no_stop_strings_or_no_output_is_no_hit():
+    def decode(ids):
+        return " ".join(f"w{t}" for t in ids)
+
+    assert stop_string_hit(decode, [5, 397], ()) is None
+    assert stop_string_hit(decode, [], ("w",)) is None
 
 
 def test_the_stop_reason_is_the_stop_string_the_text_is_cut_at():
@@ -154,6 +168,10 @@ def test_truncate_at_the_earliest_stop_string():
     assert truncate_at_stop("x ab y", ("a", "ab"), include=True) == "x ab"
     assert truncate_at_stop("x ab y", ("a", "ab"), include=False) == "x "
     assert truncate_at_stop("nothing here", ("zz",), include=False) == "nothing here"
+    # Where a stop string first occurs counts, not where it last does.
+    assert truncate_at_stop("a STOP b END c STOP", ("END", "STOP"), include=True) == "a STOP"
+    assert truncate_at_stop("x END y END", ("END",), include=False) == "x "
+    assert truncate_at_stop("x END y END", ("END",), include=True) == "x END"
 
 
 @pytest.fixture(scope="module")
@@ -218,6 +236,8 @@ def test_request_output_keeps_its_positional_fields():
     out = RequestOutput("r", [1, 2], [3], [-0.5], "stop", "w3", [-1.25])
     assert out.prompt_logprobs == [-1.25] and out.stop_reason is None
     assert out.top_logprobs is None
+    delta = StreamDelta("r", (1,), (-0.5,), None)
+    assert delta.top_logprobs is None
 
 
 def test_stop_strings_while_streaming_and_with_stop_tokens(llama):
@@ -253,6 +273,12 @@ def test_stop_strings_are_checked_before_anything_is_queued(llama):
     assert SamplingParams(stop="ab").stop == ("ab",)
     assert SamplingParams(stop=["ab", "c"]).stop == ("ab", "c")
     assert type(SamplingParams(stop=[np.str_("ab")]).stop[0]) is str
+    assert SamplingParams(stop="x" * 1024).stop == ("x" * 1024,)  # the longest allowed
+
+
+def test_new_options_are_off_by_default():
+    p = SamplingParams()
+    assert (p.stop, p.include_stop_str_in_output, p.logprobs, p.min_p) == ((), False, None, 0.0)
 
 
 def test_stop_strings_need_a_tokenizer():
@@ -371,6 +397,9 @@ def test_logprobs_outside_its_range_is_refused(bad):
     with pytest.raises(ValueError, match=rf"logprobs={bad!r}: must be an integer in \[0, 20\]"):
         SamplingParams(logprobs=bad)
     assert SamplingParams(logprobs=np.int64(3)).logprobs == 3
+    assert type(SamplingParams(logprobs=np.int64(3)).logprobs) is int
+    # Both ends are allowed: 0 (off, as None) and MAX_LOGPROBS.
+    assert [SamplingParams(logprobs=n).logprobs for n in (0, MAX_LOGPROBS)] == [0, 20]
 
 
 def test_min_p_in_the_engine_keeps_only_tokens_near_the_top(llama):
