@@ -11,46 +11,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders
-from tokenizers.models import BPE, WordPiece
-from tokenizers.pre_tokenizers import ByteLevel
+from tokenizers.models import WordPiece
 
 from engine import LLM, SamplingParams
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, StreamDelta
 from engine.stop_strings import stop_string_hit, truncate_at_stop
 from models.reference import init_cache, prefill_bucket, reference_forward
+from scripts.bench_stop_strings import byte_fallback_tokenizer, byte_level_tokenizer
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
 _TEXT = "the cat sat on the mat. naïve café — 東京 🙂 x\n\ny, ünïcödé: 🙂🙂🙂 end"
-
-
-def _byte_level_tokenizer() -> Tokenizer:
-    """GPT-2 style byte-level BPE: every byte is a token, plus some merged pieces."""
-    chars = ByteLevel.alphabet()
-    vocab = {c: i for i, c in enumerate(sorted(chars))}
-    for piece in ("Ġthe", "Ġcat", "Ġca", "Ã©", "ðŁ", "ĠæĿ±", "ĊĊ", "at"):
-        vocab.setdefault(piece, len(vocab))
-    tok = Tokenizer(BPE(vocab, []))
-    tok.pre_tokenizer = ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    return tok
-
-
-def _sentencepiece_tokenizer() -> Tokenizer:
-    """Llama-2 style: "▁" for spaces, byte fallback <0xXX>, the first leading space stripped."""
-    vocab = {f"<0x{b:02X}>": b for b in range(256)}
-    for piece in ("▁the", "▁cat", "▁", "at", "é", "東京", "▁end", "a", "t", "x"):
-        vocab.setdefault(piece, len(vocab))
-    tok = Tokenizer(BPE(vocab, [], byte_fallback=True))
-    tok.decoder = decoders.Sequence(
-        [
-            decoders.Replace("▁", " "),
-            decoders.ByteFallback(),
-            decoders.Fuse(),
-            decoders.Strip(" ", 1, 0),
-        ]
-    )
-    return tok
 
 
 def _first_hit_brute(decode, ids, stops) -> int | None:
@@ -61,7 +32,7 @@ def _first_hit_brute(decode, ids, stops) -> int | None:
     return None
 
 
-@pytest.mark.parametrize("make", [_byte_level_tokenizer, _sentencepiece_tokenizer])
+@pytest.mark.parametrize("make", [byte_level_tokenizer, byte_fallback_tokenizer])
 def test_tail_check_fires_at_the_same_token_as_decoding_the_whole_output(make):
     tok = make()
     decode = tok.decode
@@ -91,7 +62,7 @@ def test_tail_check_fires_at_the_same_token_as_decoding_the_whole_output(make):
     assert hits >= 80  # the stops mostly occur: the check is exercised
 
 
-@pytest.mark.parametrize("make", [_byte_level_tokenizer, _sentencepiece_tokenizer])
+@pytest.mark.parametrize("make", [byte_level_tokenizer, byte_fallback_tokenizer])
 def test_a_stop_string_of_four_byte_characters_is_found_whole(make):
     # Each emoji is four one-byte tokens here: "🙂🙂🙂🙂" spans 16 tokens, the most that four
     # characters can; a shorter tail would see only part of it when it completes.
@@ -106,7 +77,7 @@ def test_a_stop_string_of_four_byte_characters_is_found_whole(make):
     assert stop_string_hit(tok.decode, ids, ["z", *stops]) == stops[0]
 
 
-@pytest.mark.parametrize("make", [_byte_level_tokenizer, _sentencepiece_tokenizer])
+@pytest.mark.parametrize("make", [byte_level_tokenizer, byte_fallback_tokenizer])
 def test_special_tokens_inside_a_stop_string_are_looked_across(make):
     # Special tokens decode to nothing; up to 8 of them may sit inside a stop string.
     tok = make()

@@ -90,6 +90,11 @@ def test_generate_stops_at_a_stop_string():
             ["--model=tiny-llama", "--num_requests=4", "--max_tokens=3", "--repeats=1"],
             "batch-invariant / default throughput",
         ),
+        (
+            "scripts.bench_stop_strings",
+            ["--num_tokens=300", "--checks=5", "--repeats=1"],
+            "| byte fallback | '</answer>', '###', '\\nUser:' |",
+        ),
     ],
 )
 def test_benchmarks_run_small(module, flags, expect):
@@ -112,6 +117,12 @@ def test_benchmarks_run_small(module, flags, expect):
         ("scripts.generate", ["--model=no-such-preset", "--prompt_len=0"], "--prompt_len=0"),
         ("scripts.generate", ["--model=/no/such/dir"], "model='/no/such/dir': no such directory"),
         ("scripts.generate", ["--model=tiny-qwen3", "--stop=x"], "has no tokenizer.json"),
+        ("scripts.bench_stop_strings", ["--num_tokens=0"], "--num_tokens=0: must be in [1, "),
+        (
+            "scripts.bench_stop_strings",
+            ["--tokenizers=/no/such.json"],
+            "--tokenizers: '/no/such.json' is not a file",
+        ),
         ("scripts.generate", ["--model=tiny-qwen3", "--prompt=hi"], "--prompt: model='tiny-q"),
         (
             "scripts.bench_throughput",
