@@ -102,7 +102,10 @@ def main(argv):
         for path in _TOKENIZERS.value:  # all read before any timing
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"--tokenizers: {path!r} is not a file")
-            tokenizers.append((path, Tokenizer.from_file(path)))
+            try:
+                tokenizers.append((path, Tokenizer.from_file(path)))
+            except Exception as e:  # noqa: BLE001 (a bare Exception for a bad file)
+                raise ValueError(f"--tokenizers: {path!r} is not a tokenizer.json ({e})") from None
     except Exception as e:  # noqa: BLE001 (tokenizers raises a bare Exception for a bad file)
         sys.exit(f"bench_stop_strings: {e}")
     print(f"| tokenizer | stop strings | us per check | us to decode all {_NUM_TOKENS.value} |")

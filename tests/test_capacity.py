@@ -15,9 +15,16 @@ import sys
 import pytest
 from safetensors import safe_open
 
-from configs.presets import get_preset
+from configs.presets import PRESETS, get_preset
 from engine.kv_pages import pages_for_tokens
-from long_context.capacity import capacity, format_capacity, kv_bytes_per_token, weight_bytes
+from long_context.capacity import (
+    capacity,
+    format_capacity,
+    kv_bytes_per_token,
+    params_per_device,
+    weight_bytes,
+)
+from sharding.mesh import check_layout
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -194,7 +201,14 @@ def test_a_sliding_window_model_decodes_in_the_pages_of_its_window():
 def test_mla_latent_is_never_split():
     b = capacity("deepseek-v3", 131072, weight_dtype="float8_e4m3fn", tp=8, hbm_gib=141)
     assert b.kv_bytes_per_sequence_per_device == b.kv_bytes_per_sequence == 70_272 * 131072
-    budget = int(141 * GIB * 0.9) - math.ceil(expected_params("deepseek-v3")[0] / 8)
+    # Per device: 1/8 of every weight but those the engine keeps whole (norms, the MLA
+    # down-projections wq_a and wkv_a, the routers and their biases), counted by hand.
+    n, _ = expected_params("deepseek-v3")
+    whole = 61 * (2 * 7168 + 1536 + 512 + 7168 * 1536 + 7168 * 576) + 58 * (7168 * 256 + 256)
+    whole += 7168  # the final norm
+    assert b.weight_bytes_per_device == (n - whole) // 8 + whole == 84_780_357_120  # fp8
+    budget = int(141 * GIB * 0.9) - b.weight_bytes_per_device
+    assert b.kv_budget_bytes_per_device == budget
     assert b.max_sequences == budget // (70_272 * 131072) == 5
 
 
@@ -267,7 +281,9 @@ def test_script_prints_one_json_object():
     assert d["kv_bytes_per_token"] == 327_680
     assert d["kv_bytes_per_sequence"] == 42_949_672_960
     assert d["weight_bytes"] == d["active_weight_bytes"] == 70_553_706_496 // 2
-    budget = int(80 * GIB * 0.9) - 70_553_706_496 // 4
+    norms = (80 * 2 + 1) * 8192  # kept whole on both devices; int4: half a byte each
+    assert d["weight_bytes_per_device"] == ((70_553_706_496 - norms) // 2 + norms) // 2
+    budget = int(80 * GIB * 0.9) - d["weight_bytes_per_device"]
     assert d["max_sequences"] == budget // (42_949_672_960 // 2) == 2
     bad = _script("--model=llama-3.1-70b", "--context=-5")
     assert bad.returncode != 0 and "context=-5" in bad.stderr
@@ -312,6 +328,45 @@ def test_a_tp_the_engine_cannot_split_by_is_refused():
         capacity("llama-3.1-8b", 4096, tp=3, hbm_gib=80.0)
     with pytest.raises(ValueError, match=r"tp=64: .*does not divide num_heads"):
         capacity("tiny-llama", 64, tp=64, hbm_gib=1.0)
+    # 3 divides tiny-llama's 6 heads but not its 512-token vocabulary, which tp splits.
+    with pytest.raises(ValueError, match=r"tp=3: .*'vocab' of size 512 is split over mesh"):
+        capacity("tiny-llama", 64, tp=3, hbm_gib=1.0)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_params_per_device_are_the_shards_jax_places(name):
+    """Per device, the elements of each weight's shard as JAX lays out the engine's
+    shardings on a (1, tp, 1) mesh: split leaves, whole ones, MoE experts (ep=1), MLA,
+    tied embeddings. (Checked against `llm.params` on an 8-device CPU mesh at tp=2 and 4.)"""
+    import jax
+    from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
+
+    from models.specs import is_spec, param_specs
+    from sharding.mesh import AXES, MeshConfig
+    from sharding.rules import param_partition_specs
+
+    def is_pspec(x) -> bool:
+        return isinstance(x, PartitionSpec)
+
+    cfg = get_preset(name)
+    specs = jax.tree.leaves(param_specs(cfg), is_leaf=is_spec)
+    checked = 0
+    for tp in (1, 2, 4, 8, 16):
+        try:
+            parts = param_partition_specs(cfg, MeshConfig(tp=tp))
+            check_layout(cfg, MeshConfig(tp=tp))
+        except ValueError:
+            with pytest.raises(ValueError):
+                params_per_device(cfg, tp)
+            continue
+        mesh = AbstractMesh((1, tp, 1), AXES)
+        shards = [
+            NamedSharding(mesh, p).shard_shape(s.shape)
+            for s, p in zip(specs, jax.tree.leaves(parts, is_leaf=is_pspec), strict=True)
+        ]
+        assert params_per_device(cfg, tp) == sum(math.prod(s) for s in shards), (name, tp)
+        checked += 1
+    assert checked >= 2, name  # tp=1 and at least one split
 
 
 def test_mla_latent_is_not_split_even_when_tp_divides_the_kv_heads():

@@ -123,6 +123,11 @@ def test_benchmarks_run_small(module, flags, expect):
             ["--tokenizers=/no/such.json"],
             "--tokenizers: '/no/such.json' is not a file",
         ),
+        (
+            "scripts.bench_stop_strings",
+            ["--tokenizers=tests/fixtures/sampler/hf_warpers.json"],
+            "--tokenizers: 'tests/fixtures/sampler/hf_warpers.json' is not a tokenizer.json (",
+        ),
         ("scripts.generate", ["--model=tiny-qwen3", "--prompt=hi"], "--prompt: model='tiny-q"),
         (
             "scripts.bench_throughput",
