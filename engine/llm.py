@@ -542,9 +542,8 @@ class LLM:
             if it.sample
         }
         self._num_steps += 1
-        params_of = {it.request_id: it.sampling_params for it in sched.items}
         tops = {}  # request id -> its sampled row's top logprobs, most likely first
-        for i, it in enumerate(sched.items):
+        for i, it in enumerate(sched.items if d.with_top else ()):
             if it.sample and it.sampling_params.logprobs:
                 n = it.sampling_params.logprobs
                 pairs = zip(top_ids[i, :n].tolist(), top_lps[i, :n].tolist(), strict=True)
@@ -562,8 +561,10 @@ class LLM:
                 out_rec.finish_reason = res.finish_reason
                 out_rec.stop_reason = res.stop_reason
                 out_rec.text = self._detokenize(out_rec.token_ids)
-                params = params_of[res.request_id]
-                if params.stop and res.finish_reason == "stop":
+                if isinstance(res.stop_reason, str):  # a stop string: cut the text there
+                    params = next(
+                        it.sampling_params for it in sched.items if it.request_id == res.request_id
+                    )
                     out_rec.text = truncate_at_stop(
                         out_rec.text, params.stop, params.include_stop_str_in_output
                     )

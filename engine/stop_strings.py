@@ -51,19 +51,25 @@ def stop_string_hit(
 def first_stop(text: str, stops: Sequence[str]) -> str | None:
     """The stop string `text` is cut at: the one that starts earliest (the longest one if
     several start there); None if none occurs."""
+    found = _earliest(text, stops)
+    return None if found is None else found[1]
+
+
+def _earliest(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
+    """(where, which) of first_stop's stop string in `text`."""
     best = None  # (start, -length, stop string)
     for s in stops:
         i = text.find(s)
         if i >= 0 and (best is None or (i, -len(s)) < best[:2]):
             best = (i, -len(s), s)
-    return None if best is None else best[2]
+    return None if best is None else (best[0], best[2])
 
 
 def truncate_at_stop(text: str, stops: Sequence[str], include: bool) -> str:
     """`text` up to its first stop string (`first_stop`), with that string when `include`;
     `text` if none occurs."""
-    s = first_stop(text, stops)
-    if s is None:
+    found = _earliest(text, stops)
+    if found is None:
         return text
-    start = text.find(s)
+    start, s = found
     return text[: start + len(s)] if include else text[:start]

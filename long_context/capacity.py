@@ -121,29 +121,24 @@ def params_per_device(cfg: ModelConfig, tp: int) -> int:
     """Parameters one of `tp` devices holds as the engine shards them: a weight split over
     tp holds 1/tp of its elements there (the engine checks that tp divides the axis), a
     replicated one all of them. ValueError (naming the axis) for a split the engine refuses."""
+    import jax
     from jax.sharding import PartitionSpec
 
-    from models.specs import param_specs
+    from models.specs import is_spec, param_specs
     from sharding.mesh import MeshConfig, check_layout
     from sharding.rules import param_partition_specs
 
     mc = MeshConfig(tp=tp)
     check_layout(cfg, mc)
-    specs = jax_leaves(param_specs(cfg))
-    parts = jax_leaves(param_partition_specs(cfg, mc), lambda x: isinstance(x, PartitionSpec))
+    specs = jax.tree.leaves(param_specs(cfg), is_leaf=is_spec)
+    parts = jax.tree.leaves(
+        param_partition_specs(cfg, mc), is_leaf=lambda x: isinstance(x, PartitionSpec)
+    )
     total = 0
     for spec, part in zip(specs, parts, strict=True):
         split = any(a == "tp" or (isinstance(a, tuple) and "tp" in a) for a in part)
         total += math.prod(spec.shape) // (tp if split else 1)
     return total
-
-
-def jax_leaves(tree, is_leaf=None) -> list:
-    import jax
-
-    from models.specs import is_spec
-
-    return jax.tree.leaves(tree, is_leaf=is_leaf or is_spec)
 
 
 def weight_bytes(cfg: ModelConfig, weight_dtype: str) -> tuple[int, int]:

@@ -80,7 +80,10 @@ def _model_dir(model: str) -> str | None:
 def tokenizer_path(model: str) -> str | None:
     """The tokenizer.json `load_model(model)` returns (None: presets, directories without
     one), found without reading any weights."""
-    path = _model_dir(model)
+    return _tokenizer_in(_model_dir(model))
+
+
+def _tokenizer_in(path: str | None) -> str | None:
     if path is None or not os.path.isfile(os.path.join(path, TOKENIZER_FILE)):
         return None
     return os.path.join(path, TOKENIZER_FILE)
@@ -121,7 +124,7 @@ def load_model(
     path = _model_dir(model)
     if path is not None:
         cfg, params = _load_dir(path, dtype, cfg)
-        tokenizer = tokenizer_path(model)
+        tokenizer = _tokenizer_in(path)
         if not host:
             params = jax.tree.map(jnp.asarray, params)
         return cfg, params, tokenizer
