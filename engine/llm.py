@@ -17,7 +17,7 @@ import numpy as np
 
 from configs.model_config import ModelConfig
 from engine import batch_invariant as batch_invariant_lib
-from engine import inputs, kv_quant, runner
+from engine import inputs, kv_quant, penalties, runner
 from engine.attention_ops import resolve_impl
 from engine.kv_pages import PageManager, pages_for_budget, pages_for_tokens
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
@@ -30,6 +30,7 @@ from long_context.policy import LongPrefillPolicy
 from models.load import TOKENIZER_CONFIG_FILE, load_model, model_config
 from sharding.mesh import MeshConfig, parse_mesh
 from sharding.placement import check_model_layout, put_replicated, shard_model
+from sharding.rules import replicated
 
 # KV memory when num_pages is not given: a fraction of the accelerator's free memory, or a
 # fixed budget on CPU (host RAM is shared with everything else).
@@ -279,6 +280,10 @@ class LLM:
         # each sampled row, by (with_scores, with_top); each compiled when first needed.
         self._variants: dict[tuple[bool, bool], object] = {}
         self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
+        # Penalized requests (presence/frequency/repetition): a slot each in a device-side
+        # state of token counts, [max_num_seqs, vocab] int32 + bool, made on first use.
+        self._penalty_slots = penalties.PenaltySlots(max_num_seqs)
+        self._penalty_state: penalties.PenaltyState | None = None
         self._seed = seed
         self._request_counter = itertools.count()
         self._outputs: dict[str, RequestOutput] = {}  # unfinished, and finished for generate
@@ -415,6 +420,7 @@ class LLM:
         returns its "abort" delta (with a step in flight, once that step is read back)."""
         if not self._scheduler.abort(request_id):
             return False
+        self._penalty_slots.release((request_id,))
         out = self._outputs.get(request_id)
         if out is not None:
             out.finish_reason = "abort"
@@ -446,6 +452,7 @@ class LLM:
         call, and deltas already produced wait in the outbox."""
         if not self._dispatched:
             sched = self._scheduler.schedule()
+            self._penalty_slots.release(sched.preempted)  # they restart from position 0
             self._deliver_aborts(sched.finished_aborted)
             if sched.items:
                 self._launch(sched)
@@ -491,8 +498,11 @@ class LLM:
         shape = (batch.token_ids.shape[0], batch.kv_lens.shape[0])
         score_rows = self._fill_score_targets(sched.items, batch)
         with_top = any(it.sample and it.sampling_params.logprobs for it in sched.items)
+        penalized = self._penalty_slots.fill(
+            sched.items, self._prompt_len, batch.penalty_slot, batch.penalty_prompt_len
+        )
         variant = (bool(score_rows), with_top)
-        compiles = (variant, *shape) not in self._variant_shapes
+        compiles = (variant, penalized, *shape) not in self._variant_shapes
         step_fn = self._step_variant(variant)
         if self.mesh is not None:
             # Every process passes the same batch (see sharding/distributed.py).
@@ -506,9 +516,20 @@ class LLM:
                 self._no_prev_tokens = jnp.zeros(self._buckets.max_seqs, jnp.int32)
             batch = batch._replace(prev_tokens=self._no_prev_tokens)
         start = time.perf_counter()
-        self._kv, out = step_fn(self.params, self._kv, batch)
+        if penalized:
+            if self._penalty_state is None:
+                self._penalty_state = penalties.init_state(
+                    self._penalty_slots.num_slots,
+                    self.config.vocab_size,
+                    None if self.mesh is None else replicated(self.mesh),
+                )
+            # The state is donated: the step's output holds the only live copy.
+            self._kv, out = step_fn(self.params, self._kv, batch, self._penalty_state)
+            self._penalty_state = out.penalty_state
+        else:
+            self._kv, out = step_fn(self.params, self._kv, batch)
         self._step_shapes.add(shape)
-        self._variant_shapes.add((variant, *shape))
+        self._variant_shapes.add((variant, penalized, *shape))
         return _Dispatched(sched, out, score_rows, compiles, start, with_top)
 
     def _complete_oldest(self) -> None:
@@ -558,6 +579,7 @@ class LLM:
                 out_rec.top_logprobs.extend(list(t) for t in top)
             self._num_tokens_generated += len(res.new_token_ids)
             if res.finished:
+                self._penalty_slots.release((res.request_id,))
                 out_rec.finish_reason = res.finish_reason
                 out_rec.stop_reason = res.stop_reason
                 out_rec.text = self._detokenize(out_rec.token_ids)
@@ -595,6 +617,9 @@ class LLM:
                     batch.score_targets[first + j] = prompt[pos + 1]
                     rows.append((it.request_id, pos, first + j))
         return rows
+
+    def _prompt_len(self, item) -> int:
+        return len(self._outputs[item.request_id].prompt_token_ids)
 
     def _step_variant(self, variant: tuple[bool, bool]):
         """The step that also returns every row's target logprob (with_scores) and/or the

@@ -119,7 +119,19 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
         starts.append(it.start_pos)
         tokens += it.token_ids
         feeds.append(it.feed_index)
-        fields.append((sp.temperature, sp.top_p, sp.top_k, sp.seed, it.num_generated, sp.min_p))
+        fields.append(
+            (
+                sp.temperature,
+                sp.top_p,
+                sp.top_k,
+                sp.seed,
+                it.num_generated,
+                sp.min_p,
+                sp.repetition_penalty,
+                sp.presence_penalty,
+                sp.frequency_penalty,
+            )
+        )
     num_tokens = len(tokens)
     lens, starts = np.asarray(lens, np.int32), np.asarray(starts, np.int32)
     t_pad, s_pad = buckets.pick(num_tokens, n)
@@ -154,8 +166,9 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
     slot_mapping[:num_tokens] = page_table[owner, pos // page_size] * page_size + pos % page_size
     sample_index = np.zeros(s_pad, np.int32)
     sample_index[:n] = ends - 1
-    sampling = np.zeros((6, s_pad), np.float64)
+    sampling = np.zeros((9, s_pad), np.float64)
     sampling[1] = 1.0  # top_p of padding rows
+    sampling[6] = 1.0  # their repetition penalty (off)
     if n:
         sampling[:, :n] = np.asarray(fields, np.float64).T
     feed_index = np.full(t_pad, -1, np.int32)
@@ -179,4 +192,8 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
         feed_index,
         np.zeros(buckets.max_seqs, np.int32),  # prev_tokens: the caller passes the last step's
         sampling[5].astype(np.float32),  # min_p
+        # Penalty slots and prompt lengths: filled by the caller (penalties.PenaltySlots).
+        np.full(s_pad, -1, np.int32),
+        np.zeros(s_pad, np.int32),
+        np.ascontiguousarray(sampling[6:9].T, np.float32),  # repetition, presence, frequency
     )

@@ -11,6 +11,8 @@ import numpy as np
 
 MAX_LOGPROBS = 20  # top logprobs per token at most (vLLM's default max_logprobs)
 MAX_STOP_CHARS = 1024  # per stop string; the stop check decodes ~4 tokens per character
+MAX_PENALTY = 2.0  # presence/frequency penalties' range, +-, as the OpenAI API's
+MAX_REPETITION_PENALTY = 100.0  # a finite bound; HF and vLLM only ask for > 0
 TOP_K_MAX = 2**31 - 1  # the step carries top_k as int32; any k >= the vocabulary keeps all
 
 
@@ -34,6 +36,14 @@ class SamplingParams:
     # (unscaled distribution, as `RequestOutput.logprobs`); None or 0 = off.
     logprobs: int | None = None
     min_p: float = 0.0  # keep tokens at least min_p times as likely as the top one; 0 = off
+    # Penalties on the logits before sampling (greedy included), as vLLM and the OpenAI API:
+    # a token already in the output loses presence_penalty once and frequency_penalty per
+    # occurrence; a token in the prompt or the output has its logit divided by
+    # repetition_penalty when positive, multiplied when negative (Keskar et al. 2019, HF's
+    # RepetitionPenaltyLogitsProcessor). 0, 0 and 1 are off. engine/penalties.py.
+    presence_penalty: float = 0.0  # in [-2, 2]
+    frequency_penalty: float = 0.0  # in [-2, 2]
+    repetition_penalty: float = 1.0  # > 0; > 1 discourages repeats, < 1 encourages them
 
     def __post_init__(self):
         # numpy scalars are taken (and stored as Python numbers); bools are not numbers here.
@@ -58,6 +68,19 @@ class SamplingParams:
         if not _is_number(m) or math.isnan(m) or not 0.0 <= m <= 1.0:
             raise ValueError(f"min_p={m!r}: must be in [0, 1] (0 = off)")
         set_("min_p", float(m))
+        for name in ("presence_penalty", "frequency_penalty"):
+            v = getattr(self, name)
+            if not _is_number(v) or math.isnan(v) or not -MAX_PENALTY <= v <= MAX_PENALTY:
+                raise ValueError(
+                    f"{name}={v!r}: must be in [-{MAX_PENALTY}, {MAX_PENALTY}] (0 = off)"
+                )
+            set_(name, float(v))
+        r = self.repetition_penalty
+        if not _is_number(r) or math.isnan(r) or not 0.0 < r <= MAX_REPETITION_PENALTY:
+            raise ValueError(
+                f"repetition_penalty={r!r}: must be in (0, {MAX_REPETITION_PENALTY}] (1 = off)"
+            )
+        set_("repetition_penalty", float(r))
         if self.seed is not None:
             if not _is_int(self.seed) or not 0 <= self.seed < 2**32:
                 raise ValueError(f"seed={self.seed!r}: must be an integer in [0, 2**32)")
@@ -95,6 +118,15 @@ class SamplingParams:
         if self.prompt_logprobs and self.max_tokens == 0:
             # The prompt is scored by the steps that compute it; max_tokens=0 runs none.
             raise ValueError("prompt_logprobs=True: needs max_tokens >= 1 (max_tokens=0)")
+
+    @property
+    def penalized(self) -> bool:
+        """Whether any of the three penalties is on (the step then keeps token counts)."""
+        return (
+            self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+            or self.repetition_penalty != 1.0
+        )
 
 
 def _is_int(x) -> bool:

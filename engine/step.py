@@ -15,9 +15,10 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from configs.model_config import ModelConfig
-from engine import kv_quant
+from engine import kv_quant, penalties
 from engine import paged_attention as pa
 from engine.attention_ops import get_attention_ops
+from engine.penalties import PenaltyState
 from engine.sampler import sample, token_logprobs
 from engine.sampler import top_logprobs as top_logprobs_of
 from models.attention import mla_absorb_q, mla_latent_to_v
@@ -51,6 +52,13 @@ class StepBatch(NamedTuple):
     feed_index: jax.Array | None = None
     prev_tokens: jax.Array | None = None
     min_p: jax.Array | None = None  # [S] float32, 0 = off (None: off for every row)
+    # Penalties (engine/penalties.py), read only when the step gets a penalty_state: each
+    # row's state slot ([S] int32, -1 = not penalized), its prompt length ([S] int32: fed
+    # positions below it are prompt tokens) and its (repetition, presence, frequency)
+    # penalties ([S, 3] float32).
+    penalty_slot: jax.Array | None = None
+    penalty_prompt_len: jax.Array | None = None
+    penalty_params: jax.Array | None = None
 
 
 class StepOutput(NamedTuple):
@@ -67,6 +75,8 @@ class StepOutput(NamedTuple):
     # distribution, most likely first); only from a step made with top_logprobs=K.
     top_ids: jax.Array | None = None
     top_logprobs: jax.Array | None = None
+    # The penalty state after this step (the next step's penalty_state); None without one.
+    penalty_state: PenaltyState | None = None
 
 
 def _mla_dims(cfg: ModelConfig) -> tuple[int, int, int, int]:
@@ -108,8 +118,20 @@ def mla_attention(
     return jnp.where(split.rows[:, None, None], o_exp, o)
 
 
-def step_impl(params: dict, kv: list, batch: StepBatch, *, cfg: ModelConfig, **static):
+def step_impl(
+    params: dict,
+    kv: list,
+    batch: StepBatch,
+    penalty_state: PenaltyState | None = None,
+    *,
+    cfg: ModelConfig,
+    **static,
+):
     """Run one engine step over the paged cache; returns the new cache and sampled tokens.
+
+    With a `penalty_state` (donated like the cache) the step first adds its fed tokens to
+    the counts, samples from penalized logits and returns the new state in its output;
+    logprobs (and top logprobs) stay those of the raw logits, as vLLM reports by default.
 
     With a `mesh`, params and KV arrive placed by sharding/rules.py, the residual stream is
     pinned per layer and MoE layers run the expert-parallel all-to-all. `static`: the
@@ -122,13 +144,14 @@ def step_impl(params: dict, kv: list, batch: StepBatch, *, cfg: ModelConfig, **s
     """
     full_f32 = jnp.dtype(cfg.dtype) == jnp.float32
     with jax.default_matmul_precision("highest" if full_f32 else None):
-        return _step_body(params, kv, batch, cfg=cfg, **static)
+        return _step_body(params, kv, batch, penalty_state, cfg=cfg, **static)
 
 
 def _step_body(
     params: dict,
     kv: list,
     batch: StepBatch,
+    penalty_state: PenaltyState | None,
     *,
     cfg: ModelConfig,
     kv_block_pages: int,
@@ -185,8 +208,22 @@ def _step_body(
         params, cfg, token_ids, batch.positions, kv, attend, routed, constrain
     )
     logits = final_logits(params, cfg, hidden[batch.sample_index])  # [S, V]
+    sample_logits = logits
+    if penalty_state is not None:
+        penalty_state = penalties.update_state(
+            penalty_state,
+            token_ids,
+            batch.positions,
+            batch.cu_q_lens,
+            batch.kv_lens,
+            batch.penalty_slot,
+            batch.penalty_prompt_len,
+        )
+        sample_logits = penalties.penalize(
+            logits, penalty_state, batch.penalty_slot, batch.penalty_params
+        )
     tokens, logprobs = sample(
-        logits,
+        sample_logits,
         batch.temperature,
         batch.top_k,
         batch.top_p,
@@ -194,6 +231,8 @@ def _step_body(
         batch.sample_step,
         batch.min_p,
     )
+    if penalty_state is not None:  # logprobs of the raw distribution
+        logprobs = token_logprobs(logits, tokens)
     load = jnp.stack(loads) if loads else jnp.zeros((0, 0), jnp.int32)  # [L_moe, E]
     scores = None
     if with_scores:  # every row's logits: [T, V], so only in the variant that asks for it
@@ -206,7 +245,7 @@ def _step_body(
     top = (None, None)
     if top_logprobs:
         top = top_logprobs_of(logits, top_logprobs)
-    return kv, StepOutput(tokens, logprobs, load, scores, feed_tokens, *top)
+    return kv, StepOutput(tokens, logprobs, load, scores, feed_tokens, *top, penalty_state)
 
 
 # The public jitted step: static config, KV donated so the pages are updated in place.
@@ -220,7 +259,7 @@ step = jax.jit(
         "with_scores",
         "top_logprobs",
     ),
-    donate_argnames=("kv",),
+    donate_argnames=("kv", "penalty_state"),
 )
 
 
@@ -260,7 +299,7 @@ def make_step(
             with_scores=with_scores,
             top_logprobs=top_logprobs,
         ),
-        donate_argnames=("kv",),
+        donate_argnames=("kv", "penalty_state"),
         **placement,
     )
 

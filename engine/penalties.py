@@ -1,0 +1,150 @@
+"""Presence, frequency and repetition penalties: token counts kept on the device.
+
+A penalized request needs, at every step, how often each vocabulary token occurs in its
+output and whether it occurs in its prompt. Sending that from the host would cost a
+[rows, distinct tokens] upload per step that grows with the output (and with a 128k prompt,
+up to the vocabulary). Instead the engine keeps a `PenaltyState` on the device, one row per
+slot (`PenaltySlots` gives each running penalized request one), and the step itself
+updates it from the tokens it feeds: a token at a position below the request's prompt length
+marks the prompt row, one at or past it counts as output. So the counts follow whatever
+the step computed (chunked prefill, a recompute after preemption, the token an async step
+feeds from the device) without the host knowing any sampled token. A row is zeroed by the
+step that feeds its request's position 0 (admission, or re-admission after preemption).
+
+The penalties, in vLLM's order on the raw logits before temperature and the filters (so
+greedy rows are penalized too): repetition (HF's RepetitionPenaltyLogitsProcessor, logit /
+r when positive, * r otherwise, for tokens in prompt or output), then frequency and presence
+(OpenAI: logit - frequency * count - presence * [count > 0], output tokens only). Every
+row's result depends on its own row only, so batch invariance holds.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class PenaltyState(NamedTuple):
+    """Per slot, over the vocabulary: the output's token counts and the prompt's tokens."""
+
+    output_counts: jax.Array  # [R, V] int32
+    in_prompt: jax.Array  # [R, V] bool
+
+
+def init_state(num_slots: int, vocab: int, sharding=None) -> PenaltyState:
+    """A zeroed state; with a `sharding` (a mesh's replicated one) created in place."""
+
+    def make():
+        return PenaltyState(
+            jnp.zeros((num_slots, vocab), jnp.int32), jnp.zeros((num_slots, vocab), bool)
+        )
+
+    if sharding is None:
+        return make()
+    return jax.jit(make, out_shardings=sharding)()
+
+
+def apply_penalties(
+    logits: jax.Array,  # [S, V] f32
+    output_counts: jax.Array,  # [S, V] int32
+    in_prompt: jax.Array,  # [S, V] bool
+    repetition: jax.Array,  # [S] f32, 1 = off
+    presence: jax.Array,  # [S] f32, 0 = off
+    frequency: jax.Array,  # [S] f32, 0 = off
+) -> jax.Array:  # [S, V] f32
+    """The penalized logits; a row with all three off comes back bitwise unchanged."""
+    seen = in_prompt | (output_counts > 0)
+    r = jnp.where(seen, repetition[:, None], 1.0)
+    logits = jnp.where(logits > 0, logits / r, logits * r)
+    counts = output_counts.astype(jnp.float32)
+    logits = logits - frequency[:, None] * counts
+    return logits - presence[:, None] * (output_counts > 0).astype(jnp.float32)
+
+
+def update_state(
+    state: PenaltyState,
+    token_ids: jax.Array,  # [T] int32, the tokens the step feeds (async feeds resolved)
+    positions: jax.Array,  # [T] int32
+    cu_q_lens: jax.Array,  # [S+1] int32
+    kv_lens: jax.Array,  # [S] int32
+    slot: jax.Array,  # [S] int32, -1 = the row keeps no counts
+    prompt_len: jax.Array,  # [S] int32
+) -> PenaltyState:
+    """Zero the rows whose request starts at position 0 in this step, then add the step's
+    tokens: prompt positions mark `in_prompt`, later ones count in `output_counts`."""
+    num_slots = state.output_counts.shape[0]
+    num_tokens = token_ids.shape[0]
+    q_lens = cu_q_lens[1:] - cu_q_lens[:-1]
+    drop = num_slots  # an out-of-range slot: the scatters below skip it
+    row_slot = jnp.where(slot >= 0, slot, drop)
+    starts = (q_lens > 0) & (kv_lens - q_lens == 0)
+    fresh = jnp.where(starts, row_slot, drop)
+    counts = state.output_counts.at[fresh].set(0, mode="drop")
+    in_prompt = state.in_prompt.at[fresh].set(False, mode="drop")
+    # The row owning token t: cu_q_lens[owner] <= t < cu_q_lens[owner + 1]; padding tokens
+    # (t >= cu_q_lens[-1]) write nowhere.
+    t = jnp.arange(num_tokens, dtype=jnp.int32)
+    owner = jnp.clip(jnp.searchsorted(cu_q_lens, t, side="right") - 1, 0, slot.shape[0] - 1)
+    tok_slot = jnp.where(t < cu_q_lens[-1], row_slot[owner], drop)
+    is_output = positions >= prompt_len[owner]
+    counts = counts.at[jnp.where(is_output, tok_slot, drop), token_ids].add(1, mode="drop")
+    in_prompt = in_prompt.at[jnp.where(is_output, drop, tok_slot), token_ids].set(True, mode="drop")
+    return PenaltyState(counts, in_prompt)
+
+
+def penalize(
+    logits: jax.Array,  # [S, V] f32
+    state: PenaltyState,  # already updated with this step's tokens
+    slot: jax.Array,  # [S] int32, -1 = off
+    params: jax.Array,  # [S, 3] f32: repetition, presence, frequency
+) -> jax.Array:
+    """Each row's logits penalized by its slot's counts (rows without a slot unchanged)."""
+    rows = jnp.maximum(slot, 0)
+    on = (slot >= 0)[:, None]
+    counts = jnp.where(on, state.output_counts[rows], 0)
+    in_prompt = on & state.in_prompt[rows]
+    return apply_penalties(logits, counts, in_prompt, params[:, 0], params[:, 1], params[:, 2])
+
+
+class PenaltySlots:
+    """Host side: which state row each penalized request uses, from its first step to its
+    end. A request keeps its slot while it runs; a preempted one gives it back (it is
+    recomputed from position 0, which zeroes whatever row it gets next). A slot given back
+    while a step in flight still writes it is safe: steps run on the device in dispatch
+    order, so the next owner's position-0 step zeroes the row after that write."""
+
+    def __init__(self, num_slots: int):
+        self.num_slots = num_slots
+        self._free = list(range(num_slots - 1, -1, -1))  # pop() hands out slot 0 first
+        self._held: dict[str, tuple[int, int]] = {}  # request id -> (slot, prompt length)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def release(self, request_ids) -> None:
+        for rid in request_ids:
+            held = self._held.pop(rid, None)
+            if held is not None:
+                self._free.append(held[0])
+
+    def fill(self, items, prompt_len_of, slot_out: np.ndarray, prompt_out: np.ndarray) -> bool:
+        """Write each penalized item's slot and prompt length into the step's [S] arrays
+        (taking a slot for a request's first step); True if any item is penalized."""
+        any_on = False
+        for i, it in enumerate(items):
+            if not it.sampling_params.penalized:
+                continue
+            held = self._held.get(it.request_id)
+            if held is None:
+                if not self._free:  # more penalized requests than running sequences
+                    raise RuntimeError(
+                        f"no penalty slot left for {it.request_id!r} ({self.num_slots} held by "
+                        f"{sorted(self._held)})"
+                    )
+                held = self._held[it.request_id] = (self._free.pop(), prompt_len_of(it))
+            slot_out[i], prompt_out[i] = held
+            any_on = True
+        return any_on

@@ -1,0 +1,299 @@
+"""Presence, frequency and repetition penalties (engine/penalties.py): the engine's greedy
+decodes against Hugging Face models decoding under transformers' RepetitionPenaltyLogitsProcessor
+and the OpenAI formula (tests/fixtures/make_hf_penalty_fixture.py); the device-side counts
+against numpy's bincount; the penalty formula against a direct numpy transcription; and the
+slot bookkeeping through preemption, aborts, async steps and more requests than slots."""
+
+import json
+import pathlib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine import LLM, SamplingParams
+from engine.penalties import (
+    PenaltySlots,
+    PenaltyState,
+    apply_penalties,
+    init_state,
+    penalize,
+    update_state,
+)
+from engine.sampler import sample
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+CASES = json.loads((FIXTURES / "sampler" / "hf_penalties.json").read_text())["cases"]
+
+
+def _params(case, **kw) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=len(case["tokens"]),
+        ignore_eos=True,
+        repetition_penalty=case["repetition_penalty"],
+        presence_penalty=case["presence_penalty"],
+        frequency_penalty=case["frequency_penalty"],
+        **kw,
+    )
+
+
+def _plain(case) -> SamplingParams:
+    return SamplingParams(max_tokens=len(case["tokens"]), ignore_eos=True)
+
+
+def _cases(arch):
+    return [c for c in CASES if c["arch"] == arch]
+
+
+# ---- the formula and the counts -----------------------------------------------------------
+
+
+def _numpy_penalties(logits, counts, in_prompt, rep, pres, freq):
+    """Transcribed from the definitions: HF's RepetitionPenaltyLogitsProcessor (score < 0:
+    score * r, else score / r, over prompt and output tokens) and the OpenAI API's
+    mu[j] - c[j] * frequency - (c[j] > 0) * presence."""
+    out = logits.astype(np.float32).copy()
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            if in_prompt[i, j] or counts[i, j] > 0:
+                x = out[i, j]
+                out[i, j] = x * np.float32(rep[i]) if x < 0 else x / np.float32(rep[i])
+            out[i, j] -= np.float32(freq[i]) * np.float32(counts[i, j])
+            out[i, j] -= np.float32(pres[i]) * np.float32(counts[i, j] > 0)
+    return out
+
+
+def test_apply_penalties_matches_the_definitions_and_leaves_rows_that_are_off_bitwise():
+    rng = np.random.default_rng(0)
+    s, v = 6, 40
+    logits = rng.standard_normal((s, v)).astype(np.float32) * 3
+    logits[0, :4] = [0.0, -0.0, np.inf * -1, 7.0]
+    counts = rng.integers(0, 4, (s, v)) * (rng.random((s, v)) < 0.3)
+    in_prompt = rng.random((s, v)) < 0.2
+    rep = np.array([1.5, 0.7, 1.0, 2.0, 1.0, 1.2], np.float32)
+    pres = np.array([0.0, 0.5, -1.0, 0.3, 0.0, 2.0], np.float32)
+    freq = np.array([0.0, 0.2, 0.9, -0.4, 0.0, -2.0], np.float32)
+    got = np.asarray(
+        apply_penalties(
+            jnp.asarray(logits),
+            jnp.asarray(counts, jnp.int32),
+            jnp.asarray(in_prompt),
+            jnp.asarray(rep),
+            jnp.asarray(pres),
+            jnp.asarray(freq),
+        )
+    )
+    want = _numpy_penalties(logits, counts, in_prompt, rep, pres, freq)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert not np.array_equal(got[:4], logits[:4])
+    np.testing.assert_array_equal(got[4].view(np.uint32), logits[4].view(np.uint32))
+
+
+def test_update_state_counts_prompt_and_output_tokens_as_bincount_would():
+    """A step of three rows: a decode (one output token), a chunk that starts a request (its
+    row is zeroed first) and runs past its prompt (a recompute after preemption), and a
+    middle prefill chunk; then padding tokens and an unpenalized row that write nothing."""
+    vocab, slots = 12, 4
+    rng = np.random.default_rng(1)
+    old_counts = rng.integers(0, 3, (slots, vocab)).astype(np.int32)
+    old_prompt = rng.random((slots, vocab)) < 0.5
+    state = PenaltyState(jnp.asarray(old_counts), jnp.asarray(old_prompt))
+    # rows: 0 = decode at position 9 (prompt 5) slot 2; 1 = recompute from 0, prompt 4,
+    # 6 tokens, slot 0; 2 = prefill chunk at positions 3..5 of a prompt of 10, slot 3;
+    # 3 = unpenalized decode; then 3 padding tokens.
+    tok = [7, 1, 1, 5, 9, 1, 1, 4, 4, 11, 6, 0, 0, 0]
+    pos = [9, 0, 1, 2, 3, 4, 5, 3, 4, 5, 20, 0, 0, 0]
+    cu = [0, 1, 7, 10, 11]
+    kv = [10, 6, 6, 21]
+    slot = [2, 0, 3, -1]
+    plen = [5, 4, 10, 3]
+    new = update_state(state, *(jnp.asarray(a, jnp.int32) for a in (tok, pos, cu, kv, slot, plen)))
+    counts, prompt = old_counts.copy(), old_prompt.copy()
+    counts[2, 7] += 1
+    counts[0], prompt[0] = 0, False
+    counts[0] += np.bincount([1, 1], minlength=vocab)  # positions 4, 5 >= prompt 4
+    prompt[0, [1, 5, 9]] = True
+    prompt[3, [4, 11]] = True
+    np.testing.assert_array_equal(np.asarray(new.output_counts), counts)
+    np.testing.assert_array_equal(np.asarray(new.in_prompt), prompt)
+
+    params = jnp.asarray([[1.3, 0.5, 0.25], [1.0, 0.0, 0.0], [2.0, 0.0, 1.0], [1.5, 1.0, 1.0]])
+    logits = jnp.asarray(rng.standard_normal((4, vocab)), jnp.float32)
+    got = np.asarray(penalize(logits, new, jnp.asarray(slot, jnp.int32), params))
+    p = np.asarray(params)
+    rows = [2, 0, 3]
+    want = _numpy_penalties(
+        np.asarray(logits)[:3], counts[rows], prompt[rows], p[:3, 0], p[:3, 1], p[:3, 2]
+    )
+    np.testing.assert_allclose(got[:3], want, rtol=1e-6)
+    np.testing.assert_array_equal(got[3], np.asarray(logits)[3])  # slot -1: untouched
+
+
+def test_init_state_is_zero():
+    st = init_state(3, 7)
+    assert st.output_counts.shape == (3, 7) and st.output_counts.dtype == jnp.int32
+    assert not np.asarray(st.output_counts).any() and not np.asarray(st.in_prompt).any()
+
+
+def test_penalty_slots_hand_out_reuse_and_refuse_past_capacity():
+    class It:
+        def __init__(self, rid, on=True):
+            self.request_id = rid
+            self.sampling_params = SamplingParams(repetition_penalty=1.1 if on else 1.0)
+
+    slots = PenaltySlots(2)
+    s, p = np.full(3, -1, np.int32), np.zeros(3, np.int32)
+    assert slots.fill([It("a"), It("x", on=False), It("b")], lambda it: 10, s, p)
+    assert s.tolist() == [0, -1, 1] and p.tolist() == [10, 0, 10] and len(slots) == 2
+    s[:] = -1
+    assert not slots.fill([It("x", on=False)], lambda it: 10, s, p)
+    with pytest.raises(RuntimeError, match="no penalty slot left for 'c'"):
+        slots.fill([It("c")], lambda it: 3, s, p)
+    slots.release(["a", "a", "never"])
+    s[:] = -1
+    slots.fill([It("b"), It("c")], lambda it: 3, s, p)
+    assert s[:2].tolist() == [1, 0] and p[:2].tolist() == [10, 3]
+
+
+@pytest.mark.parametrize(
+    "field, value, limit",
+    [
+        ("presence_penalty", 2.5, r"\[-2.0, 2.0\]"),
+        ("frequency_penalty", -2.01, r"\[-2.0, 2.0\]"),
+        ("frequency_penalty", float("nan"), r"\[-2.0, 2.0\]"),
+        ("presence_penalty", "0.1", r"\[-2.0, 2.0\]"),
+        ("repetition_penalty", 0.0, r"\(0, 100.0\]"),
+        ("repetition_penalty", float("inf"), r"\(0, 100.0\]"),
+        ("repetition_penalty", True, r"\(0, 100.0\]"),
+    ],
+)
+def test_bad_penalties_are_refused_naming_the_field(field, value, limit):
+    with pytest.raises(ValueError, match=field + ".*" + limit):
+        SamplingParams(**{field: value})
+
+
+def test_penalties_are_stored_as_floats_and_flag_the_request():
+    sp = SamplingParams(presence_penalty=np.float32(0.5), repetition_penalty=np.int64(2))
+    assert sp.presence_penalty == 0.5 and type(sp.presence_penalty) is float
+    assert sp.repetition_penalty == 2.0 and sp.penalized
+    assert not SamplingParams().penalized
+    assert SamplingParams(frequency_penalty=-0.1).penalized
+
+
+def test_sampler_is_unchanged_for_zero_penalties():
+    """The step's penalize() with every penalty off hands sample() the same logits."""
+    rng = np.random.default_rng(2)
+    logits = jnp.asarray(rng.standard_normal((4, 30)), jnp.float32)
+    state = PenaltyState(
+        jnp.asarray(rng.integers(0, 3, (4, 30)), jnp.int32), jnp.asarray(rng.random((4, 30)) < 0.5)
+    )
+    params = jnp.asarray([[1.0, 0.0, 0.0]] * 4, jnp.float32)
+    out = penalize(logits, state, jnp.arange(4, dtype=jnp.int32), params)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(logits))
+    args = (
+        jnp.full(4, 0.8),
+        jnp.zeros(4, jnp.int32),
+        jnp.ones(4),
+        jnp.arange(4, dtype=jnp.uint32),
+        jnp.zeros(4, jnp.int32),
+    )
+    assert np.array_equal(np.asarray(sample(out, *args)[0]), np.asarray(sample(logits, *args)[0]))
+
+
+# ---- the engine against Hugging Face ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama():
+    # A small token budget: the 17- and 33-token prompts prefill in chunks next to decodes.
+    return LLM(str(FIXTURES / "llama"), dtype="float32", max_num_batched_tokens=16, max_num_seqs=8)
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v2"])
+def test_moe_and_mla_models_decode_as_hf_under_penalties(arch):
+    llm = LLM(str(FIXTURES / arch), dtype="float32", max_num_batched_tokens=32, max_num_seqs=4)
+    cases = _cases(arch)
+    assert cases
+    outs = llm.generate(
+        [c["prompt"] for c in cases] * 2, [_params(c) for c in cases] + [_plain(c) for c in cases]
+    )
+    for c, pen, plain in zip(cases, outs[: len(cases)], outs[len(cases) :], strict=True):
+        assert pen.token_ids == c["tokens"]
+        assert plain.token_ids == c["plain_tokens"] != c["tokens"]
+    assert len(llm._penalty_slots) == 0
+
+
+def test_llama_decodes_as_hf_under_penalties_next_to_unpenalized_requests(llama):
+    cases = _cases("llama")
+    assert len(cases) >= 3
+    prompts = [c["prompt"] for c in cases] * 2
+    params = [_params(c) for c in cases] + [_plain(c) for c in cases]
+    outs = llama.generate(prompts, params)
+    for c, pen, plain in zip(cases, outs[: len(cases)], outs[len(cases) :], strict=True):
+        assert pen.token_ids == c["tokens"], (c["repetition_penalty"], c["presence_penalty"])
+        assert plain.token_ids == c["plain_tokens"] != c["tokens"]
+    # Logprobs stay those of the raw distribution: the prompt scores of prompt + output
+    # (a different step variant, unpenalized) give the same values.
+    c, pen = cases[0], outs[0]
+    scored = llama.score([c["prompt"] + pen.token_ids])[0][len(c["prompt"]) - 1 :]
+    np.testing.assert_allclose(pen.logprobs, scored, rtol=1e-5, atol=1e-5)
+    assert len(llama._penalty_slots) == 0
+
+
+def test_unpenalized_rows_are_bitwise_the_same_beside_penalized_ones(llama):
+    """The same two-request steps with and without the penalty variant: the unpenalized
+    request's sampled tokens and logprobs do not move (the state touches only its rows)."""
+    c = _cases("llama")[0]
+    sampled = SamplingParams(temperature=0.9, seed=5, max_tokens=12, ignore_eos=True)
+    beside_plain = llama.generate([c["prompt"]] * 2, [sampled, _plain(c)])[0]
+    beside_pen = llama.generate([c["prompt"]] * 2, [sampled, _params(c)])[0]
+    assert beside_pen.token_ids == beside_plain.token_ids
+    assert np.array_equal(np.float32(beside_pen.logprobs), np.float32(beside_plain.logprobs))
+
+
+def test_sampled_penalized_request_is_bitwise_the_same_alone_and_in_a_batch():
+    """Batch-invariant mode: a sampled, penalized request gives the same tokens and logprobs
+    alone and beside other penalized requests (other slots, other shapes)."""
+    llm = LLM(
+        str(FIXTURES / "llama"),
+        dtype="float32",
+        batch_invariant=True,
+        max_num_batched_tokens=32,
+        max_num_seqs=4,
+    )
+    cases = _cases("llama")
+    params = _params(cases[2], temperature=0.8, seed=11)
+    alone = llm.generate([cases[2]["prompt"]], params)[0]
+    others = [_params(x, temperature=1.0) for x in cases]
+    batch = llm.generate([cases[2]["prompt"]] + [x["prompt"] for x in cases], [params, *others])
+    assert batch[0].token_ids == alone.token_ids
+    assert np.array_equal(np.float32(batch[0].logprobs), np.float32(alone.logprobs))
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_penalties_survive_preemption_and_more_requests_than_slots(async_scheduling):
+    """16 pages of 4 tokens hold 64 tokens; three 41-57-token requests preempt each other,
+    recompute from position 0 (the step zeroes and refills their slot) and must still match
+    Hugging Face. Twelve requests run through 2 slots; aborted ones give theirs back."""
+    cases = _cases("llama")
+    llm = LLM(
+        str(FIXTURES / "llama"),
+        dtype="float32",
+        page_size=4,
+        num_pages=16,
+        max_num_batched_tokens=16,
+        max_num_seqs=2,
+        async_scheduling=async_scheduling,
+    )
+    outs = llm.generate([c["prompt"] for c in cases] * 4, [_params(c) for c in cases] * 4)
+    for i, out in enumerate(outs):
+        assert out.token_ids == cases[i % len(cases)]["tokens"]
+    assert llm.stats()["num_preemptions"] > 0
+    assert len(llm._penalty_slots) == 0
+    stream = llm.stream([c["prompt"] for c in cases], [_params(c) for c in cases])
+    next(stream)
+    next(stream)
+    stream.close()  # aborts the ones still running
+    assert len(llm._penalty_slots) == 0
+    again = llm.generate([cases[1]["prompt"]], _params(cases[1]))[0]
+    assert again.token_ids == cases[1]["tokens"]
