@@ -35,6 +35,13 @@ _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "0 = greedy.")
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus mass.")
 _TOP_K = flags.DEFINE_integer("top_k", 0, "Top-k; 0 = off.")
 _MIN_P = flags.DEFINE_float("min_p", 0.0, "Min-p (relative to the top token); 0 = off.")
+_PRESENCE = flags.DEFINE_float("presence_penalty", 0.0, "Per token already output, in [-2, 2].")
+_FREQUENCY = flags.DEFINE_float(
+    "frequency_penalty", 0.0, "Per occurrence of a token already output, in [-2, 2]."
+)
+_REPETITION = flags.DEFINE_float(
+    "repetition_penalty", 1.0, "Divides (x multiplies) logits of prompt/output tokens; 1 = off."
+)
 _STOP = flags.DEFINE_multi_string(
     "stop", [], "Stop string(s): a request ends when its text holds one (needs a tokenizer.json)."
 )
@@ -79,6 +86,9 @@ def _generate() -> None:
         top_p=_TOP_P.value,
         top_k=_TOP_K.value,
         min_p=_MIN_P.value,
+        presence_penalty=_PRESENCE.value,
+        frequency_penalty=_FREQUENCY.value,
+        repetition_penalty=_REPETITION.value,
         stop=tuple(_STOP.value),
     )
     for name, flag, low in (

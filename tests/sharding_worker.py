@@ -37,6 +37,9 @@ LAYOUTS = [
 SKEWED = [("deepseek_v3", "ep=8"), ("qwen3_moe", "dp=2,ep=4")]
 # fp8 KV pages on a mesh that splits the KV heads (and so the per-row scales).
 FP8_LAYOUT = ("llama", "tp=2")
+# Penalized requests (a replicated count state) on meshes that split tokens (dp) and the
+# vocabulary's matmul (tp): tests/fixtures/sampler/hf_penalties.json.
+PENALTY_LAYOUTS = [("qwen3_moe", "dp=2,ep=4"), ("llama", "tp=2")]
 
 
 def _engine(model: str, mesh: str):
@@ -159,6 +162,8 @@ def mesh_cases(out_path: str) -> None:
         llm = _engine(str(FIXTURES / arch), mesh)
         prompts = refs[arch]["prompts"]
         result["sharded"][f"{arch}|{mesh}"] = _generate(llm, prompts)
+        if (arch, mesh) in PENALTY_LAYOUTS:
+            result.setdefault("penalties", {})[f"{arch}|{mesh}"] = _penalized(llm, arch)
         if (arch, mesh) in SKEWED:
             # Same shapes and shardings, so both engines reuse their compiled steps.
             single = singles[arch]
@@ -172,6 +177,25 @@ def mesh_cases(out_path: str) -> None:
     result["invariant"] = _invariant_across_ep(refs["deepseek_v3"]["prompts"])
     result["fp8"] = _fp8_kv(FP8_LAYOUT)
     pathlib.Path(out_path).write_text(json.dumps(result))
+
+
+def _penalized(llm, arch: str) -> list[list[int]]:
+    """Greedy tokens of the HF penalty fixture's cases for `arch`, penalized as recorded."""
+    from engine import SamplingParams
+
+    cases = json.loads((FIXTURES / "sampler" / "hf_penalties.json").read_text())["cases"]
+    cases = [c for c in cases if c["arch"] == arch]
+    params = [
+        SamplingParams(
+            max_tokens=len(c["tokens"]),
+            ignore_eos=True,
+            repetition_penalty=c["repetition_penalty"],
+            presence_penalty=c["presence_penalty"],
+            frequency_penalty=c["frequency_penalty"],
+        )
+        for c in cases
+    ]
+    return [o.token_ids for o in llm.generate([c["prompt"] for c in cases], params)]
 
 
 def _fp8_kv(layout: tuple[str, str]) -> dict:

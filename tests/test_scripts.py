@@ -70,6 +70,21 @@ def test_generate_stops_at_a_stop_string():
     assert reply == "well well well  (stop)", out
 
 
+def test_generate_applies_a_repetition_penalty():
+    # transformers 5.24's generate(max_new_tokens=12, do_sample=False, repetition_penalty=1.5)
+    # on this fixture and the prompt's ids [3, 0, 0, 16, 3] gives the text below (without
+    # the penalty: "well well well w397 ...", test_generate_stops_at_a_stop_string).
+    out = _run(
+        "scripts.generate",
+        f"--model={ROOT}/tests/fixtures/llama",
+        "--prompt=the cat sat on the",
+        "--max_tokens=12",
+        "--repetition_penalty=1.5",
+    )
+    (reply,) = [line.split(" -> ")[1] for line in out.splitlines() if " -> " in line]
+    assert reply == "well w251 or have w356 w380 w355 w367 need w398 w417 be (length)", out
+
+
 @pytest.mark.parametrize(
     "module, flags, expect",
     [
@@ -81,9 +96,9 @@ def test_generate_stops_at_a_stop_string():
                 "--decode_steps=3",
                 "--copy_mb=16",
                 "--kv_cache_dtype=fp8",
-                "--sampling=greedy,logprobs",
+                "--sampling=greedy,penalties",
             ],
-            "| tiny-llama | logprobs | 2 |",
+            "| tiny-llama | penalties | 2 |",
         ),
         (
             "scripts.bench_determinism",
@@ -132,9 +147,19 @@ def test_benchmarks_run_small(module, flags, expect):
         (
             "scripts.bench_throughput",
             ["--models=no-such-preset", "--sampling=greedy,beam"],
-            "--sampling=greedy,beam: must list one or more of greedy, sampled, logprobs",
+            "--sampling=greedy,beam: must list one or more of greedy, sampled, logprobs, penalties",
         ),
         ("scripts.generate", ["--model=no-such-preset", "--stop="], "non-empty str"),
+        (
+            "scripts.generate",
+            ["--model=no-such-preset", "--presence_penalty=3"],
+            "presence_penalty=3.0: must be in [-2.0, 2.0]",
+        ),
+        (
+            "scripts.generate",
+            ["--model=no-such-preset", "--repetition_penalty=0"],
+            "repetition_penalty=0.0: must be in (0, 100.0]",
+        ),
         (
             "scripts.bench_long_context",
             ["--part=itl", "--itl_model=no-such-preset", "--stream_tokens=3"],

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.sharding_worker import FP8_LAYOUT, LAYOUTS, MAX_TOKENS, SKEWED
+from tests.sharding_worker import FP8_LAYOUT, LAYOUTS, MAX_TOKENS, PENALTY_LAYOUTS, SKEWED
 
 ROOT = pathlib.Path(__file__).parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -87,6 +87,14 @@ def test_sharded_generate_matches_hf_and_single_device(mesh_results, arch, mesh)
     assert specs["attn.wo"] == "P('tp', None, None)"
     if "moe.w_gate" in specs:
         assert specs["moe.w_gate"] == "P('ep', None, 'tp')"
+
+
+@pytest.mark.parametrize("arch, mesh", PENALTY_LAYOUTS)
+def test_penalized_requests_on_a_mesh_decode_as_hf(mesh_results, arch, mesh):
+    got = mesh_results["penalties"][f"{arch}|{mesh}"]
+    cases = json.loads((FIXTURES / "sampler" / "hf_penalties.json").read_text())["cases"]
+    want = [c["tokens"] for c in cases if c["arch"] == arch]
+    assert want and got == want
 
 
 @pytest.mark.parametrize("arch, mesh", SKEWED)
