@@ -17,14 +17,14 @@ import numpy as np
 
 from configs.model_config import ModelConfig
 from engine import batch_invariant as batch_invariant_lib
-from engine import inputs, kv_quant, penalties, runner
+from engine import inputs, kv_quant, logit_bias, penalties, runner
 from engine.attention_ops import resolve_impl
 from engine.kv_pages import PageManager, pages_for_budget, pages_for_tokens
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.step import StepOutput, init_kv_pages, make_step
-from engine.stop_strings import truncate_at_stop
+from engine.stop_strings import protected_chars, truncate_at_stop
 from long_context.capacity import kv_shard_fraction
 from long_context.policy import LongPrefillPolicy
 from models.load import TOKENIZER_CONFIG_FILE, load_model, model_config
@@ -293,7 +293,8 @@ class LLM:
         self._unwatched: set[str] = set()
         self._num_steps = 0
         self._step_shapes: set[tuple[int, int]] = set()  # (T, S) buckets this engine ran
-        self._variant_shapes: set[tuple] = set()  # (variant, T, S) compiled for this engine
+        # (variant, penalized, token-list width, T, S): the step programs this engine ran.
+        self._variant_shapes: set[tuple] = set()
         self._page_rows = runner.PageRows()  # page tables as arrays, grown step by step
         self._num_tokens_generated = 0
         self._expert_load = np.zeros((0, 0), np.int64)  # [L_moe, E] last step
@@ -339,6 +340,22 @@ class LLM:
             raise ValueError(
                 f"prompt: length {len(ids)} exceeds max_model_len={self.max_model_len}"
             )
+        for name, listed in (
+            ("logit_bias", [t for t, _ in params.logit_bias or ()]),
+            ("allowed_token_ids", params.allowed_token_ids or ()),
+        ):
+            if listed and listed[-1] >= vocab:  # both are sorted
+                raise ValueError(
+                    f"{name}: token id {listed[-1]} is outside the vocabulary [0, {vocab})"
+                )
+        allowed = params.allowed_token_ids
+        if params.min_tokens and allowed is not None:
+            banned = set(logit_bias.held_back(params, self.config.eos_token_ids))
+            if banned.issuperset(allowed):
+                raise ValueError(
+                    f"allowed_token_ids={allowed}: min_tokens={params.min_tokens} bans every "
+                    "one of them (they are stop tokens) for the first tokens"
+                )
         self._scheduler.check_fits(len(ids), params.max_tokens)
         self._scheduler.check_stop_strings(params.stop)
 
@@ -501,8 +518,15 @@ class LLM:
         penalized = self._penalty_slots.fill(
             sched.items, self._prompt_len, batch.penalty_slot, batch.penalty_prompt_len
         )
+        lists = logit_bias.lists_for(sched.items, shape[1], self.config.eos_token_ids)
+        list_width = 0
+        if lists is not None:
+            batch = batch._replace(
+                listed_ids=lists.ids, listed_values=lists.values, listed_restrict=lists.restrict
+            )
+            list_width = lists.ids.shape[1]
         variant = (bool(score_rows), with_top)
-        compiles = (variant, penalized, *shape) not in self._variant_shapes
+        compiles = (variant, penalized, list_width, *shape) not in self._variant_shapes
         step_fn = self._step_variant(variant)
         if self.mesh is not None:
             # Every process passes the same batch (see sharding/distributed.py).
@@ -529,7 +553,7 @@ class LLM:
         else:
             self._kv, out = step_fn(self.params, self._kv, batch)
         self._step_shapes.add(shape)
-        self._variant_shapes.add((variant, penalized, *shape))
+        self._variant_shapes.add((variant, penalized, list_width, *shape))
         return _Dispatched(sched, out, score_rows, compiles, start, with_top)
 
     def _complete_oldest(self) -> None:
@@ -587,8 +611,9 @@ class LLM:
                     params = next(
                         it.sampling_params for it in sched.items if it.request_id == res.request_id
                     )
+                    after = protected_chars(self._detokenize, out_rec.token_ids, params.min_tokens)
                     out_rec.text = truncate_at_stop(
-                        out_rec.text, params.stop, params.include_stop_str_in_output
+                        out_rec.text, params.stop, params.include_stop_str_in_output, after
                     )
                 if res.request_id not in self._collecting:
                     del self._outputs[res.request_id]

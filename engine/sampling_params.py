@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,7 +13,11 @@ MAX_LOGPROBS = 20  # top logprobs per token at most (vLLM's default max_logprobs
 MAX_STOP_CHARS = 1024  # per stop string; the stop check decodes ~4 tokens per character
 MAX_PENALTY = 2.0  # presence/frequency penalties' range, +-, as the OpenAI API's
 MAX_REPETITION_PENALTY = 100.0  # a finite bound; HF and vLLM only ask for > 0
-TOP_K_MAX = 2**31 - 1  # the step carries top_k as int32; any k >= the vocabulary keeps all
+TOP_K_MAX = 2**31 - 1
+MAX_LOGIT_BIAS = 100.0  # the OpenAI API's bias range, +-
+# logit_bias and allowed_token_ids each list at most this many tokens: each step uploads the
+# lists of its requests that use them (engine/logit_bias.py).
+MAX_LISTED_TOKENS = 2048  # the step carries top_k as int32; any k >= the vocabulary keeps all
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,15 @@ class SamplingParams:
     presence_penalty: float = 0.0  # in [-2, 2]
     frequency_penalty: float = 0.0  # in [-2, 2]
     repetition_penalty: float = 1.0  # > 0; > 1 discourages repeats, < 1 encourages them
+    # Until min_tokens tokens are out, the model's EOS tokens (unless ignore_eos) and
+    # stop_token_ids cannot be sampled and no stop string ends the request (vLLM's rule).
+    min_tokens: int = 0
+    # Added to the logits of these token ids before sampling (greedy included), as the
+    # OpenAI API's logit_bias: {token id: bias in [-100, 100]}; -100 all but bans a token.
+    # Stored as ((id, bias), ...) sorted by id. None = off.
+    logit_bias: tuple[tuple[int, float], ...] | None = None
+    # Sample only among these token ids (vLLM's allowed_token_ids); None = the vocabulary.
+    allowed_token_ids: tuple[int, ...] | None = None
 
     def __post_init__(self):
         # numpy scalars are taken (and stored as Python numbers); bools are not numbers here.
@@ -115,9 +128,31 @@ class SamplingParams:
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be True or False")
             set_(name, bool(getattr(self, name)))
+        if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(
+                f"min_tokens={self.min_tokens!r}: must be an integer in [0, max_tokens="
+                f"{self.max_tokens}]"
+            )
+        set_("min_tokens", int(self.min_tokens))
+        if self.logit_bias is not None:
+            set_("logit_bias", _logit_bias(self.logit_bias))
+        if self.allowed_token_ids is not None:
+            set_("allowed_token_ids", _token_ids("allowed_token_ids", self.allowed_token_ids))
         if self.prompt_logprobs and self.max_tokens == 0:
             # The prompt is scored by the steps that compute it; max_tokens=0 runs none.
             raise ValueError("prompt_logprobs=True: needs max_tokens >= 1 (max_tokens=0)")
+
+    @functools.cached_property
+    def listed_tokens(self) -> dict[int, float]:
+        """logit_bias and allowed_token_ids as one {token id: value added to its logit} map:
+        allowed tokens get 0, plus their bias; a bias on a token outside the allowed set is
+        dropped (that token is banned either way). Built once per SamplingParams (each step
+        of the request reads it: engine/logit_bias.py); do not modify."""
+        entries = dict.fromkeys(self.allowed_token_ids or (), 0.0)
+        for token, bias in self.logit_bias or ():
+            if self.allowed_token_ids is None or token in entries:
+                entries[token] = entries.get(token, 0.0) + bias
+        return entries
 
     @property
     def penalized(self) -> bool:
@@ -127,6 +162,43 @@ class SamplingParams:
             or self.frequency_penalty != 0.0
             or self.repetition_penalty != 1.0
         )
+
+
+def _token_ids(name: str, ids) -> tuple[int, ...]:
+    """A non-empty sequence of token ids, deduplicated and sorted."""
+    if isinstance(ids, str | bytes | Mapping) or not isinstance(ids, Iterable):
+        raise ValueError(f"{name}={ids!r}: must be a sequence of token ids")
+    ids = tuple(ids)
+    if not ids or not all(_is_int(t) and t >= 0 for t in ids):
+        raise ValueError(f"{name}={ids!r}: must be one or more integer token ids >= 0")
+    ids = tuple(sorted({int(t) for t in ids}))
+    if len(ids) > MAX_LISTED_TOKENS:
+        raise ValueError(f"{name}: {len(ids)} token ids, at most {MAX_LISTED_TOKENS}")
+    return ids
+
+
+def _logit_bias(bias) -> tuple[tuple[int, float], ...]:
+    """{id: bias} (or (id, bias) pairs) as ((id, bias), ...) sorted by id."""
+    pairs = bias.items() if isinstance(bias, Mapping) else bias
+    if isinstance(pairs, str | bytes) or not isinstance(pairs, Iterable):
+        raise ValueError(f"logit_bias={bias!r}: must map token ids to biases")
+    out = {}
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise ValueError(f"logit_bias={bias!r}: must map token ids to biases")
+        t, b = pair
+        if not _is_int(t) or t < 0:
+            raise ValueError(f"logit_bias: token id {t!r} must be an integer >= 0")
+        if not _is_number(b) or math.isnan(b) or not -MAX_LOGIT_BIAS <= b <= MAX_LOGIT_BIAS:
+            raise ValueError(
+                f"logit_bias[{t}]={b!r}: must be in [-{MAX_LOGIT_BIAS}, {MAX_LOGIT_BIAS}]"
+            )
+        if int(t) in out:
+            raise ValueError(f"logit_bias: token id {t} given twice")
+        out[int(t)] = float(b)
+    if len(out) > MAX_LISTED_TOKENS:
+        raise ValueError(f"logit_bias: {len(out)} token ids, at most {MAX_LISTED_TOKENS}")
+    return tuple(sorted(out.items()))
 
 
 def _is_int(x) -> bool:

@@ -617,16 +617,20 @@ class Scheduler:
 
     def _stop_reason(self, seq: Sequence, token_id: int) -> tuple[str | None, int | str | None]:
         """(finish reason, the stop token id or string behind a "stop"); "stop" wins over
-        "length" when the last allowed token is also a stop token."""
+        "length" when the last allowed token is also a stop token. The first `min_tokens`
+        tokens never stop a request (the step bans their stop ids: engine/logit_bias.py)."""
         params = seq.sampling_params
-        if token_id in self.eos_token_ids and not params.ignore_eos:
-            return "stop", None
-        if token_id in (params.stop_token_ids or ()):
-            return "stop", token_id
-        if params.stop:
-            hit = stop_string_hit(self.detokenize, seq.output_token_ids, params.stop)
-            if hit is not None:
-                return "stop", hit
+        if seq.num_output_tokens > params.min_tokens:
+            if token_id in self.eos_token_ids and not params.ignore_eos:
+                return "stop", None
+            if token_id in (params.stop_token_ids or ()):
+                return "stop", token_id
+            if params.stop:
+                hit = stop_string_hit(
+                    self.detokenize, seq.output_token_ids, params.stop, params.min_tokens
+                )
+                if hit is not None:
+                    return "stop", hit
         if params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens:
             return "length", None
         if seq.num_tokens >= self.max_model_len:

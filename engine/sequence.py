@@ -20,8 +20,8 @@ class Sequence:
     """A request as the scheduler sees it; the LLM layer creates it and reads the result.
 
     `sampling_params` is opaque here except for `max_tokens` (None: bounded only by
-    max_model_len), `stop_token_ids`, `ignore_eos` and `stop` (stop strings). Compared by
-    identity (eq=False) so two requests with equal tokens stay distinct.
+    max_model_len), `stop_token_ids`, `ignore_eos`, `stop` (stop strings) and `min_tokens`.
+    Compared by identity (eq=False) so two requests with equal tokens stay distinct.
     """
 
     request_id: str

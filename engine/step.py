@@ -18,6 +18,7 @@ from configs.model_config import ModelConfig
 from engine import kv_quant, penalties
 from engine import paged_attention as pa
 from engine.attention_ops import get_attention_ops
+from engine.logit_bias import apply_token_lists
 from engine.penalties import PenaltyState
 from engine.sampler import sample, token_logprobs
 from engine.sampler import top_logprobs as top_logprobs_of
@@ -59,6 +60,12 @@ class StepBatch(NamedTuple):
     penalty_slot: jax.Array | None = None
     penalty_prompt_len: jax.Array | None = None
     penalty_params: jax.Array | None = None
+    # logit_bias / allowed_token_ids / min_tokens (engine/logit_bias.py): [S, B] int32 token
+    # ids (-1 = padding), [S, B] float32 values added to their logits (-inf bans), [S] bool
+    # restrict-to-listed; None when no request in the step lists tokens.
+    listed_ids: jax.Array | None = None
+    listed_values: jax.Array | None = None
+    listed_restrict: jax.Array | None = None
 
 
 class StepOutput(NamedTuple):
@@ -209,6 +216,10 @@ def _step_body(
     )
     logits = final_logits(params, cfg, hidden[batch.sample_index])  # [S, V]
     sample_logits = logits
+    if batch.listed_ids is not None:
+        sample_logits = apply_token_lists(
+            sample_logits, batch.listed_ids, batch.listed_values, batch.listed_restrict
+        )
     if penalty_state is not None:
         penalty_state = penalties.update_state(
             penalty_state,
@@ -220,7 +231,7 @@ def _step_body(
             batch.penalty_prompt_len,
         )
         sample_logits = penalties.penalize(
-            logits, penalty_state, batch.penalty_slot, batch.penalty_params
+            sample_logits, penalty_state, batch.penalty_slot, batch.penalty_params
         )
     tokens, logprobs = sample(
         sample_logits,
@@ -231,7 +242,7 @@ def _step_body(
         batch.sample_step,
         batch.min_p,
     )
-    if penalty_state is not None:  # logprobs of the raw distribution
+    if sample_logits is not logits:  # logprobs of the raw distribution
         logprobs = token_logprobs(logits, tokens)
     load = jnp.stack(loads) if loads else jnp.zeros((0, 0), jnp.int32)  # [L_moe, E]
     scores = None

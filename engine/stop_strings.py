@@ -33,11 +33,16 @@ def tail_tokens(stops: Sequence[str]) -> int:
 
 
 def stop_string_hit(
-    detokenize: Detokenize, token_ids: Sequence[int], stops: Sequence[str]
+    detokenize: Detokenize, token_ids: Sequence[int], stops: Sequence[str], min_tokens: int = 0
 ) -> str | None:
     """The stop string the text of `token_ids` is cut at (`first_stop`), looked for in its
-    tail and confirmed on the whole text; None if the text holds none."""
-    if not stops or not token_ids:
+    tail and confirmed on the whole text; None if the text holds none.
+
+    With `min_tokens` (SamplingParams.min_tokens) nothing stops until more tokens than that
+    are out, and then only a stop string that ends past the text of the first min_tokens
+    tokens (`protected_chars`): vLLM's rule, whose check only reads text added after them.
+    """
+    if not stops or len(token_ids) <= min_tokens:
         return None
     n = tail_tokens(stops)
     text = detokenize(token_ids[-n:])
@@ -45,30 +50,37 @@ def stop_string_hit(
         return None
     if len(token_ids) > n:
         text = detokenize(token_ids)
-    return first_stop(text, stops)
+    return first_stop(text, stops, protected_chars(detokenize, token_ids, min_tokens))
 
 
-def first_stop(text: str, stops: Sequence[str]) -> str | None:
-    """The stop string `text` is cut at: the one that starts earliest (the longest one if
-    several start there); None if none occurs."""
-    found = _earliest(text, stops)
+def protected_chars(detokenize: Detokenize, token_ids: Sequence[int], min_tokens: int) -> int:
+    """How many leading characters of the output's text the first `min_tokens` tokens
+    make: no stop string may end within them."""
+    return len(detokenize(token_ids[:min_tokens])) if min_tokens else 0
+
+
+def first_stop(text: str, stops: Sequence[str], after: int = 0) -> str | None:
+    """The stop string `text` is cut at: of the occurrences that end past `after`
+    characters, the one that starts earliest (the longest one if several start there);
+    None if none occurs."""
+    found = _earliest(text, stops, after)
     return None if found is None else found[1]
 
 
-def _earliest(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
+def _earliest(text: str, stops: Sequence[str], after: int = 0) -> tuple[int, str] | None:
     """(where, which) of first_stop's stop string in `text`."""
     best = None  # (start, -length, stop string)
     for s in stops:
-        i = text.find(s)
+        i = text.find(s, max(0, after - len(s) + 1))  # ends at i + len(s) > after
         if i >= 0 and (best is None or (i, -len(s)) < best[:2]):
             best = (i, -len(s), s)
     return None if best is None else (best[0], best[2])
 
 
-def truncate_at_stop(text: str, stops: Sequence[str], include: bool) -> str:
-    """`text` up to its first stop string (`first_stop`), with that string when `include`;
-    `text` if none occurs."""
-    found = _earliest(text, stops)
+def truncate_at_stop(text: str, stops: Sequence[str], include: bool, after: int = 0) -> str:
+    """`text` up to its first stop string (`first_stop`, ending past `after` characters),
+    with that string when `include`; `text` if none occurs."""
+    found = _earliest(text, stops, after)
     if found is None:
         return text
     start, s = found

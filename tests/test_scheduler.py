@@ -27,6 +27,7 @@ class Params:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()
+    min_tokens: int = 0
 
 
 def make_seq(rid: str, n_prompt: int, base: int = 1, **params) -> Sequence:
@@ -275,6 +276,14 @@ def test_abort_frees_pages_at_next_schedule():
         (Params(stop=("<1>", "9"), ignore_eos=True), [7, 8, 9], "stop", "9"),  # output only
         (Params(max_tokens=2, stop=("8>",)), [7, 8], "stop", "8>"),  # not "length"
         (Params(stop=("<5", "8>"), stop_token_ids=(8,)), [7, 8], "stop", 8),  # the id first
+        # min_tokens: no stop of any kind among the first min_tokens tokens.
+        (Params(min_tokens=2, stop_token_ids=(9,)), [9, EOS, 9], "stop", 9),
+        (Params(min_tokens=1), [EOS, EOS], "stop", None),
+        (Params(min_tokens=2, max_tokens=2), [EOS, 7], "length", None),
+        (Params(min_tokens=2, stop=("<7>",)), [7, 7, 8], "length", None),  # only within them
+        (Params(min_tokens=1, stop=("<8>",)), [8, 8], "stop", "<8>"),  # the second one counts
+        (Params(min_tokens=2, stop=("7><8",)), [7, 7, 8], "stop", "7><8"),  # straddles
+        (Params(min_tokens=1, stop=("<7>",), max_tokens=3), [7, 8, 9], "length", None),
     ],
 )
 def test_stop_conditions(params, tokens, reason, stop_reason):

@@ -1,0 +1,244 @@
+"""logit_bias, allowed_token_ids and min_tokens (engine/logit_bias.py): the engine's greedy
+decodes against Hugging Face models decoding under transformers' SequenceBias,
+PrefixConstrained, MinNewTokensLength and RepetitionPenalty processors
+(tests/fixtures/make_hf_token_lists_fixture.py); the in-step lists against a numpy
+transcription; min_tokens with stop strings against a brute-force decode of every prefix."""
+
+import json
+import math
+import pathlib
+from types import SimpleNamespace
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine import LLM, SamplingParams
+from engine.logit_bias import MIN_WIDTH, apply_token_lists, held_back, lists_for
+from engine.stop_strings import first_stop, truncate_at_stop
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+CASES = json.loads((FIXTURES / "sampler" / "hf_token_lists.json").read_text())["cases"]
+
+
+def _params(case) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=20,
+        ignore_eos=case["ignore_eos"],
+        logit_bias={t: b for t, b in case.get("logit_bias", ())} or None,
+        allowed_token_ids=case.get("allowed_token_ids"),
+        min_tokens=case.get("min_tokens", 0),
+        stop_token_ids=case.get("stop_token_ids", ()),
+        repetition_penalty=case.get("repetition_penalty", 1.0),
+    )
+
+
+# ---- the lists ---------------------------------------------------------------------------------
+
+
+def test_apply_token_lists_matches_a_numpy_transcription():
+    rng = np.random.default_rng(0)
+    s, v, b = 4, 30, 8
+    logits = rng.standard_normal((s, v)).astype(np.float32)
+    ids = np.full((s, b), -1, np.int32)
+    values = np.zeros((s, b), np.float32)
+    ids[0, :3], values[0, :3] = [4, 9, 29], [1.5, -100.0, -math.inf]
+    ids[1, :2], values[1, :2] = [0, 7], [0.0, 2.0]  # restricted to tokens 0 and 7
+    ids[2, :1], values[2, :1] = [3], [-math.inf]  # restricted to nothing but a ban: all -inf
+    restrict = np.array([False, True, True, False])
+    got = np.asarray(
+        apply_token_lists(
+            jnp.asarray(logits), jnp.asarray(ids), jnp.asarray(values), jnp.asarray(restrict)
+        )
+    )
+    want = logits.copy()
+    for i in range(s):
+        listed = {int(t): float(x) for t, x in zip(ids[i], values[i], strict=True) if t >= 0}
+        for j in range(v):
+            if j in listed:
+                want[i, j] = want[i, j] + np.float32(listed[j])
+            elif restrict[i]:
+                want[i, j] = -np.inf
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got[3].view(np.uint32), logits[3].view(np.uint32))
+
+
+def _item(num_generated=0, **kw):
+    return SimpleNamespace(sampling_params=SamplingParams(**kw), num_generated=num_generated)
+
+
+def test_lists_for_a_step():
+    eos = (2, 5)
+    items = [
+        _item(),  # nothing listed
+        _item(logit_bias={7: 1.0, 3: -2.0}),
+        _item(num_generated=3, min_tokens=4, stop_token_ids=(9,), max_tokens=8),
+        _item(num_generated=4, min_tokens=4, stop_token_ids=(9,), max_tokens=8),  # past it
+        _item(allowed_token_ids=[4, 6], logit_bias={6: 0.5, 8: 3.0}, min_tokens=1),
+        _item(min_tokens=2, ignore_eos=True, stop_token_ids=(11,)),
+    ]
+    lists = lists_for(items, 8, eos)
+    assert lists.ids.shape == (8, MIN_WIDTH) and lists.ids.dtype == np.int32
+    rows = [
+        {int(t): float(x) for t, x in zip(lists.ids[i], lists.values[i], strict=True) if t >= 0}
+        for i in range(8)
+    ]
+    inf = math.inf
+    assert rows == [
+        {},
+        {3: -2.0, 7: 1.0},
+        {2: -inf, 5: -inf, 9: -inf},
+        {},
+        {4: 0.0, 6: 0.5, 2: -inf, 5: -inf},  # 8 is outside the allowed set: dropped
+        {11: -inf},
+        {},
+        {},
+    ]
+    assert lists.restrict.tolist() == [False, False, False, False, True, False, False, False]
+    assert lists_for(items[:1] + items[3:4], 8, eos) is None
+    many = [_item(allowed_token_ids=range(9))]
+    assert lists_for(many, 1, eos).ids.shape == (1, 16)
+    assert held_back(SamplingParams(stop_token_ids=(3, 2)), (2,)) == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(min_tokens=5, max_tokens=4), r"min_tokens=5: must be an integer in \[0, max_tok"),
+        (dict(min_tokens=-1), r"min_tokens=-1"),
+        (dict(logit_bias={1: 100.5}), r"logit_bias\[1\]=100.5: must be in \[-100.0, 100.0\]"),
+        (dict(logit_bias={1: float("nan")}), r"logit_bias\[1\]=nan"),
+        (dict(logit_bias={-3: 1.0}), r"logit_bias: token id -3 must be an integer >= 0"),
+        (dict(logit_bias={"5": 1.0}), r"logit_bias: token id '5'"),
+        (dict(logit_bias=[(1, 1.0), (1, 2.0)]), r"logit_bias: token id 1 given twice"),
+        (dict(logit_bias=5), r"logit_bias=5: must map token ids to biases"),
+        (dict(logit_bias=dict.fromkeys(range(2049), 1.0)), r"logit_bias: 2049 token ids, at m"),
+        (dict(allowed_token_ids=[]), r"allowed_token_ids=\(\): must be one or more"),
+        (dict(allowed_token_ids="ab"), r"allowed_token_ids='ab': must be a sequence"),
+        (dict(allowed_token_ids=[1, True]), r"allowed_token_ids=\(1, True\)"),
+    ],
+)
+def test_bad_lists_are_refused_naming_the_field(kw, match):
+    with pytest.raises(ValueError, match=match):
+        SamplingParams(**kw)
+
+
+def test_lists_are_normalized():
+    sp = SamplingParams(logit_bias={np.int64(9): np.float32(-1), 2: 3}, allowed_token_ids=(5, 1, 5))
+    assert sp.logit_bias == ((2, 3.0), (9, -1.0)) and sp.allowed_token_ids == (1, 5)
+    assert SamplingParams(logit_bias=[(4, 1)]).logit_bias == ((4, 1.0),)
+    assert hash(sp) == hash(SamplingParams(logit_bias={2: 3, 9: -1}, allowed_token_ids=[1, 5]))
+
+
+# ---- the engine against Hugging Face -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return LLM(str(FIXTURES / "llama"), dtype="float32", max_num_batched_tokens=16, max_num_seqs=8)
+
+
+def _check_against_hf(llm, arch):
+    cases = [c for c in CASES if c["arch"] == arch]
+    assert cases
+    assert all(tuple(c["eos_token_ids"]) == llm.config.eos_token_ids for c in cases)
+    plain = SamplingParams(max_tokens=20, ignore_eos=True)
+    prompts = [c["prompt"] for c in cases]
+    outs = llm.generate(prompts * 2, [_params(c) for c in cases] + [plain] * len(cases))
+    for c, got, unlisted in zip(cases, outs, outs[len(cases) :], strict=False):
+        assert got.token_ids == c["tokens"], c
+        assert unlisted.token_ids == c["plain_tokens"] != c["tokens"]
+        stopped = len(c["tokens"]) < 20
+        assert got.finish_reason == ("stop" if stopped else "length")
+    return cases, outs
+
+
+def test_llama_decodes_as_hf_with_token_lists(llama):
+    cases, outs = _check_against_hf(llama, "llama")
+    # min_tokens held a stop id back: it was the plain decode's second token.
+    (c, out) = next((c, o) for c, o in zip(cases, outs, strict=False) if c.get("min_tokens"))
+    assert c["plain_tokens"][1] in c["stop_token_ids"] and len(out.token_ids) > c["min_tokens"]
+    assert out.stop_reason == out.token_ids[-1]
+    # Logprobs stay those of the raw distribution (the prompt scores of a different step).
+    scored = llama.score([c["prompt"] + out.token_ids])[0][len(c["prompt"]) - 1 :]
+    np.testing.assert_allclose(out.logprobs, scored, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v2"])
+def test_moe_and_mla_models_decode_as_hf_with_token_lists(arch):
+    llm = LLM(str(FIXTURES / arch), dtype="float32", max_num_batched_tokens=32, max_num_seqs=4)
+    _check_against_hf(llm, arch)
+
+
+def test_sampled_tokens_stay_in_the_allowed_set_and_off_banned_ones(llama):
+    allowed = [3, 17, 40, 41, 300]
+    params = [
+        SamplingParams(temperature=1.5, seed=i, max_tokens=12, allowed_token_ids=allowed)
+        for i in range(4)
+    ] + [SamplingParams(temperature=1.5, seed=9, max_tokens=12, logit_bias={264: -100})]
+    outs = llama.generate([[1, 5, 9, 13]] * 5, params)
+    assert all(set(o.token_ids) <= set(allowed) for o in outs[:4])
+    assert len({t for o in outs[:4] for t in o.token_ids}) >= 3  # it samples among them
+    assert 264 not in outs[4].token_ids
+
+
+def test_token_lists_are_checked_against_the_vocabulary(llama):
+    for kw, match in [
+        (dict(logit_bias={512: 1.0}), r"logit_bias: token id 512 is outside the vocabulary"),
+        (dict(allowed_token_ids=[3, 600]), r"allowed_token_ids: token id 600 is outside"),
+        (
+            dict(allowed_token_ids=[2, 7], stop_token_ids=(7,), min_tokens=1),
+            r"allowed_token_ids=\(2, 7\): min_tokens=1 bans every one of them",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            llama.generate([[1, 2, 3]], SamplingParams(**kw))
+    # With ignore_eos the EOS is not banned, so the same set is fine.
+    out = llama.generate(
+        [[1, 2, 3]],
+        SamplingParams(allowed_token_ids=[2, 7], min_tokens=1, ignore_eos=True, max_tokens=3),
+    )[0]
+    assert set(out.token_ids) <= {2, 7} and len(out.token_ids) == 3
+
+
+def _brute_stop(decode, ids, stop, min_tokens):
+    """The first n > min_tokens whose text holds `stop` ending past the first min_tokens
+    tokens' text, found by decoding every prefix whole."""
+    protected = len(decode(ids[:min_tokens]))
+    for n in range(min_tokens + 1, len(ids) + 1):
+        text = decode(ids[:n])
+        ends = [i + len(stop) for i in range(len(text)) if text.startswith(stop, i)]
+        if any(e > protected for e in ends):
+            return n
+    return None
+
+
+def test_min_tokens_ignores_stop_strings_in_the_first_tokens(llama):
+    decode = llama.tokenizer.decode
+    prompt = [1, 5, 9, 13, 5, 9, 7]
+    free = llama.generate([prompt], SamplingParams(max_tokens=16, ignore_eos=True))[0]
+    # A stop string the unstopped output holds early and again later.
+    word = decode([free.token_ids[0]])
+    assert free.token_ids.count(free.token_ids[0]) >= 2 and word
+    for min_tokens in (0, 1, 3):
+        n = _brute_stop(decode, free.token_ids, word, min_tokens)
+        params = SamplingParams(max_tokens=16, ignore_eos=True, stop=word, min_tokens=min_tokens)
+        out = llama.generate([prompt], params)[0]
+        assert out.token_ids == free.token_ids[:n]
+        assert out.stop_reason == word
+        text = decode(out.token_ids)
+        after = len(decode(out.token_ids[:min_tokens]))
+        cut = text.find(word, max(0, after - len(word) + 1))
+        assert out.text == text[:cut]
+    assert _brute_stop(decode, free.token_ids, word, 1) > _brute_stop(
+        decode, free.token_ids, word, 0
+    )
+
+
+def test_first_stop_and_truncate_after_protected_text():
+    assert first_stop("ab ab", ["ab"], after=2) == "ab"
+    assert first_stop("ab xy", ["ab"], after=2) is None
+    assert first_stop("aab", ["ab", "aab"], after=2) == "aab"  # ends at 3 > 2, starts first
+    assert truncate_at_stop("ab cd ab", ["ab"], False, after=2) == "ab cd "
+    assert truncate_at_stop("ab cd ab", ["ab"], True, after=1) == "ab"  # ends at 2 > 1
+    assert truncate_at_stop("xabx", ["ab"], False, after=2) == "x"  # straddles: ends at 3
