@@ -15,7 +15,8 @@ split of it (`LLM.stats()`): host ms (schedule, pack, launch, update, outputs) a
 (temperature 0.8, top-k 50, top-p 0.95, min-p 0.05, a seed per request) and logprobs
 (greedy plus the top 5 logprobs of every token: the step variant that returns them) and
 penalties (greedy under repetition 1.1, presence 0.5 and frequency 0.5: the step variant
-that keeps the device-side token counts).
+that keeps the device-side token counts) and logit_bias (greedy with 300 biased tokens per
+request, the OpenAI API's limit: the step variant that takes per-row token lists).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ _STEPS = flags.DEFINE_integer("decode_steps", 32, "Timed decode steps per batch 
 _COPY_MB = flags.DEFINE_integer("copy_mb", 512, "Size of the timed bandwidth copy (MiB).")
 _JSON = flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 _SAMPLING = flags.DEFINE_list(
-    "sampling", ["greedy"], "Sampling modes to time: greedy, sampled, logprobs, penalties."
+    "sampling",
+    ["greedy"],
+    "Sampling modes to time: greedy, sampled, logprobs, penalties, logit_bias.",
 )
 _KV_CACHE_DTYPE = flags.DEFINE_enum(
     "kv_cache_dtype", "auto", ["auto", "fp8"], "KV pages: the model dtype, or fp8 (+ row scales)."
@@ -89,6 +92,8 @@ SAMPLING_MODES = {
     "sampled": dict(temperature=0.8, top_k=50, top_p=0.95, min_p=0.05),
     "logprobs": dict(logprobs=5),
     "penalties": dict(repetition_penalty=1.1, presence_penalty=0.5, frequency_penalty=0.5),
+    # The OpenAI API's largest logit_bias: 300 tokens (ids 0-299, in every preset's vocab).
+    "logit_bias": dict(logit_bias=dict.fromkeys(range(300), -1.0)),
 }
 
 

@@ -42,6 +42,15 @@ _FREQUENCY = flags.DEFINE_float(
 _REPETITION = flags.DEFINE_float(
     "repetition_penalty", 1.0, "Divides (x multiplies) logits of prompt/output tokens; 1 = off."
 )
+_MIN_TOKENS = flags.DEFINE_integer(
+    "min_tokens", 0, "New tokens before EOS, stop ids or stop strings may end a request."
+)
+_LOGIT_BIAS = flags.DEFINE_list(
+    "logit_bias", [], "Token biases as id:bias pairs, e.g. 42:-100,7:2.5 (bias in [-100, 100])."
+)
+_ALLOWED = flags.DEFINE_list(
+    "allowed_token_ids", [], "Sample only among these token ids, e.g. 3,17,42 (empty: all)."
+)
 _STOP = flags.DEFINE_multi_string(
     "stop", [], "Stop string(s): a request ends when its text holds one (needs a tokenizer.json)."
 )
@@ -78,6 +87,27 @@ def main(argv):
         sys.exit(f"generate: {e}")
 
 
+def _flag_int(flag: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{flag}: {text!r} is not a token id") from None
+
+
+def _parse_logit_bias(pairs: list[str]) -> dict[int, float] | None:
+    """--logit_bias=42:-100,7:2.5 -> {42: -100.0, 7: 2.5}; SamplingParams checks the rest."""
+    bias = {}
+    for pair in pairs:
+        token, sep, value = pair.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            bias[_flag_int("--logit_bias", token)] = float(value)
+        except ValueError:
+            raise ValueError(f"--logit_bias: {pair!r} is not id:bias") from None
+    return bias or None
+
+
 def _generate() -> None:
     # Checked before the model loads.
     params = SamplingParams(
@@ -90,6 +120,9 @@ def _generate() -> None:
         frequency_penalty=_FREQUENCY.value,
         repetition_penalty=_REPETITION.value,
         stop=tuple(_STOP.value),
+        min_tokens=_MIN_TOKENS.value,
+        logit_bias=_parse_logit_bias(_LOGIT_BIAS.value),
+        allowed_token_ids=[_flag_int("--allowed_token_ids", t) for t in _ALLOWED.value] or None,
     )
     for name, flag, low in (
         ("num_prompts", _NUM_PROMPTS, 1),

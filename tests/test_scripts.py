@@ -85,6 +85,22 @@ def test_generate_applies_a_repetition_penalty():
     assert reply == "well w251 or have w356 w380 w355 w367 need w398 w417 be (length)", out
 
 
+def test_generate_applies_logit_bias_and_min_tokens():
+    # transformers 5.24's generate(max_new_tokens=12, min_new_tokens=12, do_sample=False,
+    # sequence_bias={(157,): -100.0}) on this fixture and the ids [3, 0, 0, 16, 3] (157 is
+    # "well", the unbiased decode's first token) gives the text below.
+    out = _run(
+        "scripts.generate",
+        f"--model={ROOT}/tests/fixtures/llama",
+        "--prompt=the cat sat on the",
+        "--max_tokens=12",
+        "--min_tokens=12",
+        "--logit_bias=157:-100",
+    )
+    (reply,) = [line.split(" -> ")[1] for line in out.splitlines() if " -> " in line]
+    assert reply == "have or or have have have have have have have have have (length)", out
+
+
 @pytest.mark.parametrize(
     "module, flags, expect",
     [
@@ -147,13 +163,25 @@ def test_benchmarks_run_small(module, flags, expect):
         (
             "scripts.bench_throughput",
             ["--models=no-such-preset", "--sampling=greedy,beam"],
-            "--sampling=greedy,beam: must list one or more of greedy, sampled, logprobs, penalties",
+            "--sampling=greedy,beam: must list one or more of greedy, sampled, logprobs, "
+            "penalties, logit_bias",
         ),
         ("scripts.generate", ["--model=no-such-preset", "--stop="], "non-empty str"),
         (
             "scripts.generate",
             ["--model=no-such-preset", "--presence_penalty=3"],
             "presence_penalty=3.0: must be in [-2.0, 2.0]",
+        ),
+        ("scripts.generate", ["--model=no-such-preset", "--logit_bias=3"], "'3' is not id:bias"),
+        (
+            "scripts.generate",
+            ["--model=no-such-preset", "--allowed_token_ids=1,x"],
+            "--allowed_token_ids: 'x' is not a token id",
+        ),
+        (
+            "scripts.generate",
+            ["--model=no-such-preset", "--min_tokens=20"],
+            "min_tokens=20: must be an integer in [0, max_tokens=16]",
         ),
         (
             "scripts.generate",
