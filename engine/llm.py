@@ -593,7 +593,10 @@ class LLM:
                 n = it.sampling_params.logprobs
                 pairs = zip(top_ids[i, :n].tolist(), top_lps[i, :n].tolist(), strict=True)
                 tops[it.request_id] = tuple(pairs)
-        for res in self._scheduler.update(sched, sampled, seconds):
+        results = self._scheduler.update(sched, sampled, seconds)
+        # Before anything below can raise: a finished request's slot must not leak.
+        self._penalty_slots.release(r.request_id for r in results if r.finished)
+        for res in results:
             out_rec = self._outputs[res.request_id]
             out_rec.token_ids.extend(res.new_token_ids)
             out_rec.logprobs.extend(res.new_logprobs)
@@ -603,7 +606,6 @@ class LLM:
                 out_rec.top_logprobs.extend(list(t) for t in top)
             self._num_tokens_generated += len(res.new_token_ids)
             if res.finished:
-                self._penalty_slots.release((res.request_id,))
                 out_rec.finish_reason = res.finish_reason
                 out_rec.stop_reason = res.stop_reason
                 out_rec.text = self._detokenize(out_rec.token_ids)

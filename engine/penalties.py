@@ -20,6 +20,7 @@ row's result depends on its own row only, so batch invariance holds.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 import jax
@@ -34,7 +35,9 @@ class PenaltyState(NamedTuple):
     in_prompt: jax.Array  # [R, V] bool
 
 
-def init_state(num_slots: int, vocab: int, sharding=None) -> PenaltyState:
+def init_state(
+    num_slots: int, vocab: int, sharding: jax.sharding.Sharding | None = None
+) -> PenaltyState:
     """A zeroed state; with a `sharding` (a mesh's replicated one) created in place."""
 
     def make():
@@ -124,13 +127,19 @@ class PenaltySlots:
     def __len__(self) -> int:
         return len(self._held)
 
-    def release(self, request_ids) -> None:
+    def release(self, request_ids: Iterable[str]) -> None:
         for rid in request_ids:
             held = self._held.pop(rid, None)
             if held is not None:
                 self._free.append(held[0])
 
-    def fill(self, items, prompt_len_of, slot_out: np.ndarray, prompt_out: np.ndarray) -> bool:
+    def fill(
+        self,
+        items: Sequence,  # ScheduledItems
+        prompt_len_of: Callable[[object], int],  # item -> its request's prompt length
+        slot_out: np.ndarray,
+        prompt_out: np.ndarray,
+    ) -> bool:
         """Write each penalized item's slot and prompt length into the step's [S] arrays
         (taking a slot for a request's first step); True if any item is penalized."""
         any_on = False

@@ -12,7 +12,9 @@ import numpy as np
 MAX_LOGPROBS = 20  # top logprobs per token at most (vLLM's default max_logprobs)
 MAX_STOP_CHARS = 1024  # per stop string; the stop check decodes ~4 tokens per character
 MAX_PENALTY = 2.0  # presence/frequency penalties' range, +-, as the OpenAI API's
-MAX_REPETITION_PENALTY = 100.0  # a finite bound; HF and vLLM only ask for > 0
+# HF and vLLM only ask for > 0; a bound each way keeps logit / r and logit * r finite (at
+# r = 1e-38 a positive logit overflowed to inf and the row sampled garbage).
+MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 100.0
 TOP_K_MAX = 2**31 - 1
 MAX_LOGIT_BIAS = 100.0  # the OpenAI API's bias range, +-
 # logit_bias and allowed_token_ids each list at most this many tokens: each step uploads the
@@ -89,9 +91,14 @@ class SamplingParams:
                 )
             set_(name, float(v))
         r = self.repetition_penalty
-        if not _is_number(r) or math.isnan(r) or not 0.0 < r <= MAX_REPETITION_PENALTY:
+        if (
+            not _is_number(r)
+            or math.isnan(r)
+            or not MIN_REPETITION_PENALTY <= r <= MAX_REPETITION_PENALTY
+        ):
             raise ValueError(
-                f"repetition_penalty={r!r}: must be in (0, {MAX_REPETITION_PENALTY}] (1 = off)"
+                f"repetition_penalty={r!r}: must be in [{MIN_REPETITION_PENALTY}, "
+                f"{MAX_REPETITION_PENALTY}] (1 = off)"
             )
         set_("repetition_penalty", float(r))
         if self.seed is not None:
@@ -154,7 +161,7 @@ class SamplingParams:
                 entries[token] = entries.get(token, 0.0) + bias
         return entries
 
-    @property
+    @functools.cached_property  # read for every scheduled item of every step
     def penalized(self) -> bool:
         """Whether any of the three penalties is on (the step then keeps token counts)."""
         return (

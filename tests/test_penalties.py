@@ -20,7 +20,6 @@ from engine.penalties import (
     penalize,
     update_state,
 )
-from engine.sampler import sample
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 CASES = json.loads((FIXTURES / "sampler" / "hf_penalties.json").read_text())["cases"]
@@ -162,9 +161,11 @@ def test_penalty_slots_hand_out_reuse_and_refuse_past_capacity():
         ("frequency_penalty", -2.01, r"\[-2.0, 2.0\]"),
         ("frequency_penalty", float("nan"), r"\[-2.0, 2.0\]"),
         ("presence_penalty", "0.1", r"\[-2.0, 2.0\]"),
-        ("repetition_penalty", 0.0, r"\(0, 100.0\]"),
-        ("repetition_penalty", float("inf"), r"\(0, 100.0\]"),
-        ("repetition_penalty", True, r"\(0, 100.0\]"),
+        ("repetition_penalty", 0.0, r"\[0.01, 100.0\]"),
+        ("repetition_penalty", 1e-38, r"\[0.01, 100.0\]"),
+        ("repetition_penalty", 100.5, r"\[0.01, 100.0\]"),
+        ("repetition_penalty", float("inf"), r"\[0.01, 100.0\]"),
+        ("repetition_penalty", True, r"\[0.01, 100.0\]"),
     ],
 )
 def test_bad_penalties_are_refused_naming_the_field(field, value, limit):
@@ -180,24 +181,18 @@ def test_penalties_are_stored_as_floats_and_flag_the_request():
     assert SamplingParams(frequency_penalty=-0.1).penalized
 
 
-def test_sampler_is_unchanged_for_zero_penalties():
-    """The step's penalize() with every penalty off hands sample() the same logits."""
+def test_penalize_with_every_penalty_off_is_bitwise_the_identity():
+    """Slots held, counts and prompt marks present, but 1 / 0 / 0: the logits come back as
+    they went in (-0.0 and -inf included), so sample() sees what it would without them."""
     rng = np.random.default_rng(2)
-    logits = jnp.asarray(rng.standard_normal((4, 30)), jnp.float32)
+    logits = rng.standard_normal((4, 30)).astype(np.float32)
+    logits[0, :3] = [-0.0, -np.inf, 0.0]
     state = PenaltyState(
-        jnp.asarray(rng.integers(0, 3, (4, 30)), jnp.int32), jnp.asarray(rng.random((4, 30)) < 0.5)
+        jnp.asarray(rng.integers(1, 3, (4, 30)), jnp.int32), jnp.asarray(rng.random((4, 30)) < 0.5)
     )
     params = jnp.asarray([[1.0, 0.0, 0.0]] * 4, jnp.float32)
-    out = penalize(logits, state, jnp.arange(4, dtype=jnp.int32), params)
-    np.testing.assert_array_equal(np.asarray(out), np.asarray(logits))
-    args = (
-        jnp.full(4, 0.8),
-        jnp.zeros(4, jnp.int32),
-        jnp.ones(4),
-        jnp.arange(4, dtype=jnp.uint32),
-        jnp.zeros(4, jnp.int32),
-    )
-    assert np.array_equal(np.asarray(sample(out, *args)[0]), np.asarray(sample(logits, *args)[0]))
+    out = penalize(jnp.asarray(logits), state, jnp.arange(4, dtype=jnp.int32), params)
+    np.testing.assert_array_equal(np.asarray(out).view(np.uint32), logits.view(np.uint32))
 
 
 # ---- the engine against Hugging Face ----------------------------------------------------------
@@ -205,7 +200,7 @@ def test_sampler_is_unchanged_for_zero_penalties():
 
 @pytest.fixture(scope="module")
 def llama():
-    # A small token budget: the 17- and 33-token prompts prefill in chunks next to decodes.
+    # A small token budget: the 17-token prompts prefill in chunks next to decodes.
     return LLM(str(FIXTURES / "llama"), dtype="float32", max_num_batched_tokens=16, max_num_seqs=8)
 
 
@@ -272,7 +267,7 @@ def test_sampled_penalized_request_is_bitwise_the_same_alone_and_in_a_batch():
 
 @pytest.mark.parametrize("async_scheduling", [True, False])
 def test_penalties_survive_preemption_and_more_requests_than_slots(async_scheduling):
-    """16 pages of 4 tokens hold 64 tokens; three 41-57-token requests preempt each other,
+    """16 pages of 4 tokens hold 64 tokens; three 29-41-token requests preempt each other,
     recompute from position 0 (the step zeroes and refills their slot) and must still match
     Hugging Face. Twelve requests run through 2 slots; aborted ones give theirs back."""
     cases = _cases("llama")
@@ -297,3 +292,37 @@ def test_penalties_survive_preemption_and_more_requests_than_slots(async_schedul
     assert len(llm._penalty_slots) == 0
     again = llm.generate([cases[1]["prompt"]], _params(cases[1]))[0]
     assert again.token_ids == cases[1]["tokens"]
+
+
+def test_a_slot_freed_by_a_stop_is_reused_while_a_step_ahead_still_writes_it():
+    """Async, two sequences at most: A (penalized) stops on a stop token at step N while
+    step N+1, dispatched ahead, already decodes it (writing its counts); B (penalized,
+    waiting) then takes A's slot, and its first step zeroes the row after that write."""
+    cases = _cases("llama")
+    a_case, b_case = cases[2], cases[0]
+    k = 6  # A stops at its 7th token
+    stop = a_case["tokens"][k]
+    k = a_case["tokens"].index(stop)
+    llm = LLM(str(FIXTURES / "llama"), dtype="float32", max_num_batched_tokens=32, max_num_seqs=2)
+    taken = []  # (request id, slot) per penalized item, from the engine's own slot table
+    fill = llm._penalty_slots.fill
+
+    def spy(items, prompt_len_of, slot_out, prompt_out):
+        on = fill(items, prompt_len_of, slot_out, prompt_out)
+        taken.extend(
+            (it.request_id, int(slot_out[i])) for i, it in enumerate(items) if slot_out[i] >= 0
+        )
+        return on
+
+    llm._penalty_slots.fill = spy
+    long_plain = SamplingParams(max_tokens=40, ignore_eos=True)
+    outs = llm.generate(
+        [a_case["prompt"], [7, 8, 9], b_case["prompt"]],
+        [_params(a_case, stop_token_ids=(stop,)), long_plain, _params(b_case)],
+    )
+    assert outs[0].token_ids == a_case["tokens"][: k + 1] and outs[0].finish_reason == "stop"
+    assert outs[2].token_ids == b_case["tokens"]
+    a_slots = {s for rid, s in taken if rid == outs[0].request_id}
+    b_slots = {s for rid, s in taken if rid == outs[2].request_id}
+    assert a_slots == b_slots and len(a_slots) == 1
+    assert llm.stats()["num_steps_dispatched_ahead"] > 0 and len(llm._penalty_slots) == 0

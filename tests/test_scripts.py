@@ -112,9 +112,9 @@ def test_generate_applies_logit_bias_and_min_tokens():
                 "--decode_steps=3",
                 "--copy_mb=16",
                 "--kv_cache_dtype=fp8",
-                "--sampling=greedy,penalties",
+                "--sampling=greedy,logprobs,penalties,logit_bias",
             ],
-            "| tiny-llama | penalties | 2 |",
+            "| tiny-llama | logit_bias | 2 |",
         ),
         (
             "scripts.bench_determinism",
@@ -186,7 +186,7 @@ def test_benchmarks_run_small(module, flags, expect):
         (
             "scripts.generate",
             ["--model=no-such-preset", "--repetition_penalty=0"],
-            "repetition_penalty=0.0: must be in (0, 100.0]",
+            "repetition_penalty=0.0: must be in [0.01, 100.0]",
         ),
         (
             "scripts.bench_long_context",
