@@ -37,8 +37,9 @@ LAYOUTS = [
 SKEWED = [("deepseek_v3", "ep=8"), ("qwen3_moe", "dp=2,ep=4")]
 # fp8 KV pages on a mesh that splits the KV heads (and so the per-row scales).
 FP8_LAYOUT = ("llama", "tp=2")
-# Penalized requests (a replicated count state) on meshes that split tokens (dp) and the
-# vocabulary's matmul (tp): tests/fixtures/sampler/hf_penalties.json.
+# Penalized requests (a replicated count state) and token lists (logit_bias, allowed ids,
+# min_tokens) on meshes that split tokens (dp) and the vocabulary's matmul (tp):
+# tests/fixtures/sampler/hf_penalties.json and hf_token_lists.json.
 PENALTY_LAYOUTS = [("qwen3_moe", "dp=2,ep=4"), ("llama", "tp=2")]
 
 
@@ -164,6 +165,7 @@ def mesh_cases(out_path: str) -> None:
         result["sharded"][f"{arch}|{mesh}"] = _generate(llm, prompts)
         if (arch, mesh) in PENALTY_LAYOUTS:
             result.setdefault("penalties", {})[f"{arch}|{mesh}"] = _penalized(llm, arch)
+            result.setdefault("token_lists", {})[f"{arch}|{mesh}"] = _listed(llm, arch)
         if (arch, mesh) in SKEWED:
             # Same shapes and shardings, so both engines reuse their compiled steps.
             single = singles[arch]
@@ -192,6 +194,27 @@ def _penalized(llm, arch: str) -> list[list[int]]:
             repetition_penalty=c["repetition_penalty"],
             presence_penalty=c["presence_penalty"],
             frequency_penalty=c["frequency_penalty"],
+        )
+        for c in cases
+    ]
+    return [o.token_ids for o in llm.generate([c["prompt"] for c in cases], params)]
+
+
+def _listed(llm, arch: str) -> list[list[int]]:
+    """Greedy tokens of the HF token-list fixture's cases for `arch`."""
+    from engine import SamplingParams
+
+    cases = json.loads((FIXTURES / "sampler" / "hf_token_lists.json").read_text())["cases"]
+    cases = [c for c in cases if c["arch"] == arch]
+    params = [
+        SamplingParams(
+            max_tokens=20,
+            ignore_eos=c["ignore_eos"],
+            logit_bias={t: b for t, b in c.get("logit_bias", ())} or None,
+            allowed_token_ids=c.get("allowed_token_ids"),
+            min_tokens=c.get("min_tokens", 0),
+            stop_token_ids=c.get("stop_token_ids", ()),
+            repetition_penalty=c.get("repetition_penalty", 1.0),
         )
         for c in cases
     ]

@@ -97,6 +97,14 @@ def test_penalized_requests_on_a_mesh_decode_as_hf(mesh_results, arch, mesh):
     assert want and got == want
 
 
+@pytest.mark.parametrize("arch, mesh", PENALTY_LAYOUTS)
+def test_token_lists_on_a_mesh_decode_as_hf(mesh_results, arch, mesh):
+    got = mesh_results["token_lists"][f"{arch}|{mesh}"]
+    cases = json.loads((FIXTURES / "sampler" / "hf_token_lists.json").read_text())["cases"]
+    want = [c["tokens"] for c in cases if c["arch"] == arch]
+    assert want and got == want
+
+
 @pytest.mark.parametrize("arch, mesh", SKEWED)
 def test_skewed_routing_drops_nothing(mesh_results, arch, mesh):
     res = mesh_results["skewed"][f"{arch}|{mesh}"]
