@@ -341,12 +341,14 @@ class LLM:
                 f"prompt: length {len(ids)} exceeds max_model_len={self.max_model_len}"
             )
         for name, listed in (
+            ("stop_token_ids", params.stop_token_ids),
             ("logit_bias", [t for t, _ in params.logit_bias or ()]),
             ("allowed_token_ids", params.allowed_token_ids or ()),
         ):
-            if listed and listed[-1] >= vocab:  # both are sorted
+            bad = [t for t in listed if t >= vocab]
+            if bad:
                 raise ValueError(
-                    f"{name}: token id {listed[-1]} is outside the vocabulary [0, {vocab})"
+                    f"{name}: token id {bad[0]} is outside the vocabulary [0, {vocab})"
                 )
         allowed = params.allowed_token_ids
         if params.min_tokens and allowed is not None:
@@ -613,7 +615,9 @@ class LLM:
                     params = next(
                         it.sampling_params for it in sched.items if it.request_id == res.request_id
                     )
-                    after = protected_chars(self._detokenize, out_rec.token_ids, params.min_tokens)
+                    after = protected_chars(
+                        self._detokenize, out_rec.token_ids, params.min_tokens, out_rec.text
+                    )
                     out_rec.text = truncate_at_stop(
                         out_rec.text, params.stop, params.include_stop_str_in_output, after
                     )

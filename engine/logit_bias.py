@@ -5,8 +5,9 @@ Each step that has such a request gets, per row, a short list of (token id, valu
 padded to a power-of-two width B (at least MIN_WIDTH): the value is added to that token's
 logit, -inf bans it, and a row marked `restrict` keeps only its listed tokens. The lists
 are small (an OpenAI logit_bias has at most 300 entries; vLLM's min_tokens bans the stop
-ids), so they travel with the step like the sampling parameters, and the step compiles one
-variant per width it meets (at most log2(MAX_LISTED_TOKENS) of them).
+ids; each list is capped at sampling_params.MAX_LISTED_TOKENS), so they travel with the
+step like the sampling parameters, and the step compiles one variant per width it meets
+(8 to 4096: a list plus the ids min_tokens bans).
 
 vLLM's order: allowed tokens, then min_tokens' ban and the bias, all before the penalties,
 temperature and the filters; logprobs stay those of the raw logits. A row with no list
@@ -15,7 +16,6 @@ is bitwise unchanged, so batch invariance holds.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import jax
@@ -54,29 +54,45 @@ def held_back(params, eos_token_ids) -> tuple[int, ...]:
     return tuple(sorted(set(params.stop_token_ids) | set(eos)))
 
 
+def _row(params, num_generated: int, eos_token_ids) -> tuple[np.ndarray, np.ndarray]:
+    """One item's (ids, values): its own list, plus -inf for the ids min_tokens still bans
+    (an id in both gets bias + -inf = -inf from the step's scatter-add). A restricted row
+    bans only allowed ids: the others are excluded anyway."""
+    ids, values = params.listed_tokens
+    if num_generated >= params.min_tokens:
+        return ids, values
+    ban = np.asarray(held_back(params, eos_token_ids), np.int32)
+    if params.allowed_token_ids is not None:
+        ban = ban[np.isin(ban, ids)]
+    return np.concatenate([ids, ban]), np.concatenate(
+        [values, np.full(ban.size, -np.inf, np.float32)]
+    )
+
+
 def lists_for(items, num_rows: int, eos_token_ids) -> TokenLists | None:
     """The step's TokenLists for `items` (ScheduledItems, rows in order, padded to
-    `num_rows`); None when no item lists a token."""
+    `num_rows`); None when no item lists a token. Each row is a slice copy of arrays
+    built once per request (SamplingParams.listed_tokens) plus, while min_tokens holds,
+    its few banned ids."""
     rows = []
     for i, it in enumerate(items):
         sp = it.sampling_params
-        ban = it.num_generated < sp.min_tokens
-        if sp.logit_bias is None and sp.allowed_token_ids is None and not ban:
+        if sp.logit_bias is None and sp.allowed_token_ids is None and not sp.min_tokens:
             continue
-        entries = sp.listed_tokens
-        if ban:
-            entries = {**entries, **dict.fromkeys(held_back(sp, eos_token_ids), -math.inf)}
-        if entries:
-            rows.append((i, entries, sp.allowed_token_ids is not None))
+        ids, values = _row(sp, it.num_generated, eos_token_ids)
+        if ids.size:
+            rows.append((i, ids, values, sp.allowed_token_ids is not None))
     if not rows:
         return None
-    longest = max(len(e) for _, e, _ in rows)
+    longest = max(ids.size for _, ids, _, _ in rows)
     width = max(MIN_WIDTH, 1 << (longest - 1).bit_length())  # the next power of two
-    ids = np.full((num_rows, width), -1, np.int32)
-    values = np.zeros((num_rows, width), np.float32)
-    restrict = np.zeros(num_rows, bool)
-    for i, entries, only in rows:
-        ids[i, : len(entries)] = list(entries)
-        values[i, : len(entries)] = list(entries.values())
-        restrict[i] = only
-    return TokenLists(ids, values, restrict)
+    out = TokenLists(
+        np.full((num_rows, width), -1, np.int32),
+        np.zeros((num_rows, width), np.float32),
+        np.zeros(num_rows, bool),
+    )
+    for i, ids, values, only in rows:
+        out.ids[i, : ids.size] = ids
+        out.values[i, : ids.size] = values
+        out.restrict[i] = only
+    return out

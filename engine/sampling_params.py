@@ -15,11 +15,11 @@ MAX_PENALTY = 2.0  # presence/frequency penalties' range, +-, as the OpenAI API'
 # HF and vLLM only ask for > 0; a bound each way keeps logit / r and logit * r finite (at
 # r = 1e-38 a positive logit overflowed to inf and the row sampled garbage).
 MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 100.0
-TOP_K_MAX = 2**31 - 1
+TOP_K_MAX = 2**31 - 1  # the step carries top_k as int32; any k >= the vocabulary keeps all
 MAX_LOGIT_BIAS = 100.0  # the OpenAI API's bias range, +-
-# logit_bias and allowed_token_ids each list at most this many tokens: each step uploads the
-# lists of its requests that use them (engine/logit_bias.py).
-MAX_LISTED_TOKENS = 2048  # the step carries top_k as int32; any k >= the vocabulary keeps all
+# logit_bias, allowed_token_ids and stop_token_ids each list at most this many tokens: each
+# step uploads the lists of its requests that use them (engine/logit_bias.py).
+MAX_LISTED_TOKENS = 2048
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,8 @@ class SamplingParams:
         stop = tuple(stop)
         if not all(_is_int(t) and t >= 0 for t in stop):
             raise ValueError(f"stop_token_ids={stop!r}: token ids must be integers >= 0")
+        if len(stop) > MAX_LISTED_TOKENS:
+            raise ValueError(f"stop_token_ids: {len(stop)} token ids, at most {MAX_LISTED_TOKENS}")
         set_("stop_token_ids", tuple(int(t) for t in stop))
         stop = self.stop
         if isinstance(stop, str):
@@ -150,16 +152,20 @@ class SamplingParams:
             raise ValueError("prompt_logprobs=True: needs max_tokens >= 1 (max_tokens=0)")
 
     @functools.cached_property
-    def listed_tokens(self) -> dict[int, float]:
-        """logit_bias and allowed_token_ids as one {token id: value added to its logit} map:
-        allowed tokens get 0, plus their bias; a bias on a token outside the allowed set is
-        dropped (that token is banned either way). Built once per SamplingParams (each step
-        of the request reads it: engine/logit_bias.py); do not modify."""
+    def listed_tokens(self) -> tuple[np.ndarray, np.ndarray]:
+        """logit_bias and allowed_token_ids as one list: token ids (int32, ascending) and
+        the values added to their logits (float32): allowed tokens get 0 plus their bias;
+        a bias on a token outside the allowed set is dropped (that token is banned either
+        way). Built once per SamplingParams, as every step of the request reads it
+        (engine/logit_bias.py); read-only arrays."""
         entries = dict.fromkeys(self.allowed_token_ids or (), 0.0)
         for token, bias in self.logit_bias or ():
             if self.allowed_token_ids is None or token in entries:
                 entries[token] = entries.get(token, 0.0) + bias
-        return entries
+        ids = np.fromiter(sorted(entries), np.int32, len(entries))
+        values = np.asarray([entries[t] for t in ids.tolist()], np.float32)
+        ids.flags.writeable = values.flags.writeable = False
+        return ids, values
 
     @functools.cached_property  # read for every scheduled item of every step
     def penalized(self) -> bool:

@@ -19,6 +19,7 @@ As in vLLM the token that completes a stop string is kept in `token_ids`, and th
 `text` ends before the first stop string (after it with `include_stop_str_in_output`).
 """
 
+import os
 from collections.abc import Callable, Sequence
 
 # Tokens before a stop string's longest possible span, for the decoder's start effects.
@@ -50,13 +51,20 @@ def stop_string_hit(
         return None
     if len(token_ids) > n:
         text = detokenize(token_ids)
-    return first_stop(text, stops, protected_chars(detokenize, token_ids, min_tokens))
+    return first_stop(text, stops, protected_chars(detokenize, token_ids, min_tokens, text))
 
 
-def protected_chars(detokenize: Detokenize, token_ids: Sequence[int], min_tokens: int) -> int:
-    """How many leading characters of the output's text the first `min_tokens` tokens
-    make: no stop string may end within them."""
-    return len(detokenize(token_ids[:min_tokens])) if min_tokens else 0
+def protected_chars(
+    detokenize: Detokenize, token_ids: Sequence[int], min_tokens: int, text: str
+) -> int:
+    """How many leading characters of the output's whole `text` the first `min_tokens`
+    tokens make: no stop string may end within them. The common prefix of their own
+    decode and `text`: a character they leave unfinished decodes alone as U+FFFD (one per
+    byte with byte fallback) and counts as new text, as vLLM's incremental detokenizer
+    holds such a character back."""
+    if not min_tokens:
+        return 0
+    return len(os.path.commonprefix([detokenize(token_ids[:min_tokens]), text]))
 
 
 def first_stop(text: str, stops: Sequence[str], after: int = 0) -> str | None:

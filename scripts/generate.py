@@ -94,15 +94,16 @@ def _flag_int(flag: str, text: str) -> int:
         raise ValueError(f"{flag}: {text!r} is not a token id") from None
 
 
-def _parse_logit_bias(pairs: list[str]) -> dict[int, float] | None:
-    """--logit_bias=42:-100,7:2.5 -> {42: -100.0, 7: 2.5}; SamplingParams checks the rest."""
-    bias = {}
+def _parse_logit_bias(pairs: list[str]) -> list[tuple[int, float]] | None:
+    """--logit_bias=42:-100,7:2.5 -> [(42, -100.0), (7, 2.5)]; SamplingParams checks the
+    rest (ranges, an id given twice)."""
+    bias = []
     for pair in pairs:
         token, sep, value = pair.partition(":")
         try:
             if not sep:
                 raise ValueError
-            bias[_flag_int("--logit_bias", token)] = float(value)
+            bias.append((_flag_int("--logit_bias", token), float(value)))
         except ValueError:
             raise ValueError(f"--logit_bias: {pair!r} is not id:bias") from None
     return bias or None

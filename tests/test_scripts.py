@@ -175,6 +175,11 @@ def test_benchmarks_run_small(module, flags, expect):
         ("scripts.generate", ["--model=no-such-preset", "--logit_bias=3"], "'3' is not id:bias"),
         (
             "scripts.generate",
+            ["--model=no-such-preset", "--logit_bias=5:1,5:-100"],
+            "logit_bias: token id 5 given twice",
+        ),
+        (
+            "scripts.generate",
             ["--model=no-such-preset", "--allowed_token_ids=1,x"],
             "--allowed_token_ids: 'x' is not a token id",
         ),

@@ -12,10 +12,11 @@ from types import SimpleNamespace
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tokenizers import decoders
 
 from engine import LLM, SamplingParams
 from engine.logit_bias import MIN_WIDTH, apply_token_lists, held_back, lists_for
-from engine.stop_strings import first_stop, truncate_at_stop
+from engine.stop_strings import first_stop, protected_chars, stop_string_hit, truncate_at_stop
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 CASES = json.loads((FIXTURES / "sampler" / "hf_token_lists.json").read_text())["cases"]
@@ -74,22 +75,24 @@ def test_lists_for_a_step():
         _item(logit_bias={7: 1.0, 3: -2.0}),
         _item(num_generated=3, min_tokens=4, stop_token_ids=(9,), max_tokens=8),
         _item(num_generated=4, min_tokens=4, stop_token_ids=(9,), max_tokens=8),  # past it
-        _item(allowed_token_ids=[4, 6], logit_bias={6: 0.5, 8: 3.0}, min_tokens=1),
+        _item(allowed_token_ids=[2, 4, 6], logit_bias={6: 0.5, 8: 3.0}, min_tokens=1),
         _item(min_tokens=2, ignore_eos=True, stop_token_ids=(11,)),
     ]
     lists = lists_for(items, 8, eos)
     assert lists.ids.shape == (8, MIN_WIDTH) and lists.ids.dtype == np.int32
-    rows = [
-        {int(t): float(x) for t, x in zip(lists.ids[i], lists.values[i], strict=True) if t >= 0}
-        for i in range(8)
-    ]
+    rows = [{} for _ in range(8)]  # what the step's scatter-add makes of each row
+    for i, row in enumerate(rows):
+        for t, x in zip(lists.ids[i].tolist(), lists.values[i].tolist(), strict=True):
+            if t >= 0:
+                row[t] = row.get(t, 0.0) + x
     inf = math.inf
     assert rows == [
         {},
         {3: -2.0, 7: 1.0},
         {2: -inf, 5: -inf, 9: -inf},
         {},
-        {4: 0.0, 6: 0.5, 2: -inf, 5: -inf},  # 8 is outside the allowed set: dropped
+        # 8 is outside the allowed set: dropped; EOS 5 too (restricted away anyway).
+        {2: -inf, 4: 0.0, 6: 0.5},
         {11: -inf},
         {},
         {},
@@ -186,6 +189,7 @@ def test_token_lists_are_checked_against_the_vocabulary(llama):
     for kw, match in [
         (dict(logit_bias={512: 1.0}), r"logit_bias: token id 512 is outside the vocabulary"),
         (dict(allowed_token_ids=[3, 600]), r"allowed_token_ids: token id 600 is outside"),
+        (dict(stop_token_ids=(3, 2**31)), r"stop_token_ids: token id 2147483648 is outside"),
         (
             dict(allowed_token_ids=[2, 7], stop_token_ids=(7,), min_tokens=1),
             r"allowed_token_ids=\(2, 7\): min_tokens=1 bans every one of them",
@@ -233,6 +237,58 @@ def test_min_tokens_ignores_stop_strings_in_the_first_tokens(llama):
     assert _brute_stop(decode, free.token_ids, word, 1) > _brute_stop(
         decode, free.token_ids, word, 0
     )
+
+
+def test_a_stop_string_made_after_min_tokens_counts_when_a_character_straddles_them():
+    """Byte fallback (Llama-2 / Mistral style): "a€b" as a, the three bytes of €, b. With
+    min_tokens=3 the third token ends inside "€": alone the first three decode to "a" and
+    two U+FFFD, yet the whole text's first min_tokens-made characters are only "a", so a
+    stop "€" (completed by token 4) or "b" (token 5) ends the request, as vLLM's
+    incremental detokenizer (which holds an unfinished character back) finds them."""
+    dec = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
+    vocab = ["a", "b", "<0xE2>", "<0x82>", "<0xAC>"]
+
+    def detok(ids):
+        return dec.decode([vocab[i] for i in ids])
+
+    ids = [0, 2, 3, 4, 1]
+    assert detok(ids) == "a\u20acb" and detok(ids[:3]) == "a\ufffd\ufffd"
+    assert protected_chars(detok, ids, 3, detok(ids)) == 1
+    assert stop_string_hit(detok, ids[:4], ["\u20ac"], 3) == "\u20ac"
+    assert stop_string_hit(detok, ids, ["b"], 3) == "b"
+    assert stop_string_hit(detok, ids, ["a"], 3) is None  # made by the first three
+    assert truncate_at_stop(detok(ids), ["b"], False, after=1) == "a\u20ac"
+
+
+def test_each_list_width_compiles_once_per_step_shape(llama):
+    prompt = [1, 5, 9, 13, 5, 9, 7]
+
+    def compiles(**kw):
+        before = llama.stats()["num_compiles"]
+        llama.generate([prompt], SamplingParams(max_tokens=4, ignore_eos=True, **kw))
+        return llama.stats()["num_compiles"] - before
+
+    compiles()  # the plain step's prefill and decode buckets
+    # Widths 32 and 64, which no other test here uses (this engine is shared).
+    assert compiles(allowed_token_ids=range(20)) == 2  # one variant per bucket
+    assert compiles(allowed_token_ids=range(32), logit_bias={3: 1.0}) == 0  # still 32
+    assert compiles(allowed_token_ids=range(33)) == 2  # width 64
+    assert compiles(logit_bias=dict.fromkeys(range(40), -1.0)) == 0
+
+
+def test_unlisted_rows_are_bitwise_the_same_beside_listed_ones(llama):
+    """The same two-request steps with and without a neighbour's lists (a variant of the
+    step): the unlisted request's sampled tokens and logprobs do not move."""
+    prompt = [1, 5, 9, 13, 5, 9, 7]
+    sampled = SamplingParams(temperature=0.9, seed=5, max_tokens=10, ignore_eos=True)
+    plain = SamplingParams(max_tokens=10, ignore_eos=True)
+    listed = SamplingParams(
+        max_tokens=10, min_tokens=10, logit_bias={264: -5.0}, allowed_token_ids=range(300)
+    )
+    beside_plain = llama.generate([prompt] * 2, [sampled, plain])[0]
+    beside_listed = llama.generate([prompt] * 2, [sampled, listed])[0]
+    assert beside_listed.token_ids == beside_plain.token_ids
+    assert np.array_equal(np.float32(beside_listed.logprobs), np.float32(beside_plain.logprobs))
 
 
 def test_first_stop_and_truncate_after_protected_text():
