@@ -6,6 +6,7 @@ slot bookkeeping through preemption, aborts, async steps and more requests than 
 
 import json
 import pathlib
+from types import SimpleNamespace
 
 import jax.numpy as jnp
 import numpy as np
@@ -20,6 +21,7 @@ from engine.penalties import (
     penalize,
     update_state,
 )
+from engine.runner import Buckets, pack
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 CASES = json.loads((FIXTURES / "sampler" / "hf_penalties.json").read_text())["cases"]
@@ -128,6 +130,39 @@ def test_update_state_counts_prompt_and_output_tokens_as_bincount_would():
     np.testing.assert_array_equal(got[3], np.asarray(logits)[3])  # slot -1: untouched
 
 
+def test_update_state_keeps_a_row_that_starts_past_position_0_and_drops_padding_tokens():
+    """Every row of the step is a request (no padding rows), so the padding tokens past
+    cu_q_lens[-1] search into the last row: they must still write nowhere. Row 0 is the
+    first decode of a 1-token prompt (position 1): its row was filled by the prefill before
+    and is not a start, so nothing is zeroed; its output token is not marked as a prompt one."""
+    vocab, slots = 10, 3
+    rng = np.random.default_rng(3)
+    old_counts = rng.integers(1, 3, (slots, vocab)).astype(np.int32)
+    old_prompt = rng.random((slots, vocab)) < 0.5
+    old_prompt[1, 6], old_prompt[1, 4] = True, False  # the prompt [6]; 4 is not in it
+    state = PenaltyState(jnp.asarray(old_counts), jnp.asarray(old_prompt))
+    # row 0: decode of token 4 at position 1, prompt 1, slot 1; row 1: a 3-token prompt
+    # from position 0, slot 0; then 3 padding tokens (token 0 at position 0, as pack pads).
+    tok = [4, 2, 5, 2, 0, 0, 0]
+    pos = [1, 0, 1, 2, 0, 0, 0]
+    cu, kv, slot, plen = [0, 1, 4], [2, 3], [1, 0], [1, 3]
+    new = update_state(state, *(jnp.asarray(a, jnp.int32) for a in (tok, pos, cu, kv, slot, plen)))
+    counts, prompt = old_counts.copy(), old_prompt.copy()
+    counts[1] += np.bincount([4], minlength=vocab)
+    counts[0], prompt[0] = 0, False
+    prompt[0, [2, 5]] = True
+    np.testing.assert_array_equal(np.asarray(new.output_counts), counts)
+    np.testing.assert_array_equal(np.asarray(new.in_prompt), prompt)
+    assert not prompt[0, 0] and not prompt[1, 4]
+
+    params = jnp.asarray([[2.0, 0.5, 0.25], [1.5, 0.0, 0.0]], jnp.float32)
+    logits = jnp.asarray(rng.standard_normal((2, vocab)), jnp.float32)
+    got = np.asarray(penalize(logits, new, jnp.asarray(slot, jnp.int32), params))
+    p = np.asarray(params)
+    want = _numpy_penalties(np.asarray(logits), counts[[1, 0]], prompt[[1, 0]], *p.T)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_init_state_is_zero():
     st = init_state(3, 7)
     assert st.output_counts.shape == (3, 7) and st.output_counts.dtype == jnp.int32
@@ -152,6 +187,43 @@ def test_penalty_slots_hand_out_reuse_and_refuse_past_capacity():
     s[:] = -1
     slots.fill([It("b"), It("c")], lambda it: 3, s, p)
     assert s[:2].tolist() == [1, 0] and p[:2].tolist() == [10, 3]
+
+
+def test_pack_hands_the_step_each_rows_penalties_in_float32():
+    """Columns repetition, presence, frequency, each the float32 of the request's value;
+    padding rows are off (1, 0, 0); slots and prompt lengths are left to PenaltySlots."""
+    sp = [
+        SamplingParams(
+            repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=-0.7, seed=1
+        ),
+        SamplingParams(seed=2),
+        SamplingParams(
+            repetition_penalty=0.9, presence_penalty=-1.9, frequency_penalty=1.1, seed=3
+        ),
+    ]
+    items = [
+        SimpleNamespace(
+            request_id=str(i),
+            token_ids=(5,),
+            start_pos=0,
+            kv_len_after=1,
+            page_ids=(i,),
+            sampling_params=p,
+            num_generated=0,
+            feed_index=-1,
+        )
+        for i, p in enumerate(sp)
+    ]
+    batch = pack(items, 16, Buckets(64, 8, pages_per_seq=2))
+    rows = batch.penalty_params.shape[0]
+    assert rows > len(items)  # a padding row to check
+    want = np.zeros((rows, 3), np.float32)
+    want[:, 0] = 1.0
+    for i, p in enumerate(sp):
+        want[i] = np.float32([p.repetition_penalty, p.presence_penalty, p.frequency_penalty])
+    assert batch.penalty_params.dtype == np.float32
+    np.testing.assert_array_equal(batch.penalty_params, want)
+    assert (batch.penalty_slot == -1).all() and not batch.penalty_prompt_len.any()
 
 
 @pytest.mark.parametrize(
@@ -179,6 +251,22 @@ def test_penalties_are_stored_as_floats_and_flag_the_request():
     assert sp.repetition_penalty == 2.0 and sp.penalized
     assert not SamplingParams().penalized
     assert SamplingParams(frequency_penalty=-0.1).penalized
+
+
+def test_penalty_bounds_are_inclusive_and_any_one_penalty_flags_the_request():
+    for v in (-2.0, 2.0):
+        sp = SamplingParams(presence_penalty=v, frequency_penalty=-v, repetition_penalty=100.0)
+        assert (sp.presence_penalty, sp.frequency_penalty, sp.repetition_penalty) == (
+            v,
+            -v,
+            100.0,
+        )
+    assert SamplingParams(repetition_penalty=0.01).repetition_penalty == 0.01
+    assert type(SamplingParams(repetition_penalty=np.int64(2)).repetition_penalty) is float
+    assert type(SamplingParams(frequency_penalty=np.float32(0.5)).frequency_penalty) is float
+    assert SamplingParams(presence_penalty=0.1).penalized
+    assert SamplingParams(repetition_penalty=0.9).penalized
+    assert not SamplingParams(presence_penalty=-0.0, frequency_penalty=0.0).penalized
 
 
 def test_penalize_with_every_penalty_off_is_bitwise_the_identity():
@@ -326,3 +414,47 @@ def test_a_slot_freed_by_a_stop_is_reused_while_a_step_ahead_still_writes_it():
     b_slots = {s for rid, s in taken if rid == outs[2].request_id}
     assert a_slots == b_slots and len(a_slots) == 1
     assert llm.stats()["num_steps_dispatched_ahead"] > 0 and len(llm._penalty_slots) == 0
+
+
+def test_top_logprobs_under_penalties_are_those_of_the_raw_distribution(llama):
+    """Case 1's repetition penalty < 1 makes the greedy decode pick a prompt token first,
+    where Hugging Face's unpenalized decode picks another: that one stays the top logprob,
+    and the sampled token's entry, when listed, is its raw logprob."""
+    c = _cases("llama")[1]
+    assert c["tokens"][0] != c["plain_tokens"][0]
+    out = llama.generate([c["prompt"]], _params(c, logprobs=5))[0]
+    assert out.token_ids == c["tokens"]
+    assert len(out.top_logprobs) == len(out.token_ids)
+    assert out.top_logprobs[0][0][0] == c["plain_tokens"][0]
+    for tok, lp, top in zip(out.token_ids, out.logprobs, out.top_logprobs, strict=True):
+        lps = [x[1] for x in top]
+        assert lps == sorted(lps, reverse=True) and lps[0] >= lp - 1e-5
+        for i, x in top:
+            if i == tok:
+                assert x == pytest.approx(lp, abs=1e-5)
+    assert len(llama._penalty_slots) == 0
+
+
+def test_a_preempted_request_gives_its_slot_back_until_it_is_readmitted():
+    """Stepping the preemption case by hand: after every step the requests holding a
+    penalty slot are running ones (a preempted request waits without one: a request held
+    back while others are admitted past it must not keep a slot that they need)."""
+    cases = _cases("llama")
+    llm = LLM(
+        str(FIXTURES / "llama"),
+        dtype="float32",
+        page_size=4,
+        num_pages=16,
+        max_num_batched_tokens=16,
+        max_num_seqs=2,
+        async_scheduling=False,
+    )
+    ids = [llm.add_request(c["prompt"], _params(c)) for c in cases]
+    tokens = {rid: [] for rid in ids}
+    while llm.has_unfinished():
+        for d in llm.step():
+            tokens[d.request_id] += d.token_ids
+        running = {seq.request_id for seq in llm._scheduler._running}
+        assert set(llm._penalty_slots._held) <= running
+    assert llm.stats()["num_preemptions"] > 0
+    assert [tokens[rid] for rid in ids] == [c["tokens"] for c in cases]
