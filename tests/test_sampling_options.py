@@ -393,8 +393,10 @@ def test_min_p_in_the_engine_keeps_only_tokens_near_the_top(llama):
 
 def test_every_option_at_once_under_preemption_equals_each_request_alone():
     """Batch-invariant engine, a pool too small for the load (preemption and recompute), and
-    requests mixing stop strings, stop ids, top logprobs, min-p, top-k, seeded sampling
-    and prompt logprobs: every field of every output is bitwise that of the request alone."""
+    requests mixing stop strings, stop ids, top logprobs, min-p, top-k, seeded sampling,
+    prompt logprobs, penalties (device-side counts rebuilt by recompute), logit bias,
+    allowed tokens and min_tokens: every field of every output is bitwise that of the
+    request alone."""
     rng = np.random.default_rng(11)
     llm = LLM(
         model=str(FIXTURES / "llama"),
@@ -421,6 +423,11 @@ def test_every_option_at_once_under_preemption_equals_each_request_alone():
                 stop_token_ids=(int(rng.integers(3, 512)),) if i % 3 == 0 else (),
                 logprobs=int(rng.choice([0, 3])) or None,
                 prompt_logprobs=bool(i % 4 == 1),
+                presence_penalty=0.5 if i % 4 == 2 else 0.0,
+                repetition_penalty=1.2 if i % 5 == 3 else 1.0,
+                logit_bias={prompts[-1][0]: 2.0} if i % 3 == 1 else None,
+                allowed_token_ids=range(3, 300) if i == 7 else None,
+                min_tokens=3 if i % 4 == 0 else 0,
             )
         )
     outs = llm.generate(prompts, params)
