@@ -183,42 +183,20 @@ def mesh_cases(out_path: str) -> None:
 
 def _penalized(llm, arch: str) -> list[list[int]]:
     """Greedy tokens of the HF penalty fixture's cases for `arch`, penalized as recorded."""
-    from engine import SamplingParams
+    from tests.sampler_cases import cases, penalty_params
 
-    cases = json.loads((FIXTURES / "sampler" / "hf_penalties.json").read_text())["cases"]
-    cases = [c for c in cases if c["arch"] == arch]
-    params = [
-        SamplingParams(
-            max_tokens=len(c["tokens"]),
-            ignore_eos=True,
-            repetition_penalty=c["repetition_penalty"],
-            presence_penalty=c["presence_penalty"],
-            frequency_penalty=c["frequency_penalty"],
-        )
-        for c in cases
-    ]
-    return [o.token_ids for o in llm.generate([c["prompt"] for c in cases], params)]
+    arch_cases = cases("hf_penalties", arch)
+    outs = llm.generate([c["prompt"] for c in arch_cases], [penalty_params(c) for c in arch_cases])
+    return [o.token_ids for o in outs]
 
 
 def _listed(llm, arch: str) -> list[list[int]]:
     """Greedy tokens of the HF token-list fixture's cases for `arch`."""
-    from engine import SamplingParams
+    from tests.sampler_cases import cases, token_list_params
 
-    cases = json.loads((FIXTURES / "sampler" / "hf_token_lists.json").read_text())["cases"]
-    cases = [c for c in cases if c["arch"] == arch]
-    params = [
-        SamplingParams(
-            max_tokens=20,
-            ignore_eos=c["ignore_eos"],
-            logit_bias={t: b for t, b in c.get("logit_bias", ())} or None,
-            allowed_token_ids=c.get("allowed_token_ids"),
-            min_tokens=c.get("min_tokens", 0),
-            stop_token_ids=c.get("stop_token_ids", ()),
-            repetition_penalty=c.get("repetition_penalty", 1.0),
-        )
-        for c in cases
-    ]
-    return [o.token_ids for o in llm.generate([c["prompt"] for c in cases], params)]
+    arch_cases = cases("hf_token_lists", arch)
+    params = [token_list_params(c) for c in arch_cases]
+    return [o.token_ids for o in llm.generate([c["prompt"] for c in arch_cases], params)]
 
 
 def _fp8_kv(layout: tuple[str, str]) -> dict:

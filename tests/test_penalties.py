@@ -4,7 +4,6 @@ and the OpenAI formula (tests/fixtures/make_hf_penalty_fixture.py); the device-s
 against numpy's bincount; the penalty formula against a direct numpy transcription; and the
 slot bookkeeping through preemption, aborts, async steps and more requests than slots."""
 
-import json
 import pathlib
 from types import SimpleNamespace
 
@@ -22,20 +21,10 @@ from engine.penalties import (
     update_state,
 )
 from engine.runner import Buckets, pack
+from tests.sampler_cases import cases, penalty_params
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-CASES = json.loads((FIXTURES / "sampler" / "hf_penalties.json").read_text())["cases"]
-
-
-def _params(case, **kw) -> SamplingParams:
-    return SamplingParams(
-        max_tokens=len(case["tokens"]),
-        ignore_eos=True,
-        repetition_penalty=case["repetition_penalty"],
-        presence_penalty=case["presence_penalty"],
-        frequency_penalty=case["frequency_penalty"],
-        **kw,
-    )
+_params = penalty_params  # (case, **kw): the case's penalties, greedy, its length
 
 
 def _plain(case) -> SamplingParams:
@@ -43,7 +32,21 @@ def _plain(case) -> SamplingParams:
 
 
 def _cases(arch):
-    return [c for c in CASES if c["arch"] == arch]
+    return cases("hf_penalties", arch)
+
+
+def _small_pool_llama(async_scheduling: bool) -> LLM:
+    """16 pages of 4 tokens (64 tokens), two sequences at most: the llama cases preempt
+    each other."""
+    return LLM(
+        str(FIXTURES / "llama"),
+        dtype="float32",
+        page_size=4,
+        num_pages=16,
+        max_num_batched_tokens=16,
+        max_num_seqs=2,
+        async_scheduling=async_scheduling,
+    )
 
 
 # ---- the formula and the counts -----------------------------------------------------------
@@ -359,15 +362,7 @@ def test_penalties_survive_preemption_and_more_requests_than_slots(async_schedul
     recompute from position 0 (the step zeroes and refills their slot) and must still match
     Hugging Face. Twelve requests run through 2 slots; aborted ones give theirs back."""
     cases = _cases("llama")
-    llm = LLM(
-        str(FIXTURES / "llama"),
-        dtype="float32",
-        page_size=4,
-        num_pages=16,
-        max_num_batched_tokens=16,
-        max_num_seqs=2,
-        async_scheduling=async_scheduling,
-    )
+    llm = _small_pool_llama(async_scheduling)
     outs = llm.generate([c["prompt"] for c in cases] * 4, [_params(c) for c in cases] * 4)
     for i, out in enumerate(outs):
         assert out.token_ids == cases[i % len(cases)]["tokens"]
@@ -440,15 +435,7 @@ def test_a_preempted_request_gives_its_slot_back_until_it_is_readmitted():
     penalty slot are running ones (a preempted request waits without one: a request held
     back while others are admitted past it must not keep a slot that they need)."""
     cases = _cases("llama")
-    llm = LLM(
-        str(FIXTURES / "llama"),
-        dtype="float32",
-        page_size=4,
-        num_pages=16,
-        max_num_batched_tokens=16,
-        max_num_seqs=2,
-        async_scheduling=False,
-    )
+    llm = _small_pool_llama(async_scheduling=False)
     ids = [llm.add_request(c["prompt"], _params(c)) for c in cases]
     tokens = {rid: [] for rid in ids}
     while llm.has_unfinished():

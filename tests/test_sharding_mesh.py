@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.sampler_cases import cases
 from tests.sharding_worker import FP8_LAYOUT, LAYOUTS, MAX_TOKENS, PENALTY_LAYOUTS, SKEWED
 
 ROOT = pathlib.Path(__file__).parent.parent
@@ -89,19 +90,13 @@ def test_sharded_generate_matches_hf_and_single_device(mesh_results, arch, mesh)
         assert specs["moe.w_gate"] == "P('ep', None, 'tp')"
 
 
+@pytest.mark.parametrize(
+    "kind, fixture", [("penalties", "hf_penalties"), ("token_lists", "hf_token_lists")]
+)
 @pytest.mark.parametrize("arch, mesh", PENALTY_LAYOUTS)
-def test_penalized_requests_on_a_mesh_decode_as_hf(mesh_results, arch, mesh):
-    got = mesh_results["penalties"][f"{arch}|{mesh}"]
-    cases = json.loads((FIXTURES / "sampler" / "hf_penalties.json").read_text())["cases"]
-    want = [c["tokens"] for c in cases if c["arch"] == arch]
-    assert want and got == want
-
-
-@pytest.mark.parametrize("arch, mesh", PENALTY_LAYOUTS)
-def test_token_lists_on_a_mesh_decode_as_hf(mesh_results, arch, mesh):
-    got = mesh_results["token_lists"][f"{arch}|{mesh}"]
-    cases = json.loads((FIXTURES / "sampler" / "hf_token_lists.json").read_text())["cases"]
-    want = [c["tokens"] for c in cases if c["arch"] == arch]
+def test_penalties_and_token_lists_on_a_mesh_decode_as_hf(mesh_results, kind, fixture, arch, mesh):
+    got = mesh_results[kind][f"{arch}|{mesh}"]
+    want = [c["tokens"] for c in cases(fixture, arch)]
     assert want and got == want
 
 
