@@ -16,6 +16,7 @@ is bitwise unchanged, so batch invariance holds.
 
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 import jax
@@ -48,6 +49,31 @@ def apply_token_lists(
     return jnp.where(restrict[:, None] & ~listed, -jnp.inf, out)
 
 
+# Per SamplingParams object (by id, dropped when it is collected): its listed_tokens. Kept
+# off the object, whose __dict__ callers rebuild it from (SamplingParams(**vars(p))).
+_LISTED: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def listed_tokens(params) -> tuple[np.ndarray, np.ndarray]:
+    """logit_bias and allowed_token_ids as one list: token ids (int32, ascending) and the
+    values added to their logits (float32): allowed tokens get 0 plus their bias; a bias on
+    a token outside the allowed set is dropped (that token is banned either way). Built
+    once per SamplingParams object, as every step of the request reads it; read-only."""
+    key = id(params)
+    got = _LISTED.get(key)
+    if got is None:
+        entries = dict.fromkeys(params.allowed_token_ids or (), 0.0)
+        for token, bias in params.logit_bias or ():
+            if params.allowed_token_ids is None or token in entries:
+                entries[token] = entries.get(token, 0.0) + bias
+        ids = np.fromiter(sorted(entries), np.int32, len(entries))
+        values = np.asarray([entries[t] for t in ids.tolist()], np.float32)
+        ids.flags.writeable = values.flags.writeable = False
+        got = _LISTED[key] = (ids, values)
+        weakref.finalize(params, _LISTED.pop, key, None)
+    return got
+
+
 def held_back(params, eos_token_ids) -> tuple[int, ...]:
     """The tokens min_tokens bans: stop_token_ids, and the EOS tokens unless ignore_eos."""
     eos = () if params.ignore_eos else tuple(eos_token_ids)
@@ -58,7 +84,7 @@ def _row(params, num_generated: int, eos_token_ids) -> tuple[np.ndarray, np.ndar
     """One item's (ids, values): its own list, plus -inf for the ids min_tokens still bans
     (an id in both gets bias + -inf = -inf from the step's scatter-add). A restricted row
     bans only allowed ids: the others are excluded anyway."""
-    ids, values = params.listed_tokens
+    ids, values = listed_tokens(params)
     if num_generated >= params.min_tokens:
         return ids, values
     ban = np.asarray(held_back(params, eos_token_ids), np.int32)
@@ -72,7 +98,7 @@ def _row(params, num_generated: int, eos_token_ids) -> tuple[np.ndarray, np.ndar
 def lists_for(items, num_rows: int, eos_token_ids) -> TokenLists | None:
     """The step's TokenLists for `items` (ScheduledItems, rows in order, padded to
     `num_rows`); None when no item lists a token. Each row is a slice copy of arrays
-    built once per request (SamplingParams.listed_tokens) plus, while min_tokens holds,
+    built once per request (listed_tokens) plus, while min_tokens holds,
     its few banned ids."""
     rows = []
     for i, it in enumerate(items):

@@ -151,23 +151,7 @@ class SamplingParams:
             # The prompt is scored by the steps that compute it; max_tokens=0 runs none.
             raise ValueError("prompt_logprobs=True: needs max_tokens >= 1 (max_tokens=0)")
 
-    @functools.cached_property
-    def listed_tokens(self) -> tuple[np.ndarray, np.ndarray]:
-        """logit_bias and allowed_token_ids as one list: token ids (int32, ascending) and
-        the values added to their logits (float32): allowed tokens get 0 plus their bias;
-        a bias on a token outside the allowed set is dropped (that token is banned either
-        way). Built once per SamplingParams, as every step of the request reads it
-        (engine/logit_bias.py); read-only arrays."""
-        entries = dict.fromkeys(self.allowed_token_ids or (), 0.0)
-        for token, bias in self.logit_bias or ():
-            if self.allowed_token_ids is None or token in entries:
-                entries[token] = entries.get(token, 0.0) + bias
-        ids = np.fromiter(sorted(entries), np.int32, len(entries))
-        values = np.asarray([entries[t] for t in ids.tolist()], np.float32)
-        ids.flags.writeable = values.flags.writeable = False
-        return ids, values
-
-    @functools.cached_property  # read for every scheduled item of every step
+    @property
     def penalized(self) -> bool:
         """Whether any of the three penalties is on (the step then keeps token counts)."""
         return (

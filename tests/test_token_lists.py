@@ -298,3 +298,19 @@ def test_first_stop_and_truncate_after_protected_text():
     assert truncate_at_stop("ab cd ab", ["ab"], False, after=2) == "ab cd "
     assert truncate_at_stop("ab cd ab", ["ab"], True, after=1) == "ab"  # ends at 2 > 1
     assert truncate_at_stop("xabx", ["ab"], False, after=2) == "x"  # straddles: ends at 3
+
+
+def test_params_keep_only_their_fields_and_rebuild_from_them():
+    """The lists' per-request arrays are cached off the object: callers rebuild params from
+    vars(p) (tests/test_engine.py does), and a collected one leaves nothing behind."""
+    import gc
+
+    from engine import logit_bias
+
+    sp = SamplingParams(logit_bias={3: 1.0}, allowed_token_ids=[3, 4], presence_penalty=0.5)
+    assert sp.penalized and logit_bias.listed_tokens(sp)[0].tolist() == [3, 4]
+    assert SamplingParams(**vars(sp)) == sp
+    held = len(logit_bias._LISTED)
+    del sp
+    gc.collect()
+    assert len(logit_bias._LISTED) == held - 1
