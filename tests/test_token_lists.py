@@ -16,6 +16,7 @@ from tokenizers import decoders
 
 from engine import LLM, SamplingParams
 from engine.logit_bias import MIN_WIDTH, apply_token_lists, held_back, lists_for
+from engine.sampling_params import MAX_LISTED_TOKENS
 from engine.stop_strings import first_stop, protected_chars, stop_string_hit, truncate_at_stop
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -104,6 +105,61 @@ def test_lists_for_a_step():
     assert held_back(SamplingParams(stop_token_ids=(3, 2)), (2,)) == (2, 3)
 
 
+def test_lists_for_then_the_step_match_the_params_transcribed():
+    """lists_for's rows through apply_token_lists against each request's lists applied
+    straight from its SamplingParams: rows of different lengths (one past MIN_WIDTH), an id
+    both biased and held back by min_tokens (bias + -inf = -inf), a biased unrestricted
+    row whose min_tokens bans every stop id."""
+    eos, vocab = (2, 5), 20
+    items = [
+        _item(),
+        _item(num_generated=1, min_tokens=2, logit_bias={9: 5.0, 3: 1.0}, stop_token_ids=(9,)),
+        _item(allowed_token_ids=range(12), logit_bias={4: 2.0, 15: 1.0}, min_tokens=1),
+        _item(num_generated=2, min_tokens=3, ignore_eos=True, logit_bias={5: -1.5}),
+    ]
+    lists = lists_for(items, 5, eos)
+    assert lists.ids.shape == (5, 16)
+    logits = np.random.default_rng(1).standard_normal((5, vocab)).astype(np.float32)
+    logits[0, 7] = logits[1, 0] = -0.0  # an unlisted logit keeps its sign bit too
+    got = np.asarray(
+        apply_token_lists(
+            jnp.asarray(logits),
+            jnp.asarray(lists.ids),
+            jnp.asarray(lists.values),
+            jnp.asarray(lists.restrict),
+        )
+    )
+    want = logits.copy()
+    for i, it in enumerate(items):
+        sp = it.sampling_params
+        for t, b in sp.logit_bias or ():
+            want[i, t] += np.float32(b)
+        if sp.allowed_token_ids is not None:
+            want[i, [t for t in range(vocab) if t not in sp.allowed_token_ids]] = -np.inf
+        if it.num_generated < sp.min_tokens:
+            banned = set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(eos))
+            want[i, sorted(banned)] = -np.inf
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    # The step adds up an id listed twice, whichever value comes first.
+    twice = apply_token_lists(
+        jnp.zeros((2, 4)),
+        jnp.asarray([[1, 1], [1, 1]], jnp.int32),
+        jnp.asarray([[-math.inf, 2.0], [2.0, 0.5]], jnp.float32),
+        jnp.zeros(2, bool),
+    )
+    assert np.asarray(twice).tolist() == [[0.0, -math.inf, 0.0, 0.0], [0.0, 2.5, 0.0, 0.0]]
+
+
+def test_bounds_are_inclusive():
+    most = MAX_LISTED_TOKENS
+    sp = SamplingParams(logit_bias={0: 100, 1: -100.0}, allowed_token_ids=[0])
+    assert sp.logit_bias == ((0, 100.0), (1, -100.0)) and sp.allowed_token_ids == (0,)
+    assert len(SamplingParams(logit_bias=dict.fromkeys(range(most), 1.0)).logit_bias) == most
+    assert len(SamplingParams(allowed_token_ids=[*range(most)] * 2).allowed_token_ids) == most
+    assert len(SamplingParams(stop_token_ids=range(most)).stop_token_ids) == most
+
+
 @pytest.mark.parametrize(
     "kw, match",
     [
@@ -119,6 +175,11 @@ def test_lists_for_a_step():
         (dict(allowed_token_ids=[]), r"allowed_token_ids=\(\): must be one or more"),
         (dict(allowed_token_ids="ab"), r"allowed_token_ids='ab': must be a sequence"),
         (dict(allowed_token_ids=[1, True]), r"allowed_token_ids=\(1, True\)"),
+        (dict(allowed_token_ids={1: 2.0}), r"allowed_token_ids=\{1: 2.0\}: must be a sequ"),
+        (dict(allowed_token_ids=range(2049)), r"allowed_token_ids: 2049 token ids, at most"),
+        (dict(stop_token_ids=range(2049)), r"stop_token_ids: 2049 token ids, at most 2048"),
+        (dict(logit_bias={1: -100.5}), r"logit_bias\[1\]=-100.5: must be in"),
+        (dict(logit_bias={True: 1.0}), r"logit_bias: token id True must be an integer"),
     ],
 )
 def test_bad_lists_are_refused_naming_the_field(kw, match):
@@ -131,6 +192,16 @@ def test_lists_are_normalized():
     assert sp.logit_bias == ((2, 3.0), (9, -1.0)) and sp.allowed_token_ids == (1, 5)
     assert SamplingParams(logit_bias=[(4, 1)]).logit_bias == ((4, 1.0),)
     assert hash(sp) == hash(SamplingParams(logit_bias={2: 3, 9: -1}, allowed_token_ids=[1, 5]))
+
+
+def test_generate_parses_the_list_flags():
+    from scripts import generate
+
+    assert generate._parse_logit_bias(["42:-100", "7:2.5"]) == [(42, -100.0), (7, 2.5)]
+    assert generate._parse_logit_bias([]) is None
+    for bad in ("3", "x:1", "3:y", "3:"):
+        with pytest.raises(ValueError, match=rf"^--logit_bias: '{bad}' is not id:bias$"):
+            generate._parse_logit_bias(["1:1", bad])
 
 
 # ---- the engine against Hugging Face -------------------------------------------------------------
@@ -197,6 +268,17 @@ def test_token_lists_are_checked_against_the_vocabulary(llama):
     ]:
         with pytest.raises(ValueError, match=match):
             llama.generate([[1, 2, 3]], SamplingParams(**kw))
+    # Allowed ids min_tokens leaves one of, or no min_tokens at all: fine; the first token is
+    # the one not held back.
+    outs = llama.generate(
+        [[1, 2, 3]] * 2,
+        [
+            SamplingParams(allowed_token_ids=[2, 7, 9], stop_token_ids=(7,), min_tokens=1),
+            SamplingParams(allowed_token_ids=[2, 7], stop_token_ids=(7,), max_tokens=3),
+        ],
+    )
+    assert outs[0].token_ids[0] == 9 and set(outs[0].token_ids) <= {2, 7, 9}
+    assert set(outs[1].token_ids) <= {2, 7}
     # With ignore_eos the EOS is not banned, so the same set is fine.
     out = llama.generate(
         [[1, 2, 3]],
@@ -314,3 +396,26 @@ def test_params_keep_only_their_fields_and_rebuild_from_them():
     del sp
     gc.collect()
     assert len(logit_bias._LISTED) == held - 1
+
+
+def test_min_tokens_holds_the_eos_back(llama):
+    """A +100 bias makes the EOS the greedy first token; min_tokens=3 holds it back for
+    three tokens, which are then the decode with the EOS biased away, and it stops the
+    request at the fourth. With ignore_eos nothing is held back (and nothing stops)."""
+    prompt = [1, 5, 9, 13, 5, 9, 7]
+    (eos,) = llama.config.eos_token_ids
+    outs = llama.generate(
+        [prompt] * 4,
+        [
+            SamplingParams(max_tokens=6, logit_bias={eos: 100.0}),
+            SamplingParams(max_tokens=3, logit_bias={eos: -100.0}),
+            SamplingParams(max_tokens=6, min_tokens=3, logit_bias={eos: 100.0}),
+            SamplingParams(max_tokens=3, min_tokens=3, ignore_eos=True, logit_bias={eos: 100.0}),
+        ],
+    )
+    pushed, away, held, ignored = outs
+    assert pushed.token_ids == [eos] and pushed.finish_reason == "stop"
+    assert eos not in away.token_ids and len(away.token_ids) == 3
+    assert held.token_ids == away.token_ids + [eos]
+    assert (held.finish_reason, held.stop_reason) == ("stop", None)
+    assert ignored.token_ids == [eos] * 3 and ignored.finish_reason == "length"
