@@ -7,7 +7,7 @@ logit, -inf bans it, and a row marked `restrict` keeps only its listed tokens. T
 are small (an OpenAI logit_bias has at most 300 entries; vLLM's min_tokens bans the stop
 ids; each list is capped at sampling_params.MAX_LISTED_TOKENS), so they travel with the
 step like the sampling parameters, and the step compiles one variant per width it meets
-(8 to 4096: a list plus the ids min_tokens bans).
+(8 up to 8192: a list of 2,048 plus up to 2,048 stop ids and the EOS ids min_tokens bans).
 
 vLLM's order: allowed tokens, then min_tokens' ban and the bias, all before the penalties,
 temperature and the filters; logprobs stay those of the raw logits. A row with no list
