@@ -4,7 +4,6 @@ PrefixConstrained, MinNewTokensLength and RepetitionPenalty processors
 (tests/fixtures/make_hf_token_lists_fixture.py); the in-step lists against a numpy
 transcription; min_tokens with stop strings against a brute-force decode of every prefix."""
 
-import json
 import math
 import pathlib
 from types import SimpleNamespace
@@ -18,21 +17,11 @@ from engine import LLM, SamplingParams
 from engine.logit_bias import MIN_WIDTH, apply_token_lists, held_back, lists_for
 from engine.sampling_params import MAX_LISTED_TOKENS
 from engine.stop_strings import first_stop, protected_chars, stop_string_hit, truncate_at_stop
+from tests.sampler_cases import cases, token_list_params
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-CASES = json.loads((FIXTURES / "sampler" / "hf_token_lists.json").read_text())["cases"]
-
-
-def _params(case) -> SamplingParams:
-    return SamplingParams(
-        max_tokens=20,
-        ignore_eos=case["ignore_eos"],
-        logit_bias={t: b for t, b in case.get("logit_bias", ())} or None,
-        allowed_token_ids=case.get("allowed_token_ids"),
-        min_tokens=case.get("min_tokens", 0),
-        stop_token_ids=case.get("stop_token_ids", ()),
-        repetition_penalty=case.get("repetition_penalty", 1.0),
-    )
+CASES = cases("hf_token_lists")
+_params = token_list_params  # (case): its lists, stops and penalty, greedy, 20 tokens at most
 
 
 # ---- the lists ---------------------------------------------------------------------------------
