@@ -518,7 +518,11 @@ class LLM:
         score_rows = self._fill_score_targets(sched.items, batch)
         with_top = any(it.sample and it.sampling_params.logprobs for it in sched.items)
         penalized = self._penalty_slots.fill(
-            sched.items, self._prompt_len, batch.penalty_slot, batch.penalty_prompt_len
+            sched.items,
+            batch.penalty_params,
+            self._prompt_len,
+            batch.penalty_slot,
+            batch.penalty_prompt_len,
         )
         lists = logit_bias.lists_for(sched.items, shape[1], self.config.eos_token_ids)
         list_width = 0

@@ -112,6 +112,9 @@ def penalize(
     return apply_penalties(logits, counts, in_prompt, params[:, 0], params[:, 1], params[:, 2])
 
 
+OFF = np.array([1.0, 0.0, 0.0], np.float32)  # (repetition, presence, frequency) off
+
+
 class PenaltySlots:
     """Host side: which state row each penalized request uses, from its first step to its
     end. A request keeps its slot while it runs; a preempted one gives it back (it is
@@ -136,16 +139,18 @@ class PenaltySlots:
     def fill(
         self,
         items: Sequence,  # ScheduledItems
+        params: np.ndarray,  # [S, 3] the step's penalty_params (runner.pack)
         prompt_len_of: Callable[[object], int],  # item -> its request's prompt length
         slot_out: np.ndarray,
         prompt_out: np.ndarray,
     ) -> bool:
         """Write each penalized item's slot and prompt length into the step's [S] arrays
-        (taking a slot for a request's first step); True if any item is penalized."""
-        any_on = False
-        for i, it in enumerate(items):
-            if not it.sampling_params.penalized:
-                continue
+        (taking a slot for a request's first step); True if any item is penalized. The
+        penalized rows are read off `params` (not off each item: a step of 256 unpenalized
+        decodes pays one array compare)."""
+        on = np.flatnonzero((params[: len(items)] != OFF).any(axis=1))
+        for i in on.tolist():
+            it = items[i]
             held = self._held.get(it.request_id)
             if held is None:
                 if not self._free:  # more penalized requests than running sequences
@@ -155,5 +160,4 @@ class PenaltySlots:
                     )
                 held = self._held[it.request_id] = (self._free.pop(), prompt_len_of(it))
             slot_out[i], prompt_out[i] = held
-            any_on = True
-        return any_on
+        return on.size > 0

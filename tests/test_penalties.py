@@ -178,17 +178,26 @@ def test_penalty_slots_hand_out_reuse_and_refuse_past_capacity():
             self.request_id = rid
             self.sampling_params = SamplingParams(repetition_penalty=1.1 if on else 1.0)
 
+    def fill(items, prompt_len):
+        # The step's penalty_params as runner.pack writes them, one padding row after.
+        rows = [it.sampling_params for it in items]
+        params = np.float32(
+            [[r.repetition_penalty, r.presence_penalty, r.frequency_penalty] for r in rows]
+            + [[1, 0, 0]]
+        )
+        return slots.fill(items, params, lambda it: prompt_len, s, p)
+
     slots = PenaltySlots(2)
     s, p = np.full(3, -1, np.int32), np.zeros(3, np.int32)
-    assert slots.fill([It("a"), It("x", on=False), It("b")], lambda it: 10, s, p)
+    assert fill([It("a"), It("x", on=False), It("b")], 10)
     assert s.tolist() == [0, -1, 1] and p.tolist() == [10, 0, 10] and len(slots) == 2
     s[:] = -1
-    assert not slots.fill([It("x", on=False)], lambda it: 10, s, p)
+    assert not fill([It("x", on=False)], 10)
     with pytest.raises(RuntimeError, match="no penalty slot left for 'c'"):
-        slots.fill([It("c")], lambda it: 3, s, p)
+        fill([It("c")], 3)
     slots.release(["a", "a", "never"])
     s[:] = -1
-    slots.fill([It("b"), It("c")], lambda it: 3, s, p)
+    fill([It("b"), It("c")], 3)
     assert s[:2].tolist() == [1, 0] and p[:2].tolist() == [10, 3]
 
 
@@ -390,8 +399,8 @@ def test_a_slot_freed_by_a_stop_is_reused_while_a_step_ahead_still_writes_it():
     taken = []  # (request id, slot) per penalized item, from the engine's own slot table
     fill = llm._penalty_slots.fill
 
-    def spy(items, prompt_len_of, slot_out, prompt_out):
-        on = fill(items, prompt_len_of, slot_out, prompt_out)
+    def spy(items, params, prompt_len_of, slot_out, prompt_out):
+        on = fill(items, params, prompt_len_of, slot_out, prompt_out)
         taken.extend(
             (it.request_id, int(slot_out[i])) for i, it in enumerate(items) if slot_out[i] >= 0
         )
