@@ -22,8 +22,10 @@ SUPPORTED_MODEL_TYPES = (
     "mistral",
     "qwen2",
     "qwen3",
+    "qwen2_moe",
     "qwen3_moe",
     "mixtral",
+    "glm4_moe",
     "deepseek_v2",
     "deepseek_v3",
 )
@@ -62,6 +64,23 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=32768,
         num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=False,
         decoder_sparse_step=1, mlp_only_layers=None, **_QWEN_WINDOW,
+    ),
+    "qwen2_moe": dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+        num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=32768,
+        num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
+        shared_expert_intermediate_size=5632, norm_topk_prob=False, decoder_sparse_step=1,
+        mlp_only_layers=None, qkv_bias=True, **_QWEN_WINDOW,
+    ),
+    # GLM-4.5 / 4.6 / 4.7 (and -Air): DeepSeek-V3's router on a GQA attention that rotates
+    # only part of each head (partial_rotary_factor, default 0.5).
+    "glm4_moe": dict(
+        vocab_size=151552, hidden_size=4096, intermediate_size=10944, num_hidden_layers=46,
+        num_attention_heads=96, num_key_value_heads=8, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, n_routed_experts=128, n_shared_experts=1, num_experts_per_tok=8,
+        moe_intermediate_size=1408, n_group=1, topk_group=1, norm_topk_prob=True,
+        routed_scaling_factor=1.0, first_k_dense_replace=1, use_qk_norm=False,
+        partial_rotary_factor=0.5,
     ),
     "mixtral": dict(
         vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
@@ -159,9 +178,6 @@ def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
     theta = params.get("rope_theta", f.get("rope_theta"))
     theta = f.defaults["rope_theta"] if theta is None else float(theta)
     rope_type = params.get("rope_type", params.get("type", "default"))
-    partial = params.get("partial_rotary_factor", f.hf.get("partial_rotary_factor"))
-    if partial not in (None, 1, 1.0):
-        raise ValueError(f"HF config partial_rotary_factor={partial}: only 1.0 is supported")
     if not params.get("truncate", True):
         raise ValueError("HF config rope truncate=False: only truncated YaRN is supported")
     if rope_type == "default":
@@ -207,6 +223,30 @@ def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
             attention_factor=None if attention_factor is None else float(attention_factor),
         )
     return theta, RopeScaling(**fields)
+
+
+def _partial_rotary_factor(f: _Fields, model_type: str) -> float:
+    """The fraction of each head RoPE rotates: GLM-4.5's partial_rotary_factor (inside the
+    rope dict or, in released configs, top level; transformers' default 0.5); 1 elsewhere,
+    where transformers' attention rotates the whole head whatever the field says, so a value
+    there would mean a model the reference does not compute: refused."""
+    params = f.hf.get("rope_scaling") or f.hf.get("rope_parameters") or {}
+    partial = params.get("partial_rotary_factor", f.get("partial_rotary_factor"))
+    if model_type == "glm4_moe":
+        if not _is_number(partial) or not 0 < partial <= 1:
+            raise ValueError(
+                f"HF config partial_rotary_factor={partial!r}: must be a number in (0, 1]"
+            )
+        return float(partial)
+    if partial not in (None, 1, 1.0):
+        raise ValueError(
+            f"HF config partial_rotary_factor={partial}: only 1.0 is supported for {model_type}"
+        )
+    return 1.0
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
 
 
 def _eos_ids(value: Any) -> tuple[int, ...]:
@@ -288,6 +328,7 @@ def _dtype(hf: dict, dtype: str | None) -> str:
 # The families whose transformers modeling code reads these fields; the others hard-code the
 # biases off (Qwen2: q/k/v biases on, handled) and ignore the field, so it is ignored here too.
 _HONOURS_ATTENTION_BIAS = ("llama", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+# (glm4_moe reads attention_bias as q/k/v biases only, which the tree holds: _gqa_fields.)
 _HONOURS_MLP_BIAS = ("llama", "deepseek_v2")
 
 
@@ -305,14 +346,16 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
 
 def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
     """The window transformers applies, and the layers it leaves out, as its modeling code
-    reads them: Llama and DeepSeek have none; Mistral and Mixtral window every layer; Qwen
-    only with use_sliding_window, Qwen3-MoE every layer, Qwen2/Qwen3 the layers
-    `layer_types` marks "sliding_attention" (default: from max_window_layers on)."""
+    reads them: Llama, DeepSeek and GLM-4.5 have none; Mistral and Mixtral window every
+    layer; Qwen only with use_sliding_window, Qwen3-MoE every layer, Qwen2/Qwen3/Qwen2-MoE
+    the layers `layer_types` marks "sliding_attention" (default: Qwen2/Qwen3 from
+    max_window_layers on, Qwen2-MoE the even layers below max_window_layers)."""
     none = dict(sliding_window=None, full_attention_layers=())
-    if model_type in ("llama", "deepseek_v2", "deepseek_v3"):
+    if model_type in ("llama", "glm4_moe", "deepseek_v2", "deepseek_v3"):
         return none
+    per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe")
     window = f.get("sliding_window")
-    layer_types = f.hf.get("layer_types") if model_type in ("qwen2", "qwen3") else None
+    layer_types = f.hf.get("layer_types") if per_layer else None
     if model_type not in ("mistral", "mixtral") and not f.get("use_sliding_window"):
         window = None  # transformers' config sets it so
     if window is None:
@@ -323,13 +366,15 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
                 "window (sliding_window null, or use_sliding_window false)"
             )
         return none
-    if model_type not in ("qwen2", "qwen3"):
+    if not per_layer:
         return dict(sliding_window=window, full_attention_layers=())
     if layer_types is None:
         first = f.get("max_window_layers")
-        layer_types = [
-            "sliding_attention" if i >= first else "full_attention" for i in range(num_layers)
-        ]
+        if model_type == "qwen2_moe":
+            sliding = [i % 2 == 0 and i < first for i in range(num_layers)]
+        else:
+            sliding = [i >= first for i in range(num_layers)]
+        layer_types = ["sliding_attention" if s else "full_attention" for s in sliding]
     if not isinstance(layer_types, list) or len(layer_types) != num_layers:
         raise ValueError(
             f"HF config layer_types: expected a list of num_hidden_layers={num_layers} entries"
@@ -348,13 +393,21 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
     heads = f.required("num_attention_heads")
     head_dim = f.get("head_dim")
     kv_heads = f.get("num_key_value_heads")
+    if model_type == "qwen2_moe":
+        attention_bias = bool(f.get("qkv_bias"))
+    elif model_type == "glm4_moe":
+        attention_bias = bool(f.get("attention_bias"))  # q/k/v only; o_proj has none
+    else:
+        attention_bias = model_type == "qwen2"
     fields = dict(
         num_kv_heads=heads if kv_heads is None else kv_heads,
         head_dim=f.required("hidden_size") // heads if head_dim is None else head_dim,
-        attention_bias=model_type == "qwen2",
-        qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        attention_bias=attention_bias,
+        qk_norm=model_type in ("qwen3", "qwen3_moe")
+        or (model_type == "glm4_moe" and bool(f.get("use_qk_norm"))),
+        partial_rotary_factor=_partial_rotary_factor(f, model_type),
     )
-    if model_type == "qwen3_moe":
+    if model_type in ("qwen2_moe", "qwen3_moe"):
         step = f.get("decoder_sparse_step") or 1
         # transformers: layer i is MoE iff (i + 1) % step == 0, i.e. layers step-1, 2*step-1, ...
         fields.update(
@@ -365,6 +418,30 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
             mlp_only_layers=tuple(f.get("mlp_only_layers") or ()),
             first_k_dense_replace=step - 1,
             moe_layer_freq=step,
+        )
+        if model_type == "qwen2_moe":
+            # One shared SwiGLU expert of its own width, scaled by sigmoid(shared_expert_gate).
+            fields.update(
+                num_shared_experts=1,
+                shared_intermediate_size=f.required("shared_expert_intermediate_size"),
+                shared_expert_gate=True,
+            )
+    elif model_type == "glm4_moe":
+        # transformers' Glm4MoeTopkRouter is DeepSeek-V3's: sigmoid scores, the correction
+        # bias for the choice only, group-limited (noaux_tc), renormalized when
+        # norm_topk_prob, times routed_scaling_factor; shared experts on every MoE layer.
+        fields.update(
+            num_experts=f.required("n_routed_experts"),
+            num_experts_per_tok=f.required("num_experts_per_tok"),
+            moe_intermediate_size=f.required("moe_intermediate_size"),
+            num_shared_experts=f.required("n_shared_experts"),
+            scoring_func="sigmoid",
+            topk_method="noaux_tc",
+            n_group=f.get("n_group") or 1,
+            topk_group=f.get("topk_group") or 1,
+            norm_topk_prob=bool(f.get("norm_topk_prob")),
+            routed_scaling_factor=float(f.required("routed_scaling_factor")),
+            first_k_dense_replace=f.get("first_k_dense_replace") or 0,
         )
     elif model_type == "mixtral":
         # Mixtral renormalizes the top-k softmax weights; its experts use intermediate_size.

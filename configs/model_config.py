@@ -50,6 +50,9 @@ class ModelConfig:
     max_position_embeddings: int = 4096  # longest position the model was built for
     rope_theta: float = 10000.0  # RoPE base
     rope_scaling: RopeScaling = field(default_factory=RopeScaling)  # frequency scaling
+    # GQA: the fraction of head_dim that is rotated, the first int(head_dim * factor)
+    # channels (GLM-4.5's 0.5); the rest pass through unrotated.
+    partial_rotary_factor: float = 1.0
     tie_word_embeddings: bool = False  # lm_head shares the embedding matrix
     attention_bias: bool = False  # q/k/v projections carry biases (Qwen2)
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
@@ -71,6 +74,10 @@ class ModelConfig:
     num_experts_per_tok: int = 0  # top-k
     moe_intermediate_size: int = 0  # per-expert SwiGLU width
     num_shared_experts: int = 0  # DeepSeek shared experts (always on)
+    # Width of the shared-expert MLP; 0: moe_intermediate_size * num_shared_experts.
+    shared_intermediate_size: int = 0
+    # Qwen2-MoE: the shared expert's output is scaled by sigmoid(x @ w) per token.
+    shared_expert_gate: bool = False
     scoring_func: str = "softmax"  # router scores: one of SCORING_FUNCS
     topk_method: str = "greedy"  # one of TOPK_METHODS
     n_group: int = 1  # expert groups for group-limited routing
@@ -102,6 +109,13 @@ class ModelConfig:
                 )
             if self.head_dim <= 0:
                 raise ValueError(f"head_dim={self.head_dim}: must be > 0")
+            rotary = int(self.head_dim * self.partial_rotary_factor)
+            if not 0 < self.partial_rotary_factor <= 1 or rotary < 2 or rotary % 2:
+                raise ValueError(
+                    f"partial_rotary_factor={self.partial_rotary_factor}: must be in (0, 1] and "
+                    f"rotate an even number >= 2 of head_dim={self.head_dim} channels "
+                    f"(int(head_dim * factor) = {rotary})"
+                )
             if self.sliding_window is not None and not (
                 isinstance(self.sliding_window, int)
                 and not isinstance(self.sliding_window, bool)
@@ -134,6 +148,15 @@ class ModelConfig:
                 )
             if self.moe_intermediate_size <= 0:
                 raise ValueError(f"moe_intermediate_size={self.moe_intermediate_size}: must be > 0")
+            if self.shared_intermediate_size < 0 or (
+                self.shared_intermediate_size and not self.num_shared_experts
+            ):
+                raise ValueError(
+                    f"shared_intermediate_size={self.shared_intermediate_size}: must be >= 0, "
+                    f"and 0 without shared experts (num_shared_experts={self.num_shared_experts})"
+                )
+            if self.shared_expert_gate and not self.num_shared_experts:
+                raise ValueError("shared_expert_gate=True: needs num_shared_experts >= 1")
             if self.scoring_func not in SCORING_FUNCS:
                 raise ValueError(f"scoring_func={self.scoring_func!r}: expected {SCORING_FUNCS}")
             if self.topk_method not in TOPK_METHODS:
@@ -170,6 +193,21 @@ class ModelConfig:
     def qk_head_dim(self) -> int:
         """Per-head q/k width: MLA nope + rope, GQA head_dim."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def rotary_dim(self) -> int:
+        """Channels RoPE rotates per head: MLA's decoupled rope dim, or GQA's
+        int(head_dim * partial_rotary_factor) leading channels."""
+        if self.is_mla:
+            return self.qk_rope_head_dim
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def shared_expert_width(self) -> int:
+        """Hidden width of the always-on shared-expert MLP (0: none)."""
+        if not self.num_shared_experts:
+            return 0
+        return self.shared_intermediate_size or self.moe_intermediate_size * self.num_shared_experts
 
     def attention_window(self, layer: int) -> int | None:
         """Keys a query of decoder layer `layer` sees back from its own position (itself

@@ -152,6 +152,68 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): q/k/v biases, one shared expert of its own width
+# gated by sigmoid(x @ shared_gate); decoder_sparse_step 2 (MoE on layers 1 and 3).
+_add(
+    ModelConfig(
+        name="tiny-qwen2-moe",
+        model_type="qwen2_moe",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        attention_bias=True,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        norm_topk_prob=False,
+        num_shared_experts=1,
+        shared_intermediate_size=48,
+        shared_expert_gate=True,
+        first_k_dense_replace=1,
+        moe_layer_freq=2,
+        eos_token_ids=(2,),
+    )
+)
+# GLM-4.5 family: GQA with q/k/v biases, qk-norm and RoPE on half of each head; DeepSeek-V3's
+# router (sigmoid, correction bias, 4 groups keep 2) with a shared expert; layer 0 dense.
+_add(
+    ModelConfig(
+        name="tiny-glm4-moe",
+        model_type="glm4_moe",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=3,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        partial_rotary_factor=0.5,
+        attention_bias=True,
+        qk_norm=True,
+        num_experts=16,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        num_shared_experts=1,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        n_group=4,
+        topk_group=2,
+        norm_topk_prob=True,
+        routed_scaling_factor=1.5,
+        first_k_dense_replace=1,
+        eos_token_ids=(2,),
+    )
+)
 _add(
     ModelConfig(
         name="tiny-deepseek-v2",
@@ -384,6 +446,38 @@ _add(
         first_k_dense_replace=1,
         bos_token_id=100000,
         eos_token_ids=(100001,),
+        dtype="bfloat16",
+    )
+)
+# GLM-4.5 (zai-org/GLM-4.5, 355B total, 32B active): 3 dense layers then 89 MoE layers of
+# 160 routed experts (top 8) plus one shared; RoPE on half of each 128-wide head.
+_add(
+    ModelConfig(
+        name="glm-4.5",
+        model_type="glm4_moe",
+        vocab_size=151552,
+        hidden_size=5120,
+        num_layers=92,
+        num_heads=96,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=12288,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=131072,
+        rope_theta=1000000.0,
+        partial_rotary_factor=0.5,
+        attention_bias=True,
+        qk_norm=True,
+        num_experts=160,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1536,
+        num_shared_experts=1,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+        first_k_dense_replace=3,
+        eos_token_ids=(151329, 151336, 151338),
         dtype="bfloat16",
     )
 )

@@ -40,8 +40,14 @@ class AttnInputs(NamedTuple):
 
 
 def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array) -> jax.Array:
-    inv_freq, attention_factor = rope_frequencies(cfg.rope_theta, rope_dim(cfg), cfg.rope_scaling)
-    return apply_rope(x, positions, inv_freq, attention_factor, rope_layout(cfg))
+    """Rotate the leading rope_dim(cfg) channels of x [T, ..., Dx]; the others (a partial
+    rotary factor, HF GLM-4.5's apply_rotary_pos_emb) pass through unchanged."""
+    dim = rope_dim(cfg)
+    inv_freq, attention_factor = rope_frequencies(cfg.rope_theta, dim, cfg.rope_scaling)
+    if dim == x.shape[-1]:
+        return apply_rope(x, positions, inv_freq, attention_factor, rope_layout(cfg))
+    rotated = apply_rope(x[..., :dim], positions, inv_freq, attention_factor, rope_layout(cfg))
+    return jnp.concatenate([rotated, x[..., dim:]], axis=-1)
 
 
 def gqa_inputs(p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig) -> AttnInputs:

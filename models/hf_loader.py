@@ -132,8 +132,13 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
                     shape, (at + (ours,),), "expert", x
                 )
     if cfg.num_shared_experts:
-        fs = f * cfg.num_shared_experts
-        names.update(_mlp_names(d, fs, f"{pre}.shared_experts", at + ("shared",)))
+        # Qwen2-MoE names its one gated shared MLP `shared_expert`; DeepSeek and GLM-4.5
+        # `shared_experts`.
+        shared = "shared_expert" if cfg.shared_expert_gate else "shared_experts"
+        fs = cfg.shared_expert_width
+        names.update(_mlp_names(d, fs, f"{pre}.{shared}", at + ("shared",)))
+    if cfg.shared_expert_gate:
+        names[f"{pre}.shared_expert_gate.weight"] = _linear(1, d, at + ("shared_gate",))
     return names
 
 

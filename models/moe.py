@@ -1,8 +1,9 @@
 """Mixture-of-experts: routing (softmax top-k, DeepSeek greedy / group-limited / noaux_tc) and a
 dropless expert block (sort token copies by expert, grouped matmuls: `grouped_swiglu`).
 
-Routing follows Hugging Face 5.24: MixtralTopKRouter, Qwen3MoeTopKRouter, DeepseekV2TopkRouter,
-DeepseekV3TopkRouter. The router runs in float32 whatever the model dtype.
+Routing follows Hugging Face 5.24: MixtralTopKRouter, Qwen2MoeTopKRouter, Qwen3MoeTopKRouter,
+DeepseekV2TopkRouter, DeepseekV3TopkRouter and Glm4MoeTopkRouter (the same rule as V3's). The
+router runs in float32 whatever the model dtype.
 """
 
 from __future__ import annotations
@@ -189,11 +190,16 @@ RoutedFn = Callable[[dict, jax.Array, jax.Array, jax.Array], jax.Array]
 def moe_block(
     p_moe: dict, x: jax.Array, cfg: ModelConfig, routed: RoutedFn = routed_experts
 ) -> jax.Array:
-    """Routed experts plus (DeepSeek) always-on shared experts. x: [T, D] -> [T, D]."""
+    """Routed experts plus always-on shared experts (DeepSeek, GLM-4.5), the latter gated per
+    token by sigmoid(x @ shared_gate) where the model has the gate (Qwen2-MoE).
+    x: [T, D] -> [T, D]."""
     weights, experts = route(p_moe, x, cfg)
     out = routed(p_moe, x, weights, experts)
     if "shared" in p_moe:
-        out = out + swiglu_mlp(p_moe["shared"], x)
+        shared = swiglu_mlp(p_moe["shared"], x)
+        if "shared_gate" in p_moe:
+            shared = jax.nn.sigmoid(x @ p_moe["shared_gate"])[:, None] * shared
+        out = out + shared
     return out
 
 

@@ -97,8 +97,9 @@ def rope_frequencies(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarra
 
 
 def rope_dim(cfg: ModelConfig) -> int:
-    """Rotary width: the GQA head dim, or MLA's decoupled rope dim."""
-    return cfg.qk_rope_head_dim if cfg.is_mla else cfg.head_dim
+    """Rotary width: the GQA head dim (its leading part under a partial_rotary_factor), or
+    MLA's decoupled rope dim."""
+    return cfg.rotary_dim
 
 
 def rope_layout(cfg: ModelConfig) -> str:

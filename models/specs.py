@@ -11,7 +11,8 @@ from the tree `param_specs(cfg)` returns. Layout (letters as in the einsums):
             wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D]
   mlp:      w_gate [D, F], w_up [D, F], w_down [F, D]
   moe:      router [D, E], router_bias [E] (noaux_tc), w_gate/w_up [E, D, Fe],
-            w_down [E, Fe, D], shared {w_gate, w_up, w_down} with F = Fe * num_shared
+            w_down [E, Fe, D], shared {w_gate, w_up, w_down} with F = shared_expert_width,
+            shared_gate [D] (Qwen2-MoE: the shared output times sigmoid(x @ shared_gate))
 """
 
 from __future__ import annotations
@@ -120,7 +121,9 @@ def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
         # DeepSeek-V3 keeps the correction bias in float32.
         s["router_bias"] = ParamSpec((e,), jnp.float32, (None,), zeros)
     if cfg.num_shared_experts:
-        s["shared"] = _mlp_specs(d, f * cfg.num_shared_experts, dt, w)
+        s["shared"] = _mlp_specs(d, cfg.shared_expert_width, dt, w)
+    if cfg.shared_expert_gate:
+        s["shared_gate"] = ParamSpec((d,), dt, ("embed",), w)
     return s
 
 

@@ -20,7 +20,17 @@ from models.load import convert_hf_to_orbax
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 # qwen2_sliding: a 6-key sliding window on layer 1, full attention on layer 0.
-ARCHS = ["llama", "qwen2_sliding", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3"]
+ARCHS = [
+    "llama",
+    "qwen2_sliding",
+    "qwen3",
+    "qwen3_moe",
+    "qwen2_moe",
+    "mixtral",
+    "glm4_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
 
 
@@ -41,7 +51,9 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
 
     monkeypatch.setattr(attention_ops, "XLA_OPS", attention_ops.XLA_OPS._replace(mla_expanded=spy))
     jax.clear_caches()  # so the step is traced here, whatever ran before in this process
-    for budget in (16, 64, 4096):
+    # The archs added later differ from the others only in layer code the reference path
+    # checks (tests/test_hf_parity.py); one chunked budget runs them through the engine.
+    for budget in (16,) if arch in ("qwen2_moe", "glm4_moe") else (16, 64, 4096):
         llm = LLM(
             model=str(FIXTURES / arch),
             max_num_batched_tokens=budget,

@@ -18,8 +18,10 @@ ARCHS = (
     "qwen2_sliding",
     "mistral",
     "qwen3",
+    "qwen2_moe",
     "qwen3_moe",
     "mixtral",
+    "glm4_moe",
     "deepseek_v2",
     "deepseek_v3",
 )
@@ -45,6 +47,45 @@ def test_fixture_config_is_tiny_preset(arch):
     got = config_from_hf(os.path.join(FIXTURES, arch))  # a model directory
     assert dataclasses.replace(got, name=want.name) == want
     assert got.name == os.path.join(FIXTURES, arch)
+
+
+def test_glm4_moe_partial_rotary_factor_spellings_and_default():
+    """Released GLM-4.5 configs put partial_rotary_factor (and rope_theta) at the top level;
+    transformers 5.24 moves it into rope_parameters and defaults it to 0.5 when absent."""
+    legacy = os.path.join(FIXTURES, "glm4_moe", "config.legacy.json")
+    with open(legacy) as f:
+        raw = json.load(f)
+    assert "rope_parameters" not in raw and raw["partial_rotary_factor"] == 0.5
+    got = config_from_hf(legacy, name="x")
+    assert got == config_from_hf(os.path.join(FIXTURES, "glm4_moe"), name="x")
+    assert got.partial_rotary_factor == 0.5 and got.rotary_dim == got.head_dim // 2 == 8
+    del raw["partial_rotary_factor"]
+    assert config_from_hf(raw, name="x") == got  # transformers' default
+    raw["partial_rotary_factor"] = 0.25
+    assert config_from_hf(raw).rotary_dim == 4
+    for bad in (0, 1.5, "half", True):
+        raw["partial_rotary_factor"] = bad
+        with pytest.raises(ValueError, match=f"partial_rotary_factor={bad!r}"):
+            config_from_hf(raw)
+    raw["partial_rotary_factor"] = 0.1  # int(16 * 0.1) = 1 channel: no rotation pair
+    with pytest.raises(ValueError, match="partial_rotary_factor=0.1: .* even number >= 2"):
+        config_from_hf(raw)
+
+
+def test_glm4_moe_and_qwen2_moe_fields():
+    """What transformers' modeling code reads: GLM-4.5's use_qk_norm and attention_bias (q/k/v
+    only), its fixed V3 routing; Qwen2-MoE's qkv_bias (default on) and shared expert."""
+    glm = json.loads(open(os.path.join(FIXTURES, "glm4_moe", "config.json")).read())
+    cfg = config_from_hf({**glm, "use_qk_norm": False, "attention_bias": False})
+    assert not cfg.qk_norm and not cfg.attention_bias
+    assert (cfg.scoring_func, cfg.topk_method) == ("sigmoid", "noaux_tc")
+    assert [cfg.is_moe_layer(i) for i in range(3)] == [False, True, True]
+    qwen = json.loads(open(os.path.join(FIXTURES, "qwen2_moe", "config.json")).read())
+    del qwen["qkv_bias"]
+    cfg = config_from_hf(qwen)
+    assert cfg.attention_bias and cfg.shared_expert_gate and cfg.shared_expert_width == 48
+    assert [cfg.is_moe_layer(i) for i in range(4)] == [False, True, False, True]  # step 2
+    assert not config_from_hf({**qwen, "qkv_bias": False}).attention_bias
 
 
 @pytest.mark.parametrize("arch", ("llama", "deepseek_v3"))
@@ -363,6 +404,14 @@ def test_sliding_window_only_where_transformers_applies_one():
     assert windows("qwen3", max_window_layers=0, use_sliding_window=False) == [None] * 4
     # Qwen3-MoE has no layer_types: every layer.
     assert windows("qwen3_moe", max_window_layers=4) == [16] * 4
+    # Qwen2-MoE's own default: the even layers below max_window_layers (transformers 5.24
+    # Qwen2MoeConfig(num_hidden_layers=6, max_window_layers=4, use_sliding_window=True)
+    # .layer_types = [sliding, full, sliding, full, full, full]).
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8)
+    assert windows("qwen2_moe", max_window_layers=3, **moe) == [16, None, 16, None]
+    assert windows("qwen2_moe", max_window_layers=1, **moe) == [16, None, None, None]
+    assert windows("qwen2_moe", use_sliding_window=False, **moe) == [None] * 4
+    assert windows("qwen2_moe", layer_types=mixed[::-1], **moe) == [None, 16, None, 16]
     assert windows("mistral", use_sliding_window=False) == [16] * 4  # no switch there
     assert windows("mistral", sliding_window=None) == [None] * 4
 
@@ -424,7 +473,11 @@ def test_missing_path(tmp_path):
     "change, field",
     [
         ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope_type='dynamic'"),
-        ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+        ({"partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5: only 1.0 .* llama"),
+        (
+            {"rope_scaling": {"rope_type": "default", "partial_rotary_factor": 0.5}},
+            "partial_rotary_factor=0.5",
+        ),
         ({"attention_bias": True}, "attention_bias"),
         ({"mlp_bias": True}, "mlp_bias"),
         ({"hidden_act": "gelu"}, "hidden_act"),
@@ -584,6 +637,18 @@ def test_eos_token_id_zero():
             dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=8, n_group=2,
                  topk_group=3),
             "topk_group=3",
+        ),
+        (dict(head_dim=16, partial_rotary_factor=0.0), "partial_rotary_factor=0.0"),
+        (dict(head_dim=6, partial_rotary_factor=0.5), "partial_rotary_factor=0.5"),
+        (
+            dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=8,
+                 shared_intermediate_size=16),
+            "shared_intermediate_size=16",
+        ),
+        (
+            dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=8,
+                 shared_expert_gate=True),
+            "shared_expert_gate=True",
         ),
     ],
 )  # fmt: skip

@@ -28,6 +28,8 @@ ARCHS = {
     "qwen3": "tiny-qwen3",
     "qwen3_moe": "tiny-qwen3-moe",
     "mixtral": "tiny-mixtral",
+    "qwen2_moe": "tiny-qwen2-moe",
+    "glm4_moe": "tiny-glm4-moe",
     "deepseek_v2": "tiny-deepseek-v2",
     "deepseek_v3": "tiny-deepseek-v3",
 }
