@@ -50,7 +50,8 @@ def _copy_fixture(tmp_path, arch: str) -> str:
 # ---- orbax ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "preset, dtype",
-    [("tiny-llama", None), ("tiny-deepseek-v3", None), ("tiny-deepseek-v3", "bfloat16")],
+    [("tiny-llama", None), ("tiny-deepseek-v3", None), ("tiny-deepseek-v3", "bfloat16"),
+     ("tiny-qwen2-moe", None), ("tiny-glm4-moe", None)],
 )  # fmt: skip
 def test_orbax_round_trip_is_bitwise(tmp_path, preset, dtype):
     cfg = get_preset(preset)
