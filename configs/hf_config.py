@@ -26,6 +26,7 @@ SUPPORTED_MODEL_TYPES = (
     "qwen3_moe",
     "mixtral",
     "glm4_moe",
+    "glm4_moe_lite",
     "deepseek_v2",
     "deepseek_v3",
 )
@@ -87,6 +88,17 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
         rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, rope_theta=1000000.0,
         num_local_experts=8, num_experts_per_tok=2,
+    ),
+    # GLM-4.7-Flash: DeepSeek-V3's MLA attention and GLM-4.5's MoE (V3's router), the dense
+    # layers named by mlp_layer_types (default: layer 0).
+    "glm4_moe_lite": dict(
+        vocab_size=154880, hidden_size=2048, intermediate_size=10240, num_hidden_layers=47,
+        num_attention_heads=20, num_key_value_heads=20, max_position_embeddings=202752,
+        rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=1, q_lora_rank=768, kv_lora_rank=512,
+        qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256, n_routed_experts=64,
+        n_shared_experts=1, num_experts_per_tok=4, moe_intermediate_size=1536, n_group=1,
+        topk_group=1, norm_topk_prob=True, routed_scaling_factor=1.8, rope_interleave=True,
+        mlp_layer_types=None,
     ),
     # DeepSeek V2: `scoring_func` and `moe_layer_freq` are fields of the original remote-code
     # config only (transformers hard-codes softmax and MoE on every layer >= first_k).
@@ -327,7 +339,9 @@ def _dtype(hf: dict, dtype: str | None) -> str:
 
 # The families whose transformers modeling code reads these fields; the others hard-code the
 # biases off (Qwen2: q/k/v biases on, handled) and ignore the field, so it is ignored here too.
-_HONOURS_ATTENTION_BIAS = ("llama", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+_HONOURS_ATTENTION_BIAS = (
+    "llama", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe_lite"
+)
 # (glm4_moe reads attention_bias as q/k/v biases only, which the tree holds: _gqa_fields.)
 _HONOURS_MLP_BIAS = ("llama", "deepseek_v2")
 
@@ -351,7 +365,7 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
     the layers `layer_types` marks "sliding_attention" (default: Qwen2/Qwen3 from
     max_window_layers on, Qwen2-MoE the even layers below max_window_layers)."""
     none = dict(sliding_window=None, full_attention_layers=())
-    if model_type in ("llama", "glm4_moe", "deepseek_v2", "deepseek_v3"):
+    if model_type in ("llama", "glm4_moe", "glm4_moe_lite", "deepseek_v2", "deepseek_v3"):
         return none
     per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe")
     window = f.get("sliding_window")
@@ -469,7 +483,7 @@ def _mla_fields(f: _Fields, model_type: str) -> dict:
     hard_coded = dict(
         scoring_func="softmax" if model_type == "deepseek_v2" else "sigmoid", moe_layer_freq=1
     )
-    if model_type == "deepseek_v3":
+    if model_type in ("deepseek_v3", "glm4_moe_lite"):
         hard_coded["topk_method"] = "noaux_tc"
     for name, want in hard_coded.items():
         value = f.get(name)
@@ -478,12 +492,15 @@ def _mla_fields(f: _Fields, model_type: str) -> dict:
                 f"HF config {name}={value!r}: transformers' {model_type} always uses "
                 f"{want!r} (only that is supported)"
             )
-    topk_method = f.get("topk_method") or f.defaults["topk_method"]
+    topk_method = f.get("topk_method") or hard_coded.get("topk_method") or f.defaults.get(
+        "topk_method"
+    )
     if model_type == "deepseek_v2" and topk_method not in ("greedy", "group_limited_greedy"):
         raise ValueError(
             f"HF config topk_method={topk_method!r}: transformers' deepseek_v2 takes greedy "
             "or group_limited_greedy"
         )
+    _partial_rotary_factor(f, model_type)  # 1: MLA rotates its whole rope part
     fields = dict(
         attention_type="mla",
         q_lora_rank=f.get("q_lora_rank") or 0,
@@ -505,7 +522,27 @@ def _mla_fields(f: _Fields, model_type: str) -> dict:
         routed_scaling_factor=float(f.get("routed_scaling_factor")),
         first_k_dense_replace=f.get("first_k_dense_replace") or 0,
     )
+    if model_type == "glm4_moe_lite":
+        fields.update(first_k_dense_replace=0, mlp_only_layers=_dense_layers(f))
     return fields
+
+
+def _dense_layers(f: _Fields) -> tuple[int, ...]:
+    """GLM-4.7-Flash's mlp_layer_types ("dense" / "sparse" per layer; transformers' default:
+    layer 0 dense, the rest sparse) as the dense layers' indices."""
+    num_layers = f.required("num_hidden_layers")
+    types = f.get("mlp_layer_types")
+    if types is None:
+        types = ["dense"] + ["sparse"] * (num_layers - 1)
+    if not isinstance(types, list) or len(types) != num_layers:
+        raise ValueError(
+            f"HF config mlp_layer_types: expected a list of num_hidden_layers={num_layers} "
+            "entries"
+        )
+    bad = [t for t in types if t not in ("dense", "sparse")]
+    if bad:
+        raise ValueError(f"HF config mlp_layer_types: {bad[0]!r} is not 'dense' or 'sparse'")
+    return tuple(i for i, t in enumerate(types) if t == "dense")
 
 
 def config_from_hf(
@@ -540,7 +577,7 @@ def config_from_hf(
     eos_ids = _eos_ids(f.get("eos_token_id"))
     if not isinstance(source, dict):
         eos_ids = tuple(dict.fromkeys(eos_ids + _generation_eos_ids(source)))
-    is_mla = model_type in ("deepseek_v2", "deepseek_v3")
+    is_mla = model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")
     arch = _mla_fields(f, model_type) if is_mla else _gqa_fields(f, model_type)
     return ModelConfig(
         name=name,

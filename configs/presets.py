@@ -214,6 +214,41 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# GLM-4.7-Flash: DeepSeek-V3's MLA (here with RoPE on halves, rope_interleave false) and
+# V3 routing; mlp_layer_types makes layer 1 the dense one.
+_add(
+    ModelConfig(
+        name="tiny-glm4-moe-lite",
+        model_type="glm4_moe_lite",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=3,
+        num_heads=4,
+        intermediate_size=96,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        attention_type="mla",
+        q_lora_rank=48,
+        kv_lora_rank=32,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=12,
+        rope_interleave=False,
+        num_experts=16,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        num_shared_experts=1,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        n_group=4,
+        topk_group=2,
+        norm_topk_prob=True,
+        routed_scaling_factor=1.8,
+        mlp_only_layers=(1,),
+        eos_token_ids=(2,),
+    )
+)
 _add(
     ModelConfig(
         name="tiny-deepseek-v2",
@@ -478,6 +513,33 @@ _add(
         routed_scaling_factor=2.5,
         first_k_dense_replace=3,
         eos_token_ids=(151329, 151336, 151338),
+        dtype="bfloat16",
+    )
+)
+# GLM-4.7-Flash (30B total, 3B active): DeepSeek-V3-style MLA, 64 routed experts (top 4)
+# plus one shared, layer 0 dense. Its EOS ids are not set here (a checkpoint's config has them).
+_add(
+    PRESETS["tiny-glm4-moe-lite"].replace(
+        name="glm-4.7-flash",
+        vocab_size=154880,
+        hidden_size=2048,
+        num_layers=47,
+        num_heads=20,
+        intermediate_size=10240,
+        max_position_embeddings=202752,
+        q_lora_rank=768,
+        kv_lora_rank=512,
+        qk_nope_head_dim=192,
+        qk_rope_head_dim=64,
+        v_head_dim=256,
+        rope_interleave=True,
+        num_experts=64,
+        num_experts_per_tok=4,
+        moe_intermediate_size=1536,
+        n_group=1,
+        topk_group=1,
+        mlp_only_layers=(0,),
+        eos_token_ids=(),
         dtype="bfloat16",
     )
 )

@@ -22,6 +22,7 @@ ARCHS = (
     "qwen3_moe",
     "mixtral",
     "glm4_moe",
+    "glm4_moe_lite",
     "deepseek_v2",
     "deepseek_v3",
 )
@@ -86,6 +87,27 @@ def test_glm4_moe_and_qwen2_moe_fields():
     assert cfg.attention_bias and cfg.shared_expert_gate and cfg.shared_expert_width == 48
     assert [cfg.is_moe_layer(i) for i in range(4)] == [False, True, False, True]  # step 2
     assert not config_from_hf({**qwen, "qkv_bias": False}).attention_bias
+
+
+def test_glm4_moe_lite_dense_layers_and_refusals():
+    """GLM-4.7-Flash: mlp_layer_types names the dense layers (transformers' default: layer 0);
+    the router is V3's whatever the config says, and a partial rotary factor is refused
+    (DeepSeek-V3's attention rotates the whole rope part)."""
+    hf = json.loads(open(os.path.join(FIXTURES, "glm4_moe_lite", "config.json")).read())
+    cfg = config_from_hf(hf)
+    assert cfg.is_mla and [cfg.is_moe_layer(i) for i in range(3)] == [True, False, True]
+    del hf["mlp_layer_types"]
+    assert [config_from_hf(hf).is_moe_layer(i) for i in range(3)] == [False, True, True]
+    for change, message in [
+        (dict(mlp_layer_types=["dense", "sparse"]), "mlp_layer_types: expected a list of "),
+        (dict(mlp_layer_types=["dense", "moe", "sparse"]), "'moe' is not 'dense' or 'sparse'"),
+        (dict(topk_method="greedy"), "topk_method='greedy': transformers' glm4_moe_lite"),
+        (dict(scoring_func="softmax"), "scoring_func='softmax'"),
+        (dict(attention_bias=True), "attention_bias=True"),
+        (dict(partial_rotary_factor=0.5), "partial_rotary_factor=0.5"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            config_from_hf({**hf, **change})
 
 
 @pytest.mark.parametrize("arch", ("llama", "deepseek_v3"))

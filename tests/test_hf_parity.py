@@ -30,6 +30,7 @@ ARCHS = {
     "mixtral": "tiny-mixtral",
     "qwen2_moe": "tiny-qwen2-moe",
     "glm4_moe": "tiny-glm4-moe",
+    "glm4_moe_lite": "tiny-glm4-moe-lite",
     "deepseek_v2": "tiny-deepseek-v2",
     "deepseek_v3": "tiny-deepseek-v3",
 }
