@@ -340,7 +340,12 @@ def _dtype(hf: dict, dtype: str | None) -> str:
 # The families whose transformers modeling code reads these fields; the others hard-code the
 # biases off (Qwen2: q/k/v biases on, handled) and ignore the field, so it is ignored here too.
 _HONOURS_ATTENTION_BIAS = (
-    "llama", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe_lite"
+    "llama",
+    "qwen3",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "glm4_moe_lite",
 )
 # (glm4_moe reads attention_bias as q/k/v biases only, which the tree holds: _gqa_fields.)
 _HONOURS_MLP_BIAS = ("llama", "deepseek_v2")
@@ -492,8 +497,8 @@ def _mla_fields(f: _Fields, model_type: str) -> dict:
                 f"HF config {name}={value!r}: transformers' {model_type} always uses "
                 f"{want!r} (only that is supported)"
             )
-    topk_method = f.get("topk_method") or hard_coded.get("topk_method") or f.defaults.get(
-        "topk_method"
+    topk_method = (
+        f.get("topk_method") or hard_coded.get("topk_method") or f.defaults.get("topk_method")
     )
     if model_type == "deepseek_v2" and topk_method not in ("greedy", "group_limited_greedy"):
         raise ValueError(
@@ -536,8 +541,7 @@ def _dense_layers(f: _Fields) -> tuple[int, ...]:
         types = ["dense"] + ["sparse"] * (num_layers - 1)
     if not isinstance(types, list) or len(types) != num_layers:
         raise ValueError(
-            f"HF config mlp_layer_types: expected a list of num_hidden_layers={num_layers} "
-            "entries"
+            f"HF config mlp_layer_types: expected a list of num_hidden_layers={num_layers} entries"
         )
     bad = [t for t in types if t not in ("dense", "sparse")]
     if bad:
