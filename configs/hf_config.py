@@ -27,6 +27,7 @@ SUPPORTED_MODEL_TYPES = (
     "mixtral",
     "glm4_moe",
     "glm4_moe_lite",
+    "gpt_oss",
     "deepseek_v2",
     "deepseek_v3",
 )
@@ -88,6 +89,20 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
         rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, rope_theta=1000000.0,
         num_local_experts=8, num_experts_per_tok=2,
+    ),
+    # gpt-oss: attention sinks, biases on q/k/v/o, every other layer a 128-key window (even
+    # layers), YaRN without truncation; every layer MoE with router and expert biases and a
+    # clamped SwiGLU; the rope dict below is transformers' default when a config has none.
+    "gpt_oss": dict(
+        vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=36,
+        num_attention_heads=64, num_key_value_heads=8, head_dim=64, sliding_window=128,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=150000.0,
+        num_local_experts=128, num_experts_per_tok=4, swiglu_alpha=1.702, swiglu_limit=7.0,
+        attention_bias=True, layer_types=None,
+        rope_parameters=dict(
+            rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+            original_max_position_embeddings=4096,
+        ),
     ),
     # GLM-4.7-Flash: DeepSeek-V3's MLA attention and GLM-4.5's MoE (V3's router), the dense
     # layers named by mlp_layer_types (default: layer 0).
@@ -179,7 +194,12 @@ class _Fields:
 
 def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
     """(rope_theta, RopeScaling) from `rope_parameters` or legacy `rope_scaling`+`rope_theta`."""
-    params = f.hf.get("rope_scaling") or f.hf.get("rope_parameters") or {}
+    params = (
+        f.hf.get("rope_scaling")
+        or f.hf.get("rope_parameters")
+        or f.defaults.get("rope_parameters")  # gpt-oss: transformers' default YaRN
+        or {}
+    )
     if not isinstance(params, dict):
         raise ValueError(f"HF config rope_parameters={params!r}: expected a dict or null")
     if any(isinstance(v, dict) for v in params.values()):
@@ -190,8 +210,6 @@ def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
     theta = params.get("rope_theta", f.get("rope_theta"))
     theta = f.defaults["rope_theta"] if theta is None else float(theta)
     rope_type = params.get("rope_type", params.get("type", "default"))
-    if not params.get("truncate", True):
-        raise ValueError("HF config rope truncate=False: only truncated YaRN is supported")
     if rope_type == "default":
         return theta, RopeScaling()
     if rope_type not in ("linear", "llama3", "yarn"):
@@ -233,6 +251,7 @@ def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
             beta_slow=float(params.get("beta_slow") or 1.0),
             mscale=mscale,
             attention_factor=None if attention_factor is None else float(attention_factor),
+            truncate=bool(params.get("truncate", True)),
         )
     return theta, RopeScaling(**fields)
 
@@ -372,10 +391,11 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
     none = dict(sliding_window=None, full_attention_layers=())
     if model_type in ("llama", "glm4_moe", "glm4_moe_lite", "deepseek_v2", "deepseek_v3"):
         return none
-    per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe")
+    per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe", "gpt_oss")
     window = f.get("sliding_window")
     layer_types = f.hf.get("layer_types") if per_layer else None
-    if model_type not in ("mistral", "mixtral") and not f.get("use_sliding_window"):
+    always = ("mistral", "mixtral", "gpt_oss")  # no use_sliding_window switch
+    if model_type not in always and not f.get("use_sliding_window"):
         window = None  # transformers' config sets it so
     if window is None:
         if layer_types and "sliding_attention" in layer_types:
@@ -389,7 +409,9 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
         return dict(sliding_window=window, full_attention_layers=())
     if layer_types is None:
         first = f.get("max_window_layers")
-        if model_type == "qwen2_moe":
+        if model_type == "gpt_oss":
+            sliding = [i % 2 == 0 for i in range(num_layers)]
+        elif model_type == "qwen2_moe":
             sliding = [i % 2 == 0 and i < first for i in range(num_layers)]
         else:
             sliding = [i >= first for i in range(num_layers)]
@@ -414,7 +436,7 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
     kv_heads = f.get("num_key_value_heads")
     if model_type == "qwen2_moe":
         attention_bias = bool(f.get("qkv_bias"))
-    elif model_type == "glm4_moe":
+    elif model_type in ("glm4_moe", "gpt_oss"):
         attention_bias = bool(f.get("attention_bias"))  # q/k/v only; o_proj has none
     else:
         attention_bias = model_type == "qwen2"
@@ -445,6 +467,21 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
                 shared_intermediate_size=f.required("shared_expert_intermediate_size"),
                 shared_expert_gate=True,
             )
+    elif model_type == "gpt_oss":
+        # transformers' GptOssTopKRouter (biased logits, softmax over the top k) and
+        # GptOssExperts (biased, clamped SwiGLU with interleaved gate/up columns).
+        fields.update(
+            o_proj_bias=attention_bias,
+            attention_sinks=True,
+            num_experts=f.required("num_local_experts"),
+            num_experts_per_tok=f.required("num_experts_per_tok"),
+            moe_intermediate_size=f.required("intermediate_size"),
+            scoring_func="softmax_topk",
+            expert_bias=True,
+            expert_act="clamped_swiglu",
+            swiglu_limit=float(f.required("swiglu_limit")),
+            swiglu_alpha=float(f.required("swiglu_alpha")),
+        )
     elif model_type == "glm4_moe":
         # transformers' Glm4MoeTopkRouter is DeepSeek-V3's: sigmoid scores, the correction
         # bias for the choice only, group-limited (noaux_tc), renormalized when

@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 ATTENTION_TYPES = ("gqa", "mla")
-SCORING_FUNCS = ("softmax", "sigmoid")
+# softmax_topk: the top-k router logits, softmaxed among themselves (gpt-oss).
+SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk")
+# Expert MLP activation: silu(gate) * up, or gpt-oss's clamped form (models/moe.py).
+EXPERT_ACTS = ("swiglu", "clamped_swiglu")
 TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
 
 
@@ -25,6 +28,7 @@ class RopeScaling:
     mscale: float = 1.0  # yarn (DeepSeek): attention-factor numerator
     mscale_all_dim: float = 0.0  # yarn (DeepSeek): also scales the softmax (MLA)
     attention_factor: float | None = None  # yarn: explicit cos/sin magnitude override
+    truncate: bool = True  # yarn: round the correction range to whole dims (gpt-oss: False)
 
     def __post_init__(self):
         if self.rope_type not in ROPE_TYPES:
@@ -55,6 +59,10 @@ class ModelConfig:
     partial_rotary_factor: float = 1.0
     tie_word_embeddings: bool = False  # lm_head shares the embedding matrix
     attention_bias: bool = False  # q/k/v projections carry biases (Qwen2)
+    o_proj_bias: bool = False  # the output projection carries a bias (gpt-oss)
+    # A learned logit per query head that joins every softmax as a key with no value
+    # (gpt-oss "sinks"): softmax over [scores, sink], the sink's share dropped.
+    attention_sinks: bool = False
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
     # Sliding-window attention (Mistral v0.1, Qwen with use_sliding_window): a query at
     # position p sees keys p - sliding_window + 1 .. p (HF's `kv_idx > q_idx - window`);
@@ -84,6 +92,11 @@ class ModelConfig:
     topk_group: int = 1  # groups kept per token
     norm_topk_prob: bool = False  # renormalize the top-k weights to sum to 1
     routed_scaling_factor: float = 1.0  # multiplies routed expert weights
+    # gpt-oss: a bias on the router logits and on every expert's gate/up/down projections.
+    expert_bias: bool = False
+    expert_act: str = "swiglu"  # one of EXPERT_ACTS
+    swiglu_limit: float = 7.0  # clamped_swiglu: gate <= limit, |up| <= limit
+    swiglu_alpha: float = 1.702  # clamped_swiglu: gate * sigmoid(alpha * gate)
     first_k_dense_replace: int = 0  # first k layers use a dense MLP (DeepSeek)
     moe_layer_freq: int = 1  # every n-th layer after first_k_dense_replace is MoE
     mlp_only_layers: tuple[int, ...] = ()  # layers forced dense (Qwen3-MoE)
@@ -161,6 +174,13 @@ class ModelConfig:
                 raise ValueError(f"scoring_func={self.scoring_func!r}: expected {SCORING_FUNCS}")
             if self.topk_method not in TOPK_METHODS:
                 raise ValueError(f"topk_method={self.topk_method!r}: expected {TOPK_METHODS}")
+            if self.expert_act not in EXPERT_ACTS:
+                raise ValueError(f"expert_act={self.expert_act!r}: expected {EXPERT_ACTS}")
+            if self.scoring_func == "softmax_topk" and self.topk_method != "greedy":
+                raise ValueError(
+                    f"scoring_func='softmax_topk': needs topk_method='greedy' "
+                    f"(got {self.topk_method!r})"
+                )
             if self.n_group <= 0 or self.num_experts % self.n_group:
                 raise ValueError(
                     f"n_group={self.n_group}: must divide num_experts={self.num_experts}"

@@ -249,6 +249,45 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# gpt-oss: attention sinks, q/k/v/o biases, layer 0 windowed (8 keys), YaRN without
+# truncation; biased router (softmax over the top k) and biased clamped-SwiGLU experts.
+_add(
+    ModelConfig(
+        name="tiny-gpt-oss",
+        model_type="gpt_oss",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=32,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=150000.0,
+        rope_scaling=RopeScaling(
+            rope_type="yarn",
+            factor=4.0,
+            original_max_position_embeddings=64,
+            beta_fast=32.0,
+            beta_slow=1.0,
+            truncate=False,
+        ),
+        attention_bias=True,
+        o_proj_bias=True,
+        attention_sinks=True,
+        sliding_window=8,
+        full_attention_layers=(1,),
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        scoring_func="softmax_topk",
+        expert_bias=True,
+        expert_act="clamped_swiglu",
+        swiglu_limit=1.0,
+        eos_token_ids=(2,),
+    )
+)
 _add(
     ModelConfig(
         name="tiny-deepseek-v2",

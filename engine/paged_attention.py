@@ -204,14 +204,34 @@ def _init_carry(shape: tuple[int, ...], value_dim: int):
     )
 
 
-def _normalize(denom: jax.Array, acc: jax.Array) -> jax.Array:
+def _normalize(
+    denom: jax.Array, acc: jax.Array, m: jax.Array | None = None, sinks: jax.Array | None = None
+) -> jax.Array:
+    """acc / denom; with `sinks` (a logit per row, broadcastable to denom) each joins its
+    row's softmax as one more key whose value is dropped (gpt-oss): the carry, taken at
+    the running max `m`, is rescaled to max(m, sink) and the sink's exp added to denom."""
+    if sinks is not None:
+        m_new = jnp.maximum(m, sinks)
+        scale = jnp.exp(m - m_new)  # 0 where no key was seen (m = -inf)
+        denom = denom * scale + jnp.exp(sinks - m_new)
+        acc = acc * scale[..., None]
     # Rows without any valid key (padding) get zeros, not 0 / 0.
     seen = denom > 0
     return jnp.where(seen[..., None], acc / jnp.where(seen, denom, 1.0)[..., None], 0.0)
 
 
 def _decode_attention(
-    q, meta, page_table, is_decode, block_pages, block_len, gather, value_dim, query_rows, window
+    q,
+    meta,
+    page_table,
+    is_decode,
+    block_pages,
+    block_len,
+    gather,
+    value_dim,
+    query_rows,
+    window,
+    sinks=None,
 ):
     """Sequences with one query token (`is_decode` [S]), batched: each gathers its own blocks.
 
@@ -271,8 +291,9 @@ def _decode_attention(
         init = _init_carry(q_dec.shape[: lead + 1], value_dim)
         # Blocks before every row's first key would leave the carry exactly as it is.
         start = 0 if window is None else jnp.min(lo) // block_len
-        _, denom, acc = lax.fori_loop(start, num_blocks, body, init)
-        out = _normalize(denom, acc)
+        m, denom, acc = lax.fori_loop(start, num_blocks, body, init)
+        row_sinks = None if sinks is None or query_rows == 1 else sinks[:, None, :]
+        out = _normalize(denom, acc, m, sinks if query_rows == 1 else row_sinks)
         return out[:, :, 0] if query_rows > 1 else out
 
     rows = jnp.where(is_decode, first_row, -1)
@@ -361,6 +382,7 @@ def _blocked_attention(
     decodes: bool = True,
     remainder_tiles: tuple[int, ...] = REMAINDER_TILES,
     window: int | None = None,
+    sinks: jax.Array | None = None,  # [K, G] f32: per query head, joins every softmax
 ) -> jax.Array:  # [T, K, G, Dv] f32
     """Online-softmax attention of each token over its sequence's keys, one KV block per step.
 
@@ -432,6 +454,7 @@ def _blocked_attention(
             value_dim,
             query_rows=1 if split_decodes else tile,
             window=window,
+            sinks=sinks,
         )
         out = out.at[jnp.where(rows < 0, out.shape[0], rows)].set(o_dec, mode="drop")
         tiled = tiled & ~is_decode
@@ -481,16 +504,17 @@ def _blocked_attention(
                 init = _init_carry((num_kv_heads, size, group), value_dim)
                 num_blocks = (tile_limit + block_tokens - 1) // block_tokens
                 start = 0 if window is None else jnp.min(key_from) // block_tokens
-                return lax.fori_loop(start, num_blocks, body, init)[1:]
+                return lax.fori_loop(start, num_blocks, body, init)
 
             if long_pages == short:
-                denom, acc = over_blocks(short)
+                m, denom, acc = over_blocks(short)
             else:
                 is_short = tile_limit <= SHORT_CONTEXT_BLOCKS * short * page_size
-                denom, acc = lax.cond(
+                m, denom, acc = lax.cond(
                     is_short, lambda: over_blocks(short), lambda: over_blocks(long_pages)
                 )
-            o = _normalize(denom, acc).transpose(1, 0, 2, 3)  # [Q, K, G, Dv]
+            tile_sinks = None if sinks is None else sinks[:, None, :]  # [K, 1, G]
+            o = _normalize(denom, acc, m, tile_sinks).transpose(1, 0, 2, 3)  # [Q, K, G, Dv]
             old = lax.dynamic_slice_in_dim(out, first, size)
             new = jnp.where(in_tile[:, None, None, None], o, old)
             return lax.dynamic_update_slice_in_dim(out, new, first, axis=0)
@@ -525,6 +549,7 @@ def paged_attention_gqa(
     split_decodes: bool = True,
     prefill_block_tokens: int = PREFILL_KV_BLOCK_TOKENS,
     window: int | None = None,
+    sinks: jax.Array | None = None,  # [H]: gpt-oss's per-head sink logits
 ) -> jax.Array:  # [T, H, Dh]
     """Grouped-query attention of ragged query tokens over their sequences' paged K/V.
 
@@ -532,6 +557,8 @@ def paged_attention_gqa(
     `kv_block_pages`; prefill tiles of `query_tile` over blocks of `prefill_block_tokens`
     (or, with `split_decodes=False`, everything over tiles of `query_tile` and blocks of
     `kv_block_pages`). `window`: a sliding window (ModelConfig.attention_window), or None.
+    `sinks`: a logit per query head that joins every query's softmax as a key without a
+    value (ModelConfig.attention_sinks), or None.
     """
     _check_window(window)
     _check_sizes(kv_block_pages, query_tile)
@@ -563,6 +590,7 @@ def paged_attention_gqa(
         gather_block,
         head_dim,
         window=window,
+        sinks=None if sinks is None else sinks.astype(jnp.float32).reshape(num_kv_heads, group),
     )
     return o.reshape(num_tokens, num_heads, head_dim).astype(q.dtype)
 

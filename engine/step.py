@@ -23,7 +23,7 @@ from engine.penalties import PenaltyState
 from engine.sampler import sample, token_logprobs
 from engine.sampler import top_logprobs as top_logprobs_of
 from models.attention import mla_absorb_q, mla_latent_to_v
-from models.moe import expert_load, routed_experts
+from models.moe import expert_load, routed_for
 from models.transformer import final_logits, forward_hidden
 from sharding.expert_parallel import make_routed_experts_ep
 from sharding.rules import activation_constrainer, kv_shardings, replicated
@@ -187,7 +187,10 @@ def _step_body(
         k_pages = ops.write_kv(k_pages, x.k, slots)
         v_pages = ops.write_kv(v_pages, x.v, slots)
         window = cfg.attention_window(i)
-        o = ops.gqa(x.q, k_pages, v_pages, meta, x.scale, kv_block_pages, window=window)
+        sinks = p_attn.get("sinks")  # gpt-oss: per-head logits that join every softmax
+        o = ops.gqa(
+            x.q, k_pages, v_pages, meta, x.scale, kv_block_pages, window=window, sinks=sinks
+        )
         return o, (k_pages, v_pages)
 
     def attend_mla(i, p_attn, kv_i, x):
@@ -198,7 +201,7 @@ def _step_body(
         return o, (latent_pages,)
 
     attend = attend_mla if cfg.is_mla else attend_gqa
-    routed_impl = routed_experts if mesh is None else make_routed_experts_ep(cfg, mesh)
+    routed_impl = routed_for(cfg) if mesh is None else make_routed_experts_ep(cfg, mesh)
     valid = jnp.arange(batch.token_ids.shape[0]) < batch.cu_q_lens[-1]  # [T]
     loads = []  # filled while this call traces forward_hidden, one [E] per MoE layer
 

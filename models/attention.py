@@ -116,5 +116,6 @@ def mla_expand_kv(p: dict, c_kv: jax.Array, cfg: ModelConfig) -> tuple[jax.Array
 
 
 def attn_output(p: dict, o: jax.Array) -> jax.Array:
-    """Output projection: o [T, H, Dv] -> [T, D]."""
-    return jnp.einsum("thk,hkd->td", o, p["wo"])
+    """Output projection: o [T, H, Dv] -> [T, D] (plus its bias, gpt-oss)."""
+    out = jnp.einsum("thk,hkd->td", o, p["wo"])
+    return out + p["bo"] if "bo" in p else out

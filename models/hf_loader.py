@@ -44,7 +44,9 @@ FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 #   expert:      one expert's Linear weight -> transpose -> leaf[expert]
 #   gate_up:     fused [E, 2F, D] -> w_gate = [:, :F]^T, w_up = [:, F:]^T (two targets)
 #   experts_T:   fused [E, D, F] -> transpose the last two axes
-KINDS = ("copy", "linear", "expert", "gate_up", "experts_T")
+#   gate_up_interleaved: gpt-oss [E, D, 2F] (or its [E, 2F] bias), gate and up columns
+#                alternating: w_gate = [..., 0::2], w_up = [..., 1::2] (two targets)
+KINDS = ("copy", "linear", "expert", "gate_up", "experts_T", "gate_up_interleaved")
 
 Path_ = tuple  # a params tree path, e.g. ("layers", 0, "attn", "wq")
 
@@ -91,6 +93,10 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
         if cfg.attention_bias:
             names[f"{pre}.{proj}_proj.bias"] = _vector(heads * dh, at + (f"b{proj}",))
     names[f"{pre}.o_proj.weight"] = _linear(d, h * dh, at + ("wo",))
+    if cfg.o_proj_bias:
+        names[f"{pre}.o_proj.bias"] = _vector(d, at + ("bo",))
+    if cfg.attention_sinks:
+        names[f"{pre}.sinks"] = _vector(h, at + ("sinks",))
     if cfg.qk_norm:
         names[f"{pre}.q_norm.weight"] = _vector(dh, at + ("q_norm",))
         names[f"{pre}.k_norm.weight"] = _vector(dh, at + ("k_norm",))
@@ -105,7 +111,27 @@ def _mlp_names(d: int, f: int, pre: str, at: Path_) -> dict[str, HFTensor]:
     }
 
 
+def _gpt_oss_moe_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFTensor]:
+    """gpt-oss keeps its experts fused, gate and up interleaved, each with a bias, and
+    `mlp.router` with a bias (transformers' GptOssMLP; the released bf16 layout)."""
+    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    pre = f"{layer}.mlp"
+    gate_up = (at + ("w_gate",), at + ("w_up",))
+    return {
+        f"{pre}.router.weight": _linear(e, d, at + ("router",)),
+        f"{pre}.router.bias": _vector(e, at + ("router_logit_bias",)),
+        f"{pre}.experts.gate_up_proj": HFTensor((e, d, 2 * f), gate_up, "gate_up_interleaved"),
+        f"{pre}.experts.gate_up_proj_bias": HFTensor(
+            (e, 2 * f), (at + ("b_gate",), at + ("b_up",)), "gate_up_interleaved"
+        ),
+        f"{pre}.experts.down_proj": HFTensor((e, f, d), (at + ("w_down",),), "copy"),
+        f"{pre}.experts.down_proj_bias": HFTensor((e, d), (at + ("b_down",),), "copy"),
+    }
+
+
 def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str, HFTensor]:
+    if cfg.model_type == "gpt_oss":
+        return _gpt_oss_moe_names(cfg, layer, at)
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
     legacy_mixtral = layout == "per_expert" and cfg.model_type == "mixtral"
     pre = f"{layer}.block_sparse_moe" if legacy_mixtral else f"{layer}.mlp"
@@ -409,5 +435,9 @@ def _place(t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], lea
     elif t.kind == "experts_T":
         (path,) = t.targets
         leaves[path] = cast(path, arr.transpose(0, 2, 1))
+    elif t.kind == "gate_up_interleaved":
+        gate_path, up_path = t.targets
+        leaves[gate_path] = cast(gate_path, arr[..., 0::2])
+        leaves[up_path] = cast(up_path, arr[..., 1::2])
     else:
         raise ValueError(f"kind={t.kind!r}: expected one of {KINDS}")

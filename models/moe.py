@@ -8,6 +8,7 @@ router runs in float32 whatever the model dtype.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -56,11 +57,17 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
     logits = jnp.matmul(
         x.astype(jnp.float32), p_moe["router"].astype(jnp.float32), precision="highest"
     )  # [T, E]
+    if "router_logit_bias" in p_moe:
+        logits = logits + p_moe["router_logit_bias"].astype(jnp.float32)[None, :]
+    k = cfg.num_experts_per_tok
+    if cfg.scoring_func == "softmax_topk":
+        # gpt-oss (GptOssTopKRouter): the k largest logits, softmaxed among themselves.
+        top, experts = jax.lax.top_k(logits, k)
+        return _softmax(top), experts.astype(jnp.int32)
     if cfg.scoring_func == "sigmoid":
         scores = jax.nn.sigmoid(logits)
     else:
         scores = _softmax(logits)
-    k = cfg.num_experts_per_tok
     if cfg.topk_method == "noaux_tc":
         choice = scores + p_moe["router_bias"].astype(jnp.float32)[None, :]
         choice = jnp.where(_group_mask(choice, cfg), choice, -jnp.inf)
@@ -85,15 +92,43 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
 GROUP_TILE = 16
 
 
+# (gate [..., F], up [..., F]) -> [..., F]: the expert MLP's activation (expert_activation).
+ExpertAct = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+def swiglu(gate: jax.Array, up: jax.Array) -> jax.Array:
+    return jax.nn.silu(gate) * up
+
+
+def expert_activation(cfg: ModelConfig) -> ExpertAct:
+    """The experts' activation: SwiGLU, or gpt-oss's clamped form (HF GptOssExperts._apply_gate:
+    gate <= limit, -limit <= up <= limit, (up + 1) * gate * sigmoid(alpha * gate))."""
+    if cfg.expert_act == "swiglu":
+        return swiglu
+    limit, alpha = cfg.swiglu_limit, cfg.swiglu_alpha
+
+    def clamped_swiglu(gate: jax.Array, up: jax.Array) -> jax.Array:
+        gate = jnp.minimum(gate, limit)
+        up = jnp.clip(up, -limit, limit)
+        return (up + 1) * (gate * jax.nn.sigmoid(gate * alpha))
+
+    return clamped_swiglu
+
+
 def grouped_swiglu(
     xs: jax.Array,  # [M, D], rows grouped by expert in order
     w_gate: jax.Array,  # [E, D, F]
     w_up: jax.Array,  # [E, D, F]
     w_down: jax.Array,  # [E, F, D]
     group_sizes: jax.Array,  # [E] int32, sum <= M
+    act: ExpertAct = swiglu,
+    b_gate: jax.Array | None = None,  # [E, F] (gpt-oss), added to x @ gate
+    b_up: jax.Array | None = None,  # [E, F], added to x @ up
 ) -> jax.Array:  # [M, D], zeros past sum(group_sizes)
-    """Each row through its group's SwiGLU expert: down(silu(x @ gate) * (x @ up)), with
-    `jax.lax.ragged_dot` grouping: rows [start_e, start_e + group_sizes[e]) use expert e.
+    """Each row through its group's expert MLP: down(act(x @ gate + b_gate, x @ up + b_up)),
+    with `jax.lax.ragged_dot` grouping: rows [start_e, start_e + group_sizes[e]) use expert
+    e. The down projection's bias is not added here (moe_block adds it once, after the
+    tensor-parallel partial sums).
 
     On accelerators these are three ragged_dot calls (a grouped kernel). XLA:CPU's ragged_dot
     computes every group over all M rows (E times the work), so on CPU the rows of each
@@ -105,15 +140,31 @@ def grouped_swiglu(
     of a tile and for any tile count, so a token copy's expert output does not depend on the
     batch (the property batch-invariant mode and the expert-parallel layouts rely on).
     """
+    biased = b_gate is not None
     if jax.default_backend() != "cpu":
         gate = jax.lax.ragged_dot(xs, w_gate, group_sizes)
         up = jax.lax.ragged_dot(xs, w_up, group_sizes)
-        return jax.lax.ragged_dot(jax.nn.silu(gate) * up, w_down, group_sizes)
+        if biased:
+            rows = jnp.arange(xs.shape[0], dtype=jnp.int32)
+            group = jnp.searchsorted(jnp.cumsum(group_sizes), rows, side="right")
+            group = jnp.minimum(group, w_gate.shape[0] - 1)  # rows past the groups: dropped
+            gate, up = gate + b_gate[group], up + b_up[group]
+        return jax.lax.ragged_dot(act(gate, up), w_down, group_sizes)
 
-    def expert_tile(x_i, e):
-        return (jax.nn.silu(x_i @ w_gate[e]) * (x_i @ w_up[e])) @ w_down[e]
+    if biased:
 
-    return _tiled_grouped(xs, group_sizes, (w_gate, w_up, w_down), expert_tile)
+        def expert_tile(x_i, e):
+            h = act(x_i @ w_gate[e] + b_gate[e], x_i @ w_up[e] + b_up[e])
+            return h @ w_down[e]
+
+        weights = (w_gate, w_up, b_gate, b_up, w_down)
+    else:
+
+        def expert_tile(x_i, e):
+            return act(x_i @ w_gate[e], x_i @ w_up[e]) @ w_down[e]
+
+        weights = (w_gate, w_up, w_down)
+    return _tiled_grouped(xs, group_sizes, weights, expert_tile)
 
 
 def _tiled_grouped(
@@ -149,7 +200,7 @@ def _tiled_grouped(
     # weights vary over; a loop carry must keep its type).
     typed = x_tiles[:, :1]
     for w in weights:
-        typed = typed * w[0, :1, :1]
+        typed = typed * w[0].reshape(-1)[:1]
     y = jnp.zeros_like(jnp.broadcast_to(typed, (typed.shape[0], weights[-1].shape[-1])))
     y = jax.lax.fori_loop(0, tile_end[-1], body, y)
     return jnp.take(y, dest, axis=0, mode="fill", fill_value=0)
@@ -160,6 +211,7 @@ def routed_experts(
     x: jax.Array,  # [T, D]
     weights: jax.Array,  # [T, k] f32
     experts: jax.Array,  # [T, k] int32
+    act: ExpertAct = swiglu,
 ) -> jax.Array:  # [T, D]
     """Dropless expert compute: every (token, slot) copy is processed, none is dropped.
 
@@ -173,7 +225,16 @@ def routed_experts(
     order = jnp.argsort(flat, stable=True)  # [T*k]
     group_sizes = jnp.bincount(flat, length=e).astype(jnp.int32)  # [E]
     xs = jnp.take(x, order // k, axis=0)  # [T*k, D], grouped by expert
-    ys = grouped_swiglu(xs, p_moe["w_gate"], p_moe["w_up"], p_moe["w_down"], group_sizes)
+    ys = grouped_swiglu(
+        xs,
+        p_moe["w_gate"],
+        p_moe["w_up"],
+        p_moe["w_down"],
+        group_sizes,
+        act,
+        p_moe.get("b_gate"),
+        p_moe.get("b_up"),
+    )
     y = jnp.zeros_like(ys).at[order].set(ys).reshape(t, k, -1)  # [T, k, D], slot order
     out = jnp.zeros((t, x.shape[-1]), jnp.float32)
     for j in range(k):
@@ -182,9 +243,16 @@ def routed_experts(
 
 
 # (p_moe, x [T, D], weights [T, k] f32, experts [T, k] int32) -> [T, D]: the routed-expert
-# compute. `routed_experts` on one device; sharding/expert_parallel.py builds the
+# compute. `routed_for(cfg)` on one device; sharding/expert_parallel.py builds the
 # expert-parallel one with the same signature.
 RoutedFn = Callable[[dict, jax.Array, jax.Array, jax.Array], jax.Array]
+
+
+def routed_for(cfg: ModelConfig) -> RoutedFn:
+    """The single-device routed-expert compute with the model's expert activation."""
+    if cfg.expert_act == "swiglu":
+        return routed_experts
+    return functools.partial(routed_experts, act=expert_activation(cfg))
 
 
 def moe_block(
@@ -195,6 +263,13 @@ def moe_block(
     x: [T, D] -> [T, D]."""
     weights, experts = route(p_moe, x, cfg)
     out = routed(p_moe, x, weights, experts)
+    if "b_down" in p_moe:
+        # Each copy's down-projection bias, weighted like its output: sum_j w_j b_down[e_j]
+        # (HF adds it before the weighting), in slot order as routed_experts sums.
+        bias = jnp.zeros(out.shape, jnp.float32)
+        for j in range(experts.shape[1]):
+            bias = bias + weights[:, j, None] * p_moe["b_down"][experts[:, j]].astype(jnp.float32)
+        out = (out.astype(jnp.float32) + bias).astype(out.dtype)
     if "shared" in p_moe:
         shared = swiglu_mlp(p_moe["shared"], x)
         if "shared_gate" in p_moe:

@@ -32,14 +32,21 @@ def _causal_softmax(
     scores: jax.Array,  # [T, ..., L] f32
     positions: jax.Array,  # [T]
     window: int | None = None,
+    sinks: jax.Array | None = None,  # [...] f32, one logit per head (gpt-oss)
 ) -> jax.Array:
+    """Softmax over each query's visible keys; with `sinks`, over [keys, sink] with the
+    sink's share dropped (HF gpt-oss eager_attention_forward)."""
     max_len = scores.shape[-1]
     keys = jnp.arange(max_len)[None, :]
     visible = keys <= positions[:, None]  # [T, L]
     if window is not None:
         visible &= keys > positions[:, None] - window
     visible = visible.reshape(visible.shape[:1] + (1,) * (scores.ndim - 2) + visible.shape[1:])
-    return jax.nn.softmax(jnp.where(visible, scores, -jnp.inf), axis=-1)
+    scores = jnp.where(visible, scores, -jnp.inf)
+    if sinks is None:
+        return jax.nn.softmax(scores, axis=-1)
+    sink = jnp.broadcast_to(sinks[..., None], scores.shape[:-1] + (1,))
+    return jax.nn.softmax(jnp.concatenate([scores, sink], axis=-1), axis=-1)[..., :-1]
 
 
 def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
@@ -68,7 +75,10 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
         q = inp.q.reshape(t, kh, h // kh, dh)  # [T, K, G, Dh]: head h uses kv head h // G
         scores = jnp.einsum("tkgd,lkd->tkgl", q, k_cache)  # [T, K, G, L]
         window = cfg.attention_window(i)
-        probs = _causal_softmax(scores.astype(jnp.float32) * inp.scale, positions, window)
+        sinks = p_attn.get("sinks")
+        if sinks is not None:
+            sinks = sinks.astype(jnp.float32).reshape(kh, h // kh)  # [K, G]
+        probs = _causal_softmax(scores.astype(jnp.float32) * inp.scale, positions, window, sinks)
         o = jnp.einsum("tkgl,lkd->tkgd", probs.astype(v_cache.dtype), v_cache)
         return o.reshape(t, h, dh), (k_cache, v_cache)
 

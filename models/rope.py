@@ -47,7 +47,7 @@ def _llama3_inv_freq(inv_freq: np.ndarray, rs: RopeScaling) -> np.ndarray:
 
 
 def _yarn_inv_freq(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarray, float]:
-    # HF `_compute_yarn_parameters` with truncate=True (its default).
+    # HF `_compute_yarn_parameters`.
     factor = rs.factor
     if rs.attention_factor is not None:
         attention_factor = float(rs.attention_factor)
@@ -64,8 +64,10 @@ def _yarn_inv_freq(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarray,
     def correction_dim(num_rotations: float) -> float:
         return (dim * math.log(orig / (num_rotations * 2 * math.pi))) / (2 * math.log(theta))
 
-    low = max(math.floor(correction_dim(beta_fast)), 0)
-    high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if rs.truncate:  # HF's default; gpt-oss keeps the fractional range (truncate=False)
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001  # HF: prevent a zero-width ramp
     ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - low) / (high - low), 0, 1)

@@ -6,13 +6,15 @@ from the tree `param_specs(cfg)` returns. Layout (letters as in the einsums):
   embed [V, D]; final_norm [D]; lm_head [D, V] (absent when tied)
   layers[i]: attn_norm [D], mlp_norm [D], attn {...}, and either mlp {...} or moe {...}
   GQA attn: wq [D, H, Dh], wk/wv [D, K, Dh], wo [H, Dh, D]; bq [H, Dh], bk/bv [K, Dh]
-            (attention_bias); q_norm/k_norm [Dh] (qk_norm)
+            (attention_bias); q_norm/k_norm [Dh] (qk_norm); bo [D] (o_proj_bias);
+            sinks [H] (attention_sinks)
   MLA attn: wq [D, H, Dn+Dr] or wq_a [D, Rq], q_a_norm [Rq], wq_b [Rq, H, Dn+Dr];
             wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D]
   mlp:      w_gate [D, F], w_up [D, F], w_down [F, D]
   moe:      router [D, E], router_bias [E] (noaux_tc), w_gate/w_up [E, D, Fe],
             w_down [E, Fe, D], shared {w_gate, w_up, w_down} with F = shared_expert_width,
-            shared_gate [D] (Qwen2-MoE: the shared output times sigmoid(x @ shared_gate))
+            shared_gate [D] (Qwen2-MoE: the shared output times sigmoid(x @ shared_gate));
+            expert_bias (gpt-oss): router_logit_bias [E], b_gate/b_up [E, Fe], b_down [E, D]
 """
 
 from __future__ import annotations
@@ -78,6 +80,10 @@ def _gqa_specs(cfg: ModelConfig, dt, w) -> dict:
     if cfg.qk_norm:
         s["q_norm"] = ParamSpec((dh,), dt, ("head_dim",), ones)
         s["k_norm"] = ParamSpec((dh,), dt, ("head_dim",), ones)
+    if cfg.o_proj_bias:
+        s["bo"] = ParamSpec((d,), dt, ("embed",), zeros)
+    if cfg.attention_sinks:
+        s["sinks"] = ParamSpec((h,), dt, ("q_heads",), zeros)
     return s
 
 
@@ -120,6 +126,11 @@ def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
     if cfg.topk_method == "noaux_tc":
         # DeepSeek-V3 keeps the correction bias in float32.
         s["router_bias"] = ParamSpec((e,), jnp.float32, (None,), zeros)
+    if cfg.expert_bias:
+        s["router_logit_bias"] = ParamSpec((e,), dt, (None,), zeros)
+        s["b_gate"] = ParamSpec((e, f), dt, ("experts", "expert_mlp"), zeros)
+        s["b_up"] = ParamSpec((e, f), dt, ("experts", "expert_mlp"), zeros)
+        s["b_down"] = ParamSpec((e, d), dt, ("experts", "embed"), zeros)
     if cfg.num_shared_experts:
         s["shared"] = _mlp_specs(d, cfg.shared_expert_width, dt, w)
     if cfg.shared_expert_gate:

@@ -23,7 +23,7 @@ import jax
 from configs.model_config import ModelConfig
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs
 from models.layers import embed, final_logits, rms_norm, swiglu_mlp
-from models.moe import RoutedFn, moe_block, routed_experts
+from models.moe import RoutedFn, moe_block, routed_for
 
 __all__ = ["Attend", "Constrain", "final_logits", "forward_hidden"]
 
@@ -39,11 +39,12 @@ def forward_hidden(
     positions: jax.Array,  # [T] int32
     kv: list,
     attend: Attend,
-    routed: RoutedFn = routed_experts,
+    routed: RoutedFn | None = None,
     constrain: Constrain | None = None,
 ) -> tuple[jax.Array, list]:  # (hidden [T, D] before the final norm, kv)
     """Run all decoder layers; kv[i] is whatever the backend caches for layer i."""
     pin = constrain or (lambda x, axes: x)
+    routed = routed or routed_for(cfg)
     x = pin(embed(params, token_ids), ("batch", "embed"))  # [T, D]
     attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
     new_kv = []

@@ -70,9 +70,11 @@ def ragged_paged_attention(
     v_scales: jax.Array | None = None,  # [N, P, K] f32
     config: KernelConfig = GQA_CONFIG,
     interpret: bool = False,
+    sinks: jax.Array | None = None,  # [H]: a logit per head joining every softmax (gpt-oss)
 ) -> jax.Array:  # [T, H, Dh]
     """Causal GQA of ragged query spans over their paged K/V (already written), or with a
-    sliding `window` (a token at position p sees keys p - window + 1 .. p).
+    sliding `window` (a token at position p sees keys p - window + 1 .. p). `sinks` are
+    merged with the kernel's per-split results (ragged_flash.combine_splits).
 
     fp8 pages (float8_e4m3fn or its bits as uint8, a float32 scale per (token, KV head) row)
     are read as `rows * scales`: the block is upcast to q's dtype and the scales are applied
@@ -102,6 +104,14 @@ def ragged_paged_attention(
     qg = qg.reshape(t_pad, num_kv_heads * head_blocks, heads, d_pad).transpose(1, 0, 2, 3)
     qg = qg.reshape(num_kv_heads * head_blocks, t_pad * heads, d_pad)
 
+    row_sinks = None
+    if sinks is not None:  # [H] -> the rows' layout: [K * head_blocks, T_pad * heads]
+        sg = jnp.pad(
+            sinks.astype(jnp.float32).reshape(num_kv_heads, group),
+            ((0, 0), (0, head_blocks * heads - group)),
+        ).reshape(num_kv_heads * head_blocks, 1, heads)
+        row_sinks = jnp.broadcast_to(sg, (sg.shape[0], t_pad, heads)).reshape(sg.shape[0], -1)
+
     def load_kv(kv_refs, kv_head, pages, offsets):
         cols = column_index(head_dim, d_pad)
         lead = (pages, offsets, kv_head)
@@ -128,6 +138,7 @@ def ragged_paged_attention(
         config=config,
         interpret=interpret,
         name="ragged_paged_attention_gqa",
+        sinks=row_sinks,
     )  # [K * head_blocks, T_pad * heads, d_pad]
     o = o.reshape(num_kv_heads, head_blocks, t_pad, heads, d_pad).transpose(2, 0, 1, 3, 4)
     o = o.reshape(t_pad, num_kv_heads, head_blocks * heads, d_pad)[:num_tokens, :, :group]
@@ -150,8 +161,10 @@ def ragged_paged_attention_ref(
     window: int | None = None,
     k_scales: jax.Array | None = None,  # [N, P, K] f32 with fp8 pages (float8_e4m3fn / uint8)
     v_scales: jax.Array | None = None,
+    sinks: jax.Array | None = None,  # [H]
 ) -> jax.Array:  # [T, H, Dh]
-    """Plain jnp twin: each token gathers its sequence's whole K/V and takes a masked softmax."""
+    """Plain jnp twin: each token gathers its sequence's whole K/V and takes a masked softmax
+    (over [keys, sink] when sinks are given, the sink's share dropped)."""
     if k_scales is not None:  # fp8 pages: dequantize them whole
         k_pages = dequantize_pages(k_pages, k_scales)
         v_pages = dequantize_pages(v_pages, v_scales)
@@ -173,8 +186,13 @@ def ragged_paged_attention_ref(
     s = jnp.einsum("tkgd,tlkd->tkgl", qg, keys.astype(jnp.float32), precision=lax.Precision.HIGHEST)
     s = jnp.where(visible[:, None, None, :], s * scale, -jnp.inf)
     m = jnp.max(s, axis=-1, keepdims=True)
+    if sinks is not None:
+        sink = sinks.astype(jnp.float32).reshape(1, num_kv_heads, group, 1)
+        m = jnp.maximum(m, sink)
     p = jnp.exp(s - jnp.where(m == -jnp.inf, 0.0, m))
     denom = jnp.sum(p, axis=-1, keepdims=True)
+    if sinks is not None:
+        denom = denom + jnp.exp(sink - m)
     p = jnp.where(denom > 0, p / jnp.where(denom > 0, denom, 1.0), 0.0)
     values = jnp.where(visible[:, :, None, None], values.astype(jnp.float32), 0.0)
     o = jnp.einsum("tkgl,tlkd->tkgd", p, values, precision=lax.Precision.HIGHEST)

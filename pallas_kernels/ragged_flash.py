@@ -484,13 +484,17 @@ def _flash_kernel(
 def combine_splits(
     o: jax.Array,  # [NS, ..., Dv] f32, each split's normalized output
     lse: jax.Array,  # [NS, ...] f32, each split's log-sum-exp (-inf = no keys)
+    sinks: jax.Array | None = None,  # [...] f32: a logit per row that joins the softmax
 ) -> jax.Array:  # [..., Dv] f32
     """Merges the splits in split order; a row with no key anywhere gets zeros.
 
     Splits are added one after another: an empty split adds exactly 0, so the result does
-    not depend on how many splits the static shape allows.
+    not depend on how many splits the static shape allows. A row's sink (gpt-oss) counts as
+    one more split whose output is zero: it only adds exp(sink) to the denominator.
     """
     m = jnp.max(lse, axis=0)
+    if sinks is not None:
+        m = jnp.maximum(m, sinks)
     m = jnp.where(m == -jnp.inf, 0.0, m)
     num = jnp.zeros(o.shape[1:], jnp.float32)
     den = jnp.zeros(lse.shape[1:], jnp.float32)
@@ -499,6 +503,8 @@ def combine_splits(
         # Rows no program of this split wrote may hold NaN: select, never multiply.
         num = num + jnp.where((w > 0)[..., None], w[..., None] * o[s], 0.0)
         den = den + w
+    if sinks is not None:
+        den = den + jnp.exp(sinks - m)
     return jnp.where((den > 0)[..., None], num / jnp.where(den > 0, den, 1.0)[..., None], 0.0)
 
 
@@ -519,8 +525,10 @@ def ragged_flash(
     config: KernelConfig,
     interpret: bool,
     name: str,
+    sinks: jax.Array | None = None,  # [Q, T_pad * Gb] f32, a sink logit per query row
 ) -> jax.Array:  # [Q, T_pad * Gb, Dv] f32
-    """Runs the kernel over (query group, tile, split) and merges the splits."""
+    """Runs the kernel over (query group, tile, split) and merges the splits (and the rows'
+    sinks, `combine_splits`)."""
     num_groups, num_rows, _ = q_parts[0].shape
     num_tiles = plan.seq.shape[0]
     max_len = page_table.shape[1] * page_size
@@ -567,7 +575,7 @@ def ragged_flash(
         *q_parts,
         *kv_arrays,
     )
-    return combine_splits(o, lse)
+    return combine_splits(o, lse, sinks)
 
 
 def check_dtypes(queries: Sequence[jax.Array], pages: Sequence[jax.Array], scales=()) -> None:

@@ -29,11 +29,12 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from configs.model_config import ModelConfig
-from models.moe import RoutedFn, grouped_swiglu
+from models.moe import ExpertAct, RoutedFn, expert_activation, grouped_swiglu
 from sharding.mesh import EP, TP, mesh_config_of
 from sharding.rules import logical_to_spec, rules_for
 
 EXPERT_WEIGHTS = ("w_gate", "w_up", "w_down")
+EXPERT_BIASES = ("b_gate", "b_up")  # gpt-oss; b_down is added outside (models.moe.moe_block)
 
 
 class Dispatched(NamedTuple):
@@ -79,17 +80,26 @@ def dispatch(
 
 
 def expert_compute(
-    p_local: dict,  # w_gate/w_up [E_l, D, F_l], w_down [E_l, F_l, D]
+    p_local: dict,  # w_gate/w_up [E_l, D, F_l], w_down [E_l, F_l, D] (b_gate/b_up [E_l, F_l])
     recv_x: jax.Array,  # [R, D]
     recv_expert: jax.Array,  # [R] int32, E_l = empty row
+    act: ExpertAct | None = None,  # the experts' activation; None: SwiGLU
 ) -> jax.Array:  # [R, D], zeros at empty rows
     """SwiGLU of every received row through its local expert (grouped matmuls)."""
     num_local = p_local["w_gate"].shape[0]
     order = jnp.argsort(recv_expert, stable=True)  # empty rows last
     group_sizes = jnp.bincount(recv_expert, length=num_local).astype(jnp.int32)  # [E_l]
     xs = recv_x[order]
+    extra = {} if act is None else {"act": act}
     ys = grouped_swiglu(  # [R, D]
-        xs, p_local["w_gate"], p_local["w_up"], p_local["w_down"], group_sizes
+        xs,
+        p_local["w_gate"],
+        p_local["w_up"],
+        p_local["w_down"],
+        group_sizes,
+        b_gate=p_local.get("b_gate"),
+        b_up=p_local.get("b_up"),
+        **extra,
     )
     ys = jax.lax.psum(ys, TP)  # partial sums over the F slices
     return jnp.zeros_like(ys).at[order].set(ys)
@@ -114,11 +124,15 @@ def combine(
 def expert_weight_specs(cfg: ModelConfig, mesh: Mesh) -> dict:
     """PartitionSpecs of the stacked expert weights, from their logical axes."""
     rules = rules_for(cfg, mesh_config_of(mesh))
-    return {
+    specs = {
         "w_gate": logical_to_spec(("experts", "embed", "expert_mlp"), rules),
         "w_up": logical_to_spec(("experts", "embed", "expert_mlp"), rules),
         "w_down": logical_to_spec(("experts", "expert_mlp", "embed"), rules),
     }
+    if cfg.expert_bias:
+        for name in EXPERT_BIASES:
+            specs[name] = logical_to_spec(("experts", "expert_mlp"), rules)
+    return specs
 
 
 def pad_tokens(
@@ -144,10 +158,11 @@ def make_routed_experts_ep(cfg: ModelConfig, mesh: Mesh) -> RoutedFn:
     rules = rules_for(cfg, mc)
     tokens = logical_to_spec(("expert_batch", None), rules)
     w_specs = expert_weight_specs(cfg, mesh)
+    act = expert_activation(cfg)
 
     def local(p_local, x, weights, experts):
         d = dispatch(x, experts, num_local, mc.ep)
-        ys = expert_compute(p_local, d.recv_x, d.recv_expert)
+        ys = expert_compute(p_local, d.recv_x, d.recv_expert, act)
         return combine(ys, d, weights)
 
     sharded = jax.shard_map(
@@ -162,7 +177,7 @@ def make_routed_experts_ep(cfg: ModelConfig, mesh: Mesh) -> RoutedFn:
     ) -> jax.Array:  # [T, D]
         num_tokens = x.shape[0]
         xp, wp, ep_ = pad_tokens(x, weights, experts, mc.dp * mc.ep, cfg.num_experts)
-        p_local = {name: p_moe[name] for name in EXPERT_WEIGHTS}
+        p_local = {name: p_moe[name] for name in w_specs}
         return sharded(p_local, xp, wp, ep_)[:num_tokens]
 
     return routed

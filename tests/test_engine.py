@@ -29,6 +29,7 @@ ARCHS = [
     "mixtral",
     "glm4_moe",
     "glm4_moe_lite",
+    "gpt_oss",
     "deepseek_v2",
     "deepseek_v3",
 ]

@@ -23,6 +23,7 @@ ARCHS = (
     "mixtral",
     "glm4_moe",
     "glm4_moe_lite",
+    "gpt_oss",
     "deepseek_v2",
     "deepseek_v3",
 )
@@ -602,7 +603,6 @@ def test_rope_defaults_and_refusals():
     assert config_from_hf({**MIXTRAL_8X7B, "rope_theta": None}).rope_theta == 1000000.0
     for rope, field in [
         ({"type": "linear"}, "factor is missing for 'linear'"),
-        ({"type": "yarn", "factor": 4.0, "truncate": False}, "truncate=False"),
         ({"full_attention": {"rope_type": "default"}}, "per-layer-type"),
     ]:
         with pytest.raises(ValueError, match=field):

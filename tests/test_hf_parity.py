@@ -31,6 +31,7 @@ ARCHS = {
     "qwen2_moe": "tiny-qwen2-moe",
     "glm4_moe": "tiny-glm4-moe",
     "glm4_moe_lite": "tiny-glm4-moe-lite",
+    "gpt_oss": "tiny-gpt-oss",
     "deepseek_v2": "tiny-deepseek-v2",
     "deepseek_v3": "tiny-deepseek-v3",
 }
