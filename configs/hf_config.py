@@ -316,10 +316,13 @@ def fp8_weight_block(hf: dict) -> tuple[int, int] | None:
     if not isinstance(qc, dict):
         raise ValueError(f"HF config quantization_config={qc!r}: expected a JSON object")
     method = qc.get("quant_method")
+    if method == "mxfp4" and hf.get("model_type") == "gpt_oss":
+        return None  # gpt-oss's MXFP4 experts (models/mxfp4.py), no fp8 blocks
     if method != "fp8":
         raise ValueError(
             f"HF config quantization_config.quant_method={method!r}: only 'fp8' (block-quantized "
-            "e4m3 weights with weight_scale_inv, dequantized on load) is supported"
+            "e4m3 weights with weight_scale_inv, dequantized on load) and, for gpt_oss, "
+            "'mxfp4' (its experts, dequantized on load) are supported"
         )
     q = {k: qc.get(k, v) for k, v in _FP8_DEFAULTS.items()}
     if q["fmt"] != "e4m3":

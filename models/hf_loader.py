@@ -31,6 +31,7 @@ from safetensors import SafetensorError, safe_open
 from configs.hf_config import fp8_weight_block, read_hf_config
 from configs.model_config import ModelConfig
 from models.fp8_checkpoint import FP8_DTYPE, Fp8Reader, dequantize, scale_name, scale_shape
+from models.mxfp4 import BLOCKS_SUFFIX, SCALES_SUFFIX, gpt_oss_expert_weight, mxfp4_shapes
 from models.specs import ParamSpec, param_specs
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -240,12 +241,30 @@ def _read_headers(files: list[Path]) -> dict[str, _Header]:
     return headers
 
 
+# gpt-oss's expert weights, which its released checkpoints store as MXFP4 pairs
+# `<name>_blocks` / `<name>_scales` (models/mxfp4.py) in place of `<name>`.
+MXFP4_TENSORS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+
+
+def _is_mxfp4(name: str, headers: dict[str, _Header]) -> bool:
+    """Whether `name` is stored as an MXFP4 blocks/scales pair instead of itself."""
+    return (
+        name not in headers
+        and name.endswith(MXFP4_TENSORS)
+        and name + BLOCKS_SUFFIX in headers
+        and name + SCALES_SUFFIX in headers
+    )
+
+
 def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFTensor]:
     candidates = [
         hf_tensor_names(cfg, lay)
         for lay in (EXPERT_LAYOUTS if cfg.num_experts else EXPERT_LAYOUTS[:1])
     ]
-    missing = [[n for n in names if n not in headers] for names in candidates]
+    missing = [
+        [n for n in names if n not in headers and not _is_mxfp4(n, headers)]
+        for names in candidates
+    ]
     best = min(range(len(candidates)), key=lambda j: len(missing[j]))
     if missing[best]:
         raise ValueError(
@@ -261,10 +280,42 @@ def _fp8_block(model_dir: Path) -> tuple[int, int] | None:
     return fp8_weight_block(read_hf_config(config)) if config.is_file() else None
 
 
+def _quant_method(model_dir: Path) -> str | None:
+    config = model_dir / "config.json"
+    qc = read_hf_config(config).get("quantization_config") if config.is_file() else None
+    return qc.get("quant_method") if isinstance(qc, dict) else None
+
+
+def _validate_mxfp4(name: str, want: HFTensor, headers: dict[str, _Header], method) -> None:
+    if method != "mxfp4":
+        raise ValueError(
+            f"checkpoint tensor {name + BLOCKS_SUFFIX!r}: MXFP4 blocks need a config.json "
+            f"quantization_config with quant_method 'mxfp4' (found {method!r})"
+        )
+    blocks_shape, scales_shape = mxfp4_shapes(want.shape)
+    for suffix, shape in ((BLOCKS_SUFFIX, blocks_shape), (SCALES_SUFFIX, scales_shape)):
+        got = headers[name + suffix]
+        if got.shape != shape:
+            raise ValueError(
+                f"checkpoint tensor {name + suffix!r}: expected shape {shape} (MXFP4 of "
+                f"{want.shape}), found {got.shape} in {got.file.name}"
+            )
+        if got.dtype != "U8":
+            raise ValueError(
+                f"checkpoint tensor {name + suffix!r}: dtype {got.dtype}, expected U8 (MXFP4)"
+            )
+
+
 def _validate(
-    names: dict[str, HFTensor], headers: dict[str, _Header], block: tuple[int, int] | None
+    names: dict[str, HFTensor],
+    headers: dict[str, _Header],
+    block: tuple[int, int] | None,
+    method: str | None = None,
 ) -> None:
     for name, want in names.items():
+        if _is_mxfp4(name, headers):
+            _validate_mxfp4(name, want, headers, method)
+            continue
         got = headers[name]
         if got.shape != want.shape:
             raise ValueError(
@@ -318,7 +369,8 @@ def _validate_fp8(
 
 class _TensorReader(contextlib.ExitStack):
     """Reads checkpoint tensors by name, each file opened once; fp8 weights come dequantized
-    (as `dtype`) with their block scales."""
+    (as `dtype`) with their block scales, MXFP4 expert weights from their blocks and scales
+    (as float32; `_place` casts)."""
 
     def __init__(self, headers: dict[str, _Header], block: tuple[int, int] | None, dtype):
         super().__init__()
@@ -327,6 +379,9 @@ class _TensorReader(contextlib.ExitStack):
         self._files: dict[Path, Any] = {}
 
     def read(self, name: str) -> np.ndarray:
+        if _is_mxfp4(name, self.headers):
+            blocks, scales = self.read(name + BLOCKS_SUFFIX), self.read(name + SCALES_SUFFIX)
+            return gpt_oss_expert_weight(blocks, scales)
         path = self.headers[name].file
         if self.headers[name].dtype == FP8_DTYPE:
             scale = self.read(scale_name(name))
@@ -398,14 +453,17 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     headers = _read_headers(_checkpoint_files(model_dir))
     names = _pick_layout(cfg, headers)
     block = _fp8_block(model_dir)
-    _validate(names, headers, block)
+    _validate(names, headers, block, _quant_method(model_dir))
 
     specs = param_specs(cfg)
     leaf_specs = _leaf_specs(specs)
     leaves: dict[Path_, np.ndarray] = {}
     with _TensorReader(headers, block, jnp.dtype(cfg.dtype)) as reader:
         # Grouped by file (each shard opened once).
-        for name in sorted(names, key=lambda n: str(headers[n].file)):
+        def file_of(n: str) -> str:
+            return str(headers[n + BLOCKS_SUFFIX if _is_mxfp4(n, headers) else n].file)
+
+        for name in sorted(names, key=file_of):
             _place(names[name], reader.read(name), leaf_specs, leaves)
     return _build_tree(specs, leaves)
 
