@@ -582,6 +582,46 @@ _add(
         dtype="bfloat16",
     )
 )
+# gpt-oss-20b / gpt-oss-120b (OpenAI; 24 / 36 layers of 32 / 128 experts, top 4): 64 query
+# and 8 KV heads of 64, every other layer a 128-key window, YaRN x32 from 4096 without
+# truncation. EOS ids are not set here (a checkpoint's config has them).
+_add(
+    PRESETS["tiny-gpt-oss"].replace(
+        name="gpt-oss-20b",
+        vocab_size=201088,
+        hidden_size=2880,
+        num_layers=24,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=64,
+        intermediate_size=2880,
+        max_position_embeddings=131072,
+        rope_scaling=RopeScaling(
+            rope_type="yarn",
+            factor=32.0,
+            original_max_position_embeddings=4096,
+            beta_fast=32.0,
+            beta_slow=1.0,
+            truncate=False,
+        ),
+        sliding_window=128,
+        full_attention_layers=tuple(range(1, 24, 2)),
+        num_experts=32,
+        num_experts_per_tok=4,
+        moe_intermediate_size=2880,
+        swiglu_limit=7.0,
+        eos_token_ids=(),
+        dtype="bfloat16",
+    )
+)
+_add(
+    PRESETS["gpt-oss-20b"].replace(
+        name="gpt-oss-120b",
+        num_layers=36,
+        full_attention_layers=tuple(range(1, 36, 2)),
+        num_experts=128,
+    )
+)
 _add(
     ModelConfig(
         name="deepseek-v3",

@@ -262,8 +262,7 @@ def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFT
         for lay in (EXPERT_LAYOUTS if cfg.num_experts else EXPERT_LAYOUTS[:1])
     ]
     missing = [
-        [n for n in names if n not in headers and not _is_mxfp4(n, headers)]
-        for names in candidates
+        [n for n in names if n not in headers and not _is_mxfp4(n, headers)] for names in candidates
     ]
     best = min(range(len(candidates)), key=lambda j: len(missing[j]))
     if missing[best]:

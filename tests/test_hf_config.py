@@ -111,6 +111,36 @@ def test_glm4_moe_lite_dense_layers_and_refusals():
             config_from_hf({**hf, **change})
 
 
+def test_gpt_oss_defaults_windows_and_rope():
+    """What transformers 5.24's GptOssConfig fills in: the YaRN dict (factor 32, no
+    truncation) when a config has none, rope_theta 150000, even layers windowed."""
+    hf = json.loads(open(os.path.join(FIXTURES, "gpt_oss", "config.json")).read())
+    cfg = config_from_hf(hf)
+    assert cfg.rope_scaling.truncate is False and cfg.rope_scaling.factor == 4.0
+    assert (cfg.attention_sinks, cfg.o_proj_bias, cfg.expert_bias) == (True, True, True)
+    assert (cfg.scoring_func, cfg.expert_act, cfg.swiglu_limit) == (
+        "softmax_topk",
+        "clamped_swiglu",
+        1.0,
+    )
+    bare = {k: v for k, v in hf.items() if k not in ("rope_parameters", "layer_types")}
+    bare["num_hidden_layers"] = 4
+    cfg = config_from_hf(bare)
+    assert cfg.rope_theta == 150000.0
+    want = RopeScaling(
+        rope_type="yarn",
+        factor=32.0,
+        original_max_position_embeddings=4096,
+        beta_fast=32.0,
+        beta_slow=1.0,
+        mscale=1.0,
+        truncate=False,
+    )
+    assert cfg.rope_scaling == want
+    assert [cfg.attention_window(i) for i in range(4)] == [8, None, 8, None]
+    assert not config_from_hf({**hf, "attention_bias": False}).o_proj_bias
+
+
 @pytest.mark.parametrize("arch", ("llama", "deepseek_v3"))
 def test_legacy_spelling_maps_the_same(arch):
     """rope_scaling (+ `type`) with top-level rope_theta and torch_dtype == rope_parameters."""
@@ -671,6 +701,16 @@ def test_eos_token_id_zero():
             dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=8,
                  shared_expert_gate=True),
             "shared_expert_gate=True",
+        ),
+        (
+            dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=8,
+                 expert_act="gelu"),
+            "expert_act='gelu'",
+        ),
+        (
+            dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=8,
+                 scoring_func="softmax_topk", topk_method="noaux_tc"),
+            "scoring_func='softmax_topk': needs topk_method='greedy'",
         ),
     ],
 )  # fmt: skip

@@ -99,7 +99,7 @@ def test_8k_prompt_in_chunks_matches_one_unchunked_reference_prefill(kind, tmp_p
 
 
 def _inv_freq_f64(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarray, float]:
-    """HF modeling_rope_utils (llama3, yarn with truncate) written out in float64."""
+    """HF modeling_rope_utils (llama3, yarn with or without truncate) written out in float64."""
     inv = 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
     if rs.rope_type == "llama3":
         orig = rs.original_max_position_embeddings
@@ -125,8 +125,10 @@ def _inv_freq_f64(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarray, 
             / (2 * math.log(theta))
         )
 
-    low = max(math.floor(correction_dim(rs.beta_fast)), 0)
-    high = min(math.ceil(correction_dim(rs.beta_slow)), dim - 1)
+    low, high = correction_dim(rs.beta_fast), correction_dim(rs.beta_slow)
+    if rs.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
     ramp = np.clip((np.arange(dim // 2) - low) / max(high - low, 1e-3), 0, 1)
     keep = 1 - ramp  # 1: extrapolate (high frequency), 0: interpolate by the factor
     inv = inv / rs.factor * (1 - keep) + inv * keep
@@ -142,7 +144,7 @@ def _inv_freq_f64(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarray, 
 
 
 @pytest.mark.parametrize(
-    "preset", ["small-llama-long", "llama-3.1-8b", "small-mla-long", "deepseek-v3"]
+    "preset", ["small-llama-long", "llama-3.1-8b", "small-mla-long", "deepseek-v3", "gpt-oss-20b"]
 )
 def test_rope_scaling_at_long_positions_matches_float64(preset):
     cfg = get_preset(preset)

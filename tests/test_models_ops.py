@@ -3,6 +3,8 @@ reference forward's cache (prefill + decode == longer prefill)."""
 
 from __future__ import annotations
 
+import functools
+
 import math
 
 import jax
@@ -20,7 +22,7 @@ from models.attention import (
     mla_softmax_scale,
 )
 from models.layers import rms_norm
-from models.moe import GROUP_TILE, grouped_swiglu, moe_block, route
+from models.moe import GROUP_TILE, expert_activation, grouped_swiglu, moe_block, route
 from models.reference import init_cache, reference_forward
 from models.rope import apply_rope, rope_frequencies, rope_layout, yarn_get_mscale
 from models.specs import is_spec, param_specs
@@ -304,6 +306,8 @@ def test_noaux_tc_never_picks_an_expert_outside_the_kept_groups():
     assert np.array_equal(np.sort(np.asarray(got), -1), np.sort(want, -1))
 
 
+@pytest.mark.parametrize("variant", ["swiglu", "gpt_oss"])
+@pytest.mark.parametrize("ragged", [False, True])  # the CPU tiles; ragged_dot (accelerators)
 @pytest.mark.parametrize(
     "sizes",
     [
@@ -312,20 +316,33 @@ def test_noaux_tc_never_picks_an_expert_outside_the_kept_groups():
         [1] * 8,
     ],
 )
-def test_grouped_swiglu_matches_per_group_products(sizes):
+def test_grouped_swiglu_matches_per_group_products(sizes, ragged, variant):
+    """Written out in float64 per group: SwiGLU, or gpt-oss's biased, clamped form (HF
+    GptOssExperts: gate <= limit, |up| <= limit, (up + 1) * gate * sigmoid(alpha * gate))."""
     rng = np.random.default_rng(len(sizes) + sum(sizes))
     m = sum(sizes) + 5  # rows past the groups come back as zeros (ragged_dot semantics)
     xs = rng.standard_normal((m, 24)).astype(np.float32)
     w_gate, w_up = (rng.standard_normal((len(sizes), 24, 20)).astype(np.float32) for _ in "gu")
     w_down = rng.standard_normal((len(sizes), 20, 24)).astype(np.float32)
-    got = np.asarray(
-        jax.jit(grouped_swiglu)(xs, w_gate, w_up, w_down, jnp.asarray(sizes, jnp.int32))
-    )
+    b_gate, b_up = (rng.standard_normal((len(sizes), 20)).astype(np.float32) for _ in "gu")
+    limit, alpha = 3.0, 1.702  # |x @ w| here is ~5: both clamps bite
+    if variant == "gpt_oss":
+        act = expert_activation(get_preset("tiny-gpt-oss").replace(swiglu_limit=limit))
+        extra = dict(act=act, b_gate=jnp.asarray(b_gate), b_up=jnp.asarray(b_up))
+    else:
+        extra = {}
+    fn = jax.jit(functools.partial(grouped_swiglu, ragged=ragged, **extra))
+    got = np.asarray(fn(xs, w_gate, w_up, w_down, jnp.asarray(sizes, jnp.int32)))
     want, start = np.zeros((m, 24)), 0
     for e, n in enumerate(sizes):
         x = xs[start : start + n].astype(np.float64)
-        gate = x @ w_gate[e]
-        want[start : start + n] = (gate / (1 + np.exp(-gate)) * (x @ w_up[e])) @ w_down[e]
+        gate, up = x @ w_gate[e], x @ w_up[e]
+        if variant == "gpt_oss":
+            gate, up = np.minimum(gate + b_gate[e], limit), np.clip(up + b_up[e], -limit, limit)
+            h = (up + 1) * gate / (1 + np.exp(-alpha * gate))
+        else:
+            h = gate / (1 + np.exp(-gate)) * up
+        want[start : start + n] = h @ w_down[e]
         start += n
     np.testing.assert_allclose(got, want, atol=1e-3, rtol=1e-5)
     assert not got[sum(sizes) :].any()
