@@ -4,7 +4,6 @@ reference forward's cache (prefill + decode == longer prefill)."""
 from __future__ import annotations
 
 import functools
-
 import math
 
 import jax
