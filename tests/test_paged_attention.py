@@ -102,9 +102,10 @@ def fill_step(rng, page_size, row_shape, seqs, seq_pages):
     return pages.astype(np.float32), new.astype(np.float32), slots, positions, rows
 
 
-def dense_reference(q, seqs, positions, rows_k, rows_v, scale, window=None):
+def dense_reference(q, seqs, positions, rows_k, rows_v, scale, window=None, sinks=None):
     """o[t] = softmax(q[t] . K[:pos+1]) V over the token's own contiguous sequence, float64;
-    with a sliding window only the last `window` of those keys.
+    with a sliding window only the last `window` of those keys; with `sinks` ([K, G]) the
+    softmax also takes exp(sink) in its denominator (gpt-oss).
 
     q: [T, K, G, Dk]; rows_k[s]: [L_s, K, Dk]; rows_v[s]: [L_s, K, Dv]. Padding -> zeros.
     """
@@ -115,8 +116,14 @@ def dense_reference(q, seqs, positions, rows_k, rows_v, scale, window=None):
             n = positions[t] + 1
             lo = 0 if window is None else max(0, n - window)
             s = np.einsum("kgd,lkd->kgl", q[t].astype(np.float64), k[lo:n]) * scale
-            p = np.exp(s - s.max(-1, keepdims=True))
-            p /= p.sum(-1, keepdims=True)
+            top = s.max(-1, keepdims=True)
+            if sinks is not None:
+                top = np.maximum(top, sinks[..., None])
+            p = np.exp(s - top)
+            denom = p.sum(-1, keepdims=True)
+            if sinks is not None:
+                denom = denom + np.exp(sinks[..., None] - top)
+            p /= denom
             out[t] = np.einsum("kgl,lkd->kgd", p, v[lo:n])
             t += 1
     return out
@@ -137,13 +144,16 @@ def _gqa_step(
     scale,
     block,
     window=None,
+    sinks=None,
     **opts,
 ):
     k_pages = write_kv(k_pages, new_k, slots)
     v_pages = write_kv(v_pages, new_v, slots)
     meta = build_metadata(cu, positions, kv_lens, pt, q.shape[0])
     options = _options(**opts)
-    return paged_attention_gqa(q, k_pages, v_pages, meta, scale, block, *options, window=window)
+    return paged_attention_gqa(
+        q, k_pages, v_pages, meta, scale, block, *options, window=window, sinks=sinks
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("scale", "block", "tile", "split"))
@@ -162,20 +172,23 @@ def _options(tile: int = QUERY_TILE, split: bool = True) -> tuple[int, bool]:
 # ending mid-span; split=False sends decodes through one-row tiles too. Sliding windows of
 # one key, part of a page, about a page and several pages, with blocks of one and two pages,
 # so whole blocks before a window are skipped (on the decode path and on the tiles).
+# With sinks (gpt-oss): decodes batched (split) and as tile rows (not split), with a window.
 @pytest.mark.parametrize(
-    "page_size,block,group,tile,split,window",
+    "page_size,block,group,tile,split,window,with_sinks",
     [
-        (8, 1, 1, 4, True, None),
-        (8, 2, 3, 3, False, None),
-        (16, 1, 4, QUERY_TILE, True, None),
-        (16, 2, 8, 5, False, None),
-        (8, 1, 2, 4, True, 1),
-        (8, 2, 3, 3, False, 7),
-        (16, 1, 4, 5, True, 16),
-        (8, 1, 1, 3, True, 30),
+        (8, 1, 1, 4, True, None, False),
+        (8, 2, 3, 3, False, None, False),
+        (16, 1, 4, QUERY_TILE, True, None, False),
+        (16, 2, 8, 5, False, None, False),
+        (8, 1, 2, 4, True, 1, False),
+        (8, 2, 3, 3, False, 7, False),
+        (16, 1, 4, 5, True, 16, False),
+        (8, 1, 1, 3, True, 30, False),
+        (8, 1, 2, 4, True, None, True),
+        (8, 2, 3, 3, False, 7, True),
     ],
 )
-def test_gqa_matches_dense_reference(page_size, block, group, tile, split, window):
+def test_gqa_matches_dense_reference(page_size, block, group, tile, split, window, with_sinks):
     num_kv_heads, head_dim = 2, 40
     scale = head_dim**-0.5
     for n in range(3):
@@ -195,11 +208,18 @@ def test_gqa_matches_dense_reference(page_size, block, group, tile, split, windo
                     for cache in (k_pages, v_pages):
                         cache[pages[j // page_size], j % page_size] = np.nan
 
+        sinks = None
+        if with_sinks:  # about the scores' scale, so some rows are mostly sink
+            sinks = (2 * rng.standard_normal(num_kv_heads * group)).astype(np.float32)
         args = (q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt)
-        o = np.asarray(_gqa_step(*args, scale, block, window, tile=tile, split=split))
+        o = np.asarray(_gqa_step(*args, scale, block, window, sinks, tile=tile, split=split))
 
         q4 = q.reshape(NUM_TOKENS, num_kv_heads, group, head_dim)
-        ref = dense_reference(q4, seqs, positions, rows_k, rows_v, scale, window)
+        sinks4 = None if sinks is None else sinks.reshape(num_kv_heads, group)
+        ref = dense_reference(q4, seqs, positions, rows_k, rows_v, scale, window, sinks4)
+        if with_sinks:
+            plain = dense_reference(q4, seqs, positions, rows_k, rows_v, scale, window)
+            assert np.abs(plain - ref).max() > 0.1  # the sinks changed the result
         assert np.all(np.isfinite(o))
         np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
         if window is not None:

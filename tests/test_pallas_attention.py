@@ -223,6 +223,43 @@ def test_gqa_kernel_with_a_sliding_window_matches_ref(case, window, interpret):
         assert changed == 0 if window >= MAX_LEN else changed > 0.1
 
 
+# Attention sinks (gpt-oss): the kernel's splits merged with one sink logit per head, with
+# several splits, the base-2 fast softmax and padded head blocks (group 3 in 4 rows), fixed
+# splits (batch-invariant mode), and a window.
+SINK_CASES = [
+    ("g1_p8_f32_2splits", None),
+    ("g3_d40_p16_bf16_fast", None),
+    ("g8_p8_bf16_2progs_fixed", 21),
+]
+
+
+@pytest.mark.parametrize("interpret", MODES)
+@pytest.mark.parametrize("case, window", SINK_CASES)
+def test_gqa_kernel_with_attention_sinks_matches_ref(case, window, interpret):
+    _skip_unless_runnable(interpret)
+    group, kv_heads, head_dim, page_size, num_pages, dtype, config = GQA_CASES[case]
+    shape = (num_pages, page_size, kv_heads, head_dim)
+    scale = head_dim**-0.5
+    kernel = jax.jit(
+        functools.partial(
+            ragged_paged_attention, scale=scale, window=window, config=config, interpret=interpret
+        )
+    )
+    for seed in SEEDS[:2]:
+        b = ragged_batch(seed, page_size, num_pages)
+        rng = np.random.default_rng(500 + seed)
+        q = jnp.asarray(rng.standard_normal((NUM_TOKENS, group * kv_heads, head_dim)), dtype)
+        live = b["owned"] if window is None else _rows_in_windows(b, page_size, window)
+        k_pages = random_pages(rng, shape, live, dtype)
+        v_pages = random_pages(rng, shape, live, dtype)
+        sinks = jnp.asarray(2 * rng.standard_normal(group * kv_heads), jnp.float32)
+        out = kernel(q, k_pages, v_pages, *_meta(b), sinks=sinks)
+        ref = gqa_ref(q, k_pages, v_pages, *_meta(b), scale=scale, window=window, sinks=sinks)
+        _check(out, ref, b, dtype)
+        plain = gqa_ref(q, k_pages, v_pages, *_meta(b), scale=scale, window=window)
+        assert np.abs(np.asarray(plain, np.float32) - np.asarray(ref, np.float32)).max() > 0.1
+
+
 MLA_CASES = {
     # name: (heads, kv_lora_rank, rope dim, page size, num pages, dtype, config)
     # a 1-byte partials budget: one split over the whole page table (an MLA prefill's case)
@@ -288,10 +325,12 @@ def test_refs_match_the_engine_xla_path():
     q = jnp.asarray(rng.standard_normal((NUM_TOKENS, 6, 40)), jnp.float32)
     k_pages = random_pages(rng, (40, 16, 2, 40), b["owned"], jnp.float32)
     v_pages = random_pages(rng, (40, 16, 2, 40), b["owned"], jnp.float32)
-    for window in (None, 3, 20):
+    sinks = jnp.asarray(rng.standard_normal(6), jnp.float32)
+    for window, with_sinks in ((None, False), (3, False), (20, False), (None, True), (3, True)):
+        extra = {"sinks": sinks} if with_sinks else {}
         np.testing.assert_allclose(
-            gqa_ref(q, k_pages, v_pages, *_meta(b), scale=0.2, window=window),
-            xla_gqa(q, k_pages, v_pages, meta, 0.2, 2, window=window),
+            gqa_ref(q, k_pages, v_pages, *_meta(b), scale=0.2, window=window, **extra),
+            xla_gqa(q, k_pages, v_pages, meta, 0.2, 2, window=window, **extra),
             atol=1e-5,
             rtol=1e-5,
         )
