@@ -35,6 +35,7 @@ _BYTE_VALUES = np.stack([FP4_VALUES[np.arange(256) & 0x0F], FP4_VALUES[np.arange
 _BYTE_PAIRS = _BYTE_VALUES.view(np.uint64).reshape(256)
 # 2^(s - 127) for s = 0..254; float32 holds each (2^-127 as a subnormal).
 _SCALE_FACTORS = np.ldexp(np.ones(SCALE_NAN, np.float32), np.arange(SCALE_NAN) - SCALE_BIAS)
+_TRANSPOSE_ROWS = 256  # rows per band of gpt_oss_expert_weight's transpose
 _OUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(ml_dtypes.bfloat16))
 
 
@@ -117,7 +118,11 @@ def gpt_oss_expert_weight(blocks: np.ndarray, scales: np.ndarray, dtype=np.float
     experts, n, groups, _ = blocks.shape
     out = np.empty((experts, groups * BLOCK_SIZE, n), out_dtype)
     for e in range(experts):
-        out[e] = _decode(blocks[e], scales[e]).T
+        decoded = _decode(blocks[e], scales[e])  # [N, K]
+        # Transposed a band of rows at a time: a whole-matrix strided copy was 2.7x slower
+        # (gpt-oss-20b's gate_up, one core: 2.8 s against 1.0 s for 32 experts).
+        for i in range(0, n, _TRANSPOSE_ROWS):
+            out[e, :, i : i + _TRANSPOSE_ROWS] = decoded[i : i + _TRANSPOSE_ROWS].T
     return out
 
 

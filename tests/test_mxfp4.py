@@ -257,3 +257,12 @@ def test_mxfp4_quantization_is_only_gpt_oss():
     llama = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}
     with pytest.raises(ValueError, match="quant_method='mxfp4'"):
         config_from_hf({**llama, "quantization_config": {"quant_method": "mxfp4"}})
+
+
+def test_expert_weight_is_the_storage_order_transposed_across_bands():
+    """Rows are transposed in bands of 256; 600 rows end in a partial band."""
+    rng = np.random.default_rng(3)
+    blocks = rng.integers(0, 256, (2, 600, 2, 16), dtype=np.uint8)
+    scales = rng.integers(120, 135, (2, 600, 2), dtype=np.uint8)
+    want = dequantize_mxfp4(blocks, scales).swapaxes(1, 2)
+    np.testing.assert_array_equal(bits(gpt_oss_expert_weight(blocks, scales)), bits(want))
