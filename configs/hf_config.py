@@ -440,7 +440,8 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
     if model_type == "qwen2_moe":
         attention_bias = bool(f.get("qkv_bias"))
     elif model_type in ("glm4_moe", "gpt_oss"):
-        attention_bias = bool(f.get("attention_bias"))  # q/k/v only; o_proj has none
+        # q/k/v biases (GLM-4.5's o_proj has none; gpt-oss's has one: o_proj_bias below)
+        attention_bias = bool(f.get("attention_bias"))
     else:
         attention_bias = model_type == "qwen2"
     fields = dict(

@@ -622,6 +622,29 @@ _add(
         num_experts=128,
     )
 )
+# Qwen1.5-MoE-A2.7B (Qwen2-MoE): 24 layers of 60 experts (top 4) plus a gated shared expert
+# four experts wide.
+_add(
+    PRESETS["tiny-qwen2-moe"].replace(
+        name="qwen1.5-moe-a2.7b",
+        vocab_size=151936,
+        hidden_size=2048,
+        num_layers=24,
+        num_heads=16,
+        num_kv_heads=16,
+        head_dim=128,
+        intermediate_size=5632,
+        max_position_embeddings=8192,
+        num_experts=60,
+        num_experts_per_tok=4,
+        moe_intermediate_size=1408,
+        shared_intermediate_size=5632,
+        first_k_dense_replace=0,
+        moe_layer_freq=1,
+        eos_token_ids=(151643,),
+        dtype="bfloat16",
+    )
+)
 _add(
     ModelConfig(
         name="deepseek-v3",

@@ -63,7 +63,7 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
     if cfg.scoring_func == "softmax_topk":
         # gpt-oss (GptOssTopKRouter): the k largest logits, softmaxed among themselves.
         top, experts = jax.lax.top_k(logits, k)
-        return _softmax(top), experts.astype(jnp.int32)
+        return _softmax(top) * cfg.routed_scaling_factor, experts.astype(jnp.int32)
     if cfg.scoring_func == "sigmoid":
         scores = jax.nn.sigmoid(logits)
     else:
