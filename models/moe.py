@@ -259,11 +259,13 @@ def routed_for(cfg: ModelConfig) -> RoutedFn:
 
 
 def moe_block(
-    p_moe: dict, x: jax.Array, cfg: ModelConfig, routed: RoutedFn = routed_experts
+    p_moe: dict, x: jax.Array, cfg: ModelConfig, routed: RoutedFn | None = None
 ) -> jax.Array:
     """Routed experts plus always-on shared experts (DeepSeek, GLM-4.5), the latter gated per
     token by sigmoid(x @ shared_gate) where the model has the gate (Qwen2-MoE).
+    `routed`: the routed-expert compute; None: `routed_for(cfg)` (the model's activation).
     x: [T, D] -> [T, D]."""
+    routed = routed or routed_for(cfg)
     weights, experts = route(p_moe, x, cfg)
     out = routed(p_moe, x, weights, experts)
     if "b_down" in p_moe:

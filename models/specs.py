@@ -117,8 +117,12 @@ def _mlp_specs(d: int, f: int, dt, w) -> dict:
 
 def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    router_dt = jnp.float32 if cfg.topk_method == "noaux_tc" else dt
     s = {
-        "router": ParamSpec((d, e), dt, ("embed", None), w),
+        # DeepSeek-V3's and GLM's routers stay float32 (transformers keeps `gate.weight` so,
+        # _keep_in_fp32_modules_strict): a bf16 copy of a float32 checkpoint's router would
+        # move close expert choices.
+        "router": ParamSpec((d, e), router_dt, ("embed", None), w),
         "w_gate": ParamSpec((e, d, f), dt, ("experts", "embed", "expert_mlp"), w),
         "w_up": ParamSpec((e, d, f), dt, ("experts", "embed", "expert_mlp"), w),
         "w_down": ParamSpec((e, f, d), dt, ("experts", "expert_mlp", "embed"), w),

@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from configs.presets import get_preset
-from models.moe import routed_experts
+from models.moe import expert_activation, routed_for
 from models.reference import contiguous_attend, init_cache
 from models.specs import init_params
 from models.transformer import forward_hidden
@@ -48,10 +48,11 @@ _JSON = flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 def moe_inputs(params: dict, cfg, token_ids: np.ndarray) -> list[tuple]:
     """(layer, x [T, D], weights [T, k], experts [T, k]) entering each MoE layer's experts."""
     captured = []
+    routed = routed_for(cfg)
 
     def capture(p_moe, x, weights, experts):
         captured.append((x, weights, experts))
-        return routed_experts(p_moe, x, weights, experts)
+        return routed(p_moe, x, weights, experts)
 
     positions = jnp.arange(len(token_ids), dtype=jnp.int32)
     cache = init_cache(cfg, len(token_ids))
@@ -128,21 +129,23 @@ def _main() -> None:
         return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs))
 
     dispatch = shard(lambda x, e: ep_lib.dispatch(x, e, num_local, mc.ep), (tok, tok), d_specs)
-    compute = shard(ep_lib.expert_compute, (w_specs, tok, tok), tok)
+    act = expert_activation(cfg)
+    compute = shard(lambda p, x, e: ep_lib.expert_compute(p, x, e, act), (w_specs, tok, tok), tok)
     combine = shard(ep_lib.combine, (tok, d_specs, tok), tok)
     whole = jax.jit(ep_lib.make_routed_experts_ep(cfg, mesh))
-    single = jax.jit(routed_experts)
+    single = jax.jit(routed_for(cfg))
     on_tokens = NamedSharding(mesh, tok)
 
     rows = []
     for layer, x, weights, experts in inputs:
-        p_moe = {k: sharded["layers"][layer]["moe"][k] for k in ep_lib.EXPERT_WEIGHTS}
+        # The expert-parallel leaves (gpt-oss: the gate/up biases too).
+        p_moe = {k: sharded["layers"][layer]["moe"][k] for k in w_specs}
         x_p, w_p, e_p = ep_lib.pad_tokens(x, weights, experts, mc.dp * mc.ep, cfg.num_experts)
         x_s, w_s, e_s = (jax.device_put(a, on_tokens) for a in (x_p, w_p, e_p))
         d = dispatch(x_s, e_s)
         ys = compute(p_moe, d.recv_x, d.recv_expert)
         load = np.bincount(np.asarray(experts).ravel(), minlength=cfg.num_experts)
-        p_full = {k: params["layers"][layer]["moe"][k] for k in ep_lib.EXPERT_WEIGHTS}
+        p_full = {k: params["layers"][layer]["moe"][k] for k in w_specs}
         rows.append(
             dict(
                 layer=layer,

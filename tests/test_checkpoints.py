@@ -265,7 +265,8 @@ def test_load_preset():
     _assert_bitwise_equal(params, init_params(cfg, jax.random.key(3)))
     cfg16, params16, _ = load_model("tiny-deepseek-v3", dtype="bfloat16", seed=3)
     assert cfg16.dtype == "bfloat16" and params16["embed"].dtype == jax.numpy.bfloat16
-    assert params16["layers"][1]["moe"]["router_bias"].dtype == np.float32  # specs say f32
+    moe16 = params16["layers"][1]["moe"]
+    assert moe16["router_bias"].dtype == moe16["router"].dtype == np.float32  # specs say f32
 
 
 def test_load_dtype_override(tmp_path):
@@ -277,6 +278,10 @@ def test_load_dtype_override(tmp_path):
         assert cfg16 == cfg.replace(dtype="bfloat16")
         assert p16["layers"][1]["attn"]["wkv_b"].dtype == jax.numpy.bfloat16
         assert p16["layers"][1]["moe"]["router_bias"].dtype == np.float32
+        # transformers keeps DeepSeek-V3's gate.weight in float32: the fixture's f32 values.
+        router = np.asarray(p16["layers"][1]["moe"]["router"])
+        assert router.dtype == np.float32
+        assert router.tobytes() == np.asarray(params["layers"][1]["moe"]["router"]).tobytes()
         want = np.asarray(params["embed"]).astype(jax.numpy.bfloat16)
         assert np.asarray(p16["embed"]).tobytes() == want.tobytes()
 

@@ -122,6 +122,12 @@ def test_generate_applies_logit_bias_and_min_tokens():
             "batch-invariant / default throughput",
         ),
         (
+            # Expert biases (gpt-oss): the compute phase's weights include b_gate/b_up.
+            "scripts.bench_moe",
+            ["--model=tiny-gpt-oss", "--mesh=ep=1", "--num_tokens=16", "--iters=1"],
+            "tiny-gpt-oss, mesh ep=1 on 1 cpu devices, 16 tokens, top-2 of 8 experts",
+        ),
+        (
             "scripts.bench_stop_strings",
             ["--num_tokens=300", "--checks=5", "--repeats=1"],
             "| byte fallback | '</answer>', '###', '\\nUser:' |",
