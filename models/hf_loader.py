@@ -369,7 +369,7 @@ def _validate_fp8(
 class _TensorReader(contextlib.ExitStack):
     """Reads checkpoint tensors by name, each file opened once; fp8 weights come dequantized
     (as `dtype`) with their block scales, MXFP4 expert weights from their blocks and scales
-    (as float32; `_place` casts)."""
+    (as `dtype` when it is float32 or bfloat16, else float32; `_place` casts)."""
 
     def __init__(self, headers: dict[str, _Header], block: tuple[int, int] | None, dtype):
         super().__init__()
@@ -380,7 +380,10 @@ class _TensorReader(contextlib.ExitStack):
     def read(self, name: str) -> np.ndarray:
         if _is_mxfp4(name, self.headers):
             blocks, scales = self.read(name + BLOCKS_SUFFIX), self.read(name + SCALES_SUFFIX)
-            return gpt_oss_expert_weight(blocks, scales)
+            # Every MXFP4 value is exact in bfloat16: decode straight to it (half the peak
+            # host memory of float32, 8.5 GB for gpt-oss-120b's gate_up) when that is the dtype.
+            exact = self.dtype in (np.dtype(np.float32), np.dtype(jnp.bfloat16))
+            return gpt_oss_expert_weight(blocks, scales, self.dtype if exact else np.float32)
         path = self.headers[name].file
         if self.headers[name].dtype == FP8_DTYPE:
             scale = self.read(scale_name(name))

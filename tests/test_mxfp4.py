@@ -266,3 +266,18 @@ def test_expert_weight_is_the_storage_order_transposed_across_bands():
     scales = rng.integers(120, 135, (2, 600, 2), dtype=np.uint8)
     want = dequantize_mxfp4(blocks, scales).swapaxes(1, 2)
     np.testing.assert_array_equal(bits(gpt_oss_expert_weight(blocks, scales)), bits(want))
+
+
+def test_loader_decodes_mxfp4_straight_to_bfloat16(tmp_path):
+    from configs.presets import get_preset
+    from models.hf_loader import load_hf_params
+
+    path, packed = _mxfp4_checkpoint(tmp_path)
+    cfg = get_preset("tiny-gpt-oss").replace(dtype="bfloat16")
+    moe = load_hf_params(path, cfg)["layers"][0]["moe"]
+    gate_up = gpt_oss_expert_weight(
+        *packed["model.layers.0.mlp.experts.gate_up_proj"], ml_dtypes.bfloat16
+    )
+    assert moe["w_gate"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(bits(moe["w_gate"]), bits(gate_up[..., 0::2]))
+    np.testing.assert_array_equal(bits(moe["w_up"]), bits(gate_up[..., 1::2]))
