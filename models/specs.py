@@ -192,6 +192,13 @@ def count_params(cfg: ModelConfig) -> tuple[int, int]:
     for layer in tree["layers"]:
         if "moe" in layer:
             moe = layer["moe"]
-            per_expert = sum(moe[k].size for k in ("w_gate", "w_up", "w_down")) // cfg.num_experts
+            per_expert = (
+                sum(
+                    moe[k].size
+                    for k in ("w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down")
+                    if k in moe
+                )
+                // cfg.num_experts
+            )
             inactive += per_expert * (cfg.num_experts - cfg.num_experts_per_tok)
     return total, total - inactive
