@@ -25,6 +25,7 @@ SUPPORTED_MODEL_TYPES = (
     "qwen2_moe",
     "qwen3_moe",
     "mixtral",
+    "olmoe",
     "glm4_moe",
     "glm4_moe_lite",
     "gpt_oss",
@@ -73,6 +74,14 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
         shared_expert_intermediate_size=5632, norm_topk_prob=False, decoder_sparse_step=1,
         mlp_only_layers=None, qkv_bias=True, **_QWEN_WINDOW,
+    ),
+    # OLMoE (AllenAI): q/k RMSNorms over all heads' channels, optional q/k/v clipping, biases
+    # on q/k/v/o with attention_bias; top-k softmax experts of intermediate_size.
+    "olmoe": dict(
+        vocab_size=50304, hidden_size=2048, intermediate_size=2048, num_hidden_layers=16,
+        num_attention_heads=16, num_key_value_heads=None, max_position_embeddings=4096,
+        rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=50279, num_experts=64,
+        num_experts_per_tok=8, norm_topk_prob=False, clip_qkv=None,
     ),
     # GLM-4.5 / 4.6 / 4.7 (and -Air): DeepSeek-V3's router on a GQA attention that rotates
     # only part of each head (partial_rotary_factor, default 0.5).
@@ -392,7 +401,8 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
     the layers `layer_types` marks "sliding_attention" (default: Qwen2/Qwen3 from
     max_window_layers on, Qwen2-MoE the even layers below max_window_layers)."""
     none = dict(sliding_window=None, full_attention_layers=())
-    if model_type in ("llama", "glm4_moe", "glm4_moe_lite", "deepseek_v2", "deepseek_v3"):
+    no_window = ("llama", "olmoe", "glm4_moe", "glm4_moe_lite", "deepseek_v2", "deepseek_v3")
+    if model_type in no_window:
         return none
     per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe", "gpt_oss")
     window = f.get("sliding_window")
@@ -439,7 +449,7 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
     kv_heads = f.get("num_key_value_heads")
     if model_type == "qwen2_moe":
         attention_bias = bool(f.get("qkv_bias"))
-    elif model_type in ("glm4_moe", "gpt_oss"):
+    elif model_type in ("glm4_moe", "gpt_oss", "olmoe"):
         # q/k/v biases (GLM-4.5's o_proj has none; gpt-oss's has one: o_proj_bias below)
         attention_bias = bool(f.get("attention_bias"))
     else:
@@ -448,8 +458,9 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
         num_kv_heads=heads if kv_heads is None else kv_heads,
         head_dim=f.required("hidden_size") // heads if head_dim is None else head_dim,
         attention_bias=attention_bias,
-        qk_norm=model_type in ("qwen3", "qwen3_moe")
+        qk_norm=model_type in ("qwen3", "qwen3_moe", "olmoe")
         or (model_type == "glm4_moe" and bool(f.get("use_qk_norm"))),
+        qk_norm_full=model_type == "olmoe",
         partial_rotary_factor=_partial_rotary_factor(f, model_type),
     )
     if model_type in ("qwen2_moe", "qwen3_moe"):
@@ -503,6 +514,23 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
             routed_scaling_factor=float(f.required("routed_scaling_factor")),
             first_k_dense_replace=f.get("first_k_dense_replace") or 0,
         )
+    elif model_type == "olmoe":
+        # transformers' OlmoeAttention (its q_norm spans hidden_size: refused when the heads
+        # do not fill it) and a Qwen-style router over experts of intermediate_size.
+        clip = f.get("clip_qkv")
+        fields.update(
+            o_proj_bias=attention_bias,
+            clip_qkv=None if clip is None else float(clip),
+            num_experts=f.required("num_experts"),
+            num_experts_per_tok=f.required("num_experts_per_tok"),
+            moe_intermediate_size=f.required("intermediate_size"),
+            norm_topk_prob=bool(f.get("norm_topk_prob")),
+        )
+        if fields["head_dim"] * heads != f.required("hidden_size"):
+            raise ValueError(
+                f"HF config head_dim={fields['head_dim']}: OLMoE's q_norm spans hidden_size="
+                f"{f.required('hidden_size')}, so heads x head_dim must equal it"
+            )
     elif model_type == "mixtral":
         # Mixtral renormalizes the top-k softmax weights; its experts use intermediate_size.
         fields.update(

@@ -64,6 +64,10 @@ class ModelConfig:
     # (gpt-oss "sinks"): softmax over [scores, sink], the sink's share dropped.
     attention_sinks: bool = False
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    # OLMoE: the q and k RMSNorms span all heads' channels at once (weights [H * Dh] and
+    # [K * Dh]) instead of each head's; with qk_norm.
+    qk_norm_full: bool = False
+    clip_qkv: float | None = None  # OLMoE: q, k and v clamped to [-clip, clip] after the norms
     # Sliding-window attention (Mistral v0.1, Qwen with use_sliding_window): a query at
     # position p sees keys p - sliding_window + 1 .. p (HF's `kv_idx > q_idx - window`);
     # None: full causal attention. Layers in `full_attention_layers` take no window.
@@ -122,6 +126,10 @@ class ModelConfig:
                 )
             if self.head_dim <= 0:
                 raise ValueError(f"head_dim={self.head_dim}: must be > 0")
+            if self.qk_norm_full and not self.qk_norm:
+                raise ValueError("qk_norm_full=True: needs qk_norm=True")
+            if self.clip_qkv is not None and not self.clip_qkv > 0:
+                raise ValueError(f"clip_qkv={self.clip_qkv!r}: must be > 0 or None")
             rotary = int(self.head_dim * self.partial_rotary_factor)
             if not 0 < self.partial_rotary_factor <= 1 or rotary < 2 or rotary % 2:
                 raise ValueError(

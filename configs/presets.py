@@ -152,6 +152,33 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# OLMoE: q/k norms over all heads' channels, q/k/v clipped to [-1, 1], q/k/v/o biases.
+_add(
+    ModelConfig(
+        name="tiny-olmoe",
+        model_type="olmoe",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=32,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=10000.0,
+        attention_bias=True,
+        o_proj_bias=True,
+        qk_norm=True,
+        qk_norm_full=True,
+        clip_qkv=1.0,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        norm_topk_prob=False,
+        eos_token_ids=(2,),
+    )
+)
 # Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): q/k/v biases, one shared expert of its own width
 # gated by sigmoid(x @ shared_gate); decoder_sparse_step 2 (MoE on layers 1 and 3).
 _add(
@@ -620,6 +647,28 @@ _add(
         num_layers=36,
         full_attention_layers=tuple(range(1, 36, 2)),
         num_experts=128,
+    )
+)
+# OLMoE-1B-7B (AllenAI, 0924): 16 layers of 64 experts (top 8), no biases, no clipping.
+_add(
+    PRESETS["tiny-olmoe"].replace(
+        name="olmoe-1b-7b",
+        vocab_size=50304,
+        hidden_size=2048,
+        num_layers=16,
+        num_heads=16,
+        num_kv_heads=16,
+        head_dim=128,
+        intermediate_size=1024,
+        max_position_embeddings=4096,
+        attention_bias=False,
+        o_proj_bias=False,
+        clip_qkv=None,
+        num_experts=64,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1024,
+        eos_token_ids=(50279,),
+        dtype="bfloat16",
     )
 )
 # Qwen1.5-MoE-A2.7B (Qwen2-MoE): 24 layers of 60 experts (top 4) plus a gated shared expert

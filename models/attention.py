@@ -51,15 +51,23 @@ def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array) -> jax.Array:
 
 
 def gqa_inputs(p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig) -> AttnInputs:
-    """x: [T, D] -> q [T, H, Dh], k/v [T, K, Dh]; optional bias; qk-norm before rope (HF)."""
+    """x: [T, D] -> q [T, H, Dh], k/v [T, K, Dh]; optional bias; qk-norm (per head, or over
+    all heads: OLMoE) and OLMoE's clip before rope (HF)."""
     q = jnp.einsum("td,dhk->thk", x, p["wq"])
     k = jnp.einsum("td,dhk->thk", x, p["wk"])
     v = jnp.einsum("td,dhk->thk", x, p["wv"])
     if cfg.attention_bias:
         q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
-    if cfg.qk_norm:
+    if cfg.qk_norm_full:  # OLMoE: over all heads' channels at once
+        q = rms_norm(q.reshape(q.shape[0], -1), p["q_norm"].reshape(-1), cfg.rms_norm_eps)
+        k = rms_norm(k.reshape(k.shape[0], -1), p["k_norm"].reshape(-1), cfg.rms_norm_eps)
+        q, k = q.reshape(v.shape[0], -1, cfg.head_dim), k.reshape(v.shape)
+    elif cfg.qk_norm:
         q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
         k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
+    if cfg.clip_qkv is not None:
+        c = cfg.clip_qkv
+        q, k, v = jnp.clip(q, -c, c), jnp.clip(k, -c, c), jnp.clip(v, -c, c)
     q = _rope(cfg, q, positions)
     k = _rope(cfg, k, positions)
     return AttnInputs(q=q, k=k, v=v, scale=cfg.head_dim**-0.5)

@@ -99,8 +99,9 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
     if cfg.attention_sinks:
         names[f"{pre}.sinks"] = _vector(h, at + ("sinks",))
     if cfg.qk_norm:
-        names[f"{pre}.q_norm.weight"] = _vector(dh, at + ("q_norm",))
-        names[f"{pre}.k_norm.weight"] = _vector(dh, at + ("k_norm",))
+        width_q, width_k = (h * dh, k * dh) if cfg.qk_norm_full else (dh, dh)
+        names[f"{pre}.q_norm.weight"] = _vector(width_q, at + ("q_norm",))
+        names[f"{pre}.k_norm.weight"] = _vector(width_k, at + ("k_norm",))
     return names
 
 

@@ -6,7 +6,8 @@ from the tree `param_specs(cfg)` returns. Layout (letters as in the einsums):
   embed [V, D]; final_norm [D]; lm_head [D, V] (absent when tied)
   layers[i]: attn_norm [D], mlp_norm [D], attn {...}, and either mlp {...} or moe {...}
   GQA attn: wq [D, H, Dh], wk/wv [D, K, Dh], wo [H, Dh, D]; bq [H, Dh], bk/bv [K, Dh]
-            (attention_bias); q_norm/k_norm [Dh] (qk_norm); bo [D] (o_proj_bias);
+            (attention_bias); q_norm/k_norm [Dh] (qk_norm; [H, Dh] / [K, Dh] with
+            qk_norm_full); bo [D] (o_proj_bias);
             sinks [H] (attention_sinks)
   MLA attn: wq [D, H, Dn+Dr] or wq_a [D, Rq], q_a_norm [Rq], wq_b [Rq, H, Dn+Dr];
             wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D]
@@ -77,7 +78,10 @@ def _gqa_specs(cfg: ModelConfig, dt, w) -> dict:
         s["bq"] = ParamSpec((h, dh), dt, ("q_heads", "head_dim"), zeros)
         s["bk"] = ParamSpec((k, dh), dt, ("kv_heads", "head_dim"), zeros)
         s["bv"] = ParamSpec((k, dh), dt, ("kv_heads", "head_dim"), zeros)
-    if cfg.qk_norm:
+    if cfg.qk_norm_full:  # OLMoE: one norm over all heads' channels
+        s["q_norm"] = ParamSpec((h, dh), dt, ("q_heads", "head_dim"), ones)
+        s["k_norm"] = ParamSpec((k, dh), dt, ("kv_heads", "head_dim"), ones)
+    elif cfg.qk_norm:
         s["q_norm"] = ParamSpec((dh,), dt, ("head_dim",), ones)
         s["k_norm"] = ParamSpec((dh,), dt, ("head_dim",), ones)
     if cfg.o_proj_bias:

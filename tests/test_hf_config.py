@@ -24,6 +24,7 @@ ARCHS = (
     "glm4_moe",
     "glm4_moe_lite",
     "gpt_oss",
+    "olmoe",
     "deepseek_v2",
     "deepseek_v3",
 )
@@ -139,6 +140,18 @@ def test_gpt_oss_defaults_windows_and_rope():
     assert cfg.rope_scaling == want
     assert [cfg.attention_window(i) for i in range(4)] == [8, None, 8, None]
     assert not config_from_hf({**hf, "attention_bias": False}).o_proj_bias
+
+
+def test_olmoe_fields():
+    """OLMoE (transformers' OlmoeAttention): q/k norms over all heads, clip_qkv, biases on
+    q/k/v/o with attention_bias; its q_norm spans hidden_size, so heads must fill it."""
+    hf = json.loads(open(os.path.join(FIXTURES, "olmoe", "config.json")).read())
+    cfg = config_from_hf({**hf, "clip_qkv": None, "attention_bias": False})
+    assert cfg.qk_norm and cfg.qk_norm_full and cfg.clip_qkv is None
+    assert not cfg.attention_bias and not cfg.o_proj_bias and cfg.sliding_window is None
+    assert cfg.moe_intermediate_size == hf["intermediate_size"]
+    with pytest.raises(ValueError, match="head_dim=8: OLMoE's q_norm spans hidden_size=64"):
+        config_from_hf({**hf, "head_dim": 8})
 
 
 @pytest.mark.parametrize("arch", ("llama", "deepseek_v3"))
@@ -707,6 +720,8 @@ def test_eos_token_id_zero():
                  expert_act="gelu"),
             "expert_act='gelu'",
         ),
+        (dict(qk_norm_full=True), "qk_norm_full=True: needs qk_norm=True"),
+        (dict(clip_qkv=0.0), "clip_qkv=0.0: must be > 0"),
         (
             dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=8,
                  scoring_func="softmax_topk", topk_method="noaux_tc"),

@@ -32,6 +32,7 @@ ARCHS = {
     "glm4_moe": "tiny-glm4-moe",
     "glm4_moe_lite": "tiny-glm4-moe-lite",
     "gpt_oss": "tiny-gpt-oss",
+    "olmoe": "tiny-olmoe",
     "deepseek_v2": "tiny-deepseek-v2",
     "deepseek_v3": "tiny-deepseek-v3",
 }

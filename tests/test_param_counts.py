@@ -23,6 +23,7 @@ from models.specs import count_params
         ("glm-4.5", 355e9, 0.02, 32e9 + 1.55e9, 0.01),
         ("glm-4.7-flash", 30e9, 0.02, None, 0),  # "30B-A3B": the active count is rounded
         ("qwen1.5-moe-a2.7b", 14.3e9, 0.01, 2.7e9, 0.01),  # Qwen1.5-MoE model card
+        ("olmoe-1b-7b", 6.9e9, 0.01, 1.3e9, 0.02),  # OLMoE paper (arXiv:2409.02060)
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
