@@ -26,6 +26,7 @@ SUPPORTED_MODEL_TYPES = (
     "qwen3_moe",
     "mixtral",
     "olmoe",
+    "ernie4_5_moe",
     "glm4_moe",
     "glm4_moe_lite",
     "gpt_oss",
@@ -82,6 +83,16 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         num_attention_heads=16, num_key_value_heads=None, max_position_embeddings=4096,
         rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=50279, num_experts=64,
         num_experts_per_tok=8, norm_topk_prob=False, clip_qkv=None,
+    ),
+    # ERNIE 4.5 MoE (Baidu): RoPE on interleaved pairs, softmax router whose choice adds a
+    # correction bias (moe_statics), shared experts, MoE layers by start/end/interval.
+    "ernie4_5_moe": dict(
+        vocab_size=103424, hidden_size=2560, intermediate_size=12288, num_hidden_layers=28,
+        num_attention_heads=20, num_key_value_heads=4, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
+        use_bias=False, moe_intermediate_size=1536, moe_k=6, moe_num_experts=64,
+        moe_num_shared_experts=2, moe_layer_start_index=1, moe_layer_end_index=-1,
+        moe_layer_interval=1, moe_norm_min=1e-12,
     ),
     # GLM-4.5 / 4.6 / 4.7 (and -Air): DeepSeek-V3's router on a GQA attention that rotates
     # only part of each head (partial_rotary_factor, default 0.5).
@@ -389,6 +400,9 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
         raise ValueError(f"HF config attention_bias=True: not supported for {model_type}")
     if model_type in _HONOURS_MLP_BIAS and f.get("mlp_bias"):
         raise ValueError(f"HF config mlp_bias=True: not supported for {model_type}")
+    if model_type == "ernie4_5_moe" and f.get("use_bias"):
+        # Biases on every linear layer, the MLPs' too, which the tree has no slot for.
+        raise ValueError("HF config use_bias=True: not supported for ernie4_5_moe")
     act = f.hf.get("hidden_act", "silu")
     if act not in ("silu", "swish"):  # transformers' ACT2FN: both are SiLU
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
@@ -401,7 +415,15 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
     the layers `layer_types` marks "sliding_attention" (default: Qwen2/Qwen3 from
     max_window_layers on, Qwen2-MoE the even layers below max_window_layers)."""
     none = dict(sliding_window=None, full_attention_layers=())
-    no_window = ("llama", "olmoe", "glm4_moe", "glm4_moe_lite", "deepseek_v2", "deepseek_v3")
+    no_window = (
+        "llama",
+        "olmoe",
+        "ernie4_5_moe",
+        "glm4_moe",
+        "glm4_moe_lite",
+        "deepseek_v2",
+        "deepseek_v3",
+    )
     if model_type in no_window:
         return none
     per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe", "gpt_oss")
@@ -514,6 +536,8 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
             routed_scaling_factor=float(f.required("routed_scaling_factor")),
             first_k_dense_replace=f.get("first_k_dense_replace") or 0,
         )
+    elif model_type == "ernie4_5_moe":
+        fields.update(_ernie_moe_fields(f))
     elif model_type == "olmoe":
         # transformers' OlmoeAttention (its q_norm spans hidden_size: refused when the heads
         # do not fill it) and a Qwen-style router over experts of intermediate_size.
@@ -540,6 +564,36 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
             norm_topk_prob=True,
         )
     return fields
+
+
+def _ernie_moe_fields(f: _Fields) -> dict:
+    """transformers' Ernie4_5_MoeTopKRouter: softmax scores, the top k picked on scores plus
+    the correction bias, the picked scores renormalized (their sum clamped at moe_norm_min,
+    1e-12: the same as noaux_tc's + 1e-20 for any real sum); MoE on layers i with
+    (i + 1) % interval == 0 and start <= i <= end (end -1: the last)."""
+    num_layers = f.required("num_hidden_layers")
+    interval = f.required("moe_layer_interval")
+    start, end = f.required("moe_layer_start_index"), f.required("moe_layer_end_index")
+    end = num_layers - 1 if end == -1 else end
+    if not isinstance(interval, int) or interval < 1:
+        raise ValueError(f"HF config moe_layer_interval={interval!r}: must be an integer >= 1")
+    norm_min = f.get("moe_norm_min")
+    if norm_min is not None and not 0 <= norm_min <= 1e-6:
+        raise ValueError(
+            f"HF config moe_norm_min={norm_min!r}: only values up to 1e-6 are supported (the "
+            "renormalization here clamps nothing)"
+        )
+    moe_layers = [(i + 1) % interval == 0 and start <= i <= end for i in range(num_layers)]
+    return dict(
+        num_experts=f.required("moe_num_experts"),
+        num_experts_per_tok=f.required("moe_k"),
+        moe_intermediate_size=f.required("moe_intermediate_size"),
+        num_shared_experts=f.get("moe_num_shared_experts") or 0,
+        scoring_func="softmax",
+        topk_method="noaux_tc",
+        norm_topk_prob=True,
+        mlp_only_layers=tuple(i for i, moe in enumerate(moe_layers) if not moe),
+    )
 
 
 def _mla_fields(f: _Fields, model_type: str) -> dict:

@@ -179,6 +179,34 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# ERNIE 4.5 MoE: RoPE on interleaved pairs, softmax router with a choice-only correction
+# bias (noaux_tc over one group), a shared expert, MoE on layers 1 and 3, tied embeddings.
+_add(
+    ModelConfig(
+        name="tiny-ernie4-5-moe",
+        model_type="ernie4_5_moe",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=500000.0,
+        tie_word_embeddings=True,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        num_shared_experts=1,
+        scoring_func="softmax",
+        topk_method="noaux_tc",
+        norm_topk_prob=True,
+        mlp_only_layers=(0, 2),
+        eos_token_ids=(2,),
+    )
+)
 # Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): q/k/v biases, one shared expert of its own width
 # gated by sigmoid(x @ shared_gate); decoder_sparse_step 2 (MoE on layers 1 and 3).
 _add(
@@ -668,6 +696,27 @@ _add(
         num_experts_per_tok=8,
         moe_intermediate_size=1024,
         eos_token_ids=(50279,),
+        dtype="bfloat16",
+    )
+)
+# ERNIE-4.5-21B-A3B (Baidu): 28 layers, layer 0 dense, then 64 experts (top 6) + 2 shared.
+_add(
+    PRESETS["tiny-ernie4-5-moe"].replace(
+        name="ernie-4.5-21b-a3b",
+        vocab_size=103424,
+        hidden_size=2560,
+        num_layers=28,
+        num_heads=20,
+        num_kv_heads=4,
+        head_dim=128,
+        intermediate_size=12288,
+        max_position_embeddings=131072,
+        num_experts=64,
+        num_experts_per_tok=6,
+        moe_intermediate_size=1536,
+        num_shared_experts=2,
+        mlp_only_layers=(0,),
+        eos_token_ids=(2,),
         dtype="bfloat16",
     )
 )

@@ -138,7 +138,11 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
     legacy_mixtral = layout == "per_expert" and cfg.model_type == "mixtral"
     pre = f"{layer}.block_sparse_moe" if legacy_mixtral else f"{layer}.mlp"
     names = {f"{pre}.gate.weight": _linear(e, d, at + ("router",))}
-    if cfg.topk_method == "noaux_tc":
+    if cfg.model_type == "ernie4_5_moe":  # kept by Ernie4_5_MoeStatics as [1, E]
+        names[f"{pre}.moe_statics.e_score_correction_bias"] = HFTensor(
+            (1, e), (at + ("router_bias",),), "copy"
+        )
+    elif cfg.topk_method == "noaux_tc":
         names[f"{pre}.gate.e_score_correction_bias"] = _vector(e, at + ("router_bias",))
     if layout == "fused":
         names[f"{pre}.experts.gate_up_proj"] = HFTensor(

@@ -31,6 +31,7 @@ ARCHS = [
     "glm4_moe_lite",
     "gpt_oss",
     "olmoe",
+    "ernie4_5_moe",
     "deepseek_v2",
     "deepseek_v3",
 ]
@@ -56,7 +57,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
     jax.clear_caches()  # so the step is traced here, whatever ran before in this process
     # The archs added later differ from the others only in layer code the reference path
     # checks (tests/test_hf_parity.py); one chunked budget runs them through the engine.
-    one_budget = arch in ("qwen2_moe", "glm4_moe", "glm4_moe_lite", "olmoe")
+    one_budget = arch in ("qwen2_moe", "glm4_moe", "glm4_moe_lite", "olmoe", "ernie4_5_moe")
     for budget in (16,) if one_budget else (16, 64, 4096):
         llm = LLM(
             model=str(FIXTURES / arch),

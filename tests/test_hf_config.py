@@ -25,6 +25,7 @@ ARCHS = (
     "glm4_moe_lite",
     "gpt_oss",
     "olmoe",
+    "ernie4_5_moe",
     "deepseek_v2",
     "deepseek_v3",
 )
@@ -140,6 +141,31 @@ def test_gpt_oss_defaults_windows_and_rope():
     assert cfg.rope_scaling == want
     assert [cfg.attention_window(i) for i in range(4)] == [8, None, 8, None]
     assert not config_from_hf({**hf, "attention_bias": False}).o_proj_bias
+
+
+def test_ernie4_5_moe_layers_and_refusals():
+    """transformers' Ernie4_5_MoeDecoderLayer: MoE where (i + 1) % interval == 0 and
+    start <= i <= end (end -1: the last layer); Ernie4_5_MoeTopKRouter: softmax, the
+    correction bias for the choice only, renormalized."""
+    hf = json.loads(open(os.path.join(FIXTURES, "ernie4_5_moe", "config.json")).read())
+    cfg = config_from_hf(hf)
+    assert (cfg.scoring_func, cfg.topk_method, cfg.norm_topk_prob) == ("softmax", "noaux_tc", True)
+    assert [cfg.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+
+    def moe_layers(**change):
+        c = config_from_hf({**hf, **change})
+        return [i for i in range(c.num_layers) if c.is_moe_layer(i)]
+
+    assert moe_layers(moe_layer_interval=1, moe_layer_start_index=1) == [1, 2, 3]
+    assert moe_layers(moe_layer_interval=1, moe_layer_end_index=2) == [0, 1, 2]
+    assert moe_layers(moe_layer_interval=3) == [2]
+    for change, message in [
+        (dict(use_bias=True), "use_bias=True: not supported for ernie4_5_moe"),
+        (dict(moe_layer_interval=0), "moe_layer_interval=0"),
+        (dict(moe_norm_min=0.5), "moe_norm_min=0.5"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            config_from_hf({**hf, **change})
 
 
 def test_olmoe_fields():

@@ -33,6 +33,7 @@ ARCHS = {
     "glm4_moe_lite": "tiny-glm4-moe-lite",
     "gpt_oss": "tiny-gpt-oss",
     "olmoe": "tiny-olmoe",
+    "ernie4_5_moe": "tiny-ernie4-5-moe",
     "deepseek_v2": "tiny-deepseek-v2",
     "deepseek_v3": "tiny-deepseek-v3",
 }
