@@ -30,7 +30,6 @@ LAYOUTS = [
     ("mixtral", "ep=4"),
     ("mixtral", "dp=2,ep=4"),
     ("mixtral", "tp=2,ep=2"),
-    ("gpt_oss", "tp=2,ep=4"),  # sinks split with the heads, expert biases split over tp
     ("llama", "tp=2"),
     ("mistral", "tp=2"),  # a sliding window, KV heads split over tp
 ]

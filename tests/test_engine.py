@@ -20,19 +20,12 @@ from models.load import convert_hf_to_orbax
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 # qwen2_sliding: a 6-key sliding window on layer 1, full attention on layer 0.
-# The families added later (qwen2_moe, olmoe, ernie4_5_moe, glm4_moe, glm4_moe_lite) differ
-# from these only in layer code the reference path checks against HF (test_hf_parity.py);
-# gpt_oss also changes the engine's attention (sinks), so it runs here.
-ARCHS = [
-    "llama",
-    "qwen2_sliding",
-    "qwen3",
-    "qwen3_moe",
-    "mixtral",
-    "gpt_oss",
-    "deepseek_v2",
-    "deepseek_v3",
-]
+# The families added in the 23rd session (qwen2_moe, olmoe, ernie4_5_moe, glm4_moe,
+# glm4_moe_lite, gpt_oss) differ from these in layer code the reference path checks against
+# HF (test_hf_parity.py); gpt_oss's sinks, the one change to the engine's attention, are
+# checked in test_paged_attention.py and end to end in test_pallas_engine.py. Left out here
+# for the suite's time.
+ARCHS = ["llama", "qwen2_sliding", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3"]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
 
 
@@ -53,8 +46,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
 
     monkeypatch.setattr(attention_ops, "XLA_OPS", attention_ops.XLA_OPS._replace(mla_expanded=spy))
     jax.clear_caches()  # so the step is traced here, whatever ran before in this process
-    # gpt_oss: one chunked budget (sinks on prefill tiles and decodes), for the suite's time.
-    for budget in (16,) if arch == "gpt_oss" else (16, 64, 4096):
+    for budget in (16, 64, 4096):
         llm = LLM(
             model=str(FIXTURES / arch),
             max_num_batched_tokens=budget,
