@@ -164,8 +164,9 @@ def mesh_cases(out_path: str) -> None:
         prompts = refs[arch]["prompts"]
         result["sharded"][f"{arch}|{mesh}"] = _generate(llm, prompts)
         if (arch, mesh) in PENALTY_LAYOUTS:
-            result.setdefault("penalties", {})[f"{arch}|{mesh}"] = _penalized(llm, arch)
-            result.setdefault("token_lists", {})[f"{arch}|{mesh}"] = _listed(llm, arch)
+            penalized, listed = _penalized_and_listed(llm, arch)
+            result.setdefault("penalties", {})[f"{arch}|{mesh}"] = penalized
+            result.setdefault("token_lists", {})[f"{arch}|{mesh}"] = listed
         if (arch, mesh) in SKEWED:
             # Same shapes and shardings, so both engines reuse their compiled steps.
             single = singles[arch]
@@ -181,22 +182,21 @@ def mesh_cases(out_path: str) -> None:
     pathlib.Path(out_path).write_text(json.dumps(result))
 
 
-def _penalized(llm, arch: str) -> list[list[int]]:
-    """Greedy tokens of the HF penalty fixture's cases for `arch`, penalized as recorded."""
-    from tests.sampler_cases import cases, penalty_params
+def _penalized_and_listed(llm, arch: str) -> tuple[list[list[int]], list[list[int]]]:
+    """Greedy tokens of the HF penalty and token-list fixtures' cases for `arch`, as recorded.
 
-    arch_cases = cases("hf_penalties", arch)
-    outs = llm.generate([c["prompt"] for c in arch_cases], [penalty_params(c) for c in arch_cases])
-    return [o.token_ids for o in outs]
+    Both sets run in one batch: one step program with both features (a compilation of each
+    step shape, not two), and each case's rows beside the other kind's.
+    """
+    from tests.sampler_cases import cases, penalty_params, token_list_params
 
-
-def _listed(llm, arch: str) -> list[list[int]]:
-    """Greedy tokens of the HF token-list fixture's cases for `arch`."""
-    from tests.sampler_cases import cases, token_list_params
-
-    arch_cases = cases("hf_token_lists", arch)
-    params = [token_list_params(c) for c in arch_cases]
-    return [o.token_ids for o in llm.generate([c["prompt"] for c in arch_cases], params)]
+    penalty_cases, list_cases = cases("hf_penalties", arch), cases("hf_token_lists", arch)
+    outs = llm.generate(
+        [c["prompt"] for c in penalty_cases + list_cases],
+        [penalty_params(c) for c in penalty_cases] + [token_list_params(c) for c in list_cases],
+    )
+    tokens = [o.token_ids for o in outs]
+    return tokens[: len(penalty_cases)], tokens[len(penalty_cases) :]
 
 
 def _fp8_kv(layout: tuple[str, str]) -> dict:

@@ -103,7 +103,8 @@ def test_concurrent_requests_with_preemption_equal_each_request_alone(arch):
 
 
 def test_abort_mid_generation_frees_pages_and_leaves_others_unaffected():
-    llm = LLM(model=str(FIXTURES / "qwen3"), num_pages=16, max_model_len=128)
+    # The budget test's pool and length: its step programs (make test's compilation cache).
+    llm = LLM(model=str(FIXTURES / "qwen3"), num_pages=32, max_model_len=128)
     prompts = [[5, 6, 7, 8, 9], list(range(10, 40)), [100, 200, 300]]
     params = SamplingParams(max_tokens=12, ignore_eos=True)
     alone = [_alone(llm, p, params) for p in prompts]
@@ -132,7 +133,7 @@ def test_abort_mid_generation_frees_pages_and_leaves_others_unaffected():
 
 
 def test_streaming_yields_the_same_tokens_as_generate():
-    llm = LLM(model=str(FIXTURES / "mixtral"), num_pages=16, max_model_len=128)
+    llm = LLM(model=str(FIXTURES / "mixtral"), num_pages=32, max_model_len=128)
     ref = _reference("mixtral")
     got = {}
     for deltas in llm.stream(ref["prompts"], GREEDY):

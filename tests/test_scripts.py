@@ -3,6 +3,7 @@ run them: absl flags are process-global)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -101,6 +102,18 @@ def test_generate_applies_logit_bias_and_min_tokens():
     assert reply == "have or or have have have have have have have have have (length)", out
 
 
+def test_every_bench_sampling_mode_is_valid():
+    from engine import SamplingParams
+    from scripts.bench_throughput import SAMPLING_MODES  # defines its absl flags, unparsed
+
+    assert set(SAMPLING_MODES) == {"greedy", "sampled", "logprobs", "penalties", "logit_bias"}
+    for name, kwargs in SAMPLING_MODES.items():
+        params = SamplingParams(max_tokens=4, **kwargs)  # validates every field
+        for field, value in kwargs.items():
+            got = getattr(params, field)
+            assert (dict(got) if field == "logit_bias" else got) == value, (name, field)
+
+
 @pytest.mark.parametrize(
     "module, flags, expect",
     [
@@ -112,7 +125,9 @@ def test_generate_applies_logit_bias_and_min_tokens():
                 "--decode_steps=3",
                 "--copy_mb=16",
                 "--kv_cache_dtype=fp8",
-                "--sampling=greedy,logprobs,penalties,logit_bias",
+                # Two of the modes (each builds and compiles an engine of its own); every
+                # mode's parameters are checked in test_every_bench_sampling_mode_is_valid.
+                "--sampling=greedy,logit_bias",
             ],
             "| tiny-llama | logit_bias | 2 |",
         ),
@@ -138,187 +153,213 @@ def test_benchmarks_run_small(module, flags, expect):
     assert expect in _run(module, *flags)
 
 
-@pytest.mark.parametrize(
-    "module, flags, expect",
-    [
-        (
-            "scripts.bench_throughput",
-            ["--models=no-such-preset", "--decode_steps=1"],
-            "--decode_steps=1: must be >= 2",
-        ),
-        (
-            "scripts.bench_determinism",
-            ["--model=no-such-preset", "--max_tokens=0"],
-            "--max_tokens=0: must be >= 1",
-        ),
-        ("scripts.generate", ["--model=no-such-preset", "--prompt_len=0"], "--prompt_len=0"),
-        ("scripts.generate", ["--model=/no/such/dir"], "model='/no/such/dir': no such directory"),
-        ("scripts.generate", ["--model=tiny-qwen3", "--stop=x"], "has no tokenizer.json"),
-        ("scripts.bench_stop_strings", ["--num_tokens=0"], "--num_tokens=0: must be in [1, "),
-        (
-            "scripts.bench_stop_strings",
-            ["--tokenizers=/no/such.json"],
-            "--tokenizers: '/no/such.json' is not a file",
-        ),
-        (
-            "scripts.bench_stop_strings",
-            ["--tokenizers=tests/fixtures/sampler/hf_warpers.json"],
-            "--tokenizers: 'tests/fixtures/sampler/hf_warpers.json' is not a tokenizer.json (",
-        ),
-        ("scripts.generate", ["--model=tiny-qwen3", "--prompt=hi"], "--prompt: model='tiny-q"),
-        (
-            "scripts.bench_throughput",
-            ["--models=no-such-preset", "--sampling=greedy,beam"],
-            "--sampling=greedy,beam: must list one or more of greedy, sampled, logprobs, "
-            "penalties, logit_bias",
-        ),
-        ("scripts.generate", ["--model=no-such-preset", "--stop="], "non-empty str"),
-        (
-            "scripts.generate",
-            ["--model=no-such-preset", "--presence_penalty=3"],
-            "presence_penalty=3.0: must be in [-2.0, 2.0]",
-        ),
-        ("scripts.generate", ["--model=no-such-preset", "--logit_bias=3"], "'3' is not id:bias"),
-        (
-            "scripts.generate",
-            ["--model=no-such-preset", "--logit_bias=5:1,5:-100"],
-            "logit_bias: token id 5 given twice",
-        ),
-        (
-            "scripts.generate",
-            ["--model=no-such-preset", "--allowed_token_ids=1,x"],
-            "--allowed_token_ids: 'x' is not a token id",
-        ),
-        (
-            "scripts.generate",
-            ["--model=no-such-preset", "--min_tokens=20"],
-            "min_tokens=20: must be an integer in [0, max_tokens=16]",
-        ),
-        (
-            "scripts.generate",
-            ["--model=no-such-preset", "--repetition_penalty=0"],
-            "repetition_penalty=0.0: must be in [0.01, 100.0]",
-        ),
-        (
-            "scripts.bench_long_context",
-            ["--part=itl", "--itl_model=no-such-preset", "--stream_tokens=3"],
-            "stream_tokens=3: must be > 4",  # a stream that stops first hung the warm-up
-        ),
-        # Output paths are checked before the run, not when the results are written.
-        (
-            "scripts.bench_throughput",
-            ["--models=no-such-preset", "--json_out=/no/such/dir/x.json"],
-            "json_out='/no/such/dir/x.json': its folder '/no/such/dir' does not exist",
-        ),
-        (
-            "scripts.determinism_check",
-            ["--model=no-such-preset", "--golden=/no/such/dir/g.json"],
-            "no folder '/no/such/dir' to write it",
-        ),
-        ("scripts.bench_kernels", ["--smoke", "--out=/no/such/dir/x.json"], "--out="),
-        ("scripts.bench_kernels", ["--smoke", "--num_warps=3"], "KernelConfig.num_warps=3"),
-        # From a flag fuzz: each of these ran (some for the whole benchmark) before failing,
-        # with a traceback or a message that did not name the flag, or was taken silently.
-        ("scripts.bench_kernels", ["--smoke", "--out=tests"], "--out='tests': is a directory"),
-        (
-            "scripts.bench_kernels",
-            ["--smoke", "--batches=100000000000"],
-            "batch x context must be < 2**31",
-        ),
-        (
-            "scripts.bench_throughput",
-            ["--models=no-such-preset", "--json_out=tests"],
-            "--json_out='tests': is a directory",
-        ),
-        (
-            "scripts.bench_throughput",
-            ["--models=no-such-preset", "--batch_sizes=1,1"],
-            "--batch_sizes=1,1: has repeats",
-        ),
-        (
-            "scripts.bench_throughput",
-            ["--models=no-such-preset", "--copy_mb=1000000000"],
-            "--copy_mb=1000000000: must be in [1, ",
-        ),
-        (
-            "scripts.bench_moe",
-            ["--model=no-such-preset", "--json_out=/no/such/dir/x.json"],
-            "its folder '/no/such/dir' does not exist",
-        ),
-        ("scripts.bench_moe", ["--model=no-such-preset", "--seed=-1"], "--seed=-1: must be >= 0"),
-        (
-            "scripts.bench_moe",
-            ["--model=tiny-deepseek-v3", "--num_tokens=10000000000"],
-            "--num_tokens=10000000000: must be in [1, 2048]",
-        ),
-        (
-            "scripts.generate",
-            ["--model=no-such-preset", "--num_prompts=100000000000"],
-            "--num_prompts=100000000000: must be in [1, 1048576]",
-        ),
-        (
-            "scripts.generate",
-            ["--model=tiny-llama", "--prompt_len=100000000"],
-            "--prompt_len=100000000: must be <= max_model_len=2048",
-        ),
-        (
-            "scripts.bench_determinism",
-            ["--model=no-such-preset", "--num_requests=10000000000"],
-            "--num_requests=10000000000: must be <= 1048576",
-        ),
-        (
-            "scripts.determinism_check",
-            ["--model=no-such-preset", "--num_probes=100000000000"],
-            "--num_probes=100000000000: must be in [1, 1048576]",
-        ),
-        (
-            "scripts.determinism_check",
-            ["--model=no-such-preset", "--golden=tests"],
-            "golden='tests': is a directory",
-        ),
-        (
-            "scripts.eval_long_context",
-            ["--model=no-such-preset", "--output_dir=README.md"],
-            "--output_dir=",
-        ),
-        (
-            "scripts.eval_long_context",
-            ["--model=no-such-preset", "--num_samples=10000000000", "--lengths=64"],
-            "must be <= 1048576 prompts",
-        ),
-        ("scripts.convert_hf", ["--hf_dir=tests/fixtures/llama", "--out_dir="], "--out_dir: empty"),
-        (
-            "scripts.bench_long_context",
-            ["--part=pack", "--pack_contexts=16,abc"],
-            "--pack_contexts=16,abc: expected integers",
-        ),
-        (
-            "scripts.bench_long_context",
-            ["--part=mla", "--mla_impls=foo"],
-            "--mla_impls=foo: expected xla and/or pallas",
-        ),
-        (
-            "scripts.bench_long_context",
-            ["--part=ttft", "--models=tiny-llama,no-such-preset", "--prompt_lens=64"],
-            "model='no-such-preset': unknown preset",
-        ),
-        (
-            "scripts.bench_long_context",
-            ["--part=pack", "--json_out=tests"],
-            "--json_out='tests': is a directory",
-        ),
-        (
-            "scripts.bench_long_context",
-            ["--part=itl", "--itl_from=docs/long_context_itl.json", "--png_out=/no/such/x.png"],
-            "--png_out='/no/such/x.png': its folder '/no/such' does not exist",
-        ),
-    ],
-)
-def test_benchmarks_reject_bad_flags_before_building_a_model(module, flags, expect):
+# (module, flags, what stderr must say): each a bad flag that must be refused before any model
+# is looked up (most name a preset that does not exist).
+BAD_FLAGS = [
+    (
+        "scripts.bench_throughput",
+        ["--models=no-such-preset", "--decode_steps=1"],
+        "--decode_steps=1: must be >= 2",
+    ),
+    (
+        "scripts.bench_determinism",
+        ["--model=no-such-preset", "--max_tokens=0"],
+        "--max_tokens=0: must be >= 1",
+    ),
+    ("scripts.generate", ["--model=no-such-preset", "--prompt_len=0"], "--prompt_len=0"),
+    ("scripts.generate", ["--model=/no/such/dir"], "model='/no/such/dir': no such directory"),
+    ("scripts.generate", ["--model=tiny-qwen3", "--stop=x"], "has no tokenizer.json"),
+    ("scripts.bench_stop_strings", ["--num_tokens=0"], "--num_tokens=0: must be in [1, "),
+    (
+        "scripts.bench_stop_strings",
+        ["--tokenizers=/no/such.json"],
+        "--tokenizers: '/no/such.json' is not a file",
+    ),
+    (
+        "scripts.bench_stop_strings",
+        ["--tokenizers=tests/fixtures/sampler/hf_warpers.json"],
+        "--tokenizers: 'tests/fixtures/sampler/hf_warpers.json' is not a tokenizer.json (",
+    ),
+    ("scripts.generate", ["--model=tiny-qwen3", "--prompt=hi"], "--prompt: model='tiny-q"),
+    (
+        "scripts.bench_throughput",
+        ["--models=no-such-preset", "--sampling=greedy,beam"],
+        "--sampling=greedy,beam: must list one or more of greedy, sampled, logprobs, "
+        "penalties, logit_bias",
+    ),
+    ("scripts.generate", ["--model=no-such-preset", "--stop="], "non-empty str"),
+    (
+        "scripts.generate",
+        ["--model=no-such-preset", "--presence_penalty=3"],
+        "presence_penalty=3.0: must be in [-2.0, 2.0]",
+    ),
+    ("scripts.generate", ["--model=no-such-preset", "--logit_bias=3"], "'3' is not id:bias"),
+    (
+        "scripts.generate",
+        ["--model=no-such-preset", "--logit_bias=5:1,5:-100"],
+        "logit_bias: token id 5 given twice",
+    ),
+    (
+        "scripts.generate",
+        ["--model=no-such-preset", "--allowed_token_ids=1,x"],
+        "--allowed_token_ids: 'x' is not a token id",
+    ),
+    (
+        "scripts.generate",
+        ["--model=no-such-preset", "--min_tokens=20"],
+        "min_tokens=20: must be an integer in [0, max_tokens=16]",
+    ),
+    (
+        "scripts.generate",
+        ["--model=no-such-preset", "--repetition_penalty=0"],
+        "repetition_penalty=0.0: must be in [0.01, 100.0]",
+    ),
+    (
+        "scripts.bench_long_context",
+        ["--part=itl", "--itl_model=no-such-preset", "--stream_tokens=3"],
+        "stream_tokens=3: must be > 4",  # a stream that stops first hung the warm-up
+    ),
+    # Output paths are checked before the run, not when the results are written.
+    (
+        "scripts.bench_throughput",
+        ["--models=no-such-preset", "--json_out=/no/such/dir/x.json"],
+        "json_out='/no/such/dir/x.json': its folder '/no/such/dir' does not exist",
+    ),
+    (
+        "scripts.determinism_check",
+        ["--model=no-such-preset", "--golden=/no/such/dir/g.json"],
+        "no folder '/no/such/dir' to write it",
+    ),
+    ("scripts.bench_kernels", ["--smoke", "--out=/no/such/dir/x.json"], "--out="),
+    ("scripts.bench_kernels", ["--smoke", "--num_warps=3"], "KernelConfig.num_warps=3"),
+    # From a flag fuzz: each of these ran (some for the whole benchmark) before failing,
+    # with a traceback or a message that did not name the flag, or was taken silently.
+    ("scripts.bench_kernels", ["--smoke", "--out=tests"], "--out='tests': is a directory"),
+    (
+        "scripts.bench_kernels",
+        ["--smoke", "--batches=100000000000"],
+        "batch x context must be < 2**31",
+    ),
+    (
+        "scripts.bench_throughput",
+        ["--models=no-such-preset", "--json_out=tests"],
+        "--json_out='tests': is a directory",
+    ),
+    (
+        "scripts.bench_throughput",
+        ["--models=no-such-preset", "--batch_sizes=1,1"],
+        "--batch_sizes=1,1: has repeats",
+    ),
+    (
+        "scripts.bench_throughput",
+        ["--models=no-such-preset", "--copy_mb=1000000000"],
+        "--copy_mb=1000000000: must be in [1, ",
+    ),
+    (
+        "scripts.bench_moe",
+        ["--model=no-such-preset", "--json_out=/no/such/dir/x.json"],
+        "its folder '/no/such/dir' does not exist",
+    ),
+    ("scripts.bench_moe", ["--model=no-such-preset", "--seed=-1"], "--seed=-1: must be >= 0"),
+    (
+        "scripts.bench_moe",
+        ["--model=tiny-deepseek-v3", "--num_tokens=10000000000"],
+        "--num_tokens=10000000000: must be in [1, 2048]",
+    ),
+    (
+        "scripts.generate",
+        ["--model=no-such-preset", "--num_prompts=100000000000"],
+        "--num_prompts=100000000000: must be in [1, 1048576]",
+    ),
+    (
+        "scripts.generate",
+        ["--model=tiny-llama", "--prompt_len=100000000"],
+        "--prompt_len=100000000: must be <= max_model_len=2048",
+    ),
+    (
+        "scripts.bench_determinism",
+        ["--model=no-such-preset", "--num_requests=10000000000"],
+        "--num_requests=10000000000: must be <= 1048576",
+    ),
+    (
+        "scripts.determinism_check",
+        ["--model=no-such-preset", "--num_probes=100000000000"],
+        "--num_probes=100000000000: must be in [1, 1048576]",
+    ),
+    (
+        "scripts.determinism_check",
+        ["--model=no-such-preset", "--golden=tests"],
+        "golden='tests': is a directory",
+    ),
+    (
+        "scripts.eval_long_context",
+        ["--model=no-such-preset", "--output_dir=README.md"],
+        "--output_dir=",
+    ),
+    (
+        "scripts.eval_long_context",
+        ["--model=no-such-preset", "--num_samples=10000000000", "--lengths=64"],
+        "must be <= 1048576 prompts",
+    ),
+    ("scripts.convert_hf", ["--hf_dir=tests/fixtures/llama", "--out_dir="], "--out_dir: empty"),
+    (
+        "scripts.bench_long_context",
+        ["--part=pack", "--pack_contexts=16,abc"],
+        "--pack_contexts=16,abc: expected integers",
+    ),
+    (
+        "scripts.bench_long_context",
+        ["--part=mla", "--mla_impls=foo"],
+        "--mla_impls=foo: expected xla and/or pallas",
+    ),
+    (
+        "scripts.bench_long_context",
+        ["--part=ttft", "--models=tiny-llama,no-such-preset", "--prompt_lens=64"],
+        "model='no-such-preset': unknown preset",
+    ),
+    (
+        "scripts.bench_long_context",
+        ["--part=pack", "--json_out=tests"],
+        "--json_out='tests': is a directory",
+    ),
+    (
+        "scripts.bench_long_context",
+        ["--part=itl", "--itl_from=docs/long_context_itl.json", "--png_out=/no/such/x.png"],
+        "--png_out='/no/such/x.png': its folder '/no/such' does not exist",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_flag_runs(tmp_path_factory) -> list[dict]:
+    """Every BAD_FLAGS case, each in its own process: forks of one process that imported jax
+    once (tests/script_fork.py), in place of ~45 Python starts."""
+    tmp = tmp_path_factory.mktemp("bad_flags")
+    (tmp / "cases.json").write_text(json.dumps([[m, f] for m, f, _ in BAD_FLAGS]))
+    proc = _process("tests.script_fork", str(tmp / "cases.json"), str(tmp / "results.json"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = json.loads((tmp / "results.json").read_text())
+    assert len(runs) == len(BAD_FLAGS)
+    return runs
+
+
+@pytest.mark.parametrize("case", range(len(BAD_FLAGS)), ids=lambda i: BAD_FLAGS[i][0])
+def test_benchmarks_reject_bad_flags_before_building_a_model(bad_flag_runs, case):
     # A preset that does not exist: the flag error must come before any model is looked up.
-    proc = _process(module, *flags)
-    assert proc.returncode != 0 and expect in proc.stderr, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]  # one line, for a person
+    run, expect = bad_flag_runs[case], BAD_FLAGS[case][2]
+    assert run["returncode"] != 0 and expect in run["stderr"], run["stderr"][-3000:]
+    assert "Traceback" not in run["stderr"], run["stderr"][-3000:]  # one line, for a person
+
+
+def test_a_forked_script_run_is_the_run_of_a_fresh_process(bad_flag_runs):
+    """The fork runner gives what a fresh `python -m` gives: same exit status and stderr."""
+    for case in (0, len(BAD_FLAGS) - 1):
+        module, flags, _ = BAD_FLAGS[case]
+        proc = _process(module, *flags)
+        assert (proc.returncode, proc.stderr) == (
+            bad_flag_runs[case]["returncode"],
+            bad_flag_runs[case]["stderr"],
+        )
 
 
 def test_bench_throughput_checks_every_model_before_the_first_runs():
