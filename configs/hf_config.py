@@ -212,8 +212,8 @@ class _Fields:
         return value
 
 
-def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
-    """(rope_theta, RopeScaling) from `rope_parameters` or legacy `rope_scaling`+`rope_theta`."""
+def _rope_params(f: _Fields) -> dict:
+    """The RoPE dict: `rope_parameters`, legacy `rope_scaling`, or the model type's default."""
     params = (
         f.hf.get("rope_scaling")
         or f.hf.get("rope_parameters")
@@ -227,6 +227,12 @@ def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
             f"HF config rope_parameters has per-layer-type entries {sorted(params)}; moeserve "
             "supports one RoPE for all layers"
         )
+    return params
+
+
+def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
+    """(rope_theta, RopeScaling) from `rope_parameters` or legacy `rope_scaling`+`rope_theta`."""
+    params = _rope_params(f)
     theta = params.get("rope_theta", f.get("rope_theta"))
     theta = f.defaults["rope_theta"] if theta is None else float(theta)
     rope_type = params.get("rope_type", params.get("type", "default"))
@@ -281,8 +287,7 @@ def _partial_rotary_factor(f: _Fields, model_type: str) -> float:
     rope dict or, in released configs, top level; transformers' default 0.5); 1 elsewhere,
     where transformers' attention rotates the whole head whatever the field says, so a value
     there would mean a model the reference does not compute: refused."""
-    params = f.hf.get("rope_scaling") or f.hf.get("rope_parameters") or {}
-    partial = params.get("partial_rotary_factor", f.get("partial_rotary_factor"))
+    partial = _rope_params(f).get("partial_rotary_factor", f.get("partial_rotary_factor"))
     if model_type == "glm4_moe":
         if not _is_number(partial) or not 0 < partial <= 1:
             raise ValueError(

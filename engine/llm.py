@@ -20,6 +20,7 @@ from engine import batch_invariant as batch_invariant_lib
 from engine import inputs, kv_quant, logit_bias, penalties, runner
 from engine.attention_ops import resolve_impl
 from engine.kv_pages import PageManager, pages_for_budget, pages_for_tokens
+from engine.sampler import GREEDY_TEMPERATURE
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
@@ -275,10 +276,13 @@ class LLM:
             self.batch_invariant,
             self.kv_dtype,
         )
-        self._step = make_step(*self._step_key)
-        # Step variants that also return prompt-token scores and/or the top logprobs of
-        # each sampled row, by (with_scores, with_top); each compiled when first needed.
-        self._variants: dict[tuple[bool, bool], object] = {}
+        # The plain step serves batches of greedy rows only; variants that also return
+        # prompt-token scores and/or the top logprobs of each sampled row, or that sample
+        # (a row at temperature >= sampler.GREEDY_TEMPERATURE), by (with_scores, with_top,
+        # sampling), are each compiled when first needed (make_step: the sampler is ~35-40%
+        # of a step's compile time, saved wherever traffic is greedy).
+        self._step = make_step(*self._step_key, sampling=False)
+        self._variants: dict[tuple[bool, bool, bool], object] = {}
         self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
         # Penalized requests (presence/frequency/repetition): a slot each in a device-side
         # state of token counts, [max_num_seqs, vocab] int32 + bool, made on first use.
@@ -531,7 +535,9 @@ class LLM:
                 listed_ids=lists.ids, listed_values=lists.values, listed_restrict=lists.restrict
             )
             list_width = lists.ids.shape[1]
-        variant = (bool(score_rows), with_top)
+        # As sampler.sample's all-greedy test, on the same packed temperatures.
+        sampling = bool(np.any(batch.temperature >= np.float32(GREEDY_TEMPERATURE)))
+        variant = (bool(score_rows), with_top, sampling)
         compiles = (variant, penalized, list_width, *shape) not in self._variant_shapes
         step_fn = self._step_variant(variant)
         if self.mesh is not None:
@@ -656,17 +662,19 @@ class LLM:
     def _prompt_len(self, item) -> int:
         return len(self._outputs[item.request_id].prompt_token_ids)
 
-    def _step_variant(self, variant: tuple[bool, bool]):
+    def _step_variant(self, variant: tuple[bool, bool, bool]):
         """The step that also returns every row's target logprob (with_scores) and/or the
-        top logprobs of each sampled row (with_top); compiled on first use."""
-        if variant == (False, False):
+        top logprobs of each sampled row (with_top), and samples (sampling) or takes every
+        row's argmax; compiled on first use."""
+        if variant == (False, False, False):
             return self._step
         if variant not in self._variants:
-            with_scores, with_top = variant
+            with_scores, with_top, sampling = variant
             self._variants[variant] = make_step(
                 *self._step_key,
                 with_scores=with_scores,
                 top_logprobs=self._top_k if with_top else 0,
+                sampling=sampling,
             )
         return self._variants[variant]
 

@@ -168,12 +168,19 @@ def sample(
     seed: jax.Array,  # [S] uint32
     sample_step: jax.Array,  # [S] int32, tokens the request generated before this one
     min_p: jax.Array | None = None,  # [S] f32, 0 = off
+    *,
+    greedy_only: bool = False,
 ) -> tuple[jax.Array, jax.Array]:  # tokens [S] int32, logprobs [S] f32
-    """Samples one token per row; logprobs are under the unscaled, unfiltered distribution."""
+    """Samples one token per row; logprobs are under the unscaled, unfiltered distribution.
+
+    `greedy_only` (static): the caller knows every row is greedy; the sampling branch is
+    then not traced at all (what the all-greedy `lax.cond` branch below computes)."""
     logits = jnp.asarray(logits, jnp.float32)
+    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # ties -> lowest id
+    if greedy_only:
+        return greedy, token_logprobs(logits, greedy)
     if min_p is None:
         min_p = jnp.zeros(logits.shape[:1], jnp.float32)
-    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # ties -> lowest id
     # Below GREEDY_TEMPERATURE, logits / temperature overflows (inf - inf = NaN in the
     # softmax, which drew the last token id): such rows are greedy, as in vLLM.
     greedy_row = temperature < GREEDY_TEMPERATURE

@@ -167,6 +167,7 @@ def _step_body(
     batch_invariant: bool = False,
     with_scores: bool = False,
     top_logprobs: int = 0,
+    sampling: bool = True,
 ) -> tuple[list, StepOutput]:
     meta = pa.build_metadata(
         batch.cu_q_lens,
@@ -244,6 +245,7 @@ def _step_body(
         batch.seed,
         batch.sample_step,
         batch.min_p,
+        greedy_only=not sampling,
     )
     if sample_logits is not logits:  # logprobs of the raw distribution
         logprobs = token_logprobs(logits, tokens)
@@ -287,8 +289,15 @@ def make_step(
     kv_dtype=None,
     with_scores: bool = False,
     top_logprobs: int = 0,
+    sampling: bool = True,
 ):
     """The jitted step bound to one model config (and device mesh, None = one device).
+
+    `sampling=False` compiles a step for batches whose rows are all greedy (temperature
+    below sampler.GREEDY_TEMPERATURE): it takes the argmax without compiling the sampler
+    (top-k / top-p bisections, min-p, the per-row threefry draw), which was ~35-40% of
+    XLA:CPU's compile time of a tiny model's step. Its tokens and logprobs are those the
+    sampling step gives such a batch (there the all-greedy branch of a `lax.cond` is taken).
 
     `kv_dtype` is the cache's page dtype (None: the model's; float8_e4m3fn: fp8 pages with
     scales), which fixes the KV pytree the step takes and returns. Cached per (cfg,
@@ -312,6 +321,7 @@ def make_step(
             batch_invariant=batch_invariant,
             with_scores=with_scores,
             top_logprobs=top_logprobs,
+            sampling=sampling,
         ),
         donate_argnames=("kv", "penalty_state"),
         **placement,

@@ -278,16 +278,14 @@ def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFT
     return candidates[best]
 
 
-def _fp8_block(model_dir: Path) -> tuple[int, int] | None:
-    """The checkpoint's fp8 scale block ([rows, cols]), or None when it is not quantized."""
+def _quantization(model_dir: Path) -> tuple[tuple[int, int] | None, str | None]:
+    """From config.json (read once): the fp8 scale block ([rows, cols], None when the weights
+    are not block-quantized fp8) and quantization_config's quant_method (None without one)."""
     config = model_dir / "config.json"
-    return fp8_weight_block(read_hf_config(config)) if config.is_file() else None
-
-
-def _quant_method(model_dir: Path) -> str | None:
-    config = model_dir / "config.json"
-    qc = read_hf_config(config).get("quantization_config") if config.is_file() else None
-    return qc.get("quant_method") if isinstance(qc, dict) else None
+    hf = read_hf_config(config) if config.is_file() else {}
+    qc = hf.get("quantization_config")
+    method = qc.get("quant_method") if isinstance(qc, dict) else None
+    return fp8_weight_block(hf), method
 
 
 def _validate_mxfp4(name: str, want: HFTensor, headers: dict[str, _Header], method) -> None:
@@ -429,7 +427,7 @@ def resolve_tied_head(model_dir: str | Path, cfg: ModelConfig) -> ModelConfig:
     if head not in headers:
         return cfg
     if embed in headers and headers[head].shape == headers[embed].shape:
-        block = _fp8_block(Path(model_dir))
+        block, _ = _quantization(Path(model_dir))
         pair = {n: HFTensor(headers[n].shape, (), "copy") for n in (head, embed)}
         try:
             _validate(pair, headers, block)
@@ -459,8 +457,8 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     model_dir = Path(model_dir)
     headers = _read_headers(_checkpoint_files(model_dir))
     names = _pick_layout(cfg, headers)
-    block = _fp8_block(model_dir)
-    _validate(names, headers, block, _quant_method(model_dir))
+    block, method = _quantization(model_dir)
+    _validate(names, headers, block, method)
 
     specs = param_specs(cfg)
     leaf_specs = _leaf_specs(specs)

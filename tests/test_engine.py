@@ -160,6 +160,25 @@ def test_seeded_sampling_is_the_same_alone_and_in_a_batch():
     assert _alone(llm, target, other_seed).token_ids != alone
 
 
+def test_greedy_rows_are_bitwise_the_same_in_the_greedy_and_the_sampling_program():
+    """An all-greedy batch runs a step compiled without the sampler; a greedy row's tokens and
+    logprob bits are those it gets beside a sampled row (the same shapes, in the program
+    that samples), and greedy traffic never compiles the sampling program."""
+    llm = LLM(model=str(FIXTURES / "llama"), num_pages=32, max_model_len=128)
+    prompt = [11, 22, 33, 44, 55, 66]
+    greedy = SamplingParams(max_tokens=8, ignore_eos=True)
+    sampled = SamplingParams(temperature=0.9, top_k=40, seed=3, max_tokens=8, ignore_eos=True)
+    beside_greedy = llm.generate([prompt, [7, 8, 9]], [greedy, greedy])[0]
+    assert {v[0][2] for v in llm._variant_shapes} == {False}  # the greedy program only
+    beside_sampled = llm.generate([prompt, [7, 8, 9]], [greedy, sampled])[0]
+    assert {v[0][2] for v in llm._variant_shapes} == {False, True}
+    assert beside_sampled.token_ids == beside_greedy.token_ids
+    bits = [
+        np.asarray(o.logprobs, np.float32).view(np.uint32) for o in (beside_greedy, beside_sampled)
+    ]
+    np.testing.assert_array_equal(*bits)
+
+
 def test_compilations_are_bounded_by_the_buckets():
     llm = LLM(
         model="tiny-qwen3",
@@ -474,7 +493,7 @@ def _mixed_run(async_scheduling: bool) -> tuple[dict, dict]:
         rid: (t, np.asarray(lp, np.float32).view(np.uint32).tolist(), r)
         for rid, (t, lp, r) in got.items()
     }
-    return out, {**llm.stats(), "shapes": set(llm._step_shapes)}
+    return out, {**llm.stats(), "programs": set(llm._variant_shapes)}
 
 
 def test_async_scheduling_gives_the_synchronous_outputs():
@@ -487,9 +506,10 @@ def test_async_scheduling_gives_the_synchronous_outputs():
     assert sync_stats["num_steps_dispatched_ahead"] == 0
     assert stats["num_steps_dispatched_ahead"] > stats["num_steps"] // 2
     assert stats["num_pages_free"] == stats["num_pages_total"] == 10
-    # Feeding placeholders on the device adds no compilations (both engines share them).
+    # Feeding placeholders on the device adds no compilations (both engines share them):
+    # the second run compiled only the step programs (variant and shape) the first lacked.
     assert stats["num_compiles"] - sync_stats["num_compiles"] == len(
-        stats["shapes"] - sync_stats["shapes"]
+        stats["programs"] - sync_stats["programs"]
     )
 
 

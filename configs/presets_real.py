@@ -1,0 +1,349 @@
+"""Real-shape presets, from the released config.json files (random weights when built;
+`jax.eval_shape` counts their parameters, tests/test_param_counts.py)."""
+
+from __future__ import annotations
+
+from configs.model_config import ModelConfig, RopeScaling
+from configs.presets_tiny import TINY
+
+LLAMA3_ROPE = RopeScaling(
+    rope_type="llama3",
+    factor=8.0,
+    low_freq_factor=1.0,
+    high_freq_factor=4.0,
+    original_max_position_embeddings=8192,
+)
+DEEPSEEK_YARN = dict(
+    rope_type="yarn",
+    factor=40.0,
+    original_max_position_embeddings=4096,
+    beta_fast=32.0,
+    beta_slow=1.0,
+)
+
+REAL: dict[str, ModelConfig] = {}
+
+
+def _add(cfg: ModelConfig) -> None:
+    REAL[cfg.name] = cfg
+
+
+_add(
+    ModelConfig(
+        name="llama-3.1-8b",
+        model_type="llama",
+        vocab_size=128256,
+        hidden_size=4096,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+        rope_scaling=LLAMA3_ROPE,
+        bos_token_id=128000,
+        eos_token_ids=(128001, 128008, 128009),
+        dtype="bfloat16",
+    )
+)
+_add(
+    REAL["llama-3.1-8b"].replace(
+        name="llama-3.1-70b",
+        hidden_size=8192,
+        num_layers=80,
+        num_heads=64,
+        intermediate_size=28672,
+    )
+)
+_add(
+    ModelConfig(
+        name="mixtral-8x7b",
+        model_type="mixtral",
+        vocab_size=32000,
+        hidden_size=4096,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=14336,
+        norm_topk_prob=True,
+        bos_token_id=1,
+        eos_token_ids=(2,),
+        dtype="bfloat16",
+    )
+)
+_add(
+    ModelConfig(
+        name="qwen3-30b-a3b",
+        model_type="qwen3_moe",
+        vocab_size=151936,
+        hidden_size=2048,
+        num_layers=48,
+        num_heads=32,
+        num_kv_heads=4,
+        head_dim=128,
+        intermediate_size=6144,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        qk_norm=True,
+        num_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=768,
+        norm_topk_prob=True,
+        bos_token_id=151643,
+        eos_token_ids=(151645, 151643),
+        dtype="bfloat16",
+    )
+)
+_add(
+    REAL["qwen3-30b-a3b"].replace(
+        name="qwen3-235b-a22b",
+        hidden_size=4096,
+        num_layers=94,
+        num_heads=64,
+        intermediate_size=12288,
+        moe_intermediate_size=1536,
+    )
+)
+_add(
+    ModelConfig(
+        name="deepseek-v2-lite",
+        model_type="deepseek_v2",
+        vocab_size=102400,
+        hidden_size=2048,
+        num_layers=27,
+        num_heads=16,
+        intermediate_size=10944,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=163840,
+        rope_theta=10000.0,
+        rope_scaling=RopeScaling(mscale=0.707, mscale_all_dim=0.707, **DEEPSEEK_YARN),
+        attention_type="mla",
+        q_lora_rank=0,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        num_experts=64,
+        num_experts_per_tok=6,
+        moe_intermediate_size=1408,
+        num_shared_experts=2,
+        scoring_func="softmax",
+        topk_method="greedy",
+        norm_topk_prob=False,
+        routed_scaling_factor=1.0,
+        first_k_dense_replace=1,
+        bos_token_id=100000,
+        eos_token_ids=(100001,),
+        dtype="bfloat16",
+    )
+)
+# GLM-4.5 (zai-org/GLM-4.5, 355B total, 32B active): 3 dense layers then 89 MoE layers of
+# 160 routed experts (top 8) plus one shared; RoPE on half of each 128-wide head.
+_add(
+    ModelConfig(
+        name="glm-4.5",
+        model_type="glm4_moe",
+        vocab_size=151552,
+        hidden_size=5120,
+        num_layers=92,
+        num_heads=96,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=12288,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=131072,
+        rope_theta=1000000.0,
+        partial_rotary_factor=0.5,
+        attention_bias=True,
+        qk_norm=True,
+        num_experts=160,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1536,
+        num_shared_experts=1,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+        first_k_dense_replace=3,
+        eos_token_ids=(151329, 151336, 151338),
+        dtype="bfloat16",
+    )
+)
+# GLM-4.7-Flash (30B total, 3B active): DeepSeek-V3-style MLA, 64 routed experts (top 4)
+# plus one shared, layer 0 dense. Its EOS ids are not set here (a checkpoint's config has them).
+_add(
+    TINY["tiny-glm4-moe-lite"].replace(
+        name="glm-4.7-flash",
+        vocab_size=154880,
+        hidden_size=2048,
+        num_layers=47,
+        num_heads=20,
+        intermediate_size=10240,
+        max_position_embeddings=202752,
+        q_lora_rank=768,
+        kv_lora_rank=512,
+        qk_nope_head_dim=192,
+        qk_rope_head_dim=64,
+        v_head_dim=256,
+        rope_interleave=True,
+        num_experts=64,
+        num_experts_per_tok=4,
+        moe_intermediate_size=1536,
+        n_group=1,
+        topk_group=1,
+        mlp_only_layers=(0,),
+        eos_token_ids=(),
+        dtype="bfloat16",
+    )
+)
+# gpt-oss-20b / gpt-oss-120b (OpenAI; 24 / 36 layers of 32 / 128 experts, top 4): 64 query
+# and 8 KV heads of 64, every other layer a 128-key window, YaRN x32 from 4096 without
+# truncation. EOS ids are not set here (a checkpoint's config has them).
+_add(
+    TINY["tiny-gpt-oss"].replace(
+        name="gpt-oss-20b",
+        vocab_size=201088,
+        hidden_size=2880,
+        num_layers=24,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=64,
+        intermediate_size=2880,
+        max_position_embeddings=131072,
+        rope_scaling=RopeScaling(
+            rope_type="yarn",
+            factor=32.0,
+            original_max_position_embeddings=4096,
+            beta_fast=32.0,
+            beta_slow=1.0,
+            truncate=False,
+        ),
+        sliding_window=128,
+        full_attention_layers=tuple(range(1, 24, 2)),
+        num_experts=32,
+        num_experts_per_tok=4,
+        moe_intermediate_size=2880,
+        swiglu_limit=7.0,
+        eos_token_ids=(),
+        dtype="bfloat16",
+    )
+)
+_add(
+    REAL["gpt-oss-20b"].replace(
+        name="gpt-oss-120b",
+        num_layers=36,
+        full_attention_layers=tuple(range(1, 36, 2)),
+        num_experts=128,
+    )
+)
+# OLMoE-1B-7B (AllenAI, 0924): 16 layers of 64 experts (top 8), no biases, no clipping.
+_add(
+    TINY["tiny-olmoe"].replace(
+        name="olmoe-1b-7b",
+        vocab_size=50304,
+        hidden_size=2048,
+        num_layers=16,
+        num_heads=16,
+        num_kv_heads=16,
+        head_dim=128,
+        intermediate_size=1024,
+        max_position_embeddings=4096,
+        attention_bias=False,
+        o_proj_bias=False,
+        clip_qkv=None,
+        num_experts=64,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1024,
+        eos_token_ids=(50279,),
+        dtype="bfloat16",
+    )
+)
+# ERNIE-4.5-21B-A3B (Baidu): 28 layers, layer 0 dense, then 64 experts (top 6) + 2 shared.
+_add(
+    TINY["tiny-ernie4-5-moe"].replace(
+        name="ernie-4.5-21b-a3b",
+        vocab_size=103424,
+        hidden_size=2560,
+        num_layers=28,
+        num_heads=20,
+        num_kv_heads=4,
+        head_dim=128,
+        intermediate_size=12288,
+        max_position_embeddings=131072,
+        num_experts=64,
+        num_experts_per_tok=6,
+        moe_intermediate_size=1536,
+        num_shared_experts=2,
+        mlp_only_layers=(0,),
+        eos_token_ids=(2,),
+        dtype="bfloat16",
+    )
+)
+# Qwen1.5-MoE-A2.7B (Qwen2-MoE): 24 layers of 60 experts (top 4) plus a gated shared expert
+# four experts wide.
+_add(
+    TINY["tiny-qwen2-moe"].replace(
+        name="qwen1.5-moe-a2.7b",
+        vocab_size=151936,
+        hidden_size=2048,
+        num_layers=24,
+        num_heads=16,
+        num_kv_heads=16,
+        head_dim=128,
+        intermediate_size=5632,
+        max_position_embeddings=8192,
+        num_experts=60,
+        num_experts_per_tok=4,
+        moe_intermediate_size=1408,
+        shared_intermediate_size=5632,
+        first_k_dense_replace=0,
+        moe_layer_freq=1,
+        eos_token_ids=(151643,),
+        dtype="bfloat16",
+    )
+)
+_add(
+    ModelConfig(
+        name="deepseek-v3",
+        model_type="deepseek_v3",
+        vocab_size=129280,
+        hidden_size=7168,
+        num_layers=61,
+        num_heads=128,
+        intermediate_size=18432,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=163840,
+        rope_theta=10000.0,
+        rope_scaling=RopeScaling(mscale=1.0, mscale_all_dim=1.0, **DEEPSEEK_YARN),
+        attention_type="mla",
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        num_experts=256,
+        num_experts_per_tok=8,
+        moe_intermediate_size=2048,
+        num_shared_experts=1,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        n_group=8,
+        topk_group=4,
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+        first_k_dense_replace=3,
+        bos_token_id=0,
+        eos_token_ids=(1,),
+        dtype="bfloat16",
+    )
+)

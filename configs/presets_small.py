@@ -1,0 +1,101 @@
+"""Random-weight presets sized for a CPU: benchmark models and long-context models."""
+
+from __future__ import annotations
+
+from configs.model_config import ModelConfig, RopeScaling
+from configs.presets_real import DEEPSEEK_YARN, LLAMA3_ROPE
+from configs.presets_tiny import TINY
+
+SMALL: dict[str, ModelConfig] = {}
+
+
+def _add(cfg: ModelConfig) -> None:
+    SMALL[cfg.name] = cfg
+
+
+# ---- benchmark size (random weights, f32 on CPU) ----
+_add(
+    ModelConfig(
+        name="bench-llama-20m",
+        model_type="llama",
+        vocab_size=8192,
+        hidden_size=512,
+        num_layers=4,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=64,
+        intermediate_size=1536,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
+        eos_token_ids=(2,),
+    )
+)
+# DeepSeek-V3's routing and MLA at a width where decode is memory-bound on a CPU.
+_add(
+    TINY["tiny-deepseek-v3"].replace(
+        name="bench-deepseek-v3-35m",
+        vocab_size=8192,
+        hidden_size=512,
+        num_layers=4,
+        num_heads=8,
+        intermediate_size=1536,
+        max_position_embeddings=8192,
+        rope_scaling=RopeScaling(),
+        q_lora_rank=256,
+        kv_lora_rank=128,
+        qk_nope_head_dim=64,
+        qk_rope_head_dim=32,
+        v_head_dim=64,
+        moe_intermediate_size=256,
+        bos_token_id=None,
+    )
+)
+
+
+# ---- long context (random weights, f32 on CPU): 128k positions with scaled RoPE ----
+# Small enough that a 131,072-token prefill finishes on a 2-core CPU; the RoPE scaling is
+# the released models' (Llama 3.1's llama3, DeepSeek-V3's YaRN), so positions past the
+# original window are exercised.
+_add(
+    ModelConfig(
+        name="small-llama-long",
+        model_type="llama",
+        vocab_size=8192,
+        hidden_size=256,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+        intermediate_size=768,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+        rope_scaling=LLAMA3_ROPE,
+        eos_token_ids=(2,),
+    )
+)
+_add(
+    TINY["tiny-deepseek-v3"].replace(
+        name="small-mla-long",
+        vocab_size=8192,
+        hidden_size=256,
+        num_layers=2,
+        num_heads=4,
+        intermediate_size=768,
+        max_position_embeddings=131072,
+        rope_scaling=RopeScaling(
+            mscale=1.0, mscale_all_dim=1.0, **{**DEEPSEEK_YARN, "factor": 32.0}
+        ),
+        q_lora_rank=0,
+        kv_lora_rank=32,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=16,
+        v_head_dim=32,
+        num_experts=8,
+        moe_intermediate_size=128,
+        n_group=2,
+        topk_group=1,
+        bos_token_id=None,
+    )
+)

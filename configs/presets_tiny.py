@@ -1,0 +1,405 @@
+"""Test-size presets: the HF fixtures under tests/fixtures/<arch>/ use exactly these shapes
+(tests/test_hf_config.py reads each fixture's config.json back to its preset)."""
+
+from __future__ import annotations
+
+from configs.model_config import ModelConfig, RopeScaling
+
+TINY: dict[str, ModelConfig] = {}
+
+
+def _add(cfg: ModelConfig) -> None:
+    TINY[cfg.name] = cfg
+
+
+_add(
+    ModelConfig(
+        name="tiny-llama",
+        model_type="llama",
+        vocab_size=512,
+        hidden_size=96,
+        num_layers=2,
+        num_heads=6,
+        num_kv_heads=2,
+        head_dim=40,
+        intermediate_size=192,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=10000.0,
+        rope_scaling=RopeScaling(
+            rope_type="llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=64,
+        ),
+        bos_token_id=1,
+        eos_token_ids=(2,),
+    )
+)
+_add(
+    ModelConfig(
+        name="tiny-qwen3",
+        model_type="qwen3",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+        intermediate_size=128,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        qk_norm=True,
+        tie_word_embeddings=True,
+        eos_token_ids=(2,),
+    )
+)
+_add(
+    ModelConfig(
+        name="tiny-qwen2",
+        model_type="qwen2",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        attention_bias=True,
+        eos_token_ids=(2,),
+    )
+)
+# Sliding-window attention (tests/fixtures/mistral, qwen2_sliding): every layer, and
+# only layer 1 (layer_types [full, sliding]).
+_add(
+    TINY["tiny-qwen2"].replace(
+        name="tiny-mistral",
+        model_type="mistral",
+        attention_bias=False,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        sliding_window=8,
+        bos_token_id=1,
+    )
+)
+_add(
+    TINY["tiny-qwen2"].replace(
+        name="tiny-qwen2-sliding", sliding_window=6, full_attention_layers=(0,)
+    )
+)
+_add(
+    ModelConfig(
+        name="tiny-qwen3-moe",
+        model_type="qwen3_moe",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=3,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        qk_norm=True,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        norm_topk_prob=True,
+        mlp_only_layers=(1,),
+        eos_token_ids=(2,),
+    )
+)
+_add(
+    ModelConfig(
+        name="tiny-mixtral",
+        model_type="mixtral",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=1,
+        head_dim=16,
+        intermediate_size=96,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=96,
+        norm_topk_prob=True,
+        bos_token_id=1,
+        eos_token_ids=(2,),
+    )
+)
+# OLMoE: q/k norms over all heads' channels, q/k/v clipped to [-1, 1], q/k/v/o biases.
+_add(
+    ModelConfig(
+        name="tiny-olmoe",
+        model_type="olmoe",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=32,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=10000.0,
+        attention_bias=True,
+        o_proj_bias=True,
+        qk_norm=True,
+        qk_norm_full=True,
+        clip_qkv=1.0,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        norm_topk_prob=False,
+        eos_token_ids=(2,),
+    )
+)
+# ERNIE 4.5 MoE: RoPE on interleaved pairs, softmax router with a choice-only correction
+# bias (noaux_tc over one group), a shared expert, MoE on layers 1 and 3, tied embeddings.
+_add(
+    ModelConfig(
+        name="tiny-ernie4-5-moe",
+        model_type="ernie4_5_moe",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=500000.0,
+        tie_word_embeddings=True,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        num_shared_experts=1,
+        scoring_func="softmax",
+        topk_method="noaux_tc",
+        norm_topk_prob=True,
+        mlp_only_layers=(0, 2),
+        eos_token_ids=(2,),
+    )
+)
+# Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): q/k/v biases, one shared expert of its own width
+# gated by sigmoid(x @ shared_gate); decoder_sparse_step 2 (MoE on layers 1 and 3).
+_add(
+    ModelConfig(
+        name="tiny-qwen2-moe",
+        model_type="qwen2_moe",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        attention_bias=True,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        norm_topk_prob=False,
+        num_shared_experts=1,
+        shared_intermediate_size=48,
+        shared_expert_gate=True,
+        first_k_dense_replace=1,
+        moe_layer_freq=2,
+        eos_token_ids=(2,),
+    )
+)
+# GLM-4.5 family: GQA with q/k/v biases, qk-norm and RoPE on half of each head; DeepSeek-V3's
+# router (sigmoid, correction bias, 4 groups keep 2) with a shared expert; layer 0 dense.
+_add(
+    ModelConfig(
+        name="tiny-glm4-moe",
+        model_type="glm4_moe",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=3,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        partial_rotary_factor=0.5,
+        attention_bias=True,
+        qk_norm=True,
+        num_experts=16,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        num_shared_experts=1,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        n_group=4,
+        topk_group=2,
+        norm_topk_prob=True,
+        routed_scaling_factor=1.5,
+        first_k_dense_replace=1,
+        eos_token_ids=(2,),
+    )
+)
+# GLM-4.7-Flash: DeepSeek-V3's MLA (here with RoPE on halves, rope_interleave false) and
+# V3 routing; mlp_layer_types makes layer 1 the dense one.
+_add(
+    ModelConfig(
+        name="tiny-glm4-moe-lite",
+        model_type="glm4_moe_lite",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=3,
+        num_heads=4,
+        intermediate_size=96,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        attention_type="mla",
+        q_lora_rank=48,
+        kv_lora_rank=32,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=12,
+        rope_interleave=False,
+        num_experts=16,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        num_shared_experts=1,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        n_group=4,
+        topk_group=2,
+        norm_topk_prob=True,
+        routed_scaling_factor=1.8,
+        mlp_only_layers=(1,),
+        eos_token_ids=(2,),
+    )
+)
+# gpt-oss: attention sinks, q/k/v/o biases, layer 0 windowed (8 keys), YaRN without
+# truncation; biased router (softmax over the top k) and biased clamped-SwiGLU experts.
+_add(
+    ModelConfig(
+        name="tiny-gpt-oss",
+        model_type="gpt_oss",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=32,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=150000.0,
+        rope_scaling=RopeScaling(
+            rope_type="yarn",
+            factor=4.0,
+            original_max_position_embeddings=64,
+            beta_fast=32.0,
+            beta_slow=1.0,
+            truncate=False,
+        ),
+        attention_bias=True,
+        o_proj_bias=True,
+        attention_sinks=True,
+        sliding_window=8,
+        full_attention_layers=(1,),
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        scoring_func="softmax_topk",
+        expert_bias=True,
+        expert_act="clamped_swiglu",
+        swiglu_limit=1.0,
+        eos_token_ids=(2,),
+    )
+)
+_add(
+    ModelConfig(
+        name="tiny-deepseek-v2",
+        model_type="deepseek_v2",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=3,
+        num_heads=4,
+        intermediate_size=96,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=2048,
+        rope_theta=10000.0,
+        attention_type="mla",
+        q_lora_rank=0,
+        kv_lora_rank=32,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=12,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        num_shared_experts=2,
+        scoring_func="softmax",
+        topk_method="group_limited_greedy",
+        n_group=4,
+        topk_group=1,
+        norm_topk_prob=False,
+        routed_scaling_factor=1.5,
+        first_k_dense_replace=1,
+        bos_token_id=1,
+        eos_token_ids=(2,),
+    )
+)
+_add(
+    ModelConfig(
+        name="tiny-deepseek-v3",
+        model_type="deepseek_v3",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=3,
+        num_heads=4,
+        intermediate_size=96,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=2048,
+        rope_theta=10000.0,
+        rope_scaling=RopeScaling(
+            rope_type="yarn",
+            factor=4.0,
+            original_max_position_embeddings=64,
+            beta_fast=32.0,
+            beta_slow=1.0,
+            mscale=1.0,
+            mscale_all_dim=1.0,
+        ),
+        attention_type="mla",
+        q_lora_rank=48,
+        kv_lora_rank=32,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=12,
+        num_experts=16,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        num_shared_experts=1,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        n_group=4,
+        topk_group=2,
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+        first_k_dense_replace=1,
+        bos_token_id=1,
+        eos_token_ids=(2,),
+    )
+)
