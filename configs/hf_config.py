@@ -92,7 +92,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
         use_bias=False, moe_intermediate_size=1536, moe_k=6, moe_num_experts=64,
         moe_num_shared_experts=2, moe_layer_start_index=1, moe_layer_end_index=-1,
-        moe_layer_interval=1, moe_norm_min=1e-12,
+        moe_layer_interval=1, moe_norm_min=1e-12, rope_theta=500000.0,
     ),
     # GLM-4.5 / 4.6 / 4.7 (and -Air): DeepSeek-V3's router on a GQA attention that rotates
     # only part of each head (partial_rotary_factor, default 0.5).
@@ -158,11 +158,22 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     ),
 }
 # fmt: on
-# Names transformers accepts for the same field (its `attribute_map`s and older releases).
-_ALIASES = {
-    "num_experts": ("num_local_experts",),
-    "num_local_experts": ("num_experts",),
-    "n_routed_experts": ("num_local_experts", "num_experts"),
+# Other names a config.json may give a field, per model type: each config class's
+# `attribute_map` in transformers 5.24 (the field read here <- the names it also takes; a
+# name a class does not map is ignored, as transformers ignores it: Qwen2-MoE has none).
+_ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
+    "qwen3_moe": {"num_experts": ("num_local_experts",)},
+    "mixtral": {"num_local_experts": ("num_experts",)},
+    "gpt_oss": {"num_local_experts": ("num_experts",)},
+    "olmoe": {"num_experts": ("num_local_experts",)},
+    "glm4_moe": {"n_routed_experts": ("num_local_experts",)},
+    "glm4_moe_lite": {
+        "n_routed_experts": ("num_local_experts",),
+        "qk_rope_head_dim": ("head_dim",),
+    },
+    "deepseek_v3": {"n_routed_experts": ("num_local_experts",)},
+    "deepseek_v2": {"n_routed_experts": ("num_experts",)},
+    "ernie4_5_moe": {"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)},
 }
 
 
@@ -195,12 +206,13 @@ class _Fields:
     def __init__(self, hf: dict, model_type: str):
         self.hf = hf
         self.defaults = {**_COMMON, **_DEFAULTS[model_type]}
+        self.aliases = _ALIASES.get(model_type, {})
 
     def get(self, key: str) -> Any:
         """The value as transformers sees it: present (even null) wins, else alias, else default."""
         if key in self.hf:
             return self.hf[key]
-        for alias in _ALIASES.get(key, ()):
+        for alias in self.aliases.get(key, ()):
             if alias in self.hf:
                 return self.hf[alias]
         return self.defaults.get(key)
@@ -214,12 +226,14 @@ class _Fields:
 
 def _rope_params(f: _Fields) -> dict:
     """The RoPE dict: `rope_parameters`, legacy `rope_scaling`, or the model type's default."""
-    params = (
-        f.hf.get("rope_scaling")
-        or f.hf.get("rope_parameters")
-        or f.defaults.get("rope_parameters")  # gpt-oss: transformers' default YaRN
-        or {}
-    )
+    params = f.hf.get("rope_scaling")  # the legacy spelling; null or {}: not given
+    if not params:
+        params = f.hf.get("rope_parameters")
+        # gpt-oss: transformers' default YaRN, only where rope_parameters is absent or null
+        # (an empty dict is plain RoPE there, checked against its config class).
+        if params is None:
+            params = f.defaults.get("rope_parameters")
+    params = params or {}
     if not isinstance(params, dict):
         raise ValueError(f"HF config rope_parameters={params!r}: expected a dict or null")
     if any(isinstance(v, dict) for v in params.values()):

@@ -218,6 +218,14 @@ class ModelConfig:
         return self.attention_type == "mla"
 
     @property
+    def norm_scale_in_float32(self) -> bool:
+        """Whether the layer and final RMSNorms scale by their weight in float32 before the one
+        cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
+        other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
+        bf16 model's elements."""
+        return self.model_type == "gpt_oss"
+
+    @property
     def qk_head_dim(self) -> int:
         """Per-head q/k width: MLA nope + rope, GQA head_dim."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim

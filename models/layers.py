@@ -9,16 +9,22 @@ from configs.model_config import ModelConfig
 from models.reductions import fixed_order_mean
 
 
-def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+def rms_norm(
+    x: jax.Array, weight: jax.Array, eps: float, scale_in_float32: bool = False
+) -> jax.Array:
     """RMSNorm over the last axis. x: [..., D], weight: [D].
 
     Like HF (LlamaRMSNorm and kin): statistics in float32, cast back to x's dtype, then scaled.
+    `scale_in_float32` (GptOssRMSNorm, ModelConfig.norm_scale_in_float32): scaled in float32,
+    then cast once.
     """
     xf = x.astype(jnp.float32)
     # Fixed-order mean: the statistics of a row must not depend on the batch (reductions.py).
     variance = fixed_order_mean(xf * xf)[..., None]
-    normed = (xf * jax.lax.rsqrt(variance + eps)).astype(x.dtype)
-    return weight * normed
+    normed = xf * jax.lax.rsqrt(variance + eps)
+    if scale_in_float32:
+        return (weight.astype(jnp.float32) * normed).astype(x.dtype)
+    return weight * normed.astype(x.dtype)
 
 
 def swiglu_mlp(p: dict, x: jax.Array) -> jax.Array:
@@ -35,7 +41,7 @@ def embed(params: dict, token_ids: jax.Array) -> jax.Array:
 
 def final_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
     """Final norm, then lm_head (or the tied embedding). hidden: [S, D] -> [S, V] float32."""
-    h = rms_norm(hidden, params["final_norm"], cfg.rms_norm_eps)  # [S, D]
+    h = rms_norm(hidden, params["final_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
     if cfg.tie_word_embeddings:
         logits = h @ params["embed"].T  # [S, V]
     else:

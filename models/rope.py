@@ -1,8 +1,10 @@
 """Rotary position embeddings: inverse frequencies per rope type, and their application.
 
 Frequencies follow Hugging Face `modeling_rope_utils` (default, linear, llama3, yarn) and are
-computed in float32 numpy, as HF computes them in float32 torch, so the angles agree to the last
-bits. They are static per config: computed at trace time and baked into the jitted step.
+computed in float32 numpy, as HF computes them in float32 torch, so the angles agree within a
+float32 step (numpy's and torch's pow differ in the last bit for a few exponents: 2 of gpt-oss-20b's
+32 YaRN frequencies, by 1e-7 relative). They are static per config: computed at trace time and
+baked into the jitted step.
 """
 
 from __future__ import annotations

@@ -49,10 +49,10 @@ def forward_hidden(
     attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
     new_kv = []
     for i, layer in enumerate(params["layers"]):
-        h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps)
+        h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
         o, kv_i = attend(i, layer["attn"], kv[i], attn_inputs(layer["attn"], h, positions, cfg))
         x = pin(x + attn_output(layer["attn"], o), ("batch", "embed"))
-        h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps)
+        h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
         if "moe" in layer:
             x = x + moe_block(layer["moe"], h, cfg, routed)
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -118,6 +119,23 @@ def test_rope_frequencies_match_formula(rs, theta, dim, want):
     inv_freq, _ = rope_frequencies(theta, dim, rs)
     assert inv_freq.dtype == np.float32
     np.testing.assert_allclose(inv_freq, want, rtol=2e-6)
+
+
+def test_bf16_rms_norms_equal_transformers_bit_for_bit():
+    """tests/fixtures/rms_norm/bf16.npz (made by make_rms_norm_fixture.py): transformers'
+    GptOssRMSNorm and LlamaRMSNorm on the same bf16 input and weight."""
+    d = np.load(pathlib.Path(__file__).parent / "fixtures" / "rms_norm" / "bf16.npz")
+
+    def bf16(name):
+        return jnp.asarray(d[name].view(jnp.bfloat16))
+
+    x, w, eps = bf16("x"), bf16("weight"), float(d["eps"])
+    for name, in_f32 in (("gpt_oss", True), ("llama", False)):
+        got = np.asarray(rms_norm(x, w, eps, scale_in_float32=in_f32)).view(np.uint16)
+        np.testing.assert_array_equal(got, d[name], err_msg=name)
+    assert (d["gpt_oss"] != d["llama"]).mean() > 0.2  # the two conventions do differ
+    assert get_preset("tiny-gpt-oss").norm_scale_in_float32
+    assert not get_preset("tiny-llama").norm_scale_in_float32
 
 
 def test_rope_frequencies_match_hf_values():
