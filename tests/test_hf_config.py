@@ -371,17 +371,6 @@ def test_qwen2():
     assert not cfg.tie_word_embeddings and cfg.vocab_size == 152064
 
 
-def test_class_defaults_fill_absent_fields():
-    cfg = config_from_hf({"model_type": "qwen3", "hidden_size": 64})
-    # Qwen3Config defaults: head_dim 128 (not hidden/heads), 32 kv heads, no bos/eos.
-    assert (cfg.head_dim, cfg.num_heads, cfg.num_kv_heads) == (128, 32, 32)
-    assert cfg.bos_token_id is None and cfg.eos_token_ids == ()
-    llama = config_from_hf({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4})
-    assert (llama.head_dim, llama.num_kv_heads) == (16, 4)
-    assert (llama.bos_token_id, llama.eos_token_ids) == (1, (2,))
-    assert config_from_hf({"model_type": "mixtral"}).rope_theta == 1000000.0
-
-
 def test_qwen3_moe_sparse_step_matches_transformers_rule():
     hf = {**QWEN3_30B_A3B, "num_hidden_layers": 8, "decoder_sparse_step": 3,
           "mlp_only_layers": [5]}  # fmt: skip
@@ -676,60 +665,6 @@ def test_rope_defaults_and_refusals():
     ]:
         with pytest.raises(ValueError, match=field):
             config_from_hf({**LLAMA_31_8B, "rope_scaling": rope})
-
-
-# What transformers 5.24's config classes make of an expert count given under another name
-# (AutoConfig.for_model(model_type, **{name: 8}).<its own field>, run by hand 2026-12-03):
-# each class maps only the names of its attribute_map; any other name is ignored and the
-# class default stays (Qwen2-MoE maps none).
-@pytest.mark.parametrize(
-    "model_type, name, want",
-    [
-        ("qwen2_moe", "num_local_experts", 60),
-        ("qwen3_moe", "num_local_experts", 8),
-        ("mixtral", "num_experts", 8),
-        ("gpt_oss", "num_experts", 8),
-        ("olmoe", "num_local_experts", 8),
-        ("glm4_moe", "num_local_experts", 8),
-        ("glm4_moe", "num_experts", 128),
-        ("glm4_moe_lite", "num_local_experts", 8),
-        ("glm4_moe_lite", "num_experts", 64),
-        ("deepseek_v3", "num_local_experts", 8),
-        ("deepseek_v3", "num_experts", 256),
-        ("deepseek_v2", "num_experts", 8),
-        ("deepseek_v2", "num_local_experts", 64),
-        ("ernie4_5_moe", "num_experts", 8),
-        ("ernie4_5_moe", "num_local_experts", 64),
-    ],
-)
-def test_expert_count_names_are_read_as_transformers_reads_them(model_type, name, want):
-    hf = {
-        "model_type": model_type,
-        name: 8,
-        "num_experts_per_tok": 2,
-        "n_group": 1,
-        "topk_group": 1,
-    }
-    if model_type == "glm4_moe":
-        hf["head_dim"] = 128  # the class default (4096 / 96 = 42) rotates an odd 21 channels
-    assert config_from_hf(hf).num_experts == want
-
-
-def test_gpt_oss_default_yarn_only_where_rope_parameters_is_absent_or_null():
-    # GptOssConfig (transformers 5.24): rope_parameters {} is plain RoPE; absent, null or a
-    # legacy rope_scaling of {} gets the class's YaRN (factor 32).
-    def rope_type(**hf):
-        return config_from_hf({"model_type": "gpt_oss", **hf}).rope_scaling.rope_type
-
-    assert rope_type(rope_parameters={}) == "default"
-    assert rope_type() == rope_type(rope_parameters=None) == rope_type(rope_scaling={}) == "yarn"
-
-
-def test_ernie_class_defaults_and_top_k_name():
-    # Ernie4_5_MoeConfig: default_theta 500000; num_experts_per_tok is its moe_k.
-    assert config_from_hf({"model_type": "ernie4_5_moe"}).rope_theta == 500000.0
-    hf = {"model_type": "ernie4_5_moe", "num_experts_per_tok": 3}
-    assert config_from_hf(hf).num_experts_per_tok == 3
 
 
 def test_expert_count_aliases_and_hard_coded_fields():
