@@ -34,20 +34,29 @@ demo: setup
 	$(PY) -m scripts.generate --model=tiny-deepseek-v3 --num_prompts=8 --max_tokens=24
 
 # tests/run_files.sh runs one pytest process per test file, TEST_JOBS at a time (why: its
-# header), the slowest files (measured) first so the workers finish close together.
+# header), longest first so the two workers finish close together: ORDERED_TESTS by their
+# time in a full run (25th session, 2 cores: test_engine 362 s ... test_inputs 22 s), then
+# any file not listed, then QUICK_TESTS (a few seconds each, most of it the process's start)
+# together in one process.
 # Compiling is most of the suite's time on CPU and many files compile the same step
 # programs, so the run shares JAX's persistent compilation cache: a fresh directory per run
 # (what a clean checkout pays), removed after.
 TEST_JOBS ?= 2
-SLOW_TESTS := $(wildcard tests/test_engine.py tests/test_sharding_mesh.py \
-	tests/test_batch_invariance.py tests/test_kv_quant.py tests/test_long_context.py \
-	tests/test_pallas_engine.py tests/test_pallas_bench.py tests/test_scripts.py)
-TEST_FILES := $(SLOW_TESTS) $(filter-out $(SLOW_TESTS),$(sort $(wildcard tests/test_*.py)))
+ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,engine sharding_mesh \
+	batch_invariance long_context sampling_options scripts pallas_bench kv_quant \
+	pallas_engine penalties paged_attention token_lists pallas_attention hf_parity \
+	pallas_mosaic models_ops long_context_bench determinism_check long_context_evals \
+	checkpoints inputs))
+QUICK_TESTS := $(wildcard $(patsubst %,tests/test_%.py,capacity sampler pallas_lowering \
+	long_context_policy param_counts sharding pallas_kv_write mxfp4 runner kv_pages \
+	scheduler hf_config hf_config_defaults))
+TEST_FILES := $(ORDERED_TESTS) \
+	$(filter-out $(ORDERED_TESTS) $(QUICK_TESTS),$(sort $(wildcard tests/test_*.py)))
 
 test: setup
 	@set -e; cache=$$(mktemp -d); trap 'rm -rf "$$cache"' EXIT; \
 	export JAX_COMPILATION_CACHE_DIR=$$cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0; \
-	tests/run_files.sh $(PY) $(TEST_JOBS) $(TEST_FILES)
+	tests/run_files.sh $(PY) $(TEST_JOBS) $(TEST_FILES) "$(QUICK_TESTS)"
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -549,7 +549,7 @@ class LLM:
             # The same kind of argument as a step's output (an uncommitted device array):
             # a host array here would compile every bucket a second time.
             if self._no_prev_tokens is None:
-                self._no_prev_tokens = jnp.zeros(self._buckets.max_seqs, jnp.int32)
+                self._no_prev_tokens = jnp.zeros(self._buckets.feed_rows, jnp.int32)
             batch = batch._replace(prev_tokens=self._no_prev_tokens)
         start = time.perf_counter()
         if penalized:

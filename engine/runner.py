@@ -17,6 +17,10 @@ def next_pow2(n: int) -> int:
 # variants of every larger T: at the defaults (2048 tokens, 64 sequences) 33 buckets
 # instead of 63, about half the compilations to warm up.
 SEQ_FLOOR = 8
+# Async scheduling feeds a step the tokens the previous one sampled as a fixed-size vector
+# (StepBatch.prev_tokens) of this many rows or the largest S, if more: engines that differ
+# only in their token budget (which caps max_num_seqs) then share their compiled steps.
+FEED_ROWS_FLOOR = 64
 
 
 class Buckets:
@@ -47,6 +51,7 @@ class Buckets:
         self.pages_per_seq = pages_per_seq
         self.token_sizes = self._sizes(self.max_tokens)
         self.seq_sizes = self._sizes(self.max_seqs)
+        self.feed_rows = max(self.max_seqs, FEED_ROWS_FLOOR)  # StepBatch.prev_tokens' length
 
     def _sizes(self, top: int) -> list[int]:
         return [1 << i for i in range(top.bit_length()) if 1 << i >= self.min_rows]
@@ -190,7 +195,7 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
         sampling[4].astype(np.int32),  # sample_step
         np.full(t_pad, -1, np.int32),  # score_targets: filled by the caller when scoring
         feed_index,
-        np.zeros(buckets.max_seqs, np.int32),  # prev_tokens: the caller passes the last step's
+        np.zeros(buckets.feed_rows, np.int32),  # prev_tokens: the caller passes the last step's
         sampling[5].astype(np.float32),  # min_p
         # Penalty slots and prompt lengths: filled by the caller (penalties.PenaltySlots).
         np.full(s_pad, -1, np.int32),

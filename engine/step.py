@@ -49,7 +49,7 @@ class StepBatch(NamedTuple):
     score_targets: jax.Array | None = None
     # Async scheduling: [T] int32, -1 = the row's token is token_ids[t], else the token the
     # previous step sampled for its sequence feed_index[t], read from `prev_tokens`, that
-    # step's StepOutput.feed_tokens ([S_max] int32, fixed size so no new compilations).
+    # step's StepOutput.feed_tokens ([runner.Buckets.feed_rows] int32, a fixed size).
     feed_index: jax.Array | None = None
     prev_tokens: jax.Array | None = None
     min_p: jax.Array | None = None  # [S] float32, 0 = off (None: off for every row)
@@ -76,7 +76,7 @@ class StepOutput(NamedTuple):
     expert_load: jax.Array | None = None
     # [T] float32 log p(score_targets[t] | tokens up to t); only from the with_scores step.
     score_logprobs: jax.Array | None = None
-    # [S_max] int32: `tokens` padded to batch.prev_tokens' size, the next step's prev_tokens.
+    # [feed_rows] int32: `tokens` padded to batch.prev_tokens' size, the next step's prev_tokens.
     feed_tokens: jax.Array | None = None
     # [S, K] int32 / float32: each row's K most likely tokens and their logprobs (unscaled
     # distribution, most likely first); only from a step made with top_logprobs=K.

@@ -44,11 +44,13 @@ def _scenario(
     """(probe alone, probe in random batches under each chunk budget, preemptions)."""
     probe = _probe(arch)
     rng = np.random.default_rng(11)
+    # The pool of the batched runs below (the probe alone fits in it): the same KV shapes,
+    # so the alone run's step programs are theirs too (fewer compilations).
     alone_llm = LLM(
         model=str(FIXTURES / arch),
         batch_invariant=batch_invariant,
         max_model_len=128,
-        num_pages=64,
+        num_pages=num_pages,
         **engine_kw,
     )
     (out,) = alone_llm.generate([probe], PROBE_PARAMS)

@@ -520,7 +520,7 @@ def _dot_precisions(preset: str, dtype: str) -> list[tuple[str, str, str]]:
     llm.add_request([1, 2, 3, 4, 5], SamplingParams(max_tokens=1))
     sched = llm._scheduler.schedule()
     batch = runner.pack(sched.items, llm.page_size, llm._buckets)
-    batch = batch._replace(prev_tokens=jax.numpy.zeros(llm._buckets.max_seqs, np.int32))
+    batch = batch._replace(prev_tokens=jax.numpy.zeros(llm._buckets.feed_rows, np.int32))
     text = llm._step.lower(llm.params, llm._kv, batch).as_text()
     dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
     found = [
