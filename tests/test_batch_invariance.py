@@ -124,11 +124,12 @@ def test_without_the_mode_the_same_scenario_may_differ(capsys):
 
 @pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
 def test_decode_equals_prefill_of_the_same_position(arch):
+    # The scenario's pool (_scenario): its step programs serve these shapes too.
     llm = LLM(
         model=str(FIXTURES / arch),
         batch_invariant=True,
         max_model_len=128,
-        num_pages=32,
+        num_pages=8,
         max_num_batched_tokens=64,
     )
     probe = _probe(arch)
@@ -168,7 +169,8 @@ def test_pallas_kernels_keep_the_mode(arch):
             **kw,
         )
 
-    (alone,) = engine(num_pages=64).generate([probe], PROBE_PARAMS)
+    # Alone in the batched runs' pool: the same KV shapes, so their step programs are shared.
+    (alone,) = engine(num_pages=8).generate([probe], PROBE_PARAMS)
     preemptions = 0
     for budget in (16, 80):
         llm = engine(max_num_batched_tokens=budget, max_num_seqs=min(budget, 32), num_pages=8)
