@@ -10,6 +10,10 @@ import pathlib
 from engine import SamplingParams
 
 SAMPLER_FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "sampler"
+# The KV pool of the engines these cases run on (their prompts and outputs are short):
+# tests/test_engine.py's, so engines of the same model and token budget compile the same
+# step programs, shared across test files by the suite's compilation cache.
+POOL = {"num_pages": 32, "max_model_len": 128}
 
 
 def cases(name: str, arch: str | None = None) -> list[dict]:

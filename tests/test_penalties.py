@@ -21,7 +21,7 @@ from engine.penalties import (
     update_state,
 )
 from engine.runner import Buckets, pack
-from tests.sampler_cases import cases, penalty_params
+from tests.sampler_cases import POOL, cases, penalty_params
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 _params = penalty_params  # (case, **kw): the case's penalties, greedy, its length
@@ -301,12 +301,16 @@ def test_penalize_with_every_penalty_off_is_bitwise_the_identity():
 @pytest.fixture(scope="module")
 def llama():
     # A small token budget: the 17-token prompts prefill in chunks next to decodes.
-    return LLM(str(FIXTURES / "llama"), dtype="float32", max_num_batched_tokens=16, max_num_seqs=8)
+    return LLM(
+        str(FIXTURES / "llama"), dtype="float32", max_num_batched_tokens=16, max_num_seqs=8, **POOL
+    )
 
 
 @pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v2"])
 def test_moe_and_mla_models_decode_as_hf_under_penalties(arch):
-    llm = LLM(str(FIXTURES / arch), dtype="float32", max_num_batched_tokens=32, max_num_seqs=4)
+    llm = LLM(
+        str(FIXTURES / arch), dtype="float32", max_num_batched_tokens=32, max_num_seqs=4, **POOL
+    )
     cases = _cases(arch)
     assert cases
     outs = llm.generate(
@@ -355,6 +359,7 @@ def test_sampled_penalized_request_is_bitwise_the_same_alone_and_in_a_batch():
         batch_invariant=True,
         max_num_batched_tokens=32,
         max_num_seqs=4,
+        **POOL,
     )
     cases = _cases("llama")
     params = _params(cases[2], temperature=0.8, seed=11)
@@ -395,7 +400,9 @@ def test_a_slot_freed_by_a_stop_is_reused_while_a_step_ahead_still_writes_it():
     k = 6  # A stops at its 7th token
     stop = a_case["tokens"][k]
     k = a_case["tokens"].index(stop)
-    llm = LLM(str(FIXTURES / "llama"), dtype="float32", max_num_batched_tokens=32, max_num_seqs=2)
+    llm = LLM(
+        str(FIXTURES / "llama"), dtype="float32", max_num_batched_tokens=32, max_num_seqs=2, **POOL
+    )
     taken = []  # (request id, slot) per penalized item, from the engine's own slot table
     fill = llm._penalty_slots.fill
 

@@ -147,7 +147,15 @@ def test_truncate_at_the_earliest_stop_string():
 
 @pytest.fixture(scope="module")
 def llama():
-    return LLM(model=str(FIXTURES / "llama"), max_num_seqs=8, max_num_batched_tokens=64)
+    # tests/test_engine.py's pool (32 pages, 128 tokens): the same step shapes, so the runs
+    # share compiled programs through the suite's compilation cache.
+    return LLM(
+        model=str(FIXTURES / "llama"),
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        num_pages=32,
+        max_model_len=128,
+    )
 
 
 _PROMPTS = ["the cat sat on the", "a dog and the cat", "on the mat the", "w3 w4 w5"]

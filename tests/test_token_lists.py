@@ -17,7 +17,7 @@ from engine import LLM, SamplingParams
 from engine.logit_bias import MIN_WIDTH, apply_token_lists, held_back, lists_for
 from engine.sampling_params import MAX_LISTED_TOKENS
 from engine.stop_strings import first_stop, protected_chars, stop_string_hit, truncate_at_stop
-from tests.sampler_cases import cases, token_list_params
+from tests.sampler_cases import POOL, cases, token_list_params
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 CASES = cases("hf_token_lists")
@@ -198,7 +198,9 @@ def test_generate_parses_the_list_flags():
 
 @pytest.fixture(scope="module")
 def llama():
-    return LLM(str(FIXTURES / "llama"), dtype="float32", max_num_batched_tokens=16, max_num_seqs=8)
+    return LLM(
+        str(FIXTURES / "llama"), dtype="float32", max_num_batched_tokens=16, max_num_seqs=8, **POOL
+    )
 
 
 def _check_against_hf(llm, arch):
@@ -229,7 +231,9 @@ def test_llama_decodes_as_hf_with_token_lists(llama):
 
 @pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v2"])
 def test_moe_and_mla_models_decode_as_hf_with_token_lists(arch):
-    llm = LLM(str(FIXTURES / arch), dtype="float32", max_num_batched_tokens=32, max_num_seqs=4)
+    llm = LLM(
+        str(FIXTURES / arch), dtype="float32", max_num_batched_tokens=32, max_num_seqs=4, **POOL
+    )
     _check_against_hf(llm, arch)
 
 
