@@ -113,7 +113,9 @@ def test_fp8_kv_pages_keep_the_mode():
 
 
 def test_without_the_mode_the_same_scenario_may_differ(capsys):
-    alone, mixed, _ = _scenario("deepseek_v3", batch_invariant=False, budgets=(80, 512))
+    # The GQA fixture: its steps compile in about half deepseek_v3's time at this file's
+    # optimization level, and its probe bits differ too (2/2 when last measured).
+    alone, mixed, _ = _scenario("llama", batch_invariant=False, budgets=(80, 512))
     differ = sum(bits != alone[1] for _, bits in mixed)
     with capsys.disabled():
         print(
