@@ -56,7 +56,7 @@ TEST_FILES := $(ORDERED_TESTS) \
 test: setup
 	@set -e; cache=$$(mktemp -d); trap 'rm -rf "$$cache"' EXIT; \
 	export JAX_COMPILATION_CACHE_DIR=$$cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0; \
-	tests/run_files.sh $(PY) $(TEST_JOBS) $(TEST_FILES) "$(QUICK_TESTS)"
+	tests/run_files.sh $(PY) $(TEST_JOBS) $(TEST_FILES) $(if $(QUICK_TESTS),"$(QUICK_TESTS)")
 
 lint: setup
 	$(VENV)/bin/ruff check .
