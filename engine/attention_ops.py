@@ -33,7 +33,7 @@ from engine import paged_attention as pa
 
 
 @functools.cache
-def _pk():
+def _kernels():
     """pallas_kernels, imported on first use (0.8 s of imports, most of them Mosaic GPU's,
     that a process on the XLA path never needs: every engine test file and script run on
     CPU), or None in a JAX without the Pallas Triton backend."""
@@ -43,6 +43,15 @@ def _pk():
         return None
     return pallas_kernels
 
+
+class _LazyKernels:
+    """`pk.name` is pallas_kernels.name, the module imported at the first such lookup."""
+
+    def __getattr__(self, name: str):
+        return getattr(_kernels(), name)
+
+
+pk = _LazyKernels()
 
 IMPLS = ("auto", "xla", "pallas", "mosaic")
 
@@ -115,7 +124,7 @@ def _check_mosaic_mode(batch_invariant: bool) -> None:
 
 def _pallas_available() -> bool:
     """Kernels importable, and on GPU a device the Triton lowering handles (Ampere or newer)."""
-    if _pk() is None:
+    if _kernels() is None:
         return False
     if jax.default_backend() != "gpu":
         return True  # interpret mode
@@ -149,10 +158,10 @@ def _pallas_write_kv(pages, new, slot_mapping):
     if kv_quant.is_quantized(pages):
         rows = kv_quant.quantize_rows(new)
         return kv_quant.QuantizedPages(
-            _pk().write_kv(pages.data, rows.data, slot_mapping, interpret=_interpret()),
-            _pk().write_kv(pages.scale, rows.scale, slot_mapping, interpret=_interpret()),
+            pk.write_kv(pages.data, rows.data, slot_mapping, interpret=_interpret()),
+            pk.write_kv(pages.scale, rows.scale, slot_mapping, interpret=_interpret()),
         )
-    return _pk().write_kv(pages, new, slot_mapping, interpret=_interpret())
+    return pk.write_kv(pages, new, slot_mapping, interpret=_interpret())
 
 
 def _spans(meta: pa.AttnMetadata) -> tuple[jax.Array, ...]:
@@ -173,7 +182,7 @@ def _check_fp8_device(pages) -> None:
         return
     if not _capability_at_least(8.9, unknown=False):
         capability = getattr(jax.devices()[0], "compute_capability", None)
-        raise _pk().UnsupportedShapeError(
+        raise pk.UnsupportedShapeError(
             f"float8_e4m3fn pages on compute capability {capability}: needs 8.9 or newer"
         )
 
@@ -189,10 +198,10 @@ def _gqa_config(num_tokens: int, num_seqs: int, batch_invariant: bool):
     and the same token recomputed inside a prefill chunk go through the same program shape.
     """
     if batch_invariant:
-        return _invariant(_pk().GQA_CONFIG)
+        return _invariant(pk.GQA_CONFIG)
     if num_tokens <= num_seqs:
-        return _pk().GQA_DECODE_CONFIG
-    return _pk().GQA_CONFIG
+        return pk.GQA_DECODE_CONFIG
+    return pk.GQA_CONFIG
 
 
 def _invariant(config):
@@ -223,12 +232,12 @@ def _pallas_gqa(
     (k_data, k_scales), (v_data, v_scales) = _split(k_pages), _split(v_pages)
     try:
         _check_fp8_device(k_pages)
-        _pk().check_gqa_supported(q, k_data, v_data, k_scales, v_scales)
-    except _pk().UnsupportedShapeError as err:
+        pk.check_gqa_supported(q, k_data, v_data, k_scales, v_scales)
+    except pk.UnsupportedShapeError as err:
         _fallback("GQA attention", err)
         xla = XLA_INVARIANT_OPS if batch_invariant else XLA_OPS
         return xla.gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, window=window, sinks=sinks)
-    return _pk().ragged_paged_attention(
+    return pk.ragged_paged_attention(
         q,
         k_data,
         v_data,
@@ -249,22 +258,22 @@ def mla_config(batch_invariant: bool = False, decode: bool = False):
     small batches) for a bucket of decodes only, outside the batch-invariant mode."""
     hopper = not _interpret() and _hopper()
     if batch_invariant:
-        return _invariant(_pk().MLA_HOPPER_CONFIG if hopper else _pk().MLA_CONFIG)
+        return _invariant(pk.MLA_HOPPER_CONFIG if hopper else pk.MLA_CONFIG)
     if decode:
-        return _pk().MLA_HOPPER_DECODE_CONFIG if hopper else _pk().MLA_DECODE_CONFIG
-    return _pk().MLA_HOPPER_CONFIG if hopper else _pk().MLA_CONFIG
+        return pk.MLA_HOPPER_DECODE_CONFIG if hopper else pk.MLA_DECODE_CONFIG
+    return pk.MLA_HOPPER_CONFIG if hopper else pk.MLA_CONFIG
 
 
 def _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages, batch_invariant=False):
     data, scales = _split(latent_pages)
     try:
         _check_fp8_device(latent_pages)
-        _pk().check_mla_supported(q_lat, q_pe, data, scales)
-    except _pk().UnsupportedShapeError as err:
+        pk.check_mla_supported(q_lat, q_pe, data, scales)
+    except pk.UnsupportedShapeError as err:
         _fallback("MLA attention", err)
         xla = XLA_INVARIANT_OPS if batch_invariant else XLA_OPS
         return xla.mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages)
-    return _pk().mla_paged_attention(
+    return pk.mla_paged_attention(
         q_lat,
         q_pe,
         data,
@@ -289,11 +298,11 @@ def _mosaic_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, window=None, s
         return _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, window, sinks=sinks)
     (k_data, k_scales), (v_data, v_scales) = _split(k_pages), _split(v_pages)
     try:
-        _pk().check_gqa_mosaic_supported(q, k_data, v_data, k_scales, v_scales)
-    except _pk().UnsupportedShapeError as err:
+        pk.check_gqa_mosaic_supported(q, k_data, v_data, k_scales, v_scales)
+    except pk.UnsupportedShapeError as err:
         _fallback("Mosaic GQA attention", err, instead="the Triton kernel")
         return _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages)
-    return _pk().ragged_paged_attention_mosaic(
+    return pk.ragged_paged_attention_mosaic(
         q,
         k_pages,
         v_pages,
@@ -309,11 +318,11 @@ def _mosaic_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages):
     if not _decode_only(q_lat.shape[0], meta):
         return _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages)
     try:
-        _pk().check_mla_mosaic_supported(q_lat, q_pe, *_split(latent_pages))
-    except _pk().UnsupportedShapeError as err:
+        pk.check_mla_mosaic_supported(q_lat, q_pe, *_split(latent_pages))
+    except pk.UnsupportedShapeError as err:
         _fallback("Mosaic MLA attention", err, instead="the Triton kernel")
         return _pallas_mla(q_lat, q_pe, latent_pages, meta, scale, kv_block_pages)
-    return _pk().mla_decode_mosaic(
+    return pk.mla_decode_mosaic(
         q_lat,
         q_pe,
         latent_pages,
