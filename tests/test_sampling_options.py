@@ -18,6 +18,7 @@ from engine.sampling_params import MAX_LOGPROBS, RequestOutput, StreamDelta
 from engine.stop_strings import stop_string_hit, truncate_at_stop
 from models.reference import init_cache, prefill_bucket, reference_forward
 from scripts.bench_stop_strings import byte_fallback_tokenizer, byte_level_tokenizer
+from tests.sampler_cases import POOL
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
@@ -147,15 +148,9 @@ def test_truncate_at_the_earliest_stop_string():
 
 @pytest.fixture(scope="module")
 def llama():
-    # tests/test_engine.py's pool (32 pages, 128 tokens): the same step shapes, so the runs
+    # tests/test_engine.py's pool (sampler_cases.POOL): the same step shapes, so the runs
     # share compiled programs through the suite's compilation cache.
-    return LLM(
-        model=str(FIXTURES / "llama"),
-        max_num_seqs=8,
-        max_num_batched_tokens=64,
-        num_pages=32,
-        max_model_len=128,
-    )
+    return LLM(model=str(FIXTURES / "llama"), max_num_seqs=8, max_num_batched_tokens=64, **POOL)
 
 
 _PROMPTS = ["the cat sat on the", "a dog and the cat", "on the mat the", "w3 w4 w5"]
