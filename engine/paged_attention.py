@@ -6,7 +6,12 @@ matrix larger than one KV block by one query tile is ever materialized, and the 
 step needs does not grow with the context. Every token reduces only over its own sequence's
 keys in a fixed block order with fixed-order sums.
 
-Two paths share that per-token math:
+Three paths share that per-token math:
+- a step whose page table is no wider than one decode KV block (max_model_len up to
+  `kv_block_pages` pages, 128 tokens at the engine's default) attends every token over
+  that one block directly, DENSE_GATHER_BYTES of gathered keys at a time, without the loops
+  below: the same math as a decode over one block, and a program that compiles ~2x faster
+  (the loops' bodies were most of a small model's step to compile on XLA:CPU);
 - decodes (a sequence with one query token this step) are batched across sequences, each
   gathering its own KV blocks of `kv_block_pages`, up to the longest decode context (up to
   DECODE_BATCH_MAX_TOKENS: longer ones take the tile path);
@@ -17,7 +22,8 @@ Two paths share that per-token math:
   and a short sequence never pays for a long neighbour's context.
 Bitwise: a decode's output does not depend on the batch around it; a prefill token's does
 not depend on its chunk or neighbours for a given padded step size T (its tile is
-min(QUERY_TILE, T)). With `split_decodes=False` (batch-invariant mode, INVARIANT_OPTIONS)
+min(QUERY_TILE, T)); on the dense path no token's output depends on anything but its own
+query and keys. With `split_decodes=False` (batch-invariant mode, INVARIANT_OPTIONS)
 every token, decodes included, goes through tiles of one fixed size and block, so decode and
 prefill of the same position agree bitwise whatever the step.
 
@@ -70,6 +76,10 @@ SHORT_CONTEXT_BLOCKS = 8
 # context than this goes through the tiles instead, paying for its own context alone (a 128k
 # request decoding next to short ones would otherwise make every decode scan 128k keys).
 DECODE_BATCH_MAX_TOKENS = 8192
+# The dense path (page tables of one decode block) gathers every token's block for itself:
+# the step's tokens are taken this many bytes of gathered keys and values at a time (a
+# chunk's size is set by the model's head shape alone, never by the step).
+DENSE_GATHER_BYTES = 16 << 20
 # Batch-invariant mode: decodes run this many sequences at a time (see _decode_attention).
 DECODE_GROUP = 16
 # Batch-invariant mode: every query token's scores and p.v are rows of one matmul shape,
@@ -323,6 +333,49 @@ class _Tiles(NamedTuple):
     rows: jax.Array  # [NT] int32, queries in it (<= the tile size)
 
 
+def _dense_attention(q, meta, page_table, page_size, gather, value_dim, window, sinks):
+    """Every token over its sequence's keys in one block: `page_table` [S, Bp] holds whole
+    contexts. q: [T, K, G, Dk]. Returns [T, K, G, Dv].
+
+    A token's math is a decode's over one block of Bp pages (_decode_attention): per KV
+    head [G, Dk] x [Dk, L] scores, one online-softmax step from the initial carry, and
+    [G, L] x [L, Dv]. Tokens go through in chunks whose size depends only on the head shape
+    (DENSE_GATHER_BYTES), so neither a step's size nor its other tokens change a bit.
+    """
+    num_tokens, num_kv_heads, _, key_dim = q.shape
+    block_len = page_table.shape[1] * page_size
+    per_token = block_len * num_kv_heads * (key_dim + value_dim) * 4
+    chunk = max(1, min(num_tokens, DENSE_GATHER_BYTES // per_token))
+    limit = jnp.minimum(meta.positions + 1, meta.kv_lens[meta.seq_ids])  # [T]; padding: 0
+    key_pos = jnp.arange(block_len)
+
+    def attend(q, seq_ids, positions, limit):  # one chunk: [C, ...]
+        keys, values = gather(page_table[seq_ids])  # [C, L, K, Dk], [C, L, K, Dv]
+        valid = key_pos[None, :] < limit[:, None]  # [C, L]
+        if window is not None:
+            valid &= key_pos[None, :] >= _first_key(positions, window, limit > 0)[:, None]
+        s = jnp.einsum("tkgd,tlkd->tkgl", q, keys, preferred_element_type=jnp.float32)
+        m, denom, acc = _init_carry(q.shape[:3], value_dim)
+        m, alpha, p, denom = _softmax_step(m, denom, s, valid[:, None, None, :])
+        # p is 0 at masked keys, but stale rows may hold inf/NaN (0 * inf = NaN).
+        values = jnp.where(valid[:, :, None, None], values, 0)
+        pv = jnp.einsum("tkgl,tlkd->tkgd", p, values, preferred_element_type=jnp.float32)
+        return _normalize(denom, alpha[..., None] * acc + pv, m, sinks)
+
+    per_chunk = (q, meta.seq_ids, meta.positions, limit)
+    if chunk == num_tokens:
+        return attend(*per_chunk)
+    num_chunks = -(-num_tokens // chunk)
+    # Padding rows: sequence 0 with limit 0, so they attend to nothing.
+    padded = [
+        jnp.pad(a, ((0, num_chunks * chunk - num_tokens),) + ((0, 0),) * (a.ndim - 1))
+        for a in per_chunk
+    ]
+    chunks = [a.reshape(num_chunks, chunk, *a.shape[1:]) for a in padded]
+    out = lax.map(lambda c: attend(*c), chunks)
+    return out.reshape(num_chunks * chunk, *out.shape[2:])[:num_tokens]
+
+
 def _first_key(positions: jax.Array, window: int | None, attends: jax.Array) -> jax.Array:
     """The first key a query at `positions` sees: 0, or with a sliding window the window's
     start; rows that attend to nothing (`attends` False) get int32 max, so that the min over
@@ -390,12 +443,25 @@ def _blocked_attention(
     before a tile's (or decode batch's) first visible key are skipped, which changes no bit
     of a result (such a block leaves the online-softmax carry exactly as it was).
 
-    `decodes=False` leaves out the batched decode path (the caller sends no decodes; a span
-    of one token would take a tile), and `remainder_tiles=()` cuts every span into tiles of
+    A page table no wider than one decode block takes the dense path (_dense_attention).
+    `decodes=False` leaves out the batched decode path and the dense one (the caller sends
+    no decodes, and its expanded keys cost too much to gather per token; a span of one
+    token would take a tile), and `remainder_tiles=()` cuts every span into tiles of
     the full size only.
     """
     num_tokens, num_kv_heads, group, _ = q.shape
     block_len = kv_block_pages * page_size
+    max_pages = meta.page_table.shape[1]
+    if decodes and max_pages <= kv_block_pages:
+        # Whole contexts fit one decode block. Unused columns (padded to the whole block, so
+        # a token's math is that of a decode over one block) are clipped into range and
+        # masked like any key past a context.
+        page_table = jnp.pad(
+            jnp.clip(meta.page_table, 0, num_pages - 1), ((0, 0), (0, kv_block_pages - max_pages))
+        )
+        return _dense_attention(
+            q, meta, page_table, page_size, gather_block, value_dim, window, sinks
+        )
     if split_decodes:
         # Per-token math only has to be fixed within a path here (decodes already take
         # their own shape), so a short step uses a short tile, the last few rows of a span
@@ -430,7 +496,6 @@ def _blocked_attention(
     # their keys are masked anyway. Columns are padded to whole blocks so a block's slice
     # never gets shifted back by dynamic_slice's start-index clamping.
     page_table = jnp.clip(meta.page_table, 0, num_pages - 1)  # [S, Pmax]
-    max_pages = page_table.shape[1]
     widest = math.lcm(kv_block_pages, *block_pages)
     padded_pages = -(-max_pages // widest) * widest
     page_table = jnp.pad(page_table, ((0, 0), (0, padded_pages - max_pages)))

@@ -173,9 +173,12 @@ def _options(tile: int = QUERY_TILE, split: bool = True) -> tuple[int, bool]:
 # one key, part of a page, about a page and several pages, with blocks of one and two pages,
 # so whole blocks before a window are skipped (on the decode path and on the tiles).
 # With sinks (gpt-oss): decodes batched (split) and as tile rows (not split), with a window.
+# Blocks as wide as the table (9 columns of 8, 5 of 16) or wider take the dense path.
 @pytest.mark.parametrize(
     "page_size,block,group,tile,split,window,with_sinks",
     [
+        (8, 9, 2, 4, True, 30, True),
+        (16, 6, 3, 3, False, None, False),
         (8, 1, 1, 4, True, None, False),
         (8, 2, 3, 3, False, None, False),
         (16, 1, 4, QUERY_TILE, True, None, False),
@@ -236,7 +239,7 @@ def _latent_step(rng, page_size, row_dim):
 
 
 @pytest.mark.parametrize(
-    "page_size,block,tile,split", [(8, 1, 4, False), (16, 2, QUERY_TILE, True)]
+    "page_size,block,tile,split", [(8, 1, 4, False), (16, 2, QUERY_TILE, True), (8, 9, 4, True)]
 )
 def test_mla_matches_dense_reference(page_size, block, tile, split):
     num_heads, rank, rope_dim = 4, 32, 8
@@ -360,9 +363,10 @@ def test_mla_expansion_takes_the_long_spans_and_matches_the_absorbed_form():
     )
 
 
-def test_token_output_independent_of_batch():
+@pytest.mark.parametrize("block", [2, 9])  # 9: the table's width, the dense path
+def test_token_output_independent_of_batch(block):
     """A decode token's output is bitwise equal whatever its place, neighbours and padded T."""
-    page_size, block, num_kv_heads, group, head_dim = 8, 2, 2, 4, 40
+    page_size, num_kv_heads, group, head_dim = 8, 2, 4, 40
     rng = np.random.default_rng(5)
     k_pages = rng.standard_normal((NUM_PAGES, page_size, num_kv_heads, head_dim), np.float32)
     v_pages = rng.standard_normal((NUM_PAGES, page_size, num_kv_heads, head_dim), np.float32)
@@ -519,16 +523,21 @@ CHUNKINGS = [(250, 1, 0, 8), (250, 1, 5, 64), (249, 2, 0, 8), (200, 51, 3, 64), 
 CHUNKINGS += [(247, 9, 17, 64), (235, 16, 0, 64), (128, 128, 1, 256), (250, 3, 0, 8)]
 
 
-@pytest.mark.parametrize("kind", ["gqa", "gqa_window", "mla"])
+@pytest.mark.parametrize("kind", ["gqa", "gqa_window", "mla", "gqa_dense"])
 def test_chunking_and_decode_leave_a_token_bitwise_unchanged(kind):
     """Tiles start at each span's first token, so a token's tile-mates change with the chunk.
     With INVARIANT_OPTIONS its output must not change at all: any chunk, any padded size, or
     decoded (a one-row tile). With a 37-key window (keys 214..250 for the probe) the blocks
-    before it are skipped, from a start that follows the tile's or decode batch's rows."""
-    window = 37 if kind == "gqa_window" else None
+    before it are skipped, from a start that follows the tile's or decode batch's rows.
+    gqa_dense: one block as wide as the table (the dense path, with the window), where no
+    token's output depends on its step in either mode; the 256-token steps take it in
+    chunks of DENSE_GATHER_BYTES (86 tokens here), the others at once."""
+    window = 37 if kind in ("gqa_window", "gqa_dense") else None
     page_size, block, seq_len, target = 16, 2, 300, 250
     rng = np.random.default_rng(9)
     pt_row = rng.permutation(NUM_PAGES)[: -(-seq_len // page_size)].astype(np.int32)
+    if kind == "gqa_dense":
+        block = len(pt_row)
     if kind != "mla":
         k_pages, v_pages = rng.standard_normal((2, NUM_PAGES, page_size, 2, 40), np.float32)
         q_seq = rng.standard_normal((seq_len, 6, 40), np.float32)
@@ -558,6 +567,14 @@ def test_chunking_and_decode_leave_a_token_bitwise_unchanged(kind):
     np.testing.assert_array_equal(decodes[1], decodes[0])
     for o in outs[True]:
         np.testing.assert_allclose(o, outs[False][0], rtol=1e-5, atol=1e-6)
+    if kind == "gqa_dense":
+        for o in outs[True]:
+            np.testing.assert_array_equal(o, outs[False][0])
+        j = np.arange(target + 1)
+        rows_k, rows_v = (c[pt_row[j // page_size], j % page_size] for c in (k_pages, v_pages))
+        q4 = q_seq[target].reshape(1, 2, 3, 40)
+        ref = dense_reference(q4, [(1, 0, 0)], [target], [rows_k], [rows_v], 0.15, window)
+        np.testing.assert_allclose(outs[True][0], ref[0].reshape(6, 40), atol=TOL, rtol=TOL)
 
 
 def test_long_context_chunk_over_many_blocks_and_tiles():
