@@ -118,8 +118,7 @@ def load_model(
       cfg: `model_config(model, dtype)`, when the caller has read it already.
       host: return the params as host (numpy) arrays, for a caller that places them itself
         (sharding a checkpoint onto a mesh: no device holds more than its shards; preset
-        weights are drawn on the default device, then copied to the host); default: on the
-        default device.
+        weights are drawn on the host); default: on the default device.
     """
     path = _model_dir(model)
     if path is not None:
@@ -129,8 +128,7 @@ def load_model(
             params = jax.tree.map(jnp.asarray, params)
         return cfg, params, tokenizer
     cfg = model_config(model, dtype) if cfg is None else cfg
-    params = init_params(cfg, jax.random.key(seed))
-    return cfg, jax.device_get(params) if host else params, None
+    return cfg, init_params(cfg, jax.random.key(seed), host=host), None
 
 
 def _check_out_dir(hf_dir: str, out_dir: str) -> None:

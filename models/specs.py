@@ -1,7 +1,7 @@
 """Every weight declared once: shape, dtype, logical axes, initializer.
 
-Init, shardings, abstract shapes (`jax.eval_shape`) and the checkpoint layout all derive
-from the tree `param_specs(cfg)` returns. Layout (letters as in the einsums):
+Init, shardings, abstract shapes and the checkpoint layout all derive from the tree
+`param_specs(cfg)` returns. Layout (letters as in the einsums):
 
   embed [V, D]; final_norm [D]; lm_head [D, V] (absent when tied)
   layers[i]: attn_norm [D], mlp_norm [D], attn {...}, and either mlp {...} or moe {...}
@@ -26,26 +26,33 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from configs.model_config import ModelConfig
 
-Initializer = Callable[[jax.Array, tuple[int, ...], Any], jax.Array]
+# (rng, shape, dtype) -> a host array. Random weights are drawn on the host with numpy: on
+# XLA:CPU, jax.random compiled a threefry program per distinct leaf shape (~0.3 s each),
+# so drawing a tiny model's weights took 4-8 s, against milliseconds here.
+Initializer = Callable[[np.random.Generator, tuple[int, ...], Any], np.ndarray]
 
 
 def normal(stddev: float) -> Initializer:
-    return lambda key, shape, dtype: (stddev * jax.random.normal(key, shape, jnp.float32)).astype(
-        dtype
-    )
+    def draw(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+        x = rng.standard_normal(shape, dtype=np.float32)
+        x *= np.float32(stddev)
+        return x.astype(dtype)
+
+    return draw
 
 
-def ones(key, shape, dtype):
-    del key
-    return jnp.ones(shape, dtype)
+def ones(rng, shape, dtype):
+    del rng
+    return np.ones(shape, dtype)
 
 
-def zeros(key, shape, dtype):
-    del key
-    return jnp.zeros(shape, dtype)
+def zeros(rng, shape, dtype):
+    del rng
+    return np.zeros(shape, dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,19 +180,28 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
     return specs
 
 
-def init_params(cfg: ModelConfig, key: jax.Array, init_std: float = 0.02) -> dict:
-    """Random parameters following `param_specs` (one fold of `key` per leaf)."""
+def init_params(
+    cfg: ModelConfig, key: jax.Array | int, init_std: float = 0.02, host: bool = False
+) -> dict:
+    """Random parameters following `param_specs`, drawn from `key` (a jax PRNG key or an
+    int seed): the leaves in tree order from one numpy generator seeded with the key's
+    data, so a key always gives the same weights. On the default device, or with
+    `host=True` as numpy arrays."""
+    if not isinstance(key, int):
+        key = jnp.asarray(key)
+        key = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+        key = np.asarray(key, np.uint32).ravel().tolist()
+    rng = np.random.default_rng(key)
     specs = param_specs(cfg, init_std)
-    leaves, treedef = jax.tree.flatten(specs, is_leaf=is_spec)
-    keys = jax.random.split(key, len(leaves))
-    return jax.tree.unflatten(
-        treedef, [s.init(k, s.shape, s.dtype) for s, k in zip(leaves, keys, strict=True)]
-    )
+    params = jax.tree.map(lambda s: s.init(rng, s.shape, s.dtype), specs, is_leaf=is_spec)
+    return params if host else jax.tree.map(jnp.asarray, params)
 
 
 def abstract_params(cfg: ModelConfig) -> dict:
-    """`jax.ShapeDtypeStruct` tree of the params, built with `jax.eval_shape` (no allocation)."""
-    return jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    """`jax.ShapeDtypeStruct` tree of the params (no allocation)."""
+    return jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype), param_specs(cfg), is_leaf=is_spec
+    )
 
 
 def count_params(cfg: ModelConfig) -> tuple[int, int]:
