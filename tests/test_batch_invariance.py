@@ -102,8 +102,12 @@ def test_a_sliding_window_keeps_the_mode(monkeypatch):
         assert (out.token_ids, _bits(out.logprobs)) == (alone[0][j : j + 1], alone[1][j : j + 1])
 
 
-def test_fp8_kv_pages_keep_the_mode():
-    """Each cached row is quantized from itself alone, so fp8 pages keep the probe bitwise."""
+def test_fp8_kv_pages_keep_the_mode(monkeypatch):
+    """Each cached row is quantized from itself alone, so fp8 pages keep the probe bitwise.
+    With 32-key KV blocks (a 128-token sequence spans 4): the MLA attention takes the
+    tiled path, whose tiles and blocks must keep the mode too (the other scenarios' page
+    tables are one block wide, attended densely)."""
+    monkeypatch.setattr(llm_module, "_KV_BLOCK_TOKENS", 32)
     alone, mixed, preemptions = _scenario(
         "deepseek_v3", batch_invariant=True, budgets=(16, 80), kv_cache_dtype="fp8"
     )
