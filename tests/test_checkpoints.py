@@ -26,7 +26,7 @@ from models.orbax_io import (
     save_params,
 )
 from models.reference import init_cache, reference_forward
-from models.specs import init_params
+from models.specs import abstract_params, init_params
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
@@ -39,6 +39,26 @@ def _assert_bitwise_equal(a, b):
         x, y = np.asarray(x), np.asarray(y)
         assert x.dtype == y.dtype and x.shape == y.shape
         assert x.tobytes() == y.tobytes()
+
+
+def test_random_weights_follow_the_key_and_the_specs():
+    """Preset weights are drawn on the host (numpy) from the key's data: the same key gives
+    the same bits on the host and on the device, another key others; every leaf has its
+    spec's shape and dtype (bfloat16 included), N(0, 0.02) weights and ones for norms."""
+    cfg = get_preset("tiny-deepseek-v3").replace(dtype="bfloat16")
+    host = init_params(cfg, jax.random.key(5), host=True)
+    device = init_params(cfg, jax.random.key(5))
+    other = init_params(cfg, jax.random.key(6), host=True)
+    assert all(type(x) is np.ndarray for x in jax.tree.leaves(host))
+    assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(device))
+    _assert_bitwise_equal(host, device)
+    assert not np.array_equal(host["embed"], other["embed"])
+    shapes = jax.tree.map(lambda x: (x.shape, x.dtype), host)
+    assert shapes == jax.tree.map(lambda x: (x.shape, x.dtype), abstract_params(cfg))
+    assert host["embed"].dtype == np.dtype(jax.numpy.bfloat16)
+    embed = host["embed"].astype(np.float32)
+    assert abs(float(embed.std()) - 0.02) < 0.002 and abs(float(embed.mean())) < 0.002
+    assert np.all(host["final_norm"] == 1)
 
 
 def _copy_fixture(tmp_path, arch: str) -> str:
