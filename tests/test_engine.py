@@ -82,10 +82,11 @@ def test_concurrent_requests_with_preemption_equal_each_request_alone(arch):
     params = [
         SamplingParams(max_tokens=int(rng.integers(1, 25)), ignore_eos=True) for _ in range(n)
     ]
-    # 10 pages of 16 tokens: the largest request needs 8, the whole load needs ~60.
+    # 32 pages of 16 tokens (the chunk-budget test's pool: its step programs): the largest
+    # request needs 8, the whole load ~60.
     llm = LLM(
         model=str(FIXTURES / arch),
-        num_pages=10,
+        num_pages=32,
         page_size=16,
         max_num_batched_tokens=64,
         max_num_seqs=16,
@@ -94,7 +95,7 @@ def test_concurrent_requests_with_preemption_equal_each_request_alone(arch):
     outs = llm.generate(prompts, params)
     stats = llm.stats()
     assert stats["num_preemptions"] > 0
-    assert stats["num_pages_free"] == stats["num_pages_total"] == 10
+    assert stats["num_pages_free"] == stats["num_pages_total"] == 32
     for prompt, p, out in zip(prompts, params, outs, strict=True):
         alone = _alone(llm, prompt, p)
         assert len(out.token_ids) == p.max_tokens
