@@ -540,7 +540,7 @@ def test_chunking_and_decode_leave_a_token_bitwise_unchanged(kind):
     if kind == "gqa_dense":
         block = len(pt_row)
         # Tokens per chunk: K/V rows of 2 heads x (40 + 40) float32 values per key.
-        assert 8 < DENSE_GATHER_BYTES // (block * page_size * 2 * 80 * 4) < 256
+        assert 64 < DENSE_GATHER_BYTES // (block * page_size * 2 * 80 * 4) < 256
     if kind != "mla":
         k_pages, v_pages = rng.standard_normal((2, NUM_PAGES, page_size, 2, 40), np.float32)
         q_seq = rng.standard_normal((seq_len, 6, 40), np.float32)
