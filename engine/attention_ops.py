@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import jax
 
-from engine import kv_quant
+from engine import kv_quant, mla_expanded
 from engine import paged_attention as pa
 
 
@@ -77,7 +77,10 @@ class AttentionOps(NamedTuple):
 # Pallas routes, whose MLA kernel is absorbed and whose GPU timings this has not been
 # measured against.
 XLA_OPS = AttentionOps(
-    pa.write_kv, pa.paged_attention_gqa, pa.paged_attention_mla, pa.paged_attention_mla_expanded
+    pa.write_kv,
+    pa.paged_attention_gqa,
+    pa.paged_attention_mla,
+    mla_expanded.paged_attention_mla_expanded,
 )
 # Batch-invariant mode: decodes go through the same query tiles as prefill chunks, so a
 # token's attention is one matmul shape whether it is decoded or recomputed in a chunk.

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from configs.model_config import ModelConfig
-from engine import kv_quant, penalties
+from engine import kv_quant, mla_expanded, penalties
 from engine import paged_attention as pa
 from engine.attention_ops import get_attention_ops
 from engine.logit_bias import apply_token_lists
@@ -91,17 +91,19 @@ def _mla_dims(cfg: ModelConfig) -> tuple[int, int, int, int]:
 
 
 def mla_expansion_may_pay(ops, cfg: ModelConfig, num_tokens: int, num_seqs: int) -> bool:
-    """Static, per step bucket: whether any span could be expanded (pa.mla_expansion_may_pay)."""
-    return ops.mla_expanded is not None and pa.mla_expansion_may_pay(
+    """Static, per step bucket: whether any span could be expanded
+    (mla_expanded.mla_expansion_may_pay)."""
+    return ops.mla_expanded is not None and mla_expanded.mla_expansion_may_pay(
         num_tokens, num_seqs, *_mla_dims(cfg)
     )
 
 
 def mla_split_for(ops, cfg: ModelConfig, meta, num_tokens: int, num_seqs: int):
-    """The step's pa.MlaSplit, or None where no span can be expanded (nothing is built)."""
+    """The step's mla_expanded.MlaSplit, or None where no span can be expanded (nothing is
+    built)."""
     if not mla_expansion_may_pay(ops, cfg, num_tokens, num_seqs):
         return None
-    return pa.mla_split(meta, *_mla_dims(cfg))
+    return mla_expanded.mla_split(meta, *_mla_dims(cfg))
 
 
 def mla_attention(

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs.presets import get_preset
-from engine import LLM, SamplingParams, kv_quant, runner
+from engine import LLM, SamplingParams, kv_quant, mla_expanded, runner
 from engine import paged_attention as pa
 from engine import step as engine_step
 from engine.attention_ops import get_attention_ops
@@ -413,7 +413,7 @@ def time_mla_attention(
     q_pe = rng.standard_normal((num_tokens, num_heads, 64), np.float32)
     w_kv_b = rng.standard_normal((512, num_heads, 256), np.float32) / 512**0.5
     args = tuple(jnp.asarray(a, dtype) for a in (q_nope, q_pe, latent, w_kv_b)) + meta_args
-    ops = get_attention_ops(impl)._replace(mla_expanded=pa.paged_attention_mla_expanded)
+    ops = get_attention_ops(impl)._replace(mla_expanded=mla_expanded.paged_attention_mla_expanded)
     expand = engine_step.mla_expansion_may_pay(ops, cfg, num_tokens, len(scenario))
 
     def program(expand: bool):

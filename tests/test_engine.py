@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 from configs.presets import get_preset
-from engine import LLM, SamplingParams, attention_ops, runner
-from engine import paged_attention as pa
+from engine import LLM, SamplingParams, attention_ops, mla_expanded, runner
 from models.load import convert_hf_to_orbax
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -42,7 +41,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
 
     def spy(q_nope, *args):
         expanded_spans.append(q_nope.shape)
-        return pa.paged_attention_mla_expanded(q_nope, *args)
+        return mla_expanded.paged_attention_mla_expanded(q_nope, *args)
 
     monkeypatch.setattr(attention_ops, "XLA_OPS", attention_ops.XLA_OPS._replace(mla_expanded=spy))
     jax.clear_caches()  # so the step is traced here, whatever ran before in this process

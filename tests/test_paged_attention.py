@@ -8,17 +8,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from engine.mla_expanded import mla_expanded_cost, mla_split, paged_attention_mla_expanded
 from engine.paged_attention import (
     DECODE_BATCH_MAX_TOKENS,
     DENSE_GATHER_BYTES,
     INVARIANT_OPTIONS,
     QUERY_TILE,
     build_metadata,
-    mla_expanded_cost,
-    mla_split,
     paged_attention_gqa,
     paged_attention_mla,
-    paged_attention_mla_expanded,
     write_kv,
 )
 
