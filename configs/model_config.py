@@ -260,6 +260,21 @@ class ModelConfig:
             return None
         return self.sliding_window
 
+    @property
+    def windowed_layers(self) -> tuple[int, ...]:
+        """Decoder layers that attend through a sliding window."""
+        return tuple(i for i in range(self.num_layers) if self.attention_window(i) is not None)
+
+    @property
+    def hybrid_window(self) -> int | None:
+        """The sliding window when some layers have it and others attend to every key
+        (gpt-oss, Qwen2 with max_window_layers): the engine keeps the windowed layers' KV
+        in a pool of its own, where a sequence gives back the pages behind its window.
+        None otherwise (no window, or one on every layer: kv_window)."""
+        if 0 < len(self.windowed_layers) < self.num_layers:
+            return self.sliding_window
+        return None
+
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer `layer` carries routed experts (else a dense SwiGLU MLP)."""
         if not self.num_experts or layer in self.mlp_only_layers:

@@ -55,6 +55,30 @@ def pages_for_budget(budget_bytes: int, kv_bytes_per_token: int, page_size: int)
     return num_pages
 
 
+def window_pool_pages(
+    window: int, page_size: int, max_num_seqs: int, max_num_batched_tokens: int
+) -> int:
+    """Pages that the windowed layers' pool of a hybrid model needs so that it never runs
+    out before the full-attention pool (ModelConfig.hybrid_window; Scheduler window_pages).
+
+    A sequence that has computed c tokens and schedules k more holds the pages from the one
+    holding key c + 1 - W (those wholly before it went back) to the one holding position
+    c + k - 1: at most 1 + (P - 1 + W - 1 + k) / P pages of P. Over n sequences whose
+    chunks add up to at most two steps' token budgets B (one step in flight, the next being
+    scheduled ahead), that is at most (n (2P + W - 2) + 2B) / P.
+    """
+    for name, value in (
+        ("window", window),
+        ("page_size", page_size),
+        ("max_num_seqs", max_num_seqs),
+        ("max_num_batched_tokens", max_num_batched_tokens),
+    ):
+        if value < 1:
+            raise ValueError(f"{name}={value}: must be >= 1")
+    span = max_num_seqs * (2 * page_size + window - 2) + 2 * max_num_batched_tokens
+    return pages_for_tokens(span, page_size)
+
+
 class PageManager:
     """A pool of `num_pages` KV pages of `page_size` tokens each.
 

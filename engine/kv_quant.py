@@ -103,13 +103,13 @@ def cache_row_shapes(cfg: ModelConfig) -> tuple[tuple[int, ...], ...]:
     return ((cfg.num_kv_heads, cfg.head_dim),) * 2
 
 
-def bytes_per_token(cfg: ModelConfig, dtype=None) -> int:
-    """Cache bytes of one token over all layers in page dtype `dtype` (None: the model's);
-    fp8 pages add one 4-byte scale per row."""
+def bytes_per_token(cfg: ModelConfig, dtype=None, num_layers: int | None = None) -> int:
+    """Cache bytes of one token over all layers (or `num_layers` of them) in page dtype
+    `dtype` (None: the model's); fp8 pages add one 4-byte scale per row."""
     dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
     per_layer = 0
     for row in cache_row_shapes(cfg):
         per_layer += math.prod(row) * dtype.itemsize
         if dtype == FP8_DTYPE:
             per_layer += math.prod(row[:-1]) * SCALE_DTYPE.itemsize
-    return cfg.num_layers * per_layer
+    return (cfg.num_layers if num_layers is None else num_layers) * per_layer

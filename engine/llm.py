@@ -19,7 +19,7 @@ from configs.model_config import ModelConfig
 from engine import batch_invariant as batch_invariant_lib
 from engine import inputs, kv_quant, logit_bias, penalties, runner
 from engine.attention_ops import resolve_impl
-from engine.kv_pages import PageManager, pages_for_budget, pages_for_tokens
+from engine.kv_pages import PageManager, pages_for_budget, pages_for_tokens, window_pool_pages
 from engine.sampler import GREEDY_TEMPERATURE
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
@@ -110,8 +110,24 @@ def _default_backend_kv_budget() -> int:
     return int(free * _ACCEL_KV_FRACTION) if free > 0 else _CPU_KV_BUDGET
 
 
+def _kv_pool_bytes(
+    cfg: ModelConfig, num_pages: int, window_num_pages: int | None, page_size: int, kv_dtype
+) -> int:
+    """Bytes of the KV pool: `num_pages` for every layer, or for a hybrid model's
+    full-attention layers with its windowed layers in `window_num_pages` of their own."""
+    windowed = 0 if window_num_pages is None else len(cfg.windowed_layers)
+    full = num_pages * kv_quant.bytes_per_token(cfg, kv_dtype, cfg.num_layers - windowed)
+    window = (window_num_pages or 0) * kv_quant.bytes_per_token(cfg, kv_dtype, windowed)
+    return page_size * (full + window)
+
+
 def _check_kv_fits(
-    cfg: ModelConfig, num_pages: int, page_size: int, kv_dtype, mesh_config: MeshConfig | None
+    cfg: ModelConfig,
+    num_pages: int,
+    page_size: int,
+    kv_dtype,
+    mesh_config: MeshConfig | None,
+    window_num_pages: int | None = None,
 ) -> None:
     """ValueError naming num_pages if its KV pool cannot fit, before anything is allocated.
 
@@ -120,7 +136,7 @@ def _check_kv_fits(
     is held against one device's memory; on CPU every device's copy is host RAM."""
     tp = mesh_config.tp if mesh_config else 1
     devices = mesh_config.dp * mesh_config.tp * mesh_config.ep if mesh_config else 1
-    pool = num_pages * page_size * kv_quant.bytes_per_token(cfg, kv_dtype)
+    pool = _kv_pool_bytes(cfg, num_pages, window_num_pages, page_size, kv_dtype)
     per_device = math.ceil(pool * kv_shard_fraction(cfg, tp))
     dev = jax.devices()[0]
     if dev.platform == "cpu":
@@ -155,6 +171,12 @@ class LLM:
     `kv_cache_dtype="fp8"` stores K/V (or the MLA latent) as float8_e4m3fn pages with a
     float32 scale per row (engine/kv_quant.py): about half the bf16 cache, so twice the
     tokens in the same memory, at the price of e4m3 rounding of every cached row.
+    Hybrid models (sliding-window layers beside full-attention ones: gpt-oss, Qwen2 with
+    max_window_layers; ModelConfig.hybrid_window) keep the windowed layers' KV in a pool of
+    their own, where a sequence holds only the pages under its window: `num_pages` (or the
+    memory budget, less that pool) is then the full-attention layers' pool, and the
+    windowed pool has kv_pages.window_pool_pages pages, enough that it never runs out
+    first (stats: num_window_pages_total / num_window_pages_free).
     """
 
     def __init__(
@@ -207,8 +229,18 @@ class LLM:
                 f"max_model_len={max_model_len!r}: must be in [1, max_position_embeddings="
                 f"{cfg.max_position_embeddings}]"
             )
+        max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
+        window_num_pages = None  # the windowed layers' pool of a hybrid model
+        if cfg.hybrid_window is not None:
+            window_num_pages = window_pool_pages(
+                cfg.hybrid_window, page_size, max_num_seqs, max_num_batched_tokens
+            )
+            if num_pages is not None:
+                window_num_pages = min(window_num_pages, num_pages)
         if num_pages is not None:
-            _check_kv_fits(cfg, num_pages, page_size, kv_dtype, mesh_config if mesh else None)
+            _check_kv_fits(
+                cfg, num_pages, page_size, kv_dtype, mesh_config if mesh else None, window_num_pages
+            )
 
         # On a mesh checkpoint params stay on the host until shard_model puts each device's
         # shards: a checkpoint larger than one device never lands whole on the first (preset
@@ -223,16 +255,24 @@ class LLM:
             self.mesh, self.params = shard_model(cfg, self.params, mesh_config)
         self.max_model_len = max_model_len
         self.page_size = page_size
-        max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
         pages_per_seq = pages_for_tokens(max_model_len, page_size)
         if num_pages is None:
+            budget = _default_backend_kv_budget()
+            full_layers = cfg.num_layers
+            if window_num_pages is not None:
+                window_num_pages = min(window_num_pages, max_num_seqs * pages_per_seq)
+                budget -= _kv_pool_bytes(cfg, 0, window_num_pages, page_size, kv_dtype)
+                full_layers -= len(cfg.windowed_layers)
             num_pages = min(
                 pages_for_budget(
-                    _default_backend_kv_budget(), kv_quant.bytes_per_token(cfg, kv_dtype), page_size
+                    budget, kv_quant.bytes_per_token(cfg, kv_dtype, full_layers), page_size
                 ),
                 max_num_seqs * pages_per_seq,
             )
+            if window_num_pages is not None:
+                window_num_pages = min(window_num_pages, num_pages)
         self.num_pages = num_pages
+        self.window_num_pages = window_num_pages
         self.tokenizer = None
         # The BOS a text prompt must start with (None: whatever the tokenizer gives).
         self.prompt_bos_id: int | None = None
@@ -243,6 +283,7 @@ class LLM:
             self.prompt_bos_id = _prompt_bos_id(tokenizer_path, self.tokenizer, cfg)
 
         self._pages = PageManager(num_pages, page_size)
+        hybrid = window_num_pages is not None
         self._scheduler = Scheduler(
             self._pages,
             max_num_batched_tokens,
@@ -250,8 +291,9 @@ class LLM:
             max_model_len,
             eos_token_ids=cfg.eos_token_ids,
             long_prefill=long_prefill,
-            sliding_window=cfg.kv_window,
+            sliding_window=cfg.hybrid_window if hybrid else cfg.kv_window,
             detokenize=None if self.tokenizer is None else self._detokenize,
+            window_pages=PageManager(window_num_pages, page_size) if hybrid else None,
         )
         self.batch_invariant = bool(batch_invariant)
         self._buckets = runner.Buckets(
@@ -264,9 +306,17 @@ class LLM:
             )
             if batch_invariant
             else 1,
+            window_tables=hybrid,
         )
         self.kv_dtype = jnp.dtype(cfg.dtype if kv_dtype is None else kv_dtype)
-        self._kv = init_kv_pages(cfg, num_pages, page_size, self.kv_dtype, mesh=self.mesh)
+        self._kv = init_kv_pages(
+            cfg,
+            num_pages,
+            page_size,
+            self.kv_dtype,
+            mesh=self.mesh,
+            window_num_pages=window_num_pages,
+        )
         kv_block_pages = max(1, _KV_BLOCK_TOKENS // page_size)
         self._step_key = (
             cfg,
@@ -300,6 +350,7 @@ class LLM:
         # (variant, penalized, token-list width, T, S): the step programs this engine ran.
         self._variant_shapes: set[tuple] = set()
         self._page_rows = runner.PageRows()  # page tables as arrays, grown step by step
+        self._window_rows = runner.PageRows("window_page_ids")
         self._num_tokens_generated = 0
         self._expert_load = np.zeros((0, 0), np.int64)  # [L_moe, E] last step
         self._expert_load_total = np.zeros((0, 0), np.int64)  # [L_moe, E] since creation
@@ -517,7 +568,9 @@ class LLM:
     def _dispatch(self, sched, prev_out) -> _Dispatched:
         """Pack and launch one step without waiting for it; `prev_out` is the step in
         flight whose sampled tokens feed this one's placeholders."""
-        batch = runner.pack(sched.items, self.page_size, self._buckets, self._page_rows)
+        batch = runner.pack(
+            sched.items, self.page_size, self._buckets, self._page_rows, self._window_rows
+        )
         shape = (batch.token_ids.shape[0], batch.kv_lens.shape[0])
         score_rows = self._fill_score_targets(sched.items, batch)
         with_top = any(it.sample and it.sampling_params.logprobs for it in sched.items)

@@ -34,6 +34,8 @@ class Buckets:
 
     With `min_rows` (batch-invariant mode) both T and S are padded to at least that many
     rows, so every matmul runs in one kernel regime whatever the real batch is.
+    `window_tables` (hybrid models, ModelConfig.hybrid_window): every batch also carries
+    the windowed layers' page table and slots (StepBatch.window_page_table).
     """
 
     def __init__(
@@ -42,6 +44,7 @@ class Buckets:
         max_num_seqs: int,
         pages_per_seq: int,
         min_rows: int = 1,
+        window_tables: bool = False,
     ):
         if min_rows < 1 or min_rows & (min_rows - 1):
             raise ValueError(f"min_rows={min_rows}: must be a power of two >= 1")
@@ -49,6 +52,7 @@ class Buckets:
         self.max_tokens = max(next_pow2(max_num_batched_tokens), min_rows)
         self.max_seqs = max(next_pow2(max_num_seqs), min_rows)
         self.pages_per_seq = pages_per_seq
+        self.window_tables = window_tables
         self.token_sizes = self._sizes(self.max_tokens)
         self.seq_sizes = self._sizes(self.max_seqs)
         self.feed_rows = max(self.max_seqs, FEED_ROWS_FLOOR)  # StepBatch.prev_tokens' length
@@ -80,16 +84,18 @@ class PageRows:
     same objects, so that is a fast identity walk) converts only its new pages. Anything
     else (pages given back by an undone step ahead, a preempted sequence re-admitted)
     converts the whole table again. Rows are kept for the last step's sequences only.
+    `attr` names the item's table: "page_ids", or "window_page_ids" (hybrid models).
     """
 
-    def __init__(self):
+    def __init__(self, attr: str = "page_ids"):
         self._rows: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
+        self._attr = attr
 
     def rows(self, items) -> list[np.ndarray]:
-        """[len(item.page_ids)] int32 per item, in order."""
+        """[len(item.<attr>)] int32 per item, in order."""
         kept = {}
         for it in items:
-            ids = tuple(it.page_ids)
+            ids = tuple(getattr(it, self._attr))
             old = self._rows.get(it.request_id)
             if old is not None and len(old[0]) <= len(ids) and ids[: len(old[0])] == old[0]:
                 row = old[1]
@@ -102,14 +108,21 @@ class PageRows:
         return [kept[it.request_id][1] for it in items]
 
 
-def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = None) -> StepBatch:
+def pack(
+    items,
+    page_size: int,
+    buckets: Buckets,
+    page_rows: PageRows | None = None,
+    window_rows: PageRows | None = None,
+) -> StepBatch:
     """Flatten scheduled items (decodes first, then prefill chunks) into a padded StepBatch.
 
     Each item carries token_ids, start_pos, page_ids, kv_len_after, sampling (with a resolved
-    seed), num_generated and feed_index (ScheduledItem). Padding tokens write nowhere (slot
-    -1); padding sequences have kv_len 0, so they attend to nothing and their samples are
-    ignored by the caller. `page_rows` (an engine's, kept across steps) converts only the
-    pages a sequence gained since its last step.
+    seed), num_generated and feed_index (ScheduledItem), and window_page_ids when
+    `buckets.window_tables`. Padding tokens write nowhere (slot -1); padding sequences have
+    kv_len 0, so they attend to nothing and their samples are ignored by the caller.
+    `page_rows` / `window_rows` (an engine's, kept across steps) convert only the pages a
+    sequence gained since its last step.
 
     One pass over the items gathers their fields into lists; everything per token is then
     whole-array numpy (a per-item numpy slice costs ~1 us: with a dozen of them an item took
@@ -152,23 +165,32 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
     positions[:num_tokens] = np.arange(num_tokens, dtype=np.int32) + (starts - cu_q_lens[:n])[owner]
     token_ids = np.zeros(t_pad, np.int32)
     token_ids[:num_tokens] = tokens
-    page_table = np.zeros((s_pad, buckets.pages_per_seq), np.int32)
-    num_pages = np.zeros(n, np.int32)
-    for i, pages in enumerate((page_rows or PageRows()).rows(items)):
-        page_table[i, : len(pages)] = pages
-        num_pages[i] = len(pages)
-    # The slots below read the table, where a missing page would read as page 0 (another
-    # sequence's): the scheduler never hands out such an item, and pack refuses one.
-    short = np.flatnonzero(num_pages * page_size < kv_lens[:n])
-    if short.size:
-        i = int(short[0])
-        raise ValueError(
-            f"items[{i}].page_ids: {num_pages[i]} pages of {page_size} cannot hold "
-            f"kv_len_after={int(kv_lens[i])}"
-        )
     pos = positions[:num_tokens]
-    slot_mapping = np.full(t_pad, -1, np.int32)
-    slot_mapping[:num_tokens] = page_table[owner, pos // page_size] * page_size + pos % page_size
+
+    def table_and_slots(rows: PageRows, attr: str) -> tuple[np.ndarray, np.ndarray]:
+        page_table = np.zeros((s_pad, buckets.pages_per_seq), np.int32)
+        num_pages = np.zeros(n, np.int32)
+        for i, pages in enumerate(rows.rows(items)):
+            page_table[i, : len(pages)] = pages
+            num_pages[i] = len(pages)
+        # The slots below read the table, where a missing page would read as page 0
+        # (another sequence's): the scheduler never hands out such an item; pack refuses one.
+        short = np.flatnonzero(num_pages * page_size < kv_lens[:n])
+        if short.size:
+            i = int(short[0])
+            raise ValueError(
+                f"items[{i}].{attr}: {num_pages[i]} pages of {page_size} cannot hold "
+                f"kv_len_after={int(kv_lens[i])}"
+            )
+        slots = np.full(t_pad, -1, np.int32)
+        slots[:num_tokens] = page_table[owner, pos // page_size] * page_size + pos % page_size
+        return page_table, slots
+
+    page_table, slot_mapping = table_and_slots(page_rows or PageRows(), "page_ids")
+    window = (None, None)
+    if buckets.window_tables:
+        attr = "window_page_ids"
+        window = table_and_slots(window_rows or PageRows(attr), attr)
     sample_index = np.zeros(s_pad, np.int32)
     sample_index[:n] = ends - 1
     sampling = np.zeros((9, s_pad), np.float64)
@@ -201,4 +223,6 @@ def pack(items, page_size: int, buckets: Buckets, page_rows: PageRows | None = N
         np.full(s_pad, -1, np.int32),
         np.zeros(s_pad, np.int32),
         np.ascontiguousarray(sampling[6:9].T, np.float32),  # repetition, presence, frequency
+        window_page_table=window[0],
+        window_slot_mapping=window[1],
     )

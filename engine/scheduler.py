@@ -65,6 +65,8 @@ class ScheduledItem(NamedTuple):
     # Scheduled ahead: token_ids is a placeholder and the fed token is the one the previous
     # step samples at this item index (read on the device); -1 = token_ids are real.
     feed_index: int = -1
+    # Hybrid models: the windowed layers' page table (Sequence.window_page_ids); () if none.
+    window_page_ids: tuple[int, ...] = ()
 
     @property
     def kv_len_after(self) -> int:
@@ -90,6 +92,18 @@ class StepResult(NamedTuple):
     finish_reason: str | None  # "stop" | "length" once finished
     # What made a "stop": the stop token id or stop string (None for EOS, as in vLLM).
     stop_reason: int | str | None = None
+
+
+class _Pool(NamedTuple):
+    """A KV page pool and the page table each sequence holds in it."""
+
+    pages: PageManager
+    window: int | None  # keys a query sees back (pages behind them are given back), or None
+    ids: str  # the Sequence attribute holding the table
+    released: str  # the Sequence attribute counting its pages given back
+
+    def table(self, seq: Sequence) -> list[int]:
+        return getattr(seq, self.ids)
 
 
 class _FallBack(Exception):
@@ -137,10 +151,15 @@ class Scheduler:
         long_prefill: LongPrefillPolicy | None = None,
         sliding_window: int | None = None,
         detokenize: Detokenize | None = None,
+        window_pages: PageManager | None = None,
     ):
         """`sliding_window`: set when every layer of the model attends only to the last
         that many keys (ModelConfig.kv_window); a running sequence then gives back the
         pages behind its window as it advances (Sequence.num_released_pages).
+        `window_pages`: hybrid models (ModelConfig.hybrid_window), whose layers with the
+        `sliding_window` keep their KV in this second pool (Sequence.window_page_ids, given
+        back behind the window) while `page_manager` holds the other layers' (all kept).
+        A sequence runs only with room in both; either running out preempts.
         `detokenize(token_ids) -> str`: the model's tokenizer, for requests with stop
         strings (SamplingParams.stop); without it such requests are refused."""
         for name, value in (
@@ -152,6 +171,13 @@ class Scheduler:
                 raise ValueError(f"{name}={value}: must be >= 1")
         if sliding_window is not None and sliding_window < 1:
             raise ValueError(f"sliding_window={sliding_window}: must be >= 1 or None")
+        if window_pages is not None and sliding_window is None:
+            raise ValueError("window_pages: a pool for windowed layers needs sliding_window")
+        if window_pages is not None and window_pages.page_size != page_manager.page_size:
+            raise ValueError(
+                f"window_pages.page_size={window_pages.page_size}: must equal the main pool's "
+                f"{page_manager.page_size}"
+            )
         # Every running sequence must be able to decode each step (no decode starvation).
         if max_num_batched_tokens < max_num_seqs:
             raise ValueError(
@@ -164,6 +190,16 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.eos_token_ids = frozenset(eos_token_ids)
         self.sliding_window = sliding_window
+        self.window_pages = window_pages
+        main = _Pool(page_manager, sliding_window, "page_ids", "num_released_pages")
+        self._pools = (main,)
+        if window_pages is not None:
+            main = main._replace(window=None)
+            windowed = _Pool(
+                window_pages, sliding_window, "window_page_ids", "num_released_window_pages"
+            )
+            self._pools = (main, windowed)
+        self._windowed_pools = tuple(p for p in self._pools if p.window is not None)
         self.detokenize = detokenize
         self._waiting: collections.deque[Sequence] = collections.deque()
         self._running: list[Sequence] = []  # in arrival order
@@ -210,16 +246,15 @@ class Scheduler:
         if max_tokens is not None and max_tokens < 0:
             raise ValueError(f"max_tokens={max_tokens}: must be >= 0")
         kv_len = self.max_kv_len(num_prompt_tokens, max_tokens)
-        need = self.pages_held_at_most(kv_len)
-        if need > self.pages.num_total:
-            window = (
-                "" if self.sliding_window is None else f" (sliding window {self.sliding_window})"
-            )
-            raise ValueError(
-                f"prompt length={num_prompt_tokens} with max_tokens={max_tokens}: needs up to "
-                f"{kv_len} KV tokens{window} = {need} pages, but num_pages="
-                f"{self.pages.num_total} (page_size={self.pages.page_size})"
-            )
+        for pool, name in zip(self._pools, ("num_pages", "window pool's num_pages"), strict=False):
+            need = self.pages_held_at_most(kv_len, pool.window)
+            if need > pool.pages.num_total:
+                window = "" if pool.window is None else f" (sliding window {pool.window})"
+                raise ValueError(
+                    f"prompt length={num_prompt_tokens} with max_tokens={max_tokens}: needs up "
+                    f"to {kv_len} KV tokens{window} = {need} pages, but {name}="
+                    f"{pool.pages.num_total} (page_size={pool.pages.page_size})"
+                )
 
     def check_stop_strings(self, stop: tuple[str, ...]) -> None:
         """ValueError if a request has stop strings and there is no tokenizer to read them."""
@@ -229,15 +264,16 @@ class Scheduler:
                 "in the model directory); use stop_token_ids instead"
             )
 
-    def pages_held_at_most(self, kv_len: int) -> int:
-        """Most pages a sequence of up to `kv_len` KV tokens holds at once: all of them, or
-        with a sliding window W the pages under a step's chunk (<= the token budget) and the
-        W - 1 keys before it: L consecutive positions touch at most 1 + ceil((L - 1) / P)
-        pages of P (the pages wholly before them are given back after the previous step)."""
+    def pages_held_at_most(self, kv_len: int, window: int | None = None) -> int:
+        """Most pages a sequence of up to `kv_len` KV tokens holds at once in a pool: all of
+        them, or with a sliding `window` W the pages under a step's chunk (<= the token
+        budget) and the W - 1 keys before it: L consecutive positions touch at most 1 +
+        ceil((L - 1) / P) pages of P (the pages wholly before them are given back after the
+        previous step)."""
         need = self.pages.pages_needed(kv_len)
-        if self.sliding_window is None:
+        if window is None:
             return need
-        span = self.sliding_window - 1 + self.max_num_batched_tokens
+        span = window - 1 + self.max_num_batched_tokens
         return min(need, 1 + self.pages.pages_needed(span - 1))
 
     def add(self, seq: Sequence) -> None:
@@ -254,7 +290,12 @@ class Scheduler:
                 f"request_id={seq.request_id!r}: its abort is still being processed; the id "
                 "is free again after the next step"
             )
-        if seq.status is not SequenceStatus.WAITING or seq.page_ids or seq.num_computed_tokens:
+        if (
+            seq.status is not SequenceStatus.WAITING
+            or seq.page_ids
+            or seq.window_page_ids
+            or seq.num_computed_tokens
+        ):
             raise ValueError(f"request_id={seq.request_id!r}: must be a new WAITING sequence")
         max_tokens = seq.sampling_params.max_tokens
         self.check_fits(seq.num_prompt_tokens, max_tokens)
@@ -337,16 +378,17 @@ class Scheduler:
         if self._aborted:
             return None
         running, waiting = list(self._running), collections.deque(self._waiting)
-        num_pages = {seq: len(seq.page_ids) for seq in running}
+        num_pages = {seq: [len(p.table(seq)) for p in self._pools] for seq in running}
         try:
             out = self._build(_StepPlan(self.max_num_batched_tokens, ahead=True), ())
         except _FallBack:
             out = None
         if out is None or not out.items:
             for seq in self._running:  # undo allocations and admissions
-                n = num_pages.get(seq, 0)
-                self.pages.free(seq.page_ids[n:])
-                del seq.page_ids[n:]
+                for pool, n in zip(self._pools, num_pages.get(seq, [0, 0]), strict=False):
+                    table = pool.table(seq)
+                    pool.pages.free(table[n:])
+                    del table[n:]
                 if seq not in num_pages:
                     seq.status = SequenceStatus.WAITING
             self._running, self._waiting = running, waiting
@@ -393,9 +435,10 @@ class Scheduler:
                     break
                 i += 1
                 continue
-            if not self.pages.can_allocate(self.pages.pages_needed(chunk)):
+            if not all(p.pages.can_allocate(p.pages.pages_needed(chunk)) for p in self._pools):
                 break  # this request waits; nobody behind it overtakes
-            self.pages.ensure_capacity(seq.page_ids, chunk)
+            for pool in self._pools:
+                pool.pages.ensure_capacity(pool.table(seq), chunk)
             del self._waiting[i]
             seq.status = SequenceStatus.RUNNING
             self._running.append(seq)
@@ -452,8 +495,8 @@ class Scheduler:
                     self._release_pages(seq)
                 continue
             seq.num_computed_tokens = item.kv_len_after
-            if self.sliding_window is not None:
-                self._release_behind_window(seq)
+            for pool in self._windowed_pools:
+                self._release_behind_window(seq, pool)
             if not item.sample:
                 continue
             if item.request_id not in sampled:
@@ -480,13 +523,17 @@ class Scheduler:
         return request_id in self._active or any(s.request_id == request_id for s in self._aborted)
 
     def stats(self) -> dict[str, int]:
-        return {
+        s = {
             "num_running": len(self._running),
             "num_waiting": len(self._waiting),
             "num_preemptions": self._num_preemptions,
             "num_pages_free": self.pages.num_free,
             "num_pages_total": self.pages.num_total,
         }
+        if self.window_pages is not None:
+            s["num_window_pages_free"] = self.window_pages.num_free
+            s["num_window_pages_total"] = self.window_pages.num_total
+        return s
 
     def in_flight_all_finished(self) -> bool:
         """True when the newest step in flight only holds finished (stopped or aborted)
@@ -530,19 +577,24 @@ class Scheduler:
         Returns False if `seq` itself was the newest and got preempted. A victim already
         scheduled in this step is taken out of it.
         """
-        need = self.pages.num_new_pages(seq.page_ids, num_tokens)
-        if not need:  # most decodes: the last page has room
+        needs = [(p.pages, p.pages.num_new_pages(p.table(seq), num_tokens)) for p in self._pools]
+        if not any(n for _, n in needs):  # most decodes: the last page has room
             return True
-        if plan.ahead and not self.pages.can_allocate(need):
+
+        def fits() -> bool:
+            return all(pages.can_allocate(n) for pages, n in needs)
+
+        if plan.ahead and not fits():
             raise _FallBack
-        while not self.pages.can_allocate(need):
+        while not fits():
             victim = self._running[-1]
             self._preempt(victim)
             plan.preempted.append(victim.request_id)
             plan.drop(victim)
             if victim is seq:
                 return False
-        self.pages.ensure_capacity(seq.page_ids, num_tokens)
+        for pool in self._pools:
+            pool.pages.ensure_capacity(pool.table(seq), num_tokens)
         return True
 
     def _is_long(self, seq: Sequence) -> bool:
@@ -613,6 +665,7 @@ class Scheduler:
             sampling_params=seq.sampling_params,
             num_generated=seq.num_output_tokens + seq.num_pending_samples,
             feed_index=feed_index,
+            window_page_ids=tuple(seq.window_page_ids),
         )
 
     def _stop_reason(self, seq: Sequence, token_id: int) -> tuple[str | None, int | str | None]:
@@ -647,20 +700,24 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
 
-    def _release_behind_window(self, seq: Sequence) -> None:
-        """Free the pages wholly behind the window of every query `seq` will still make.
+    @staticmethod
+    def _release_behind_window(seq: Sequence, pool: _Pool) -> None:
+        """Free the pages of a windowed `pool` wholly behind the window of every query `seq`
+        will still make.
 
         Its next query is at position num_computed_tokens or later (a step in flight
         included: it follows the steps already updated) and sees keys from that position +
-        1 - sliding_window on. Preemption recomputes from position 0 with new pages.
+        1 - window on. Preemption recomputes from position 0 with new pages.
         """
-        first_key = seq.num_computed_tokens + 1 - self.sliding_window
-        behind = min(max(first_key, 0) // self.pages.page_size, len(seq.page_ids))
-        if behind > seq.num_released_pages:
-            self.pages.free(seq.page_ids[seq.num_released_pages : behind])
-            seq.num_released_pages = behind
+        first_key = seq.num_computed_tokens + 1 - pool.window
+        table, done = pool.table(seq), getattr(seq, pool.released)
+        behind = min(max(first_key, 0) // pool.pages.page_size, len(table))
+        if behind > done:
+            pool.pages.free(table[done:behind])
+            setattr(seq, pool.released, behind)
 
     def _release_pages(self, seq: Sequence) -> None:
-        self.pages.free(seq.page_ids[seq.num_released_pages :])
-        seq.page_ids = []
-        seq.num_released_pages = 0
+        for pool in self._pools:
+            pool.pages.free(pool.table(seq)[getattr(seq, pool.released) :])
+            setattr(seq, pool.ids, [])
+            setattr(seq, pool.released, 0)

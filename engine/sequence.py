@@ -40,6 +40,10 @@ class Sequence:
     # later query's window; they went back to the pool (their ids stay in the table, where
     # attention masks them and zeroes their values, so the table keeps its positions).
     num_released_pages: int = 0
+    # Hybrid models (ModelConfig.hybrid_window): the windowed layers' page table, in their
+    # own pool, laid out like page_ids; its first num_released_window_pages pages went back.
+    window_page_ids: list[int] = field(default_factory=list)
+    num_released_window_pages: int = 0
     finish_reason: str | None = None  # one of FINISH_REASONS once finished
     num_preemptions: int = 0
     # Async scheduling (Scheduler.schedule_ahead): tokens scheduled in steps not yet passed

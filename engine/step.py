@@ -66,6 +66,10 @@ class StepBatch(NamedTuple):
     listed_ids: jax.Array | None = None
     listed_values: jax.Array | None = None
     listed_restrict: jax.Array | None = None
+    # Hybrid models (ModelConfig.hybrid_window): the windowed layers' own page table [S, P]
+    # and slots [T] (their KV pool is separate); None: every layer uses page_table.
+    window_page_table: jax.Array | None = None
+    window_slot_mapping: jax.Array | None = None
 
 
 class StepOutput(NamedTuple):
@@ -179,6 +183,12 @@ def _step_body(
         batch.token_ids.shape[0],
     )
     slots = batch.slot_mapping
+    window_meta = None
+    if batch.window_page_table is not None:
+        table = batch.window_page_table  # with build_metadata's padding row
+        window_meta = meta._replace(
+            page_table=jnp.concatenate([table, jnp.zeros_like(table[:1])]).astype(jnp.int32)
+        )
     ops = get_attention_ops(attention_impl, batch_invariant)
     # Which MLA sequences attend expanded: decided once for the step, used by every layer.
     split = None
@@ -187,12 +197,15 @@ def _step_body(
 
     def attend_gqa(i, p_attn, kv_i, x):
         k_pages, v_pages = kv_i
-        k_pages = ops.write_kv(k_pages, x.k, slots)
-        v_pages = ops.write_kv(v_pages, x.v, slots)
         window = cfg.attention_window(i)
+        layer_meta, layer_slots = meta, slots
+        if window is not None and window_meta is not None:  # the windowed layers' pool
+            layer_meta, layer_slots = window_meta, batch.window_slot_mapping
+        k_pages = ops.write_kv(k_pages, x.k, layer_slots)
+        v_pages = ops.write_kv(v_pages, x.v, layer_slots)
         sinks = p_attn.get("sinks")  # gpt-oss: per-head logits that join every softmax
         o = ops.gqa(
-            x.q, k_pages, v_pages, meta, x.scale, kv_block_pages, window=window, sinks=sinks
+            x.q, k_pages, v_pages, layer_meta, x.scale, kv_block_pages, window=window, sinks=sinks
         )
         return o, (k_pages, v_pages)
 
@@ -331,17 +344,25 @@ def make_step(
 
 
 def init_kv_pages(
-    cfg: ModelConfig, num_pages: int, page_size: int, dtype=None, mesh: Mesh | None = None
+    cfg: ModelConfig,
+    num_pages: int,
+    page_size: int,
+    dtype=None,
+    mesh: Mesh | None = None,
+    window_num_pages: int | None = None,
 ) -> list:
     """Zeroed paged cache: per layer (K, V) pages for GQA, (latent,) pages for MLA.
 
     `dtype` defaults to the model's; float8_e4m3fn gives kv_quant.QuantizedPages (fp8 data
     with a float32 scale per row). With a `mesh` the pages are created in place with their
-    shardings (never whole on one device first).
+    shardings (never whole on one device first). `window_num_pages`: hybrid models' pool
+    of the windowed layers (ModelConfig.hybrid_window), whose pages number that many.
     """
     dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
     if mesh is not None:
-        make = functools.partial(init_kv_pages, cfg, num_pages, page_size, dtype)
+        make = functools.partial(
+            init_kv_pages, cfg, num_pages, page_size, dtype, window_num_pages=window_num_pages
+        )
         return jax.jit(make, out_shardings=kv_shardings(cfg, mesh, dtype))()
     if dtype == kv_quant.FP8_DTYPE:
         zeros = kv_quant.zeros
@@ -350,5 +371,11 @@ def init_kv_pages(
     if cfg.is_mla:
         width = cfg.kv_lora_rank + cfg.qk_rope_head_dim
         return [(zeros((num_pages, page_size, width)),) for _ in range(cfg.num_layers)]
-    shape = (num_pages, page_size, cfg.num_kv_heads, cfg.head_dim)
-    return [(zeros(shape), zeros(shape)) for _ in range(cfg.num_layers)]
+    kv = []
+    for i in range(cfg.num_layers):
+        n = num_pages
+        if window_num_pages is not None and cfg.attention_window(i) is not None:
+            n = window_num_pages
+        shape = (n, page_size, cfg.num_kv_heads, cfg.head_dim)
+        kv.append((zeros(shape), zeros(shape)))
+    return kv

@@ -21,7 +21,9 @@ KV is counted as the engine allocates it (engine/kv_pages.py): the budget holds 
 of `page_size` tokens, and a sequence takes ceil(context / page_size) of them; with a sliding
 window on every layer (ModelConfig.kv_window) a decoding sequence holds only the pages under
 its last `window` keys, 1 + ceil((window - 1) / page_size) at most (engine/scheduler.py gives
-the rest back).
+the rest back). A hybrid model (ModelConfig.hybrid_window: gpt-oss, half its layers windowed)
+keeps its windowed layers' KV in a pool of their own, where a sequence holds only those pages;
+its full-attention layers hold every page.
 """
 
 from __future__ import annotations
@@ -170,7 +172,10 @@ class Capacity:
     kv_budget_bytes_per_device: int  # hbm x (1 - headroom) - weights per device
     kv_tokens: int  # tokens the KV budget holds in whole pages (over all sequences)
     max_sequences: int  # full-context sequences decoding at once, each in whole pages
-    sliding_window: int | None = None  # every layer's window (fewer pages held), or None
+    sliding_window: int | None = None  # the layers' window (fewer pages held), or None
+    # Layers with that window: all of them (ModelConfig.kv_window) or, in a hybrid model,
+    # those whose KV has a pool of its own; 0 without a window.
+    windowed_layers: int = 0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -237,9 +242,21 @@ def capacity(
         )
     num_pages = budget // (per_token_dev * page_size)
     pages_per_sequence = -(-context // page_size)
-    window = cfg.kv_window
-    if window is not None:  # the pages under the last `window` keys, however aligned
-        pages_per_sequence = min(pages_per_sequence, 1 + -(-(window - 1) // page_size))
+    window = cfg.kv_window or cfg.hybrid_window
+    windowed = len(cfg.windowed_layers) if window is not None else 0
+    # Per layer: the pages a decoding sequence holds, every one or (a window) those under
+    # its last `window` keys, however aligned.
+    window_pages = pages_per_sequence
+    if window is not None:
+        window_pages = min(pages_per_sequence, 1 + -(-(window - 1) // page_size))
+    full = cfg.num_layers - windowed
+    # Every layer's page row is the same size: per_token_dev / num_layers bytes a token.
+    sequence_bytes = math.ceil(
+        per_token_dev
+        * page_size
+        * (full * pages_per_sequence + windowed * window_pages)
+        / cfg.num_layers
+    )
     return Capacity(
         model=cfg.name,
         context=context,
@@ -259,8 +276,9 @@ def capacity(
         weight_bytes_per_device=weights_dev,
         kv_budget_bytes_per_device=budget,
         kv_tokens=num_pages * page_size,
-        max_sequences=num_pages // pages_per_sequence,
+        max_sequences=(num_pages // window_pages if full == 0 else budget // sequence_bytes),
         sliding_window=window,
+        windowed_layers=windowed,
     )
 
 
@@ -296,7 +314,8 @@ def format_capacity(c: Capacity) -> str:
             + (
                 ""
                 if c.sliding_window is None
-                else f" (each holding its last {c.sliding_window:,} keys' pages: sliding window)"
+                else f" (each holding its last {c.sliding_window:,} keys' pages in its "
+                f"{c.windowed_layers} layers with a sliding window)"
             ),
         ]
     )

@@ -419,6 +419,25 @@ def test_weight_dtype_defaults_to_the_models_not_the_kv_dtype():
     assert (c.kv_dtype, c.weight_dtype) == ("bfloat16", "int4")
 
 
+def test_a_hybrid_models_windowed_layers_hold_only_their_windows_pages():
+    """gpt-oss-20b: 24 layers of 8 KV heads x 64 (bf16: 2 x 8 x 64 x 2 = 2,048 bytes a token
+    per layer, 256 per device at tp=8), 12 of them with a 128-key window. At 128k a decoding
+    sequence holds 8,192 pages of 16 in each full-attention layer and 1 + ceil(127 / 16) = 9
+    in each windowed one (the engine's pool of their own)."""
+    cfg = get_preset("gpt-oss-20b")
+    c = capacity(cfg, 131072, tp=8, hbm_gib=80)
+    per_sequence = 16 * 256 * (12 * 8192 + 12 * 9)
+    assert c.kv_bytes_per_token == 24 * 2048
+    assert c.max_sequences == c.kv_budget_bytes_per_device // per_sequence
+    assert (c.sliding_window, c.windowed_layers) == (128, 12)
+    assert "128 keys' pages in its 12 layers with a sliding window" in format_capacity(c)
+    # All layers full: twice the bytes per sequence, less the windows' pages.
+    full = capacity(cfg.replace(sliding_window=None), 131072, tp=8, hbm_gib=80)
+    assert full.windowed_layers == 0 and full.sliding_window is None
+    assert full.max_sequences == c.kv_budget_bytes_per_device // (16 * 256 * 24 * 8192)
+    assert 1.9 < c.max_sequences / full.max_sequences < 2.1
+
+
 def test_a_model_config_is_sized_as_given_and_counts_are_integers():
     cfg = get_preset("llama-3.1-8b").replace(name="my-8b", num_layers=16)
     c = capacity(cfg, 4096, tp=8)

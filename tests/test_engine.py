@@ -646,3 +646,57 @@ def test_a_sliding_window_model_gives_back_the_pages_behind_its_window():
         np.testing.assert_allclose(logprobs, want_lps, atol=2e-3, rtol=0)
     _, held = run(8, ref["prompts"][2:])  # without the window's release: up to 7 pages
     assert max(held) <= 4 and held[-1] == 0
+
+
+def test_a_hybrid_model_keeps_its_windowed_layers_kv_in_a_pool_of_their_own():
+    """qwen2_sliding: layer 0 attends to every key, layer 1 through a 6-key window. With
+    pages of 8, a 16-token budget and 2 sequences at most, the windowed layer's pool has
+    ceil((2 x (2 x 8 + 6 - 2) + 2 x 16) / 8) = 9 pages (by hand: kv_pages.window_pool_pages),
+    and layer 0 the 64 of num_pages. The fixture's prompts (5, 17, 33 tokens; 16 new each)
+    run to Hugging Face's tokens. After every step a sequence with c KV tokens holds all
+    ceil(c / 8) pages in the main pool and, in the windowed one, only those from the page
+    of key c - 5 (the next query's first) on; their 3 + 4 + 6 = 13 page positions outnumber
+    the 9 pages, so pages given back are written again by another sequence."""
+    ref = _reference("qwen2_sliding")
+    llm = LLM(
+        model=str(FIXTURES / "qwen2_sliding"),
+        page_size=8,
+        num_pages=64,
+        max_num_batched_tokens=16,
+        max_num_seqs=2,
+        max_model_len=128,
+        async_scheduling=False,  # no step in flight between the checks below
+    )
+    stats = llm.stats()
+    assert (stats["num_pages_total"], stats["num_window_pages_total"]) == (64, 9)
+    assert [k.shape[0] for k, _ in llm._kv] == [64, 9]
+    ids = [llm.add_request(p, GREEDY) for p in ref["prompts"]]
+    out = {rid: ([], []) for rid in ids}
+    holders = collections.defaultdict(set)  # windowed pool page -> requests that held it
+    for _ in range(200):
+        if not llm.has_unfinished():
+            break
+        for d in llm.step():
+            out[d.request_id][0].extend(d.token_ids)
+            out[d.request_id][1].extend(d.logprobs)
+        running = llm._scheduler._running
+        for seq in running:
+            c = seq.num_computed_tokens
+            assert len(seq.page_ids) == len(seq.window_page_ids) == -(-c // 8)
+            assert seq.num_released_pages == 0
+            assert seq.num_released_window_pages == max(0, c - 5) // 8
+            for page in seq.window_page_ids[seq.num_released_window_pages :]:
+                holders[page].add(seq.request_id)
+        stats = llm.stats()
+        held = sum(len(s.window_page_ids) - s.num_released_window_pages for s in running)
+        assert stats["num_window_pages_total"] - stats["num_window_pages_free"] == held
+        assert stats["num_pages_total"] - stats["num_pages_free"] == sum(
+            len(s.page_ids) for s in running
+        )
+    assert not llm.has_unfinished()
+    for rid, tokens, logprobs in zip(ids, ref["greedy_tokens"], ref["logprobs"], strict=True):
+        assert out[rid][0] == tokens
+        np.testing.assert_allclose(out[rid][1], logprobs, atol=2e-3, rtol=0)
+    assert any(len(reqs) > 1 for reqs in holders.values())
+    stats = llm.stats()
+    assert stats["num_window_pages_free"] == 9 and stats["num_pages_free"] == 64

@@ -42,14 +42,17 @@ def next_token(context: list[int]) -> int:
 
 
 def reference(
-    seq: Sequence, max_model_len: int, eos=(EOS,), window: int | None = None
+    seq: Sequence, max_model_len: int, eos=(EOS,), window: int | None = None, hybrid=False
 ) -> tuple[list[int], str]:
     """What the sequence must produce: plain greedy generation, no batching or paging (with
-    a sliding window, the fake model sees the last `window` tokens)."""
+    a sliding window, the fake model sees the last `window` tokens; `hybrid`: it has a
+    full-attention layer and a windowed one, and adds what each makes of its keys)."""
     params = seq.sampling_params
     tokens, out = list(seq.prompt_token_ids), []
     while True:
         tok = next_token(tokens if window is None else tokens[-window:])
+        if hybrid:
+            tok = (tok + next_token(tokens)) % VOCAB
         tokens.append(tok)
         out.append(tok)
         if (tok in eos and not params.ignore_eos) or tok in params.stop_token_ids:
@@ -93,6 +96,45 @@ class FakeDevice:
                 tok = next_token(context)
                 sampled[rid] = (tok, -tok / 100)
         return sampled
+
+
+class HybridDevice:
+    """A fake hybrid model: a full-attention layer reads every key through each item's
+    page_ids and a windowed layer the last `window` through its window_page_ids (a pool of
+    their own); each checks that the sequence wrote those keys in its current life."""
+
+    def __init__(self, page_size: int, window: int):
+        self.full, self.windowed = FakeDevice(page_size), FakeDevice(page_size, window)
+
+    def run(self, out: SchedulerOutput) -> dict[str, tuple[int, float]]:
+        full = self.full.run(out)
+        items = tuple(it._replace(page_ids=it.window_page_ids) for it in out.items)
+        windowed = self.windowed.run(dataclasses.replace(out, items=items))
+        return {
+            rid: ((tok + windowed[rid][0]) % VOCAB, -((tok + windowed[rid][0]) % VOCAB) / 100)
+            for rid, (tok, _) in full.items()
+        }
+
+
+def workload_scheduler(window, page_size=4):
+    """The random workloads' scheduler and device: full attention in a pool of 12 pages (a
+    40-token sequence needs 10), a 6-token sliding window on every layer in a pool of 6 (a
+    16-token chunk and the 5 keys before it span 21 positions: 1 + ceil(20 / 4) = 6 pages),
+    or "hybrid": a full-attention layer in 40 pages (never short: 4 sequences of 10) and a
+    windowed one in 6 of its own, which alone then makes every preemption."""
+    hybrid = window == "hybrid"
+    num_pages = {None: 12, 6: 6, "hybrid": 40}[window]
+    sched = Scheduler(
+        PageManager(num_pages, page_size),
+        16,
+        4,
+        40,
+        eos_token_ids=(EOS,),
+        sliding_window=6 if hybrid else window,
+        window_pages=PageManager(6, page_size) if hybrid else None,
+    )
+    dev = HybridDevice(page_size, 6) if hybrid else FakeDevice(page_size, window)
+    return sched, dev
 
 
 def step(sched: Scheduler, dev: FakeDevice):
@@ -364,10 +406,18 @@ def _check_schedule(out, sched, seqs, decode_ids):
     # Pages given back behind a sliding window keep their ids in the table.
     all_pages = [p for i in out.items for p in i.page_ids[seqs[i.request_id].num_released_pages :]]
     assert len(all_pages) == len(set(all_pages))
+    window_pages = [
+        p
+        for i in out.items
+        for p in i.window_page_ids[seqs[i.request_id].num_released_window_pages :]
+    ]
+    assert len(window_pages) == len(set(window_pages))
     for it in out.items:
         seq = seqs[it.request_id]
         assert it.start_pos == seq.num_computed_tokens
         assert len(it.page_ids) == pages_for_tokens(it.kv_len_after, sched.pages.page_size)
+        hybrid = sched.window_pages is not None
+        assert len(it.window_page_ids) == (len(it.page_ids) if hybrid else 0)
         assert it.sample == (it.kv_len_after == seq.num_tokens)
 
 
@@ -381,29 +431,39 @@ def _check_state(sched, seqs) -> list[str]:
         assert running[-1].arrival < min(s.arrival for s in waiting)
     partial = [s for s in running if s.num_tokens - s.num_computed_tokens > 1]
     assert partial in ([], running[-1:])  # at most one, and it is the newest
-    held = [p for s in running for p in s.page_ids[s.num_released_pages :]]
+    # Aborted sequences hold their pages until the next schedule().
+    holders = running + [s for s in seqs.values() if s.finish_reason == "abort" and s.page_ids]
+    held = [p for s in holders for p in s.page_ids[s.num_released_pages :]]
     assert len(held) == len(set(held))
+    assert len(held) == sched.pages.num_total - sched.pages.num_free
+    hybrid = sched.window_pages is not None
+    window_held = [p for s in holders for p in s.window_page_ids[s.num_released_window_pages :]]
+    assert len(window_held) == len(set(window_held))
+    if hybrid:
+        assert len(window_held) == sched.window_pages.num_total - sched.window_pages.num_free
     for s in running:
-        assert len(s.page_ids) == pages_for_tokens(s.num_computed_tokens, 4)
-        behind = 0 if sched.sliding_window is None else s.num_computed_tokens + 1 - 6
-        assert s.num_released_pages == max(0, behind) // 4
+        c = s.num_computed_tokens
+        assert len(s.page_ids) == pages_for_tokens(c, 4)
+        assert len(s.window_page_ids) == (pages_for_tokens(c, 4) if hybrid else 0)
+        behind = max(0, c + 1 - 6) // 4
+        if sched.sliding_window is None or hybrid:  # the main pool keeps every page
+            assert s.num_released_pages == 0
+        else:
+            assert s.num_released_pages == behind
+        assert s.num_released_window_pages == (behind if hybrid else 0)
     return [s.request_id for s in running if s.num_tokens - s.num_computed_tokens == 1]
 
 
-@pytest.mark.parametrize("window", [None, 6])
+@pytest.mark.parametrize("window", [None, 6, "hybrid"])
 @pytest.mark.parametrize("seed", range(6))
 def test_random_workload_tiny_pool(seed, window):
     """Every request finishes with its reference output; all pages come back. With a
-    6-token sliding window, pages behind it go back to the pool as sequences advance."""
+    6-token sliding window, pages behind it go back to the pool as sequences advance (a
+    hybrid model's: those of its windowed layers' own pool)."""
     rng = random.Random(seed)
     max_model_len = 40
-    # A 40-token sequence needs 10 pages; with the window at most 6 at once (a 16-token
-    # chunk and the 5 keys before it: 21 positions), so 6 pages hold any request.
-    num_pages = 12 if window is None else 6
-    sched = Scheduler(
-        PageManager(num_pages, 4), 16, 4, max_model_len, eos_token_ids=(EOS,), sliding_window=window
-    )
-    dev = FakeDevice(4, window)
+    sched, dev = workload_scheduler(window)
+    hybrid = window == "hybrid"
     seqs: dict[str, Sequence] = {}
     pending = []
     for k in range(24):
@@ -432,21 +492,29 @@ def test_random_workload_tiny_pool(seed, window):
         if out.items:
             sched.update(out, dev.run(out))
         decode_ids = _check_state(sched, seqs)
-        released = max(released, sum(s.num_released_pages for s in seqs.values()))
+        released = max(
+            released,
+            sum(s.num_released_pages + s.num_released_window_pages for s in seqs.values()),
+        )
         num_steps += 1
         assert num_steps < 3000, "no progress: starvation or livelock"
     assert len(seqs) == 24
     for rid, seq in seqs.items():
-        ref_tokens, ref_reason = reference(seq, max_model_len, window=window)
+        ref_tokens, ref_reason = reference(
+            seq, max_model_len, window=6 if window else None, hybrid=hybrid
+        )
         if rid in aborted:
             assert seq.finish_reason == "abort"
             assert seq.output_token_ids == ref_tokens[: seq.num_output_tokens]
         else:
             assert (seq.output_token_ids, seq.finish_reason) == (ref_tokens, ref_reason), rid
             assert seq.output_logprobs == [-t / 100 for t in ref_tokens]
-        assert seq.num_released_pages == 0
+        assert seq.num_released_pages == seq.num_released_window_pages == 0
+        assert seq.page_ids == seq.window_page_ids == []
     stats = sched.stats()
-    assert stats["num_pages_free"] == stats["num_pages_total"] == num_pages
+    assert stats["num_pages_free"] == stats["num_pages_total"] == sched.pages.num_total
+    assert stats.get("num_window_pages_free") == stats.get("num_window_pages_total")
+    assert stats.get("num_window_pages_total") == (6 if hybrid else None)
     assert stats["num_running"] == stats["num_waiting"] == 0
     # The workload must actually exercise preemption and chunking (and the window).
     assert stats["num_preemptions"] > 0 and chunked > 0
@@ -588,20 +656,15 @@ def test_stop_while_scheduled_ahead_releases_pages_after_the_later_step():
     assert sched.stats()["num_pages_free"] == 8
 
 
-@pytest.mark.parametrize("window", [None, 6])
+@pytest.mark.parametrize("window", [None, 6, "hybrid"])
 @pytest.mark.parametrize("seed", range(6))
 def test_random_workload_scheduled_ahead(seed, window):
     """The tiny-pool workload driven asynchronously: same outputs, all pages back (with a
     sliding window, pages behind it given back while the next step is in flight)."""
     rng = random.Random(seed)
     max_model_len = 40
-    # A 40-token sequence needs 10 pages; with the window at most 6 at once (a 16-token
-    # chunk and the 5 keys before it: 21 positions), so 6 pages hold any request.
-    num_pages = 12 if window is None else 6
-    sched = Scheduler(
-        PageManager(num_pages, 4), 16, 4, max_model_len, eos_token_ids=(EOS,), sliding_window=window
-    )
-    dev = FakeDevice(4, window)
+    sched, dev = workload_scheduler(window)
+    hybrid = window == "hybrid"
     released = []
     seqs: dict[str, Sequence] = {}
     pending = []
@@ -617,7 +680,9 @@ def test_random_workload_scheduled_ahead(seed, window):
     aborted = set()
 
     def on_step(num_steps):
-        released.append(sum(s.num_released_pages for s in seqs.values()))
+        released.append(
+            sum(s.num_released_pages + s.num_released_window_pages for s in seqs.values())
+        )
         while pending and pending[0][0] <= num_steps:
             seq = pending.pop(0)[1]
             seqs[seq.request_id] = seq
@@ -635,7 +700,9 @@ def test_random_workload_scheduled_ahead(seed, window):
             pending[0] = (0, pending[0][1])
     assert len(seqs) == 24
     for rid, seq in seqs.items():
-        ref_tokens, ref_reason = reference(seq, max_model_len, window=window)
+        ref_tokens, ref_reason = reference(
+            seq, max_model_len, window=6 if window else None, hybrid=hybrid
+        )
         if rid in aborted:
             assert seq.finish_reason == "abort"
             assert seq.output_token_ids == ref_tokens[: seq.num_output_tokens]
@@ -643,8 +710,10 @@ def test_random_workload_scheduled_ahead(seed, window):
             assert (seq.output_token_ids, seq.finish_reason) == (ref_tokens, ref_reason), rid
             assert seq.output_logprobs == [-t / 100 for t in ref_tokens]
         assert seq.num_pending_samples == seq.num_inflight_tokens == 0
+        assert seq.page_ids == seq.window_page_ids == []
     stats = sched.stats()
-    assert stats["num_pages_free"] == stats["num_pages_total"] == num_pages
+    assert stats["num_pages_free"] == stats["num_pages_total"] == sched.pages.num_total
+    assert stats.get("num_window_pages_free") == stats.get("num_window_pages_total")
     assert stats["num_running"] == stats["num_waiting"] == 0
     assert stats["num_preemptions"] > 0 and sched.num_scheduled_ahead > 0
     assert (max(released) > 0) == (window is not None)
@@ -766,3 +835,20 @@ def test_a_sliding_window_request_runs_in_the_pages_its_window_needs(asynchronou
     with pytest.raises(ValueError, match=r"\(sliding window 6\) = 6 pages, but num_pages=5"):
         small.check_fits(30, 11)
     small.check_fits(4, 1)  # 4 KV tokens: one page, window or not
+
+
+def test_a_hybrid_models_window_pool_is_checked_like_the_main_one():
+    """A request must fit both pools: the full-attention layers' (all its pages) and the
+    windowed layers' (the pages under a chunk and its window: 6 here, as above)."""
+    sched = Scheduler(
+        PageManager(10, 4), 16, 4, 41, sliding_window=6, window_pages=PageManager(5, 4)
+    )
+    with pytest.raises(ValueError, match=r"\(sliding window 6\) = 6 pages, but window pool's"):
+        sched.check_fits(30, 10)  # 39 KV tokens: 10 pages in the main pool fit
+    with pytest.raises(ValueError, match=r"= 11 pages, but num_pages=10"):
+        sched.check_fits(41, 1)  # the main pool holds every page
+    sched.check_fits(20, 1)  # 20 KV tokens: 5 pages in each
+    with pytest.raises(ValueError, match="window_pages: a pool for windowed layers needs"):
+        Scheduler(PageManager(10, 4), 16, 4, 41, window_pages=PageManager(5, 4))
+    with pytest.raises(ValueError, match=r"window_pages.page_size=8: must equal .* 4"):
+        Scheduler(PageManager(10, 4), 16, 4, 41, sliding_window=6, window_pages=PageManager(5, 8))
