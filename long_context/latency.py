@@ -480,28 +480,37 @@ def time_pack(
     return total / steps
 
 
-def time_host_step(num_seqs: int, context: int, steps: int = 50, page_size: int = 16) -> dict:
+def time_host_step(
+    num_seqs: int, context: int, steps: int = 50, page_size: int = 16, window: int | None = None
+) -> dict:
     """Median seconds a step of Scheduler.schedule, runner.pack and Scheduler.update for
     `num_seqs` running decodes from `context`-token prompts, no model (every sample is one
     token id), over `steps` decode steps; the prompts are prefilled in one untimed step.
     The sampled-token dict update() takes is built outside the timed part, as the engine
-    builds it from the device's output."""
+    builds it from the device's output. `window`: a hybrid model's (ModelConfig.
+    hybrid_window), whose windowed layers have a page pool and table of their own."""
     max_len = context + steps + 1
     budget = max(num_seqs * context, num_seqs)
-    pages = PageManager(num_seqs * pages_for_tokens(max_len, page_size), page_size)
-    sched = Scheduler(pages, budget, num_seqs, max_len)
+    num_pages = num_seqs * pages_for_tokens(max_len, page_size)
+    pages = PageManager(num_pages, page_size)
+    window_pages = None if window is None else PageManager(num_pages, page_size)
+    sched = Scheduler(
+        pages, budget, num_seqs, max_len, sliding_window=window, window_pages=window_pages
+    )
     params = SamplingParams(max_tokens=steps + 1, ignore_eos=True, seed=0)
     prompt = tuple(range(1, context + 1))
     for i in range(num_seqs):
         sched.add(Sequence(str(i), prompt, params))
-    buckets = runner.Buckets(budget, num_seqs, pages_for_tokens(max_len, page_size))
-    rows = runner.PageRows()
+    buckets = runner.Buckets(
+        budget, num_seqs, pages_for_tokens(max_len, page_size), window_tables=window is not None
+    )
+    rows, window_rows = runner.PageRows(), runner.PageRows("window_page_ids")
     times = {"schedule_s": [], "pack_s": [], "update_s": []}
     for step in range(steps + 1):
         start = time.perf_counter()
         out = sched.schedule()
         scheduled = time.perf_counter()
-        runner.pack(out.items, page_size, buckets, rows)
+        runner.pack(out.items, page_size, buckets, rows, window_rows)
         packed = time.perf_counter()
         sampled = {it.request_id: (7, -0.5) for it in out.items if it.sample}
         updating = time.perf_counter()
@@ -516,4 +525,4 @@ def time_host_step(num_seqs: int, context: int, steps: int = 50, page_size: int 
         ):
             times[name].append(seconds)
     result = {name: statistics.median(values) for name, values in times.items()}
-    return result | dict(num_seqs=num_seqs, context=context, steps=steps)
+    return result | dict(num_seqs=num_seqs, context=context, steps=steps, window=window)

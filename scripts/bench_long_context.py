@@ -83,6 +83,11 @@ _HOST_SEQS = flags.DEFINE_integer("num_host_seqs", 256, "(host) decodes in the s
 _HOST_CONTEXTS = flags.DEFINE_list(
     "host_contexts", ["80", "2048", "32768"], "(host) their context lengths."
 )
+_HOST_WINDOW = flags.DEFINE_integer(
+    "host_window",
+    None,
+    "(host) a hybrid model's sliding window: its windowed layers' own page pool and table.",
+)
 _ATTN_BEFORE = flags.DEFINE_string(
     "attention_before", None, "attention: an older paged_attention.py to compare with."
 )
@@ -377,7 +382,10 @@ def _main() -> None:
     if "host" in _PART.value:
         print("| decodes | context | schedule ms | pack ms | update ms | host ms a step |")
         print("|---|---|---|---|---|---|")
-        rows = [time_host_step(_HOST_SEQS.value, int(c)) for c in _HOST_CONTEXTS.value]
+        rows = [
+            time_host_step(_HOST_SEQS.value, int(c), window=_HOST_WINDOW.value)
+            for c in _HOST_CONTEXTS.value
+        ]
         for r in rows:
             parts = [1e3 * r[k] for k in ("schedule_s", "pack_s", "update_s")]
             cells = " | ".join(f"{x:.2f}" for x in [*parts, sum(parts)])

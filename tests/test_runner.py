@@ -137,3 +137,25 @@ def test_pack_takes_items_whose_pages_are_exactly_full():
 def test_pack_refuses_an_item_whose_pages_cannot_hold_its_tokens():
     with pytest.raises(ValueError, match=r"items\[1\].page_ids: 1 pages of 16"):
         pack([_item("a", [3], 0, 1), _item("b", [4], 15, 2)], 16, Buckets(64, 8, 4))
+
+
+def test_pack_lays_out_a_hybrid_models_window_table_by_hand():
+    """With window tables, the windowed layers' table and slots come from window_page_ids
+    (a pool of their own: ids held and given back independently of page_ids); without,
+    the batch has none and window_page_ids are not read."""
+    decode = _item("a", [7, 2], 20, 1)
+    decode.window_page_ids = (1, 5)  # page 1 is behind its window, still in the table
+    chunk = _item("b", [4, 9], 15, 3)
+    chunk.window_page_ids = (0, 3)
+    buckets = Buckets(64, 8, pages_per_seq=3, window_tables=True)
+    rows = PageRows("window_page_ids")
+    batch = pack([decode, chunk], 16, buckets, window_rows=rows)
+    assert batch.slot_mapping.tolist() == [2 * 16 + 4, 4 * 16 + 15, 9 * 16 + 0, 9 * 16 + 1]
+    assert batch.window_slot_mapping.tolist() == [5 * 16 + 4, 0 * 16 + 15, 3 * 16, 3 * 16 + 1]
+    assert batch.page_table.tolist()[:2] == [[7, 2, 0], [4, 9, 0]]
+    assert batch.window_page_table.tolist() == [[1, 5, 0], [0, 3, 0], [0, 0, 0], [0, 0, 0]]
+    chunk.window_page_ids = (0,)  # position 16 and 17 have no page
+    with pytest.raises(ValueError, match=r"items\[1\].window_page_ids: 1 pages of 16"):
+        pack([decode, chunk], 16, buckets, window_rows=rows)
+    plain = pack([decode, chunk], 16, Buckets(64, 8, pages_per_seq=3))
+    assert plain.window_page_table is None and plain.window_slot_mapping is None
