@@ -18,13 +18,21 @@ from engine import LLM, SamplingParams, attention_ops, mla_expanded, runner
 from models.load import convert_hf_to_orbax
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-# qwen2_sliding: a 6-key sliding window on layer 1, full attention on layer 0.
-# The families added in the 23rd session (qwen2_moe, olmoe, ernie4_5_moe, glm4_moe,
-# glm4_moe_lite, gpt_oss) differ from these in layer code the reference path checks against
-# HF (test_hf_parity.py); gpt_oss's sinks, the one change to the engine's attention, are
-# checked in test_paged_attention.py and end to end in test_pallas_engine.py. Left out here
-# for the suite's time.
-ARCHS = ["llama", "qwen2_sliding", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3"]
+# qwen2_sliding: a 6-key sliding window on layer 1, full attention on layer 0; gpt_oss: an
+# 8-key window on layer 0 and attention sinks (both hybrid models: the windowed layer's KV
+# in a page pool of its own). The other families added in the 23rd session (qwen2_moe,
+# olmoe, ernie4_5_moe, glm4_moe, glm4_moe_lite) differ from these in layer code the
+# reference path checks against HF (test_hf_parity.py); left out here for the suite's time.
+ARCHS = [
+    "llama",
+    "qwen2_sliding",
+    "qwen3",
+    "qwen3_moe",
+    "mixtral",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_oss",
+]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
 
 
