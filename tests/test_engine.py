@@ -656,6 +656,35 @@ def test_a_sliding_window_model_gives_back_the_pages_behind_its_window():
     assert max(held) <= 4 and held[-1] == 0
 
 
+def test_a_hybrid_models_two_pools_share_the_memory_budget(monkeypatch):
+    """Without num_pages, a hybrid model's windowed pool (kv_pages.window_pool_pages) is
+    taken from the KV memory budget first and the full-attention layers' pool gets whole
+    pages of the rest: the arrays the engine allocates fit the budget, one more page of
+    the full layers would not."""
+    from engine import llm as llm_module
+    from engine.kv_pages import window_pool_pages
+
+    budget = 1 << 20  # under what max_num_seqs full-length sequences would take
+    monkeypatch.setattr(llm_module, "_CPU_KV_BUDGET", budget)
+    llm = LLM(model="tiny-gpt-oss", page_size=16, max_num_seqs=4, max_num_batched_tokens=64)
+    cfg = llm.config
+    (window_layer,) = cfg.windowed_layers
+    stats = llm.stats()
+    assert stats["num_window_pages_total"] == window_pool_pages(cfg.sliding_window, 16, 4, 64)
+    sizes = [layer[0].shape[0] for layer in llm._kv]
+    assert sizes[window_layer] == stats["num_window_pages_total"]
+    assert {n for i, n in enumerate(sizes) if i != window_layer} == {stats["num_pages_total"]}
+    assert stats["num_pages_total"] < 4 * -(-llm.max_model_len // 16)  # the budget binds
+    allocated = sum(a.nbytes for layer in llm._kv for a in layer)
+    full_page = sum(
+        a.nbytes // a.shape[0]
+        for i, layer in enumerate(llm._kv)
+        for a in layer
+        if i != window_layer
+    )
+    assert allocated <= budget < allocated + full_page
+
+
 def test_a_hybrid_model_keeps_its_windowed_layers_kv_in_a_pool_of_their_own():
     """qwen2_sliding: layer 0 attends to every key, layer 1 through a 6-key window. With
     pages of 8, a 16-token budget and 2 sequences at most, the windowed layer's pool has

@@ -5,7 +5,13 @@ import pathlib
 
 import pytest
 
-from engine.kv_pages import OutOfPagesError, PageManager, pages_for_budget, pages_for_tokens
+from engine.kv_pages import (
+    OutOfPagesError,
+    PageManager,
+    pages_for_budget,
+    pages_for_tokens,
+    window_pool_pages,
+)
 
 
 def test_constructor_rejects_bad_sizes():
@@ -132,3 +138,15 @@ def test_sizing_edges():
     # A table already larger than needed (a step taken back by cancel) gains nothing.
     assert pm.num_new_pages(table, 5) == 0
     assert pm.ensure_capacity(table, 5) == [] and table == [0, 1, 2]
+
+
+def test_window_pool_pages_by_hand():
+    # ceil((n (2P + W - 2) + 2B) / P): gpt-oss at the engine's defaults (64 sequences, a
+    # 2,048-token budget, pages of 16, a 128-key window): (64 x 158 + 4,096) / 16 = 888.
+    assert window_pool_pages(128, 16, 64, 2048) == 888
+    assert window_pool_pages(6, 8, 2, 16) == 9  # (2 x 20 + 32) / 8 = 9
+    assert window_pool_pages(6, 8, 2, 17) == 10  # 74 / 8 rounds up
+    with pytest.raises(ValueError, match="window=0: must be >= 1"):
+        window_pool_pages(0, 16, 64, 2048)
+    with pytest.raises(ValueError, match="max_num_batched_tokens=0"):
+        window_pool_pages(128, 16, 64, 0)
