@@ -577,9 +577,17 @@ class Scheduler:
         Returns False if `seq` itself was the newest and got preempted. A victim already
         scheduled in this step is taken out of it.
         """
-        needs = [(p.pages, p.pages.num_new_pages(p.table(seq), num_tokens)) for p in self._pools]
-        if not any(n for _, n in needs):  # most decodes: the last page has room
-            return True
+        if self.window_pages is None:  # one pool (kept apart: it is most decodes' path)
+            need = self.pages.num_new_pages(seq.page_ids, num_tokens)
+            if not need:  # most decodes: the last page has room
+                return True
+            needs = [(self.pages, need)]
+        else:
+            needs = [
+                (p.pages, p.pages.num_new_pages(p.table(seq), num_tokens)) for p in self._pools
+            ]
+            if not any(n for _, n in needs):
+                return True
 
         def fits() -> bool:
             return all(pages.can_allocate(n) for pages, n in needs)
