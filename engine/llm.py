@@ -158,7 +158,8 @@ class LLM:
     """Offline and streaming generation over a paged KV cache with continuous batching.
 
     Args (DESIGN.md "Public API"): `model` is a preset name, a Hugging Face directory or an
-    orbax directory; `num_pages=None` sizes the pool from a memory budget (never more than
+    orbax directory; `num_pages=None` sizes the pool from a memory budget, less the penalty
+    state's room (never more than
     max_num_seqs full-length sequences need); `max_num_seqs` is clamped to
     `max_num_batched_tokens` because every running sequence must decode each step;
     `long_prefill` (long_context/policy.py) sets how long prompts share steps with running
@@ -257,7 +258,11 @@ class LLM:
         self.page_size = page_size
         pages_per_seq = pages_for_tokens(max_model_len, page_size)
         if num_pages is None:
-            budget = _default_backend_kv_budget()
+            # Less the penalty state a penalized request makes on first use (a slot per
+            # running sequence over the vocabulary), so that it still fits beside the pool.
+            budget = _default_backend_kv_budget() - penalties.state_bytes(
+                max_num_seqs, cfg.vocab_size
+            )
             full_layers = cfg.num_layers
             if window_num_pages is not None:
                 window_num_pages = min(window_num_pages, max_num_seqs * pages_per_seq)

@@ -35,6 +35,11 @@ class PenaltyState(NamedTuple):
     in_prompt: jax.Array  # [R, V] bool
 
 
+def state_bytes(num_slots: int, vocab: int) -> int:
+    """Device bytes of init_state(num_slots, vocab): int32 counts and bool flags."""
+    return num_slots * vocab * (4 + 1)
+
+
 def init_state(
     num_slots: int, vocab: int, sharding: jax.sharding.Sharding | None = None
 ) -> PenaltyState:

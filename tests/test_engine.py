@@ -657,10 +657,11 @@ def test_a_sliding_window_model_gives_back_the_pages_behind_its_window():
 
 
 def test_a_hybrid_models_two_pools_share_the_memory_budget(monkeypatch):
-    """Without num_pages, a hybrid model's windowed pool (kv_pages.window_pool_pages) is
-    taken from the KV memory budget first and the full-attention layers' pool gets whole
-    pages of the rest: the arrays the engine allocates fit the budget, one more page of
-    the full layers would not."""
+    """Without num_pages, the KV memory budget first loses the penalty state's room (made
+    when a penalized request comes: [max_num_seqs, vocab] int32 counts and bool flags) and
+    a hybrid model's windowed pool (kv_pages.window_pool_pages); the full-attention layers'
+    pool gets whole pages of the rest: what the engine allocates fits the budget, one more
+    page of the full layers would not."""
     from engine import llm as llm_module
     from engine.kv_pages import window_pool_pages
 
@@ -675,7 +676,7 @@ def test_a_hybrid_models_two_pools_share_the_memory_budget(monkeypatch):
     assert sizes[window_layer] == stats["num_window_pages_total"]
     assert {n for i, n in enumerate(sizes) if i != window_layer} == {stats["num_pages_total"]}
     assert stats["num_pages_total"] < 4 * -(-llm.max_model_len // 16)  # the budget binds
-    allocated = sum(a.nbytes for layer in llm._kv for a in layer)
+    allocated = sum(a.nbytes for layer in llm._kv for a in layer) + 4 * cfg.vocab_size * 5
     full_page = sum(
         a.nbytes // a.shape[0]
         for i, layer in enumerate(llm._kv)
