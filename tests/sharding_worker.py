@@ -32,6 +32,9 @@ LAYOUTS = [
     ("mixtral", "tp=2,ep=2"),
     ("llama", "tp=2"),
     ("mistral", "tp=2"),  # a sliding window, KV heads split over tp
+    # A hybrid model (its windowed layer's KV in a pool of its own, both pools' heads split
+    # over tp), attention sinks split with the heads, biased experts over ep.
+    ("gpt_oss", "tp=2,ep=2"),
 ]
 # Skewed routing: every token's copies go to experts 0 and 1, both on device 0.
 SKEWED = [("deepseek_v3", "ep=8"), ("qwen3_moe", "dp=2,ep=4")]
