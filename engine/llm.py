@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import math
 import os
 import time
 from collections.abc import Iterator
@@ -17,26 +16,21 @@ import numpy as np
 
 from configs.model_config import ModelConfig
 from engine import batch_invariant as batch_invariant_lib
-from engine import inputs, kv_quant, logit_bias, penalties, runner
+from engine import inputs, kv_budget, kv_quant, logit_bias, penalties, runner
 from engine.attention_ops import resolve_impl
-from engine.kv_pages import PageManager, pages_for_budget, pages_for_tokens, window_pool_pages
+from engine.kv_pages import PageManager, pages_for_tokens
 from engine.sampler import GREEDY_TEMPERATURE
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.step import StepOutput, init_kv_pages, make_step
 from engine.stop_strings import protected_chars, truncate_at_stop
-from long_context.capacity import kv_shard_fraction
 from long_context.policy import LongPrefillPolicy
 from models.load import TOKENIZER_CONFIG_FILE, load_model, model_config
-from sharding.mesh import MeshConfig, parse_mesh
+from sharding.mesh import parse_mesh
 from sharding.placement import check_model_layout, put_replicated, shard_model
 from sharding.rules import replicated
 
-# KV memory when num_pages is not given: a fraction of the accelerator's free memory, or a
-# fixed budget on CPU (host RAM is shared with everything else).
-_CPU_KV_BUDGET = 512 << 20
-_ACCEL_KV_FRACTION = 0.8
 # KV positions reduced together by the attention's online softmax (see paged_attention).
 _KV_BLOCK_TOKENS = 128
 
@@ -99,59 +93,6 @@ def _prompt_bos_id(tokenizer_path, tokenizer, cfg: ModelConfig) -> int | None:
     if bos is None:
         raise ValueError(f"{path}: add_bos_token is true but no bos_token is known")
     return bos
-
-
-def _default_backend_kv_budget() -> int:
-    dev = jax.devices()[0]
-    if dev.platform == "cpu":
-        return _CPU_KV_BUDGET
-    mem = dev.memory_stats() or {}
-    free = mem.get("bytes_limit", 0) - mem.get("bytes_in_use", 0)
-    return int(free * _ACCEL_KV_FRACTION) if free > 0 else _CPU_KV_BUDGET
-
-
-def _kv_pool_bytes(
-    cfg: ModelConfig, num_pages: int, window_num_pages: int | None, page_size: int, kv_dtype
-) -> int:
-    """Bytes of the KV pool: `num_pages` for every layer, or for a hybrid model's
-    full-attention layers with its windowed layers in `window_num_pages` of their own."""
-    windowed = 0 if window_num_pages is None else len(cfg.windowed_layers)
-    full = num_pages * kv_quant.bytes_per_token(cfg, kv_dtype, cfg.num_layers - windowed)
-    window = (window_num_pages or 0) * kv_quant.bytes_per_token(cfg, kv_dtype, windowed)
-    return page_size * (full + window)
-
-
-def _check_kv_fits(
-    cfg: ModelConfig,
-    num_pages: int,
-    page_size: int,
-    kv_dtype,
-    mesh_config: MeshConfig | None,
-    window_num_pages: int | None = None,
-) -> None:
-    """ValueError naming num_pages if its KV pool cannot fit, before anything is allocated.
-
-    Each device holds the whole pool but for GQA KV heads split over tp (sharding/rules.py:
-    pages are replicated over dp and ep; the MLA latent is never split): on a GPU that share
-    is held against one device's memory; on CPU every device's copy is host RAM."""
-    tp = mesh_config.tp if mesh_config else 1
-    devices = mesh_config.dp * mesh_config.tp * mesh_config.ep if mesh_config else 1
-    pool = _kv_pool_bytes(cfg, num_pages, window_num_pages, page_size, kv_dtype)
-    per_device = math.ceil(pool * kv_shard_fraction(cfg, tp))
-    dev = jax.devices()[0]
-    if dev.platform == "cpu":
-        need = per_device * devices
-        have, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "host RAM"
-    else:
-        need, have = per_device, (dev.memory_stats() or {}).get("bytes_limit")
-        where = f"one {dev.platform} device's memory"
-        if not have:
-            return
-    if need > have:
-        raise ValueError(
-            f"num_pages={num_pages}: the KV pool ({page_size}-token pages) needs "
-            f"{need / 2**30:.1f} GiB of {where}, which has {have / 2**30:.1f} GiB"
-        )
 
 
 class LLM:
@@ -231,15 +172,12 @@ class LLM:
                 f"{cfg.max_position_embeddings}]"
             )
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
-        window_num_pages = None  # the windowed layers' pool of a hybrid model
-        if cfg.hybrid_window is not None:
-            window_num_pages = window_pool_pages(
-                cfg.hybrid_window, page_size, max_num_seqs, max_num_batched_tokens
-            )
-            if num_pages is not None:
-                window_num_pages = min(window_num_pages, num_pages)
+        # The windowed layers' pool of a hybrid model (None for any other).
+        window_num_pages = kv_budget.window_pages_for(
+            cfg, page_size, max_num_seqs, max_num_batched_tokens, num_pages
+        )
         if num_pages is not None:
-            _check_kv_fits(
+            kv_budget.check_kv_fits(
                 cfg, num_pages, page_size, kv_dtype, mesh_config if mesh else None, window_num_pages
             )
 
@@ -257,25 +195,16 @@ class LLM:
         self.max_model_len = max_model_len
         self.page_size = page_size
         pages_per_seq = pages_for_tokens(max_model_len, page_size)
-        if num_pages is None:
-            # Less the penalty state a penalized request makes on first use (a slot per
-            # running sequence over the vocabulary), so that it still fits beside the pool.
-            budget = _default_backend_kv_budget() - penalties.state_bytes(
-                max_num_seqs, cfg.vocab_size
+        if num_pages is None:  # measured now that the weights take their memory
+            num_pages, window_num_pages = kv_budget.pools_from_budget(
+                cfg,
+                kv_budget.default_backend_kv_budget(),
+                page_size,
+                kv_dtype,
+                max_num_seqs,
+                pages_per_seq,
+                window_num_pages,
             )
-            full_layers = cfg.num_layers
-            if window_num_pages is not None:
-                window_num_pages = min(window_num_pages, max_num_seqs * pages_per_seq)
-                budget -= _kv_pool_bytes(cfg, 0, window_num_pages, page_size, kv_dtype)
-                full_layers -= len(cfg.windowed_layers)
-            num_pages = min(
-                pages_for_budget(
-                    budget, kv_quant.bytes_per_token(cfg, kv_dtype, full_layers), page_size
-                ),
-                max_num_seqs * pages_per_seq,
-            )
-            if window_num_pages is not None:
-                window_num_pages = min(window_num_pages, num_pages)
         self.num_pages = num_pages
         self.window_num_pages = window_num_pages
         self.tokenizer = None

@@ -662,11 +662,11 @@ def test_a_hybrid_models_two_pools_share_the_memory_budget(monkeypatch):
     a hybrid model's windowed pool (kv_pages.window_pool_pages); the full-attention layers'
     pool gets whole pages of the rest: what the engine allocates fits the budget, one more
     page of the full layers would not."""
-    from engine import llm as llm_module
+    from engine import kv_budget
     from engine.kv_pages import window_pool_pages
 
     budget = 1 << 20  # under what max_num_seqs full-length sequences would take
-    monkeypatch.setattr(llm_module, "_CPU_KV_BUDGET", budget)
+    monkeypatch.setattr(kv_budget, "CPU_KV_BUDGET", budget)
     llm = LLM(model="tiny-gpt-oss", page_size=16, max_num_seqs=4, max_num_batched_tokens=64)
     cfg = llm.config
     (window_layer,) = cfg.windowed_layers

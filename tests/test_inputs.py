@@ -345,7 +345,7 @@ def test_kv_pool_is_held_against_what_one_device_keeps(preset, mesh, share, monk
     KV heads), checked against one device's memory (1 GiB here)."""
     from configs.presets import get_preset
     from engine import kv_quant
-    from engine.llm import _check_kv_fits
+    from engine.kv_budget import check_kv_fits
     from sharding.mesh import parse_mesh
 
     cfg = get_preset(preset)
@@ -353,7 +353,7 @@ def test_kv_pool_is_held_against_what_one_device_keeps(preset, mesh, share, monk
     mc = parse_mesh(mesh) if mesh else None
     # The most 16-token pages one device holds whole, times the ways tp splits each page.
     most = (1 << 30) // (16 * kv_quant.bytes_per_token(cfg)) * share
-    _check_kv_fits(cfg, most, 16, None, mc)
+    check_kv_fits(cfg, most, 16, None, mc)
     too_big = most + share
     with pytest.raises(ValueError, match=f"num_pages={too_big}: .*of one gpu device's memory"):
-        _check_kv_fits(cfg, too_big, 16, None, mc)
+        check_kv_fits(cfg, too_big, 16, None, mc)
