@@ -162,17 +162,26 @@ def build_metadata(
     # compare_all is a [T, S + 1] comparison: S is small, and it avoids a serial search loop.
     seq_ids = jnp.searchsorted(cu_q_lens, tokens, side="right", method="compare_all") - 1
     kv_lens = jnp.concatenate([kv_lens, jnp.zeros((1,), kv_lens.dtype)])
-    page_table = jnp.concatenate(
-        [page_table, jnp.zeros((1, page_table.shape[1]), page_table.dtype)]
-    )
     cu_q_lens = jnp.concatenate([cu_q_lens, jnp.full((1,), num_tokens, cu_q_lens.dtype)])
     return AttnMetadata(
         positions=positions.astype(jnp.int32),
         seq_ids=seq_ids.astype(jnp.int32),
         kv_lens=kv_lens.astype(jnp.int32),
-        page_table=page_table.astype(jnp.int32),
+        page_table=_padded_table(page_table),
         cu_q_lens=cu_q_lens.astype(jnp.int32),
     )
+
+
+def _padded_table(page_table: jax.Array) -> jax.Array:
+    """`page_table` [S, Pmax] with the padding sequence's row (zeros) appended, int32."""
+    pad = jnp.zeros((1, page_table.shape[1]), page_table.dtype)
+    return jnp.concatenate([page_table, pad]).astype(jnp.int32)
+
+
+def with_page_table(meta: AttnMetadata, page_table: jax.Array) -> AttnMetadata:
+    """`meta` addressing another pool: the same tokens and spans through `page_table`
+    [S, Pmax] (a hybrid model's windowed layers, ModelConfig.hybrid_window)."""
+    return meta._replace(page_table=_padded_table(page_table))
 
 
 # gather_block(page_ids: [..., Bp]) -> (keys [..., L, K, Dk], values [..., L, K, Dv]),

@@ -379,13 +379,14 @@ class Scheduler:
             return None
         running, waiting = list(self._running), collections.deque(self._waiting)
         num_pages = {seq: [len(p.table(seq)) for p in self._pools] for seq in running}
+        none_held = [0] * len(self._pools)  # a sequence this step admitted
         try:
             out = self._build(_StepPlan(self.max_num_batched_tokens, ahead=True), ())
         except _FallBack:
             out = None
         if out is None or not out.items:
             for seq in self._running:  # undo allocations and admissions
-                for pool, n in zip(self._pools, num_pages.get(seq, [0, 0]), strict=False):
+                for pool, n in zip(self._pools, num_pages.get(seq, none_held), strict=True):
                     table = pool.table(seq)
                     pool.pages.free(table[n:])
                     del table[n:]

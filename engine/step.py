@@ -185,10 +185,7 @@ def _step_body(
     slots = batch.slot_mapping
     window_meta = None
     if batch.window_page_table is not None:
-        table = batch.window_page_table  # with build_metadata's padding row
-        window_meta = meta._replace(
-            page_table=jnp.concatenate([table, jnp.zeros_like(table[:1])]).astype(jnp.int32)
-        )
+        window_meta = pa.with_page_table(meta, batch.window_page_table)
     ops = get_attention_ops(attention_impl, batch_invariant)
     # Which MLA sequences attend expanded: decided once for the step, used by every layer.
     split = None
