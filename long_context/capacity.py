@@ -250,13 +250,10 @@ def capacity(
     if window is not None:
         window_pages = min(pages_per_sequence, 1 + -(-(window - 1) // page_size))
     full = cfg.num_layers - windowed
-    # Every layer's page row is the same size: per_token_dev / num_layers bytes a token.
-    sequence_bytes = math.ceil(
-        per_token_dev
-        * page_size
-        * (full * pages_per_sequence + windowed * window_pages)
-        / cfg.num_layers
-    )
+    # Every layer's page row is the same size: per_token_dev / num_layers bytes a token
+    # (exact integers, so with one pool this is whole pages of the budget per sequence).
+    layer_pages = full * pages_per_sequence + windowed * window_pages
+    sequence_bytes = -(-per_token_dev * page_size * layer_pages // cfg.num_layers)
     return Capacity(
         model=cfg.name,
         context=context,
@@ -276,7 +273,7 @@ def capacity(
         weight_bytes_per_device=weights_dev,
         kv_budget_bytes_per_device=budget,
         kv_tokens=num_pages * page_size,
-        max_sequences=(num_pages // window_pages if full == 0 else budget // sequence_bytes),
+        max_sequences=budget // sequence_bytes,
         sliding_window=window,
         windowed_layers=windowed,
     )
