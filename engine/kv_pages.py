@@ -20,7 +20,7 @@ there never reaches it.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 class OutOfPagesError(RuntimeError):
@@ -109,7 +109,7 @@ class PageManager:
         """Pages needed to hold `num_tokens` tokens from position 0."""
         return pages_for_tokens(num_tokens, self.page_size)
 
-    def num_new_pages(self, page_ids: list[int], num_tokens: int) -> int:
+    def num_new_pages(self, page_ids: Sequence[int], num_tokens: int) -> int:
         """Pages a table holding `page_ids` must gain to cover `num_tokens` tokens."""
         return max(0, self.pages_needed(num_tokens) - len(page_ids))
 
@@ -155,15 +155,13 @@ class PageManager:
             if self._refcount[page] == 0:
                 self._free.append(page)
 
-    def ensure_capacity(self, page_ids: list[int], num_tokens: int) -> list[int]:
-        """Grow the page table `page_ids` in place to cover `num_tokens` tokens.
-
-        Returns the newly allocated pages (empty when it already fits); raises
-        OutOfPagesError, leaving `page_ids` unchanged, when not enough pages are free.
+    def ensure_capacity(self, page_ids: tuple[int, ...], num_tokens: int) -> tuple[int, ...]:
+        """The page table `page_ids` grown to cover `num_tokens` tokens: a new tuple with the
+        pages allocated appended, or `page_ids` itself when it already fits. Raises
+        OutOfPagesError, allocating nothing, when not enough pages are free.
         """
-        new_pages = self.allocate(self.num_new_pages(page_ids, num_tokens))
-        page_ids.extend(new_pages)
-        return new_pages
+        need = self.num_new_pages(page_ids, num_tokens)
+        return page_ids + tuple(self.allocate(need)) if need else page_ids
 
     def _check_id(self, page: int) -> None:
         if not 0 <= page < self._num_pages:

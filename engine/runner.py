@@ -79,9 +79,11 @@ class PageRows:
 
     Turning a sequence's page ids (Python ints) into an array costs ~45 ns a page, paid for
     its whole table every step: 64 decodes at 32k keys (2,048 pages each) were 6 of the 7.6
-    ms `pack` took (measured, CPU). Between steps a running sequence's table only grows, so
-    a row whose previous ids are the new ids' prefix (compared by value; the ints are the
-    same objects, so that is a fast identity walk) converts only its new pages. Anything
+    ms `pack` took (measured, CPU). Between steps a running sequence's table only grows: a
+    row whose ids are the very tuple it had (most decodes: the scheduler rebinds a table
+    only when it changes, Sequence.page_ids) is reused as is, without a compare; one whose
+    previous ids are the new ids' prefix (compared by value; the ints are the same objects,
+    so that is a fast identity walk) converts only its new pages. Anything
     else (pages given back by an undone step ahead, a preempted sequence re-admitted)
     converts the whole table again. Rows are kept for the last step's sequences only.
     `attr` names the item's table: "page_ids", or "window_page_ids" (hybrid models).
@@ -97,7 +99,9 @@ class PageRows:
         for it in items:
             ids = tuple(getattr(it, self._attr))
             old = self._rows.get(it.request_id)
-            if old is not None and len(old[0]) <= len(ids) and ids[: len(old[0])] == old[0]:
+            if old is not None and old[0] is ids:  # the same table (Sequence.page_ids)
+                row = old[1]
+            elif old is not None and len(old[0]) <= len(ids) and ids[: len(old[0])] == old[0]:
                 row = old[1]
                 if len(ids) > len(row):
                     row = np.concatenate([row, np.asarray(ids[len(row) :], np.int32)])

@@ -102,8 +102,18 @@ class _Pool(NamedTuple):
     ids: str  # the Sequence attribute holding the table
     released: str  # the Sequence attribute counting its pages given back
 
-    def table(self, seq: Sequence) -> list[int]:
+    def table(self, seq: Sequence) -> tuple[int, ...]:
         return getattr(seq, self.ids)
+
+    def grow(self, seq: Sequence, num_tokens: int) -> None:
+        """`seq`'s table here covers `num_tokens` tokens (OutOfPagesError: nothing taken)."""
+        setattr(seq, self.ids, self.pages.ensure_capacity(self.table(seq), num_tokens))
+
+    def truncate(self, seq: Sequence, num_pages: int) -> None:
+        """Give back the pages of `seq`'s table past its first `num_pages`."""
+        table = self.table(seq)
+        self.pages.free(table[num_pages:])
+        setattr(seq, self.ids, table[:num_pages])
 
 
 class _FallBack(Exception):
@@ -387,9 +397,7 @@ class Scheduler:
         if out is None or not out.items:
             for seq in self._running:  # undo allocations and admissions
                 for pool, n in zip(self._pools, num_pages.get(seq, none_held), strict=True):
-                    table = pool.table(seq)
-                    pool.pages.free(table[n:])
-                    del table[n:]
+                    pool.truncate(seq, n)
                 if seq not in num_pages:
                     seq.status = SequenceStatus.WAITING
             self._running, self._waiting = running, waiting
@@ -439,7 +447,7 @@ class Scheduler:
             if not all(p.pages.can_allocate(p.pages.pages_needed(chunk)) for p in self._pools):
                 break  # this request waits; nobody behind it overtakes
             for pool in self._pools:
-                pool.pages.ensure_capacity(pool.table(seq), chunk)
+                pool.grow(seq, chunk)
             del self._waiting[i]
             seq.status = SequenceStatus.RUNNING
             self._running.append(seq)
@@ -603,7 +611,7 @@ class Scheduler:
             if victim is seq:
                 return False
         for pool in self._pools:
-            pool.pages.ensure_capacity(pool.table(seq), num_tokens)
+            pool.grow(seq, num_tokens)
         return True
 
     def _is_long(self, seq: Sequence) -> bool:
@@ -669,12 +677,12 @@ class Scheduler:
             request_id=seq.request_id,
             token_ids=token_ids,
             start_pos=start,
-            page_ids=tuple(seq.page_ids),
+            page_ids=seq.page_ids,
             sample=stop == seq.num_tokens + seq.num_pending_samples,
             sampling_params=seq.sampling_params,
             num_generated=seq.num_output_tokens + seq.num_pending_samples,
             feed_index=feed_index,
-            window_page_ids=tuple(seq.window_page_ids),
+            window_page_ids=seq.window_page_ids,
         )
 
     def _stop_reason(self, seq: Sequence, token_id: int) -> tuple[str | None, int | str | None]:
@@ -728,5 +736,5 @@ class Scheduler:
     def _release_pages(self, seq: Sequence) -> None:
         for pool in self._pools:
             pool.pages.free(pool.table(seq)[getattr(seq, pool.released) :])
-            setattr(seq, pool.ids, [])
+            setattr(seq, pool.ids, ())
             setattr(seq, pool.released, 0)

@@ -34,15 +34,17 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     # Tokens whose K/V is in the cache (positions 0..num_computed_tokens-1).
     num_computed_tokens: int = 0
-    # Page table: page_ids[i] holds positions [i * page_size, (i + 1) * page_size).
-    page_ids: list[int] = field(default_factory=list)
+    # Page table: page_ids[i] holds positions [i * page_size, (i + 1) * page_size). A tuple,
+    # rebound when it changes: a step's ScheduledItem shares it as is, and the packer knows
+    # an unchanged table by identity (runner.PageRows) instead of comparing its ids.
+    page_ids: tuple[int, ...] = ()
     # Sliding-window models: the first num_released_pages pages hold only keys behind every
     # later query's window; they went back to the pool (their ids stay in the table, where
     # attention masks them and zeroes their values, so the table keeps its positions).
     num_released_pages: int = 0
     # Hybrid models (ModelConfig.hybrid_window): the windowed layers' page table, in their
     # own pool, laid out like page_ids; its first num_released_window_pages pages went back.
-    window_page_ids: list[int] = field(default_factory=list)
+    window_page_ids: tuple[int, ...] = ()
     num_released_window_pages: int = 0
     finish_reason: str | None = None  # one of FINISH_REASONS once finished
     num_preemptions: int = 0

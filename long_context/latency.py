@@ -457,16 +457,17 @@ def time_pack(
 ) -> float:
     """Mean seconds of runner.pack for `num_seqs` decodes at `context` keys in an engine of
     `max_model_len`, over `steps` steps of fresh ScheduledItems (as the scheduler makes
-    them, page tables as tuples), with the engine's carried page rows or without."""
+    them: each holds its sequence's page table, the same tuple while the table does not
+    grow), with the engine's carried page rows or without."""
     num_pages = pages_for_tokens(context, page_size)
-    tables = [list(range(i * num_pages, (i + 1) * num_pages)) for i in range(num_seqs)]
+    tables = [tuple(range(i * num_pages, (i + 1) * num_pages)) for i in range(num_seqs)]
     params = SamplingParams(seed=1)
     buckets = runner.Buckets(max(num_seqs, 1), num_seqs, pages_for_tokens(max_model_len, page_size))
     rows = runner.PageRows() if carried else None
 
     def items():
         return [
-            ScheduledItem(str(i), (5,), context - 1, tuple(t), True, params, 3)
+            ScheduledItem(str(i), (5,), context - 1, t, True, params, 3)
             for i, t in enumerate(tables)
         ]
 

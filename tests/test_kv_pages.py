@@ -91,17 +91,16 @@ def test_pages_needed():
         pm.pages_needed(-1)
 
 
-def test_ensure_capacity_grows_table_in_place():
+def test_ensure_capacity_returns_the_grown_table():
     pm = PageManager(num_pages=4, page_size=16)
-    table: list[int] = []
-    assert pm.ensure_capacity(table, 17) == [0, 1]
-    assert pm.ensure_capacity(table, 32) == []
-    assert pm.ensure_capacity(table, 33) == [2]
-    assert table == [0, 1, 2]
+    table = pm.ensure_capacity((), 17)
+    assert table == (0, 1)
+    assert pm.ensure_capacity(table, 32) is table  # fits: the same tuple, nothing allocated
+    table = pm.ensure_capacity(table, 33)
+    assert table == (0, 1, 2)
     assert pm.num_new_pages(table, 80) == 2
     with pytest.raises(OutOfPagesError):
         pm.ensure_capacity(table, 80)
-    assert table == [0, 1, 2]
     assert pm.num_free == 1
 
 
@@ -134,10 +133,10 @@ def test_sizing_edges():
     with pytest.raises(ValueError, match="page_size=0"):
         pages_for_tokens(1, 0)
     pm = PageManager(num_pages=4, page_size=4)
-    table = pm.allocate(3)
+    table = tuple(pm.allocate(3))
     # A table already larger than needed (a step taken back by cancel) gains nothing.
     assert pm.num_new_pages(table, 5) == 0
-    assert pm.ensure_capacity(table, 5) == [] and table == [0, 1, 2]
+    assert pm.ensure_capacity(table, 5) is table and pm.num_free == 1
 
 
 def test_window_pool_pages_by_hand():

@@ -334,7 +334,7 @@ def test_schedule_ahead_undoes_admissions_when_a_long_chunk_needs_the_step_time(
     sched.add(big)
     free = sched.pages.num_free
     assert sched.schedule_ahead() is None
-    assert s.status is SequenceStatus.WAITING and s.page_ids == []
+    assert s.status is SequenceStatus.WAITING and s.page_ids == ()
     assert sched.pages.num_free == free and sched.stats()["num_waiting"] == 2
     assert sched.abort("s")
     sched.update(out1, s1, 1.0)

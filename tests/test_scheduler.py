@@ -223,6 +223,20 @@ def test_long_prompt_is_chunked_while_decodes_continue():
     assert summary(out) == [("d", 8, 1, (0,), True), ("long", 200, 1, tuple(range(1, 14)), True)]
 
 
+def test_an_unchanged_page_table_is_handed_out_as_the_same_tuple():
+    # runner.PageRows reuses a row whose table is the very tuple it had: the scheduler must
+    # rebind a table when (and only when) it changes, never edit one it handed out.
+    a = make_seq("a", 5, max_tokens=8)
+    sched, dev = new_scheduler(8, 4, a), FakeDevice(4)
+    tables = []
+    for _ in range(6):  # the prompt (positions 0-4), then decodes of positions 5..9
+        out, _ = step(sched, dev)
+        tables.append(out.items[0].page_ids)
+    assert tables[0] == (0, 1) and tables[0] is tables[1] is tables[2] is tables[3]  # 5-7 fit
+    assert tables[4] == (0, 1, 2) and tables[4] is tables[5]  # position 8 took a page
+    assert tables[5] is a.page_ids and tables[0] == (0, 1)  # the older tuple is untouched
+
+
 def test_decode_preempts_newest_which_recomputes_later():
     a, b = make_seq("a", 7, max_tokens=4), make_seq("b", 7, 20, max_tokens=3)
     c = make_seq("c", 2, max_tokens=1)
@@ -234,7 +248,7 @@ def test_decode_preempts_newest_which_recomputes_later():
     out, _ = step(sched, dev)  # "a" needs a third page: the newest running ("b") goes
     assert summary(out) == [("a", 8, 1, (0, 1, 2), True)]
     assert out.preempted == ("b",)
-    assert b.status is SequenceStatus.WAITING and b.page_ids == []
+    assert b.status is SequenceStatus.WAITING and b.page_ids == ()
     assert (b.num_computed_tokens, b.num_preemptions) == (0, 1)
     assert b.num_output_tokens == 2  # generated tokens are kept and replayed
     assert sched.stats()["num_preemptions"] == 1
@@ -510,7 +524,7 @@ def test_random_workload_tiny_pool(seed, window):
             assert (seq.output_token_ids, seq.finish_reason) == (ref_tokens, ref_reason), rid
             assert seq.output_logprobs == [-t / 100 for t in ref_tokens]
         assert seq.num_released_pages == seq.num_released_window_pages == 0
-        assert seq.page_ids == seq.window_page_ids == []
+        assert seq.page_ids == seq.window_page_ids == ()
     stats = sched.stats()
     assert stats["num_pages_free"] == stats["num_pages_total"] == sched.pages.num_total
     assert stats.get("num_window_pages_free") == stats.get("num_window_pages_total")
@@ -598,7 +612,7 @@ def test_schedule_ahead_feeds_placeholders_and_counts_pending():
     s4 = run_fed(dev, out4, (out3, s3))
     sched.update(out3, s3)
     sched.update(out4, s4)
-    assert a.finish_reason == "length" and a.page_ids == []
+    assert a.finish_reason == "length" and a.page_ids == ()
     run_async(sched, dev)
     for seq in (a, b, c):
         assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 64)
@@ -644,12 +658,12 @@ def test_stop_while_scheduled_ahead_releases_pages_after_the_later_step():
     free = sched.pages.num_free
     res = sched.update(out1, s1)
     assert [(r.request_id, r.finish_reason) for r in res] == [("a", "stop"), ("b", None)]
-    assert a.is_finished and a.page_ids == [0, 1]  # step 2 may still write them
+    assert a.is_finished and a.page_ids == (0, 1)  # step 2 may still write them
     assert sched.pages.num_free == free
     assert not sched.in_flight_all_finished()  # "b" still gains a token from step 2
     res = sched.update(out2, s2)
     assert [r.request_id for r in res] == ["b"]  # a's step-2 sample is dropped
-    assert a.page_ids == [] and sched.pages.num_free == free + 2
+    assert a.page_ids == () and sched.pages.num_free == free + 2
     assert a.output_token_ids == [first]
     run_async(sched, dev)
     assert (b.output_token_ids, b.finish_reason) == reference(b, 64)
@@ -710,7 +724,7 @@ def test_random_workload_scheduled_ahead(seed, window):
             assert (seq.output_token_ids, seq.finish_reason) == (ref_tokens, ref_reason), rid
             assert seq.output_logprobs == [-t / 100 for t in ref_tokens]
         assert seq.num_pending_samples == seq.num_inflight_tokens == 0
-        assert seq.page_ids == seq.window_page_ids == []
+        assert seq.page_ids == seq.window_page_ids == ()
     stats = sched.stats()
     assert stats["num_pages_free"] == stats["num_pages_total"] == sched.pages.num_total
     assert stats.get("num_window_pages_free") == stats.get("num_window_pages_total")
@@ -744,7 +758,7 @@ def test_add_refuses_reused_ids_and_used_sequences():
     with pytest.raises(ValueError, match="'a': its abort is still being processed"):
         sched.add(make_seq("a", 3))
     used = make_seq("u", 3)
-    used.page_ids = [5]
+    used.page_ids = (5,)
     with pytest.raises(ValueError, match="'u': must be a new WAITING sequence"):
         sched.add(used)
     # A step is in flight: the aborted request's pages stay held until it is updated.
