@@ -228,10 +228,8 @@ def test_an_unchanged_page_table_is_handed_out_as_the_same_tuple():
     # rebind a table when (and only when) it changes, never edit one it handed out.
     a = make_seq("a", 5, max_tokens=8)
     sched, dev = new_scheduler(8, 4, a), FakeDevice(4)
-    tables = []
-    for _ in range(6):  # the prompt (positions 0-4), then decodes of positions 5..9
-        out, _ = step(sched, dev)
-        tables.append(out.items[0].page_ids)
+    # The prompt (positions 0-4), then decodes of positions 5..9.
+    tables = [step(sched, dev)[0].items[0].page_ids for _ in range(6)]
     assert tables[0] == (0, 1) and tables[0] is tables[1] is tables[2] is tables[3]  # 5-7 fit
     assert tables[4] == (0, 1, 2) and tables[4] is tables[5]  # position 8 took a page
     assert tables[5] is a.page_ids and tables[0] == (0, 1)  # the older tuple is untouched
@@ -468,6 +466,28 @@ def _check_state(sched, seqs) -> list[str]:
     return [s.request_id for s in running if s.num_tokens - s.num_computed_tokens == 1]
 
 
+def _check_workload_done(sched, seqs, aborted, max_model_len, window, hybrid) -> dict:
+    """A random workload's end: each request's output is the reference's (an aborted one's,
+    a prefix), every page is back in its pool, nothing is queued. Returns the stats."""
+    assert len(seqs) == 24
+    for rid, seq in seqs.items():
+        ref_tokens, ref_reason = reference(
+            seq, max_model_len, window=6 if window else None, hybrid=hybrid
+        )
+        if rid in aborted:
+            assert seq.finish_reason == "abort"
+            assert seq.output_token_ids == ref_tokens[: seq.num_output_tokens]
+        else:
+            assert (seq.output_token_ids, seq.finish_reason) == (ref_tokens, ref_reason), rid
+            assert seq.output_logprobs == [-t / 100 for t in ref_tokens]
+        assert seq.page_ids == seq.window_page_ids == ()
+    stats = sched.stats()
+    assert stats["num_pages_free"] == stats["num_pages_total"] == sched.pages.num_total
+    assert stats.get("num_window_pages_free") == stats.get("num_window_pages_total")
+    assert stats["num_running"] == stats["num_waiting"] == 0
+    return stats
+
+
 @pytest.mark.parametrize("window", [None, 6, "hybrid"])
 @pytest.mark.parametrize("seed", range(6))
 def test_random_workload_tiny_pool(seed, window):
@@ -512,24 +532,9 @@ def test_random_workload_tiny_pool(seed, window):
         )
         num_steps += 1
         assert num_steps < 3000, "no progress: starvation or livelock"
-    assert len(seqs) == 24
-    for rid, seq in seqs.items():
-        ref_tokens, ref_reason = reference(
-            seq, max_model_len, window=6 if window else None, hybrid=hybrid
-        )
-        if rid in aborted:
-            assert seq.finish_reason == "abort"
-            assert seq.output_token_ids == ref_tokens[: seq.num_output_tokens]
-        else:
-            assert (seq.output_token_ids, seq.finish_reason) == (ref_tokens, ref_reason), rid
-            assert seq.output_logprobs == [-t / 100 for t in ref_tokens]
-        assert seq.num_released_pages == seq.num_released_window_pages == 0
-        assert seq.page_ids == seq.window_page_ids == ()
-    stats = sched.stats()
-    assert stats["num_pages_free"] == stats["num_pages_total"] == sched.pages.num_total
-    assert stats.get("num_window_pages_free") == stats.get("num_window_pages_total")
+    stats = _check_workload_done(sched, seqs, aborted, max_model_len, window, hybrid)
+    assert all(s.num_released_pages == s.num_released_window_pages == 0 for s in seqs.values())
     assert stats.get("num_window_pages_total") == (6 if hybrid else None)
-    assert stats["num_running"] == stats["num_waiting"] == 0
     # The workload must actually exercise preemption and chunking (and the window).
     assert stats["num_preemptions"] > 0 and chunked > 0
     assert (released > 0) == (window is not None)
@@ -712,23 +717,8 @@ def test_random_workload_scheduled_ahead(seed, window):
         run_async(sched, dev, on_step)
         if pending:  # idle until the next arrival
             pending[0] = (0, pending[0][1])
-    assert len(seqs) == 24
-    for rid, seq in seqs.items():
-        ref_tokens, ref_reason = reference(
-            seq, max_model_len, window=6 if window else None, hybrid=hybrid
-        )
-        if rid in aborted:
-            assert seq.finish_reason == "abort"
-            assert seq.output_token_ids == ref_tokens[: seq.num_output_tokens]
-        else:
-            assert (seq.output_token_ids, seq.finish_reason) == (ref_tokens, ref_reason), rid
-            assert seq.output_logprobs == [-t / 100 for t in ref_tokens]
-        assert seq.num_pending_samples == seq.num_inflight_tokens == 0
-        assert seq.page_ids == seq.window_page_ids == ()
-    stats = sched.stats()
-    assert stats["num_pages_free"] == stats["num_pages_total"] == sched.pages.num_total
-    assert stats.get("num_window_pages_free") == stats.get("num_window_pages_total")
-    assert stats["num_running"] == stats["num_waiting"] == 0
+    stats = _check_workload_done(sched, seqs, aborted, max_model_len, window, hybrid)
+    assert all(s.num_pending_samples == s.num_inflight_tokens == 0 for s in seqs.values())
     assert stats["num_preemptions"] > 0 and sched.num_scheduled_ahead > 0
     assert (max(released) > 0) == (window is not None)
 
