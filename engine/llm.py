@@ -357,6 +357,8 @@ class LLM:
         reqs = []
         for prompt, params in zip(prompts, sampling_params, strict=True):
             ids = self._tokenize(prompt)
+            if params.truncate_prompt_tokens is not None:
+                ids = ids[-params.truncate_prompt_tokens :]
             self._validate(ids, params)
             reqs.append((ids, params))
         return reqs

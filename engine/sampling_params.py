@@ -59,6 +59,11 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] | None = None
     # Sample only among these token ids (vLLM's allowed_token_ids); None = the vocabulary.
     allowed_token_ids: tuple[int, ...] | None = None
+    # Keep only the prompt's last k tokens (vLLM's truncate_prompt_tokens: a long document
+    # cut from the left to fit max_model_len; a text prompt is cut after tokenizing, so its
+    # BOS goes too). The request's prompt_token_ids and prompt_logprobs are the kept tokens'.
+    # None = the whole prompt.
+    truncate_prompt_tokens: int | None = None
 
     def __post_init__(self):
         # numpy scalars are taken (and stored as Python numbers); bools are not numbers here.
@@ -147,6 +152,13 @@ class SamplingParams:
             set_("logit_bias", _logit_bias(self.logit_bias))
         if self.allowed_token_ids is not None:
             set_("allowed_token_ids", _token_ids("allowed_token_ids", self.allowed_token_ids))
+        k = self.truncate_prompt_tokens
+        if k is not None:
+            if not _is_int(k) or k < 1:
+                raise ValueError(
+                    f"truncate_prompt_tokens={k!r}: must be an integer >= 1 (or None: no cut)"
+                )
+            set_("truncate_prompt_tokens", int(k))
         if self.prompt_logprobs and self.max_tokens == 0:
             # The prompt is scored by the steps that compute it; max_tokens=0 runs none.
             raise ValueError("prompt_logprobs=True: needs max_tokens >= 1 (max_tokens=0)")

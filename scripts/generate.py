@@ -51,6 +51,9 @@ _LOGIT_BIAS = flags.DEFINE_list(
 _ALLOWED = flags.DEFINE_list(
     "allowed_token_ids", [], "Sample only among these token ids, e.g. 3,17,42 (empty: all)."
 )
+_TRUNCATE = flags.DEFINE_integer(
+    "truncate_prompt_tokens", None, "Keep only each prompt's last N tokens (default: all)."
+)
 _STOP = flags.DEFINE_multi_string(
     "stop", [], "Stop string(s): a request ends when its text holds one (needs a tokenizer.json)."
 )
@@ -124,6 +127,7 @@ def _generate() -> None:
         min_tokens=_MIN_TOKENS.value,
         logit_bias=_parse_logit_bias(_LOGIT_BIAS.value),
         allowed_token_ids=[_flag_int("--allowed_token_ids", t) for t in _ALLOWED.value] or None,
+        truncate_prompt_tokens=_TRUNCATE.value,
     )
     for name, flag, low in (
         ("num_prompts", _NUM_PROMPTS, 1),

@@ -171,6 +171,33 @@ def test_every_prompt_form_generates_what_its_token_ids_do():
     assert _clean(llm)
 
 
+def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens():
+    llm = _llm()  # max_model_len 64
+    long = list(range(3, 103))  # 100 tokens: refused whole
+    with pytest.raises(ValueError, match="length 100 exceeds max_model_len=64"):
+        llm.generate([long], PARAMS)
+    cut = dataclasses.replace(PARAMS, truncate_prompt_tokens=40, prompt_logprobs=True)
+    want = llm.generate([long[-40:]], dataclasses.replace(cut, truncate_prompt_tokens=None))
+    # Token ids and text alike; a prompt shorter than k is kept whole.
+    outs = llm.generate([long, "the cat sat on the", P], cut)
+    assert outs[0].prompt_token_ids == long[-40:]
+    assert (outs[0].token_ids, outs[0].prompt_logprobs) == (
+        want[0].token_ids,
+        want[0].prompt_logprobs,
+    )
+    assert len(outs[0].prompt_logprobs) == 39
+    whole = llm.generate(["the cat sat on the"], PARAMS)[0].prompt_token_ids
+    assert len(whole) == 5 and outs[1].prompt_token_ids == whole  # a word a token
+    two = llm.generate(["the cat sat on the"], dataclasses.replace(cut, truncate_prompt_tokens=2))
+    assert two[0].prompt_token_ids == whole[-2:]  # cut after tokenizing
+    assert outs[2].prompt_token_ids == P
+    for bad in (0, -1, 2.0, True, "8"):
+        with pytest.raises(ValueError, match=f"truncate_prompt_tokens={bad!r}: must be an integer"):
+            SamplingParams(truncate_prompt_tokens=bad)
+    assert SamplingParams(truncate_prompt_tokens=np.int64(8)).truncate_prompt_tokens == 8
+    assert _clean(llm)
+
+
 def test_a_batch_that_fails_while_queueing_is_taken_back_whole(monkeypatch):
     """All or nothing: the requests queued before the failing one are withdrawn at once."""
     llm = _llm()

@@ -32,8 +32,20 @@ def _run(module: str, *flags: str) -> str:
 
 
 def test_generate_prints_tokens_and_throughput():
-    out = _run("scripts.generate", "--model=tiny-qwen3", "--num_prompts=3", "--max_tokens=5")
+    out = _run(
+        "scripts.generate",
+        "--model=tiny-qwen3",
+        "--num_prompts=3",
+        "--max_tokens=5",
+        "--truncate_prompt_tokens=3",
+    )
     assert out.count("(length)") == 3
+    lens = [
+        int(line.split("prompt ")[1].split(" tok")[0])
+        for line in out.splitlines()
+        if " -> " in line
+    ]
+    assert lens and max(lens) <= 3, out  # random prompts of up to 32 tokens, cut to their last 3
     assert [line.split("]")[0] for line in out.splitlines() if " -> " in line] == [
         "[0",
         "[1",
@@ -194,6 +206,11 @@ BAD_FLAGS = [
         "presence_penalty=3.0: must be in [-2.0, 2.0]",
     ),
     ("scripts.generate", ["--model=no-such-preset", "--logit_bias=3"], "'3' is not id:bias"),
+    (
+        "scripts.generate",
+        ["--model=no-such-preset", "--truncate_prompt_tokens=0"],
+        "truncate_prompt_tokens=0: must be an integer >= 1",
+    ),
     (
         "scripts.generate",
         ["--model=no-such-preset", "--logit_bias=5:1,5:-100"],
