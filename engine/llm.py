@@ -327,7 +327,8 @@ class LLM:
             raise ValueError(f"prompt: token id {bad[0]} is outside the vocabulary [0, {vocab})")
         if len(ids) > self.max_model_len:
             raise ValueError(
-                f"prompt: length {len(ids)} exceeds max_model_len={self.max_model_len}"
+                f"prompt: length {len(ids)} exceeds max_model_len={self.max_model_len} "
+                "(SamplingParams.truncate_prompt_tokens keeps a prompt's last tokens)"
             )
         for name, listed in (
             ("stop_token_ids", params.stop_token_ids),
