@@ -10,6 +10,8 @@
 #   BENCH_FLAGS="--block_rows=16" scripts/gpu_check.sh ...    # extra flags for both benches
 #   STAGES=mla scripts/gpu_check.sh "$OUT"   # optional, not in the default run (no time left
 #       in it): MLA prefill absorbed on the Pallas kernel vs expanded on XLA, 128 heads bf16
+#   STAGES=bf16 scripts/gpu_check.sh "$OUT"  # optional too: the engine in bfloat16 on the
+#       kernels against transformers' bfloat16 noise (tests/test_hf_parity.py, four fixtures)
 #
 # Stage limits from the first H200 runs (kernels 30 s, engine 96 s, sweep 46 s for 23 rows,
 # bench 48 s) grown with what was added since (Mosaic rows, more sweep configs).
@@ -69,4 +71,7 @@ stage bench 90 "$PY" -m scripts.bench_kernels --out="$OUT_DIR/bench_kernels.json
 # spans on the XLA path, as its CPU route does? (bench_long_context --part=mla)
 stage mla 150 "$PY" -m scripts.bench_long_context --part=mla --mla_impls=pallas,xla \
   --mla_heads=128 --mla_dtype=bfloat16 --json_out="$OUT_DIR/mla_prefill.json"
+# Optional (STAGES=bf16): bfloat16 on the GPU route (LLM's "auto" picks the kernels there).
+stage bf16 60 "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_hf_parity.py \
+  -k bfloat16
 exit $status
