@@ -214,7 +214,11 @@ def _step_body(
         return o, (latent_pages,)
 
     attend = attend_mla if cfg.is_mla else attend_gqa
-    routed_impl = routed_for(cfg) if mesh is None else make_routed_experts_ep(cfg, mesh)
+    routed_impl = (
+        routed_for(cfg)
+        if mesh is None
+        else make_routed_experts_ep(cfg, mesh, bounded=not batch_invariant)
+    )
     valid = jnp.arange(batch.token_ids.shape[0]) < batch.cu_q_lens[-1]  # [T]
     loads = []  # filled while this call traces forward_hidden, one [E] per MoE layer
 

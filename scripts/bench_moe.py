@@ -132,7 +132,9 @@ def _main() -> None:
     act = expert_activation(cfg)
     compute = shard(lambda p, x, e: ep_lib.expert_compute(p, x, e, act), (w_specs, tok, tok), tok)
     combine = shard(ep_lib.combine, (tok, d_specs, tok), tok)
-    whole = jax.jit(ep_lib.make_routed_experts_ep(cfg, mesh))
+    # The bounded exchange at any size (the engine's keeps it for BOUNDED_MIN_ROWS and up).
+    whole = jax.jit(ep_lib.make_routed_experts_ep(cfg, mesh, min_rows=0))
+    whole_worst = jax.jit(ep_lib.make_routed_experts_ep(cfg, mesh, bounded=False))
     single = jax.jit(routed_for(cfg))
     on_tokens = NamedSharding(mesh, tok)
 
@@ -153,6 +155,12 @@ def _main() -> None:
                 compute_ms=best_ms(compute, p_moe, d.recv_x, d.recv_expert),
                 combine_ms=best_ms(combine, ys, d, w_s),
                 ep_path_ms=best_ms(whole, p_moe, x, weights, experts),
+                ep_worst_ms=best_ms(whole_worst, p_moe, x, weights, experts),
+                # Copies the busiest (device, peer) pair exchanges: within the bound or not.
+                most_to_one_peer=max(
+                    int(ep_lib.most_sent_to_one_peer(shard_e, num_local, mc.ep))
+                    for shard_e in np.split(np.asarray(e_p), mc.dp * mc.ep)
+                ),
                 one_device_ms=best_ms(single, p_full, x, weights, experts),
                 expert_imbalance=imbalance(load),
                 device_imbalance=imbalance(load.reshape(mc.ep, num_local).sum(axis=1)),
@@ -162,21 +170,26 @@ def _main() -> None:
 
     # Tokens per shard after pad_tokens pads num_tokens up to a multiple of dp * ep.
     local_tokens = -(-_TOKENS.value // (mc.dp * mc.ep))
+    k = cfg.num_experts_per_tok
+    bound = ep_lib.bounded_capacity(local_tokens, k, num_local, mc.ep)
     print(
         f"{cfg.name}, mesh {_MESH.value} on {jax.device_count()} {jax.default_backend()} "
-        f"devices, {_TOKENS.value} tokens, top-{cfg.num_experts_per_tok} of {cfg.num_experts} "
+        f"devices, {_TOKENS.value} tokens, top-{k} of {cfg.num_experts} "
         f"experts ({num_local} per ep device), exchange capacity "
-        f"{ep_lib.capacity(local_tokens, cfg.num_experts_per_tok, num_local)} rows per peer\n"
+        f"{ep_lib.capacity(local_tokens, k, num_local)} rows per peer (worst case), "
+        f"{bound} (bounded)\n"
     )
     print(
-        "| layer | dispatch ms | expert compute ms | combine ms | EP path ms | one device ms "
+        "| layer | dispatch ms | expert compute ms | combine ms | EP path ms | EP path, "
+        "worst-case buffers ms | most copies to one peer | one device ms "
         "| expert load max/mean | ep-device load max/mean |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['layer']} | {r['dispatch_ms']:.2f} | {r['compute_ms']:.2f} | "
-            f"{r['combine_ms']:.2f} | {r['ep_path_ms']:.2f} | {r['one_device_ms']:.2f} | "
+            f"{r['combine_ms']:.2f} | {r['ep_path_ms']:.2f} | {r['ep_worst_ms']:.2f} | "
+            f"{r['most_to_one_peer']} | {r['one_device_ms']:.2f} | "
             f"{r['expert_imbalance']:.2f} | {r['device_imbalance']:.2f} |"
         )
     if _JSON.value:

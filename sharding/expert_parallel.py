@@ -18,6 +18,17 @@ experts, so at most min(k, E_l) of its copies go to one device, and C = T_l * mi
 rows per destination hold every copy even when all tokens pick the same experts. Padding
 rows carry the empty local-expert id E_l, sort last, and fall outside the grouped-matmul groups
 (which return zeros there).
+
+The worst case is far above what a step sends: a device's T_l * k copies spread over ep
+peers average T_l * k / ep a peer, against C = T_l * min(k, E_l) (at DeepSeek-V3's top-8
+over ep=8: 8x). So an exchange of BOUNDED_MIN_ROWS rows or more first counts the copies each
+device sends each peer; when the largest count on the mesh (all-reduced, so every device
+takes the same branch) fits `bounded_capacity` (twice the average), the exchange uses
+buffers of that size, else the worst-case ones (`lax.cond`): dropless either way. A copy's
+output is the same in both (its expert's rows keep their order, and the grouped matmul's
+rows do not depend on the padding after them: bitwise on CPU, tests/test_sharding_mesh.py;
+not yet run on a GPU, whose ragged_dot may tile by the row count). Batch-invariant mode keeps the
+worst-case buffers only, so no step's shapes depend on what else is in the batch.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ EXPERT_BIASES = ("b_gate", "b_up")  # gpt-oss; b_down is added outside (models.m
 
 
 class Dispatched(NamedTuple):
-    """One device's view after the exchange (C = T_l * min(k, E_l) rows per peer)."""
+    """One device's view after the exchange (C rows per peer)."""
 
     recv_x: jax.Array  # [ep * C, D] rows received, block s from device s
     recv_expert: jax.Array  # [ep * C] int32 local expert of each row; E_l = empty row
@@ -51,15 +62,25 @@ def capacity(num_tokens: int, top_k: int, num_local_experts: int) -> int:
     return num_tokens * min(top_k, num_local_experts)
 
 
+def bounded_capacity(num_tokens: int, top_k: int, num_local_experts: int, ep_size: int) -> int:
+    """Rows per destination of the usual exchange: twice an even share of the T_l * k copies,
+    rounded up to a multiple of 8, at most the worst case."""
+    share = -(-num_tokens * top_k // ep_size)
+    return min(capacity(num_tokens, top_k, num_local_experts), -(-2 * share // 8) * 8)
+
+
 def dispatch(
     x: jax.Array,  # [T_l, D]
     experts: jax.Array,  # [T_l, k] int32 global expert ids; >= E means "not a token"
     num_local_experts: int,
     ep_size: int,
+    cap: int | None = None,  # rows per destination; None: the worst case (capacity)
 ) -> Dispatched:
-    """Sort copies by expert and send each to the device owning its expert (inside shard_map)."""
+    """Sort copies by expert and send each to the device owning its expert (inside shard_map).
+    A `cap` below the worst case must hold every destination's copies (the caller checks)."""
     t, k = experts.shape
-    cap = capacity(t, k, num_local_experts)
+    if cap is None:
+        cap = capacity(t, k, num_local_experts)
     flat = experts.reshape(-1)  # [T_l * k]
     order = jnp.argsort(flat, stable=True)
     sorted_experts = flat[order]
@@ -151,19 +172,55 @@ def pad_tokens(
     )
 
 
-def make_routed_experts_ep(cfg: ModelConfig, mesh: Mesh) -> RoutedFn:
-    """A drop-in for models.moe.routed_experts that runs the experts over the mesh."""
+def most_sent_to_one_peer(experts: jax.Array, num_local_experts: int, ep_size: int) -> jax.Array:
+    """[] int32: the most copies this device's `experts` [T_l, k] send to one ep device."""
+    dest = jnp.minimum(experts.reshape(-1) // num_local_experts, ep_size)  # ep_size: not sent
+    return jnp.max(jnp.zeros(ep_size + 1, jnp.int32).at[dest].add(1)[:ep_size])
+
+
+# The bounded exchange costs a count, an all-reduce of one integer and a second compiled
+# exchange under lax.cond; below this many rows in a device's worst-case buffer (ep * C:
+# decode steps, small batches) the one worst-case exchange is kept. An estimate, not a
+# measurement (no GPU yet): DeepSeek-V3's rows are 14 KiB in bfloat16, so 2,048 rows are
+# ~29 MiB, ~65 us at 450 GB/s, against ~10 us for the all-reduce.
+BOUNDED_MIN_ROWS = 2048
+
+
+def make_routed_experts_ep(
+    cfg: ModelConfig, mesh: Mesh, bounded: bool = True, min_rows: int = BOUNDED_MIN_ROWS
+) -> RoutedFn:
+    """A drop-in for models.moe.routed_experts that runs the experts over the mesh.
+    `bounded`: exchange through bounded_capacity buffers when every device's copies fit
+    them (the module docstring) and the worst-case buffer has `min_rows` rows or more;
+    False: always the worst-case ones (batch-invariant mode)."""
     mc = mesh_config_of(mesh)
     num_local = cfg.num_experts // mc.ep
     rules = rules_for(cfg, mc)
     tokens = logical_to_spec(("expert_batch", None), rules)
+    # The axes the tokens are split over (the others hold the same tokens, so agree already).
+    split = tokens[0] if isinstance(tokens[0], tuple) else (tokens[0],)
+    token_axes = tuple(axis for axis in split if axis is not None)
     w_specs = expert_weight_specs(cfg, mesh)
     act = expert_activation(cfg)
 
-    def local(p_local, x, weights, experts):
-        d = dispatch(x, experts, num_local, mc.ep)
+    def exchange(p_local, x, weights, experts, cap):
+        d = dispatch(x, experts, num_local, mc.ep, cap)
         ys = expert_compute(p_local, d.recv_x, d.recv_expert, act)
         return combine(ys, d, weights)
+
+    def local(p_local, x, weights, experts):
+        t, k = experts.shape
+        worst = capacity(t, k, num_local)
+        usual = bounded_capacity(t, k, num_local, mc.ep) if bounded else worst
+        if usual >= worst or mc.ep * worst < min_rows:
+            return exchange(p_local, x, weights, experts, worst)
+        most = most_sent_to_one_peer(experts, num_local, mc.ep)
+        most = jax.lax.pmax(most, token_axes)  # one branch for the whole mesh
+        return jax.lax.cond(
+            most > usual,
+            lambda: exchange(p_local, x, weights, experts, worst),
+            lambda: exchange(p_local, x, weights, experts, usual),
+        )
 
     sharded = jax.shard_map(
         local, mesh=mesh, in_specs=(w_specs, tokens, tokens, tokens), out_specs=tokens

@@ -109,7 +109,9 @@ def _skewed(params: dict, cfg) -> dict:
 
 
 def _op_check() -> dict:
-    """routed_experts_ep vs routed_experts directly: odd T, all copies onto one device, tp=2."""
+    """routed_experts_ep vs routed_experts directly: odd T, tp=2; copies spread evenly or at
+    random (the bounded exchange: 61 tokens pad to 16 a device, 32 copies, 16 rows a peer
+    against the worst case's 32) and all onto one device (over the bound: the worst case)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -127,24 +129,36 @@ def _op_check() -> dict:
     mesh, sharded = shard_model(cfg, params, MeshConfig(dp=1, tp=2, ep=4))
     p, p_sharded = params["layers"][layer]["moe"], sharded["layers"][layer]["moe"]
     rng = np.random.default_rng(0)
-    t = 13  # not a multiple of dp * ep
+    t = 61  # not a multiple of dp * ep
     x = jnp.asarray(rng.standard_normal((t, cfg.hidden_size)), jnp.float32)
     weights = jnp.asarray(rng.uniform(0.1, 1.0, (t, 2)), jnp.float32)
     cases = {
         "random": rng.permuted(np.tile(np.arange(16), (t, 1)), axis=1)[:, :2],
+        "even": np.stack([np.arange(t) % 16, (np.arange(t) + 8) % 16], axis=1),
         "one_device": np.tile([1, 3], (t, 1)),  # experts 0..3 live on ep device 0
     }
-    routed = jax.jit(make_routed_experts_ep(cfg, mesh))
+    routed = jax.jit(make_routed_experts_ep(cfg, mesh, min_rows=0))  # small: bound it anyway
     zeros = jnp.zeros((t, 2), jnp.int32)
     hlo = routed.lower(p_sharded, x, weights, zeros).compile().as_text()
-    out = {"hlo_has_all_to_all": "all-to-all" in hlo}
+    worst_only = jax.jit(make_routed_experts_ep(cfg, mesh, bounded=False))
+    hlo_worst = worst_only.lower(p_sharded, x, weights, zeros).compile().as_text()
+    default = jax.jit(make_routed_experts_ep(cfg, mesh))  # 128 rows: below BOUNDED_MIN_ROWS
+    hlo_default = default.lower(p_sharded, x, weights, zeros).compile().as_text()
+    out = {
+        "hlo_has_all_to_all": "all-to-all" in hlo,
+        "hlo_has_conditional": "conditional(" in hlo,
+        "worst_only_has_conditional": "conditional(" in hlo_worst,
+        "small_default_has_conditional": "conditional(" in hlo_default,
+    }
     for name, experts in cases.items():
         experts = jnp.asarray(experts, jnp.int32)
         want = np.asarray(routed_experts(p, x, weights, experts))
         got = np.asarray(routed(p_sharded, x, weights, experts))
+        worst = np.asarray(worst_only(p_sharded, x, weights, experts))
         out[name] = {
             "max_abs_err": float(np.max(np.abs(got - want))),
             "max_abs": float(np.max(np.abs(want))),
+            "equals_worst_case_bitwise": bool(np.array_equal(got, worst)),
         }
     return out
 

@@ -15,7 +15,7 @@ from configs.presets import get_preset
 from engine import LLM
 from models.load import load_model
 from sharding import distributed
-from sharding.expert_parallel import capacity
+from sharding.expert_parallel import bounded_capacity, capacity, most_sent_to_one_peer
 from sharding.mesh import AXES, MeshConfig, check_layout, make_mesh, parse_mesh
 from sharding.rules import (
     GQA_PAGES_AXES,
@@ -167,6 +167,18 @@ def test_exchange_capacity_holds_the_worst_case():
     assert capacity(13, 2, 4) == 26
     assert capacity(13, 8, 4) == 52
     assert capacity(13, 8, 1) == 13
+
+
+def test_bounded_exchange_capacity_is_twice_an_even_share_within_the_worst_case():
+    # DeepSeek-V3 at ep=8 (32 experts a device, top-8), 256 tokens a device: 2 x 256 of the
+    # 2,048 worst-case rows a peer.
+    assert (bounded_capacity(256, 8, 32, 8), capacity(256, 8, 32)) == (512, 2048)
+    assert bounded_capacity(16, 2, 4, 4) == 16  # 2 x 8, a multiple of 8
+    assert bounded_capacity(3, 2, 4, 4) == 6  # ceil(6 / 4) = 2, x 2 = 4 -> 8, above 3 x 2
+    assert bounded_capacity(4, 2, 4, 4) == 8 == capacity(4, 2, 4)  # no gain: one path
+    # Copies bound for each ep device (16 experts over 4): ids >= 16 are not tokens.
+    experts = np.array([[0, 5], [4, 7], [15, 16], [6, 16]])
+    assert int(most_sent_to_one_peer(experts, 4, 4)) == 4  # device 1: 5, 4, 7, 6
 
 
 def test_llm_rejects_bad_meshes_before_loading(monkeypatch):

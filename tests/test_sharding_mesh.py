@@ -65,9 +65,13 @@ def mesh_results(tmp_path_factory) -> dict:
 def test_expert_parallel_op_matches_single_device(mesh_results):
     op = mesh_results["op"]
     assert op["hlo_has_all_to_all"]
-    for case in ("random", "one_device"):
+    # The bounded exchange and the worst-case one under lax.cond (batch-invariant: one).
+    assert op["hlo_has_conditional"] and not op["worst_only_has_conditional"]
+    assert not op["small_default_has_conditional"]  # decode-sized: one exchange
+    for case in ("random", "even", "one_device"):
         assert op[case]["max_abs"] > 1e-3  # the comparison is not against zeros
         assert op[case]["max_abs_err"] < 1e-6, case
+        assert op[case]["equals_worst_case_bitwise"], case
 
 
 @pytest.mark.parametrize("arch, mesh", LAYOUTS)
