@@ -25,7 +25,7 @@ from engine.sampler import top_logprobs as top_logprobs_of
 from models.attention import mla_absorb_q, mla_latent_to_v
 from models.moe import expert_load, routed_for
 from models.transformer import final_logits, forward_hidden
-from sharding.expert_parallel import make_routed_experts_ep
+from sharding.expert_parallel import BOUNDED_MIN_ROWS, make_routed_experts_ep
 from sharding.rules import activation_constrainer, kv_shardings, replicated
 
 
@@ -214,11 +214,12 @@ def _step_body(
         return o, (latent_pages,)
 
     attend = attend_mla if cfg.is_mla else attend_gqa
-    routed_impl = (
-        routed_for(cfg)
-        if mesh is None
-        else make_routed_experts_ep(cfg, mesh, bounded=not batch_invariant)
-    )
+    if mesh is None:
+        routed_impl = routed_for(cfg)
+    else:  # batch-invariant: the worst-case exchange only (no shape follows the batch)
+        routed_impl = make_routed_experts_ep(
+            cfg, mesh, min_rows=None if batch_invariant else BOUNDED_MIN_ROWS
+        )
     valid = jnp.arange(batch.token_ids.shape[0]) < batch.cu_q_lens[-1]  # [T]
     loads = []  # filled while this call traces forward_hidden, one [E] per MoE layer
 

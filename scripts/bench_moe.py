@@ -134,7 +134,7 @@ def _main() -> None:
     combine = shard(ep_lib.combine, (tok, d_specs, tok), tok)
     # The bounded exchange at any size (the engine's keeps it for BOUNDED_MIN_ROWS and up).
     whole = jax.jit(ep_lib.make_routed_experts_ep(cfg, mesh, min_rows=0))
-    whole_worst = jax.jit(ep_lib.make_routed_experts_ep(cfg, mesh, bounded=False))
+    whole_worst = jax.jit(ep_lib.make_routed_experts_ep(cfg, mesh, min_rows=None))
     single = jax.jit(routed_for(cfg))
     on_tokens = NamedSharding(mesh, tok)
 

@@ -187,12 +187,12 @@ BOUNDED_MIN_ROWS = 2048
 
 
 def make_routed_experts_ep(
-    cfg: ModelConfig, mesh: Mesh, bounded: bool = True, min_rows: int = BOUNDED_MIN_ROWS
+    cfg: ModelConfig, mesh: Mesh, min_rows: int | None = BOUNDED_MIN_ROWS
 ) -> RoutedFn:
     """A drop-in for models.moe.routed_experts that runs the experts over the mesh.
-    `bounded`: exchange through bounded_capacity buffers when every device's copies fit
-    them (the module docstring) and the worst-case buffer has `min_rows` rows or more;
-    False: always the worst-case ones (batch-invariant mode)."""
+    An exchange whose worst-case buffer has `min_rows` rows or more goes through
+    bounded_capacity buffers when every device's copies fit them (the module docstring);
+    None: always the worst-case ones (batch-invariant mode)."""
     mc = mesh_config_of(mesh)
     num_local = cfg.num_experts // mc.ep
     rules = rules_for(cfg, mc)
@@ -211,8 +211,8 @@ def make_routed_experts_ep(
     def local(p_local, x, weights, experts):
         t, k = experts.shape
         worst = capacity(t, k, num_local)
-        usual = bounded_capacity(t, k, num_local, mc.ep) if bounded else worst
-        if usual >= worst or mc.ep * worst < min_rows:
+        usual = bounded_capacity(t, k, num_local, mc.ep)
+        if min_rows is None or mc.ep * worst < min_rows or usual >= worst:
             return exchange(p_local, x, weights, experts, worst)
         most = most_sent_to_one_peer(experts, num_local, mc.ep)
         most = jax.lax.pmax(most, token_axes)  # one branch for the whole mesh

@@ -140,7 +140,7 @@ def _op_check() -> dict:
     routed = jax.jit(make_routed_experts_ep(cfg, mesh, min_rows=0))  # small: bound it anyway
     zeros = jnp.zeros((t, 2), jnp.int32)
     hlo = routed.lower(p_sharded, x, weights, zeros).compile().as_text()
-    worst_only = jax.jit(make_routed_experts_ep(cfg, mesh, bounded=False))
+    worst_only = jax.jit(make_routed_experts_ep(cfg, mesh, min_rows=None))
     hlo_worst = worst_only.lower(p_sharded, x, weights, zeros).compile().as_text()
     default = jax.jit(make_routed_experts_ep(cfg, mesh))  # 128 rows: below BOUNDED_MIN_ROWS
     hlo_default = default.lower(p_sharded, x, weights, zeros).compile().as_text()

@@ -15,6 +15,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from configs.presets import get_preset
+from engine import LLM
 from models.hf_loader import hf_tensor_names, load_hf_params
 from models.load import load_model
 from models.reference import greedy_generate, init_cache, prefill_bucket, reference_forward
@@ -349,8 +350,6 @@ def test_a_tied_config_keeps_a_different_lm_head_from_its_checkpoint(tmp_path):
 # (mean) and 12-13 (largest).
 @pytest.mark.parametrize("arch", ["llama", "qwen3_moe", "deepseek_v3", "gpt_oss"])
 def test_bfloat16_engine_is_within_transformers_own_bfloat16_noise(arch):
-    from engine import LLM  # the engine's import is heavier than this file's other tests need
-
     ref = json.loads((FIXTURES / arch / "reference_bf16.json").read_text())
     llm = LLM(model=str(FIXTURES / arch), dtype="bfloat16", num_pages=32, max_model_len=128)
     got = np.concatenate(llm.score(ref["prompts"]))
