@@ -8,13 +8,16 @@ TokensPrompt), or a list (or 2-D integer array) of those.
 
 from __future__ import annotations
 
+import json
 import operator
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from configs.model_config import ModelConfig
 from engine.sampling_params import SamplingParams
+from models.load import TOKENIZER_CONFIG_FILE
 
 INT32_MAX = 2**31 - 1  # step arrays (token counts, slots, sequence counts) are int32
 PROMPT_KEYS = ("prompt", "prompt_token_ids")
@@ -149,3 +152,32 @@ def sampling_list(sampling_params, num_prompts: int) -> list[SamplingParams]:
         if not isinstance(p, SamplingParams):
             raise ValueError(f"sampling_params: expected SamplingParams, got {type(p).__name__}")
     return params
+
+
+def prompt_bos_id(tokenizer_path, tokenizer, cfg: ModelConfig) -> int | None:
+    """The BOS id text prompts start with, or None to take the tokenizer's ids as they are.
+
+    tokenizer.json's post-processor adds a BOS where the model wants one (Llama 3, Mistral),
+    and `tokenizers` applies it. A tokenizer_config.json beside it may also set
+    add_bos_token (Llama 2, DeepSeek: transformers' Llama tokenizer adds its bos_token
+    then). The config's bos_token_id alone means nothing here: Qwen configs name
+    <|endoftext|>, which their tokenizer never adds.
+    """
+    path = os.path.join(os.path.dirname(os.fspath(tokenizer_path)), TOKENIZER_CONFIG_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        try:
+            tok_cfg = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(tok_cfg, dict) or tok_cfg.get("add_bos_token") is not True:
+        return None
+    token = tok_cfg.get("bos_token")
+    if isinstance(token, dict):  # an AddedToken
+        token = token.get("content")
+    bos = tokenizer.token_to_id(token) if isinstance(token, str) else None
+    bos = cfg.bos_token_id if bos is None else bos
+    if bos is None:
+        raise ValueError(f"{path}: add_bos_token is true but no bos_token is known")
+    return bos

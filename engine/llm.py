@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import os
 import time
 from collections.abc import Iterator
@@ -14,9 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs.model_config import ModelConfig
 from engine import batch_invariant as batch_invariant_lib
-from engine import inputs, kv_budget, kv_quant, logit_bias, penalties, runner
+from engine import inputs, kv_budget, kv_quant, logit_bias, penalties, runner, samples
 from engine.attention_ops import resolve_impl
 from engine.kv_pages import PageManager, pages_for_tokens
 from engine.sampler import GREEDY_TEMPERATURE
@@ -26,7 +24,7 @@ from engine.sequence import Sequence
 from engine.step import StepOutput, init_kv_pages, make_step
 from engine.stop_strings import protected_chars, truncate_at_stop
 from long_context.policy import LongPrefillPolicy
-from models.load import TOKENIZER_CONFIG_FILE, load_model, model_config
+from models.load import load_model, model_config
 from sharding.mesh import parse_mesh
 from sharding.placement import check_model_layout, put_replicated, shard_model
 from sharding.rules import replicated
@@ -64,35 +62,6 @@ def _long_prefill_policy(
             "that must schedule alike; use None (LongPrefillPolicy.without_clock())"
         )
     return long_prefill
-
-
-def _prompt_bos_id(tokenizer_path, tokenizer, cfg: ModelConfig) -> int | None:
-    """The BOS id text prompts start with, or None to take the tokenizer's ids as they are.
-
-    tokenizer.json's post-processor adds a BOS where the model wants one (Llama 3, Mistral),
-    and `tokenizers` applies it. A tokenizer_config.json beside it may also set
-    add_bos_token (Llama 2, DeepSeek: transformers' Llama tokenizer adds its bos_token
-    then). The config's bos_token_id alone means nothing here: Qwen configs name
-    <|endoftext|>, which their tokenizer never adds.
-    """
-    path = os.path.join(os.path.dirname(os.fspath(tokenizer_path)), TOKENIZER_CONFIG_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        try:
-            tok_cfg = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(tok_cfg, dict) or tok_cfg.get("add_bos_token") is not True:
-        return None
-    token = tok_cfg.get("bos_token")
-    if isinstance(token, dict):  # an AddedToken
-        token = token.get("content")
-    bos = tokenizer.token_to_id(token) if isinstance(token, str) else None
-    bos = cfg.bos_token_id if bos is None else bos
-    if bos is None:
-        raise ValueError(f"{path}: add_bos_token is true but no bos_token is known")
-    return bos
 
 
 class LLM:
@@ -214,7 +183,7 @@ class LLM:
             from tokenizers import Tokenizer
 
             self.tokenizer = Tokenizer.from_file(os.fspath(tokenizer_path))
-            self.prompt_bos_id = _prompt_bos_id(tokenizer_path, self.tokenizer, cfg)
+            self.prompt_bos_id = inputs.prompt_bos_id(tokenizer_path, self.tokenizer, cfg)
 
         self._pages = PageManager(num_pages, page_size)
         hybrid = window_num_pages is not None
@@ -279,6 +248,7 @@ class LLM:
         # Ids a closed stream() (or a generate() that raised) aborted: no one is left to read
         # their "abort" delta, so the step that frees their pages returns none.
         self._unwatched: set[str] = set()
+        self._groups = samples.SampleGroups()  # requests with n > 1 samples, until done
         self._num_steps = 0
         self._step_shapes: set[tuple[int, int]] = set()  # (T, S) buckets this engine ran
         # (variant, penalized, token-list width, T, S): the step programs this engine ran.
@@ -368,9 +338,31 @@ class LLM:
         """An id is taken until its last delta is returned (or generate/stream returns it)."""
         return (
             request_id in self._outputs
+            or request_id in self._groups
             or self._scheduler.has_request(request_id)
             or any(d.request_id == request_id for d in self._outbox)
         )
+
+    def _enqueue_samples(
+        self, ids: list[int], params: SamplingParams, request_id: str | None, announce: bool
+    ) -> list[Sequence]:
+        """Queue a validated request as its SamplingParams.n samples (engine/samples.py);
+        returns their sequences, sample 0 first."""
+        seqs = []
+        if params.n == 1:
+            seqs.append(self._enqueue(ids, params, request_id, announce))
+            return seqs
+        while request_id is None:  # a free id whose sample ids are free too
+            request_id = str(next(self._request_counter))
+            if any(map(self._id_in_use, samples.sample_ids(request_id, params.n))):
+                request_id = None
+        self._groups.add(request_id, params.n)
+        for k, rid in enumerate(samples.sample_ids(request_id, params.n)):
+            # Penalized samples compute the whole prompt each (engine/samples.py).
+            fork_of = seqs[0] if seqs and not params.penalized else None
+            kth = samples.sample_params(params, k)
+            seqs.append(self._enqueue(ids, kth, rid, announce, fork_of))
+        return seqs
 
     def _enqueue(
         self,
@@ -378,10 +370,11 @@ class LLM:
         params: SamplingParams,
         request_id: str | None,
         announce: bool = False,
-    ) -> str:
-        """Queue a validated request. A request with max_tokens=0 finishes here; with
-        `announce` (add_request) its finish delta is returned by the next step() and no
-        record is kept, else (generate, stream) the caller collects its record."""
+        fork_of: Sequence | None = None,
+    ) -> Sequence:
+        """Queue a validated request (one sample). A request with max_tokens=0 finishes
+        here; with `announce` (add_request) its finish delta is returned by the next step()
+        and no record is kept, else (generate, stream) the caller collects its record."""
         n = next(self._request_counter)
         if request_id is None:
             while self._id_in_use(str(n)):  # an id a caller chose: skip it
@@ -391,7 +384,7 @@ class LLM:
             # Unseeded requests still get a distinct, reproducible stream per engine seed.
             seed = (self._seed * 1_000_003 + n) % (2**32)
             params = dataclasses.replace(params, seed=seed)
-        seq = Sequence(request_id, tuple(ids), params)
+        seq = Sequence(request_id, tuple(ids), params, fork_of=fork_of)
         out = RequestOutput(request_id, list(ids))
         if params.prompt_logprobs:  # filled in by the steps that compute the prompt
             out.prompt_logprobs = [0.0] * (len(ids) - 1)
@@ -401,12 +394,13 @@ class LLM:
         # caller that takes back what it queued (_collect) knows every queued request.
         self._scheduler.add(seq)
         if seq.is_finished:  # max_tokens == 0
+            self._groups.done(request_id)
             out.finish_reason = seq.finish_reason
             if announce:
                 self._outbox.append(StreamDelta(request_id, (), (), out.finish_reason))
-                return request_id
+                return seq
         self._outputs[request_id] = out
-        return request_id
+        return seq
 
     def add_request(
         self, prompt, sampling_params: SamplingParams | None = None, request_id: str | None = None
@@ -414,21 +408,29 @@ class LLM:
         """Queue one request; returns its id. Raises ValueError before queueing anything.
 
         Its increments come from step(), the last one with a finish_reason (a request with
-        max_tokens=0 gets that at the next step()). An id is in use until then.
+        max_tokens=0 gets that at the next step()). An id is in use until then. With
+        SamplingParams.n > 1 the deltas of sample k > 0 carry the id "<id>/<k>".
         """
         if request_id is not None and not isinstance(request_id, str):
             raise ValueError(f"request_id={request_id!r}: must be a string (or None)")
-        if request_id is not None and self._id_in_use(request_id):
+        ((ids, params),) = self._prepare([prompt], sampling_params)
+        taken = request_id and next(
+            filter(self._id_in_use, samples.sample_ids(request_id, params.n)), None
+        )
+        if taken:
             raise ValueError(
-                f"request_id={request_id!r}: already in use (queued, running, or its last "
+                f"request_id={taken!r}: already in use (queued, running, or its last "
                 "delta not yet returned by step())"
             )
-        ((ids, params),) = self._prepare([prompt], sampling_params)
-        return self._enqueue(ids, params, request_id, announce=True)
+        return self._enqueue_samples(ids, params, request_id, announce=True)[0].request_id
 
     def abort(self, request_id: str) -> bool:
-        """Stop a request now (finish_reason "abort"). The next step() frees its pages and
-        returns its "abort" delta (with a step in flight, once that step is read back)."""
+        """Stop a request now (finish_reason "abort"), every sample of it when it has n > 1
+        ("<id>/<k>" stops just that one). The next step() frees its pages and returns its
+        "abort" delta (with a step in flight, once that step is read back)."""
+        return any([self._abort_one(rid) for rid in self._groups.members(request_id)])
+
+    def _abort_one(self, request_id: str) -> bool:
         if not self._scheduler.abort(request_id):
             return False
         self._penalty_slots.release((request_id,))
@@ -485,6 +487,7 @@ class LLM:
 
     def _deliver_aborts(self, request_ids) -> None:
         for rid in request_ids:
+            self._groups.done(rid)
             if rid in self._unwatched:
                 self._unwatched.discard(rid)
                 continue
@@ -608,6 +611,7 @@ class LLM:
                 out_rec.top_logprobs.extend(list(t) for t in top)
             self._num_tokens_generated += len(res.new_token_ids)
             if res.finished:
+                self._groups.done(res.request_id)
                 out_rec.finish_reason = res.finish_reason
                 out_rec.stop_reason = res.stop_reason
                 out_rec.text = self._detokenize(out_rec.token_ids)
@@ -686,7 +690,7 @@ class LLM:
         generator early aborts the requests it has not finished; no later step() returns
         their "abort" deltas (no one is left to read them).
         """
-        records = self._collect(self._prepare(prompts, sampling_params))
+        records, _ = self._collect(self._prepare(prompts, sampling_params))
         try:
             done = [
                 StreamDelta(r.request_id, (), (), r.finish_reason) for r in records if r.finished
@@ -706,36 +710,42 @@ class LLM:
         """Generate for every prompt: one prompt or a list of them (engine/inputs.py: a string,
         token ids, or a {"prompt": ...} / {"prompt_token_ids": ...} dict).
 
-        If it raises (or is interrupted), its unfinished requests are aborted."""
-        records = self._collect(self._prepare(prompts, sampling_params))
+        One record per prompt; with SamplingParams.n > 1 it is sample 0's and its `samples`
+        lists all n. If it raises (or is interrupted), its unfinished requests are aborted."""
+        records, firsts = self._collect(self._prepare(prompts, sampling_params))
         try:
             while any(not r.finished for r in records):
                 self.step()
         finally:
             self._release(records)
-        return records
+        return firsts
 
     def _collect(self, reqs) -> list[RequestOutput]:
         """Queue validated requests whose records the caller keeps (generate, stream); all
         or none (an error part-way takes back the ones already queued)."""
-        records = []
+        records, firsts = [], []  # every sample's record; each request's sample 0
         try:
             for ids, params in reqs:
-                rid = self._enqueue(ids, params, None)
-                self._collecting.add(rid)
-                records.append(self._outputs[rid])
+                for seq in self._enqueue_samples(ids, params, None, announce=False):
+                    self._collecting.add(seq.request_id)
+                    records.append(self._outputs[seq.request_id])
+                firsts.append(records[-params.n])
+                if params.n > 1:
+                    firsts[-1].samples = records[-params.n :]
+                    for rec in firsts[-1].samples[1:]:
+                        rec.prompt_logprobs = firsts[-1].prompt_logprobs  # sample 0 scores it
         except BaseException:
             self._release(records)
             # Nothing of theirs ran: free them now, not at the next step().
             self._deliver_aborts(self._scheduler.release_aborted())
             raise
-        return records
+        return records, firsts
 
     def _release(self, records: list[RequestOutput]) -> None:
         """Drop the records of a generate/stream call; abort what it leaves unfinished."""
         for r in records:
             self._collecting.discard(r.request_id)
-            if not r.finished and self.abort(r.request_id):
+            if not r.finished and self._abort_one(r.request_id):
                 self._unwatched.add(r.request_id)
             if self._outputs.get(r.request_id) is r:
                 del self._outputs[r.request_id]

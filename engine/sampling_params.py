@@ -20,6 +20,7 @@ MAX_LOGIT_BIAS = 100.0  # the OpenAI API's bias range, +-
 # logit_bias, allowed_token_ids and stop_token_ids each list at most this many tokens: each
 # step uploads the lists of its requests that use them (engine/logit_bias.py).
 MAX_LISTED_TOKENS = 2048
+MAX_SAMPLES = 128  # SamplingParams.n at most (the OpenAI API's bound)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,10 @@ class SamplingParams:
     # BOS goes too). The request's prompt_token_ids and prompt_logprobs are the kept tokens'.
     # None = the whole prompt.
     truncate_prompt_tokens: int | None = None
+    # Samples to draw for the prompt (vLLM's n): sample k > 0 is queued as "<id>/<k>" with
+    # seed + k (when seeded) and shares the prompt's pages with sample 0 (engine/samples.py);
+    # generate's record for the prompt is sample 0 and lists all n in `samples`.
+    n: int = 1
 
     def __post_init__(self):
         # numpy scalars are taken (and stored as Python numbers); bools are not numbers here.
@@ -152,6 +157,9 @@ class SamplingParams:
             set_("logit_bias", _logit_bias(self.logit_bias))
         if self.allowed_token_ids is not None:
             set_("allowed_token_ids", _token_ids("allowed_token_ids", self.allowed_token_ids))
+        if not _is_int(self.n) or not 1 <= self.n <= MAX_SAMPLES:
+            raise ValueError(f"n={self.n!r}: must be an integer in [1, {MAX_SAMPLES}]")
+        set_("n", int(self.n))
         k = self.truncate_prompt_tokens
         if k is not None:
             if not _is_int(k) or k < 1:
@@ -238,6 +246,9 @@ class RequestOutput:
     # Per generated token, [(token id, logprob), ...] of the most likely tokens, most likely
     # first (equal logprobs: lower id first), when asked for (SamplingParams.logprobs).
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    # SamplingParams.n > 1: the records of all n samples, this one (sample 0) first; each
+    # later one has its own request_id ("<id>/<k>"), tokens, logprobs and finish reason.
+    samples: list[RequestOutput] | None = field(default=None, repr=False, compare=False)
 
     @property
     def finished(self) -> bool:

@@ -223,6 +223,7 @@ class Scheduler:
         self._num_scheduled_ahead = 0
         self._next_arrival = 0
         self._num_preemptions = 0
+        self._num_shared_tokens = 0
         self.long_prefill = None if long_prefill is None else LongPrefillController(long_prefill)
 
     # ---- admission control -------------------------------------------------------------
@@ -305,8 +306,11 @@ class Scheduler:
             or seq.page_ids
             or seq.window_page_ids
             or seq.num_computed_tokens
+            or seq.num_shared_tokens
         ):
             raise ValueError(f"request_id={seq.request_id!r}: must be a new WAITING sequence")
+        if seq.fork_of is not None and seq.fork_of.prompt_token_ids != seq.prompt_token_ids:
+            raise ValueError(f"request_id={seq.request_id!r}: fork_of has another prompt")
         max_tokens = seq.sampling_params.max_tokens
         self.check_fits(seq.num_prompt_tokens, max_tokens)
         self.check_stop_strings(seq.sampling_params.stop)
@@ -318,6 +322,8 @@ class Scheduler:
             return
         self._waiting.append(seq)
         self._active[seq.request_id] = seq
+        if seq.fork_of is not None:
+            seq.fork_of.forks.append(seq)
 
     def abort(self, request_id: str) -> bool:
         """Finish a request with reason "abort"; False if it is unknown or already done.
@@ -400,6 +406,8 @@ class Scheduler:
                     pool.truncate(seq, n)
                 if seq not in num_pages:
                     seq.status = SequenceStatus.WAITING
+                    self._num_shared_tokens -= seq.num_shared_tokens
+                    seq.num_computed_tokens = seq.num_shared_tokens = 0
             self._running, self._waiting = running, waiting
             return None
         self._num_scheduled_ahead += 1
@@ -438,16 +446,28 @@ class Scheduler:
             and len(self._running) < self.max_num_seqs
         ):
             seq = self._waiting[i]
-            chunk = 0 if self._long_held_back(seq, plan) else self._chunk(seq, seq.num_tokens, plan)
-            if not chunk:
-                if plan.allowance_known and plan.allowance == 0:
-                    break
+            shared = self._shareable(seq)
+            if shared is None:  # a later sample waits for its first one's prompt pages
                 i += 1
                 continue
-            if not all(p.pages.can_allocate(p.pages.pages_needed(chunk)) for p in self._pools):
-                break  # this request waits; nobody behind it overtakes
+            seq.num_shared_tokens = shared
+            left = seq.num_tokens - shared
+            chunk = 0 if self._long_held_back(seq, plan) else self._chunk(seq, left, plan)
+            need = self.pages.pages_needed(shared + chunk) - shared // self.pages.page_size
+            if not chunk or not all(p.pages.can_allocate(need) for p in self._pools):
+                seq.num_shared_tokens = 0
+                if chunk or (plan.allowance_known and plan.allowance == 0):
+                    break  # this request waits; nobody behind it overtakes
+                i += 1
+                continue
+            if shared:  # one pool (no windows): the first sample's full prompt pages
+                seq.page_ids = seq.fork_of.page_ids[: shared // self.pages.page_size]
+                for page in seq.page_ids:
+                    self.pages.incref(page)
+                seq.num_computed_tokens = shared
+                self._num_shared_tokens += shared
             for pool in self._pools:
-                pool.grow(seq, chunk)
+                pool.grow(seq, shared + chunk)
             del self._waiting[i]
             seq.status = SequenceStatus.RUNNING
             self._running.append(seq)
@@ -536,6 +556,8 @@ class Scheduler:
             "num_running": len(self._running),
             "num_waiting": len(self._waiting),
             "num_preemptions": self._num_preemptions,
+            # Prompt tokens later samples (SamplingParams.n) took from their first one's pages.
+            "num_prompt_tokens_shared": self._num_shared_tokens,
             "num_pages_free": self.pages.num_free,
             "num_pages_total": self.pages.num_total,
         }
@@ -615,12 +637,37 @@ class Scheduler:
         return True
 
     def _is_long(self, seq: Sequence) -> bool:
-        return self.long_prefill is not None and self.long_prefill.policy.is_long(seq.num_tokens)
+        policy = None if self.long_prefill is None else self.long_prefill.policy
+        return policy is not None and policy.is_long(seq.num_tokens - seq.num_shared_tokens)
+
+    def _share_point(self, seq: Sequence) -> int:
+        """Prompt positions a later sample can take from its first sample's pages: whole
+        pages, short of the last prompt token (whose logits each sample computes)."""
+        size = self.pages.page_size
+        return (seq.num_prompt_tokens - 1) // size * size
+
+    def _shareable(self, seq: Sequence) -> int | None:
+        """Positions a waiting `seq` can share now; None while its first sample is still
+        to compute them (waiting, or prefilling up to them); 0 when it computes its prompt
+        itself (no first sample, that one finished, or a windowed pool gives pages back)."""
+        first = seq.fork_of
+        if first is None or first.is_finished or self._windowed_pools:
+            return 0
+        point = self._share_point(seq)
+        if point and first.status is SequenceStatus.RUNNING and self._computed(first) >= point:
+            return point
+        return None if point else 0
 
     def _chunk(self, seq: Sequence, left: int, plan: _StepPlan) -> int:
         """Tokens of `seq`'s prefill to schedule now: the budget, and for a long sequence
-        the policy's allowance and room for a shorter waiting request."""
+        the policy's allowance and room for a shorter waiting request. A first sample whose
+        later samples wait stops at the pages they share, so they join it in the next step."""
         chunk = min(left, plan.budget)
+        if seq.forks and not self._windowed_pools:
+            computed = self._computed(seq)
+            point = self._share_point(seq)
+            if computed < point and any(f.status is SequenceStatus.WAITING for f in seq.forks):
+                chunk = min(chunk, point - computed)
         if not self._is_long(seq):
             return chunk
         policy = self.long_prefill.policy
@@ -660,7 +707,7 @@ class Scheduler:
         """Drop `seq`'s KV and requeue it at the head; it later recomputes from position 0."""
         self._running.remove(seq)
         self._release_pages(seq)
-        seq.num_computed_tokens = 0
+        seq.num_computed_tokens = seq.num_shared_tokens = 0
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
         self._num_preemptions += 1

@@ -53,6 +53,13 @@ class Sequence:
     # the synchronous protocol whenever schedule() runs.
     num_inflight_tokens: int = 0
     num_pending_samples: int = 0
+    # Parallel sampling (SamplingParams.n): a later sample of a request points to its first
+    # (`fork_of`), which lists them (`forks`). Admitted while that one holds its prompt's
+    # full pages, the sample shares them (num_shared_tokens positions, a whole number of
+    # pages short of its last prompt token) and computes only the rest of its prompt.
+    fork_of: Sequence | None = field(default=None, repr=False)
+    forks: list[Sequence] = field(default_factory=list, repr=False)
+    num_shared_tokens: int = 0
 
     def __post_init__(self):
         self.prompt_token_ids = tuple(self.prompt_token_ids)

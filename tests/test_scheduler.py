@@ -170,7 +170,7 @@ def test_admission_limited_by_pages():
     assert summary(out) == [("a", 0, 6, (0, 1), True), ("b", 0, 6, (2, 3), True)]
     assert out.items[0].token_ids == a.prompt_token_ids
     assert out.num_batched_tokens == 12
-    stats = {"num_running": 2, "num_waiting": 1, "num_preemptions": 0}
+    stats = dict(num_running=2, num_waiting=1, num_preemptions=0, num_prompt_tokens_shared=0)
     assert sched.stats() == stats | {"num_pages_free": 0, "num_pages_total": 4}
 
 

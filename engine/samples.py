@@ -1,0 +1,72 @@
+"""Parallel sampling (SamplingParams.n): one request's n samples, queued as n sequences.
+
+Sample 0 keeps the request's id; sample k (0 < k < n) is queued as "<id>/<k>" with the
+request's seed + k (vLLM's rule; unseeded samples each get their own derived seed). Later
+samples point to sample 0 (Sequence.fork_of) and the scheduler lets them share its full
+prompt pages: sample 0 stops its prefill at the last whole page before its last prompt
+token, and in the next step every sample computes only the rest of its prompt (under one
+page) and draws its first token. So n samples of a 100k-token prompt compute it about once,
+and hold its pages once.
+
+Requests with a penalty do not share: the device's penalty row of a request is set up by
+the step that feeds its position 0 (engine/penalties.py), which a sharing sample skips. Nor
+do models whose pools give pages back behind a sliding window (the scheduler's rule).
+Prompt logprobs are computed by sample 0 and shown on every sample's record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from engine.sampling_params import SamplingParams
+
+
+def sample_ids(request_id: str, n: int) -> tuple[str, ...]:
+    """The request ids of a request's n samples, sample 0's (the request's own) first."""
+    return (request_id, *(f"{request_id}/{k}" for k in range(1, n)))
+
+
+def sample_params(params: SamplingParams, k: int) -> SamplingParams:
+    """Sample k's own settings: one sample, seed + k (wrapping at 2**32); prompt logprobs
+    only on sample 0 (the only one that computes the whole prompt when they share)."""
+    if params.n == 1:
+        return params
+    seed = None if params.seed is None else (params.seed + k) % 2**32
+    return dataclasses.replace(
+        params, n=1, seed=seed, prompt_logprobs=params.prompt_logprobs and k == 0
+    )
+
+
+class SampleGroups:
+    """The unfinished samples of each queued n > 1 request, by its id: `abort(id)` stops
+    all of them, and the id stays taken until the last one finishes."""
+
+    def __init__(self):
+        self._left: dict[str, set[str]] = {}  # request id -> its samples not finished
+        self._group_of: dict[str, str] = {}  # sample id -> its request's id
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._left
+
+    def __len__(self) -> int:
+        return len(self._left)
+
+    def add(self, request_id: str, n: int) -> None:
+        ids = sample_ids(request_id, n)
+        self._left[request_id] = set(ids)
+        self._group_of.update(dict.fromkeys(ids, request_id))
+
+    def members(self, request_id: str) -> tuple[str, ...]:
+        """The unfinished samples of request `request_id`, or just that id when it is not
+        an n > 1 request's."""
+        left = self._left.get(request_id)
+        return (request_id,) if left is None else tuple(sorted(left))
+
+    def done(self, sample_id: str) -> None:
+        """`sample_id` finished (its last delta is made); forget the group after its last."""
+        group = self._group_of.pop(sample_id, None)
+        if group is not None:
+            left = self._left[group]
+            left.discard(sample_id)
+            if not left:
+                del self._left[group]

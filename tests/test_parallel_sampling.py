@@ -1,0 +1,254 @@
+"""Parallel sampling (SamplingParams.n): later samples share sample 0's prompt pages.
+
+The scheduler half checks the pages, positions and refcounts step by step; the engine half
+holds every sample of an n-sample request to the same request run alone with that sample's
+seed (the sharing must not show in any token or logprob), and checks abort, streaming,
+prompt logprobs and the engine's pages after each call.
+"""
+
+import pytest
+
+from engine import LLM, SamplingParams
+from engine.kv_pages import PageManager
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence, SequenceStatus
+from long_context.policy import LongPrefillPolicy
+from tests.test_scheduler import Params
+
+PAGE = 4
+PROMPT = tuple(range(1, 11))  # 10 tokens: two whole pages (8 positions) can be shared
+
+
+def samples_of(n: int, prompt=PROMPT, **params) -> list[Sequence]:
+    params.setdefault("ignore_eos", True)
+    first = Sequence("r", prompt, Params(**params))
+    return [first] + [
+        Sequence(f"r/{k}", prompt, Params(**params), fork_of=first) for k in range(1, n)
+    ]
+
+
+def run(sched: Scheduler, out, token: int = 7) -> None:
+    sched.update(out, {it.request_id: (token, -1.0) for it in out.items if it.sample})
+
+
+def test_later_samples_share_the_first_ones_whole_prompt_pages():
+    pages = PageManager(32, PAGE)
+    sched = Scheduler(pages, max_num_batched_tokens=64, max_num_seqs=8, max_model_len=64)
+    first, a, b = seqs = samples_of(3, max_tokens=3)
+    for seq in seqs:
+        sched.add(seq)
+    assert first.forks == [a, b]
+
+    # Step 1: sample 0 stops its prefill at the shared pages; the others wait for them.
+    out = sched.schedule()
+    assert [(it.request_id, it.token_ids, it.sample) for it in out.items] == [
+        ("r", PROMPT[:8], False)
+    ]
+    assert a.status is b.status is SequenceStatus.WAITING
+    run(sched, out)
+
+    # Step 2: every sample computes the last two prompt tokens and draws its first token.
+    out = sched.schedule()
+    assert [(it.request_id, it.start_pos, it.token_ids, it.sample) for it in out.items] == [
+        (rid, 8, PROMPT[8:], True) for rid in ("r", "r/1", "r/2")
+    ]
+    shared = first.page_ids[:2]
+    assert a.page_ids[:2] == b.page_ids[:2] == shared
+    assert [pages.refcount(p) for p in shared] == [3, 3]
+    assert len({first.page_ids[2], a.page_ids[2], b.page_ids[2]}) == 3  # own third pages
+    assert sched.stats()["num_prompt_tokens_shared"] == 16
+    assert pages.num_free == 32 - 2 - 3
+    run(sched, out)
+
+    while sched.has_unfinished():
+        run(sched, sched.schedule())
+    assert all(s.finish_reason == "length" and len(s.output_token_ids) == 3 for s in seqs)
+    assert pages.num_free == 32
+
+
+def test_preempting_a_sample_drops_only_its_own_hold_on_the_shared_pages():
+    pages = PageManager(6, PAGE)
+    sched = Scheduler(pages, max_num_batched_tokens=16, max_num_seqs=4, max_model_len=64)
+    first, later = samples_of(2, max_tokens=8)
+    for seq in (first, later):
+        sched.add(seq)
+    run(sched, sched.schedule())
+    run(sched, sched.schedule())  # both at 11 tokens: 2 shared pages + one own page each
+    assert pages.num_free == 2
+    out = sched.schedule()
+    while not out.preempted:  # decodes grow into fresh pages until one must go
+        run(sched, out)
+        out = sched.schedule()
+    assert out.preempted == ("r/1",)
+    assert later.num_shared_tokens == 0 and later.page_ids == ()
+    assert [pages.refcount(p) for p in first.page_ids[:2]] == [1, 1]
+    run(sched, out)
+    while sched.has_unfinished():
+        run(sched, sched.schedule())
+    assert [len(s.output_token_ids) for s in (first, later)] == [8, 8]
+    assert pages.num_free == 6
+
+
+def test_a_sample_whose_first_one_is_done_computes_its_whole_prompt():
+    pages = PageManager(32, PAGE)
+    sched = Scheduler(pages, max_num_batched_tokens=64, max_num_seqs=1, max_model_len=64)
+    first, later = samples_of(2, max_tokens=1)
+    for seq in (first, later):
+        sched.add(seq)
+    run(sched, sched.schedule())
+    run(sched, sched.schedule())
+    assert first.finish_reason == "length"  # before the other could be admitted
+    out = sched.schedule()
+    assert [(it.request_id, it.start_pos, it.token_ids) for it in out.items] == [("r/1", 0, PROMPT)]
+    assert sched.stats()["num_prompt_tokens_shared"] == 0
+
+
+@pytest.mark.parametrize("prompt,window", [(PROMPT[:4], None), (PROMPT, 6)])
+def test_nothing_to_share_or_a_window_means_each_sample_computes_its_prompt(prompt, window):
+    """A prompt of one page has no whole page before its last token; a sliding window's
+    pool gives pages back behind it, so its pages are not shared."""
+    sched = Scheduler(
+        PageManager(32, PAGE), 64, max_num_seqs=8, max_model_len=64, sliding_window=window
+    )
+    for seq in samples_of(3, prompt=prompt):
+        sched.add(seq)
+    out = sched.schedule()
+    assert [(it.start_pos, it.token_ids) for it in out.items] == [(0, prompt)] * 3
+
+
+def test_a_step_built_ahead_and_undone_gives_the_shared_pages_back():
+    """schedule_ahead admits a sample onto the in-flight prefill's pages, then a long
+    prompt behind it needs the in-flight step's time: the step is undone, the sample is
+    a fresh waiting one again, and the next synchronous step shares the pages anew."""
+    pages = PageManager(32, PAGE)
+    policy = LongPrefillPolicy(long_prompt_tokens=16)
+    sched = Scheduler(pages, 8, max_num_seqs=4, max_model_len=64, long_prefill=policy)
+    first, later = samples_of(2, max_tokens=2)
+    long = Sequence("long", tuple(range(20)), Params(ignore_eos=True))
+    for seq in (first, later, long):
+        sched.add(seq)
+    step1 = sched.schedule()
+    assert [it.token_ids for it in step1.items] == [PROMPT[:8]]
+    assert sched.schedule_ahead() is None
+    assert later.status is SequenceStatus.WAITING
+    assert (later.page_ids, later.num_computed_tokens, later.num_shared_tokens) == ((), 0, 0)
+    assert [pages.refcount(p) for p in first.page_ids] == [1, 1]
+    assert sched.stats()["num_prompt_tokens_shared"] == 0
+    run(sched, step1)
+    out = sched.schedule()
+    assert [(it.request_id, it.start_pos) for it in out.items][:2] == [("r", 8), ("r/1", 8)]
+    assert sched.stats()["num_prompt_tokens_shared"] == 8
+
+
+def test_a_fork_must_have_its_first_samples_prompt():
+    sched = Scheduler(PageManager(32, PAGE), 64, max_num_seqs=8, max_model_len=64)
+    first = Sequence("r", PROMPT, Params())
+    sched.add(first)
+    with pytest.raises(ValueError, match="fork_of has another prompt"):
+        sched.add(Sequence("r/1", PROMPT[:-1], Params(), fork_of=first))
+
+
+# ---- the engine -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM(
+        model="tests/fixtures/llama",
+        page_size=8,
+        max_num_batched_tokens=64,
+        max_num_seqs=8,
+        num_pages=POOL,
+    )
+
+
+POOL = 20  # pages of 8: room for a few samples at once, so larger groups preempt
+PROMPT_IDS = list(range(1, 20))  # 19 tokens: two pages of 8 shared
+
+
+def alone(llm, params: SamplingParams, seeds) -> list:
+    """Each sample as a request of its own (n=1) with that sample's seed."""
+    return llm.generate(
+        [PROMPT_IDS] * len(seeds), [SamplingParams(**{**params, "seed": s}) for s in seeds]
+    )
+
+
+def assert_same_samples(got, want) -> None:
+    for g, w in zip(got, want, strict=True):
+        assert g.token_ids == w.token_ids
+        assert g.finish_reason == w.finish_reason
+        assert g.logprobs == pytest.approx(w.logprobs, abs=1e-5)
+
+
+def test_each_sample_equals_its_seed_alone_and_the_prompt_is_computed_once(llm):
+    params = dict(temperature=1.0, max_tokens=6)
+    shared = llm.stats()["num_prompt_tokens_shared"]
+    (out,) = llm.generate([PROMPT_IDS], SamplingParams(n=4, seed=2**32 - 2, **params))
+    assert [s.request_id for s in out.samples] == [out.request_id] + [
+        f"{out.request_id}/{k}" for k in (1, 2, 3)
+    ]
+    assert out.samples[0] is out
+    assert llm.stats()["num_prompt_tokens_shared"] - shared == 3 * 16
+    assert_same_samples(out.samples, alone(llm, params, [2**32 - 2, 2**32 - 1, 0, 1]))
+    assert len({tuple(s.token_ids) for s in out.samples}) > 1  # they are different draws
+    assert llm.stats()["num_pages_free"] == POOL
+
+
+def test_penalized_samples_compute_their_own_prompts(llm):
+    params = dict(temperature=1.0, max_tokens=5, repetition_penalty=1.5, presence_penalty=0.5)
+    shared = llm.stats()["num_prompt_tokens_shared"]
+    (out,) = llm.generate([PROMPT_IDS], SamplingParams(n=3, seed=11, **params))
+    assert llm.stats()["num_prompt_tokens_shared"] == shared
+    assert_same_samples(out.samples, alone(llm, params, [11, 12, 13]))
+
+
+def test_a_tight_pool_with_preemptions_keeps_every_sample(llm):
+    """Eight samples of 19 + 24 tokens need 2 + 8 * 4 pages of the 20: they preempt each
+    other, and recompute without sharing when sample 0 is done."""
+    params = dict(temperature=0.8, max_tokens=24, ignore_eos=True)
+    before = llm.stats()["num_preemptions"]
+    (out,) = llm.generate([PROMPT_IDS], SamplingParams(n=8, seed=5, **params))
+    assert llm.stats()["num_preemptions"] > before
+    assert llm.stats()["num_pages_free"] == POOL
+    assert_same_samples(out.samples, alone(llm, params, range(5, 13)))
+
+
+def test_prompt_logprobs_are_sample_zeros_on_every_record(llm):
+    (out,) = llm.generate([PROMPT_IDS], SamplingParams(n=2, max_tokens=1, prompt_logprobs=True))
+    (one,) = llm.generate([PROMPT_IDS], SamplingParams(max_tokens=1, prompt_logprobs=True))
+    assert out.samples[1].prompt_logprobs is out.prompt_logprobs
+    assert out.prompt_logprobs == pytest.approx(one.prompt_logprobs, abs=1e-5)
+    assert out.samples[1].token_ids == out.token_ids == one.token_ids  # greedy: all alike
+
+
+def test_add_request_streams_each_sample_and_abort_stops_them_all(llm):
+    rid = llm.add_request(PROMPT_IDS, SamplingParams(n=3, max_tokens=50, ignore_eos=True), "q")
+    assert rid == "q"
+    llm.add_request(PROMPT_IDS, SamplingParams(max_tokens=2, ignore_eos=True), "z/2")
+    with pytest.raises(ValueError, match="request_id='z/2': already in use"):
+        llm.add_request(PROMPT_IDS, SamplingParams(n=3), "z")  # its third sample's id
+    seen, finished = set(), {}
+    while len(seen) < 4:
+        deltas = llm.step()
+        seen |= {d.request_id for d in deltas if d.token_ids}
+        finished |= {d.request_id: d.finish_reason for d in deltas if d.finish_reason}
+    assert seen == {"q", "q/1", "q/2", "z/2"}
+    assert llm.abort("q")
+    while llm.has_unfinished():
+        finished |= {d.request_id: d.finish_reason for d in llm.step() if d.finish_reason}
+    assert finished == {"q": "abort", "q/1": "abort", "q/2": "abort", "z/2": "length"}
+    assert not llm.abort("q")
+    assert llm.stats()["num_pages_free"] == POOL
+    # The ids are free again, and "q/1" alone stops just that sample.
+    llm.add_request(PROMPT_IDS, SamplingParams(n=2, max_tokens=3, ignore_eos=True), "q")
+    assert llm.abort("q/1")
+    finished = {}
+    while llm.has_unfinished():
+        finished |= {d.request_id: d.finish_reason for d in llm.step() if d.finish_reason}
+    assert finished == {"q": "length", "q/1": "abort"}
+
+
+@pytest.mark.parametrize("n", [0, 129, 2.0, True, None])
+def test_n_outside_its_range_is_refused(n):
+    with pytest.raises(ValueError, match=r"n=.*must be an integer in \[1, 128\]"):
+        SamplingParams(n=n)
