@@ -686,7 +686,8 @@ class LLM:
         """Queue `prompts` and yield each step's increments until they all finish.
 
         A request with max_tokens=0 gets its finish delta in the first yield. Each yield
-        holds all of the step's deltas (requests added by hand included). Closing the
+        holds all of the step's deltas (requests added by hand included); with
+        SamplingParams.n > 1, sample k > 0's deltas carry the id "<id>/<k>". Closing the
         generator early aborts the requests it has not finished; no later step() returns
         their "abort" deltas (no one is left to read them).
         """

@@ -6,7 +6,9 @@ samples point to sample 0 (Sequence.fork_of) and the scheduler lets them share i
 prompt pages: sample 0 stops its prefill at the last whole page before its last prompt
 token, and in the next step every sample computes only the rest of its prompt (under one
 page) and draws its first token. So n samples of a 100k-token prompt compute it about once,
-and hold its pages once.
+and hold its pages once. A sample admitted later (max_num_seqs, or a preemption) shares the
+pages of sample 0, or once that one is done of a running sibling; with none left running it
+computes its whole prompt.
 
 Requests with a penalty do not share: the device's penalty row of a request is set up by
 the step that feeds its position 0 (engine/penalties.py), which a sharing sample skips. Nor

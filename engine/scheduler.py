@@ -446,10 +446,11 @@ class Scheduler:
             and len(self._running) < self.max_num_seqs
         ):
             seq = self._waiting[i]
-            shared = self._shareable(seq)
-            if shared is None:  # a later sample waits for its first one's prompt pages
+            donor = self._donor(seq)
+            if donor is None:  # a later sample waits for its first one's prompt pages
                 i += 1
                 continue
+            shared = 0 if donor is seq else self._share_point(seq)
             seq.num_shared_tokens = shared
             left = seq.num_tokens - shared
             chunk = 0 if self._long_held_back(seq, plan) else self._chunk(seq, left, plan)
@@ -460,8 +461,8 @@ class Scheduler:
                     break  # this request waits; nobody behind it overtakes
                 i += 1
                 continue
-            if shared:  # one pool (no windows): the first sample's full prompt pages
-                seq.page_ids = seq.fork_of.page_ids[: shared // self.pages.page_size]
+            if shared:  # one pool (no windows): the donor's whole prompt pages
+                seq.page_ids = donor.page_ids[: shared // self.pages.page_size]
                 for page in seq.page_ids:
                     self.pages.incref(page)
                 seq.num_computed_tokens = shared
@@ -646,17 +647,19 @@ class Scheduler:
         size = self.pages.page_size
         return (seq.num_prompt_tokens - 1) // size * size
 
-    def _shareable(self, seq: Sequence) -> int | None:
-        """Positions a waiting `seq` can share now; None while its first sample is still
-        to compute them (waiting, or prefilling up to them); 0 when it computes its prompt
-        itself (no first sample, that one finished, or a windowed pool gives pages back)."""
+    def _donor(self, seq: Sequence) -> Sequence | None:
+        """Whose prompt pages a waiting `seq` shares now: its first sample's, or once that
+        one is done a running sibling's (its table holds the same prompt up to the share
+        point); None while the first sample is still to compute them; `seq` itself when it
+        computes its whole prompt (nothing to share, or a windowed pool gives pages back)."""
         first = seq.fork_of
-        if first is None or first.is_finished or self._windowed_pools:
-            return 0
+        if first is None or self._windowed_pools or not self._share_point(seq):
+            return seq
         point = self._share_point(seq)
-        if point and first.status is SequenceStatus.RUNNING and self._computed(first) >= point:
-            return point
-        return None if point else 0
+        for donor in (first, *first.forks):
+            if donor.status is SequenceStatus.RUNNING and self._computed(donor) >= point:
+                return donor
+        return seq if first.is_finished else None
 
     def _chunk(self, seq: Sequence, left: int, plan: _StepPlan) -> int:
         """Tokens of `seq`'s prefill to schedule now: the budget, and for a long sequence

@@ -57,6 +57,12 @@ _TRUNCATE = flags.DEFINE_integer(
 _STOP = flags.DEFINE_multi_string(
     "stop", [], "Stop string(s): a request ends when its text holds one (needs a tokenizer.json)."
 )
+_N = flags.DEFINE_integer(
+    "n",
+    1,
+    "Samples per prompt (they share the prompt's KV pages); with --temperature > 0 "
+    "sample k of prompt i draws with seed + i * n + k.",
+)
 _SEED = flags.DEFINE_integer(
     "seed",
     0,
@@ -128,6 +134,7 @@ def _generate() -> None:
         logit_bias=_parse_logit_bias(_LOGIT_BIAS.value),
         allowed_token_ids=[_flag_int("--allowed_token_ids", t) for t in _ALLOWED.value] or None,
         truncate_prompt_tokens=_TRUNCATE.value,
+        n=_N.value,
     )
     for name, flag, low in (
         ("num_prompts", _NUM_PROMPTS, 1),
@@ -177,7 +184,8 @@ def _generate() -> None:
         # A seed per prompt: one shared seed would give equal prompts equal samples and make
         # every prompt's draws the same uniforms.
         params = [
-            dataclasses.replace(params, seed=(_SEED.value + i) % 2**32) for i in range(len(prompts))
+            dataclasses.replace(params, seed=(_SEED.value + i * params.n) % 2**32)
+            for i in range(len(prompts))
         ]
     llm.generate(prompts, SamplingParams(max_tokens=2))  # compile outside the timing
     start = time.perf_counter()
@@ -185,10 +193,16 @@ def _generate() -> None:
     elapsed = time.perf_counter() - start
     if not distributed.is_leader():
         return  # every process holds the same outputs; process 0 prints them
-    for i, out in enumerate(outs):  # numbered by prompt (the warm-up took the first ids)
+    # Numbered by prompt (the warm-up took the first ids), and by sample with --n > 1.
+    records = [
+        (f"{i}.{k}" if _N.value > 1 else str(i), sample)
+        for i, out in enumerate(outs)
+        for k, sample in enumerate(out.samples or [out])
+    ]
+    for label, out in records:
         shown = out.text if out.text is not None else out.token_ids
-        print(f"[{i}] prompt {len(out.prompt_token_ids)} tok -> {shown} ({out.finish_reason})")
-    new_tokens = sum(len(o.token_ids) for o in outs)
+        print(f"[{label}] prompt {len(out.prompt_token_ids)} tok -> {shown} ({out.finish_reason})")
+    new_tokens = sum(len(o.token_ids) for _, o in records)
     stats = llm.stats()
     print(
         f"{llm.config.name}: {len(outs)} requests, {new_tokens} new tokens in {elapsed:.2f} s "

@@ -3,6 +3,7 @@ batch it shares, its position, the prefill chunk budget, preemption, or decode v
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -39,9 +40,16 @@ def _hidden_among_co_requests(llm: LLM, probe, rng) -> tuple:
 
 
 def _scenario(
-    arch: str, batch_invariant: bool, budgets=(16, 80, 512), num_pages=8, **engine_kw
+    arch: str,
+    batch_invariant: bool,
+    budgets=(16, 80, 512),
+    num_pages=8,
+    n_samples=1,
+    **engine_kw,
 ) -> tuple[tuple, list[tuple], int]:
-    """(probe alone, probe in random batches under each chunk budget, preemptions)."""
+    """(probe alone, probe in random batches under each chunk budget, preemptions); with
+    `n_samples` > 1 it also checks that many greedy samples of the probe (which share its
+    first page) each equal the probe alone."""
     probe = _probe(arch)
     rng = np.random.default_rng(11)
     # The pool of the batched runs below (the probe alone fits in it): the same KV shapes,
@@ -55,6 +63,10 @@ def _scenario(
     )
     (out,) = alone_llm.generate([probe], PROBE_PARAMS)
     alone = (out.token_ids, _bits(out.logprobs))
+    if n_samples > 1:
+        (group,) = alone_llm.generate([probe], dataclasses.replace(PROBE_PARAMS, n=n_samples))
+        assert alone_llm.stats()["num_prompt_tokens_shared"] > 0
+        assert [(s.token_ids, _bits(s.logprobs)) for s in group.samples] == [alone] * n_samples
     mixed, preemptions = [], 0
     for budget in budgets:
         # 8 pages of 16 tokens: too few for the co-requests, so some are preempted.
@@ -74,7 +86,7 @@ def _scenario(
 
 @pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
 def test_probe_output_is_bitwise_identical_in_any_batch(arch):
-    alone, mixed, preemptions = _scenario(arch, batch_invariant=True)
+    alone, mixed, preemptions = _scenario(arch, batch_invariant=True, n_samples=3)
     assert preemptions > 0
     for tokens, bits in mixed:
         assert tokens == alone[0]

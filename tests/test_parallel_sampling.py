@@ -89,18 +89,31 @@ def test_preempting_a_sample_drops_only_its_own_hold_on_the_shared_pages():
     assert pages.num_free == 6
 
 
-def test_a_sample_whose_first_one_is_done_computes_its_whole_prompt():
+def test_after_the_first_sample_a_running_sibling_shares_and_then_nobody():
+    """max_num_seqs=2: sample 0 (1 token) and sample 1 (2 tokens) run first; sample 2 comes
+    in when sample 0 is done and shares sample 1's pages; sample 3 finds no one running."""
     pages = PageManager(32, PAGE)
-    sched = Scheduler(pages, max_num_batched_tokens=64, max_num_seqs=1, max_model_len=64)
-    first, later = samples_of(2, max_tokens=1)
-    for seq in (first, later):
+    sched = Scheduler(pages, max_num_batched_tokens=64, max_num_seqs=2, max_model_len=64)
+    first = Sequence("r", PROMPT, Params(max_tokens=1, ignore_eos=True))
+    seqs = [first] + [
+        Sequence(f"r/{k}", PROMPT, Params(max_tokens=m, ignore_eos=True), fork_of=first)
+        for k, m in ((1, 2), (2, 1), (3, 1))
+    ]
+    for seq in seqs:
         sched.add(seq)
-    run(sched, sched.schedule())
-    run(sched, sched.schedule())
-    assert first.finish_reason == "length"  # before the other could be admitted
-    out = sched.schedule()
-    assert [(it.request_id, it.start_pos, it.token_ids) for it in out.items] == [("r/1", 0, PROMPT)]
-    assert sched.stats()["num_prompt_tokens_shared"] == 0
+    steps = []
+    while sched.has_unfinished():
+        out = sched.schedule()
+        steps.append([(it.request_id, it.start_pos, len(it.token_ids)) for it in out.items])
+        run(sched, out)
+    assert steps == [
+        [("r", 0, 8)],
+        [("r", 8, 2), ("r/1", 8, 2)],
+        [("r/1", 10, 1), ("r/2", 8, 2)],
+        [("r/3", 0, 10)],
+    ]
+    assert sched.stats()["num_prompt_tokens_shared"] == 16
+    assert pages.num_free == 32
 
 
 @pytest.mark.parametrize("prompt,window", [(PROMPT[:4], None), (PROMPT, 6)])

@@ -38,19 +38,17 @@ def test_generate_prints_tokens_and_throughput():
         "--num_prompts=3",
         "--max_tokens=5",
         "--truncate_prompt_tokens=3",
+        "--n=2",
     )
-    assert out.count("(length)") == 3
+    assert out.count("(length)") == 6
     lens = [
         int(line.split("prompt ")[1].split(" tok")[0])
         for line in out.splitlines()
         if " -> " in line
     ]
     assert lens and max(lens) <= 3, out  # random prompts of up to 32 tokens, cut to their last 3
-    assert [line.split("]")[0] for line in out.splitlines() if " -> " in line] == [
-        "[0",
-        "[1",
-        "[2",
-    ]
+    labels = [line.split("]")[0] for line in out.splitlines() if " -> " in line]
+    assert labels == ["[0.0", "[0.1", "[1.0", "[1.1", "[2.0", "[2.1"]
     assert "tok/s" in out
 
 
@@ -159,6 +157,13 @@ def test_every_bench_sampling_mode_is_valid():
             ["--num_tokens=300", "--checks=5", "--repeats=1"],
             "| byte fallback | '</answer>', '###', '\\nUser:' |",
         ),
+        (
+            # A 40-token prompt in pages of 8, 3 samples of 16 tokens: they share 4 pages
+            # (32 tokens) and hold 3 more each; the prompt is computed 40 + 2 * 8 times.
+            "scripts.bench_parallel_sampling",
+            ["--model=tiny-llama", "--prompt_len=40", "--n=3", "--page_size=8"],
+            "| 56 | 13 |",
+        ),
     ],
 )
 def test_benchmarks_run_small(module, flags, expect):
@@ -200,6 +205,16 @@ BAD_FLAGS = [
         "penalties, logit_bias",
     ),
     ("scripts.generate", ["--model=no-such-preset", "--stop="], "non-empty str"),
+    (
+        "scripts.generate",
+        ["--model=no-such-preset", "--n=0"],
+        "n=0: must be an integer in [1, 128]",
+    ),
+    (
+        "scripts.bench_parallel_sampling",
+        ["--model=no-such-preset", "--n=1"],
+        "--n=1: must be in [2,",
+    ),
     (
         "scripts.generate",
         ["--model=no-such-preset", "--presence_penalty=3"],
