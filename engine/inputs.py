@@ -154,24 +154,31 @@ def sampling_list(sampling_params, num_prompts: int) -> list[SamplingParams]:
     return params
 
 
-def prompt_bos_id(tokenizer_path, tokenizer, cfg: ModelConfig) -> int | None:
-    """The BOS id text prompts start with, or None to take the tokenizer's ids as they are.
-
-    tokenizer.json's post-processor adds a BOS where the model wants one (Llama 3, Mistral),
-    and `tokenizers` applies it. A tokenizer_config.json beside it may also set
-    add_bos_token (Llama 2, DeepSeek: transformers' Llama tokenizer adds its bos_token
-    then). The config's bos_token_id alone means nothing here: Qwen configs name
-    <|endoftext|>, which their tokenizer never adds.
-    """
+def tokenizer_config(tokenizer_path) -> dict:
+    """The tokenizer_config.json beside tokenizer.json ({} when there is none)."""
     path = os.path.join(os.path.dirname(os.fspath(tokenizer_path)), TOKENIZER_CONFIG_FILE)
     if not os.path.isfile(path):
-        return None
-    with open(path) as f:
+        return {}
+    with open(path, encoding="utf-8") as f:
         try:
             tok_cfg = json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(tok_cfg, dict) or tok_cfg.get("add_bos_token") is not True:
+    if not isinstance(tok_cfg, dict):
+        raise ValueError(f"{path}: must hold a JSON object")
+    return tok_cfg
+
+
+def prompt_bos_id(tok_cfg: dict, tokenizer, cfg: ModelConfig) -> int | None:
+    """The BOS id text prompts start with, or None to take the tokenizer's ids as they are.
+
+    tokenizer.json's post-processor adds a BOS where the model wants one (Llama 3, Mistral),
+    and `tokenizers` applies it. A tokenizer_config.json beside it (`tok_cfg`) may also set
+    add_bos_token (Llama 2, DeepSeek: transformers' Llama tokenizer adds its bos_token
+    then). The config's bos_token_id alone means nothing here: Qwen configs name
+    <|endoftext|>, which their tokenizer never adds.
+    """
+    if tok_cfg.get("add_bos_token") is not True:
         return None
     token = tok_cfg.get("bos_token")
     if isinstance(token, dict):  # an AddedToken
@@ -179,5 +186,7 @@ def prompt_bos_id(tokenizer_path, tokenizer, cfg: ModelConfig) -> int | None:
     bos = tokenizer.token_to_id(token) if isinstance(token, str) else None
     bos = cfg.bos_token_id if bos is None else bos
     if bos is None:
-        raise ValueError(f"{path}: add_bos_token is true but no bos_token is known")
+        raise ValueError(
+            f"{TOKENIZER_CONFIG_FILE}: add_bos_token is true but no bos_token is known"
+        )
     return bos

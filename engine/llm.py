@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine import batch_invariant as batch_invariant_lib
-from engine import inputs, kv_budget, kv_quant, logit_bias, penalties, runner, samples
+from engine import chat, inputs, kv_budget, kv_quant, logit_bias, penalties, runner, samples
 from engine.attention_ops import resolve_impl
 from engine.kv_pages import PageManager, pages_for_tokens
 from engine.sampler import GREEDY_TEMPERATURE
@@ -23,7 +23,7 @@ from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.step import StepOutput, init_kv_pages, make_step
 from engine.stop_strings import protected_chars, truncate_at_stop
-from long_context.policy import LongPrefillPolicy
+from long_context.policy import LongPrefillPolicy, policy_for_processes
 from models.load import load_model, model_config
 from sharding.mesh import parse_mesh
 from sharding.placement import check_model_layout, put_replicated, shard_model
@@ -42,26 +42,6 @@ class _Dispatched(NamedTuple):
     compiles: bool
     start: float
     with_top: bool  # the step also returned each row's top logprobs
-
-
-def _long_prefill_policy(
-    long_prefill: LongPrefillPolicy | None, process_count: int
-) -> LongPrefillPolicy:
-    """The policy to schedule by. Across processes (one mesh over several hosts) every
-    process must build the same steps (sharding/distributed.py), so none may steer by its own
-    clock: the default policy drops its step-time rule there, and an explicit one that keeps
-    it is refused (two hosts measuring 3% apart split a chunk, 96 tokens against 104, and
-    the mesh then computes on mixed batches or its collectives abort)."""
-    if long_prefill is None:
-        policy = LongPrefillPolicy()
-        return policy if process_count == 1 else policy.without_clock()
-    if process_count > 1 and long_prefill.max_decode_slowdown is not None:
-        raise ValueError(
-            f"long_prefill.max_decode_slowdown={long_prefill.max_decode_slowdown}: steers by "
-            f"this process's step times, which differ across the {process_count} processes "
-            "that must schedule alike; use None (LongPrefillPolicy.without_clock())"
-        )
-    return long_prefill
 
 
 class LLM:
@@ -127,7 +107,7 @@ class LLM:
         self.attention_impl = resolve_impl(attention_impl, batch_invariant)
         kv_dtype = kv_quant.resolve_kv_cache_dtype(kv_cache_dtype)
         mesh_config = parse_mesh(mesh)  # ValueError on a bad string, before loading
-        long_prefill = _long_prefill_policy(long_prefill, jax.process_count())
+        long_prefill = policy_for_processes(long_prefill, jax.process_count())
 
         # Everything the config decides is checked before the weights are read.
         cfg = model_config(model, dtype)
@@ -179,11 +159,15 @@ class LLM:
         self.tokenizer = None
         # The BOS a text prompt must start with (None: whatever the tokenizer gives).
         self.prompt_bos_id: int | None = None
+        self.chat_template, self.special_tokens = None, {}  # for chat(); engine/chat.py
         if tokenizer_path is not None:
             from tokenizers import Tokenizer
 
             self.tokenizer = Tokenizer.from_file(os.fspath(tokenizer_path))
-            self.prompt_bos_id = inputs.prompt_bos_id(tokenizer_path, self.tokenizer, cfg)
+            tok_cfg = inputs.tokenizer_config(tokenizer_path)
+            self.prompt_bos_id = inputs.prompt_bos_id(tok_cfg, self.tokenizer, cfg)
+            model_dir = os.path.dirname(os.fspath(tokenizer_path))
+            self.chat_template, self.special_tokens = chat.read_template(tok_cfg, model_dir)
 
         self._pages = PageManager(num_pages, page_size)
         hybrid = window_num_pages is not None
@@ -720,6 +704,30 @@ class LLM:
         finally:
             self._release(records)
         return firsts
+
+    def chat(
+        self,
+        messages,
+        sampling_params=None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+        chat_template_kwargs: dict | None = None,
+    ) -> list[RequestOutput]:
+        """vLLM's LLM.chat: generate for one conversation ([{"role": ..., "content": ...}])
+        or a list of them, each rendered by `chat_template` or the model's into prompt token
+        ids as transformers renders it (engine/chat.py); then as generate()."""
+        template = self.chat_template if chat_template is None else chat_template
+        prompts = chat.prompt_ids(
+            self.tokenizer,
+            template,
+            messages,
+            self.special_tokens,
+            add_generation_prompt=add_generation_prompt,
+            tools=tools,
+            **(chat_template_kwargs or {}),
+        )
+        return self.generate(prompts, sampling_params)
 
     def _collect(self, reqs) -> list[RequestOutput]:
         """Queue validated requests whose records the caller keeps (generate, stream); all

@@ -86,6 +86,26 @@ class LongPrefillPolicy:
         return num_tokens >= self.long_prompt_tokens
 
 
+def policy_for_processes(
+    long_prefill: LongPrefillPolicy | None, process_count: int
+) -> LongPrefillPolicy:
+    """The policy to schedule by. Across processes (one mesh over several hosts) every
+    process must build the same steps (sharding/distributed.py), so none may steer by its own
+    clock: the default policy drops its step-time rule there, and an explicit one that keeps
+    it is refused (two hosts measuring 3% apart split a chunk, 96 tokens against 104, and
+    the mesh then computes on mixed batches or its collectives abort)."""
+    if long_prefill is None:
+        policy = LongPrefillPolicy()
+        return policy if process_count == 1 else policy.without_clock()
+    if process_count > 1 and long_prefill.max_decode_slowdown is not None:
+        raise ValueError(
+            f"long_prefill.max_decode_slowdown={long_prefill.max_decode_slowdown}: steers by "
+            f"this process's step times, which differ across the {process_count} processes "
+            "that must schedule alike; use None (LongPrefillPolicy.without_clock())"
+        )
+    return long_prefill
+
+
 class LongPrefillController:
     """The measured state behind `LongPrefillPolicy`: decode-only step time, and the extra
     time one long-prefill token adds to a step.

@@ -15,19 +15,23 @@ XLA_FLAGS=--xla_force_host_platform_device_count=2 python -m scripts.generate \
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 
 import numpy as np
 from absl import app, flags
 
-from engine import LLM, SamplingParams
+from engine import LLM, SamplingParams, chat, inputs
 from models.load import model_config, tokenizer_path
 from scripts.flag_checks import MAX_PROMPTS, check_count
 from sharding import distributed
 
 _MODEL = flags.DEFINE_string("model", "tiny-deepseek-v3", "Preset name, HF dir or orbax dir.")
 _PROMPT = flags.DEFINE_multi_string("prompt", [], "Text prompt(s); needs a tokenizer.json.")
+_CHAT = flags.DEFINE_bool(
+    "chat", False, "Send each --prompt as a user message through the model's chat template."
+)
 _NUM_PROMPTS = flags.DEFINE_integer("num_prompts", 4, "Random token prompts when no --prompt.")
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 32, "Longest random prompt (tokens).")
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 16, "New tokens per prompt.")
@@ -156,6 +160,12 @@ def _generate() -> None:
     if (_PROMPT.value or params.stop) and tokenizer_path(_MODEL.value) is None:
         flag = "--prompt" if _PROMPT.value else f"--stop={list(params.stop)}"
         raise ValueError(f"{flag}: model={_MODEL.value!r} has no tokenizer.json to read text")
+    if _CHAT.value:
+        if not _PROMPT.value:
+            raise ValueError("--chat: needs --prompt (the user messages)")
+        path = tokenizer_path(_MODEL.value)
+        if chat.read_template(inputs.tokenizer_config(path), os.path.dirname(path))[0] is None:
+            raise ValueError(f"--chat: model={_MODEL.value!r} has no chat template")
     distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     llm = LLM(
         model=_MODEL.value,
@@ -173,6 +183,9 @@ def _generate() -> None:
     )
     if _PROMPT.value:
         prompts = list(_PROMPT.value)
+        if _CHAT.value:  # token ids as the template renders them (engine/chat.py)
+            convs = [[{"role": "user", "content": p}] for p in prompts]
+            prompts = chat.prompt_ids(llm.tokenizer, llm.chat_template, convs, llm.special_tokens)
     else:
         rng = np.random.default_rng(_SEED.value)
         vocab = llm.config.vocab_size

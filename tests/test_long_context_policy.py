@@ -13,7 +13,7 @@ from test_scheduler import EOS, FakeDevice, Params, make_seq, reference
 from engine.kv_pages import PageManager
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence, SequenceStatus
-from long_context.policy import LongPrefillController, LongPrefillPolicy
+from long_context.policy import LongPrefillController, LongPrefillPolicy, policy_for_processes
 
 
 def step_seconds(out) -> float:
@@ -272,19 +272,17 @@ def _noisy_trace(policy, noise_seed: int) -> list:
 
 
 def test_processes_of_one_mesh_schedule_alike_whatever_their_clocks():
-    """engine/llm.py's multi-process policy has no clock in it: two processes measuring
+    """The multi-process policy the engine takes has no clock in it: two processes measuring
     different step times build the same steps (with the clock, they part ways)."""
-    from engine.llm import _long_prefill_policy
-
     timed = LongPrefillPolicy(long_prompt_tokens=100, probe_every=8)
     assert _noisy_trace(timed, 0) != _noisy_trace(timed, 1)
     clockless = timed.without_clock()
     assert _noisy_trace(clockless, 0) == _noisy_trace(clockless, 1)
-    assert _long_prefill_policy(None, 1) == LongPrefillPolicy()
-    assert _long_prefill_policy(None, 2) == LongPrefillPolicy().without_clock()
-    assert _long_prefill_policy(clockless, 2) is clockless
+    assert policy_for_processes(None, 1) == LongPrefillPolicy()
+    assert policy_for_processes(None, 2) == LongPrefillPolicy().without_clock()
+    assert policy_for_processes(clockless, 2) is clockless
     with pytest.raises(ValueError, match="long_prefill.max_decode_slowdown"):
-        _long_prefill_policy(timed, 2)
+        policy_for_processes(timed, 2)
 
 
 # ---- edges found by mutation testing -------------------------------------------------------

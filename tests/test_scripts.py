@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -65,6 +66,19 @@ def test_generate_from_text_with_a_tokenizer():
     replies = [line.split(" -> ")[1] for line in out.splitlines() if " -> " in line]
     assert len(replies) == 2 and all(r.endswith("(length)") for r in replies), out
     assert replies[0] != replies[1], out
+
+
+def test_generate_sends_prompts_through_the_chat_template(tmp_path):
+    model = tmp_path / "llama"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "llama", model)
+    # Word-level tokenizer: "system" and "user" are words of its vocabulary, "[" is not.
+    template = "{% for m in messages %}the {{ m.role }} said {{ m.content }} {% endfor %}of"
+    (model / "chat_template.jinja").write_text(template)
+    out = _run(
+        "scripts.generate", f"--model={model}", "--prompt=the cat", "--chat", "--max_tokens=2"
+    )
+    # "the user said the cat of": 6 tokens, where the bare prompt is 2.
+    assert "[0] prompt 6 tok -> " in out, out
 
 
 def test_generate_stops_at_a_stop_string():
@@ -205,6 +219,12 @@ BAD_FLAGS = [
         "penalties, logit_bias",
     ),
     ("scripts.generate", ["--model=no-such-preset", "--stop="], "non-empty str"),
+    ("scripts.generate", ["--model=tests/fixtures/llama", "--chat"], "--chat: needs --prompt"),
+    (
+        "scripts.generate",
+        ["--model=tests/fixtures/llama", "--chat", "--prompt=hi"],
+        "--chat: model='tests/fixtures/llama' has no chat template",
+    ),
     (
         "scripts.generate",
         ["--model=no-such-preset", "--n=0"],
