@@ -190,3 +190,25 @@ def prompt_bos_id(tok_cfg: dict, tokenizer, cfg: ModelConfig) -> int | None:
             f"{TOKENIZER_CONFIG_FILE}: add_bos_token is true but no bos_token is known"
         )
     return bos
+
+
+def bad_word_ids(tokenizer, words) -> tuple[tuple[int, ...], ...]:
+    """Each bad word's token ids as an output would hold it, without special tokens: the
+    word, and after a space when that starts with another token of the same count (vLLM's
+    two forms). ValueError without a tokenizer."""
+    if tokenizer is None:
+        raise ValueError(
+            f"bad_words={list(words)!r}: need the model's tokenizer (a tokenizer.json); "
+            "use bad_words_token_ids"
+        )
+    out = {}
+    for word in words:
+        plain, spaced = (
+            tuple(tokenizer.encode(text, add_special_tokens=False).ids)
+            for text in (word.lstrip(), " " + word.lstrip())
+        )
+        out[plain] = None
+        if spaced and len(spaced) == len(plain) and spaced[0] != plain[0]:
+            out[spaced] = None
+    out.pop((), None)  # a word the tokenizer drops entirely
+    return tuple(out)

@@ -288,6 +288,7 @@ class LLM:
             ("stop_token_ids", params.stop_token_ids),
             ("logit_bias", [t for t, _ in params.logit_bias or ()]),
             ("allowed_token_ids", params.allowed_token_ids or ()),
+            ("bad_words_token_ids", [t for w in params.bad_words_token_ids or () for t in w]),
         ):
             bad = [t for t in listed if t >= vocab]
             if bad:
@@ -314,6 +315,10 @@ class LLM:
             ids = self._tokenize(prompt)
             if params.truncate_prompt_tokens is not None:
                 ids = ids[-params.truncate_prompt_tokens :]
+            if params.bad_words:
+                words = inputs.bad_word_ids(self.tokenizer, params.bad_words)
+                words += params.bad_words_token_ids or ()
+                params = dataclasses.replace(params, bad_words_token_ids=words)
             self._validate(ids, params)
             reqs.append((ids, params))
         return reqs
@@ -505,7 +510,12 @@ class LLM:
             batch.penalty_slot,
             batch.penalty_prompt_len,
         )
-        lists = logit_bias.lists_for(sched.items, shape[1], self.config.eos_token_ids)
+        lists = logit_bias.lists_for(
+            sched.items,
+            shape[1],
+            self.config.eos_token_ids,
+            lambda it: self._outputs[it.request_id].token_ids,
+        )
         list_width = 0
         if lists is not None:
             batch = batch._replace(

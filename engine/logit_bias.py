@@ -1,5 +1,6 @@
 """Per-request token lists applied to the logits before sampling: `logit_bias`,
-`allowed_token_ids` and the stop tokens `min_tokens` holds back.
+`allowed_token_ids`, the stop tokens `min_tokens` holds back and the last tokens of
+`bad_words` the output is one token short of.
 
 Each step that has such a request gets, per row, a short list of (token id, value) pairs
 padded to a power-of-two width B (at least MIN_WIDTH): the value is added to that token's
@@ -17,7 +18,8 @@ is bitwise unchanged, so batch invariance holds.
 from __future__ import annotations
 
 import weakref
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -80,14 +82,29 @@ def held_back(params, eos_token_ids) -> tuple[int, ...]:
     return tuple(sorted(set(params.stop_token_ids) | set(eos)))
 
 
-def _row(params, num_generated: int, eos_token_ids) -> tuple[np.ndarray, np.ndarray]:
+def bad_word_bans(params, output: Sequence[int]) -> list[int]:
+    """The last tokens of the request's bad words whose other tokens the output (the tokens
+    generated so far) ends with; one-token words always (vLLM's rule: the prompt is not
+    looked at)."""
+    bans = []
+    for word in params.bad_words_token_ids or ():
+        k = len(word) - 1
+        if not k or (len(output) >= k and tuple(output[len(output) - k :]) == word[:-1]):
+            bans.append(word[-1])
+    return bans
+
+
+def _row(params, num_generated: int, eos_token_ids, output) -> tuple[np.ndarray, np.ndarray]:
     """One item's (ids, values): its own list, plus -inf for the ids min_tokens still bans
-    (an id in both gets bias + -inf = -inf from the step's scatter-add). A restricted row
-    bans only allowed ids: the others are excluded anyway."""
+    and the bad words' bans (an id also listed gets bias + -inf = -inf from the step's
+    scatter-add). A restricted row bans only allowed ids: the others are excluded anyway."""
     ids, values = listed_tokens(params)
-    if num_generated >= params.min_tokens:
+    ban = bad_word_bans(params, output) if output is not None else []
+    if num_generated < params.min_tokens:
+        ban += held_back(params, eos_token_ids)
+    if not ban:
         return ids, values
-    ban = np.asarray(held_back(params, eos_token_ids), np.int32)
+    ban = np.asarray(sorted(set(ban)), np.int32)
     if params.allowed_token_ids is not None:
         ban = ban[np.isin(ban, ids)]
     return np.concatenate([ids, ban]), np.concatenate(
@@ -95,17 +112,23 @@ def _row(params, num_generated: int, eos_token_ids) -> tuple[np.ndarray, np.ndar
     )
 
 
-def lists_for(items, num_rows: int, eos_token_ids) -> TokenLists | None:
+def lists_for(
+    items, num_rows: int, eos_token_ids, output_of: Callable[[Any], Sequence[int]]
+) -> TokenLists | None:
     """The step's TokenLists for `items` (ScheduledItems, rows in order, padded to
     `num_rows`); None when no item lists a token. Each row is a slice copy of arrays
-    built once per request (listed_tokens) plus, while min_tokens holds,
-    its few banned ids."""
+    built once per request (listed_tokens) plus, while min_tokens holds, its few banned
+    ids, and its bad words' bans from `output_of(item)`, the tokens generated before it
+    (only read for sampled rows: whole after the step before, as no step that reads it is
+    scheduled ahead; engine/scheduler.py)."""
     rows = []
     for i, it in enumerate(items):
         sp = it.sampling_params
-        if sp.logit_bias is None and sp.allowed_token_ids is None and not sp.min_tokens:
+        words = sp.bad_words_token_ids
+        if sp.logit_bias is None and sp.allowed_token_ids is None and not (sp.min_tokens or words):
             continue
-        ids, values = _row(sp, it.num_generated, eos_token_ids)
+        output = output_of(it) if words and it.sample else None
+        ids, values = _row(sp, it.num_generated, eos_token_ids, output)
         if ids.size:
             rows.append((i, ids, values, sp.allowed_token_ids is not None))
     if not rows:

@@ -21,6 +21,7 @@ MAX_LOGIT_BIAS = 100.0  # the OpenAI API's bias range, +-
 # step uploads the lists of its requests that use them (engine/logit_bias.py).
 MAX_LISTED_TOKENS = 2048
 MAX_SAMPLES = 128  # SamplingParams.n at most (the OpenAI API's bound)
+MAX_BAD_WORDS = 256  # bad_words (and bad_words_token_ids) per request
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,13 @@ class SamplingParams:
     # seed + k (when seeded) and shares the prompt's pages with sample 0 (engine/samples.py);
     # generate's record for the prompt is sample 0 and lists all n in `samples`.
     n: int = 1
+    # Words the output must not contain (vLLM's bad_words): a word's last token is banned
+    # whenever the output so far ends with its other tokens (a one-token word: always).
+    # The engine tokenizes each word, with and without a leading space, into
+    # bad_words_token_ids, which may also be given as token id sequences. Multi-token words
+    # read the output before each token, so their steps are not scheduled ahead.
+    bad_words: tuple[str, ...] = ()
+    bad_words_token_ids: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self):
         # numpy scalars are taken (and stored as Python numbers); bools are not numbers here.
@@ -160,6 +168,23 @@ class SamplingParams:
         if not _is_int(self.n) or not 1 <= self.n <= MAX_SAMPLES:
             raise ValueError(f"n={self.n!r}: must be an integer in [1, {MAX_SAMPLES}]")
         set_("n", int(self.n))
+        words = self.bad_words
+        words = (words,) if isinstance(words, str) else words
+        if isinstance(words, bytes) or not isinstance(words, Iterable):
+            raise ValueError(f"bad_words={self.bad_words!r}: must be a sequence of strings")
+        words = tuple(words)
+        if not all(isinstance(w, str) and w.strip() for w in words) or any(
+            len(w) > MAX_STOP_CHARS for w in words
+        ):
+            raise ValueError(
+                f"bad_words={self.bad_words!r}: each must be a str with a non-space character, "
+                f"of at most {MAX_STOP_CHARS} characters"
+            )
+        if len(words) > MAX_BAD_WORDS:
+            raise ValueError(f"bad_words: {len(words)} words, at most {MAX_BAD_WORDS}")
+        set_("bad_words", tuple(str(w) for w in words))
+        if self.bad_words_token_ids is not None:
+            set_("bad_words_token_ids", _token_sequences(self.bad_words_token_ids))
         k = self.truncate_prompt_tokens
         if k is not None:
             if not _is_int(k) or k < 1:
@@ -192,6 +217,27 @@ def _token_ids(name: str, ids) -> tuple[int, ...]:
     if len(ids) > MAX_LISTED_TOKENS:
         raise ValueError(f"{name}: {len(ids)} token ids, at most {MAX_LISTED_TOKENS}")
     return ids
+
+
+def _token_sequences(seqs) -> tuple[tuple[int, ...], ...]:
+    """bad_words_token_ids: non-empty token id sequences, repeats dropped, order kept."""
+    name = "bad_words_token_ids"
+    if isinstance(seqs, str | bytes | Mapping) or not isinstance(seqs, Iterable):
+        raise ValueError(f"{name}={seqs!r}: must be a sequence of token id sequences")
+    out = {}
+    for seq in seqs:
+        if isinstance(seq, str | bytes | Mapping) or not isinstance(seq, Iterable):
+            raise ValueError(f"{name}: {seq!r} is not a sequence of token ids")
+        seq = tuple(seq)
+        if not seq or not all(_is_int(t) and t >= 0 for t in seq):
+            raise ValueError(f"{name}: {seq!r} must be one or more integer token ids >= 0")
+        out[tuple(int(t) for t in seq)] = None
+    if len(out) > MAX_BAD_WORDS or sum(map(len, out)) > MAX_LISTED_TOKENS:
+        raise ValueError(
+            f"{name}: {len(out)} sequences of {sum(map(len, out))} tokens, at most "
+            f"{MAX_BAD_WORDS} of {MAX_LISTED_TOKENS} in all"
+        )
+    return tuple(out)
 
 
 def _logit_bias(bias) -> tuple[tuple[int, float], ...]:

@@ -116,6 +116,11 @@ class _Pool(NamedTuple):
         setattr(seq, self.ids, table[:num_pages])
 
 
+def _bans_read_output(seq: Sequence) -> bool:
+    """Bad words of several tokens: a step's bans depend on the tokens before it."""
+    return any(len(w) > 1 for w in getattr(seq.sampling_params, "bad_words_token_ids", 0) or ())
+
+
 class _FallBack(Exception):
     """schedule_ahead cannot build the step without state the step in flight decides."""
 
@@ -421,6 +426,8 @@ class Scheduler:
                 and self._tokens_left(seq) == 1
                 and not self._surely_done(seq)
             ):
+                if plan.ahead and seq.num_pending_samples and _bans_read_output(seq):
+                    raise _FallBack  # its bans need the token the step in flight samples
                 if self._make_room(seq, self._computed(seq) + 1, plan):
                     plan.decodes[seq] = 1
                     plan.budget -= 1

@@ -20,7 +20,9 @@ class Sequence:
     """A request as the scheduler sees it; the LLM layer creates it and reads the result.
 
     `sampling_params` is opaque here except for `max_tokens` (None: bounded only by
-    max_model_len), `stop_token_ids`, `ignore_eos`, `stop` (stop strings) and `min_tokens`.
+    max_model_len), `stop_token_ids`, `ignore_eos`, `stop` (stop strings), `min_tokens` and
+    `bad_words_token_ids` (one of several tokens keeps its decodes from being scheduled
+    ahead: their bans read the output).
     Compared by identity (eq=False) so two requests with equal tokens stay distinct.
     """
 

@@ -54,6 +54,10 @@ def test_apply_token_lists_matches_a_numpy_transcription():
     np.testing.assert_array_equal(got[3].view(np.uint32), logits[3].view(np.uint32))
 
 
+def _no_output(item):
+    raise AssertionError("no item here has bad words: its output is not read")
+
+
 def _item(num_generated=0, **kw):
     return SimpleNamespace(sampling_params=SamplingParams(**kw), num_generated=num_generated)
 
@@ -68,7 +72,7 @@ def test_lists_for_a_step():
         _item(allowed_token_ids=[2, 4, 6], logit_bias={6: 0.5, 8: 3.0}, min_tokens=1),
         _item(min_tokens=2, ignore_eos=True, stop_token_ids=(11,)),
     ]
-    lists = lists_for(items, 8, eos)
+    lists = lists_for(items, 8, eos, _no_output)
     assert lists.ids.shape == (8, MIN_WIDTH) and lists.ids.dtype == np.int32
     rows = [{} for _ in range(8)]  # what the step's scatter-add makes of each row
     for i, row in enumerate(rows):
@@ -88,9 +92,9 @@ def test_lists_for_a_step():
         {},
     ]
     assert lists.restrict.tolist() == [False, False, False, False, True, False, False, False]
-    assert lists_for(items[:1] + items[3:4], 8, eos) is None
+    assert lists_for(items[:1] + items[3:4], 8, eos, _no_output) is None
     many = [_item(allowed_token_ids=range(9))]
-    assert lists_for(many, 1, eos).ids.shape == (1, 16)
+    assert lists_for(many, 1, eos, _no_output).ids.shape == (1, 16)
     assert held_back(SamplingParams(stop_token_ids=(3, 2)), (2,)) == (2, 3)
 
 
@@ -106,7 +110,7 @@ def test_lists_for_then_the_step_match_the_params_transcribed():
         _item(allowed_token_ids=range(12), logit_bias={4: 2.0, 15: 1.0}, min_tokens=1),
         _item(num_generated=2, min_tokens=3, ignore_eos=True, logit_bias={5: -1.5}),
     ]
-    lists = lists_for(items, 5, eos)
+    lists = lists_for(items, 5, eos, _no_output)
     assert lists.ids.shape == (5, 16)
     logits = np.random.default_rng(1).standard_normal((5, vocab)).astype(np.float32)
     logits[0, 7] = logits[1, 0] = -0.0  # an unlisted logit keeps its sign bit too
