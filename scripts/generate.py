@@ -61,6 +61,9 @@ _TRUNCATE = flags.DEFINE_integer(
 _STOP = flags.DEFINE_multi_string(
     "stop", [], "Stop string(s): a request ends when its text holds one (needs a tokenizer.json)."
 )
+_BAD_WORDS = flags.DEFINE_multi_string(
+    "bad_words", [], "Word(s) the output must not contain (needs a tokenizer.json)."
+)
 _N = flags.DEFINE_integer(
     "n",
     1,
@@ -139,6 +142,7 @@ def _generate() -> None:
         allowed_token_ids=[_flag_int("--allowed_token_ids", t) for t in _ALLOWED.value] or None,
         truncate_prompt_tokens=_TRUNCATE.value,
         n=_N.value,
+        bad_words=tuple(_BAD_WORDS.value),
     )
     for name, flag, low in (
         ("num_prompts", _NUM_PROMPTS, 1),
@@ -157,9 +161,11 @@ def _generate() -> None:
                 + ("" if _MAX_MODEL_LEN.value else " (the model's max_position_embeddings)")
             )
     # Text in or out needs the model's tokenizer: known from its files, before the weights.
-    if (_PROMPT.value or params.stop) and tokenizer_path(_MODEL.value) is None:
-        flag = "--prompt" if _PROMPT.value else f"--stop={list(params.stop)}"
-        raise ValueError(f"{flag}: model={_MODEL.value!r} has no tokenizer.json to read text")
+    text_flags = (("--prompt", _PROMPT.value), ("--stop", params.stop))
+    for flag, value in (*text_flags, ("--bad_words", params.bad_words)):
+        if value and tokenizer_path(_MODEL.value) is None:
+            shown = flag if flag == "--prompt" else f"{flag}={list(value)}"
+            raise ValueError(f"{shown}: model={_MODEL.value!r} has no tokenizer.json to read text")
     if _CHAT.value:
         if not _PROMPT.value:
             raise ValueError("--chat: needs --prompt (the user messages)")

@@ -222,6 +222,11 @@ BAD_FLAGS = [
     ("scripts.generate", ["--model=tests/fixtures/llama", "--chat"], "--chat: needs --prompt"),
     (
         "scripts.generate",
+        ["--model=tiny-qwen3", "--bad_words=x"],
+        "--bad_words=['x']: model='tiny-qwen3' has no tokenizer.json",
+    ),
+    (
+        "scripts.generate",
         ["--model=tests/fixtures/llama", "--chat", "--prompt=hi"],
         "--chat: model='tests/fixtures/llama' has no chat template",
     ),
