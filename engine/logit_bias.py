@@ -51,29 +51,62 @@ def apply_token_lists(
     return jnp.where(restrict[:, None] & ~listed, -jnp.inf, out)
 
 
-# Per SamplingParams object (by id, dropped when it is collected): its listed_tokens. Kept
-# off the object, whose __dict__ callers rebuild it from (SamplingParams(**vars(p))).
-_LISTED: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+# Per SamplingParams object (by id, dropped when it is collected): what every step of the
+# request reads, built once. Kept off the object, whose __dict__ callers rebuild it from
+# (SamplingParams(**vars(p))).
+_CACHE: dict[tuple[int, str], object] = {}
+
+
+def _cached(params, name: str, build):
+    key = (id(params), name)
+    got = _CACHE.get(key)
+    if got is None:
+        got = _CACHE[key] = build(params)
+        weakref.finalize(params, _CACHE.pop, key, None)
+    return got
 
 
 def listed_tokens(params) -> tuple[np.ndarray, np.ndarray]:
-    """logit_bias and allowed_token_ids as one list: token ids (int32, ascending) and the
-    values added to their logits (float32): allowed tokens get 0 plus their bias; a bias on
-    a token outside the allowed set is dropped (that token is banned either way). Built
-    once per SamplingParams object, as every step of the request reads it; read-only."""
-    key = id(params)
-    got = _LISTED.get(key)
-    if got is None:
-        entries = dict.fromkeys(params.allowed_token_ids or (), 0.0)
-        for token, bias in params.logit_bias or ():
-            if params.allowed_token_ids is None or token in entries:
-                entries[token] = entries.get(token, 0.0) + bias
-        ids = np.fromiter(sorted(entries), np.int32, len(entries))
-        values = np.asarray([entries[t] for t in ids.tolist()], np.float32)
-        ids.flags.writeable = values.flags.writeable = False
-        got = _LISTED[key] = (ids, values)
-        weakref.finalize(params, _LISTED.pop, key, None)
-    return got
+    """logit_bias, allowed_token_ids and the one-token bad words as one list: token ids
+    (int32, ascending) and the values added to their logits (float32): allowed tokens get 0
+    plus their bias; a bias on a token outside the allowed set is dropped (that token is
+    banned either way); a bad word's token gets -inf (not listed when it is not allowed
+    anyway). Built once per SamplingParams object; read-only."""
+    return _cached(params, "listed", _build_listed)
+
+
+def _build_listed(params) -> tuple[np.ndarray, np.ndarray]:
+    entries = dict.fromkeys(params.allowed_token_ids or (), 0.0)
+    for token, bias in params.logit_bias or ():
+        if params.allowed_token_ids is None or token in entries:
+            entries[token] = entries.get(token, 0.0) + bias
+    for (token,) in (w for w in params.bad_words_token_ids or () if len(w) == 1):
+        if params.allowed_token_ids is None or token in entries:
+            entries[token] = -np.inf
+    ids = np.fromiter(sorted(entries), np.int32, len(entries))
+    values = np.asarray([entries[t] for t in ids.tolist()], np.float32)
+    ids.flags.writeable = values.flags.writeable = False
+    return ids, values
+
+
+def followed_bans(params, output: Sequence[int]) -> list[int]:
+    """The last tokens of the request's bad words of several tokens whose other tokens the
+    output (the tokens generated so far) ends with (vLLM's rule: the prompt is not looked
+    at). One dictionary lookup per word length, whatever the number of words."""
+    bans = []
+    for k, last_of in _cached(params, "words", _build_word_table).items():
+        if len(output) >= k:
+            bans += last_of.get(tuple(output[len(output) - k :]), ())
+    return bans
+
+
+def _build_word_table(params) -> dict[int, dict[tuple[int, ...], list[int]]]:
+    """{k: {a word's first k tokens: the last tokens of the words of k + 1 tokens}}."""
+    table: dict[int, dict[tuple[int, ...], list[int]]] = {}
+    for word in params.bad_words_token_ids or ():
+        if len(word) > 1:
+            table.setdefault(len(word) - 1, {}).setdefault(word[:-1], []).append(word[-1])
+    return table
 
 
 def held_back(params, eos_token_ids) -> tuple[int, ...]:
@@ -82,24 +115,13 @@ def held_back(params, eos_token_ids) -> tuple[int, ...]:
     return tuple(sorted(set(params.stop_token_ids) | set(eos)))
 
 
-def bad_word_bans(params, output: Sequence[int]) -> list[int]:
-    """The last tokens of the request's bad words whose other tokens the output (the tokens
-    generated so far) ends with; one-token words always (vLLM's rule: the prompt is not
-    looked at)."""
-    bans = []
-    for word in params.bad_words_token_ids or ():
-        k = len(word) - 1
-        if not k or (len(output) >= k and tuple(output[len(output) - k :]) == word[:-1]):
-            bans.append(word[-1])
-    return bans
-
-
 def _row(params, num_generated: int, eos_token_ids, output) -> tuple[np.ndarray, np.ndarray]:
     """One item's (ids, values): its own list, plus -inf for the ids min_tokens still bans
-    and the bad words' bans (an id also listed gets bias + -inf = -inf from the step's
-    scatter-add). A restricted row bans only allowed ids: the others are excluded anyway."""
+    and the longer bad words' bans after `output` (an id also listed gets bias + -inf =
+    -inf from the step's scatter-add). A restricted row bans only allowed ids: the others
+    are excluded anyway."""
     ids, values = listed_tokens(params)
-    ban = bad_word_bans(params, output) if output is not None else []
+    ban = followed_bans(params, output) if output is not None else []
     if num_generated < params.min_tokens:
         ban += held_back(params, eos_token_ids)
     if not ban:

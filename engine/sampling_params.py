@@ -185,6 +185,11 @@ class SamplingParams:
         set_("bad_words", tuple(str(w) for w in words))
         if self.bad_words_token_ids is not None:
             set_("bad_words_token_ids", _token_sequences(self.bad_words_token_ids))
+            banned = {w[0] for w in self.bad_words_token_ids if len(w) == 1}
+            if self.allowed_token_ids is not None and banned.issuperset(self.allowed_token_ids):
+                raise ValueError(
+                    f"allowed_token_ids={self.allowed_token_ids}: bad_words ban every one of them"
+                )
         k = self.truncate_prompt_tokens
         if k is not None:
             if not _is_int(k) or k < 1:

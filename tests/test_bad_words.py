@@ -10,7 +10,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from engine import LLM, SamplingParams, inputs
-from engine.logit_bias import bad_word_bans, lists_for
+from engine.logit_bias import followed_bans, listed_tokens, lists_for
 from tests.sampler_cases import POOL, cases
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -26,23 +26,27 @@ def _item(output, sample=True, **kw):
 @pytest.mark.parametrize(
     "output, banned",
     [
-        ((), {7}),  # a one-token word always; nothing generated to match the others
-        ((3,), {7, 4}),
-        ((5, 1, 3), {7, 4}),  # (3, 4) and (1, 3, 4) both end here
-        ((3, 9), {7, 4}),
-        ((9, 3, 5), {7}),
-        ((3, 3, 9), {7, 4}),
+        ((), set()),  # nothing generated to match
+        ((3,), {4}),
+        ((5, 1, 3), {4}),  # (3, 4) and (1, 3, 4) both end here
+        ((3, 9), {4}),
+        ((9, 3, 5), set()),
+        ((3, 3, 9), {4}),
+        ((1,), set()),
     ],
 )
 def test_a_words_last_token_is_banned_after_its_others(output, banned):
     params = SamplingParams(bad_words_token_ids=WORDS)
-    assert set(bad_word_bans(params, list(output))) == banned
-    # Written out: token t is banned iff some word ends in t and the output ends with the rest.
-    rule = {w[-1] for w in WORDS if len(w) == 1 or tuple(output[1 - len(w) :]) == w[:-1]}
+    assert set(followed_bans(params, list(output))) == banned
+    # Written out: t is banned iff a longer word ends in t and the output ends with the rest.
+    rule = {w[-1] for w in WORDS if len(w) > 1 and tuple(output[1 - len(w) :]) == w[:-1]}
     assert rule == banned
+    # A one-token word is in the request's list at -inf whatever the output.
+    ids, values = listed_tokens(params)
+    assert dict(zip(ids.tolist(), values.tolist(), strict=True)) == {7: -math.inf}
 
 
-def test_the_step_lists_hold_the_bans_of_sampled_rows_only():
+def test_the_step_lists_hold_the_followed_bans_of_sampled_rows_only():
     outputs = {0: [5, 3], 1: [5, 3], 2: [1, 3]}
     items = [
         _item(outputs[0]),
@@ -55,8 +59,9 @@ def test_the_step_lists_hold_the_bans_of_sampled_rows_only():
         for t, x in zip(lists.ids[i].tolist(), lists.values[i].tolist(), strict=True):
             if t >= 0:
                 row[t] = row.get(t, 0.0) + x
-    # Row 2 keeps only 4 and 8: 7 is excluded anyway; 4 gets its bias + -inf.
-    assert rows == [{4: -math.inf, 7: -math.inf}, {}, {4: -math.inf, 8: 0.0}, {}]
+    # Row 1 samples nothing: only its one-token word (listed whatever the output). Row 2
+    # keeps only 4 and 8: 7 is excluded anyway; 4 gets its bias + -inf.
+    assert rows == [{4: -math.inf, 7: -math.inf}, {7: -math.inf}, {4: -math.inf, 8: 0.0}, {}]
     assert lists.restrict.tolist() == [False, False, True, False]
 
 
@@ -81,6 +86,10 @@ def test_words_are_tokenized_alone_and_after_a_space():
         (dict(bad_words_token_ids=[[1, -2]]), r"bad_words_token_ids: \(1, -2\) must be"),
         (dict(bad_words_token_ids="ab"), r"bad_words_token_ids='ab': must be a sequence of"),
         (dict(bad_words_token_ids=[[1]] * 2 + [[i] for i in range(2, 258)]), r"257 sequences"),
+        (
+            dict(bad_words_token_ids=[[2], [5, 2], [3]], allowed_token_ids=[3, 2]),
+            r"allowed_token_ids=\(2, 3\): bad_words ban every one of them",
+        ),
     ],
 )
 def test_bad_words_are_refused_naming_the_field(kw, match):

@@ -389,10 +389,10 @@ def test_params_keep_only_their_fields_and_rebuild_from_them():
     sp = SamplingParams(logit_bias={3: 1.0}, allowed_token_ids=[3, 4], presence_penalty=0.5)
     assert sp.penalized and logit_bias.listed_tokens(sp)[0].tolist() == [3, 4]
     assert SamplingParams(**vars(sp)) == sp
-    held = len(logit_bias._LISTED)
+    held = len(logit_bias._CACHE)
     del sp
     gc.collect()
-    assert len(logit_bias._LISTED) == held - 1
+    assert len(logit_bias._CACHE) == held - 1
 
 
 def test_min_tokens_holds_the_eos_back(llama):
