@@ -93,13 +93,21 @@ def render(
     add_generation_prompt: bool = True,
     tools: list[dict] | None = None,
     special_tokens: Mapping[str, str] | None = None,
+    continue_final_message: bool = False,
     **kwargs,
 ) -> str:
-    """The text `template` makes of one conversation (ValueError if the template fails)."""
+    """The text `template` makes of one conversation (ValueError if the template fails).
+    `continue_final_message`: the text ends with the last message's content (whatever the
+    template writes after it is cut), for the model to go on with it."""
     import jinja2  # only chat needs it
 
+    if continue_final_message and add_generation_prompt:
+        raise ValueError(
+            "continue_final_message=True: the last message goes on, so add_generation_prompt "
+            "must be False"
+        )
     try:
-        return _compiled(template).render(
+        text = _compiled(template).render(
             messages=messages,
             tools=tools,
             add_generation_prompt=add_generation_prompt,
@@ -107,6 +115,22 @@ def render(
         )
     except jinja2.TemplateError as e:
         raise ValueError(f"chat_template: {e}") from None
+    return _cut_after(text, messages[-1]) if continue_final_message else text
+
+
+def _cut_after(text: str, message: dict) -> str:
+    """`text` up to the last place the message's content (its last text part; else with
+    its spaces stripped, as a template that trims writes it) ends."""
+    content = message.get("content")
+    if isinstance(content, list | tuple):
+        texts = [p.get("text") for p in content if isinstance(p, Mapping)]
+        content = next((t for t in reversed(texts) if isinstance(t, str)), None)
+    for piece in (content, content.strip()) if isinstance(content, str) else ():
+        if piece and piece in text:
+            return text[: text.rindex(piece) + len(piece)]
+    raise ValueError(
+        "continue_final_message=True: the last message's text is not in the rendered chat"
+    )
 
 
 def _raise_exception(message: str):

@@ -723,6 +723,7 @@ class LLM:
         add_generation_prompt: bool = True,
         tools: list[dict] | None = None,
         chat_template_kwargs: dict | None = None,
+        continue_final_message: bool = False,
     ) -> list[RequestOutput]:
         """vLLM's LLM.chat: generate for one conversation ([{"role": ..., "content": ...}])
         or a list of them, each rendered by `chat_template` or the model's into prompt token
@@ -735,6 +736,7 @@ class LLM:
             self.special_tokens,
             add_generation_prompt=add_generation_prompt,
             tools=tools,
+            continue_final_message=continue_final_message,
             **(chat_template_kwargs or {}),
         )
         return self.generate(prompts, sampling_params)

@@ -23,13 +23,17 @@ TOKENIZER = Tokenizer.from_file(str(FIXTURES / "llama" / "tokenizer.json"))
 
 def _args(case) -> tuple[str, list[dict], dict]:
     kw = dict(add_generation_prompt=case["add_generation_prompt"], tools=case["tools"])
+    kw["continue_final_message"] = case["continue_final_message"]
     return REF["templates"][case["template"]], REF["conversations"][case["conversation"]], kw
 
 
 @pytest.mark.parametrize(
     "case",
     REF["cases"],
-    ids=lambda c: f"{c['template']}-{c['conversation']}-{int(c['add_generation_prompt'])}",
+    ids=lambda c: (
+        f"{c['template']}-{c['conversation']}-"
+        f"{int(c['add_generation_prompt'])}{int(c['continue_final_message'])}"
+    ),
 )
 def test_text_and_ids_equal_transformers(case):
     template, conv, kw = _args(case)
@@ -49,6 +53,22 @@ def test_the_fixture_covers_what_the_templates_lean_on():
     assert any("°C" in t for t in texts)  # tojson keeps non-ASCII characters
     assert any(t == "user: look at the cat\n" for t in texts)  # continue and break
     assert sum("error" in c for c in REF["cases"]) == 2
+    # continue_final_message: cut after the content as written, or as the template trims it.
+    continued = {
+        (c["template"], c["conversation"]): c["text"]
+        for c in REF["cases"]
+        if c["continue_final_message"]
+    }
+    assert continued["blocks", 4].endswith("<assistant>  the mat and ")
+    assert continued["chatml", 4].endswith("<|im_start|>assistant\nthe mat and")
+
+
+def test_continue_final_message_needs_its_text_and_no_generation_prompt():
+    conv = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b c"}]
+    with pytest.raises(ValueError, match="add_generation_prompt must be False"):
+        chat.render("{{ messages[-1].content }}", conv, continue_final_message=True)
+    with pytest.raises(ValueError, match="the last message's text is not in the rendered chat"):
+        chat.render("x", conv, add_generation_prompt=False, continue_final_message=True)
 
 
 def test_the_template_is_read_as_transformers_reads_it(tmp_path):
