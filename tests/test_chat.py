@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 
 from engine import LLM, SamplingParams, chat
 from models.load import convert_hf_to_orbax
+from tests.sampler_cases import POOL
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 REF = json.loads((FIXTURES / "chat" / "reference.json").read_text())
@@ -102,9 +103,14 @@ def test_a_template_that_does_not_compile_is_refused():
         chat.render("{% for %}", [{"role": "user", "content": "a"}])
 
 
+def _llama(path=FIXTURES / "llama") -> LLM:
+    # test_sampling_options' engine settings: the same step programs in a `make test` run.
+    return LLM(model=str(path), max_num_seqs=8, max_num_batched_tokens=64, **POOL)
+
+
 @pytest.fixture(scope="module")
 def llm():
-    return LLM(model=str(FIXTURES / "llama"), max_num_seqs=4, max_num_batched_tokens=64)
+    return _llama()
 
 
 def test_llm_chat_generates_from_transformers_prompt_ids(llm):
@@ -128,7 +134,7 @@ def test_llm_chat_reads_the_models_template_and_refuses_without_one(llm, tmp_pat
     shutil.copytree(FIXTURES / "llama", model)
     config = {"chat_template": REF["templates"]["blocks"], "bos_token": "<s>", "eos_token": "</s>"}
     (model / "tokenizer_config.json").write_text(json.dumps(config))
-    with_template = LLM(model=str(model), max_num_seqs=4, max_num_batched_tokens=64)
+    with_template = _llama(model)
     assert with_template.chat_template == REF["templates"]["blocks"]
     case = next(c for c in REF["cases"] if c["template"] == "blocks" and c["conversation"] == 0)
     conv = REF["conversations"][0]

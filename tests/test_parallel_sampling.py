@@ -13,6 +13,7 @@ from engine.kv_pages import PageManager
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence, SequenceStatus
 from long_context.policy import LongPrefillPolicy
+from tests.sampler_cases import POOL
 from tests.test_scheduler import Params
 
 PAGE = 4
@@ -166,17 +167,13 @@ def test_a_fork_must_have_its_first_samples_prompt():
 
 @pytest.fixture(scope="module")
 def llm():
-    return LLM(
-        model="tests/fixtures/llama",
-        page_size=8,
-        max_num_batched_tokens=64,
-        max_num_seqs=8,
-        num_pages=POOL,
-    )
+    # test_sampling_options' engine (sampler_cases.POOL: 32 pages of 16, 128-token
+    # sequences): the same step programs, compiled once in a `make test` run.
+    return LLM(model="tests/fixtures/llama", max_num_seqs=8, max_num_batched_tokens=64, **POOL)
 
 
-POOL = 20  # pages of 8: room for a few samples at once, so larger groups preempt
-PROMPT_IDS = list(range(1, 20))  # 19 tokens: two pages of 8 shared
+PAGES = POOL["num_pages"]
+PROMPT_IDS = list(range(1, 20))  # 19 tokens: one page of 16 shared
 
 
 def alone(llm, params: SamplingParams, seeds) -> list:
@@ -204,7 +201,7 @@ def test_each_sample_equals_its_seed_alone_and_the_prompt_is_computed_once(llm):
     assert llm.stats()["num_prompt_tokens_shared"] - shared == 3 * 16
     assert_same_samples(out.samples, alone(llm, params, [2**32 - 2, 2**32 - 1, 0, 1]))
     assert len({tuple(s.token_ids) for s in out.samples}) > 1  # they are different draws
-    assert llm.stats()["num_pages_free"] == POOL
+    assert llm.stats()["num_pages_free"] == PAGES
 
 
 def test_penalized_samples_compute_their_own_prompts(llm):
@@ -216,13 +213,13 @@ def test_penalized_samples_compute_their_own_prompts(llm):
 
 
 def test_a_tight_pool_with_preemptions_keeps_every_sample(llm):
-    """Eight samples of 19 + 24 tokens need 2 + 8 * 4 pages of the 20: they preempt each
+    """Eight samples of 19 + 100 tokens need 1 + 8 * 7 pages of the 32: they preempt each
     other, and recompute without sharing when sample 0 is done."""
-    params = dict(temperature=0.8, max_tokens=24, ignore_eos=True)
+    params = dict(temperature=0.8, max_tokens=100, ignore_eos=True)
     before = llm.stats()["num_preemptions"]
     (out,) = llm.generate([PROMPT_IDS], SamplingParams(n=8, seed=5, **params))
     assert llm.stats()["num_preemptions"] > before
-    assert llm.stats()["num_pages_free"] == POOL
+    assert llm.stats()["num_pages_free"] == PAGES
     assert_same_samples(out.samples, alone(llm, params, range(5, 13)))
 
 
@@ -251,7 +248,7 @@ def test_add_request_streams_each_sample_and_abort_stops_them_all(llm):
         finished |= {d.request_id: d.finish_reason for d in llm.step() if d.finish_reason}
     assert finished == {"q": "abort", "q/1": "abort", "q/2": "abort", "z/2": "length"}
     assert not llm.abort("q")
-    assert llm.stats()["num_pages_free"] == POOL
+    assert llm.stats()["num_pages_free"] == PAGES
     # The ids are free again, and "q/1" alone stops just that sample.
     llm.add_request(PROMPT_IDS, SamplingParams(n=2, max_tokens=3, ignore_eos=True), "q")
     assert llm.abort("q/1")
