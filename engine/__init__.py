@@ -5,8 +5,9 @@ and tested without importing jax.
 """
 
 from engine.sampling_params import RequestOutput, SamplingParams, StreamDelta
+from engine.structured import StructuredOutputsParams
 
-__all__ = ["LLM", "RequestOutput", "SamplingParams", "StreamDelta"]
+__all__ = ["LLM", "RequestOutput", "SamplingParams", "StreamDelta", "StructuredOutputsParams"]
 
 
 def __getattr__(name: str):

@@ -23,6 +23,7 @@ from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.step import StepOutput, init_kv_pages, make_step
 from engine.stop_strings import protected_chars, truncate_at_stop
+from engine.structured import StructuredOutputs
 from long_context.policy import LongPrefillPolicy, policy_for_processes
 from models.load import load_model, model_config
 from sharding.mesh import parse_mesh
@@ -168,6 +169,7 @@ class LLM:
             self.prompt_bos_id = inputs.prompt_bos_id(tok_cfg, self.tokenizer, cfg)
             model_dir = os.path.dirname(os.fspath(tokenizer_path))
             self.chat_template, self.special_tokens = chat.read_template(tok_cfg, model_dir)
+        self._structured = StructuredOutputs(self.tokenizer, cfg.vocab_size, cfg.eos_token_ids)
 
         self._pages = PageManager(num_pages, page_size)
         hybrid = window_num_pages is not None
@@ -305,6 +307,8 @@ class LLM:
                 )
         self._scheduler.check_fits(len(ids), params.max_tokens)
         self._scheduler.check_stop_strings(params.stop)
+        if params.structured_outputs is not None:  # compiled now: errors before queueing
+            self._structured.index(params.structured_outputs)
 
     def _prepare(self, prompts, sampling_params) -> list[tuple[list[int], SamplingParams]]:
         """Normalize and validate every request before any is queued (all or nothing)."""
@@ -423,6 +427,7 @@ class LLM:
         if not self._scheduler.abort(request_id):
             return False
         self._penalty_slots.release((request_id,))
+        self._structured.release(request_id)
         out = self._outputs.get(request_id)
         if out is not None:
             out.finish_reason = "abort"
@@ -501,7 +506,9 @@ class LLM:
             sched.items, self.page_size, self._buckets, self._page_rows, self._window_rows
         )
         shape = (batch.token_ids.shape[0], batch.kv_lens.shape[0])
-        score_rows = self._fill_score_targets(sched.items, batch)
+        score_rows = runner.fill_score_targets(
+            sched.items, batch, lambda it: self._outputs[it.request_id].prompt_token_ids
+        )
         with_top = any(it.sample and it.sampling_params.logprobs for it in sched.items)
         penalized = self._penalty_slots.fill(
             sched.items,
@@ -510,12 +517,11 @@ class LLM:
             batch.penalty_slot,
             batch.penalty_prompt_len,
         )
-        lists = logit_bias.lists_for(
-            sched.items,
-            shape[1],
-            self.config.eos_token_ids,
-            lambda it: self._outputs[it.request_id].token_ids,
-        )
+        output_of = lambda it: self._outputs[it.request_id].token_ids  # whole: not ahead
+        lists = logit_bias.lists_for(sched.items, shape[1], self.config.eos_token_ids, output_of)
+        mask = self._structured.masks_for(sched.items, shape[1], output_of)
+        if mask is not None:
+            batch = batch._replace(allowed_mask=mask)
         list_width = 0
         if lists is not None:
             batch = batch._replace(
@@ -525,7 +531,8 @@ class LLM:
         # As sampler.sample's all-greedy test, on the same packed temperatures.
         sampling = bool(np.any(batch.temperature >= np.float32(GREEDY_TEMPERATURE)))
         variant = (bool(score_rows), with_top, sampling)
-        compiles = (variant, penalized, list_width, *shape) not in self._variant_shapes
+        key = (variant, penalized, list_width, mask is not None, *shape)
+        compiles = key not in self._variant_shapes
         step_fn = self._step_variant(variant)
         if self.mesh is not None:
             # Every process passes the same batch (see sharding/distributed.py).
@@ -552,7 +559,7 @@ class LLM:
         else:
             self._kv, out = step_fn(self.params, self._kv, batch)
         self._step_shapes.add(shape)
-        self._variant_shapes.add((variant, penalized, list_width, *shape))
+        self._variant_shapes.add(key)
         return _Dispatched(sched, out, score_rows, compiles, start, with_top)
 
     def _complete_oldest(self) -> None:
@@ -595,6 +602,9 @@ class LLM:
         results = self._scheduler.update(sched, sampled, seconds)
         # Before anything below can raise: a finished request's slot must not leak.
         self._penalty_slots.release(r.request_id for r in results if r.finished)
+        for r in results:
+            if r.finished:
+                self._structured.release(r.request_id)
         for res in results:
             out_rec = self._outputs[res.request_id]
             out_rec.token_ids.extend(res.new_token_ids)
@@ -626,26 +636,6 @@ class LLM:
                     res.request_id, res.new_token_ids, res.new_logprobs, res.finish_reason, top
                 )
             )
-
-    def _fill_score_targets(self, items, batch) -> list[tuple[str, int, int]]:
-        """Set batch.score_targets for requests that asked for prompt logprobs.
-
-        Returns (request id, index into its prompt_logprobs, token row) per scored row: the
-        row at position p scores prompt[p + 1]. A recompute after preemption scores the same
-        positions again and overwrites them.
-        """
-        rows = []
-        for i, it in enumerate(items):
-            if not it.sampling_params.prompt_logprobs:
-                continue
-            prompt = self._outputs[it.request_id].prompt_token_ids
-            first = int(batch.cu_q_lens[i])
-            for j in range(len(it.token_ids)):
-                pos = it.start_pos + j
-                if pos + 1 < len(prompt):
-                    batch.score_targets[first + j] = prompt[pos + 1]
-                    rows.append((it.request_id, pos, first + j))
-        return rows
 
     def _prompt_len(self, item) -> int:
         return len(self._outputs[item.request_id].prompt_token_ids)

@@ -51,6 +51,15 @@ def apply_token_lists(
     return jnp.where(restrict[:, None] & ~listed, -jnp.inf, out)
 
 
+def apply_allowed_mask(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """Structured outputs (engine/structured.py): send the logits of tokens whose bit is
+    clear to -inf. logits [S, V] f32, mask [S, ceil(V / 32)] int32 (bit t % 32 of word
+    t // 32); a row with every bit set is unchanged."""
+    ids = jnp.arange(logits.shape[1])
+    bits = (mask[:, ids >> 5] >> (ids & 31)) & 1
+    return jnp.where(bits != 0, logits, -jnp.inf)
+
+
 # Per SamplingParams object (by id, dropped when it is collected): what every step of the
 # request reads, built once. Kept off the object, whose __dict__ callers rebuild it from
 # (SamplingParams(**vars(p))).

@@ -230,3 +230,25 @@ def pack(
         window_page_table=window[0],
         window_slot_mapping=window[1],
     )
+
+
+def fill_score_targets(items, batch, prompt_of) -> list[tuple[str, int, int]]:
+    """Set batch.score_targets for the items that asked for prompt logprobs
+    (`prompt_of(item)`: the item's prompt token ids).
+
+    Returns (request id, index into its prompt_logprobs, token row) per scored row: the
+    row at position p scores prompt[p + 1]. A recompute after preemption scores the same
+    positions again and overwrites them.
+    """
+    rows = []
+    for i, it in enumerate(items):
+        if not it.sampling_params.prompt_logprobs:
+            continue
+        prompt = prompt_of(it)
+        first = int(batch.cu_q_lens[i])
+        for j in range(len(it.token_ids)):
+            pos = it.start_pos + j
+            if pos + 1 < len(prompt):
+                batch.score_targets[first + j] = prompt[pos + 1]
+                rows.append((it.request_id, pos, first + j))
+    return rows

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.structured import StructuredOutputsParams
+
 MAX_LOGPROBS = 20  # top logprobs per token at most (vLLM's default max_logprobs)
 MAX_STOP_CHARS = 1024  # per stop string; the stop check decodes ~4 tokens per character
 MAX_PENALTY = 2.0  # presence/frequency penalties' range, +-, as the OpenAI API's
@@ -77,6 +79,9 @@ class SamplingParams:
     # read the output before each token, so their steps are not scheduled ahead.
     bad_words: tuple[str, ...] = ()
     bad_words_token_ids: tuple[tuple[int, ...], ...] | None = None
+    # The output must match a regex, be one of some strings, or be JSON a schema accepts
+    # (vLLM's structured outputs; engine/structured.py). Its steps are not scheduled ahead.
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self):
         # numpy scalars are taken (and stored as Python numbers); bools are not numbers here.
@@ -197,6 +202,11 @@ class SamplingParams:
                     f"truncate_prompt_tokens={k!r}: must be an integer >= 1 (or None: no cut)"
                 )
             set_("truncate_prompt_tokens", int(k))
+        so = self.structured_outputs
+        if so is not None and not isinstance(so, StructuredOutputsParams):
+            raise ValueError(
+                f"structured_outputs={so!r}: must be a StructuredOutputsParams (or None)"
+            )
         if self.prompt_logprobs and self.max_tokens == 0:
             # The prompt is scored by the steps that compute it; max_tokens=0 runs none.
             raise ValueError("prompt_logprobs=True: needs max_tokens >= 1 (max_tokens=0)")

@@ -117,8 +117,11 @@ class _Pool(NamedTuple):
 
 
 def _bans_read_output(seq: Sequence) -> bool:
-    """Bad words of several tokens: a step's bans depend on the tokens before it."""
-    return any(len(w) > 1 for w in getattr(seq.sampling_params, "bad_words_token_ids", 0) or ())
+    """Bad words of several tokens, structured outputs: a step's bans depend on the tokens
+    before it."""
+    p = seq.sampling_params
+    words = getattr(p, "bad_words_token_ids", 0) or ()
+    return getattr(p, "structured_outputs", None) is not None or any(len(w) > 1 for w in words)
 
 
 class _FallBack(Exception):

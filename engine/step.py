@@ -18,7 +18,7 @@ from configs.model_config import ModelConfig
 from engine import kv_quant, mla_expanded, penalties
 from engine import paged_attention as pa
 from engine.attention_ops import get_attention_ops
-from engine.logit_bias import apply_token_lists
+from engine.logit_bias import apply_allowed_mask, apply_token_lists
 from engine.penalties import PenaltyState
 from engine.sampler import sample, token_logprobs
 from engine.sampler import top_logprobs as top_logprobs_of
@@ -66,6 +66,9 @@ class StepBatch(NamedTuple):
     listed_ids: jax.Array | None = None
     listed_values: jax.Array | None = None
     listed_restrict: jax.Array | None = None
+    # Structured outputs (engine/structured.py): [S, ceil(V / 32)] int32, bit t % 32 of word
+    # t // 32 set where token t may be sampled; None when no row in the step is constrained.
+    allowed_mask: jax.Array | None = None
     # Hybrid models (ModelConfig.hybrid_window): the windowed layers' own page table [S, P]
     # and slots [T] (their KV pool is separate); None: every layer uses page_table.
     window_page_table: jax.Array | None = None
@@ -241,6 +244,8 @@ def _step_body(
         sample_logits = apply_token_lists(
             sample_logits, batch.listed_ids, batch.listed_values, batch.listed_restrict
         )
+    if batch.allowed_mask is not None:
+        sample_logits = apply_allowed_mask(sample_logits, batch.allowed_mask)
     if penalty_state is not None:
         penalty_state = penalties.update_state(
             penalty_state,

@@ -22,7 +22,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from engine import LLM, SamplingParams, chat, inputs
+from engine import LLM, SamplingParams, StructuredOutputsParams, chat, inputs
 from models.load import model_config, tokenizer_path
 from scripts.flag_checks import MAX_PROMPTS, check_count
 from sharding import distributed
@@ -63,6 +63,11 @@ _STOP = flags.DEFINE_multi_string(
 )
 _BAD_WORDS = flags.DEFINE_multi_string(
     "bad_words", [], "Word(s) the output must not contain (needs a tokenizer.json)."
+)
+_REGEX = flags.DEFINE_string("regex", None, "Structured output: the text must match this regex.")
+_CHOICE = flags.DEFINE_list("choice", [], "Structured output: the text is one of these strings.")
+_JSON_SCHEMA = flags.DEFINE_string(
+    "json_schema", None, "Structured output: JSON a schema accepts (its JSON text or a file)."
 )
 _N = flags.DEFINE_integer(
     "n",
@@ -125,6 +130,21 @@ def _parse_logit_bias(pairs: list[str]) -> list[tuple[int, float]] | None:
     return bias or None
 
 
+def _structured_outputs() -> StructuredOutputsParams | None:
+    """--regex / --choice / --json_schema (at most one; a schema may be a file's path)."""
+    given = {"regex": _REGEX.value, "choice": _CHOICE.value, "json": _JSON_SCHEMA.value}
+    given = {k: v for k, v in given.items() if v}
+    if not given:
+        return None
+    if len(given) > 1:
+        raise ValueError("--regex, --choice, --json_schema: give at most one")
+    schema = given.get("json")
+    if schema is not None and os.path.isfile(schema):
+        with open(schema) as f:
+            given["json"] = f.read()
+    return StructuredOutputsParams(**given)
+
+
 def _generate() -> None:
     # Checked before the model loads.
     params = SamplingParams(
@@ -143,6 +163,7 @@ def _generate() -> None:
         truncate_prompt_tokens=_TRUNCATE.value,
         n=_N.value,
         bad_words=tuple(_BAD_WORDS.value),
+        structured_outputs=_structured_outputs(),
     )
     for name, flag, low in (
         ("num_prompts", _NUM_PROMPTS, 1),
@@ -161,10 +182,14 @@ def _generate() -> None:
                 + ("" if _MAX_MODEL_LEN.value else " (the model's max_position_embeddings)")
             )
     # Text in or out needs the model's tokenizer: known from its files, before the weights.
-    text_flags = (("--prompt", _PROMPT.value), ("--stop", params.stop))
-    for flag, value in (*text_flags, ("--bad_words", params.bad_words)):
-        if value and tokenizer_path(_MODEL.value) is None:
-            shown = flag if flag == "--prompt" else f"{flag}={list(value)}"
+    text_flags = (  # (what to show, whether it is given)
+        ("--prompt", _PROMPT.value),
+        (f"--stop={list(params.stop)}", params.stop),
+        (f"--bad_words={list(params.bad_words)}", params.bad_words),
+        ("--regex/--choice/--json_schema", params.structured_outputs is not None),
+    )
+    for shown, given in text_flags:
+        if given and tokenizer_path(_MODEL.value) is None:
             raise ValueError(f"{shown}: model={_MODEL.value!r} has no tokenizer.json to read text")
     if _CHAT.value:
         if not _PROMPT.value:

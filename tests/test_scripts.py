@@ -227,6 +227,14 @@ BAD_FLAGS = [
     ),
     (
         "scripts.generate",
+        ["--model=tiny-qwen3", "--choice=yes,no"],
+        "--regex/--choice/--json_schema: model='tiny-qwen3' has no tokenizer.json",
+    ),
+    ("scripts.generate", ["--regex=a+", "--choice=a"], "--regex, --choice, --json_schema: give"),
+    # A file's path is read as the schema: README.md is no JSON.
+    ("scripts.generate", ["--json_schema=README.md"], "structured_outputs.json: not valid JSON"),
+    (
+        "scripts.generate",
         ["--model=tests/fixtures/llama", "--chat", "--prompt=hi"],
         "--chat: model='tests/fixtures/llama' has no chat template",
     ),
