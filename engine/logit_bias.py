@@ -1,6 +1,7 @@
 """Per-request token lists applied to the logits before sampling: `logit_bias`,
 `allowed_token_ids`, the stop tokens `min_tokens` holds back and the last tokens of
-`bad_words` the output is one token short of.
+`bad_words` the output is one token short of; and structured outputs' bitmask
+(`apply_allowed_mask`; the masks are built in engine/structured.py).
 
 Each step that has such a request gets, per row, a short list of (token id, value) pairs
 padded to a power-of-two width B (at least MIN_WIDTH): the value is added to that token's
@@ -55,8 +56,10 @@ def apply_allowed_mask(logits: jax.Array, mask: jax.Array) -> jax.Array:
     """Structured outputs (engine/structured.py): send the logits of tokens whose bit is
     clear to -inf. logits [S, V] f32, mask [S, ceil(V / 32)] int32 (bit t % 32 of word
     t // 32); a row with every bit set is unchanged."""
-    ids = jnp.arange(logits.shape[1])
-    bits = (mask[:, ids >> 5] >> (ids & 31)) & 1
+    num_rows, vocab = logits.shape
+    # A shift per bit position, broadcast over the words (no gather): [S, W, 32] -> [S, V].
+    bits = (mask[:, :, None] >> jnp.arange(32, dtype=jnp.int32)) & 1
+    bits = bits.reshape(num_rows, -1)[:, :vocab]
     return jnp.where(bits != 0, logits, -jnp.inf)
 
 

@@ -20,8 +20,9 @@ before sampled, so a constrained request's steps are not scheduled ahead
 A request's automaton state follows its output: before each of its sampled rows the
 guide takes the tokens generated since (a preempted request keeps its output, so its
 state too). Compiled indexes are kept per expression (MAX_INDEXES, least recently used
-dropped); building one for a large vocabulary and a deep schema takes seconds (see
-docs/benchmarks.md), which `add_request`/`generate` spend before queueing the request.
+dropped), and each automaton state's mask row once written (MAX_MASK_BYTES). Compiling
+an index for a large vocabulary and a deep schema takes seconds (docs/benchmarks.md),
+which `add_request`/`generate` spend before queueing the request.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 import numpy as np
 
 MAX_INDEXES = 32  # compiled expressions kept per engine
+MAX_MASK_BYTES = 128 << 20  # mask rows kept per engine, one per automaton state met
 MAX_CHOICES = 1024
 MAX_PATTERN_CHARS = 65536  # a regex, a schema's JSON text, or all choices together
 
@@ -214,7 +216,12 @@ class StructuredOutputs:
         self._eos = tuple(eos_token_ids)
         self._vocabulary = None
         self._indexes: collections.OrderedDict[str, Any] = collections.OrderedDict()
-        self._guides: dict[str, list] = {}  # request id -> [guide, output tokens taken]
+        # request id -> [guide, output tokens taken, its expression]
+        self._guides: dict[str, list] = {}
+        # (expression, automaton state) -> that state's mask row, least recently used first:
+        # writing a mask walks every allowed token (most of the vocabulary inside a JSON
+        # string), a copy does not.
+        self._masks: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
 
     def _vocab(self):
         if self._vocabulary is None:
@@ -263,24 +270,32 @@ class StructuredOutputs:
         if state is None:
             import outlines_core
 
-            state = self._guides[request_id] = [outlines_core.Guide(self.index(params)), 0]
-        guide, taken = state
+            guide = outlines_core.Guide(self.index(params))
+            state = self._guides[request_id] = [guide, 0, regex_for(params)]
+        guide, taken, regex = state
         for token in output[taken:]:
             if guide is not None:
                 try:
-                    guide.advance(self._eos[0] if token in self._eos else token)
+                    guide.advance(
+                        self._eos[0] if token in self._eos else token, return_tokens=False
+                    )
                 except ValueError:  # past a match the output went on (ignore_eos)
                     guide = None
-        state[:] = guide, len(output)
-        row[:] = 0
-        if guide is None:
-            allowed_eos = True
-        else:
-            guide.write_mask_into(row.ctypes.data, row.size, 4)
-            allowed_eos = bool(row[self._eos[0] >> 5] >> (self._eos[0] & 31) & 1)
-        if allowed_eos:
-            for t in self._eos:
-                row[t >> 5] |= np.int32(np.uint32(1 << (t & 31)).view(np.int32))
+        state[:2] = guide, len(output)
+        key = (regex, None if guide is None else guide.get_state())
+        cached = self._masks.get(key)
+        if cached is None:
+            cached = np.zeros_like(row)
+            if guide is not None:
+                guide.write_mask_into(cached.ctypes.data, cached.size, 4)
+            if guide is None or cached[self._eos[0] >> 5] >> (self._eos[0] & 31) & 1:
+                for t in self._eos:  # every EOS id where the vocabulary's one is allowed
+                    cached[t >> 5] |= np.uint32(1 << (t & 31)).view(np.int32)
+            self._masks[key] = cached
+            while len(self._masks) * row.nbytes > MAX_MASK_BYTES:
+                self._masks.popitem(last=False)
+        self._masks.move_to_end(key)
+        row[:] = cached
 
     def masks_for(
         self, items, num_rows: int, output_of: Callable[[Any], Sequence[int]]

@@ -231,6 +231,7 @@ BAD_FLAGS = [
         "--regex/--choice/--json_schema: model='tiny-qwen3' has no tokenizer.json",
     ),
     ("scripts.generate", ["--regex=a+", "--choice=a"], "--regex, --choice, --json_schema: give"),
+    ("scripts.bench_structured", ["--rows=0"], "--rows=0: must be in [1, 4096]"),
     # A file's path is read as the schema: README.md is no JSON.
     ("scripts.generate", ["--json_schema=README.md"], "structured_outputs.json: not valid JSON"),
     (
