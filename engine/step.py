@@ -245,7 +245,11 @@ def _step_body(
             sample_logits, batch.listed_ids, batch.listed_values, batch.listed_restrict
         )
     if batch.allowed_mask is not None:
-        sample_logits = apply_allowed_mask(sample_logits, batch.allowed_mask)
+        listed = apply_allowed_mask(sample_logits, batch.allowed_mask)
+        # A row the lists leave no allowed token (min_tokens holding back the EOS that is
+        # all its expression allows next) samples under its expression alone.
+        alive = jnp.isfinite(listed).any(axis=-1, keepdims=True)
+        sample_logits = jnp.where(alive, listed, apply_allowed_mask(logits, batch.allowed_mask))
     if penalty_state is not None:
         penalty_state = penalties.update_state(
             penalty_state,

@@ -3,6 +3,7 @@ unpacking, the tokenizer's bytes against its decoder, and the engine's greedy de
 regex / choice / JSON-schema constraints against Hugging Face's llama fixture decoding with
 outlines_core's automaton (tests/fixtures/make_structured_fixture.py)."""
 
+import dataclasses
 import json
 import pathlib
 import re
@@ -173,3 +174,19 @@ def test_a_word_level_tokenizer_is_refused():
     so = StructuredOutputsParams(choice=["the", "of"])
     with pytest.raises(ValueError, match="structured outputs need a byte-level BPE"):
         llm.generate([[1, 3]], SamplingParams(structured_outputs=so))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_min_tokens_past_a_whole_match_repeats_eos_not_garbage(llm, temperature):
+    # The choice is whole after a few tokens, where only EOS may follow, and min_tokens bans
+    # EOS: the row samples under its expression alone (EOS, which does not stop the request
+    # before min_tokens), not among no tokens at all (greedy took token 0, sampling any).
+    so = StructuredOutputsParams(choice=["no", "yes"])
+    prompt = REFERENCE["cases"][0]["prompt_ids"]
+    params = SamplingParams(temperature=temperature, seed=1, min_tokens=6, max_tokens=12)
+    (out,) = llm.generate([prompt], dataclasses.replace(params, structured_outputs=so))
+    eos = REFERENCE["eos_token_id"]
+    first = out.token_ids.index(eos)
+    assert out.token_ids[first:] == [eos] * (len(out.token_ids) - first), out.token_ids
+    assert llm.tokenizer.decode(out.token_ids[:first], skip_special_tokens=False) in so.choice
+    assert out.finish_reason == "stop" and len(out.token_ids) == 7  # EOS stops after 6
