@@ -178,11 +178,14 @@ def main(argv) -> None:
     mask = jnp.asarray(rng.integers(-(2**31), 2**31, (_ROWS.value, -(-vocab // 32))), jnp.int32)
     fn = jax.jit(apply_allowed_mask)
     fn(logits, mask).block_until_ready()
-    start = time.perf_counter()
-    for _ in range(20):
-        out = fn(logits, mask)
-    out.block_until_ready()
-    results["apply_ms"] = (time.perf_counter() - start) / 20 * 1e3
+    best = float("inf")
+    for _ in range(5):  # best of 5 x 20 calls
+        start = time.perf_counter()
+        for _ in range(20):
+            out = fn(logits, mask)
+        out.block_until_ready()
+        best = min(best, (time.perf_counter() - start) / 20)
+    results["apply_ms"] = best * 1e3
     results["backend"] = jax.default_backend()
     shape = f"[{_ROWS.value}, {vocab}]"
     print(f"apply_allowed_mask {shape} on {results['backend']}: {results['apply_ms']:.3f} ms")
