@@ -43,6 +43,11 @@ class _Dispatched(NamedTuple):
     compiles: bool
     start: float
     with_top: bool  # the step also returned each row's top logprobs
+    score_top: bool  # ... and every scored row's (prompt_logprobs=k)
+
+
+def _pairs(ids: np.ndarray, logprobs: np.ndarray) -> list[tuple[int, float]]:
+    return list(zip(ids.tolist(), logprobs.tolist(), strict=True))
 
 
 class LLM:
@@ -381,6 +386,8 @@ class LLM:
         out = RequestOutput(request_id, list(ids))
         if params.prompt_logprobs:  # filled in by the steps that compute the prompt
             out.prompt_logprobs = [0.0] * (len(ids) - 1)
+            if params.num_prompt_top_logprobs:
+                out.prompt_top_logprobs = [[] for _ in ids[1:]]
         if params.logprobs:
             out.top_logprobs = []
         # Queued last: nothing that can fail stands between it and the record below, so a
@@ -530,7 +537,7 @@ class LLM:
             list_width = lists.ids.shape[1]
         # As sampler.sample's all-greedy test, on the same packed temperatures.
         sampling = bool(np.any(batch.temperature >= np.float32(GREEDY_TEMPERATURE)))
-        variant = (bool(score_rows), with_top, sampling)
+        variant = (bool(score_rows), with_top, sampling, any(r[3] for r in score_rows))
         key = (variant, penalized, list_width, mask is not None, *shape)
         compiles = key not in self._variant_shapes
         step_fn = self._step_variant(variant)
@@ -560,7 +567,7 @@ class LLM:
             self._kv, out = step_fn(self.params, self._kv, batch)
         self._step_shapes.add(shape)
         self._variant_shapes.add(key)
-        return _Dispatched(sched, out, score_rows, compiles, start, with_top)
+        return _Dispatched(sched, out, score_rows, compiles, start, with_top, variant[3])
 
     def _complete_oldest(self) -> None:
         """Read back the oldest dispatched step's tokens and apply them (Scheduler.update);
@@ -570,6 +577,8 @@ class LLM:
         begin = time.perf_counter()
         tokens, logprobs, load = jax.device_get((out.tokens, out.logprobs, out.expert_load))
         scores = jax.device_get(out.score_logprobs) if score_rows else None
+        if d.score_top:
+            score_ids, score_lps = jax.device_get((out.score_top_ids, out.score_top_logprobs))
         top_ids = top_lps = None
         if d.with_top:
             top_ids, top_lps = jax.device_get((out.top_ids, out.top_logprobs))
@@ -580,9 +589,12 @@ class LLM:
         self._wait_seconds += end - begin
         seconds = None if d.compiles or score_rows else end - max(d.start, self._last_readback)
         self._last_readback = end
-        for rid, index, row in score_rows:
-            if rid in self._outputs:  # not if aborted and dropped since
-                self._outputs[rid].prompt_logprobs[index] = float(scores[row])
+        for rid, index, row, k in score_rows:
+            rec = self._outputs.get(rid)  # None if aborted and dropped since
+            if rec is not None:
+                rec.prompt_logprobs[index] = float(scores[row])
+                if k:
+                    rec.prompt_top_logprobs[index] = _pairs(score_ids[row, :k], score_lps[row, :k])
         self._expert_load = np.asarray(load, np.int64)
         if self._expert_load_total.shape != self._expert_load.shape:
             self._expert_load_total = np.zeros_like(self._expert_load)
@@ -597,8 +609,7 @@ class LLM:
         for i, it in enumerate(sched.items if d.with_top else ()):
             if it.sample and it.sampling_params.logprobs:
                 n = it.sampling_params.logprobs
-                pairs = zip(top_ids[i, :n].tolist(), top_lps[i, :n].tolist(), strict=True)
-                tops[it.request_id] = tuple(pairs)
+                tops[it.request_id] = tuple(_pairs(top_ids[i, :n], top_lps[i, :n]))
         results = self._scheduler.update(sched, sampled, seconds)
         # Before anything below can raise: a finished request's slot must not leak.
         self._penalty_slots.release(r.request_id for r in results if r.finished)
@@ -640,19 +651,21 @@ class LLM:
     def _prompt_len(self, item) -> int:
         return len(self._outputs[item.request_id].prompt_token_ids)
 
-    def _step_variant(self, variant: tuple[bool, bool, bool]):
+    def _step_variant(self, variant: tuple[bool, bool, bool, bool]):
         """The step that also returns every row's target logprob (with_scores) and/or the
         top logprobs of each sampled row (with_top), and samples (sampling) or takes every
-        row's argmax; compiled on first use."""
-        if variant == (False, False, False):
+        row's argmax, and returns every scored row's top logprobs (score_top); compiled on
+        first use."""
+        if variant == (False, False, False, False):
             return self._step
         if variant not in self._variants:
-            with_scores, with_top, sampling = variant
+            with_scores, with_top, sampling, score_top = variant
             self._variants[variant] = make_step(
                 *self._step_key,
                 with_scores=with_scores,
                 top_logprobs=self._top_k if with_top else 0,
                 sampling=sampling,
+                score_top_logprobs=self._top_k if score_top else 0,
             )
         return self._variants[variant]
 
@@ -742,9 +755,7 @@ class LLM:
                     records.append(self._outputs[seq.request_id])
                 firsts.append(records[-params.n])
                 if params.n > 1:
-                    firsts[-1].samples = records[-params.n :]
-                    for rec in firsts[-1].samples[1:]:
-                        rec.prompt_logprobs = firsts[-1].prompt_logprobs  # sample 0 scores it
+                    samples.link_records(records[-params.n :])
         except BaseException:
             self._release(records)
             # Nothing of theirs ran: free them now, not at the next step().

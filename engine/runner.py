@@ -232,13 +232,13 @@ def pack(
     )
 
 
-def fill_score_targets(items, batch, prompt_of) -> list[tuple[str, int, int]]:
+def fill_score_targets(items, batch, prompt_of) -> list[tuple[str, int, int, int]]:
     """Set batch.score_targets for the items that asked for prompt logprobs
     (`prompt_of(item)`: the item's prompt token ids).
 
-    Returns (request id, index into its prompt_logprobs, token row) per scored row: the
-    row at position p scores prompt[p + 1]. A recompute after preemption scores the same
-    positions again and overwrites them.
+    Returns (request id, index into its prompt_logprobs, token row, top logprobs wanted
+    there) per scored row: the row at position p scores prompt[p + 1]. A recompute after
+    preemption scores the same positions again and overwrites them.
     """
     rows = []
     for i, it in enumerate(items):
@@ -250,5 +250,6 @@ def fill_score_targets(items, batch, prompt_of) -> list[tuple[str, int, int]]:
             pos = it.start_pos + j
             if pos + 1 < len(prompt):
                 batch.score_targets[first + j] = prompt[pos + 1]
-                rows.append((it.request_id, pos, first + j))
+                k = it.sampling_params.num_prompt_top_logprobs
+                rows.append((it.request_id, pos, first + j, k))
     return rows

@@ -35,8 +35,18 @@ def sample_params(params: SamplingParams, k: int) -> SamplingParams:
         return params
     seed = None if params.seed is None else (params.seed + k) % 2**32
     return dataclasses.replace(
-        params, n=1, seed=seed, prompt_logprobs=params.prompt_logprobs and k == 0
+        params, n=1, seed=seed, prompt_logprobs=params.prompt_logprobs if k == 0 else False
     )
+
+
+def link_records(records: list) -> None:
+    """A request's n RequestOutputs, sample 0's first: it lists them all (`samples`), and
+    the others show its prompt logprobs (only sample 0 scores the prompt)."""
+    first = records[0]
+    first.samples = records
+    for rec in records[1:]:
+        rec.prompt_logprobs = first.prompt_logprobs
+        rec.prompt_top_logprobs = first.prompt_top_logprobs
 
 
 class SampleGroups:

@@ -37,7 +37,9 @@ class SamplingParams:
     top_k: int = 0  # keep the k most likely tokens; 0 = off
     stop_token_ids: tuple[int, ...] = ()  # stop (inclusive) on any of these
     ignore_eos: bool = False  # keep going past the model's EOS tokens
-    prompt_logprobs: bool = False  # also report log p(prompt[i] | prompt[:i]) for i >= 1
+    # Also report log p(prompt[i] | prompt[:i]) for i >= 1 (True); an integer k (vLLM's
+    # form) also the k most likely tokens at each of those positions (0 = True: none).
+    prompt_logprobs: bool | int = False
     # Stop once the output text contains one of these (needs the model's tokenizer); the
     # finished text ends before it, or after it with include_stop_str_in_output.
     stop: tuple[str, ...] = ()
@@ -156,7 +158,16 @@ class SamplingParams:
                     f"logprobs={self.logprobs!r}: must be an integer in [0, {MAX_LOGPROBS}] or None"
                 )
             set_("logprobs", int(self.logprobs))
-        for name in ("ignore_eos", "prompt_logprobs", "include_stop_str_in_output"):
+        k = self.prompt_logprobs
+        if isinstance(k, bool | np.bool_) or k is None:
+            set_("prompt_logprobs", bool(k))
+        elif _is_int(k) and 0 <= k <= MAX_LOGPROBS:  # vLLM's form; 0: no top tokens
+            set_("prompt_logprobs", int(k) or True)
+        else:
+            raise ValueError(
+                f"prompt_logprobs={k!r}: must be True/False or an integer in [0, {MAX_LOGPROBS}]"
+            )
+        for name in ("ignore_eos", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be True or False")
             set_(name, bool(getattr(self, name)))
@@ -210,6 +221,12 @@ class SamplingParams:
         if self.prompt_logprobs and self.max_tokens == 0:
             # The prompt is scored by the steps that compute it; max_tokens=0 runs none.
             raise ValueError("prompt_logprobs=True: needs max_tokens >= 1 (max_tokens=0)")
+
+    @property
+    def num_prompt_top_logprobs(self) -> int:
+        """The most likely tokens reported at each prompt position (prompt_logprobs=k)."""
+        k = self.prompt_logprobs
+        return 0 if isinstance(k, bool) else k
 
     @property
     def penalized(self) -> bool:
@@ -310,6 +327,10 @@ class RequestOutput:
     # SamplingParams.n > 1: the records of all n samples, this one (sample 0) first; each
     # later one has its own request_id ("<id>/<k>"), tokens, logprobs and finish reason.
     samples: list[RequestOutput] | None = field(default=None, repr=False, compare=False)
+    # SamplingParams.prompt_logprobs=k: per prompt_logprobs entry (position i predicting
+    # prompt[i]), [(token id, logprob), ...] of the k most likely tokens there, as
+    # top_logprobs.
+    prompt_top_logprobs: list[list[tuple[int, float]]] | None = None
 
     @property
     def finished(self) -> bool:

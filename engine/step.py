@@ -91,6 +91,10 @@ class StepOutput(NamedTuple):
     top_logprobs: jax.Array | None = None
     # The penalty state after this step (the next step's penalty_state); None without one.
     penalty_state: PenaltyState | None = None
+    # [T, K] int32 / float32: every row's K most likely next tokens and their logprobs
+    # (prompt_logprobs=k); only from a with_scores step made with score_top_logprobs=K.
+    score_top_ids: jax.Array | None = None
+    score_top_logprobs: jax.Array | None = None
 
 
 def _mla_dims(cfg: ModelConfig) -> tuple[int, int, int, int]:
@@ -177,6 +181,7 @@ def _step_body(
     with_scores: bool = False,
     top_logprobs: int = 0,
     sampling: bool = True,
+    score_top_logprobs: int = 0,
 ) -> tuple[list, StepOutput]:
     meta = pa.build_metadata(
         batch.cu_q_lens,
@@ -276,18 +281,22 @@ def _step_body(
     if sample_logits is not logits:  # logprobs of the raw distribution
         logprobs = token_logprobs(logits, tokens)
     load = jnp.stack(loads) if loads else jnp.zeros((0, 0), jnp.int32)  # [L_moe, E]
-    scores = None
+    scores, score_top = None, (None, None)
     if with_scores:  # every row's logits: [T, V], so only in the variant that asks for it
         targets = batch.score_targets
         all_logits = final_logits(params, cfg, hidden)
         scores = jnp.where(targets >= 0, token_logprobs(all_logits, jnp.maximum(targets, 0)), 0.0)
+        if score_top_logprobs:
+            score_top = top_logprobs_of(all_logits, score_top_logprobs)
     feed_tokens = None
     if batch.prev_tokens is not None:
         feed_tokens = jnp.zeros_like(batch.prev_tokens).at[: tokens.shape[0]].set(tokens)
     top = (None, None)
     if top_logprobs:
         top = top_logprobs_of(logits, top_logprobs)
-    return kv, StepOutput(tokens, logprobs, load, scores, feed_tokens, *top, penalty_state)
+    return kv, StepOutput(
+        tokens, logprobs, load, scores, feed_tokens, *top, penalty_state, *score_top
+    )
 
 
 # The public jitted step: static config, KV donated so the pages are updated in place.
@@ -300,6 +309,7 @@ step = jax.jit(
         "batch_invariant",
         "with_scores",
         "top_logprobs",
+        "score_top_logprobs",
     ),
     donate_argnames=("kv", "penalty_state"),
 )
@@ -316,6 +326,7 @@ def make_step(
     with_scores: bool = False,
     top_logprobs: int = 0,
     sampling: bool = True,
+    score_top_logprobs: int = 0,
 ):
     """The jitted step bound to one model config (and device mesh, None = one device).
 
@@ -348,6 +359,7 @@ def make_step(
             with_scores=with_scores,
             top_logprobs=top_logprobs,
             sampling=sampling,
+            score_top_logprobs=score_top_logprobs,
         ),
         donate_argnames=("kv", "penalty_state"),
         **placement,

@@ -299,8 +299,12 @@ def test_sampling_params_edges_and_normalization():
     for bad in ("False", 0, None):
         with pytest.raises(ValueError, match="ignore_eos="):
             SamplingParams(ignore_eos=bad)
-        with pytest.raises(ValueError, match="prompt_logprobs="):
+    for bad in ("False", -1, 21, 1.0):  # vLLM's integer form: 0 (= True) to 20 top tokens
+        with pytest.raises(ValueError, match=r"prompt_logprobs=.*an integer in \[0, 20\]"):
             SamplingParams(prompt_logprobs=bad)
+    assert SamplingParams(prompt_logprobs=0).prompt_logprobs is True
+    assert SamplingParams(prompt_logprobs=None).prompt_logprobs is False
+    assert SamplingParams(prompt_logprobs=np.int64(3)).num_prompt_top_logprobs == 3
 
 
 def test_bad_engine_arguments():
@@ -479,6 +483,32 @@ def test_score_matches_the_hf_logprobs_of_the_greedy_continuation(arch):
         np.testing.assert_allclose(s[len(p) - 1 :], logprobs, atol=2e-3, rtol=0)
     stats = llm.stats()
     assert stats["num_pages_free"] == stats["num_pages_total"]
+
+
+def test_prompt_logprobs_k_are_the_hf_top_tokens():
+    """prompt_logprobs=k: past the prompt, each position's top token is HF's greedy one with
+    HF's logprob; at the prompt's last position the k most likely are those of HF's logits."""
+    ref = _reference("llama")
+    llm = LLM(
+        model=str(FIXTURES / "llama"), max_num_batched_tokens=16, num_pages=32, max_model_len=128
+    )
+    prompt, greedy = ref["prompts"][0], ref["greedy_tokens"][0]
+    (out,) = llm.generate([prompt + greedy], SamplingParams(max_tokens=1, prompt_logprobs=5))
+    tops = out.prompt_top_logprobs
+    assert len(tops) == len(out.prompt_logprobs) == len(prompt + greedy) - 1
+    assert all(len(t) == 5 and t == sorted(t, key=lambda p: -p[1]) for t in tops)
+    past = tops[len(prompt) - 1 :]
+    assert [t[0][0] for t in past] == greedy
+    np.testing.assert_allclose([t[0][1] for t in past], ref["logprobs"][0], atol=2e-3, rtol=0)
+    logits = np.asarray(ref["last_prefill_logits_prompt0"], np.float64)
+    hf = logits - np.log(np.exp(logits - logits.max()).sum()) - logits.max()
+    order = np.argsort(-hf, kind="stable")[:5]  # gaps >= 0.018 in the fixture
+    assert [t for t, _ in tops[len(prompt) - 1]] == order.tolist()
+    np.testing.assert_allclose([lp for _, lp in tops[len(prompt) - 1]], hf[order], atol=2e-3)
+    # Each prompt token's own logprob is at most its position's top one.
+    assert all(lp <= t[0][1] + 1e-6 for lp, t in zip(out.prompt_logprobs, tops, strict=True))
+    (plain,) = llm.generate([prompt + greedy], SamplingParams(max_tokens=1, prompt_logprobs=True))
+    assert plain.prompt_top_logprobs is None and plain.prompt_logprobs == out.prompt_logprobs
 
 
 def _mixed_run(async_scheduling: bool) -> tuple[dict, dict]:

@@ -224,9 +224,11 @@ def test_a_tight_pool_with_preemptions_keeps_every_sample(llm):
 
 
 def test_prompt_logprobs_are_sample_zeros_on_every_record(llm):
-    (out,) = llm.generate([PROMPT_IDS], SamplingParams(n=2, max_tokens=1, prompt_logprobs=True))
+    (out,) = llm.generate([PROMPT_IDS], SamplingParams(n=2, max_tokens=1, prompt_logprobs=2))
     (one,) = llm.generate([PROMPT_IDS], SamplingParams(max_tokens=1, prompt_logprobs=True))
     assert out.samples[1].prompt_logprobs is out.prompt_logprobs
+    assert out.samples[1].prompt_top_logprobs is out.prompt_top_logprobs
+    assert [len(t) for t in out.prompt_top_logprobs] == [2] * (len(PROMPT_IDS) - 1)
     assert out.prompt_logprobs == pytest.approx(one.prompt_logprobs, abs=1e-5)
     assert out.samples[1].token_ids == out.token_ids == one.token_ids  # greedy: all alike
 
