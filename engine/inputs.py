@@ -17,7 +17,7 @@ import numpy as np
 
 from configs.model_config import ModelConfig
 from engine.sampling_params import SamplingParams
-from models.load import TOKENIZER_CONFIG_FILE
+from models.load import GENERATION_CONFIG_FILE, TOKENIZER_CONFIG_FILE
 
 INT32_MAX = 2**31 - 1  # step arrays (token counts, slots, sequence counts) are int32
 PROMPT_KEYS = ("prompt", "prompt_token_ids")
@@ -132,10 +132,13 @@ def prompt_text_or_ids(prompt) -> str | list[int]:
     return [int(t) for t in ids]
 
 
-def sampling_list(sampling_params, num_prompts: int) -> list[SamplingParams]:
-    """One SamplingParams per prompt: None (defaults), one for all, or one each."""
+def sampling_list(
+    sampling_params, num_prompts: int, default: SamplingParams | None = None
+) -> list[SamplingParams]:
+    """One SamplingParams per prompt: None (`default`, else SamplingParams()), one for all,
+    or one each."""
     if sampling_params is None:
-        sampling_params = SamplingParams()
+        sampling_params = default or SamplingParams()
     if isinstance(sampling_params, SamplingParams):
         return [sampling_params] * num_prompts
     if isinstance(sampling_params, str | bytes | Mapping | type) or not isinstance(
@@ -212,3 +215,68 @@ def bad_word_ids(tokenizer, words) -> tuple[tuple[int, ...], ...]:
             out[spaced] = None
     out.pop((), None)  # a word the tokenizer drops entirely
     return tuple(out)
+
+
+# generation_config.json keys vLLM takes as default sampling settings, and their fields.
+GENERATION_DEFAULTS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "max_new_tokens": "max_tokens",
+}
+
+
+def default_sampling_params(generation_config: str, model: str) -> SamplingParams:
+    """The SamplingParams a request without its own gets (vLLM's `generation_config`):
+    "auto" reads the model folder's generation_config.json (none, or a preset: the
+    defaults), "vllm" ignores it, any other value is a folder holding one. Its
+    temperature, top_p, top_k, min_p, repetition_penalty and max_new_tokens (as max_tokens)
+    replace SamplingParams()'s; other keys (do_sample, eos_token_id, ...) are not sampling
+    settings here. ValueError (FileNotFoundError for a missing folder) before any work."""
+    if not isinstance(generation_config, str) or not generation_config:
+        raise ValueError(
+            f"generation_config={generation_config!r}: 'auto', 'vllm' or a folder path"
+        )
+    if generation_config == "vllm":
+        return SamplingParams()
+    folder = model if generation_config == "auto" else generation_config
+    if generation_config != "auto" and not os.path.isdir(folder):
+        raise FileNotFoundError(f"generation_config={folder!r}: no such directory")
+    path = os.path.join(folder, GENERATION_CONFIG_FILE)
+    if not os.path.isfile(path):
+        if generation_config != "auto":
+            raise FileNotFoundError(f"generation_config: {path!r} does not exist")
+        return SamplingParams()
+    with open(path, encoding="utf-8") as f:
+        try:
+            gen = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(gen, dict):
+        raise ValueError(f"{path}: must hold a JSON object")
+    given = {
+        field: gen[key] for key, field in GENERATION_DEFAULTS.items() if gen.get(key) is not None
+    }
+    try:
+        return SamplingParams(**given)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def load_text_side(tokenizer_path, cfg: ModelConfig) -> tuple:
+    """(tokenizer, the BOS a text prompt must start with, chat template, special tokens)
+    from the model's tokenizer.json and the files beside it; (None, None, None, {})
+    without one."""
+    if tokenizer_path is None:
+        return None, None, None, {}
+    from tokenizers import Tokenizer
+
+    from engine import chat
+
+    tokenizer = Tokenizer.from_file(os.fspath(tokenizer_path))
+    tok_cfg = tokenizer_config(tokenizer_path)
+    model_dir = os.path.dirname(os.fspath(tokenizer_path))
+    template, special = chat.read_template(tok_cfg, model_dir)
+    return tokenizer, prompt_bos_id(tok_cfg, tokenizer, cfg), template, special

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import time
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -74,6 +73,9 @@ class LLM:
     memory budget, less that pool) is then the full-attention layers' pool, and the
     windowed pool has kv_pages.window_pool_pages pages, enough that it never runs out
     first (stats: num_window_pages_total / num_window_pages_free).
+    `generation_config` (vLLM's): "auto" takes the sampling settings of the model folder's
+    generation_config.json as the defaults of requests without SamplingParams
+    (get_default_sampling_params), "vllm" ignores them, a folder path reads its file.
     """
 
     def __init__(
@@ -92,8 +94,10 @@ class LLM:
         long_prefill: LongPrefillPolicy | None = None,
         async_scheduling: bool = True,
         kv_cache_dtype: str = "auto",
+        generation_config: str = "auto",
     ):
         model = inputs.as_model_path(model)
+        self._default_params = inputs.default_sampling_params(generation_config, model)
         page_size = inputs.as_int("page_size", page_size)
         max_num_batched_tokens = inputs.as_int("max_num_batched_tokens", max_num_batched_tokens)
         max_num_seqs = inputs.as_int("max_num_seqs", max_num_seqs)
@@ -162,18 +166,11 @@ class LLM:
             )
         self.num_pages = num_pages
         self.window_num_pages = window_num_pages
-        self.tokenizer = None
-        # The BOS a text prompt must start with (None: whatever the tokenizer gives).
-        self.prompt_bos_id: int | None = None
-        self.chat_template, self.special_tokens = None, {}  # for chat(); engine/chat.py
-        if tokenizer_path is not None:
-            from tokenizers import Tokenizer
-
-            self.tokenizer = Tokenizer.from_file(os.fspath(tokenizer_path))
-            tok_cfg = inputs.tokenizer_config(tokenizer_path)
-            self.prompt_bos_id = inputs.prompt_bos_id(tok_cfg, self.tokenizer, cfg)
-            model_dir = os.path.dirname(os.fspath(tokenizer_path))
-            self.chat_template, self.special_tokens = chat.read_template(tok_cfg, model_dir)
+        # prompt_bos_id: the BOS a text prompt must start with (None: whatever the tokenizer
+        # gives); chat_template and special_tokens: for chat() (engine/chat.py).
+        self.tokenizer, self.prompt_bos_id, self.chat_template, self.special_tokens = (
+            inputs.load_text_side(tokenizer_path, cfg)
+        )
         self._structured = StructuredOutputs(self.tokenizer, cfg.vocab_size, cfg.eos_token_ids)
 
         self._pages = PageManager(num_pages, page_size)
@@ -220,13 +217,11 @@ class LLM:
             self.batch_invariant,
             self.kv_dtype,
         )
-        # The plain step serves batches of greedy rows only; variants that also return
-        # prompt-token scores and/or the top logprobs of each sampled row, or that sample
-        # (a row at temperature >= sampler.GREEDY_TEMPERATURE), by (with_scores, with_top,
-        # sampling), are each compiled when first needed (make_step: the sampler is ~35-40%
-        # of a step's compile time, saved wherever traffic is greedy).
+        # The plain step serves batches of greedy rows only; the variants (_step_variant) are
+        # each compiled when first needed (make_step: the sampler is ~35-40% of a step's
+        # compile time, saved wherever traffic is greedy).
         self._step = make_step(*self._step_key, sampling=False)
-        self._variants: dict[tuple[bool, bool, bool], object] = {}
+        self._variants: dict[tuple[bool, bool, bool, bool], object] = {}
         self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
         # Penalized requests (presence/frequency/repetition): a slot each in a device-side
         # state of token counts, [max_num_seqs, vocab] int32 + bool, made on first use.
@@ -242,7 +237,7 @@ class LLM:
         self._groups = samples.SampleGroups()  # requests with n > 1 samples, until done
         self._num_steps = 0
         self._step_shapes: set[tuple[int, int]] = set()  # (T, S) buckets this engine ran
-        # (variant, penalized, token-list width, T, S): the step programs this engine ran.
+        # (variant, penalized, list width, masked, T, S): the step programs this engine ran.
         self._variant_shapes: set[tuple] = set()
         self._page_rows = runner.PageRows()  # page tables as arrays, grown step by step
         self._window_rows = runner.PageRows("window_page_ids")
@@ -318,7 +313,7 @@ class LLM:
     def _prepare(self, prompts, sampling_params) -> list[tuple[list[int], SamplingParams]]:
         """Normalize and validate every request before any is queued (all or nothing)."""
         prompts = inputs.split_prompts(prompts)
-        sampling_params = inputs.sampling_list(sampling_params, len(prompts))
+        sampling_params = inputs.sampling_list(sampling_params, len(prompts), self._default_params)
         reqs = []
         for prompt, params in zip(prompts, sampling_params, strict=True):
             ids = self._tokenize(prompt)
@@ -653,9 +648,9 @@ class LLM:
 
     def _step_variant(self, variant: tuple[bool, bool, bool, bool]):
         """The step that also returns every row's target logprob (with_scores) and/or the
-        top logprobs of each sampled row (with_top), and samples (sampling) or takes every
-        row's argmax, and returns every scored row's top logprobs (score_top); compiled on
-        first use."""
+        top logprobs of each sampled row (with_top), samples (sampling: a row at temperature
+        >= sampler.GREEDY_TEMPERATURE) or takes every row's argmax, and returns every
+        scored row's top logprobs (score_top); compiled on first use."""
         if variant == (False, False, False, False):
             return self._step
         if variant not in self._variants:
@@ -668,6 +663,10 @@ class LLM:
                 score_top_logprobs=self._top_k if score_top else 0,
             )
         return self._variants[variant]
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """What a request without SamplingParams gets (`generation_config`)."""
+        return self._default_params
 
     def score(self, prompts) -> list[np.ndarray]:
         """Log-probability of each prompt token given its prefix: for a prompt of n tokens,

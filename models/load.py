@@ -24,6 +24,7 @@ TOKENIZER_FILE = "tokenizer.json"
 # Read for add_bos_token and the chat template (engine/inputs.py, engine/chat.py).
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"  # a chat template of its own (wins over the config)
+GENERATION_CONFIG_FILE = "generation_config.json"  # default sampling settings (engine/inputs.py)
 HF_CONFIG_FILE = "config.json"
 
 
@@ -150,8 +151,8 @@ def convert_hf_to_orbax(
     hf_dir: str, out_dir: str, dtype: str | None = None
 ) -> tuple[ModelConfig, dict]:
     """Load the HF checkpoint in `hf_dir` and write it as an orbax checkpoint in `out_dir`,
-    with its tokenizer.json (and tokenizer_config.json, chat_template.jinja) copied along so
-    the orbax directory stands alone."""
+    with its tokenizer.json (and tokenizer_config.json, chat_template.jinja,
+    generation_config.json) copied along so the orbax directory stands alone."""
     hf_dir = os.path.expanduser(hf_dir)
     if not os.path.isdir(hf_dir):
         raise FileNotFoundError(f"hf_dir={hf_dir!r}: no such directory")
@@ -160,7 +161,7 @@ def convert_hf_to_orbax(
     _check_out_dir(hf_dir, out_dir)
     cfg, params = _load_dir(hf_dir, dtype)
     save_params(out_dir, params, cfg)
-    for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, CHAT_TEMPLATE_FILE):
+    for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, CHAT_TEMPLATE_FILE, GENERATION_CONFIG_FILE):
         if os.path.isfile(os.path.join(hf_dir, name)):
             shutil.copyfile(
                 os.path.join(hf_dir, name), os.path.join(os.path.expanduser(out_dir), name)

@@ -261,7 +261,7 @@ def test_convert_hf_in_a_dtype_into_an_empty_dir_then_load_it_as_stored(tmp_path
     want = jax.tree.map(lambda x: np.asarray(x).astype(jax.numpy.bfloat16), hf_params)
     assert cfg.dtype == "bfloat16"
     _assert_bitwise_equal(params, want)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         with open(os.path.join(hf_dir, name), "rb") as a, open(out_dir / name, "rb") as b:
             assert a.read() == b.read(), name
     # None and "auto" both keep the stored dtype; a dtype given casts.

@@ -4,6 +4,7 @@ constructor arguments, and refusals that name the field and leave the engine cle
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import warnings
 
@@ -16,6 +17,7 @@ from engine.inputs import (
     as_bool,
     as_int,
     as_model_path,
+    default_sampling_params,
     prompt_text_or_ids,
     sampling_list,
     split_prompts,
@@ -384,3 +386,58 @@ def test_kv_pool_is_held_against_what_one_device_keeps(preset, mesh, share, monk
     too_big = most + share
     with pytest.raises(ValueError, match=f"num_pages={too_big}: .*of one gpu device's memory"):
         check_kv_fits(cfg, too_big, 16, None, mc)
+
+
+def _model_with_generation_config(folder: pathlib.Path, gen: dict | str) -> str:
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (folder / name).symlink_to(FIXTURE / name)
+    (folder / "generation_config.json").write_text(gen if isinstance(gen, str) else json.dumps(gen))
+    return str(folder)
+
+
+def test_generation_config_sets_the_default_sampling_params(tmp_path):
+    # vLLM's keys (max_new_tokens as max_tokens); do_sample and eos_token_id are not sampling
+    # settings here.
+    gen = dict(temperature=0.6, top_p=0.9, top_k=20, min_p=0.05, repetition_penalty=1.1)
+    gen.update(max_new_tokens=7, do_sample=True, eos_token_id=[2, 3])
+    model = _model_with_generation_config(tmp_path / "m", gen)
+    want = SamplingParams(
+        temperature=0.6, top_p=0.9, top_k=20, min_p=0.05, repetition_penalty=1.1, max_tokens=7
+    )
+    assert default_sampling_params("auto", model) == want
+    assert default_sampling_params(model, "tiny-llama") == want  # a folder path
+    assert default_sampling_params("vllm", model) == SamplingParams()
+    assert default_sampling_params("auto", "tiny-llama") == SamplingParams()  # a preset
+    assert default_sampling_params("auto", str(FIXTURE)) == SamplingParams()  # no such keys
+    for gen, match in [
+        ({"temperature": -1}, r"generation_config.json: temperature=-1.*>= 0"),
+        ({"top_k": "20"}, r"generation_config.json: top_k='20'"),
+        ("[1, 2]", "generation_config.json: must hold a JSON object"),
+        ("{oops", "generation_config.json: not valid JSON"),
+    ]:
+        bad = _model_with_generation_config(tmp_path / f"bad{len(list(tmp_path.iterdir()))}", gen)
+        with pytest.raises(ValueError, match=match):
+            LLM(model=bad)  # before the weights are read
+    with pytest.raises(FileNotFoundError, match="generation_config='/no/such': no such dir"):
+        default_sampling_params("/no/such", model)
+    with pytest.raises(FileNotFoundError, match="generation_config.json' does not exist"):
+        default_sampling_params(str(tmp_path), model)
+    with pytest.raises(ValueError, match="generation_config=None: 'auto', 'vllm' or a folder"):
+        default_sampling_params(None, model)
+
+
+def test_requests_without_sampling_params_take_the_generation_config(tmp_path):
+    gen = {"max_new_tokens": 3, "repetition_penalty": 1.3}
+    model = _model_with_generation_config(tmp_path / "m", gen)
+    llm = LLM(model=model, max_model_len=64, num_pages=16)
+    assert llm.get_default_sampling_params() == SamplingParams(max_tokens=3, repetition_penalty=1.3)
+    (out,) = llm.generate([P])
+    (want,) = llm.generate([P], SamplingParams(max_tokens=3, repetition_penalty=1.3))
+    assert out.token_ids == want.token_ids and len(out.token_ids) == 3
+    rid = llm.add_request(P)
+    deltas = [d for _ in range(8) for d in llm.step() if d.request_id == rid]
+    assert [d.token_ids[0] for d in deltas if d.token_ids] == want.token_ids
+    assert LLM(model=model, generation_config="vllm").get_default_sampling_params() == (
+        SamplingParams()
+    )
