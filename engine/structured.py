@@ -37,7 +37,9 @@ from typing import Any
 
 import numpy as np
 
-MAX_INDEXES = 32  # compiled expressions kept per engine
+# Compiled expressions kept per engine: a nested JSON schema's index at a 65k vocabulary
+# holds ~160 MB (docs/benchmarks.md), so a few.
+MAX_INDEXES = 8
 MAX_MASK_BYTES = 128 << 20  # mask rows kept per engine, one per automaton state met
 MAX_CHOICES = 1024
 MAX_PATTERN_CHARS = 65536  # a regex, a schema's JSON text, or all choices together
