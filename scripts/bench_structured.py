@@ -20,6 +20,7 @@ the jitted `apply_allowed_mask` over [rows, vocab_size] logits.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 import sysconfig
@@ -40,6 +41,15 @@ _VOCAB = flags.DEFINE_integer("vocab_size", 65536, "BPE vocabulary size to train
 _CORPUS_MB = flags.DEFINE_integer("corpus_mb", 16, "Megabytes of stdlib source to train on.")
 _ROWS = flags.DEFINE_integer("rows", 64, "Constrained rows per step.")
 _STEPS = flags.DEFINE_integer("steps", 32, "Steps timed per constraint.")
+_ENGINE_MODEL = flags.DEFINE_string(
+    "engine_model",
+    "tests/fixtures/llama",
+    "HF dir whose weights decode under a constraint end to end ('' = skip); with the "
+    "tokenizer of --engine_tokenizer.",
+)
+_ENGINE_TOKENIZER = flags.DEFINE_string(
+    "engine_tokenizer", "tests/fixtures/structured/tokenizer.json", "Byte-level BPE for it."
+)
 _JSON = flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 
 SCHEMA = {
@@ -141,6 +151,37 @@ def bench_constraint(so, structured, eos, rows, steps, rng) -> dict:
     return got
 
 
+def bench_engine(model_dir: str, tokenizer: str, rows: int, steps: int) -> dict:
+    """Decode `rows` requests of `steps` tokens (ignore_eos), unconstrained and under a
+    regex that allows any text (`[^\\x00]*`; a token that would leave invalid UTF-8 is
+    still masked, so the tokens may differ; the counts do not): the price of building the
+    masks and of not scheduling ahead, seconds after a first run compiled each mode's
+    steps."""
+    import tempfile
+
+    from engine import LLM
+
+    folder = tempfile.mkdtemp()
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(os.path.abspath(os.path.join(model_dir, name)), os.path.join(folder, name))
+    os.symlink(os.path.abspath(tokenizer), os.path.join(folder, "tokenizer.json"))
+    llm = LLM(model=folder, max_num_seqs=rows, max_num_batched_tokens=max(64, rows))
+    prompts = [[1, 40 + r, 50 + r] for r in range(rows)]
+    free = SamplingParams(max_tokens=steps, ignore_eos=True)
+    allow = StructuredOutputsParams(regex=r"[^\x00]*")
+    out = {}
+    for name, params in (
+        ("unconstrained", free),
+        ("regex", SamplingParams(max_tokens=steps, ignore_eos=True, structured_outputs=allow)),
+    ):
+        llm.generate(prompts, params)  # compiles
+        start = time.perf_counter()
+        got = llm.generate(prompts, params)
+        out[name] = time.perf_counter() - start
+        assert sum(len(g.token_ids) for g in got) == rows * steps
+    return out
+
+
 def main(argv) -> None:
     del argv
     try:
@@ -189,6 +230,13 @@ def main(argv) -> None:
     results["backend"] = jax.default_backend()
     shape = f"[{_ROWS.value}, {vocab}]"
     print(f"apply_allowed_mask {shape} on {results['backend']}: {results['apply_ms']:.3f} ms")
+    if _ENGINE_MODEL.value:
+        secs = bench_engine(_ENGINE_MODEL.value, _ENGINE_TOKENIZER.value, 8, _STEPS.value)
+        results["engine_seconds"] = secs
+        print(
+            f"engine, 8 requests x {_STEPS.value} tokens: unconstrained {secs['unconstrained']:.3f}"
+            f" s, under an all-allowing regex {secs['regex']:.3f} s"
+        )
     if _JSON.value:
         with open(_JSON.value, "w") as f:
             json.dump(results, f, indent=1)
