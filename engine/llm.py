@@ -21,7 +21,7 @@ from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, 
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.step import StepOutput, init_kv_pages, make_step
-from engine.stop_strings import protected_chars, truncate_at_stop
+from engine.stop_strings import final_text
 from engine.structured import StructuredOutputs
 from long_context.policy import LongPrefillPolicy, policy_for_processes
 from models.load import load_model, model_config
@@ -624,17 +624,11 @@ class LLM:
                 self._groups.done(res.request_id)
                 out_rec.finish_reason = res.finish_reason
                 out_rec.stop_reason = res.stop_reason
-                out_rec.text = self._detokenize(out_rec.token_ids)
-                if isinstance(res.stop_reason, str):  # a stop string: cut the text there
-                    params = next(
-                        it.sampling_params for it in sched.items if it.request_id == res.request_id
-                    )
-                    after = protected_chars(
-                        self._detokenize, out_rec.token_ids, params.min_tokens, out_rec.text
-                    )
-                    out_rec.text = truncate_at_stop(
-                        out_rec.text, params.stop, params.include_stop_str_in_output, after
-                    )
+                params = next(
+                    it.sampling_params for it in sched.items if it.request_id == res.request_id
+                )
+                detok = None if self.tokenizer is None else self._detokenize
+                out_rec.text = final_text(detok, out_rec.token_ids, params, res.stop_reason)
                 if res.request_id not in self._collecting:
                     del self._outputs[res.request_id]
             self._outbox.append(
@@ -675,8 +669,10 @@ class LLM:
         outs = self.generate(prompts, params)
         return [np.asarray(o.prompt_logprobs, np.float32) for o in outs]
 
-    def _detokenize(self, ids: list[int]) -> str | None:
-        return None if self.tokenizer is None else self.tokenizer.decode(ids)
+    def _detokenize(self, ids: list[int], skip_special_tokens: bool = True) -> str | None:
+        if self.tokenizer is None:
+            return None
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def stream(self, prompts, sampling_params=None) -> Iterator[list[StreamDelta]]:
         """Queue `prompts` and yield each step's increments until they all finish.

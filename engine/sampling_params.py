@@ -84,6 +84,10 @@ class SamplingParams:
     # The output must match a regex, be one of some strings, or be JSON a schema accepts
     # (vLLM's structured outputs; engine/structured.py). Its steps are not scheduled ahead.
     structured_outputs: StructuredOutputsParams | None = None
+    # RequestOutput.text (vLLM's): with the tokenizer's special tokens too (stop strings
+    # then match them), or not made at all (detokenize=False: text None, no stop strings).
+    skip_special_tokens: bool = True
+    detokenize: bool = True
 
     def __post_init__(self):
         # numpy scalars are taken (and stored as Python numbers); bools are not numbers here.
@@ -167,7 +171,8 @@ class SamplingParams:
             raise ValueError(
                 f"prompt_logprobs={k!r}: must be True/False or an integer in [0, {MAX_LOGPROBS}]"
             )
-        for name in ("ignore_eos", "include_stop_str_in_output"):
+        bools = ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens", "detokenize")
+        for name in bools:
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be True or False")
             set_(name, bool(getattr(self, name)))
@@ -218,6 +223,8 @@ class SamplingParams:
             raise ValueError(
                 f"structured_outputs={so!r}: must be a StructuredOutputsParams (or None)"
             )
+        if self.stop and not self.detokenize:
+            raise ValueError(f"stop={self.stop!r}: stop strings need detokenize=True")
         if self.prompt_logprobs and self.max_tokens == 0:
             # The prompt is scored by the steps that compute it; max_tokens=0 runs none.
             raise ValueError("prompt_logprobs=True: needs max_tokens >= 1 (max_tokens=0)")

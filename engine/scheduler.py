@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 
 from engine.kv_pages import PageManager
 from engine.sequence import Sequence, SequenceStatus
-from engine.stop_strings import Detokenize, stop_string_hit
+from engine.stop_strings import Detokenize, for_params, stop_string_hit
 from long_context.policy import LongPrefillController, LongPrefillPolicy
 
 
@@ -756,9 +756,8 @@ class Scheduler:
             if token_id in (params.stop_token_ids or ()):
                 return "stop", token_id
             if params.stop:
-                hit = stop_string_hit(
-                    self.detokenize, seq.output_token_ids, params.stop, params.min_tokens
-                )
+                detok = for_params(self.detokenize, params)
+                hit = stop_string_hit(detok, seq.output_token_ids, params.stop, params.min_tokens)
                 if hit is not None:
                     return "stop", hit
         if params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens:

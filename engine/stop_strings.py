@@ -19,6 +19,7 @@ As in vLLM the token that completes a stop string is kept in `token_ids`, and th
 `text` ends before the first stop string (after it with `include_stop_str_in_output`).
 """
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 
@@ -26,6 +27,27 @@ from collections.abc import Callable, Sequence
 _LEAD_TOKENS = 8
 
 Detokenize = Callable[[Sequence[int]], str]
+
+
+def for_params(detokenize: Detokenize, params) -> Detokenize:
+    """`detokenize` as a request reads its text: with special tokens when it asks
+    (SamplingParams.skip_special_tokens=False), so a stop string may match them."""
+    if getattr(params, "skip_special_tokens", True):
+        return detokenize
+    return functools.partial(detokenize, skip_special_tokens=False)
+
+
+def final_text(detokenize: Detokenize | None, token_ids: Sequence[int], params, stop_reason):
+    """A finished request's `text`: None without a tokenizer or with detokenize=False;
+    cut at the stop string that ended it (`stop_reason` a str; truncate_at_stop)."""
+    if detokenize is None or not params.detokenize:
+        return None
+    detokenize = for_params(detokenize, params)
+    text = detokenize(token_ids)
+    if isinstance(stop_reason, str):
+        after = protected_chars(detokenize, token_ids, params.min_tokens, text)
+        text = truncate_at_stop(text, params.stop, params.include_stop_str_in_output, after)
+    return text
 
 
 def tail_tokens(stops: Sequence[str]) -> int:

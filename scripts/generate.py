@@ -64,6 +64,9 @@ _STOP = flags.DEFINE_multi_string(
 _BAD_WORDS = flags.DEFINE_multi_string(
     "bad_words", [], "Word(s) the output must not contain (needs a tokenizer.json)."
 )
+_SKIP_SPECIAL = flags.DEFINE_bool(
+    "skip_special_tokens", True, "Leave special tokens out of the text (and its stop strings)."
+)
 _REGEX = flags.DEFINE_string("regex", None, "Structured output: the text must match this regex.")
 _CHOICE = flags.DEFINE_list("choice", [], "Structured output: the text is one of these strings.")
 _JSON_SCHEMA = flags.DEFINE_string(
@@ -164,6 +167,7 @@ def _generate() -> None:
         n=_N.value,
         bad_words=tuple(_BAD_WORDS.value),
         structured_outputs=_structured_outputs(),
+        skip_special_tokens=_SKIP_SPECIAL.value,
     )
     for name, flag, low in (
         ("num_prompts", _NUM_PROMPTS, 1),

@@ -190,3 +190,24 @@ def test_min_tokens_past_a_whole_match_repeats_eos_not_garbage(llm, temperature)
     assert out.token_ids[first:] == [eos] * (len(out.token_ids) - first), out.token_ids
     assert llm.tokenizer.decode(out.token_ids[:first], skip_special_tokens=False) in so.choice
     assert out.finish_reason == "stop" and len(out.token_ids) == 7  # EOS stops after 6
+
+
+def test_special_tokens_in_the_text_and_its_stop_strings(llm):
+    # After the choice only EOS may follow; ignore_eos keeps it going, so "</s>" repeats.
+    so = StructuredOutputsParams(choice=["no", "yes"])
+    prompt = REFERENCE["cases"][0]["prompt_ids"]
+    base = SamplingParams(max_tokens=6, ignore_eos=True, structured_outputs=so)
+    keep = dataclasses.replace(base, skip_special_tokens=False)
+    none = dataclasses.replace(base, detokenize=False)
+    stop = dataclasses.replace(keep, stop=("</s>",), include_stop_str_in_output=True)
+    skipped, kept, no_text, stopped = llm.generate([prompt] * 4, [base, keep, none, stop])
+    word = skipped.text
+    assert word in so.choice and skipped.finish_reason == "length"
+    eos_count = len(kept.token_ids) - kept.token_ids.index(REFERENCE["eos_token_id"])
+    assert kept.text == word + "</s>" * eos_count
+    assert no_text.text is None and no_text.token_ids == skipped.token_ids
+    # The first EOS's text is a stop string only where special tokens are kept.
+    assert stopped.finish_reason == "stop" and stopped.stop_reason == "</s>"
+    assert stopped.text == word + "</s>" and stopped.token_ids[-1] == REFERENCE["eos_token_id"]
+    with pytest.raises(ValueError, match="stop strings need detokenize=True"):
+        SamplingParams(stop=["x"], detokenize=False)
