@@ -162,14 +162,19 @@ def tokenizer_config(tokenizer_path) -> dict:
     path = os.path.join(os.path.dirname(os.fspath(tokenizer_path)), TOKENIZER_CONFIG_FILE)
     if not os.path.isfile(path):
         return {}
+    return _json_object(path)
+
+
+def _json_object(path: str) -> dict:
+    """The JSON object in the file at `path`; ValueError naming it otherwise."""
     with open(path, encoding="utf-8") as f:
         try:
-            tok_cfg = json.load(f)
+            got = json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(tok_cfg, dict):
+    if not isinstance(got, dict):
         raise ValueError(f"{path}: must hold a JSON object")
-    return tok_cfg
+    return got
 
 
 def prompt_bos_id(tok_cfg: dict, tokenizer, cfg: ModelConfig) -> int | None:
@@ -249,13 +254,7 @@ def default_sampling_params(generation_config: str, model: str) -> SamplingParam
         if generation_config != "auto":
             raise FileNotFoundError(f"generation_config: {path!r} does not exist")
         return SamplingParams()
-    with open(path, encoding="utf-8") as f:
-        try:
-            gen = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(gen, dict):
-        raise ValueError(f"{path}: must hold a JSON object")
+    gen = _json_object(path)
     given = {
         field: gen[key] for key, field in GENERATION_DEFAULTS.items() if gen.get(key) is not None
     }

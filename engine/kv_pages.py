@@ -20,7 +20,8 @@ there never reaches it.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
 
 
 class OutOfPagesError(RuntimeError):
@@ -84,7 +85,10 @@ class PageManager:
 
     The free list is FIFO: `allocate` takes from the front, pages whose count drops to 0 go
     to the back, in the order given. Pages start as 0..N-1, so page ids are deterministic
-    and the most recently freed pages are reused last (what a prefix cache will want).
+    and the most recently freed pages are reused last: a prefix cache
+    (engine/prefix_cache.py) keeps indexing a free page's content until `allocate` hands
+    the page out again (`on_reuse`), and takes it back off the free list on a hit
+    (`reclaim`), so its evictions are least recently freed first.
     """
 
     def __init__(self, num_pages: int, page_size: int):
@@ -94,8 +98,13 @@ class PageManager:
             raise ValueError(f"page_size={page_size}: must be >= 1")
         self.page_size = page_size
         self._num_pages = num_pages
-        self._free: collections.deque[int] = collections.deque(range(num_pages))
+        # An ordered set: popitem(last=False) takes the front, `reclaim` any page, in O(1).
+        self._free: collections.OrderedDict[int, None] = collections.OrderedDict.fromkeys(
+            range(num_pages)
+        )
         self._refcount = [0] * num_pages
+        # Called with each page `allocate` hands out, before its new holder writes it.
+        self.on_reuse: Callable[[int], None] | None = None
 
     @property
     def num_total(self) -> int:
@@ -126,10 +135,21 @@ class PageManager:
             raise ValueError(f"n={n}: number of pages to allocate must be >= 0")
         if n > len(self._free):
             raise OutOfPagesError(f"allocate({n}): only {len(self._free)} pages free")
-        pages = [self._free.popleft() for _ in range(n)]
+        pages = [self._free.popitem(last=False)[0] for _ in range(n)]
         for page in pages:
             self._refcount[page] = 1
+            if self.on_reuse is not None:
+                self.on_reuse(page)
         return pages
+
+    def reclaim(self, page: int) -> None:
+        """Take a free page back off the free list, its content kept (refcount 1): a prefix
+        cache hit on a page no one holds."""
+        self._check_id(page)
+        if self._refcount[page]:
+            raise ValueError(f"page={page}: is held (refcount {self._refcount[page]}), not free")
+        del self._free[page]
+        self._refcount[page] = 1
 
     def incref(self, page: int) -> None:
         """Add a holder to an allocated page (prefix sharing)."""
@@ -153,7 +173,7 @@ class PageManager:
         for page in pages:
             self._refcount[page] -= 1
             if self._refcount[page] == 0:
-                self._free.append(page)
+                self._free[page] = None
 
     def ensure_capacity(self, page_ids: tuple[int, ...], num_tokens: int) -> tuple[int, ...]:
         """The page table `page_ids` grown to cover `num_tokens` tokens: a new tuple with the
@@ -166,3 +186,41 @@ class PageManager:
     def _check_id(self, page: int) -> None:
         if not 0 <= page < self._num_pages:
             raise ValueError(f"page={page}: out of range [0, {self._num_pages})")
+
+
+class PagePool(NamedTuple):
+    """A KV page pool and the page table each sequence (engine/sequence.py) holds in it:
+    the Scheduler's view of one pool (a hybrid model has two)."""
+
+    pages: PageManager
+    window: int | None  # keys a query sees back (pages behind them are given back), or None
+    ids: str  # the Sequence attribute holding the table
+    released: str  # the Sequence attribute counting its pages given back
+
+    def table(self, seq: Any) -> tuple[int, ...]:
+        return getattr(seq, self.ids)
+
+    def grow(self, seq: Any, num_tokens: int) -> None:
+        """`seq`'s table here covers `num_tokens` tokens (OutOfPagesError: nothing taken)."""
+        setattr(seq, self.ids, self.pages.ensure_capacity(self.table(seq), num_tokens))
+
+    def truncate(self, seq: Any, num_pages: int) -> None:
+        """Give back the pages of `seq`'s table past its first `num_pages`."""
+        table = self.table(seq)
+        self.pages.free(table[num_pages:])
+        setattr(seq, self.ids, table[:num_pages])
+
+    def release_behind_window(self, seq: Any) -> None:
+        """Free the pages of a windowed pool wholly behind the window of every query `seq`
+        will still make.
+
+        Its next query is at position num_computed_tokens or later (a step in flight
+        included: it follows the steps already updated) and sees keys from that position +
+        1 - window on. Preemption recomputes from position 0 with new pages.
+        """
+        first_key = seq.num_computed_tokens + 1 - self.window
+        table, done = self.table(seq), getattr(seq, self.released)
+        behind = min(max(first_key, 0) // self.pages.page_size, len(table))
+        if behind > done:
+            self.pages.free(table[done:behind])
+            setattr(seq, self.released, behind)

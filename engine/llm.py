@@ -16,6 +16,7 @@ from engine import batch_invariant as batch_invariant_lib
 from engine import chat, inputs, kv_budget, kv_quant, logit_bias, penalties, runner, samples
 from engine.attention_ops import resolve_impl
 from engine.kv_pages import PageManager, pages_for_tokens
+from engine.prefix_cache import PrefixCache
 from engine.sampler import GREEDY_TEMPERATURE
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
@@ -54,9 +55,8 @@ class LLM:
 
     Args (DESIGN.md "Public API"): `model` is a preset name, a Hugging Face directory or an
     orbax directory; `num_pages=None` sizes the pool from a memory budget, less the penalty
-    state's room (never more than
-    max_num_seqs full-length sequences need); `max_num_seqs` is clamped to
-    `max_num_batched_tokens` because every running sequence must decode each step;
+    state's room (never more than max_num_seqs full-length sequences need); `max_num_seqs`
+    is clamped to `max_num_batched_tokens`: every running sequence must decode each step;
     `long_prefill` (long_context/policy.py) sets how long prompts share steps with running
     decodes (None: the default policy; `LongPrefillPolicy.token_budget_only()` turns it off).
     Integer arguments take Python or numpy integers (never bools), `seed` is in
@@ -76,6 +76,11 @@ class LLM:
     `generation_config` (vLLM's): "auto" takes the sampling settings of the model folder's
     generation_config.json as the defaults of requests without SamplingParams
     (get_default_sampling_params), "vllm" ignores them, a folder path reads its file.
+    `enable_prefix_caching` (vLLM's automatic prefix caching, engine/prefix_cache.py): full
+    KV pages stay indexed by content after their requests finish, and a new request takes
+    the pages of its longest cached prefix instead of computing it (stats:
+    prefix_cache_queries / prefix_cache_hits; reset_prefix_cache). Full-attention models
+    only: a sliding window's pages go back to the pool as a sequence advances.
     """
 
     def __init__(
@@ -95,6 +100,7 @@ class LLM:
         async_scheduling: bool = True,
         kv_cache_dtype: str = "auto",
         generation_config: str = "auto",
+        enable_prefix_caching: bool = False,
     ):
         model = inputs.as_model_path(model)
         self._default_params = inputs.default_sampling_params(generation_config, model)
@@ -110,6 +116,7 @@ class LLM:
             max_model_len = inputs.as_int("max_model_len", max_model_len)
         batch_invariant = inputs.as_bool("batch_invariant", batch_invariant)
         async_scheduling = inputs.as_bool("async_scheduling", async_scheduling)
+        enable_prefix_caching = inputs.as_bool("enable_prefix_caching", enable_prefix_caching)
         # Request seeds derive from it modulo 2**32 (numpy's seed range, as vLLM's).
         seed = inputs.as_int("seed", seed, low=0, high=2**32 - 1)
         if long_prefill is not None and not isinstance(long_prefill, LongPrefillPolicy):
@@ -129,6 +136,11 @@ class LLM:
             raise ValueError(
                 f"max_model_len={max_model_len!r}: must be in [1, max_position_embeddings="
                 f"{cfg.max_position_embeddings}]"
+            )
+        if enable_prefix_caching and (cfg.kv_window or cfg.hybrid_window):
+            raise ValueError(
+                f"enable_prefix_caching=True: not supported for {cfg.model_type}'s sliding-"
+                f"window attention (window {cfg.kv_window or cfg.hybrid_window} tokens)"
             )
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
         # The windowed layers' pool of a hybrid model (None for any other).
@@ -185,6 +197,7 @@ class LLM:
             sliding_window=cfg.hybrid_window if hybrid else cfg.kv_window,
             detokenize=None if self.tokenizer is None else self._detokenize,
             window_pages=PageManager(window_num_pages, page_size) if hybrid else None,
+            prefix_cache=PrefixCache(self._pages) if enable_prefix_caching else None,
         )
         self.batch_invariant = bool(batch_invariant)
         self._buckets = runner.Buckets(
@@ -286,25 +299,7 @@ class LLM:
                 f"prompt: length {len(ids)} exceeds max_model_len={self.max_model_len} "
                 "(SamplingParams.truncate_prompt_tokens keeps a prompt's last tokens)"
             )
-        for name, listed in (
-            ("stop_token_ids", params.stop_token_ids),
-            ("logit_bias", [t for t, _ in params.logit_bias or ()]),
-            ("allowed_token_ids", params.allowed_token_ids or ()),
-            ("bad_words_token_ids", [t for w in params.bad_words_token_ids or () for t in w]),
-        ):
-            bad = [t for t in listed if t >= vocab]
-            if bad:
-                raise ValueError(
-                    f"{name}: token id {bad[0]} is outside the vocabulary [0, {vocab})"
-                )
-        allowed = params.allowed_token_ids
-        if params.min_tokens and allowed is not None:
-            banned = set(logit_bias.held_back(params, self.config.eos_token_ids))
-            if banned.issuperset(allowed):
-                raise ValueError(
-                    f"allowed_token_ids={allowed}: min_tokens={params.min_tokens} bans every "
-                    "one of them (they are stop tokens) for the first tokens"
-                )
+        logit_bias.check_token_lists(params, vocab, self.config.eos_token_ids)
         self._scheduler.check_fits(len(ids), params.max_tokens)
         self._scheduler.check_stop_strings(params.stop)
         if params.structured_outputs is not None:  # compiled now: errors before queueing
@@ -624,6 +619,7 @@ class LLM:
                 self._groups.done(res.request_id)
                 out_rec.finish_reason = res.finish_reason
                 out_rec.stop_reason = res.stop_reason
+                out_rec.num_cached_tokens = res.num_cached_tokens
                 params = next(
                     it.sampling_params for it in sched.items if it.request_id == res.request_id
                 )
@@ -657,6 +653,14 @@ class LLM:
                 score_top_logprobs=self._top_k if score_top else 0,
             )
         return self._variants[variant]
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached page (vLLM's: after new weights, or to measure cold); False
+        when prefix caching is off."""
+        cache = self._scheduler.prefix_cache
+        if cache is not None:
+            cache.reset()
+        return cache is not None
 
     def get_default_sampling_params(self) -> SamplingParams:
         """What a request without SamplingParams gets (`generation_config`)."""

@@ -179,3 +179,25 @@ def lists_for(
         out.values[i, : ids.size] = values
         out.restrict[i] = only
     return out
+
+
+def check_token_lists(params, vocab: int, eos_token_ids: tuple[int, ...]) -> None:
+    """ValueError, naming the field, if a request's token lists (SamplingParams) hold an id
+    outside [0, vocab), or min_tokens would ban every one of its allowed_token_ids."""
+    for name, listed in (
+        ("stop_token_ids", params.stop_token_ids),
+        ("logit_bias", [t for t, _ in params.logit_bias or ()]),
+        ("allowed_token_ids", params.allowed_token_ids or ()),
+        ("bad_words_token_ids", [t for w in params.bad_words_token_ids or () for t in w]),
+    ):
+        bad = [t for t in listed if t >= vocab]
+        if bad:
+            raise ValueError(f"{name}: token id {bad[0]} is outside the vocabulary [0, {vocab})")
+    allowed = params.allowed_token_ids
+    if params.min_tokens and allowed is not None:
+        banned = set(held_back(params, eos_token_ids))
+        if banned.issuperset(allowed):
+            raise ValueError(
+                f"allowed_token_ids={allowed}: min_tokens={params.min_tokens} bans every "
+                "one of them (they are stop tokens) for the first tokens"
+            )

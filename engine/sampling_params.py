@@ -338,6 +338,9 @@ class RequestOutput:
     # prompt[i]), [(token id, logprob), ...] of the k most likely tokens there, as
     # top_logprobs.
     prompt_top_logprobs: list[list[tuple[int, float]]] | None = None
+    # Prefix caching (LLM(enable_prefix_caching=True)), once finished: the prompt tokens
+    # whose KV came from the cache at the request's last admission (vLLM's field).
+    num_cached_tokens: int | None = None
 
     @property
     def finished(self) -> bool:

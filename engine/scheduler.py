@@ -35,85 +35,24 @@ would need a preemption it returns None and the caller falls back to the synchro
 (update N, then schedule). Admission only uses pages free now (conservative). A sequence
 that stops at N while in N+1 is finished by update(N), its N+1 sample is dropped, and its
 pages are released by update(N+1), so a later step never reuses them while N+1 may write.
+
+Prefix caching (`prefix_cache`, engine/prefix_cache.py): every full page a step computed is
+indexed by its content in update(); an admitted sequence takes the indexed pages of its
+longest cached prefix (counted as shared tokens: the long-prefill policy sees only the
+rest) and computes from there. A freed page keeps its content until allocated again.
 """
 
 from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
 
-from engine.kv_pages import PageManager
+from engine.kv_pages import PageManager, PagePool
+from engine.prefix_cache import PrefixCache
+from engine.scheduler_output import ScheduledItem, SchedulerOutput, StepResult
 from engine.sequence import Sequence, SequenceStatus
-from engine.stop_strings import Detokenize, for_params, stop_string_hit
+from engine.stop_strings import Detokenize, stop_reason
 from long_context.policy import LongPrefillController, LongPrefillPolicy
-
-
-# The two records made per sequence per step are NamedTuples: immutable like a frozen
-# dataclass, and ~2.5 us cheaper each to build (4.3 -> 1.8 us for ScheduledItem, measured),
-# which at 256 decodes is ~1 ms of a step's host time.
-class ScheduledItem(NamedTuple):
-    """One sequence's tokens in a step (a decode is a 1-token item)."""
-
-    request_id: str
-    token_ids: tuple[int, ...]  # tokens fed this step, positions start_pos..kv_len_after-1
-    start_pos: int  # absolute position of token_ids[0]
-    page_ids: tuple[int, ...]  # the sequence's whole page table after this step's allocation
-    sample: bool  # the last token's logits produce a new output token
-    sampling_params: Any
-    num_generated: int  # tokens generated before this step: the per-request RNG step index
-    # Scheduled ahead: token_ids is a placeholder and the fed token is the one the previous
-    # step samples at this item index (read on the device); -1 = token_ids are real.
-    feed_index: int = -1
-    # Hybrid models: the windowed layers' page table (Sequence.window_page_ids); () if none.
-    window_page_ids: tuple[int, ...] = ()
-
-    @property
-    def kv_len_after(self) -> int:
-        """KV length once this step's tokens are written (what the device masks by)."""
-        return self.start_pos + len(self.token_ids)
-
-
-@dataclass(frozen=True)
-class SchedulerOutput:
-    items: tuple[ScheduledItem, ...]  # decodes first, then prefill chunks, oldest first each
-    num_batched_tokens: int  # sum of len(item.token_ids)
-    preempted: tuple[str, ...]  # request ids preempted (pages freed) by this call
-    finished_aborted: tuple[str, ...]  # ids aborted since the previous call; pages now free
-
-
-class StepResult(NamedTuple):
-    """What one request gained in a step, for streaming."""
-
-    request_id: str
-    new_token_ids: tuple[int, ...]
-    new_logprobs: tuple[float, ...]
-    finished: bool
-    finish_reason: str | None  # "stop" | "length" once finished
-    # What made a "stop": the stop token id or stop string (None for EOS, as in vLLM).
-    stop_reason: int | str | None = None
-
-
-class _Pool(NamedTuple):
-    """A KV page pool and the page table each sequence holds in it."""
-
-    pages: PageManager
-    window: int | None  # keys a query sees back (pages behind them are given back), or None
-    ids: str  # the Sequence attribute holding the table
-    released: str  # the Sequence attribute counting its pages given back
-
-    def table(self, seq: Sequence) -> tuple[int, ...]:
-        return getattr(seq, self.ids)
-
-    def grow(self, seq: Sequence, num_tokens: int) -> None:
-        """`seq`'s table here covers `num_tokens` tokens (OutOfPagesError: nothing taken)."""
-        setattr(seq, self.ids, self.pages.ensure_capacity(self.table(seq), num_tokens))
-
-    def truncate(self, seq: Sequence, num_pages: int) -> None:
-        """Give back the pages of `seq`'s table past its first `num_pages`."""
-        table = self.table(seq)
-        self.pages.free(table[num_pages:])
-        setattr(seq, self.ids, table[:num_pages])
 
 
 def _bans_read_output(seq: Sequence) -> bool:
@@ -170,6 +109,7 @@ class Scheduler:
         sliding_window: int | None = None,
         detokenize: Detokenize | None = None,
         window_pages: PageManager | None = None,
+        prefix_cache: PrefixCache | None = None,
     ):
         """`sliding_window`: set when every layer of the model attends only to the last
         that many keys (ModelConfig.kv_window); a running sequence then gives back the
@@ -179,7 +119,10 @@ class Scheduler:
         back behind the window) while `page_manager` holds the other layers' (all kept).
         A sequence runs only with room in both; either running out preempts.
         `detokenize(token_ids) -> str`: the model's tokenizer, for requests with stop
-        strings (SamplingParams.stop); without it such requests are refused."""
+        strings (SamplingParams.stop); without it such requests are refused.
+        `prefix_cache`: an index of `page_manager`'s full pages (engine/prefix_cache.py);
+        admission then takes a waiting sequence's longest indexed prefix instead of
+        computing it. Not with a sliding window (its pages go back as it advances)."""
         for name, value in (
             ("max_num_batched_tokens", max_num_batched_tokens),
             ("max_num_seqs", max_num_seqs),
@@ -191,6 +134,12 @@ class Scheduler:
             raise ValueError(f"sliding_window={sliding_window}: must be >= 1 or None")
         if window_pages is not None and sliding_window is None:
             raise ValueError("window_pages: a pool for windowed layers needs sliding_window")
+        if prefix_cache is not None and (
+            sliding_window is not None or prefix_cache.pages is not page_manager
+        ):
+            raise ValueError(
+                "prefix_cache: needs full attention (no sliding_window) and must index page_manager"
+            )
         if window_pages is not None and window_pages.page_size != page_manager.page_size:
             raise ValueError(
                 f"window_pages.page_size={window_pages.page_size}: must equal the main pool's "
@@ -209,11 +158,11 @@ class Scheduler:
         self.eos_token_ids = frozenset(eos_token_ids)
         self.sliding_window = sliding_window
         self.window_pages = window_pages
-        main = _Pool(page_manager, sliding_window, "page_ids", "num_released_pages")
+        main = PagePool(page_manager, sliding_window, "page_ids", "num_released_pages")
         self._pools = (main,)
         if window_pages is not None:
             main = main._replace(window=None)
-            windowed = _Pool(
+            windowed = PagePool(
                 window_pages, sliding_window, "window_page_ids", "num_released_window_pages"
             )
             self._pools = (main, windowed)
@@ -232,6 +181,8 @@ class Scheduler:
         self._next_arrival = 0
         self._num_preemptions = 0
         self._num_shared_tokens = 0
+        self.prefix_cache = prefix_cache
+        self._num_cache_queries = self._num_cache_hits = 0  # tokens, at admissions
         self.long_prefill = None if long_prefill is None else LongPrefillController(long_prefill)
 
     # ---- admission control -------------------------------------------------------------
@@ -315,6 +266,7 @@ class Scheduler:
             or seq.window_page_ids
             or seq.num_computed_tokens
             or seq.num_shared_tokens
+            or seq.prefix_blocks
         ):
             raise ValueError(f"request_id={seq.request_id!r}: must be a new WAITING sequence")
         if seq.fork_of is not None and seq.fork_of.prompt_token_ids != seq.prompt_token_ids:
@@ -414,8 +366,8 @@ class Scheduler:
                     pool.truncate(seq, n)
                 if seq not in num_pages:
                     seq.status = SequenceStatus.WAITING
-                    self._num_shared_tokens -= seq.num_shared_tokens
-                    seq.num_computed_tokens = seq.num_shared_tokens = 0
+                    self._count_admission(seq, -1)
+                    self._forget_progress(seq)
             self._running, self._waiting = running, waiting
             return None
         self._num_scheduled_ahead += 1
@@ -460,23 +412,31 @@ class Scheduler:
             if donor is None:  # a later sample waits for its first one's prompt pages
                 i += 1
                 continue
-            shared = 0 if donor is seq else self._share_point(seq)
+            hits, blocks = self._cache_match(seq) if donor is seq else ([], [])
+            size = self.pages.page_size
+            shared = len(hits) * size if donor is seq else self._share_point(seq)
             seq.num_shared_tokens = shared
             left = seq.num_tokens - shared
             chunk = 0 if self._long_held_back(seq, plan) else self._chunk(seq, left, plan)
-            need = self.pages.pages_needed(shared + chunk) - shared // self.pages.page_size
+            need = self.pages.pages_needed(shared + chunk) - shared // size
+            if hits:  # taking a free page off the free list uses it up like a new one
+                need += self.prefix_cache.num_free(hits)
             if not chunk or not all(p.pages.can_allocate(need) for p in self._pools):
                 seq.num_shared_tokens = 0
                 if chunk or (plan.allowance_known and plan.allowance == 0):
                     break  # this request waits; nobody behind it overtakes
                 i += 1
                 continue
-            if shared:  # one pool (no windows): the donor's whole prompt pages
+            if hits:  # one pool (no windows): the indexed pages of its prefix
+                self.prefix_cache.take(hits)
+                seq.page_ids, seq.prefix_blocks = tuple(hits), blocks
+                seq.num_cached_tokens = shared
+            elif shared:  # one pool (no windows): the donor's whole prompt pages
                 seq.page_ids = donor.page_ids[: shared // self.pages.page_size]
                 for page in seq.page_ids:
                     self.pages.incref(page)
-                seq.num_computed_tokens = shared
-                self._num_shared_tokens += shared
+            seq.num_computed_tokens = shared
+            self._count_admission(seq, 1)
             for pool in self._pools:
                 pool.grow(seq, shared + chunk)
             del self._waiting[i]
@@ -535,8 +495,12 @@ class Scheduler:
                     self._release_pages(seq)
                 continue
             seq.num_computed_tokens = item.kv_len_after
+            if self.prefix_cache is not None:
+                self.prefix_cache.register(
+                    seq.page_ids, seq.token_ids_range, seq.num_computed_tokens, seq.prefix_blocks
+                )
             for pool in self._windowed_pools:
-                self._release_behind_window(seq, pool)
+                pool.release_behind_window(seq)
             if not item.sample:
                 continue
             if item.request_id not in sampled:
@@ -544,11 +508,21 @@ class Scheduler:
             token_id, logprob = sampled[item.request_id]
             seq.output_token_ids.append(token_id)
             seq.output_logprobs.append(logprob)
-            reason, why = self._stop_reason(seq, token_id)
+            reason, why = stop_reason(
+                seq, token_id, self.eos_token_ids, self.detokenize, self.max_model_len
+            )
             if reason is not None:
                 self._finish(seq, reason)
             results.append(
-                StepResult(seq.request_id, (token_id,), (logprob,), reason is not None, reason, why)
+                StepResult(
+                    seq.request_id,
+                    (token_id,),
+                    (logprob,),
+                    reason is not None,
+                    reason,
+                    why,
+                    seq.num_cached_tokens,
+                )
             )
         return results
 
@@ -572,6 +546,12 @@ class Scheduler:
             "num_pages_free": self.pages.num_free,
             "num_pages_total": self.pages.num_total,
         }
+        if self.prefix_cache is not None:
+            # Tokens of the admitted sequences that could read the cache, and of those the
+            # ones whose pages it supplied (vLLM's queries and hits); pages indexed now.
+            s["prefix_cache_queries"] = self._num_cache_queries
+            s["prefix_cache_hits"] = self._num_cache_hits
+            s["prefix_cache_pages"] = len(self.prefix_cache)
         if self.window_pages is not None:
             s["num_window_pages_free"] = self.window_pages.num_free
             s["num_window_pages_total"] = self.window_pages.num_total
@@ -720,7 +700,7 @@ class Scheduler:
         """Drop `seq`'s KV and requeue it at the head; it later recomputes from position 0."""
         self._running.remove(seq)
         self._release_pages(seq)
-        seq.num_computed_tokens = seq.num_shared_tokens = 0
+        self._forget_progress(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
         self._num_preemptions += 1
@@ -745,27 +725,6 @@ class Scheduler:
             window_page_ids=seq.window_page_ids,
         )
 
-    def _stop_reason(self, seq: Sequence, token_id: int) -> tuple[str | None, int | str | None]:
-        """(finish reason, the stop token id or string behind a "stop"); "stop" wins over
-        "length" when the last allowed token is also a stop token. The first `min_tokens`
-        tokens never stop a request (the step bans their stop ids: engine/logit_bias.py)."""
-        params = seq.sampling_params
-        if seq.num_output_tokens > params.min_tokens:
-            if token_id in self.eos_token_ids and not params.ignore_eos:
-                return "stop", None
-            if token_id in (params.stop_token_ids or ()):
-                return "stop", token_id
-            if params.stop:
-                detok = for_params(self.detokenize, params)
-                hit = stop_string_hit(detok, seq.output_token_ids, params.stop, params.min_tokens)
-                if hit is not None:
-                    return "stop", hit
-        if params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens:
-            return "length", None
-        if seq.num_tokens >= self.max_model_len:
-            return "length", None
-        return None, None
-
     def _finish(self, seq: Sequence, reason: str) -> None:
         self._running.remove(seq)
         del self._active[seq.request_id]
@@ -776,24 +735,43 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
 
-    @staticmethod
-    def _release_behind_window(seq: Sequence, pool: _Pool) -> None:
-        """Free the pages of a windowed `pool` wholly behind the window of every query `seq`
-        will still make.
+    def _cache_match(self, seq: Sequence) -> tuple[list[int], list[int]]:
+        """The indexed pages (and block ids) of `seq`'s longest cached prefix, short of its
+        last token; none without a cache or for a sequence that must compute from 0."""
+        if not self._reads_cache(seq):
+            return [], []
+        return self.prefix_cache.match(seq.token_ids_range, seq.num_tokens - 1)
 
-        Its next query is at position num_computed_tokens or later (a step in flight
-        included: it follows the steps already updated) and sees keys from that position +
-        1 - window on. Preemption recomputes from position 0 with new pages.
-        """
-        first_key = seq.num_computed_tokens + 1 - pool.window
-        table, done = pool.table(seq), getattr(seq, pool.released)
-        behind = min(max(first_key, 0) // pool.pages.page_size, len(table))
-        if behind > done:
-            pool.pages.free(table[done:behind])
-            setattr(seq, pool.released, behind)
+    def _reads_cache(self, seq: Sequence) -> bool:
+        """With a prefix cache, whether `seq` may take pages from it. Prompt logprobs need
+        every prompt position's logits, and a penalized request's device row is set up by
+        the step that feeds its position 0 (engine/penalties.py): both compute their whole
+        prompt (their pages are still indexed for others)."""
+        p = seq.sampling_params
+        return (
+            self.prefix_cache is not None
+            and not getattr(p, "prompt_logprobs", False)
+            and not getattr(p, "penalized", False)
+        )
+
+    def _count_admission(self, seq: Sequence, sign: int) -> None:
+        """Add (sign 1) or take back (-1) an admission's shared tokens and cache lookup."""
+        cached = seq.num_cached_tokens
+        self._num_shared_tokens += sign * (seq.num_shared_tokens - cached)
+        if seq.num_shared_tokens == cached and self._reads_cache(seq):  # it looked up
+            self._num_cache_queries += sign * seq.num_tokens
+            self._num_cache_hits += sign * cached
+
+    @staticmethod
+    def _forget_progress(seq: Sequence) -> None:
+        """A sequence back to waiting, holding no pages: it restarts from position 0."""
+        seq.num_computed_tokens = seq.num_shared_tokens = seq.num_cached_tokens = 0
+        seq.prefix_blocks = []
 
     def _release_pages(self, seq: Sequence) -> None:
         for pool in self._pools:
-            pool.pages.free(pool.table(seq)[getattr(seq, pool.released) :])
+            held = pool.table(seq)[getattr(seq, pool.released) :]
+            # Last page first: a prefix cache evicts a prefix's tail before its head.
+            pool.pages.free(held[::-1] if self.prefix_cache is not None else held)
             setattr(seq, pool.ids, ())
             setattr(seq, pool.released, 0)

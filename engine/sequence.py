@@ -62,6 +62,11 @@ class Sequence:
     fork_of: Sequence | None = field(default=None, repr=False)
     forks: list[Sequence] = field(default_factory=list, repr=False)
     num_shared_tokens: int = 0
+    # Prefix caching (engine/prefix_cache.py): of num_shared_tokens, those whose pages the
+    # cache supplied at this admission; and the block id of each page of the table indexed
+    # so far (the chain its next full page is indexed under).
+    num_cached_tokens: int = 0
+    prefix_blocks: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self):
         self.prompt_token_ids = tuple(self.prompt_token_ids)

@@ -15,6 +15,9 @@ stop): the check never fires before the whole text holds a stop string. Special 
 decode to nothing: a stop string they interrupt is still found across up to `_LEAD_TOKENS`
 of them.
 
+`stop_reason` holds every rule that ends a request after a sampled token (EOS, stop ids,
+stop strings, max_tokens, max_model_len), for the scheduler.
+
 As in vLLM the token that completes a stop string is kept in `token_ids`, and the finished
 `text` ends before the first stop string (after it with `include_stop_str_in_output`).
 """
@@ -48,6 +51,31 @@ def final_text(detokenize: Detokenize | None, token_ids: Sequence[int], params, 
         after = protected_chars(detokenize, token_ids, params.min_tokens, text)
         text = truncate_at_stop(text, params.stop, params.include_stop_str_in_output, after)
     return text
+
+
+def stop_reason(
+    seq, token_id: int, eos_token_ids, detokenize: Detokenize | None, max_model_len: int
+) -> tuple[str | None, int | str | None]:
+    """Whether `seq` (engine/sequence.py), which just sampled `token_id`, is done: (finish
+    reason, the stop token id or string behind a "stop"), or (None, None). "stop" wins over
+    "length" when the last allowed token is also a stop token. The first `min_tokens`
+    tokens never stop a request (the step bans their stop ids: engine/logit_bias.py)."""
+    params = seq.sampling_params
+    if seq.num_output_tokens > params.min_tokens:
+        if token_id in eos_token_ids and not params.ignore_eos:
+            return "stop", None
+        if token_id in (params.stop_token_ids or ()):
+            return "stop", token_id
+        if params.stop:
+            detok = for_params(detokenize, params)
+            hit = stop_string_hit(detok, seq.output_token_ids, params.stop, params.min_tokens)
+            if hit is not None:
+                return "stop", hit
+    if params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens:
+        return "length", None
+    if seq.num_tokens >= max_model_len:
+        return "length", None
+    return None, None
 
 
 def tail_tokens(stops: Sequence[str]) -> int:

@@ -1,0 +1,54 @@
+"""The records the scheduler hands out (engine/scheduler.py): one step's batch and what
+each request gained from it (vLLM's SchedulerOutput, in its own module as there)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+
+# The two records made per sequence per step are NamedTuples: immutable like a frozen
+# dataclass, and ~2.5 us cheaper each to build (4.3 -> 1.8 us for ScheduledItem, measured),
+# which at 256 decodes is ~1 ms of a step's host time.
+class ScheduledItem(NamedTuple):
+    """One sequence's tokens in a step (a decode is a 1-token item)."""
+
+    request_id: str
+    token_ids: tuple[int, ...]  # tokens fed this step, positions start_pos..kv_len_after-1
+    start_pos: int  # absolute position of token_ids[0]
+    page_ids: tuple[int, ...]  # the sequence's whole page table after this step's allocation
+    sample: bool  # the last token's logits produce a new output token
+    sampling_params: Any
+    num_generated: int  # tokens generated before this step: the per-request RNG step index
+    # Scheduled ahead: token_ids is a placeholder and the fed token is the one the previous
+    # step samples at this item index (read on the device); -1 = token_ids are real.
+    feed_index: int = -1
+    # Hybrid models: the windowed layers' page table (Sequence.window_page_ids); () if none.
+    window_page_ids: tuple[int, ...] = ()
+
+    @property
+    def kv_len_after(self) -> int:
+        """KV length once this step's tokens are written (what the device masks by)."""
+        return self.start_pos + len(self.token_ids)
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    items: tuple[ScheduledItem, ...]  # decodes first, then prefill chunks, oldest first each
+    num_batched_tokens: int  # sum of len(item.token_ids)
+    preempted: tuple[str, ...]  # request ids preempted (pages freed) by this call
+    finished_aborted: tuple[str, ...]  # ids aborted since the previous call; pages now free
+
+
+class StepResult(NamedTuple):
+    """What one request gained in a step, for streaming."""
+
+    request_id: str
+    new_token_ids: tuple[int, ...]
+    new_logprobs: tuple[float, ...]
+    finished: bool
+    finish_reason: str | None  # "stop" | "length" once finished
+    # What made a "stop": the stop token id or stop string (None for EOS, as in vLLM).
+    stop_reason: int | str | None = None
+    # Once finished: the tokens whose KV the prefix cache supplied at its last admission.
+    num_cached_tokens: int = 0
