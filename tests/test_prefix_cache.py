@@ -1,0 +1,415 @@
+"""Prefix caching (LLM(enable_prefix_caching=True), engine/prefix_cache.py).
+
+The host half: the index and the free list with exact page ids, the scheduler's admissions
+step by step, and random workloads of requests with shared prefixes on a fake device whose
+"KV" slots hold the whole prefix that produced them, so a page taken from the cache with
+the wrong content (or overwritten while still read) fails an assertion. The engine half:
+requests that hit the cache still give the Hugging Face fixtures' greedy tokens, and in
+batch-invariant mode the same bits as without a hit (GQA and MLA).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import random
+
+import numpy as np
+import pytest
+
+from engine import LLM, SamplingParams
+from engine.kv_pages import PageManager
+from engine.prefix_cache import PrefixCache
+from engine.scheduler import Scheduler, SchedulerOutput
+from engine.sequence import Sequence, SequenceStatus
+from tests.sampler_cases import POOL
+from tests.test_scheduler import EOS, VOCAB, Params, next_token, reference, run_async
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+PAGE = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheParams(Params):
+    """The scheduler's view of a request, with the two settings that keep it off the cache."""
+
+    prompt_logprobs: bool = False
+    penalized: bool = False
+
+
+def reader(tokens):
+    return lambda start, stop: tuple(tokens[start:stop])
+
+
+def cached_scheduler(num_pages: int, budget=16, max_num_seqs=4, max_model_len=40) -> Scheduler:
+    pages = PageManager(num_pages, PAGE)
+    return Scheduler(
+        pages,
+        budget,
+        max_num_seqs,
+        max_model_len,
+        eos_token_ids=(EOS,),
+        prefix_cache=PrefixCache(pages),
+    )
+
+
+def seq_of(rid: str, prompt, **params) -> Sequence:
+    params.setdefault("ignore_eos", True)
+    return Sequence(rid, tuple(prompt), CacheParams(**params))
+
+
+class ContentDevice:
+    """A fake model whose KV slot holds (position, every token up to it): what a real K/V
+    row depends on. Each query reads its keys back through its page table and checks that
+    each holds exactly the prefix of the sequence reading it."""
+
+    def __init__(self, page_size: int, seqs: dict[str, Sequence]):
+        self.page_size = page_size
+        self.seqs = seqs
+        self.slots: dict[int, tuple[int, tuple[int, ...]]] = {}
+
+    def run(self, out: SchedulerOutput) -> dict[str, tuple[int, float]]:
+        sampled = {}
+        for it in out.items:
+            # Positions before the item's are known tokens (those in flight were updated).
+            context = self.seqs[it.request_id].all_token_ids[: it.start_pos] + it.token_ids
+            for pos in range(it.start_pos, it.kv_len_after):
+                self.slots[self._slot(it.page_ids, pos)] = (pos, context[: pos + 1])
+            for pos in range(it.kv_len_after):
+                got = self.slots.get(self._slot(it.page_ids, pos))
+                assert got == (pos, context[: pos + 1]), f"{it.request_id}: wrong KV at {pos}"
+            if it.sample:
+                tok = next_token(list(context))
+                sampled[it.request_id] = (tok, -tok / 100)
+        return sampled
+
+    def _slot(self, page_ids, pos: int) -> int:
+        return page_ids[pos // self.page_size] * self.page_size + pos % self.page_size
+
+
+def run_sync(sched: Scheduler, dev: ContentDevice) -> SchedulerOutput:
+    out = sched.schedule()
+    if out.items:
+        sched.update(out, dev.run(out))
+    return out
+
+
+def finish(sched: Scheduler, dev: ContentDevice) -> None:
+    for _ in range(500):
+        if not sched.has_unfinished():
+            return
+        run_sync(sched, dev)
+    raise AssertionError("no progress")
+
+
+# ---- the index and the free list --------------------------------------------------------
+
+
+def test_free_pages_stay_indexed_until_allocated_again_tail_first():
+    pages = PageManager(4, 2)
+    cache = PrefixCache(pages)
+    tokens = (5, 6, 7, 8, 9)
+    table, blocks = tuple(pages.allocate(3)), []
+    cache.register(table, reader(tokens), 5, blocks)  # two full pages; the third is not
+    assert (len(cache), blocks) == (2, [1, 2])
+    assert cache.match(reader(tokens), 5) == ([0, 1], [1, 2])
+    assert cache.match(reader(tokens), 3) == ([0], [1])  # whole pages within the limit
+    assert cache.match(reader((5, 6, 9, 9)), 4) == ([0], [1])
+    assert cache.match(reader((6, 5, 7, 8)), 4) == ([], [])
+    pages.free(table[::-1])  # free order: 3, 2, 1, 0 (the tail first)
+    assert (pages.num_free, len(cache), cache.num_free([0, 1])) == (4, 2, 2)
+    assert pages.allocate(2) == [3, 2]  # never indexed: nothing evicted
+    assert pages.allocate(1) == [1]  # the prefix's tail goes first
+    assert cache.match(reader(tokens), 5) == ([0], [1])
+    cache.take([0])  # a hit on a free page takes it back off the free list
+    assert (pages.refcount(0), pages.num_free, len(cache)) == (1, 0, 1)
+    cache.take([0])  # and on a held one adds a holder
+    assert pages.refcount(0) == 2
+    with pytest.raises(ValueError, match="page=0: is held"):
+        pages.reclaim(0)
+    with pytest.raises(ValueError, match="already indexed"):
+        PrefixCache(pages)
+    assert cache.reset() == 1
+    assert cache.match(reader(tokens), 5) == ([], [])
+
+
+def test_the_same_content_computed_twice_is_indexed_once():
+    pages = PageManager(4, 2)
+    cache = PrefixCache(pages)
+    a, b = (tuple(pages.allocate(2)) for _ in range(2))
+    blocks_a, blocks_b = [], []
+    cache.register(a, reader((1, 2, 3, 4)), 4, blocks_a)
+    cache.register(b, reader((1, 2, 3, 5)), 4, blocks_b)
+    assert blocks_b[0] == blocks_a[0] and blocks_b[1] != blocks_a[1]
+    assert len(cache) == 3  # b's first page duplicates a's and is left out
+    assert cache.match(reader((1, 2, 3, 5)), 4) == ([a[0], b[1]], blocks_b)
+
+
+# ---- admissions, step by step -----------------------------------------------------------
+
+
+def test_a_request_takes_the_full_pages_of_its_longest_cached_prefix():
+    sched = cached_scheduler(12)
+    seqs = {}
+    dev = ContentDevice(PAGE, seqs)
+    first = seqs["a"] = seq_of("a", range(1, 11), max_tokens=3)  # 10 + 2 fed = 12 KV
+    sched.add(first)
+    finish(sched, dev)
+    stats = sched.stats()
+    assert (stats["prefix_cache_pages"], stats["num_pages_free"]) == (3, 12)
+    assert (stats["prefix_cache_queries"], stats["prefix_cache_hits"]) == (10, 0)
+    a_pages = (0, 1, 2)
+
+    # Shares 9 tokens: two whole pages; a prompt of exactly 8 takes only one (its last
+    # token's logits must be computed); a whole output page counts as prefix too.
+    b = seqs["b"] = seq_of("b", [*range(1, 10), 42, 43], max_tokens=2)
+    c = seqs["c"] = seq_of("c", range(1, 9), max_tokens=1)
+    d = seqs["d"] = seq_of("d", (*range(1, 11), *first.output_token_ids[:2], 7), max_tokens=1)
+    for seq in (b, c, d):
+        sched.add(seq)
+    out = run_sync(sched, dev)
+    assert [
+        (it.request_id, it.start_pos, it.page_ids[: it.start_pos // PAGE]) for it in out.items
+    ] == [
+        ("b", 8, a_pages[:2]),
+        ("c", 4, a_pages[:1]),
+        ("d", 12, a_pages),
+    ]
+    assert [s.num_cached_tokens for s in (b, c, d)] == [8, 4, 12]
+    stats = sched.stats()
+    assert stats["prefix_cache_hits"] == 24
+    assert stats["prefix_cache_queries"] == 10 + 11 + 8 + 13
+    finish(sched, dev)
+    for seq in seqs.values():
+        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40)
+    assert sched.stats()["num_pages_free"] == 12
+
+
+@pytest.mark.parametrize("why", ["prompt_logprobs", "penalized"])
+def test_requests_that_need_their_whole_prompt_do_not_read_the_cache(why):
+    sched = cached_scheduler(12)
+    seqs = {}
+    dev = ContentDevice(PAGE, seqs)
+    seqs["a"] = seq_of("a", range(1, 11), max_tokens=1)
+    sched.add(seqs["a"])
+    finish(sched, dev)
+    b = seqs["b"] = seq_of("b", range(1, 11), max_tokens=1, **{why: True})
+    sched.add(b)
+    out = run_sync(sched, dev)
+    assert [(it.start_pos, len(it.token_ids)) for it in out.items] == [(0, 10)]
+    assert (b.num_cached_tokens, sched.stats()["prefix_cache_queries"]) == (0, 10)
+    # What it computed is still indexed for others.
+    c = seqs["c"] = seq_of("c", range(1, 11), max_tokens=1)
+    sched.add(c)
+    assert run_sync(sched, dev).items[0].start_pos == 8
+
+
+def test_a_preempted_request_takes_its_own_pages_back():
+    sched = cached_scheduler(6, budget=16, max_num_seqs=2)
+    seqs = {}
+    dev = ContentDevice(PAGE, seqs)
+    a = seqs["a"] = seq_of("a", range(1, 9), max_tokens=12)
+    b = seqs["b"] = seq_of("b", range(20, 28), max_tokens=12)
+    sched.add(a)
+    sched.add(b)
+    while not b.num_preemptions:
+        run_sync(sched, dev)
+    assert b.status is SequenceStatus.WAITING and b.page_ids == ()
+    finish(sched, dev)
+    assert b.num_cached_tokens > 0  # its recompute took pages it had computed
+    for seq in (a, b):
+        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40)
+    assert sched.stats()["num_pages_free"] == 6
+
+
+def test_samples_share_their_first_ones_pages_and_do_not_count_as_lookups():
+    sched = cached_scheduler(12)
+    seqs = {}
+    dev = ContentDevice(PAGE, seqs)
+    first = seqs["r"] = seq_of("r", range(1, 11), max_tokens=2)
+    later = seqs["r/1"] = Sequence(
+        "r/1", first.prompt_token_ids, first.sampling_params, fork_of=first
+    )
+    for seq in (first, later):
+        sched.add(seq)
+    finish(sched, dev)
+    stats = sched.stats()
+    assert (stats["num_prompt_tokens_shared"], stats["prefix_cache_queries"]) == (8, 10)
+    assert later.output_token_ids == first.output_token_ids
+
+
+def test_the_cache_needs_full_attention_and_its_own_pool():
+    pages = PageManager(8, PAGE)
+    with pytest.raises(ValueError, match="prefix_cache: needs full attention"):
+        Scheduler(pages, 16, 4, 40, sliding_window=6, prefix_cache=PrefixCache(pages))
+    with pytest.raises(ValueError, match="prefix_cache: needs full attention"):
+        Scheduler(pages, 16, 4, 40, prefix_cache=PrefixCache(PageManager(8, PAGE)))
+
+
+# ---- random workloads of shared prefixes -------------------------------------------------
+
+
+def _workload(rng: random.Random, n: int = 24) -> list[tuple[int, Sequence]]:
+    """Requests drawn from three system prompts (and none), some of them repeats, arriving
+    at random steps."""
+    systems = [(), *(tuple(rng.randrange(1, VOCAB) for _ in range(k)) for k in (5, 9, 14))]
+    made = []
+    for k in range(n):
+        if made and rng.random() < 0.2:
+            prompt = rng.choice(made)[1].prompt_token_ids  # a repeat
+        else:
+            suffix = tuple(rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 12)))
+            prompt = rng.choice(systems) + suffix
+        params = CacheParams(
+            max_tokens=rng.choice([1, 2, 5, 9, 20]),
+            ignore_eos=rng.random() < 0.5,
+            penalized=rng.random() < 0.1,
+        )
+        made.append((rng.randint(0, 40), Sequence(f"r{k}", prompt, params)))
+    return sorted(made, key=lambda x: x[0])
+
+
+def _check_pages(sched: Scheduler, seqs: dict[str, Sequence]) -> None:
+    """Every page's refcount is the number of tables holding it (running, or aborted and
+    not yet released)."""
+    held = {}
+    for s in seqs.values():
+        if s.status is SequenceStatus.RUNNING or (s.finish_reason and s.page_ids):
+            for p in s.page_ids:
+                held[p] = held.get(p, 0) + 1
+    for page in range(sched.pages.num_total):
+        assert sched.pages.refcount(page) == held.get(page, 0), page
+    assert sched.pages.num_free == sched.pages.num_total - len(held)
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_random_shared_prefix_workload(seed, ahead):
+    """Every request finishes with its reference output though many start on cached pages
+    of others (a 12-page pool, so pages are evicted and requests preempted as well); all
+    pages come back."""
+    rng = random.Random(seed)
+    sched = cached_scheduler(12)
+    seqs: dict[str, Sequence] = {}
+    dev = ContentDevice(PAGE, seqs)
+    pending = _workload(rng)
+    aborted = set()
+
+    def on_step(num_steps: int) -> None:
+        while pending and pending[0][0] <= num_steps:
+            seq = pending.pop(0)[1]
+            seqs[seq.request_id] = seq
+            sched.add(seq)
+        active = [s for s in seqs.values() if not s.is_finished]
+        if active and rng.random() < 0.03:
+            victim = rng.choice(active)
+            assert sched.abort(victim.request_id)
+            aborted.add(victim.request_id)
+
+    if ahead:  # arrival steps counted from each idle start, as the async workload's
+        while pending:
+            on_step(0)
+            run_async(sched, dev, on_step)
+            if pending:  # idle until the next arrival
+                pending[0] = (0, pending[0][1])
+    num_steps = 0
+    while pending or sched.has_unfinished():
+        on_step(num_steps)
+        run_sync(sched, dev)
+        _check_pages(sched, seqs)
+        num_steps += 1
+        assert num_steps < 3000, "no progress"
+    for rid, seq in seqs.items():
+        tokens, reason = reference(seq, 40)
+        if rid in aborted:
+            assert seq.output_token_ids == tokens[: seq.num_output_tokens]
+        else:
+            assert (seq.output_token_ids, seq.finish_reason) == (tokens, reason), rid
+    _check_pages(sched, seqs)
+    stats = sched.stats()
+    assert stats["num_pages_free"] == 12 and stats["num_running"] == 0
+    assert stats["prefix_cache_hits"] > 0 and stats["num_preemptions"] > 0
+    assert stats["prefix_cache_pages"] <= 12
+
+
+# ---- the engine ---------------------------------------------------------------------------
+
+
+def _reference(arch: str) -> dict:
+    return json.loads((FIXTURES / arch / "reference.json").read_text())
+
+
+def _bits(logprobs) -> list[int]:
+    return np.asarray(logprobs, np.float32).view(np.uint32).tolist()
+
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+
+
+def test_requests_on_cached_pages_give_the_hf_greedy_tokens():
+    ref = _reference("llama")
+    # test_parallel_sampling's engine shape (sampler_cases.POOL): the same step programs.
+    llm = LLM(
+        model=str(FIXTURES / "llama"),
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        enable_prefix_caching=True,
+        **POOL,
+    )
+    for cold in (True, False):
+        outs = llm.generate(ref["prompts"], GREEDY)
+        for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
+            assert out.token_ids == tokens
+            np.testing.assert_allclose(out.logprobs, logprobs, atol=2e-3, rtol=0)
+        # Prompts of 5, 17 and 33 tokens: warm, their whole pages short of the last token.
+        assert [o.num_cached_tokens for o in outs] == ([0, 0, 0] if cold else [0, 16, 32])
+    # A follow-up turn: the prompt and 8 of its greedy tokens (pages the decodes filled).
+    prompt, tokens = ref["prompts"][2], ref["greedy_tokens"][2]
+    (out,) = llm.generate([prompt + tokens[:8]], dataclasses.replace(GREEDY, max_tokens=8))
+    assert out.num_cached_tokens == 32
+    assert out.token_ids == tokens[8:]
+    np.testing.assert_allclose(out.logprobs, ref["logprobs"][2][8:], atol=2e-3, rtol=0)
+    stats = llm.stats()
+    assert stats["prefix_cache_hits"] == 48 + 32
+    assert stats["num_pages_free"] == stats["num_pages_total"]
+    # A penalized request computes its whole prompt.
+    llm.generate([prompt], SamplingParams(max_tokens=2, repetition_penalty=1.2))
+    assert llm.stats()["prefix_cache_hits"] == 48 + 32
+    assert llm.reset_prefix_cache()
+    (out,) = llm.generate([prompt], dataclasses.replace(GREEDY, max_tokens=1))
+    assert out.num_cached_tokens == 0 and out.token_ids == tokens[:1]
+
+
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+def test_a_hit_keeps_the_batch_invariant_bits(arch):
+    """The same request, cold and on cached pages (its own prompt's, or a longer prompt's
+    whose first page it shares), bitwise alike; GQA and MLA (absorbed)."""
+    # test_batch_invariance's decode-vs-prefill engine shape: its step programs.
+    llm = LLM(
+        model=str(FIXTURES / arch),
+        batch_invariant=True,
+        max_model_len=128,
+        num_pages=8,
+        max_num_batched_tokens=64,
+        enable_prefix_caching=True,
+    )
+    probe = _reference(arch)["prompts"][1]  # 17 tokens: one whole page
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    (cold,) = llm.generate([probe], params)
+    (warm,) = llm.generate([probe], params)
+    assert (cold.num_cached_tokens, warm.num_cached_tokens) == (0, 16)
+    assert warm.token_ids == cold.token_ids and _bits(warm.logprobs) == _bits(cold.logprobs)
+    for j in (3, 11):
+        rest = dataclasses.replace(params, max_tokens=12 - j)
+        (out,) = llm.generate([probe + cold.token_ids[:j]], rest)
+        assert out.num_cached_tokens == 16
+        assert out.token_ids == cold.token_ids[j:]
+        assert _bits(out.logprobs) == _bits(cold.logprobs[j:])
+
+
+def test_sliding_window_models_and_non_bools_are_refused():
+    with pytest.raises(ValueError, match="enable_prefix_caching=True: not supported for mistral"):
+        LLM(model=str(FIXTURES / "mistral"), enable_prefix_caching=True)
+    with pytest.raises(ValueError, match="enable_prefix_caching"):
+        LLM(model=str(FIXTURES / "llama"), enable_prefix_caching="yes")
