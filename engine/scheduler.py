@@ -37,7 +37,8 @@ that stops at N while in N+1 is finished by update(N), its N+1 sample is dropped
 pages are released by update(N+1), so a later step never reuses them while N+1 may write.
 
 Prefix caching (`prefix_cache`, engine/prefix_cache.py): every full page a step computed is
-indexed by its content in update(); an admitted sequence takes the indexed pages of its
+indexed by its content in update(), or as soon as schedule_ahead builds the step after the
+one filling it (launched, so it writes them first); an admitted sequence takes the pages of its
 longest cached prefix (counted as shared tokens: the long-prefill policy sees only the
 rest) and computes from there. A freed page keeps its content until allocated again.
 """
@@ -353,6 +354,12 @@ class Scheduler:
             raise RuntimeError("schedule_ahead() needs exactly one step in flight")
         if self._aborted:
             return None
+        if self.prefix_cache is not None:
+            # The step in flight was launched: the pages it fills are written before the
+            # step built now reads them, so requests admitted now may take them.
+            for seq in self._in_flight[0][1].values():
+                if not seq.is_finished:
+                    self._index_pages(seq, min(self._computed(seq), seq.num_tokens))
         running, waiting = list(self._running), collections.deque(self._waiting)
         num_pages = {seq: [len(p.table(seq)) for p in self._pools] for seq in running}
         none_held = [0] * len(self._pools)  # a sequence this step admitted
@@ -496,9 +503,7 @@ class Scheduler:
                 continue
             seq.num_computed_tokens = item.kv_len_after
             if self.prefix_cache is not None:
-                self.prefix_cache.register(
-                    seq.page_ids, seq.token_ids_range, seq.num_computed_tokens, seq.prefix_blocks
-                )
+                self._index_pages(seq, seq.num_computed_tokens)
             for pool in self._windowed_pools:
                 pool.release_behind_window(seq)
             if not item.sample:
@@ -753,6 +758,11 @@ class Scheduler:
             and not getattr(p, "prompt_logprobs", False)
             and not getattr(p, "penalized", False)
         )
+
+    def _index_pages(self, seq: Sequence, num_tokens: int) -> None:
+        """Index the full pages of `seq`'s first `num_tokens` positions (written, or being
+        written by a launched step) in the prefix cache."""
+        self.prefix_cache.register(seq.page_ids, seq.token_ids_range, num_tokens, seq.prefix_blocks)
 
     def _count_admission(self, seq: Sequence, sign: int) -> None:
         """Add (sign 1) or take back (-1) an admission's shared tokens and cache lookup."""

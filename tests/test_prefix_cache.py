@@ -24,7 +24,15 @@ from engine.prefix_cache import PrefixCache
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 from tests.sampler_cases import POOL
-from tests.test_scheduler import EOS, VOCAB, Params, next_token, reference, run_async
+from tests.test_scheduler import (
+    EOS,
+    VOCAB,
+    Params,
+    next_token,
+    reference,
+    run_async,
+    run_fed,
+)
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 PAGE = 4
@@ -184,6 +192,30 @@ def test_a_request_takes_the_full_pages_of_its_longest_cached_prefix():
     for seq in seqs.values():
         assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40)
     assert sched.stats()["num_pages_free"] == 12
+
+
+def test_a_step_built_ahead_takes_the_pages_the_step_in_flight_fills():
+    sched = cached_scheduler(12)
+    seqs = {}
+    dev = ContentDevice(PAGE, seqs)
+    a = seqs["a"] = seq_of("a", range(1, 11), max_tokens=3)
+    sched.add(a)
+    step1 = sched.schedule()
+    sampled1 = dev.run(step1)
+    b = seqs["b"] = seq_of("b", range(1, 12), max_tokens=2)
+    sched.add(b)
+    step2 = sched.schedule_ahead()  # step 1 still in flight: its two full pages are taken
+    assert [(it.request_id, it.start_pos, it.feed_index) for it in step2.items] == [
+        ("a", 10, 0),
+        ("b", 8, -1),
+    ]
+    assert b.page_ids[:2] == a.page_ids[:2] and b.num_cached_tokens == 8
+    in_flight = (step2, run_fed(dev, step2, (step1, sampled1)))
+    sched.update(step1, sampled1)
+    sched.update(*in_flight)
+    run_async(sched, dev)
+    for seq in (a, b):
+        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40)
 
 
 @pytest.mark.parametrize("why", ["prompt_logprobs", "penalized"])
