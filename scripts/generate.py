@@ -97,6 +97,9 @@ _KV_CACHE_DTYPE = flags.DEFINE_enum(
     "kv_cache_dtype", "auto", ["auto", "fp8", "fp8_e4m3"], "KV pages: the model dtype, or fp8."
 )
 _BATCH_INVARIANT = flags.DEFINE_bool("batch_invariant", False, "Bitwise-deterministic mode.")
+_PREFIX_CACHING = flags.DEFINE_bool(
+    "enable_prefix_caching", False, "Reuse the KV pages of prompts' shared prefixes."
+)
 _MESH = flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'dp=1,tp=2,ep=4'.")
 _COORDINATOR = flags.DEFINE_string("coordinator", None, "Multi-host: process 0's host:port.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", 1, "Multi-host: number of processes.")
@@ -215,6 +218,7 @@ def _generate() -> None:
         attention_impl=_ATTN.value,
         kv_cache_dtype=_KV_CACHE_DTYPE.value,
         seed=_SEED.value,
+        enable_prefix_caching=_PREFIX_CACHING.value,
     )
     if _PROMPT.value:
         prompts = list(_PROMPT.value)

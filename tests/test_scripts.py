@@ -178,6 +178,13 @@ def test_every_bench_sampling_mode_is_valid():
             ["--model=tiny-llama", "--prompt_len=40", "--n=3", "--page_size=8"],
             "| 56 | 13 |",
         ),
+        (
+            # 3 requests of a 40-token prefix + 5 in pages of 8, all in the first step: each
+            # computes its 45 tokens cold; warm, each takes 5 pages and computes 5.
+            "scripts.bench_prefix_cache",
+            ["--model=tiny-llama", "--prefix_len=40", "--suffix_len=5", "--n=3", "--page_size=8"],
+            "| 15 | 3/3 |",
+        ),
     ],
 )
 def test_benchmarks_run_small(module, flags, expect):
