@@ -23,6 +23,10 @@ The mode pins every reduction to an order that does not depend on the batch:
   invariance is tested in interpret mode on CPU (tests/test_batch_invariance.py), not yet on
   a GPU.
 - Sampling: each request draws from fold_in(key(seed), step), independent of its row.
+- Prefix-cache hits (LLM(enable_prefix_caching=True)): a cached page's K/V rows are what
+  the request would compute itself, since no row depends on the step, chunk or batch that
+  wrote it; a hit is one more chunking. Tested bitwise for GQA and MLA
+  (tests/test_prefix_cache.py).
 - Meshes: tokens are split over dp x ep, so the padding is MIN_ROWS x dp x ep rows and
   every shard stays in the same regime; expert compute is local and the combine runs in slot
   order, so ep=1, 2 and 4 give bitwise-equal output (tests/test_sharding_mesh.py). Tensor
