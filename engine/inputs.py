@@ -100,6 +100,24 @@ def split_prompts(prompts) -> list:
     return prompts
 
 
+def tokenize(prompt, tokenizer, bos_id: int | None) -> list[int]:
+    """One prompt's token ids: a text through `tokenizer` (a tokenizers.Tokenizer, None if
+    the model has none), led by `bos_id` when given and not already there
+    (prompt_bos_id); token ids as they are (checked to be integers)."""
+    prompt = prompt_text_or_ids(prompt)
+    if not isinstance(prompt, str):
+        return prompt
+    if tokenizer is None:
+        raise ValueError(
+            "prompt: a string prompt needs a tokenizer.json in the model directory; "
+            "pass token ids instead"
+        )
+    ids = tokenizer.encode(prompt).ids
+    if bos_id is not None and (not ids or ids[0] != bos_id):
+        ids = [bos_id, *ids]
+    return ids
+
+
 def prompt_text_or_ids(prompt) -> str | list[int]:
     """One prompt as its text (to tokenize) or its token ids (checked to be integers)."""
     prompt = _as_array(prompt)

@@ -272,21 +272,6 @@ class LLM:
 
     # ---- requests ----------------------------------------------------------------------
 
-    def _tokenize(self, prompt) -> list[int]:
-        prompt = inputs.prompt_text_or_ids(prompt)
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError(
-                    "prompt: a string prompt needs a tokenizer.json in the model directory; "
-                    "pass token ids instead"
-                )
-            ids = self.tokenizer.encode(prompt).ids
-            bos = self.prompt_bos_id
-            if bos is not None and (not ids or ids[0] != bos):
-                ids = [bos, *ids]
-            return ids
-        return prompt
-
     def _validate(self, ids: list[int], params: SamplingParams) -> None:
         if not ids:
             raise ValueError("prompt: must not be empty")
@@ -311,7 +296,7 @@ class LLM:
         sampling_params = inputs.sampling_list(sampling_params, len(prompts), self._default_params)
         reqs = []
         for prompt, params in zip(prompts, sampling_params, strict=True):
-            ids = self._tokenize(prompt)
+            ids = self.tokenize(prompt)
             if params.truncate_prompt_tokens is not None:
                 ids = ids[-params.truncate_prompt_tokens :]
             if params.bad_words:
@@ -629,7 +614,13 @@ class LLM:
                     del self._outputs[res.request_id]
             self._outbox.append(
                 StreamDelta(
-                    res.request_id, res.new_token_ids, res.new_logprobs, res.finish_reason, top
+                    res.request_id,
+                    res.new_token_ids,
+                    res.new_logprobs,
+                    res.finish_reason,
+                    top,
+                    res.stop_reason,
+                    res.num_cached_tokens,
                 )
             )
 
@@ -661,6 +652,11 @@ class LLM:
         if cache is not None:
             cache.reset()
         return cache is not None
+
+    def tokenize(self, prompt) -> list[int]:
+        """One prompt's token ids as a request would have them (text through the model's
+        tokenizer with its BOS rule, engine/inputs.py; ids checked to be integers)."""
+        return inputs.tokenize(prompt, self.tokenizer, self.prompt_bos_id)
 
     def get_default_sampling_params(self) -> SamplingParams:
         """What a request without SamplingParams gets (`generation_config`)."""

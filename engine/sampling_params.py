@@ -338,8 +338,8 @@ class RequestOutput:
     # prompt[i]), [(token id, logprob), ...] of the k most likely tokens there, as
     # top_logprobs.
     prompt_top_logprobs: list[list[tuple[int, float]]] | None = None
-    # Prefix caching (LLM(enable_prefix_caching=True)), once finished: the prompt tokens
-    # whose KV came from the cache at the request's last admission (vLLM's field).
+    # Once finished: the tokens whose KV came from the prefix cache at the request's last
+    # admission (vLLM's field; 0 without LLM(enable_prefix_caching=True)).
     num_cached_tokens: int | None = None
 
     @property
@@ -358,3 +358,6 @@ class StreamDelta:
     # Per token in token_ids, its step's most likely (token id, logprob) pairs, when the
     # request asked for them (SamplingParams.logprobs); else None.
     top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
+    # RequestOutput's stop_reason (on the request's last delta) and num_cached_tokens.
+    stop_reason: int | str | None = None
+    num_cached_tokens: int | None = None

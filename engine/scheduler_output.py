@@ -50,5 +50,5 @@ class StepResult(NamedTuple):
     finish_reason: str | None  # "stop" | "length" once finished
     # What made a "stop": the stop token id or stop string (None for EOS, as in vLLM).
     stop_reason: int | str | None = None
-    # Once finished: the tokens whose KV the prefix cache supplied at its last admission.
+    # The tokens whose KV the prefix cache supplied at the request's last admission.
     num_cached_tokens: int = 0
