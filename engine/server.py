@@ -1,0 +1,557 @@
+"""An OpenAI-compatible HTTP server over one LLM: the part of `vllm serve`'s API that
+applications call.
+
+  GET  /health, /v1/models
+  POST /v1/completions        prompt: text, token ids, or a list of either
+  POST /v1/chat/completions   messages, rendered by the model's chat template (engine/chat.py)
+
+Both POSTs answer whole or, with "stream": true, as server-sent events ending in
+"data: [DONE]". Request fields are the OpenAI API's (max_tokens, temperature, top_p, n,
+stop, seed, logprobs, presence/frequency_penalty, logit_bias, response_format, ...) plus
+vLLM's extras (top_k, min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
+structured_outputs, chat_template, ...); unknown fields are ignored, as vLLM does. Fields
+left out take the model's generation_config values, else the OpenAI API's defaults
+(temperature 1; max_tokens 16 for completions, what fits in max_model_len for chat).
+A bad request gets HTTP 400 with the engine's ValueError message (it names the field)
+before anything is queued; a closed stream aborts its request.
+
+The LLM is not thread-safe: one engine thread (EngineLoop) owns it and runs step() while
+requests are unfinished; HTTP handler threads (ThreadingHTTPServer) queue requests under
+its lock and read their deltas from a queue each. Standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import json
+import queue
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+from engine import chat, samples, stop_strings
+from engine.llm import LLM
+from engine.sampling_params import SamplingParams, StreamDelta
+from engine.structured import StructuredOutputsParams
+
+# Request fields copied into SamplingParams as they are (None = left out).
+_PLAIN_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "n",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "min_tokens",
+    "ignore_eos",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "allowed_token_ids",
+    "bad_words",
+    "truncate_prompt_tokens",
+)
+# What a model's generation_config.json may set (inputs.GENERATION_DEFAULTS' fields).
+_GENERATION_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens")
+MAX_BODY_BYTES = 64 << 20
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+def default_params(llm: LLM) -> dict:
+    """The fields a request leaves out: the OpenAI API's temperature 1, overridden by what
+    the model's generation_config sets (LLM.get_default_sampling_params)."""
+    gen, plain = llm.get_default_sampling_params(), SamplingParams()
+    given = {f: getattr(gen, f) for f in _GENERATION_FIELDS if getattr(gen, f) != getattr(plain, f)}
+    return {"temperature": 1.0, **given}
+
+
+def sampling_params(body: dict, defaults: dict, chat_api: bool) -> SamplingParams:
+    """A request body's SamplingParams (ValueError naming the field when one is wrong)."""
+    fields = dict(defaults)
+    fields.update({k: body[k] for k in _PLAIN_FIELDS if body.get(k) is not None})
+    max_tokens = body.get("max_completion_tokens") if chat_api else None
+    if max_tokens is None:
+        max_tokens = body.get("max_tokens")
+    if max_tokens is not None:
+        fields["max_tokens"] = max_tokens
+    stop = body.get("stop")
+    if stop is not None:
+        fields["stop"] = (stop,) if isinstance(stop, str) else stop
+    if body.get("logit_bias") is not None:
+        bias = body["logit_bias"]
+        if not isinstance(bias, dict):
+            raise ValueError(f"logit_bias={bias!r}: must be an object of token id: bias")
+        try:
+            fields["logit_bias"] = {int(k): v for k, v in bias.items()}
+        except ValueError as e:
+            raise ValueError(f"logit_bias: keys must be token ids ({e})") from e
+    if chat_api:  # logprobs: bool, top_logprobs: how many alternatives
+        if body.get("logprobs"):
+            fields["logprobs"] = body.get("top_logprobs") or None
+    elif body.get("logprobs") is not None:
+        fields["logprobs"] = body["logprobs"] or None
+    if body.get("echo"):
+        raise ValueError("echo: not supported")
+    structured = _structured(body)
+    if structured is not None:
+        fields["structured_outputs"] = structured
+    try:
+        return SamplingParams(**fields)
+    except TypeError as e:  # a field of the wrong JSON type reaching a comparison
+        raise ValueError(f"request: {e}") from e
+
+
+def _structured(body: dict) -> StructuredOutputsParams | None:
+    """vLLM's structured_outputs object, or the OpenAI API's response_format."""
+    given = body.get("structured_outputs")
+    if given is not None:
+        if not isinstance(given, dict):
+            raise ValueError("structured_outputs: must be an object")
+        try:
+            return StructuredOutputsParams(**given)
+        except TypeError as e:
+            raise ValueError(f"structured_outputs: {e}") from e
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    if kind == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+        if schema is None:
+            raise ValueError("response_format.json_schema.schema: missing")
+        return StructuredOutputsParams(json=schema)
+    raise ValueError(
+        f"response_format.type={kind!r}: must be 'text', 'json_object' or 'json_schema'"
+    )
+
+
+class EngineLoop:
+    """Owns the LLM on one thread; `submit` queues a request from any thread."""
+
+    def __init__(self, llm: LLM):
+        self.llm = llm
+        self._lock = threading.Condition()
+        self._queues: dict[str, queue.SimpleQueue] = {}  # request or sample id -> its deltas
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self._thread.start()
+
+    def submit(
+        self, prompt_ids: list[int], params: SamplingParams
+    ) -> tuple[str, queue.SimpleQueue]:
+        """Queue a request (ValueError, nothing queued, when the engine refuses it); its
+        deltas (every sample's) arrive on the returned queue, an Exception if a step fails."""
+        with self._lock:
+            if self._closed:
+                raise HTTPError(503, "the server is shutting down", "server_error")
+            rid = self.llm.add_request(prompt_ids, params)
+            deltas = queue.SimpleQueue()
+            for sid in samples.sample_ids(rid, params.n):
+                self._queues[sid] = deltas
+            self._lock.notify()
+        return rid, deltas
+
+    def abort(self, request_id: str) -> None:
+        with self._lock:
+            self.llm.abort(request_id)
+
+    def num_unfinished(self) -> int:
+        with self._lock:
+            return len(self._queues)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and not self.llm.has_unfinished():
+                    self._lock.wait()
+                if self._closed:
+                    return
+                try:
+                    deltas = self.llm.step()
+                except Exception as e:  # the engine stays usable (LLM.step): fail these
+                    for rid in list(self._queues):
+                        self.llm.abort(rid)
+                        self._queues.pop(rid).put(e)
+                    continue
+                for d in deltas:
+                    target = self._queues.get(d.request_id)
+                    if d.finish_reason is not None:
+                        self._queues.pop(d.request_id, None)
+                    if target is not None:
+                        target.put(d)
+
+
+@dataclasses.dataclass
+class _Choice:
+    """One sample's output so far, and the text already sent of it."""
+
+    index: int
+    params: SamplingParams
+    want_logprobs: bool  # the response lists each token's logprob
+    token_ids: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    top: list = dataclasses.field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    sent: int = 0  # characters of text streamed
+    tokens_sent: int = 0  # tokens whose logprobs were streamed
+
+    def add(self, d: StreamDelta) -> None:
+        self.token_ids.extend(d.token_ids)
+        self.logprobs.extend(d.logprobs)
+        if d.top_logprobs:
+            self.top.extend(d.top_logprobs)
+        if d.finish_reason is not None:
+            self.finish_reason, self.stop_reason = d.finish_reason, d.stop_reason
+
+
+class Server(http.server.ThreadingHTTPServer):
+    """`Server((host, port), llm)`; `serve_forever()`, then `shutdown()` and `close()`."""
+
+    daemon_threads = True
+
+    def __init__(self, address, llm: LLM, model_name: str | None = None):
+        if llm.tokenizer is None:
+            raise ValueError("llm: the server needs the model's tokenizer (a tokenizer.json)")
+        self.llm = llm
+        self.model_name = model_name or llm.config.name
+        self.defaults = default_params(llm)
+        self.loop = EngineLoop(llm)
+        self.created = int(time.time())
+        super().__init__(address, _Handler)
+
+    def close(self) -> None:
+        self.server_close()
+        self.loop.close()
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that went away
+            super().handle_error(request, client_address)
+
+    def detokenize(self, ids, skip_special_tokens: bool = True) -> str:
+        return self.llm.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def text(self, choice: _Choice, final: bool) -> str:
+        """The sample's text: once finished the whole text (cut at its stop string); before,
+        the part no later token can change (no half character at the end, none of what a
+        stop string might still start)."""
+        if not choice.params.detokenize:
+            return ""
+        detok = stop_strings.for_params(self.detokenize, choice.params)
+        if final:
+            return stop_strings.final_text(
+                detok, choice.token_ids, choice.params, choice.stop_reason
+            )
+        text = detok(choice.token_ids).rstrip("\ufffd")
+        hold = max(map(len, choice.params.stop), default=1) - 1
+        return text[: len(text) - hold]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):  # noqa: A002 (the base class's signature)
+        pass
+
+    # ---- routing --------------------------------------------------------------------
+
+    def do_GET(self):
+        self._guarded(self._get)
+
+    def do_POST(self):
+        self._guarded(self._post)
+
+    def _guarded(self, handle) -> None:
+        try:
+            handle()
+        except HTTPError as e:
+            self._error(e.status, str(e), e.kind)
+        except ValueError as e:
+            self._error(400, str(e), "invalid_request_error")
+        except ConnectionError:  # the client went away (a stream's request is aborted)
+            pass
+
+    def _get(self) -> None:
+        if self.path == "/health":
+            return self._json(200, {})
+        if self.path == "/v1/models":
+            model = {
+                "id": self.server.model_name,
+                "object": "model",
+                "created": self.server.created,
+                "owned_by": "moeserve",
+                "max_model_len": self.server.llm.max_model_len,
+            }
+            return self._json(200, {"object": "list", "data": [model]})
+        raise HTTPError(404, f"path={self.path!r}: not found", "not_found_error")
+
+    def _post(self) -> None:
+        routes = {"/v1/completions": False, "/v1/chat/completions": True}
+        if self.path not in routes:
+            raise HTTPError(404, f"path={self.path!r}: not found", "not_found_error")
+        body = self._body()
+        model = body.get("model")
+        if model is not None and model != self.server.model_name:
+            raise HTTPError(
+                404,
+                f"model={model!r}: not served (this server serves {self.server.model_name!r})",
+                "not_found_error",
+            )
+        chat_api = routes[self.path]
+        prompts = [self._chat_prompt(body)] if chat_api else self._prompts(body)
+        params = sampling_params(body, self.server.defaults, chat_api)
+        if (
+            chat_api
+            and body.get("max_tokens") is None
+            and body.get("max_completion_tokens") is None
+        ):
+            # vLLM's chat default: what fits in max_model_len (or generation_config's cap).
+            room = max(self.server.llm.max_model_len - len(prompts[0]), 1)
+            cap = self.server.defaults.get("max_tokens", room)
+            params = dataclasses.replace(params, max_tokens=min(room, cap))
+        limit = self.server.llm.max_model_len
+        for ids in prompts:  # the OpenAI API refuses what cannot fit (the engine would cut)
+            if len(ids) + params.max_tokens > limit:
+                raise ValueError(
+                    f"max_tokens={params.max_tokens}: with the prompt's {len(ids)} tokens "
+                    f"exceeds max_model_len={limit}"
+                )
+        # Completions: logprobs=k (0: the tokens' own only); chat: logprobs=true.
+        want = bool(body.get("logprobs")) if chat_api else body.get("logprobs") is not None
+        reqs = self._submit(prompts, params, want)
+        try:
+            if body.get("stream"):
+                self._stream(
+                    reqs, chat_api, bool((body.get("stream_options") or {}).get("include_usage"))
+                )
+            else:
+                self._whole(reqs, chat_api)
+        finally:
+            for rid, _, _, choices in reqs:
+                if any(c.finish_reason is None for c in choices):
+                    self.server.loop.abort(rid)
+
+    # ---- requests -------------------------------------------------------------------
+
+    def _body(self) -> dict:
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit() or int(length) > MAX_BODY_BYTES:
+            raise ValueError(f"Content-Length: must be given, at most {MAX_BODY_BYTES} bytes")
+        try:
+            body = json.loads(self.rfile.read(int(length)))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"body: not valid JSON ({e})") from e
+        if not isinstance(body, dict):
+            raise ValueError("body: must be a JSON object")
+        return body
+
+    def _prompts(self, body: dict) -> list[list[int]]:
+        prompt = body.get("prompt")
+        if prompt is None:
+            raise ValueError("prompt: missing")
+        many = isinstance(prompt, list) and prompt and not isinstance(prompt[0], int)
+        return [self.server.llm.tokenize(p) for p in (prompt if many else [prompt])]
+
+    def _chat_prompt(self, body: dict) -> list[int]:
+        llm = self.server.llm
+        template = body.get("chat_template") or llm.chat_template
+        kwargs = body.get("chat_template_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise ValueError("chat_template_kwargs: must be an object")
+        (ids,) = chat.prompt_ids(
+            llm.tokenizer,
+            template,
+            [body.get("messages")]
+            if isinstance(body.get("messages"), list)
+            else body.get("messages"),
+            llm.special_tokens,
+            add_generation_prompt=body.get("add_generation_prompt", True),
+            tools=body.get("tools"),
+            continue_final_message=bool(body.get("continue_final_message")),
+            **kwargs,
+        )
+        return ids
+
+    def _submit(self, prompts, params: SamplingParams, want_logprobs: bool) -> list:
+        """Queue every prompt (all or none): (id, prompt ids, deltas, choices) each."""
+        reqs = []
+        try:
+            for i, ids in enumerate(prompts):
+                rid, deltas = self.server.loop.submit(ids, params)
+                choices = [
+                    _Choice(i * params.n + k, samples.sample_params(params, k), want_logprobs)
+                    for k in range(params.n)
+                ]
+                reqs.append((rid, ids, deltas, choices))
+        except BaseException:
+            for rid, *_ in reqs:
+                self.server.loop.abort(rid)
+            raise
+        return reqs
+
+    def _deltas(self, reqs) -> Iterator[tuple[_Choice, StreamDelta]]:
+        """Every sample's deltas as they come, until all have finished."""
+        for rid, _, deltas, choices in reqs:
+            by_id = dict(zip(samples.sample_ids(rid, len(choices)), choices, strict=True))
+            while any(c.finish_reason is None for c in choices):
+                d = deltas.get()
+                if isinstance(d, Exception):
+                    raise HTTPError(500, f"engine step failed: {d}", "server_error")
+                choice = by_id[d.request_id]
+                choice.add(d)
+                yield choice, d
+
+    # ---- responses ------------------------------------------------------------------
+
+    def _usage(self, reqs) -> dict:
+        prompt = sum(len(ids) for _, ids, _, _ in reqs)
+        completion = sum(len(c.token_ids) for *_, choices in reqs for c in choices)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    def _logprobs(self, c: _Choice, start: int, chat_api: bool):
+        """The OpenAI logprobs object of a choice's tokens from `start` on (None if not
+        asked for)."""
+        if not c.want_logprobs:
+            return None
+        ids, lps = c.token_ids[start:], c.logprobs[start:]
+        top = c.top[start:] if c.top else [()] * len(ids)
+        piece = lambda t: self.server.detokenize([t], skip_special_tokens=False)  # noqa: E731
+        if chat_api:
+            content = [
+                {
+                    "token": piece(t),
+                    "logprob": lp,
+                    "top_logprobs": [{"token": piece(a), "logprob": b} for a, b in alts],
+                }
+                for t, lp, alts in zip(ids, lps, top, strict=True)
+            ]
+            return {"content": content}
+        return {
+            "tokens": [piece(t) for t in ids],
+            "token_logprobs": lps,
+            "top_logprobs": [{piece(a): b for a, b in alts} for alts in top],
+        }
+
+    def _whole(self, reqs, chat_api: bool) -> None:
+        for _ in self._deltas(reqs):
+            pass
+        choices = [c for *_, cs in reqs for c in cs]
+        out = []
+        for c in choices:
+            text = self.server.text(c, final=True)
+            entry = {
+                "index": c.index,
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
+            }
+            if chat_api:
+                entry["message"] = {"role": "assistant", "content": text}
+            else:
+                entry["text"] = text
+            entry["logprobs"] = self._logprobs(c, 0, chat_api)
+            out.append(entry)
+        self._json(
+            200,
+            {
+                "id": self._response_id(reqs, chat_api),
+                "object": "chat.completion" if chat_api else "text_completion",
+                "created": int(time.time()),
+                "model": self.server.model_name,
+                "choices": out,
+                "usage": self._usage(reqs),
+            },
+        )
+
+    def _stream(self, reqs, chat_api: bool, include_usage: bool) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        rid = self._response_id(reqs, chat_api)
+        kind = "chat.completion.chunk" if chat_api else "text_completion"
+        created = int(time.time())
+
+        def event(choices: list[dict], usage=None) -> None:
+            chunk = {"id": rid, "object": kind, "created": created, "model": self.server.model_name}
+            chunk["choices"] = choices
+            if usage is not None:
+                chunk["usage"] = usage
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.flush()
+
+        if chat_api:
+            event(
+                [
+                    {
+                        "index": c.index,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                    for *_, cs in reqs
+                    for c in cs
+                ]
+            )
+        for c, d in self._deltas(reqs):
+            done = d.finish_reason is not None
+            text = self.server.text(c, final=done)
+            new, c.sent = text[c.sent :], max(c.sent, len(text))
+            if not new and not done:
+                continue
+            entry = {"index": c.index, "finish_reason": c.finish_reason}
+            if done:
+                entry["stop_reason"] = c.stop_reason
+            if chat_api:
+                entry["delta"] = {"content": new} if new else {}
+            else:
+                entry["text"] = new
+            entry["logprobs"] = self._logprobs(c, c.tokens_sent, chat_api)
+            c.tokens_sent = len(c.token_ids)
+            event([entry])
+        if include_usage:
+            event([], self._usage(reqs))
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+    @staticmethod
+    def _response_id(reqs, chat_api: bool) -> str:
+        return ("chatcmpl-" if chat_api else "cmpl-") + reqs[0][0]
+
+    def _json(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str, kind: str) -> None:
+        self.close_connection = True
+        self._json(status, {"error": {"message": message, "type": kind, "code": status}})
