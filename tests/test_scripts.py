@@ -185,6 +185,12 @@ def test_every_bench_sampling_mode_is_valid():
             ["--model=tiny-llama", "--prefix_len=40", "--suffix_len=5", "--n=3", "--page_size=8"],
             "| 15 | 3/3 |",
         ),
+        (
+            # Also fails unless the server's texts equal the engine's.
+            "scripts.bench_server",
+            ["--n=2", "--prompt_len=4", "--max_tokens=3", "--repeats=1"],
+            "| HTTP, 2 clients, streamed |",
+        ),
     ],
 )
 def test_benchmarks_run_small(module, flags, expect):
