@@ -33,6 +33,11 @@ _BUDGETS = flags.DEFINE_list("budgets", ["16", "80", "512"], "Chunk budgets to d
 _NUM_PAGES = flags.DEFINE_integer("num_pages", 24, "KV pages (small: forces preemption).")
 _MAX_MODEL_LEN = flags.DEFINE_integer("max_model_len", 256, "Longest sequence.")
 _BATCH_INVARIANT = flags.DEFINE_bool("batch_invariant", True, "Engine's deterministic mode.")
+_PREFIX_CACHING = flags.DEFINE_bool(
+    "enable_prefix_caching",
+    False,
+    "Engines with prefix caching: a probe's later trials on an engine take its cached pages.",
+)
 _GOLDEN = flags.DEFINE_string("golden", None, "Golden file to write (absent) or check.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of probes and traffic.")
 
@@ -96,6 +101,7 @@ def _check() -> bool:
                 max_num_seqs=min(budget, 32),
                 num_pages=_NUM_PAGES.value,
                 max_model_len=_MAX_MODEL_LEN.value,
+                enable_prefix_caching=_PREFIX_CACHING.value,
             )
         return engines[budget]
 
@@ -117,6 +123,9 @@ def _check() -> bool:
         print(f"probe {i}: {u} unique output(s) over {_TRIALS.value} trials{where}")
         failed |= u > 1
     print(f"budgets used: {report.budgets}")
+    if _PREFIX_CACHING.value:
+        hits = sum(llm.stats()["prefix_cache_hits"] for llm in engines.values())
+        print(f"prefix cache hits: {hits} tokens")
     if check:
         bad = det.check_golden(_GOLDEN.value, probes, report.outputs)
         for i, pos in bad:

@@ -71,6 +71,11 @@ _KV_CACHE_DTYPE = flags.DEFINE_enum(
     "kv_cache_dtype", "auto", ["auto", "fp8", "fp8_e4m3"], "KV pages: the model dtype, or fp8."
 )
 _MESH = flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'dp=1,tp=2,ep=4'.")
+_PREFIX_CACHING = flags.DEFINE_bool(
+    "enable_prefix_caching",
+    False,
+    "Retrieval: prompts share their filler up to the needle; compute it once (not perplexity).",
+)
 flags.mark_flag_as_required("model")
 
 # Longest reply either mode asks for by default (token-space answers are shorter).
@@ -116,6 +121,7 @@ def _engine(lengths: list[int], reply: int) -> LLM:
             attention_impl=_ATTN.value,
             kv_cache_dtype=_KV_CACHE_DTYPE.value,
             seed=_SEED.value,
+            enable_prefix_caching=_PREFIX_CACHING.value,
         )
     except ValueError as e:
         if _MAX_MODEL_LEN.value is None and str(e).startswith("max_model_len="):

@@ -48,9 +48,12 @@ def test_golden_round_trip_and_drift_detection(tmp_path):
     assert "1 unique output(s) over 3 trials" in first.stdout
     assert "golden written" in first.stdout and golden.exists()
 
-    again = _run(model, golden)
+    # With prefix caching: a probe's later trials on an engine start on its cached pages.
+    again = _run(model, golden, "--enable_prefix_caching")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "golden check: passed" in again.stdout
+    hits = int(again.stdout.split("prefix cache hits: ")[1].split()[0])
+    assert hits > 0
 
     # Another model or setting is refused up front (no engine built), not reported as drift.
     other = _run(model, golden, "--max_tokens=4")
