@@ -29,6 +29,7 @@ from long_context.evals import (
 )
 from long_context.evals.model import LLMAdapter
 from long_context.evals.tasks import TextTask
+from scripts import engine_flags
 from scripts.flag_checks import MAX_PROMPTS, check_output_dir
 
 _MODEL = flags.DEFINE_string("model", None, "Preset name, HF dir or orbax dir.")
@@ -55,27 +56,7 @@ _BATCH_SIZE = flags.DEFINE_integer("batch_size", 8, "Prompts per generate / scor
 _SEED = flags.DEFINE_integer("seed", 0, "Needles, token-space filler, random weights.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "eval_results", "Where the JSON and PNG go.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
-# Engine settings, as in scripts/generate.py.
-_DTYPE = flags.DEFINE_string("dtype", None, "Override the parameter dtype.")
-_PAGE_SIZE = flags.DEFINE_integer("page_size", 16, "KV page size in tokens.")
-_NUM_PAGES = flags.DEFINE_integer("num_pages", None, "KV pages; default from a memory budget.")
-_MAX_BATCHED = flags.DEFINE_integer("max_num_batched_tokens", 2048, "Token budget per step.")
-_MAX_SEQS = flags.DEFINE_integer("max_num_seqs", 64, "Sequences per step at most.")
-_MAX_MODEL_LEN = flags.DEFINE_integer(
-    "max_model_len", None, "Longest sequence; default the longest length + reply tokens."
-)
-_ATTN = flags.DEFINE_enum(
-    "attention_impl", "auto", ["auto", "xla", "pallas", "mosaic"], "Attention."
-)
-_KV_CACHE_DTYPE = flags.DEFINE_enum(
-    "kv_cache_dtype", "auto", ["auto", "fp8", "fp8_e4m3"], "KV pages: the model dtype, or fp8."
-)
-_MESH = flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'dp=1,tp=2,ep=4'.")
-_PREFIX_CACHING = flags.DEFINE_bool(
-    "enable_prefix_caching",
-    False,
-    "Retrieval: prompts share their filler up to the needle; compute it once (not perplexity).",
-)
+# Engine settings: scripts/engine_flags.py (as generate and serve take them).
 flags.mark_flag_as_required("model")
 
 # Longest reply either mode asks for by default (token-space answers are shorter).
@@ -100,9 +81,12 @@ def parse_depth(s: str) -> float:
 def _check_max_model_len(lengths: list[int], reply: int) -> None:
     """The engine refuses a prompt longer than max_model_len and cuts a reply off there (a
     cut answer would score as wrong); say so before loading."""
-    if _MAX_MODEL_LEN.value is not None and _MAX_MODEL_LEN.value < max(lengths) + reply:
+    if (
+        engine_flags.MAX_MODEL_LEN.value is not None
+        and engine_flags.MAX_MODEL_LEN.value < max(lengths) + reply
+    ):
         raise ValueError(
-            f"max_model_len={_MAX_MODEL_LEN.value}: must hold the longest length, "
+            f"max_model_len={engine_flags.MAX_MODEL_LEN.value}: must hold the longest length, "
             f"{max(lengths)}, plus {reply} reply tokens (--max_new_tokens)"
         )
 
@@ -111,20 +95,13 @@ def _engine(lengths: list[int], reply: int) -> LLM:
     try:
         return LLM(
             model=_MODEL.value,
-            dtype=_DTYPE.value,
-            mesh=_MESH.value,
-            page_size=_PAGE_SIZE.value,
-            num_pages=_NUM_PAGES.value,
-            max_num_batched_tokens=_MAX_BATCHED.value,
-            max_num_seqs=_MAX_SEQS.value,
-            max_model_len=_MAX_MODEL_LEN.value or max(lengths) + reply,
-            attention_impl=_ATTN.value,
-            kv_cache_dtype=_KV_CACHE_DTYPE.value,
+            **engine_flags.llm_kwargs(
+                max_model_len=engine_flags.MAX_MODEL_LEN.value or max(lengths) + reply
+            ),
             seed=_SEED.value,
-            enable_prefix_caching=_PREFIX_CACHING.value,
         )
     except ValueError as e:
-        if _MAX_MODEL_LEN.value is None and str(e).startswith("max_model_len="):
+        if engine_flags.MAX_MODEL_LEN.value is None and str(e).startswith("max_model_len="):
             # The value is ours (longest length + reply), not the user's: say where it is from.
             raise ValueError(f"lengths up to {max(lengths)} plus {reply} reply tokens: {e}") from e
         raise

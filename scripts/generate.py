@@ -24,6 +24,7 @@ from absl import app, flags
 
 from engine import LLM, SamplingParams, StructuredOutputsParams, chat, inputs
 from models.load import model_config, tokenizer_path
+from scripts import engine_flags
 from scripts.flag_checks import MAX_PROMPTS, check_count
 from sharding import distributed
 
@@ -84,23 +85,6 @@ _SEED = flags.DEFINE_integer(
     "Engine seed (random weights, random prompts); with --temperature > 0, prompt i samples "
     "with seed + i.",
 )
-_DTYPE = flags.DEFINE_string("dtype", None, "Override the parameter dtype.")
-_PAGE_SIZE = flags.DEFINE_integer("page_size", 16, "KV page size in tokens.")
-_NUM_PAGES = flags.DEFINE_integer("num_pages", None, "KV pages; default from a memory budget.")
-_MAX_BATCHED = flags.DEFINE_integer("max_num_batched_tokens", 2048, "Token budget per step.")
-_MAX_SEQS = flags.DEFINE_integer("max_num_seqs", 64, "Sequences per step at most.")
-_MAX_MODEL_LEN = flags.DEFINE_integer("max_model_len", None, "Longest sequence.")
-_ATTN = flags.DEFINE_enum(
-    "attention_impl", "auto", ["auto", "xla", "pallas", "mosaic"], "Attention."
-)
-_KV_CACHE_DTYPE = flags.DEFINE_enum(
-    "kv_cache_dtype", "auto", ["auto", "fp8", "fp8_e4m3"], "KV pages: the model dtype, or fp8."
-)
-_BATCH_INVARIANT = flags.DEFINE_bool("batch_invariant", False, "Bitwise-deterministic mode.")
-_PREFIX_CACHING = flags.DEFINE_bool(
-    "enable_prefix_caching", False, "Reuse the KV pages of prompts' shared prefixes."
-)
-_MESH = flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'dp=1,tp=2,ep=4'.")
 _COORDINATOR = flags.DEFINE_string("coordinator", None, "Multi-host: process 0's host:port.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", 1, "Multi-host: number of processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", 0, "Multi-host: this process's index.")
@@ -182,11 +166,17 @@ def _generate() -> None:
     if not _PROMPT.value:  # random prompts, built on the host before they run
         check_count("--num_prompts", _NUM_PROMPTS.value, high=MAX_PROMPTS)
         # The engine refuses a prompt past max_model_len; the config says it without weights.
-        limit = _MAX_MODEL_LEN.value or model_config(_MODEL.value).max_position_embeddings
+        limit = (
+            engine_flags.MAX_MODEL_LEN.value or model_config(_MODEL.value).max_position_embeddings
+        )
         if _PROMPT_LEN.value > limit:
             raise ValueError(
                 f"--prompt_len={_PROMPT_LEN.value}: must be <= max_model_len={limit}"
-                + ("" if _MAX_MODEL_LEN.value else " (the model's max_position_embeddings)")
+                + (
+                    ""
+                    if engine_flags.MAX_MODEL_LEN.value
+                    else " (the model's max_position_embeddings)"
+                )
             )
     # Text in or out needs the model's tokenizer: known from its files, before the weights.
     text_flags = (  # (what to show, whether it is given)
@@ -207,18 +197,8 @@ def _generate() -> None:
     distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     llm = LLM(
         model=_MODEL.value,
-        dtype=_DTYPE.value,
-        mesh=_MESH.value,
-        page_size=_PAGE_SIZE.value,
-        num_pages=_NUM_PAGES.value,
-        max_num_batched_tokens=_MAX_BATCHED.value,
-        max_num_seqs=_MAX_SEQS.value,
-        max_model_len=_MAX_MODEL_LEN.value,
-        batch_invariant=_BATCH_INVARIANT.value,
-        attention_impl=_ATTN.value,
-        kv_cache_dtype=_KV_CACHE_DTYPE.value,
+        **engine_flags.llm_kwargs(),
         seed=_SEED.value,
-        enable_prefix_caching=_PREFIX_CACHING.value,
     )
     if _PROMPT.value:
         prompts = list(_PROMPT.value)

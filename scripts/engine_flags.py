@@ -1,0 +1,44 @@
+"""The engine's settings as absl flags, for the scripts that build one LLM from the command
+line (generate, serve, eval_long_context): defined here once, read by `llm_kwargs()`."""
+
+from __future__ import annotations
+
+from absl import flags
+
+DTYPE = flags.DEFINE_string("dtype", None, "Override the parameter dtype.")
+MESH = flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'dp=1,tp=2,ep=4'.")
+PAGE_SIZE = flags.DEFINE_integer("page_size", 16, "KV page size in tokens.")
+NUM_PAGES = flags.DEFINE_integer("num_pages", None, "KV pages; default from a memory budget.")
+MAX_BATCHED = flags.DEFINE_integer("max_num_batched_tokens", 2048, "Token budget per step.")
+MAX_SEQS = flags.DEFINE_integer("max_num_seqs", 64, "Sequences per step at most.")
+MAX_MODEL_LEN = flags.DEFINE_integer(
+    "max_model_len", None, "Longest sequence (default: the model's, or what the script needs)."
+)
+ATTN = flags.DEFINE_enum(
+    "attention_impl", "auto", ["auto", "xla", "pallas", "mosaic"], "Attention."
+)
+KV_CACHE_DTYPE = flags.DEFINE_enum(
+    "kv_cache_dtype", "auto", ["auto", "fp8", "fp8_e4m3"], "KV pages: the model dtype, or fp8."
+)
+BATCH_INVARIANT = flags.DEFINE_bool("batch_invariant", False, "Bitwise-deterministic mode.")
+PREFIX_CACHING = flags.DEFINE_bool(
+    "enable_prefix_caching", False, "Reuse the KV pages of prompts' shared prefixes."
+)
+
+
+def llm_kwargs(**overrides) -> dict:
+    """LLM's keyword arguments from the flags (`overrides` win)."""
+    return {
+        "dtype": DTYPE.value,
+        "mesh": MESH.value,
+        "page_size": PAGE_SIZE.value,
+        "num_pages": NUM_PAGES.value,
+        "max_num_batched_tokens": MAX_BATCHED.value,
+        "max_num_seqs": MAX_SEQS.value,
+        "max_model_len": MAX_MODEL_LEN.value,
+        "attention_impl": ATTN.value,
+        "kv_cache_dtype": KV_CACHE_DTYPE.value,
+        "batch_invariant": BATCH_INVARIANT.value,
+        "enable_prefix_caching": PREFIX_CACHING.value,
+        **overrides,
+    }
