@@ -1,9 +1,10 @@
 """An OpenAI-compatible HTTP server over one LLM: the part of `vllm serve`'s API that
 applications call.
 
-  GET  /health, /v1/models
+  GET  /health, /v1/models, /metrics (Prometheus text: requests, KV use, tokens, steps)
   POST /v1/completions        prompt: text, token ids, or a list of either
   POST /v1/chat/completions   messages, rendered by the model's chat template (engine/chat.py)
+  POST /tokenize, /detokenize (vLLM's)
 
 Both POSTs answer whole or, with "stream": true, as server-sent events ending in
 "data: [DONE]". Request fields are the OpenAI API's (max_tokens, temperature, top_p, n,
@@ -13,7 +14,8 @@ structured_outputs, chat_template, ...); unknown fields are ignored, as vLLM doe
 left out take the model's generation_config values, else the OpenAI API's defaults
 (temperature 1; max_tokens 16 for completions, what fits in max_model_len for chat).
 A bad request gets HTTP 400 with the engine's ValueError message (it names the field)
-before anything is queued; a closed stream aborts its request.
+before anything is queued; a client that closes its connection (streaming or waiting for
+the whole answer) has its request aborted.
 
 The LLM is not thread-safe: one engine thread (EngineLoop) owns it and runs step() while
 requests are unfinished; HTTP handler threads (ThreadingHTTPServer) queue requests under
@@ -26,6 +28,8 @@ import dataclasses
 import http.server
 import json
 import queue
+import select
+import socket
 import sys
 import threading
 import time
@@ -169,6 +173,11 @@ class EngineLoop:
         with self._lock:
             self.llm.abort(request_id)
 
+    def stats(self) -> dict:
+        """LLM.stats(), between steps."""
+        with self._lock:
+            return self.llm.stats()
+
     def num_unfinished(self) -> int:
         with self._lock:
             return len(self._queues)
@@ -238,6 +247,8 @@ class Server(http.server.ThreadingHTTPServer):
         self.defaults = default_params(llm)
         self.loop = EngineLoop(llm)
         self.created = int(time.time())
+        self.prompt_tokens = self.num_answered = 0  # of answered requests (/metrics)
+        self._counting = threading.Lock()
         super().__init__(address, _Handler)
 
     def close(self) -> None:
@@ -247,6 +258,53 @@ class Server(http.server.ThreadingHTTPServer):
     def handle_error(self, request, client_address) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that went away
             super().handle_error(request, client_address)
+
+    def answered(self, prompts: list[list[int]]) -> None:
+        with self._counting:
+            self.num_answered += len(prompts)
+            self.prompt_tokens += sum(map(len, prompts))
+
+    def metrics(self) -> str:
+        """The engine's counters and gauges in Prometheus' text format (GET /metrics)."""
+        stats = self.loop.stats()
+        total = stats["num_pages_total"]
+        values = [
+            ("num_requests_running", "gauge", "Requests admitted", stats["num_running"]),
+            ("num_requests_waiting", "gauge", "Requests queued", stats["num_waiting"]),
+            (
+                "kv_cache_usage_perc",
+                "gauge",
+                "Share of KV pages held",
+                (total - stats["num_pages_free"]) / total,
+            ),
+            ("num_preemptions_total", "counter", "Preemptions", stats["num_preemptions"]),
+            (
+                "generation_tokens_total",
+                "counter",
+                "Tokens generated",
+                stats["num_tokens_generated"],
+            ),
+            (
+                "prompt_tokens_total",
+                "counter",
+                "Prompt tokens of answered requests",
+                self.prompt_tokens,
+            ),
+            ("request_success_total", "counter", "Requests answered", self.num_answered),
+            ("num_steps_total", "counter", "Engine steps", stats["num_steps"]),
+        ]
+        for key in ("prefix_cache_queries", "prefix_cache_hits"):
+            if key in stats:
+                values.append((key + "_total", "counter", f"Tokens ({key})", stats[key]))
+        label = json.dumps(self.model_name)
+        lines = []
+        for name, kind, doc, value in values:
+            lines += [
+                f"# HELP moeserve:{name} {doc}.",
+                f"# TYPE moeserve:{name} {kind}",
+                f"moeserve:{name}{{model_name={label}}} {value}",
+            ]
+        return "\n".join(lines) + "\n"
 
     def detokenize(self, ids, skip_special_tokens: bool = True) -> str:
         return self.llm.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
@@ -304,10 +362,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 "max_model_len": self.server.llm.max_model_len,
             }
             return self._json(200, {"object": "list", "data": [model]})
+        if self.path == "/metrics":
+            return self._send(200, self.server.metrics().encode(), "text/plain; version=0.0.4")
         raise HTTPError(404, f"path={self.path!r}: not found", "not_found_error")
 
     def _post(self) -> None:
         routes = {"/v1/completions": False, "/v1/chat/completions": True}
+        if self.path in ("/tokenize", "/detokenize"):
+            return self._tokens(self._body())
         if self.path not in routes:
             raise HTTPError(404, f"path={self.path!r}: not found", "not_found_error")
         body = self._body()
@@ -415,12 +477,28 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         for rid, _, deltas, choices in reqs:
             by_id = dict(zip(samples.sample_ids(rid, len(choices)), choices, strict=True))
             while any(c.finish_reason is None for c in choices):
-                d = deltas.get()
+                try:
+                    d = deltas.get(timeout=0.25)
+                except queue.Empty:
+                    if self._client_gone():  # _post's cleanup aborts what is unfinished
+                        raise ConnectionAbortedError("the client closed its connection") from None
+                    continue
                 if isinstance(d, Exception):
                     raise HTTPError(500, f"engine step failed: {d}", "server_error")
                 choice = by_id[d.request_id]
                 choice.add(d)
                 yield choice, d
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its connection (while it waits it sends nothing, so a
+        readable socket with no bytes means it is gone)."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     # ---- responses ------------------------------------------------------------------
 
@@ -475,6 +553,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 entry["text"] = text
             entry["logprobs"] = self._logprobs(c, 0, chat_api)
             out.append(entry)
+        self.server.answered([ids for _, ids, _, _ in reqs])
         self._json(
             200,
             {
@@ -539,15 +618,32 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             event([], self._usage(reqs))
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+        self.server.answered([ids for _, ids, _, _ in reqs])
 
     @staticmethod
     def _response_id(reqs, chat_api: bool) -> str:
         return ("chatcmpl-" if chat_api else "cmpl-") + reqs[0][0]
 
+    def _tokens(self, body: dict) -> None:
+        """vLLM's /tokenize ({"prompt": text} or {"messages": [...]}) and /detokenize
+        ({"tokens": [...]})."""
+        llm = self.server.llm
+        if self.path == "/detokenize":
+            ids = body.get("tokens")
+            if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+                raise ValueError("tokens: must be a list of token ids")
+            if any(not 0 <= t < llm.config.vocab_size for t in ids):
+                raise ValueError(f"tokens: ids must be in [0, {llm.config.vocab_size})")
+            return self._json(200, {"prompt": self.server.detokenize(ids)})
+        ids = self._chat_prompt(body) if "messages" in body else llm.tokenize(body.get("prompt"))
+        self._json(200, {"tokens": ids, "count": len(ids), "max_model_len": llm.max_model_len})
+
     def _json(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
+        self._send(status, json.dumps(payload).encode(), "application/json")
+
+    def _send(self, status: int, data: bytes, content_type: str) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

@@ -14,17 +14,19 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
 from engine import LLM, chat
-from engine.server import Server
+from engine.server import Server, _Handler
 from tests.sampler_cases import POOL
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -263,3 +265,44 @@ def test_the_serve_script_refuses_a_bad_port():
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     assert proc.returncode == 1 and "serve: --port=70000: must be in [0," in proc.stderr
+
+
+def test_tokenize_detokenize_and_metrics(server):
+    text = "the cat sat on the mat"
+    _, out = post(server, "/tokenize", {"prompt": text})
+    assert out["tokens"] == server.llm.tokenize(text) and out["count"] == len(out["tokens"])
+    _, back = post(server, "/detokenize", {"tokens": out["tokens"]})
+    assert back == {"prompt": TOKENIZER_DECODE(out["tokens"])}
+    status, err = post(server, "/detokenize", {"tokens": [10**6]})
+    assert status == 400 and "tokens: ids must be in [0," in err["error"]["message"]
+
+    def metrics() -> dict[str, float]:
+        conn, resp = _request(server, "GET", "/metrics")
+        text = resp.read().decode()
+        conn.close()
+        rows = [line.split() for line in text.splitlines() if not line.startswith("#")]
+        return {row[0].split("{")[0]: float(row[1]) for row in rows}
+
+    before = metrics()
+    post(server, "/v1/completions", {"prompt": REF["prompts"][1], **GREEDY})
+    after = metrics()
+    assert after["moeserve:request_success_total"] - before["moeserve:request_success_total"] == 1
+    assert (
+        after["moeserve:generation_tokens_total"] - before["moeserve:generation_tokens_total"] == 16
+    )
+    assert after["moeserve:prompt_tokens_total"] - before["moeserve:prompt_tokens_total"] == len(
+        REF["prompts"][1]
+    )
+    assert after["moeserve:num_requests_running"] == 0
+    assert after["moeserve:kv_cache_usage_perc"] == 0.0
+
+
+def test_a_client_gone_is_seen_on_its_socket():
+    a, b = socket.socketpair()
+    handler = SimpleNamespace(connection=a)
+    try:
+        assert not _Handler._client_gone(handler)
+        b.close()
+        assert _Handler._client_gone(handler)
+    finally:
+        a.close()
