@@ -21,8 +21,9 @@ from engine.sampler import GREEDY_TEMPERATURE
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
+from engine.speculative import NgramProposer, eligible, fill_draft_targets, verify
 from engine.step import StepOutput, init_kv_pages, make_step
-from engine.stop_strings import final_text
+from engine.stop_strings import check_stop_strings, final_text
 from engine.structured import StructuredOutputs
 from long_context.policy import LongPrefillPolicy, policy_for_processes
 from models.load import load_model, model_config
@@ -43,11 +44,8 @@ class _Dispatched(NamedTuple):
     compiles: bool
     start: float
     with_top: bool  # the step also returned each row's top logprobs
-    score_top: bool  # ... and every scored row's (prompt_logprobs=k)
-
-
-def _pairs(ids: np.ndarray, logprobs: np.ndarray) -> list[tuple[int, float]]:
-    return list(zip(ids.tolist(), logprobs.tolist(), strict=True))
+    score_top: bool  # ... and every scored row's (prompt_logprobs=k, drafts)
+    draft_rows: list  # speculative.fill_draft_targets
 
 
 class LLM:
@@ -81,6 +79,8 @@ class LLM:
     the pages of its longest cached prefix instead of computing it (stats:
     prefix_cache_queries / prefix_cache_hits; reset_prefix_cache). Full-attention models
     only: a sliding window's pages go back to the pool as a sequence advances.
+    `speculative_config` (vLLM's, "ngram" only: engine/speculative.py): greedy requests
+    decode several tokens a step when n-gram drafts from their own text come true.
     """
 
     def __init__(
@@ -101,6 +101,7 @@ class LLM:
         kv_cache_dtype: str = "auto",
         generation_config: str = "auto",
         enable_prefix_caching: bool = False,
+        speculative_config: dict | None = None,
     ):
         model = inputs.as_model_path(model)
         self._default_params = inputs.default_sampling_params(generation_config, model)
@@ -117,6 +118,7 @@ class LLM:
         batch_invariant = inputs.as_bool("batch_invariant", batch_invariant)
         async_scheduling = inputs.as_bool("async_scheduling", async_scheduling)
         enable_prefix_caching = inputs.as_bool("enable_prefix_caching", enable_prefix_caching)
+        proposer = NgramProposer.from_config(speculative_config)
         # Request seeds derive from it modulo 2**32 (numpy's seed range, as vLLM's).
         seed = inputs.as_int("seed", seed, low=0, high=2**32 - 1)
         if long_prefill is not None and not isinstance(long_prefill, LongPrefillPolicy):
@@ -198,6 +200,7 @@ class LLM:
             detokenize=None if self.tokenizer is None else self._detokenize,
             window_pages=PageManager(window_num_pages, page_size) if hybrid else None,
             prefix_cache=PrefixCache(self._pages) if enable_prefix_caching else None,
+            speculative=proposer,
         )
         self.batch_invariant = bool(batch_invariant)
         self._buckets = runner.Buckets(
@@ -286,7 +289,7 @@ class LLM:
             )
         logit_bias.check_token_lists(params, vocab, self.config.eos_token_ids)
         self._scheduler.check_fits(len(ids), params.max_tokens)
-        self._scheduler.check_stop_strings(params.stop)
+        check_stop_strings(params.stop, self._scheduler.detokenize)
         if params.structured_outputs is not None:  # compiled now: errors before queueing
             self._structured.index(params.structured_outputs)
 
@@ -357,7 +360,8 @@ class LLM:
             # Unseeded requests still get a distinct, reproducible stream per engine seed.
             seed = (self._seed * 1_000_003 + n) % (2**32)
             params = dataclasses.replace(params, seed=seed)
-        seq = Sequence(request_id, tuple(ids), params, fork_of=fork_of)
+        spec = self._scheduler.speculative is not None and eligible(params, GREEDY_TEMPERATURE)
+        seq = Sequence(request_id, tuple(ids), params, fork_of=fork_of, speculate=spec)
         out = RequestOutput(request_id, list(ids))
         if params.prompt_logprobs:  # filled in by the steps that compute the prompt
             out.prompt_logprobs = [0.0] * (len(ids) - 1)
@@ -491,6 +495,7 @@ class LLM:
         score_rows = runner.fill_score_targets(
             sched.items, batch, lambda it: self._outputs[it.request_id].prompt_token_ids
         )
+        draft_rows = fill_draft_targets(sched.items, batch)
         with_top = any(it.sample and it.sampling_params.logprobs for it in sched.items)
         penalized = self._penalty_slots.fill(
             sched.items,
@@ -512,7 +517,8 @@ class LLM:
             list_width = lists.ids.shape[1]
         # As sampler.sample's all-greedy test, on the same packed temperatures.
         sampling = bool(np.any(batch.temperature >= np.float32(GREEDY_TEMPERATURE)))
-        variant = (bool(score_rows), with_top, sampling, any(r[3] for r in score_rows))
+        score_top = bool(draft_rows) or any(r[3] for r in score_rows)
+        variant = (bool(score_rows or draft_rows), with_top, sampling, score_top)
         key = (variant, penalized, list_width, mask is not None, *shape)
         compiles = key not in self._variant_shapes
         step_fn = self._step_variant(variant)
@@ -542,7 +548,7 @@ class LLM:
             self._kv, out = step_fn(self.params, self._kv, batch)
         self._step_shapes.add(shape)
         self._variant_shapes.add(key)
-        return _Dispatched(sched, out, score_rows, compiles, start, with_top, variant[3])
+        return _Dispatched(sched, out, score_rows, compiles, start, with_top, score_top, draft_rows)
 
     def _complete_oldest(self) -> None:
         """Read back the oldest dispatched step's tokens and apply them (Scheduler.update);
@@ -551,7 +557,9 @@ class LLM:
         sched, out, score_rows = d.sched, d.out, d.score_rows
         begin = time.perf_counter()
         tokens, logprobs, load = jax.device_get((out.tokens, out.logprobs, out.expert_load))
-        scores = jax.device_get(out.score_logprobs) if score_rows else None
+        scores = score_ids = score_lps = None
+        if score_rows or d.draft_rows:
+            scores = jax.device_get(out.score_logprobs)
         if d.score_top:
             score_ids, score_lps = jax.device_get((out.score_top_ids, out.score_top_logprobs))
         top_ids = top_lps = None
@@ -564,12 +572,7 @@ class LLM:
         self._wait_seconds += end - begin
         seconds = None if d.compiles or score_rows else end - max(d.start, self._last_readback)
         self._last_readback = end
-        for rid, index, row, k in score_rows:
-            rec = self._outputs.get(rid)  # None if aborted and dropped since
-            if rec is not None:
-                rec.prompt_logprobs[index] = float(scores[row])
-                if k:
-                    rec.prompt_top_logprobs[index] = _pairs(score_ids[row, :k], score_lps[row, :k])
+        runner.store_prompt_logprobs(score_rows, self._outputs, scores, score_ids, score_lps)
         self._expert_load = np.asarray(load, np.int64)
         if self._expert_load_total.shape != self._expert_load.shape:
             self._expert_load_total = np.zeros_like(self._expert_load)
@@ -579,12 +582,10 @@ class LLM:
             for i, it in enumerate(sched.items)
             if it.sample
         }
+        if d.draft_rows:  # the drafts the model agrees with, then its own token
+            verify(sched.items, d.draft_rows, sampled, score_ids, score_lps, scores)
         self._num_steps += 1
-        tops = {}  # request id -> its sampled row's top logprobs, most likely first
-        for i, it in enumerate(sched.items if d.with_top else ()):
-            if it.sample and it.sampling_params.logprobs:
-                n = it.sampling_params.logprobs
-                tops[it.request_id] = tuple(_pairs(top_ids[i, :n], top_lps[i, :n]))
+        tops = runner.sampled_top_logprobs(sched.items, top_ids, top_lps) if d.with_top else {}
         results = self._scheduler.update(sched, sampled, seconds)
         # Before anything below can raise: a finished request's slot must not leak.
         self._penalty_slots.release(r.request_id for r in results if r.finished)

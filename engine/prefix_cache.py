@@ -33,6 +33,14 @@ from engine.kv_pages import PageManager
 ROOT = 0  # the block id before a sequence's first page
 
 
+def reads_cache(params) -> bool:
+    """Whether a request may take pages from the cache. Prompt logprobs need every prompt
+    position's logits, and a penalized request's device row is set up by the step that
+    feeds its position 0 (engine/penalties.py): both compute their whole prompt (their
+    pages are still indexed for others)."""
+    return not getattr(params, "prompt_logprobs", False) and not getattr(params, "penalized", False)
+
+
 class PrefixCache:
     """The content index of one PageManager's full pages."""
 

@@ -253,3 +253,30 @@ def fill_score_targets(items, batch, prompt_of) -> list[tuple[str, int, int, int
                 k = it.sampling_params.num_prompt_top_logprobs
                 rows.append((it.request_id, pos, first + j, k))
     return rows
+
+
+def pairs(ids: np.ndarray, logprobs: np.ndarray) -> list[tuple[int, float]]:
+    """[(token id, logprob), ...] from a row of top-logprob ids and values."""
+    return list(zip(ids.tolist(), logprobs.tolist(), strict=True))
+
+
+def store_prompt_logprobs(score_rows, records: dict, scores, top_ids, top_logprobs) -> None:
+    """Write a step's scored prompt positions (fill_score_targets' rows) into the records
+    still kept (by request id): each position's logprob, and its top k when asked."""
+    for rid, index, row, k in score_rows:
+        rec = records.get(rid)  # None if aborted and dropped since
+        if rec is not None:
+            rec.prompt_logprobs[index] = float(scores[row])
+            if k:
+                rec.prompt_top_logprobs[index] = pairs(top_ids[row, :k], top_logprobs[row, :k])
+
+
+def sampled_top_logprobs(items, top_ids, top_logprobs) -> dict[str, tuple]:
+    """Request id -> its sampled row's SamplingParams.logprobs most likely (token, logprob)
+    pairs, most likely first, for the items that asked."""
+    tops = {}
+    for i, it in enumerate(items):
+        if it.sample and it.sampling_params.logprobs:
+            n = it.sampling_params.logprobs
+            tops[it.request_id] = tuple(pairs(top_ids[i, :n], top_logprobs[i, :n]))
+    return tops

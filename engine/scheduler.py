@@ -36,11 +36,10 @@ would need a preemption it returns None and the caller falls back to the synchro
 that stops at N while in N+1 is finished by update(N), its N+1 sample is dropped, and its
 pages are released by update(N+1), so a later step never reuses them while N+1 may write.
 
-Prefix caching (`prefix_cache`, engine/prefix_cache.py): every full page a step computed is
-indexed by its content in update(), or as soon as schedule_ahead builds the step after the
-one filling it (launched, so it writes them first); an admitted sequence takes the pages of its
-longest cached prefix (counted as shared tokens: the long-prefill policy sees only the
-rest) and computes from there. A freed page keeps its content until allocated again.
+Prefix caching (engine/prefix_cache.py): full pages are indexed by content in update(), or
+when schedule_ahead builds the step after the launched one filling them; admission takes a
+sequence's longest cached prefix (as shared tokens). Speculative decoding
+(engine/speculative.py): a decode may carry drafts; update() then gets its kept tokens.
 """
 
 from __future__ import annotations
@@ -49,10 +48,11 @@ import collections
 from dataclasses import dataclass, field
 
 from engine.kv_pages import PageManager, PagePool
-from engine.prefix_cache import PrefixCache
+from engine.prefix_cache import PrefixCache, reads_cache
 from engine.scheduler_output import ScheduledItem, SchedulerOutput, StepResult
 from engine.sequence import Sequence, SequenceStatus
-from engine.stop_strings import Detokenize, stop_reason
+from engine.speculative import NgramProposer, drafts_for
+from engine.stop_strings import Detokenize, check_stop_strings, stop_reason
 from long_context.policy import LongPrefillController, LongPrefillPolicy
 
 
@@ -80,6 +80,7 @@ class _StepPlan:
     allowance: int | None = None  # long-prefill tokens allowed (None: the budget)
     allowance_known: bool = False
     ahead: bool = False  # built by schedule_ahead: never preempt, fall back instead
+    drafts: dict[Sequence, tuple[int, ...]] = field(default_factory=dict)  # in decodes' counts
 
     @property
     def long_tokens(self) -> int:
@@ -88,6 +89,7 @@ class _StepPlan:
     def drop(self, seq: Sequence) -> None:
         """Take a preempted sequence out of the step and return its tokens to the budget."""
         self.budget += self.decodes.pop(seq, 0) + self.prefills.pop(seq, 0)
+        self.drafts.pop(seq, None)
         self.long.discard(seq)
 
 
@@ -111,6 +113,7 @@ class Scheduler:
         detokenize: Detokenize | None = None,
         window_pages: PageManager | None = None,
         prefix_cache: PrefixCache | None = None,
+        speculative: NgramProposer | None = None,
     ):
         """`sliding_window`: set when every layer of the model attends only to the last
         that many keys (ModelConfig.kv_window); a running sequence then gives back the
@@ -123,7 +126,9 @@ class Scheduler:
         strings (SamplingParams.stop); without it such requests are refused.
         `prefix_cache`: an index of `page_manager`'s full pages (engine/prefix_cache.py);
         admission then takes a waiting sequence's longest indexed prefix instead of
-        computing it. Not with a sliding window (its pages go back as it advances)."""
+        computing it. Not with a sliding window (its pages go back as it advances).
+        `speculative`: drafts for the decodes of sequences with `speculate` set
+        (engine/speculative.py); `update` then takes a list of tokens for their items."""
         for name, value in (
             ("max_num_batched_tokens", max_num_batched_tokens),
             ("max_num_seqs", max_num_seqs),
@@ -183,6 +188,8 @@ class Scheduler:
         self._num_preemptions = 0
         self._num_shared_tokens = 0
         self.prefix_cache = prefix_cache
+        self.speculative = speculative
+        self._num_drafts = self._num_accepted = 0
         self._num_cache_queries = self._num_cache_hits = 0  # tokens, at admissions
         self.long_prefill = None if long_prefill is None else LongPrefillController(long_prefill)
 
@@ -227,14 +234,6 @@ class Scheduler:
                     f"{pool.pages.num_total} (page_size={pool.pages.page_size})"
                 )
 
-    def check_stop_strings(self, stop: tuple[str, ...]) -> None:
-        """ValueError if a request has stop strings and there is no tokenizer to read them."""
-        if stop and self.detokenize is None:
-            raise ValueError(
-                f"stop={stop!r}: stop strings need the model's tokenizer (a tokenizer.json "
-                "in the model directory); use stop_token_ids instead"
-            )
-
     def pages_held_at_most(self, kv_len: int, window: int | None = None) -> int:
         """Most pages a sequence of up to `kv_len` KV tokens holds at once in a pool: all of
         them, or with a sliding `window` W the pages under a step's chunk (<= the token
@@ -274,7 +273,7 @@ class Scheduler:
             raise ValueError(f"request_id={seq.request_id!r}: fork_of has another prompt")
         max_tokens = seq.sampling_params.max_tokens
         self.check_fits(seq.num_prompt_tokens, max_tokens)
-        self.check_stop_strings(seq.sampling_params.stop)
+        check_stop_strings(seq.sampling_params.stop, self.detokenize)
         seq.arrival = self._next_arrival
         self._next_arrival += 1
         if max_tokens == 0:
@@ -352,8 +351,8 @@ class Scheduler:
         """
         if len(self._in_flight) != 1:
             raise RuntimeError("schedule_ahead() needs exactly one step in flight")
-        if self._aborted:
-            return None
+        if self._aborted or (self.speculative and any(s.speculate for s in self._running)):
+            return None  # (drafts come from the tokens before them: a synchronous step)
         if self.prefix_cache is not None:
             # The step in flight was launched: the pages it fills are written before the
             # step built now reads them, so requests admitted now may take them.
@@ -393,6 +392,8 @@ class Scheduler:
                 if self._make_room(seq, self._computed(seq) + 1, plan):
                     plan.decodes[seq] = 1
                     plan.budget -= 1
+        if self.speculative is not None and not plan.ahead:
+            self._add_drafts(plan)
 
         # Running partial prefills continue, oldest first.
         for seq in list(self._running):
@@ -456,7 +457,7 @@ class Scheduler:
         if plan.ahead:
             prev = self._in_flight[0][0]
             feed = {it.request_id: i for i, it in enumerate(prev.items) if it.sample}
-        items = tuple(self._item(seq, n, feed) for seq, n in scheduled)
+        items = tuple(self._item(seq, n, feed, plan.drafts.get(seq, ())) for seq, n in scheduled)
         out = SchedulerOutput(
             items=items,
             num_batched_tokens=self.max_num_batched_tokens - plan.budget,
@@ -501,16 +502,28 @@ class Scheduler:
                     self._release_later.discard(seq)
                     self._release_pages(seq)
                 continue
-            seq.num_computed_tokens = item.kv_len_after
+            if item.sample and item.request_id not in sampled:
+                raise ValueError(f"sampled: no token for request_id={item.request_id!r}")
+            new = sampled[item.request_id] if item.sample else None
+            if item.num_drafts:  # the KV of the drafts kept (the last new token is not fed)
+                seq.num_computed_tokens = item.start_pos + len(new)
+                self._num_drafts += item.num_drafts
+                self._num_accepted += len(new) - 1
+            else:
+                seq.num_computed_tokens = item.kv_len_after
+                new = new and (new,)
             if self.prefix_cache is not None:
                 self._index_pages(seq, seq.num_computed_tokens)
             for pool in self._windowed_pools:
                 pool.release_behind_window(seq)
-            if not item.sample:
-                continue
-            if item.request_id not in sampled:
-                raise ValueError(f"sampled: no token for request_id={item.request_id!r}")
-            token_id, logprob = sampled[item.request_id]
+            if new:
+                results.append(self._append(seq, new))
+        return results
+
+    def _append(self, seq: Sequence, new) -> StepResult:
+        """Append a step's new (token, logprob) pairs to `seq` up to the first that ends it."""
+        reason = why = None
+        for kept, (token_id, logprob) in enumerate(new, 1):  # noqa: B007 (read below)
             seq.output_token_ids.append(token_id)
             seq.output_logprobs.append(logprob)
             reason, why = stop_reason(
@@ -518,18 +531,10 @@ class Scheduler:
             )
             if reason is not None:
                 self._finish(seq, reason)
-            results.append(
-                StepResult(
-                    seq.request_id,
-                    (token_id,),
-                    (logprob,),
-                    reason is not None,
-                    reason,
-                    why,
-                    seq.num_cached_tokens,
-                )
-            )
-        return results
+                break
+        ids, logprobs = zip(*new[:kept], strict=True)
+        done = reason is not None
+        return StepResult(seq.request_id, ids, logprobs, done, reason, why, seq.num_cached_tokens)
 
     # ---- queries -----------------------------------------------------------------------
 
@@ -551,6 +556,9 @@ class Scheduler:
             "num_pages_free": self.pages.num_free,
             "num_pages_total": self.pages.num_total,
         }
+        if self.speculative is not None:  # drafts fed, and of those the ones kept
+            s["num_draft_tokens"] = self._num_drafts
+            s["num_accepted_tokens"] = self._num_accepted
         if self.prefix_cache is not None:
             # Tokens of the admitted sequences that could read the cache, and of those the
             # ones whose pages it supplied (vLLM's queries and hits); pages indexed now.
@@ -563,8 +571,7 @@ class Scheduler:
         return s
 
     def in_flight_all_finished(self) -> bool:
-        """True when the newest step in flight only holds finished (stopped or aborted)
-        sequences, so nothing waits on it but the release of their pages."""
+        """Whether the newest step in flight holds only finished sequences (stopped or aborted)."""
         return bool(self._in_flight) and all(s.is_finished for s in self._in_flight[-1][1].values())
 
     @property
@@ -712,15 +719,17 @@ class Scheduler:
         # It is newer than every running sequence and older than every waiting one.
         self._waiting.appendleft(seq)
 
-    def _item(self, seq: Sequence, num_tokens: int, feed: dict[str, int]) -> ScheduledItem:
+    def _item(
+        self, seq: Sequence, num_tokens: int, feed: dict[str, int], drafts: tuple[int, ...]
+    ) -> ScheduledItem:
         start = self._computed(seq)
-        stop = start + num_tokens
+        stop = start + num_tokens - len(drafts)
         token_ids, feed_index = seq.token_ids_range(start, stop), -1
         if stop > seq.num_tokens:  # a decode of the token the step in flight samples
             token_ids, feed_index = (0,), feed[seq.request_id]
         return ScheduledItem(
             request_id=seq.request_id,
-            token_ids=token_ids,
+            token_ids=token_ids + drafts,
             start_pos=start,
             page_ids=seq.page_ids,
             sample=stop == seq.num_tokens + seq.num_pending_samples,
@@ -728,6 +737,7 @@ class Scheduler:
             num_generated=seq.num_output_tokens + seq.num_pending_samples,
             feed_index=feed_index,
             window_page_ids=seq.window_page_ids,
+            num_drafts=len(drafts),
         )
 
     def _finish(self, seq: Sequence, reason: str) -> None:
@@ -748,20 +758,23 @@ class Scheduler:
         return self.prefix_cache.match(seq.token_ids_range, seq.num_tokens - 1)
 
     def _reads_cache(self, seq: Sequence) -> bool:
-        """With a prefix cache, whether `seq` may take pages from it. Prompt logprobs need
-        every prompt position's logits, and a penalized request's device row is set up by
-        the step that feeds its position 0 (engine/penalties.py): both compute their whole
-        prompt (their pages are still indexed for others)."""
-        p = seq.sampling_params
-        return (
-            self.prefix_cache is not None
-            and not getattr(p, "prompt_logprobs", False)
-            and not getattr(p, "penalized", False)
-        )
+        return self.prefix_cache is not None and reads_cache(seq.sampling_params)
+
+    def _add_drafts(self, plan: _StepPlan) -> None:
+        """Extend the decodes of `speculate` sequences by drafts (speculative.drafts_for)."""
+        for seq in list(plan.decodes):
+            if seq.speculate and plan.budget > 0:
+                drafts = drafts_for(
+                    seq, self.speculative, plan.budget, self.max_model_len, self.pages
+                )
+                if drafts:
+                    self._pools[0].grow(seq, seq.num_tokens + len(drafts))
+                    plan.drafts[seq] = drafts
+                    plan.decodes[seq] += len(drafts)
+                    plan.budget -= len(drafts)
 
     def _index_pages(self, seq: Sequence, num_tokens: int) -> None:
-        """Index the full pages of `seq`'s first `num_tokens` positions (written, or being
-        written by a launched step) in the prefix cache."""
+        """Index the full pages of `seq`'s first `num_tokens` positions (KV written)."""
         self.prefix_cache.register(seq.page_ids, seq.token_ids_range, num_tokens, seq.prefix_blocks)
 
     def _count_admission(self, seq: Sequence, sign: int) -> None:

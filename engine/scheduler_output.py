@@ -25,6 +25,9 @@ class ScheduledItem(NamedTuple):
     feed_index: int = -1
     # Hybrid models: the windowed layers' page table (Sequence.window_page_ids); () if none.
     window_page_ids: tuple[int, ...] = ()
+    # Speculative decoding: token_ids is the decode's token then this many drafts
+    # (engine/speculative.py); its sample is the token after the last draft.
+    num_drafts: int = 0
 
     @property
     def kv_len_after(self) -> int:

@@ -66,6 +66,8 @@ class Sequence:
     # cache supplied at this admission; and the block id of each page of the table indexed
     # so far (the chain its next full page is indexed under).
     num_cached_tokens: int = 0
+    # Speculative decoding (engine/speculative.py): its decodes may carry drafts.
+    speculate: bool = False
     prefix_blocks: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self):

@@ -53,6 +53,15 @@ def final_text(detokenize: Detokenize | None, token_ids: Sequence[int], params, 
     return text
 
 
+def check_stop_strings(stop: tuple[str, ...], detokenize: Detokenize | None) -> None:
+    """ValueError if a request has stop strings and there is no tokenizer to read them."""
+    if stop and detokenize is None:
+        raise ValueError(
+            f"stop={stop!r}: stop strings need the model's tokenizer (a tokenizer.json "
+            "in the model directory); use stop_token_ids instead"
+        )
+
+
 def stop_reason(
     seq, token_id: int, eos_token_ids, detokenize: Detokenize | None, max_model_len: int
 ) -> tuple[str | None, int | str | None]:

@@ -1,0 +1,152 @@
+"""Speculative decoding with n-gram (prompt lookup) drafts, for greedy requests.
+
+A decode whose last tokens occurred earlier in its own prompt or output guesses that what
+followed then follows again: up to k draft tokens are fed after its last token in the same
+step (Scheduler: a decode of 1 + k tokens), and the step scores every fed position (the
+with_scores step: its top-1 token and logprob there). The host keeps the drafts the model
+agrees with, in order, and adds the model's own token where they part (or its sampled
+token after the last draft): 1 to k + 1 tokens a step for the price of one wider step.
+vLLM's "ngram" method (`speculative_config={"method": "ngram", "num_speculative_tokens": k,
+"prompt_lookup_max": n, "prompt_lookup_min": m}`).
+
+Greedy only: each kept token is the argmax the model gives at its position, as decoding one
+token at a time would take (bitwise so in batch-invariant mode, where a row's logits do not
+depend on the step's shape). Requests whose next token also depends on lists, penalties,
+a grammar or top logprobs decode one token at a time (`eligible`). Rejected drafts' K/V
+stay in slots past the sequence's KV length, where attention never reads and the next
+tokens overwrite them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+MAX_DRAFTS = 16
+SEARCH_TOKENS = 4096  # drafts come from the last this many tokens of a sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class NgramProposer:
+    """Drafts for a sequence from an earlier occurrence of its last n tokens."""
+
+    num_speculative_tokens: int
+    prompt_lookup_max: int = 4
+    prompt_lookup_min: int = 1
+
+    def __post_init__(self):
+        k, hi, lo = self.num_speculative_tokens, self.prompt_lookup_max, self.prompt_lookup_min
+        for name, value in (("num_speculative_tokens", k), ("prompt_lookup_max", hi)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+                raise ValueError(f"speculative_config.{name}={value!r}: must be in [1, 64]")
+        if k > MAX_DRAFTS:
+            raise ValueError(
+                f"speculative_config.num_speculative_tokens={k}: must be <= {MAX_DRAFTS}"
+            )
+        if isinstance(lo, bool) or not isinstance(lo, int) or not 1 <= lo <= hi:
+            raise ValueError(
+                f"speculative_config.prompt_lookup_min={lo!r}: must be in [1, "
+                f"prompt_lookup_max={hi}]"
+            )
+
+    @classmethod
+    def from_config(cls, config: dict | None) -> NgramProposer | None:
+        """vLLM's speculative_config dict (None: off)."""
+        if config is None:
+            return None
+        if not isinstance(config, dict):
+            raise ValueError(f"speculative_config={config!r}: must be a dict or None")
+        config = dict(config)
+        method = config.pop("method", "ngram")
+        if method != "ngram":
+            raise ValueError(f"speculative_config.method={method!r}: only 'ngram' is supported")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise ValueError(f"speculative_config: unknown keys {unknown}; known: {sorted(known)}")
+        if "num_speculative_tokens" not in config:
+            raise ValueError("speculative_config.num_speculative_tokens: missing")
+        return cls(**config)
+
+    def propose(self, tokens: np.ndarray, k: int) -> tuple[int, ...]:
+        """Up to `k` drafts after `tokens` (a sequence's last tokens, int array): what
+        followed the latest earlier occurrence of its longest suffix of n tokens,
+        prompt_lookup_max >= n >= prompt_lookup_min; () when none occurs."""
+        length = tokens.shape[0]
+        for n in range(min(self.prompt_lookup_max, length - 1), self.prompt_lookup_min - 1, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(tokens[: length - 1], n)
+            hits = np.flatnonzero((windows == tokens[length - n :]).all(axis=1))
+            if hits.size:
+                start = int(hits[-1]) + n  # the latest occurrence ending before the suffix
+                return tuple(tokens[start : start + k].tolist())
+        return ()
+
+
+def drafts_for(seq, proposer: NgramProposer, budget: int, max_model_len: int, pages):
+    """The drafts `seq` (engine/sequence.py, decoding its last token this step) feeds after
+    that token: at most `budget`, none past max_tokens or max_model_len (each kept draft is
+    an output token), and only as many as fit in the pages it holds when `pages` (its
+    PageManager) cannot give it more without preempting someone: a guess never costs
+    another request."""
+    max_tokens = seq.sampling_params.max_tokens
+    cap = min(
+        budget,
+        proposer.num_speculative_tokens,
+        max_model_len - 1 - seq.num_tokens,
+        seq.num_tokens if max_tokens is None else max_tokens - seq.num_output_tokens - 1,
+    )
+    if cap <= 0:
+        return ()
+    start = max(0, seq.num_tokens - SEARCH_TOKENS)
+    drafts = proposer.propose(np.asarray(seq.token_ids_range(start, seq.num_tokens)), cap)
+    if not pages.can_allocate(pages.num_new_pages(seq.page_ids, seq.num_tokens + len(drafts))):
+        drafts = drafts[: max(0, len(seq.page_ids) * pages.page_size - seq.num_tokens)]
+    return drafts
+
+
+def eligible(params, greedy_below: float) -> bool:
+    """Whether a request's next token is the argmax of the raw logits (nothing but the
+    model decides it) and it wants no top logprobs: what verification checks."""
+    return (
+        params.temperature < greedy_below
+        and not params.penalized
+        and params.logit_bias is None
+        and params.allowed_token_ids is None
+        and not params.bad_words_token_ids
+        and params.min_tokens == 0
+        and params.structured_outputs is None
+        and not params.logprobs
+    )
+
+
+def fill_draft_targets(items, batch) -> list[tuple[int, int]]:
+    """Set batch.score_targets at every row a draft follows (the row at position p scores
+    the token fed at p + 1); returns (item index, its first row) per item with drafts."""
+    rows = []
+    for i, it in enumerate(items):
+        if it.num_drafts:
+            first = int(batch.cu_q_lens[i])
+            batch.score_targets[first : first + it.num_drafts] = it.token_ids[1:]
+            rows.append((i, first))
+    return rows
+
+
+def verify(items, draft_rows, sampled: dict, top_ids, top_logprobs, target_logprobs) -> None:
+    """Replace each drafting item's sampled (token, logprob) by its new tokens: the drafts
+    the model's argmax agrees with, in order, then the argmax where they part, or the
+    sampled token after the last. `top_ids`, `top_logprobs`: [T, K] the step's top
+    logprobs per row; `target_logprobs`: [T] each row's log p(score target)."""
+    for i, first in draft_rows:
+        it = items[i]
+        drafts = it.token_ids[1:]
+        argmax = top_ids[first : first + len(drafts), 0].tolist()
+        kept = []
+        for j, (draft, best) in enumerate(zip(drafts, argmax, strict=True)):
+            if draft != best:
+                kept.append((best, float(top_logprobs[first + j, 0])))
+                break
+            kept.append((draft, float(target_logprobs[first + j])))
+        else:
+            kept.append(sampled[it.request_id])
+        sampled[it.request_id] = kept
