@@ -44,7 +44,7 @@ class _Dispatched(NamedTuple):
     compiles: bool
     start: float
     with_top: bool  # the step also returned each row's top logprobs
-    score_top: bool  # ... and every scored row's (prompt_logprobs=k, drafts)
+    score_top: int  # ... and every scored row's top this many (prompt_logprobs=k; drafts: 1)
     draft_rows: list  # speculative.fill_draft_targets
 
 
@@ -237,7 +237,7 @@ class LLM:
         # each compiled when first needed (make_step: the sampler is ~35-40% of a step's
         # compile time, saved wherever traffic is greedy).
         self._step = make_step(*self._step_key, sampling=False)
-        self._variants: dict[tuple[bool, bool, bool, bool], object] = {}
+        self._variants: dict[tuple[bool, bool, bool, int], object] = {}
         self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
         # Penalized requests (presence/frequency/repetition): a slot each in a device-side
         # state of token counts, [max_num_seqs, vocab] int32 + bool, made on first use.
@@ -517,7 +517,8 @@ class LLM:
             list_width = lists.ids.shape[1]
         # As sampler.sample's all-greedy test, on the same packed temperatures.
         sampling = bool(np.any(batch.temperature >= np.float32(GREEDY_TEMPERATURE)))
-        score_top = bool(draft_rows) or any(r[3] for r in score_rows)
+        # Drafts need each row's argmax alone: a top-1 step (top-20 costs more on a CPU).
+        score_top = self._top_k if any(r[3] for r in score_rows) else int(bool(draft_rows))
         variant = (bool(score_rows or draft_rows), with_top, sampling, score_top)
         key = (variant, penalized, list_width, mask is not None, *shape)
         compiles = key not in self._variant_shapes
@@ -628,12 +629,12 @@ class LLM:
     def _prompt_len(self, item) -> int:
         return len(self._outputs[item.request_id].prompt_token_ids)
 
-    def _step_variant(self, variant: tuple[bool, bool, bool, bool]):
+    def _step_variant(self, variant: tuple[bool, bool, bool, int]):
         """The step that also returns every row's target logprob (with_scores) and/or the
         top logprobs of each sampled row (with_top), samples (sampling: a row at temperature
         >= sampler.GREEDY_TEMPERATURE) or takes every row's argmax, and returns every
-        scored row's top logprobs (score_top); compiled on first use."""
-        if variant == (False, False, False, False):
+        scored row's top `score_top` logprobs; compiled on first use."""
+        if variant == (False, False, False, 0):
             return self._step
         if variant not in self._variants:
             with_scores, with_top, sampling, score_top = variant
@@ -642,7 +643,7 @@ class LLM:
                 with_scores=with_scores,
                 top_logprobs=self._top_k if with_top else 0,
                 sampling=sampling,
-                score_top_logprobs=self._top_k if score_top else 0,
+                score_top_logprobs=score_top,
             )
         return self._variants[variant]
 

@@ -25,6 +25,10 @@ PREFIX_CACHING = flags.DEFINE_bool(
     "enable_prefix_caching", False, "Reuse the KV pages of prompts' shared prefixes."
 )
 
+SPEC_TOKENS = flags.DEFINE_integer(
+    "num_speculative_tokens", 0, "N-gram speculative decoding: drafts per greedy decode; 0 = off."
+)
+
 
 def llm_kwargs(**overrides) -> dict:
     """LLM's keyword arguments from the flags (`overrides` win)."""
@@ -40,5 +44,8 @@ def llm_kwargs(**overrides) -> dict:
         "kv_cache_dtype": KV_CACHE_DTYPE.value,
         "batch_invariant": BATCH_INVARIANT.value,
         "enable_prefix_caching": PREFIX_CACHING.value,
+        "speculative_config": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS.value}
+        if SPEC_TOKENS.value
+        else None,
         **overrides,
     }

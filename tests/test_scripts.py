@@ -40,6 +40,7 @@ def test_generate_prints_tokens_and_throughput():
         "--max_tokens=5",
         "--truncate_prompt_tokens=3",
         "--n=2",
+        "--num_speculative_tokens=2",  # (greedy: n-gram drafts where the text repeats)
     )
     assert out.count("(length)") == 6
     lens = [
@@ -184,6 +185,11 @@ def test_every_bench_sampling_mode_is_valid():
             "scripts.bench_prefix_cache",
             ["--model=tiny-llama", "--prefix_len=40", "--suffix_len=5", "--n=3", "--page_size=8"],
             "| 15 | 3/3 |",
+        ),
+        (
+            "scripts.bench_speculative",
+            ["--model=tiny-llama", "--n=2", "--prompt_len=16", "--max_tokens=8"],
+            "| self-quoting prompts | ngram |",
         ),
         (
             # Also fails unless the server's texts equal the engine's.
