@@ -352,7 +352,7 @@ class StreamDelta:
     """One request's increment from one engine step (the streaming form)."""
 
     request_id: str
-    token_ids: tuple[int, ...]  # tokens new in this step (0 or 1 today)
+    token_ids: tuple[int, ...]  # tokens new in this step (0 or 1; more with kept drafts)
     logprobs: tuple[float, ...]
     finish_reason: str | None  # set on the request's last delta
     # Per token in token_ids, its step's most likely (token id, logprob) pairs, when the
