@@ -5,11 +5,13 @@ curl localhost:8000/v1/completions -H 'Content-Type: application/json' \
     -d '{"prompt": "the cat sat on", "max_tokens": 16, "temperature": 0}'
 
 The model needs a tokenizer.json (the API speaks text); /v1/chat/completions needs a chat
-template (the model's, or "chat_template" in the request). Ctrl-C stops the server.
+template (the model's, or "chat_template" in the request). Ctrl-C or SIGTERM (what process
+managers send) stops the server: requests in flight are cut off, the engine thread joined.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from absl import app, flags
@@ -36,6 +38,7 @@ def main(argv):
         server = Server((_HOST.value, _PORT.value), llm, _NAME.value or _MODEL.value)
     except (ValueError, OSError) as e:  # bad flags, a model that cannot serve, a busy port
         sys.exit(f"serve: {e}")
+    signal.signal(signal.SIGTERM, _interrupt)
     host, port = server.server_address[:2]
     print(f"serving {server.model_name!r} on http://{host}:{port}/v1", flush=True)
     try:
@@ -44,6 +47,10 @@ def main(argv):
         pass
     finally:
         server.close()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
