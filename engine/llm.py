@@ -21,7 +21,7 @@ from engine.sampler import GREEDY_TEMPERATURE
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
-from engine.speculative import NgramProposer, eligible, fill_draft_targets, verify
+from engine.speculative import NgramProposer, eligible, keep_drafts, prepare_drafts
 from engine.step import StepOutput, init_kv_pages, make_step
 from engine.stop_strings import check_stop_strings, final_text
 from engine.structured import StructuredOutputs
@@ -45,7 +45,7 @@ class _Dispatched(NamedTuple):
     start: float
     with_top: bool  # the step also returned each row's top logprobs
     score_top: int  # ... and every scored row's top this many (prompt_logprobs=k; drafts: 1)
-    draft_rows: list  # speculative.fill_draft_targets
+    drafts: tuple  # speculative.prepare_drafts: (draft rows, the rows scored or None)
 
 
 class LLM:
@@ -253,7 +253,7 @@ class LLM:
         self._groups = samples.SampleGroups()  # requests with n > 1 samples, until done
         self._num_steps = 0
         self._step_shapes: set[tuple[int, int]] = set()  # (T, S) buckets this engine ran
-        # (variant, penalized, list width, masked, T, S): the step programs this engine ran.
+        # (variant, penalized, list width, masked, rows scored, T, S): step programs run.
         self._variant_shapes: set[tuple] = set()
         self._page_rows = runner.PageRows()  # page tables as arrays, grown step by step
         self._window_rows = runner.PageRows("window_page_ids")
@@ -495,7 +495,7 @@ class LLM:
         score_rows = runner.fill_score_targets(
             sched.items, batch, lambda it: self._outputs[it.request_id].prompt_token_ids
         )
-        draft_rows = fill_draft_targets(sched.items, batch)
+        drafts, batch = prepare_drafts(sched.items, batch, bool(score_rows), self._buckets.min_rows)
         with_top = any(it.sample and it.sampling_params.logprobs for it in sched.items)
         penalized = self._penalty_slots.fill(
             sched.items,
@@ -518,9 +518,10 @@ class LLM:
         # As sampler.sample's all-greedy test, on the same packed temperatures.
         sampling = bool(np.any(batch.temperature >= np.float32(GREEDY_TEMPERATURE)))
         # Drafts need each row's argmax alone: a top-1 step (top-20 costs more on a CPU).
-        score_top = self._top_k if any(r[3] for r in score_rows) else int(bool(draft_rows))
-        variant = (bool(score_rows or draft_rows), with_top, sampling, score_top)
-        key = (variant, penalized, list_width, mask is not None, *shape)
+        score_top = self._top_k if any(r[3] for r in score_rows) else int(bool(drafts[0]))
+        variant = (bool(score_rows or drafts[0]), with_top, sampling, score_top)
+        scored = None if drafts[1] is None else drafts[1].shape[0]
+        key = (variant, penalized, list_width, mask is not None, scored, *shape)
         compiles = key not in self._variant_shapes
         step_fn = self._step_variant(variant)
         if self.mesh is not None:
@@ -549,7 +550,7 @@ class LLM:
             self._kv, out = step_fn(self.params, self._kv, batch)
         self._step_shapes.add(shape)
         self._variant_shapes.add(key)
-        return _Dispatched(sched, out, score_rows, compiles, start, with_top, score_top, draft_rows)
+        return _Dispatched(sched, out, score_rows, compiles, start, with_top, score_top, drafts)
 
     def _complete_oldest(self) -> None:
         """Read back the oldest dispatched step's tokens and apply them (Scheduler.update);
@@ -559,7 +560,7 @@ class LLM:
         begin = time.perf_counter()
         tokens, logprobs, load = jax.device_get((out.tokens, out.logprobs, out.expert_load))
         scores = score_ids = score_lps = None
-        if score_rows or d.draft_rows:
+        if score_rows or d.drafts[0]:
             scores = jax.device_get(out.score_logprobs)
         if d.score_top:
             score_ids, score_lps = jax.device_get((out.score_top_ids, out.score_top_logprobs))
@@ -583,8 +584,8 @@ class LLM:
             for i, it in enumerate(sched.items)
             if it.sample
         }
-        if d.draft_rows:  # the drafts the model agrees with, then its own token
-            verify(sched.items, d.draft_rows, sampled, score_ids, score_lps, scores)
+        if d.drafts[0]:  # the drafts the model agrees with, then its own token
+            keep_drafts(sched.items, d.drafts, sampled, scores, score_ids, score_lps)
         self._num_steps += 1
         tops = runner.sampled_top_logprobs(sched.items, top_ids, top_lps) if d.with_top else {}
         results = self._scheduler.update(sched, sampled, seconds)

@@ -132,6 +132,28 @@ def fill_draft_targets(items, batch) -> list[tuple[int, int]]:
     return rows
 
 
+def score_index(draft_rows, items, min_rows: int) -> np.ndarray:
+    """The rows a step with drafts (and no prompt logprobs) scores, for
+    StepBatch.score_index: each draft's row, padded with row 0 to a power of two of at least
+    `min_rows` (batch-invariant mode: the logits' matmul stays in its regime, runner.Buckets)."""
+    rows = [first + j for i, first in draft_rows for j in range(items[i].num_drafts)]
+    size = max(1 << (len(rows) - 1).bit_length(), min_rows)
+    index = np.zeros(size, np.int32)
+    index[: len(rows)] = rows
+    return index
+
+
+def expand(index: np.ndarray, num_rows: int, *arrays):
+    """Per-row outputs of a step scored at `index` ([R, ...] each) spread back to all of its
+    `num_rows` rows (rows not scored: 0), so rows are read by their place in the step."""
+    out = []
+    for a in arrays:
+        full = np.zeros((num_rows, *a.shape[1:]), a.dtype)
+        full[index] = a
+        out.append(full)
+    return out
+
+
 def verify(items, draft_rows, sampled: dict, top_ids, top_logprobs, target_logprobs) -> None:
     """Replace each drafting item's sampled (token, logprob) by its new tokens: the drafts
     the model's argmax agrees with, in order, then the argmax where they part, or the
@@ -150,3 +172,23 @@ def verify(items, draft_rows, sampled: dict, top_ids, top_logprobs, target_logpr
         else:
             kept.append(sampled[it.request_id])
         sampled[it.request_id] = kept
+
+
+def prepare_drafts(items, batch, prompt_scored: bool, min_rows: int):
+    """A step's draft rows: (fill_draft_targets' rows, the scored rows' index or None) and
+    the batch to run. Without prompt logprobs in the step only the drafts' rows are scored
+    (StepBatch.score_index), not every row of a step that may hold a long prefill chunk."""
+    rows = fill_draft_targets(items, batch)
+    if not rows or prompt_scored:
+        return (rows, None), batch
+    index = score_index(rows, items, min_rows)
+    return (rows, index), batch._replace(score_index=index)
+
+
+def keep_drafts(items, drafts, sampled: dict, scores, top_ids, top_logprobs) -> None:
+    """`verify` a step's drafts (prepare_drafts' first value) from its read-back scores."""
+    rows, index = drafts
+    if index is not None:
+        n = int(index.max()) + 1
+        scores, top_ids, top_logprobs = expand(index, n, scores, top_ids, top_logprobs)
+    verify(items, rows, sampled, top_ids, top_logprobs, scores)

@@ -73,6 +73,10 @@ class StepBatch(NamedTuple):
     # and slots [T] (their KV pool is separate); None: every layer uses page_table.
     window_page_table: jax.Array | None = None
     window_slot_mapping: jax.Array | None = None
+    # [R] int32: the with_scores step scores only these rows (speculative drafts: a few rows
+    # of a step that may hold a long prefill chunk) and returns [R]-shaped scores; None:
+    # every row (prompt logprobs).
+    score_index: jax.Array | None = None
 
 
 class StepOutput(NamedTuple):
@@ -283,8 +287,10 @@ def _step_body(
     load = jnp.stack(loads) if loads else jnp.zeros((0, 0), jnp.int32)  # [L_moe, E]
     scores, score_top = None, (None, None)
     if with_scores:  # every row's logits: [T, V], so only in the variant that asks for it
-        targets = batch.score_targets
-        all_logits = final_logits(params, cfg, hidden)
+        targets, rows = batch.score_targets, hidden
+        if batch.score_index is not None:
+            targets, rows = targets[batch.score_index], hidden[batch.score_index]
+        all_logits = final_logits(params, cfg, rows)
         scores = jnp.where(targets >= 0, token_logprobs(all_logits, jnp.maximum(targets, 0)), 0.0)
         if score_top_logprobs:
             score_top = top_logprobs_of(all_logits, score_top_logprobs)

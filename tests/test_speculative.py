@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 from engine import LLM, SamplingParams
+from engine import llm as llm_module
 from engine.kv_pages import PageManager
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
-from engine.speculative import NgramProposer, verify
+from engine.speculative import NgramProposer, prepare_drafts, verify
 from tests.sampler_cases import POOL
 from tests.test_prefix_cache import ContentDevice, seq_of
 
@@ -159,7 +160,7 @@ def _pair(**kw) -> tuple[LLM, LLM]:
     return LLM(**kw), LLM(speculative_config=SPEC, **kw)
 
 
-def test_greedy_tokens_are_those_without_drafts_and_the_hf_ones():
+def test_greedy_tokens_are_those_without_drafts_and_the_hf_ones(monkeypatch):
     plain, spec = _pair()
     prompts = [*REF["prompts"], REF["prompts"][2][:10] * 3]
     greedy = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
@@ -180,6 +181,23 @@ def test_greedy_tokens_are_those_without_drafts_and_the_hf_ones():
         spec.generate(prompts[3], stop)[0].token_ids
         == plain.generate(prompts[3], stop)[0].token_ids
     )
+    # Beside a prompt-logprobs prefill (99 tokens: its later chunks share steps with the
+    # decodes of a prompt that ends in the model's own loop, so drafts at once) the step
+    # scores every row, drafts' included.
+    mixed = [greedy, SamplingParams(max_tokens=4, prompt_logprobs=True)]
+    pair = [prompts[3] + got[3].token_ids[:30], prompts[2] * 3]
+    both = []
+
+    def spy(items, batch, prompt_scored, min_rows):
+        drafts, batch = prepare_drafts(items, batch, prompt_scored, min_rows)
+        both.append(prompt_scored and bool(drafts[0]))
+        return drafts, batch
+
+    monkeypatch.setattr(llm_module, "prepare_drafts", spy)
+    for w, g in zip(plain.generate(pair, mixed), spec.generate(pair, mixed), strict=True):
+        assert g.token_ids == w.token_ids
+        np.testing.assert_allclose(g.prompt_logprobs or [], w.prompt_logprobs or [], atol=1e-5)
+    assert any(both)
     # Sampled and penalized requests decode one token at a time.
     drafts = spec.stats()["num_draft_tokens"]
     spec.generate(prompts, SamplingParams(temperature=0.8, seed=1, max_tokens=20))
