@@ -2,8 +2,9 @@
 
 A decode whose last tokens occurred earlier in its own prompt or output guesses that what
 followed then follows again: up to k draft tokens are fed after its last token in the same
-step (Scheduler: a decode of 1 + k tokens), and the step scores every fed position (the
-with_scores step: its top-1 token and logprob there). The host keeps the drafts the model
+step (Scheduler: a decode of 1 + k tokens), and the step scores the rows the drafts follow
+(the with_scores step at StepBatch.score_index: the top-1 token and logprob there, and the
+draft's logprob). The host keeps the drafts the model
 agrees with, in order, and adds the model's own token where they part (or its sampled
 token after the last draft): 1 to k + 1 tokens a step for the price of one wider step.
 vLLM's "ngram" method (`speculative_config={"method": "ngram", "num_speculative_tokens": k,
@@ -11,8 +12,10 @@ vLLM's "ngram" method (`speculative_config={"method": "ngram", "num_speculative_
 
 Greedy only: each kept token is the argmax the model gives at its position, as decoding one
 token at a time would take (bitwise so in batch-invariant mode, where a row's logits do not
-depend on the step's shape). Requests whose next token also depends on lists, penalties,
-a grammar or top logprobs decode one token at a time (`eligible`). Rejected drafts' K/V
+depend on the step's shape). Steps with drafts are built synchronously (the next needs
+the kept count), and a draft never preempts anyone (drafts_for). Requests whose next
+token also depends on lists, penalties, a grammar or top logprobs decode one token at a
+time (`eligible`). Rejected drafts' K/V
 stay in slots past the sequence's KV length, where attention never reads and the next
 tokens overwrite them.
 """
