@@ -15,9 +15,8 @@ token at a time would take (bitwise so in batch-invariant mode, where a row's lo
 depend on the step's shape). Steps with drafts are built synchronously (the next needs
 the kept count), and a draft never preempts anyone (drafts_for). Requests whose next
 token also depends on lists, penalties, a grammar or top logprobs decode one token at a
-time (`eligible`). Rejected drafts' K/V
-stay in slots past the sequence's KV length, where attention never reads and the next
-tokens overwrite them.
+time (`eligible`). Rejected drafts' K/V stay in slots past the sequence's KV length,
+where attention never reads and the next tokens overwrite them.
 """
 
 from __future__ import annotations
