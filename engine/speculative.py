@@ -22,6 +22,7 @@ where attention never reads and the next tokens overwrite them.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import numpy as np
 
@@ -36,6 +37,11 @@ class NgramProposer:
     num_speculative_tokens: int
     prompt_lookup_max: int = 4
     prompt_lookup_min: int = 1
+    # Each running sequence's tokens as an array, grown as it appends (so a step converts
+    # only its new tokens, not its context): sequence -> (array, tokens filled).
+    _arrays: weakref.WeakKeyDictionary = dataclasses.field(
+        default_factory=weakref.WeakKeyDictionary, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self):
         k, hi, lo = self.num_speculative_tokens, self.prompt_lookup_max, self.prompt_lookup_min
@@ -76,13 +82,30 @@ class NgramProposer:
         followed the latest earlier occurrence of its longest suffix of n tokens,
         prompt_lookup_max >= n >= prompt_lookup_min; () when none occurs."""
         length = tokens.shape[0]
-        for n in range(min(self.prompt_lookup_max, length - 1), self.prompt_lookup_min - 1, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(tokens[: length - 1], n)
-            hits = np.flatnonzero((windows == tokens[length - n :]).all(axis=1))
-            if hits.size:
-                start = int(hits[-1]) + n  # the latest occurrence ending before the suffix
-                return tuple(tokens[start : start + k].tolist())
-        return ()
+        # Earlier places the last token occurs (match ends), then how far back each match
+        # runs, one comparison per candidate and length: a few candidates, not the window.
+        ends = np.flatnonzero(tokens[: length - 1] == tokens[length - 1])
+        matched = np.ones(ends.shape[0], np.int64)
+        for n in range(2, min(self.prompt_lookup_max, length - 1) + 1):
+            back = ends - (n - 1)
+            ok = (matched == n - 1) & (back >= 0)
+            ok[ok] &= tokens[back[ok]] == tokens[length - n]
+            matched[ok] = n
+        if not ends.size or matched.max() < self.prompt_lookup_min:
+            return ()
+        start = int(ends[np.flatnonzero(matched == matched.max())[-1]]) + 1
+        return tuple(tokens[start : start + k].tolist())
+
+    def window(self, seq) -> np.ndarray:
+        """`seq`'s last SEARCH_TOKENS tokens as an array (engine/sequence.py Sequence)."""
+        array, filled = self._arrays.get(seq, (np.zeros(0, np.int64), 0))
+        length = seq.num_tokens
+        if length > array.shape[0]:
+            array = np.concatenate([array[:filled], np.zeros(max(length, 2 * filled), np.int64)])
+        if length > filled:
+            array[filled:length] = seq.token_ids_range(filled, length)
+            self._arrays[seq] = (array, length)
+        return array[max(0, length - SEARCH_TOKENS) : length]
 
 
 def drafts_for(seq, proposer: NgramProposer, budget: int, max_model_len: int, pages):
@@ -100,8 +123,7 @@ def drafts_for(seq, proposer: NgramProposer, budget: int, max_model_len: int, pa
     )
     if cap <= 0:
         return ()
-    start = max(0, seq.num_tokens - SEARCH_TOKENS)
-    drafts = proposer.propose(np.asarray(seq.token_ids_range(start, seq.num_tokens)), cap)
+    drafts = proposer.propose(proposer.window(seq), cap)
     if not pages.can_allocate(pages.num_new_pages(seq.page_ids, seq.num_tokens + len(drafts))):
         drafts = drafts[: max(0, len(seq.page_ids) * pages.page_size - seq.num_tokens)]
     return drafts

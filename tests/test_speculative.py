@@ -41,6 +41,29 @@ def test_drafts_follow_the_latest_earlier_occurrence_of_the_longest_suffix():
     assert propose([1, 9, 2, 9], prompt_lookup_min=2) == ()  # "9" alone is too short
 
 
+def test_the_proposer_equals_a_plain_search_and_its_window_follows_the_sequence():
+    def plain_search(tokens, k, hi, lo):  # longest suffix first, latest occurrence first
+        length = len(tokens)
+        for n in range(min(hi, length - 1), lo - 1, -1):
+            for s in range(length - 1 - n, -1, -1):
+                if tokens[s : s + n] == tokens[length - n :]:
+                    return tuple(tokens[s + n : s + n + k])
+        return ()
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        tokens = rng.integers(0, 4, int(rng.integers(1, 40))).tolist()
+        hi = int(rng.integers(1, 6))
+        lo, k = int(rng.integers(1, hi + 1)), int(rng.integers(1, 5))
+        got = NgramProposer(k, hi, lo).propose(np.asarray(tokens), k)
+        assert got == plain_search(tokens, k, hi, lo), (tokens, hi, lo, k)
+    proposer = NgramProposer(2)
+    seq = Sequence("s", (1, 2, 3), None)
+    assert proposer.window(seq).tolist() == [1, 2, 3]
+    seq.output_token_ids += [4, 5]
+    assert proposer.window(seq).tolist() == [1, 2, 3, 4, 5]
+
+
 @pytest.mark.parametrize(
     "config,message",
     [
