@@ -223,6 +223,11 @@ class _Choice:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     sent: int = 0  # characters of text streamed
+    # Streaming: the text of token_ids[:read], grown by decoding only the tokens from
+    # `prefix` on (a few, for the decoder's context), so a stream costs O(tokens).
+    decoded: str = ""
+    prefix: int = 0
+    read: int = 0
     tokens_sent: int = 0  # tokens whose logprobs were streamed
 
     def add(self, d: StreamDelta) -> None:
@@ -320,9 +325,14 @@ class Server(http.server.ThreadingHTTPServer):
             return stop_strings.final_text(
                 detok, choice.token_ids, choice.params, choice.stop_reason
             )
-        text = detok(choice.token_ids).rstrip("\ufffd")
+        ids = choice.token_ids
+        before = detok(ids[choice.prefix : choice.read])
+        after = detok(ids[choice.prefix :])
+        if len(after) > len(before) and not after.endswith("\ufffd"):  # no half character
+            choice.decoded += after[len(before) :]
+            choice.prefix, choice.read = choice.read, len(ids)
         hold = max(map(len, choice.params.stop), default=1) - 1
-        return text[: len(text) - hold]
+        return choice.decoded[: len(choice.decoded) - hold]
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from engine import LLM, chat
-from engine.server import Server, _Handler
+from engine import LLM, SamplingParams, chat
+from engine.server import Server, _Choice, _Handler
 from tests.sampler_cases import POOL
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -307,3 +307,20 @@ def test_a_client_gone_is_seen_on_its_socket():
         assert _Handler._client_gone(handler)
     finally:
         a.close()
+
+
+def test_streamed_text_decodes_only_new_tokens_and_adds_up():
+    """Byte-level BPE (the structured-output fixture's tokenizer): characters of several
+    bytes split over tokens; the pieces streamed add up to the whole text."""
+    tok = Tokenizer.from_file(str(FIXTURES / "structured" / "tokenizer.json"))
+    fake = SimpleNamespace(detokenize=lambda ids, skip_special_tokens=True: tok.decode(ids))
+    text = "héllo wörld — naïve café ✓ 日本語 done"
+    ids = tok.encode(text).ids
+    choice = _Choice(0, SamplingParams(), want_logprobs=False)
+    streamed = ""
+    for t in ids:
+        choice.token_ids.append(t)
+        piece = Server.text(fake, choice, final=False)
+        assert piece.startswith(streamed) and "\ufffd" not in piece
+        streamed = piece
+    assert streamed == tok.decode(ids) and choice.prefix < len(ids)
