@@ -502,28 +502,28 @@ class Scheduler:
                     self._release_later.discard(seq)
                     self._release_pages(seq)
                 continue
-            if item.sample and item.request_id not in sampled:
+            new = sampled.get(item.request_id) if item.sample else None
+            if item.sample and new is None:
                 raise ValueError(f"sampled: no token for request_id={item.request_id!r}")
-            new = sampled[item.request_id] if item.sample else None
             if item.num_drafts:  # the KV of the drafts kept (the last new token is not fed)
                 seq.num_computed_tokens = item.start_pos + len(new)
                 self._num_drafts += item.num_drafts
                 self._num_accepted += len(new) - 1
             else:
                 seq.num_computed_tokens = item.kv_len_after
-                new = new and (new,)
             if self.prefix_cache is not None:
                 self._index_pages(seq, seq.num_computed_tokens)
             for pool in self._windowed_pools:
                 pool.release_behind_window(seq)
-            if new:
-                results.append(self._append(seq, new))
+            if new is not None:
+                results.append(self._append(seq, new if item.num_drafts else (new,)))
         return results
 
     def _append(self, seq: Sequence, new) -> StepResult:
         """Append a step's new (token, logprob) pairs to `seq` up to the first that ends it."""
-        reason = why = None
-        for kept, (token_id, logprob) in enumerate(new, 1):  # noqa: B007 (read below)
+        kept = 0
+        for token_id, logprob in new:
+            kept += 1
             seq.output_token_ids.append(token_id)
             seq.output_logprobs.append(logprob)
             reason, why = stop_reason(
@@ -532,9 +532,10 @@ class Scheduler:
             if reason is not None:
                 self._finish(seq, reason)
                 break
-        ids, logprobs = zip(*new[:kept], strict=True)
+        # Most steps bring one token: its tuples built directly (no zip on the hot path).
+        ids, lps = ((token_id,), (logprob,)) if kept == 1 else zip(*new[:kept], strict=True)
         done = reason is not None
-        return StepResult(seq.request_id, ids, logprobs, done, reason, why, seq.num_cached_tokens)
+        return StepResult(seq.request_id, ids, lps, done, reason, why, seq.num_cached_tokens)
 
     # ---- queries -----------------------------------------------------------------------
 
@@ -588,8 +589,7 @@ class Scheduler:
 
     @staticmethod
     def _tokens_left(seq: Sequence) -> int:
-        """Tokens (known or being sampled) not yet scheduled into the KV cache (1 for a
-        decode: the last sampled token)."""
+        """Tokens (known or being sampled) not yet in the KV cache (1 for a decode)."""
         return seq.num_tokens + seq.num_pending_samples - Scheduler._computed(seq)
 
     def _surely_done(self, seq: Sequence) -> bool:
