@@ -715,7 +715,8 @@ def config_from_hf(
         name = os.fspath(source) if not isinstance(source, dict) else f"hf-{model_type}"
     f = _Fields(hf, model_type)
     _refuse_unsupported(f, model_type)
-    fp8_weight_block(hf)  # refuses an unsupported quantization before any weight is read
+    # Refuses an unsupported quantization before any weight is read.
+    block = fp8_weight_block(hf)
     num_layers = f.required("num_hidden_layers")
     max_position = f.required("max_position_embeddings")
     rope_theta, rope_scaling = _rope(f, max_position)
@@ -741,6 +742,7 @@ def config_from_hf(
         bos_token_id=f.get("bos_token_id"),
         eos_token_ids=eos_ids,
         dtype=_dtype(hf, dtype),
+        quantization_block=block or (128, 128),
         **window,
         **arch,
     )

@@ -81,6 +81,8 @@ class LLM:
     only: a sliding window's pages go back to the pool as a sequence advances.
     `speculative_config` (vLLM's, "ngram" only: engine/speculative.py): greedy requests
     decode several tokens a step when n-gram drafts from their own text come true.
+    `quantization="fp8"` holds the projection weights as fp8 with a scale per block
+    (models/quantization.py): an fp8 checkpoint's own bytes, other weights quantized on load.
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class LLM:
         generation_config: str = "auto",
         enable_prefix_caching: bool = False,
         speculative_config: dict | None = None,
+        quantization: str | None = None,
     ):
         model = inputs.as_model_path(model)
         self._default_params = inputs.default_sampling_params(generation_config, model)
@@ -129,7 +132,7 @@ class LLM:
         long_prefill = policy_for_processes(long_prefill, jax.process_count())
 
         # Everything the config decides is checked before the weights are read.
-        cfg = model_config(model, dtype)
+        cfg = model_config(model, dtype, quantization)
         if mesh:
             check_model_layout(cfg, mesh_config)
         if max_model_len is None:

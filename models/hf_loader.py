@@ -6,7 +6,9 @@ file headers before any tensor data is read, so a bad checkpoint fails fast and 
 half-loaded.
 
 Block-quantized fp8 weights (a `quantization_config` with quant_method "fp8", as DeepSeek-V3
-ships) are dequantized to the params dtype as they are read (models/fp8_checkpoint.py).
+ships) are dequantized to the params dtype as they are read (models/fp8_checkpoint.py), or,
+with `ModelConfig.quantization="fp8"`, kept as they are stored: their bytes and scales
+become QuantizedWeights (models/quantization.py), and the float weights are quantized.
 
 Expert weights come in two layouts, both supported:
   per_expert: released checkpoints (and transformers' save_pretrained):
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import warnings
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,6 +35,7 @@ from configs.hf_config import fp8_weight_block, read_hf_config
 from configs.model_config import ModelConfig
 from models.fp8_checkpoint import FP8_DTYPE, Fp8Reader, dequantize, scale_name, scale_shape
 from models.mxfp4 import BLOCKS_SUFFIX, SCALES_SUFFIX, gpt_oss_expert_weight, mxfp4_shapes
+from models.quantization import QuantizedWeight, our_block, quantize_params, quantized_leaves
 from models.specs import ParamSpec, param_specs
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -395,6 +399,11 @@ class _TensorReader(contextlib.ExitStack):
             self._files[path] = self.enter_context(safe_open(str(path), framework="np"))
         return self._files[path].get_tensor(name)
 
+    def read_fp8(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """An fp8 weight as stored, and its float32 block scales."""
+        scale = np.asarray(self.read(scale_name(name)), np.float32)
+        return self._fp8.read(self.headers[name].file, name), scale
+
 
 def _leaf_specs(specs, path: Path_ = ()) -> dict[Path_, ParamSpec]:
     if isinstance(specs, ParamSpec):
@@ -460,17 +469,116 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     block, method = _quantization(model_dir)
     _validate(names, headers, block, method)
 
-    specs = param_specs(cfg)
+    specs = param_specs(cfg.replace(quantization=None))
     leaf_specs = _leaf_specs(specs)
+    layouts = _quantized_layouts(cfg, specs)
+    keep = _stored_fp8_leaves(names, headers, layouts) if block == cfg.quantization_block else set()
     leaves: dict[Path_, np.ndarray] = {}
+    stored: dict[Path_, list[np.ndarray]] = {}
     with _TensorReader(headers, block, jnp.dtype(cfg.dtype)) as reader:
         # Grouped by file (each shard opened once).
         def file_of(n: str) -> str:
             return str(headers[n + BLOCKS_SUFFIX if _is_mxfp4(n, headers) else n].file)
 
         for name in sorted(names, key=file_of):
-            _place(names[name], reader.read(name), leaf_specs, leaves)
-    return _build_tree(specs, leaves)
+            t = names[name]
+            if t.targets[0] in keep:
+                _place_fp8(t, *reader.read_fp8(name), leaf_specs, stored)
+            else:
+                _place(t, reader.read(name), leaf_specs, leaves)
+    for path, (data, scale) in stored.items():
+        leaves[path] = QuantizedWeight(data, scale, *layouts[path], our_block(block))
+    params = _build_tree(specs, leaves)
+    if cfg.quantization:
+        params = quantize_params(params, our_block(cfg.quantization_block), cfg.quantization_skip)
+    return params
+
+
+def _path_name(path: Path_) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _quantized_layouts(cfg: ModelConfig, specs: dict, skip=None) -> dict[Path_, tuple[int, int]]:
+    """params path -> (lead, k_dims) of each leaf `cfg` holds as fp8 (none without
+    quantization)."""
+    if not cfg.quantization:
+        return {}
+    skip = cfg.quantization_skip if skip is None else skip
+    out = {}
+    for i, group, name, layout in quantized_leaves(specs["layers"], skip):
+        at = ("layers", i) + (("moe", "shared") if group == "shared" else (group,))
+        out[at + (name,)] = layout
+    return out
+
+
+def _sources(names: dict[str, HFTensor]) -> dict[Path_, list[tuple[str, HFTensor]]]:
+    out = defaultdict(list)
+    for name, t in names.items():
+        for path in t.targets:
+            out[path].append((name, t))
+    return out
+
+
+def _stored_fp8_leaves(
+    names: dict[str, HFTensor], headers: dict[str, _Header], layouts: dict
+) -> set[Path_]:
+    """The leaves to hold as fp8 whose every tensor the checkpoint stores as an fp8 Linear
+    (one or one per expert): taken as they are. Others (fused expert tensors) are read as
+    float and quantized."""
+    sources = _sources(names)
+    return {
+        path
+        for path in layouts
+        if sources.get(path)
+        and all(
+            t.kind in ("linear", "expert")
+            and not _is_mxfp4(n, headers)
+            and headers[n].dtype == FP8_DTYPE
+            for n, t in sources[path]
+        )
+    }
+
+
+def unquantized_leaves(model_dir: str | Path, cfg: ModelConfig) -> tuple[str, ...]:
+    """The leaves `cfg.replace(quantization="fp8")` would hold as fp8 that the checkpoint in
+    `model_dir`, itself fp8, stores in float (`modules_to_not_convert`): they stay float, as
+    vLLM keeps them. Empty for a checkpoint that is not block-quantized fp8."""
+    model_dir = Path(model_dir)
+    block, _ = _quantization(model_dir)
+    if block is None:
+        return ()
+    headers = _read_headers(_checkpoint_files(model_dir))
+    names = _pick_layout(cfg, headers)
+    specs = param_specs(cfg.replace(quantization=None))
+    sources = _sources(names)
+    layouts = _quantized_layouts(cfg.replace(quantization="fp8"), specs, skip=())
+    return tuple(
+        _path_name(path)
+        for path in layouts
+        if all(
+            not _is_mxfp4(n, headers) and headers[n].dtype != FP8_DTYPE
+            for n, _ in sources.get(path, ())
+        )
+    )
+
+
+def _place_fp8(
+    t: HFTensor, data: np.ndarray, scale: np.ndarray, leaf_specs: dict, stored: dict
+) -> None:
+    """An fp8 Linear [out, in] and its scale grid into the leaf's [in..., out...] layout:
+    both transposed (the data reshaped like a float weight)."""
+    (path,) = t.targets
+    spec = leaf_specs[path]
+    if t.kind == "linear":
+        stored[path] = [data.T.reshape(spec.shape), np.ascontiguousarray(scale.T)]
+        return
+    if path not in stored:
+        stored[path] = [
+            np.zeros(spec.shape, data.dtype),
+            np.zeros((spec.shape[0],) + scale.T.shape, np.float32),
+        ]
+    stored[path][0][t.expert] = data.T.reshape(spec.shape[1:])
+    stored[path][1][t.expert] = scale.T
 
 
 def _place(t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], leaves: dict) -> None:

@@ -16,8 +16,9 @@ import numpy as np
 from configs.hf_config import config_from_hf
 from configs.model_config import ModelConfig
 from configs.presets import PRESETS, get_preset
-from models.hf_loader import load_hf_params, resolve_tied_head
+from models.hf_loader import load_hf_params, resolve_tied_head, unquantized_leaves
 from models.orbax_io import is_orbax_dir, load_config, restore_params, save_params
+from models.quantization import check_quantization, our_block, quantize_params
 from models.specs import abstract_params, count_params, init_params
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -39,7 +40,7 @@ def cast_params(params: dict, cfg: ModelConfig, dtype: str) -> tuple[ModelConfig
         return cfg, params
     cfg = cfg.replace(dtype=dtype)
     # The specs decide per leaf: e.g. DeepSeek-V3's router_bias stays float32.
-    want = abstract_params(cfg)
+    want = abstract_params(cfg.replace(quantization=None))
     return cfg, jax.tree.map(lambda x, w: x.astype(w.dtype), params, want)
 
 
@@ -61,7 +62,14 @@ def _load_dir(
     cfg = _dir_config(path, dtype) if cfg is None else cfg
     if is_orbax_dir(path):
         stored, params = restore_params(path)
-        return cast_params(params, stored, cfg.dtype)
+        stored, params = cast_params(params, stored, cfg.dtype)
+        if not cfg.quantization:
+            return stored, params
+        block, skip = cfg.quantization_block, cfg.quantization_skip
+        params = quantize_params(jax.tree.map(np.asarray, params), our_block(block), skip)
+        return stored.replace(
+            quantization=cfg.quantization, quantization_block=block, quantization_skip=skip
+        ), params
     return cfg, load_hf_params(path, cfg)
 
 
@@ -92,14 +100,24 @@ def _tokenizer_in(path: str | None) -> str | None:
     return os.path.join(path, TOKENIZER_FILE)
 
 
-def model_config(model: str, dtype: str | None = None) -> ModelConfig:
+def model_config(
+    model: str, dtype: str | None = None, quantization: str | None = None
+) -> ModelConfig:
     """The ModelConfig `load_model(model, dtype)` returns, read without any weights: what
-    an engine checks its arguments against before it loads them."""
+    an engine checks its arguments against before it loads them. `quantization="fp8"` holds
+    the projection weights as fp8 (models/quantization.py); what an fp8 checkpoint stores
+    in float stays float (ModelConfig.quantization_skip)."""
+    check_quantization(quantization)
     path = _model_dir(model)
     if path is not None:
-        return _dir_config(path, dtype)
-    cfg = get_preset(model)
-    return cfg.replace(dtype=dtype) if dtype not in (None, "auto") else cfg
+        cfg = _dir_config(path, dtype)
+    else:
+        cfg = get_preset(model)
+        cfg = cfg.replace(dtype=dtype) if dtype not in (None, "auto") else cfg
+    if quantization is None:
+        return cfg.replace(quantization=None, quantization_skip=())
+    skip = () if path is None or is_orbax_dir(path) else unquantized_leaves(path, cfg)
+    return cfg.replace(quantization=quantization, quantization_skip=skip)
 
 
 def load_model(

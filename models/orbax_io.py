@@ -43,7 +43,13 @@ def config_from_dict(d: dict) -> ModelConfig:
     try:
         if "rope_scaling" in d:
             d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
-        for name in ("eos_token_ids", "mlp_only_layers", "full_attention_layers"):
+        for name in (
+            "eos_token_ids",
+            "mlp_only_layers",
+            "full_attention_layers",
+            "quantization_block",
+            "quantization_skip",
+        ):
             if name in d:
                 d[name] = tuple(d[name])
         return ModelConfig(**d)

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs.model_config import ModelConfig
+from models import quantization as quant
 
 # (rng, shape, dtype) -> a host array. Random weights are drawn on the host with numpy: on
 # XLA:CPU, jax.random compiled a threefry program per distinct leaf shape (~0.3 s each),
@@ -177,7 +178,28 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
     }
     if not cfg.tie_word_embeddings:
         specs["lm_head"] = ParamSpec((d, v), dt, ("embed", "vocab"), w)
+    if cfg.quantization:
+        block = quant.our_block(cfg.quantization_block)
+        specs = quant.map_quantized(
+            specs, lambda s, *a: _quantized_spec(s, *a, block), cfg.quantization_skip
+        )
     return specs
+
+
+def _quantized_spec(
+    s: ParamSpec, lead: int, k_dims: int, name: str, block
+) -> quant.QuantizedWeight:
+    """The fp8 data and float32 block scales that hold the weight `s` declares: the scales
+    split like the data's leading (expert) axes, whole along the rest."""
+    del name
+    scale = quant.scale_shape(s.shape, lead, k_dims, block)
+    return quant.QuantizedWeight(
+        ParamSpec(s.shape, quant.FP8, s.axes, s.init),
+        ParamSpec(scale, quant.SCALE_DTYPE, s.axes[:lead] + (None, None), ones),
+        lead,
+        k_dims,
+        block,
+    )
 
 
 def init_params(
@@ -192,8 +214,13 @@ def init_params(
         key = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
         key = np.asarray(key, np.uint32).ravel().tolist()
     rng = np.random.default_rng(key)
-    specs = param_specs(cfg, init_std)
+    # fp8 weights: drawn in the model dtype, then quantized (the same draws either way).
+    specs = param_specs(cfg.replace(quantization=None), init_std)
     params = jax.tree.map(lambda s: s.init(rng, s.shape, s.dtype), specs, is_leaf=is_spec)
+    if cfg.quantization:
+        params = quant.quantize_params(
+            params, quant.our_block(cfg.quantization_block), cfg.quantization_skip
+        )
     return params if host else jax.tree.map(jnp.asarray, params)
 
 
@@ -205,8 +232,9 @@ def abstract_params(cfg: ModelConfig) -> dict:
 
 
 def count_params(cfg: ModelConfig) -> tuple[int, int]:
-    """(total, active per token) parameter counts, from the abstract tree."""
-    tree = abstract_params(cfg)
+    """(total, active per token) parameter counts, from the abstract tree (a quantized
+    weight counts as its values, not its scales)."""
+    tree = abstract_params(cfg.replace(quantization=None))
     total = sum(x.size for x in jax.tree.leaves(tree))
     inactive = 0
     for layer in tree["layers"]:

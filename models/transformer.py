@@ -24,6 +24,7 @@ from configs.model_config import ModelConfig
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs
 from models.layers import embed, final_logits, rms_norm, swiglu_mlp
 from models.moe import RoutedFn, moe_block, routed_for
+from models.quantization import dequantize_tree
 
 __all__ = ["Attend", "Constrain", "final_logits", "forward_hidden"]
 
@@ -49,6 +50,9 @@ def forward_hidden(
     attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
     new_kv = []
     for i, layer in enumerate(params["layers"]):
+        # fp8 weights (ModelConfig.quantization) come back to the model dtype one layer at a
+        # time, inside the step; a no-op for float weights.
+        layer = dequantize_tree(layer, x.dtype)
         h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
         o, kv_i = attend(i, layer["attn"], kv[i], attn_inputs(layer["attn"], h, positions, cfg))
         x = pin(x + attn_output(layer["attn"], o), ("batch", "embed"))

@@ -1,0 +1,204 @@
+"""fp8 weights in memory: `LLM(quantization="fp8")` (vLLM's name for it).
+
+Each projection matrix of attention, MLP and experts is held as float8_e4m3fn with one float32
+scale per block, DeepSeek-V3's release format: a block's values are stored = e4m3(w / s) and
+read back as stored * s. About half the bytes of bf16 weights (a quarter of float32), which
+is what lets DeepSeek-V3 (671B parameters: 1.34 TB in bf16, 0.68 TB in fp8) fit on one
+8 x H200 node.
+
+- A checkpoint stored that way (quantization_config quant_method "fp8") keeps its own bytes
+  and scales: nothing is rounded twice, and each weight reads back bitwise as the loader's
+  dequantization (models/fp8_checkpoint.py) computes it. Its float tensors (layers the
+  checkpoint left unquantized: `modules_to_not_convert`) stay float, as in vLLM.
+- Any other weights are quantized on load with s = max|w| / 448 per block
+  (`ModelConfig.quantization_block`, 128 x 128 unless the checkpoint names its own).
+- Embeddings, lm_head, routers, norms and biases stay in the model dtype.
+
+Weight-only: activations and matmuls stay in the model dtype. `dequantize_tree` turns a
+layer's weights back into that dtype at the top of the layer (models/transformer.py), inside
+the jitted step, so only one layer's float weights exist at a time on top of the fp8 ones.
+
+Layout. A weight `[*lead, *K, *N]` (lead: the expert axis of routed experts; K: the axes a
+matmul contracts, e.g. [H, Dv] of wo; N: the output axes) is blocked as the matrix
+[*lead, prod(K), prod(N)], in blocks of `block = (bk, bn)` (the last block of a side may be
+partial, as DeepSeek-V3's 576-row kv_a_proj). An HF fp8 weight is a torch Linear
+[out, in] with scale_inv [ceil(out / bm), ceil(in / bn)]: here it is transposed, so the
+scale grid is the transposed one and block = (bn, bm).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+QUANTIZATIONS = ("fp8",)
+FP8 = jnp.float8_e4m3fn
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+SCALE_DTYPE = jnp.float32
+DEFAULT_BLOCK = (128, 128)  # HF's [rows (out), cols (in)], as weight_block_size
+
+# Which leaves are quantized, and how many of their leading axes each matmul contracts (after
+# the expert axis of routed experts). Everything else stays in the model dtype.
+ATTN_WEIGHTS = {"wq": 1, "wk": 1, "wv": 1, "wo": 2, "wq_a": 1, "wq_b": 1, "wkv_a": 1, "wkv_b": 1}
+MLP_WEIGHTS = {"w_gate": 1, "w_up": 1, "w_down": 1}
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class QuantizedWeight:
+    """A weight as fp8 `data` [*lead, *K, *N] and float32 `scale` [*lead, ceil(K/bk),
+    ceil(N/bn)] (K, N: the products of the contracted and output axes)."""
+
+    data: Any
+    scale: Any
+    lead: int = dataclasses.field(metadata=dict(static=True), default=0)
+    k_dims: int = dataclasses.field(metadata=dict(static=True), default=1)
+    block: tuple[int, int] = dataclasses.field(metadata=dict(static=True), default=(128, 128))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+
+def is_quantized(x: Any) -> bool:
+    return isinstance(x, QuantizedWeight)
+
+
+def check_quantization(quantization: str | None) -> str | None:
+    """`quantization` itself when it is None or one of QUANTIZATIONS, else a ValueError."""
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(
+            f"quantization={quantization!r}: expected None or one of {list(QUANTIZATIONS)}"
+        )
+    return quantization
+
+
+def matrix_dims(shape: tuple[int, ...], lead: int, k_dims: int) -> tuple[int, int]:
+    """(K, N): the blocked matrix's sides."""
+    return math.prod(shape[lead : lead + k_dims]), math.prod(shape[lead + k_dims :])
+
+
+def scale_shape(shape: tuple[int, ...], lead: int, k_dims: int, block: tuple[int, int]):
+    k, n = matrix_dims(shape, lead, k_dims)
+    return (*shape[:lead], -(-k // block[0]), -(-n // block[1]))
+
+
+def our_block(hf_block: tuple[int, int]) -> tuple[int, int]:
+    """The (bk, bn) block of a weight whose HF Linear is blocked [bm (out), bn (in)]."""
+    return hf_block[1], hf_block[0]
+
+
+def _blocks(m: np.ndarray, block: tuple[int, int]) -> tuple[np.ndarray, tuple[int, int]]:
+    """[*L, K, N] zero-padded and viewed as [*L, K/bk, bk, N/bn, bn]; and (K, N)."""
+    *lead, k, n = m.shape
+    pk, pn = -(-k // block[0]) * block[0], -(-n // block[1]) * block[1]
+    padded = np.zeros((*lead, pk, pn), m.dtype)
+    padded[..., :k, :n] = m
+    return padded.reshape(*lead, pk // block[0], block[0], pn // block[1], block[1]), (k, n)
+
+
+def quantize(
+    w: np.ndarray, lead: int = 0, k_dims: int = 1, block: tuple[int, int] = (128, 128)
+) -> QuantizedWeight:
+    """Host-side: each block of `w` (any float dtype) as e4m3(w / s), s = max|w| / 448 in
+    float32 (an all-zero block gets s = 1)."""
+    shape = tuple(w.shape)
+    k, n = matrix_dims(shape, lead, k_dims)
+    m = np.asarray(w, np.float32).reshape(*shape[:lead], k, n)
+    blocks, _ = _blocks(m, block)
+    amax = np.abs(blocks).max(axis=(-3, -1))  # [*L, K/bk, N/bn]
+    scale = np.where(amax > 0, amax / np.float32(FP8_MAX), np.float32(1)).astype(np.float32)
+    spread = _spread(scale, block, k, n)
+    data = np.clip(m / spread, -FP8_MAX, FP8_MAX).astype(FP8)
+    return QuantizedWeight(data.reshape(shape), scale, lead, k_dims, block)
+
+
+def _spread(scale, block: tuple[int, int], k: int, n: int, xp=np):
+    """[*L, K/bk, N/bn] -> [*L, K, N]: each value over its block."""
+    s = xp.repeat(scale, block[0], axis=-2)[..., :k, :]
+    return xp.repeat(s, block[1], axis=-1)[..., :n]
+
+
+def dequantize(w: QuantizedWeight, dtype) -> jax.Array:
+    """stored * scale per block, computed in float32 and cast to `dtype` (jnp; in a jit)."""
+    shape = w.shape
+    k, n = matrix_dims(shape, w.lead, w.k_dims)
+    m = w.data.reshape(*shape[: w.lead], k, n).astype(jnp.float32)
+    m = m * _spread(w.scale.astype(jnp.float32), w.block, k, n, jnp)
+    return m.astype(dtype).reshape(shape)
+
+
+def dequantize_tree(tree, dtype):
+    """`tree` with every QuantizedWeight turned into a `dtype` array (others unchanged)."""
+    return jax.tree.map(
+        lambda x: dequantize(x, dtype) if is_quantized(x) else x, tree, is_leaf=is_quantized
+    )
+
+
+def layout_of(group: str, name: str) -> tuple[int, int] | None:
+    """(lead, k_dims) of params leaf `name` in a layer's `group` (attn / mlp / moe / shared),
+    None when it is not quantized."""
+    if group == "attn":
+        return (0, ATTN_WEIGHTS[name]) if name in ATTN_WEIGHTS else None
+    if group in ("mlp", "shared") and name in MLP_WEIGHTS:
+        return 0, MLP_WEIGHTS[name]
+    if group == "moe" and name in MLP_WEIGHTS:
+        return 1, MLP_WEIGHTS[name]
+    return None
+
+
+def leaf_name(i: int, group: str, name: str) -> str:
+    """'layers.3.moe.shared.w_up': how ModelConfig.quantization_skip names a leaf."""
+    return f"layers.{i}.moe.shared.{name}" if group == "shared" else f"layers.{i}.{group}.{name}"
+
+
+def quantized_leaves(layers: list[dict], skip: tuple[str, ...] = ()):
+    """(layer index, group path, name, (lead, k_dims)) of every leaf to quantize, in order;
+    `layers` is the params (or specs) tree's "layers" list."""
+    for i, layer in enumerate(layers):
+        for group in ("attn", "mlp", "moe"):
+            sub = layer.get(group)
+            if sub is None:
+                continue
+            nested = [(group, sub)] + ([("shared", sub["shared"])] if "shared" in sub else [])
+            for g, d in nested:
+                for name in d:
+                    layout = layout_of(g, name)
+                    if layout is not None and leaf_name(i, g, name) not in skip:
+                        yield i, g, name, layout
+
+
+def _container(layer: dict, group: str) -> dict:
+    return layer["moe"]["shared"] if group == "shared" else layer[group]
+
+
+def _copy_dicts(d: dict) -> dict:
+    return {k: _copy_dicts(v) if isinstance(v, dict) else v for k, v in d.items()}
+
+
+def map_quantized(tree: dict, fn, skip: tuple[str, ...] = ()) -> dict:
+    """A copy of the params (or specs) `tree` with fn(leaf, lead, k_dims, name) in place of
+    each leaf to quantize (lists and dicts copied, other leaves shared)."""
+    out = dict(tree)
+    layers = [_copy_dicts(layer) for layer in tree["layers"]]
+    for i, group, name, (lead, k_dims) in quantized_leaves(layers, skip):
+        d = _container(layers[i], group)
+        d[name] = fn(d[name], lead, k_dims, leaf_name(i, group, name))
+    out["layers"] = layers
+    return out
+
+
+def quantize_params(params: dict, block: tuple[int, int], skip: tuple[str, ...] = ()) -> dict:
+    """Host-side: `params` (float arrays) with every weight to quantize as a QuantizedWeight;
+    leaves that already are one stay as they are."""
+
+    def one(x, lead, k_dims, name):
+        del name
+        return x if is_quantized(x) else quantize(np.asarray(x), lead, k_dims, block)
+
+    return map_quantized(params, one, skip)
