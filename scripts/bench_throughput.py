@@ -48,6 +48,11 @@ _SAMPLING = flags.DEFINE_list(
 _KV_CACHE_DTYPE = flags.DEFINE_enum(
     "kv_cache_dtype", "auto", ["auto", "fp8"], "KV pages: the model dtype, or fp8 (+ row scales)."
 )
+_QUANTIZATION = flags.DEFINE_list(
+    "quantization",
+    ["none"],
+    "Weights to time, each a run: none (the model dtype) and/or fp8 (block-scaled e4m3).",
+)
 
 
 def copy_bandwidth(num_bytes: int, repeats: int = 5) -> float:
@@ -69,8 +74,9 @@ def decode_bytes(llm: LLM, batch: int, context: int) -> int:
     cfg = llm.config
     total = 0
     for path, leaf in jax.tree_util.tree_leaves_with_path(llm.params):
-        keys = [getattr(k, "key", None) for k in path]
-        if "moe" in keys and keys[-1] in ("w_gate", "w_up", "w_down"):
+        # (an fp8 weight's leaves are its .data and .scale: GetAttrKeys)
+        keys = [getattr(k, "key", getattr(k, "name", None)) for k in path]
+        if "moe" in keys and {"w_gate", "w_up", "w_down"} & set(keys):
             # Expected distinct experts among B * k uniform picks out of E.
             e, k = cfg.num_experts, cfg.num_experts_per_tok
             touched = e * (1 - (1 - k / e) ** batch)
@@ -105,12 +111,14 @@ def bench_model(
     bw: float,
     kv_cache_dtype: str,
     sampling: str = "greedy",
+    quantization: str = "none",
 ) -> list:
     rows = []
     max_b = max(batches)
     llm = LLM(
         model=model,
         kv_cache_dtype=kv_cache_dtype,
+        quantization=None if quantization == "none" else quantization,
         max_num_seqs=max_b,
         max_num_batched_tokens=max(2048, max_b),
         max_model_len=prompt_len + 2 * steps + 8,
@@ -149,6 +157,7 @@ def bench_model(
             dict(
                 model=model,
                 sampling=sampling,
+                weights=quantization if quantization != "none" else llm.config.dtype,
                 kv_cache_dtype=llm.kv_dtype.name,
                 batch=b,
                 tok_s=tok_s,
@@ -181,6 +190,12 @@ def parse_flags() -> list[int]:
         raise app.UsageError(
             f"--sampling={','.join(_SAMPLING.value)}: must list one or more of "
             f"{', '.join(SAMPLING_MODES)}, none repeated"
+        )
+    bad = [q for q in _QUANTIZATION.value if q not in ("none", "fp8")]
+    if bad or not _QUANTIZATION.value or len(set(_QUANTIZATION.value)) < len(_QUANTIZATION.value):
+        raise app.UsageError(
+            f"--quantization={','.join(_QUANTIZATION.value)}: must list none and/or fp8, "
+            "none repeated"
         )
     if _STEPS.value < 2:
         raise app.UsageError(f"--decode_steps={_STEPS.value}: must be >= 2")
@@ -228,31 +243,35 @@ def _main() -> None:
     rows = []
     for model in _MODELS.value:
         for sampling in _SAMPLING.value:
-            rows += bench_model(
-                model,
-                batches,
-                _PROMPT_LEN.value,
-                _STEPS.value,
-                bw,
-                _KV_CACHE_DTYPE.value,
-                sampling,
-            )
+            for quantization in _QUANTIZATION.value:
+                rows += bench_model(
+                    model,
+                    batches,
+                    _PROMPT_LEN.value,
+                    _STEPS.value,
+                    bw,
+                    _KV_CACHE_DTYPE.value,
+                    sampling,
+                    quantization,
+                )
     # Speedup over the smallest batch size's row of the same model (batch 1 by default).
     base_batch = min(batches)
     print(
-        "| model | sampling | batch | tok/s | step ms | host ms | wait ms | MB read/step |"
-        f" roofline tok/s | of roofline | vs batch {base_batch} |"
+        "| model | weights | sampling | batch | tok/s | step ms | host ms | wait ms |"
+        f" MB read/step | roofline tok/s | of roofline | vs batch {base_batch} |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         base = next(
             x
             for x in rows
-            if (x["model"], x["sampling"], x["batch"]) == (r["model"], r["sampling"], base_batch)
+            if (x["model"], x["weights"], x["sampling"], x["batch"])
+            == (r["model"], r["weights"], r["sampling"], base_batch)
         )
         base = base["tok_s"]
         print(
-            f"| {r['model']} | {r['sampling']} | {r['batch']} | {r['tok_s']:.0f} | "
+            f"| {r['model']} | {r['weights']} | {r['sampling']} | {r['batch']} | "
+            f"{r['tok_s']:.0f} | "
             f"{r['step_ms']:.2f} | "
             f"{r['host_ms']:.2f} | {r['wait_ms']:.2f} | {r['bytes_per_step'] / 1e6:.1f} | "
             f"{r['roofline_tok_s']:.0f} | "

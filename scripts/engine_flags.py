@@ -20,6 +20,9 @@ ATTN = flags.DEFINE_enum(
 KV_CACHE_DTYPE = flags.DEFINE_enum(
     "kv_cache_dtype", "auto", ["auto", "fp8", "fp8_e4m3"], "KV pages: the model dtype, or fp8."
 )
+QUANTIZATION = flags.DEFINE_enum(
+    "quantization", None, ["fp8"], "Weights: the model dtype (unset), or fp8 with block scales."
+)
 BATCH_INVARIANT = flags.DEFINE_bool("batch_invariant", False, "Bitwise-deterministic mode.")
 PREFIX_CACHING = flags.DEFINE_bool(
     "enable_prefix_caching", False, "Reuse the KV pages of prompts' shared prefixes."
@@ -42,6 +45,7 @@ def llm_kwargs(**overrides) -> dict:
         "max_model_len": MAX_MODEL_LEN.value,
         "attention_impl": ATTN.value,
         "kv_cache_dtype": KV_CACHE_DTYPE.value,
+        "quantization": QUANTIZATION.value,
         "batch_invariant": BATCH_INVARIANT.value,
         "enable_prefix_caching": PREFIX_CACHING.value,
         "speculative_config": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS.value}

@@ -40,6 +40,8 @@ LAYOUTS = [
 SKEWED = [("deepseek_v3", "ep=8"), ("qwen3_moe", "dp=2,ep=4")]
 # fp8 KV pages on a mesh that splits the KV heads (and so the per-row scales).
 FP8_LAYOUT = ("llama", "tp=2")
+# fp8 weights (an fp8 checkpoint held as stored) with experts over ep and heads over tp.
+FP8_WEIGHTS_LAYOUT = ("deepseek_v3_fp8", "tp=2,ep=2")
 # Penalized requests (a replicated count state) and token lists (logit_bias, allowed ids,
 # min_tokens) on meshes that split tokens (dp) and the vocabulary's matmul (tp):
 # tests/fixtures/sampler/hf_penalties.json and hf_token_lists.json.
@@ -196,6 +198,7 @@ def mesh_cases(out_path: str) -> None:
             }
     result["invariant"] = _invariant_across_ep(refs["deepseek_v3"]["prompts"])
     result["fp8"] = _fp8_kv(FP8_LAYOUT)
+    result["fp8_weights"] = _fp8_weights(FP8_WEIGHTS_LAYOUT)
     pathlib.Path(out_path).write_text(json.dumps(result))
 
 
@@ -244,6 +247,33 @@ def _fp8_kv(layout: tuple[str, str]) -> dict:
         "data_spec": str(k_pages.data.sharding.spec),
         "scale_spec": str(k_pages.scale.sharding.spec),
     }
+
+
+def _fp8_weights(layout: tuple[str, str]) -> dict:
+    """quantization="fp8" on a mesh: the fp8 data split like the float weight, the expert
+    scales split over ep with their experts."""
+    from engine import LLM
+
+    arch, mesh = layout
+    ref = json.loads((FIXTURES / arch / "reference.json").read_text())
+    llm = LLM(
+        model=str(FIXTURES / arch),
+        mesh=mesh,
+        quantization="fp8",
+        num_pages=32,
+        max_model_len=128,
+        max_num_batched_tokens=64,
+    )
+    moe = next(x["moe"] for x in llm.params["layers"] if "moe" in x)
+    out = _generate(llm, ref["prompts"])
+    out["specs"] = {
+        "w_gate.data": str(moe["w_gate"].data.sharding.spec),
+        "w_gate.scale": str(moe["w_gate"].scale.sharding.spec),
+        "wq_b.data": str(llm.params["layers"][0]["attn"]["wq_b"].data.sharding.spec),
+        "data_dtype": str(moe["w_gate"].data.dtype),
+    }
+    del out["param_specs"]
+    return out
 
 
 def _invariant_across_ep(prompts) -> dict:

@@ -150,11 +150,12 @@ def test_every_bench_sampling_mode_is_valid():
                 "--decode_steps=3",
                 "--copy_mb=16",
                 "--kv_cache_dtype=fp8",
+                "--quantization=fp8",  # fp8 weights: their .data/.scale leaves counted
                 # Two of the modes (each builds and compiles an engine of its own); every
                 # mode's parameters are checked in test_every_bench_sampling_mode_is_valid.
                 "--sampling=greedy,logit_bias",
             ],
-            "| tiny-llama | logit_bias | 2 |",
+            "| tiny-llama | fp8 | logit_bias | 2 |",
         ),
         (
             "scripts.bench_determinism",
@@ -329,6 +330,11 @@ BAD_FLAGS = [
         "scripts.bench_throughput",
         ["--models=no-such-preset", "--json_out=tests"],
         "--json_out='tests': is a directory",
+    ),
+    (
+        "scripts.bench_throughput",
+        ["--models=no-such-preset", "--quantization=none,int8"],
+        "--quantization=none,int8: must list none and/or fp8",
     ),
     (
         "scripts.bench_throughput",

@@ -20,7 +20,14 @@ import numpy as np
 import pytest
 
 from tests.sampler_cases import cases
-from tests.sharding_worker import FP8_LAYOUT, LAYOUTS, MAX_TOKENS, PENALTY_LAYOUTS, SKEWED
+from tests.sharding_worker import (
+    FP8_LAYOUT,
+    FP8_WEIGHTS_LAYOUT,
+    LAYOUTS,
+    MAX_TOKENS,
+    PENALTY_LAYOUTS,
+    SKEWED,
+)
 
 ROOT = pathlib.Path(__file__).parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -184,3 +191,19 @@ def test_fp8_kv_pages_on_a_mesh_match_hf_with_an_fp8_cache(mesh_results):
     assert got["scale_spec"] == "P(None, None, 'tp')"
     assert got["tokens"] == ref["greedy_tokens"]
     assert _max_diff(got["logprobs"], ref["logprobs"]) < TOL
+
+
+def test_fp8_weights_on_a_mesh_decode_as_transformers(mesh_results):
+    """quantization="fp8" with experts over ep and heads over tp: transformers' greedy tokens
+    and logprobs on the fp8 checkpoint, the scales split with their experts."""
+    got = mesh_results["fp8_weights"]
+    ref = _reference(FP8_WEIGHTS_LAYOUT[0])
+    assert got["specs"] == {
+        "w_gate.data": "P('ep', None, 'tp')",
+        "w_gate.scale": "P('ep', None, None)",
+        "wq_b.data": "P(None, 'tp', None)",
+        "data_dtype": "float8_e4m3fn",
+    }
+    n = len(ref["greedy_tokens"][0])
+    assert [t[:n] for t in got["tokens"]] == ref["greedy_tokens"]
+    assert _max_diff([lp[:n] for lp in got["logprobs"]], ref["logprobs"]) < TOL
