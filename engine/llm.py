@@ -81,8 +81,7 @@ class LLM:
     only: a sliding window's pages go back to the pool as a sequence advances.
     `speculative_config` (vLLM's, "ngram" only: engine/speculative.py): greedy requests
     decode several tokens a step when n-gram drafts from their own text come true.
-    `quantization="fp8"` holds the projection weights as fp8 with a scale per block
-    (models/quantization.py): an fp8 checkpoint's own bytes, other weights quantized on load.
+    `quantization="fp8"`: fp8 projection weights, a scale per block (models/quantization.py).
     """
 
     def __init__(

@@ -83,6 +83,8 @@ def _param_specs(llm) -> dict:
     picks = {"attn.wo": layer["attn"]["wo"]}
     if "moe" in layer:
         picks["moe.w_gate"] = layer["moe"]["w_gate"]
+    # (an fp8 weight: where its data landed)
+    picks = {k: getattr(v, "data", v) for k, v in picks.items()}
     return {k: str(getattr(v.sharding, "spec", None)) for k, v in picks.items()}
 
 
@@ -272,7 +274,6 @@ def _fp8_weights(layout: tuple[str, str]) -> dict:
         "wq_b.data": str(llm.params["layers"][0]["attn"]["wq_b"].data.sharding.spec),
         "data_dtype": str(moe["w_gate"].data.dtype),
     }
-    del out["param_specs"]
     return out
 
 
