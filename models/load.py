@@ -18,7 +18,7 @@ from configs.model_config import ModelConfig
 from configs.presets import PRESETS, get_preset
 from models.hf_loader import load_hf_params, resolve_tied_head, unquantized_leaves
 from models.orbax_io import is_orbax_dir, load_config, restore_params, save_params
-from models.quantization import check_quantization, our_block, quantize_params
+from models.quantization import check_quantization, dequantize_tree, our_block, quantize_params
 from models.specs import abstract_params, count_params, init_params
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -40,7 +40,7 @@ def cast_params(params: dict, cfg: ModelConfig, dtype: str) -> tuple[ModelConfig
         return cfg, params
     cfg = cfg.replace(dtype=dtype)
     # The specs decide per leaf: e.g. DeepSeek-V3's router_bias stays float32.
-    want = abstract_params(cfg.replace(quantization=None))
+    want = abstract_params(cfg)  # (fp8 weights: their data stay fp8, their scales float32)
     return cfg, jax.tree.map(lambda x, w: x.astype(w.dtype), params, want)
 
 
@@ -63,13 +63,13 @@ def _load_dir(
     if is_orbax_dir(path):
         stored, params = restore_params(path)
         stored, params = cast_params(params, stored, cfg.dtype)
-        if not cfg.quantization:
-            return stored, params
-        block, skip = cfg.quantization_block, cfg.quantization_skip
-        params = quantize_params(jax.tree.map(np.asarray, params), our_block(block), skip)
-        return stored.replace(
-            quantization=cfg.quantization, quantization_block=block, quantization_skip=skip
-        ), params
+        if stored.quantization and not cfg.quantization:  # fp8 stored, float wanted
+            params = jax.tree.map(np.asarray, dequantize_tree(params, jnp.dtype(cfg.dtype)))
+        elif cfg.quantization and not stored.quantization:  # float stored, fp8 wanted
+            block = our_block(cfg.quantization_block)
+            params = quantize_params(jax.tree.map(np.asarray, params), block, cfg.quantization_skip)
+        fields = ("quantization", "quantization_block", "quantization_skip")
+        return stored.replace(**{f: getattr(cfg, f) for f in fields}), params
     return cfg, load_hf_params(path, cfg)
 
 
@@ -116,8 +116,9 @@ def model_config(
         cfg = cfg.replace(dtype=dtype) if dtype not in (None, "auto") else cfg
     if quantization is None:
         return cfg.replace(quantization=None, quantization_skip=())
-    skip = () if path is None or is_orbax_dir(path) else unquantized_leaves(path, cfg)
-    return cfg.replace(quantization=quantization, quantization_skip=skip)
+    if path is None or is_orbax_dir(path):  # an orbax checkpoint's own, if stored fp8
+        return cfg.replace(quantization=quantization)
+    return cfg.replace(quantization=quantization, quantization_skip=unquantized_leaves(path, cfg))
 
 
 def load_model(
@@ -166,10 +167,11 @@ def _check_out_dir(hf_dir: str, out_dir: str) -> None:
 
 
 def convert_hf_to_orbax(
-    hf_dir: str, out_dir: str, dtype: str | None = None
+    hf_dir: str, out_dir: str, dtype: str | None = None, quantization: str | None = None
 ) -> tuple[ModelConfig, dict]:
-    """Load the HF checkpoint in `hf_dir` and write it as an orbax checkpoint in `out_dir`,
-    with its tokenizer.json (and tokenizer_config.json, chat_template.jinja,
+    """Load the HF checkpoint in `hf_dir` and write it as an orbax checkpoint in `out_dir`
+    (`quantization="fp8"`: fp8 weights, an fp8 checkpoint's own bytes and scales), with its
+    tokenizer.json (and tokenizer_config.json, chat_template.jinja,
     generation_config.json) copied along so the orbax directory stands alone."""
     hf_dir = os.path.expanduser(hf_dir)
     if not os.path.isdir(hf_dir):
@@ -177,7 +179,7 @@ def convert_hf_to_orbax(
     if is_orbax_dir(hf_dir):
         raise ValueError(f"hf_dir={hf_dir!r}: is already an orbax checkpoint")
     _check_out_dir(hf_dir, out_dir)
-    cfg, params = _load_dir(hf_dir, dtype)
+    cfg, params = _load_dir(hf_dir, dtype, model_config(hf_dir, dtype, quantization))
     save_params(out_dir, params, cfg)
     for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, CHAT_TEMPLATE_FILE, GENERATION_CONFIG_FILE):
         if os.path.isfile(os.path.join(hf_dir, name)):

@@ -58,10 +58,12 @@ def config_from_dict(d: dict) -> ModelConfig:
 
 
 def _named_leaves(tree: Any) -> dict[str, Any]:
-    """{'layers.0.attn.wq': leaf, ...}: the dotted names orbax also uses."""
+    """{'layers.0.attn.wq': leaf, ...}: the dotted names orbax also uses (an fp8 weight's
+    'layers.0.attn.wq.data' and '.scale': orbax stores a dataclass node as a dict)."""
     out = {}
     for keypath, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        out[".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in keypath)] = leaf
+        names = (getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))) for k in keypath)
+        out[".".join(str(n) for n in names)] = leaf
     return out
 
 

@@ -1,6 +1,8 @@
 """Convert a Hugging Face safetensors checkpoint into a self-describing orbax checkpoint.
 
 python -m scripts.convert_hf --hf_dir=tests/fixtures/llama --out_dir=/tmp/llama_orbax
+python -m scripts.convert_hf --hf_dir=tests/fixtures/deepseek_v3_fp8 --out_dir=/tmp/ds_fp8 \
+    --quantization=fp8    # fp8 weights kept as the checkpoint stores them
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ _DTYPE = flags.DEFINE_enum(
     ["float32", "bfloat16", "float16", "auto"],
     "Parameter dtype; default float32, 'auto' keeps the checkpoint's own.",
 )
+_QUANTIZATION = flags.DEFINE_enum(
+    "quantization",
+    None,
+    ["fp8"],
+    "fp8: store the projection weights as e4m3 with block scales (an fp8 checkpoint's own).",
+)
 flags.mark_flags_as_required(["hf_dir", "out_dir"])
 
 
@@ -36,7 +44,9 @@ def main(argv):
     try:
         # Before the checkpoint is read (minutes for a large one), not when it is written.
         check_output_dir("--out_dir", _OUT_DIR.value)
-        cfg, params = convert_hf_to_orbax(_HF_DIR.value, _OUT_DIR.value, dtype=_DTYPE.value)
+        cfg, params = convert_hf_to_orbax(
+            _HF_DIR.value, _OUT_DIR.value, dtype=_DTYPE.value, quantization=_QUANTIZATION.value
+        )
     except (ValueError, OSError) as e:
         if not existed and os.path.isdir(out_dir):  # no half-written checkpoint left behind
             shutil.rmtree(out_dir, ignore_errors=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -224,6 +226,31 @@ def test_orbax_checkpoint_quantizes_like_its_hf_source(tmp_path):
     for a, b in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1]), strict=True):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+def test_an_fp8_checkpoint_converts_to_orbax_as_stored(tmp_path):
+    """scripts/convert_hf --quantization=fp8 writes the checkpoint's own fp8 bytes and
+    scales; loaded back without quantization, it is the dequantizing HF load, bitwise."""
+    fixture, out = str(FIXTURES / "deepseek_v3_fp8"), str(tmp_path / "orbax")
+    cmd = ["-m", "scripts.convert_hf", f"--hf_dir={fixture}", f"--out_dir={out}"]
+    run = subprocess.run(
+        [sys.executable, *cmd, "--quantization=fp8"],
+        cwd=FIXTURES.parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.startswith(f"converted {fixture} -> {out}: deepseek_v3"), run.stdout
+    for quantization in ("fp8", None):
+        got = load_model(out, cfg=model_config(out, None, quantization), host=True)
+        want = load_model(fixture, cfg=model_config(fixture, None, quantization), host=True)
+        assert got[0].quantization == quantization
+        assert got[0].quantization_skip == want[0].quantization_skip
+        assert jax.tree.structure(got[1]) == jax.tree.structure(want[1])
+        for a, b in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1]), strict=True):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(_bits(a), _bits(b))
 
 
 def test_bad_quantization_is_refused_before_loading():
