@@ -7,7 +7,14 @@ and tested without importing jax.
 from engine.sampling_params import RequestOutput, SamplingParams, StreamDelta
 from engine.structured import StructuredOutputsParams
 
-__all__ = ["LLM", "RequestOutput", "SamplingParams", "StreamDelta", "StructuredOutputsParams"]
+__all__ = [
+    "LLM",
+    "LoRARequest",
+    "RequestOutput",
+    "SamplingParams",
+    "StreamDelta",
+    "StructuredOutputsParams",
+]
 
 
 def __getattr__(name: str):
@@ -15,4 +22,8 @@ def __getattr__(name: str):
         from engine.llm import LLM
 
         return LLM
+    if name == "LoRARequest":  # engine/lora.py imports jax
+        from engine.lora import LoRARequest
+
+        return LoRARequest
     raise AttributeError(f"module 'engine' has no attribute {name!r}")

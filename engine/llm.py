@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine import batch_invariant as batch_invariant_lib
-from engine import chat, inputs, kv_budget, kv_quant, logit_bias, penalties, runner, samples
+from engine import chat, inputs, kv_budget, kv_quant, logit_bias, lora, penalties, runner, samples
 from engine.attention_ops import resolve_impl
 from engine.kv_pages import PageManager, pages_for_tokens
 from engine.prefix_cache import PrefixCache
@@ -104,6 +104,9 @@ class LLM:
         enable_prefix_caching: bool = False,
         speculative_config: dict | None = None,
         quantization: str | None = None,
+        enable_lora: bool = False,
+        max_loras: int = 1,
+        max_lora_rank: int = 16,
     ):
         model = inputs.as_model_path(model)
         self._default_params = inputs.default_sampling_params(generation_config, model)
@@ -120,6 +123,10 @@ class LLM:
         batch_invariant = inputs.as_bool("batch_invariant", batch_invariant)
         async_scheduling = inputs.as_bool("async_scheduling", async_scheduling)
         enable_prefix_caching = inputs.as_bool("enable_prefix_caching", enable_prefix_caching)
+        enable_lora = inputs.as_bool("enable_lora", enable_lora)
+        lora.check_engine(
+            enable_lora, max_loras, max_lora_rank, batch_invariant, enable_prefix_caching
+        )
         proposer = NgramProposer.from_config(speculative_config)
         # Request seeds derive from it modulo 2**32 (numpy's seed range, as vLLM's).
         seed = inputs.as_int("seed", seed, low=0, high=2**32 - 1)
@@ -167,6 +174,10 @@ class LLM:
         self.mesh = None
         if mesh:
             self.mesh, self.params = shard_model(cfg, self.params, mesh_config)
+        self._lora = None  # the adapters' slots (engine/lora.py)
+        if enable_lora:
+            place = jnp.asarray if self.mesh is None else (lambda x: put_replicated(x, self.mesh))
+            self._lora = lora.LoRASlots(cfg, max_loras, max_lora_rank, place)
         self.max_model_len = max_model_len
         self.page_size = page_size
         pages_per_seq = pages_for_tokens(max_model_len, page_size)
@@ -203,6 +214,7 @@ class LLM:
             window_pages=PageManager(window_num_pages, page_size) if hybrid else None,
             prefix_cache=PrefixCache(self._pages) if enable_prefix_caching else None,
             speculative=proposer,
+            max_loras=max_loras if enable_lora else 0,
         )
         self.batch_invariant = bool(batch_invariant)
         self._buckets = runner.Buckets(
@@ -322,13 +334,18 @@ class LLM:
         )
 
     def _enqueue_samples(
-        self, ids: list[int], params: SamplingParams, request_id: str | None, announce: bool
+        self,
+        ids: list[int],
+        params: SamplingParams,
+        request_id: str | None,
+        announce: bool,
+        lora_id: int = 0,
     ) -> list[Sequence]:
         """Queue a validated request as its SamplingParams.n samples (engine/samples.py);
         returns their sequences, sample 0 first."""
         seqs = []
         if params.n == 1:
-            seqs.append(self._enqueue(ids, params, request_id, announce))
+            seqs.append(self._enqueue(ids, params, request_id, announce, lora_id=lora_id))
             return seqs
         while request_id is None:  # a free id whose sample ids are free too
             request_id = str(next(self._request_counter))
@@ -339,7 +356,7 @@ class LLM:
             # Penalized samples compute the whole prompt each (engine/samples.py).
             fork_of = seqs[0] if seqs and not params.penalized else None
             kth = samples.sample_params(params, k)
-            seqs.append(self._enqueue(ids, kth, rid, announce, fork_of))
+            seqs.append(self._enqueue(ids, kth, rid, announce, fork_of, lora_id))
         return seqs
 
     def _enqueue(
@@ -349,6 +366,7 @@ class LLM:
         request_id: str | None,
         announce: bool = False,
         fork_of: Sequence | None = None,
+        lora_id: int = 0,
     ) -> Sequence:
         """Queue a validated request (one sample). A request with max_tokens=0 finishes
         here; with `announce` (add_request) its finish delta is returned by the next step()
@@ -364,6 +382,7 @@ class LLM:
             params = dataclasses.replace(params, seed=seed)
         spec = self._scheduler.speculative is not None and eligible(params, GREEDY_TEMPERATURE)
         seq = Sequence(request_id, tuple(ids), params, fork_of=fork_of, speculate=spec)
+        seq.lora_id = lora_id
         out = RequestOutput(request_id, list(ids))
         if params.prompt_logprobs:  # filled in by the steps that compute the prompt
             out.prompt_logprobs = [0.0] * (len(ids) - 1)
@@ -384,7 +403,11 @@ class LLM:
         return seq
 
     def add_request(
-        self, prompt, sampling_params: SamplingParams | None = None, request_id: str | None = None
+        self,
+        prompt,
+        sampling_params: SamplingParams | None = None,
+        request_id: str | None = None,
+        lora_request: lora.LoRARequest | None = None,
     ) -> str:
         """Queue one request; returns its id. Raises ValueError before queueing anything.
 
@@ -395,6 +418,7 @@ class LLM:
         if request_id is not None and not isinstance(request_id, str):
             raise ValueError(f"request_id={request_id!r}: must be a string (or None)")
         ((ids, params),) = self._prepare([prompt], sampling_params)
+        (lora_id,) = lora.lora_ids(self._lora, lora_request, 1)
         taken = request_id and next(
             filter(self._id_in_use, samples.sample_ids(request_id, params.n)), None
         )
@@ -403,7 +427,7 @@ class LLM:
                 f"request_id={taken!r}: already in use (queued, running, or its last "
                 "delta not yet returned by step())"
             )
-        return self._enqueue_samples(ids, params, request_id, announce=True)[0].request_id
+        return self._enqueue_samples(ids, params, request_id, True, lora_id)[0].request_id
 
     def abort(self, request_id: str) -> bool:
         """Stop a request now (finish_reason "abort"), every sample of it when it has n > 1
@@ -511,6 +535,10 @@ class LLM:
         mask = self._structured.masks_for(sched.items, shape[1], output_of)
         if mask is not None:
             batch = batch._replace(allowed_mask=mask)
+        params = self.params
+        if self._lora is not None:
+            slots = self._lora.token_slots(sched.items, shape[0])
+            batch, params = batch._replace(lora_slots=slots), {**params, "lora": self._lora.tree()}
         list_width = 0
         if lists is not None:
             batch = batch._replace(
@@ -546,10 +574,10 @@ class LLM:
                     None if self.mesh is None else replicated(self.mesh),
                 )
             # The state is donated: the step's output holds the only live copy.
-            self._kv, out = step_fn(self.params, self._kv, batch, self._penalty_state)
+            self._kv, out = step_fn(params, self._kv, batch, self._penalty_state)
             self._penalty_state = out.penalty_state
         else:
-            self._kv, out = step_fn(self.params, self._kv, batch)
+            self._kv, out = step_fn(params, self._kv, batch)
         self._step_shapes.add(shape)
         self._variant_shapes.add(key)
         return _Dispatched(sched, out, score_rows, compiles, start, with_top, score_top, drafts)
@@ -679,7 +707,9 @@ class LLM:
             return None
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
-    def stream(self, prompts, sampling_params=None) -> Iterator[list[StreamDelta]]:
+    def stream(
+        self, prompts, sampling_params=None, lora_request=None
+    ) -> Iterator[list[StreamDelta]]:
         """Queue `prompts` and yield each step's increments until they all finish.
 
         A request with max_tokens=0 gets its finish delta in the first yield. Each yield
@@ -688,7 +718,7 @@ class LLM:
         generator early aborts the requests it has not finished; no later step() returns
         their "abort" deltas (no one is left to read them).
         """
-        records, _ = self._collect(self._prepare(prompts, sampling_params))
+        records, _ = self._collect(self._prepare(prompts, sampling_params), lora_request)
         try:
             done = [
                 StreamDelta(r.request_id, (), (), r.finish_reason) for r in records if r.finished
@@ -704,13 +734,13 @@ class LLM:
         finally:
             self._release(records)
 
-    def generate(self, prompts, sampling_params=None) -> list[RequestOutput]:
+    def generate(self, prompts, sampling_params=None, lora_request=None) -> list[RequestOutput]:
         """Generate for every prompt: one prompt or a list of them (engine/inputs.py: a string,
         token ids, or a {"prompt": ...} / {"prompt_token_ids": ...} dict).
 
         One record per prompt; with SamplingParams.n > 1 it is sample 0's and its `samples`
         lists all n. If it raises (or is interrupted), its unfinished requests are aborted."""
-        records, firsts = self._collect(self._prepare(prompts, sampling_params))
+        records, firsts = self._collect(self._prepare(prompts, sampling_params), lora_request)
         try:
             while any(not r.finished for r in records):
                 self.step()
@@ -727,6 +757,7 @@ class LLM:
         tools: list[dict] | None = None,
         chat_template_kwargs: dict | None = None,
         continue_final_message: bool = False,
+        lora_request=None,
     ) -> list[RequestOutput]:
         """vLLM's LLM.chat: generate for one conversation ([{"role": ..., "content": ...}])
         or a list of them, each rendered by `chat_template` or the model's into prompt token
@@ -742,15 +773,17 @@ class LLM:
             continue_final_message=continue_final_message,
             **(chat_template_kwargs or {}),
         )
-        return self.generate(prompts, sampling_params)
+        return self.generate(prompts, sampling_params, lora_request)
 
-    def _collect(self, reqs) -> list[RequestOutput]:
+    def _collect(self, reqs, lora_request=None) -> list[RequestOutput]:
         """Queue validated requests whose records the caller keeps (generate, stream); all
-        or none (an error part-way takes back the ones already queued)."""
+        or none (an error part-way takes back the ones already queued). `lora_request`: one
+        LoRARequest for all, or one (or None) per request."""
+        lora_ids = lora.lora_ids(self._lora, lora_request, len(reqs))
         records, firsts = [], []  # every sample's record; each request's sample 0
         try:
-            for ids, params in reqs:
-                for seq in self._enqueue_samples(ids, params, None, announce=False):
+            for (ids, params), lora_id in zip(reqs, lora_ids, strict=True):
+                for seq in self._enqueue_samples(ids, params, None, False, lora_id):
                     self._collecting.add(seq.request_id)
                     records.append(self._outputs[seq.request_id])
                 firsts.append(records[-params.n])

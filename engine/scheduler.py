@@ -114,6 +114,7 @@ class Scheduler:
         window_pages: PageManager | None = None,
         prefix_cache: PrefixCache | None = None,
         speculative: NgramProposer | None = None,
+        max_loras: int = 0,
     ):
         """`sliding_window`: set when every layer of the model attends only to the last
         that many keys (ModelConfig.kv_window); a running sequence then gives back the
@@ -128,7 +129,8 @@ class Scheduler:
         admission then takes a waiting sequence's longest indexed prefix instead of
         computing it. Not with a sliding window (its pages go back as it advances).
         `speculative`: drafts for the decodes of sequences with `speculate` set
-        (engine/speculative.py); `update` then takes a list of tokens for their items."""
+        (engine/speculative.py); `update` then takes a list of tokens for their items.
+        `max_loras`: distinct adapters (Sequence.lora_id) running at once; 0: no limit."""
         for name, value in (
             ("max_num_batched_tokens", max_num_batched_tokens),
             ("max_num_seqs", max_num_seqs),
@@ -189,6 +191,7 @@ class Scheduler:
         self._num_shared_tokens = 0
         self.prefix_cache = prefix_cache
         self.speculative = speculative
+        self.max_loras = max_loras
         self._num_drafts = self._num_accepted = 0
         self._num_cache_queries = self._num_cache_hits = 0  # tokens, at admissions
         self.long_prefill = None if long_prefill is None else LongPrefillController(long_prefill)
@@ -417,7 +420,9 @@ class Scheduler:
         ):
             seq = self._waiting[i]
             donor = self._donor(seq)
-            if donor is None:  # a later sample waits for its first one's prompt pages
+            # A later sample waits for its first one's prompt pages; a request whose adapter
+            # would be one more than max_loras running waits (later ones may pass it).
+            if donor is None or self._lora_waits(seq):
                 i += 1
                 continue
             hits, blocks = self._cache_match(seq) if donor is seq else ([], [])
@@ -639,6 +644,12 @@ class Scheduler:
             pool.grow(seq, num_tokens)
         return True
 
+    def _lora_waits(self, seq: Sequence) -> bool:
+        running = {s.lora_id for s in self._running} - {0}
+        return bool(self.max_loras and seq.lora_id) and (
+            seq.lora_id not in running and len(running) >= self.max_loras
+        )
+
     def _is_long(self, seq: Sequence) -> bool:
         policy = None if self.long_prefill is None else self.long_prefill.policy
         return policy is not None and policy.is_long(seq.num_tokens - seq.num_shared_tokens)
@@ -738,6 +749,7 @@ class Scheduler:
             feed_index=feed_index,
             window_page_ids=seq.window_page_ids,
             num_drafts=len(drafts),
+            lora_id=seq.lora_id,
         )
 
     def _finish(self, seq: Sequence, reason: str) -> None:

@@ -28,6 +28,7 @@ class ScheduledItem(NamedTuple):
     # Speculative decoding: token_ids is the decode's token then this many drafts
     # (engine/speculative.py); its sample is the token after the last draft.
     num_drafts: int = 0
+    lora_id: int = 0  # the request's adapter (engine/lora.py); 0: none
 
     @property
     def kv_len_after(self) -> int:

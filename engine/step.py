@@ -77,6 +77,9 @@ class StepBatch(NamedTuple):
     # of a step that may hold a long prefill chunk) and returns [R]-shaped scores; None:
     # every row (prompt logprobs).
     score_index: jax.Array | None = None
+    # [T] int32: each row's LoRA adapter slot (engine/lora.py; 0 = none), read with the
+    # stacked adapters in params["lora"]; None without LoRA.
+    lora_slots: jax.Array | None = None
 
 
 class StepOutput(NamedTuple):
@@ -245,7 +248,7 @@ def _step_body(
         fed = batch.prev_tokens[jnp.maximum(batch.feed_index, 0)]
         token_ids = jnp.where(batch.feed_index >= 0, fed, token_ids)
     hidden, kv = forward_hidden(
-        params, cfg, token_ids, batch.positions, kv, attend, routed, constrain
+        params, cfg, token_ids, batch.positions, kv, attend, routed, constrain, batch.lora_slots
     )
     logits = final_logits(params, cfg, hidden[batch.sample_index])  # [S, V]
     sample_logits = logits

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from models.layers import rms_norm
+from models.lora import add
 from models.rope import apply_rope, rope_dim, rope_frequencies, rope_layout, yarn_get_mscale
 
 # HF builds q_a_layernorm and kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps.
@@ -50,12 +51,19 @@ def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array) -> jax.Array:
     return jnp.concatenate([rotated, x[..., dim:]], axis=-1)
 
 
-def gqa_inputs(p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig) -> AttnInputs:
+def _no_delta(name: str, x: jax.Array) -> None:
+    return None
+
+
+def gqa_inputs(
+    p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig, delta=_no_delta
+) -> AttnInputs:
     """x: [T, D] -> q [T, H, Dh], k/v [T, K, Dh]; optional bias; qk-norm (per head, or over
-    all heads: OLMoE) and OLMoE's clip before rope (HF)."""
-    q = jnp.einsum("td,dhk->thk", x, p["wq"])
-    k = jnp.einsum("td,dhk->thk", x, p["wk"])
-    v = jnp.einsum("td,dhk->thk", x, p["wv"])
+    all heads: OLMoE) and OLMoE's clip before rope (HF). `delta(leaf, x)`: a LoRA term to
+    add to a projection (models/lora.py), or None."""
+    q = add(jnp.einsum("td,dhk->thk", x, p["wq"]), delta("wq", x))
+    k = add(jnp.einsum("td,dhk->thk", x, p["wk"]), delta("wk", x))
+    v = add(jnp.einsum("td,dhk->thk", x, p["wv"]), delta("wv", x))
     if cfg.attention_bias:
         q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
     if cfg.qk_norm_full:  # OLMoE: over all heads' channels at once
@@ -123,7 +131,7 @@ def mla_expand_kv(p: dict, c_kv: jax.Array, cfg: ModelConfig) -> tuple[jax.Array
     return kv[..., : cfg.qk_nope_head_dim], kv[..., cfg.qk_nope_head_dim :]
 
 
-def attn_output(p: dict, o: jax.Array) -> jax.Array:
-    """Output projection: o [T, H, Dv] -> [T, D] (plus its bias, gpt-oss)."""
-    out = jnp.einsum("thk,hkd->td", o, p["wo"])
+def attn_output(p: dict, o: jax.Array, delta=_no_delta) -> jax.Array:
+    """Output projection: o [T, H, Dv] -> [T, D] (plus its bias, gpt-oss; and a LoRA term)."""
+    out = add(jnp.einsum("thk,hkd->td", o, p["wo"]), delta("wo", o))
     return out + p["bo"] if "bo" in p else out

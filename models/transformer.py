@@ -23,6 +23,7 @@ import jax
 from configs.model_config import ModelConfig
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs
 from models.layers import embed, final_logits, rms_norm, swiglu_mlp
+from models.lora import make_delta
 from models.moe import RoutedFn, moe_block, routed_for
 from models.quantization import dequantize_tree
 
@@ -42,25 +43,42 @@ def forward_hidden(
     attend: Attend,
     routed: RoutedFn | None = None,
     constrain: Constrain | None = None,
+    lora_slots: jax.Array | None = None,
 ) -> tuple[jax.Array, list]:  # (hidden [T, D] before the final norm, kv)
-    """Run all decoder layers; kv[i] is whatever the backend caches for layer i."""
+    """Run all decoder layers; kv[i] is whatever the backend caches for layer i.
+
+    LoRA (models/lora.py): `params["lora"]`, when present, holds each layer's stacked
+    adapters ({leaf: (A [S, K, R], B [S, R, N])}), and `lora_slots` [T] each token's slot."""
     pin = constrain or (lambda x, axes: x)
     routed = routed or routed_for(cfg)
     x = pin(embed(params, token_ids), ("batch", "embed"))  # [T, D]
-    attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
     new_kv = []
+    lora = params.get("lora")
     for i, layer in enumerate(params["layers"]):
+        delta = make_delta(lora[i] if lora else None, lora_slots, _num_slots(lora))
         # fp8 weights (ModelConfig.quantization) come back to the model dtype one layer at a
         # time, inside the step; a no-op for float weights.
         layer = dequantize_tree(layer, x.dtype)
         h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
-        o, kv_i = attend(i, layer["attn"], kv[i], attn_inputs(layer["attn"], h, positions, cfg))
-        x = pin(x + attn_output(layer["attn"], o), ("batch", "embed"))
+        if cfg.is_mla:
+            inputs = mla_inputs(layer["attn"], h, positions, cfg)
+        else:
+            inputs = gqa_inputs(layer["attn"], h, positions, cfg, delta)
+        o, kv_i = attend(i, layer["attn"], kv[i], inputs)
+        x = pin(x + attn_output(layer["attn"], o, delta), ("batch", "embed"))
         h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
         if "moe" in layer:
             x = x + moe_block(layer["moe"], h, cfg, routed)
         else:
-            x = x + swiglu_mlp(layer["mlp"], h)
+            x = x + swiglu_mlp(layer["mlp"], h, delta)
         x = pin(x, ("batch", "embed"))
         new_kv.append(kv_i)
     return x, new_kv
+
+
+def _num_slots(lora: list | None) -> int:
+    """S of the stacked adapters (0 without any)."""
+    for layer in lora or ():
+        for a, _ in layer.values():
+            return a.shape[0]
+    return 0

@@ -1,0 +1,164 @@
+"""LoRA adapters (PEFT's format) on the projections, several in one step.
+
+An adapter adds `scale * B(A(x))` to a projection's output: A [r, in], B [out, r] as PEFT
+saves them (`base_model.model.model.layers.{i}.{module}.lora_{A,B}.weight` in
+adapter_model.safetensors; r, lora_alpha, use_rslora in adapter_config.json), scale =
+lora_alpha / r (lora_alpha / sqrt(r) with use_rslora). Targets: the GQA attention
+projections (q/k/v/o_proj) and the dense MLP's (gate/up/down_proj); not MLA's projections,
+nor MoE experts (refused, naming the tensor).
+
+In the step every target holds the loaded adapters stacked in slots: A [S, K, R], B [S, R, N]
+(K, N: the weight's contracted and output sizes, as models/quantization.py blocks them; R:
+the engine's max_lora_rank, a smaller rank zero-padded; the scale folded into B; slot 0 all
+zeros: no adapter). Each token carries its slot; `delta` computes x A for every slot, keeps
+the token's own (a one-hot mask) and contracts with every slot's B: 2 * S * R multiply-adds
+per input and output channel, a few percent of the projection at S * R ~ 100.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from safetensors import SafetensorError, safe_open
+
+from configs.model_config import ModelConfig
+from models.quantization import ATTN_WEIGHTS, MLP_WEIGHTS, matrix_dims
+from models.specs import param_specs
+
+CONFIG_FILE = "adapter_config.json"
+WEIGHTS_FILE = "adapter_model.safetensors"
+# PEFT module name -> (params group, leaf)
+MODULES = {
+    "self_attn.q_proj": ("attn", "wq"),
+    "self_attn.k_proj": ("attn", "wk"),
+    "self_attn.v_proj": ("attn", "wv"),
+    "self_attn.o_proj": ("attn", "wo"),
+    "mlp.gate_proj": ("mlp", "w_gate"),
+    "mlp.up_proj": ("mlp", "w_up"),
+    "mlp.down_proj": ("mlp", "w_down"),
+}
+_NAME = re.compile(r"base_model\.model\.model\.layers\.(\d+)\.(.+)\.lora_([AB])\.weight")
+
+Key = tuple[int, str, str]  # (layer, group, leaf)
+
+
+def targets(cfg: ModelConfig) -> dict[Key, tuple[int, int]]:
+    """Every projection an adapter may target in this model -> (K, N)."""
+    specs = param_specs(cfg.replace(quantization=None))
+    out = {}
+    for i, layer in enumerate(specs["layers"]):
+        groups = [("mlp", MLP_WEIGHTS)] if "mlp" in layer else []
+        if not cfg.is_mla:
+            groups.append(("attn", ATTN_WEIGHTS))
+        for group, k_dims in groups:
+            for name, spec in layer[group].items():
+                if name in k_dims:
+                    out[(i, group, name)] = matrix_dims(spec.shape, 0, k_dims[name])
+    return out
+
+
+def _config(path: str, max_rank: int) -> tuple[int, float]:
+    """(r, scale) from adapter_config.json; ValueError naming an unsupported field."""
+    with open(os.path.join(path, CONFIG_FILE)) as f:
+        try:
+            c = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}/{CONFIG_FILE}: not JSON ({e})") from e
+    if c.get("peft_type") != "LORA":
+        raise ValueError(f"{CONFIG_FILE} peft_type={c.get('peft_type')!r}: only 'LORA'")
+    r = c.get("r")
+    if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= max_rank:
+        raise ValueError(f"{CONFIG_FILE} r={r!r}: must be in [1, max_lora_rank={max_rank}]")
+    unsupported = {
+        "use_dora": False,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "modules_to_save": None,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "layer_replication": None,
+        "lora_bias": False,
+    }
+    for field, off in unsupported.items():
+        if c.get(field) not in (None, off):
+            raise ValueError(f"{CONFIG_FILE} {field}={c.get(field)!r}: not supported ({off!r})")
+    alpha = c.get("lora_alpha", r)
+    if not isinstance(alpha, int | float) or isinstance(alpha, bool):
+        raise ValueError(f"{CONFIG_FILE} lora_alpha={alpha!r}: must be a number")
+    return r, float(alpha) / (math.sqrt(r) if c.get("use_rslora") else r)
+
+
+def load_adapter(path: str, cfg: ModelConfig, max_rank: int) -> dict[Key, tuple]:
+    """{(layer, group, leaf): (A [K, r], B [r, N] times the scale)} as float32 numpy arrays,
+    from a PEFT LoRA directory. FileNotFoundError / ValueError naming the file, field or
+    tensor, before anything is kept."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"lora_path={path!r}: no such directory")
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        if not os.path.isfile(os.path.join(path, name)):
+            raise FileNotFoundError(f"lora_path={path!r}: no {name}")
+    r, scale = _config(path, max_rank)
+    dims = targets(cfg)
+    pairs: dict[Key, dict[str, np.ndarray]] = {}
+    try:
+        with safe_open(os.path.join(path, WEIGHTS_FILE), framework="np") as f:
+            for name in f.keys():
+                m = _NAME.fullmatch(name)
+                key = None
+                if m and m.group(2) in MODULES:
+                    key = (int(m.group(1)), *MODULES[m.group(2)])
+                if key not in dims:
+                    raise ValueError(
+                        f"adapter tensor {name!r}: not a projection LoRA can target in this "
+                        f"{cfg.model_type} model (attention q/k/v/o_proj of GQA models, dense "
+                        "MLP gate/up/down_proj)"
+                    )
+                pairs.setdefault(key, {})[m.group(3)] = f.get_tensor(name)
+    except SafetensorError as e:
+        raise ValueError(f"{path}/{WEIGHTS_FILE}: corrupt ({e})") from e
+    out = {}
+    for key, ab in sorted(pairs.items()):
+        k, n = dims[key]
+        where = f"layers.{key[0]}.{key[1]}.{key[2]}"
+        if set(ab) != {"A", "B"}:
+            raise ValueError(f"adapter {where}: lora_A and lora_B must both be present")
+        if ab["A"].shape != (r, k) or ab["B"].shape != (n, r):
+            raise ValueError(
+                f"adapter {where}: lora_A {ab['A'].shape}, lora_B {ab['B'].shape}; expected "
+                f"{(r, k)} and {(n, r)} (r={r})"
+            )
+        out[key] = (
+            np.asarray(ab["A"], np.float32).T,
+            np.asarray(ab["B"], np.float32).T * np.float32(scale),
+        )
+    if not out:
+        raise ValueError(f"lora_path={path!r}: {WEIGHTS_FILE} holds no LoRA tensors")
+    return out
+
+
+def make_delta(lora_layer: dict | None, slots: jax.Array | None, num_slots: int):
+    """delta(leaf, x) -> the LoRA term of projection `leaf` for x [T, *K], shaped [T, N]
+    (None when the layer has no such target or no adapters run)."""
+    if not lora_layer or slots is None:
+        return lambda name, x: None
+    mask = jax.nn.one_hot(slots, num_slots)  # [T, S]
+
+    def delta(name: str, x: jax.Array) -> jax.Array | None:
+        if name not in lora_layer:
+            return None
+        a, b = lora_layer[name]  # [S, K, R], [S, R, N]
+        xa = jnp.einsum("tk,skr->tsr", x.reshape(x.shape[0], -1), a)
+        return jnp.einsum("tsr,srn->tn", xa * mask[..., None].astype(xa.dtype), b)
+
+    return delta
+
+
+def add(y: jax.Array, d: jax.Array | None) -> jax.Array:
+    """y [T, *N] plus a delta [T, N] (None: y)."""
+    return y if d is None else y + d.reshape(y.shape).astype(y.dtype)
