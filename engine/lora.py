@@ -142,7 +142,7 @@ class LoRASlots:
 
     def token_slots(self, items, num_tokens: int) -> np.ndarray:
         """[num_tokens] int32: each packed row's slot (padding rows: 0)."""
-        slots = self.assign(it.lora_id for it in items)
+        slots = self.assign([it.lora_id for it in items])
         per_item = [slots[it.lora_id] for it in items]
         out = np.zeros(num_tokens, np.int32)
         rows = np.repeat(np.asarray(per_item, np.int32), [len(it.token_ids) for it in items])

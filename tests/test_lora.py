@@ -1,0 +1,163 @@
+"""Multi-LoRA serving (engine/lora.py, models/lora.py) against transformers + peft.
+
+tests/fixtures/lora (make_lora_fixture.py): two PEFT adapters of the llama fixture (r = 4 on
+all seven projections; r = 2 with rsLoRA on q/v of layer 1) and the greedy tokens and
+logprobs a PeftModel gives with each (and with none).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from engine import LLM, LoRARequest, SamplingParams
+from engine.kv_pages import PageManager
+from engine.scheduler import Scheduler
+from tests.test_scheduler import make_seq
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+LORA = FIXTURES / "lora"
+REF = json.loads((LORA / "reference.json").read_text())
+PROMPTS = REF["prompts"]
+N = len(REF["adapters"]["base"]["greedy_tokens"][0])
+A = LoRARequest("a", 1, str(LORA / "adapter_a"))
+B = LoRARequest("b", 2, str(LORA / "adapter_b"))
+NAMES = {None: "base", A: "adapter_a", B: "adapter_b"}
+TOL = 1e-4  # float32 engine vs float32 torch: measured up to 2.4e-6
+
+
+def _engine(max_loras: int) -> LLM:
+    return LLM(
+        str(FIXTURES / "llama"),
+        enable_lora=True,
+        max_loras=max_loras,
+        max_lora_rank=8,
+        num_pages=64,
+        max_model_len=128,
+    )
+
+
+@pytest.fixture(scope="module")
+def llm2() -> LLM:
+    return _engine(2)
+
+
+def _check(outs, loras) -> None:
+    for i, (out, lora) in enumerate(zip(outs, loras, strict=True)):
+        want = REF["adapters"][NAMES[lora]]
+        assert out.token_ids == want["greedy_tokens"][i % 3], (NAMES[lora], i)
+        np.testing.assert_allclose(out.logprobs, want["logprobs"][i % 3], atol=TOL, rtol=0)
+
+
+def test_one_step_serves_two_adapters_and_the_base_model_as_peft(llm2):
+    loras = [None] * 3 + [A] * 3 + [B] * 3
+    slots_seen = []
+    assign = llm2._lora.assign
+    llm2._lora.assign = lambda ids: slots_seen.append(set(ids) - {0}) or assign(ids)
+    try:
+        outs = llm2.generate(PROMPTS * 3, SamplingParams(temperature=0, max_tokens=N), loras)
+    finally:
+        llm2._lora.assign = assign
+    _check(outs, loras)
+    assert {1, 2} in slots_seen  # both adapters in one step
+    # The adapters differ from the base model and from each other here.
+    assert len({tuple(o.token_ids) for o in outs[::3]}) == 3
+
+
+def test_max_loras_one_runs_one_adapter_at_a_time_and_swaps_slots():
+    llm = _engine(1)
+    loras = [A, B, None, B, A, None]
+    slots_seen = []
+    assign = llm._lora.assign
+    llm._lora.assign = lambda ids: slots_seen.append(set(ids) - {0}) or assign(ids)
+    outs = llm.generate([PROMPTS[i % 3] for i in range(6)], SamplingParams(max_tokens=N), loras)
+    for i, (out, lora) in enumerate(zip(outs, loras, strict=True)):
+        want = REF["adapters"][NAMES[lora]]
+        assert out.token_ids == want["greedy_tokens"][i % 3], (NAMES[lora], i)
+    assert all(len(s) <= 1 for s in slots_seen) and {1} in slots_seen and {2} in slots_seen
+    assert llm._lora.num_loads >= 2
+
+
+def test_streaming_requests_name_their_adapter(llm2):
+    rid = llm2.add_request(PROMPTS[1], SamplingParams(max_tokens=N), lora_request=B)
+    base = llm2.add_request(PROMPTS[1], SamplingParams(max_tokens=N))
+    tokens = {rid: [], base: []}
+    while llm2.has_unfinished():
+        for d in llm2.step():
+            tokens[d.request_id] += d.token_ids
+    assert tokens[rid] == REF["adapters"]["adapter_b"]["greedy_tokens"][1]
+    assert tokens[base] == REF["adapters"]["base"]["greedy_tokens"][1]
+
+
+def _bad_adapter(tmp_path, rename=None, drop=None, **config) -> str:
+    path = tmp_path / f"bad{len(list(tmp_path.iterdir()))}"
+    shutil.copytree(LORA / "adapter_b", path)
+    cfg = json.loads((path / "adapter_config.json").read_text())
+    (path / "adapter_config.json").write_text(json.dumps({**cfg, **config}))
+    tensors = load_file(path / "adapter_model.safetensors")
+    if rename:
+        tensors = {k.replace(*rename): v for k, v in tensors.items()}
+    if drop:
+        tensors = {k: v for k, v in tensors.items() if drop not in k}
+    save_file(tensors, path / "adapter_model.safetensors")
+    return str(path)
+
+
+def test_bad_adapters_and_arguments_are_refused_before_anything_is_queued(llm2, tmp_path):
+    sp = SamplingParams(max_tokens=2)
+    cases = [
+        (LoRARequest("x", 9, str(tmp_path / "none")), FileNotFoundError, "no such directory"),
+        (LoRARequest("x", 9, _bad_adapter(tmp_path, r=16)), ValueError, r"r=16: must be in \[1, "),
+    ]
+    for req, err, match in cases:
+        with pytest.raises(err, match=match):
+            llm2.generate(PROMPTS[0], sp, req)
+    bad = _bad_adapter(tmp_path, rename=("self_attn.q_proj", "mlp.experts.0.gate_proj"))
+    with pytest.raises(ValueError, match="adapter tensor .*experts.0.gate_proj.*not a projection"):
+        llm2.generate(PROMPTS[0], sp, LoRARequest("x", 9, bad))
+    bad = _bad_adapter(tmp_path, drop="v_proj.lora_B")
+    with pytest.raises(ValueError, match="layers.1.attn.wv: lora_A and lora_B must both be"):
+        llm2.generate(PROMPTS[0], sp, LoRARequest("x", 9, bad))
+    bad = _bad_adapter(tmp_path, use_dora=True)
+    with pytest.raises(ValueError, match="use_dora=True: not supported"):
+        llm2.generate(PROMPTS[0], sp, LoRARequest("x", 9, bad))
+    with pytest.raises(ValueError, match="lora_int_id=1: already names adapter 'a'"):
+        llm2.generate(PROMPTS[0], sp, LoRARequest("other", 1, str(LORA / "adapter_b")))
+    with pytest.raises(ValueError, match="lora_request: 2 given for 3 prompts"):
+        llm2.generate(PROMPTS, sp, [A, B])
+    with pytest.raises(ValueError, match="lora_int_id=0: must be an int >= 1"):
+        LoRARequest("x", 0, "p")
+    assert llm2.stats()["num_waiting"] == 0 and not llm2.has_unfinished()
+    # Still serves.
+    _check(llm2.generate(PROMPTS, SamplingParams(max_tokens=N), A), [A] * 3)
+
+
+def test_engine_settings_are_checked():
+    with pytest.raises(ValueError, match="built without enable_lora=True"):
+        LLM("tiny-llama", num_pages=8).generate([1, 2], SamplingParams(max_tokens=1), A)
+    with pytest.raises(ValueError, match="max_loras=0: must be an int >= 1"):
+        LLM("tiny-llama", enable_lora=True, max_loras=0)
+    with pytest.raises(ValueError, match="enable_lora=True: not supported with batch_invariant"):
+        LLM("tiny-llama", enable_lora=True, batch_invariant=True)
+    with pytest.raises(ValueError, match="enable_lora=True: not supported with enable_prefix"):
+        LLM("tiny-llama", enable_lora=True, enable_prefix_caching=True)
+
+
+def test_the_scheduler_admits_past_a_request_whose_adapter_has_no_room():
+    sched = Scheduler(PageManager(64, 4), 64, 8, 64, max_loras=1)
+    seqs = [make_seq(str(i), 5, max_tokens=3) for i in range(4)]
+    for seq, lora_id in zip(seqs, (1, 2, 1, 0), strict=True):
+        seq.lora_id = lora_id
+        sched.add(seq)
+    out = sched.schedule()
+    assert [it.request_id for it in out.items] == ["0", "2", "3"]
+    assert [it.lora_id for it in out.items] == [1, 1, 0]
+    while {s.lora_id for s in sched._running} & {1}:
+        sched.update(out, {it.request_id: (7, -1.0) for it in out.items if it.sample})
+        out = sched.schedule()
+    assert [it.request_id for it in out.items] == ["1"]  # adapter 2 once adapter 1 is done
