@@ -37,6 +37,7 @@ from collections.abc import Iterator
 
 from engine import chat, samples, stop_strings
 from engine.llm import LLM
+from engine.lora import lora_ids
 from engine.sampling_params import SamplingParams, StreamDelta
 from engine.structured import StructuredOutputsParams
 
@@ -155,14 +156,14 @@ class EngineLoop:
         self._thread.start()
 
     def submit(
-        self, prompt_ids: list[int], params: SamplingParams
+        self, prompt_ids: list[int], params: SamplingParams, lora_request=None
     ) -> tuple[str, queue.SimpleQueue]:
         """Queue a request (ValueError, nothing queued, when the engine refuses it); its
         deltas (every sample's) arrive on the returned queue, an Exception if a step fails."""
         with self._lock:
             if self._closed:
                 raise HTTPError(503, "the server is shutting down", "server_error")
-            rid = self.llm.add_request(prompt_ids, params)
+            rid = self.llm.add_request(prompt_ids, params, lora_request=lora_request)
             deltas = queue.SimpleQueue()
             for sid in samples.sample_ids(rid, params.n):
                 self._queues[sid] = deltas
@@ -244,11 +245,20 @@ class Server(http.server.ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address, llm: LLM, model_name: str | None = None):
+    def __init__(self, address, llm: LLM, model_name: str | None = None, lora_modules=()):
+        """`lora_modules`: LoRARequests (engine/lora.py) served as models of their own name
+        (vLLM's --lora-modules): a request's "model" picks one; read here, so a bad adapter
+        fails the start."""
         if llm.tokenizer is None:
             raise ValueError("llm: the server needs the model's tokenizer (a tokenizer.json)")
         self.llm = llm
         self.model_name = model_name or llm.config.name
+        self.loras = {r.lora_name: r for r in lora_modules}
+        if self.model_name in self.loras or len(self.loras) < len(lora_modules):
+            raise ValueError(
+                f"lora_modules: names must differ from each other and from {self.model_name!r}"
+            )
+        lora_ids(llm._lora, list(lora_modules), len(lora_modules))
         self.defaults = default_params(llm)
         self.loop = EngineLoop(llm)
         self.created = int(time.time())
@@ -364,14 +374,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path == "/health":
             return self._json(200, {})
         if self.path == "/v1/models":
-            model = {
-                "id": self.server.model_name,
-                "object": "model",
-                "created": self.server.created,
-                "owned_by": "moeserve",
-                "max_model_len": self.server.llm.max_model_len,
-            }
-            return self._json(200, {"object": "list", "data": [model]})
+            server = self.server
+            models = [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": server.created,
+                    "owned_by": "moeserve",
+                    "root": lora.lora_path if lora else name,
+                    "parent": server.model_name if lora else None,
+                    "max_model_len": server.llm.max_model_len,
+                }
+                for name, lora in [(server.model_name, None), *server.loras.items()]
+            ]
+            return self._json(200, {"object": "list", "data": models})
         if self.path == "/metrics":
             return self._send(200, self.server.metrics().encode(), "text/plain; version=0.0.4")
         raise HTTPError(404, f"path={self.path!r}: not found", "not_found_error")
@@ -384,12 +400,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise HTTPError(404, f"path={self.path!r}: not found", "not_found_error")
         body = self._body()
         model = body.get("model")
-        if model is not None and model != self.server.model_name:
+        served = [self.server.model_name, *self.server.loras]
+        if model is not None and model not in served:
             raise HTTPError(
-                404,
-                f"model={model!r}: not served (this server serves {self.server.model_name!r})",
-                "not_found_error",
+                404, f"model={model!r}: not served (this server serves {served})", "not_found_error"
             )
+        lora = self.server.loras.get(model)
         chat_api = routes[self.path]
         prompts = [self._chat_prompt(body)] if chat_api else self._prompts(body)
         params = sampling_params(body, self.server.defaults, chat_api)
@@ -411,7 +427,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 )
         # Completions: logprobs=k (0: the tokens' own only); chat: logprobs=true.
         want = bool(body.get("logprobs")) if chat_api else body.get("logprobs") is not None
-        reqs = self._submit(prompts, params, want)
+        reqs = self._submit(prompts, params, want, lora)
         try:
             if body.get("stream"):
                 self._stream(
@@ -465,12 +481,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         )
         return ids
 
-    def _submit(self, prompts, params: SamplingParams, want_logprobs: bool) -> list:
+    def _submit(self, prompts, params: SamplingParams, want_logprobs: bool, lora=None) -> list:
         """Queue every prompt (all or none): (id, prompt ids, deltas, choices) each."""
         reqs = []
         try:
             for i, ids in enumerate(prompts):
-                rid, deltas = self.server.loop.submit(ids, params)
+                rid, deltas = self.server.loop.submit(ids, params, lora)
                 choices = [
                     _Choice(i * params.n + k, samples.sample_params(params, k), want_logprobs)
                     for k in range(params.n)

@@ -28,6 +28,10 @@ PREFIX_CACHING = flags.DEFINE_bool(
     "enable_prefix_caching", False, "Reuse the KV pages of prompts' shared prefixes."
 )
 
+ENABLE_LORA = flags.DEFINE_bool("enable_lora", False, "Serve LoRA adapters (engine/lora.py).")
+MAX_LORAS = flags.DEFINE_integer("max_loras", 1, "LoRA adapters running at once.")
+MAX_LORA_RANK = flags.DEFINE_integer("max_lora_rank", 16, "Largest LoRA rank served.")
+
 SPEC_TOKENS = flags.DEFINE_integer(
     "num_speculative_tokens", 0, "N-gram speculative decoding: drafts per greedy decode; 0 = off."
 )
@@ -46,6 +50,9 @@ def llm_kwargs(**overrides) -> dict:
         "attention_impl": ATTN.value,
         "kv_cache_dtype": KV_CACHE_DTYPE.value,
         "quantization": QUANTIZATION.value,
+        "enable_lora": ENABLE_LORA.value,
+        "max_loras": MAX_LORAS.value,
+        "max_lora_rank": MAX_LORA_RANK.value,
         "batch_invariant": BATCH_INVARIANT.value,
         "enable_prefix_caching": PREFIX_CACHING.value,
         "speculative_config": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS.value}

@@ -16,13 +16,16 @@ import sys
 
 from absl import app, flags
 
-from engine import LLM
+from engine import LLM, LoRARequest
 from engine.server import Server
 from scripts import engine_flags
 from scripts.flag_checks import check_count
 
 _MODEL = flags.DEFINE_string("model", "tests/fixtures/llama", "HF dir or orbax dir.")
 _NAME = flags.DEFINE_string("served_model_name", None, "The API's model id; default: --model.")
+_LORA_MODULES = flags.DEFINE_list(
+    "lora_modules", [], "LoRA adapters served as models: name=path,... (needs --enable_lora)."
+)
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to listen on.")
 _PORT = flags.DEFINE_integer("port", 8000, "Port to listen on (0: any free one).")
 
@@ -31,11 +34,14 @@ def main(argv):
     del argv
     try:
         check_count("--port", _PORT.value, low=0, high=65535)
+        loras = [_lora_module(i, m) for i, m in enumerate(_LORA_MODULES.value)]
+        if loras and not engine_flags.ENABLE_LORA.value:
+            raise ValueError("--lora_modules: needs --enable_lora")
         llm = LLM(
             model=_MODEL.value,
             **engine_flags.llm_kwargs(),
         )
-        server = Server((_HOST.value, _PORT.value), llm, _NAME.value or _MODEL.value)
+        server = Server((_HOST.value, _PORT.value), llm, _NAME.value or _MODEL.value, loras)
     except (ValueError, OSError) as e:  # bad flags, a model that cannot serve, a busy port
         sys.exit(f"serve: {e}")
     signal.signal(signal.SIGTERM, _interrupt)
@@ -47,6 +53,13 @@ def main(argv):
         pass
     finally:
         server.close()
+
+
+def _lora_module(i: int, module: str) -> LoRARequest:
+    name, sep, path = module.partition("=")
+    if not sep or not name or not path:
+        raise ValueError(f"--lora_modules={module!r}: expected name=path")
+    return LoRARequest(name, i + 1, path)
 
 
 def _interrupt(signum, frame):

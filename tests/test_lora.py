@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -161,3 +162,35 @@ def test_the_scheduler_admits_past_a_request_whose_adapter_has_no_room():
         sched.update(out, {it.request_id: (7, -1.0) for it in out.items if it.sample})
         out = sched.schedule()
     assert [it.request_id for it in out.items] == ["1"]  # adapter 2 once adapter 1 is done
+
+
+def test_the_server_serves_each_adapter_as_a_model(llm2):
+    """vLLM's --lora-modules: a request's "model" names the adapter (the last test here:
+    closing the server stops its engine thread, the engine itself stays usable)."""
+    from engine.server import Server
+    from tests.test_server import _request, post
+
+    srv = Server(("127.0.0.1", 0), llm2, "base", [A, B])
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        conn, resp = _request(srv, "GET", "/v1/models")
+        models = json.loads(resp.read())["data"]
+        conn.close()
+        assert [(m["id"], m["parent"]) for m in models] == [
+            ("base", None),
+            ("a", "base"),
+            ("b", "base"),
+        ]
+        for model, lora in (("b", B), ("base", None), (None, None)):
+            body = {"prompt": PROMPTS[2], "max_tokens": N, "temperature": 0}
+            status, got = post(srv, "/v1/completions", {**body, "model": model})
+            assert status == 200, got
+            want = REF["adapters"][NAMES[lora]]["greedy_tokens"][2]
+            assert got["choices"][0]["text"] == srv.detokenize(want)
+        status, got = post(srv, "/v1/completions", {"model": "c", "prompt": "x"})
+        assert status == 404 and "['base', 'a', 'b']" in got["error"]["message"]
+    finally:
+        srv.shutdown()
+        srv.close()
+    with pytest.raises(ValueError, match="lora_modules: names must differ"):
+        Server(("127.0.0.1", 0), llm2, "a", [A])

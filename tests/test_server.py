@@ -256,16 +256,24 @@ def test_the_serve_script_answers_and_stops_on_sigterm():
         proc.kill()
 
 
-def test_the_serve_script_refuses_a_bad_port():
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--port=70000"], "serve: --port=70000: must be in [0,"),
+        (["--lora_modules=a=/x"], "serve: --lora_modules: needs --enable_lora"),
+        (["--enable_lora", "--lora_modules=a"], "serve: --lora_modules='a': expected name=path"),
+    ],
+)
+def test_the_serve_script_refuses_bad_flags(flags, message):
     proc = subprocess.run(
-        [sys.executable, "-m", "scripts.serve", "--model=no-such-model", "--port=70000"],
+        [sys.executable, "-m", "scripts.serve", "--model=no-such-model", *flags],
         cwd=FIXTURES.parent.parent,
         capture_output=True,
         text=True,
         timeout=120,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
-    assert proc.returncode == 1 and "serve: --port=70000: must be in [0," in proc.stderr
+    assert proc.returncode == 1 and message in proc.stderr, proc.stderr
 
 
 def test_tokenize_detokenize_and_metrics(server):
