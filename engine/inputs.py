@@ -43,6 +43,20 @@ def as_bool(name: str, value) -> bool:
     return bool(value)
 
 
+def check_prompt(ids: list[int], vocab: int, max_model_len: int) -> None:
+    """ValueError naming the prompt: empty, a token outside [0, vocab), or too long."""
+    if not ids:
+        raise ValueError("prompt: must not be empty")
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise ValueError(f"prompt: token id {bad[0]} is outside the vocabulary [0, {vocab})")
+    if len(ids) > max_model_len:
+        raise ValueError(
+            f"prompt: length {len(ids)} exceeds max_model_len={max_model_len} "
+            "(SamplingParams.truncate_prompt_tokens keeps a prompt's last tokens)"
+        )
+
+
 def as_model_path(model) -> str:
     """The `model` argument as a string: a preset name or a path (str or os.PathLike)."""
     if isinstance(model, os.PathLike):

@@ -65,23 +65,21 @@ class LLM:
     `kv_cache_dtype="fp8"` stores K/V (or the MLA latent) as float8_e4m3fn pages with a
     float32 scale per row (engine/kv_quant.py): about half the bf16 cache, so twice the
     tokens in the same memory, at the price of e4m3 rounding of every cached row.
-    Hybrid models (sliding-window layers beside full-attention ones: gpt-oss, Qwen2 with
-    max_window_layers; ModelConfig.hybrid_window) keep the windowed layers' KV in a pool of
-    their own, where a sequence holds only the pages under its window: `num_pages` (or the
-    memory budget, less that pool) is then the full-attention layers' pool, and the
-    windowed pool has kv_pages.window_pool_pages pages, enough that it never runs out
-    first (stats: num_window_pages_total / num_window_pages_free).
+    Hybrid models (ModelConfig.hybrid_window: gpt-oss, Qwen2 with max_window_layers) keep
+    the windowed layers' KV in a pool of their own (kv_pages.window_pool_pages pages, enough
+    never to run out first; stats num_window_pages_total / _free): `num_pages` (or the
+    budget, less that pool) is the full-attention layers' pool.
     `generation_config` (vLLM's): "auto" takes the sampling settings of the model folder's
     generation_config.json as the defaults of requests without SamplingParams
     (get_default_sampling_params), "vllm" ignores them, a folder path reads its file.
-    `enable_prefix_caching` (vLLM's automatic prefix caching, engine/prefix_cache.py): full
-    KV pages stay indexed by content after their requests finish, and a new request takes
-    the pages of its longest cached prefix instead of computing it (stats:
-    prefix_cache_queries / prefix_cache_hits; reset_prefix_cache). Full-attention models
-    only: a sliding window's pages go back to the pool as a sequence advances.
+    `enable_prefix_caching` (vLLM's, engine/prefix_cache.py): full KV pages stay indexed by
+    content after their requests finish; a new request takes its longest cached prefix's
+    pages (stats prefix_cache_queries / _hits; reset_prefix_cache). Full attention only.
     `speculative_config` (vLLM's, "ngram" only: engine/speculative.py): greedy requests
     decode several tokens a step when n-gram drafts from their own text come true.
     `quantization="fp8"`: fp8 projection weights, a scale per block (models/quantization.py).
+    `enable_lora` (vLLM's): PEFT adapters per request (LoRARequest), up to `max_loras` in a
+    step, ranks up to `max_lora_rank` (engine/lora.py).
     """
 
     def __init__(
@@ -174,10 +172,8 @@ class LLM:
         self.mesh = None
         if mesh:
             self.mesh, self.params = shard_model(cfg, self.params, mesh_config)
-        self._lora = None  # the adapters' slots (engine/lora.py)
-        if enable_lora:
-            place = jnp.asarray if self.mesh is None else (lambda x: put_replicated(x, self.mesh))
-            self._lora = lora.LoRASlots(cfg, max_loras, max_lora_rank, place)
+        # The adapters' slots (engine/lora.py); None without enable_lora.
+        self._lora = lora.slots_for(enable_lora, cfg, max_loras, max_lora_rank, self.mesh)
         self.max_model_len = max_model_len
         self.page_size = page_size
         pages_per_seq = pages_for_tokens(max_model_len, page_size)
@@ -290,17 +286,8 @@ class LLM:
     # ---- requests ----------------------------------------------------------------------
 
     def _validate(self, ids: list[int], params: SamplingParams) -> None:
-        if not ids:
-            raise ValueError("prompt: must not be empty")
         vocab = self.config.vocab_size
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"prompt: token id {bad[0]} is outside the vocabulary [0, {vocab})")
-        if len(ids) > self.max_model_len:
-            raise ValueError(
-                f"prompt: length {len(ids)} exceeds max_model_len={self.max_model_len} "
-                "(SamplingParams.truncate_prompt_tokens keeps a prompt's last tokens)"
-            )
+        inputs.check_prompt(ids, vocab, self.max_model_len)
         logit_bias.check_token_lists(params, vocab, self.config.eos_token_ids)
         self._scheduler.check_fits(len(ids), params.max_tokens)
         check_stop_strings(params.stop, self._scheduler.detokenize)
@@ -535,10 +522,7 @@ class LLM:
         mask = self._structured.masks_for(sched.items, shape[1], output_of)
         if mask is not None:
             batch = batch._replace(allowed_mask=mask)
-        params = self.params
-        if self._lora is not None:
-            slots = self._lora.token_slots(sched.items, shape[0])
-            batch, params = batch._replace(lora_slots=slots), {**params, "lora": self._lora.tree()}
+        batch, params = lora.for_step(self._lora, sched.items, batch, self.params)
         list_width = 0
         if lists is not None:
             batch = batch._replace(
@@ -588,15 +572,8 @@ class LLM:
         d = self._dispatched[0]
         sched, out, score_rows = d.sched, d.out, d.score_rows
         begin = time.perf_counter()
-        tokens, logprobs, load = jax.device_get((out.tokens, out.logprobs, out.expert_load))
-        scores = score_ids = score_lps = None
-        if score_rows or d.drafts[0]:
-            scores = jax.device_get(out.score_logprobs)
-        if d.score_top:
-            score_ids, score_lps = jax.device_get((out.score_top_ids, out.score_top_logprobs))
-        top_ids = top_lps = None
-        if d.with_top:
-            top_ids, top_lps = jax.device_get((out.top_ids, out.top_logprobs))
+        got = runner.read_back(out, bool(score_rows or d.drafts[0]), d.score_top, d.with_top)
+        tokens, logprobs, load, scores, score_ids, score_lps, top_ids, top_lps = got
         self._dispatched.pop(0)
         # The long-prefill policy steers by step times; a compiling step would mislead it.
         # A step dispatched ahead starts on the device when the one before it ends.
@@ -645,17 +622,7 @@ class LLM:
                 out_rec.text = final_text(detok, out_rec.token_ids, params, res.stop_reason)
                 if res.request_id not in self._collecting:
                     del self._outputs[res.request_id]
-            self._outbox.append(
-                StreamDelta(
-                    res.request_id,
-                    res.new_token_ids,
-                    res.new_logprobs,
-                    res.finish_reason,
-                    top,
-                    res.stop_reason,
-                    res.num_cached_tokens,
-                )
-            )
+            self._outbox.append(StreamDelta.of(res, top))
 
     def _prompt_len(self, item) -> int:
         return len(self._outputs[item.request_id].prompt_token_ids)

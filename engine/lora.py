@@ -150,6 +150,17 @@ class LoRASlots:
         return out
 
 
+def slots_for(enable: bool, cfg: ModelConfig, max_loras: int, max_rank: int, mesh=None):
+    """An engine's LoRASlots (their stacks replicated over `mesh`), None without LoRA."""
+    if not enable:
+        return None
+    if mesh is None:
+        return LoRASlots(cfg, max_loras, max_rank)
+    from sharding.placement import put_replicated
+
+    return LoRASlots(cfg, max_loras, max_rank, lambda x: put_replicated(x, mesh))
+
+
 def lora_ids(slots: LoRASlots | None, lora_request, n: int) -> list[int]:
     """Each of n prompts' lora_int_id (0: none) from generate's `lora_request`: None, one
     LoRARequest for all, or a list of n (None entries: the base model)."""
@@ -161,3 +172,11 @@ def lora_ids(slots: LoRASlots | None, lora_request, n: int) -> list[int]:
     if many and len(lora_request) != n:
         raise ValueError(f"lora_request: {len(lora_request)} given for {n} prompts")
     return [slots.add(r) for r in (lora_request if many else [lora_request] * n)]
+
+
+def for_step(slots: LoRASlots | None, items, batch, params: dict):
+    """(batch, params) for a step: with LoRA, each row's slot and the adapters' stacks."""
+    if slots is None:
+        return batch, params
+    rows = slots.token_slots(items, batch.token_ids.shape[0])
+    return batch._replace(lora_slots=rows), {**params, "lora": slots.tree()}

@@ -1,7 +1,9 @@
-"""Packs a scheduler decision into the padded numpy StepBatch the jitted step takes."""
+"""Packs a scheduler decision into the padded numpy StepBatch the jitted step takes, and
+reads the step's results back."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from engine.step import StepBatch
@@ -280,3 +282,16 @@ def sampled_top_logprobs(items, top_ids, top_logprobs) -> dict[str, tuple]:
             n = it.sampling_params.logprobs
             tops[it.request_id] = tuple(pairs(top_ids[i, :n], top_logprobs[i, :n]))
     return tops
+
+
+def read_back(out, scored: bool, score_top: int, with_top: bool) -> tuple:
+    """A step's results on the host: (tokens, logprobs, expert_load, scores, score top ids,
+    score top logprobs, top ids, top logprobs), None for what the step was not asked for."""
+    tokens, logprobs, load = jax.device_get((out.tokens, out.logprobs, out.expert_load))
+    scores = jax.device_get(out.score_logprobs) if scored else None
+    score_ids = score_lps = top_ids = top_lps = None
+    if score_top:
+        score_ids, score_lps = jax.device_get((out.score_top_ids, out.score_top_logprobs))
+    if with_top:
+        top_ids, top_lps = jax.device_get((out.top_ids, out.top_logprobs))
+    return tokens, logprobs, load, scores, score_ids, score_lps, top_ids, top_lps

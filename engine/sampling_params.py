@@ -361,3 +361,16 @@ class StreamDelta:
     # RequestOutput's stop_reason (on the request's last delta) and num_cached_tokens.
     stop_reason: int | str | None = None
     num_cached_tokens: int | None = None
+
+    @classmethod
+    def of(cls, res, top=None) -> StreamDelta:
+        """A scheduler StepResult as the delta step() returns (`top`: its top logprobs)."""
+        return cls(
+            res.request_id,
+            res.new_token_ids,
+            res.new_logprobs,
+            res.finish_reason,
+            top,
+            res.stop_reason,
+            res.num_cached_tokens,
+        )

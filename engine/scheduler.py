@@ -45,11 +45,10 @@ sequence's longest cached prefix (as shared tokens). Speculative decoding
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
 
 from engine.kv_pages import PageManager, PagePool
 from engine.prefix_cache import PrefixCache, reads_cache
-from engine.scheduler_output import ScheduledItem, SchedulerOutput, StepResult
+from engine.scheduler_output import ScheduledItem, SchedulerOutput, StepPlan, StepResult
 from engine.sequence import Sequence, SequenceStatus
 from engine.speculative import NgramProposer, drafts_for
 from engine.stop_strings import Detokenize, check_stop_strings, stop_reason
@@ -66,31 +65,6 @@ def _bans_read_output(seq: Sequence) -> bool:
 
 class _FallBack(Exception):
     """schedule_ahead cannot build the step without state the step in flight decides."""
-
-
-@dataclass
-class _StepPlan:
-    """A step being built: what is scheduled so far and the token budget left."""
-
-    budget: int
-    decodes: dict[Sequence, int] = field(default_factory=dict)  # in scheduling order
-    prefills: dict[Sequence, int] = field(default_factory=dict)
-    long: set[Sequence] = field(default_factory=set)  # prefills of long sequences
-    preempted: list[str] = field(default_factory=list)
-    allowance: int | None = None  # long-prefill tokens allowed (None: the budget)
-    allowance_known: bool = False
-    ahead: bool = False  # built by schedule_ahead: never preempt, fall back instead
-    drafts: dict[Sequence, tuple[int, ...]] = field(default_factory=dict)  # in decodes' counts
-
-    @property
-    def long_tokens(self) -> int:
-        return sum(self.prefills[seq] for seq in self.long)
-
-    def drop(self, seq: Sequence) -> None:
-        """Take a preempted sequence out of the step and return its tokens to the budget."""
-        self.budget += self.decodes.pop(seq, 0) + self.prefills.pop(seq, 0)
-        self.drafts.pop(seq, None)
-        self.long.discard(seq)
 
 
 class Scheduler:
@@ -313,7 +287,7 @@ class Scheduler:
         if self._in_flight:
             raise RuntimeError("schedule() called before update() of the previous step")
         aborted = self.release_aborted()
-        return self._build(_StepPlan(self.max_num_batched_tokens), aborted)
+        return self._build(StepPlan(self.max_num_batched_tokens), aborted)
 
     def release_aborted(self) -> tuple[str, ...]:
         """Free the pages of requests aborted since the last call, when no step in flight
@@ -366,7 +340,7 @@ class Scheduler:
         num_pages = {seq: [len(p.table(seq)) for p in self._pools] for seq in running}
         none_held = [0] * len(self._pools)  # a sequence this step admitted
         try:
-            out = self._build(_StepPlan(self.max_num_batched_tokens, ahead=True), ())
+            out = self._build(StepPlan(self.max_num_batched_tokens, ahead=True), ())
         except _FallBack:
             out = None
         if out is None or not out.items:
@@ -382,7 +356,7 @@ class Scheduler:
         self._num_scheduled_ahead += 1
         return out
 
-    def _build(self, plan: _StepPlan, aborted: tuple[str, ...]) -> SchedulerOutput:
+    def _build(self, plan: StepPlan, aborted: tuple[str, ...]) -> SchedulerOutput:
         # Decodes, oldest first. budget >= max_num_seqs >= len(running): all of them fit.
         for seq in list(self._running):
             if (
@@ -610,7 +584,7 @@ class Scheduler:
     def _in_later_step(self, seq: Sequence) -> bool:
         return any(seqs.get(seq.request_id) is seq for _, seqs, _ in self._in_flight)
 
-    def _make_room(self, seq: Sequence, num_tokens: int, plan: _StepPlan) -> bool:
+    def _make_room(self, seq: Sequence, num_tokens: int, plan: StepPlan) -> bool:
         """Grow `seq`'s pages to `num_tokens`, preempting the newest running sequences.
 
         Returns False if `seq` itself was the newest and got preempted. A victim already
@@ -674,7 +648,7 @@ class Scheduler:
                 return donor
         return seq if first.is_finished else None
 
-    def _chunk(self, seq: Sequence, left: int, plan: _StepPlan) -> int:
+    def _chunk(self, seq: Sequence, left: int, plan: StepPlan) -> int:
         """Tokens of `seq`'s prefill to schedule now: the budget, and for a long sequence
         the policy's allowance and room for a shorter waiting request. A first sample whose
         later samples wait stops at the pages they share, so they join it in the next step."""
@@ -700,7 +674,7 @@ class Scheduler:
             chunk = min(chunk, max(plan.budget - room, policy.chunk_quantum))
         return chunk
 
-    def _long_held_back(self, seq: Sequence, plan: _StepPlan) -> bool:
+    def _long_held_back(self, seq: Sequence, plan: StepPlan) -> bool:
         """A long waiting sequence waits while max_long_prefills are in progress."""
         if not self._is_long(seq):
             return False
@@ -713,7 +687,7 @@ class Scheduler:
         )
         return in_progress >= cap
 
-    def _add_prefill(self, plan: _StepPlan, seq: Sequence, chunk: int) -> None:
+    def _add_prefill(self, plan: StepPlan, seq: Sequence, chunk: int) -> None:
         plan.prefills[seq] = chunk
         plan.budget -= chunk
         if self._is_long(seq):
@@ -772,7 +746,7 @@ class Scheduler:
     def _reads_cache(self, seq: Sequence) -> bool:
         return self.prefix_cache is not None and reads_cache(seq.sampling_params)
 
-    def _add_drafts(self, plan: _StepPlan) -> None:
+    def _add_drafts(self, plan: StepPlan) -> None:
         """Extend the decodes of `speculate` sequences by drafts (speculative.drafts_for)."""
         for seq in list(plan.decodes):
             if seq.speculate and plan.budget > 0:

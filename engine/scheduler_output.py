@@ -1,10 +1,13 @@
 """The records the scheduler hands out (engine/scheduler.py): one step's batch and what
-each request gained from it (vLLM's SchedulerOutput, in its own module as there)."""
+each request gained from it (vLLM's SchedulerOutput, in its own module as there); and the
+plan of a step it is building."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from engine.sequence import Sequence
 
 
 # The two records made per sequence per step are NamedTuples: immutable like a frozen
@@ -56,3 +59,29 @@ class StepResult(NamedTuple):
     stop_reason: int | str | None = None
     # The tokens whose KV the prefix cache supplied at the request's last admission.
     num_cached_tokens: int = 0
+
+
+@dataclass
+class StepPlan:
+    """A step being built (Scheduler internals): what is scheduled so far and the token
+    budget left."""
+
+    budget: int
+    decodes: dict[Sequence, int] = field(default_factory=dict)  # in scheduling order
+    prefills: dict[Sequence, int] = field(default_factory=dict)
+    long: set[Sequence] = field(default_factory=set)  # prefills of long sequences
+    preempted: list[str] = field(default_factory=list)
+    allowance: int | None = None  # long-prefill tokens allowed (None: the budget)
+    allowance_known: bool = False
+    ahead: bool = False  # built by schedule_ahead: never preempt, fall back instead
+    drafts: dict[Sequence, tuple[int, ...]] = field(default_factory=dict)  # in decodes' counts
+
+    @property
+    def long_tokens(self) -> int:
+        return sum(self.prefills[seq] for seq in self.long)
+
+    def drop(self, seq: Sequence) -> None:
+        """Take a preempted sequence out of the step and return its tokens to the budget."""
+        self.budget += self.decodes.pop(seq, 0) + self.prefills.pop(seq, 0)
+        self.drafts.pop(seq, None)
+        self.long.discard(seq)

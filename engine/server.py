@@ -258,7 +258,8 @@ class Server(http.server.ThreadingHTTPServer):
             raise ValueError(
                 f"lora_modules: names must differ from each other and from {self.model_name!r}"
             )
-        lora_ids(llm._lora, list(lora_modules), len(lora_modules))
+        if lora_modules:
+            lora_ids(llm._lora, list(lora_modules), len(lora_modules))
         self.defaults = default_params(llm)
         self.loop = EngineLoop(llm)
         self.created = int(time.time())
