@@ -193,6 +193,11 @@ def test_every_bench_sampling_mode_is_valid():
             "| self-quoting prompts | ngram |",
         ),
         (
+            "scripts.bench_lora",
+            ["--model=tiny-llama", "--n=2", "--max_tokens=3", "--rank=4", "--max_loras=2"],
+            "| LoRA engine, 2 adapters |",
+        ),
+        (
             # Also fails unless the server's texts equal the engine's.
             "scripts.bench_server",
             ["--n=2", "--prompt_len=4", "--max_tokens=3", "--repeats=1"],
