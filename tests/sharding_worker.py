@@ -42,6 +42,8 @@ SKEWED = [("deepseek_v3", "ep=8"), ("qwen3_moe", "dp=2,ep=4")]
 FP8_LAYOUT = ("llama", "tp=2")
 # fp8 weights (an fp8 checkpoint held as stored) with experts over ep and heads over tp.
 FP8_WEIGHTS_LAYOUT = ("deepseek_v3_fp8", "tp=2,ep=2")
+# LoRA adapters (tests/fixtures/lora) with heads and MLP widths split over tp, tokens over dp.
+LORA_LAYOUT = ("llama", "dp=2,tp=2")
 # Penalized requests (a replicated count state) and token lists (logit_bias, allowed ids,
 # min_tokens) on meshes that split tokens (dp) and the vocabulary's matmul (tp):
 # tests/fixtures/sampler/hf_penalties.json and hf_token_lists.json.
@@ -201,6 +203,7 @@ def mesh_cases(out_path: str) -> None:
     result["invariant"] = _invariant_across_ep(refs["deepseek_v3"]["prompts"])
     result["fp8"] = _fp8_kv(FP8_LAYOUT)
     result["fp8_weights"] = _fp8_weights(FP8_WEIGHTS_LAYOUT)
+    result["lora"] = _lora_on_mesh(LORA_LAYOUT)
     pathlib.Path(out_path).write_text(json.dumps(result))
 
 
@@ -275,6 +278,37 @@ def _fp8_weights(layout: tuple[str, str]) -> dict:
         "data_dtype": str(moe["w_gate"].data.dtype),
     }
     return out
+
+
+def _lora_on_mesh(layout: tuple[str, str]) -> dict:
+    """Two adapters and the base model in one step on a mesh (the stacks replicated)."""
+    from engine import LLM, LoRARequest, SamplingParams
+
+    arch, mesh = layout
+    lora = FIXTURES / "lora"
+    ref = json.loads((lora / "reference.json").read_text())[arch]
+    adapters = [
+        LoRARequest(name, i + 1, str(lora / name))
+        for i, name in enumerate(("adapter_a", "adapter_b"))
+    ]
+    llm = LLM(
+        model=str(FIXTURES / arch),
+        mesh=mesh,
+        enable_lora=True,
+        max_loras=2,
+        max_lora_rank=8,
+        num_pages=32,
+        max_model_len=128,
+        max_num_batched_tokens=64,
+    )
+    n = len(ref["adapters"]["base"]["greedy_tokens"][0])
+    loras = [None] * 3 + [adapters[0]] * 3 + [adapters[1]] * 3
+    outs = llm.generate(ref["prompts"] * 3, SamplingParams(max_tokens=n), loras)
+    return {
+        "names": ["base"] * 3 + ["adapter_a"] * 3 + ["adapter_b"] * 3,
+        "tokens": [o.token_ids for o in outs],
+        "logprobs": [o.logprobs for o in outs],
+    }
 
 
 def _invariant_across_ep(prompts) -> dict:

@@ -1,8 +1,9 @@
 """Multi-LoRA serving (engine/lora.py, models/lora.py) against transformers + peft.
 
 tests/fixtures/lora (make_lora_fixture.py): two PEFT adapters of the llama fixture (r = 4 on
-all seven projections; r = 2 with rsLoRA on q/v of layer 1) and the greedy tokens and
-logprobs a PeftModel gives with each (and with none).
+all seven projections; r = 2 with rsLoRA on q/v of layer 1), one of the qwen3_moe fixture
+(r = 8 on its attention), and the greedy tokens and logprobs a PeftModel gives with each
+(and with none).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from tests.test_scheduler import make_seq
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 LORA = FIXTURES / "lora"
-REF = json.loads((LORA / "reference.json").read_text())
+REFS = json.loads((LORA / "reference.json").read_text())
+REF = REFS["llama"]
 PROMPTS = REF["prompts"]
 N = len(REF["adapters"]["base"]["greedy_tokens"][0])
 A = LoRARequest("a", 1, str(LORA / "adapter_a"))
@@ -136,6 +138,25 @@ def test_bad_adapters_and_arguments_are_refused_before_anything_is_queued(llm2, 
     assert llm2.stats()["num_waiting"] == 0 and not llm2.has_unfinished()
     # Still serves.
     _check(llm2.generate(PROMPTS, SamplingParams(max_tokens=N), A), [A] * 3)
+
+
+def test_a_moe_model_takes_an_attention_adapter():
+    """qwen3_moe (experts in every layer): an adapter on its attention, beside the base."""
+    ref = REFS["qwen3_moe"]
+    llm = LLM(str(FIXTURES / "qwen3_moe"), enable_lora=True, max_lora_rank=8, num_pages=64)
+    moe = LoRARequest("moe", 1, str(LORA / "adapter_moe"))
+    n = len(ref["adapters"]["base"]["greedy_tokens"][0])
+    prompts = ref["prompts"] * 2
+    outs = llm.generate(prompts, SamplingParams(max_tokens=n), [moe] * 3 + [None] * 3)
+    for i, out in enumerate(outs):
+        want = ref["adapters"]["adapter_moe" if i < 3 else "base"]
+        assert out.token_ids == want["greedy_tokens"][i % 3], i
+        np.testing.assert_allclose(out.logprobs, want["logprobs"][i % 3], atol=TOL, rtol=0)
+    # Its experts' MLPs are no target: an adapter naming one is refused.
+    with pytest.raises(
+        ValueError, match=r"layers\.0\.mlp\.down_proj\.lora_A\.weight': not a projection"
+    ):
+        llm.generate(prompts[0], SamplingParams(max_tokens=1), LoRARequest("a", 2, A.lora_path))
 
 
 def test_engine_settings_are_checked():

@@ -207,3 +207,13 @@ def test_fp8_weights_on_a_mesh_decode_as_transformers(mesh_results):
     n = len(ref["greedy_tokens"][0])
     assert [t[:n] for t in got["tokens"]] == ref["greedy_tokens"]
     assert _max_diff([lp[:n] for lp in got["logprobs"]], ref["logprobs"]) < TOL
+
+
+def test_lora_adapters_on_a_mesh_decode_as_peft(mesh_results):
+    """Two PEFT adapters and the base model in one step with heads split over tp and tokens
+    over dp: transformers + peft's tokens and logprobs (tests/fixtures/lora)."""
+    got = mesh_results["lora"]
+    ref = json.loads((FIXTURES / "lora" / "reference.json").read_text())["llama"]["adapters"]
+    for i, name in enumerate(got["names"]):
+        assert got["tokens"][i] == ref[name]["greedy_tokens"][i % 3], (name, i)
+        np.testing.assert_allclose(got["logprobs"][i], ref[name]["logprobs"][i % 3], atol=TOL)
