@@ -27,6 +27,10 @@ The mode pins every reduction to an order that does not depend on the batch:
   the request would compute itself, since no row depends on the step, chunk or batch that
   wrote it; a hit is one more chunking. Tested bitwise for GQA and MLA
   (tests/test_prefix_cache.py).
+- LoRA adapters (LLM(enable_lora=True)): each target's two adapter matmuls run over the
+  step's padded T rows like the projection itself, with every slot's columns whatever the
+  batch holds (models/lora.py), so a row's LoRA term does not depend on its neighbours or
+  their adapters. Tested bitwise (tests/test_lora.py).
 - Meshes: tokens are split over dp x ep, so the padding is MIN_ROWS x dp x ep rows and
   every shard stays in the same regime; expert compute is local and the combine runs in slot
   order, so ep=1, 2 and 4 give bitwise-equal output (tests/test_sharding_mesh.py). Tensor

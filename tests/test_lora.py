@@ -164,10 +164,34 @@ def test_engine_settings_are_checked():
         LLM("tiny-llama", num_pages=8).generate([1, 2], SamplingParams(max_tokens=1), A)
     with pytest.raises(ValueError, match="max_loras=0: must be an int >= 1"):
         LLM("tiny-llama", enable_lora=True, max_loras=0)
-    with pytest.raises(ValueError, match="enable_lora=True: not supported with batch_invariant"):
-        LLM("tiny-llama", enable_lora=True, batch_invariant=True)
     with pytest.raises(ValueError, match="enable_lora=True: not supported with enable_prefix"):
         LLM("tiny-llama", enable_lora=True, enable_prefix_caching=True)
+
+
+def test_batch_invariant_mode_keeps_an_adapters_bits_whatever_shares_the_step():
+    llm = LLM(
+        str(FIXTURES / "llama"),
+        enable_lora=True,
+        max_loras=2,
+        max_lora_rank=8,
+        num_pages=128,
+        max_model_len=128,
+        max_num_batched_tokens=64,
+        batch_invariant=True,
+    )
+    sp = SamplingParams(max_tokens=N)
+    alone = llm.generate(PROMPTS[2], sp, A)[0]
+    assert alone.token_ids == REF["adapters"]["adapter_a"]["greedy_tokens"][2]
+    rng = np.random.default_rng(0)
+    others = [rng.integers(3, 500, int(rng.integers(5, 40))).tolist() for _ in range(7)]
+    mixed = llm.generate(
+        others[:3] + [PROMPTS[2]] + others[3:], sp, [B, None, A, A, B, None, A, None]
+    )[3]
+    assert mixed.token_ids == alone.token_ids
+    assert (
+        np.asarray(mixed.logprobs, np.float32).tobytes()
+        == np.asarray(alone.logprobs, np.float32).tobytes()
+    )
 
 
 def test_the_scheduler_admits_past_a_request_whose_adapter_has_no_room():
