@@ -92,16 +92,20 @@ def mla_softmax_scale(cfg: ModelConfig) -> float:
     return scale
 
 
-def mla_inputs(p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig) -> AttnInputs:
-    """x: [T, D] -> MLA query parts and the per-token latent (c_kv normed, k_pe roped)."""
+def mla_inputs(
+    p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig, delta=_no_delta
+) -> AttnInputs:
+    """x: [T, D] -> MLA query parts and the per-token latent (c_kv normed, k_pe roped).
+    `delta(leaf, x)`: a LoRA term for wq / wq_a / wq_b / wkv_a (models/lora.py), or None."""
     dn, r = cfg.qk_nope_head_dim, cfg.kv_lora_rank
     if cfg.q_lora_rank:
-        q_a = rms_norm(x @ p["wq_a"], p["q_a_norm"], MLA_LATENT_NORM_EPS)  # [T, Rq]
-        q = jnp.einsum("tr,rhk->thk", q_a, p["wq_b"])  # [T, H, Dn + Dr]
+        q_a = add(x @ p["wq_a"], delta("wq_a", x))
+        q_a = rms_norm(q_a, p["q_a_norm"], MLA_LATENT_NORM_EPS)  # [T, Rq]
+        q = add(jnp.einsum("tr,rhk->thk", q_a, p["wq_b"]), delta("wq_b", q_a))  # [T, H, Dn + Dr]
     else:
-        q = jnp.einsum("td,dhk->thk", x, p["wq"])  # [T, H, Dn + Dr]
+        q = add(jnp.einsum("td,dhk->thk", x, p["wq"]), delta("wq", x))  # [T, H, Dn + Dr]
     q_nope, q_pe = q[..., :dn], q[..., dn:]
-    kv_a = x @ p["wkv_a"]  # [T, R + Dr]
+    kv_a = add(x @ p["wkv_a"], delta("wkv_a", x))  # [T, R + Dr]
     c_kv = rms_norm(kv_a[:, :r], p["kv_a_norm"], MLA_LATENT_NORM_EPS)  # [T, R]
     k_pe = kv_a[:, r:]  # [T, Dr]
     return AttnInputs(

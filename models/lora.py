@@ -3,9 +3,10 @@
 An adapter adds `scale * B(A(x))` to a projection's output: A [r, in], B [out, r] as PEFT
 saves them (`base_model.model.model.layers.{i}.{module}.lora_{A,B}.weight` in
 adapter_model.safetensors; r, lora_alpha, use_rslora in adapter_config.json), scale =
-lora_alpha / r (lora_alpha / sqrt(r) with use_rslora). Targets: the GQA attention
-projections (q/k/v/o_proj) and the dense MLP's (gate/up/down_proj); not MLA's projections,
-nor MoE experts (refused, naming the tensor).
+lora_alpha / r (lora_alpha / sqrt(r) with use_rslora). Targets: the attention projections
+(GQA q/k/v/o_proj; MLA q_proj or q_a_proj / q_b_proj, kv_a_proj_with_mqa, o_proj) and the
+dense MLP's (gate/up/down_proj); not MLA's kv_b_proj (absorbed into the query and output),
+shared or routed experts (refused, naming the tensor).
 
 In the step every target holds the loaded adapters stacked in slots: A [S, K, R], B [S, R, N]
 (K, N: the weight's contracted and output sizes, as models/quantization.py blocks them; R:
@@ -39,6 +40,9 @@ MODULES = {
     "self_attn.k_proj": ("attn", "wk"),
     "self_attn.v_proj": ("attn", "wv"),
     "self_attn.o_proj": ("attn", "wo"),
+    "self_attn.q_a_proj": ("attn", "wq_a"),  # MLA
+    "self_attn.q_b_proj": ("attn", "wq_b"),
+    "self_attn.kv_a_proj_with_mqa": ("attn", "wkv_a"),
     "mlp.gate_proj": ("mlp", "w_gate"),
     "mlp.up_proj": ("mlp", "w_up"),
     "mlp.down_proj": ("mlp", "w_down"),
@@ -54,8 +58,9 @@ def targets(cfg: ModelConfig) -> dict[Key, tuple[int, int]]:
     out = {}
     for i, layer in enumerate(specs["layers"]):
         groups = [("mlp", MLP_WEIGHTS)] if "mlp" in layer else []
-        if not cfg.is_mla:
-            groups.append(("attn", ATTN_WEIGHTS))
+        # MLA's kv_b_proj is folded into the query and output in latent space (absorbed):
+        # no target.
+        groups.append(("attn", {k: v for k, v in ATTN_WEIGHTS.items() if k != "wkv_b"}))
         for group, k_dims in groups:
             for name, spec in layer[group].items():
                 if name in k_dims:
@@ -116,8 +121,8 @@ def load_adapter(path: str, cfg: ModelConfig, max_rank: int) -> dict[Key, tuple]
                 if key not in dims:
                     raise ValueError(
                         f"adapter tensor {name!r}: not a projection LoRA can target in this "
-                        f"{cfg.model_type} model (attention q/k/v/o_proj of GQA models, dense "
-                        "MLP gate/up/down_proj)"
+                        f"{cfg.model_type} model (attention projections but MLA's kv_b_proj, "
+                        "dense MLP gate/up/down_proj)"
                     )
                 pairs.setdefault(key, {})[m.group(3)] = f.get_tensor(name)
     except SafetensorError as e:

@@ -60,10 +60,8 @@ def forward_hidden(
         # time, inside the step; a no-op for float weights.
         layer = dequantize_tree(layer, x.dtype)
         h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
-        if cfg.is_mla:
-            inputs = mla_inputs(layer["attn"], h, positions, cfg)
-        else:
-            inputs = gqa_inputs(layer["attn"], h, positions, cfg, delta)
+        attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
+        inputs = attn_inputs(layer["attn"], h, positions, cfg, delta)
         o, kv_i = attend(i, layer["attn"], kv[i], inputs)
         x = pin(x + attn_output(layer["attn"], o, delta), ("batch", "embed"))
         h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)

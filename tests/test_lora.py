@@ -140,23 +140,34 @@ def test_bad_adapters_and_arguments_are_refused_before_anything_is_queued(llm2, 
     _check(llm2.generate(PROMPTS, SamplingParams(max_tokens=N), A), [A] * 3)
 
 
-def test_a_moe_model_takes_an_attention_adapter():
-    """qwen3_moe (experts in every layer): an adapter on its attention, beside the base."""
-    ref = REFS["qwen3_moe"]
-    llm = LLM(str(FIXTURES / "qwen3_moe"), enable_lora=True, max_lora_rank=8, num_pages=64)
-    moe = LoRARequest("moe", 1, str(LORA / "adapter_moe"))
+@pytest.mark.parametrize(
+    "arch, adapter", [("qwen3_moe", "adapter_moe"), ("deepseek_v3", "adapter_mla")]
+)
+def test_moe_models_take_attention_adapters(arch, adapter, tmp_path):
+    """qwen3_moe (experts in every layer): q/k/v/o; deepseek_v3: MLA's q_a / q_b /
+    kv_a_proj_with_mqa / o_proj. Beside requests without one, as peft computes."""
+    ref = REFS[arch]
+    llm = LLM(str(FIXTURES / arch), enable_lora=True, max_lora_rank=8, num_pages=64)
+    req = LoRARequest(adapter, 1, str(LORA / adapter))
     n = len(ref["adapters"]["base"]["greedy_tokens"][0])
     prompts = ref["prompts"] * 2
-    outs = llm.generate(prompts, SamplingParams(max_tokens=n), [moe] * 3 + [None] * 3)
+    outs = llm.generate(prompts, SamplingParams(max_tokens=n), [req] * 3 + [None] * 3)
     for i, out in enumerate(outs):
-        want = ref["adapters"]["adapter_moe" if i < 3 else "base"]
+        want = ref["adapters"][adapter if i < 3 else "base"]
         assert out.token_ids == want["greedy_tokens"][i % 3], i
         np.testing.assert_allclose(out.logprobs, want["logprobs"][i % 3], atol=TOL, rtol=0)
-    # Its experts' MLPs are no target: an adapter naming one is refused.
-    with pytest.raises(
-        ValueError, match=r"layers\.0\.mlp\.down_proj\.lora_A\.weight': not a projection"
-    ):
-        llm.generate(prompts[0], SamplingParams(max_tokens=1), LoRARequest("a", 2, A.lora_path))
+    # No experts' MLPs, nor MLA's absorbed kv_b_proj: refused, naming the tensor.
+    if arch == "qwen3_moe":
+        bad, match = LoRARequest("a", 2, A.lora_path), r"layers\.0\.mlp\.down_proj\.lora_A"
+    else:
+        path = tmp_path / "kv_b"
+        shutil.copytree(LORA / adapter, path)
+        tensors = load_file(path / "adapter_model.safetensors")
+        renamed = {k.replace("q_b_proj", "kv_b_proj"): v for k, v in tensors.items()}
+        save_file(renamed, path / "adapter_model.safetensors")
+        bad, match = LoRARequest("kv_b", 2, str(path)), r"layers\.0\.self_attn\.kv_b_proj"
+    with pytest.raises(ValueError, match=match + r".*: not a projection LoRA can target"):
+        llm.generate(prompts[0], SamplingParams(max_tokens=1), bad)
 
 
 def test_engine_settings_are_checked():
