@@ -4,9 +4,9 @@ An adapter adds `scale * B(A(x))` to a projection's output: A [r, in], B [out, r
 saves them (`base_model.model.model.layers.{i}.{module}.lora_{A,B}.weight` in
 adapter_model.safetensors; r, lora_alpha, use_rslora in adapter_config.json), scale =
 lora_alpha / r (lora_alpha / sqrt(r) with use_rslora). Targets: the attention projections
-(GQA q/k/v/o_proj; MLA q_proj or q_a_proj / q_b_proj, kv_a_proj_with_mqa, o_proj) and the
-dense MLP's (gate/up/down_proj); not MLA's kv_b_proj (absorbed into the query and output),
-shared or routed experts (refused, naming the tensor).
+(GQA q/k/v/o_proj; MLA q_proj or q_a_proj / q_b_proj, kv_a_proj_with_mqa, o_proj), the
+dense MLP's and the shared experts' (gate/up/down_proj); not MLA's kv_b_proj (absorbed into
+the query and output), nor routed experts (refused, naming the tensor).
 
 In the step every target holds the loaded adapters stacked in slots: A [S, K, R], B [S, R, N]
 (K, N: the weight's contracted and output sizes, as models/quantization.py blocks them; R:
@@ -46,6 +46,13 @@ MODULES = {
     "mlp.gate_proj": ("mlp", "w_gate"),
     "mlp.up_proj": ("mlp", "w_up"),
     "mlp.down_proj": ("mlp", "w_down"),
+    # Shared experts (DeepSeek, GLM-4.5; Qwen2-MoE's single `shared_expert`): the step's
+    # per-layer adapter dict holds them as "shared_w_gate" etc. beside the attention's.
+    **{
+        f"mlp.{shared}.{hf}": ("shared", "shared_" + leaf)
+        for shared in ("shared_experts", "shared_expert")
+        for hf, leaf in (("gate_proj", "w_gate"), ("up_proj", "w_up"), ("down_proj", "w_down"))
+    },
 }
 _NAME = re.compile(r"base_model\.model\.model\.layers\.(\d+)\.(.+)\.lora_([AB])\.weight")
 
@@ -57,12 +64,16 @@ def targets(cfg: ModelConfig) -> dict[Key, tuple[int, int]]:
     specs = param_specs(cfg.replace(quantization=None))
     out = {}
     for i, layer in enumerate(specs["layers"]):
-        groups = [("mlp", MLP_WEIGHTS)] if "mlp" in layer else []
         # MLA's kv_b_proj is folded into the query and output in latent space (absorbed):
         # no target.
-        groups.append(("attn", {k: v for k, v in ATTN_WEIGHTS.items() if k != "wkv_b"}))
-        for group, k_dims in groups:
-            for name, spec in layer[group].items():
+        groups = [("attn", layer["attn"], {k: v for k, v in ATTN_WEIGHTS.items() if k != "wkv_b"})]
+        if "mlp" in layer:
+            groups.append(("mlp", layer["mlp"], MLP_WEIGHTS))
+        if "shared" in layer.get("moe", {}):
+            shared = {"shared_" + k: v for k, v in layer["moe"]["shared"].items()}
+            groups.append(("shared", shared, {"shared_" + k: v for k, v in MLP_WEIGHTS.items()}))
+        for group, leaves, k_dims in groups:
+            for name, spec in leaves.items():
                 if name in k_dims:
                     out[(i, group, name)] = matrix_dims(spec.shape, 0, k_dims[name])
     return out
@@ -121,8 +132,8 @@ def load_adapter(path: str, cfg: ModelConfig, max_rank: int) -> dict[Key, tuple]
                 if key not in dims:
                     raise ValueError(
                         f"adapter tensor {name!r}: not a projection LoRA can target in this "
-                        f"{cfg.model_type} model (attention projections but MLA's kv_b_proj, "
-                        "dense MLP gate/up/down_proj)"
+                        f"{cfg.model_type} model (attention projections but MLA's kv_b_proj; "
+                        "dense MLPs' and shared experts' gate/up/down_proj)"
                     )
                 pairs.setdefault(key, {})[m.group(3)] = f.get_tensor(name)
     except SafetensorError as e:

@@ -259,12 +259,13 @@ def routed_for(cfg: ModelConfig) -> RoutedFn:
 
 
 def moe_block(
-    p_moe: dict, x: jax.Array, cfg: ModelConfig, routed: RoutedFn | None = None
+    p_moe: dict, x: jax.Array, cfg: ModelConfig, routed: RoutedFn | None = None, delta=None
 ) -> jax.Array:
     """Routed experts plus always-on shared experts (DeepSeek, GLM-4.5), the latter gated per
     token by sigmoid(x @ shared_gate) where the model has the gate (Qwen2-MoE).
     `routed`: the routed-expert compute; None: `routed_for(cfg)` (the model's activation).
-    x: [T, D] -> [T, D]."""
+    `delta(leaf, x)`: LoRA terms of the shared experts' projections, as "shared_w_up" etc.
+    (models/lora.py). x: [T, D] -> [T, D]."""
     routed = routed or routed_for(cfg)
     weights, experts = route(p_moe, x, cfg)
     out = routed(p_moe, x, weights, experts)
@@ -276,7 +277,8 @@ def moe_block(
             bias = bias + weights[:, j, None] * p_moe["b_down"][experts[:, j]].astype(jnp.float32)
         out = (out.astype(jnp.float32) + bias).astype(out.dtype)
     if "shared" in p_moe:
-        shared = swiglu_mlp(p_moe["shared"], x)
+        shared_delta = None if delta is None else (lambda name, h: delta("shared_" + name, h))
+        shared = swiglu_mlp(p_moe["shared"], x, shared_delta)
         if "shared_gate" in p_moe:
             shared = jax.nn.sigmoid(x @ p_moe["shared_gate"])[:, None] * shared
         out = out + shared

@@ -66,7 +66,7 @@ def forward_hidden(
         x = pin(x + attn_output(layer["attn"], o, delta), ("batch", "embed"))
         h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
         if "moe" in layer:
-            x = x + moe_block(layer["moe"], h, cfg, routed)
+            x = x + moe_block(layer["moe"], h, cfg, routed, delta)
         else:
             x = x + swiglu_mlp(layer["mlp"], h, delta)
         x = pin(x, ("batch", "embed"))
