@@ -44,7 +44,7 @@ class _Dispatched(NamedTuple):
     compiles: bool
     start: float
     with_top: bool  # the step also returned each row's top logprobs
-    score_top: int  # ... and every scored row's top this many (prompt_logprobs=k; drafts: 1)
+    score_top: int  # ... and every scored row's top this many (prompt_logprobs=k)
     drafts: tuple  # speculative.prepare_drafts: (draft rows, the rows scored or None)
 
 
@@ -530,7 +530,7 @@ class LLM:
         # As sampler.sample's all-greedy test, on the same packed temperatures.
         sampling = bool(np.any(batch.temperature >= np.float32(GREEDY_TEMPERATURE)))
         # Drafts need each row's argmax alone: a top-1 step (top-20 costs more on a CPU).
-        score_top = self._top_k if any(r[3] for r in score_rows) else int(bool(drafts[0]))
+        score_top = self._top_k if any(r[3] for r in score_rows) else 0
         variant = (bool(score_rows or drafts[0]), with_top, sampling, score_top)
         scored = None if drafts[1] is None else drafts[1].shape[0]
         key = (variant, penalized, list_width, mask is not None, scored, *shape)
@@ -571,7 +571,7 @@ class LLM:
         sched, out, score_rows = d.sched, d.out, d.score_rows
         begin = time.perf_counter()
         got = runner.read_back(out, bool(score_rows or d.drafts[0]), d.score_top, d.with_top)
-        tokens, logprobs, load, scores, score_ids, score_lps, top_ids, top_lps = got
+        tokens, logprobs, load, scores, score_ids, score_lps, top_ids, top_lps, *drawn = got
         self._dispatched.pop(0)
         # The long-prefill policy steers by step times; a compiling step would mislead it.
         # A step dispatched ahead starts on the device when the one before it ends.
@@ -590,7 +590,7 @@ class LLM:
             if it.sample
         }
         if d.drafts[0]:  # the drafts the model agrees with, then its own token
-            keep_drafts(sched.items, d.drafts, sampled, scores, score_ids, score_lps)
+            keep_drafts(sched.items, d.drafts, sampled, scores, *drawn)
         self._num_steps += 1
         tops = runner.sampled_top_logprobs(sched.items, top_ids, top_lps) if d.with_top else {}
         results = self._scheduler.update(sched, sampled, seconds)

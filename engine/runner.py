@@ -286,12 +286,16 @@ def sampled_top_logprobs(items, top_ids, top_logprobs) -> dict[str, tuple]:
 
 def read_back(out, scored: bool, score_top: int, with_top: bool) -> tuple:
     """A step's results on the host: (tokens, logprobs, expert_load, scores, score top ids,
-    score top logprobs, top ids, top logprobs), None for what the step was not asked for."""
+    score top logprobs, top ids, top logprobs, draft tokens, draft logprobs), None for what
+    the step was not asked for."""
     tokens, logprobs, load = jax.device_get((out.tokens, out.logprobs, out.expert_load))
     scores = jax.device_get(out.score_logprobs) if scored else None
+    drawn = (None, None)
+    if out.draft_tokens is not None:
+        drawn = jax.device_get((out.draft_tokens, out.draft_logprobs))
     score_ids = score_lps = top_ids = top_lps = None
     if score_top:
         score_ids, score_lps = jax.device_get((out.score_top_ids, out.score_top_logprobs))
     if with_top:
         top_ids, top_lps = jax.device_get((out.top_ids, out.top_logprobs))
-    return tokens, logprobs, load, scores, score_ids, score_lps, top_ids, top_lps
+    return tokens, logprobs, load, scores, score_ids, score_lps, top_ids, top_lps, *drawn

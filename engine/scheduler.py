@@ -719,7 +719,8 @@ class Scheduler:
             page_ids=seq.page_ids,
             sample=stop == seq.num_tokens + seq.num_pending_samples,
             sampling_params=seq.sampling_params,
-            num_generated=seq.num_output_tokens + seq.num_pending_samples,
+            # A drafting decode samples after its drafts: that token's generation index.
+            num_generated=seq.num_output_tokens + seq.num_pending_samples + len(drafts),
             feed_index=feed_index,
             window_page_ids=seq.window_page_ids,
             num_drafts=len(drafts),

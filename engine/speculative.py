@@ -130,11 +130,13 @@ def drafts_for(seq, proposer: NgramProposer, budget: int, max_model_len: int, pa
 
 
 def eligible(params, greedy_below: float) -> bool:
-    """Whether a request's next token is the argmax of the raw logits (nothing but the
-    model decides it) and it wants no top logprobs: what verification checks."""
+    """Whether a request's next token is drawn from the model's logits under its
+    temperature / top-k / top-p / min-p alone (no penalties, token lists, grammar) and it
+    wants no top logprobs: what verification redraws. (`greedy_below` is kept for callers;
+    greedy and sampled requests both draft.)"""
+    del greedy_below
     return (
-        params.temperature < greedy_below
-        and not params.penalized
+        not params.penalized
         and params.logit_bias is None
         and params.allowed_token_ids is None
         and not params.bad_words_token_ids
@@ -178,19 +180,26 @@ def expand(index: np.ndarray, num_rows: int, *arrays):
     return out
 
 
-def verify(items, draft_rows, sampled: dict, top_ids, top_logprobs, target_logprobs) -> None:
+def verify(items, draft_rows, sampled: dict, drawn, drawn_logprobs, target_logprobs) -> None:
     """Replace each drafting item's sampled (token, logprob) by its new tokens: the drafts
-    the model's argmax agrees with, in order, then the argmax where they part, or the
-    sampled token after the last. `top_ids`, `top_logprobs`: [T, K] the step's top
-    logprobs per row; `target_logprobs`: [T] each row's log p(score target)."""
+    equal to what the step drew at their rows, in order, then the drawn token where they
+    part, or the sampled token after the last. `drawn`, `drawn_logprobs`: [T] the token
+    each row drew as its request's next one (StepOutput.draft_tokens) and its logprob;
+    `target_logprobs`: [T] each row's log p(score target).
+
+    Exact for any sampling settings: the token a row draws is the one decoding a token a
+    step would draw there (same logits, seed and generation index), and a draft counts
+    only where it equals it, so every token kept is that draw. For a draft that is a fixed
+    token (n-gram lookup) this keeps it with probability p(draft), as rejection sampling
+    would."""
     for i, first in draft_rows:
         it = items[i]
         drafts = it.token_ids[1:]
-        argmax = top_ids[first : first + len(drafts), 0].tolist()
+        got = drawn[first : first + len(drafts)].tolist()
         kept = []
-        for j, (draft, best) in enumerate(zip(drafts, argmax, strict=True)):
-            if draft != best:
-                kept.append((best, float(top_logprobs[first + j, 0])))
+        for j, (draft, token) in enumerate(zip(drafts, got, strict=True)):
+            if draft != token:
+                kept.append((token, float(drawn_logprobs[first + j])))
                 break
             kept.append((draft, float(target_logprobs[first + j])))
         else:
@@ -201,18 +210,22 @@ def verify(items, draft_rows, sampled: dict, top_ids, top_logprobs, target_logpr
 def prepare_drafts(items, batch, prompt_scored: bool, min_rows: int):
     """A step's draft rows: (fill_draft_targets' rows, the scored rows' index or None) and
     the batch to run. Without prompt logprobs in the step only the drafts' rows are scored
-    (StepBatch.score_index), not every row of a step that may hold a long prefill chunk."""
+    (StepBatch.score_index), not every row of a step that may hold a long prefill chunk;
+    beside prompt logprobs, every row in order."""
     rows = fill_draft_targets(items, batch)
-    if not rows or prompt_scored:
+    if not rows:
         return (rows, None), batch
-    index = score_index(rows, items, min_rows)
+    if prompt_scored:
+        index = np.arange(batch.token_ids.shape[0], dtype=np.int32)
+    else:
+        index = score_index(rows, items, min_rows)
     return (rows, index), batch._replace(score_index=index)
 
 
-def keep_drafts(items, drafts, sampled: dict, scores, top_ids, top_logprobs) -> None:
-    """`verify` a step's drafts (prepare_drafts' first value) from its read-back scores."""
+def keep_drafts(items, drafts, sampled: dict, scores, drawn, drawn_logprobs) -> None:
+    """`verify` a step's drafts (prepare_drafts' value) from its read-back scores and
+    draws (StepOutput.draft_tokens / draft_logprobs, one per scored row)."""
     rows, index = drafts
-    if index is not None:
-        n = int(index.max()) + 1
-        scores, top_ids, top_logprobs = expand(index, n, scores, top_ids, top_logprobs)
-    verify(items, rows, sampled, top_ids, top_logprobs, scores)
+    n = int(index.max()) + 1
+    scores, drawn, drawn_logprobs = expand(index, n, scores, drawn, drawn_logprobs)
+    verify(items, rows, sampled, drawn, drawn_logprobs, scores)

@@ -102,6 +102,11 @@ class StepOutput(NamedTuple):
     # (prompt_logprobs=k); only from a with_scores step made with score_top_logprobs=K.
     score_top_ids: jax.Array | None = None
     score_top_logprobs: jax.Array | None = None
+    # [R] int32 / float32: with batch.score_index (speculative drafts), the token each
+    # scored row draws as its request's next one (its sampling settings, at the generation
+    # index of that row) and its logprob; engine/speculative.py keeps a draft it equals.
+    draft_tokens: jax.Array | None = None
+    draft_logprobs: jax.Array | None = None
 
 
 def _mla_dims(cfg: ModelConfig) -> tuple[int, int, int, int]:
@@ -288,7 +293,7 @@ def _step_body(
     if sample_logits is not logits:  # logprobs of the raw distribution
         logprobs = token_logprobs(logits, tokens)
     load = jnp.stack(loads) if loads else jnp.zeros((0, 0), jnp.int32)  # [L_moe, E]
-    scores, score_top = None, (None, None)
+    scores, score_top, drafted = None, (None, None), (None, None)
     if with_scores:  # every row's logits: [T, V], so only in the variant that asks for it
         targets, rows = batch.score_targets, hidden
         if batch.score_index is not None:
@@ -297,6 +302,8 @@ def _step_body(
         scores = jnp.where(targets >= 0, token_logprobs(all_logits, jnp.maximum(targets, 0)), 0.0)
         if score_top_logprobs:
             score_top = top_logprobs_of(all_logits, score_top_logprobs)
+        if batch.score_index is not None:
+            drafted = _draw_at_rows(all_logits, batch, batch.score_index, sampling)
     feed_tokens = None
     if batch.prev_tokens is not None:
         feed_tokens = jnp.zeros_like(batch.prev_tokens).at[: tokens.shape[0]].set(tokens)
@@ -304,7 +311,28 @@ def _step_body(
     if top_logprobs:
         top = top_logprobs_of(logits, top_logprobs)
     return kv, StepOutput(
-        tokens, logprobs, load, scores, feed_tokens, *top, penalty_state, *score_top
+        tokens, logprobs, load, scores, feed_tokens, *top, penalty_state, *score_top, *drafted
+    )
+
+
+def _draw_at_rows(logits: jax.Array, batch: StepBatch, rows: jax.Array, sampling: bool):
+    """Each of `rows` (its logits [R, V]) drawn as its request's token: the sequence's
+    sampling settings, at the generation index the row predicts (the sequence's last row
+    samples at batch.sample_step, a row j before it at sample_step - j): what decoding one
+    token a step would draw there. (tokens [R], their logprobs [R])."""
+    owner = jnp.searchsorted(batch.cu_q_lens, rows, side="right") - 1
+    owner = jnp.clip(owner, 0, batch.kv_lens.shape[0] - 1)
+    step = batch.sample_step[owner] - (batch.cu_q_lens[owner + 1] - 1 - rows)
+    min_p = None if batch.min_p is None else batch.min_p[owner]
+    return sample(
+        logits,
+        batch.temperature[owner],
+        batch.top_k[owner],
+        batch.top_p[owner],
+        batch.seed[owner],
+        step,
+        min_p,
+        greedy_only=not sampling,
     )
 
 
