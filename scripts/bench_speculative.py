@@ -1,10 +1,12 @@
-"""Speculative decoding with n-gram drafts: the same greedy requests with and without.
+"""Speculative decoding with n-gram drafts: the same requests with and without.
 
   python -m scripts.bench_speculative          # the figures in docs/benchmarks.md
   python -m scripts.bench_speculative --model=tiny-llama --n=2 --max_tokens=8
+  python -m scripts.bench_speculative --temperature=0.8      # sampled requests
 
-`n` greedy requests of `max_tokens` tokens each, on two engines of one model (one with
-`speculative_config={"method": "ngram", ...}`), for two kinds of prompt: random tokens, and
+`n` greedy (or, with --temperature, seeded sampled) requests of `max_tokens` tokens, on
+two engines of one model (one with `speculative_config={"method": "ngram", ...}`), for
+two kinds of prompt: random tokens, and
 a random span repeated (text that quotes itself, where prompt lookup finds drafts). Each
 is timed after a first run compiled its steps: the whole run, steps, drafts fed and kept,
 and how many requests give the plain engine's tokens (all, up to float rounding: a draft
@@ -31,10 +33,23 @@ _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 128, "Prompt tokens.")
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 128, "New tokens per request.")
 _K = flags.DEFINE_integer("num_speculative_tokens", 4, "Drafts per decode at most.")
 _LOOKUP_MAX = flags.DEFINE_integer("prompt_lookup_max", 4, "Longest n-gram looked up.")
+_TEMPERATURE = flags.DEFINE_float(
+    "temperature", 0.0, "0: greedy; else sampled (seeded per request, top-k 50)."
+)
 
 
 def run(llm: LLM, prompts: list[list[int]]) -> dict:
-    params = SamplingParams(temperature=0.0, max_tokens=_MAX_TOKENS.value, ignore_eos=True)
+    t = _TEMPERATURE.value
+    params = [
+        SamplingParams(
+            temperature=t,
+            top_k=50 if t else 0,
+            seed=i,
+            max_tokens=_MAX_TOKENS.value,
+            ignore_eos=True,
+        )
+        for i in range(len(prompts))
+    ]
     before = llm.stats()
     start = time.perf_counter()
     outs = llm.generate(prompts, params)
@@ -79,7 +94,9 @@ def main(argv):
         ],
     }
     print(
-        f"{plain.config.name}: {n} greedy requests, {length}-token prompts, "
+        f"{plain.config.name}: {n} "
+        + (f"sampled (temperature {_TEMPERATURE.value})" if _TEMPERATURE.value else "greedy")
+        + f" requests, {length}-token prompts, "
         f"{_MAX_TOKENS.value} tokens each, k={_K.value}"
     )
     print("| prompts | engine | s | steps | drafts fed | drafts kept | same tokens |")
