@@ -50,10 +50,17 @@ LORA_LAYOUT = ("llama", "dp=2,tp=2")
 PENALTY_LAYOUTS = [("qwen3_moe", "dp=2,ep=4"), ("llama", "tp=2")]
 
 
-def _engine(model: str, mesh: str):
+def _engine(model: str, mesh: str, **options):
     from engine import LLM
 
-    return LLM(model=model, mesh=mesh, num_pages=32, max_model_len=128, max_num_batched_tokens=64)
+    return LLM(
+        model=model,
+        mesh=mesh,
+        num_pages=32,
+        max_model_len=128,
+        max_num_batched_tokens=64,
+        **options,
+    )
 
 
 def _generate(llm, prompts) -> dict:
@@ -228,19 +235,12 @@ def _fp8_kv(layout: tuple[str, str]) -> dict:
     """fp8 KV pages on a mesh: the page scales are split like the pages' rows."""
     import jax.numpy as jnp
 
-    from engine import LLM, SamplingParams
+    from engine import SamplingParams
 
     arch, mesh = layout
     ref = json.loads((FIXTURES / arch / "reference.json").read_text())
     n = len(json.loads((FIXTURES / arch / "reference_fp8_kv.json").read_text())["logprobs"][0])
-    llm = LLM(
-        model=str(FIXTURES / arch),
-        mesh=mesh,
-        kv_cache_dtype="fp8",
-        num_pages=32,
-        max_model_len=128,
-        max_num_batched_tokens=64,
-    )
+    llm = _engine(str(FIXTURES / arch), mesh, kv_cache_dtype="fp8")
     k_pages = llm._kv[0][0]
     assert k_pages.data.dtype == jnp.uint8, k_pages.data.dtype  # e4m3 bit patterns
     outs = llm.generate(
@@ -257,18 +257,9 @@ def _fp8_kv(layout: tuple[str, str]) -> dict:
 def _fp8_weights(layout: tuple[str, str]) -> dict:
     """quantization="fp8" on a mesh: the fp8 data split like the float weight, the expert
     scales split over ep with their experts."""
-    from engine import LLM
-
     arch, mesh = layout
     ref = json.loads((FIXTURES / arch / "reference.json").read_text())
-    llm = LLM(
-        model=str(FIXTURES / arch),
-        mesh=mesh,
-        quantization="fp8",
-        num_pages=32,
-        max_model_len=128,
-        max_num_batched_tokens=64,
-    )
+    llm = _engine(str(FIXTURES / arch), mesh, quantization="fp8")
     moe = next(x["moe"] for x in llm.params["layers"] if "moe" in x)
     out = _generate(llm, ref["prompts"])
     out["specs"] = {
@@ -282,7 +273,7 @@ def _fp8_weights(layout: tuple[str, str]) -> dict:
 
 def _lora_on_mesh(layout: tuple[str, str]) -> dict:
     """Two adapters and the base model in one step on a mesh (the stacks replicated)."""
-    from engine import LLM, LoRARequest, SamplingParams
+    from engine import LoRARequest, SamplingParams
 
     arch, mesh = layout
     lora = FIXTURES / "lora"
@@ -291,16 +282,7 @@ def _lora_on_mesh(layout: tuple[str, str]) -> dict:
         LoRARequest(name, i + 1, str(lora / name))
         for i, name in enumerate(("adapter_a", "adapter_b"))
     ]
-    llm = LLM(
-        model=str(FIXTURES / arch),
-        mesh=mesh,
-        enable_lora=True,
-        max_loras=2,
-        max_lora_rank=8,
-        num_pages=32,
-        max_model_len=128,
-        max_num_batched_tokens=64,
-    )
+    llm = _engine(str(FIXTURES / arch), mesh, enable_lora=True, max_loras=2, max_lora_rank=8)
     n = len(ref["adapters"]["base"]["greedy_tokens"][0])
     loras = [None] * 3 + [adapters[0]] * 3 + [adapters[1]] * 3
     outs = llm.generate(ref["prompts"] * 3, SamplingParams(max_tokens=n), loras)
