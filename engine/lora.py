@@ -133,7 +133,9 @@ class LoRASlots:
             layers = [{} for _ in range(self.cfg.num_layers)]
             for (i, _, name), (a, b) in self._host.items():
                 layers[i][name] = (a, b)
-            self._tree = jax.tree.map(self._place, layers)
+            # Placed from copies: on a CPU the device array may share the host buffer, which
+            # _fill overwrites while a step that read the old stacks may still run.
+            self._tree = jax.tree.map(lambda x: self._place(x.copy()), layers)
         return self._tree
 
     def token_slots(self, items, num_tokens: int) -> np.ndarray:
