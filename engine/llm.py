@@ -365,7 +365,7 @@ class LLM:
             # Unseeded requests still get a distinct, reproducible stream per engine seed.
             seed = (self._seed * 1_000_003 + n) % (2**32)
             params = dataclasses.replace(params, seed=seed)
-        spec = self._scheduler.speculative is not None and eligible(params, GREEDY_TEMPERATURE)
+        spec = self._scheduler.speculative is not None and eligible(params)
         seq = Sequence(request_id, tuple(ids), params, fork_of=fork_of, speculate=spec)
         seq.lora_id = lora_id
         out = RequestOutput(request_id, list(ids))

@@ -129,12 +129,10 @@ def drafts_for(seq, proposer: NgramProposer, budget: int, max_model_len: int, pa
     return drafts
 
 
-def eligible(params, greedy_below: float) -> bool:
+def eligible(params) -> bool:
     """Whether a request's next token is drawn from the model's logits under its
     temperature / top-k / top-p / min-p alone (no penalties, token lists, grammar) and it
-    wants no top logprobs: what verification redraws. (`greedy_below` is kept for callers;
-    greedy and sampled requests both draft.)"""
-    del greedy_below
+    wants no top logprobs: what verification redraws (greedy and sampled alike)."""
     return (
         not params.penalized
         and params.logit_bias is None

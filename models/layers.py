@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
+from models.lora import add
 from models.reductions import fixed_order_mean
 
 
@@ -31,14 +32,10 @@ def swiglu_mlp(p: dict, x: jax.Array, delta=None) -> jax.Array:
     """down(silu(x @ gate) * (x @ up)); x: [T, D], w_gate/w_up [D, F], w_down [F, D] -> [T, D].
     `delta(leaf, x)`: a LoRA term to add to a projection (models/lora.py), or None."""
     delta = delta or (lambda name, x: None)
-    gate = _plus(x @ p["w_gate"], delta("w_gate", x))  # [T, F]
-    up = _plus(x @ p["w_up"], delta("w_up", x))  # [T, F]
+    gate = add(x @ p["w_gate"], delta("w_gate", x))  # [T, F]
+    up = add(x @ p["w_up"], delta("w_up", x))  # [T, F]
     h = jax.nn.silu(gate) * up
-    return _plus(h @ p["w_down"], delta("w_down", h))
-
-
-def _plus(y: jax.Array, d: jax.Array | None) -> jax.Array:
-    return y if d is None else y + d.astype(y.dtype)
+    return add(h @ p["w_down"], delta("w_down", h))
 
 
 def embed(params: dict, token_ids: jax.Array) -> jax.Array:

@@ -158,12 +158,19 @@ def load_adapter(path: str, cfg: ModelConfig, max_rank: int) -> dict[Key, tuple]
     return out
 
 
-def make_delta(lora_layer: dict | None, slots: jax.Array | None, num_slots: int):
+def slot_mask(lora: list | None, slots: jax.Array | None) -> jax.Array | None:
+    """[T, S] one-hot of each token's adapter slot (None without adapters in the step)."""
+    stacks = [a for layer in lora or () for a, _ in layer.values()]
+    if not stacks or slots is None:
+        return None
+    return jax.nn.one_hot(slots, stacks[0].shape[0])
+
+
+def make_delta(lora_layer: dict | None, mask: jax.Array | None):
     """delta(leaf, x) -> the LoRA term of projection `leaf` for x [T, *K], shaped [T, N]
-    (None when the layer has no such target or no adapters run)."""
-    if not lora_layer or slots is None:
+    (None when the layer has no such target or no adapters run). `mask`: slot_mask."""
+    if not lora_layer or mask is None:
         return lambda name, x: None
-    mask = jax.nn.one_hot(slots, num_slots)  # [T, S]
 
     def delta(name: str, x: jax.Array) -> jax.Array | None:
         if name not in lora_layer:

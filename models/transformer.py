@@ -23,7 +23,7 @@ import jax
 from configs.model_config import ModelConfig
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs
 from models.layers import embed, final_logits, rms_norm, swiglu_mlp
-from models.lora import make_delta
+from models.lora import make_delta, slot_mask
 from models.moe import RoutedFn, moe_block, routed_for
 from models.quantization import dequantize_tree
 
@@ -54,8 +54,9 @@ def forward_hidden(
     x = pin(embed(params, token_ids), ("batch", "embed"))  # [T, D]
     new_kv = []
     lora = params.get("lora")
+    mask = slot_mask(lora, lora_slots)
     for i, layer in enumerate(params["layers"]):
-        delta = make_delta(lora[i] if lora else None, lora_slots, _num_slots(lora))
+        delta = make_delta(lora[i] if lora else None, mask)
         # fp8 weights (ModelConfig.quantization) come back to the model dtype one layer at a
         # time, inside the step; a no-op for float weights.
         layer = dequantize_tree(layer, x.dtype)
@@ -72,11 +73,3 @@ def forward_hidden(
         x = pin(x, ("batch", "embed"))
         new_kv.append(kv_i)
     return x, new_kv
-
-
-def _num_slots(lora: list | None) -> int:
-    """S of the stacked adapters (0 without any)."""
-    for layer in lora or ():
-        for a, _ in layer.values():
-            return a.shape[0]
-    return 0
