@@ -16,13 +16,14 @@ from engine import batch_invariant as batch_invariant_lib
 from engine import chat, inputs, kv_budget, kv_quant, logit_bias, lora, penalties, runner, samples
 from engine.attention_ops import resolve_impl
 from engine.kv_pages import PageManager, pages_for_tokens
+from engine.kv_transfer import KVTransfer, KVTransferConfig, check_engine
 from engine.prefix_cache import PrefixCache
 from engine.sampler import GREEDY_TEMPERATURE
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.speculative import NgramProposer, eligible, keep_drafts, prepare_drafts
-from engine.step import StepOutput, init_kv_pages, make_step
+from engine.step import StepOutput, StepVariants, init_kv_pages
 from engine.stop_strings import check_stop_strings, final_text
 from engine.structured import StructuredOutputs
 from long_context.policy import LongPrefillPolicy, policy_for_processes
@@ -80,6 +81,8 @@ class LLM:
     `quantization="fp8"`: fp8 projection weights, a scale per block (models/quantization.py).
     `enable_lora` (vLLM's): PEFT adapters per request (LoRARequest), up to `max_loras` in a
     step, ranks up to `max_lora_rank` (engine/lora.py).
+    `kv_transfer_config` (vLLM's, disaggregated prefill / decode: engine/kv_transfer.py):
+    a producer stores the KV of the prompts it computes, a consumer loads a prompt's.
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class LLM:
         enable_lora: bool = False,
         max_loras: int = 1,
         max_lora_rank: int = 16,
+        kv_transfer_config: dict | KVTransferConfig | None = None,
     ):
         model = inputs.as_model_path(model)
         self._default_params = inputs.default_sampling_params(generation_config, model)
@@ -124,6 +128,7 @@ class LLM:
         enable_lora = inputs.as_bool("enable_lora", enable_lora)
         lora.check_engine(enable_lora, max_loras, max_lora_rank, enable_prefix_caching)
         proposer = NgramProposer.from_config(speculative_config)
+        transfer = KVTransferConfig.of(kv_transfer_config)
         # Request seeds derive from it modulo 2**32 (numpy's seed range, as vLLM's).
         seed = inputs.as_int("seed", seed, low=0, high=2**32 - 1)
         if long_prefill is not None and not isinstance(long_prefill, LongPrefillPolicy):
@@ -137,6 +142,7 @@ class LLM:
         cfg = model_config(model, dtype, quantization)
         if mesh:
             check_model_layout(cfg, mesh_config)
+        check_engine(transfer, cfg, enable_lora)
         if max_model_len is None:
             max_model_len = cfg.max_position_embeddings
         if max_model_len > cfg.max_position_embeddings:
@@ -232,8 +238,13 @@ class LLM:
             mesh=self.mesh,
             window_num_pages=window_num_pages,
         )
+        self._transfer = transfer and KVTransfer(
+            transfer, cfg, self._kv, page_size, num_pages, self.mesh
+        )
         kv_block_pages = max(1, _KV_BLOCK_TOKENS // page_size)
-        self._step_key = (
+        self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
+        self._steps = StepVariants(
+            self._top_k,
             cfg,
             kv_block_pages,
             self.attention_impl,
@@ -241,12 +252,6 @@ class LLM:
             self.batch_invariant,
             self.kv_dtype,
         )
-        # The plain step serves batches of greedy rows only; the variants (_step_variant) are
-        # each compiled when first needed (make_step: the sampler is ~35-40% of a step's
-        # compile time, saved wherever traffic is greedy).
-        self._step = make_step(*self._step_key, sampling=False)
-        self._variants: dict[tuple[bool, bool, bool, int], object] = {}
-        self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
         # Penalized requests (presence/frequency/repetition): a slot each in a device-side
         # state of token counts, [max_num_seqs, vocab] int32 + bool, made on first use.
         self._penalty_slots = penalties.PenaltySlots(max_num_seqs)
@@ -291,6 +296,8 @@ class LLM:
         check_stop_strings(params.stop, self._scheduler.detokenize)
         if params.structured_outputs is not None:  # compiled now: errors before queueing
             self._structured.index(params.structured_outputs)
+        if self._transfer:  # a stored prompt made with other settings is refused
+            self._transfer.num_loadable(ids, params, strict=True)
 
     def _prepare(self, prompts, sampling_params) -> list[tuple[list[int], SamplingParams]]:
         """Normalize and validate every request before any is queued (all or nothing)."""
@@ -368,6 +375,8 @@ class LLM:
         spec = self._scheduler.speculative is not None and eligible(params)
         seq = Sequence(request_id, tuple(ids), params, fork_of=fork_of, speculate=spec)
         seq.lora_id = lora_id
+        if self._transfer:
+            seq.num_external_tokens = self._transfer.num_loadable(ids, params)
         out = RequestOutput(request_id, list(ids))
         if params.prompt_logprobs:  # filled in by the steps that compute the prompt
             out.prompt_logprobs = [0.0] * (len(ids) - 1)
@@ -535,7 +544,7 @@ class LLM:
         scored = None if drafts[1] is None else drafts[1].shape[0]
         key = (variant, penalized, list_width, mask is not None, scored, *shape)
         compiles = key not in self._variant_shapes
-        step_fn = self._step_variant(variant)
+        step_fn = self._steps.get(variant)
         if self.mesh is not None:
             # Every process passes the same batch (see sharding/distributed.py).
             batch = put_replicated(batch, self.mesh)
@@ -547,6 +556,8 @@ class LLM:
             if self._no_prev_tokens is None:
                 self._no_prev_tokens = jnp.zeros(self._buckets.feed_rows, jnp.int32)
             batch = batch._replace(prev_tokens=self._no_prev_tokens)
+        if self._transfer:  # admissions' stored KV, written before the step reads it
+            self._kv = self._transfer.load(self._kv, sched.items, self._prompt_of)
         start = time.perf_counter()
         if penalized:
             if self._penalty_state is None:
@@ -560,6 +571,8 @@ class LLM:
             self._penalty_state = out.penalty_state
         else:
             self._kv, out = step_fn(params, self._kv, batch)
+        if self._transfer:  # the prompts it completes, gathered behind it
+            self._transfer.save(self._kv, sched, self._prompt_of)
         self._step_shapes.add(shape)
         self._variant_shapes.add(key)
         return _Dispatched(sched, out, score_rows, compiles, start, with_top, score_top, drafts)
@@ -573,6 +586,8 @@ class LLM:
         got = runner.read_back(out, bool(score_rows or d.drafts[0]), d.score_top, d.with_top)
         tokens, logprobs, load, scores, score_ids, score_lps, top_ids, top_lps, *drawn = got
         self._dispatched.pop(0)
+        if self._transfer:
+            self._transfer.written(sched)
         # The long-prefill policy steers by step times; a compiling step would mislead it.
         # A step dispatched ahead starts on the device when the one before it ends.
         end = time.perf_counter()
@@ -622,26 +637,11 @@ class LLM:
                     del self._outputs[res.request_id]
             self._outbox.append(StreamDelta.of(res, top))
 
-    def _prompt_len(self, item) -> int:
-        return len(self._outputs[item.request_id].prompt_token_ids)
+    def _prompt_of(self, item) -> list[int]:
+        return self._outputs[item.request_id].prompt_token_ids
 
-    def _step_variant(self, variant: tuple[bool, bool, bool, int]):
-        """The step that also returns every row's target logprob (with_scores) and/or the
-        top logprobs of each sampled row (with_top), samples (sampling: a row at temperature
-        >= sampler.GREEDY_TEMPERATURE) or takes every row's argmax, and returns every
-        scored row's top `score_top` logprobs; compiled on first use."""
-        if variant == (False, False, False, 0):
-            return self._step
-        if variant not in self._variants:
-            with_scores, with_top, sampling, score_top = variant
-            self._variants[variant] = make_step(
-                *self._step_key,
-                with_scores=with_scores,
-                top_logprobs=self._top_k if with_top else 0,
-                sampling=sampling,
-                score_top_logprobs=score_top,
-            )
-        return self._variants[variant]
+    def _prompt_len(self, item) -> int:
+        return len(self._prompt_of(item))
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached page (vLLM's: after new weights, or to measure cold); False
@@ -775,8 +775,7 @@ class LLM:
         s.update(
             # Compilations of this model's step in this process (engines serving the same
             # model config share them), against the buckets this engine can ever use.
-            num_compiles=self._step._cache_size()
-            + sum(fn._cache_size() for fn in self._variants.values()),
+            num_compiles=self._steps.num_compiles(),
             num_buckets=len(self._buckets.pairs),
             num_step_shapes=len(self._step_shapes),
             num_steps=self._num_steps,
@@ -794,5 +793,6 @@ class LLM:
             # last step's, and the sum over every step so far (padding not counted).
             expert_load=self._expert_load.tolist(),
             expert_load_total=self._expert_load_total.tolist(),
+            **(self._transfer.stats() if self._transfer else {}),
         )
         return s

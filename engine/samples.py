@@ -19,8 +19,10 @@ Prompt logprobs are computed by sample 0 and shown on every sample's record.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence, SequenceStatus
 
 
 def sample_ids(request_id: str, n: int) -> tuple[str, ...]:
@@ -82,3 +84,24 @@ class SampleGroups:
             left.discard(sample_id)
             if not left:
                 del self._left[group]
+
+
+def share_point(seq: Sequence, page_size: int) -> int:
+    """Prompt positions a later sample can take from its first sample's pages: whole
+    pages, short of the last prompt token (whose logits each sample computes)."""
+    return (seq.num_prompt_tokens - 1) // page_size * page_size
+
+
+def donor(seq: Sequence, page_size: int, computed: Callable[[Sequence], int]) -> Sequence | None:
+    """Whose prompt pages a waiting `seq` shares now: its first sample's, or once that one
+    is done a running sibling's (its table holds the same prompt up to the share point);
+    None while the first sample is still to compute them; `seq` itself when it computes its
+    whole prompt (nothing to share). `computed(seq)`: its KV length once the steps in
+    flight are done."""
+    first, point = seq.fork_of, share_point(seq, page_size)
+    if first is None or not point:
+        return seq
+    for sibling in (first, *first.forks):
+        if sibling.status is SequenceStatus.RUNNING and computed(sibling) >= point:
+            return sibling
+    return seq if first.is_finished else None

@@ -40,12 +40,15 @@ Prefix caching (engine/prefix_cache.py): full pages are indexed by content in up
 when schedule_ahead builds the step after the launched one filling them; admission takes a
 sequence's longest cached prefix (as shared tokens). Speculative decoding
 (engine/speculative.py): a decode may carry drafts; update() then gets its kept tokens.
+KV transfer (engine/kv_transfer.py): a sequence with prompt KV in the store is admitted with
+those positions computed; its item's `num_loaded` has the runner write them there first.
 """
 
 from __future__ import annotations
 
 import collections
 
+from engine import samples
 from engine.kv_pages import PageManager, PagePool
 from engine.prefix_cache import PrefixCache, reads_cache
 from engine.scheduler_output import ScheduledItem, SchedulerOutput, StepPlan, StepResult
@@ -162,7 +165,7 @@ class Scheduler:
         self._num_scheduled_ahead = 0
         self._next_arrival = 0
         self._num_preemptions = 0
-        self._num_shared_tokens = 0
+        self._num_shared_tokens = self._num_loaded_tokens = 0
         self.prefix_cache = prefix_cache
         self.speculative = speculative
         self.max_loras = max_loras
@@ -316,6 +319,9 @@ class Scheduler:
             seq = seqs[item.request_id]
             seq.num_inflight_tokens -= len(item.token_ids)
             seq.num_pending_samples -= item.sample
+            if item.num_loaded:  # the store's rows may not be written: compute them
+                self._num_loaded_tokens -= item.num_loaded
+                seq.num_computed_tokens = seq.num_shared_tokens = seq.num_loaded_tokens = 0
 
     def schedule_ahead(self) -> SchedulerOutput | None:
         """Build the next step while the previous one is still in flight (not updated).
@@ -401,11 +407,16 @@ class Scheduler:
                 continue
             hits, blocks = self._cache_match(seq) if donor is seq else ([], [])
             size = self.pages.page_size
-            shared = len(hits) * size if donor is seq else self._share_point(seq)
+            shared = len(hits) * size if donor is seq else samples.share_point(seq, size)
+            # More of it in the KV store than in the cache: new pages, written from there.
+            loaded = seq.num_external_tokens if donor is seq else 0
+            loaded = loaded if loaded > shared else 0
+            if loaded:
+                hits, blocks, shared = [], [], loaded
             seq.num_shared_tokens = shared
             left = seq.num_tokens - shared
             chunk = 0 if self._long_held_back(seq, plan) else self._chunk(seq, left, plan)
-            need = self.pages.pages_needed(shared + chunk) - shared // size
+            need = self.pages.pages_needed(shared + chunk) - (shared - loaded) // size
             if hits:  # taking a free page off the free list uses it up like a new one
                 need += self.prefix_cache.num_free(hits)
             if not chunk or not all(p.pages.can_allocate(need) for p in self._pools):
@@ -418,11 +429,13 @@ class Scheduler:
                 self.prefix_cache.take(hits)
                 seq.page_ids, seq.prefix_blocks = tuple(hits), blocks
                 seq.num_cached_tokens = shared
-            elif shared:  # one pool (no windows): the donor's whole prompt pages
+            elif shared and not loaded:  # one pool (no windows): the donor's prompt pages
                 seq.page_ids = donor.page_ids[: shared // self.pages.page_size]
                 for page in seq.page_ids:
                     self.pages.incref(page)
-            seq.num_computed_tokens = shared
+            seq.num_computed_tokens, seq.num_loaded_tokens = shared, loaded
+            if loaded:
+                plan.loads[seq] = loaded
             self._count_admission(seq, 1)
             for pool in self._pools:
                 pool.grow(seq, shared + chunk)
@@ -436,7 +449,10 @@ class Scheduler:
         if plan.ahead:
             prev = self._in_flight[0][0]
             feed = {it.request_id: i for i, it in enumerate(prev.items) if it.sample}
-        items = tuple(self._item(seq, n, feed, plan.drafts.get(seq, ())) for seq, n in scheduled)
+        items = tuple(
+            self._item(seq, n, feed, plan.drafts.get(seq, ()), plan.loads.get(seq, 0))
+            for seq, n in scheduled
+        )
         out = SchedulerOutput(
             items=items,
             num_batched_tokens=self.max_num_batched_tokens - plan.budget,
@@ -514,7 +530,8 @@ class Scheduler:
         # Most steps bring one token: its tuples built directly (no zip on the hot path).
         ids, lps = ((token_id,), (logprob,)) if kept == 1 else zip(*new[:kept], strict=True)
         done = reason is not None
-        return StepResult(seq.request_id, ids, lps, done, reason, why, seq.num_cached_tokens)
+        cached = seq.num_cached_tokens + seq.num_loaded_tokens
+        return StepResult(seq.request_id, ids, lps, done, reason, why, cached)
 
     # ---- queries -----------------------------------------------------------------------
 
@@ -533,6 +550,8 @@ class Scheduler:
             "num_preemptions": self._num_preemptions,
             # Prompt tokens later samples (SamplingParams.n) took from their first one's pages.
             "num_prompt_tokens_shared": self._num_shared_tokens,
+            # Prompt tokens whose KV admissions wrote from the store (engine/kv_transfer.py).
+            "num_loaded_kv_tokens": self._num_loaded_tokens,
             "num_pages_free": self.pages.num_free,
             "num_pages_total": self.pages.num_total,
         }
@@ -628,25 +647,11 @@ class Scheduler:
         policy = None if self.long_prefill is None else self.long_prefill.policy
         return policy is not None and policy.is_long(seq.num_tokens - seq.num_shared_tokens)
 
-    def _share_point(self, seq: Sequence) -> int:
-        """Prompt positions a later sample can take from its first sample's pages: whole
-        pages, short of the last prompt token (whose logits each sample computes)."""
-        size = self.pages.page_size
-        return (seq.num_prompt_tokens - 1) // size * size
-
     def _donor(self, seq: Sequence) -> Sequence | None:
-        """Whose prompt pages a waiting `seq` shares now: its first sample's, or once that
-        one is done a running sibling's (its table holds the same prompt up to the share
-        point); None while the first sample is still to compute them; `seq` itself when it
-        computes its whole prompt (nothing to share, or a windowed pool gives pages back)."""
-        first = seq.fork_of
-        if first is None or self._windowed_pools or not self._share_point(seq):
+        """samples.donor; `seq` itself when a windowed pool gives pages back."""
+        if self._windowed_pools:
             return seq
-        point = self._share_point(seq)
-        for donor in (first, *first.forks):
-            if donor.status is SequenceStatus.RUNNING and self._computed(donor) >= point:
-                return donor
-        return seq if first.is_finished else None
+        return samples.donor(seq, self.pages.page_size, self._computed)
 
     def _chunk(self, seq: Sequence, left: int, plan: StepPlan) -> int:
         """Tokens of `seq`'s prefill to schedule now: the budget, and for a long sequence
@@ -654,8 +659,7 @@ class Scheduler:
         later samples wait stops at the pages they share, so they join it in the next step."""
         chunk = min(left, plan.budget)
         if seq.forks and not self._windowed_pools:
-            computed = self._computed(seq)
-            point = self._share_point(seq)
+            computed, point = self._computed(seq), samples.share_point(seq, self.pages.page_size)
             if computed < point and any(f.status is SequenceStatus.WAITING for f in seq.forks):
                 chunk = min(chunk, point - computed)
         if not self._is_long(seq):
@@ -705,7 +709,12 @@ class Scheduler:
         self._waiting.appendleft(seq)
 
     def _item(
-        self, seq: Sequence, num_tokens: int, feed: dict[str, int], drafts: tuple[int, ...]
+        self,
+        seq: Sequence,
+        num_tokens: int,
+        feed: dict[str, int],
+        drafts: tuple[int, ...],
+        loaded: int,
     ) -> ScheduledItem:
         start = self._computed(seq)
         stop = start + num_tokens - len(drafts)
@@ -725,6 +734,7 @@ class Scheduler:
             window_page_ids=seq.window_page_ids,
             num_drafts=len(drafts),
             lora_id=seq.lora_id,
+            num_loaded=loaded,
         )
 
     def _finish(self, seq: Sequence, reason: str) -> None:
@@ -766,8 +776,9 @@ class Scheduler:
 
     def _count_admission(self, seq: Sequence, sign: int) -> None:
         """Add (sign 1) or take back (-1) an admission's shared tokens and cache lookup."""
-        cached = seq.num_cached_tokens
-        self._num_shared_tokens += sign * (seq.num_shared_tokens - cached)
+        cached, loaded = seq.num_cached_tokens, seq.num_loaded_tokens
+        self._num_shared_tokens += sign * (seq.num_shared_tokens - cached - loaded)
+        self._num_loaded_tokens += sign * loaded
         if seq.num_shared_tokens == cached and self._reads_cache(seq):  # it looked up
             self._num_cache_queries += sign * seq.num_tokens
             self._num_cache_hits += sign * cached
@@ -776,6 +787,7 @@ class Scheduler:
     def _forget_progress(seq: Sequence) -> None:
         """A sequence back to waiting, holding no pages: it restarts from position 0."""
         seq.num_computed_tokens = seq.num_shared_tokens = seq.num_cached_tokens = 0
+        seq.num_loaded_tokens = 0
         seq.prefix_blocks = []
 
     def _release_pages(self, seq: Sequence) -> None:

@@ -32,6 +32,9 @@ class ScheduledItem(NamedTuple):
     # (engine/speculative.py); its sample is the token after the last draft.
     num_drafts: int = 0
     lora_id: int = 0  # the request's adapter (engine/lora.py); 0: none
+    # KV transfer (engine/kv_transfer.py): positions [0, num_loaded) are written from the KV
+    # store before the step (its admission; start_pos == num_loaded).
+    num_loaded: int = 0
 
     @property
     def kv_len_after(self) -> int:
@@ -57,7 +60,7 @@ class StepResult(NamedTuple):
     finish_reason: str | None  # "stop" | "length" once finished
     # What made a "stop": the stop token id or stop string (None for EOS, as in vLLM).
     stop_reason: int | str | None = None
-    # The tokens whose KV the prefix cache supplied at the request's last admission.
+    # The tokens whose KV the prefix cache (or the KV store) supplied at its last admission.
     num_cached_tokens: int = 0
 
 
@@ -75,6 +78,7 @@ class StepPlan:
     allowance_known: bool = False
     ahead: bool = False  # built by schedule_ahead: never preempt, fall back instead
     drafts: dict[Sequence, tuple[int, ...]] = field(default_factory=dict)  # in decodes' counts
+    loads: dict[Sequence, int] = field(default_factory=dict)  # admitted with stored KV
 
     @property
     def long_tokens(self) -> int:
@@ -84,4 +88,5 @@ class StepPlan:
         """Take a preempted sequence out of the step and return its tokens to the budget."""
         self.budget += self.decodes.pop(seq, 0) + self.prefills.pop(seq, 0)
         self.drafts.pop(seq, None)
+        self.loads.pop(seq, None)
         self.long.discard(seq)

@@ -67,6 +67,11 @@ class Sequence:
     # cache supplied at this admission; and the block id of each page of the table indexed
     # so far (the chain its next full page is indexed under).
     num_cached_tokens: int = 0
+    # KV transfer (engine/kv_transfer.py): prompt positions whose KV is in the KV store (set
+    # when queued, short of the last prompt token), and those written from there at its
+    # last admission (then also in num_shared_tokens).
+    num_external_tokens: int = 0
+    num_loaded_tokens: int = 0
     # Speculative decoding (engine/speculative.py): its decodes may carry drafts.
     speculate: bool = False
     prefix_blocks: list[int] = field(default_factory=list, repr=False)

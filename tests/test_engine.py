@@ -392,7 +392,7 @@ def test_failed_launches_and_an_interrupted_readback_leave_the_engine_consistent
     params = SamplingParams(max_tokens=6, ignore_eos=True)
     prompts = [[5, 6, 7], list(range(10, 30)), [8, 9]]
     want = [o.token_ids for o in llm.generate(prompts, params)]
-    real_step, real_get, calls = llm._step, jax.device_get, collections.Counter()
+    real_step, real_get, calls = llm._steps.plain, jax.device_get, collections.Counter()
 
     def flaky_step(*args):
         calls["step"] += 1
@@ -407,7 +407,7 @@ def test_failed_launches_and_an_interrupted_readback_leave_the_engine_consistent
         return real_get(x)
 
     flaky_step._cache_size = real_step._cache_size  # for stats()
-    monkeypatch.setattr(llm, "_step", flaky_step)
+    monkeypatch.setattr(llm._steps, "plain", flaky_step)
     monkeypatch.setattr(jax, "device_get", flaky_get)
     try:
         ids = [llm.add_request(p, params) for p in prompts]
@@ -577,7 +577,7 @@ def _dot_precisions(preset: str, dtype: str) -> list[tuple[str, str, str]]:
     sched = llm._scheduler.schedule()
     batch = runner.pack(sched.items, llm.page_size, llm._buckets)
     batch = batch._replace(prev_tokens=jax.numpy.zeros(llm._buckets.feed_rows, np.int32))
-    text = llm._step.lower(llm.params, llm._kv, batch).as_text()
+    text = llm._steps.plain.lower(llm.params, llm._kv, batch).as_text()
     dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
     found = [
         re.search(r"precision = \[(\w+), \1\] : \(tensor<[\dx]*(\w+)>, tensor<[\dx]*(\w+)>", d)

@@ -1,0 +1,286 @@
+"""Disaggregated prefill and decode: one engine computes prompts' KV, another decodes them.
+
+vLLM's KVTransferConfig with its SharedStorageConnector: `LLM(kv_transfer_config={
+"kv_connector": "SharedStorageConnector", "kv_role": "kv_producer",
+"kv_connector_extra_config": {"shared_storage_path": DIR}})`. A producer (or "kv_both")
+writes the KV of every prompt it finishes computing to DIR, one safetensors file per prompt
+named by a hash of its token ids. A consumer (or "kv_both") looks each queued request's
+prompt up there and, when the scheduler admits it, writes the stored rows into the request's
+new pages and computes only the last prompt token, whose logits draw the first output token.
+A disaggregated deployment sends each request to a producer with max_tokens=1, then the same
+request to a consumer: prefills never stall the consumer's running decodes
+(`scripts/disagg_proxy.py` does this in front of two servers).
+
+A file holds the rows token by token (every leaf of the cache at each position: K and V per
+KV head, or the MLA latent; fp8 pages' bytes and scales as stored), whole, not split by any
+mesh: producer and consumer may differ in page size, mesh layout and number of processes.
+They must agree on what makes the rows: the model config (a fingerprint of it), the cache
+dtype and each leaf's row shape, checked when a request is queued (a ValueError naming the
+field). The prompt's token ids are stored too and compared, so a hash collision loads nothing.
+
+Not for sliding-window models (their pools give pages back), with LoRA adapters (a row
+depends on the adapter), nor for requests that need their whole prompt computed (prompt
+logprobs, penalties: prefix_cache.reads_cache); those compute as usual. As vLLM's connector,
+the engine never deletes the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import pathlib
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from configs.model_config import ModelConfig
+from engine.prefix_cache import reads_cache
+from engine.runner import next_pow2
+from engine.scheduler_output import ScheduledItem, SchedulerOutput
+from sharding.placement import put_replicated
+from sharding.rules import replicated
+
+CONNECTORS = ("SharedStorageConnector",)
+ROLES = ("kv_producer", "kv_consumer", "kv_both")
+FORMAT = "moeserve-kv-1"
+_KEYS = {"kv_connector", "kv_role", "kv_connector_extra_config"}
+_EXTRA_KEYS = {"shared_storage_path"}
+
+
+@dataclasses.dataclass(frozen=True)
+class KVTransferConfig:
+    """Where prompts' KV goes and whether this engine writes it, reads it, or both."""
+
+    kv_role: str  # "kv_producer" (writes), "kv_consumer" (reads) or "kv_both"
+    shared_storage_path: str  # the directory producer and consumer share
+    kv_connector: str = "SharedStorageConnector"  # the only connector
+
+    def __post_init__(self):
+        if self.kv_connector not in CONNECTORS:
+            raise ValueError(f"kv_connector={self.kv_connector!r}: expected one of {CONNECTORS}")
+        if self.kv_role not in ROLES:
+            raise ValueError(f"kv_role={self.kv_role!r}: expected one of {ROLES}")
+        if not isinstance(self.shared_storage_path, str) or not self.shared_storage_path:
+            raise ValueError(
+                f"kv_connector_extra_config.shared_storage_path={self.shared_storage_path!r}: "
+                "must be a directory path"
+            )
+
+    @property
+    def saves(self) -> bool:
+        return self.kv_role in ("kv_producer", "kv_both")
+
+    @property
+    def loads(self) -> bool:
+        return self.kv_role in ("kv_consumer", "kv_both")
+
+    @classmethod
+    def of(cls, value) -> KVTransferConfig | None:
+        """None, a KVTransferConfig, or vLLM's form: a dict or its JSON text."""
+        if value is None or isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"kv_transfer_config={value!r}: not JSON ({e})") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"kv_transfer_config={value!r}: expected a dict or None")
+        extra = value.get("kv_connector_extra_config") or {}
+        for name, keys, known in (
+            ("kv_transfer_config", value, _KEYS),
+            ("kv_connector_extra_config", extra, _EXTRA_KEYS),
+        ):
+            if not isinstance(keys, dict) or set(keys) - known:
+                raise ValueError(f"{name}: unsupported keys {sorted(set(keys) - known)}")
+        return cls(
+            kv_role=value.get("kv_role"),
+            shared_storage_path=extra.get("shared_storage_path"),
+            kv_connector=value.get("kv_connector", CONNECTORS[0]),
+        )
+
+
+def check_engine(config: KVTransferConfig | None, cfg: ModelConfig, enable_lora: bool) -> None:
+    """The engine settings KV transfer cannot serve, refused before the weights are read."""
+    if config is None:
+        return
+    if cfg.kv_window or cfg.hybrid_window:
+        raise ValueError(
+            f"kv_transfer_config: not supported for {cfg.model_type}'s sliding-window "
+            f"attention (window {cfg.kv_window or cfg.hybrid_window} tokens)"
+        )
+    if enable_lora:
+        raise ValueError("kv_transfer_config: not with enable_lora=True (KV depends on adapters)")
+
+
+class KVStore:
+    """The shared directory: one safetensors file per prompt (its ids and rows), written
+    whole under a temporary name and renamed, so a reader never sees half a file."""
+
+    def __init__(self, path: str, fingerprint: dict[str, str]):
+        self.path = pathlib.Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.meta = {"format": FORMAT, **fingerprint}
+
+    def file(self, ids: Sequence[int]) -> pathlib.Path:
+        digest = hashlib.sha256(np.asarray(ids, np.int64).tobytes()).hexdigest()
+        return self.path / f"{digest}.safetensors"
+
+    def num_stored(self, ids: Sequence[int], strict: bool) -> int:
+        """Positions of `ids` whose rows the store holds (0 without a file for them). A
+        file made with other settings raises (strict) or counts as none."""
+        path = self.file(ids)
+        if not path.exists():
+            return 0
+        with safe_open(path, "numpy") as f:
+            meta = f.metadata() or {}
+            for key, mine in self.meta.items():
+                if meta.get(key) != mine:
+                    if not strict:
+                        return 0
+                    raise ValueError(
+                        f"kv_transfer_config: {path} holds KV with {key}={meta.get(key)!r}, "
+                        f"this engine's is {mine!r} (producer and consumer must serve the "
+                        "same model with the same kv_cache_dtype)"
+                    )
+            stored = f.get_tensor("token_ids")
+        n = stored.shape[0]
+        return n if n <= len(ids) and np.array_equal(stored, np.asarray(ids[:n])) else 0
+
+    def read(self, ids: Sequence[int], n: int, num_leaves: int) -> list[np.ndarray]:
+        """The first `n` rows of each leaf."""
+        with safe_open(self.file(ids), "numpy") as f:
+            return [f.get_slice(f"leaf{i}")[:n] for i in range(num_leaves)]
+
+    def write(self, ids: Sequence[int], rows: list[np.ndarray]) -> bool:
+        """Store `rows` (each [len(ids), ...]) for `ids`; False if a file is there already."""
+        path = self.file(ids)
+        if path.exists():
+            return False
+        tensors = {"token_ids": np.asarray(ids, np.int64)}
+        tensors.update((f"leaf{i}", np.ascontiguousarray(r)) for i, r in enumerate(rows))
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        save_file(tensors, str(tmp), metadata=self.meta)
+        os.replace(tmp, path)
+        return True
+
+
+def _gather(kv, slots, page_size: int) -> list[jax.Array]:
+    """Each cache leaf's rows at `slots` [N]: [N, ...]."""
+    return [leaf[slots // page_size, slots % page_size] for leaf in jax.tree.leaves(kv)]
+
+
+def _scatter(kv, slots, rows, page_size: int):
+    """`kv` with each leaf's rows at `slots` [N] set to `rows` (slots past the pool: none)."""
+    leaves, tree = jax.tree.flatten(kv)
+    pages, offsets = slots // page_size, slots % page_size
+    new = [
+        leaf.at[pages, offsets].set(r, mode="drop") for leaf, r in zip(leaves, rows, strict=True)
+    ]
+    return jax.tree.unflatten(tree, new)
+
+
+def _slots(item: ScheduledItem, n: int, page_size: int) -> np.ndarray:
+    """Slot ids of the item's positions [0, n)."""
+    pos = np.arange(n)
+    return np.asarray(item.page_ids, np.int64)[pos // page_size] * page_size + pos % page_size
+
+
+class KVTransfer:
+    """An engine's side of it: at queueing, how much of a prompt the store holds; before a
+    step, the stored rows of the requests it admits written into their pages; after it, the
+    rows of the prompts it completes gathered, and written to the store once the step is
+    read back (the gather is queued behind the step on the device: no wait)."""
+
+    def __init__(self, config, cfg: ModelConfig, kv, page_size: int, num_pages: int, mesh=None):
+        self.config = config
+        leaves = jax.tree.leaves(kv)
+        model = repr(dataclasses.replace(cfg, name=""))  # not where it was loaded from
+        rows = [[list(leaf.shape[2:]), leaf.dtype.name] for leaf in leaves]
+        self.store = KVStore(
+            config.shared_storage_path,
+            {"model": hashlib.sha256(model.encode()).hexdigest()[:16], "rows": json.dumps(rows)},
+        )
+        self._num_leaves = len(leaves)
+        self._page_size = page_size
+        self._pad_slot = num_pages * page_size  # past the pool: a write there is dropped
+        self._mesh = mesh
+        gather = functools.partial(_gather, page_size=page_size)
+        scatter = functools.partial(_scatter, page_size=page_size)
+        if mesh is None:
+            self._gather = jax.jit(gather)
+            self._scatter = jax.jit(scatter, donate_argnums=0)
+        else:  # rows leave replicated (every process can read them), the cache as it came
+            self._gather = jax.jit(gather, out_shardings=replicated(mesh))
+            shardings = jax.tree.map(lambda x: x.sharding, kv)
+            self._scatter = jax.jit(scatter, donate_argnums=0, out_shardings=shardings)
+        # Gathers in flight: (the step they follow, [(prompt ids, device rows)]).
+        self._saving: list[tuple[SchedulerOutput, list]] = []
+        self.num_saved_prompts = self.num_saved_tokens = 0
+
+    def num_loadable(self, ids: Sequence[int], params, strict: bool = False) -> int:
+        """Prompt positions a request may load: the stored ones, short of its last token."""
+        if not self.config.loads or not reads_cache(params):
+            return 0
+        return min(self.store.num_stored(ids, strict), len(ids) - 1)
+
+    def load(self, kv, items: Sequence[ScheduledItem], prompt_of: Callable):
+        """`kv` with the stored rows of every item that loads (ScheduledItem.num_loaded)."""
+        loads = [it for it in items if it.num_loaded]
+        if not loads:
+            return kv
+        slots = np.concatenate([_slots(it, it.num_loaded, self._page_size) for it in loads])
+        read = [self.store.read(prompt_of(it), it.num_loaded, self._num_leaves) for it in loads]
+        size = next_pow2(len(slots))  # a program per power of two
+        padded = np.full(size, self._pad_slot, np.int32)
+        padded[: len(slots)] = slots
+        rows = []
+        for i in range(self._num_leaves):
+            leaf = np.concatenate([r[i] for r in read])
+            rows.append(
+                np.concatenate([leaf, np.zeros((size - len(leaf), *leaf.shape[1:]), leaf.dtype)])
+            )
+        if self._mesh is not None:
+            padded, rows = put_replicated((padded, rows), self._mesh)
+        return self._scatter(kv, padded, rows)
+
+    def save(self, kv, sched: SchedulerOutput, prompt_of: Callable) -> None:
+        """Queue a gather of the rows of every prompt `sched` completes (its first sample)."""
+        if not self.config.saves:
+            return
+        gathers, queued = [], {tuple(ids) for _, g in self._saving for ids, _ in g}
+        for it in sched.items:
+            ids = tuple(prompt_of(it))
+            if not (it.sample and it.num_generated == 0) or ids in queued:
+                continue
+            if self.store.file(ids).exists():  # (a later sample of it, or sent before)
+                continue
+            slots = np.zeros(next_pow2(len(ids)), np.int32)
+            slots[: len(ids)] = _slots(it, len(ids), self._page_size)
+            if self._mesh is not None:
+                slots = put_replicated(slots, self._mesh)
+            gathers.append((ids, self._gather(kv, slots)))
+            queued.add(ids)
+        if gathers:
+            self._saving.append((sched, gathers))
+
+    def written(self, sched: SchedulerOutput) -> None:
+        """Write the rows gathered after `sched`, now read back (process 0 writes)."""
+        while self._saving and self._saving[0][0] is sched:
+            for ids, rows in self._saving.pop(0)[1]:
+                rows = [np.asarray(r)[: len(ids)] for r in jax.device_get(rows)]
+                if jax.process_index() == 0 and self.store.write(ids, rows):
+                    self.num_saved_prompts += 1
+                    self.num_saved_tokens += len(ids)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "kv_transfer_saved_prompts": self.num_saved_prompts,
+            "kv_transfer_saved_tokens": self.num_saved_tokens,
+        }
