@@ -171,6 +171,7 @@ def test_admission_limited_by_pages():
     assert out.items[0].token_ids == a.prompt_token_ids
     assert out.num_batched_tokens == 12
     stats = dict(num_running=2, num_waiting=1, num_preemptions=0, num_prompt_tokens_shared=0)
+    stats |= {"num_loaded_kv_tokens": 0}
     assert sched.stats() == stats | {"num_pages_free": 0, "num_pages_total": 4}
 
 

@@ -1,0 +1,287 @@
+"""Disaggregated prefill / decode (LLM(kv_transfer_config=...), engine/kv_transfer.py).
+
+The host half: the scheduler's admissions of sequences whose prompt KV is in the store,
+with exact page ids, on a fake device that writes the stored positions when an item loads
+them (so a load that is missing, misplaced or repeated fails its KV-ownership checks), in
+order and with steps built ahead, through preemption and cancelled launches. The engine
+half: a consumer decoding prompts a producer computed gives the Hugging Face fixtures'
+greedy tokens (other page size: the rows are stored token by token), and in batch-invariant
+mode the same bits as one engine that computed the prompt itself (fp8 pages too); a store
+made with other settings is refused before anything is queued.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import random
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+
+from engine import LLM, SamplingParams
+from engine.kv_transfer import KVTransferConfig
+from engine.sequence import Sequence
+from tests.sampler_cases import POOL
+from tests.test_scheduler import (
+    FakeDevice,
+    make_seq,
+    new_scheduler,
+    reference,
+    run_async,
+    step,
+    summary,
+)
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+
+
+class StoreDevice(FakeDevice):
+    """A FakeDevice that, before a step, writes an item's `num_loaded` stored positions as
+    the sequence's own (what the runner writes from the store)."""
+
+    def __init__(self, page_size: int, seqs: dict[str, Sequence]):
+        super().__init__(page_size)
+        self.seqs = seqs
+        self.num_loaded = 0
+
+    def run(self, out):
+        for rid in out.preempted:  # (here, not in FakeDevice.run: the loads are of this life)
+            self.life[rid] += 1
+        for it in out.items:
+            assert it.num_loaded in (0, it.start_pos)
+            prompt, life = self.seqs[it.request_id].prompt_token_ids, self.life[it.request_id]
+            for pos in range(it.num_loaded):
+                self.cache[self._slot(it.page_ids, pos)] = (it.request_id, life, pos, prompt[pos])
+            self.num_loaded += it.num_loaded
+        return super().run(dataclasses.replace(out, preempted=()))
+
+
+def stored(seq: Sequence, n: int) -> Sequence:
+    seq.num_external_tokens = n
+    return seq
+
+
+def test_an_admission_takes_new_pages_and_computes_only_past_the_stored_positions():
+    a = stored(make_seq("a", 10, max_tokens=3), 9)
+    b = make_seq("b", 5, 20, max_tokens=3)
+    sched, dev = new_scheduler(8, 4, a, b), StoreDevice(4, {"a": a, "b": b})
+    out, res = step(sched, dev)
+    assert summary(out) == [("a", 9, 1, (0, 1, 2), True), ("b", 0, 5, (3, 4), True)]
+    assert [it.num_loaded for it in out.items] == [9, 0]
+    assert out.items[0].token_ids == a.prompt_token_ids[9:]
+    assert out.num_batched_tokens == 6
+    assert sched.stats()["num_loaded_kv_tokens"] == 9
+    assert sched.stats()["num_prompt_tokens_shared"] == 0
+    out, res = step(sched, dev)  # decodes: nothing loads again
+    assert [it.num_loaded for it in out.items] == [0, 0]
+    while sched.has_unfinished():
+        _, more = step(sched, dev)
+        res += more
+    assert {r.request_id: r.num_cached_tokens for r in res if r.finished} == {"a": 9, "b": 0}
+    for seq in (a, b):
+        assert (seq.output_token_ids, "length") == reference(seq, 64)
+    assert sched.stats()["num_pages_free"] == 8
+
+
+def test_a_cancelled_launch_computes_the_stored_positions_instead():
+    """The load may not have run: the retry computes the whole prompt on the same pages."""
+    a = stored(make_seq("a", 10, max_tokens=2), 9)
+    sched, dev = new_scheduler(8, 4, a), StoreDevice(4, {"a": a})
+    out = sched.schedule()
+    assert summary(out) == [("a", 9, 1, (0, 1, 2), True)]
+    sched.cancel(out)
+    assert sched.stats()["num_loaded_kv_tokens"] == 0
+    out, _ = step(sched, dev)
+    assert summary(out) == [("a", 0, 10, (0, 1, 2), True)]
+    assert out.items[0].num_loaded == 0
+    while sched.has_unfinished():
+        step(sched, dev)
+    assert (a.output_token_ids, "length") == reference(a, 64)
+
+
+def test_a_preempted_sequence_loads_its_prompt_again_and_recomputes_its_outputs():
+    a = make_seq("a", 7, max_tokens=4)
+    b = stored(make_seq("b", 7, 20, max_tokens=3), 6)
+    sched, dev = new_scheduler(4, 4, a, b), StoreDevice(4, {"a": a, "b": b})
+    out, _ = step(sched, dev)
+    assert summary(out) == [("a", 0, 7, (0, 1), True), ("b", 6, 1, (2, 3), True)]
+    step(sched, dev)
+    out, _ = step(sched, dev)  # "a" needs a third page: "b" goes
+    assert out.preempted == ("b",) and b.num_loaded_tokens == 0
+    out, _ = step(sched, dev)
+    assert summary(out) == [("a", 9, 1, (0, 1, 2), True)]
+    out, _ = step(sched, dev)  # back: its prompt's 6 stored positions, then 3 computed
+    assert summary(out) == [("b", 6, 3, (3, 0, 1), True)]
+    assert out.items[0].num_loaded == 6
+    assert out.items[0].token_ids == b.prompt_token_ids[6:] + tuple(b.output_token_ids[:2])
+    assert sched.stats()["num_loaded_kv_tokens"] == 12
+    for seq in (a, b):
+        assert (seq.output_token_ids, "length") == reference(seq, 64)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("ahead", [False, True])
+def test_random_workload_with_stored_prompts(seed, ahead):
+    rnd = random.Random(seed)
+    seqs = []
+    for i in range(12):
+        seq = make_seq(f"r{i}", rnd.randint(1, 20), base=rnd.randint(1, 40), max_tokens=8)
+        seqs.append(stored(seq, rnd.choice([0, seq.num_prompt_tokens - 1])))
+    sched = new_scheduler(10, 4, budget=16, max_num_seqs=4, max_model_len=40)
+    dev = StoreDevice(4, {s.request_id: s for s in seqs})
+    for seq in seqs:
+        sched.add(seq)
+    if ahead:
+        run_async(sched, dev)
+    else:
+        while sched.has_unfinished():
+            step(sched, dev)
+    for seq in seqs:
+        assert (seq.output_token_ids, "length") == reference(seq, 40)
+    assert dev.num_loaded == sched.stats()["num_loaded_kv_tokens"] > 0
+    assert sched.stats()["num_pages_free"] == 10
+
+
+def _reference(arch: str) -> dict:
+    return json.loads((FIXTURES / arch / "reference.json").read_text())
+
+
+def _transfer(role: str, path) -> dict:
+    """vLLM's form of the setting."""
+    return {
+        "kv_connector": "SharedStorageConnector",
+        "kv_role": role,
+        "kv_connector_extra_config": {"shared_storage_path": str(path)},
+    }
+
+
+def _bits(logprobs) -> list[int]:
+    return np.asarray(logprobs, np.float32).view(np.uint32).tolist()
+
+
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+def test_a_consumer_decodes_what_a_producer_prefilled_as_hf(arch, tmp_path):
+    ref = _reference(arch)
+    # test_prefix_cache's engine shape (sampler_cases.POOL): the same step programs.
+    shape = dict(model=str(FIXTURES / arch), max_num_seqs=8, max_num_batched_tokens=64)
+    producer = LLM(**shape, **POOL, kv_transfer_config=_transfer("kv_producer", tmp_path))
+    outs = producer.generate(ref["prompts"], dataclasses.replace(GREEDY, max_tokens=1))
+    assert [o.token_ids for o in outs] == [t[:1] for t in ref["greedy_tokens"]]
+    lengths = [len(p) for p in ref["prompts"]]
+    stats = producer.stats()
+    assert (stats["kv_transfer_saved_prompts"], stats["kv_transfer_saved_tokens"]) == (
+        len(lengths),
+        sum(lengths),
+    )
+    files = sorted(tmp_path.glob("*.safetensors"))
+    assert len(files) == len(lengths)
+    cfg = producer.config
+    for f in files:  # token by token: [positions, KV heads, head_dim] or [positions, latent]
+        with safe_open(f, "numpy") as h:
+            n = h.get_tensor("token_ids").shape[0]
+            assert n in lengths
+            leaves = [h.get_tensor(k) for k in sorted(h.keys()) if k.startswith("leaf")]
+        width = cfg.kv_lora_rank + cfg.qk_rope_head_dim
+        row = (width,) if cfg.is_mla else (cfg.num_kv_heads, cfg.head_dim)
+        assert len(leaves) == cfg.num_layers * (1 if cfg.is_mla else 2)
+        assert all(leaf.shape == (n, *row) and leaf.dtype == np.float32 for leaf in leaves)
+    # Another page size: the rows land on other slots of other pages.
+    consumer = LLM(
+        **shape,
+        page_size=8,
+        num_pages=64,
+        max_model_len=128,
+        kv_transfer_config=KVTransferConfig("kv_consumer", str(tmp_path)),
+    )
+    outs = consumer.generate(ref["prompts"], GREEDY)
+    for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
+        assert out.token_ids == tokens[:8]
+        np.testing.assert_allclose(out.logprobs, logprobs[:8], atol=2e-3, rtol=0)
+    assert [o.num_cached_tokens for o in outs] == [n - 1 for n in lengths]
+    stats = consumer.stats()
+    assert stats["num_loaded_kv_tokens"] == sum(lengths) - len(lengths)
+    assert stats["num_pages_free"] == stats["num_pages_total"]
+    if arch != "llama":
+        return
+    # Requests that need their whole prompt computed do not load; a prompt not stored is
+    # computed; greedy samples of one request load its prompt once and share its pages.
+    prompt = ref["prompts"][2]
+    (out,) = consumer.generate([prompt], SamplingParams(max_tokens=1, prompt_logprobs=True))
+    assert out.num_cached_tokens == 0 and out.token_ids == ref["greedy_tokens"][2][:1]
+    (out,) = consumer.generate([prompt[:-1]], dataclasses.replace(GREEDY, max_tokens=1))
+    assert out.num_cached_tokens == 0
+    (out,) = consumer.generate([prompt], dataclasses.replace(GREEDY, n=3))
+    assert [s.token_ids for s in out.samples] == [ref["greedy_tokens"][2][:8]] * 3
+    assert consumer.stats()["num_loaded_kv_tokens"] == sum(lengths) - len(lengths) + 32
+
+
+@pytest.mark.parametrize(("arch", "kv_cache_dtype"), [("llama", "auto"), ("deepseek_v3", "fp8")])
+def test_batch_invariant_consumer_gives_the_bits_of_one_engine(arch, kv_cache_dtype, tmp_path):
+    """The stored rows are the ones the consumer would compute itself: tokens and logprobs
+    bitwise those of one engine that prefilled and decoded (GQA and MLA, fp8 pages)."""
+    prompts = _reference(arch)["prompts"]
+    # test_batch_invariance's decode-vs-prefill engine shape: its step programs.
+    shape = dict(
+        model=str(FIXTURES / arch),
+        batch_invariant=True,
+        max_model_len=128,
+        num_pages=8,
+        max_num_batched_tokens=64,
+        kv_cache_dtype=kv_cache_dtype,
+    )
+    params = dataclasses.replace(GREEDY, max_tokens=10)
+    alone = LLM(**shape).generate(prompts, params)
+    LLM(**shape, kv_transfer_config=_transfer("kv_producer", tmp_path)).generate(
+        prompts, dataclasses.replace(params, max_tokens=1)
+    )
+    consumer = LLM(**shape, kv_transfer_config=_transfer("kv_both", tmp_path))
+    outs = consumer.generate(prompts, params)
+    assert [o.num_cached_tokens for o in outs] == [len(p) - 1 for p in prompts]
+    for out, want in zip(outs, alone, strict=True):
+        assert out.token_ids == want.token_ids
+        assert _bits(out.logprobs) == _bits(want.logprobs)
+    # kv_both: it stored nothing new (every prompt was there), and reads its own store.
+    assert consumer.stats()["kv_transfer_saved_prompts"] == 0
+
+
+def test_a_store_made_with_other_settings_is_refused_before_queueing(tmp_path):
+    ref = _reference("llama")
+    shape = dict(model=str(FIXTURES / "llama"), max_num_seqs=8, max_num_batched_tokens=64)
+    LLM(**shape, **POOL, kv_transfer_config=_transfer("kv_producer", tmp_path)).generate(
+        ref["prompts"][:1], dataclasses.replace(GREEDY, max_tokens=1)
+    )
+    consumer = LLM(
+        **shape, **POOL, kv_cache_dtype="fp8", kv_transfer_config=_transfer("kv_consumer", tmp_path)
+    )
+    with pytest.raises(ValueError, match="holds KV with rows=.*same kv_cache_dtype"):
+        consumer.generate([ref["prompts"][1], ref["prompts"][0]], GREEDY)
+    stats = consumer.stats()
+    assert (stats["num_waiting"], stats["num_running"]) == (0, 0)
+    (out,) = consumer.generate([ref["prompts"][1]], dataclasses.replace(GREEDY, max_tokens=2))
+    assert out.num_cached_tokens == 0 and len(out.token_ids) == 2
+
+
+def test_settings_are_checked_before_the_weights_are_read(tmp_path):
+    good = _transfer("kv_consumer", tmp_path)
+    assert KVTransferConfig.of(json.dumps(good)) == KVTransferConfig("kv_consumer", str(tmp_path))
+    assert KVTransferConfig.of(None) is None
+    cases = [
+        ({**good, "kv_role": "kv_prefill"}, "kv_role='kv_prefill'"),
+        ({**good, "kv_connector": "NixlConnector"}, "kv_connector='NixlConnector'"),
+        ({**good, "kv_buffer_size": 1e9}, r"kv_transfer_config: unsupported keys \['kv_buffer_"),
+        ({"kv_role": "kv_consumer"}, "shared_storage_path=None"),
+        ({**good, "kv_connector_extra_config": {"path": "x"}}, r"unsupported keys \['path'\]"),
+        ("{kv_role", "not JSON"),
+        (["kv_consumer"], "expected a dict"),
+    ]
+    for value, match in cases:
+        with pytest.raises(ValueError, match=match):
+            KVTransferConfig.of(value)
+    with pytest.raises(ValueError, match="kv_transfer_config: not supported for mistral"):
+        LLM(model=str(FIXTURES / "mistral"), kv_transfer_config=good)
+    with pytest.raises(ValueError, match="kv_transfer_config: not with enable_lora=True"):
+        LLM(model=str(FIXTURES / "llama"), enable_lora=True, kv_transfer_config=good)
