@@ -108,7 +108,7 @@ class LLM:
         enable_lora: bool = False,
         max_loras: int = 1,
         max_lora_rank: int = 16,
-        kv_transfer_config: dict | KVTransferConfig | None = None,
+        kv_transfer_config: dict | str | KVTransferConfig | None = None,
     ):
         model = inputs.as_model_path(model)
         self._default_params = inputs.default_sampling_params(generation_config, model)

@@ -309,7 +309,10 @@ class Server(http.server.ThreadingHTTPServer):
             ("request_success_total", "counter", "Requests answered", self.num_answered),
             ("num_steps_total", "counter", "Engine steps", stats["num_steps"]),
         ]
-        for key in ("prefix_cache_queries", "prefix_cache_hits"):
+        keys = ["prefix_cache_queries", "prefix_cache_hits"]
+        if "kv_transfer_saved_tokens" in stats:  # disaggregated: prompt tokens stored, loaded
+            keys += ["kv_transfer_saved_tokens", "num_loaded_kv_tokens"]
+        for key in keys:
             if key in stats:
                 values.append((key + "_total", "counter", f"Tokens ({key})", stats[key]))
         label = json.dumps(self.model_name)

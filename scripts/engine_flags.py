@@ -32,6 +32,14 @@ ENABLE_LORA = flags.DEFINE_bool("enable_lora", False, "Serve LoRA adapters (engi
 MAX_LORAS = flags.DEFINE_integer("max_loras", 1, "LoRA adapters running at once.")
 MAX_LORA_RANK = flags.DEFINE_integer("max_lora_rank", 16, "Largest LoRA rank served.")
 
+KV_TRANSFER = flags.DEFINE_string(
+    "kv_transfer_config",
+    None,
+    "Disaggregated prefill / decode, vLLM's JSON: "
+    '\'{"kv_role": "kv_producer" | "kv_consumer" | "kv_both", '
+    '"kv_connector_extra_config": {"shared_storage_path": DIR}}\'.',
+)
+
 SPEC_TOKENS = flags.DEFINE_integer(
     "num_speculative_tokens", 0, "N-gram speculative decoding: drafts per greedy decode; 0 = off."
 )
@@ -55,6 +63,7 @@ def llm_kwargs(**overrides) -> dict:
         "max_lora_rank": MAX_LORA_RANK.value,
         "batch_invariant": BATCH_INVARIANT.value,
         "enable_prefix_caching": PREFIX_CACHING.value,
+        "kv_transfer_config": KV_TRANSFER.value,
         "speculative_config": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS.value}
         if SPEC_TOKENS.value
         else None,

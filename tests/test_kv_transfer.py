@@ -16,14 +16,17 @@ import dataclasses
 import json
 import pathlib
 import random
+import threading
 
 import numpy as np
 import pytest
 from safetensors import safe_open
 
 from engine import LLM, SamplingParams
+from engine.disagg_proxy import DisaggProxy
 from engine.kv_transfer import KVTransferConfig
 from engine.sequence import Sequence
+from engine.server import Server
 from tests.sampler_cases import POOL
 from tests.test_scheduler import (
     FakeDevice,
@@ -34,6 +37,7 @@ from tests.test_scheduler import (
     step,
     summary,
 )
+from tests.test_server import _request, post, stream
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
@@ -285,3 +289,62 @@ def test_settings_are_checked_before_the_weights_are_read(tmp_path):
         LLM(model=str(FIXTURES / "mistral"), kv_transfer_config=good)
     with pytest.raises(ValueError, match="kv_transfer_config: not with enable_lora=True"):
         LLM(model=str(FIXTURES / "llama"), enable_lora=True, kv_transfer_config=good)
+
+
+def test_a_proxy_serves_through_a_prefill_and_a_decode_server(tmp_path):
+    """Over HTTP: the answers are the HF fixture's greedy text and logprobs, whole and
+    streamed; the decode server computed one token of each prompt; the prefill server's
+    400 is the client's answer, and the request goes no further; 502 without a server."""
+    shape = dict(model=str(FIXTURES / "llama"), max_num_seqs=8, max_num_batched_tokens=64)
+    servers, threads = [], []
+    for role in ("kv_producer", "kv_consumer"):
+        llm = LLM(**shape, **POOL, kv_transfer_config=_transfer(role, tmp_path))
+        servers.append(Server(("127.0.0.1", 0), llm, "llama"))
+    urls = [f"http://127.0.0.1:{s.server_address[1]}" for s in servers]
+    proxy = DisaggProxy(("127.0.0.1", 0), urls[:1], urls[1:])
+    for srv in (*servers, proxy):
+        threads.append(threading.Thread(target=srv.serve_forever, daemon=True))
+        threads[-1].start()
+    ref, decode = _reference("llama"), servers[1].llm.tokenizer.decode
+    greedy = {"temperature": 0, "max_tokens": 8, "ignore_eos": True}
+    try:
+        body = {"model": "llama", "prompt": ref["prompts"], "logprobs": 0, **greedy}
+        status, out = post(proxy, "/v1/completions", body)
+        assert status == 200
+        for choice, tokens, logprobs in zip(
+            out["choices"], ref["greedy_tokens"], ref["logprobs"], strict=True
+        ):
+            assert choice["text"] == decode(tokens[:8])
+            lps = choice["logprobs"]["token_logprobs"]
+            np.testing.assert_allclose(lps, logprobs[:8], atol=2e-3, rtol=0)
+        events = stream(proxy, "/v1/completions", {"prompt": ref["prompts"][2], **greedy})
+        assert events[-1] == "[DONE]"
+        assert "".join(e["choices"][0]["text"] for e in events[:-1]) == decode(
+            ref["greedy_tokens"][2][:8]
+        )
+        lengths = [len(p) for p in ref["prompts"]]
+        produced, consumed = (s.loop.stats() for s in servers)
+        assert produced["kv_transfer_saved_tokens"] == sum(lengths)
+        assert produced["num_tokens_generated"] == 4  # one token a request
+        assert consumed["num_loaded_kv_tokens"] == sum(lengths) - 3 + lengths[2] - 1
+        status, out = post(proxy, "/v1/completions", {"prompt": [1, 2], "temperature": -1})
+        assert status == 400 and "temperature" in out["error"]["message"]
+        assert proxy.num_requests == 2  # (the refused one never went to the decode server)
+        conn, resp = _request(proxy, "GET", "/metrics")
+        assert "moeserve:num_loaded_kv_tokens_total" in resp.read().decode()
+        conn.close()
+    finally:
+        for srv in (proxy, *servers):
+            srv.shutdown()
+        proxy.server_close()
+        for srv in servers:
+            srv.close()
+    # With the prefill server gone: 502, naming it.
+    proxy = DisaggProxy(("127.0.0.1", 0), urls[:1], urls[1:])
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        status, out = post(proxy, "/v1/completions", {"prompt": [1, 2]})
+        assert status == 502 and urls[0] in out["error"]["message"]
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
