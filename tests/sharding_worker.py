@@ -44,6 +44,9 @@ FP8_LAYOUT = ("llama", "tp=2")
 FP8_WEIGHTS_LAYOUT = ("deepseek_v3_fp8", "tp=2,ep=2")
 # LoRA adapters (tests/fixtures/lora) with heads and MLP widths split over tp, tokens over dp.
 LORA_LAYOUT = ("llama", "dp=2,tp=2")
+# KV transfer (engine/kv_transfer.py): a producer on the first layout, a consumer on the
+# second ("": one device); the stored rows are whole, whatever splits the pages.
+KV_TRANSFER_LAYOUTS = [("deepseek_v3", "tp=2,ep=2", "dp=2,ep=4"), ("llama", "tp=2", "")]
 # Penalized requests (a replicated count state) and token lists (logit_bias, allowed ids,
 # min_tokens) on meshes that split tokens (dp) and the vocabulary's matmul (tp):
 # tests/fixtures/sampler/hf_penalties.json and hf_token_lists.json.
@@ -211,6 +214,7 @@ def mesh_cases(out_path: str) -> None:
     result["fp8"] = _fp8_kv(FP8_LAYOUT)
     result["fp8_weights"] = _fp8_weights(FP8_WEIGHTS_LAYOUT)
     result["lora"] = _lora_on_mesh(LORA_LAYOUT)
+    result["kv_transfer"] = {"|".join(c): _kv_transfer(*c) for c in KV_TRANSFER_LAYOUTS}
     pathlib.Path(out_path).write_text(json.dumps(result))
 
 
@@ -291,6 +295,25 @@ def _lora_on_mesh(layout: tuple[str, str]) -> dict:
         "tokens": [o.token_ids for o in outs],
         "logprobs": [o.logprobs for o in outs],
     }
+
+
+def _kv_transfer(arch: str, producer_mesh: str, consumer_mesh: str) -> dict:
+    """Prompts prefilled on one mesh, decoded on another from the stored KV."""
+    import tempfile
+
+    from engine import SamplingParams
+
+    prompts = json.loads((FIXTURES / arch / "reference.json").read_text())["prompts"]
+    with tempfile.TemporaryDirectory() as store:
+        config = {"kv_role": "kv_producer", "kv_connector_extra_config": {}}
+        config["kv_connector_extra_config"]["shared_storage_path"] = store
+        producer = _engine(str(FIXTURES / arch), producer_mesh, kv_transfer_config=config)
+        producer.generate(prompts, SamplingParams(max_tokens=1))
+        config["kv_role"] = "kv_consumer"
+        consumer = _engine(str(FIXTURES / arch), consumer_mesh, kv_transfer_config=config)
+        out = _generate(consumer, prompts)
+    out["num_loaded_kv_tokens"] = consumer.stats()["num_loaded_kv_tokens"]
+    return out
 
 
 def _invariant_across_ep(prompts) -> dict:

@@ -23,6 +23,7 @@ from tests.sampler_cases import cases
 from tests.sharding_worker import (
     FP8_LAYOUT,
     FP8_WEIGHTS_LAYOUT,
+    KV_TRANSFER_LAYOUTS,
     LAYOUTS,
     MAX_TOKENS,
     PENALTY_LAYOUTS,
@@ -207,6 +208,17 @@ def test_fp8_weights_on_a_mesh_decode_as_transformers(mesh_results):
     n = len(ref["greedy_tokens"][0])
     assert [t[:n] for t in got["tokens"]] == ref["greedy_tokens"]
     assert _max_diff([lp[:n] for lp in got["logprobs"]], ref["logprobs"]) < TOL
+
+
+@pytest.mark.parametrize("layouts", KV_TRANSFER_LAYOUTS, ids="|".join)
+def test_kv_stored_from_one_mesh_decodes_on_another_as_hf(mesh_results, layouts):
+    """A producer's prompts (pages split one way) decoded by a consumer (split another way,
+    or on one device) from the stored rows: the HF fixture's tokens and logprobs."""
+    got = mesh_results["kv_transfer"]["|".join(layouts)]
+    ref = _reference(layouts[0])
+    assert got["num_loaded_kv_tokens"] == sum(len(p) - 1 for p in ref["prompts"])
+    assert got["tokens"] == [t[:MAX_TOKENS] for t in ref["greedy_tokens"]]
+    assert _max_diff(got["logprobs"], [lp[:MAX_TOKENS] for lp in ref["logprobs"]]) < TOL
 
 
 def test_lora_adapters_on_a_mesh_decode_as_peft(mesh_results):
