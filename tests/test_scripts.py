@@ -198,6 +198,20 @@ def test_every_bench_sampling_mode_is_valid():
             "| LoRA engine, 2 adapters |",
         ),
         (
+            # Also fails unless the consumer's tokens equal the colocated engine's (4/4).
+            "scripts.bench_disagg",
+            [
+                "--models=tiny-llama",
+                "--prompt_len=40",
+                "--decodes=2",
+                "--decode_tokens=12",
+                "--arrivals=2",
+                "--every=3",
+                "--long_tokens=4",
+            ],
+            "| tiny-llama | 4/4 |",
+        ),
+        (
             # Also fails unless the server's texts equal the engine's.
             "scripts.bench_server",
             ["--n=2", "--prompt_len=4", "--max_tokens=3", "--repeats=1"],
@@ -223,6 +237,22 @@ BAD_FLAGS = [
         "--max_tokens=0: must be >= 1",
     ),
     ("scripts.generate", ["--model=no-such-preset", "--prompt_len=0"], "--prompt_len=0"),
+    (
+        "scripts.generate",
+        ["--model=tiny-llama", "--kv_transfer_config={kv_role"],
+        "kv_transfer_config='{kv_role': not JSON",
+    ),
+    (
+        "scripts.bench_disagg",
+        ["--models=no-such-preset", "--decode_tokens=8", "--arrivals=2", "--every=4"],
+        "--decode_tokens=8: must exceed --arrivals x --every=8",
+    ),
+    ("scripts.disagg_proxy", ["--decode=http://127.0.0.1:1"], "prefill_urls: needs at least"),
+    (
+        "scripts.disagg_proxy",
+        ["--prefill=ftp://x", "--decode=http://127.0.0.1:1"],
+        "server url='ftp://x': expected http://host:port",
+    ),
     ("scripts.generate", ["--model=/no/such/dir"], "model='/no/such/dir': no such directory"),
     ("scripts.generate", ["--model=tiny-qwen3", "--stop=x"], "has no tokenizer.json"),
     ("scripts.bench_stop_strings", ["--num_tokens=0"], "--num_tokens=0: must be in [1, "),
