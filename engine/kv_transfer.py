@@ -21,7 +21,9 @@ field). The prompt's token ids are stored too and compared, so a hash collision 
 Not for sliding-window models (their pools give pages back), with LoRA adapters (a row
 depends on the adapter), nor for requests that need their whole prompt computed (prompt
 logprobs, penalties: prefix_cache.reads_cache); those compute as usual. As vLLM's connector,
-the engine never deletes the files.
+the engine never deletes the files. Every process of a multi-process mesh reads the store
+(a filesystem they share), so a prompt's file must be there before its request is sent to a
+consumer, as the proxy does: processes that saw different files would schedule differently.
 """
 
 from __future__ import annotations
@@ -254,12 +256,15 @@ class KVTransfer:
         """Queue a gather of the rows of every prompt `sched` completes (its first sample)."""
         if not self.config.saves:
             return
-        gathers, queued = [], {tuple(ids) for _, g in self._saving for ids, _ in g}
+        # Decided from the steps alone (every process of a mesh gathers alike): not what
+        # the store holds, which a process may see before another.
+        gathers, queued = [], {ids for _, g in self._saving for ids, _ in g}
         for it in sched.items:
-            ids = tuple(prompt_of(it))
-            if not (it.sample and it.num_generated == 0) or ids in queued:
+            # (A prompt loaded from the store is there; samples of one prompt queue it once.)
+            if not (it.sample and it.num_generated == 0) or it.num_loaded:
                 continue
-            if self.store.file(ids).exists():  # (a later sample of it, or sent before)
+            ids = tuple(prompt_of(it))
+            if ids in queued:
                 continue
             slots = np.zeros(next_pow2(len(ids)), np.int32)
             slots[: len(ids)] = _slots(it, len(ids), self._page_size)
@@ -274,8 +279,10 @@ class KVTransfer:
         """Write the rows gathered after `sched`, now read back (process 0 writes)."""
         while self._saving and self._saving[0][0] is sched:
             for ids, rows in self._saving.pop(0)[1]:
+                if jax.process_index() != 0 or self.store.file(ids).exists():
+                    continue
                 rows = [np.asarray(r)[: len(ids)] for r in jax.device_get(rows)]
-                if jax.process_index() == 0 and self.store.write(ids, rows):
+                if self.store.write(ids, rows):
                     self.num_saved_prompts += 1
                     self.num_saved_tokens += len(ids)
 

@@ -346,9 +346,26 @@ def two_process(out_path: str, coordinator: str, num_processes: str, process_id:
 
     distributed.initialize(coordinator, int(num_processes), int(process_id))
     import jax
+    from jax.experimental import multihost_utils
+
+    from engine import SamplingParams
 
     ref = json.loads((FIXTURES / "mixtral" / "reference.json").read_text())
     res = _generate(_engine(str(FIXTURES / "mixtral"), "ep=4"), ref["prompts"])
+    # KV transfer over the 2-process mesh: process 0 writes the store (a folder both see);
+    # every process reads it, once its files are there for all (the proxy's order).
+    store = str(pathlib.Path(out_path).parent / "kv_store")
+    config = {"kv_role": "kv_producer", "kv_connector_extra_config": {}}
+    config["kv_connector_extra_config"]["shared_storage_path"] = store
+    producer = _engine(str(FIXTURES / "mixtral"), "ep=4", kv_transfer_config=config)
+    producer.generate(ref["prompts"], SamplingParams(max_tokens=1))
+    multihost_utils.sync_global_devices("kv stored")
+    consumer = _engine(
+        str(FIXTURES / "mixtral"), "ep=4", kv_transfer_config={**config, "kv_role": "kv_consumer"}
+    )
+    res["kv_transfer"] = _generate(consumer, ref["prompts"])
+    res["kv_transfer"]["num_loaded_kv_tokens"] = consumer.stats()["num_loaded_kv_tokens"]
+    res["kv_transfer"]["saved"] = producer.stats()["kv_transfer_saved_prompts"]
     res.update(
         process_index=jax.process_index(),
         process_count=jax.process_count(),

@@ -173,6 +173,14 @@ def test_two_processes_form_one_ep4_mesh(tmp_path, mesh_results):
         assert res["tokens"] == single["tokens"] == _reference("mixtral")["greedy_tokens"]
         assert _max_diff(res["logprobs"], single["logprobs"]) < TOL
         assert res["expert_load"] == single["expert_load"]
+        # Prompts prefilled by a producer on the 2-process mesh, decoded by a consumer on it.
+        moved = res["kv_transfer"]
+        assert moved["tokens"] == single["tokens"]
+        assert _max_diff(moved["logprobs"], single["logprobs"]) < TOL
+        prompts = _reference("mixtral")["prompts"]
+        assert moved["num_loaded_kv_tokens"] == sum(len(p) - 1 for p in prompts)
+        assert moved["saved"] == (len(prompts) if i == 0 else 0)  # process 0 writes
+    assert len(list((tmp_path / "kv_store").glob("*.safetensors"))) == len(prompts)
 
 
 def test_batch_invariant_output_is_bitwise_equal_across_ep_layouts(mesh_results):
