@@ -197,7 +197,7 @@ def main(argv):
     )
     print(
         "| model | mode | ITL p50 ms | p99 ms | max ms | TTFT ms (decode engine) | "
-        "+ producer prefill ms |"
+        "TTFT ms with the producer's prefill |"
     )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
