@@ -8,6 +8,7 @@ from engine.sampling_params import RequestOutput, SamplingParams, StreamDelta
 from engine.structured import StructuredOutputsParams
 
 __all__ = [
+    "KVTransferConfig",
     "LLM",
     "LoRARequest",
     "RequestOutput",
@@ -26,4 +27,8 @@ def __getattr__(name: str):
         from engine.lora import LoRARequest
 
         return LoRARequest
+    if name == "KVTransferConfig":  # engine/kv_transfer.py imports jax
+        from engine.kv_transfer import KVTransferConfig
+
+        return KVTransferConfig
     raise AttributeError(f"module 'engine' has no attribute {name!r}")

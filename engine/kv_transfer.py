@@ -57,22 +57,35 @@ _EXTRA_KEYS = {"shared_storage_path"}
 
 @dataclasses.dataclass(frozen=True)
 class KVTransferConfig:
-    """Where prompts' KV goes and whether this engine writes it, reads it, or both."""
+    """Where prompts' KV goes and whether this engine writes it, reads it, or both (vLLM's
+    KVTransferConfig fields; the keyword form, as there)."""
 
-    kv_role: str  # "kv_producer" (writes), "kv_consumer" (reads) or "kv_both"
-    shared_storage_path: str  # the directory producer and consumer share
     kv_connector: str = "SharedStorageConnector"  # the only connector
+    kv_role: str | None = None  # "kv_producer" (writes), "kv_consumer" (reads), "kv_both"
+    # {"shared_storage_path": the directory producer and consumer share}
+    kv_connector_extra_config: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.kv_connector not in CONNECTORS:
             raise ValueError(f"kv_connector={self.kv_connector!r}: expected one of {CONNECTORS}")
         if self.kv_role not in ROLES:
             raise ValueError(f"kv_role={self.kv_role!r}: expected one of {ROLES}")
-        if not isinstance(self.shared_storage_path, str) or not self.shared_storage_path:
+        extra = self.kv_connector_extra_config
+        if not isinstance(extra, dict):
+            raise ValueError(f"kv_connector_extra_config={extra!r}: expected a dict")
+        if set(extra) - _EXTRA_KEYS:
             raise ValueError(
-                f"kv_connector_extra_config.shared_storage_path={self.shared_storage_path!r}: "
-                "must be a directory path"
+                f"kv_connector_extra_config: unsupported keys {sorted(set(extra) - _EXTRA_KEYS)}"
             )
+        path = extra.get("shared_storage_path")
+        if not isinstance(path, str) or not path:
+            raise ValueError(
+                f"kv_connector_extra_config.shared_storage_path={path!r}: must be a directory"
+            )
+
+    @property
+    def shared_storage_path(self) -> str:
+        return self.kv_connector_extra_config["shared_storage_path"]
 
     @property
     def saves(self) -> bool:
@@ -94,18 +107,9 @@ class KVTransferConfig:
                 raise ValueError(f"kv_transfer_config={value!r}: not JSON ({e})") from None
         if not isinstance(value, dict):
             raise ValueError(f"kv_transfer_config={value!r}: expected a dict or None")
-        extra = value.get("kv_connector_extra_config") or {}
-        for name, keys, known in (
-            ("kv_transfer_config", value, _KEYS),
-            ("kv_connector_extra_config", extra, _EXTRA_KEYS),
-        ):
-            if not isinstance(keys, dict) or set(keys) - known:
-                raise ValueError(f"{name}: unsupported keys {sorted(set(keys) - known)}")
-        return cls(
-            kv_role=value.get("kv_role"),
-            shared_storage_path=extra.get("shared_storage_path"),
-            kv_connector=value.get("kv_connector", CONNECTORS[0]),
-        )
+        if set(value) - _KEYS:
+            raise ValueError(f"kv_transfer_config: unsupported keys {sorted(set(value) - _KEYS)}")
+        return cls(**value)
 
 
 def check_engine(config: KVTransferConfig | None, cfg: ModelConfig, enable_lora: bool) -> None:

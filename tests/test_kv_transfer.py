@@ -22,9 +22,8 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from engine import LLM, SamplingParams
+from engine import LLM, KVTransferConfig, SamplingParams
 from engine.disagg_proxy import DisaggProxy
-from engine.kv_transfer import KVTransferConfig
 from engine.sequence import Sequence
 from engine.server import Server
 from tests.sampler_cases import POOL
@@ -199,7 +198,9 @@ def test_a_consumer_decodes_what_a_producer_prefilled_as_hf(arch, tmp_path):
         page_size=8,
         num_pages=64,
         max_model_len=128,
-        kv_transfer_config=KVTransferConfig("kv_consumer", str(tmp_path)),
+        kv_transfer_config=KVTransferConfig(
+            kv_role="kv_consumer", kv_connector_extra_config={"shared_storage_path": str(tmp_path)}
+        ),
     )
     outs = consumer.generate(ref["prompts"], GREEDY)
     for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
@@ -226,7 +227,8 @@ def test_a_consumer_decodes_what_a_producer_prefilled_as_hf(arch, tmp_path):
 @pytest.mark.parametrize(("arch", "kv_cache_dtype"), [("llama", "auto"), ("deepseek_v3", "fp8")])
 def test_batch_invariant_consumer_gives_the_bits_of_one_engine(arch, kv_cache_dtype, tmp_path):
     """The stored rows are the ones the consumer would compute itself: tokens and logprobs
-    bitwise those of one engine that prefilled and decoded (GQA and MLA, fp8 pages)."""
+    bitwise those of one engine that prefilled and decoded (GQA and MLA, fp8 pages), also
+    when the prefix cache then serves the loaded pages."""
     prompts = _reference(arch)["prompts"]
     # test_batch_invariance's decode-vs-prefill engine shape: its step programs.
     shape = dict(
@@ -242,13 +244,21 @@ def test_batch_invariant_consumer_gives_the_bits_of_one_engine(arch, kv_cache_dt
     LLM(**shape, kv_transfer_config=_transfer("kv_producer", tmp_path)).generate(
         prompts, dataclasses.replace(params, max_tokens=1)
     )
-    consumer = LLM(**shape, kv_transfer_config=_transfer("kv_both", tmp_path))
-    outs = consumer.generate(prompts, params)
-    assert [o.num_cached_tokens for o in outs] == [len(p) - 1 for p in prompts]
-    for out, want in zip(outs, alone, strict=True):
-        assert out.token_ids == want.token_ids
-        assert _bits(out.logprobs) == _bits(want.logprobs)
-    # kv_both: it stored nothing new (every prompt was there), and reads its own store.
+    # With prefix caching: the loaded pages are indexed, and the second round takes them
+    # from the cache where it holds as much as the store (pages short of the last token).
+    consumer = LLM(
+        **shape, enable_prefix_caching=True, kv_transfer_config=_transfer("kv_both", tmp_path)
+    )
+    assert [len(p) for p in prompts] == [5, 17, 33]
+    for loaded, hits in ((52, 0), (56, 48)):
+        outs = consumer.generate(prompts, params)
+        assert [o.num_cached_tokens for o in outs] == [4, 16, 32]
+        for out, want in zip(outs, alone, strict=True):
+            assert out.token_ids == want.token_ids
+            assert _bits(out.logprobs) == _bits(want.logprobs)
+        stats = consumer.stats()
+        assert (stats["num_loaded_kv_tokens"], stats["prefix_cache_hits"]) == (loaded, hits)
+    # kv_both: it stored nothing new (every prompt was there).
     assert consumer.stats()["kv_transfer_saved_prompts"] == 0
 
 
@@ -271,13 +281,14 @@ def test_a_store_made_with_other_settings_is_refused_before_queueing(tmp_path):
 
 def test_settings_are_checked_before_the_weights_are_read(tmp_path):
     good = _transfer("kv_consumer", tmp_path)
-    assert KVTransferConfig.of(json.dumps(good)) == KVTransferConfig("kv_consumer", str(tmp_path))
+    assert KVTransferConfig.of(json.dumps(good)) == KVTransferConfig(**good)
     assert KVTransferConfig.of(None) is None
     cases = [
         ({**good, "kv_role": "kv_prefill"}, "kv_role='kv_prefill'"),
         ({**good, "kv_connector": "NixlConnector"}, "kv_connector='NixlConnector'"),
         ({**good, "kv_buffer_size": 1e9}, r"kv_transfer_config: unsupported keys \['kv_buffer_"),
         ({"kv_role": "kv_consumer"}, "shared_storage_path=None"),
+        ({**good, "kv_connector_extra_config": ["x"]}, "expected a dict"),
         ({**good, "kv_connector_extra_config": {"path": "x"}}, r"unsupported keys \['path'\]"),
         ("{kv_role", "not JSON"),
         (["kv_consumer"], "expected a dict"),
