@@ -359,3 +359,38 @@ def test_a_proxy_serves_through_a_prefill_and_a_decode_server(tmp_path):
     finally:
         proxy.shutdown()
         proxy.server_close()
+
+
+@pytest.mark.parametrize("failing", ["step", "store"])
+def test_a_failed_launch_computes_the_prompt_instead(failing, tmp_path, monkeypatch):
+    """The step after a load fails once (e.g. out of device memory), or the load itself (the
+    file went away after the request was queued): the engine takes the step back, and the
+    retry computes the whole prompt; the tokens stay the fixture's."""
+    ref = _reference("llama")
+    shape = dict(model=str(FIXTURES / "llama"), max_num_seqs=8, max_num_batched_tokens=64)
+    LLM(**shape, **POOL, kv_transfer_config=_transfer("kv_producer", tmp_path)).generate(
+        ref["prompts"], dataclasses.replace(GREEDY, max_tokens=1)
+    )
+    consumer = LLM(**shape, **POOL, kv_transfer_config=_transfer("kv_consumer", tmp_path))
+    real_step, calls = consumer._steps.plain, []
+
+    def flaky_step(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("RESOURCE_EXHAUSTED: injected")
+        return real_step(*args)
+
+    flaky_step._cache_size = real_step._cache_size  # for stats()
+    if failing == "step":
+        monkeypatch.setattr(consumer._steps, "plain", flaky_step)
+    consumer.add_request(ref["prompts"][2], GREEDY, request_id="r")
+    if failing == "store":
+        for f in tmp_path.glob("*.safetensors"):
+            f.unlink()
+    with pytest.raises(RuntimeError if failing == "step" else FileNotFoundError):
+        consumer.step()
+    tokens = []
+    while consumer.has_unfinished():
+        tokens += [t for d in consumer.step() for t in d.token_ids]
+    assert tokens == ref["greedy_tokens"][2][:8]
+    assert consumer.stats()["num_loaded_kv_tokens"] == 0  # taken back: computed instead
