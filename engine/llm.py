@@ -126,7 +126,7 @@ class LLM:
         async_scheduling = inputs.as_bool("async_scheduling", async_scheduling)
         enable_prefix_caching = inputs.as_bool("enable_prefix_caching", enable_prefix_caching)
         enable_lora = inputs.as_bool("enable_lora", enable_lora)
-        lora.check_engine(enable_lora, max_loras, max_lora_rank, enable_prefix_caching)
+        lora.check_engine(enable_lora, max_loras, max_lora_rank)
         proposer = NgramProposer.from_config(speculative_config)
         transfer = KVTransferConfig.of(kv_transfer_config)
         # Request seeds derive from it modulo 2**32 (numpy's seed range, as vLLM's).

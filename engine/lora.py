@@ -41,15 +41,10 @@ class LoRARequest:
             raise ValueError(f"lora_path={self.lora_path!r}: must be a string")
 
 
-def check_engine(enable, max_loras, max_lora_rank, prefix_caching) -> None:
+def check_engine(enable, max_loras, max_lora_rank) -> None:
     """LLM's LoRA arguments; ValueError naming the one that cannot be."""
-    if not enable:
-        return
-    check_settings(max_loras, max_lora_rank)
-    # A cached page's KV depends on the adapter that computed it (not part of the cache's
-    # key).
-    if prefix_caching:
-        raise ValueError("enable_lora=True: not supported with enable_prefix_caching=True")
+    if enable:
+        check_settings(max_loras, max_lora_rank)
 
 
 def check_settings(max_loras, max_lora_rank) -> None:

@@ -16,10 +16,13 @@ last page first, so a long prefix loses its tail before its head (the part other
 share) and the least recently freed pages go first.
 
 Why a hit is exact: a page's K/V rows are a function of its tokens, their positions (page i
-holds positions i*P..i*P+P-1, the same in every sequence) and the tokens before them; the
-key pins all of those. Bitwise, in batch-invariant mode: the rows do not depend on which
-step, chunk or batch wrote them (engine/batch_invariant.py); otherwise they match a
-recompute to float rounding, as a different prefill chunking does.
+holds positions i*P..i*P+P-1, the same in every sequence), the tokens before them and the
+LoRA adapter the request runs with (engine/lora.py); the key pins all of those: a chain
+starts at its adapter's root, ROOT for the base model and ROOT - lora_id for an adapter
+(LoRARequest.lora_int_id: one adapter per id for an engine's life), never a block id.
+Bitwise, in batch-invariant mode: the rows do not depend on which step, chunk or batch
+wrote them (engine/batch_invariant.py); otherwise they match a recompute to float rounding,
+as a different prefill chunking does.
 
 Host-side bookkeeping only (no jax), like the page pool it indexes.
 """
@@ -30,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 from engine.kv_pages import PageManager
 
-ROOT = 0  # the block id before a sequence's first page
+ROOT = 0  # the block id before a sequence's first page (base model)
 
 
 def reads_cache(params) -> bool:
@@ -59,14 +62,14 @@ class PrefixCache:
         return len(self._blocks)
 
     def match(
-        self, tokens: Callable[[int, int], Sequence[int]], num_tokens: int
+        self, tokens: Callable[[int, int], Sequence[int]], num_tokens: int, lora_id: int = 0
     ) -> tuple[list[int], list[int]]:
         """The indexed pages holding the longest prefix of a sequence's first `num_tokens`
         tokens, in whole pages, and their block ids. `tokens(start, stop)` reads the
-        sequence's tokens at positions [start, stop)."""
+        sequence's tokens at positions [start, stop); `lora_id`: its adapter (0: none)."""
         size = self.pages.page_size
         pages, blocks = [], []
-        parent = ROOT
+        parent = ROOT - lora_id
         for start in range(0, num_tokens - size + 1, size):
             found = self._blocks.get((parent, tuple(tokens(start, start + size))))
             if found is None:
@@ -94,15 +97,17 @@ class PrefixCache:
         tokens: Callable[[int, int], Sequence[int]],
         num_tokens: int,
         blocks: list[int],
+        lora_id: int = 0,
     ) -> None:
         """Index the pages of a sequence's table `page_ids` that its first `num_tokens`
         computed tokens fill, after the `len(blocks)` already indexed; `blocks`, the
         sequence's block ids page by page, is extended in place. A page whose content is
         already indexed (another sequence computed the same prefix) is left out, and the
-        chain goes on through the indexed one's block id."""
+        chain goes on through the indexed one's block id. `lora_id`: its adapter (0: none)."""
         size = self.pages.page_size
         for i in range(len(blocks), num_tokens // size):
-            key = (blocks[-1] if blocks else ROOT, tuple(tokens(i * size, (i + 1) * size)))
+            parent = blocks[-1] if blocks else ROOT - lora_id
+            key = (parent, tuple(tokens(i * size, (i + 1) * size)))
             found = self._blocks.get(key)
             if found is not None:
                 blocks.append(found[1])

@@ -752,7 +752,7 @@ class Scheduler:
         last token; none without a cache or for a sequence that must compute from 0."""
         if not self._reads_cache(seq):
             return [], []
-        return self.prefix_cache.match(seq.token_ids_range, seq.num_tokens - 1)
+        return self.prefix_cache.match(seq.token_ids_range, seq.num_tokens - 1, seq.lora_id)
 
     def _reads_cache(self, seq: Sequence) -> bool:
         return self.prefix_cache is not None and reads_cache(seq.sampling_params)
@@ -772,7 +772,8 @@ class Scheduler:
 
     def _index_pages(self, seq: Sequence, num_tokens: int) -> None:
         """Index the full pages of `seq`'s first `num_tokens` positions (KV written)."""
-        self.prefix_cache.register(seq.page_ids, seq.token_ids_range, num_tokens, seq.prefix_blocks)
+        cache, tokens = self.prefix_cache, seq.token_ids_range
+        cache.register(seq.page_ids, tokens, num_tokens, seq.prefix_blocks, seq.lora_id)
 
     def _count_admission(self, seq: Sequence, sign: int) -> None:
         """Add (sign 1) or take back (-1) an admission's shared tokens and cache lookup."""

@@ -34,7 +34,7 @@ NAMES = {None: "base", A: "adapter_a", B: "adapter_b"}
 TOL = 1e-4  # float32 engine vs float32 torch: measured up to 2.4e-6
 
 
-def _engine(max_loras: int) -> LLM:
+def _engine(max_loras: int, **options) -> LLM:
     return LLM(
         str(FIXTURES / "llama"),
         enable_lora=True,
@@ -42,6 +42,7 @@ def _engine(max_loras: int) -> LLM:
         max_lora_rank=8,
         num_pages=64,
         max_model_len=128,
+        **options,
     )
 
 
@@ -175,8 +176,23 @@ def test_engine_settings_are_checked():
         LLM("tiny-llama", num_pages=8).generate([1, 2], SamplingParams(max_tokens=1), A)
     with pytest.raises(ValueError, match="max_loras=0: must be an int >= 1"):
         LLM("tiny-llama", enable_lora=True, max_loras=0)
-    with pytest.raises(ValueError, match="enable_lora=True: not supported with enable_prefix"):
-        LLM("tiny-llama", enable_lora=True, enable_prefix_caching=True)
+
+
+def test_prefix_caching_keeps_each_adapters_pages_to_itself():
+    """A cached page's KV depends on the adapter that computed it: the same prompt under two
+    adapters and the base model hits only its own pages, each giving peft's tokens."""
+    llm = _engine(2, enable_prefix_caching=True)
+    loras = [A, B, None]
+    for cached in (0, 32):  # a 33-token prompt: its 2 whole pages short of the last token
+        outs = llm.generate([PROMPTS[2]] * 3, SamplingParams(max_tokens=N), loras)
+        assert [o.num_cached_tokens for o in outs] == [cached] * 3
+        for out, lora in zip(outs, loras, strict=True):
+            want = REF["adapters"][NAMES[lora]]
+            assert out.token_ids == want["greedy_tokens"][2], NAMES[lora]
+            np.testing.assert_allclose(out.logprobs, want["logprobs"][2], atol=TOL, rtol=0)
+    (out,) = llm.generate([PROMPTS[2]], SamplingParams(max_tokens=N), A)  # A's pages again
+    assert out.num_cached_tokens == 32
+    assert llm.stats()["prefix_cache_hits"] == 4 * 32
 
 
 def test_batch_invariant_mode_keeps_an_adapters_bits_whatever_shares_the_step():
