@@ -6,7 +6,6 @@ import dataclasses
 import itertools
 import time
 from collections.abc import Iterator
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +22,7 @@ from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, 
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.speculative import NgramProposer, eligible, keep_drafts, prepare_drafts
-from engine.step import StepOutput, StepVariants, init_kv_pages
+from engine.step import StepVariants, init_kv_pages
 from engine.stop_strings import check_stop_strings, final_text
 from engine.structured import StructuredOutputs
 from long_context.policy import LongPrefillPolicy, policy_for_processes
@@ -34,19 +33,6 @@ from sharding.rules import replicated
 
 # KV positions reduced together by the attention's online softmax (see paged_attention).
 _KV_BLOCK_TOKENS = 128
-
-
-class _Dispatched(NamedTuple):
-    """A step launched on the device whose outputs are not read back yet."""
-
-    sched: SchedulerOutput
-    out: StepOutput
-    score_rows: list
-    compiles: bool
-    start: float
-    with_top: bool  # the step also returned each row's top logprobs
-    score_top: int  # ... and every scored row's top this many (prompt_logprobs=k)
-    drafts: tuple  # speculative.prepare_drafts: (draft rows, the rows scored or None)
 
 
 class LLM:
@@ -276,7 +262,7 @@ class LLM:
         self.async_scheduling = bool(async_scheduling)
         # Steps dispatched and not yet read back, oldest first (at most 2 with async
         # scheduling). A step leaves this list only once its tokens are on the host.
-        self._dispatched: list[_Dispatched] = []
+        self._dispatched: list[runner.Dispatched] = []
         # Deltas the next step() returns: aborts, requests finished at once (max_tokens=0),
         # and a step's increments when a later part of the same call raised.
         self._outbox: list[StreamDelta] = []
@@ -505,7 +491,7 @@ class LLM:
             self._scheduler.cancel(sched)
             raise
 
-    def _dispatch(self, sched, prev_out) -> _Dispatched:
+    def _dispatch(self, sched, prev_out) -> runner.Dispatched:
         """Pack and launch one step without waiting for it; `prev_out` is the step in
         flight whose sampled tokens feed this one's placeholders."""
         batch = runner.pack(
@@ -575,7 +561,9 @@ class LLM:
             self._transfer.save(self._kv, sched, self._prompt_of)
         self._step_shapes.add(shape)
         self._variant_shapes.add(key)
-        return _Dispatched(sched, out, score_rows, compiles, start, with_top, score_top, drafts)
+        return runner.Dispatched(
+            sched, out, score_rows, compiles, start, with_top, score_top, drafts
+        )
 
     def _complete_oldest(self) -> None:
         """Read back the oldest dispatched step's tokens and apply them (Scheduler.update);
@@ -642,6 +630,19 @@ class LLM:
 
     def _prompt_len(self, item) -> int:
         return len(self._prompt_of(item))
+
+    def add_lora(self, lora_request: lora.LoRARequest) -> bool:
+        """vLLM's: read an adapter now (errors raise here); False if it was held already."""
+        return lora.add_now(self._lora, lora_request)
+
+    def remove_lora(self, lora_int_id: int) -> bool:
+        """vLLM's: drop an adapter's weights (False if not held; ValueError while requests use
+        it). Its id stays its adapter's: add_lora reads the same folder again."""
+        return lora.require(self._lora).remove(lora_int_id, self._scheduler.lora_ids_queued())
+
+    def list_loras(self) -> set[int]:
+        """vLLM's: the ids of the adapters held."""
+        return set() if self._lora is None else self._lora.held()
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached page (vLLM's: after new weights, or to measure cold); False

@@ -86,12 +86,34 @@ class LoRASlots:
             raise ValueError(
                 f"lora_int_id={rid}: already names adapter {known[0]!r} at {known[1]!r}"
             )
-        if known is None:
+        if rid not in self._adapters:  # (again after remove: the same folder)
             self._adapters[rid] = lora_model.load_adapter(
                 request.lora_path, self.cfg, self.max_rank
             )
             self._paths[rid] = (request.lora_name, request.lora_path)
         return rid
+
+    def remove(self, rid: int, queued: set[int]) -> bool:
+        """Drop an adapter's weights and slot; False if not held. ValueError while requests
+        (`queued`: their ids) use it. The id stays bound to its name and folder: the prefix
+        cache keys pages by id (engine/prefix_cache.py)."""
+        if rid not in self._adapters:
+            return False
+        if rid in queued:
+            raise ValueError(f"lora_int_id={rid}: queued or running requests use it")
+        del self._adapters[rid]
+        slot = self._slot_of.pop(rid, None)
+        if slot is not None:
+            self._holder[slot] = None
+        return True
+
+    def next_free_id(self) -> int:
+        """An id no adapter was ever given here."""
+        return max(self._paths, default=0) + 1
+
+    def held(self) -> set[int]:
+        """The ids of the adapters whose weights are held."""
+        return set(self._adapters)
 
     def assign(self, lora_ids) -> dict[int, int]:
         """Slots for the distinct adapters `lora_ids` (at most max_loras besides 0)."""
@@ -154,13 +176,28 @@ def slots_for(enable: bool, cfg: ModelConfig, max_loras: int, max_rank: int, mes
     return LoRASlots(cfg, max_loras, max_rank, lambda x: put_replicated(x, mesh))
 
 
+def require(slots: LoRASlots | None) -> LoRASlots:
+    """An engine's slots; ValueError for an engine without LoRA."""
+    if slots is None:
+        raise ValueError("lora_request: this engine was built without enable_lora=True")
+    return slots
+
+
+def add_now(slots: LoRASlots | None, request: LoRARequest) -> bool:
+    """LLM.add_lora: read `request`'s adapter now; False if it was held already."""
+    if not isinstance(request, LoRARequest):
+        raise ValueError(f"lora_request={request!r}: expected a LoRARequest")
+    new = request.lora_int_id not in require(slots).held()
+    slots.add(request)
+    return new
+
+
 def lora_ids(slots: LoRASlots | None, lora_request, n: int) -> list[int]:
     """Each of n prompts' lora_int_id (0: none) from generate's `lora_request`: None, one
     LoRARequest for all, or a list of n (None entries: the base model)."""
     if lora_request is None:
         return [0] * n
-    if slots is None:
-        raise ValueError("lora_request: this engine was built without enable_lora=True")
+    require(slots)
     many = isinstance(lora_request, list | tuple)
     if many and len(lora_request) != n:
         raise ValueError(f"lora_request: {len(lora_request)} given for {n} prompts")

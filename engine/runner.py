@@ -1,12 +1,28 @@
-"""Packs a scheduler decision into the padded numpy StepBatch the jitted step takes, and
-reads the step's results back."""
+"""Packs a scheduler decision into the padded numpy StepBatch the jitted step takes, keeps
+the record of a launched step, and reads the step's results back."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import numpy as np
 
-from engine.step import StepBatch
+from engine.scheduler_output import SchedulerOutput
+from engine.step import StepBatch, StepOutput
+
+
+class Dispatched(NamedTuple):
+    """A step launched on the device whose outputs are not read back yet."""
+
+    sched: SchedulerOutput
+    out: StepOutput
+    score_rows: list
+    compiles: bool
+    start: float
+    with_top: bool  # the step also returned each row's top logprobs
+    score_top: int  # ... and every scored row's top this many (prompt_logprobs=k)
+    drafts: tuple  # speculative.prepare_drafts: (draft rows, the rows scored or None)
 
 
 def next_pow2(n: int) -> int:

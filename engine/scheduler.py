@@ -162,7 +162,7 @@ class Scheduler:
         # (decodes, long prefill tokens, other prefill tokens) for the long-prefill policy.
         self._in_flight: list[tuple[SchedulerOutput, dict[str, Sequence], tuple]] = []
         self._release_later: set[Sequence] = set()  # finished while in a later step
-        self._num_scheduled_ahead = 0
+        self.num_scheduled_ahead = 0  # steps built by schedule_ahead
         self._next_arrival = 0
         self._num_preemptions = 0
         self._num_shared_tokens = self._num_loaded_tokens = 0
@@ -359,7 +359,7 @@ class Scheduler:
                     self._forget_progress(seq)
             self._running, self._waiting = running, waiting
             return None
-        self._num_scheduled_ahead += 1
+        self.num_scheduled_ahead += 1
         return out
 
     def _build(self, plan: StepPlan, aborted: tuple[str, ...]) -> SchedulerOutput:
@@ -573,10 +573,9 @@ class Scheduler:
         """Whether the newest step in flight holds only finished sequences (stopped or aborted)."""
         return bool(self._in_flight) and all(s.is_finished for s in self._in_flight[-1][1].values())
 
-    @property
-    def num_scheduled_ahead(self) -> int:
-        """Steps built by schedule_ahead while another step was in flight."""
-        return self._num_scheduled_ahead
+    def lora_ids_queued(self) -> set[int]:
+        """The adapters (Sequence.lora_id; 0: none) of every waiting or running request."""
+        return {seq.lora_id for seq in self._active.values()}
 
     # ---- internals ---------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 
 from engine import chat, samples, stop_strings
 from engine.llm import LLM
-from engine.lora import lora_ids
+from engine.lora import LoRARequest, lora_ids, require
 from engine.sampling_params import SamplingParams, StreamDelta
 from engine.structured import StructuredOutputsParams
 
@@ -176,8 +176,12 @@ class EngineLoop:
 
     def stats(self) -> dict:
         """LLM.stats(), between steps."""
+        return self.locked(self.llm.stats)
+
+    def locked(self, fn, *args):
+        """fn(*args) between steps (it may use the LLM)."""
         with self._lock:
-            return self.llm.stats()
+            return fn(*args)
 
     def num_unfinished(self) -> int:
         with self._lock:
@@ -245,15 +249,25 @@ class Server(http.server.ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address, llm: LLM, model_name: str | None = None, lora_modules=()):
+    def __init__(
+        self,
+        address,
+        llm: LLM,
+        model_name: str | None = None,
+        lora_modules=(),
+        allow_runtime_lora_updating: bool = False,
+    ):
         """`lora_modules`: LoRARequests (engine/lora.py) served as models of their own name
         (vLLM's --lora-modules): a request's "model" picks one; read here, so a bad adapter
-        fails the start."""
+        fails the start. `allow_runtime_lora_updating` (vLLM's
+        VLLM_ALLOW_RUNTIME_LORA_UPDATING): POST /v1/load_lora_adapter and
+        /v1/unload_lora_adapter add and remove adapters while the server runs."""
         if llm.tokenizer is None:
             raise ValueError("llm: the server needs the model's tokenizer (a tokenizer.json)")
         self.llm = llm
         self.model_name = model_name or llm.config.name
         self.loras = {r.lora_name: r for r in lora_modules}
+        self.allow_runtime_lora_updating = allow_runtime_lora_updating
         if self.model_name in self.loras or len(self.loras) < len(lora_modules):
             raise ValueError(
                 f"lora_modules: names must differ from each other and from {self.model_name!r}"
@@ -324,6 +338,24 @@ class Server(http.server.ThreadingHTTPServer):
                 f"moeserve:{name}{{model_name={label}}} {value}",
             ]
         return "\n".join(lines) + "\n"
+
+    def load_lora(self, name: str, body: dict) -> None:
+        """Serve the adapter at body["lora_path"] as model `name` (under the engine's lock)."""
+        if name == self.model_name or name in self.loras:
+            raise ValueError(f"lora_name={name!r}: already served")
+        # An id the engine never gave an adapter (one id, one adapter for its life).
+        lora_id = require(self.llm._lora).next_free_id()
+        request = LoRARequest(name, lora_id, body.get("lora_path"))
+        self.llm.add_lora(request)
+        # A new dict, never one changed in place: handler threads read it without the lock.
+        self.loras = {**self.loras, name: request}
+
+    def unload_lora(self, name: str, body: dict) -> None:
+        """Stop serving adapter `name` and drop its weights (under the engine's lock)."""
+        if name not in self.loras:
+            raise HTTPError(404, f"lora_name={name!r}: not loaded", "not_found_error")
+        self.llm.remove_lora(self.loras[name].lora_int_id)
+        self.loras = {k: v for k, v in self.loras.items() if k != name}
 
     def detokenize(self, ids, skip_special_tokens: bool = True) -> str:
         return self.llm.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
@@ -400,6 +432,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         routes = {"/v1/completions": False, "/v1/chat/completions": True}
         if self.path in ("/tokenize", "/detokenize"):
             return self._tokens(self._body())
+        if self.path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
+            return self._lora_update(self._body())
         if self.path not in routes:
             raise HTTPError(404, f"path={self.path!r}: not found", "not_found_error")
         body = self._body()
@@ -667,6 +701,28 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._json(200, {"prompt": self.server.detokenize(ids)})
         ids = self._chat_prompt(body) if "messages" in body else llm.tokenize(body.get("prompt"))
         self._json(200, {"tokens": ids, "count": len(ids), "max_model_len": llm.max_model_len})
+
+    def _lora_update(self, body: dict) -> None:
+        """vLLM's /v1/load_lora_adapter ({"lora_name", "lora_path"}) and
+        /v1/unload_lora_adapter ({"lora_name"}), when the server allows them."""
+        server = self.server
+        if not server.allow_runtime_lora_updating:
+            raise HTTPError(
+                404,
+                f"path={self.path!r}: not found (the server runs without "
+                "--allow_runtime_lora_updating)",
+                "not_found_error",
+            )
+        name = body.get("lora_name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"lora_name={name!r}: must be a non-empty string")
+        load = self.path == "/v1/load_lora_adapter"
+        try:
+            server.loop.locked(server.load_lora if load else server.unload_lora, name, body)
+        except FileNotFoundError as e:
+            raise ValueError(f"lora_path: {e}") from e
+        done = "added" if load else "removed"
+        self._send(200, f"Success: LoRA adapter {name!r} {done}.".encode(), "text/plain")
 
     def _json(self, status: int, payload: dict) -> None:
         self._send(status, json.dumps(payload).encode(), "application/json")

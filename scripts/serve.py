@@ -26,6 +26,11 @@ _NAME = flags.DEFINE_string("served_model_name", None, "The API's model id; defa
 _LORA_MODULES = flags.DEFINE_list(
     "lora_modules", [], "LoRA adapters served as models: name=path,... (needs --enable_lora)."
 )
+_RUNTIME_LORA = flags.DEFINE_bool(
+    "allow_runtime_lora_updating",
+    False,
+    "POST /v1/load_lora_adapter and /v1/unload_lora_adapter (needs --enable_lora).",
+)
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to listen on.")
 _PORT = flags.DEFINE_integer("port", 8000, "Port to listen on (0: any free one).")
 
@@ -37,11 +42,19 @@ def main(argv):
         loras = [_lora_module(i, m) for i, m in enumerate(_LORA_MODULES.value)]
         if loras and not engine_flags.ENABLE_LORA.value:
             raise ValueError("--lora_modules: needs --enable_lora")
+        if _RUNTIME_LORA.value and not engine_flags.ENABLE_LORA.value:
+            raise ValueError("--allow_runtime_lora_updating: needs --enable_lora")
         llm = LLM(
             model=_MODEL.value,
             **engine_flags.llm_kwargs(),
         )
-        server = Server((_HOST.value, _PORT.value), llm, _NAME.value or _MODEL.value, loras)
+        server = Server(
+            (_HOST.value, _PORT.value),
+            llm,
+            _NAME.value or _MODEL.value,
+            loras,
+            _RUNTIME_LORA.value,
+        )
     except (ValueError, OSError) as e:  # bad flags, a model that cannot serve, a busy port
         sys.exit(f"serve: {e}")
     signal.signal(signal.SIGTERM, _interrupt)

@@ -266,3 +266,66 @@ def test_the_server_serves_each_adapter_as_a_model(llm2):
         srv.close()
     with pytest.raises(ValueError, match="lora_modules: names must differ"):
         Server(("127.0.0.1", 0), llm2, "a", [A])
+
+
+def test_adapters_are_added_and_removed_at_run_time(llm2, tmp_path):
+    """LLM.add_lora / remove_lora / list_loras (vLLM's), and the server's
+    /v1/load_lora_adapter and /v1/unload_lora_adapter (--allow_runtime_lora_updating)."""
+    from engine.server import Server
+    from tests.test_server import _request, post
+
+    c = LoRARequest("c", 7, str(LORA / "adapter_b"))
+    assert llm2.add_lora(c) and not llm2.add_lora(c)  # read now; then held already
+    assert 7 in llm2.list_loras()
+    with pytest.raises(ValueError, match="lora_int_id=7: already names adapter 'c'"):
+        llm2.add_lora(LoRARequest("d", 7, str(LORA / "adapter_a")))
+    rid = llm2.add_request(PROMPTS[2], SamplingParams(max_tokens=2), lora_request=c)
+    with pytest.raises(ValueError, match="lora_int_id=7: queued or running requests use it"):
+        llm2.remove_lora(7)
+    while llm2.has_unfinished():
+        llm2.step()
+    assert llm2.remove_lora(7) and not llm2.remove_lora(7) and 7 not in llm2.list_loras()
+    (out,) = llm2.generate(PROMPTS[2], SamplingParams(max_tokens=N), c)  # read again
+    assert out.token_ids == REF["adapters"]["adapter_b"]["greedy_tokens"][2], rid
+    with pytest.raises(ValueError, match="built without enable_lora=True"):
+        LLM("tiny-llama", num_pages=8).remove_lora(1)
+
+    load = {"lora_name": "bb", "lora_path": str(LORA / "adapter_b")}
+    # One server at a time: each runs an engine thread on the LLM.
+    closed = Server(("127.0.0.1", 0), llm2, "base")
+    threading.Thread(target=closed.serve_forever, daemon=True).start()
+    try:
+        status, got = post(closed, "/v1/load_lora_adapter", load)
+        assert status == 404 and "--allow_runtime_lora_updating" in got["error"]["message"]
+    finally:
+        closed.shutdown()
+        closed.close()
+    srv = Server(("127.0.0.1", 0), llm2, "base", [A], allow_runtime_lora_updating=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        body = {"prompt": PROMPTS[2], "max_tokens": N, "temperature": 0, "model": "bb"}
+        assert post(srv, "/v1/completions", body)[0] == 404
+        conn, resp = _request(srv, "POST", "/v1/load_lora_adapter", load)
+        assert (resp.status, resp.read()) == (200, b"Success: LoRA adapter 'bb' added.")
+        conn.close()
+        assert srv.loras["bb"].lora_int_id == 8  # past every id the engine gave (7: "c")
+        status, got = post(srv, "/v1/completions", body)
+        assert status == 200, got
+        want = REF["adapters"]["adapter_b"]["greedy_tokens"][2]
+        assert got["choices"][0]["text"] == srv.detokenize(want)
+        for path, sent, code, message in [
+            ("/v1/load_lora_adapter", load, 400, "lora_name='bb': already served"),
+            ("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": str(tmp_path)}, 400, ""),
+            ("/v1/load_lora_adapter", {"lora_path": "p"}, 400, "lora_name=None"),
+            ("/v1/unload_lora_adapter", {"lora_name": "zz"}, 404, "lora_name='zz': not loaded"),
+        ]:
+            status, got = post(srv, path, sent)
+            assert status == code and message in got["error"]["message"], got
+        conn, resp = _request(srv, "POST", "/v1/unload_lora_adapter", {"lora_name": "bb"})
+        assert (resp.status, resp.read()) == (200, b"Success: LoRA adapter 'bb' removed.")
+        conn.close()
+        assert post(srv, "/v1/completions", body)[0] == 404
+        assert 8 not in llm2.list_loras()
+    finally:
+        srv.shutdown()
+        srv.close()
