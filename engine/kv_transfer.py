@@ -211,7 +211,8 @@ class KVTransfer:
         rows = [[list(leaf.shape[2:]), leaf.dtype.name] for leaf in leaves]
         self.store = KVStore(
             config.shared_storage_path,
-            {"model": hashlib.sha256(model.encode()).hexdigest()[:16], "rows": json.dumps(rows)},
+            # (rows first: a dtype or shape that differs is named before the config's hash)
+            {"rows": json.dumps(rows), "model": hashlib.sha256(model.encode()).hexdigest()[:16]},
         )
         self._num_leaves = len(leaves)
         self._page_size = page_size

@@ -26,10 +26,10 @@ from engine.step import StepVariants, init_kv_pages
 from engine.stop_strings import check_stop_strings, final_text
 from engine.structured import StructuredOutputs
 from long_context.policy import LongPrefillPolicy, policy_for_processes
-from models.load import load_model, model_config
+from models.load import load_model, model_config, replacement_params
 from sharding.mesh import parse_mesh
-from sharding.placement import check_model_layout, put_replicated, shard_model
-from sharding.rules import replicated
+from sharding.placement import check_model_layout, put_replicated, put_tree, shard_model
+from sharding.rules import param_shardings, replicated
 
 # KV positions reduced together by the attention's online softmax (see paged_attention).
 _KV_BLOCK_TOKENS = 128
@@ -50,8 +50,7 @@ class LLM:
     `async_scheduling` dispatches the next step before reading back the previous one's
     tokens (Scheduler.schedule_ahead; same outputs); False runs each step to completion.
     `kv_cache_dtype="fp8"` stores K/V (or the MLA latent) as float8_e4m3fn pages with a
-    float32 scale per row (engine/kv_quant.py): about half the bf16 cache, so twice the
-    tokens in the same memory, at the price of e4m3 rounding of every cached row.
+    float32 scale per row (engine/kv_quant.py): about half the bf16 cache.
     Hybrid models (ModelConfig.hybrid_window: gpt-oss, Qwen2 with max_window_layers) keep
     the windowed layers' KV in a pool of their own (kv_pages.window_pool_pages pages, enough
     never to run out first; stats num_window_pages_total / _free): `num_pages` (or the
@@ -62,13 +61,11 @@ class LLM:
     `enable_prefix_caching` (vLLM's, engine/prefix_cache.py): full KV pages stay indexed by
     content after their requests finish; a new request takes its longest cached prefix's
     pages (stats prefix_cache_queries / _hits; reset_prefix_cache). Full attention only.
-    `speculative_config` (vLLM's, "ngram" only: engine/speculative.py): greedy requests
-    decode several tokens a step when n-gram drafts from their own text come true.
+    `speculative_config` (vLLM's, "ngram": engine/speculative.py): n-gram drafts per decode.
     `quantization="fp8"`: fp8 projection weights, a scale per block (models/quantization.py).
     `enable_lora` (vLLM's): PEFT adapters per request (LoRARequest), up to `max_loras` in a
     step, ranks up to `max_lora_rank` (engine/lora.py).
-    `kv_transfer_config` (vLLM's, disaggregated prefill / decode: engine/kv_transfer.py):
-    a producer stores the KV of the prompts it computes, a consumer loads a prompt's.
+    `kv_transfer_config` (vLLM's, disaggregated prefill / decode, engine/kv_transfer.py).
     """
 
     def __init__(
@@ -363,13 +360,7 @@ class LLM:
         seq.lora_id = lora_id
         if self._transfer:
             seq.num_external_tokens = self._transfer.num_loadable(ids, params)
-        out = RequestOutput(request_id, list(ids))
-        if params.prompt_logprobs:  # filled in by the steps that compute the prompt
-            out.prompt_logprobs = [0.0] * (len(ids) - 1)
-            if params.num_prompt_top_logprobs:
-                out.prompt_top_logprobs = [[] for _ in ids[1:]]
-        if params.logprobs:
-            out.top_logprobs = []
+        out = RequestOutput.new(request_id, ids, params)
         # Queued last: nothing that can fail stands between it and the record below, so a
         # caller that takes back what it queued (_collect) knows every queued request.
         self._scheduler.add(seq)
@@ -506,7 +497,7 @@ class LLM:
         penalized = self._penalty_slots.fill(
             sched.items,
             batch.penalty_params,
-            self._prompt_len,
+            lambda it: len(self._prompt_of(it)),
             batch.penalty_slot,
             batch.penalty_prompt_len,
         )
@@ -628,9 +619,6 @@ class LLM:
     def _prompt_of(self, item) -> list[int]:
         return self._outputs[item.request_id].prompt_token_ids
 
-    def _prompt_len(self, item) -> int:
-        return len(self._prompt_of(item))
-
     def add_lora(self, lora_request: lora.LoRARequest) -> bool:
         """vLLM's: read an adapter now (errors raise here); False if it was held already."""
         return lora.add_now(self._lora, lora_request)
@@ -643,6 +631,19 @@ class LLM:
     def list_loras(self) -> set[int]:
         """vLLM's: the ids of the adapters held."""
         return set() if self._lora is None else self._lora.held()
+
+    def load_weights(self, weights) -> None:
+        """Serve other weights of the same model (an RL trainer's updated policy; vLLM's
+        load_weights): a checkpoint directory or preset of the served config, or a params
+        tree shaped as `llm.params` (models.load.replacement_params). Refused while requests
+        are unfinished; the prefix cache is reset (its pages hold the old weights' KV)."""
+        if self.has_unfinished():
+            raise ValueError("load_weights: requests are unfinished (finish or abort them)")
+        new = replacement_params(self.config, weights, self._seed, host=bool(self.mesh))
+        if self.mesh is not None:
+            new = put_tree(new, param_shardings(self.config, self.mesh))
+        self.params = jax.tree.map(jnp.asarray, new)
+        self.reset_prefix_cache()
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached page (vLLM's: after new weights, or to measure cold); False

@@ -338,13 +338,25 @@ class RequestOutput:
     # prompt[i]), [(token id, logprob), ...] of the k most likely tokens there, as
     # top_logprobs.
     prompt_top_logprobs: list[list[tuple[int, float]]] | None = None
-    # Once finished: the tokens whose KV came from the prefix cache at the request's last
-    # admission (vLLM's field; 0 without LLM(enable_prefix_caching=True)).
+    # Once finished: the tokens whose KV came from the prefix cache (or the KV store of
+    # LLM(kv_transfer_config=...)) at the request's last admission (vLLM's field).
     num_cached_tokens: int | None = None
 
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+    @classmethod
+    def new(cls, request_id: str, ids, params: SamplingParams) -> RequestOutput:
+        """A queued request's empty record, with room for what its params ask for."""
+        out = cls(request_id, list(ids))
+        if params.prompt_logprobs:  # filled in by the steps that compute the prompt
+            out.prompt_logprobs = [0.0] * (len(ids) - 1)
+            if params.num_prompt_top_logprobs:
+                out.prompt_top_logprobs = [[] for _ in ids[1:]]
+        if params.logprobs:
+            out.top_logprobs = []
+        return out
 
 
 @dataclass(frozen=True)

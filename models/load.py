@@ -6,6 +6,7 @@ checkpoint raises before anything is half-loaded and the next call starts clean.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 
@@ -17,7 +18,7 @@ from configs.hf_config import config_from_hf
 from configs.model_config import ModelConfig
 from configs.presets import PRESETS, get_preset
 from models.hf_loader import load_hf_params, resolve_tied_head, unquantized_leaves
-from models.orbax_io import is_orbax_dir, load_config, restore_params, save_params
+from models.orbax_io import check_tree, is_orbax_dir, load_config, restore_params, save_params
 from models.quantization import check_quantization, dequantize_tree, our_block, quantize_params
 from models.specs import abstract_params, count_params, init_params
 
@@ -151,6 +152,28 @@ def load_model(
         return cfg, params, tokenizer
     cfg = model_config(model, dtype) if cfg is None else cfg
     return cfg, init_params(cfg, jax.random.key(seed), host=host), None
+
+
+def replacement_params(cfg: ModelConfig, weights, seed: int = 0, host: bool = False) -> dict:
+    """New weights for an engine serving `cfg` (LLM.load_weights): those of a checkpoint
+    directory or preset name whose config is `cfg` but for its name, or a params tree as
+    the specs shape it (a trainer's arrays). ValueError naming the field or tensor that
+    differs, before any weight is read. `host`: as load_model's."""
+    if isinstance(weights, str):
+        new_cfg = model_config(weights, cfg.dtype, cfg.quantization)
+        differ = [
+            f"{f.name}={getattr(new_cfg, f.name)!r}"
+            for f in dataclasses.fields(cfg)
+            if f.name != "name" and getattr(new_cfg, f.name) != getattr(cfg, f.name)
+        ]
+        if differ:
+            raise ValueError(
+                f"weights={weights!r}: its config differs from the served {cfg.name!r} in "
+                + ", ".join(differ)
+            )
+        return load_model(weights, cfg.dtype, seed, new_cfg, host=host)[1]
+    check_tree(weights, cfg, "weights")
+    return weights
 
 
 def _check_out_dir(hf_dir: str, out_dir: str) -> None:

@@ -47,6 +47,8 @@ LORA_LAYOUT = ("llama", "dp=2,tp=2")
 # KV transfer (engine/kv_transfer.py): a producer on the first layout, a consumer on the
 # second ("": one device); the stored rows are whole, whatever splits the pages.
 KV_TRANSFER_LAYOUTS = [("deepseek_v3", "tp=2,ep=2", "dp=2,ep=4"), ("llama", "tp=2", "")]
+# LLM.load_weights on a mesh: new weights placed with the served ones' shardings.
+LOAD_WEIGHTS_LAYOUT = ("qwen3_moe", "tp=2,ep=2")
 # Penalized requests (a replicated count state) and token lists (logit_bias, allowed ids,
 # min_tokens) on meshes that split tokens (dp) and the vocabulary's matmul (tp):
 # tests/fixtures/sampler/hf_penalties.json and hf_token_lists.json.
@@ -215,6 +217,7 @@ def mesh_cases(out_path: str) -> None:
     result["fp8_weights"] = _fp8_weights(FP8_WEIGHTS_LAYOUT)
     result["lora"] = _lora_on_mesh(LORA_LAYOUT)
     result["kv_transfer"] = {"|".join(c): _kv_transfer(*c) for c in KV_TRANSFER_LAYOUTS}
+    result["load_weights"] = _load_weights(*LOAD_WEIGHTS_LAYOUT)
     pathlib.Path(out_path).write_text(json.dumps(result))
 
 
@@ -313,6 +316,29 @@ def _kv_transfer(arch: str, producer_mesh: str, consumer_mesh: str) -> dict:
         consumer = _engine(str(FIXTURES / arch), consumer_mesh, kv_transfer_config=config)
         out = _generate(consumer, prompts)
     out["num_loaded_kv_tokens"] = consumer.stats()["num_loaded_kv_tokens"]
+    return out
+
+
+def _load_weights(arch: str, mesh: str) -> dict:
+    """Other weights (a params tree, on the host), then the fixture's folder again."""
+    import jax
+    import numpy as np
+
+    prompts = json.loads((FIXTURES / arch / "reference.json").read_text())["prompts"]
+    llm = _engine(str(FIXTURES / arch), mesh)
+    specs = jax.tree.map(lambda x: str(x.sharding.spec), llm.params)
+    rng = np.random.default_rng(0)
+    other = jax.tree.map(
+        lambda x: np.asarray(x) + rng.normal(0, 0.05, x.shape).astype(x.dtype), llm.params
+    )
+    llm.load_weights(other)
+    out = {"other": _generate(llm, prompts)}
+    out["same_specs"] = jax.tree.map(lambda x: str(x.sharding.spec), llm.params) == specs
+    llm.load_weights(str(FIXTURES / arch))
+    out["fixture"] = _generate(llm, prompts)
+    single = _engine(str(FIXTURES / arch), "")
+    single.load_weights(other)
+    out["single_other"] = _generate(single, prompts)
     return out
 
 

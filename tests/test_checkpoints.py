@@ -519,3 +519,52 @@ def test_every_preset_config_survives_the_orbax_json_round_trip():
         assert config_from_dict(stored) == cfg, name
     windowed = get_preset("tiny-qwen2-sliding")
     assert windowed.full_attention_layers and windowed.sliding_window
+
+
+def test_load_weights_serves_other_weights_of_the_model_in_place(tmp_path):
+    """LLM.load_weights (an RL trainer's weight sync): an orbax checkpoint of other weights
+    for the same config, the original directory again, a params tree: each time the tokens
+    and logprobs are bitwise those of an engine built on those weights, and the prefix cache
+    starts empty. Refused while requests are unfinished, or for another config (naming its
+    fields) or a tree of other tensors, before anything changes."""
+    llama = os.path.join(FIXTURES, "llama")
+    with open(os.path.join(llama, "reference.json")) as f:
+        ref = json.load(f)
+    shape = dict(page_size=8, num_pages=32, max_model_len=64)  # the test above's programs
+    llm = LLM(model=llama, enable_prefix_caching=True, **shape)
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    first = llm.generate(ref["prompts"], params)
+    assert [o.token_ids for o in first] == [t[:8] for t in ref["greedy_tokens"]]
+    rng = np.random.default_rng(0)
+    other = jax.tree.map(
+        lambda x: np.asarray(x) + rng.normal(0, 0.05, x.shape).astype(x.dtype), llm.params
+    )
+    save_params(tmp_path / "other", other, llm.config)
+    want = LLM(model=str(tmp_path / "other"), **shape).generate(ref["prompts"], params)
+    assert [o.token_ids for o in want] != [o.token_ids for o in first]
+
+    def same(outs, expected):
+        for out, exp in zip(outs, expected, strict=True):
+            assert out.token_ids == exp.token_ids
+            assert np.asarray(out.logprobs).tobytes() == np.asarray(exp.logprobs).tobytes()
+
+    assert llm.stats()["prefix_cache_pages"] > 0
+    llm.load_weights(str(tmp_path / "other"))
+    assert llm.stats()["prefix_cache_pages"] == 0  # pages of the old weights' KV
+    same(llm.generate(ref["prompts"], params), want)
+    llm.load_weights(llama)
+    same(llm.generate(ref["prompts"], params), first)
+    llm.load_weights(other)
+    same(llm.generate(ref["prompts"], params), want)
+
+    llm.add_request(ref["prompts"][0], params, request_id="busy")
+    with pytest.raises(ValueError, match="load_weights: requests are unfinished"):
+        llm.load_weights(llama)
+    llm.abort("busy")
+    llm.step()
+    with pytest.raises(ValueError, match="its config differs from the served .* in model_type="):
+        llm.load_weights("tiny-qwen3")
+    with pytest.raises(ValueError, match="weights: tensors missing"):
+        llm.load_weights({"embed": other["embed"]})
+    llm.reset_prefix_cache()  # (a hit computes less of a prompt: other bits, same weights)
+    same(llm.generate(ref["prompts"], params), want)  # nothing changed

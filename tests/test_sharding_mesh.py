@@ -25,6 +25,7 @@ from tests.sharding_worker import (
     FP8_WEIGHTS_LAYOUT,
     KV_TRANSFER_LAYOUTS,
     LAYOUTS,
+    LOAD_WEIGHTS_LAYOUT,
     MAX_TOKENS,
     PENALTY_LAYOUTS,
     SKEWED,
@@ -227,6 +228,19 @@ def test_kv_stored_from_one_mesh_decodes_on_another_as_hf(mesh_results, layouts)
     assert got["num_loaded_kv_tokens"] == sum(len(p) - 1 for p in ref["prompts"])
     assert got["tokens"] == [t[:MAX_TOKENS] for t in ref["greedy_tokens"]]
     assert _max_diff(got["logprobs"], [lp[:MAX_TOKENS] for lp in ref["logprobs"]]) < TOL
+
+
+def test_load_weights_on_a_mesh_places_them_as_the_served_ones(mesh_results):
+    """LLM.load_weights on a tp=2,ep=2 mesh: other weights (a host tree) decode as one device
+    given them does, split as before; the fixture's folder then gives the HF tokens."""
+    got = mesh_results["load_weights"]
+    ref = _reference(LOAD_WEIGHTS_LAYOUT[0])
+    assert got["same_specs"]
+    assert got["other"]["tokens"] == got["single_other"]["tokens"]
+    assert _max_diff(got["other"]["logprobs"], got["single_other"]["logprobs"]) < TOL
+    assert got["other"]["tokens"] != [t[:MAX_TOKENS] for t in ref["greedy_tokens"]]
+    assert got["fixture"]["tokens"] == [t[:MAX_TOKENS] for t in ref["greedy_tokens"]]
+    assert _max_diff(got["fixture"]["logprobs"], [lp[:MAX_TOKENS] for lp in ref["logprobs"]]) < TOL
 
 
 def test_lora_adapters_on_a_mesh_decode_as_peft(mesh_results):
