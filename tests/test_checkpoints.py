@@ -549,6 +549,7 @@ def test_load_weights_serves_other_weights_of_the_model_in_place(tmp_path):
             assert np.asarray(out.logprobs).tobytes() == np.asarray(exp.logprobs).tobytes()
 
     assert llm.stats()["prefix_cache_pages"] > 0
+    compiles = llm.stats()["num_compiles"]
     llm.load_weights(str(tmp_path / "other"))
     assert llm.stats()["prefix_cache_pages"] == 0  # pages of the old weights' KV
     same(llm.generate(ref["prompts"], params), want)
@@ -556,6 +557,7 @@ def test_load_weights_serves_other_weights_of_the_model_in_place(tmp_path):
     same(llm.generate(ref["prompts"], params), first)
     llm.load_weights(other)
     same(llm.generate(ref["prompts"], params), want)
+    assert llm.stats()["num_compiles"] == compiles  # the same programs serve new weights
 
     llm.add_request(ref["prompts"][0], params, request_id="busy")
     with pytest.raises(ValueError, match="load_weights: requests are unfinished"):
