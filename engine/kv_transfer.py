@@ -18,9 +18,11 @@ They must agree on what makes the rows: the model config (a fingerprint of it), 
 dtype and each leaf's row shape, checked when a request is queued (a ValueError naming the
 field). The prompt's token ids are stored too and compared, so a hash collision loads nothing.
 
-Not for sliding-window models (their pools give pages back), with LoRA adapters (a row
-depends on the adapter), nor for requests that need their whole prompt computed (prompt
-logprobs, penalties: prefix_cache.reads_cache); those compute as usual. As vLLM's connector,
+A request run with a LoRA adapter (engine/lora.py) has its own file: the key also hashes
+the adapter's fingerprint (its files' hash, models.lora.fingerprint), the same in every
+engine whatever its id there. Not for sliding-window models (their pools give pages back),
+nor for requests that need their whole prompt computed (prompt logprobs, penalties:
+prefix_cache.reads_cache); those compute as usual. As vLLM's connector,
 the engine never deletes the files. Every process of a multi-process mesh reads the store
 (a filesystem they share), so a prompt's file must be there before its request is sent to a
 consumer, as the proxy does: processes that saw different files would schedule differently.
@@ -112,17 +114,13 @@ class KVTransferConfig:
         return cls(**value)
 
 
-def check_engine(config: KVTransferConfig | None, cfg: ModelConfig, enable_lora: bool) -> None:
-    """The engine settings KV transfer cannot serve, refused before the weights are read."""
-    if config is None:
-        return
-    if cfg.kv_window or cfg.hybrid_window:
+def check_engine(config: KVTransferConfig | None, cfg: ModelConfig) -> None:
+    """The models KV transfer cannot serve, refused before the weights are read."""
+    if config is not None and (cfg.kv_window or cfg.hybrid_window):
         raise ValueError(
             f"kv_transfer_config: not supported for {cfg.model_type}'s sliding-window "
             f"attention (window {cfg.kv_window or cfg.hybrid_window} tokens)"
         )
-    if enable_lora:
-        raise ValueError("kv_transfer_config: not with enable_lora=True (KV depends on adapters)")
 
 
 class KVStore:
@@ -134,14 +132,15 @@ class KVStore:
         self.path.mkdir(parents=True, exist_ok=True)
         self.meta = {"format": FORMAT, **fingerprint}
 
-    def file(self, ids: Sequence[int]) -> pathlib.Path:
-        digest = hashlib.sha256(np.asarray(ids, np.int64).tobytes()).hexdigest()
-        return self.path / f"{digest}.safetensors"
+    def file(self, ids: Sequence[int], adapter: str = "") -> pathlib.Path:
+        """The file of prompt `ids` run with `adapter` (its fingerprint; "": none)."""
+        digest = hashlib.sha256(adapter.encode() + np.asarray(ids, np.int64).tobytes())
+        return self.path / f"{digest.hexdigest()}.safetensors"
 
-    def num_stored(self, ids: Sequence[int], strict: bool) -> int:
+    def num_stored(self, ids: Sequence[int], adapter: str, strict: bool) -> int:
         """Positions of `ids` whose rows the store holds (0 without a file for them). A
         file made with other settings raises (strict) or counts as none."""
-        path = self.file(ids)
+        path = self.file(ids, adapter)
         if not path.exists():
             return 0
         with safe_open(path, "numpy") as f:
@@ -159,14 +158,14 @@ class KVStore:
         n = stored.shape[0]
         return n if n <= len(ids) and np.array_equal(stored, np.asarray(ids[:n])) else 0
 
-    def read(self, ids: Sequence[int], n: int, num_leaves: int) -> list[np.ndarray]:
+    def read(self, ids: Sequence[int], adapter: str, n: int, num_leaves: int) -> list:
         """The first `n` rows of each leaf."""
-        with safe_open(self.file(ids), "numpy") as f:
+        with safe_open(self.file(ids, adapter), "numpy") as f:
             return [f.get_slice(f"leaf{i}")[:n] for i in range(num_leaves)]
 
-    def write(self, ids: Sequence[int], rows: list[np.ndarray]) -> bool:
+    def write(self, ids: Sequence[int], adapter: str, rows: list[np.ndarray]) -> bool:
         """Store `rows` (each [len(ids), ...]) for `ids`; False if a file is there already."""
-        path = self.file(ids)
+        path = self.file(ids, adapter)
         if path.exists():
             return False
         tensors = {"token_ids": np.asarray(ids, np.int64)}
@@ -204,8 +203,12 @@ class KVTransfer:
     rows of the prompts it completes gathered, and written to the store once the step is
     read back (the gather is queued behind the step on the device: no wait)."""
 
-    def __init__(self, config, cfg: ModelConfig, kv, page_size: int, num_pages: int, mesh=None):
+    def __init__(
+        self, config, cfg: ModelConfig, kv, page_size: int, num_pages: int, mesh=None, loras=None
+    ):
+        """`loras`: the engine's LoRASlots (engine/lora.py), None without LoRA."""
         self.config = config
+        self._adapter = (lambda lora_id: "") if loras is None else loras.fingerprint
         leaves = jax.tree.leaves(kv)
         model = repr(dataclasses.replace(cfg, name=""))  # not where it was loaded from
         rows = [[list(leaf.shape[2:]), leaf.dtype.name] for leaf in leaves]
@@ -231,11 +234,12 @@ class KVTransfer:
         self._saving: list[tuple[SchedulerOutput, list]] = []
         self.num_saved_prompts = self.num_saved_tokens = 0
 
-    def num_loadable(self, ids: Sequence[int], params, strict: bool = False) -> int:
+    def num_loadable(self, ids: Sequence[int], params, lora_id: int, strict=False) -> int:
         """Prompt positions a request may load: the stored ones, short of its last token."""
         if not self.config.loads or not reads_cache(params):
             return 0
-        return min(self.store.num_stored(ids, strict), len(ids) - 1)
+        stored = self.store.num_stored(ids, self._adapter(lora_id), strict)
+        return min(stored, len(ids) - 1)
 
     def load(self, kv, items: Sequence[ScheduledItem], prompt_of: Callable):
         """`kv` with the stored rows of every item that loads (ScheduledItem.num_loaded)."""
@@ -243,7 +247,12 @@ class KVTransfer:
         if not loads:
             return kv
         slots = np.concatenate([_slots(it, it.num_loaded, self._page_size) for it in loads])
-        read = [self.store.read(prompt_of(it), it.num_loaded, self._num_leaves) for it in loads]
+        read = [
+            self.store.read(
+                prompt_of(it), self._adapter(it.lora_id), it.num_loaded, self._num_leaves
+            )
+            for it in loads
+        ]
         size = next_pow2(len(slots))  # a program per power of two
         padded = np.full(size, self._pad_slot, np.int32)
         padded[: len(slots)] = slots
@@ -263,31 +272,32 @@ class KVTransfer:
             return
         # Decided from the steps alone (every process of a mesh gathers alike): not what
         # the store holds, which a process may see before another.
-        gathers, queued = [], {ids for _, g in self._saving for ids, _ in g}
+        gathers, queued = [], {key for _, g in self._saving for key, _ in g}
         for it in sched.items:
             # (A prompt loaded from the store is there; samples of one prompt queue it once.)
             if not (it.sample and it.num_generated == 0) or it.num_loaded:
                 continue
             ids = tuple(prompt_of(it))
-            if ids in queued:
+            key = (ids, self._adapter(it.lora_id))
+            if key in queued:
                 continue
             slots = np.zeros(next_pow2(len(ids)), np.int32)
             slots[: len(ids)] = _slots(it, len(ids), self._page_size)
             if self._mesh is not None:
                 slots = put_replicated(slots, self._mesh)
-            gathers.append((ids, self._gather(kv, slots)))
-            queued.add(ids)
+            gathers.append((key, self._gather(kv, slots)))
+            queued.add(key)
         if gathers:
             self._saving.append((sched, gathers))
 
     def written(self, sched: SchedulerOutput) -> None:
         """Write the rows gathered after `sched`, now read back (process 0 writes)."""
         while self._saving and self._saving[0][0] is sched:
-            for ids, rows in self._saving.pop(0)[1]:
-                if jax.process_index() != 0 or self.store.file(ids).exists():
+            for (ids, adapter), rows in self._saving.pop(0)[1]:
+                if jax.process_index() != 0 or self.store.file(ids, adapter).exists():
                     continue
                 rows = [np.asarray(r)[: len(ids)] for r in jax.device_get(rows)]
-                if self.store.write(ids, rows):
+                if self.store.write(ids, adapter, rows):
                     self.num_saved_prompts += 1
                     self.num_saved_tokens += len(ids)
 

@@ -125,7 +125,7 @@ class LLM:
         cfg = model_config(model, dtype, quantization)
         if mesh:
             check_model_layout(cfg, mesh_config)
-        check_engine(transfer, cfg, enable_lora)
+        check_engine(transfer, cfg)
         if max_model_len is None:
             max_model_len = cfg.max_position_embeddings
         if max_model_len > cfg.max_position_embeddings:
@@ -222,7 +222,7 @@ class LLM:
             window_num_pages=window_num_pages,
         )
         self._transfer = transfer and KVTransfer(
-            transfer, cfg, self._kv, page_size, num_pages, self.mesh
+            transfer, cfg, self._kv, page_size, num_pages, self.mesh, self._lora
         )
         kv_block_pages = max(1, _KV_BLOCK_TOKENS // page_size)
         self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
@@ -271,7 +271,7 @@ class LLM:
 
     # ---- requests ----------------------------------------------------------------------
 
-    def _validate(self, ids: list[int], params: SamplingParams) -> None:
+    def _validate(self, ids: list[int], params: SamplingParams, lora_id: int) -> None:
         vocab = self.config.vocab_size
         inputs.check_prompt(ids, vocab, self.max_model_len)
         logit_bias.check_token_lists(params, vocab, self.config.eos_token_ids)
@@ -280,14 +280,17 @@ class LLM:
         if params.structured_outputs is not None:  # compiled now: errors before queueing
             self._structured.index(params.structured_outputs)
         if self._transfer:  # a stored prompt made with other settings is refused
-            self._transfer.num_loadable(ids, params, strict=True)
+            self._transfer.num_loadable(ids, params, lora_id, strict=True)
 
-    def _prepare(self, prompts, sampling_params) -> list[tuple[list[int], SamplingParams]]:
-        """Normalize and validate every request before any is queued (all or nothing)."""
+    def _prepare(self, prompts, sampling_params, lora_request) -> list[tuple]:
+        """Normalize and validate every request before any is queued (all or nothing):
+        (token ids, SamplingParams, lora_int_id) each. `lora_request`: one LoRARequest for
+        all, or one (or None) per prompt (its adapter is read now)."""
         prompts = inputs.split_prompts(prompts)
         sampling_params = inputs.sampling_list(sampling_params, len(prompts), self._default_params)
+        lora_ids = lora.lora_ids(self._lora, lora_request, len(prompts))
         reqs = []
-        for prompt, params in zip(prompts, sampling_params, strict=True):
+        for prompt, params, lora_id in zip(prompts, sampling_params, lora_ids, strict=True):
             ids = self.tokenize(prompt)
             if params.truncate_prompt_tokens is not None:
                 ids = ids[-params.truncate_prompt_tokens :]
@@ -295,8 +298,8 @@ class LLM:
                 words = inputs.bad_word_ids(self.tokenizer, params.bad_words)
                 words += params.bad_words_token_ids or ()
                 params = dataclasses.replace(params, bad_words_token_ids=words)
-            self._validate(ids, params)
-            reqs.append((ids, params))
+            self._validate(ids, params, lora_id)
+            reqs.append((ids, params, lora_id))
         return reqs
 
     def _id_in_use(self, request_id: str) -> bool:
@@ -359,7 +362,7 @@ class LLM:
         seq = Sequence(request_id, tuple(ids), params, fork_of=fork_of, speculate=spec)
         seq.lora_id = lora_id
         if self._transfer:
-            seq.num_external_tokens = self._transfer.num_loadable(ids, params)
+            seq.num_external_tokens = self._transfer.num_loadable(ids, params, lora_id)
         out = RequestOutput.new(request_id, ids, params)
         # Queued last: nothing that can fail stands between it and the record below, so a
         # caller that takes back what it queued (_collect) knows every queued request.
@@ -388,8 +391,7 @@ class LLM:
         """
         if request_id is not None and not isinstance(request_id, str):
             raise ValueError(f"request_id={request_id!r}: must be a string (or None)")
-        ((ids, params),) = self._prepare([prompt], sampling_params)
-        (lora_id,) = lora.lora_ids(self._lora, lora_request, 1)
+        ((ids, params, lora_id),) = self._prepare([prompt], sampling_params, lora_request)
         taken = request_id and next(
             filter(self._id_in_use, samples.sample_ids(request_id, params.n)), None
         )
@@ -685,7 +687,7 @@ class LLM:
         generator early aborts the requests it has not finished; no later step() returns
         their "abort" deltas (no one is left to read them).
         """
-        records, _ = self._collect(self._prepare(prompts, sampling_params), lora_request)
+        records, _ = self._collect(self._prepare(prompts, sampling_params, lora_request))
         try:
             done = [
                 StreamDelta(r.request_id, (), (), r.finish_reason) for r in records if r.finished
@@ -707,7 +709,7 @@ class LLM:
 
         One record per prompt; with SamplingParams.n > 1 it is sample 0's and its `samples`
         lists all n. If it raises (or is interrupted), its unfinished requests are aborted."""
-        records, firsts = self._collect(self._prepare(prompts, sampling_params), lora_request)
+        records, firsts = self._collect(self._prepare(prompts, sampling_params, lora_request))
         try:
             while any(not r.finished for r in records):
                 self.step()
@@ -742,14 +744,12 @@ class LLM:
         )
         return self.generate(prompts, sampling_params, lora_request)
 
-    def _collect(self, reqs, lora_request=None) -> list[RequestOutput]:
-        """Queue validated requests whose records the caller keeps (generate, stream); all
-        or none (an error part-way takes back the ones already queued). `lora_request`: one
-        LoRARequest for all, or one (or None) per request."""
-        lora_ids = lora.lora_ids(self._lora, lora_request, len(reqs))
+    def _collect(self, reqs) -> list[RequestOutput]:
+        """Queue validated requests (_prepare) whose records the caller keeps (generate,
+        stream); all or none (an error part-way takes back the ones already queued)."""
         records, firsts = [], []  # every sample's record; each request's sample 0
         try:
-            for (ids, params), lora_id in zip(reqs, lora_ids, strict=True):
+            for ids, params, lora_id in reqs:
                 for seq in self._enqueue_samples(ids, params, None, False, lora_id):
                     self._collecting.add(seq.request_id)
                     records.append(self._outputs[seq.request_id])

@@ -70,6 +70,7 @@ class LoRASlots:
         }
         self._adapters: dict[int, dict] = {}  # lora_int_id -> weights
         self._paths: dict[int, tuple[str, str]] = {}  # lora_int_id -> (name, path)
+        self._fingerprints: dict[int, str] = {0: ""}  # lora_int_id -> models.lora.fingerprint
         self._slot_of: dict[int, int] = {}  # adapters in a slot
         self._holder: list[int | None] = [None] * s  # slot -> lora_int_id (slot 0: none)
         self._tree = None
@@ -91,6 +92,7 @@ class LoRASlots:
                 request.lora_path, self.cfg, self.max_rank
             )
             self._paths[rid] = (request.lora_name, request.lora_path)
+            self._fingerprints[rid] = lora_model.fingerprint(request.lora_path)
         return rid
 
     def remove(self, rid: int, queued: set[int]) -> bool:
@@ -106,6 +108,10 @@ class LoRASlots:
         if slot is not None:
             self._holder[slot] = None
         return True
+
+    def fingerprint(self, rid: int) -> str:
+        """The weights of adapter `rid` as other engines know them ("" for none)."""
+        return self._fingerprints[rid]
 
     def next_free_id(self) -> int:
         """An id no adapter was ever given here."""

@@ -18,6 +18,7 @@ per input and output channel, a few percent of the projection at S * R ~ 100.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -108,6 +109,15 @@ def _config(path: str, max_rank: int) -> tuple[int, float]:
     if not isinstance(alpha, int | float) or isinstance(alpha, bool):
         raise ValueError(f"{CONFIG_FILE} lora_alpha={alpha!r}: must be a number")
     return r, float(alpha) / (math.sqrt(r) if c.get("use_rslora") else r)
+
+
+def fingerprint(path: str) -> str:
+    """What identifies an adapter's weights across engines and ids: a hash of its two files."""
+    h = hashlib.sha256()
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        with open(os.path.join(path, name), "rb") as f:
+            h.update(hashlib.file_digest(f, "sha256").digest())
+    return h.hexdigest()[:16]
 
 
 def load_adapter(path: str, cfg: ModelConfig, max_rank: int) -> dict[Key, tuple]:

@@ -115,11 +115,11 @@ def transfer_rates(producer: LLM, consumer: LLM, prompt: list[int]) -> dict:
             start = time.perf_counter()
             rows = [np.asarray(r) for r in jax.device_get(made._gather(producer._kv, slots))]
             store.file(prompt).unlink(missing_ok=True)
-            store.write(prompt, rows)
+            store.write(prompt, "", rows)
             store_s = time.perf_counter() - start
         for _ in range(2):
             start = time.perf_counter()
-            read = store.read(prompt, n - 1, len(rows))
+            read = store.read(prompt, "", n - 1, len(rows))
             consumer._kv = c._scatter(consumer._kv, slots[: n - 1], read)
             jax.block_until_ready(consumer._kv)
             load_s = time.perf_counter() - start

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from engine import LLM, KVTransferConfig, SamplingParams
+from engine import LLM, KVTransferConfig, LoRARequest, SamplingParams
 from engine.disagg_proxy import DisaggProxy
 from engine.sequence import Sequence
 from engine.server import Server
@@ -298,8 +298,6 @@ def test_settings_are_checked_before_the_weights_are_read(tmp_path):
             KVTransferConfig.of(value)
     with pytest.raises(ValueError, match="kv_transfer_config: not supported for mistral"):
         LLM(model=str(FIXTURES / "mistral"), kv_transfer_config=good)
-    with pytest.raises(ValueError, match="kv_transfer_config: not with enable_lora=True"):
-        LLM(model=str(FIXTURES / "llama"), enable_lora=True, kv_transfer_config=good)
 
 
 def test_a_proxy_serves_through_a_prefill_and_a_decode_server(tmp_path):
@@ -394,3 +392,34 @@ def test_a_failed_launch_computes_the_prompt_instead(failing, tmp_path, monkeypa
         tokens += [t for d in consumer.step() for t in d.token_ids]
     assert tokens == ref["greedy_tokens"][2][:8]
     assert consumer.stats()["num_loaded_kv_tokens"] == 0  # taken back: computed instead
+
+
+def test_a_requests_adapter_keys_its_stored_kv(tmp_path):
+    """With LoRA (tests/fixtures/lora): prompts prefilled under an adapter decode as peft
+    decodes them on a consumer that knows the adapter by another name and id; the same
+    prompts under no adapter or another adapter find no KV of their own and compute."""
+    lora_dir = FIXTURES / "lora"
+    ref = json.loads((lora_dir / "reference.json").read_text())["llama"]
+    # test_lora's engine shape: its step programs.
+    shape = dict(
+        model=str(FIXTURES / "llama"),
+        enable_lora=True,
+        max_loras=2,
+        max_lora_rank=8,
+        num_pages=64,
+        max_model_len=128,
+    )
+    a = LoRARequest("a", 1, str(lora_dir / "adapter_a"))
+    producer = LLM(**shape, kv_transfer_config=_transfer("kv_producer", tmp_path))
+    producer.generate(ref["prompts"], SamplingParams(max_tokens=1), a)
+    consumer = LLM(**shape, kv_transfer_config=_transfer("kv_consumer", tmp_path))
+    same_a = LoRARequest("adapter-a", 5, str(lora_dir / "adapter_a"))
+    b = LoRARequest("b", 2, str(lora_dir / "adapter_b"))
+    n = len(ref["adapters"]["base"]["greedy_tokens"][0])
+    loras = [same_a] * 3 + [None] * 3 + [b] * 3
+    outs = consumer.generate(ref["prompts"] * 3, SamplingParams(temperature=0, max_tokens=n), loras)
+    for i, out in enumerate(outs):
+        want = ref["adapters"][("adapter_a", "base", "adapter_b")[i // 3]]
+        assert out.token_ids == want["greedy_tokens"][i % 3], i
+        np.testing.assert_allclose(out.logprobs, want["logprobs"][i % 3], atol=1e-4, rtol=0)
+    assert [o.num_cached_tokens for o in outs] == [len(p) - 1 for p in ref["prompts"]] + [0] * 6
