@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from engine import chat, samples, stop_strings
+from engine import chat, samples, stop_strings, tool_calls
 from engine.llm import LLM
 from engine.lora import LoRARequest, lora_ids, require
 from engine.sampling_params import SamplingParams, StreamDelta
@@ -256,18 +256,26 @@ class Server(http.server.ThreadingHTTPServer):
         model_name: str | None = None,
         lora_modules=(),
         allow_runtime_lora_updating: bool = False,
+        tool_call_parser: str | None = None,
     ):
         """`lora_modules`: LoRARequests (engine/lora.py) served as models of their own name
         (vLLM's --lora-modules): a request's "model" picks one; read here, so a bad adapter
         fails the start. `allow_runtime_lora_updating` (vLLM's
         VLLM_ALLOW_RUNTIME_LORA_UPDATING): POST /v1/load_lora_adapter and
-        /v1/unload_lora_adapter add and remove adapters while the server runs."""
+        /v1/unload_lora_adapter add and remove adapters while the server runs.
+        `tool_call_parser` (vLLM's --enable-auto-tool-choice --tool-call-parser): how
+        tool_choice "auto" reads calls from a chat answer (engine/tool_calls.py)."""
+        if tool_call_parser is not None and tool_call_parser not in tool_calls.PARSERS:
+            raise ValueError(
+                f"tool_call_parser={tool_call_parser!r}: expected one of {list(tool_calls.PARSERS)}"
+            )
         if llm.tokenizer is None:
             raise ValueError("llm: the server needs the model's tokenizer (a tokenizer.json)")
         self.llm = llm
         self.model_name = model_name or llm.config.name
         self.loras = {r.lora_name: r for r in lora_modules}
         self.allow_runtime_lora_updating = allow_runtime_lora_updating
+        self.tool_call_parser = tool_call_parser
         if self.model_name in self.loras or len(self.loras) < len(lora_modules):
             raise ValueError(
                 f"lora_modules: names must differ from each other and from {self.model_name!r}"
@@ -445,8 +453,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             )
         lora = self.server.loras.get(model)
         chat_api = routes[self.path]
+        tools = tool_calls.ToolChoice.of(body, self.server.tool_call_parser) if chat_api else None
         prompts = [self._chat_prompt(body)] if chat_api else self._prompts(body)
         params = sampling_params(body, self.server.defaults, chat_api)
+        forced = tools and tools.structured(body["tools"])
+        if forced:  # "required" or a named function: JSON of the call(s)
+            if params.structured_outputs is not None:
+                raise ValueError("tool_choice: a forced call takes no structured outputs too")
+            params = dataclasses.replace(params, structured_outputs=forced)
         if (
             chat_api
             and body.get("max_tokens") is None
@@ -468,11 +482,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         reqs = self._submit(prompts, params, want, lora)
         try:
             if body.get("stream"):
-                self._stream(
-                    reqs, chat_api, bool((body.get("stream_options") or {}).get("include_usage"))
-                )
+                usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                self._stream(reqs, chat_api, usage, tools)
             else:
-                self._whole(reqs, chat_api)
+                self._whole(reqs, chat_api, tools)
         finally:
             for rid, _, _, choices in reqs:
                 if any(c.finish_reason is None for c in choices):
@@ -599,7 +612,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             "top_logprobs": [{piece(a): b for a, b in alts} for alts in top],
         }
 
-    def _whole(self, reqs, chat_api: bool) -> None:
+    def _tool_view(self, tools, c: _Choice, text: str, done: bool) -> tuple:
+        """A chat choice's (content, tool_calls or None, finish_reason) with `tools` (a
+        ToolChoice, or None: the text as it is)."""
+        if tools is None:
+            return text, None, c.finish_reason
+        raw = self.server.detokenize(c.token_ids, skip_special_tokens=False)
+        if not done:
+            return tools.content(text, raw, final=False), None, None
+        fields, called = tools.message(text, raw)
+        # OpenAI's: "tool_calls" when the model chose to call; a named function: "stop".
+        finish = c.finish_reason
+        if called and finish == "stop" and tools.mode != "named":
+            finish = "tool_calls"
+        return fields["content"] or "", fields.get("tool_calls"), finish
+
+    def _whole(self, reqs, chat_api: bool, tools=None) -> None:
         for _ in self._deltas(reqs):
             pass
         choices = [c for *_, cs in reqs for c in cs]
@@ -612,7 +640,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 "stop_reason": c.stop_reason,
             }
             if chat_api:
-                entry["message"] = {"role": "assistant", "content": text}
+                content, calls, entry["finish_reason"] = self._tool_view(tools, c, text, True)
+                entry["message"] = {"role": "assistant", "content": content}
+                if calls:
+                    entry["message"].update(content=content or None, tool_calls=calls)
             else:
                 entry["text"] = text
             entry["logprobs"] = self._logprobs(c, 0, chat_api)
@@ -630,7 +661,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             },
         )
 
-    def _stream(self, reqs, chat_api: bool, include_usage: bool) -> None:
+    def _stream(self, reqs, chat_api: bool, include_usage: bool, tools=None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -664,15 +695,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             )
         for c, d in self._deltas(reqs):
             done = d.finish_reason is not None
-            text = self.server.text(c, final=done)
+            text, calls, finish = self.server.text(c, final=done), None, c.finish_reason
+            if chat_api:
+                text, calls, finish = self._tool_view(tools, c, text, done)
             new, c.sent = text[c.sent :], max(c.sent, len(text))
             if not new and not done:
                 continue
-            entry = {"index": c.index, "finish_reason": c.finish_reason}
+            entry = {"index": c.index, "finish_reason": finish}
             if done:
                 entry["stop_reason"] = c.stop_reason
             if chat_api:
                 entry["delta"] = {"content": new} if new else {}
+                if calls:
+                    entry["delta"]["tool_calls"] = [{"index": i, **t} for i, t in enumerate(calls)]
             else:
                 entry["text"] = new
             entry["logprobs"] = self._logprobs(c, c.tokens_sent, chat_api)

@@ -31,6 +31,15 @@ _RUNTIME_LORA = flags.DEFINE_bool(
     False,
     "POST /v1/load_lora_adapter and /v1/unload_lora_adapter (needs --enable_lora).",
 )
+_AUTO_TOOLS = flags.DEFINE_bool(
+    "enable_auto_tool_choice", False, 'Serve tool_choice "auto" (needs --tool_call_parser).'
+)
+_TOOL_PARSER = flags.DEFINE_enum(
+    "tool_call_parser",
+    None,
+    ["hermes", "deepseek_v3"],
+    "How tool calls are read from a chat answer (engine/tool_calls.py).",
+)
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to listen on.")
 _PORT = flags.DEFINE_integer("port", 8000, "Port to listen on (0: any free one).")
 
@@ -44,6 +53,8 @@ def main(argv):
             raise ValueError("--lora_modules: needs --enable_lora")
         if _RUNTIME_LORA.value and not engine_flags.ENABLE_LORA.value:
             raise ValueError("--allow_runtime_lora_updating: needs --enable_lora")
+        if _AUTO_TOOLS.value != (_TOOL_PARSER.value is not None):
+            raise ValueError("--enable_auto_tool_choice and --tool_call_parser: give both")
         llm = LLM(
             model=_MODEL.value,
             **engine_flags.llm_kwargs(),
@@ -54,6 +65,7 @@ def main(argv):
             _NAME.value or _MODEL.value,
             loras,
             _RUNTIME_LORA.value,
+            _TOOL_PARSER.value,
         )
     except (ValueError, OSError) as e:  # bad flags, a model that cannot serve, a busy port
         sys.exit(f"serve: {e}")

@@ -1,0 +1,206 @@
+"""Tool calls in the chat API: vLLM's `tool_choice` with `--enable_auto_tool_choice
+--tool_call_parser`, and forced calls.
+
+A chat request's `tools` (OpenAI's [{"type": "function", "function": {"name", "description",
+"parameters"}}]) go to the chat template; `tool_choice` says what the answer may be:
+- "none": text only.
+- "auto" (the default with tools): the model decides. Needs the server's parser, which reads
+  the calls out of the finished text: "hermes" (Qwen2.5 / Qwen3 / Hermes: `<tool_call>{"name":
+  ..., "arguments": {...}}</tool_call>` blocks) or "deepseek_v3" (DeepSeek-V3's
+  `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` + a ```json block +
+  `<｜tool▁call▁end｜>` ... `<｜tool▁calls▁end｜>`). Found calls become message.tool_calls and
+  the finish reason "tool_calls"; the text before them is the content. Text that does not
+  parse whole stays content, as vLLM's parsers leave it.
+- "required", or {"type": "function", "function": {"name": NAME}}: the output is held to JSON
+  by structured outputs (engine/structured.py), whatever the model: a non-empty array of
+  {"name", "parameters"} objects over the tools, or the named function's parameters; the
+  calls are read from that JSON (vLLM's way).
+The parsers read the text decoded with special tokens kept (DeepSeek's markers are special
+tokens), and the content stays the plain text before the first marker. Streamed, the content
+goes out as it comes while no marker has begun (the last characters held back while they may
+still start one); the calls go out in one delta at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import uuid
+
+from engine.structured import StructuredOutputsParams
+
+CHOICES = ("none", "auto", "required")
+_HERMES = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)\Z", re.DOTALL)
+_DS_CALLS = "<｜tool▁calls▁begin｜>"
+_DS_CALL = re.compile(
+    r"<｜tool▁call▁begin｜>(?P<kind>.*?)<｜tool▁sep｜>(?P<name>.*?)\n```json\n"
+    r"(?P<args>.*?)\n```<｜tool▁call▁end｜>",
+    re.DOTALL,
+)
+
+
+def _hermes(raw: str) -> list[tuple[str, str]] | None:
+    """(name, arguments JSON) per <tool_call> block; None if a block is not such JSON."""
+    calls = []
+    for done, open_end in _HERMES.findall(raw):
+        try:
+            call = json.loads(done or open_end)
+            name, args = call["name"], call.get("arguments", call.get("parameters", {}))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            return None
+        if not isinstance(name, str):
+            return None
+        calls.append((name, json.dumps(args, ensure_ascii=False)))
+    return calls
+
+
+def _deepseek_v3(raw: str) -> list[tuple[str, str]] | None:
+    calls = []
+    for m in _DS_CALL.finditer(raw):
+        try:
+            json.loads(m["args"])
+        except json.JSONDecodeError:
+            return None
+        calls.append((m["name"], m["args"]))
+    return calls
+
+
+# parser name -> (the marker its calls start with, the parser)
+PARSERS = {"hermes": ("<tool_call>", _hermes), "deepseek_v3": (_DS_CALLS, _deepseek_v3)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolChoice:
+    """What a chat request's `tools` and `tool_choice` ask for (`of`)."""
+
+    mode: str  # "auto" | "required" | "named"
+    parser: str | None = None  # "auto": the server's parser
+    name: str | None = None  # "named": the function
+
+    @classmethod
+    def of(cls, body: dict, parser: str | None) -> ToolChoice | None:
+        """None when the answer is text only; ValueError naming the field when the request
+        cannot be served (bad tools, an unknown function, "auto" without a parser)."""
+        tools, choice = body.get("tools"), body.get("tool_choice")
+        names = _tool_names(tools)
+        if choice is None:
+            choice = "auto" if names else "none"
+        if choice == "none":
+            return None
+        if not names:
+            raise ValueError(f"tool_choice={choice!r}: needs tools")
+        if isinstance(choice, dict):
+            fn = choice.get("function") if choice.get("type") == "function" else None
+            name = fn.get("name") if isinstance(fn, dict) else None
+            if name not in names:
+                raise ValueError(
+                    f"tool_choice={choice!r}: expected {{'type': 'function', 'function': "
+                    f"{{'name': one of {names}}}}}"
+                )
+            return cls("named", name=name)
+        if choice not in CHOICES:
+            raise ValueError(f"tool_choice={choice!r}: expected one of {CHOICES} or a function")
+        if choice == "required":
+            return cls("required")
+        if parser is None:
+            raise ValueError(
+                'tool_choice="auto": needs the server started with --enable_auto_tool_choice '
+                "and --tool_call_parser (or tool_choice 'none', 'required' or a function)"
+            )
+        return cls("auto", parser=parser)
+
+    def structured(self, tools: list[dict]) -> StructuredOutputsParams | None:
+        """The JSON a forced choice holds the output to (None for "auto")."""
+        params = {t["function"]["name"]: _parameters(t["function"]) for t in tools}
+        if self.mode == "named":
+            return StructuredOutputsParams(json=params[self.name])
+        if self.mode == "required":
+            one = [
+                {
+                    "type": "object",
+                    "properties": {"name": {"enum": [name]}, "parameters": schema},
+                    "required": ["name", "parameters"],
+                }
+                for name, schema in params.items()
+            ]
+            return StructuredOutputsParams(
+                json={"type": "array", "minItems": 1, "items": {"anyOf": one}}
+            )
+        return None
+
+    def calls(self, text: str, raw: str) -> list[tuple[str, str]] | None:
+        """(name, arguments JSON) per call in a finished answer (`text` decoded plainly,
+        `raw` with special tokens); None: no call (the text is the content)."""
+        if self.mode == "named":
+            return [(self.name, text)]
+        if self.mode == "required":
+            try:
+                return [(c["name"], json.dumps(c["parameters"])) for c in json.loads(text)]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                return None  # (cut by max_tokens)
+        marker, parse = PARSERS[self.parser]
+        return (parse(raw) or None) if marker in raw else None
+
+    def content(self, text: str, raw: str, final: bool) -> str:
+        """The part of `text` to show as content: all of it with no call, else what comes
+        before the first marker (before it ends: what cannot yet be one)."""
+        if self.mode != "auto":
+            return ""
+        marker = PARSERS[self.parser][0]
+        if marker in raw:  # (a special-token marker shows only in `raw`)
+            cut = text.find(marker)
+            return text[:cut] if cut >= 0 else raw[: raw.find(marker)]
+        if final:
+            return text
+        return text[: len(text) - _partial_suffix(text, marker)]
+
+    def message(self, text: str, raw: str) -> tuple[dict, bool]:
+        """(the assistant message's fields, whether it calls tools)."""
+        calls = self.calls(text, raw)
+        if calls is None:
+            return {"content": text}, False
+        content = self.content(text, raw, final=True)
+        return {"content": content or None, "tool_calls": tool_calls(calls)}, True
+
+
+def tool_calls(calls: list[tuple[str, str]]) -> list[dict]:
+    """The OpenAI API's tool_calls entries."""
+    return [
+        {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": name, "arguments": args},
+        }
+        for name, args in calls
+    ]
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Characters at the end of `text` that could be the start of `marker`."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def _parameters(fn: dict) -> dict:
+    schema = fn.get("parameters")
+    return {"type": "object", "properties": {}} if schema is None else schema
+
+
+def _tool_names(tools) -> list[str]:
+    """The functions' names; ValueError naming what is not a tool."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise ValueError("tools: must be a list")
+    names = []
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) and t.get("type") == "function" else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ValueError(f"tools[{i}]: expected {{'type': 'function', 'function': {{'name'...")
+        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+            raise ValueError(f"tools[{i}].function.parameters: must be a JSON schema object")
+        names.append(fn["name"])
+    return names

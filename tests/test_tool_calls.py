@@ -1,0 +1,215 @@
+"""Tool calls in the chat API (engine/tool_calls.py, engine/server.py).
+
+The parsers and the request rules on the host, with exact expectations; then over HTTP on
+the llama fixture (random weights, so its choices are the grammar's): a named function and
+"required" hold the answer to the calls' JSON, which parses into tool_calls; "auto" reads a
+hermes block out of an answer held to one by structured outputs, whole and streamed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+
+import pytest
+
+from engine.server import Server
+from engine.tool_calls import ToolChoice
+from tests.test_server import FIXTURES, POOL, post, stream
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+            "required": ["city"],
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time"}}
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def test_hermes_blocks_become_calls_and_the_text_before_them_the_content():
+    auto = ToolChoice("auto", parser="hermes")
+    text = f'Let me look.\n{CALL}\n<tool_call>\n{{"name": "get_time"}}\n</tool_call>'
+    assert auto.calls(text, text) == [("get_weather", '{"city": "Paris"}'), ("get_time", "{}")]
+    fields, called = auto.message(text, text)
+    assert called and fields["content"] == "Let me look.\n"
+    assert [c["function"]["name"] for c in fields["tool_calls"]] == ["get_weather", "get_time"]
+    assert all(
+        c["type"] == "function" and c["id"].startswith("call_") for c in fields["tool_calls"]
+    )
+    # An answer cut before its closing tag still parses; one that is not JSON stays text.
+    assert auto.calls(CALL[: -len("</tool_call>")], CALL[: -len("</tool_call>")]) == [
+        ("get_weather", '{"city": "Paris"}')
+    ]
+    broken = "<tool_call>{not json}</tool_call>"
+    assert auto.message(broken, broken) == ({"content": broken}, False)
+    assert auto.message("no call", "no call") == ({"content": "no call"}, False)
+
+
+def test_deepseek_v3_calls_read_from_its_special_tokens():
+    auto = ToolChoice("auto", parser="deepseek_v3")
+    raw = (
+        "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+        '```json\n{"city": "Rome"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>'
+    )
+    text = 'Checking.functionget_weather\n```json\n{"city": "Rome"}\n```'  # special tokens gone
+    fields, called = auto.message(text, raw)
+    assert called and fields["content"] == "Checking."
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in fields["tool_calls"]] == [
+        ("get_weather", '{"city": "Rome"}')
+    ]
+
+
+def test_streamed_content_stops_where_a_call_may_begin():
+    auto = ToolChoice("auto", parser="hermes")
+    assert auto.content("Hi <tool", "Hi <tool", final=False) == "Hi "
+    assert auto.content("Hi <tab", "Hi <tab", final=False) == "Hi <tab"
+    assert auto.content("Hi <tool", "Hi <tool", final=True) == "Hi <tool"
+    assert auto.content("Hi <tool_call>{", "Hi <tool_call>{", final=False) == "Hi "
+    assert ToolChoice("named", name="f").content("{", "{", final=False) == ""
+
+
+def test_requests_are_checked():
+    assert ToolChoice.of({}, None) is None
+    assert ToolChoice.of({"tools": [WEATHER], "tool_choice": "none"}, None) is None
+    assert ToolChoice.of({"tools": [WEATHER]}, "hermes") == ToolChoice("auto", parser="hermes")
+    named = {"type": "function", "function": {"name": "get_time"}}
+    assert ToolChoice.of({"tools": [WEATHER, TIME], "tool_choice": named}, None).name == "get_time"
+    cases = [
+        ({"tools": [WEATHER]}, 'tool_choice="auto": needs the server started with'),
+        ({"tool_choice": "required"}, "tool_choice='required': needs tools"),
+        ({"tools": [WEATHER], "tool_choice": "any"}, "tool_choice='any': expected one of"),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "x"}}},
+            re.escape("expected {'type': 'function', 'function': {'name': one of ['get_"),
+        ),
+        ({"tools": {"a": 1}}, "tools: must be a list"),
+        ({"tools": [{"type": "function"}]}, r"tools\[0\]: expected"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}]},
+            r"tools\[0\].function.parameters: must be a JSON schema object",
+        ),
+    ]
+    for body, match in cases:
+        with pytest.raises(ValueError, match=match):
+            ToolChoice.of(body, None)
+    required = json.loads(ToolChoice("required").structured([WEATHER, TIME]).json)
+    assert required["type"] == "array" and required["minItems"] == 1
+    names = [one["properties"]["name"]["enum"] for one in required["items"]["anyOf"]]
+    assert names == [["get_weather"], ["get_time"]]
+    named = ToolChoice("named", name="get_weather").structured([WEATHER]).json
+    assert json.loads(named) == WEATHER["function"]["parameters"]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """The llama fixture's weights with the byte-level BPE tokenizer of test_structured
+    (structured outputs need one), served with the hermes parser."""
+    from engine import LLM
+
+    model = tmp_path_factory.mktemp("tools_llama")
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        (model / name).symlink_to(FIXTURES / "llama" / name)
+    (model / "tokenizer.json").symlink_to(FIXTURES / "structured" / "tokenizer.json")
+    llm = LLM(model=str(model), max_num_seqs=8, max_num_batched_tokens=64, **POOL)
+    hermes = Server(("127.0.0.1", 0), llm, "llama", tool_call_parser="hermes")
+    thread = threading.Thread(target=hermes.serve_forever, daemon=True)
+    thread.start()
+    yield hermes
+    hermes.shutdown()
+    hermes.close()
+
+
+# A short prompt: its answers get most of the fixture pool's 128-token sequences.
+TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+
+
+def _chat(**kw) -> dict:
+    messages = [{"role": "user", "content": "Weather?"}]
+    return {"messages": messages, "chat_template": TEMPLATE, "temperature": 0, **kw}
+
+
+def test_a_named_function_holds_the_answer_to_its_arguments(servers):
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    status, out = post(
+        servers, "/v1/chat/completions", _chat(tools=[WEATHER], tool_choice=named, max_tokens=60)
+    )
+    assert status == 200, out
+    (choice,) = out["choices"]
+    assert choice["finish_reason"] == "stop"  # OpenAI's, for a named function
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"])["city"] in ("Paris", "Rome")
+    assert choice["message"]["content"] is None
+
+
+def test_required_holds_the_answer_to_calls_of_the_tools(servers):
+    # Random weights would go on adding calls: "]" (63) and EOS (2) favoured end the array
+    # where the grammar allows it.
+    body = _chat(
+        tools=[WEATHER, TIME], tool_choice="required", max_tokens=110, logit_bias={63: 30, 2: 30}
+    )
+    status, out = post(servers, "/v1/chat/completions", body)
+    assert status == 200, out
+    (choice,) = out["choices"]
+    assert choice["finish_reason"] == "tool_calls", choice
+    calls = choice["message"]["tool_calls"]
+    assert calls and all(c["function"]["name"] in ("get_weather", "get_time") for c in calls)
+    for c in calls:
+        args = json.loads(c["function"]["arguments"])
+        if c["function"]["name"] == "get_weather":
+            assert args["city"] in ("Paris", "Rome")
+    status, out = post(
+        servers, "/v1/chat/completions", {**body, "response_format": {"type": "json_object"}}
+    )
+    assert status == 400 and "takes no structured outputs too" in out["error"]["message"]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_auto_reads_a_hermes_block_out_of_the_answer(servers, streamed):
+    # The random model's answer held to a fixed text (structured outputs): a call, or not.
+    for text, called in ((f"Sure. {CALL}", True), ("No call here.", False)):
+        body = _chat(tools=[WEATHER], max_tokens=80, structured_outputs={"choice": [text]})
+        if not streamed:
+            status, out = post(servers, "/v1/chat/completions", body)
+            assert status == 200, out
+            (choice,) = out["choices"]
+            message, finish = choice["message"], choice["finish_reason"]
+        else:
+            events = stream(servers, "/v1/chat/completions", body)
+            deltas = [e["choices"][0] for e in events[:-1] if e["choices"]]
+            content = "".join(d["delta"].get("content", "") for d in deltas)
+            calls = [c for d in deltas for c in d["delta"].get("tool_calls", [])]
+            message = {"content": content or None, "tool_calls": calls or None}
+            finish = deltas[-1]["finish_reason"]
+        if called:
+            assert finish == "tool_calls"
+            assert message["content"] == "Sure. "
+            (call,) = message["tool_calls"]
+            assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+        else:
+            assert finish == "stop" and message["content"] == text
+            assert not message.get("tool_calls")
+
+
+def test_auto_needs_a_parser_and_none_is_text(servers):
+    no_parser = Server(("127.0.0.1", 0), servers.llm, "llama")
+    try:
+        handler_body = _chat(tools=[WEATHER], max_tokens=2)
+        with pytest.raises(ValueError, match='tool_choice="auto": needs the server'):
+            ToolChoice.of(handler_body, no_parser.tool_call_parser)
+    finally:
+        no_parser.server_close()
+        no_parser.loop.close()
+    status, out = post(
+        servers, "/v1/chat/completions", _chat(tools=[WEATHER], tool_choice="none", max_tokens=3)
+    )
+    assert status == 200 and "tool_calls" not in out["choices"][0]["message"]
+    with pytest.raises(ValueError, match="tool_call_parser='x': expected one of"):
+        Server(("127.0.0.1", 0), servers.llm, "llama", tool_call_parser="x")
