@@ -249,6 +249,16 @@ BAD_FLAGS = [
     ),
     ("scripts.disagg_proxy", ["--decode=http://127.0.0.1:1"], "prefill_urls: needs at least"),
     (
+        "scripts.serve",
+        ["--model=/no/such/dir", "--enable_auto_tool_choice"],
+        "--enable_auto_tool_choice and --tool_call_parser: give both",
+    ),
+    (
+        "scripts.serve",
+        ["--model=/no/such/dir", "--allow_runtime_lora_updating"],
+        "--allow_runtime_lora_updating: needs --enable_lora",
+    ),
+    (
         "scripts.disagg_proxy",
         ["--prefill=ftp://x", "--decode=http://127.0.0.1:1"],
         "server url='ftp://x': expected http://host:port",
