@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator
 
 from engine import chat, samples, stop_strings, tool_calls
+from engine import reasoning as reasoning_lib
 from engine.llm import LLM
 from engine.lora import LoRARequest, lora_ids, require
 from engine.sampling_params import SamplingParams, StreamDelta
@@ -228,6 +229,7 @@ class _Choice:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     sent: int = 0  # characters of text streamed
+    thought_sent: int = 0  # characters of reasoning streamed (a reasoning parser's)
     # Streaming: the text of token_ids[:read], grown by decoding only the tokens from
     # `prefix` on (a few, for the decoder's context), so a stream costs O(tokens).
     decoded: str = ""
@@ -257,6 +259,7 @@ class Server(http.server.ThreadingHTTPServer):
         lora_modules=(),
         allow_runtime_lora_updating: bool = False,
         tool_call_parser: str | None = None,
+        reasoning_parser: str | None = None,
     ):
         """`lora_modules`: LoRARequests (engine/lora.py) served as models of their own name
         (vLLM's --lora-modules): a request's "model" picks one; read here, so a bad adapter
@@ -264,7 +267,10 @@ class Server(http.server.ThreadingHTTPServer):
         VLLM_ALLOW_RUNTIME_LORA_UPDATING): POST /v1/load_lora_adapter and
         /v1/unload_lora_adapter add and remove adapters while the server runs.
         `tool_call_parser` (vLLM's --enable-auto-tool-choice --tool-call-parser): how
-        tool_choice "auto" reads calls from a chat answer (engine/tool_calls.py)."""
+        tool_choice "auto" reads calls from a chat answer (engine/tool_calls.py).
+        `reasoning_parser` (vLLM's): a chat answer's thinking goes to reasoning_content
+        (engine/reasoning.py)."""
+        reasoning_lib.check(reasoning_parser)
         if tool_call_parser is not None and tool_call_parser not in tool_calls.PARSERS:
             raise ValueError(
                 f"tool_call_parser={tool_call_parser!r}: expected one of {list(tool_calls.PARSERS)}"
@@ -276,6 +282,7 @@ class Server(http.server.ThreadingHTTPServer):
         self.loras = {r.lora_name: r for r in lora_modules}
         self.allow_runtime_lora_updating = allow_runtime_lora_updating
         self.tool_call_parser = tool_call_parser
+        self.reasoning_parser = reasoning_parser
         if self.model_name in self.loras or len(self.loras) < len(lora_modules):
             raise ValueError(
                 f"lora_modules: names must differ from each other and from {self.model_name!r}"
@@ -612,20 +619,25 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             "top_logprobs": [{piece(a): b for a, b in alts} for alts in top],
         }
 
-    def _tool_view(self, tools, c: _Choice, text: str, done: bool) -> tuple:
-        """A chat choice's (content, tool_calls or None, finish_reason) with `tools` (a
-        ToolChoice, or None: the text as it is)."""
+    def _answer(self, tools, c: _Choice, text: str, done: bool) -> tuple:
+        """A chat choice's (reasoning or None, content, tool_calls or None, finish_reason):
+        its thinking apart with the server's reasoning parser (engine/reasoning.py), tool
+        calls read from the rest with `tools` (a ToolChoice, or None)."""
+        parser, reasoning = self.server.reasoning_parser, None
+        raw = tools and self.server.detokenize(c.token_ids, skip_special_tokens=False)
+        if parser is not None:
+            reasoning, text = reasoning_lib.split(parser, text, done)
+            raw = raw and reasoning_lib.split(parser, raw, done)[1]
         if tools is None:
-            return text, None, c.finish_reason
-        raw = self.server.detokenize(c.token_ids, skip_special_tokens=False)
+            return reasoning, text, None, c.finish_reason
         if not done:
-            return tools.content(text, raw, final=False), None, None
+            return reasoning, tools.content(text, raw, final=False), None, None
         fields, called = tools.message(text, raw)
         # OpenAI's: "tool_calls" when the model chose to call; a named function: "stop".
         finish = c.finish_reason
         if called and finish == "stop" and tools.mode != "named":
             finish = "tool_calls"
-        return fields["content"] or "", fields.get("tool_calls"), finish
+        return reasoning, fields["content"] or "", fields.get("tool_calls"), finish
 
     def _whole(self, reqs, chat_api: bool, tools=None) -> None:
         for _ in self._deltas(reqs):
@@ -640,8 +652,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 "stop_reason": c.stop_reason,
             }
             if chat_api:
-                content, calls, entry["finish_reason"] = self._tool_view(tools, c, text, True)
+                reasoning, content, calls, entry["finish_reason"] = self._answer(
+                    tools, c, text, True
+                )
                 entry["message"] = {"role": "assistant", "content": content}
+                if self.server.reasoning_parser is not None:
+                    entry["message"]["reasoning_content"] = reasoning
                 if calls:
                     entry["message"].update(content=content or None, tool_calls=calls)
             else:
@@ -696,16 +712,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         for c, d in self._deltas(reqs):
             done = d.finish_reason is not None
             text, calls, finish = self.server.text(c, final=done), None, c.finish_reason
+            thought = ""
             if chat_api:
-                text, calls, finish = self._tool_view(tools, c, text, done)
+                reasoning, text, calls, finish = self._answer(tools, c, text, done)
+                thought = (reasoning or "")[c.thought_sent :]
+                c.thought_sent += len(thought)
             new, c.sent = text[c.sent :], max(c.sent, len(text))
-            if not new and not done:
+            if not new and not thought and not done:
                 continue
             entry = {"index": c.index, "finish_reason": finish}
             if done:
                 entry["stop_reason"] = c.stop_reason
             if chat_api:
                 entry["delta"] = {"content": new} if new else {}
+                if thought:
+                    entry["delta"]["reasoning_content"] = thought
                 if calls:
                     entry["delta"]["tool_calls"] = [{"index": i, **t} for i, t in enumerate(calls)]
             else:

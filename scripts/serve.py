@@ -40,6 +40,12 @@ _TOOL_PARSER = flags.DEFINE_enum(
     ["hermes", "deepseek_v3"],
     "How tool calls are read from a chat answer (engine/tool_calls.py).",
 )
+_REASONING = flags.DEFINE_enum(
+    "reasoning_parser",
+    None,
+    ["deepseek_r1", "qwen3"],
+    "A chat answer's <think> part goes to reasoning_content (engine/reasoning.py).",
+)
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to listen on.")
 _PORT = flags.DEFINE_integer("port", 8000, "Port to listen on (0: any free one).")
 
@@ -66,6 +72,7 @@ def main(argv):
             loras,
             _RUNTIME_LORA.value,
             _TOOL_PARSER.value,
+            _REASONING.value,
         )
     except (ValueError, OSError) as e:  # bad flags, a model that cannot serve, a busy port
         sys.exit(f"serve: {e}")

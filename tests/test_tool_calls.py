@@ -1,9 +1,11 @@
-"""Tool calls in the chat API (engine/tool_calls.py, engine/server.py).
+"""Tool calls and reasoning in the chat API (engine/tool_calls.py, engine/reasoning.py,
+engine/server.py).
 
 The parsers and the request rules on the host, with exact expectations; then over HTTP on
 the llama fixture (random weights, so its choices are the grammar's): a named function and
 "required" hold the answer to the calls' JSON, which parses into tool_calls; "auto" reads a
-hermes block out of an answer held to one by structured outputs, whole and streamed.
+hermes block out of an answer held to one by structured outputs, whole and streamed; a
+reasoning parser puts the <think> part of such an answer in reasoning_content.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 
 import pytest
 
+from engine.reasoning import split
 from engine.server import Server
 from engine.tool_calls import ToolChoice
 from tests.test_server import FIXTURES, POOL, post, stream
@@ -118,7 +121,9 @@ def servers(tmp_path_factory):
         (model / name).symlink_to(FIXTURES / "llama" / name)
     (model / "tokenizer.json").symlink_to(FIXTURES / "structured" / "tokenizer.json")
     llm = LLM(model=str(model), max_num_seqs=8, max_num_batched_tokens=64, **POOL)
-    hermes = Server(("127.0.0.1", 0), llm, "llama", tool_call_parser="hermes")
+    hermes = Server(
+        ("127.0.0.1", 0), llm, "llama", tool_call_parser="hermes", reasoning_parser="qwen3"
+    )
     thread = threading.Thread(target=hermes.serve_forever, daemon=True)
     thread.start()
     yield hermes
@@ -213,3 +218,39 @@ def test_auto_needs_a_parser_and_none_is_text(servers):
     assert status == 200 and "tool_calls" not in out["choices"][0]["message"]
     with pytest.raises(ValueError, match="tool_call_parser='x': expected one of"):
         Server(("127.0.0.1", 0), servers.llm, "llama", tool_call_parser="x")
+
+
+def test_thinking_is_split_from_the_answer():
+    assert split("qwen3", "<think>a b</think>\n\nThe answer.", True) == ("a b", "\n\nThe answer.")
+    assert split("qwen3", "The answer.", True) == (None, "The answer.")  # thinking off
+    assert split("qwen3", "<thi", False) == (None, "")  # may still open
+    assert split("qwen3", "<think>a b</thi", False) == ("a b", "")  # may be closing
+    assert split("qwen3", "<think>a b</thi", True) == ("a b</thi", "")
+    # DeepSeek-R1's template opens the thinking in the prompt.
+    assert split("deepseek_r1", "a b</think>Answer", True) == ("a b", "Answer")
+    assert split("deepseek_r1", "still thinking", True) == ("still thinking", "")
+    assert split("deepseek_r1", "<think>x</think>y", True) == ("x", "y")
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_reasoning_content_comes_apart_from_content_and_calls(servers, streamed):
+    for text, reasoning, content, called in (
+        ("<think>Let me see.</think>It is sunny.", "Let me see.", "It is sunny.", False),
+        (f"<think>A tool.</think>{CALL}", "A tool.", None, True),
+        ("No thinking.", None, "No thinking.", False),
+    ):
+        body = _chat(tools=[WEATHER], max_tokens=100, structured_outputs={"choice": [text]})
+        if not streamed:
+            status, out = post(servers, "/v1/chat/completions", body)
+            assert status == 200, out
+            message = out["choices"][0]["message"]
+        else:
+            events = stream(servers, "/v1/chat/completions", body)
+            deltas = [e["choices"][0]["delta"] for e in events[:-1] if e["choices"]]
+            message = {
+                key: "".join(d.get(key, "") for d in deltas) or None
+                for key in ("reasoning_content", "content")
+            }
+            message["tool_calls"] = [c for d in deltas for c in d.get("tool_calls", [])]
+        assert (message["reasoning_content"], message["content"]) == (reasoning, content)
+        assert bool(message.get("tool_calls")) == called
