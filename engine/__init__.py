@@ -8,6 +8,7 @@ from engine.sampling_params import RequestOutput, SamplingParams, StreamDelta
 from engine.structured import StructuredOutputsParams
 
 __all__ = [
+    "BeamSearchParams",
     "KVTransferConfig",
     "LLM",
     "LoRARequest",
@@ -27,6 +28,10 @@ def __getattr__(name: str):
         from engine.lora import LoRARequest
 
         return LoRARequest
+    if name == "BeamSearchParams":  # engine/beam_search.py imports jax (through inputs)
+        from engine.beam_search import BeamSearchParams
+
+        return BeamSearchParams
     if name == "KVTransferConfig":  # engine/kv_transfer.py imports jax
         from engine.kv_transfer import KVTransferConfig
 

@@ -311,3 +311,16 @@ def load_text_side(tokenizer_path, cfg: ModelConfig) -> tuple:
     model_dir = os.path.dirname(os.fspath(tokenizer_path))
     template, special = chat.read_template(tok_cfg, model_dir)
     return tokenizer, prompt_bos_id(tok_cfg, tokenizer, cfg), template, special
+
+
+def model_len(max_model_len: int | None, cfg: ModelConfig) -> int:
+    """LLM's max_model_len (checked an int already): the model's max_position_embeddings
+    unless given, and never more."""
+    if max_model_len is None:
+        return cfg.max_position_embeddings
+    if max_model_len > cfg.max_position_embeddings:
+        raise ValueError(
+            f"max_model_len={max_model_len!r}: must be in [1, max_position_embeddings="
+            f"{cfg.max_position_embeddings}]"
+        )
+    return max_model_len

@@ -14,6 +14,7 @@ import numpy as np
 from engine import batch_invariant as batch_invariant_lib
 from engine import chat, inputs, kv_budget, kv_quant, logit_bias, lora, penalties, runner, samples
 from engine.attention_ops import resolve_impl
+from engine.beam_search import beam_search
 from engine.kv_pages import PageManager, pages_for_tokens
 from engine.kv_transfer import KVTransfer, KVTransferConfig, check_engine
 from engine.prefix_cache import PrefixCache
@@ -126,13 +127,7 @@ class LLM:
         if mesh:
             check_model_layout(cfg, mesh_config)
         check_engine(transfer, cfg)
-        if max_model_len is None:
-            max_model_len = cfg.max_position_embeddings
-        if max_model_len > cfg.max_position_embeddings:
-            raise ValueError(
-                f"max_model_len={max_model_len!r}: must be in [1, max_position_embeddings="
-                f"{cfg.max_position_embeddings}]"
-            )
+        max_model_len = inputs.model_len(max_model_len, cfg)
         if enable_prefix_caching and (cfg.kv_window or cfg.hybrid_window):
             raise ValueError(
                 f"enable_prefix_caching=True: not supported for {cfg.model_type}'s sliding-"
@@ -633,6 +628,8 @@ class LLM:
     def list_loras(self) -> set[int]:
         """vLLM's: the ids of the adapters held."""
         return set() if self._lora is None else self._lora.held()
+
+    beam_search = beam_search  # vLLM's LLM.beam_search(prompts, BeamSearchParams)
 
     def load_weights(self, weights) -> None:
         """Serve other weights of the same model (an RL trainer's updated policy; vLLM's
