@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from engine.attention_ops import resolve_impl
 from engine.beam_search import beam_search
 from engine.kv_pages import PageManager, pages_for_tokens
 from engine.kv_transfer import KVTransfer, KVTransferConfig, check_engine
+from engine.llm_control import EngineControl
 from engine.prefix_cache import PrefixCache
 from engine.sampler import GREEDY_TEMPERATURE
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
@@ -27,16 +29,16 @@ from engine.step import StepVariants, init_kv_pages
 from engine.stop_strings import check_stop_strings, final_text
 from engine.structured import StructuredOutputs
 from long_context.policy import LongPrefillPolicy, policy_for_processes
-from models.load import load_model, model_config, replacement_params
+from models.load import load_model, model_config
 from sharding.mesh import parse_mesh
-from sharding.placement import check_model_layout, put_replicated, put_tree, shard_model
-from sharding.rules import param_shardings, replicated
+from sharding.placement import check_model_layout, put_replicated, shard_model
+from sharding.rules import replicated
 
 # KV positions reduced together by the attention's online softmax (see paged_attention).
 _KV_BLOCK_TOKENS = 128
 
 
-class LLM:
+class LLM(EngineControl):
     """Offline and streaming generation over a paged KV cache with continuous batching.
 
     Args (DESIGN.md "Public API"): `model` is a preset name, a Hugging Face directory or an
@@ -208,7 +210,9 @@ class LLM:
             window_tables=hybrid,
         )
         self.kv_dtype = jnp.dtype(cfg.dtype if kv_dtype is None else kv_dtype)
-        self._kv = init_kv_pages(
+        # A zeroed cache (again after sleep: engine/llm_control.py).
+        self._new_kv = functools.partial(
+            init_kv_pages,
             cfg,
             num_pages,
             page_size,
@@ -216,6 +220,7 @@ class LLM:
             mesh=self.mesh,
             window_num_pages=window_num_pages,
         )
+        self._kv = self._new_kv()
         self._transfer = transfer and KVTransfer(
             transfer, cfg, self._kv, page_size, num_pages, self.mesh, self._lora
         )
@@ -281,6 +286,7 @@ class LLM:
         """Normalize and validate every request before any is queued (all or nothing):
         (token ids, SamplingParams, lora_int_id) each. `lora_request`: one LoRARequest for
         all, or one (or None) per prompt (its adapter is read now)."""
+        self._check_awake()
         prompts = inputs.split_prompts(prompts)
         sampling_params = inputs.sampling_list(sampling_params, len(prompts), self._default_params)
         lora_ids = lora.lora_ids(self._lora, lora_request, len(prompts))
@@ -616,41 +622,7 @@ class LLM:
     def _prompt_of(self, item) -> list[int]:
         return self._outputs[item.request_id].prompt_token_ids
 
-    def add_lora(self, lora_request: lora.LoRARequest) -> bool:
-        """vLLM's: read an adapter now (errors raise here); False if it was held already."""
-        return lora.add_now(self._lora, lora_request)
-
-    def remove_lora(self, lora_int_id: int) -> bool:
-        """vLLM's: drop an adapter's weights (False if not held; ValueError while requests use
-        it). Its id stays its adapter's: add_lora reads the same folder again."""
-        return lora.require(self._lora).remove(lora_int_id, self._scheduler.lora_ids_queued())
-
-    def list_loras(self) -> set[int]:
-        """vLLM's: the ids of the adapters held."""
-        return set() if self._lora is None else self._lora.held()
-
     beam_search = beam_search  # vLLM's LLM.beam_search(prompts, BeamSearchParams)
-
-    def load_weights(self, weights) -> None:
-        """Serve other weights of the same model (an RL trainer's updated policy; vLLM's
-        load_weights): a checkpoint directory or preset of the served config, or a params
-        tree shaped as `llm.params` (models.load.replacement_params). Refused while requests
-        are unfinished; the prefix cache is reset (its pages hold the old weights' KV)."""
-        if self.has_unfinished():
-            raise ValueError("load_weights: requests are unfinished (finish or abort them)")
-        new = replacement_params(self.config, weights, self._seed, host=bool(self.mesh))
-        if self.mesh is not None:
-            new = put_tree(new, param_shardings(self.config, self.mesh))
-        self.params = jax.tree.map(jnp.asarray, new)
-        self.reset_prefix_cache()
-
-    def reset_prefix_cache(self) -> bool:
-        """Forget every cached page (vLLM's: after new weights, or to measure cold); False
-        when prefix caching is off."""
-        cache = self._scheduler.prefix_cache
-        if cache is not None:
-            cache.reset()
-        return cache is not None
 
     def tokenize(self, prompt) -> list[int]:
         """One prompt's token ids as a request would have them (text through the model's

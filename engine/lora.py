@@ -113,6 +113,10 @@ class LoRASlots:
         """The weights of adapter `rid` as other engines know them ("" for none)."""
         return self._fingerprints[rid]
 
+    def forget_device(self) -> None:
+        """Drop the stacks' device copies (LLM.sleep); tree() places them again."""
+        self._tree = None
+
     def next_free_id(self) -> int:
         """An id no adapter was ever given here."""
         return max(self._paths, default=0) + 1

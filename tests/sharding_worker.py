@@ -320,7 +320,8 @@ def _kv_transfer(arch: str, producer_mesh: str, consumer_mesh: str) -> dict:
 
 
 def _load_weights(arch: str, mesh: str) -> dict:
-    """Other weights (a params tree, on the host), then the fixture's folder again."""
+    """Other weights (a params tree, on the host), then the fixture's folder again, then a
+    sleep and a wake_up."""
     import jax
     import numpy as np
 
@@ -336,6 +337,10 @@ def _load_weights(arch: str, mesh: str) -> dict:
     out["same_specs"] = jax.tree.map(lambda x: str(x.sharding.spec), llm.params) == specs
     llm.load_weights(str(FIXTURES / arch))
     out["fixture"] = _generate(llm, prompts)
+    llm.sleep()  # the weights' shards to the host and back, the cache made again
+    llm.wake_up()
+    out["after_sleep"] = _generate(llm, prompts)
+    out["same_specs"] &= jax.tree.map(lambda x: str(x.sharding.spec), llm.params) == specs
     single = _engine(str(FIXTURES / arch), "")
     single.load_weights(other)
     out["single_other"] = _generate(single, prompts)

@@ -570,3 +570,48 @@ def test_load_weights_serves_other_weights_of_the_model_in_place(tmp_path):
         llm.load_weights({"embed": other["embed"]})
     llm.reset_prefix_cache()  # (a hit computes less of a prompt: other bits, same weights)
     same(llm.generate(ref["prompts"], params), want)  # nothing changed
+
+
+def test_sleep_frees_the_weights_and_cache_and_wake_up_brings_them_back():
+    """LLM.sleep / wake_up (vLLM's sleep mode): level 1 frees the device buffers of the
+    weights and the KV cache (the bytes of live arrays fall by theirs) and wake_up restores
+    the same answers bitwise with the compiled steps; level 2 needs load_weights after."""
+    llama = os.path.join(FIXTURES, "llama")
+    with open(os.path.join(llama, "reference.json")) as f:
+        prompts = json.load(f)["prompts"]
+    llm = LLM(model=llama, page_size=8, num_pages=32, max_model_len=64)  # the programs above
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    want = llm.generate(prompts, params)
+    compiles = llm.stats()["num_compiles"]
+    held = jax.tree.leaves(llm.params) + jax.tree.leaves(llm._kv)
+    live = sum(x.nbytes for x in jax.live_arrays())
+    llm.sleep()
+    assert llm.is_sleeping() and all(x.is_deleted() for x in held)
+    assert live - sum(x.nbytes for x in jax.live_arrays()) >= sum(x.nbytes for x in held)
+    for call, match in (
+        (lambda: llm.generate(prompts, params), "the engine is asleep"),
+        (llm.sleep, "asleep already"),
+        (lambda: llm.load_weights(llama), "asleep"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            call()
+
+    def check(outs):
+        for out, exp in zip(outs, want, strict=True):
+            assert out.token_ids == exp.token_ids
+            assert np.asarray(out.logprobs).tobytes() == np.asarray(exp.logprobs).tobytes()
+
+    llm.wake_up()
+    check(llm.generate(prompts, params))
+    assert llm.stats()["num_compiles"] == compiles
+    llm.sleep(level=2)
+    llm.wake_up()
+    with pytest.raises(ValueError, match="load_weights first"):
+        llm.generate(prompts, params)
+    llm.load_weights(llama)
+    check(llm.generate(prompts, params))
+    llm.add_request(prompts[0], params)
+    with pytest.raises(ValueError, match="sleep: requests are unfinished"):
+        llm.sleep()
+    with pytest.raises(ValueError, match="level=3: must be 1 or 2"):
+        llm.sleep(level=3)

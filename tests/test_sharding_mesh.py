@@ -232,7 +232,8 @@ def test_kv_stored_from_one_mesh_decodes_on_another_as_hf(mesh_results, layouts)
 
 def test_load_weights_on_a_mesh_places_them_as_the_served_ones(mesh_results):
     """LLM.load_weights on a tp=2,ep=2 mesh: other weights (a host tree) decode as one device
-    given them does, split as before; the fixture's folder then gives the HF tokens."""
+    given them does, split as before; the fixture's folder then gives the HF tokens, and
+    again after sleep / wake_up (each device's shards to the host and back)."""
     got = mesh_results["load_weights"]
     ref = _reference(LOAD_WEIGHTS_LAYOUT[0])
     assert got["same_specs"]
@@ -241,6 +242,13 @@ def test_load_weights_on_a_mesh_places_them_as_the_served_ones(mesh_results):
     assert got["other"]["tokens"] != [t[:MAX_TOKENS] for t in ref["greedy_tokens"]]
     assert got["fixture"]["tokens"] == [t[:MAX_TOKENS] for t in ref["greedy_tokens"]]
     assert _max_diff(got["fixture"]["logprobs"], [lp[:MAX_TOKENS] for lp in ref["logprobs"]]) < TOL
+    # After sleep and wake_up: the same answers, bitwise, from the compiled steps.
+    after = got["after_sleep"]
+    assert (after["tokens"], after["logprobs"]) == (
+        got["fixture"]["tokens"],
+        got["fixture"]["logprobs"],
+    )
+    assert after["new_compiles"] == 0
 
 
 def test_lora_adapters_on_a_mesh_decode_as_peft(mesh_results):
