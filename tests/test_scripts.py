@@ -212,6 +212,14 @@ def test_every_bench_sampling_mode_is_valid():
             "| tiny-llama | 4/4 |",
         ),
         (
+            # 2 prompts of 16 tokens (one page), width 4, 3 steps: 16 + 4 x 17 + 4 x 18
+            # tokens each without the cache (312); with it each beam computes only past the
+            # page: 2 x 16 + 8 x 1 + 8 x 2 = 56, and the beams are the same.
+            "scripts.bench_beam_search",
+            ["--model=tiny-llama", "--prompt_len=16", "--n=2", "--max_tokens=3"],
+            "| 56 | True |",
+        ),
+        (
             # Also fails unless the server's texts equal the engine's.
             "scripts.bench_server",
             ["--n=2", "--prompt_len=4", "--max_tokens=3", "--repeats=1"],
