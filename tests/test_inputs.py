@@ -224,7 +224,7 @@ def test_a_request_that_fails_while_its_record_is_made_is_not_queued(monkeypatch
     import engine.llm
 
     llm = _llm()
-    real, made = engine.llm.RequestOutput, []
+    real, made = engine.llm.RequestOutput.new, []
 
     def record(*args):
         made.append(args[0])
@@ -232,7 +232,7 @@ def test_a_request_that_fails_while_its_record_is_made_is_not_queued(monkeypatch
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(engine.llm, "RequestOutput", record)
+    monkeypatch.setattr(engine.llm.RequestOutput, "new", record)
     with pytest.raises(KeyboardInterrupt):
         llm.generate([P, P, P], PARAMS)
     assert len(made) == 2 and _clean(llm) and not llm._scheduler.has_request(made[1])
