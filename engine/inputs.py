@@ -324,3 +324,20 @@ def model_len(max_model_len: int | None, cfg: ModelConfig) -> int:
             f"{cfg.max_position_embeddings}]"
         )
     return max_model_len
+
+
+def priorities(priority, n: int, policy: str) -> list[int]:
+    """Each of n requests' priority from generate's `priority` (vLLM's): None (0 each), one
+    int, or a list of n; other than 0 only under scheduling_policy="priority"."""
+    if priority is None:
+        return [0] * n
+    many = isinstance(priority, list | tuple)
+    if many and len(priority) != n:
+        raise ValueError(f"priority: {len(priority)} given for {n} prompts")
+    values = [
+        as_int("priority", v, low=-INT32_MAX, high=INT32_MAX)
+        for v in (priority if many else [priority] * n)
+    ]
+    if policy != "priority" and any(values):
+        raise ValueError("priority: needs LLM(scheduling_policy='priority')")
+    return values

@@ -69,6 +69,8 @@ class LLM(EngineControl):
     `enable_lora` (vLLM's): PEFT adapters per request (LoRARequest), up to `max_loras` in a
     step, ranks up to `max_lora_rank` (engine/lora.py).
     `kv_transfer_config` (vLLM's, disaggregated prefill / decode, engine/kv_transfer.py).
+    `scheduling_policy` (vLLM's): "fcfs", or "priority" by the requests' `priority` (lower
+    first; Scheduler's policy).
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class LLM(EngineControl):
         max_loras: int = 1,
         max_lora_rank: int = 16,
         kv_transfer_config: dict | str | KVTransferConfig | None = None,
+        scheduling_policy: str = "fcfs",
     ):
         model = inputs.as_model_path(model)
         self._default_params = inputs.default_sampling_params(generation_config, model)
@@ -115,6 +118,8 @@ class LLM(EngineControl):
         lora.check_engine(enable_lora, max_loras, max_lora_rank)
         proposer = NgramProposer.from_config(speculative_config)
         transfer = KVTransferConfig.of(kv_transfer_config)
+        if scheduling_policy not in ("fcfs", "priority"):
+            raise ValueError(f"scheduling_policy={scheduling_policy!r}: 'fcfs' or 'priority'")
         # Request seeds derive from it modulo 2**32 (numpy's seed range, as vLLM's).
         seed = inputs.as_int("seed", seed, low=0, high=2**32 - 1)
         if long_prefill is not None and not isinstance(long_prefill, LongPrefillPolicy):
@@ -195,6 +200,7 @@ class LLM(EngineControl):
             prefix_cache=PrefixCache(self._pages) if enable_prefix_caching else None,
             speculative=proposer,
             max_loras=max_loras if enable_lora else 0,
+            policy=scheduling_policy,
         )
         self.batch_invariant = bool(batch_invariant)
         self._buckets = runner.Buckets(
@@ -282,16 +288,20 @@ class LLM(EngineControl):
         if self._transfer:  # a stored prompt made with other settings is refused
             self._transfer.num_loadable(ids, params, lora_id, strict=True)
 
-    def _prepare(self, prompts, sampling_params, lora_request) -> list[tuple]:
+    def _prepare(self, prompts, sampling_params, lora_request, priority=None) -> list[tuple]:
         """Normalize and validate every request before any is queued (all or nothing):
-        (token ids, SamplingParams, lora_int_id) each. `lora_request`: one LoRARequest for
-        all, or one (or None) per prompt (its adapter is read now)."""
+        (token ids, SamplingParams, lora_int_id, priority) each. `lora_request`: one
+        LoRARequest for all, or one (or None) per prompt (its adapter is read now);
+        `priority`: None, one int or one per prompt (scheduling_policy="priority")."""
         self._check_awake()
         prompts = inputs.split_prompts(prompts)
         sampling_params = inputs.sampling_list(sampling_params, len(prompts), self._default_params)
         lora_ids = lora.lora_ids(self._lora, lora_request, len(prompts))
+        ranks = inputs.priorities(priority, len(prompts), self._scheduler.policy)
         reqs = []
-        for prompt, params, lora_id in zip(prompts, sampling_params, lora_ids, strict=True):
+        for prompt, params, lora_id, rank in zip(
+            prompts, sampling_params, lora_ids, ranks, strict=True
+        ):
             ids = self.tokenize(prompt)
             if params.truncate_prompt_tokens is not None:
                 ids = ids[-params.truncate_prompt_tokens :]
@@ -300,7 +310,7 @@ class LLM(EngineControl):
                 words += params.bad_words_token_ids or ()
                 params = dataclasses.replace(params, bad_words_token_ids=words)
             self._validate(ids, params, lora_id)
-            reqs.append((ids, params, lora_id))
+            reqs.append((ids, params, lora_id, rank))
         return reqs
 
     def _id_in_use(self, request_id: str) -> bool:
@@ -319,12 +329,13 @@ class LLM(EngineControl):
         request_id: str | None,
         announce: bool,
         lora_id: int = 0,
+        priority: int = 0,
     ) -> list[Sequence]:
         """Queue a validated request as its SamplingParams.n samples (engine/samples.py);
         returns their sequences, sample 0 first."""
         seqs = []
         if params.n == 1:
-            seqs.append(self._enqueue(ids, params, request_id, announce, lora_id=lora_id))
+            seqs.append(self._enqueue(ids, params, request_id, announce, None, lora_id, priority))
             return seqs
         while request_id is None:  # a free id whose sample ids are free too
             request_id = str(next(self._request_counter))
@@ -335,7 +346,7 @@ class LLM(EngineControl):
             # Penalized samples compute the whole prompt each (engine/samples.py).
             fork_of = seqs[0] if seqs and not params.penalized else None
             kth = samples.sample_params(params, k)
-            seqs.append(self._enqueue(ids, kth, rid, announce, fork_of, lora_id))
+            seqs.append(self._enqueue(ids, kth, rid, announce, fork_of, lora_id, priority))
         return seqs
 
     def _enqueue(
@@ -346,6 +357,7 @@ class LLM(EngineControl):
         announce: bool = False,
         fork_of: Sequence | None = None,
         lora_id: int = 0,
+        priority: int = 0,
     ) -> Sequence:
         """Queue a validated request (one sample). A request with max_tokens=0 finishes
         here; with `announce` (add_request) its finish delta is returned by the next step()
@@ -361,7 +373,7 @@ class LLM(EngineControl):
             params = dataclasses.replace(params, seed=seed)
         spec = self._scheduler.speculative is not None and eligible(params)
         seq = Sequence(request_id, tuple(ids), params, fork_of=fork_of, speculate=spec)
-        seq.lora_id = lora_id
+        seq.lora_id, seq.priority = lora_id, priority
         if self._transfer:
             seq.num_external_tokens = self._transfer.num_loadable(ids, params, lora_id)
         out = RequestOutput.new(request_id, ids, params)
@@ -383,6 +395,7 @@ class LLM(EngineControl):
         sampling_params: SamplingParams | None = None,
         request_id: str | None = None,
         lora_request: lora.LoRARequest | None = None,
+        priority: int = 0,
     ) -> str:
         """Queue one request; returns its id. Raises ValueError before queueing anything.
 
@@ -392,7 +405,9 @@ class LLM(EngineControl):
         """
         if request_id is not None and not isinstance(request_id, str):
             raise ValueError(f"request_id={request_id!r}: must be a string (or None)")
-        ((ids, params, lora_id),) = self._prepare([prompt], sampling_params, lora_request)
+        ((ids, params, lora_id, rank),) = self._prepare(
+            [prompt], sampling_params, lora_request, priority
+        )
         taken = request_id and next(
             filter(self._id_in_use, samples.sample_ids(request_id, params.n)), None
         )
@@ -401,7 +416,7 @@ class LLM(EngineControl):
                 f"request_id={taken!r}: already in use (queued, running, or its last "
                 "delta not yet returned by step())"
             )
-        return self._enqueue_samples(ids, params, request_id, True, lora_id)[0].request_id
+        return self._enqueue_samples(ids, params, request_id, True, lora_id, rank)[0].request_id
 
     def abort(self, request_id: str) -> bool:
         """Stop a request now (finish_reason "abort"), every sample of it when it has n > 1
@@ -646,7 +661,7 @@ class LLM(EngineControl):
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def stream(
-        self, prompts, sampling_params=None, lora_request=None
+        self, prompts, sampling_params=None, lora_request=None, priority=None
     ) -> Iterator[list[StreamDelta]]:
         """Queue `prompts` and yield each step's increments until they all finish.
 
@@ -656,7 +671,7 @@ class LLM(EngineControl):
         generator early aborts the requests it has not finished; no later step() returns
         their "abort" deltas (no one is left to read them).
         """
-        records, _ = self._collect(self._prepare(prompts, sampling_params, lora_request))
+        records, _ = self._collect(self._prepare(prompts, sampling_params, lora_request, priority))
         try:
             done = [
                 StreamDelta(r.request_id, (), (), r.finish_reason) for r in records if r.finished
@@ -672,13 +687,16 @@ class LLM(EngineControl):
         finally:
             self._release(records)
 
-    def generate(self, prompts, sampling_params=None, lora_request=None) -> list[RequestOutput]:
+    def generate(
+        self, prompts, sampling_params=None, lora_request=None, priority=None
+    ) -> list[RequestOutput]:
         """Generate for every prompt: one prompt or a list of them (engine/inputs.py: a string,
         token ids, or a {"prompt": ...} / {"prompt_token_ids": ...} dict).
 
         One record per prompt; with SamplingParams.n > 1 it is sample 0's and its `samples`
         lists all n. If it raises (or is interrupted), its unfinished requests are aborted."""
-        records, firsts = self._collect(self._prepare(prompts, sampling_params, lora_request))
+        reqs = self._prepare(prompts, sampling_params, lora_request, priority)
+        records, firsts = self._collect(reqs)
         try:
             while any(not r.finished for r in records):
                 self.step()
@@ -696,6 +714,7 @@ class LLM(EngineControl):
         chat_template_kwargs: dict | None = None,
         continue_final_message: bool = False,
         lora_request=None,
+        priority=None,
     ) -> list[RequestOutput]:
         """vLLM's LLM.chat: generate for one conversation ([{"role": ..., "content": ...}])
         or a list of them, each rendered by `chat_template` or the model's into prompt token
@@ -711,15 +730,15 @@ class LLM(EngineControl):
             continue_final_message=continue_final_message,
             **(chat_template_kwargs or {}),
         )
-        return self.generate(prompts, sampling_params, lora_request)
+        return self.generate(prompts, sampling_params, lora_request, priority)
 
     def _collect(self, reqs) -> list[RequestOutput]:
         """Queue validated requests (_prepare) whose records the caller keeps (generate,
         stream); all or none (an error part-way takes back the ones already queued)."""
         records, firsts = [], []  # every sample's record; each request's sample 0
         try:
-            for ids, params, lora_id in reqs:
-                for seq in self._enqueue_samples(ids, params, None, False, lora_id):
+            for ids, params, lora_id, rank in reqs:
+                for seq in self._enqueue_samples(ids, params, None, False, lora_id, rank):
                     self._collecting.add(seq.request_id)
                     records.append(self._outputs[seq.request_id])
                 firsts.append(records[-params.n])

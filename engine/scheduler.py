@@ -40,6 +40,9 @@ Prefix caching (engine/prefix_cache.py): full pages are indexed by content in up
 when schedule_ahead builds the step after the launched one filling them; admission takes a
 sequence's longest cached prefix (as shared tokens). Speculative decoding
 (engine/speculative.py): a decode may carry drafts; update() then gets its kept tokens.
+Priority (`policy="priority"`, vLLM's): waiting and running sequences are kept in
+(priority, arrival) order, so admission takes the best waiting first and preemption the worst
+running; admission never preempts, and lower priorities wait while higher ones come.
 KV transfer (engine/kv_transfer.py): a sequence with prompt KV in the store is admitted with
 those positions computed; its item's `num_loaded` has the runner write them there first.
 """
@@ -53,7 +56,7 @@ from engine.kv_pages import PageManager, PagePool
 from engine.prefix_cache import PrefixCache, reads_cache
 from engine.scheduler_output import ScheduledItem, SchedulerOutput, StepPlan, StepResult
 from engine.sequence import Sequence, SequenceStatus
-from engine.speculative import NgramProposer, drafts_for
+from engine.speculative import NgramProposer, add_drafts
 from engine.stop_strings import Detokenize, check_stop_strings, stop_reason
 from long_context.policy import LongPrefillController, LongPrefillPolicy
 
@@ -92,6 +95,7 @@ class Scheduler:
         prefix_cache: PrefixCache | None = None,
         speculative: NgramProposer | None = None,
         max_loras: int = 0,
+        policy: str = "fcfs",
     ):
         """`sliding_window`: set when every layer of the model attends only to the last
         that many keys (ModelConfig.kv_window); a running sequence then gives back the
@@ -102,12 +106,13 @@ class Scheduler:
         A sequence runs only with room in both; either running out preempts.
         `detokenize(token_ids) -> str`: the model's tokenizer, for requests with stop
         strings (SamplingParams.stop); without it such requests are refused.
-        `prefix_cache`: an index of `page_manager`'s full pages (engine/prefix_cache.py);
-        admission then takes a waiting sequence's longest indexed prefix instead of
-        computing it. Not with a sliding window (its pages go back as it advances).
-        `speculative`: drafts for the decodes of sequences with `speculate` set
-        (engine/speculative.py); `update` then takes a list of tokens for their items.
-        `max_loras`: distinct adapters (Sequence.lora_id) running at once; 0: no limit."""
+        `prefix_cache`: an index of `page_manager`'s full pages (engine/prefix_cache.py),
+        whose longest match admission takes. Not with a sliding window.
+        `speculative`: drafts for the decodes of `speculate` sequences (engine/speculative.py).
+        `max_loras`: distinct adapters (Sequence.lora_id) running at once; 0: no limit.
+        `policy`: "fcfs" or "priority" (Sequence.priority, then arrival)."""
+        if policy not in ("fcfs", "priority"):
+            raise ValueError(f"policy={policy!r}: expected 'fcfs' or 'priority'")
         for name, value in (
             ("max_num_batched_tokens", max_num_batched_tokens),
             ("max_num_seqs", max_num_seqs),
@@ -168,7 +173,7 @@ class Scheduler:
         self._num_shared_tokens = self._num_loaded_tokens = 0
         self.prefix_cache = prefix_cache
         self.speculative = speculative
-        self.max_loras = max_loras
+        self.max_loras, self.policy = max_loras, policy
         self._num_drafts = self._num_accepted = 0
         self._num_cache_queries = self._num_cache_hits = 0  # tokens, at admissions
         self.long_prefill = None if long_prefill is None else LongPrefillController(long_prefill)
@@ -260,7 +265,7 @@ class Scheduler:
             seq.status = SequenceStatus.FINISHED
             seq.finish_reason = "length"
             return
-        self._waiting.append(seq)
+        self._place(self._waiting, seq)
         self._active[seq.request_id] = seq
         if seq.fork_of is not None:
             seq.fork_of.forks.append(seq)
@@ -376,7 +381,7 @@ class Scheduler:
                     plan.decodes[seq] = 1
                     plan.budget -= 1
         if self.speculative is not None and not plan.ahead:
-            self._add_drafts(plan)
+            add_drafts(plan, self.speculative, self.max_model_len, self._pools[0])
 
         # Running partial prefills continue, oldest first.
         for seq in list(self._running):
@@ -441,7 +446,7 @@ class Scheduler:
                 pool.grow(seq, shared + chunk)
             del self._waiting[i]
             seq.status = SequenceStatus.RUNNING
-            self._running.append(seq)
+            self._place(self._running, seq)
             self._add_prefill(plan, seq, chunk)
 
         scheduled = list(plan.decodes.items()) + list(plan.prefills.items())
@@ -704,8 +709,17 @@ class Scheduler:
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
         self._num_preemptions += 1
-        # It is newer than every running sequence and older than every waiting one.
-        self._waiting.appendleft(seq)
+        # FCFS: it is newer than every running sequence and older than every waiting one.
+        self._place(self._waiting, seq, front=True)
+
+    def _place(self, queue, seq: Sequence, front: bool = False) -> None:
+        """Put `seq` in the waiting or running `queue`: at its end (or front) under FCFS,
+        after every sequence of a better or equal (priority, arrival) under "priority"."""
+        if self.policy == "fcfs":
+            return queue.appendleft(seq) if front else queue.append(seq)
+        rank = (seq.priority, seq.arrival)
+        later = (i for i, s in enumerate(queue) if (s.priority, s.arrival) > rank)
+        queue.insert(next(later, len(queue)), seq)
 
     def _item(
         self,
@@ -755,19 +769,6 @@ class Scheduler:
 
     def _reads_cache(self, seq: Sequence) -> bool:
         return self.prefix_cache is not None and reads_cache(seq.sampling_params)
-
-    def _add_drafts(self, plan: StepPlan) -> None:
-        """Extend the decodes of `speculate` sequences by drafts (speculative.drafts_for)."""
-        for seq in list(plan.decodes):
-            if seq.speculate and plan.budget > 0:
-                drafts = drafts_for(
-                    seq, self.speculative, plan.budget, self.max_model_len, self.pages
-                )
-                if drafts:
-                    self._pools[0].grow(seq, seq.num_tokens + len(drafts))
-                    plan.drafts[seq] = drafts
-                    plan.decodes[seq] += len(drafts)
-                    plan.budget -= len(drafts)
 
     def _index_pages(self, seq: Sequence, num_tokens: int) -> None:
         """Index the full pages of `seq`'s first `num_tokens` positions (KV written)."""

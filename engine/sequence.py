@@ -51,6 +51,7 @@ class Sequence:
     finish_reason: str | None = None  # one of FINISH_REASONS once finished
     num_preemptions: int = 0
     lora_id: int = 0  # LoRARequest.lora_int_id of its adapter (engine/lora.py); 0: none
+    priority: int = 0  # under Scheduler(policy="priority"): lower goes first (vLLM's)
     # Async scheduling (Scheduler.schedule_ahead): tokens scheduled in steps not yet passed
     # to update(), and of those steps' samples, how many are not read back yet. Both 0 in
     # the synchronous protocol whenever schedule() runs.

@@ -108,6 +108,19 @@ class NgramProposer:
         return array[max(0, length - SEARCH_TOKENS) : length]
 
 
+def add_drafts(plan, proposer: NgramProposer, max_model_len: int, pool) -> None:
+    """Extend the decodes of `speculate` sequences in a step being built (Scheduler's
+    StepPlan) by their drafts (drafts_for); `pool`: the kv_pages.PagePool they grow in."""
+    for seq in list(plan.decodes):
+        if seq.speculate and plan.budget > 0:
+            drafts = drafts_for(seq, proposer, plan.budget, max_model_len, pool.pages)
+            if drafts:
+                pool.grow(seq, seq.num_tokens + len(drafts))
+                plan.drafts[seq] = drafts
+                plan.decodes[seq] += len(drafts)
+                plan.budget -= len(drafts)
+
+
 def drafts_for(seq, proposer: NgramProposer, budget: int, max_model_len: int, pages):
     """The drafts `seq` (engine/sequence.py, decoding its last token this step) feeds after
     that token: at most `budget`, none past max_tokens or max_model_len (each kept draft is
