@@ -157,14 +157,14 @@ class EngineLoop:
         self._thread.start()
 
     def submit(
-        self, prompt_ids: list[int], params: SamplingParams, lora_request=None
+        self, prompt_ids: list[int], params: SamplingParams, lora_request=None, priority=0
     ) -> tuple[str, queue.SimpleQueue]:
         """Queue a request (ValueError, nothing queued, when the engine refuses it); its
         deltas (every sample's) arrive on the returned queue, an Exception if a step fails."""
         with self._lock:
             if self._closed:
                 raise HTTPError(503, "the server is shutting down", "server_error")
-            rid = self.llm.add_request(prompt_ids, params, lora_request=lora_request)
+            rid = self.llm.add_request(prompt_ids, params, None, lora_request, priority)
             deltas = queue.SimpleQueue()
             for sid in samples.sample_ids(rid, params.n):
                 self._queues[sid] = deltas
@@ -486,7 +486,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 )
         # Completions: logprobs=k (0: the tokens' own only); chat: logprobs=true.
         want = bool(body.get("logprobs")) if chat_api else body.get("logprobs") is not None
-        reqs = self._submit(prompts, params, want, lora)
+        reqs = self._submit(prompts, params, want, lora, body.get("priority", 0))
         try:
             if body.get("stream"):
                 usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -539,12 +539,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         )
         return ids
 
-    def _submit(self, prompts, params: SamplingParams, want_logprobs: bool, lora=None) -> list:
-        """Queue every prompt (all or none): (id, prompt ids, deltas, choices) each."""
+    def _submit(self, prompts, params: SamplingParams, want_logprobs: bool, lora, priority) -> list:
+        """Queue every prompt (all or none): (id, prompt ids, deltas, choices) each;
+        `priority`: the request's (vLLM's extra field, scheduling_policy="priority")."""
         reqs = []
         try:
             for i, ids in enumerate(prompts):
-                rid, deltas = self.server.loop.submit(ids, params, lora)
+                rid, deltas = self.server.loop.submit(ids, params, lora, priority)
                 choices = [
                     _Choice(i * params.n + k, samples.sample_params(params, k), want_logprobs)
                     for k in range(params.n)

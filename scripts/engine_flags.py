@@ -40,6 +40,10 @@ KV_TRANSFER = flags.DEFINE_string(
     '"kv_connector_extra_config": {"shared_storage_path": DIR}}\'.',
 )
 
+SCHEDULING_POLICY = flags.DEFINE_enum(
+    "scheduling_policy", "fcfs", ["fcfs", "priority"], "Request order (priority: lower first)."
+)
+
 SPEC_TOKENS = flags.DEFINE_integer(
     "num_speculative_tokens", 0, "N-gram speculative decoding: drafts per greedy decode; 0 = off."
 )
@@ -64,6 +68,7 @@ def llm_kwargs(**overrides) -> dict:
         "batch_invariant": BATCH_INVARIANT.value,
         "enable_prefix_caching": PREFIX_CACHING.value,
         "kv_transfer_config": KV_TRANSFER.value,
+        "scheduling_policy": SCHEDULING_POLICY.value,
         "speculative_config": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS.value}
         if SPEC_TOKENS.value
         else None,

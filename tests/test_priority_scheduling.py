@@ -12,14 +12,17 @@ from __future__ import annotations
 import json
 import pathlib
 import random
+import threading
 
 import pytest
 
 from engine import LLM, SamplingParams
 from engine.kv_pages import PageManager
 from engine.scheduler import Scheduler
+from engine.server import Server
 from tests.sampler_cases import POOL
 from tests.test_scheduler import EOS, FakeDevice, make_seq, reference, run_async, step, summary
+from tests.test_server import post
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
@@ -118,3 +121,15 @@ def test_the_engine_takes_priorities():
             call()
     stats = llm.stats()
     assert (stats["num_waiting"], stats["num_running"]) == (0, 0)
+    # The API's "priority" field (vLLM's extra).
+    srv = Server(("127.0.0.1", 0), llm, "llama")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        body = {"prompt": ref["prompts"][1], "max_tokens": 8, "temperature": 0, "logprobs": 0}
+        status, out = post(srv, "/v1/completions", {**body, "priority": 4})
+        assert status == 200 and out["choices"][0]["logprobs"]["tokens"]
+        status, out = post(srv, "/v1/completions", {**body, "priority": "high"})
+        assert status == 400 and "priority='high'" in out["error"]["message"]
+    finally:
+        srv.shutdown()
+        srv.close()
