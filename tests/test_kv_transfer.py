@@ -32,7 +32,7 @@ from tests.test_scheduler import (
     make_seq,
     new_scheduler,
     reference,
-    run_async,
+    run_to_the_end,
     step,
     summary,
 )
@@ -136,15 +136,7 @@ def test_random_workload_with_stored_prompts(seed, ahead):
         seqs.append(stored(seq, rnd.choice([0, seq.num_prompt_tokens - 1])))
     sched = new_scheduler(10, 4, budget=16, max_num_seqs=4, max_model_len=40)
     dev = StoreDevice(4, {s.request_id: s for s in seqs})
-    for seq in seqs:
-        sched.add(seq)
-    if ahead:
-        run_async(sched, dev)
-    else:
-        while sched.has_unfinished():
-            step(sched, dev)
-    for seq in seqs:
-        assert (seq.output_token_ids, "length") == reference(seq, 40)
+    run_to_the_end(sched, dev, seqs, ahead, 40)
     assert dev.num_loaded == sched.stats()["num_loaded_kv_tokens"] > 0
     assert sched.stats()["num_pages_free"] == 10
 

@@ -21,7 +21,15 @@ from engine.kv_pages import PageManager
 from engine.scheduler import Scheduler
 from engine.server import Server
 from tests.sampler_cases import POOL
-from tests.test_scheduler import EOS, FakeDevice, make_seq, reference, run_async, step, summary
+from tests.test_scheduler import (
+    EOS,
+    FakeDevice,
+    make_seq,
+    reference,
+    run_to_the_end,
+    step,
+    summary,
+)
 from tests.test_server import post
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -88,15 +96,7 @@ def test_random_workload_with_priorities(seed, ahead):
         ranked(f"r{i}", rnd.randint(0, 3), rnd.randint(1, 20), rnd.randint(1, 40), max_tokens=8)
         for i in range(12)
     ]
-    for seq in seqs:
-        sched.add(seq)
-    if ahead:
-        run_async(sched, dev)
-    else:
-        while sched.has_unfinished():
-            step(sched, dev)
-    for seq in seqs:
-        assert (seq.output_token_ids, "length") == reference(seq, 64)
+    run_to_the_end(sched, dev, seqs, ahead, 64)
     assert sched.stats()["num_pages_free"] == 10
 
 

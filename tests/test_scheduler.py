@@ -579,6 +579,20 @@ def run_async(sched: Scheduler, dev: FakeDevice, on_step=None) -> int:
     return num_steps
 
 
+def run_to_the_end(sched: Scheduler, dev: FakeDevice, seqs, ahead: bool, max_model_len: int):
+    """Add `seqs`, run them all (step by step, or with each step built ahead) and check each
+    one's output against the plain reference."""
+    for seq in seqs:
+        sched.add(seq)
+    if ahead:
+        run_async(sched, dev)
+    else:
+        while sched.has_unfinished():
+            step(sched, dev)
+    for seq in seqs:
+        assert (seq.output_token_ids, "length") == reference(seq, max_model_len)
+
+
 def test_schedule_ahead_feeds_placeholders_and_counts_pending():
     a, b = make_seq("a", 3, max_tokens=3), make_seq("b", 2, 10, max_tokens=5)
     c = make_seq("c", 2, 20, max_tokens=1)
