@@ -331,6 +331,14 @@ def test_a_proxy_serves_through_a_prefill_and_a_decode_server(tmp_path):
         status, out = post(proxy, "/v1/completions", {"prompt": [1, 2], "temperature": -1})
         assert status == 400 and "temperature" in out["error"]["message"]
         assert proxy.num_requests == 2  # (the refused one never went to the decode server)
+        chat = {
+            "messages": [{"role": "user", "content": "the cat sat on the mat by the door"}],
+            "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+            **greedy,
+        }
+        status, out = post(proxy, "/v1/chat/completions", chat)
+        assert status == 200 and out["choices"][0]["message"]["content"]
+        assert servers[1].loop.stats()["num_loaded_kv_tokens"] > consumed["num_loaded_kv_tokens"]
         conn, resp = _request(proxy, "GET", "/metrics")
         assert "moeserve:num_loaded_kv_tokens_total" in resp.read().decode()
         conn.close()
