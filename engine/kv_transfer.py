@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from configs.model_config import ModelConfig
@@ -112,6 +112,11 @@ class KVTransferConfig:
         if set(value) - _KEYS:
             raise ValueError(f"kv_transfer_config: unsupported keys {sorted(set(value) - _KEYS)}")
         return cls(**value)
+
+
+class StoreUnreadable(Exception):
+    """A prompt's file went away (or broke) between its request's queueing and its load:
+    the engine takes the step back and computes the prompt instead (LLM._launch)."""
 
 
 def check_engine(config: KVTransferConfig | None, cfg: ModelConfig) -> None:
@@ -247,12 +252,15 @@ class KVTransfer:
         if not loads:
             return kv
         slots = np.concatenate([_slots(it, it.num_loaded, self._page_size) for it in loads])
-        read = [
-            self.store.read(
-                prompt_of(it), self._adapter(it.lora_id), it.num_loaded, self._num_leaves
-            )
-            for it in loads
-        ]
+        try:
+            read = [
+                self.store.read(
+                    prompt_of(it), self._adapter(it.lora_id), it.num_loaded, self._num_leaves
+                )
+                for it in loads
+            ]
+        except (OSError, SafetensorError) as e:
+            raise StoreUnreadable(f"kv_transfer_config: a stored prompt's KV: {e}") from e
         size = next_pow2(len(slots))  # a program per power of two
         padded = np.full(size, self._pad_slot, np.int32)
         padded[: len(slots)] = slots

@@ -17,7 +17,7 @@ from engine import chat, inputs, kv_budget, kv_quant, logit_bias, lora, penaltie
 from engine.attention_ops import resolve_impl
 from engine.beam_search import beam_search
 from engine.kv_pages import PageManager, pages_for_tokens
-from engine.kv_transfer import KVTransfer, KVTransferConfig, check_engine
+from engine.kv_transfer import KVTransfer, KVTransferConfig, StoreUnreadable, check_engine
 from engine.llm_control import EngineControl
 from engine.prefix_cache import PrefixCache
 from engine.sampler import GREEDY_TEMPERATURE
@@ -496,6 +496,8 @@ class LLM(EngineControl):
         prev_out = self._dispatched[-1].out if self._dispatched else None
         try:
             self._dispatched.append(self._dispatch(sched, prev_out))
+        except StoreUnreadable:  # its prompts are computed in the next step instead
+            self._scheduler.cancel(sched)
         except BaseException:
             self._scheduler.cancel(sched)
             raise

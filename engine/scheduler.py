@@ -324,9 +324,10 @@ class Scheduler:
             seq = seqs[item.request_id]
             seq.num_inflight_tokens -= len(item.token_ids)
             seq.num_pending_samples -= item.sample
-            if item.num_loaded:  # the store's rows may not be written: compute them
+            if item.num_loaded:  # the rows may not be written (or readable): compute them
                 self._num_loaded_tokens -= item.num_loaded
                 seq.num_computed_tokens = seq.num_shared_tokens = seq.num_loaded_tokens = 0
+                seq.num_external_tokens = 0
 
     def schedule_ahead(self) -> SchedulerOutput | None:
         """Build the next step while the previous one is still in flight (not updated).
@@ -717,8 +718,7 @@ class Scheduler:
         after every sequence of a better or equal (priority, arrival) under "priority"."""
         if self.policy == "fcfs":
             return queue.appendleft(seq) if front else queue.append(seq)
-        rank = (seq.priority, seq.arrival)
-        later = (i for i, s in enumerate(queue) if (s.priority, s.arrival) > rank)
+        later = (i for i, s in enumerate(queue) if s.rank > seq.rank)
         queue.insert(next(later, len(queue)), seq)
 
     def _item(

@@ -83,6 +83,11 @@ class Sequence:
             raise ValueError(f"request {self.request_id!r}: prompt_token_ids must not be empty")
 
     @property
+    def rank(self) -> tuple[int, int]:
+        """Its place under Scheduler(policy="priority"): priority, then arrival."""
+        return self.priority, self.arrival
+
+    @property
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)
 
