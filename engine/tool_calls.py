@@ -8,9 +8,10 @@ A chat request's `tools` (OpenAI's [{"type": "function", "function": {"name", "d
   the calls out of the finished text: "hermes" (Qwen2.5 / Qwen3 / Hermes: `<tool_call>{"name":
   ..., "arguments": {...}}</tool_call>` blocks) or "deepseek_v3" (DeepSeek-V3's
   `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` + a ```json block +
-  `<｜tool▁call▁end｜>` ... `<｜tool▁calls▁end｜>`). Found calls become message.tool_calls and
-  the finish reason "tool_calls"; the text before them is the content. Text that does not
-  parse whole stays content, as vLLM's parsers leave it.
+  `<｜tool▁call▁end｜>` ... `<｜tool▁calls▁end｜>`) or "glm45" (GLM-4.5 / 4.6 / 4.7:
+  `<tool_call>NAME` then `<arg_key>K</arg_key><arg_value>V</arg_value>` pairs). Found calls
+  become message.tool_calls and the finish reason "tool_calls"; the text before them is the
+  content. Text that does not parse whole stays content, as vLLM's parsers leave it.
 - "required", or {"type": "function", "function": {"name": NAME}}: the output is held to JSON
   by structured outputs (engine/structured.py), whatever the model: a non-empty array of
   {"name", "parameters"} objects over the tools, or the named function's parameters; the
@@ -38,6 +39,8 @@ _DS_CALL = re.compile(
     r"(?P<args>.*?)\n```<｜tool▁call▁end｜>",
     re.DOTALL,
 )
+_GLM = re.compile(r"<tool_call>([^\n<]*)\n?(.*?)</tool_call>", re.DOTALL)
+_GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
 
 
 def _hermes(raw: str) -> list[tuple[str, str]] | None:
@@ -67,7 +70,28 @@ def _deepseek_v3(raw: str) -> list[tuple[str, str]] | None:
 
 
 # parser name -> (the marker its calls start with, the parser)
-PARSERS = {"hermes": ("<tool_call>", _hermes), "deepseek_v3": (_DS_CALLS, _deepseek_v3)}
+def _glm45(raw: str) -> list[tuple[str, str]] | None:
+    """GLM-4.5 / 4.6 / 4.7: the name, then key / value pairs (a value JSON if it parses,
+    else the string)."""
+    calls = []
+    for name, body in _GLM.findall(raw):
+        if not name.strip():
+            return None
+        args = {}
+        for key, value in _GLM_ARG.findall(body):
+            try:
+                args[key.strip()] = json.loads(value)
+            except json.JSONDecodeError:
+                args[key.strip()] = value
+        calls.append((name.strip(), json.dumps(args, ensure_ascii=False)))
+    return calls
+
+
+PARSERS = {
+    "hermes": ("<tool_call>", _hermes),
+    "deepseek_v3": (_DS_CALLS, _deepseek_v3),
+    "glm45": ("<tool_call>", _glm45),
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,6 +69,21 @@ def test_deepseek_v3_calls_read_from_its_special_tokens():
     ]
 
 
+def test_glm45_calls_read_from_key_value_pairs():
+    auto = ToolChoice("auto", parser="glm45")
+    text = (
+        "I'll check.<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris"
+        "</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>"
+        "<tool_call>get_time\n</tool_call>"
+    )
+    fields, called = auto.message(text, text)
+    assert called and fields["content"] == "I'll check."
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in fields["tool_calls"]]
+    assert calls == [("get_weather", '{"city": "Paris", "days": 3}'), ("get_time", "{}")]
+    nameless = "<tool_call>\n<arg_key>a</arg_key><arg_value>1</arg_value></tool_call>"
+    assert auto.message(nameless, nameless) == ({"content": nameless}, False)
+
+
 def test_streamed_content_stops_where_a_call_may_begin():
     auto = ToolChoice("auto", parser="hermes")
     assert auto.content("Hi <tool", "Hi <tool", final=False) == "Hi "
