@@ -27,7 +27,7 @@ from engine.disagg_proxy import DisaggProxy
 from engine.sequence import Sequence
 from engine.server import Server
 from tests.sampler_cases import POOL
-from tests.test_scheduler import (
+from tests.scheduler_cases import (
     FakeDevice,
     make_seq,
     new_scheduler,

@@ -20,7 +20,7 @@ from safetensors.numpy import load_file, save_file
 from engine import LLM, LoRARequest, SamplingParams
 from engine.kv_pages import PageManager
 from engine.scheduler import Scheduler
-from tests.test_scheduler import make_seq
+from tests.scheduler_cases import make_seq
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 LORA = FIXTURES / "lora"

@@ -14,7 +14,7 @@ from engine.scheduler import Scheduler
 from engine.sequence import Sequence, SequenceStatus
 from long_context.policy import LongPrefillPolicy
 from tests.sampler_cases import POOL
-from tests.test_scheduler import Params
+from tests.scheduler_cases import Params
 
 PAGE = 4
 PROMPT = tuple(range(1, 11))  # 10 tokens: two whole pages (8 positions) can be shared

@@ -24,7 +24,7 @@ from engine.prefix_cache import PrefixCache
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 from tests.sampler_cases import POOL
-from tests.test_scheduler import (
+from tests.scheduler_cases import (
     EOS,
     VOCAB,
     Params,

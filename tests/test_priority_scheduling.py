@@ -21,7 +21,7 @@ from engine.kv_pages import PageManager
 from engine.scheduler import Scheduler
 from engine.server import Server
 from tests.sampler_cases import POOL
-from tests.test_scheduler import (
+from tests.scheduler_cases import (
     EOS,
     FakeDevice,
     make_seq,
