@@ -50,7 +50,6 @@ class EngineControl:
 
     _sleep_level = 0  # 0: awake; 1 or 2 while asleep
     _host_params = None  # sleep(level=1)'s copy of the weights
-    _weights_gone = False  # sleep(level=2) freed them: load_weights must come first
 
     def add_lora(self, lora_request: lora.LoRARequest) -> bool:
         """vLLM's: read an adapter now (errors raise here); False if it was held already."""
@@ -78,7 +77,6 @@ class EngineControl:
         if self.mesh is not None:
             new = put_tree(new, param_shardings(self.config, self.mesh))
         self.params = jax.tree.map(jnp.asarray, new)
-        self._weights_gone = False
         self.reset_prefix_cache()
 
     def reset_prefix_cache(self) -> bool:
@@ -97,9 +95,9 @@ class EngineControl:
         self._check_idle("sleep")
         if self._sleep_level:
             raise ValueError("sleep: the engine is asleep already")
-        if level == 1 and not self._weights_gone:
-            self._host_params = jax.tree.map(_OnHost, self.params)
-        if not self._weights_gone:
+        if self.params is not None:  # (None: freed by a sleep(level=2) before)
+            if level == 1:
+                self._host_params = jax.tree.map(_OnHost, self.params)
             _free(self.params)
         _free(self._kv)
         self.params = self._kv = None
@@ -118,8 +116,6 @@ class EngineControl:
         if self._host_params is not None:
             self.params = jax.tree.map(_OnHost.to_device, self._host_params)
             self._host_params = None
-        else:
-            self._weights_gone = True
         self._sleep_level = 0
 
     def is_sleeping(self) -> bool:
@@ -129,7 +125,7 @@ class EngineControl:
         """Before a request is queued: ValueError while it could not run."""
         if self._sleep_level:
             raise ValueError("request: the engine is asleep (wake_up first)")
-        if self._weights_gone:
+        if self.params is None:
             raise ValueError("request: sleep(level=2) freed the weights (load_weights first)")
 
     def _check_idle(self, what: str) -> None:
