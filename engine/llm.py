@@ -16,6 +16,7 @@ from engine import batch_invariant as batch_invariant_lib
 from engine import chat, inputs, kv_budget, kv_quant, logit_bias, lora, penalties, runner, samples
 from engine.attention_ops import resolve_impl
 from engine.beam_search import beam_search
+from engine.eplb import EPLBConfig, balancer_for
 from engine.kv_pages import PageManager, pages_for_tokens
 from engine.kv_transfer import KVTransfer, KVTransferConfig, StoreUnreadable, check_engine
 from engine.llm_control import EngineControl
@@ -70,7 +71,8 @@ class LLM(EngineControl):
     step, ranks up to `max_lora_rank` (engine/lora.py).
     `kv_transfer_config` (vLLM's, disaggregated prefill / decode, engine/kv_transfer.py).
     `scheduling_policy` (vLLM's): "fcfs", or "priority" by the requests' `priority` (lower
-    first; Scheduler's policy).
+    first; Scheduler's policy). `enable_eplb`, `eplb_config` (vLLM's): redundant experts
+    placed by measured load over an ep mesh (engine/eplb.py).
     """
 
     def __init__(
@@ -98,6 +100,8 @@ class LLM(EngineControl):
         max_lora_rank: int = 16,
         kv_transfer_config: dict | str | KVTransferConfig | None = None,
         scheduling_policy: str = "fcfs",
+        enable_eplb: bool = False,
+        eplb_config: dict | str | EPLBConfig | None = None,
     ):
         model = inputs.as_model_path(model)
         self._default_params = inputs.default_sampling_params(generation_config, model)
@@ -134,6 +138,7 @@ class LLM(EngineControl):
         if mesh:
             check_model_layout(cfg, mesh_config)
         check_engine(transfer, cfg)
+        self._eplb = balancer_for(enable_eplb, eplb_config, cfg, mesh and mesh_config)
         max_model_len = inputs.model_len(max_model_len, cfg)
         if enable_prefix_caching and (cfg.kv_window or cfg.hybrid_window):
             raise ValueError(
@@ -160,7 +165,7 @@ class LLM(EngineControl):
         # params and KV with NamedShardings and runs MoE layers through the all-to-all.
         self.mesh = None
         if mesh:
-            self.mesh, self.params = shard_model(cfg, self.params, mesh_config)
+            self.mesh, self.params = shard_model(cfg, self.params, mesh_config, self._eplb)
         # The adapters' slots (engine/lora.py); None without enable_lora.
         self._lora = lora.slots_for(enable_lora, cfg, max_loras, max_lora_rank, self.mesh)
         self.max_model_len = max_model_len
@@ -594,7 +599,7 @@ class LLM(EngineControl):
         seconds = None if d.compiles or score_rows else end - max(d.start, self._last_readback)
         self._last_readback = end
         runner.store_prompt_logprobs(score_rows, self._outputs, scores, score_ids, score_lps)
-        self._expert_load = np.asarray(load, np.int64)
+        self._expert_load = self._eplb.record(load) if self._eplb else np.asarray(load, np.int64)
         if self._expert_load_total.shape != self._expert_load.shape:
             self._expert_load_total = np.zeros_like(self._expert_load)
         self._expert_load_total += self._expert_load
@@ -635,6 +640,8 @@ class LLM(EngineControl):
                 if res.request_id not in self._collecting:
                     del self._outputs[res.request_id]
             self._outbox.append(StreamDelta.of(res, top))
+        if self._eplb and self._eplb.due():
+            self.rebalance_experts()
 
     def _prompt_of(self, item) -> list[int]:
         return self._outputs[item.request_id].prompt_token_ids
@@ -786,5 +793,6 @@ class LLM(EngineControl):
             expert_load=self._expert_load.tolist(),
             expert_load_total=self._expert_load_total.tolist(),
             **(self._transfer.stats() if self._transfer else {}),
+            **(self._eplb.stats() if self._eplb else {}),
         )
         return s

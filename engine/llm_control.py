@@ -50,6 +50,7 @@ class EngineControl:
 
     _sleep_level = 0  # 0: awake; 1 or 2 while asleep
     _host_params = None  # sleep(level=1)'s copy of the weights
+    _eplb = None  # engine.eplb.ExpertBalancer (enable_eplb)
 
     def add_lora(self, lora_request: lora.LoRARequest) -> bool:
         """vLLM's: read an adapter now (errors raise here); False if it was held already."""
@@ -74,10 +75,21 @@ class EngineControl:
         if self._sleep_level:
             raise ValueError("load_weights: the engine is asleep (wake_up first)")
         new = replacement_params(self.config, weights, self._seed, host=bool(self.mesh))
-        if self.mesh is not None:
+        if self._eplb is not None:  # onto the physical slots of the current placement
+            new = put_tree(self._eplb.expand(new), self._eplb.shardings(self.config, self.mesh))
+        elif self.mesh is not None:
             new = put_tree(new, param_shardings(self.config, self.mesh))
         self.params = jax.tree.map(jnp.asarray, new)
         self.reset_prefix_cache()
+
+    def rebalance_experts(self) -> None:
+        """Place every MoE layer's experts for the loads of the last window_size steps now
+        (EPLB, engine/eplb.py; it also happens every step_interval steps). The steps already
+        dispatched finish on the old placement."""
+        if self._eplb is None:
+            raise ValueError("rebalance_experts: the engine runs without enable_eplb=True")
+        self._check_awake()
+        self.params = self._eplb.rebalance(self.params, self.mesh, len(self._dispatched))
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached page (vLLM's: after new weights, or to measure cold); False

@@ -25,6 +25,7 @@ from engine.sampler import top_logprobs as top_logprobs_of
 from models.attention import mla_absorb_q, mla_latent_to_v
 from models.moe import expert_load, routed_for
 from models.transformer import final_logits, forward_hidden
+from sharding import eplb
 from sharding.expert_parallel import BOUNDED_MIN_ROWS, make_routed_experts_ep
 from sharding.rules import activation_constrainer, kv_shardings, replicated
 
@@ -234,17 +235,25 @@ def _step_body(
         return o, (latent_pages,)
 
     attend = attend_mla if cfg.is_mla else attend_gqa
+    # Expert-parallel load balancing (engine/eplb.py): the stacks hold E_p physical slots.
+    num_physical = eplb.num_physical(params)
     if mesh is None:
         routed_impl = routed_for(cfg)
     else:  # batch-invariant: the worst-case exchange only (no shape follows the batch)
         routed_impl = make_routed_experts_ep(
-            cfg, mesh, min_rows=None if batch_invariant else BOUNDED_MIN_ROWS
+            cfg, mesh, None if batch_invariant else BOUNDED_MIN_ROWS, num_physical
         )
     valid = jnp.arange(batch.token_ids.shape[0]) < batch.cu_q_lens[-1]  # [T]
-    loads = []  # filled while this call traces forward_hidden, one [E] per MoE layer
+    # Filled while this call traces forward_hidden, one [E] per MoE layer (with EPLB
+    # [E + E_p]: the copies per physical slot after those per logical expert).
+    loads = []
 
     def routed(p_moe, x, weights, experts):
-        loads.append(expert_load(experts, valid, cfg.num_experts))
+        load = expert_load(experts, valid, cfg.num_experts)
+        if num_physical:
+            experts = eplb.to_physical(p_moe, experts)
+            load = jnp.concatenate([load, expert_load(experts, valid, num_physical)])
+        loads.append(load)
         return routed_impl(p_moe, x, weights, experts)
 
     constrain = None if mesh is None else activation_constrainer(cfg, mesh)

@@ -187,14 +187,20 @@ BOUNDED_MIN_ROWS = 2048
 
 
 def make_routed_experts_ep(
-    cfg: ModelConfig, mesh: Mesh, min_rows: int | None = BOUNDED_MIN_ROWS
+    cfg: ModelConfig,
+    mesh: Mesh,
+    min_rows: int | None = BOUNDED_MIN_ROWS,
+    num_experts: int | None = None,
 ) -> RoutedFn:
     """A drop-in for models.moe.routed_experts that runs the experts over the mesh.
     An exchange whose worst-case buffer has `min_rows` rows or more goes through
     bounded_capacity buffers when every device's copies fit them (the module docstring);
-    None: always the worst-case ones (batch-invariant mode)."""
+    None: always the worst-case ones (batch-invariant mode). `num_experts`: the stacks'
+    experts when they are not the config's (physical slots, sharding/eplb.py); the ids
+    given index them."""
     mc = mesh_config_of(mesh)
-    num_local = cfg.num_experts // mc.ep
+    num_experts = num_experts or cfg.num_experts
+    num_local = num_experts // mc.ep
     rules = rules_for(cfg, mc)
     tokens = logical_to_spec(("expert_batch", None), rules)
     # The axes the tokens are split over (the others hold the same tokens, so agree already).
@@ -233,7 +239,7 @@ def make_routed_experts_ep(
         experts: jax.Array,  # [T, k] int32
     ) -> jax.Array:  # [T, D]
         num_tokens = x.shape[0]
-        xp, wp, ep_ = pad_tokens(x, weights, experts, mc.dp * mc.ep, cfg.num_experts)
+        xp, wp, ep_ = pad_tokens(x, weights, experts, mc.dp * mc.ep, num_experts)
         p_local = {name: p_moe[name] for name in w_specs}
         return sharded(p_local, xp, wp, ep_)[:num_tokens]
 

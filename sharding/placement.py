@@ -42,11 +42,14 @@ def check_model_layout(cfg: ModelConfig, mc: MeshConfig) -> Mesh:
     return make_mesh(mc)
 
 
-def shard_model(cfg: ModelConfig, params: dict, mc: MeshConfig) -> tuple[Mesh, dict]:
+def shard_model(cfg: ModelConfig, params: dict, mc: MeshConfig, balancer=None) -> tuple[Mesh, dict]:
     """Check that `mc` can split this model, build the mesh, and place the params on it.
+    `balancer` (engine.eplb.ExpertBalancer): the experts expanded to its physical slots.
 
     Every check runs before anything is placed, so a bad layout raises a ValueError naming
     the axis and the count and leaves nothing half-sharded.
     """
     mesh = check_model_layout(cfg, mc)
+    if balancer is not None:
+        return mesh, put_tree(balancer.expand(params), balancer.shardings(cfg, mesh))
     return mesh, put_tree(params, param_shardings(cfg, mesh))
