@@ -138,7 +138,7 @@ class LLM(EngineControl):
         if mesh:
             check_model_layout(cfg, mesh_config)
         check_engine(transfer, cfg)
-        self._eplb = balancer_for(enable_eplb, eplb_config, cfg, mesh and mesh_config)
+        self._eplb = balancer_for(enable_eplb, eplb_config, cfg, mesh_config if mesh else None)
         max_model_len = inputs.model_len(max_model_len, cfg)
         if enable_prefix_caching and (cfg.kv_window or cfg.hybrid_window):
             raise ValueError(

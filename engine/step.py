@@ -251,7 +251,7 @@ def _step_body(
     def routed(p_moe, x, weights, experts):
         load = expert_load(experts, valid, cfg.num_experts)
         if num_physical:
-            experts = eplb.to_physical(p_moe, experts)
+            experts = eplb.to_physical(p_moe, experts, batch.positions)
             load = jnp.concatenate([load, expert_load(experts, valid, num_physical)])
         loads.append(load)
         return routed_impl(p_moe, x, weights, experts)

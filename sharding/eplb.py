@@ -4,17 +4,20 @@ that every ep device receives about the same number of token copies.
 The router's E logical experts are served by E_p = E + R physical experts, E_p / ep on each
 device. Per MoE layer `phys_to_log` [E_p] says which logical expert each physical slot holds
 (a copy of its weights). Routing is unchanged; a copy bound for logical expert e is sent to
-one of e's replicas, chosen by the copy's index in the step (`to_physical`), so a step's
-copies for e spread evenly over them. Replicas hold the same weights, so what a copy gets
+one of e's replicas, chosen by the token's position (`to_physical`), so the copies for e
+spread evenly over them. Replicas hold the same weights, so what a copy gets
 back does not depend on which replica served it.
 
 A placement is computed from measured loads (token copies per logical expert over a window
 of steps; `rebalance`), in the two stages DeepSeek's EPLB describes:
-  replicate  each of the R extra slots goes, one at a time, to the expert with the highest
-             load per replica so far;
+  replicate  extra slots go, one at a time, to the expert with the highest load per replica
+             so far (`replica_counts`);
   pack       the replicas, heaviest first (load / replicas each), each to the least-loaded
              device that has a free slot (and, where one can, no replica of that expert
-             yet), every device taking exactly E_p / ep.
+             yet), every device taking exactly E_p / ep (`pack`).
+A replica count that does not split over the devices can pack worse than fewer replicas, so
+the hot experts are given 0, 1, 2, 4, ... or all of the extra slots (the rest go to the
+least-loaded experts) and the most even packing is kept (`balanced_members`).
 Within a device, an expert that stays keeps its slot, so a rebalance moves only the experts
 that change devices (`move_plan`, `move_experts`: one ppermute per device distance, each
 carrying at most the most rows any device sends that far, rounded up to a power of two).
@@ -42,42 +45,72 @@ COUNT = "eplb_count"  # [E] int32: how many of them
 PHYSICAL_LEAVES = ("w_gate", "w_up", "w_down", "b_gate", "b_up")  # [E_p, ...] once expanded
 
 
-def replica_counts(load: np.ndarray, num_physical: int) -> np.ndarray:
-    """[E] int: replicas per logical expert, one each plus the extra slots, every extra slot to
-    the expert with the highest load per replica at the time (ties: the lowest id)."""
+def replica_counts(load: np.ndarray, num_physical: int, hot: int | None = None) -> np.ndarray:
+    """[E] int: replicas per logical expert: one each, then `hot` extra slots (None: all of
+    them) one at a time to the expert with the highest load per replica so far (ties: the
+    lowest id), then the slots left to the least-loaded experts (by load, then id), so they
+    split no busy expert's copies."""
     load = np.asarray(load, np.float64)
     counts = np.ones(load.shape[0], np.int64)
-    for _ in range(num_physical - load.shape[0]):
+    extra = num_physical - load.shape[0]
+    hot = extra if hot is None else hot
+    for _ in range(hot):
         counts[int(np.argmax(load / counts))] += 1
+    coldest = np.lexsort((np.arange(load.shape[0]), load))
+    for i in range(extra - hot):
+        counts[coldest[i % len(coldest)]] += 1
     return counts
 
 
-def pack(load: np.ndarray, counts: np.ndarray, ep: int) -> list[list[int]]:
-    """The logical expert of each replica per device (E_p / ep each): heaviest replica first
-    to the least-loaded device with room, avoiding a second replica of an expert on one
-    device while another device has room for it."""
+def pack(load: np.ndarray, counts: np.ndarray, ep: int) -> tuple[np.ndarray, np.ndarray]:
+    """(members [ep, E_p / ep]: the logical expert of each replica per device, device_load
+    [ep]): heaviest replica (load / replicas) first, to the least-loaded device with room
+    (ties: the lowest device), a device holding no replica of that expert yet where one has
+    room."""
+    load = np.asarray(load, np.float64)
     per = int(counts.sum()) // ep
-    replicas = [(load[e] / counts[e], e) for e in range(len(counts)) for _ in range(counts[e])]
-    replicas.sort(key=lambda r: (-r[0], r[1]))
-    members: list[list[int]] = [[] for _ in range(ep)]
+    expert = np.repeat(np.arange(len(counts)), counts)
+    weight = load[expert] / counts[expert]
+    members = np.zeros((ep, per), np.int64)
+    fill = np.zeros(ep, np.int64)
+    holds = np.zeros((ep, len(counts)), bool)
     device_load = np.zeros(ep)
-    for weight, e in replicas:
-        room = [d for d in range(ep) if len(members[d]) < per]
-        fresh = [d for d in room if e not in members[d]] or room
-        d = min(fresh, key=lambda d: (device_load[d], d))
-        members[d].append(e)
-        device_load[d] += weight
-    return members
+    for j in np.lexsort((expert, -weight)):
+        e = expert[j]
+        room = fill < per
+        fresh = room & ~holds[:, e]
+        d = int(np.argmin(np.where(fresh if fresh.any() else room, device_load, np.inf)))
+        members[d, fill[d]] = e
+        fill[d] += 1
+        holds[d, e] = True
+        device_load[d] += weight[j]
+    return members, device_load
 
 
-def assign_slots(members: list[list[int]], old: np.ndarray) -> np.ndarray:
+def balanced_members(load: np.ndarray, num_physical: int, ep: int) -> np.ndarray:
+    """members [ep, E_p / ep] of the most even packing among replica counts that give the
+    hot experts 0, 1, 2, 4, ... or all of the extra slots (a replica count that does not
+    split evenly over the devices can pack worse than fewer replicas: two experts with all
+    the copies, four devices, four extra slots: three replicas each leave two devices two
+    of them, two each put one on every device). Ties: the more hot replicas."""
+    extra = num_physical - len(load)
+    tries = sorted({0, extra, *(1 << i for i in range(extra.bit_length()) if 1 << i < extra)})
+    best = None
+    for hot in reversed(tries):
+        members, device_load = pack(load, replica_counts(load, num_physical, hot), ep)
+        if best is None or device_load.max() < best[1] - 1e-9 * max(best[1], 1.0):
+            best = (members, device_load.max())
+    return best[0]
+
+
+def assign_slots(members, old: np.ndarray) -> np.ndarray:
     """[E_p] int32 phys_to_log with device d's slots holding members[d]; an expert a device
     held before keeps its slot there."""
     ep = len(members)
     per = len(old) // ep
     new = np.full(len(old), -1, np.int64)
     for d in range(ep):
-        want = collections.Counter(members[d])
+        want = collections.Counter(int(e) for e in members[d])
         slots = range(d * per, (d + 1) * per)
         for s in slots:
             if want[old[s]] > 0:
@@ -92,10 +125,9 @@ def assign_slots(members: list[list[int]], old: np.ndarray) -> np.ndarray:
 
 def initial_placement(num_logical: int, num_physical: int, ep: int) -> np.ndarray:
     """[E_p] int32 before any load is measured: equal loads placed as `rebalance` places
-    them (replicas of experts 0..R-1; experts 0..E-1 first in slots 0..E-1 where `pack`
-    leaves them on their slot's device)."""
-    ones = np.ones(num_logical)
-    members = pack(ones, replica_counts(ones, num_physical), ep)
+    them (experts 0..E-1 first in slots 0..E-1, kept where the packing leaves them on
+    their slot's device)."""
+    members = balanced_members(np.ones(num_logical), num_physical, ep)
     identity = np.concatenate([np.arange(num_logical), np.full(num_physical - num_logical, -1)])
     return assign_slots(members, identity)
 
@@ -106,8 +138,7 @@ def rebalance(load: np.ndarray, old: np.ndarray, ep: int) -> np.ndarray:
     new = np.array(old, np.int32)
     for i, layer_load in enumerate(np.asarray(load, np.float64)):
         if layer_load.sum() > 0:
-            members = pack(layer_load, replica_counts(layer_load, old.shape[1]), ep)
-            new[i] = assign_slots(members, old[i])
+            new[i] = assign_slots(balanced_members(layer_load, old.shape[1], ep), old[i])
     return new
 
 
@@ -133,12 +164,13 @@ def num_physical(params: dict) -> int | None:
     return None
 
 
-def to_physical(p_moe: dict, experts: jax.Array) -> jax.Array:
-    """[T, k] logical expert ids -> physical slots: copy c (row-major over [T, k]) of expert e
-    goes to e's replica c mod count[e]."""
-    t, k = experts.shape
-    copy = jnp.arange(t * k, dtype=jnp.int32).reshape(t, k)
-    pick = copy % p_moe[COUNT][experts]
+def to_physical(p_moe: dict, experts: jax.Array, positions: jax.Array) -> jax.Array:
+    """[T, k] logical expert ids -> physical slots: a token at position p sends its copy for
+    expert e to e's replica p mod count[e]. By position, so a prompt's tokens take turns and
+    a decoding sequence changes replica every step (a step of three decodes would otherwise
+    send two of them to the first replica at every step); not by the copy's index (a token's
+    best expert always sits in its slot 0, so those indices would share a parity)."""
+    pick = positions[:, None] % p_moe[COUNT][experts]
     return p_moe[SLOTS][experts, pick]
 
 
@@ -214,6 +246,9 @@ def move_plan(old: np.ndarray, new: np.ndarray, ep: int):
         d, i = divmod(p, per)
         held = np.flatnonzero(old == e)
         local = held[held // per == d]
+        if old[p] == e:  # stays in its slot
+            pick[d, i] = i
+            continue
         if len(local):
             pick[d, i] = local[0] - d * per
             continue

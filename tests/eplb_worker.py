@@ -1,0 +1,211 @@
+"""Expert-parallel load balancing on an 8-device CPU mesh, run in a child process by
+tests/test_eplb.py (XLA's device count is fixed when jax starts):
+
+  XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m tests.eplb_worker OUT.json
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+MAX_TOKENS = 16
+# (fixture, mesh, num_redundant_experts): experts over ep alone; split over tp too, with
+# gpt-oss's biased experts and DeepSeek-V3's fp8 weights (data and scales move together).
+CASES = [
+    ("deepseek_v3", "ep=4", 4, {}),
+    ("qwen3_moe", "tp=2,ep=2", 2, {}),
+    ("gpt_oss", "tp=2,ep=2", 2, {}),
+    ("deepseek_v3_fp8", "tp=2,ep=2", 2, {"quantization": "fp8"}),
+]
+
+
+def _engine(arch: str, mesh: str, **options):
+    from engine import LLM
+
+    return LLM(
+        model=str(FIXTURES / arch),
+        mesh=mesh,
+        num_pages=32,
+        max_model_len=128,
+        max_num_batched_tokens=64,
+        **options,
+    )
+
+
+def _generate(llm, prompts) -> dict:
+    from engine import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    outs = llm.generate(prompts, params)
+    return {"tokens": [o.token_ids for o in outs], "logprobs": [o.logprobs for o in outs]}
+
+
+def _host(params) -> dict:
+    import jax
+    import numpy as np
+
+    return jax.tree.map(np.asarray, params)
+
+
+def _slots_hold_their_experts(llm, logical: dict) -> bool:
+    """Every physical slot's weights on the devices are its logical expert's in `logical`
+    (an engine's params without EPLB, on the host), under the current placement; every
+    other weight is the same."""
+    import jax
+    import numpy as np
+
+    from sharding.eplb import COUNT, PHYSICAL_LEAVES, SLOTS
+
+    got_layers = _host(llm.params)["layers"]
+    placement = iter(llm._eplb.placement)
+    for got, want in zip(got_layers, logical["layers"], strict=True):
+        if "moe" in got:
+            phys_to_log = next(placement)
+            got, want = dict(got), dict(want)
+            got["moe"], want["moe"] = dict(got["moe"]), dict(want["moe"])
+            for name in (SLOTS, COUNT):
+                got["moe"].pop(name)
+            for name in PHYSICAL_LEAVES:
+                if name in want["moe"]:
+                    want["moe"][name] = jax.tree.map(
+                        lambda w, i=phys_to_log: w[i], want["moe"][name]
+                    )
+        same = jax.tree.map(np.array_equal, got, want)
+        if not all(jax.tree.leaves(same)):
+            return False
+    return True
+
+
+def _case(arch: str, mesh: str, redundant: int, options: dict, prompts: list) -> dict:
+    base = _engine(arch, mesh, **options)
+    out = {"base": _generate(base, prompts)}
+    logical = _host(base.params)
+    del base
+    # Rebalanced every 3 steps from the last 8 steps' loads while it generates.
+    llm = _engine(
+        arch,
+        mesh,
+        enable_eplb=True,
+        eplb_config={"num_redundant_experts": redundant, "step_interval": 3, "window_size": 8},
+        **options,
+    )
+    first = llm.stats()["eplb"]["placement"]
+    out["eplb"] = _generate(llm, prompts)
+    stats = llm.stats()
+    out["first_placement"] = first
+    out["placement"] = stats["eplb"]["placement"]
+    out["num_rebalances"] = stats["eplb"]["num_rebalances"]
+    out["expert_load_total"] = stats["expert_load_total"]
+    out["slots_hold_their_experts"] = _slots_hold_their_experts(llm, logical)
+    w_gate = llm.params["layers"][-1]["moe"]["w_gate"]
+    out["w_gate_spec"] = str(getattr(w_gate, "data", w_gate).sharding.spec)
+    out["w_gate_shape"] = list(getattr(w_gate, "data", w_gate).shape)
+    return out
+
+
+HOT = (14, 15)  # one replica each in the first placement, on devices 2 and 3
+
+
+def _skew(params: dict) -> dict:
+    """DeepSeek-V3's correction bias steering every copy to the HOT experts (host params)."""
+    import numpy as np
+
+    layers = []
+    for layer in params["layers"]:
+        if "moe" in layer:
+            bias = np.zeros_like(layer["moe"]["router_bias"])
+            bias[list(HOT)] = 1e4
+            layer = {**layer, "moe": {**layer["moe"], "router_bias": bias}}
+        layers.append(layer)
+    return {**params, "layers": layers}
+
+
+def _skewed(prompts: list) -> dict:
+    """Every copy routed to the HOT experts: the devices' balancedness measured before and
+    after a rebalance, and the tokens of both."""
+    import jax
+
+    from sharding.placement import put_tree
+
+    llm = _engine(
+        "deepseek_v3",
+        "ep=4",
+        enable_eplb=True,
+        eplb_config={"num_redundant_experts": 4, "step_interval": 10**6},
+    )
+    skewed = _skew(_host(llm.params))
+    llm.params = put_tree(skewed, jax.tree.map(lambda a: a.sharding, llm.params))
+    before = _generate(llm, prompts)
+    stats = llm.stats()["eplb"]
+    out = {"before": before, "balancedness_before": stats["balancedness"]}
+    out["placement_before"] = stats["placement"]
+    llm.rebalance_experts()
+    after = _generate(llm, prompts)
+    stats = llm.stats()["eplb"]
+    out.update(after=after, balancedness_after=stats["balancedness"])
+    out["placement_after"] = stats["placement"]
+    out["balancedness_before_rebalance"] = stats["balancedness_before_rebalance"]
+    out["expert_load"] = llm.stats()["expert_load_total"]
+    # The same skew on an engine without EPLB: the tokens a rebalance must not change.
+    base = _engine("deepseek_v3", "ep=4")
+    base.params = put_tree(
+        _skew(_host(base.params)), jax.tree.map(lambda a: a.sharding, base.params)
+    )
+    out["base"] = _generate(base, prompts)
+    return out
+
+
+def _load_weights(prompts: list) -> dict:
+    """load_weights onto an EPLB engine after rebalances: other weights (the experts' down
+    projections negated) land in the current placement's slots and decode as an engine
+    without EPLB given them."""
+    import numpy as np
+
+    base = _engine("qwen3_moe", "ep=4")
+    new = _host(base.params)
+    new["layers"] = [
+        {**x, "moe": {**x["moe"], "w_down": -x["moe"]["w_down"]}} if "moe" in x else x
+        for x in new["layers"]
+    ]
+    base.load_weights(new)
+    want = _generate(base, prompts)["tokens"]
+    llm = _engine(
+        "qwen3_moe",
+        "ep=4",
+        enable_eplb=True,
+        eplb_config={"num_redundant_experts": 4, "step_interval": 2, "window_size": 4},
+    )
+    first = np.array(llm._eplb.placement)
+    _generate(llm, prompts)
+    llm.load_weights(new)
+    return {
+        "num_rebalances": llm.stats()["eplb"]["num_rebalances"],
+        "placement_changed": not np.array_equal(first, llm._eplb.placement),
+        "slots_hold_their_experts": _slots_hold_their_experts(llm, new),
+        "tokens": _generate(llm, prompts)["tokens"],
+        "want": want,
+    }
+
+
+def main(out_path: str) -> None:
+    import jax
+
+    assert jax.device_count() == 8, jax.devices()
+    result = {"cases": {}}
+    for arch, mesh, redundant, options in CASES:
+        ref = json.loads((FIXTURES / arch / "reference.json").read_text())
+        res = _case(arch, mesh, redundant, options, ref["prompts"])
+        res["hf_tokens"] = ref["greedy_tokens"]
+        result["cases"][f"{arch}|{mesh}"] = res
+    prompts = json.loads((FIXTURES / "deepseek_v3" / "reference.json").read_text())["prompts"]
+    result["skewed"] = _skewed(prompts)
+    qwen = json.loads((FIXTURES / "qwen3_moe" / "reference.json").read_text())
+    result["load_weights"] = {**_load_weights(qwen["prompts"]), "hf": qwen["greedy_tokens"]}
+    pathlib.Path(out_path).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
