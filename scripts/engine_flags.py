@@ -40,6 +40,16 @@ KV_TRANSFER = flags.DEFINE_string(
     '"kv_connector_extra_config": {"shared_storage_path": DIR}}\'.',
 )
 
+ENABLE_EPLB = flags.DEFINE_bool(
+    "enable_eplb", False, "Expert-parallel load balancing: redundant experts placed by load."
+)
+EPLB_CONFIG = flags.DEFINE_string(
+    "eplb_config",
+    None,
+    'vLLM\'s JSON: \'{"num_redundant_experts": R, "window_size": 1000, '
+    '"step_interval": 3000}\' (R a multiple of ep).',
+)
+
 SCHEDULING_POLICY = flags.DEFINE_enum(
     "scheduling_policy", "fcfs", ["fcfs", "priority"], "Request order (priority: lower first)."
 )
@@ -69,6 +79,8 @@ def llm_kwargs(**overrides) -> dict:
         "enable_prefix_caching": PREFIX_CACHING.value,
         "kv_transfer_config": KV_TRANSFER.value,
         "scheduling_policy": SCHEDULING_POLICY.value,
+        "enable_eplb": ENABLE_EPLB.value,
+        "eplb_config": EPLB_CONFIG.value,
         "speculative_config": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS.value}
         if SPEC_TOKENS.value
         else None,

@@ -251,6 +251,11 @@ BAD_FLAGS = [
         "kv_transfer_config='{kv_role': not JSON",
     ),
     (
+        "scripts.generate",
+        ["--model=tiny-deepseek-v3", "--enable_eplb"],
+        "enable_eplb=True: needs a mesh with ep >= 2 (ep=1)",
+    ),
+    (
         "scripts.bench_disagg",
         ["--models=no-such-preset", "--decode_tokens=8", "--arrivals=2", "--every=4"],
         "--decode_tokens=8: must exceed --arrivals x --every=8",
