@@ -52,6 +52,19 @@ _add(
     )
 )
 
+# DeepSeek-V3's routing over DeepSeek-V2-Lite's expert counts (64 routed, top-6), narrow:
+# expert-parallel load balancing on an 8-device CPU mesh (scripts/bench_eplb.py).
+_add(
+    SMALL["bench-deepseek-v3-35m"].replace(
+        name="bench-deepseek-v3-64e",
+        hidden_size=256,
+        num_experts=64,
+        num_experts_per_tok=6,
+        n_group=8,
+        topk_group=4,
+        moe_intermediate_size=128,
+    )
+)
 
 # ---- long context (random weights, f32 on CPU): 128k positions with scaled RoPE ----
 # Small enough that a 131,072-token prefill finishes on a 2-core CPU; the RoPE scaling is

@@ -158,6 +158,8 @@ class ExpertBalancer:
             "eplb": {
                 "num_physical_experts": self.num_physical,
                 "num_rebalances": self.num_rebalances,
+                # Copies each device received since the last rebalance, per MoE layer.
+                "device_load": placement.device_load(self._since, self.ep).tolist(),
                 "balancedness": self.balancedness(),
                 "balancedness_before_rebalance": self.balancedness_before,
                 "placement": self.placement.tolist(),

@@ -397,6 +397,13 @@ def two_process(out_path: str, coordinator: str, num_processes: str, process_id:
     res["kv_transfer"] = _generate(consumer, ref["prompts"])
     res["kv_transfer"]["num_loaded_kv_tokens"] = consumer.stats()["num_loaded_kv_tokens"]
     res["kv_transfer"]["saved"] = producer.stats()["kv_transfer_saved_prompts"]
+    # Expert-parallel load balancing: rebalanced every 3 steps, experts moved between the
+    # processes' devices (ppermute over gloo); each process places from the loads it reads.
+    eplb = {"num_redundant_experts": 4, "step_interval": 3, "window_size": 8}
+    balanced = _engine(str(FIXTURES / "mixtral"), "ep=4", enable_eplb=True, eplb_config=eplb)
+    first = balanced.stats()["eplb"]["placement"]
+    res["eplb"] = _generate(balanced, ref["prompts"])
+    res["eplb"].update(first_placement=first, **balanced.stats()["eplb"])
     res.update(
         process_index=jax.process_index(),
         process_count=jax.process_count(),

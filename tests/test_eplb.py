@@ -235,3 +235,23 @@ def test_load_weights_land_in_the_current_placement(mesh_results):
     assert res["slots_hold_their_experts"]
     assert res["tokens"] == res["want"]
     assert res["tokens"] != res["hf"]  # the new weights are really served
+
+
+def test_the_benchmark_runs_small(tmp_path):
+    out = tmp_path / "bench.json"
+    flags = ["--model=tiny-deepseek-v3", "--mesh=ep=4", "--redundant=0,4", "--num_prompts=2"]
+    flags += ["--prompt_len=8", "--max_tokens=3", f"--json_out={out}"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.bench_eplb", *flags],
+        cwd=ROOT,
+        env=_env(4),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "| EPLB, 4 extra slots |" in proc.stdout and "| no EPLB |" in proc.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["redundant"] for r in rows] == [None, 0, 4]
+    for r in rows:
+        assert 0 < r["balancedness"] <= 1 and r["busiest_over_even"] >= 1

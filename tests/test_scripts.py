@@ -410,6 +410,12 @@ BAD_FLAGS = [
         "its folder '/no/such/dir' does not exist",
     ),
     ("scripts.bench_moe", ["--model=no-such-preset", "--seed=-1"], "--seed=-1: must be >= 0"),
+    ("scripts.bench_eplb", ["--num_prompts=0"], "--num_prompts=0: must be >= 1"),
+    (
+        "scripts.bench_eplb",
+        ["--model=tiny-qwen3-moe"],
+        "--model=tiny-qwen3-moe: needs DeepSeek-V3 (noaux_tc) routing",
+    ),
     (
         "scripts.bench_moe",
         ["--model=tiny-deepseek-v3", "--num_tokens=10000000000"],

@@ -182,6 +182,11 @@ def test_two_processes_form_one_ep4_mesh(tmp_path, mesh_results):
         assert moved["num_loaded_kv_tokens"] == sum(len(p) - 1 for p in prompts)
         assert moved["saved"] == (len(prompts) if i == 0 else 0)  # process 0 writes
     assert len(list((tmp_path / "kv_store").glob("*.safetensors"))) == len(prompts)
+    # EPLB over the two processes: the same tokens, the same placements on both.
+    balanced = [res["eplb"] for res in results]
+    assert balanced[0]["tokens"] == single["tokens"] == balanced[1]["tokens"]
+    assert balanced[0]["num_rebalances"] >= 4
+    assert balanced[0]["placement"] == balanced[1]["placement"] != balanced[0]["first_placement"]
 
 
 def test_batch_invariant_output_is_bitwise_equal_across_ep_layouts(mesh_results):
