@@ -47,7 +47,7 @@ ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,engine sharding_mesh \
 	pallas_engine penalties paged_attention parallel_sampling token_lists bad_words \
 	pallas_attention hf_parity pallas_mosaic models_ops long_context_bench determinism_check \
 	structured prefix_cache server speculative quantization lora kv_transfer tool_calls beam_search \
-	priority_scheduling \
+	priority_scheduling eplb \
 	long_context_evals chat checkpoints inputs))
 QUICK_TESTS := $(wildcard $(patsubst %,tests/test_%.py,capacity sampler pallas_lowering \
 	long_context_policy param_counts sharding pallas_kv_write mxfp4 runner kv_pages \

@@ -68,9 +68,10 @@ class EngineControl:
     def load_weights(self, weights) -> None:
         """Serve other weights of the same model (an RL trainer's updated policy; vLLM's
         load_weights): a checkpoint directory or preset of the served config, or a params
-        tree shaped as `llm.params` (models.load.replacement_params). Refused while requests
-        are unfinished or asleep; the prefix cache is reset (its pages hold the old weights'
-        KV)."""
+        tree shaped as `llm.params` (models.load.replacement_params; with EPLB, as without:
+        one stack per logical expert, put in the current placement's slots). Refused while
+        requests are unfinished or asleep; the prefix cache is reset (its pages hold the old
+        weights' KV)."""
         self._check_idle("load_weights")
         if self._sleep_level:
             raise ValueError("load_weights: the engine is asleep (wake_up first)")
