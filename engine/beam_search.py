@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 from engine import inputs
 from engine.sampling_params import MAX_LOGPROBS, SamplingParams
@@ -69,29 +70,37 @@ def score(seq: BeamSearchSequence, eos: frozenset[int], length_penalty: float) -
     return seq.cum_logprob / n**length_penalty
 
 
-def beam_search(llm, prompts, params: BeamSearchParams) -> list[BeamSearchOutput]:
-    """The beam search of every prompt (one or a list, as generate takes them)."""
+# (token lists, SamplingParams of one token and 2W logprobs) -> each list's [(token id,
+# logprob)] of its next token, most likely first: one round of requests to the engine.
+RunStep = Callable[[list[list[int]], SamplingParams], list[list[tuple[int, float]]]]
+
+
+def search(
+    starts: list[list[int]], params: BeamSearchParams, eos, max_model_len: int, run: RunStep
+) -> list[list[BeamSearchSequence]]:
+    """Each prompt's best sequences, best first (their `text` unset); `eos`: the model's
+    EOS ids (ignored with ignore_eos); `run`: how a round of requests reaches the engine
+    (LLM.generate offline, the engine loop in the server)."""
     if not isinstance(params, BeamSearchParams):
         raise ValueError(f"params={params!r}: expected a BeamSearchParams")
     width = params.beam_width
-    eos = frozenset(() if params.ignore_eos else llm.config.eos_token_ids)
+    eos = frozenset(() if params.ignore_eos else eos)
     key = lambda s: score(s, eos, params.length_penalty)  # noqa: E731
     step = SamplingParams(temperature=0.0, max_tokens=1, logprobs=2 * width, detokenize=False)
-    starts = [llm.tokenize(p) for p in inputs.split_prompts(prompts)]
     live = [[BeamSearchSequence(list(ids), [])] for ids in starts]
     done: list[list[BeamSearchSequence]] = [[] for _ in starts]
     for _ in range(params.max_tokens):
-        beams = [b for group in live for b in group if len(b.tokens) < llm.max_model_len]
+        beams = [b for group in live for b in group if len(b.tokens) < max_model_len]
         if not beams:
             break
-        outs = iter(llm.generate([b.tokens for b in beams], step))
+        tops = iter(run([b.tokens for b in beams], step))
         for i, group in enumerate(live):
             grown = []
             for beam in group:
-                if len(beam.tokens) >= llm.max_model_len:
+                if len(beam.tokens) >= max_model_len:
                     done[i].append(dataclasses.replace(beam, finish_reason="length"))
                     continue
-                for token, logprob in next(outs).top_logprobs[0]:
+                for token, logprob in next(tops):
                     cand = BeamSearchSequence(
                         beam.tokens + [token],
                         beam.logprobs + [logprob],
@@ -103,13 +112,24 @@ def beam_search(llm, prompts, params: BeamSearchParams) -> list[BeamSearchOutput
                     else:
                         grown.append(cand)
             live[i] = sorted(grown, key=key, reverse=True)[:width]
-    results = []
-    for i, start in enumerate(starts):
-        for beam in live[i]:
+    for group in live:
+        for beam in group:
             beam.finish_reason = beam.finish_reason or "length"
-        best = sorted(done[i] + live[i], key=key, reverse=True)[:width]
-        for seq in best:
+    return [sorted(d + g, key=key, reverse=True)[:width] for d, g in zip(done, live, strict=True)]
+
+
+def beam_search(llm, prompts, params: BeamSearchParams) -> list[BeamSearchOutput]:
+    """The beam search of every prompt (one or a list, as generate takes them)."""
+    if not isinstance(params, BeamSearchParams):
+        raise ValueError(f"params={params!r}: expected a BeamSearchParams")
+    starts = [llm.tokenize(p) for p in inputs.split_prompts(prompts)]
+
+    def run(token_lists, step):
+        return [out.top_logprobs[0] for out in llm.generate(token_lists, step)]
+
+    best = search(starts, params, llm.config.eos_token_ids, llm.max_model_len, run)
+    for start, seqs in zip(starts, best, strict=True):
+        for seq in seqs:
             new = seq.tokens[len(start) :]
             seq.text = None if llm.tokenizer is None else llm.tokenizer.decode(new)
-        results.append(BeamSearchOutput(best))
-    return results
+    return [BeamSearchOutput(seqs) for seqs in best]

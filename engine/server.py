@@ -33,37 +33,17 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 
 from engine import chat, samples, stop_strings, tool_calls
 from engine import reasoning as reasoning_lib
+from engine.beam_search import BeamSearchParams, search
 from engine.llm import LLM
 from engine.lora import LoRARequest, lora_ids, require
-from engine.sampling_params import SamplingParams, StreamDelta
-from engine.structured import StructuredOutputsParams
+from engine.openai_params import default_params, sampling_params
+from engine.sampling_params import MAX_LOGPROBS, SamplingParams, StreamDelta
 
-# Request fields copied into SamplingParams as they are (None = left out).
-_PLAIN_FIELDS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "n",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "min_tokens",
-    "ignore_eos",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "skip_special_tokens",
-    "allowed_token_ids",
-    "bad_words",
-    "truncate_prompt_tokens",
-)
-# What a model's generation_config.json may set (inputs.GENERATION_DEFAULTS' fields).
-_GENERATION_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens")
 MAX_BODY_BYTES = 64 << 20
 
 
@@ -71,78 +51,6 @@ class HTTPError(Exception):
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
         super().__init__(message)
         self.status, self.kind = status, kind
-
-
-def default_params(llm: LLM) -> dict:
-    """The fields a request leaves out: the OpenAI API's temperature 1, overridden by what
-    the model's generation_config sets (LLM.get_default_sampling_params)."""
-    gen, plain = llm.get_default_sampling_params(), SamplingParams()
-    given = {f: getattr(gen, f) for f in _GENERATION_FIELDS if getattr(gen, f) != getattr(plain, f)}
-    return {"temperature": 1.0, **given}
-
-
-def sampling_params(body: dict, defaults: dict, chat_api: bool) -> SamplingParams:
-    """A request body's SamplingParams (ValueError naming the field when one is wrong)."""
-    fields = dict(defaults)
-    fields.update({k: body[k] for k in _PLAIN_FIELDS if body.get(k) is not None})
-    max_tokens = body.get("max_completion_tokens") if chat_api else None
-    if max_tokens is None:
-        max_tokens = body.get("max_tokens")
-    if max_tokens is not None:
-        fields["max_tokens"] = max_tokens
-    stop = body.get("stop")
-    if stop is not None:
-        fields["stop"] = (stop,) if isinstance(stop, str) else stop
-    if body.get("logit_bias") is not None:
-        bias = body["logit_bias"]
-        if not isinstance(bias, dict):
-            raise ValueError(f"logit_bias={bias!r}: must be an object of token id: bias")
-        try:
-            fields["logit_bias"] = {int(k): v for k, v in bias.items()}
-        except ValueError as e:
-            raise ValueError(f"logit_bias: keys must be token ids ({e})") from e
-    if chat_api:  # logprobs: bool, top_logprobs: how many alternatives
-        if body.get("logprobs"):
-            fields["logprobs"] = body.get("top_logprobs") or None
-    elif body.get("logprobs") is not None:
-        fields["logprobs"] = body["logprobs"] or None
-    if body.get("echo"):
-        raise ValueError("echo: not supported")
-    structured = _structured(body)
-    if structured is not None:
-        fields["structured_outputs"] = structured
-    try:
-        return SamplingParams(**fields)
-    except TypeError as e:  # a field of the wrong JSON type reaching a comparison
-        raise ValueError(f"request: {e}") from e
-
-
-def _structured(body: dict) -> StructuredOutputsParams | None:
-    """vLLM's structured_outputs object, or the OpenAI API's response_format."""
-    given = body.get("structured_outputs")
-    if given is not None:
-        if not isinstance(given, dict):
-            raise ValueError("structured_outputs: must be an object")
-        try:
-            return StructuredOutputsParams(**given)
-        except TypeError as e:
-            raise ValueError(f"structured_outputs: {e}") from e
-    fmt = body.get("response_format")
-    if fmt is None:
-        return None
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return StructuredOutputsParams(json_object=True)
-    if kind == "json_schema":
-        schema = (fmt.get("json_schema") or {}).get("schema")
-        if schema is None:
-            raise ValueError("response_format.json_schema.schema: missing")
-        return StructuredOutputsParams(json=schema)
-    raise ValueError(
-        f"response_format.type={kind!r}: must be 'text', 'json_object' or 'json_schema'"
-    )
 
 
 class EngineLoop:
@@ -486,7 +394,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 )
         # Completions: logprobs=k (0: the tokens' own only); chat: logprobs=true.
         want = bool(body.get("logprobs")) if chat_api else body.get("logprobs") is not None
-        reqs = self._submit(prompts, params, want, lora, body.get("priority", 0))
+        if body.get("use_beam_search"):
+            reqs = self._beam_search(body, prompts, params, want, lora)
+        else:
+            reqs = self._submit(prompts, params, want, lora, body.get("priority", 0))
         try:
             if body.get("stream"):
                 usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -555,6 +466,55 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             for rid, *_ in reqs:
                 self.server.loop.abort(rid)
             raise
+        return reqs
+
+    def _beam_search(self, body: dict, prompts, params: SamplingParams, want_logprobs, lora):
+        """vLLM's use_beam_search: `n` beams (engine/beam_search.py), each round's requests
+        through the engine loop beside other requests; each prompt's n best sequences as
+        its choices, best first, finished (answered whole, never streamed)."""
+        if body.get("stream"):
+            raise ValueError("stream: not supported with use_beam_search")
+        if params.structured_outputs is not None:
+            raise ValueError("use_beam_search: takes no structured outputs (nor forced tools)")
+        if body.get("temperature") not in (None, 1, 1.0):
+            raise ValueError(
+                f"temperature={body['temperature']!r}: beam search ranks by the model's "
+                "unscaled log-probabilities (leave it out, or 1)"
+            )
+        if params.n > MAX_LOGPROBS // 2:
+            raise ValueError(f"n={params.n}: at most {MAX_LOGPROBS // 2} beams")
+        width, priority = params.n, body.get("priority", 0)
+        beam = BeamSearchParams(width, params.max_tokens, params.ignore_eos)
+        beam = dataclasses.replace(beam, length_penalty=body.get("length_penalty", 1.0))
+
+        def run(token_lists, step):
+            round_ = self._submit(token_lists, step, False, lora, priority)
+            try:
+                for _ in self._deltas(round_):
+                    pass
+            finally:
+                for rid, _, _, (choice,) in round_:
+                    if choice.finish_reason is None:
+                        self.server.loop.abort(rid)
+            return [choice.top[0] for *_, (choice,) in round_]
+
+        llm = self.server.llm
+        best = search(prompts, beam, llm.config.eos_token_ids, llm.max_model_len, run)
+        rid = f"beam-{uuid.uuid4().hex}"
+        reqs = []
+        for i, (ids, seqs) in enumerate(zip(prompts, best, strict=True)):
+            choices = [
+                _Choice(
+                    i * width + k,
+                    params,
+                    want_logprobs,
+                    token_ids=seq.tokens[len(ids) :],
+                    logprobs=seq.logprobs,
+                    finish_reason=seq.finish_reason,
+                )
+                for k, seq in enumerate(seqs)
+            ]
+            reqs.append((f"{rid}-{i}", ids, None, choices))
         return reqs
 
     def _deltas(self, reqs) -> Iterator[tuple[_Choice, StreamDelta]]:

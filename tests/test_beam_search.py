@@ -129,3 +129,62 @@ def test_score_is_vllms():
 def test_params_are_checked(kwargs, match):
     with pytest.raises(ValueError, match=match):
         BeamSearchParams(**kwargs)
+
+
+def test_use_beam_search_over_http_gives_the_transformers_beams():
+    """vLLM's use_beam_search on /v1/completions: each prompt's n beams as its choices,
+    best first, the texts of transformers' beams; a plain request beside it is served."""
+    import threading
+
+    from tokenizers import Tokenizer
+
+    from engine.server import Server
+    from tests.test_server import post
+
+    cases = [c for c in CASES if c["arch"] == "llama"]
+    llm = LLM(
+        model=str(FIXTURES / "llama"),
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        enable_prefix_caching=True,
+        **POOL,
+    )
+    srv = Server(("127.0.0.1", 0), llm, "llama")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        width, max_tokens = cases[0]["beam_width"], cases[0]["max_tokens"]
+        body = {"prompt": [c["prompt"] for c in cases], "use_beam_search": True, "n": width}
+        body.update(max_tokens=max_tokens, ignore_eos=True, length_penalty=0.0, logprobs=0)
+        plain = {}
+        beside = threading.Thread(
+            target=lambda: plain.update(
+                got=post(srv, "/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 3})
+            )
+        )
+        beside.start()
+        status, resp = post(srv, "/v1/completions", body)
+        beside.join()
+        assert status == 200, resp
+        assert plain["got"][0] == 200 and len(plain["got"][1]["choices"]) == 1
+        decode = Tokenizer.from_file(str(FIXTURES / "llama" / "tokenizer.json")).decode
+        choices = sorted(resp["choices"], key=lambda c: c["index"])
+        assert len(choices) == width * len(cases)
+        for i, case in enumerate(cases):
+            got = choices[i * width : (i + 1) * width]
+            assert [c["text"] for c in got] == [decode(s) for s in case["sequences"]]
+            for c, want in zip(got, case["scores"], strict=True):
+                assert c["finish_reason"] == "length"
+                assert math.isclose(sum(c["logprobs"]["token_logprobs"]), want, abs_tol=2e-3)
+        assert resp["usage"]["completion_tokens"] == width * max_tokens * len(cases)
+        refused = [
+            ({**body, "stream": True}, "stream: not supported with use_beam_search"),
+            ({**body, "temperature": 0.5}, "temperature=0.5: beam search ranks"),
+            ({**body, "n": 11}, "n=11: at most 10 beams"),
+            ({**body, "length_penalty": "x"}, "length_penalty='x'"),
+        ]
+        for bad, message in refused:
+            status, resp = post(srv, "/v1/completions", bad)
+            assert status == 400 and message in resp["error"]["message"], resp
+    finally:
+        srv.shutdown()
+        srv.close()
