@@ -169,12 +169,16 @@ def test_use_beam_search_over_http_gives_the_transformers_beams():
         decode = Tokenizer.from_file(str(FIXTURES / "llama" / "tokenizer.json")).decode
         choices = sorted(resp["choices"], key=lambda c: c["index"])
         assert len(choices) == width * len(cases)
+        # The offline search on the same engine, for each token's logprob.
+        offline = BeamSearchParams(width, max_tokens, ignore_eos=True, length_penalty=0.0)
+        offline = llm.beam_search([c["prompt"] for c in cases], offline)
         for i, case in enumerate(cases):
             got = choices[i * width : (i + 1) * width]
             assert [c["text"] for c in got] == [decode(s) for s in case["sequences"]]
-            for c, want in zip(got, case["scores"], strict=True):
+            for c, want, seq in zip(got, case["scores"], offline[i].sequences, strict=True):
                 assert c["finish_reason"] == "length"
                 assert math.isclose(sum(c["logprobs"]["token_logprobs"]), want, abs_tol=2e-3)
+                assert c["logprobs"]["token_logprobs"] == seq.logprobs
         assert resp["usage"]["completion_tokens"] == width * max_tokens * len(cases)
         refused = [
             ({**body, "stream": True}, "stream: not supported with use_beam_search"),
