@@ -14,6 +14,7 @@ import json
 import math
 import pathlib
 
+import numpy as np
 import pytest
 
 from engine import LLM, BeamSearchParams
@@ -178,7 +179,10 @@ def test_use_beam_search_over_http_gives_the_transformers_beams():
             for c, want, seq in zip(got, case["scores"], offline[i].sequences, strict=True):
                 assert c["finish_reason"] == "length"
                 assert math.isclose(sum(c["logprobs"]["token_logprobs"]), want, abs_tol=2e-3)
-                assert c["logprobs"]["token_logprobs"] == seq.logprobs
+                # (other batches, other cache hits: not bitwise)
+                assert (
+                    max(map(abs, np.subtract(c["logprobs"]["token_logprobs"], seq.logprobs))) < 1e-4
+                )
         assert resp["usage"]["completion_tokens"] == width * max_tokens * len(cases)
         refused = [
             ({**body, "stream": True}, "stream: not supported with use_beam_search"),
