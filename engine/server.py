@@ -7,7 +7,7 @@ applications call.
   POST /tokenize, /detokenize (vLLM's)
 
 Both POSTs answer whole or, with "stream": true, as server-sent events ending in
-"data: [DONE]". Request fields are the OpenAI API's (max_tokens, temperature, top_p, n,
+"data: [DONE]"; with "use_beam_search": true (vLLM's), `n` beams, answered whole. Request fields are the OpenAI API's (max_tokens, temperature, top_p, n,
 stop, seed, logprobs, presence/frequency_penalty, logit_bias, response_format, ...) plus
 vLLM's extras (top_k, min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
 structured_outputs, chat_template, ...); unknown fields are ignored, as vLLM does. Fields
