@@ -6,13 +6,14 @@ applications call.
   POST /v1/chat/completions   messages, rendered by the model's chat template (engine/chat.py)
   POST /tokenize, /detokenize (vLLM's)
 
-Both POSTs answer whole or, with "stream": true, as server-sent events ending in
-"data: [DONE]"; with "use_beam_search": true (vLLM's), `n` beams, answered whole. Request fields are the OpenAI API's (max_tokens, temperature, top_p, n,
-stop, seed, logprobs, presence/frequency_penalty, logit_bias, response_format, ...) plus
-vLLM's extras (top_k, min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
-structured_outputs, chat_template, ...); unknown fields are ignored, as vLLM does. Fields
-left out take the model's generation_config values, else the OpenAI API's defaults
-(temperature 1; max_tokens 16 for completions, what fits in max_model_len for chat).
+Both POSTs answer whole or, with "stream": true, as server-sent events ending in "data:
+[DONE]"; with "use_beam_search": true (vLLM's), `n` beams, answered whole. Request fields
+are the OpenAI API's (max_tokens, temperature, top_p, n, stop, seed, logprobs,
+presence/frequency_penalty, logit_bias, response_format, ...) plus vLLM's extras (top_k,
+min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids, structured_outputs,
+chat_template, ...); unknown fields are ignored, as vLLM does. Fields left out take the
+model's generation_config values, else the OpenAI API's defaults (temperature 1; max_tokens
+16 for completions, what fits in max_model_len for chat).
 A bad request gets HTTP 400 with the engine's ValueError message (it names the field)
 before anything is queued; a client that closes its connection (streaming or waiting for
 the whole answer) has its request aborted.
@@ -252,6 +253,14 @@ class Server(http.server.ThreadingHTTPServer):
         for key in keys:
             if key in stats:
                 values.append((key + "_total", "counter", f"Tokens ({key})", stats[key]))
+        eplb = stats.get("eplb")  # expert-parallel load balancing (engine/eplb.py)
+        if eplb is not None:
+            values.append(
+                ("eplb_rebalances_total", "counter", "Rebalances", eplb["num_rebalances"])
+            )
+            if eplb["balancedness"] is not None:
+                doc = "Token copies per ep device since the last rebalance, mean / max"
+                values.append(("eplb_balancedness", "gauge", doc, eplb["balancedness"]))
         label = json.dumps(self.model_name)
         lines = []
         for name, kind, doc, value in values:

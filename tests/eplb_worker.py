@@ -151,6 +151,11 @@ def _skewed(prompts: list) -> dict:
     out["placement_after"] = stats["placement"]
     out["balancedness_before_rebalance"] = stats["balancedness_before_rebalance"]
     out["expert_load"] = llm.stats()["expert_load_total"]
+    from engine.server import Server
+
+    srv = Server(("127.0.0.1", 0), llm, "m")
+    out["metrics"] = srv.metrics()
+    srv.close()
     # The same skew on an engine without EPLB: the tokens a rebalance must not change.
     base = _engine("deepseek_v3", "ep=4")
     base.params = put_tree(

@@ -227,6 +227,8 @@ def test_a_skewed_router_is_balanced_by_a_rebalance(mesh_results):
     assert res["balancedness_after"] == pytest.approx(1.0)
     assert res["before"]["tokens"] == res["base"]["tokens"] == res["after"]["tokens"]
     assert res["after"]["logprobs"] == res["base"]["logprobs"]
+    assert 'moeserve:eplb_rebalances_total{model_name="m"} 1\n' in res["metrics"]
+    assert 'moeserve:eplb_balancedness{model_name="m"} 1.0\n' in res["metrics"]
 
 
 def test_load_weights_land_in_the_current_placement(mesh_results):
