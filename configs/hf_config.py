@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from configs.compressed_tensors import int4_group_size
 from configs.model_config import ModelConfig, RopeScaling
 
 SUPPORTED_MODEL_TYPES = (
@@ -346,9 +347,12 @@ _FP8_DEFAULTS = dict(fmt="e4m3", activation_scheme="dynamic", weight_block_size=
 
 def fp8_weight_block(hf: dict) -> tuple[int, int] | None:
     """[rows, cols] of the scale blocks of a checkpoint whose linear weights are stored as fp8
-    (e4m3) with a `<name>_scale_inv` per block, as DeepSeek-V3/R1 and Qwen3-*-FP8 ship; None
-    when the config has no `quantization_config`. Such weights are dequantized on load
-    (models/fp8_checkpoint.py). Other quantization methods are refused, naming the field."""
+    (e4m3) with a `<name>_scale_inv` per block, as DeepSeek-V3/R1 and Qwen3-*-FP8 ship, or
+    (1, group_size) for int4 weights in compressed-tensors' pack-quantized format (a scale
+    per group of inputs of an output row: configs/compressed_tensors.py); None when the
+    config has no `quantization_config`. Such weights are dequantized on load
+    (models/fp8_checkpoint.py, models/int4_checkpoint.py) unless held as they are stored
+    (ModelConfig.quantization). Other quantization methods are refused, naming the field."""
     qc = hf.get("quantization_config")
     if qc is None:
         return None
@@ -357,11 +361,13 @@ def fp8_weight_block(hf: dict) -> tuple[int, int] | None:
     method = qc.get("quant_method")
     if method == "mxfp4" and hf.get("model_type") == "gpt_oss":
         return None  # gpt-oss's MXFP4 experts (models/mxfp4.py), no fp8 blocks
+    if method == "compressed-tensors":
+        return 1, int4_group_size(qc)
     if method != "fp8":
         raise ValueError(
             f"HF config quantization_config.quant_method={method!r}: only 'fp8' (block-quantized "
-            "e4m3 weights with weight_scale_inv, dequantized on load) and, for gpt_oss, "
-            "'mxfp4' (its experts, dequantized on load) are supported"
+            "e4m3 weights with weight_scale_inv), 'compressed-tensors' (pack-quantized int4) "
+            "and, for gpt_oss, 'mxfp4' (its experts) are supported"
         )
     q = {k: qc.get(k, v) for k, v in _FP8_DEFAULTS.items()}
     if q["fmt"] != "e4m3":

@@ -33,6 +33,7 @@ from safetensors import SafetensorError, safe_open
 
 from configs.hf_config import fp8_weight_block, read_hf_config
 from configs.model_config import ModelConfig
+from models import int4_checkpoint as int4
 from models.fp8_checkpoint import FP8_DTYPE, Fp8Reader, dequantize, scale_name, scale_shape
 from models.mxfp4 import BLOCKS_SUFFIX, SCALES_SUFFIX, gpt_oss_expert_weight, mxfp4_shapes
 from models.quantization import QuantizedWeight, our_block, quantize_params, quantized_leaves
@@ -265,13 +266,24 @@ def _is_mxfp4(name: str, headers: dict[str, _Header]) -> bool:
     )
 
 
+def _is_int4(name: str, headers: dict[str, _Header]) -> bool:
+    """Whether `name` is stored as compressed-tensors' packed int4 (models/int4_checkpoint.py)."""
+    return name not in headers and name + int4.PACKED_SUFFIX in headers
+
+
+def _stored_apart(name: str, headers: dict[str, _Header]) -> bool:
+    """Stored as other tensors than `name` itself (MXFP4 or packed int4)."""
+    return _is_mxfp4(name, headers) or _is_int4(name, headers)
+
+
 def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFTensor]:
     candidates = [
         hf_tensor_names(cfg, lay)
         for lay in (EXPERT_LAYOUTS if cfg.num_experts else EXPERT_LAYOUTS[:1])
     ]
     missing = [
-        [n for n in names if n not in headers and not _is_mxfp4(n, headers)] for names in candidates
+        [n for n in names if n not in headers and not _stored_apart(n, headers)]
+        for names in candidates
     ]
     best = min(range(len(candidates)), key=lambda j: len(missing[j]))
     if missing[best]:
@@ -322,6 +334,9 @@ def _validate(
         if _is_mxfp4(name, headers):
             _validate_mxfp4(name, want, headers, method)
             continue
+        if _is_int4(name, headers):
+            _validate_int4(name, want, headers, block, method)
+            continue
         got = headers[name]
         if got.shape != want.shape:
             raise ValueError(
@@ -340,6 +355,31 @@ def _validate(
             raise ValueError(
                 f"checkpoint tensor {name!r}: dtype {got.dtype} unsupported; "
                 f"expected one of {FLOAT_DTYPES} (or {FP8_DTYPE} with block scales)"
+            )
+
+
+def _validate_int4(name: str, want: HFTensor, headers: dict[str, _Header], block, method) -> None:
+    if method != "compressed-tensors" or block is None:
+        raise ValueError(
+            f"checkpoint tensor {name + int4.PACKED_SUFFIX!r}: packed int4 needs a config.json "
+            f"quantization_config with quant_method 'compressed-tensors' (found {method!r})"
+        )
+    if want.kind not in ("linear", "expert"):
+        raise ValueError(f"checkpoint tensor {name + int4.PACKED_SUFFIX!r}: int4 only for Linears")
+    shapes = {
+        int4.PACKED_SUFFIX: (int4.packed_shape(want.shape), ("I32",)),
+        int4.SCALE_SUFFIX: (int4.group_scale_shape(want.shape, block[1]), FLOAT_DTYPES),
+        int4.SHAPE_SUFFIX: ((2,), ("I32", "I64")),
+    }
+    for suffix, (shape, dtypes) in shapes.items():
+        got = headers.get(name + suffix)
+        if got is None:
+            raise ValueError(f"checkpoint tensor {name + suffix!r}: missing (int4 {name!r})")
+        if got.shape != shape or got.dtype not in dtypes:
+            raise ValueError(
+                f"checkpoint tensor {name + suffix!r}: expected shape {shape} and dtype in "
+                f"{dtypes} (int4 of {want.shape} in groups of {block[1]}), found "
+                f"{got.shape} {got.dtype} in {got.file.name}"
             )
 
 
@@ -391,6 +431,9 @@ class _TensorReader(contextlib.ExitStack):
             # host memory of float32, 8.5 GB for gpt-oss-120b's gate_up) when that is the dtype.
             exact = self.dtype in (np.dtype(np.float32), np.dtype(jnp.bfloat16))
             return gpt_oss_expert_weight(blocks, scales, self.dtype if exact else np.float32)
+        if _is_int4(name, self.headers):
+            packed, scale, shape = (self.read(name + suffix) for suffix in int4.SUFFIXES)
+            return int4.dequantize(packed, scale, self.block[1], int(shape[1]), self.dtype)
         path = self.headers[name].file
         if self.headers[name].dtype == FP8_DTYPE:
             scale = self.read(scale_name(name))
@@ -478,7 +521,9 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     with _TensorReader(headers, block, jnp.dtype(cfg.dtype)) as reader:
         # Grouped by file (each shard opened once).
         def file_of(n: str) -> str:
-            return str(headers[n + BLOCKS_SUFFIX if _is_mxfp4(n, headers) else n].file)
+            if _stored_apart(n, headers):
+                n += BLOCKS_SUFFIX if _is_mxfp4(n, headers) else int4.PACKED_SUFFIX
+            return str(headers[n].file)
 
         for name in sorted(names, key=file_of):
             t = names[name]
@@ -532,7 +577,7 @@ def _stored_fp8_leaves(
         if sources.get(path)
         and all(
             t.kind in ("linear", "expert")
-            and not _is_mxfp4(n, headers)
+            and not _stored_apart(n, headers)
             and headers[n].dtype == FP8_DTYPE
             for n, t in sources[path]
         )
@@ -556,7 +601,7 @@ def unquantized_leaves(model_dir: str | Path, cfg: ModelConfig) -> tuple[str, ..
         _path_name(path)
         for path in layouts
         if all(
-            not _is_mxfp4(n, headers) and headers[n].dtype != FP8_DTYPE
+            not _stored_apart(n, headers) and headers[n].dtype != FP8_DTYPE
             for n, _ in sources.get(path, ())
         )
     )
