@@ -108,7 +108,8 @@ class ModelConfig:
     bos_token_id: int | None = None  # prepended by the tokenizer, if any
     eos_token_ids: tuple[int, ...] = ()  # generation stops on any of these
     dtype: str = "float32"  # parameter and activation dtype
-    # Weights held as fp8 with a float32 scale per block (models/quantization.py; None: all
+    # Weights held as fp8 (or "int4": packed 4-bit, a scale per group of inputs) with a
+    # float32 scale per block (models/quantization.py; None: all
     # in `dtype`). quantization_block: the blocks, as HF's weight_block_size [rows (out),
     # cols (in)] of a Linear; quantization_skip: leaves that stay in `dtype` although they
     # could be quantized ("layers.0.attn.wo": what an fp8 checkpoint stores unquantized).
@@ -117,8 +118,8 @@ class ModelConfig:
     quantization_skip: tuple[str, ...] = ()
 
     def __post_init__(self):
-        if self.quantization not in (None, "fp8"):
-            raise ValueError(f"quantization={self.quantization!r}: expected None or 'fp8'")
+        if self.quantization not in (None, "fp8", "int4"):
+            raise ValueError(f"quantization={self.quantization!r}: expected None, 'fp8' or 'int4'")
         block = self.quantization_block
         if len(block) != 2 or not all(isinstance(b, int) and b > 0 for b in block):
             raise ValueError(f"quantization_block={block!r}: expected two positive ints")

@@ -36,7 +36,14 @@ from configs.model_config import ModelConfig
 from models import int4_checkpoint as int4
 from models.fp8_checkpoint import FP8_DTYPE, Fp8Reader, dequantize, scale_name, scale_shape
 from models.mxfp4 import BLOCKS_SUFFIX, SCALES_SUFFIX, gpt_oss_expert_weight, mxfp4_shapes
-from models.quantization import QuantizedWeight, our_block, quantize_params, quantized_leaves
+from models.quantization import (
+    QuantizedWeight,
+    bits_of,
+    our_block,
+    pack_int4,
+    quantize_params,
+    quantized_leaves,
+)
 from models.specs import ParamSpec, param_specs
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -442,8 +449,12 @@ class _TensorReader(contextlib.ExitStack):
             self._files[path] = self.enter_context(safe_open(str(path), framework="np"))
         return self._files[path].get_tensor(name)
 
-    def read_fp8(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """An fp8 weight as stored, and its float32 block scales."""
+    def read_stored(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """A quantized weight as stored (fp8; int4: its values as int8 [out, in]), and its
+        float32 block scales."""
+        if _is_int4(name, self.headers):
+            packed, scale, shape = (self.read(name + suffix) for suffix in int4.SUFFIXES)
+            return int4.unpack_words(packed, int(shape[1])), np.asarray(scale, np.float32)
         scale = np.asarray(self.read(scale_name(name)), np.float32)
         return self._fp8.read(self.headers[name].file, name), scale
 
@@ -515,7 +526,10 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     specs = param_specs(cfg.replace(quantization=None))
     leaf_specs = _leaf_specs(specs)
     layouts = _quantized_layouts(cfg, specs)
-    keep = _stored_fp8_leaves(names, headers, layouts) if block == cfg.quantization_block else set()
+    int4_stored = method == "compressed-tensors"
+    keep = set()
+    if block == cfg.quantization_block and cfg.quantization == ("int4" if int4_stored else "fp8"):
+        keep = _stored_leaves(names, headers, layouts, int4_stored)
     leaves: dict[Path_, np.ndarray] = {}
     stored: dict[Path_, list[np.ndarray]] = {}
     with _TensorReader(headers, block, jnp.dtype(cfg.dtype)) as reader:
@@ -528,14 +542,16 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
         for name in sorted(names, key=file_of):
             t = names[name]
             if t.targets[0] in keep:
-                _place_fp8(t, *reader.read_fp8(name), leaf_specs, stored)
+                _place_fp8(t, *reader.read_stored(name), leaf_specs, stored)
             else:
                 _place(t, reader.read(name), leaf_specs, leaves)
     for path, (data, scale) in stored.items():
-        leaves[path] = QuantizedWeight(data, scale, *layouts[path], our_block(block))
+        hold = pack_int4 if int4_stored else QuantizedWeight
+        leaves[path] = hold(data, scale, *layouts[path], our_block(block))
     params = _build_tree(specs, leaves)
     if cfg.quantization:
-        params = quantize_params(params, our_block(cfg.quantization_block), cfg.quantization_skip)
+        block = our_block(cfg.quantization_block)
+        params = quantize_params(params, block, cfg.quantization_skip, bits_of(cfg.quantization))
     return params
 
 
@@ -564,32 +580,37 @@ def _sources(names: dict[str, HFTensor]) -> dict[Path_, list[tuple[str, HFTensor
     return out
 
 
-def _stored_fp8_leaves(
-    names: dict[str, HFTensor], headers: dict[str, _Header], layouts: dict
+def _stored_quantized(name: str, headers: dict[str, _Header], int4_stored: bool) -> bool:
+    if int4_stored:
+        return _is_int4(name, headers)
+    return not _stored_apart(name, headers) and headers[name].dtype == FP8_DTYPE
+
+
+def _stored_leaves(
+    names: dict[str, HFTensor], headers: dict[str, _Header], layouts: dict, int4_stored: bool
 ) -> set[Path_]:
-    """The leaves to hold as fp8 whose every tensor the checkpoint stores as an fp8 Linear
-    (one or one per expert): taken as they are. Others (fused expert tensors) are read as
-    float and quantized."""
+    """The leaves to hold quantized whose every tensor the checkpoint stores as a quantized
+    Linear (fp8, or int4; one or one per expert): taken as they are. Others (fused expert
+    tensors) are read as float and quantized."""
     sources = _sources(names)
     return {
         path
         for path in layouts
         if sources.get(path)
         and all(
-            t.kind in ("linear", "expert")
-            and not _stored_apart(n, headers)
-            and headers[n].dtype == FP8_DTYPE
+            t.kind in ("linear", "expert") and _stored_quantized(n, headers, int4_stored)
             for n, t in sources[path]
         )
     }
 
 
 def unquantized_leaves(model_dir: str | Path, cfg: ModelConfig) -> tuple[str, ...]:
-    """The leaves `cfg.replace(quantization="fp8")` would hold as fp8 that the checkpoint in
-    `model_dir`, itself fp8, stores in float (`modules_to_not_convert`): they stay float, as
-    vLLM keeps them. Empty for a checkpoint that is not block-quantized fp8."""
+    """The leaves `cfg.replace(quantization="fp8")` would hold quantized that the checkpoint
+    in `model_dir`, itself fp8 (or int4), stores in float (`modules_to_not_convert`, or a
+    compressed-tensors `ignore` list): they stay float, as vLLM keeps them. Empty for a
+    checkpoint that is not quantized."""
     model_dir = Path(model_dir)
-    block, _ = _quantization(model_dir)
+    block, method = _quantization(model_dir)
     if block is None:
         return ()
     headers = _read_headers(_checkpoint_files(model_dir))
@@ -597,13 +618,11 @@ def unquantized_leaves(model_dir: str | Path, cfg: ModelConfig) -> tuple[str, ..
     specs = param_specs(cfg.replace(quantization=None))
     sources = _sources(names)
     layouts = _quantized_layouts(cfg.replace(quantization="fp8"), specs, skip=())
+    int4_stored = method == "compressed-tensors"
     return tuple(
         _path_name(path)
         for path in layouts
-        if all(
-            not _stored_apart(n, headers) and headers[n].dtype != FP8_DTYPE
-            for n, _ in sources.get(path, ())
-        )
+        if not any(_stored_quantized(n, headers, int4_stored) for n, _ in sources.get(path, ()))
     )
 
 

@@ -14,12 +14,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs.hf_config import config_from_hf
+from configs.hf_config import config_from_hf, read_hf_config
 from configs.model_config import ModelConfig
 from configs.presets import PRESETS, get_preset
 from models.hf_loader import load_hf_params, resolve_tied_head, unquantized_leaves
 from models.orbax_io import check_tree, is_orbax_dir, load_config, restore_params, save_params
-from models.quantization import check_quantization, dequantize_tree, our_block, quantize_params
+from models.quantization import (
+    INT4_DEFAULT_BLOCK,
+    bits_of,
+    check_quantization,
+    dequantize_tree,
+    our_block,
+    quantize_params,
+)
 from models.specs import abstract_params, count_params, init_params
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -64,11 +71,13 @@ def _load_dir(
     if is_orbax_dir(path):
         stored, params = restore_params(path)
         stored, params = cast_params(params, stored, cfg.dtype)
-        if stored.quantization and not cfg.quantization:  # fp8 stored, float wanted
+        if stored.quantization and not cfg.quantization:  # fp8 / int4 stored, float wanted
             params = jax.tree.map(np.asarray, dequantize_tree(params, jnp.dtype(cfg.dtype)))
-        elif cfg.quantization and not stored.quantization:  # float stored, fp8 wanted
+        elif cfg.quantization and not stored.quantization:  # float stored, fp8 / int4 wanted
             block = our_block(cfg.quantization_block)
-            params = quantize_params(jax.tree.map(np.asarray, params), block, cfg.quantization_skip)
+            params = jax.tree.map(np.asarray, params)
+            bits = bits_of(cfg.quantization)
+            params = quantize_params(params, block, cfg.quantization_skip, bits)
         fields = ("quantization", "quantization_block", "quantization_skip")
         return stored.replace(**{f: getattr(cfg, f) for f in fields}), params
     return cfg, load_hf_params(path, cfg)
@@ -117,9 +126,28 @@ def model_config(
         cfg = cfg.replace(dtype=dtype) if dtype not in (None, "auto") else cfg
     if quantization is None:
         return cfg.replace(quantization=None, quantization_skip=())
-    if path is None or is_orbax_dir(path):  # an orbax checkpoint's own, if stored fp8
+    stored = _stored_quantization(path, cfg)
+    if stored is not None and stored != quantization:
+        raise ValueError(
+            f"quantization={quantization!r}: the checkpoint stores {stored} weights (hold them "
+            f"as quantization={stored!r}, or None to dequantize them)"
+        )
+    if quantization == "int4" and stored is None:  # quantized on load: groups of 128 inputs
+        cfg = cfg.replace(quantization_block=INT4_DEFAULT_BLOCK)
+    if path is None or is_orbax_dir(path):  # an orbax checkpoint's own, if stored quantized
         return cfg.replace(quantization=quantization)
     return cfg.replace(quantization=quantization, quantization_skip=unquantized_leaves(path, cfg))
+
+
+def _stored_quantization(path: str | None, cfg: ModelConfig) -> str | None:
+    """How the checkpoint at `path` stores its weights: "fp8", "int4" or None (float;
+    gpt-oss's MXFP4 experts count as float: they are dequantized on load)."""
+    if path is None:
+        return None
+    if is_orbax_dir(path):
+        return cfg.quantization
+    method = (read_hf_config(path).get("quantization_config") or {}).get("quant_method")
+    return {"fp8": "fp8", "compressed-tensors": "int4"}.get(method)
 
 
 def load_model(

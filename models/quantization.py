@@ -36,7 +36,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-QUANTIZATIONS = ("fp8",)
+from models.int4_checkpoint import pack_pairs
+
+QUANTIZATIONS = ("fp8", "int4")
+INT4_MAX = 7  # symmetric int4: values in [-8, 7], scale = max|w| / 7 per block
+# int4 weights: one scale per group of this many inputs of an output (HF [rows, cols]), as
+# llm-compressor's W4A16 recipes; an int4 checkpoint keeps its own group size.
+INT4_DEFAULT_BLOCK = (1, 128)
 FP8 = jnp.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 SCALE_DTYPE = jnp.float32
@@ -59,10 +65,21 @@ class QuantizedWeight:
     lead: int = dataclasses.field(metadata=dict(static=True), default=0)
     k_dims: int = dataclasses.field(metadata=dict(static=True), default=1)
     block: tuple[int, int] = dataclasses.field(metadata=dict(static=True), default=(128, 128))
+    # 8: `data` is float8_e4m3fn values; 4: int4 values in [-8, 7], stored + 8 two to a
+    # uint8 byte (low nibble first) along the last contracted axis (models/int4_checkpoint.py)
+    bits: int = dataclasses.field(metadata=dict(static=True), default=8)
+
+    @property
+    def packed_axis(self) -> int:
+        return self.lead + self.k_dims - 1
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.data.shape)
+        """The weight's shape (int4: the packed axis counted in values, not bytes)."""
+        shape = list(self.data.shape)
+        if self.bits == 4:
+            shape[self.packed_axis] *= 2
+        return tuple(shape)
 
 
 def is_quantized(x: Any) -> bool:
@@ -103,19 +120,49 @@ def _blocks(m: np.ndarray, block: tuple[int, int]) -> tuple[np.ndarray, tuple[in
 
 
 def quantize(
-    w: np.ndarray, lead: int = 0, k_dims: int = 1, block: tuple[int, int] = (128, 128)
+    w: np.ndarray,
+    lead: int = 0,
+    k_dims: int = 1,
+    block: tuple[int, int] = (128, 128),
+    bits: int = 8,
 ) -> QuantizedWeight:
     """Host-side: each block of `w` (any float dtype) as e4m3(w / s), s = max|w| / 448 in
-    float32 (an all-zero block gets s = 1)."""
+    float32 (an all-zero block gets s = 1); bits=4: as round(w / s) in [-8, 7], s = max|w| /
+    7 (round to nearest, packed: the last contracted axis must be even)."""
     shape = tuple(w.shape)
     k, n = matrix_dims(shape, lead, k_dims)
     m = np.asarray(w, np.float32).reshape(*shape[:lead], k, n)
     blocks, _ = _blocks(m, block)
     amax = np.abs(blocks).max(axis=(-3, -1))  # [*L, K/bk, N/bn]
-    scale = np.where(amax > 0, amax / np.float32(FP8_MAX), np.float32(1)).astype(np.float32)
+    top = np.float32(FP8_MAX if bits == 8 else INT4_MAX)
+    scale = np.where(amax > 0, amax / top, np.float32(1)).astype(np.float32)
     spread = _spread(scale, block, k, n)
-    data = np.clip(m / spread, -FP8_MAX, FP8_MAX).astype(FP8)
-    return QuantizedWeight(data.reshape(shape), scale, lead, k_dims, block)
+    if bits == 8:
+        data = np.clip(m / spread, -FP8_MAX, FP8_MAX).astype(FP8).reshape(shape)
+        return QuantizedWeight(data, scale, lead, k_dims, block)
+    values = np.clip(np.round(m / spread), -INT4_MAX - 1, INT4_MAX).astype(np.int8)
+    return pack_int4(values.reshape(shape), scale, lead, k_dims, block)
+
+
+def pack_int4(values: np.ndarray, scale: np.ndarray, lead: int, k_dims: int, block):
+    """int4 `values` (int8 in [-8, 7], the weight's shape) and their scales, held packed."""
+    axis = lead + k_dims - 1
+    if values.shape[axis] % 2:
+        raise ValueError(
+            f"int4 weight of shape {values.shape}: axis {axis} ({values.shape[axis]}) must be "
+            "even (two values to a byte)"
+        )
+    return QuantizedWeight(pack_pairs(values, axis), scale, lead, k_dims, block, bits=4)
+
+
+def unpack_int4(data: jax.Array, axis: int) -> jax.Array:
+    """uint8 bytes -> int8 values in [-8, 7], twice as many along `axis` (jnp; in a jit)."""
+    low = (data & 0xF).astype(jnp.int8) - 8
+    high = (data >> 4).astype(jnp.int8) - 8
+    both = jnp.stack([low, high], axis=axis + 1)
+    shape = list(data.shape)
+    shape[axis] *= 2
+    return both.reshape(shape)
 
 
 def _spread(scale, block: tuple[int, int], k: int, n: int, xp=np):
@@ -128,7 +175,8 @@ def dequantize(w: QuantizedWeight, dtype) -> jax.Array:
     """stored * scale per block, computed in float32 and cast to `dtype` (jnp; in a jit)."""
     shape = w.shape
     k, n = matrix_dims(shape, w.lead, w.k_dims)
-    m = w.data.reshape(*shape[: w.lead], k, n).astype(jnp.float32)
+    data = unpack_int4(w.data, w.packed_axis) if w.bits == 4 else w.data
+    m = data.reshape(*shape[: w.lead], k, n).astype(jnp.float32)
     m = m * _spread(w.scale.astype(jnp.float32), w.block, k, n, jnp)
     return m.astype(dtype).reshape(shape)
 
@@ -193,12 +241,18 @@ def map_quantized(tree: dict, fn, skip: tuple[str, ...] = ()) -> dict:
     return out
 
 
-def quantize_params(params: dict, block: tuple[int, int], skip: tuple[str, ...] = ()) -> dict:
-    """Host-side: `params` (float arrays) with every weight to quantize as a QuantizedWeight;
-    leaves that already are one stay as they are."""
+def bits_of(quantization: str | None) -> int:
+    return 4 if quantization == "int4" else 8
+
+
+def quantize_params(
+    params: dict, block: tuple[int, int], skip: tuple[str, ...] = (), bits: int = 8
+) -> dict:
+    """Host-side: `params` (float arrays) with every weight to quantize as a QuantizedWeight
+    (fp8, or bits=4: int4); leaves that already are one stay as they are."""
 
     def one(x, lead, k_dims, name):
         del name
-        return x if is_quantized(x) else quantize(np.asarray(x), lead, k_dims, block)
+        return x if is_quantized(x) else quantize(np.asarray(x), lead, k_dims, block, bits)
 
     return map_quantized(params, one, skip)

@@ -180,25 +180,32 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
         specs["lm_head"] = ParamSpec((d, v), dt, ("embed", "vocab"), w)
     if cfg.quantization:
         block = quant.our_block(cfg.quantization_block)
+        bits = quant.bits_of(cfg.quantization)
         specs = quant.map_quantized(
-            specs, lambda s, *a: _quantized_spec(s, *a, block), cfg.quantization_skip
+            specs, lambda s, *a: _quantized_spec(s, *a, block, bits), cfg.quantization_skip
         )
     return specs
 
 
 def _quantized_spec(
-    s: ParamSpec, lead: int, k_dims: int, name: str, block
+    s: ParamSpec, lead: int, k_dims: int, name: str, block, bits: int = 8
 ) -> quant.QuantizedWeight:
-    """The fp8 data and float32 block scales that hold the weight `s` declares: the scales
-    split like the data's leading (expert) axes, whole along the rest."""
+    """The fp8 data (bits=4: int4 values packed two to a byte along the last contracted
+    axis) and float32 block scales that hold the weight `s` declares: the scales split like
+    the data's leading (expert) axes, whole along the rest."""
     del name
     scale = quant.scale_shape(s.shape, lead, k_dims, block)
+    shape, dtype = s.shape, quant.FP8
+    if bits == 4:
+        axis = lead + k_dims - 1
+        shape, dtype = (*shape[:axis], -(-shape[axis] // 2), *shape[axis + 1 :]), jnp.uint8
     return quant.QuantizedWeight(
-        ParamSpec(s.shape, quant.FP8, s.axes, s.init),
+        ParamSpec(shape, dtype, s.axes, s.init),
         ParamSpec(scale, quant.SCALE_DTYPE, s.axes[:lead] + (None, None), ones),
         lead,
         k_dims,
         block,
+        bits,
     )
 
 
@@ -219,7 +226,10 @@ def init_params(
     params = jax.tree.map(lambda s: s.init(rng, s.shape, s.dtype), specs, is_leaf=is_spec)
     if cfg.quantization:
         params = quant.quantize_params(
-            params, quant.our_block(cfg.quantization_block), cfg.quantization_skip
+            params,
+            quant.our_block(cfg.quantization_block),
+            cfg.quantization_skip,
+            quant.bits_of(cfg.quantization),
         )
     return params if host else jax.tree.map(jnp.asarray, params)
 
