@@ -51,7 +51,8 @@ _KV_CACHE_DTYPE = flags.DEFINE_enum(
 _QUANTIZATION = flags.DEFINE_list(
     "quantization",
     ["none"],
-    "Weights to time, each a run: none (the model dtype) and/or fp8 (block-scaled e4m3).",
+    "Weights to time, each a run: none (the model dtype), fp8 (block-scaled e4m3) and/or int4 "
+    "(packed, a scale per 128 inputs).",
 )
 
 
@@ -191,10 +192,10 @@ def parse_flags() -> list[int]:
             f"--sampling={','.join(_SAMPLING.value)}: must list one or more of "
             f"{', '.join(SAMPLING_MODES)}, none repeated"
         )
-    bad = [q for q in _QUANTIZATION.value if q not in ("none", "fp8")]
+    bad = [q for q in _QUANTIZATION.value if q not in ("none", "fp8", "int4")]
     if bad or not _QUANTIZATION.value or len(set(_QUANTIZATION.value)) < len(_QUANTIZATION.value):
         raise app.UsageError(
-            f"--quantization={','.join(_QUANTIZATION.value)}: must list none and/or fp8, "
+            f"--quantization={','.join(_QUANTIZATION.value)}: must list none, fp8 and/or int4, "
             "none repeated"
         )
     if _STEPS.value < 2:

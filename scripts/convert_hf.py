@@ -29,8 +29,9 @@ _DTYPE = flags.DEFINE_enum(
 _QUANTIZATION = flags.DEFINE_enum(
     "quantization",
     None,
-    ["fp8"],
-    "fp8: store the projection weights as e4m3 with block scales (an fp8 checkpoint's own).",
+    ["fp8", "int4"],
+    "fp8: store the projection weights as e4m3 with block scales (an fp8 checkpoint's own); "
+    "int4: packed 4-bit with group scales (an int4 checkpoint's own).",
 )
 flags.mark_flags_as_required(["hf_dir", "out_dir"])
 

@@ -21,7 +21,10 @@ KV_CACHE_DTYPE = flags.DEFINE_enum(
     "kv_cache_dtype", "auto", ["auto", "fp8", "fp8_e4m3"], "KV pages: the model dtype, or fp8."
 )
 QUANTIZATION = flags.DEFINE_enum(
-    "quantization", None, ["fp8"], "Weights: the model dtype (unset), or fp8 with block scales."
+    "quantization",
+    None,
+    ["fp8", "int4"],
+    "Weights: the model dtype (unset), fp8 with block scales, or int4 with group scales.",
 )
 BATCH_INVARIANT = flags.DEFINE_bool("batch_invariant", False, "Bitwise-deterministic mode.")
 PREFIX_CACHING = flags.DEFINE_bool(

@@ -254,8 +254,8 @@ def test_an_fp8_checkpoint_converts_to_orbax_as_stored(tmp_path):
 
 
 def test_bad_quantization_is_refused_before_loading():
-    with pytest.raises(ValueError, match=r"quantization='int4'.*'fp8'"):
-        LLM("tiny-llama", quantization="int4")
+    with pytest.raises(ValueError, match=r"quantization='int8'.*\['fp8', 'int4'\]"):
+        LLM("tiny-llama", quantization="int8")
     with pytest.raises(ValueError, match="quantization_block"):
         model_config("tiny-llama").replace(quantization_block=(0, 128))
     # A preset draws its weights in the model dtype, then quantizes them.

@@ -392,7 +392,7 @@ BAD_FLAGS = [
     (
         "scripts.bench_throughput",
         ["--models=no-such-preset", "--quantization=none,int8"],
-        "--quantization=none,int8: must list none and/or fp8",
+        "--quantization=none,int8: must list none, fp8 and/or int4",
     ),
     (
         "scripts.bench_throughput",
