@@ -183,3 +183,25 @@ def test_mixed_quantizations_and_bad_tensors_are_refused(tmp_path):
     save_file(tensors, str(bad / "model.safetensors"))
     with pytest.raises(ValueError, match=rf"checkpoint tensor '{name}': expected shape"):
         load_model(str(bad))
+
+
+def test_an_int4_checkpoint_converts_to_orbax_as_stored(tmp_path):
+    """convert_hf_to_orbax(quantization="int4") keeps the packed values and scales; the
+    orbax checkpoint serves held or dequantized, transformers' tokens either way."""
+    from models.load import convert_hf_to_orbax
+
+    name = "deepseek_v3_int4"
+    out = str(tmp_path / "orbax")
+    convert_hf_to_orbax(str(FIXTURES / name), out, None, "int4")
+    _, want, _ = load_model(
+        str(FIXTURES / name), cfg=model_config(str(FIXTURES / name), None, "int4"), host=True
+    )
+    cfg, got, _ = load_model(out, cfg=model_config(out, None, "int4"), host=True)
+    assert cfg.quantization == "int4"
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    ref = _reference(name)
+    params = SamplingParams(temperature=0, max_tokens=len(ref["greedy_tokens"][0]), ignore_eos=True)
+    for quantization in ("int4", None):
+        llm = LLM(model=out, quantization=quantization, num_pages=32, max_model_len=128)
+        assert [o.token_ids for o in llm.generate(ref["prompts"], params)] == ref["greedy_tokens"]
