@@ -43,11 +43,12 @@ demo: setup
 # (what a clean checkout pays), removed after.
 TEST_JOBS ?= 2
 ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,engine sharding_mesh \
-	batch_invariance long_context sampling_options scripts pallas_bench kv_quant \
+	batch_invariance long_context sampling_options scripts pallas_bench eplb kv_quant \
 	pallas_engine penalties paged_attention parallel_sampling token_lists bad_words \
 	pallas_attention hf_parity pallas_mosaic models_ops long_context_bench determinism_check \
-	structured prefix_cache server speculative quantization lora kv_transfer tool_calls beam_search \
-	priority_scheduling eplb \
+	structured prefix_cache server speculative quantization int4 lora kv_transfer tool_calls \
+	beam_search \
+	priority_scheduling \
 	long_context_evals chat checkpoints inputs))
 QUICK_TESTS := $(wildcard $(patsubst %,tests/test_%.py,capacity sampler pallas_lowering \
 	long_context_policy param_counts sharding pallas_kv_write mxfp4 runner kv_pages \
