@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 
 import numpy as np
 
 from configs.model_config import ModelConfig
+from engine.inputs import config_fields
 from sharding import eplb as placement
 from sharding.mesh import MeshConfig
 from sharding.rules import param_shardings
@@ -62,16 +62,7 @@ class EPLBConfig:
             return cls()
         if isinstance(value, cls):
             return value
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"eplb_config={value!r}: not JSON ({e})") from None
-        if not isinstance(value, dict):
-            raise ValueError(f"eplb_config={value!r}: expected a dict, its JSON or None")
-        if set(value) - _KEYS:
-            raise ValueError(f"eplb_config: unsupported keys {sorted(set(value) - _KEYS)}")
-        return cls(**value)
+        return cls(**config_fields("eplb_config", value, _KEYS))
 
 
 class ExpertBalancer:

@@ -57,6 +57,21 @@ def check_prompt(ids: list[int], vocab: int, max_model_len: int) -> None:
         )
 
 
+def config_fields(name: str, value, keys) -> dict:
+    """A vLLM-style config given as a dict or its JSON text (`name` the argument): its
+    fields, a ValueError naming `name` for bad JSON, another type or a key not in `keys`."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{name}={value!r}: not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name}={value!r}: expected a dict, its JSON, or None")
+    if set(value) - set(keys):
+        raise ValueError(f"{name}: unsupported keys {sorted(set(value) - set(keys))}")
+    return value
+
+
 def as_model_path(model) -> str:
     """The `model` argument as a string: a preset name or a path (str or os.PathLike)."""
     if isinstance(model, os.PathLike):

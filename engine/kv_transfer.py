@@ -44,6 +44,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from configs.model_config import ModelConfig
+from engine.inputs import config_fields
 from engine.prefix_cache import reads_cache
 from engine.runner import next_pow2
 from engine.scheduler_output import ScheduledItem, SchedulerOutput
@@ -102,16 +103,7 @@ class KVTransferConfig:
         """None, a KVTransferConfig, or vLLM's form: a dict or its JSON text."""
         if value is None or isinstance(value, cls):
             return value
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"kv_transfer_config={value!r}: not JSON ({e})") from None
-        if not isinstance(value, dict):
-            raise ValueError(f"kv_transfer_config={value!r}: expected a dict or None")
-        if set(value) - _KEYS:
-            raise ValueError(f"kv_transfer_config: unsupported keys {sorted(set(value) - _KEYS)}")
-        return cls(**value)
+        return cls(**config_fields("kv_transfer_config", value, _KEYS))
 
 
 class StoreUnreadable(Exception):

@@ -11,7 +11,6 @@ import pathlib
 import sys
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-MAX_TOKENS = 16
 # (fixture, mesh, num_redundant_experts): experts over ep alone; split over tp too, with
 # gpt-oss's biased experts and DeepSeek-V3's fp8 weights (data and scales move together).
 CASES = [
@@ -27,24 +26,15 @@ CASES = [
 
 
 def _engine(arch: str, mesh: str, **options):
-    from engine import LLM
+    from tests.sharding_worker import _engine as engine_at
 
-    return LLM(
-        model=str(FIXTURES / arch),
-        mesh=mesh,
-        num_pages=32,
-        max_model_len=128,
-        max_num_batched_tokens=64,
-        **options,
-    )
+    return engine_at(str(FIXTURES / arch), mesh, **options)
 
 
 def _generate(llm, prompts) -> dict:
-    from engine import SamplingParams
+    from tests.sharding_worker import _generate as generate
 
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
-    outs = llm.generate(prompts, params)
-    return {"tokens": [o.token_ids for o in outs], "logprobs": [o.logprobs for o in outs]}
+    return generate(llm, prompts)
 
 
 def _host(params) -> dict:
