@@ -639,7 +639,7 @@ class LLM(EngineControl):
                 out_rec.text = final_text(detok, out_rec.token_ids, params, res.stop_reason)
                 if res.request_id not in self._collecting:
                     del self._outputs[res.request_id]
-            self._outbox.append(StreamDelta.of(res, top))
+            self._outbox.append(StreamDelta.of(res, top, out_rec))
         if self._eplb and self._eplb.due():
             self.rebalance_experts()
 

@@ -63,8 +63,11 @@ def sampling_params(body: dict, defaults: dict, chat_api: bool) -> SamplingParam
             fields["logprobs"] = body.get("top_logprobs") or None
     elif body.get("logprobs") is not None:
         fields["logprobs"] = body["logprobs"] or None
-    if body.get("echo"):
-        raise ValueError("echo: not supported")
+    if body.get("echo"):  # the prompt, and with logprobs its tokens', before the answer
+        if chat_api:
+            raise ValueError("echo: only on /v1/completions")
+        if body.get("logprobs") is not None:
+            fields["prompt_logprobs"] = body["logprobs"] or True
     structured = _structured(body)
     if structured is not None:
         fields["structured_outputs"] = structured

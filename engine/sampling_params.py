@@ -373,10 +373,21 @@ class StreamDelta:
     # RequestOutput's stop_reason (on the request's last delta) and num_cached_tokens.
     stop_reason: int | str | None = None
     num_cached_tokens: int | None = None
+    # SamplingParams.prompt_logprobs: RequestOutput's prompt_logprobs and
+    # prompt_top_logprobs, on the delta that brings the request's first tokens (the prompt
+    # is computed by then); else None.
+    prompt_logprobs: tuple[float, ...] | None = None
+    prompt_top_logprobs: tuple | None = None
 
     @classmethod
-    def of(cls, res, top=None) -> StreamDelta:
-        """A scheduler StepResult as the delta step() returns (`top`: its top logprobs)."""
+    def of(cls, res, top=None, record: RequestOutput | None = None) -> StreamDelta:
+        """A scheduler StepResult as the delta step() returns (`top`: its top logprobs;
+        `record`: the request's RequestOutput, its tokens already extended by this step's)."""
+        prompt = (None, None)
+        first = record is not None and len(record.token_ids) == len(res.new_token_ids)
+        if first and res.new_token_ids and record.prompt_logprobs is not None:
+            tops = record.prompt_top_logprobs
+            prompt = (tuple(record.prompt_logprobs), None if tops is None else tuple(tops))
         return cls(
             res.request_id,
             res.new_token_ids,
@@ -385,4 +396,5 @@ class StreamDelta:
             top,
             res.stop_reason,
             res.num_cached_tokens,
+            *prompt,
         )

@@ -7,7 +7,8 @@ applications call.
   POST /tokenize, /detokenize (vLLM's)
 
 Both POSTs answer whole or, with "stream": true, as server-sent events ending in "data:
-[DONE]"; with "use_beam_search": true (vLLM's), `n` beams, answered whole. Request fields
+[DONE]"; with "use_beam_search": true (vLLM's), `n` beams, answered whole; "echo": true
+(completions) puts the prompt (with logprobs, its tokens') before the answer. Request fields
 are the OpenAI API's (max_tokens, temperature, top_p, n, stop, seed, logprobs,
 presence/frequency_penalty, logit_bias, response_format, ...) plus vLLM's extras (top_k,
 min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids, structured_outputs,
@@ -145,8 +146,14 @@ class _Choice:
     prefix: int = 0
     read: int = 0
     tokens_sent: int = 0  # tokens whose logprobs were streamed
+    # "echo" (completions): the prompt's ids, until its text (and logprobs) went out.
+    echo: list[int] | None = None
+    prompt_logprobs: tuple = ()  # log p(prompt[i] | prompt[:i]), i >= 1 (with echo)
+    prompt_top: tuple = ()  # their top alternatives
 
     def add(self, d: StreamDelta) -> None:
+        if d.prompt_logprobs is not None:
+            self.prompt_logprobs, self.prompt_top = d.prompt_logprobs, d.prompt_top_logprobs or ()
         self.token_ids.extend(d.token_ids)
         self.logprobs.extend(d.logprobs)
         if d.top_logprobs:
@@ -407,6 +414,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             reqs = self._beam_search(body, prompts, params, want, lora)
         else:
             reqs = self._submit(prompts, params, want, lora, body.get("priority", 0))
+        if body.get("echo"):
+            for _, ids, _, choices in reqs:
+                for c in choices:
+                    c.echo = ids
         try:
             if body.get("stream"):
                 usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -483,8 +494,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         its choices, best first, finished (answered whole, never streamed)."""
         if body.get("stream"):
             raise ValueError("stream: not supported with use_beam_search")
-        if params.structured_outputs is not None:
-            raise ValueError("use_beam_search: takes no structured outputs (nor forced tools)")
+        if params.structured_outputs is not None or body.get("echo"):
+            raise ValueError("use_beam_search: takes no echo, structured outputs or forced tools")
         if body.get("temperature") not in (None, 1, 1.0):
             raise ValueError(
                 f"temperature={body['temperature']!r}: beam search ranks by the model's "
@@ -589,6 +600,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             "top_logprobs": [{piece(a): b for a, b in alts} for alts in top],
         }
 
+    def _echo(self, c: _Choice, entry: dict) -> None:
+        """A completion choice's first entry with "echo": the prompt's text before its text
+        and, with logprobs, the prompt's tokens before its tokens (the first without a
+        logprob, as OpenAI's)."""
+        if c.echo is None:
+            return
+        ids, c.echo = c.echo, None
+        entry["text"] = self.server.detokenize(ids) + entry["text"]
+        got = entry["logprobs"]
+        if got is None:
+            return
+        piece = lambda t: self.server.detokenize([t], skip_special_tokens=False)  # noqa: E731
+        tops = c.prompt_top or [()] * len(c.prompt_logprobs)
+        got["tokens"][:0] = [piece(t) for t in ids]
+        got["token_logprobs"][:0] = [None, *c.prompt_logprobs]
+        got["top_logprobs"][:0] = [None] + [{piece(a): b for a, b in alts} for alts in tops]
+
     def _answer(self, tools, c: _Choice, text: str, done: bool) -> tuple:
         """A chat choice's (reasoning or None, content, tool_calls or None, finish_reason):
         its thinking apart with the server's reasoning parser (engine/reasoning.py), tool
@@ -633,6 +661,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             else:
                 entry["text"] = text
             entry["logprobs"] = self._logprobs(c, 0, chat_api)
+            self._echo(c, entry)
             out.append(entry)
         self.server.answered([ids for _, ids, _, _ in reqs])
         self._json(
@@ -702,6 +731,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             else:
                 entry["text"] = new
             entry["logprobs"] = self._logprobs(c, c.tokens_sent, chat_api)
+            self._echo(c, entry)
             c.tokens_sent = len(c.token_ids)
             event([entry])
         if include_usage:

@@ -189,7 +189,12 @@ def test_n_seeded_samples_and_concurrent_clients(server):
     [
         ("/v1/completions", {"prompt": [1, 2], "temperature": -1}, 400, "temperature"),
         ("/v1/completions", {"prompt": [1, 2], "max_tokens": 1000}, 400, "max_model_len"),
-        ("/v1/completions", {"prompt": [1, 2], "echo": True}, 400, "echo"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "echo": True, "chat_template": CHATML},
+            400,
+            "echo: only on /v1/completions",
+        ),
         ("/v1/completions", {"max_tokens": 3}, 400, "prompt: missing"),
         ("/v1/completions", {"prompt": [1, 2], "logit_bias": {"x": 1}}, 400, "logit_bias"),
         ("/v1/completions", {"prompt": [1, 2], "model": "gpt-4"}, 404, "model='gpt-4'"),
@@ -206,6 +211,39 @@ def test_bad_requests_are_refused_by_field(server, path, body, status, message):
     got, out = post(server, path, body)
     assert got == status and message in out["error"]["message"]
     assert server.loop.num_unfinished() == 0
+
+
+def test_echo_gives_the_prompts_logprobs_as_eval_harnesses_read_them(server):
+    """ "echo" with "logprobs" (lm-eval-harness's loglikelihood request): the prompt's text and
+    tokens first, the first without a logprob; a continuation's logprobs are transformers'
+    and its tokens the top ones where it is greedy. Streamed, the pieces add up to it."""
+    prompt, greedy = REF["prompts"][0], REF["greedy_tokens"][0]
+    ids = prompt + greedy
+    body = {"prompt": ids, "max_tokens": 1, "temperature": 0, "logprobs": 1, "echo": True}
+    status, resp = post(server, "/v1/completions", body)
+    assert status == 200, resp
+    (choice,) = resp["choices"]
+    lp = choice["logprobs"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == len(ids) + 1
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert lp["tokens"][: len(ids)] == [
+        TOKENIZER_DECODE([t], skip_special_tokens=False) for t in ids
+    ]
+    cont = lp["token_logprobs"][len(prompt) : len(ids)]
+    np.testing.assert_allclose(cont, REF["logprobs"][0], atol=2e-3, rtol=0)
+    for token, top in zip(
+        lp["tokens"][len(prompt) :], lp["top_logprobs"][len(prompt) :], strict=True
+    ):
+        assert max(top, key=top.get) == token  # greedy: each token its position's best
+    assert choice["text"].startswith(TOKENIZER_DECODE(ids))
+    events = stream(server, "/v1/completions", body)[:-1]
+    streamed = [c for e in events for c in e["choices"]]
+    assert "".join(c["text"] for c in streamed) == choice["text"]
+    joined = [x for c in streamed if c["logprobs"] for x in c["logprobs"]["token_logprobs"]]
+    assert joined == lp["token_logprobs"]
+    # Without logprobs: the text only.
+    status, plain = post(server, "/v1/completions", {**body, "logprobs": None})
+    assert plain["choices"][0]["text"] == choice["text"] and plain["choices"][0]["logprobs"] is None
 
 
 def test_bad_json_and_a_closed_stream(server):
