@@ -67,6 +67,8 @@ def sampling_params(body: dict, defaults: dict, chat_api: bool) -> SamplingParam
         if chat_api:
             raise ValueError("echo: only on /v1/completions")
         if body.get("logprobs") is not None:
+            if fields.get("max_tokens") == 0:
+                raise ValueError("max_tokens=0: echo with logprobs needs max_tokens >= 1")
             fields["prompt_logprobs"] = body["logprobs"] or True
     structured = _structured(body)
     if structured is not None:

@@ -241,9 +241,13 @@ def test_echo_gives_the_prompts_logprobs_as_eval_harnesses_read_them(server):
     assert "".join(c["text"] for c in streamed) == choice["text"]
     joined = [x for c in streamed if c["logprobs"] for x in c["logprobs"]["token_logprobs"]]
     assert joined == lp["token_logprobs"]
-    # Without logprobs: the text only.
+    # Without logprobs: the text only; with max_tokens=0, the prompt's alone.
     status, plain = post(server, "/v1/completions", {**body, "logprobs": None})
     assert plain["choices"][0]["text"] == choice["text"] and plain["choices"][0]["logprobs"] is None
+    status, bare = post(server, "/v1/completions", {**body, "logprobs": None, "max_tokens": 0})
+    assert status == 200 and bare["choices"][0]["text"] == TOKENIZER_DECODE(ids)
+    status, refused = post(server, "/v1/completions", {**body, "max_tokens": 0})
+    assert status == 400 and "max_tokens=0: echo with logprobs" in refused["error"]["message"]
 
 
 def test_bad_json_and_a_closed_stream(server):
