@@ -12,6 +12,7 @@
 #       in it): MLA prefill absorbed on the Pallas kernel vs expanded on XLA, 128 heads bf16
 #   STAGES=bf16 scripts/gpu_check.sh "$OUT"  # optional too: the engine in bfloat16 on the
 #       kernels against transformers' bfloat16 noise (tests/test_hf_parity.py, four fixtures)
+#   STAGES=int4 scripts/gpu_check.sh "$OUT"  # optional: int4 weights on the GPU vs transformers
 #
 # Stage limits from the first H200 runs (kernels 30 s, engine 96 s, sweep 46 s for 23 rows,
 # bench 48 s) grown with what was added since (Mosaic rows, more sweep configs).
@@ -74,4 +75,8 @@ stage mla 150 "$PY" -m scripts.bench_long_context --part=mla --mla_impls=pallas,
 # Optional (STAGES=bf16): bfloat16 on the GPU route (LLM's "auto" picks the kernels there).
 stage bf16 60 "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_hf_parity.py \
   -k bfloat16
+# Optional (STAGES=int4): int4 weights held packed, unpacked in the step on the GPU, against
+# transformers' tokens (tests/test_int4.py).
+stage int4 60 "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_int4.py \
+  -k "decode or float_model"
 exit $status
