@@ -160,7 +160,7 @@ def test_bench_kernels_full_run_on_gpu(tmp_path):
 def test_gpu_check_names_tests_that_exist(tmp_path):
     """scripts/gpu_check.sh (the rationed GPU run) selects tests by node id: each of its
     pytest stages, run here with --collect-only, finds every test it names and some to run."""
-    stages = "mosaic kernels engine fp8"
+    stages = "mosaic kernels engine fp8 int4"
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(tmp_path)],
         cwd=ROOT,
