@@ -119,10 +119,12 @@ def param_counts(cfg: ModelConfig) -> tuple[int, int]:
 
 
 @functools.cache
-def params_per_device(cfg: ModelConfig, tp: int) -> int:
+def params_per_device(cfg: ModelConfig, tp: int, nbytes: bool = False) -> int:
     """Parameters one of `tp` devices holds as the engine shards them: a weight split over
     tp holds 1/tp of its elements there (the engine checks that tp divides the axis), a
-    replicated one all of them. ValueError (naming the axis) for a split the engine refuses."""
+    replicated one all of them. ValueError (naming the axis) for a split the engine refuses.
+    `nbytes`: their bytes as the engine holds them (with cfg.quantization: fp8 / int4 data
+    and float32 scales) instead of their count."""
     import jax
     from jax.sharding import PartitionSpec
 
@@ -139,8 +141,27 @@ def params_per_device(cfg: ModelConfig, tp: int) -> int:
     total = 0
     for spec, part in zip(specs, parts, strict=True):
         split = any(a == "tp" or (isinstance(a, tuple) and "tp" in a) for a in part)
-        total += math.prod(spec.shape) // (tp if split else 1)
+        size = math.prod(spec.shape) * (jnp_itemsize(spec.dtype) if nbytes else 1)
+        total += size // (tp if split else 1)
     return total
+
+
+def jnp_itemsize(dtype) -> int:
+    import numpy as np
+
+    return np.dtype(dtype).itemsize
+
+
+def quantized_config(cfg: ModelConfig, quantization: str) -> ModelConfig:
+    """`cfg` with its projection weights held as the engine holds them for
+    LLM(quantization=...): fp8 in the config's blocks, int4 in its groups (an int4
+    checkpoint's) or in groups of 128 inputs."""
+    from models.quantization import INT4_DEFAULT_BLOCK, check_quantization
+
+    check_quantization(quantization)
+    if quantization == "int4" and cfg.quantization_block[0] != 1:
+        cfg = cfg.replace(quantization_block=INT4_DEFAULT_BLOCK)
+    return cfg.replace(quantization=quantization)
 
 
 def weight_bytes(cfg: ModelConfig, weight_dtype: str) -> tuple[int, int]:
@@ -190,6 +211,7 @@ def capacity(
     tp: int = 1,
     headroom: float = 0.1,
     page_size: int = 16,
+    quantization: str | None = None,
 ) -> Capacity:
     """Size a deployment of `model` for sequences of `context` tokens.
 
@@ -200,6 +222,9 @@ def capacity(
       tp: devices the weights and KV heads are split over.
       headroom: fraction of each device's memory not given to weights or KV, in [0, 1).
       page_size: KV page size in tokens (the engine's `page_size`).
+      quantization: weights as `LLM(quantization=...)` holds them ("fp8", "int4": their
+        data and scales counted exactly; embeddings, norms, routers in the model dtype), in
+        place of `weight_dtype`.
 
     Raises ValueError naming the argument for a bad value, or when the weights do not fit.
     """
@@ -219,18 +244,32 @@ def capacity(
         raise ValueError(f"hbm_gib={hbm_gib!r}: must be a finite number > 0")
     if not 0 <= headroom < 1:
         raise ValueError(f"headroom={headroom!r}: must be in [0, 1)")
+    if quantization is not None and weight_dtype is not None:
+        raise ValueError(
+            f"weight_dtype={weight_dtype!r}, quantization={quantization!r}: give one of them"
+        )
     kv_dtype = cfg.dtype if kv_dtype is None else kv_dtype
-    weight_dtype = cfg.dtype if weight_dtype is None else weight_dtype
     per_token = kv_bytes_per_token(cfg, kv_dtype)
-    total_w, active_w = weight_bytes(cfg, weight_dtype)
     num_params, num_active = param_counts(cfg)
+    if quantization is not None:
+        from models.specs import count_bytes
+
+        cfg = quantized_config(cfg, quantization)
+        weight_dtype = quantization
+        total_w, active_w = count_bytes(cfg)
+    else:
+        weight_dtype = cfg.dtype if weight_dtype is None else weight_dtype
+        total_w, active_w = weight_bytes(cfg, weight_dtype)
 
     per_token_dev = math.ceil(per_token * kv_shard_fraction(cfg, tp))
     try:  # a split the engine refuses (heads, a width tp must divide) is no answer
-        dev_params = params_per_device(cfg, tp)
+        dev_params = params_per_device(cfg, tp, nbytes=quantization is not None)
     except ValueError as e:
         raise ValueError(f"tp={tp}: the engine cannot split {cfg.name} so ({e})") from None
-    weights_dev = math.ceil(dev_params * dtype_bytes(weight_dtype, "weight_dtype"))
+    if quantization is not None:
+        weights_dev = dev_params
+    else:
+        weights_dev = math.ceil(dev_params * dtype_bytes(weight_dtype, "weight_dtype"))
     usable = math.floor(hbm_gib * GIB * (1 - headroom))
     budget = usable - weights_dev
     if budget <= 0:

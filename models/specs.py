@@ -241,6 +241,26 @@ def abstract_params(cfg: ModelConfig) -> dict:
     )
 
 
+def count_bytes(cfg: ModelConfig) -> tuple[int, int]:
+    """(total, active per token) bytes of the params as the engine holds them: fp8 / int4
+    data and their float32 scales where `cfg.quantization` quantizes, else each leaf's dtype."""
+    tree = abstract_params(cfg)
+    total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+    inactive = 0
+    for layer in tree["layers"]:
+        if "moe" in layer:
+            moe = layer["moe"]
+            leaves = [
+                x
+                for k in ("w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down")
+                if k in moe
+                for x in jax.tree.leaves(moe[k])
+            ]
+            per_expert = sum(x.size * x.dtype.itemsize for x in leaves) // cfg.num_experts
+            inactive += per_expert * (cfg.num_experts - cfg.num_experts_per_tok)
+    return total, total - inactive
+
+
 def count_params(cfg: ModelConfig) -> tuple[int, int]:
     """(total, active per token) parameter counts, from the abstract tree (a quantized
     weight counts as its values, not its scales)."""

@@ -25,6 +25,13 @@ _WEIGHT_DTYPE = flags.DEFINE_string(
     "Weight dtype: bfloat16, float8_e4m3fn, int8, int4 (or float32, float16); default: the "
     "model's dtype.",
 )
+_QUANTIZATION = flags.DEFINE_enum(
+    "quantization",
+    None,
+    ["fp8", "int4"],
+    "Weights as LLM(quantization=...) holds them (data and scales counted exactly), in place "
+    "of --weight_dtype.",
+)
 _HBM_GIB = flags.DEFINE_float("hbm_gib", 80.0, "Accelerator memory per device, GiB.")
 _TP = flags.DEFINE_integer("tp", 1, "Devices the weights and KV heads are split over.")
 _PAGE_SIZE = flags.DEFINE_integer("page_size", 16, "KV page size in tokens, as the engine's.")
@@ -46,6 +53,7 @@ def main(argv):
             tp=_TP.value,
             headroom=_HEADROOM.value,
             page_size=_PAGE_SIZE.value,
+            quantization=_QUANTIZATION.value,
         )
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"capacity: {e}")

@@ -12,6 +12,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from safetensors import safe_open
 
@@ -535,3 +536,44 @@ def test_format_capacity_prints_sizes_in_their_largest_whole_unit():
     ]
     c = dataclasses.replace(c, num_params=10**6, num_active_params=999)
     assert format_capacity(c).startswith("m: 1.00M params (999 active),")
+
+
+@pytest.mark.parametrize("quantization", ["fp8", "int4"])
+def test_quantized_weights_are_the_bytes_the_engine_holds(quantization):
+    """capacity(quantization=...) counts the weights as LLM(quantization=...) holds them:
+    the real params' bytes (fp8 / packed int4 data, float32 scales, float embeddings), and
+    per device what a (1, 2, 1) mesh's shards of them hold."""
+    import jax
+    from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
+
+    from engine import LLM
+    from long_context.capacity import quantized_config
+    from models.specs import is_spec, param_specs
+    from sharding.mesh import AXES, MeshConfig
+    from sharding.rules import param_partition_specs
+
+    name = "tiny-deepseek-v3"
+    llm = LLM(name, quantization=quantization, num_pages=8, max_model_len=64)
+    real = sum(x.nbytes for x in jax.tree.leaves(llm.params))
+    c = capacity(name, 64, quantization=quantization, hbm_gib=1.0)
+    assert c.weight_bytes == real and c.weight_dtype == quantization
+    assert c.weight_bytes < capacity(name, 64, hbm_gib=1.0).weight_bytes
+    assert c.active_weight_bytes < c.weight_bytes
+    cfg = quantized_config(get_preset(name), quantization)
+    specs = jax.tree.leaves(param_specs(cfg), is_leaf=is_spec)
+    parts = jax.tree.leaves(
+        param_partition_specs(cfg, MeshConfig(tp=2)), is_leaf=lambda x: isinstance(x, PartitionSpec)
+    )
+    mesh = AbstractMesh((1, 2, 1), AXES)
+    want = sum(
+        math.prod(NamedSharding(mesh, p).shard_shape(s.shape)) * np.dtype(s.dtype).itemsize
+        for s, p in zip(specs, parts, strict=True)
+    )
+    assert (
+        capacity(name, 64, quantization=quantization, tp=2, hbm_gib=1.0).weight_bytes_per_device
+        == want
+    )
+    with pytest.raises(ValueError, match="give one of them"):
+        capacity(name, 64, weight_dtype="int4", quantization=quantization)
+    with pytest.raises(ValueError, match="quantization='int8'"):
+        capacity(name, 64, quantization="int8")
