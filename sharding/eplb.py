@@ -5,8 +5,8 @@ The router's E logical experts are served by E_p = E + R physical experts, E_p /
 device. Per MoE layer `phys_to_log` [E_p] says which logical expert each physical slot holds
 (a copy of its weights). Routing is unchanged; a copy bound for logical expert e is sent to
 one of e's replicas, chosen by the token's position (`to_physical`), so the copies for e
-spread evenly over them. Replicas hold the same weights, so what a copy gets
-back does not depend on which replica served it.
+spread evenly over them. Replicas hold the same weights, so what a copy gets back does not
+depend on which replica served it.
 
 A placement is computed from measured loads (token copies per logical expert over a window
 of steps; `rebalance`), in the two stages DeepSeek's EPLB describes:
@@ -20,7 +20,8 @@ the hot experts are given 0, 1, 2, 4, ... or all of the extra slots (the rest go
 least-loaded experts) and the most even packing is kept (`balanced_members`).
 Within a device, an expert that stays keeps its slot, so a rebalance moves only the experts
 that change devices (`move_plan`, `move_experts`: one ppermute per device distance, each
-carrying at most the most rows any device sends that far, rounded up to a power of two).
+carrying m rows, the most any device sends at any distance rounded up to a power of two,
+so a few programs serve every rebalance).
 
 Everything here but `to_physical` and `move_experts` is host-side numpy.
 """
