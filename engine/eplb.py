@@ -23,6 +23,7 @@ import collections
 import dataclasses
 
 import numpy as np
+from absl import logging
 
 from configs.model_config import ModelConfig
 from engine.inputs import config_fields
@@ -137,7 +138,7 @@ class ExpertBalancer:
             params = {**params, "layers": layers}
             self.placement = new
             if self.config.log_balancedness:
-                print(f"eplb: rebalanced; balancedness before: {self.balancedness_before}")
+                logging.info("eplb: rebalanced; balancedness before: %s", self.balancedness_before)
         self._since[:] = 0
         self._skip = in_flight
         self._steps = 0
