@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -20,7 +18,7 @@ from engine.eplb import EPLBConfig, balancer_for
 from sharding import eplb
 from sharding.mesh import parse_mesh
 from tests.eplb_worker import CASES, HOT
-from tests.test_sharding_mesh import ROOT, _env
+from tests.test_sharding_mesh import run_child
 
 
 def _device_max(load, members) -> float:
@@ -174,15 +172,7 @@ def test_bad_settings_are_refused_before_the_weights():
 @pytest.fixture(scope="module")
 def mesh_results(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("eplb") / "results.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.eplb_worker", str(out)],
-        cwd=ROOT,
-        env=_env(8),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_child(8, "tests.eplb_worker", str(out))
     return json.loads(out.read_text())
 
 
@@ -245,16 +235,8 @@ def test_the_benchmark_runs_small(tmp_path):
     out = tmp_path / "bench.json"
     flags = ["--model=tiny-deepseek-v3", "--mesh=ep=4", "--redundant=0,4", "--num_prompts=2"]
     flags += ["--prompt_len=8", "--max_tokens=3", f"--json_out={out}"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "scripts.bench_eplb", *flags],
-        cwd=ROOT,
-        env=_env(4),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "| EPLB, 4 extra slots |" in proc.stdout and "| no EPLB |" in proc.stdout
+    stdout = run_child(4, "scripts.bench_eplb", *flags)
+    assert "| EPLB, 4 extra slots |" in stdout and "| no EPLB |" in stdout
     rows = json.loads(out.read_text())["rows"]
     assert [r["redundant"] for r in rows] == [None, 0, 4]
     for r in rows:

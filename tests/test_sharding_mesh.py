@@ -56,18 +56,25 @@ def _max_diff(a: list[list[float]], b: list[list[float]]) -> float:
     return max(float(np.max(np.abs(np.subtract(x, y)))) for x, y in zip(a, b, strict=True))
 
 
-@pytest.fixture(scope="module")
-def mesh_results(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("mesh") / "results.json"
+def run_child(num_devices: int, module: str, *args: str) -> str:
+    """`python -m module args` on `num_devices` fake CPU devices; its stdout (a failure
+    shows its stderr's end)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.sharding_worker", "mesh_cases", str(out)],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
-        env=_env(8),
+        env=_env(num_devices),
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def mesh_results(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("mesh") / "results.json"
+    run_child(8, "tests.sharding_worker", "mesh_cases", str(out))
     return json.loads(out.read_text())
 
 
