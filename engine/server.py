@@ -150,6 +150,7 @@ class _Choice:
     echo: list[int] | None = None
     prompt_logprobs: tuple = ()  # log p(prompt[i] | prompt[:i]), i >= 1 (with echo)
     prompt_top: tuple = ()  # their top alternatives
+    calls_sent: int = 0  # tool calls streamed
 
     def add(self, d: StreamDelta) -> None:
         if d.prompt_logprobs is not None:
@@ -628,14 +629,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raw = raw and reasoning_lib.split(parser, raw, done)[1]
         if tools is None:
             return reasoning, text, None, c.finish_reason
-        if not done:
-            return reasoning, tools.content(text, raw, final=False), None, None
+        if not done:  # (streaming: the calls closed since the last delta)
+            closed = tool_calls.tool_calls(tools.closed_calls(raw)[c.calls_sent :])
+            return reasoning, tools.content(text, raw, final=False), closed or None, None
         fields, called = tools.message(text, raw)
+        if not called and c.calls_sent:  # cut (or broken) after calls went out: they stand
+            fields = {"content": tools.content(text, raw, final=True) or None}
+            fields["tool_calls"] = tool_calls.tool_calls(tools.closed_calls(raw))
         # OpenAI's: "tool_calls" when the model chose to call; a named function: "stop".
         finish = c.finish_reason
-        if called and finish == "stop" and tools.mode != "named":
+        if (called or c.calls_sent) and finish == "stop" and tools.mode != "named":
             finish = "tool_calls"
-        return reasoning, fields["content"] or "", fields.get("tool_calls"), finish
+        calls = (fields.get("tool_calls") or [])[c.calls_sent :]
+        return reasoning, fields["content"] or "", calls or None, finish
 
     def _whole(self, reqs, chat_api: bool, tools=None) -> None:
         for _ in self._deltas(reqs):
@@ -717,7 +723,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 thought = (reasoning or "")[c.thought_sent :]
                 c.thought_sent += len(thought)
             new, c.sent = text[c.sent :], max(c.sent, len(text))
-            if not new and not thought and not done:
+            if not new and not thought and not calls and not done:
                 continue
             entry = {"index": c.index, "finish_reason": finish}
             if done:
@@ -727,7 +733,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 if thought:
                     entry["delta"]["reasoning_content"] = thought
                 if calls:
-                    entry["delta"]["tool_calls"] = [{"index": i, **t} for i, t in enumerate(calls)]
+                    entry["delta"]["tool_calls"] = [
+                        {"index": c.calls_sent + i, **t} for i, t in enumerate(calls)
+                    ]
+                    c.calls_sent += len(calls)
             else:
                 entry["text"] = new
             entry["logprobs"] = self._logprobs(c, c.tokens_sent, chat_api)

@@ -19,7 +19,8 @@ A chat request's `tools` (OpenAI's [{"type": "function", "function": {"name", "d
 The parsers read the text decoded with special tokens kept (DeepSeek's markers are special
 tokens), and the content stays the plain text before the first marker. Streamed, the content
 goes out as it comes while no marker has begun (the last characters held back while they may
-still start one); the calls go out in one delta at the end.
+still start one); with "auto" each call goes out once its block has closed (the rest, and
+forced calls, at the end).
 """
 
 from __future__ import annotations
@@ -69,7 +70,6 @@ def _deepseek_v3(raw: str) -> list[tuple[str, str]] | None:
     return calls
 
 
-# parser name -> (the marker its calls start with, the parser)
 def _glm45(raw: str) -> list[tuple[str, str]] | None:
     """GLM-4.5 / 4.6 / 4.7: the name, then key / value pairs (a value JSON if it parses,
     else the string)."""
@@ -87,10 +87,11 @@ def _glm45(raw: str) -> list[tuple[str, str]] | None:
     return calls
 
 
+# parser name -> (the marker its calls start with, the parser, the marker a call ends with)
 PARSERS = {
-    "hermes": ("<tool_call>", _hermes),
-    "deepseek_v3": (_DS_CALLS, _deepseek_v3),
-    "glm45": ("<tool_call>", _glm45),
+    "hermes": ("<tool_call>", _hermes, "</tool_call>"),
+    "deepseek_v3": (_DS_CALLS, _deepseek_v3, "<｜tool▁call▁end｜>"),
+    "glm45": ("<tool_call>", _glm45, "</tool_call>"),
 }
 
 
@@ -163,8 +164,19 @@ class ToolChoice:
                 return [(c["name"], json.dumps(c["parameters"])) for c in json.loads(text)]
             except (json.JSONDecodeError, KeyError, TypeError):
                 return None  # (cut by max_tokens)
-        marker, parse = PARSERS[self.parser]
+        marker, parse, _ = PARSERS[self.parser]
         return (parse(raw) or None) if marker in raw else None
+
+    def closed_calls(self, raw: str) -> list[tuple[str, str]]:
+        """Streaming, "auto": the calls whose blocks have closed so far (none while what
+        has closed does not parse); the others come whole at the end (`calls`)."""
+        if self.mode != "auto":
+            return []
+        marker, parse, close = PARSERS[self.parser]
+        end = raw.rfind(close)
+        if marker not in raw or end < 0:
+            return []
+        return parse(raw[: end + len(close)]) or []
 
     def content(self, text: str, raw: str, final: bool) -> str:
         """The part of `text` to show as content: all of it with no call, else what comes

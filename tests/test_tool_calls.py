@@ -218,6 +218,35 @@ def test_auto_reads_a_hermes_block_out_of_the_answer(servers, streamed):
             assert not message.get("tool_calls")
 
 
+def test_auto_streams_each_call_once_its_block_closes(servers):
+    """Two calls and text after them: streamed, the first call goes out before the answer
+    ends, each once, indexed in order; the same calls and content as the whole answer."""
+    short = {"type": "function", "function": {"name": "f"}}  # (the answer fits max_tokens)
+    block = '<tool_call>\n{"name": "f", "arguments": {"n": %d}}\n</tool_call>'
+    text = f"Ok. {block % 1}{block % 2} Done."
+    body = _chat(tools=[short], max_tokens=120, structured_outputs={"choice": [text]})
+    events = stream(servers, "/v1/chat/completions", body)
+    deltas = [e["choices"][0] for e in events[:-1] if e["choices"]]
+    sent = [(i, c) for i, d in enumerate(deltas) for c in d["delta"].get("tool_calls", [])]
+    assert [c["index"] for _, c in sent] == [0, 1]
+    assert sent[0][0] < sent[1][0] < len(deltas) - 1  # each as its block closed
+    assert deltas[-1]["finish_reason"] == "tool_calls"
+    status, out = post(servers, "/v1/chat/completions", body)
+    assert status == 200, out
+    whole = out["choices"][0]["message"]
+    assert [c["function"] for _, c in sent] == [c["function"] for c in whole["tool_calls"]]
+    assert whole["tool_calls"][1]["function"] == {"name": "f", "arguments": '{"n": 2}'}
+    content = "".join(d["delta"].get("content", "") for d in deltas)
+    assert content == whole["content"] == "Ok. "
+    # Cut by max_tokens inside the second block: the first call stands, no markup as content.
+    events = stream(servers, "/v1/chat/completions", {**body, "max_tokens": 75})
+    deltas = [e["choices"][0] for e in events[:-1] if e["choices"]]
+    sent = [c for d in deltas for c in d["delta"].get("tool_calls", [])]
+    assert [c["function"]["arguments"] for c in sent] == ['{"n": 1}']
+    assert "".join(d["delta"].get("content", "") for d in deltas) == "Ok. "
+    assert deltas[-1]["finish_reason"] == "length"
+
+
 def test_auto_needs_a_parser_and_none_is_text(servers):
     no_parser = Server(("127.0.0.1", 0), servers.llm, "llama")
     try:
