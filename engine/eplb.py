@@ -8,8 +8,9 @@ expert and every physical slot received (padding not counted); the engine keeps 
 `window_size` steps' and every `step_interval` steps computes a new placement from the
 window's per-expert loads and moves the experts whose device changed, between steps (the
 steps already dispatched run on the weights they were given). `LLM.rebalance_experts()` does
-it at once. Loads come back identical to every process of a mesh, so every process places
-alike.
+it at once; `initial_load` (a JSON file of a past run's `stats()["expert_load_total"]`)
+places them before the first step. Loads come back identical to every process of a mesh,
+so every process places alike.
 
 `llm.stats()["eplb"]`: the placement (logical expert per physical slot, per MoE layer), the
 number of rebalances, the balancedness of the copies each device received since the last
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 
 import numpy as np
 from absl import logging
@@ -31,17 +33,27 @@ from sharding import eplb as placement
 from sharding.mesh import MeshConfig
 from sharding.rules import param_shardings
 
-_KEYS = {"window_size", "step_interval", "num_redundant_experts", "log_balancedness"}
+_KEYS = {
+    "window_size",
+    "step_interval",
+    "num_redundant_experts",
+    "log_balancedness",
+    "initial_load",
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class EPLBConfig:
-    """vLLM's EPLBConfig fields."""
+    """vLLM's EPLBConfig fields, and `initial_load`: a JSON file of token copies per
+    expert, [MoE layer][expert] (what `llm.stats()["expert_load_total"]` lists after a run
+    of representative traffic), to place the experts from before the first step (SGLang's
+    --init-expert-location; None: evenly)."""
 
     window_size: int = 1000  # steps whose loads a placement is computed from
     step_interval: int = 3000  # steps between rebalances
     num_redundant_experts: int = 0  # extra physical slots per MoE layer (a multiple of ep)
-    log_balancedness: bool = False  # print the balancedness at each rebalance
+    log_balancedness: bool = False  # log the balancedness at each rebalance
+    initial_load: str | None = None  # JSON file: [L_moe][E] copies to place from at start
 
     def __post_init__(self):
         for name in ("window_size", "step_interval"):
@@ -54,6 +66,10 @@ class EPLBConfig:
         if not isinstance(self.log_balancedness, bool):
             raise ValueError(
                 f"eplb_config.log_balancedness={self.log_balancedness!r}: must be a bool"
+            )
+        if self.initial_load is not None and not isinstance(self.initial_load, str):
+            raise ValueError(
+                f"eplb_config.initial_load={self.initial_load!r}: must be a JSON file's path"
             )
 
     @classmethod
@@ -79,6 +95,9 @@ class ExpertBalancer:
         num_moe = sum(cfg.is_moe_layer(i) for i in range(cfg.num_layers))
         first = placement.initial_placement(self.num_logical, self.num_physical, ep)
         self.placement = np.tile(first, (num_moe, 1))  # [L_moe, E_p]
+        if config.initial_load is not None:
+            load = read_initial_load(config.initial_load, num_moe, self.num_logical)
+            self.placement = placement.rebalance(load, self.placement, ep)
         self._window: collections.deque = collections.deque(maxlen=config.window_size)
         self._since = np.zeros((num_moe, self.num_physical), np.int64)  # copies per slot
         self._skip = 0  # steps read back next that ran on the placement before the last
@@ -157,6 +176,24 @@ class ExpertBalancer:
                 "placement": self.placement.tolist(),
             }
         }
+
+
+def read_initial_load(path: str, num_moe: int, num_experts: int) -> np.ndarray:
+    """[L_moe, E] non-negative copies from eplb_config.initial_load's JSON file."""
+    field = f"eplb_config.initial_load={path!r}"
+    try:
+        with open(path) as f:
+            load = np.asarray(json.load(f), np.float64)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{field}: no such file") from None
+    except (json.JSONDecodeError, ValueError, TypeError) as e:
+        raise ValueError(f"{field}: not a JSON list of per-expert counts ({e})") from None
+    if load.shape != (num_moe, num_experts) or not np.isfinite(load).all() or (load < 0).any():
+        raise ValueError(
+            f"{field}: expected non-negative counts of shape [{num_moe} MoE layers, "
+            f"{num_experts} experts], found shape {list(load.shape)}"
+        )
+    return load
 
 
 def balancer_for(

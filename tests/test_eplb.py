@@ -169,6 +169,34 @@ def test_bad_settings_are_refused_before_the_weights():
         LLM(model="tiny-deepseek-v3", enable_eplb=True)
 
 
+def test_an_initial_load_places_the_experts_before_the_first_step(tmp_path):
+    """eplb_config.initial_load (a saved expert_load_total): two hot experts start with a
+    replica on each of the four devices; a bad file is refused, naming the field."""
+    moe, mesh = get_preset("tiny-deepseek-v3"), parse_mesh("ep=4")
+    num_moe = sum(moe.is_moe_layer(i) for i in range(moe.num_layers))
+    load = np.zeros((num_moe, moe.num_experts))
+    load[:, [14, 15]] = 100
+    path = tmp_path / "load.json"
+    path.write_text(json.dumps(load.tolist()))
+    config = {"num_redundant_experts": 4, "initial_load": str(path)}
+    balancer = balancer_for(True, config, moe, mesh)
+    for row in balancer.placement:
+        devices = [set(np.flatnonzero(row == e) // 5) for e in (14, 15)]
+        assert len(devices[0]) == len(devices[1]) == 2 and devices[0].isdisjoint(devices[1])
+    assert not np.array_equal(balancer.placement, balancer_for(True, None, moe, mesh).placement)
+    bad = tmp_path / "bad.json"
+    for content, message in (
+        (json.dumps(load[:, :3].tolist()), r"\[2 MoE layers, 16 experts\], found shape \[2, 3\]"),
+        (json.dumps((-load).tolist()), "non-negative"),
+        ("{not json", "not a JSON list"),
+    ):
+        bad.write_text(content)
+        with pytest.raises(ValueError, match=message):
+            balancer_for(True, {**config, "initial_load": str(bad)}, moe, mesh)
+    with pytest.raises(FileNotFoundError, match="initial_load="):
+        balancer_for(True, {**config, "initial_load": str(tmp_path / "none.json")}, moe, mesh)
+
+
 @pytest.fixture(scope="module")
 def mesh_results(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("eplb") / "results.json"
