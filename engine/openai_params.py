@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from engine.sampling_params import SamplingParams
+import dataclasses
+
+from engine.beam_search import BeamSearchParams
+from engine.sampling_params import MAX_LOGPROBS, SamplingParams
 from engine.structured import StructuredOutputsParams
 
 # Request fields copied into SamplingParams as they are (None = left out).
@@ -77,6 +80,24 @@ def sampling_params(body: dict, defaults: dict, chat_api: bool) -> SamplingParam
         return SamplingParams(**fields)
     except TypeError as e:  # a field of the wrong JSON type reaching a comparison
         raise ValueError(f"request: {e}") from e
+
+
+def beam_search_params(body: dict, params: SamplingParams) -> BeamSearchParams:
+    """vLLM's use_beam_search: `n` beams of the request's max_tokens (its ignore_eos,
+    length_penalty); what a beam search cannot serve refused by field."""
+    if body.get("stream"):
+        raise ValueError("stream: not supported with use_beam_search")
+    if params.structured_outputs is not None or body.get("echo"):
+        raise ValueError("use_beam_search: takes no echo, structured outputs or forced tools")
+    if body.get("temperature") not in (None, 1, 1.0):
+        raise ValueError(
+            f"temperature={body['temperature']!r}: beam search ranks by the model's "
+            "unscaled log-probabilities (leave it out, or 1)"
+        )
+    if params.n > MAX_LOGPROBS // 2:
+        raise ValueError(f"n={params.n}: at most {MAX_LOGPROBS // 2} beams")
+    beam = BeamSearchParams(params.n, params.max_tokens, params.ignore_eos)
+    return dataclasses.replace(beam, length_penalty=body.get("length_penalty", 1.0))
 
 
 def _structured(body: dict) -> StructuredOutputsParams | None:

@@ -40,11 +40,11 @@ from collections.abc import Iterator
 
 from engine import chat, samples, stop_strings, tool_calls
 from engine import reasoning as reasoning_lib
-from engine.beam_search import BeamSearchParams, search
+from engine.beam_search import search
 from engine.llm import LLM
 from engine.lora import LoRARequest, lora_ids, require
-from engine.openai_params import default_params, sampling_params
-from engine.sampling_params import MAX_LOGPROBS, SamplingParams, StreamDelta
+from engine.openai_params import beam_search_params, default_params, sampling_params
+from engine.sampling_params import SamplingParams, StreamDelta
 
 MAX_BODY_BYTES = 64 << 20
 
@@ -493,20 +493,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         """vLLM's use_beam_search: `n` beams (engine/beam_search.py), each round's requests
         through the engine loop beside other requests; each prompt's n best sequences as
         its choices, best first, finished (answered whole, never streamed)."""
-        if body.get("stream"):
-            raise ValueError("stream: not supported with use_beam_search")
-        if params.structured_outputs is not None or body.get("echo"):
-            raise ValueError("use_beam_search: takes no echo, structured outputs or forced tools")
-        if body.get("temperature") not in (None, 1, 1.0):
-            raise ValueError(
-                f"temperature={body['temperature']!r}: beam search ranks by the model's "
-                "unscaled log-probabilities (leave it out, or 1)"
-            )
-        if params.n > MAX_LOGPROBS // 2:
-            raise ValueError(f"n={params.n}: at most {MAX_LOGPROBS // 2} beams")
-        width, priority = params.n, body.get("priority", 0)
-        beam = BeamSearchParams(width, params.max_tokens, params.ignore_eos)
-        beam = dataclasses.replace(beam, length_penalty=body.get("length_penalty", 1.0))
+        beam = beam_search_params(body, params)
+        width, priority = beam.beam_width, body.get("priority", 0)
 
         def run(token_lists, step):
             round_ = self._submit(token_lists, step, False, lora, priority)
