@@ -81,8 +81,6 @@ def search(
     """Each prompt's best sequences, best first (their `text` unset); `eos`: the model's
     EOS ids (ignored with ignore_eos); `run`: how a round of requests reaches the engine
     (LLM.generate offline, the engine loop in the server)."""
-    if not isinstance(params, BeamSearchParams):
-        raise ValueError(f"params={params!r}: expected a BeamSearchParams")
     width = params.beam_width
     eos = frozenset(() if params.ignore_eos else eos)
     key = lambda s: score(s, eos, params.length_penalty)  # noqa: E731

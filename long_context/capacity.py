@@ -126,6 +126,7 @@ def params_per_device(cfg: ModelConfig, tp: int, nbytes: bool = False) -> int:
     `nbytes`: their bytes as the engine holds them (with cfg.quantization: fp8 / int4 data
     and float32 scales) instead of their count."""
     import jax
+    import numpy as np
     from jax.sharding import PartitionSpec
 
     from models.specs import is_spec, param_specs
@@ -141,27 +142,20 @@ def params_per_device(cfg: ModelConfig, tp: int, nbytes: bool = False) -> int:
     total = 0
     for spec, part in zip(specs, parts, strict=True):
         split = any(a == "tp" or (isinstance(a, tuple) and "tp" in a) for a in part)
-        size = math.prod(spec.shape) * (jnp_itemsize(spec.dtype) if nbytes else 1)
+        size = math.prod(spec.shape) * (np.dtype(spec.dtype).itemsize if nbytes else 1)
         total += size // (tp if split else 1)
     return total
-
-
-def jnp_itemsize(dtype) -> int:
-    import numpy as np
-
-    return np.dtype(dtype).itemsize
 
 
 def quantized_config(cfg: ModelConfig, quantization: str) -> ModelConfig:
     """`cfg` with its projection weights held as the engine holds them for
     LLM(quantization=...): fp8 in the config's blocks, int4 in its groups (an int4
     checkpoint's) or in groups of 128 inputs."""
-    from models.quantization import INT4_DEFAULT_BLOCK, check_quantization
+    from models.quantization import check_quantization, held_block
 
     check_quantization(quantization)
-    if quantization == "int4" and cfg.quantization_block[0] != 1:
-        cfg = cfg.replace(quantization_block=INT4_DEFAULT_BLOCK)
-    return cfg.replace(quantization=quantization)
+    block = held_block(cfg.quantization_block, quantization)
+    return cfg.replace(quantization=quantization, quantization_block=block)
 
 
 def weight_bytes(cfg: ModelConfig, weight_dtype: str) -> tuple[int, int]:

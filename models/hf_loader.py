@@ -439,7 +439,7 @@ class _TensorReader(contextlib.ExitStack):
             exact = self.dtype in (np.dtype(np.float32), np.dtype(jnp.bfloat16))
             return gpt_oss_expert_weight(blocks, scales, self.dtype if exact else np.float32)
         if _is_int4(name, self.headers):
-            packed, scale, shape = (self.read(name + suffix) for suffix in int4.SUFFIXES)
+            packed, scale, shape = self._int4_parts(name)
             return int4.dequantize(packed, scale, self.block[1], int(shape[1]), self.dtype)
         path = self.headers[name].file
         if self.headers[name].dtype == FP8_DTYPE:
@@ -449,11 +449,15 @@ class _TensorReader(contextlib.ExitStack):
             self._files[path] = self.enter_context(safe_open(str(path), framework="np"))
         return self._files[path].get_tensor(name)
 
+    def _int4_parts(self, name: str) -> tuple[np.ndarray, ...]:
+        """A packed int4 weight's words, group scales and [out, in] shape, as stored."""
+        return tuple(self.read(name + suffix) for suffix in int4.SUFFIXES)
+
     def read_stored(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """A quantized weight as stored (fp8; int4: its values as int8 [out, in]), and its
         float32 block scales."""
         if _is_int4(name, self.headers):
-            packed, scale, shape = (self.read(name + suffix) for suffix in int4.SUFFIXES)
+            packed, scale, shape = self._int4_parts(name)
             return int4.unpack_words(packed, int(shape[1])), np.asarray(scale, np.float32)
         scale = np.asarray(self.read(scale_name(name)), np.float32)
         return self._fp8.read(self.headers[name].file, name), scale

@@ -20,10 +20,10 @@ from configs.presets import PRESETS, get_preset
 from models.hf_loader import load_hf_params, resolve_tied_head, unquantized_leaves
 from models.orbax_io import check_tree, is_orbax_dir, load_config, restore_params, save_params
 from models.quantization import (
-    INT4_DEFAULT_BLOCK,
     bits_of,
     check_quantization,
     dequantize_tree,
+    held_block,
     our_block,
     quantize_params,
 )
@@ -132,8 +132,7 @@ def model_config(
             f"quantization={quantization!r}: the checkpoint stores {stored} weights (hold them "
             f"as quantization={stored!r}, or None to dequantize them)"
         )
-    if quantization == "int4" and stored is None:  # quantized on load: groups of 128 inputs
-        cfg = cfg.replace(quantization_block=INT4_DEFAULT_BLOCK)
+    cfg = cfg.replace(quantization_block=held_block(cfg.quantization_block, quantization))
     if path is None or is_orbax_dir(path):  # an orbax checkpoint's own, if stored quantized
         return cfg.replace(quantization=quantization)
     return cfg.replace(quantization=quantization, quantization_skip=unquantized_leaves(path, cfg))

@@ -241,6 +241,15 @@ def map_quantized(tree: dict, fn, skip: tuple[str, ...] = ()) -> dict:
     return out
 
 
+def held_block(cfg_block: tuple[int, int], quantization: str | None) -> tuple[int, int]:
+    """The HF [rows, cols] block weights are held in for `quantization`: the config's (an fp8
+    checkpoint's blocks, an int4 checkpoint's (1, group)), except that int4 of any other
+    weights takes groups of 128 inputs (INT4_DEFAULT_BLOCK)."""
+    if quantization == "int4" and cfg_block[0] != 1:
+        return INT4_DEFAULT_BLOCK
+    return cfg_block
+
+
 def bits_of(quantization: str | None) -> int:
     return 4 if quantization == "int4" else 8
 
