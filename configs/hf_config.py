@@ -103,7 +103,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         rms_norm_eps=1e-5, n_routed_experts=128, n_shared_experts=1, num_experts_per_tok=8,
         moe_intermediate_size=1408, n_group=1, topk_group=1, norm_topk_prob=True,
         routed_scaling_factor=1.0, first_k_dense_replace=1, use_qk_norm=False,
-        partial_rotary_factor=0.5,
+        partial_rotary_factor=0.5, num_nextn_predict_layers=1,
     ),
     "mixtral": dict(
         vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
@@ -156,6 +156,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         moe_intermediate_size=2048, n_group=8, topk_group=4, topk_method="noaux_tc",
         scoring_func="sigmoid", norm_topk_prob=True, routed_scaling_factor=2.5,
         first_k_dense_replace=3, moe_layer_freq=1, rope_interleave=True,
+        num_nextn_predict_layers=1,
     ),
 }
 # fmt: on
@@ -167,12 +168,18 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     "mixtral": {"num_local_experts": ("num_experts",)},
     "gpt_oss": {"num_local_experts": ("num_experts",)},
     "olmoe": {"num_experts": ("num_local_experts",)},
-    "glm4_moe": {"n_routed_experts": ("num_local_experts",)},
+    "glm4_moe": {
+        "n_routed_experts": ("num_local_experts",),
+        "num_nextn_predict_layers": ("num_mtp_layers",),
+    },
     "glm4_moe_lite": {
         "n_routed_experts": ("num_local_experts",),
         "qk_rope_head_dim": ("head_dim",),
     },
-    "deepseek_v3": {"n_routed_experts": ("num_local_experts",)},
+    "deepseek_v3": {
+        "n_routed_experts": ("num_local_experts",),
+        "num_nextn_predict_layers": ("num_mtp_layers",),
+    },
     "deepseek_v2": {"n_routed_experts": ("num_experts",)},
     "ernie4_5_moe": {"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)},
 }
@@ -749,6 +756,9 @@ def config_from_hf(
         eos_token_ids=eos_ids,
         dtype=_dtype(hf, dtype),
         quantization_block=block or (128, 128),
+        # transformers' default is 1 where the config names none; the loader then finds out
+        # whether the MTP layer's weights are there (only when drafting with it).
+        num_nextn_predict_layers=int(f.get("num_nextn_predict_layers") or 0),
         **window,
         **arch,
     )

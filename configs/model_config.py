@@ -12,6 +12,8 @@ SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk")
 # Expert MLP activation: silu(gate) * up, or gpt-oss's clamped form (models/moe.py).
 EXPERT_ACTS = ("swiglu", "clamped_swiglu")
 TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+# Models whose MTP module is a decoder layer after enorm / hnorm / eh_proj (engine/mtp.py).
+MTP_MODEL_TYPES = ("deepseek_v3", "glm4_moe")
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,11 @@ class ModelConfig:
     quantization: str | None = None
     quantization_block: tuple[int, int] = (128, 128)
     quantization_skip: tuple[str, ...] = ()
+    # Multi-token prediction (DeepSeek-V3, GLM-4.5): MTP modules the checkpoint stores after
+    # its decoder layers (HF num_nextn_predict_layers), and how many draft tokens a step asks
+    # of the first one (0: not loaded; engine/mtp.py: params["mtp"], one more KV layer).
+    num_nextn_predict_layers: int = 0
+    mtp_drafts: int = 0
 
     def __post_init__(self):
         if self.quantization not in (None, "fp8", "int4"):
@@ -123,6 +130,17 @@ class ModelConfig:
         block = self.quantization_block
         if len(block) != 2 or not all(isinstance(b, int) and b > 0 for b in block):
             raise ValueError(f"quantization_block={block!r}: expected two positive ints")
+        if self.mtp_drafts:
+            if self.model_type not in MTP_MODEL_TYPES:
+                raise ValueError(
+                    f"speculative_config.method='mtp': model_type={self.model_type!r} has no "
+                    f"MTP module here (supported: {', '.join(MTP_MODEL_TYPES)})"
+                )
+            if self.num_nextn_predict_layers < 1:
+                raise ValueError(
+                    "speculative_config.method='mtp': the model has no MTP module "
+                    f"(num_nextn_predict_layers={self.num_nextn_predict_layers})"
+                )
         positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size")
         for name in positive:
             if getattr(self, name) <= 0:
@@ -303,11 +321,16 @@ class ModelConfig:
             return (self.kv_lora_rank + self.qk_rope_head_dim,)
         return (self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim)
 
+    @property
+    def num_kv_layers(self) -> int:
+        """Layers with a KV cache: the decoder layers, then the MTP layer when drafting."""
+        return self.num_layers + (1 if self.mtp_drafts else 0)
+
     def kv_bytes_per_token(self, dtype_bytes: int | None = None) -> int:
         """KV-cache bytes one token occupies across all layers."""
         if dtype_bytes is None:
             dtype_bytes = 4 if self.dtype == "float32" else 2
-        return self.num_layers * sum(self.kv_cache_widths) * dtype_bytes
+        return self.num_kv_layers * sum(self.kv_cache_widths) * dtype_bytes
 
     def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)

@@ -153,6 +153,7 @@ _add(
     ModelConfig(
         name="glm-4.5",
         model_type="glm4_moe",
+        num_nextn_predict_layers=1,
         vocab_size=151552,
         hidden_size=5120,
         num_layers=92,
@@ -316,6 +317,7 @@ _add(
     ModelConfig(
         name="deepseek-v3",
         model_type="deepseek_v3",
+        num_nextn_predict_layers=1,
         vocab_size=129280,
         hidden_size=7168,
         num_layers=61,

@@ -210,6 +210,8 @@ def balancer_for(
         return None
     if not cfg.num_experts:
         raise ValueError(f"enable_eplb=True: {cfg.model_type} has no routed experts")
+    if cfg.mtp_drafts:
+        raise ValueError("enable_eplb=True: not with speculative_config.method='mtp' (yet)")
     ep = mesh.ep if mesh is not None else 1
     if ep < 2:
         raise ValueError(f"enable_eplb=True: needs a mesh with ep >= 2 (ep={ep})")

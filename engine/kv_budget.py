@@ -37,7 +37,7 @@ def kv_pool_bytes(
     """Bytes of the KV pool: `num_pages` for every layer, or for a hybrid model's
     full-attention layers with its windowed layers in `window_num_pages` of their own."""
     windowed = 0 if window_num_pages is None else len(cfg.windowed_layers)
-    full = num_pages * kv_quant.bytes_per_token(cfg, kv_dtype, cfg.num_layers - windowed)
+    full = num_pages * kv_quant.bytes_per_token(cfg, kv_dtype, cfg.num_kv_layers - windowed)
     window = (window_num_pages or 0) * kv_quant.bytes_per_token(cfg, kv_dtype, windowed)
     return page_size * (full + window)
 
@@ -72,7 +72,7 @@ def pools_from_budget(
     still fits beside the pools) and a hybrid model's windowed pool, whole pages of the rest
     for the (full-attention) pool, never more than max_num_seqs full-length sequences use."""
     budget -= penalties.state_bytes(max_num_seqs, cfg.vocab_size)
-    full_layers = cfg.num_layers
+    full_layers = cfg.num_kv_layers
     if window_num_pages is not None:
         window_num_pages = min(window_num_pages, max_num_seqs * pages_per_seq)
         budget -= kv_pool_bytes(cfg, 0, window_num_pages, page_size, kv_dtype)

@@ -112,4 +112,4 @@ def bytes_per_token(cfg: ModelConfig, dtype=None, num_layers: int | None = None)
         per_layer += math.prod(row) * dtype.itemsize
         if dtype == FP8_DTYPE:
             per_layer += math.prod(row[:-1]) * SCALE_DTYPE.itemsize
-    return (cfg.num_layers if num_layers is None else num_layers) * per_layer
+    return (cfg.num_kv_layers if num_layers is None else num_layers) * per_layer

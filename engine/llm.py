@@ -20,6 +20,7 @@ from engine.eplb import EPLBConfig, balancer_for
 from engine.kv_pages import PageManager, pages_for_tokens
 from engine.kv_transfer import KVTransfer, KVTransferConfig, StoreUnreadable, check_engine
 from engine.llm_control import EngineControl
+from engine.mtp import fill_batch, with_mtp
 from engine.prefix_cache import PrefixCache
 from engine.sampler import GREEDY_TEMPERATURE
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
@@ -52,27 +53,26 @@ class LLM(EngineControl):
     [0, 2**32) and the flags are True/False (engine/inputs.py); a `num_pages` pool larger
     than the memory there is refused before the weights are read.
     `async_scheduling` dispatches the next step before reading back the previous one's
-    tokens (Scheduler.schedule_ahead; same outputs); False runs each step to completion.
+    tokens (Scheduler.schedule_ahead; same outputs); False runs steps one by one.
     `kv_cache_dtype="fp8"` stores K/V (or the MLA latent) as float8_e4m3fn pages with a
     float32 scale per row (engine/kv_quant.py): about half the bf16 cache.
     Hybrid models (ModelConfig.hybrid_window: gpt-oss, Qwen2 with max_window_layers) keep
     the windowed layers' KV in a pool of their own (kv_pages.window_pool_pages pages, enough
     never to run out first; stats num_window_pages_total / _free): `num_pages` (or the
     budget, less that pool) is the full-attention layers' pool.
-    `generation_config` (vLLM's): "auto" takes the sampling settings of the model folder's
-    generation_config.json as the defaults of requests without SamplingParams
-    (get_default_sampling_params), "vllm" ignores them, a folder path reads its file.
+    `generation_config` (vLLM's): "auto": requests without SamplingParams take the model
+    folder's generation_config.json settings; "vllm" ignores them; a folder path reads its.
     `enable_prefix_caching` (vLLM's, engine/prefix_cache.py): full KV pages stay indexed by
     content after their requests finish; a new request takes its longest cached prefix's
-    pages (stats prefix_cache_queries / _hits; reset_prefix_cache). Full attention only.
-    `speculative_config` (vLLM's, "ngram": engine/speculative.py): n-gram drafts per decode.
-    `quantization="fp8"`: fp8 projection weights, a scale per block (models/quantization.py).
-    `enable_lora` (vLLM's): PEFT adapters per request (LoRARequest), up to `max_loras` in a
-    step, ranks up to `max_lora_rank` (engine/lora.py).
-    `kv_transfer_config` (vLLM's, disaggregated prefill / decode, engine/kv_transfer.py).
-    `scheduling_policy` (vLLM's): "fcfs", or "priority" by the requests' `priority` (lower
-    first; Scheduler's policy). `enable_eplb`, `eplb_config` (vLLM's): redundant experts
-    placed by measured load over an ep mesh (engine/eplb.py).
+    pages (stats prefix_cache_queries / _hits). Full attention only.
+    `speculative_config` (vLLM's): "ngram" drafts (engine/speculative.py), or "mtp" ones
+    from the model's MTP module (engine/mtp.py). `quantization="fp8"`: fp8 projection
+    weights, a scale per block (models/quantization.py). `enable_lora` (vLLM's): PEFT
+    adapters per request (LoRARequest), up to `max_loras` in a step, ranks up to
+    `max_lora_rank` (engine/lora.py). `kv_transfer_config` (vLLM's, disaggregated prefill /
+    decode, engine/kv_transfer.py). `scheduling_policy` (vLLM's): "fcfs", or "priority" by
+    the requests' `priority` (lower first). `enable_eplb`, `eplb_config` (vLLM's):
+    redundant experts placed by measured load over an ep mesh (engine/eplb.py).
     """
 
     def __init__(
@@ -134,7 +134,7 @@ class LLM(EngineControl):
         long_prefill = policy_for_processes(long_prefill, jax.process_count())
 
         # Everything the config decides is checked before the weights are read.
-        cfg = model_config(model, dtype, quantization)
+        cfg = with_mtp(model_config(model, dtype, quantization), proposer, model)
         if mesh:
             check_model_layout(cfg, mesh_config)
         check_engine(transfer, cfg)
@@ -300,13 +300,11 @@ class LLM(EngineControl):
         `priority`: None, one int or one per prompt (scheduling_policy="priority")."""
         self._check_awake()
         prompts = inputs.split_prompts(prompts)
-        sampling_params = inputs.sampling_list(sampling_params, len(prompts), self._default_params)
+        sps = inputs.sampling_list(sampling_params, len(prompts), self._default_params)
         lora_ids = lora.lora_ids(self._lora, lora_request, len(prompts))
         ranks = inputs.priorities(priority, len(prompts), self._scheduler.policy)
         reqs = []
-        for prompt, params, lora_id, rank in zip(
-            prompts, sampling_params, lora_ids, ranks, strict=True
-        ):
+        for prompt, params, lora_id, rank in zip(prompts, sps, lora_ids, ranks, strict=True):
             ids = self.tokenize(prompt)
             if params.truncate_prompt_tokens is not None:
                 ids = ids[-params.truncate_prompt_tokens :]
@@ -518,6 +516,7 @@ class LLM(EngineControl):
             sched.items, batch, lambda it: self._outputs[it.request_id].prompt_token_ids
         )
         drafts, batch = prepare_drafts(sched.items, batch, bool(score_rows), self._buckets.min_rows)
+        batch = fill_batch(sched.items, batch, self.page_size) if self.config.mtp_drafts else batch
         with_top = any(it.sample and it.sampling_params.logprobs for it in sched.items)
         penalized = self._penalty_slots.fill(
             sched.items,
@@ -590,6 +589,8 @@ class LLM(EngineControl):
         got = runner.read_back(out, bool(score_rows or d.drafts[0]), d.score_top, d.with_top)
         tokens, logprobs, load, scores, score_ids, score_lps, top_ids, top_lps, *drawn = got
         self._dispatched.pop(0)
+        if self.config.mtp_drafts:  # the drafts for the next step (engine/mtp.py)
+            self._scheduler.speculative.record(sched.items, out)
         if self._transfer:
             self._transfer.written(sched)
         # The long-prefill policy steers by step times; a compiling step would mislead it.

@@ -38,8 +38,8 @@ pages are released by update(N+1), so a later step never reuses them while N+1 m
 
 Prefix caching (engine/prefix_cache.py): full pages are indexed by content in update(), or
 when schedule_ahead builds the step after the launched one filling them; admission takes a
-sequence's longest cached prefix (as shared tokens). Speculative decoding
-(engine/speculative.py): a decode may carry drafts; update() then gets its kept tokens.
+sequence's longest cached prefix (as shared tokens). Speculative decoding (engine/
+speculative.py, engine/mtp.py): a decode may carry drafts; update() gets its kept tokens.
 Priority (`policy="priority"`, vLLM's): waiting and running sequences are kept in
 (priority, arrival) order, so admission takes the best waiting first and preemption the worst
 running; admission never preempts, and lower priorities wait while higher ones come.
@@ -107,8 +107,8 @@ class Scheduler:
         `detokenize(token_ids) -> str`: the model's tokenizer, for requests with stop
         strings (SamplingParams.stop); without it such requests are refused.
         `prefix_cache`: an index of `page_manager`'s full pages (engine/prefix_cache.py),
-        whose longest match admission takes. Not with a sliding window.
-        `speculative`: drafts for the decodes of `speculate` sequences (engine/speculative.py).
+        whose longest match admission takes (not with a sliding window).
+        `speculative`: drafts for `speculate` sequences' decodes (NgramProposer, MtpProposer).
         `max_loras`: distinct adapters (Sequence.lora_id) running at once; 0: no limit.
         `policy`: "fcfs" or "priority" (Sequence.priority, then arrival)."""
         if policy not in ("fcfs", "priority"):
@@ -168,8 +168,7 @@ class Scheduler:
         self._in_flight: list[tuple[SchedulerOutput, dict[str, Sequence], tuple]] = []
         self._release_later: set[Sequence] = set()  # finished while in a later step
         self.num_scheduled_ahead = 0  # steps built by schedule_ahead
-        self._next_arrival = 0
-        self._num_preemptions = 0
+        self._next_arrival = self._num_preemptions = 0
         self._num_shared_tokens = self._num_loaded_tokens = 0
         self.prefix_cache = prefix_cache
         self.speculative = speculative
@@ -748,6 +747,7 @@ class Scheduler:
             num_drafts=len(drafts),
             lora_id=seq.lora_id,
             num_loaded=loaded,
+            next_token=seq.token_ids_range(stop, stop + 1)[0] if stop < seq.num_tokens else -1,
         )
 
     def _finish(self, seq: Sequence, reason: str) -> None:

@@ -35,6 +35,9 @@ class ScheduledItem(NamedTuple):
     # KV transfer (engine/kv_transfer.py): positions [0, num_loaded) are written from the KV
     # store before the step (its admission; start_pos == num_loaded).
     num_loaded: int = 0
+    # The token after the last one fed when it is known already (a prefill chunk before the
+    # end of what the sequence holds); -1: none (the step samples it). Read by engine/mtp.py.
+    next_token: int = -1
 
     @property
     def kv_len_after(self) -> int:

@@ -26,6 +26,8 @@ import weakref
 
 import numpy as np
 
+from engine import mtp
+
 MAX_DRAFTS = 16
 SEARCH_TOKENS = 4096  # drafts come from the last this many tokens of a sequence
 
@@ -59,16 +61,22 @@ class NgramProposer:
             )
 
     @classmethod
-    def from_config(cls, config: dict | None) -> NgramProposer | None:
-        """vLLM's speculative_config dict (None: off)."""
+    def from_config(cls, config: dict | None):
+        """vLLM's speculative_config dict (None: off): an NgramProposer, or for method
+        "mtp" / "deepseek_mtp" an engine/mtp.py MtpProposer."""
         if config is None:
             return None
         if not isinstance(config, dict):
             raise ValueError(f"speculative_config={config!r}: must be a dict or None")
         config = dict(config)
-        method = config.pop("method", "ngram")
+        method = config.get("method", "ngram")
+        if method in mtp.METHODS:
+            return mtp.MtpProposer.from_config(config)
+        config.pop("method", None)
         if method != "ngram":
-            raise ValueError(f"speculative_config.method={method!r}: only 'ngram' is supported")
+            raise ValueError(
+                f"speculative_config.method={method!r}: expected 'ngram', 'mtp' or 'deepseek_mtp'"
+            )
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(config) - known)
         if unknown:
@@ -76,6 +84,10 @@ class NgramProposer:
         if "num_speculative_tokens" not in config:
             raise ValueError("speculative_config.num_speculative_tokens: missing")
         return cls(**config)
+
+    def drafts(self, seq, cap: int) -> tuple[int, ...]:
+        """Up to `cap` drafts after `seq`'s tokens (engine/sequence.py Sequence)."""
+        return self.propose(self.window(seq), cap)
 
     def propose(self, tokens: np.ndarray, k: int) -> tuple[int, ...]:
         """Up to `k` drafts after `tokens` (a sequence's last tokens, int array): what
@@ -136,7 +148,7 @@ def drafts_for(seq, proposer: NgramProposer, budget: int, max_model_len: int, pa
     )
     if cap <= 0:
         return ()
-    drafts = proposer.propose(proposer.window(seq), cap)
+    drafts = proposer.drafts(seq, cap)
     if not pages.can_allocate(pages.num_new_pages(seq.page_ids, seq.num_tokens + len(drafts))):
         drafts = drafts[: max(0, len(seq.page_ids) * pages.page_size - seq.num_tokens)]
     return drafts

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from configs.model_config import ModelConfig
-from engine import kv_quant, mla_expanded, penalties
+from engine import kv_quant, mla_expanded, mtp, penalties
 from engine import paged_attention as pa
 from engine.attention_ops import get_attention_ops
 from engine.logit_bias import apply_allowed_mask, apply_token_lists
@@ -24,7 +24,7 @@ from engine.sampler import sample, token_logprobs
 from engine.sampler import top_logprobs as top_logprobs_of
 from models.attention import mla_absorb_q, mla_latent_to_v
 from models.moe import expert_load, routed_for
-from models.transformer import final_logits, forward_hidden
+from models.transformer import decoder_layer, final_logits, forward_hidden
 from sharding import eplb
 from sharding.expert_parallel import BOUNDED_MIN_ROWS, make_routed_experts_ep
 from sharding.rules import activation_constrainer, kv_shardings, replicated
@@ -81,6 +81,11 @@ class StepBatch(NamedTuple):
     # [T] int32: each row's LoRA adapter slot (engine/lora.py; 0 = none), read with the
     # stacked adapters in params["lora"]; None without LoRA.
     lora_slots: jax.Array | None = None
+    # MTP drafting (engine/mtp.py; ModelConfig.mtp_drafts): [T] int32 the token after each
+    # row where the host knows it (-1: the step's own draw) and [S] int32 the positions each
+    # sequence's pages hold.
+    mtp_next: jax.Array | None = None
+    mtp_room: jax.Array | None = None
 
 
 class StepOutput(NamedTuple):
@@ -108,6 +113,11 @@ class StepOutput(NamedTuple):
     # index of that row) and its logprob; engine/speculative.py keeps a draft it equals.
     draft_tokens: jax.Array | None = None
     draft_logprobs: jax.Array | None = None
+    # MTP drafting (engine/mtp.py): [S, k] int32 each sequence's next drafts (-1: none),
+    # [S, k] float32 their MTP logprobs, [S] int32 the token count they follow.
+    mtp_drafts: jax.Array | None = None
+    mtp_logprobs: jax.Array | None = None
+    mtp_num_tokens: jax.Array | None = None
 
 
 def _mla_dims(cfg: ModelConfig) -> tuple[int, int, int, int]:
@@ -213,28 +223,40 @@ def _step_body(
     if cfg.is_mla:
         split = mla_split_for(ops, cfg, meta, batch.token_ids.shape[0], batch.kv_lens.shape[0])
 
-    def attend_gqa(i, p_attn, kv_i, x):
-        k_pages, v_pages = kv_i
-        window = cfg.attention_window(i)
-        layer_meta, layer_slots = meta, slots
-        if window is not None and window_meta is not None:  # the windowed layers' pool
-            layer_meta, layer_slots = window_meta, batch.window_slot_mapping
-        k_pages = ops.write_kv(k_pages, x.k, layer_slots)
-        v_pages = ops.write_kv(v_pages, x.v, layer_slots)
-        sinks = p_attn.get("sinks")  # gpt-oss: per-head logits that join every softmax
-        o = ops.gqa(
-            x.q, k_pages, v_pages, layer_meta, x.scale, kv_block_pages, window=window, sinks=sinks
-        )
-        return o, (k_pages, v_pages)
+    def attend_for(meta, slots, split=None):
+        """Attention over the pages for the rows `meta` and `slots` describe."""
 
-    def attend_mla(i, p_attn, kv_i, x):
-        (latent_pages,) = kv_i
-        row = jnp.concatenate([x.c_kv, x.k_pe], axis=-1)  # cast (or quantized) by write_kv
-        latent_pages = ops.write_kv(latent_pages, row, slots)
-        o = mla_attention(ops, p_attn, cfg, x, latent_pages, meta, kv_block_pages, split)
-        return o, (latent_pages,)
+        def attend_gqa(i, p_attn, kv_i, x):
+            k_pages, v_pages = kv_i
+            window = cfg.attention_window(i)
+            layer_meta, layer_slots = meta, slots
+            if window is not None and window_meta is not None:  # the windowed layers' pool
+                layer_meta, layer_slots = window_meta, batch.window_slot_mapping
+            k_pages = ops.write_kv(k_pages, x.k, layer_slots)
+            v_pages = ops.write_kv(v_pages, x.v, layer_slots)
+            sinks = p_attn.get("sinks")  # gpt-oss: per-head logits that join every softmax
+            o = ops.gqa(
+                x.q,
+                k_pages,
+                v_pages,
+                layer_meta,
+                x.scale,
+                kv_block_pages,
+                window=window,
+                sinks=sinks,
+            )
+            return o, (k_pages, v_pages)
 
-    attend = attend_mla if cfg.is_mla else attend_gqa
+        def attend_mla(i, p_attn, kv_i, x):
+            (latent_pages,) = kv_i
+            row = jnp.concatenate([x.c_kv, x.k_pe], axis=-1)  # cast (or quantized) by write_kv
+            latent_pages = ops.write_kv(latent_pages, row, slots)
+            o = mla_attention(ops, p_attn, cfg, x, latent_pages, meta, kv_block_pages, split)
+            return o, (latent_pages,)
+
+        return attend_mla if cfg.is_mla else attend_gqa
+
+    attend = attend_for(meta, slots, split)
     # Expert-parallel load balancing (engine/eplb.py): the stacks hold E_p physical slots.
     num_physical = eplb.num_physical(params)
     if mesh is None:
@@ -261,6 +283,7 @@ def _step_body(
     if batch.feed_index is not None:
         fed = batch.prev_tokens[jnp.maximum(batch.feed_index, 0)]
         token_ids = jnp.where(batch.feed_index >= 0, fed, token_ids)
+    kv, kv_mtp = kv[: cfg.num_layers], kv[cfg.num_layers :]
     hidden, kv = forward_hidden(
         params, cfg, token_ids, batch.positions, kv, attend, routed, constrain, batch.lora_slots
     )
@@ -313,6 +336,20 @@ def _step_body(
             score_top = top_logprobs_of(all_logits, score_top_logprobs)
         if batch.score_index is not None:
             drafted = _draw_at_rows(all_logits, batch, batch.score_index, sampling)
+    mtp_out = (None, None, None)
+    if cfg.mtp_drafts:  # the MTP module's pass and its drafts (engine/mtp.py)
+
+        def run_mtp(x, positions, kv_i, attend_i):
+            layer = params["mtp"]["layer"]
+            pin = constrain or (lambda x, axes: x)
+            return decoder_layer(
+                layer, cfg, cfg.num_layers, x, positions, kv_i, attend_i, routed_impl, pin
+            )
+
+        kv_i, *mtp_out = mtp.draft(
+            params, cfg, batch, hidden, kv_mtp[0], tokens, drafted[0], run_mtp, attend, attend_for
+        )
+        kv = [*kv, kv_i]
     feed_tokens = None
     if batch.prev_tokens is not None:
         feed_tokens = jnp.zeros_like(batch.prev_tokens).at[: tokens.shape[0]].set(tokens)
@@ -320,7 +357,16 @@ def _step_body(
     if top_logprobs:
         top = top_logprobs_of(logits, top_logprobs)
     return kv, StepOutput(
-        tokens, logprobs, load, scores, feed_tokens, *top, penalty_state, *score_top, *drafted
+        tokens,
+        logprobs,
+        load,
+        scores,
+        feed_tokens,
+        *top,
+        penalty_state,
+        *score_top,
+        *drafted,
+        *mtp_out,
     )
 
 
@@ -475,9 +521,9 @@ def init_kv_pages(
         zeros = functools.partial(jnp.zeros, dtype=dtype)
     if cfg.is_mla:
         width = cfg.kv_lora_rank + cfg.qk_rope_head_dim
-        return [(zeros((num_pages, page_size, width)),) for _ in range(cfg.num_layers)]
+        return [(zeros((num_pages, page_size, width)),) for _ in range(cfg.num_kv_layers)]
     kv = []
-    for i in range(cfg.num_layers):
+    for i in range(cfg.num_kv_layers):
         n = num_pages
         if window_num_pages is not None and cfg.attention_window(i) is not None:
             n = window_num_pages

@@ -198,14 +198,33 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
     if not cfg.tie_word_embeddings:
         names["lm_head.weight"] = _linear(v, d, ("lm_head",))
     for i in range(cfg.num_layers):
-        layer, at = f"model.layers.{i}", ("layers", i)
-        names[f"{layer}.input_layernorm.weight"] = _vector(d, at + ("attn_norm",))
-        names[f"{layer}.post_attention_layernorm.weight"] = _vector(d, at + ("mlp_norm",))
-        names.update(_attn_names(cfg, f"{layer}.self_attn", at + ("attn",)))
-        if cfg.is_moe_layer(i):
-            names.update(_moe_names(cfg, layer, at + ("moe",), expert_layout))
-        else:
-            names.update(_mlp_names(d, cfg.intermediate_size, f"{layer}.mlp", at + ("mlp",)))
+        moe = cfg.is_moe_layer(i)
+        names.update(_layer_names(cfg, f"model.layers.{i}", ("layers", i), moe, expert_layout))
+    if cfg.mtp_drafts:
+        # DeepSeek-V3's release layout (GLM-4.5's too): the MTP module is "layer" L =
+        # num_layers. Its copies of the embedding (`embed_tokens`) and lm_head
+        # (`shared_head.head`) are not read: it shares the model's, as transformers' MtpModel.
+        layer, at = f"model.layers.{cfg.num_layers}", ("mtp",)
+        names[f"{layer}.enorm.weight"] = _vector(d, at + ("enorm",))
+        names[f"{layer}.hnorm.weight"] = _vector(d, at + ("hnorm",))
+        names[f"{layer}.eh_proj.weight"] = _linear(d, 2 * d, at + ("eh_proj",))
+        names[f"{layer}.shared_head.norm.weight"] = _vector(d, at + ("norm",))
+        moe = bool(cfg.num_experts)
+        names.update(_layer_names(cfg, layer, at + ("layer",), moe, expert_layout))
+    return names
+
+
+def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str) -> dict:
+    d = cfg.hidden_size
+    names = {
+        f"{layer}.input_layernorm.weight": _vector(d, at + ("attn_norm",)),
+        f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("mlp_norm",)),
+        **_attn_names(cfg, f"{layer}.self_attn", at + ("attn",)),
+    }
+    if moe:
+        names.update(_moe_names(cfg, layer, at + ("moe",), layout))
+    else:
+        names.update(_mlp_names(d, cfg.intermediate_size, f"{layer}.mlp", at + ("mlp",)))
     return names
 
 

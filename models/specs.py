@@ -16,6 +16,7 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             w_down [E, Fe, D], shared {w_gate, w_up, w_down} with F = shared_expert_width,
             shared_gate [D] (Qwen2-MoE: the shared output times sigmoid(x @ shared_gate));
             expert_bias (gpt-oss): router_logit_bias [E], b_gate/b_up [E, Fe], b_down [E, D]
+  mtp (ModelConfig.mtp_drafts): enorm, hnorm, norm [D], eh_proj [2D, D], layer {...}
 """
 
 from __future__ import annotations
@@ -154,28 +155,41 @@ def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
     return s
 
 
+def _layer_specs(cfg: ModelConfig, moe: bool, dt, w) -> dict:
+    d = cfg.hidden_size
+    layer = {
+        "attn_norm": ParamSpec((d,), dt, ("embed",), ones),
+        "mlp_norm": ParamSpec((d,), dt, ("embed",), ones),
+        "attn": _mla_specs(cfg, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w),
+    }
+    if moe:
+        layer["moe"] = _moe_specs(cfg, dt, w)
+    else:
+        layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w)
+    return layer
+
+
 def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
     """The model's parameter tree, with a ParamSpec at every leaf."""
     dt = jnp.dtype(cfg.dtype)
     w = normal(init_std)
     d, v = cfg.hidden_size, cfg.vocab_size
-    layers = []
-    for i in range(cfg.num_layers):
-        layer = {
-            "attn_norm": ParamSpec((d,), dt, ("embed",), ones),
-            "mlp_norm": ParamSpec((d,), dt, ("embed",), ones),
-            "attn": _mla_specs(cfg, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w),
-        }
-        if cfg.is_moe_layer(i):
-            layer["moe"] = _moe_specs(cfg, dt, w)
-        else:
-            layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w)
-        layers.append(layer)
     specs = {
         "embed": ParamSpec((v, d), dt, ("vocab", "embed"), w),
-        "layers": layers,
+        "layers": [_layer_specs(cfg, cfg.is_moe_layer(i), dt, w) for i in range(cfg.num_layers)],
         "final_norm": ParamSpec((d,), dt, ("embed",), ones),
     }
+    if cfg.mtp_drafts:
+        # The MTP module (engine/mtp.py): enorm / hnorm on the next token's embedding and the
+        # model's last hidden state, eh_proj [2D, D] over the two, one decoder layer (MoE
+        # always, as transformers' MtpModel builds it), and `norm` before the shared lm_head.
+        specs["mtp"] = {
+            "enorm": ParamSpec((d,), dt, ("embed",), ones),
+            "hnorm": ParamSpec((d,), dt, ("embed",), ones),
+            "eh_proj": ParamSpec((2 * d, d), dt, (None, "embed"), w),
+            "layer": _layer_specs(cfg, bool(cfg.num_experts), dt, w),
+            "norm": ParamSpec((d,), dt, ("embed",), ones),
+        }
     if not cfg.tie_word_embeddings:
         specs["lm_head"] = ParamSpec((d, v), dt, ("embed", "vocab"), w)
     if cfg.quantization:

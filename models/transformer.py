@@ -27,7 +27,7 @@ from models.lora import make_delta, slot_mask
 from models.moe import RoutedFn, moe_block, routed_for
 from models.quantization import dequantize_tree
 
-__all__ = ["Attend", "Constrain", "final_logits", "forward_hidden"]
+__all__ = ["Attend", "Constrain", "decoder_layer", "final_logits", "forward_hidden"]
 
 Attend = Callable[[int, dict, Any, AttnInputs], tuple[jax.Array, Any]]
 # constrain(x, logical_axes) -> x, e.g. a sharding constraint; identity when absent.
@@ -57,19 +57,37 @@ def forward_hidden(
     mask = slot_mask(lora, lora_slots)
     for i, layer in enumerate(params["layers"]):
         delta = make_delta(lora[i] if lora else None, mask)
-        # fp8 weights (ModelConfig.quantization) come back to the model dtype one layer at a
-        # time, inside the step; a no-op for float weights.
-        layer = dequantize_tree(layer, x.dtype)
-        h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
-        attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
-        inputs = attn_inputs(layer["attn"], h, positions, cfg, delta)
-        o, kv_i = attend(i, layer["attn"], kv[i], inputs)
-        x = pin(x + attn_output(layer["attn"], o, delta), ("batch", "embed"))
-        h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
-        if "moe" in layer:
-            x = x + moe_block(layer["moe"], h, cfg, routed, delta)
-        else:
-            x = x + swiglu_mlp(layer["mlp"], h, delta)
-        x = pin(x, ("batch", "embed"))
+        x, kv_i = decoder_layer(layer, cfg, i, x, positions, kv[i], attend, routed, pin, delta)
         new_kv.append(kv_i)
     return x, new_kv
+
+
+def decoder_layer(
+    layer: dict,
+    cfg: ModelConfig,
+    i: int,
+    x: jax.Array,  # [T, D] the residual stream
+    positions: jax.Array,
+    kv_i,
+    attend: Attend,
+    routed: RoutedFn,
+    pin: Constrain,
+    delta=None,
+) -> tuple[jax.Array, Any]:
+    """Decoder layer `i` (its KV at `kv_i`; the MTP module's layer is i = cfg.num_layers):
+    x + attn(norm(x)), then x + mlp_or_moe(norm(x))."""
+    # fp8 weights (ModelConfig.quantization) come back to the model dtype one layer at a
+    # time, inside the step; a no-op for float weights.
+    layer = dequantize_tree(layer, x.dtype)
+    delta = delta or make_delta(None, None)
+    h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
+    attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
+    inputs = attn_inputs(layer["attn"], h, positions, cfg, delta)
+    o, kv_i = attend(i, layer["attn"], kv_i, inputs)
+    x = pin(x + attn_output(layer["attn"], o, delta), ("batch", "embed"))
+    h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
+    if "moe" in layer:
+        x = x + moe_block(layer["moe"], h, cfg, routed, delta)
+    else:
+        x = x + swiglu_mlp(layer["mlp"], h, delta)
+    return pin(x, ("batch", "embed")), kv_i

@@ -141,7 +141,7 @@ def kv_shardings(cfg: ModelConfig, mesh: Mesh, kv_dtype=None) -> list:
 
         pages = QuantizedPages(pages, NamedSharding(mesh, logical_to_spec(axes[:-1], rules)))
     layer = (pages,) if cfg.is_mla else (pages, pages)
-    return [layer for _ in range(cfg.num_layers)]
+    return [layer for _ in range(cfg.num_kv_layers)]
 
 
 def activation_constrainer(cfg: ModelConfig, mesh: Mesh):
