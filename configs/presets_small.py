@@ -35,6 +35,7 @@ _add(
 _add(
     TINY["tiny-deepseek-v3"].replace(
         name="bench-deepseek-v3-35m",
+        num_nextn_predict_layers=1,  # random MTP weights when drafting with them
         vocab_size=8192,
         hidden_size=512,
         num_layers=4,

@@ -227,7 +227,6 @@ _add(
     ModelConfig(
         name="tiny-glm4-moe",
         model_type="glm4_moe",
-        num_nextn_predict_layers=1,
         vocab_size=512,
         hidden_size=64,
         num_layers=3,
@@ -366,7 +365,6 @@ _add(
     ModelConfig(
         name="tiny-deepseek-v3",
         model_type="deepseek_v3",
-        num_nextn_predict_layers=1,
         vocab_size=512,
         hidden_size=64,
         num_layers=3,

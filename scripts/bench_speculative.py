@@ -1,8 +1,12 @@
-"""Speculative decoding with n-gram drafts: the same requests with and without.
+"""Speculative decoding with n-gram or MTP drafts: the same requests with and without.
 
   python -m scripts.bench_speculative          # the figures in docs/benchmarks.md
   python -m scripts.bench_speculative --model=tiny-llama --n=2 --max_tokens=8
   python -m scripts.bench_speculative --temperature=0.8      # sampled requests
+  python -m scripts.bench_speculative --method=mtp --model=bench-deepseek-v3-35m
+
+With --method=mtp the drafts come from the model's MTP module (engine/mtp.py), run inside
+every step: here a random one, so the figures give its price per step, not its gain.
 
 `n` greedy (or, with --temperature, seeded sampled) requests of `max_tokens` tokens, on
 two engines of one model (one with `speculative_config={"method": "ngram", ...}`), for
@@ -33,6 +37,7 @@ _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 128, "Prompt tokens.")
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 128, "New tokens per request.")
 _K = flags.DEFINE_integer("num_speculative_tokens", 4, "Drafts per decode at most.")
 _LOOKUP_MAX = flags.DEFINE_integer("prompt_lookup_max", 4, "Longest n-gram looked up.")
+_METHOD = flags.DEFINE_enum("method", "ngram", ["ngram", "mtp"], "Where drafts come from.")
 _TEMPERATURE = flags.DEFINE_float(
     "temperature", 0.0, "0: greedy; else sampled (seeded per request, top-k 50)."
 )
@@ -75,11 +80,9 @@ def main(argv):
         sys.exit(f"bench_speculative: {e}")
     n, length = _N.value, _PROMPT_LEN.value
     kw = dict(model=_MODEL.value, max_num_seqs=n, max_model_len=length + _MAX_TOKENS.value)
-    config = {
-        "method": "ngram",
-        "num_speculative_tokens": _K.value,
-        "prompt_lookup_max": _LOOKUP_MAX.value,
-    }
+    config = {"method": _METHOD.value, "num_speculative_tokens": _K.value}
+    if _METHOD.value == "ngram":
+        config["prompt_lookup_max"] = _LOOKUP_MAX.value
     try:
         plain, spec = LLM(**kw), LLM(speculative_config=config, **kw)
     except ValueError as e:
@@ -103,10 +106,10 @@ def main(argv):
     print("|---|---|---|---|---|---|---|")
     for name, prompts in workloads.items():
         rows = {}
-        for label, llm in (("plain", plain), ("ngram", spec)):
+        for label, llm in (("plain", plain), (_METHOD.value, spec)):
             run(llm, prompts)  # compiles its steps
             rows[label] = run(llm, prompts)
-        pairs = zip(rows["ngram"]["tokens"], rows["plain"]["tokens"], strict=True)
+        pairs = zip(rows[_METHOD.value]["tokens"], rows["plain"]["tokens"], strict=True)
         same = sum(a == b for a, b in pairs)
         for label, r in rows.items():
             print(

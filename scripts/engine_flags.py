@@ -58,7 +58,13 @@ SCHEDULING_POLICY = flags.DEFINE_enum(
 )
 
 SPEC_TOKENS = flags.DEFINE_integer(
-    "num_speculative_tokens", 0, "N-gram speculative decoding: drafts per greedy decode; 0 = off."
+    "num_speculative_tokens", 0, "Speculative decoding: drafts per decode; 0 = off."
+)
+SPEC_METHOD = flags.DEFINE_enum(
+    "speculative_method",
+    "ngram",
+    ["ngram", "mtp"],
+    "Drafts from prompt lookup (ngram) or the model's MTP module (mtp: DeepSeek-V3, GLM-4.5).",
 )
 
 
@@ -84,7 +90,10 @@ def llm_kwargs(**overrides) -> dict:
         "scheduling_policy": SCHEDULING_POLICY.value,
         "enable_eplb": ENABLE_EPLB.value,
         "eplb_config": EPLB_CONFIG.value,
-        "speculative_config": {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS.value}
+        "speculative_config": {
+            "method": SPEC_METHOD.value,
+            "num_speculative_tokens": SPEC_TOKENS.value,
+        }
         if SPEC_TOKENS.value
         else None,
         **overrides,

@@ -67,7 +67,7 @@ def test_the_proposer_equals_a_plain_search_and_its_window_follows_the_sequence(
 @pytest.mark.parametrize(
     "config,message",
     [
-        ({"method": "eagle", "num_speculative_tokens": 2}, "method='eagle': only 'ngram'"),
+        ({"method": "eagle", "num_speculative_tokens": 2}, "method='eagle': expected 'ngram'"),
         ({"method": "ngram"}, "num_speculative_tokens: missing"),
         ({"num_speculative_tokens": 0}, "num_speculative_tokens=0: must be in"),
         ({"num_speculative_tokens": 17}, "num_speculative_tokens=17: must be <= 16"),

@@ -1,0 +1,166 @@
+"""Speculative decoding with the model's MTP module (engine/mtp.py).
+
+Anchored to transformers' own MTP implementation (`MtpModel`, which its `generate(...,
+use_mtp=True)` drafts with): tests/fixtures/make_mtp_fixture.py gives the DeepSeek-V3
+fixture an MTP layer under the release's tensor names and records, for three prompts and
+every point of their greedy decoding, the three drafts the layer chains from there and
+their logprobs. The engine drafts them in its steps: exactly those tokens, whatever the
+batch, the prefill chunking or how many of the previous drafts were kept.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from engine import LLM, SamplingParams
+from engine.eplb import balancer_for
+from engine.mtp import MtpProposer
+from models.load import load_model, model_config
+from models.orbax_io import save_params
+from sharding.mesh import parse_mesh
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+MTP_DIR = FIXTURES / "deepseek_v3_mtp"
+REF = json.loads((MTP_DIR / "mtp_reference.json").read_text())
+K = REF["num_speculative_tokens"]
+SPEC = {"method": "mtp", "num_speculative_tokens": K}
+# 35 prompt tokens in steps of 16: the two longer prompts are chunked, beside decodes.
+ENGINE = dict(max_num_seqs=4, max_num_batched_tokens=16, num_pages=48, page_size=8)
+
+
+def _run(llm: LLM, cases, drafts=None) -> tuple[dict, dict]:
+    """Serve `cases` (the reference's) greedily in one batch; with `drafts(seq, cap)` in
+    place of the proposer's. Returns each request's tokens and the drafts its steps gave,
+    by the token count they follow."""
+    proposer = llm._scheduler.speculative
+    if drafts is not None:
+        proposer.drafts = drafts
+    tokens = {}
+    for i, case in enumerate(cases):
+        params = SamplingParams(temperature=0.0, max_tokens=len(case["tokens"]), ignore_eos=True)
+        tokens[llm.add_request(case["prompt"], params, request_id=str(i))] = []
+    seen = {rid: {} for rid in tokens}
+    while llm.has_unfinished():
+        for delta in llm.step():
+            tokens[delta.request_id] += delta.token_ids
+        for rid in tokens:
+            last = proposer.last(rid)
+            if last is not None:
+                seen[rid][last[0]] = last[1:]
+    return tokens, seen
+
+
+def _check_drafts(cases, tokens, seen) -> int:
+    """Tokens greedy, drafts transformers'; returns how many chains were cut short."""
+    short = 0
+    for i, case in enumerate(cases):
+        assert tokens[str(i)] == case["tokens"]
+        # After each step that sampled for it, at n + 1 tokens: the drafts after token n,
+        # all K of them, or those whose positions its pages hold (engine/mtp.py).
+        for count, (drafts, logprobs) in seen[str(i)].items():
+            n = len(drafts)
+            assert n and list(drafts) == case["drafts"][str(count - 1)][:n], (i, count)
+            want = case["draft_logprobs"][str(count - 1)][:n]
+            np.testing.assert_allclose(logprobs, want, atol=1e-4, rtol=0)
+            short += n < K
+        assert len(seen[str(i)]) >= len(case["tokens"]) // (K + 1)
+    return short
+
+
+@pytest.fixture(scope="module")
+def mtp_llm():
+    return LLM(str(MTP_DIR), speculative_config=SPEC, **ENGINE)
+
+
+def test_drafts_are_transformers_mtp_drafts_and_tokens_are_greedy(mtp_llm):
+    tokens, seen = _run(mtp_llm, REF["cases"])
+    assert _check_drafts(REF["cases"], tokens, seen) == 0  # pages for the drafts fed: room
+    # Random weights: the MTP layer's drafts are never the model's tokens, yet fed and
+    # checked every step (one token a step).
+    for i, case in enumerate(REF["cases"]):
+        assert sorted(seen[str(i)]) == list(
+            range(len(case["prompt"]) + 1, len(case["prompt"]) + 11)
+        )
+    stats = mtp_llm.stats()
+    assert stats["num_draft_tokens"] > 0 and stats["num_accepted_tokens"] == 0
+    assert stats["num_pages_free"] == ENGINE["num_pages"]
+
+
+def test_after_drafts_kept_the_mtp_layer_drafts_from_the_last_kept_row(mtp_llm):
+    """Drafts from an oracle (the reference's own continuation with one token spoiled at
+    a rotating place): 0 to K are kept a step; the MTP layer's next drafts must start from
+    the row after the last kept one, as transformers' drafts after that many tokens."""
+    proposer = mtp_llm._scheduler.speculative
+    fulls = [case["prompt"] + case["tokens"] for case in REF["cases"]]
+    calls = iter(range(10**6))
+
+    def oracle(seq, cap):
+        full = fulls[int(seq.request_id)]
+        drafts = list(full[seq.num_tokens : seq.num_tokens + cap])
+        spoil = next(calls) % (K + 1)  # K: none spoiled
+        if spoil < len(drafts):
+            drafts[spoil] = (drafts[spoil] + 1) % 512
+        return tuple(drafts)
+
+    before = mtp_llm.stats()
+    try:
+        tokens, seen = _run(mtp_llm, REF["cases"], oracle)
+    finally:
+        del proposer.drafts  # the class's method again
+    short = _check_drafts(REF["cases"], tokens, seen)
+    assert short <= sum(len(v) for v in seen.values()) // 2
+    stats = mtp_llm.stats()
+    kept = stats["num_accepted_tokens"] - before["num_accepted_tokens"]
+    assert kept >= 6
+    assert stats["num_steps"] - before["num_steps"] < 10 + 2  # fewer steps than tokens + prefill
+
+
+def test_sampled_tokens_are_those_without_drafts(mtp_llm):
+    plain = LLM(str(MTP_DIR), **ENGINE)
+    prompts = [case["prompt"] for case in REF["cases"]]
+    params = SamplingParams(temperature=0.8, top_p=0.9, seed=5, max_tokens=8, ignore_eos=True)
+    for w, g in zip(
+        plain.generate(prompts, params), mtp_llm.generate(prompts, params), strict=True
+    ):
+        assert g.token_ids == w.token_ids
+        np.testing.assert_allclose(g.logprobs, w.logprobs, atol=1e-5, rtol=0)
+
+
+def test_proposer_configs_are_checked_by_key():
+    for config, message in [
+        ({"method": "mtp"}, "num_speculative_tokens: missing"),
+        ({"method": "mtp", "num_speculative_tokens": 0}, r"num_speculative_tokens=0: must be in"),
+        ({"method": "deepseek_mtp", "num_speculative_tokens": True}, "=True: must be in"),
+        ({"method": "mtp", "num_speculative_tokens": 2, "prompt_lookup_max": 2}, "unknown keys"),
+    ]:
+        with pytest.raises(ValueError, match=f"speculative_config.*{message}"):
+            LLM(str(MTP_DIR), speculative_config=config)
+    assert MtpProposer(2).drafts(type("S", (), {"request_id": "x", "num_tokens": 3}), 2) == ()
+
+
+def test_models_without_an_mtp_module_are_refused_before_loading(tmp_path):
+    with pytest.raises(ValueError, match="num_nextn_predict_layers=0"):
+        LLM(str(FIXTURES / "deepseek_v3"), speculative_config=SPEC)
+    with pytest.raises(ValueError, match="model_type='llama' has no MTP module"):
+        LLM(str(FIXTURES / "llama"), speculative_config=SPEC)
+    # A config that names an MTP layer the files do not hold.
+    ckpt = tmp_path / "no_mtp_weights"
+    shutil.copytree(FIXTURES / "deepseek_v3", ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**config, "num_nextn_predict_layers": 1}))
+    missing = r"'model\.layers\.3\.enorm\.weight': missing \(the MTP module's"
+    with pytest.raises(ValueError, match=missing):
+        LLM(str(ckpt), speculative_config=SPEC)
+    assert LLM(str(ckpt), num_pages=8).config.mtp_drafts == 0  # served without it
+    cfg, params, _ = load_model("tiny-deepseek-v3")
+    save_params(tmp_path / "orbax", params, cfg)
+    with pytest.raises(ValueError, match="orbax checkpoint, which holds no MTP module"):
+        LLM(str(tmp_path / "orbax"), speculative_config=SPEC)
+    mtp_cfg = model_config(str(MTP_DIR)).replace(mtp_drafts=K)
+    with pytest.raises(ValueError, match="enable_eplb=True: not with .*'mtp'"):
+        balancer_for(True, None, mtp_cfg, parse_mesh("ep=2"))
