@@ -187,7 +187,9 @@ def replacement_params(cfg: ModelConfig, weights, seed: int = 0, host: bool = Fa
     the specs shape it (a trainer's arrays). ValueError naming the field or tensor that
     differs, before any weight is read. `host`: as load_model's."""
     if isinstance(weights, str):
+        # (the served MTP drafting, ModelConfig.mtp_drafts, asks the new ones for the module)
         new_cfg = model_config(weights, cfg.dtype, cfg.quantization)
+        new_cfg = new_cfg.replace(mtp_drafts=cfg.mtp_drafts)
         differ = [
             f"{f.name}={getattr(new_cfg, f.name)!r}"
             for f in dataclasses.fields(cfg)

@@ -47,6 +47,9 @@ LORA_LAYOUT = ("llama", "dp=2,tp=2")
 # KV transfer (engine/kv_transfer.py): a producer on the first layout, a consumer on the
 # second ("": one device); the stored rows are whole, whatever splits the pages.
 KV_TRANSFER_LAYOUTS = [("deepseek_v3", "tp=2,ep=2", "dp=2,ep=4"), ("llama", "tp=2", "")]
+# MTP drafting (engine/mtp.py) on a mesh that splits tokens, the MTP layer's heads and its
+# experts: transformers' drafts (tests/test_mtp.py).
+MTP_LAYOUT = "dp=2,tp=2,ep=2"
 # LLM.load_weights on a mesh: new weights placed with the served ones' shardings.
 LOAD_WEIGHTS_LAYOUT = ("qwen3_moe", "tp=2,ep=2")
 # Penalized requests (a replicated count state) and token lists (logit_bias, allowed ids,
@@ -218,7 +221,23 @@ def mesh_cases(out_path: str) -> None:
     result["lora"] = _lora_on_mesh(LORA_LAYOUT)
     result["kv_transfer"] = {"|".join(c): _kv_transfer(*c) for c in KV_TRANSFER_LAYOUTS}
     result["load_weights"] = _load_weights(*LOAD_WEIGHTS_LAYOUT)
+    result["mtp"] = _mtp_on_mesh(MTP_LAYOUT)
     pathlib.Path(out_path).write_text(json.dumps(result))
+
+
+def _mtp_on_mesh(mesh: str) -> dict:
+    from engine import LLM
+    from tests.test_mtp import ENGINE, MTP_DIR, REF, SPEC, _run
+
+    llm = LLM(str(MTP_DIR), mesh=mesh, speculative_config=SPEC, **ENGINE)
+    tokens, seen = _run(llm, REF["cases"])
+    return {
+        "tokens": tokens,
+        "seen": {
+            rid: {str(n): [list(d), [float(x) for x in lp]] for n, (d, lp) in by_count.items()}
+            for rid, by_count in seen.items()
+        },
+    }
 
 
 def _penalized_and_listed(llm, arch: str) -> tuple[list[list[int]], list[list[int]]]:

@@ -30,6 +30,8 @@ from tests.sharding_worker import (
     PENALTY_LAYOUTS,
     SKEWED,
 )
+from tests.test_mtp import REF as MTP_REF
+from tests.test_mtp import _check_drafts
 
 ROOT = pathlib.Path(__file__).parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -271,3 +273,12 @@ def test_lora_adapters_on_a_mesh_decode_as_peft(mesh_results):
     for i, name in enumerate(got["names"]):
         assert got["tokens"][i] == ref[name]["greedy_tokens"][i % 3], (name, i)
         np.testing.assert_allclose(got["logprobs"][i], ref[name]["logprobs"][i % 3], atol=TOL)
+
+
+def test_mtp_drafts_on_a_mesh_are_transformers(mesh_results):
+    got = mesh_results["mtp"]
+    seen = {
+        rid: {int(n): (tuple(d), lp) for n, (d, lp) in by_count.items()}
+        for rid, by_count in got["seen"].items()
+    }
+    assert _check_drafts(MTP_REF["cases"], got["tokens"], seen) == 0
