@@ -7,6 +7,8 @@
 
 With --method=mtp the drafts come from the model's MTP module (engine/mtp.py), run inside
 every step: here a random one, so the figures give its price per step, not its gain.
+--oracle (mtp) feeds instead the tokens the plain engine made (the MTP pass still runs):
+what drafts that are always right would buy.
 
 `n` greedy (or, with --temperature, seeded sampled) requests of `max_tokens` tokens, on
 two engines of one model (one with `speculative_config={"method": "ngram", ...}`), for
@@ -38,6 +40,7 @@ _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 128, "New tokens per request.")
 _K = flags.DEFINE_integer("num_speculative_tokens", 4, "Drafts per decode at most.")
 _LOOKUP_MAX = flags.DEFINE_integer("prompt_lookup_max", 4, "Longest n-gram looked up.")
 _METHOD = flags.DEFINE_enum("method", "ngram", ["ngram", "mtp"], "Where drafts come from.")
+_ORACLE = flags.DEFINE_bool("oracle", False, "mtp: feed the plain engine's tokens as drafts.")
 _TEMPERATURE = flags.DEFINE_float(
     "temperature", 0.0, "0: greedy; else sampled (seeded per request, top-k 50)."
 )
@@ -70,12 +73,25 @@ def run(llm: LLM, prompts: list[list[int]]) -> dict:
     )
 
 
+def oracle_drafts(llm: LLM, prompts, outputs) -> None:
+    """`llm`'s MTP drafts replaced by the tokens that follow in `outputs` (per prompt)."""
+    full = {tuple(p): list(p) + list(o) for p, o in zip(prompts, outputs, strict=True)}
+
+    def drafts(seq, cap):
+        tokens = full[tuple(seq.prompt_token_ids)]
+        return tuple(tokens[seq.num_tokens : seq.num_tokens + cap])
+
+    llm._scheduler.speculative.drafts = drafts
+
+
 def main(argv):
     del argv
     try:
         check_count("--n", _N.value, low=1, high=256)
         check_count("--prompt_len", _PROMPT_LEN.value, low=2, high=1 << 16)
         check_count("--max_tokens", _MAX_TOKENS.value, low=1, high=1 << 16)
+        if _ORACLE.value and _METHOD.value != "mtp":
+            raise ValueError("--oracle: only with --method=mtp")
     except ValueError as e:
         sys.exit(f"bench_speculative: {e}")
     n, length = _N.value, _PROMPT_LEN.value
@@ -107,6 +123,8 @@ def main(argv):
     for name, prompts in workloads.items():
         rows = {}
         for label, llm in (("plain", plain), (_METHOD.value, spec)):
+            if label != "plain" and _ORACLE.value:
+                oracle_drafts(spec, prompts, rows["plain"]["tokens"])
             run(llm, prompts)  # compiles its steps
             rows[label] = run(llm, prompts)
         pairs = zip(rows[_METHOD.value]["tokens"], rows["plain"]["tokens"], strict=True)

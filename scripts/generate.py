@@ -240,6 +240,11 @@ def _generate() -> None:
         f"{llm.config.name}: {len(outs)} requests, {new_tokens} new tokens in {elapsed:.2f} s "
         f"= {new_tokens / elapsed:.1f} tok/s; compiles {stats['num_compiles']}, "
         f"preemptions {stats['num_preemptions']}"
+        + (
+            f"; drafts kept {stats['num_accepted_tokens']} of {stats['num_draft_tokens']}"
+            if "num_draft_tokens" in stats
+            else ""
+        )
     )
 
 

@@ -54,6 +54,21 @@ def test_generate_prints_tokens_and_throughput():
     assert "tok/s" in out
 
 
+def test_generate_drafts_with_the_mtp_module():
+    # 2 greedy requests of 6 tokens: each decode step feeds its k = 2 MTP drafts.
+    out = _run(
+        "scripts.generate",
+        f"--model={ROOT}/tests/fixtures/deepseek_v3_mtp",
+        "--speculative_method=mtp",
+        "--num_speculative_tokens=2",
+        "--num_prompts=2",
+        "--max_tokens=6",
+    )
+    assert out.count("(length)") == 2
+    kept, fed = map(int, out.split("drafts kept ")[1].split()[::2][:2])
+    assert fed >= 2 * 2 and kept <= fed, out
+
+
 def test_generate_from_text_with_a_tokenizer():
     # Sampled: equal prompts get seeds --seed + i, so their samples differ.
     out = _run(
