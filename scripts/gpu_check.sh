@@ -13,6 +13,8 @@
 #   STAGES=bf16 scripts/gpu_check.sh "$OUT"  # optional too: the engine in bfloat16 on the
 #       kernels against transformers' bfloat16 noise (tests/test_hf_parity.py, four fixtures)
 #   STAGES=int4 scripts/gpu_check.sh "$OUT"  # optional: int4 weights on the GPU vs transformers
+#   STAGES=mtp scripts/gpu_check.sh "$OUT"   # optional: MTP drafts vs transformers', and what
+#       a step with k drafts costs (random MTP) or buys (drafts always right) on the GPU
 #
 # Stage limits from the first H200 runs (kernels 30 s, engine 96 s, sweep 46 s for 23 rows,
 # bench 48 s) grown with what was added since (Mosaic rows, more sweep configs).
@@ -79,4 +81,19 @@ stage bf16 60 "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_hf
 # transformers' tokens (tests/test_int4.py).
 stage int4 60 "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_int4.py \
   -k "decode or float_model"
+# Optional (STAGES=mtp): the MTP module's drafts on the GPU (tests/test_mtp.py), then its
+# price and, with drafts always right (--oracle), its gain (scripts/bench_speculative.py).
+mtp_stage() {
+  "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_mtp.py -k "greedy or kept" \
+    || return 1
+  for k in 1 3; do
+    for oracle in --nooracle --oracle; do
+      "$PY" -m scripts.bench_speculative --method=mtp "$oracle" --model=bench-deepseek-v3-35m \
+        --num_speculative_tokens="$k" || return 1
+    done
+  done
+}
+export -f mtp_stage
+export PY
+stage mtp 300 bash -c mtp_stage
 exit $status
