@@ -7,8 +7,9 @@
 
 With --method=mtp the drafts come from the model's MTP module (engine/mtp.py), run inside
 every step: here a random one, so the figures give its price per step, not its gain.
---oracle (mtp) feeds instead the tokens the plain engine made (the MTP pass still runs):
-what drafts that are always right would buy.
+--drafts=oracle (mtp) feeds instead the tokens the plain engine made (the MTP pass still
+runs): what drafts that are always right would buy; --drafts=none feeds none: the price of
+the MTP pass alone.
 
 `n` greedy (or, with --temperature, seeded sampled) requests of `max_tokens` tokens, on
 two engines of one model (one with `speculative_config={"method": "ngram", ...}`), for
@@ -40,7 +41,12 @@ _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 128, "New tokens per request.")
 _K = flags.DEFINE_integer("num_speculative_tokens", 4, "Drafts per decode at most.")
 _LOOKUP_MAX = flags.DEFINE_integer("prompt_lookup_max", 4, "Longest n-gram looked up.")
 _METHOD = flags.DEFINE_enum("method", "ngram", ["ngram", "mtp"], "Where drafts come from.")
-_ORACLE = flags.DEFINE_bool("oracle", False, "mtp: feed the plain engine's tokens as drafts.")
+_DRAFTS = flags.DEFINE_enum(
+    "drafts",
+    "model",
+    ["model", "oracle", "none"],
+    "mtp: the MTP module's drafts, the plain engine's tokens (always right), or none fed.",
+)
 _TEMPERATURE = flags.DEFINE_float(
     "temperature", 0.0, "0: greedy; else sampled (seeded per request, top-k 50)."
 )
@@ -73,13 +79,14 @@ def run(llm: LLM, prompts: list[list[int]]) -> dict:
     )
 
 
-def oracle_drafts(llm: LLM, prompts, outputs) -> None:
-    """`llm`'s MTP drafts replaced by the tokens that follow in `outputs` (per prompt)."""
+def replace_drafts(llm: LLM, prompts, outputs, none: bool) -> None:
+    """`llm`'s MTP drafts replaced by the tokens that follow in `outputs` (per prompt), or
+    by none."""
     full = {tuple(p): list(p) + list(o) for p, o in zip(prompts, outputs, strict=True)}
 
     def drafts(seq, cap):
         tokens = full[tuple(seq.prompt_token_ids)]
-        return tuple(tokens[seq.num_tokens : seq.num_tokens + cap])
+        return () if none else tuple(tokens[seq.num_tokens : seq.num_tokens + cap])
 
     llm._scheduler.speculative.drafts = drafts
 
@@ -90,8 +97,8 @@ def main(argv):
         check_count("--n", _N.value, low=1, high=256)
         check_count("--prompt_len", _PROMPT_LEN.value, low=2, high=1 << 16)
         check_count("--max_tokens", _MAX_TOKENS.value, low=1, high=1 << 16)
-        if _ORACLE.value and _METHOD.value != "mtp":
-            raise ValueError("--oracle: only with --method=mtp")
+        if _DRAFTS.value != "model" and _METHOD.value != "mtp":
+            raise ValueError(f"--drafts={_DRAFTS.value}: only with --method=mtp")
     except ValueError as e:
         sys.exit(f"bench_speculative: {e}")
     n, length = _N.value, _PROMPT_LEN.value
@@ -123,8 +130,8 @@ def main(argv):
     for name, prompts in workloads.items():
         rows = {}
         for label, llm in (("plain", plain), (_METHOD.value, spec)):
-            if label != "plain" and _ORACLE.value:
-                oracle_drafts(spec, prompts, rows["plain"]["tokens"])
+            if label != "plain" and _DRAFTS.value != "model":
+                replace_drafts(spec, prompts, rows["plain"]["tokens"], _DRAFTS.value == "none")
             run(llm, prompts)  # compiles its steps
             rows[label] = run(llm, prompts)
         pairs = zip(rows[_METHOD.value]["tokens"], rows["plain"]["tokens"], strict=True)

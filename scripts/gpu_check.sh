@@ -82,18 +82,19 @@ stage bf16 60 "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_hf
 stage int4 60 "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_int4.py \
   -k "decode or float_model"
 # Optional (STAGES=mtp): the MTP module's drafts on the GPU (tests/test_mtp.py), then its
-# price and, with drafts always right (--oracle), its gain (scripts/bench_speculative.py).
+# price and, with drafts always right (--drafts=oracle), its gain (bench_speculative).
 mtp_stage() {
   "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_mtp.py -k "greedy or kept" \
     || return 1
   for k in 1 3; do
-    for oracle in --nooracle --oracle; do
-      "$PY" -m scripts.bench_speculative --method=mtp "$oracle" --model=bench-deepseek-v3-35m \
+    for drafts in model none oracle; do
+      "$PY" -m scripts.bench_speculative --method=mtp --drafts="$drafts" \
+        --model=bench-deepseek-v3-35m \
         --num_speculative_tokens="$k" || return 1
     done
   done
 }
 export -f mtp_stage
 export PY
-stage mtp 300 bash -c mtp_stage
+stage mtp 420 bash -c mtp_stage
 exit $status
