@@ -183,3 +183,29 @@ def test_models_without_an_mtp_module_are_refused_before_loading(tmp_path):
     mtp_cfg = model_config(str(MTP_DIR)).replace(mtp_drafts=K)
     with pytest.raises(ValueError, match="enable_eplb=True: not with .*'mtp'"):
         balancer_for(True, None, mtp_cfg, parse_mesh("ep=2"))
+
+
+def test_batch_invariant_tokens_keep_their_bits_with_drafts_kept_or_not():
+    """batch_invariant=True: logprob bits equal the engine's without drafts, steps of 1 to
+    K + 1 tokens (oracle drafts spoiled at a rotating place) and the MTP pass in each."""
+    kw = dict(batch_invariant=True, max_num_seqs=4, max_num_batched_tokens=32, num_pages=48)
+    plain = LLM(str(MTP_DIR), **kw)
+    spec = LLM(str(MTP_DIR), speculative_config=SPEC, **kw)
+    fulls = {tuple(c["prompt"]): c["prompt"] + c["tokens"] for c in REF["cases"]}
+    calls = iter(range(10**6))
+
+    def oracle(seq, cap):
+        drafts = list(fulls[seq.prompt_token_ids][seq.num_tokens : seq.num_tokens + cap])
+        spoil = next(calls) % (K + 1)
+        if spoil < len(drafts):
+            drafts[spoil] = (drafts[spoil] + 1) % spec.config.vocab_size
+        return tuple(drafts)
+
+    spec._scheduler.speculative.drafts = oracle
+    prompts = [c["prompt"] for c in REF["cases"]]
+    params = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
+    bits = lambda x: np.asarray(x, np.float32).view(np.uint32).tolist()  # noqa: E731
+    for w, g in zip(plain.generate(prompts, params), spec.generate(prompts, params), strict=True):
+        assert g.token_ids == w.token_ids
+        assert bits(g.logprobs) == bits(w.logprobs)
+    assert spec.stats()["num_accepted_tokens"] >= 6
