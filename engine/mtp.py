@@ -19,8 +19,12 @@ next step feeds them after the new token, and engine/speculative.py keeps those 
 agrees with. So the tokens are those decoding without drafts gives, greedy or sampled.
 
 The MTP KV written at rows whose drafts were turned down lies past the sequence's length
-and is written again before anything reads it, as the model's own. Not with EPLB (its
-experts would need their own placement) nor orbax checkpoints (they store no MTP module).
+and is written again before anything reads it, as the model's own. A chain stops where the
+sequence's pages end (StepBatch.mtp_room; no page is taken for it). The MTP layer runs
+without LoRA adapters, and a prefix-cache hit takes the MTP KV its pages hold, made with
+the next token of the request that wrote them: drafts only, the tokens never change. Not
+with EPLB (its experts would need their own placement) nor orbax checkpoints (they store no
+MTP module).
 """
 
 from __future__ import annotations
