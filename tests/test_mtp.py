@@ -107,6 +107,15 @@ def test_drafts_are_transformers_mtp_drafts_and_tokens_are_greedy(arch):
     jax.tree.map(np.testing.assert_array_equal, mtp_llm.params["mtp"], served)
 
 
+def test_the_pallas_kernels_draft_the_same():
+    """attention_impl="pallas" (interpret mode here; the GPU's route): the MTP layer's pass
+    and its chain over the Pallas MLA kernels give transformers' drafts too."""
+    llm = LLM(str(MTP_DIR), speculative_config=SPEC, attention_impl="pallas", **ENGINE)
+    cases = REF["cases"][:2]
+    tokens, seen = _run(llm, cases)
+    assert _check_drafts(cases, tokens, seen) == 0
+
+
 def _oracle(ref: dict, vocab: int):
     """drafts(seq, cap) for the proposer's: the reference's own continuation, one draft
     spoiled at a place that rotates call by call (or none: 0 to K kept a step)."""
