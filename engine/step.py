@@ -1,4 +1,5 @@
-"""The one jitted device step: write KV, attend over pages, MoE/MLP, sample.
+"""The one jitted device step: write KV, attend over pages, MoE/MLP, sample (and, with the
+model's MTP module, its drafts for the next step: engine/mtp.py).
 
 `step(params, kv, batch)` is a pure function: everything it reads arrives as an argument,
 the KV pages are donated and returned, and the static part (model config, attention
