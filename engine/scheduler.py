@@ -5,11 +5,10 @@ decodes it (oldest first), then prefill chunks fill the rest of `max_num_batched
 running partial prefills first, then waiting sequences admitted in FCFS order.
 `update()` applies the step's sampled tokens, checks stop conditions and frees pages.
 
-Long prompts (long_context/policy.py, optional): while decodes run, a long prefill's
-chunk is sized so the step stays within `max_decode_slowdown` of a decode-only step (from
-the step times `update` is given); a waiting shorter request gets room in the budget; at
-most `max_long_prefills` long prefills run at once and later long prompts wait while
-shorter ones pass them.
+Long prompts (long_context/policy.py, optional): while decodes run, a long prefill's chunk
+keeps the step within `max_decode_slowdown` of a decode-only step (from the step times
+`update` is given); a waiting shorter request gets room in the budget; at most
+`max_long_prefills` long prefills run at once, later long prompts wait and shorter pass.
 
 Invariants (they make the policy simple and starvation-free):
 - Running sequences are kept in admission order; preemption takes the newest admitted and
@@ -38,8 +37,8 @@ pages are released by update(N+1), so a later step never reuses them while N+1 m
 
 Prefix caching (engine/prefix_cache.py): full pages are indexed by content in update(), or
 when schedule_ahead builds the step after the launched one filling them; admission takes a
-sequence's longest cached prefix (as shared tokens). Speculative decoding (engine/
-speculative.py, engine/mtp.py): a decode may carry drafts; update() gets its kept tokens.
+sequence's longest cached prefix (as shared tokens). Speculative decoding (speculative.py,
+mtp.py): a decode may carry drafts; update() gets its kept tokens (counted per position).
 Priority (`policy="priority"`, vLLM's): waiting and running sequences are kept in
 (priority, arrival) order, so admission takes the best waiting first and preemption the worst
 running; admission never preempts, and lower priorities wait while higher ones come.
@@ -56,7 +55,7 @@ from engine.kv_pages import PageManager, PagePool
 from engine.prefix_cache import PrefixCache, reads_cache
 from engine.scheduler_output import ScheduledItem, SchedulerOutput, StepPlan, StepResult
 from engine.sequence import Sequence, SequenceStatus
-from engine.speculative import NgramProposer, add_drafts
+from engine.speculative import MAX_DRAFTS, NgramProposer, add_drafts
 from engine.stop_strings import Detokenize, check_stop_strings, stop_reason
 from long_context.policy import LongPrefillController, LongPrefillPolicy
 
@@ -170,10 +169,9 @@ class Scheduler:
         self.num_scheduled_ahead = 0  # steps built by schedule_ahead
         self._next_arrival = self._num_preemptions = 0
         self._num_shared_tokens = self._num_loaded_tokens = 0
-        self.prefix_cache = prefix_cache
-        self.speculative = speculative
+        self.prefix_cache, self.speculative = prefix_cache, speculative
         self.max_loras, self.policy = max_loras, policy
-        self._num_drafts = self._num_accepted = 0
+        self._num_drafts, self._kept_at = 0, [0] * MAX_DRAFTS  # drafts kept per position
         self._num_cache_queries = self._num_cache_hits = 0  # tokens, at admissions
         self.long_prefill = None if long_prefill is None else LongPrefillController(long_prefill)
 
@@ -508,7 +506,8 @@ class Scheduler:
             if item.num_drafts:  # the KV of the drafts kept (the last new token is not fed)
                 seq.num_computed_tokens = item.start_pos + len(new)
                 self._num_drafts += item.num_drafts
-                self._num_accepted += len(new) - 1
+                for j in range(len(new) - 1):
+                    self._kept_at[j] += 1
             else:
                 seq.num_computed_tokens = item.kv_len_after
             if self.prefix_cache is not None:
@@ -561,8 +560,9 @@ class Scheduler:
             "num_pages_total": self.pages.num_total,
         }
         if self.speculative is not None:  # drafts fed, and of those the ones kept
-            s["num_draft_tokens"] = self._num_drafts
-            s["num_accepted_tokens"] = self._num_accepted
+            k, s["num_draft_tokens"] = self.speculative.num_speculative_tokens, self._num_drafts
+            s["num_accepted_tokens"] = sum(self._kept_at)
+            s["num_accepted_tokens_per_pos"] = self._kept_at[:k]
         if self.prefix_cache is not None:
             # Tokens of the admitted sequences that could read the cache, and of those the
             # ones whose pages it supplied (vLLM's queries and hits); pages indexed now.

@@ -150,6 +150,20 @@ def test_after_drafts_kept_the_mtp_layer_drafts_from_the_last_kept_row(arch):
     kept = stats["num_accepted_tokens"] - before["num_accepted_tokens"]
     assert kept >= 6
     assert stats["num_steps"] - before["num_steps"] < 10 + 2  # fewer steps than tokens + prefill
+    # Kept per draft position (vLLM's num_accepted_tokens_per_pos), from the tokens each
+    # step gave: a step of n tokens kept drafts 1 .. n - 1.
+    per_pos = [0] * K
+    for by_count in seen.values():
+        counts = sorted(by_count)
+        for a, b in zip(counts, counts[1:], strict=False):
+            for j in range(b - a - 1):
+                per_pos[j] += 1
+    pos_before, pos_after = (
+        before["num_accepted_tokens_per_pos"],
+        stats["num_accepted_tokens_per_pos"],
+    )
+    assert [a - b for a, b in zip(pos_after, pos_before, strict=True)] == per_pos
+    assert sum(per_pos) == kept and per_pos[0] > per_pos[-1] > 0
 
 
 def test_proposer_configs_are_checked_by_key():
