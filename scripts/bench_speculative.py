@@ -69,7 +69,11 @@ def run(llm: LLM, prompts: list[list[int]]) -> dict:
     outs = llm.generate(prompts, params)
     seconds = time.perf_counter() - start
     after = llm.stats()
-    diff = {k: after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("num_")}
+    diff = {
+        k: after[k] - before.get(k, 0)
+        for k in after
+        if k.startswith("num_") and isinstance(after[k], int)
+    }
     return dict(
         seconds=seconds,
         steps=diff["num_steps"],
