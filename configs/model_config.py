@@ -13,7 +13,7 @@ SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk")
 EXPERT_ACTS = ("swiglu", "clamped_swiglu")
 TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
 # Models whose MTP module is a decoder layer after enorm / hnorm / eh_proj (engine/mtp.py).
-MTP_MODEL_TYPES = ("deepseek_v3", "glm4_moe")
+MTP_MODEL_TYPES = ("deepseek_v3", "glm4_moe", "glm4_moe_lite")
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class ModelConfig:
     quantization: str | None = None
     quantization_block: tuple[int, int] = (128, 128)
     quantization_skip: tuple[str, ...] = ()
-    # Multi-token prediction (DeepSeek-V3, GLM-4.5): MTP modules the checkpoint stores after
+    # Multi-token prediction (DeepSeek-V3, GLM-4.5, 4.7-Flash): MTP modules a checkpoint has after
     # its decoder layers (HF num_nextn_predict_layers), and how many draft tokens a step asks
     # of the first one (0: not loaded; engine/mtp.py: params["mtp"], one more KV layer).
     num_nextn_predict_layers: int = 0

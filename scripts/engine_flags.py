@@ -64,7 +64,7 @@ SPEC_METHOD = flags.DEFINE_enum(
     "speculative_method",
     "ngram",
     ["ngram", "mtp"],
-    "Drafts from prompt lookup (ngram) or the model's MTP module (mtp: DeepSeek-V3, GLM-4.5).",
+    "Drafts from prompt lookup (ngram) or the model's MTP module (mtp: DeepSeek-V3, GLM).",
 )
 
 
