@@ -26,7 +26,7 @@ from engine.sampler import GREEDY_TEMPERATURE
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
-from engine.speculative import NgramProposer, eligible, keep_drafts, prepare_drafts
+from engine.speculative import eligible, keep_drafts, prepare_drafts, proposer_for
 from engine.step import StepVariants, init_kv_pages
 from engine.stop_strings import check_stop_strings, final_text
 from engine.structured import StructuredOutputs
@@ -120,7 +120,7 @@ class LLM(EngineControl):
         enable_prefix_caching = inputs.as_bool("enable_prefix_caching", enable_prefix_caching)
         enable_lora = inputs.as_bool("enable_lora", enable_lora)
         lora.check_engine(enable_lora, max_loras, max_lora_rank)
-        proposer = NgramProposer.from_config(speculative_config)
+        proposer = proposer_for(speculative_config)
         transfer = KVTransferConfig.of(kv_transfer_config)
         if scheduling_policy not in ("fcfs", "priority"):
             raise ValueError(f"scheduling_policy={scheduling_policy!r}: 'fcfs' or 'priority'")

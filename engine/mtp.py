@@ -88,12 +88,12 @@ class MtpProposer:
         drafts, logprobs, counts = jax.device_get(
             (out.mtp_drafts, out.mtp_logprobs, out.mtp_num_tokens)
         )
+        drafts, logprobs, counts = drafts.tolist(), logprobs.tolist(), counts.tolist()
         kept = {}
-        for i, it in enumerate(items):
+        for it, row, lps, count in zip(items, drafts, logprobs, counts, strict=False):
             if it.sample:
-                row = drafts[i].tolist()
                 n = row.index(-1) if -1 in row else len(row)
-                kept[it.request_id] = (int(counts[i]), tuple(row[:n]), tuple(logprobs[i, :n]))
+                kept[it.request_id] = (count, tuple(row[:n]), tuple(lps[:n]))
         self._drafts = kept
 
 
@@ -111,19 +111,22 @@ def with_mtp(cfg, proposer, model: str):
 
 def fill_batch(items, batch, page_size: int):
     """`batch` with StepBatch.mtp_next (each row's next token where known, else -1) and
-    mtp_room (each sequence's positions its pages hold) for `items` (runner.pack's)."""
-    t, s = batch.token_ids.shape[0], batch.kv_lens.shape[0]
-    nxt = np.full(t, -1, np.int32)
-    room = np.zeros(s, np.int32)
-    num_tokens = int(batch.cu_q_lens[len(items)]) if items else 0
+    mtp_room (each sequence's positions its pages hold) for `items` (runner.pack's): whole
+    arrays, one pass over the items gathering their fields (as pack)."""
+    n = len(items)
+    cu = batch.cu_q_lens[: n + 1]
+    num_tokens = int(cu[-1])
+    last_next, decided, pages = [], [], []
+    for it in items:
+        last_next.append(-1 if it.sample else it.next_token)
+        decided.append(bool(it.num_drafts) or it.feed_index >= 0)  # drafts may be refused
+        pages.append(len(it.page_ids))
+    nxt = np.full(batch.token_ids.shape[0], -1, np.int32)
     nxt[: num_tokens - 1] = batch.token_ids[1:num_tokens]
-    for i, it in enumerate(items):
-        first, last = int(batch.cu_q_lens[i]), int(batch.cu_q_lens[i + 1]) - 1
-        if it.num_drafts or it.feed_index >= 0:  # the step decides (drafts may be refused)
-            nxt[first : last + 1] = -1
-        else:
-            nxt[last] = -1 if it.sample else it.next_token
-        room[i] = len(it.page_ids) * page_size
+    nxt[cu[1:] - 1] = last_next  # a span's last row: the chunk's next prompt token, or drawn
+    nxt[:num_tokens][np.repeat(np.asarray(decided, bool), np.diff(cu))] = -1  # the step draws
+    room = np.zeros(batch.kv_lens.shape[0], np.int32)
+    room[:n] = np.asarray(pages, np.int32) * page_size
     return batch._replace(mtp_next=nxt, mtp_room=room)
 
 

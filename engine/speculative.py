@@ -61,22 +61,9 @@ class NgramProposer:
             )
 
     @classmethod
-    def from_config(cls, config: dict | None):
-        """vLLM's speculative_config dict (None: off): an NgramProposer, or for method
-        "mtp" / "deepseek_mtp" an engine/mtp.py MtpProposer."""
-        if config is None:
-            return None
-        if not isinstance(config, dict):
-            raise ValueError(f"speculative_config={config!r}: must be a dict or None")
-        config = dict(config)
-        method = config.get("method", "ngram")
-        if method in mtp.METHODS:
-            return mtp.MtpProposer.from_config(config)
-        config.pop("method", None)
-        if method != "ngram":
-            raise ValueError(
-                f"speculative_config.method={method!r}: expected 'ngram', 'mtp' or 'deepseek_mtp'"
-            )
+    def from_config(cls, config: dict):
+        """vLLM's {"method": "ngram", "num_speculative_tokens": k, ...}."""
+        config = {k: v for k, v in config.items() if k != "method"}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(config) - known)
         if unknown:
@@ -118,6 +105,23 @@ class NgramProposer:
             array[filled:length] = seq.token_ids_range(filled, length)
             self._arrays[seq] = (array, length)
         return array[max(0, length - SEARCH_TOKENS) : length]
+
+
+def proposer_for(config: dict | None):
+    """vLLM's speculative_config (None: off): an NgramProposer ("ngram", the default
+    method), or an engine/mtp.py MtpProposer ("mtp", "deepseek_mtp")."""
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        raise ValueError(f"speculative_config={config!r}: must be a dict or None")
+    method = config.get("method", "ngram")
+    if method in mtp.METHODS:
+        return mtp.MtpProposer.from_config(config)
+    if method != "ngram":
+        raise ValueError(
+            f"speculative_config.method={method!r}: expected 'ngram', 'mtp' or 'deepseek_mtp'"
+        )
+    return NgramProposer.from_config(config)
 
 
 def add_drafts(plan, proposer: NgramProposer, max_model_len: int, pool) -> None:

@@ -311,15 +311,18 @@ def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFT
         [n for n in names if n not in headers and not _stored_apart(n, headers)]
         for names in candidates
     ]
+
     # The layout is the one the model's own layers are stored in (the MTP layer's follows).
-    mtp = f"model.layers.{cfg.num_layers}." if cfg.mtp_drafts else "\0"
+    def is_mtp(name: str) -> bool:
+        return bool(cfg.mtp_drafts) and name.startswith(f"model.layers.{cfg.num_layers}.")
+
     best = min(
         range(len(candidates)),
-        key=lambda j: (sum(not n.startswith(mtp) for n in missing[j]), len(missing[j])),
+        key=lambda j: (sum(not is_mtp(n) for n in missing[j]), len(missing[j])),
     )
     if missing[best]:
         name = missing[best][0]
-        whose = " (the MTP module's: speculative_config method 'mtp')" * name.startswith(mtp)
+        whose = " (the MTP module's: speculative_config method 'mtp')" * is_mtp(name)
         raise ValueError(
             f"checkpoint tensor {name!r}: missing{whose} "
             f"({len(missing[best])} expected tensors missing in total)"

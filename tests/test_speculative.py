@@ -20,7 +20,7 @@ from engine import llm as llm_module
 from engine.kv_pages import PageManager
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
-from engine.speculative import NgramProposer, prepare_drafts, verify
+from engine.speculative import NgramProposer, prepare_drafts, proposer_for, verify
 from tests.sampler_cases import POOL
 from tests.test_prefix_cache import ContentDevice, seq_of
 
@@ -78,7 +78,7 @@ def test_the_proposer_equals_a_plain_search_and_its_window_follows_the_sequence(
 )
 def test_bad_configs_are_refused_by_key(config, message):
     with pytest.raises(ValueError, match=f"speculative_config.*{message}".replace("[", r"\[")):
-        NgramProposer.from_config(config)
+        proposer_for(config)
 
 
 # ---- the scheduler on a fake model --------------------------------------------------------
