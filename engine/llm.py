@@ -17,6 +17,7 @@ from engine import chat, inputs, kv_budget, kv_quant, logit_bias, lora, penaltie
 from engine.attention_ops import resolve_impl
 from engine.beam_search import beam_search
 from engine.eplb import EPLBConfig, balancer_for
+from engine.kv_offload import KVOffload, host_tier_for
 from engine.kv_pages import PageManager, pages_for_tokens
 from engine.kv_transfer import KVTransfer, KVTransferConfig, StoreUnreadable, check_engine
 from engine.llm_control import EngineControl
@@ -64,7 +65,8 @@ class LLM(EngineControl):
     folder's generation_config.json settings; "vllm" ignores them; a folder path reads its.
     `enable_prefix_caching` (vLLM's, engine/prefix_cache.py): full KV pages stay indexed by
     content after their requests finish; a new request takes its longest cached prefix's
-    pages (stats prefix_cache_queries / _hits). Full attention only.
+    pages (stats prefix_cache_queries / _hits). Full attention only. `kv_offloading_size`
+    (vLLM's): GiB of host memory keeping the pages the device evicts (engine/kv_offload.py).
     `speculative_config` (vLLM's): "ngram" drafts (engine/speculative.py), or "mtp" ones
     from the model's MTP module (engine/mtp.py). `quantization="fp8"`: fp8 projection
     weights, a scale per block (models/quantization.py). `enable_lora` (vLLM's): PEFT
@@ -93,6 +95,7 @@ class LLM(EngineControl):
         kv_cache_dtype: str = "auto",
         generation_config: str = "auto",
         enable_prefix_caching: bool = False,
+        kv_offloading_size: float | None = None,
         speculative_config: dict | None = None,
         quantization: str | None = None,
         enable_lora: bool = False,
@@ -138,6 +141,7 @@ class LLM(EngineControl):
         if mesh:
             check_model_layout(cfg, mesh_config)
         check_engine(transfer, cfg)
+        tier = host_tier_for(kv_offloading_size, enable_prefix_caching, cfg, kv_dtype, page_size)
         self._eplb = balancer_for(enable_eplb, eplb_config, cfg, mesh_config if mesh else None)
         max_model_len = inputs.model_len(max_model_len, cfg)
         if enable_prefix_caching and (cfg.kv_window or cfg.hybrid_window):
@@ -161,8 +165,7 @@ class LLM(EngineControl):
         self.config, self.params, tokenizer_path = load_model(
             model, dtype, seed, cfg, host=bool(mesh)
         )
-        # mesh="" keeps the single-device path exactly; any mesh string, even "dp=1", places
-        # params and KV with NamedShardings and runs MoE layers through the all-to-all.
+        # mesh="" keeps the one-device path; any mesh, even "dp=1", shards and runs EP MoE.
         self.mesh = None
         if mesh:
             self.mesh, self.params = shard_model(cfg, self.params, mesh_config, self._eplb)
@@ -202,7 +205,7 @@ class LLM(EngineControl):
             sliding_window=cfg.hybrid_window if hybrid else cfg.kv_window,
             detokenize=None if self.tokenizer is None else self._detokenize,
             window_pages=PageManager(window_num_pages, page_size) if hybrid else None,
-            prefix_cache=PrefixCache(self._pages) if enable_prefix_caching else None,
+            prefix_cache=PrefixCache(self._pages, tier) if enable_prefix_caching else None,
             speculative=proposer,
             max_loras=max_loras if enable_lora else 0,
             policy=scheduling_policy,
@@ -235,6 +238,7 @@ class LLM(EngineControl):
         self._transfer = transfer and KVTransfer(
             transfer, cfg, self._kv, page_size, num_pages, self.mesh, self._lora
         )
+        self._offload = tier if tier is None else KVOffload(tier, self._kv, num_pages, self.mesh)
         kv_block_pages = max(1, _KV_BLOCK_TOKENS // page_size)
         self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
         self._steps = StepVariants(
@@ -246,16 +250,14 @@ class LLM(EngineControl):
             self.batch_invariant,
             self.kv_dtype,
         )
-        # Penalized requests (presence/frequency/repetition): a slot each in a device-side
-        # state of token counts, [max_num_seqs, vocab] int32 + bool, made on first use.
+        # Penalized requests' slots in a device state of token counts (engine/penalties.py).
         self._penalty_slots = penalties.PenaltySlots(max_num_seqs)
         self._penalty_state: penalties.PenaltyState | None = None
         self._seed = seed
         self._request_counter = itertools.count()
         self._outputs: dict[str, RequestOutput] = {}  # unfinished, and finished for generate
         self._collecting: set[str] = set()  # ids whose finished record generate() returns
-        # Ids a closed stream() (or a generate() that raised) aborted: no one is left to read
-        # their "abort" delta, so the step that frees their pages returns none.
+        # Ids a closed stream() or a raising generate() aborted: no "abort" delta for them.
         self._unwatched: set[str] = set()
         self._groups = samples.SampleGroups()  # requests with n > 1 samples, until done
         self._num_steps = 0
@@ -268,8 +270,7 @@ class LLM(EngineControl):
         self._expert_load = np.zeros((0, 0), np.int64)  # [L_moe, E] last step
         self._expert_load_total = np.zeros((0, 0), np.int64)  # [L_moe, E] since creation
         self.async_scheduling = bool(async_scheduling)
-        # Steps dispatched and not yet read back, oldest first (at most 2 with async
-        # scheduling). A step leaves this list only once its tokens are on the host.
+        # Steps dispatched, not yet read back (their tokens on the host), oldest first.
         self._dispatched: list[runner.Dispatched] = []
         # Deltas the next step() returns: aborts, requests finished at once (max_tokens=0),
         # and a step's increments when a later part of the same call raised.
@@ -557,6 +558,8 @@ class LLM(EngineControl):
             if self._no_prev_tokens is None:
                 self._no_prev_tokens = jnp.zeros(self._buckets.feed_rows, jnp.int32)
             batch = batch._replace(prev_tokens=self._no_prev_tokens)
+        if self._offload:  # pages to and from host memory, before the step writes or reads
+            self._kv = self._offload.flush(self._kv)
         if self._transfer:  # admissions' stored KV, written before the step reads it
             self._kv = self._transfer.load(self._kv, sched.items, self._prompt_of)
         start = time.perf_counter()
@@ -593,8 +596,8 @@ class LLM(EngineControl):
             self._scheduler.speculative.record(sched.items, out)
         if self._transfer:
             self._transfer.written(sched)
-        # The long-prefill policy steers by step times; a compiling step would mislead it.
-        # A step dispatched ahead starts on the device when the one before it ends.
+        # Step times steer long prefills (not a compiling step's; one dispatched ahead
+        # starts when the one before it ends).
         end = time.perf_counter()
         self._wait_seconds += end - begin
         seconds = None if d.compiles or score_rows else end - max(d.start, self._last_readback)
@@ -773,8 +776,7 @@ class LLM(EngineControl):
     def stats(self) -> dict:
         s = self._scheduler.stats()
         s.update(
-            # Compilations of this model's step in this process (engines serving the same
-            # model config share them), against the buckets this engine can ever use.
+            # This model's step compilations in this process (shared by engines serving it)
             num_compiles=self._steps.num_compiles(),
             num_buckets=len(self._buckets.pairs),
             num_step_shapes=len(self._step_shapes),
@@ -782,18 +784,17 @@ class LLM(EngineControl):
             # Steps dispatched while the previous one was still running (async scheduling).
             num_steps_dispatched_ahead=self._num_dispatched_ahead,
             num_tokens_generated=self._num_tokens_generated,
-            # Seconds step() spent on the host (schedule, pack, launch, update, outputs) and
-            # blocked reading tokens back (the device's time that the host did not hide).
+            # step()'s seconds on the host, and blocked reading tokens back (device time)
             host_seconds=self._host_seconds,
             wait_seconds=self._wait_seconds,
             page_size=self.page_size,
             kv_cache_dtype=self.kv_dtype.name,
             max_model_len=self.max_model_len,
-            # Token copies per routed expert, one list per MoE layer in layer order: the
-            # last step's, and the sum over every step so far (padding not counted).
+            # Token copies per routed expert per MoE layer: the last step's, and in all.
             expert_load=self._expert_load.tolist(),
             expert_load_total=self._expert_load_total.tolist(),
             **(self._transfer.stats() if self._transfer else {}),
+            **(self._offload.stats() if self._offload else {}),
             **(self._eplb.stats() if self._eplb else {}),
         )
         return s

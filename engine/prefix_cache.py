@@ -24,14 +24,23 @@ Bitwise, in batch-invariant mode: the rows do not depend on which step, chunk or
 wrote them (engine/batch_invariant.py); otherwise they match a recompute to float rounding,
 as a different prefill chunking does.
 
+A host tier (engine/kv_offload.py, `kv_offloading_size`) keeps the pages the device gives
+up: an evicted page's key and block id move there, a lookup goes on there where the device
+index ends, and a page taken from there is a new device page indexed under the same key and
+block id, its rows copied in before the step that reads them.
+
 Host-side bookkeeping only (no jax), like the page pool it indexes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from engine.kv_pages import PageManager
+
+if TYPE_CHECKING:  # (a host page is anything but an int page id: no jax imported here)
+    from engine.kv_offload import HostPage, HostTier
 
 ROOT = 0  # the block id before a sequence's first page (base model)
 
@@ -47,10 +56,10 @@ def reads_cache(params) -> bool:
 class PrefixCache:
     """The content index of one PageManager's full pages."""
 
-    def __init__(self, pages: PageManager):
+    def __init__(self, pages: PageManager, host: HostTier | None = None):
         if pages.on_reuse is not None:
             raise ValueError("pages: already indexed by another prefix cache")
-        self.pages = pages
+        self.pages, self.host = pages, host
         # (parent block id, the page's tokens) -> (page, block id); and page -> its key.
         self._blocks: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
         self._key_of: dict[int, tuple[int, tuple[int, ...]]] = {}
@@ -63,15 +72,20 @@ class PrefixCache:
 
     def match(
         self, tokens: Callable[[int, int], Sequence[int]], num_tokens: int, lora_id: int = 0
-    ) -> tuple[list[int], list[int]]:
+    ) -> tuple[list[int | HostPage], list[int]]:
         """The indexed pages holding the longest prefix of a sequence's first `num_tokens`
-        tokens, in whole pages, and their block ids. `tokens(start, stop)` reads the
-        sequence's tokens at positions [start, stop); `lora_id`: its adapter (0: none)."""
+        tokens, in whole pages (device page ids, or the host tier's HostPages), and their
+        block ids. `tokens(start, stop)` reads the sequence's tokens at positions [start,
+        stop); `lora_id`: its adapter (0: none)."""
         size = self.pages.page_size
         pages, blocks = [], []
         parent = ROOT - lora_id
         for start in range(0, num_tokens - size + 1, size):
-            found = self._blocks.get((parent, tuple(tokens(start, start + size))))
+            key = (parent, tuple(tokens(start, start + size)))
+            found = self._blocks.get(key)
+            if found is None and self.host is not None:
+                entry = self.host.get(key)
+                found = None if entry is None else (entry, entry.block)
             if found is None:
                 break
             page, parent = found
@@ -79,17 +93,31 @@ class PrefixCache:
             blocks.append(parent)
         return pages, blocks
 
-    def num_free(self, pages: Sequence[int]) -> int:
-        """How many of `pages` (a match) no one holds: taking them uses up free pages."""
-        return sum(self.pages.refcount(page) == 0 for page in pages)
+    def num_free(self, pages: Sequence[int | HostPage]) -> int:
+        """How many of `pages` (a match) use up a free page when taken: device pages no one
+        holds, and the host tier's (each copied into a new page)."""
+        return sum(not isinstance(p, int) or self.pages.refcount(p) == 0 for p in pages)
 
-    def take(self, pages: Sequence[int]) -> None:
-        """Hold each matched page once more (back off the free list if no one held it)."""
+    def take(self, pages: Sequence[int | HostPage]) -> list[int]:
+        """Hold each matched device page once more (back off the free list if no one held
+        it), then give each host page a new device page, indexed under its key and block id,
+        its rows to be copied in (HostTier.load). Returns the device page ids."""
         for page in pages:
+            if not isinstance(page, int):
+                continue
             if self.pages.refcount(page):
                 self.pages.incref(page)
             else:
                 self.pages.reclaim(page)
+        # (After the device hits are held: allocating evicts free pages, never those.)
+        held = list(pages)
+        for i, entry in enumerate(pages):
+            if not isinstance(entry, int):
+                held[i] = page = self.pages.allocate(1)[0]
+                self._blocks[entry.key] = (page, entry.block)
+                self._key_of[page] = entry.key
+                self.host.load(entry, page)
+        return held
 
     def register(
         self,
@@ -112,8 +140,12 @@ class PrefixCache:
             if found is not None:
                 blocks.append(found[1])
                 continue
-            block = self._next_block
-            self._next_block += 1
+            entry = None if self.host is None else self.host.get(key)
+            if entry is not None:  # computed again: the host's block id, its chain goes on
+                block = entry.block
+            else:
+                block = self._next_block
+                self._next_block += 1
             page = page_ids[i]
             if page not in self._key_of:  # (it always is new, short of a bookkeeping bug)
                 self._blocks[key] = (page, block)
@@ -127,9 +159,13 @@ class PrefixCache:
         num = len(self._blocks)
         self._blocks.clear()
         self._key_of.clear()
+        if self.host is not None:
+            num += self.host.reset()
         return num
 
     def _evict(self, page: int) -> None:
         key = self._key_of.pop(page, None)
         if key is not None:
-            del self._blocks[key]
+            _, block = self._blocks.pop(key)
+            if self.host is not None:  # its rows go to the host tier
+                self.host.store(page, key, block)

@@ -429,8 +429,7 @@ class Scheduler:
                 i += 1
                 continue
             if hits:  # one pool (no windows): the indexed pages of its prefix
-                self.prefix_cache.take(hits)
-                seq.page_ids, seq.prefix_blocks = tuple(hits), blocks
+                seq.page_ids, seq.prefix_blocks = tuple(self.prefix_cache.take(hits)), blocks
                 seq.num_cached_tokens = shared
             elif shared and not loaded:  # one pool (no windows): the donor's prompt pages
                 seq.page_ids = donor.page_ids[: shared // self.pages.page_size]

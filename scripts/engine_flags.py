@@ -30,6 +30,11 @@ BATCH_INVARIANT = flags.DEFINE_bool("batch_invariant", False, "Bitwise-determini
 PREFIX_CACHING = flags.DEFINE_bool(
     "enable_prefix_caching", False, "Reuse the KV pages of prompts' shared prefixes."
 )
+KV_OFFLOADING_SIZE = flags.DEFINE_float(
+    "kv_offloading_size",
+    None,
+    "GiB of host memory keeping the prefix cache's evicted KV pages (needs prefix caching).",
+)
 
 ENABLE_LORA = flags.DEFINE_bool("enable_lora", False, "Serve LoRA adapters (engine/lora.py).")
 MAX_LORAS = flags.DEFINE_integer("max_loras", 1, "LoRA adapters running at once.")
@@ -86,6 +91,7 @@ def llm_kwargs(**overrides) -> dict:
         "max_lora_rank": MAX_LORA_RANK.value,
         "batch_invariant": BATCH_INVARIANT.value,
         "enable_prefix_caching": PREFIX_CACHING.value,
+        "kv_offloading_size": KV_OFFLOADING_SIZE.value,
         "kv_transfer_config": KV_TRANSFER.value,
         "scheduling_policy": SCHEDULING_POLICY.value,
         "enable_eplb": ENABLE_EPLB.value,

@@ -1,0 +1,230 @@
+"""KV offloading to host memory: a second, larger tier for the prefix cache.
+
+vLLM's `kv_offloading_size` (GiB of CPU memory for its native OffloadingConnector), SGLang's
+hierarchical cache: `LLM(enable_prefix_caching=True, kv_offloading_size=GiB)`. Device pages
+are few (HBM) and a long prompt's pages are many, so a prefix cache on the device alone
+forgets a document, a long system prompt or a conversation's history as soon as a few other
+long prompts pass; host memory holds tens to hundreds of times more, and copying a page back
+is far cheaper than computing it again.
+
+How (write-back, as SGLang's write_back policy): the prefix cache (engine/prefix_cache.py)
+evicts an indexed page when PageManager.allocate hands it out again (`on_reuse`). With a
+host tier, the evicted page's key and block id go into this tier's index (HostTier.store)
+and its rows are copied to host memory: a page is copied once, when the device gives it up,
+not each time it is computed. The tier holds `capacity` pages and drops its least recently
+used one to take another. A lookup (PrefixCache.match) that misses on the device goes on in
+the tier; a request that takes a host page gets a new device page, indexed under the same
+key and block id (so the chain of pages after it, on either tier, stays reachable), and the
+rows are copied into it (HostTier.load). The host copy stays: when the device gives that
+page up again nothing is copied.
+
+Order: the tier records its copies (out: device page -> HostPage; in: HostPage -> device
+page) as the scheduler decides them, and the engine runs them in that order before it
+launches the next step (KVOffload.flush). A page is copied out before any step can write it
+again (it was free when allocate handed it out, and only a step launched after the copy can
+write it); a page is copied in before the step that reads it. A copy out is read back to
+the host in the background and taken off the device at a later flush; a copy in of rows
+still on their way waits for them. A step taken back after its scheduling (LLM._launch)
+leaves its copies recorded: the next launch runs them, so an indexed page always gets its
+rows before anything reads it.
+
+Exact: a page's rows are a function of its key (engine/prefix_cache.py says why), copied
+bit for bit both ways; in batch-invariant mode a request on pages from the host gives the
+bits it gives cold. On a mesh the copies out are gathered whole (replicated, as the KV
+transfer's rows: every process holds the host tier of the whole model) and copied in with
+the cache's shardings; every process makes the same decisions, as it schedules alike.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+
+import jax
+import numpy as np
+
+from configs.model_config import ModelConfig
+from engine import kv_quant
+from engine.runner import next_pow2
+from sharding.placement import put_replicated
+from sharding.rules import replicated
+
+GIB = 1 << 30
+
+
+@dataclasses.dataclass(eq=False)
+class HostPage:
+    """One page in host memory: its prefix-cache key, block id and rows (one array per
+    cache leaf, [page_size, ...]; None until its copy out reaches the host)."""
+
+    key: tuple
+    block: int
+    rows: list | None = None
+
+
+class HostTier:
+    """The host tier's index and the copies it has asked for (host bookkeeping, no jax)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._index: collections.OrderedDict[tuple, HostPage] = collections.OrderedDict()
+        self._copies: list[tuple[str, int, HostPage]] = []
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def get(self, key: tuple) -> HostPage | None:
+        return self._index.get(key)
+
+    def store(self, page: int, key: tuple, block: int) -> None:
+        """The device gives up `page`, indexed under `key` with `block`: keep its rows."""
+        if key in self._index:  # the host has them (the page was copied in from here)
+            self._index.move_to_end(key)
+            return
+        entry = self._index[key] = HostPage(key, block)
+        if len(self._index) > self.capacity:
+            self._index.popitem(last=False)  # least recently used
+        self._copies.append(("out", page, entry))
+
+    def load(self, entry: HostPage, page: int) -> None:
+        """Copy `entry`'s rows into device `page` before the next step."""
+        if entry.key in self._index:
+            self._index.move_to_end(entry.key)
+        self._copies.append(("in", page, entry))
+
+    def drain(self) -> list[tuple[str, int, HostPage]]:
+        """The copies recorded since the last drain, in order."""
+        copies, self._copies = self._copies, []
+        return copies
+
+    def reset(self) -> int:
+        """Forget every page (with the prefix cache: new weights). Copies already recorded
+        still run: a copy in may need a copy out's rows. Returns how many were held."""
+        num = len(self._index)
+        self._index.clear()
+        return num
+
+
+def host_tier_for(
+    size_gib, prefix_caching: bool, cfg: ModelConfig, kv_dtype, page_size: int
+) -> HostTier | None:
+    """The host tier `kv_offloading_size` GiB holds (None: no offloading), checked before
+    any weight is read."""
+    if size_gib is None:
+        return None
+    if isinstance(size_gib, bool) or not isinstance(size_gib, int | float):
+        raise ValueError(f"kv_offloading_size={size_gib!r}: expected a number of GiB")
+    if not size_gib > 0:
+        raise ValueError(f"kv_offloading_size={size_gib}: must be > 0 GiB")
+    if not prefix_caching:
+        raise ValueError(
+            "kv_offloading_size: needs enable_prefix_caching=True (the host tier keeps the "
+            "prefix cache's evicted pages)"
+        )
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if size_gib * GIB > physical:
+        raise ValueError(
+            f"kv_offloading_size={size_gib}: more than this machine's memory "
+            f"({physical / GIB:.1f} GiB)"
+        )
+    page_bytes = kv_quant.bytes_per_token(cfg, kv_dtype) * page_size
+    capacity = int(size_gib * GIB // page_bytes)
+    if capacity < 1:
+        raise ValueError(
+            f"kv_offloading_size={size_gib}: holds no page (a page of {page_size} tokens "
+            f"is {page_bytes} bytes: at least {page_bytes / GIB:.3g} GiB)"
+        )
+    return HostTier(capacity)
+
+
+def _gather(kv, pages) -> list[jax.Array]:
+    """Each cache leaf's `pages` [N]: [N, page_size, ...]."""
+    return [leaf[pages] for leaf in jax.tree.leaves(kv)]
+
+
+def _scatter(kv, pages, rows):
+    """`kv` with each leaf's `pages` [N] set to `rows` (pages past the pool: none)."""
+    leaves, tree = jax.tree.flatten(kv)
+    new = [leaf.at[pages].set(r, mode="drop") for leaf, r in zip(leaves, rows, strict=True)]
+    return jax.tree.unflatten(tree, new)
+
+
+class KVOffload:
+    """The engine's side: runs the tier's copies on the cache (`flush`, before each launch)."""
+
+    def __init__(self, tier: HostTier, kv, num_pages: int, mesh=None):
+        self.tier = tier
+        self._mesh = mesh
+        self._pad_page = num_pages  # past the pool: a copy in there is dropped
+        if mesh is None:
+            self._gather = jax.jit(_gather)
+            self._scatter = jax.jit(_scatter, donate_argnums=0)
+        else:  # rows leave replicated (every process keeps them), the cache as it came
+            self._gather = jax.jit(_gather, out_shardings=replicated(mesh))
+            shardings = jax.tree.map(lambda x: x.sharding, kv)
+            self._scatter = jax.jit(_scatter, donate_argnums=0, out_shardings=shardings)
+        # Copies out on their way to the host: (their pages, each leaf's rows).
+        self._fetching: list[tuple[list[HostPage], list[jax.Array]]] = []
+        self.num_stored = self.num_loaded = 0
+
+    def flush(self, kv):
+        """Run the copies the tier recorded, in order; returns the cache."""
+        self._receive()
+        copies = self.tier.drain()
+        start = 0
+        while start < len(copies):  # runs of one kind, each one device call
+            kind, stop = copies[start][0], start + 1
+            while stop < len(copies) and copies[stop][0] == kind:
+                stop += 1
+            run = copies[start:stop]
+            if kind == "out":
+                self._copy_out(kv, run)
+            else:
+                kv = self._copy_in(kv, run)
+            start = stop
+        return kv
+
+    def _padded(self, pages: list[int], pad: int) -> np.ndarray:
+        out = np.full(next_pow2(len(pages)), pad, np.int32)  # a program per power of two
+        out[: len(pages)] = pages
+        return put_replicated(out, self._mesh) if self._mesh is not None else out
+
+    def _copy_out(self, kv, run) -> None:
+        rows = self._gather(kv, self._padded([page for _, page, _ in run], 0))
+        # One device's copy of each (replicated) leaf: the whole rows, in any process.
+        rows = [r.addressable_data(0) for r in rows]
+        for r in rows:
+            r.copy_to_host_async()
+        self._fetching.append(([entry for _, _, entry in run], rows))
+        self.num_stored += len(run)
+
+    def _receive(self) -> None:
+        """Take the copies out off the device (their own host arrays, not views)."""
+        for entries, rows in self._fetching:
+            host = [np.asarray(r) for r in rows]
+            for i, entry in enumerate(entries):
+                entry.rows = [h[i].copy() for h in host]
+        self._fetching.clear()
+
+    def _copy_in(self, kv, run):
+        if any(entry.rows is None for _, _, entry in run):
+            self._receive()  # (rows copied out since the last flush: wait for them)
+        pages = self._padded([page for _, page, _ in run], self._pad_page)
+        rows = []
+        for i, first in enumerate(run[0][2].rows):
+            leaf = np.stack([entry.rows[i] for _, _, entry in run])
+            pad = np.zeros((pages.shape[0] - len(run), *first.shape), first.dtype)
+            rows.append(np.concatenate([leaf, pad]))
+        if self._mesh is not None:
+            rows = put_replicated(rows, self._mesh)
+        self.num_loaded += len(run)
+        return self._scatter(kv, pages, rows)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "kv_offload_pages": len(self.tier),  # held in host memory now
+            "kv_offload_capacity_pages": self.tier.capacity,
+            "kv_offload_stored_pages": self.num_stored,  # copied out since creation
+            "kv_offload_loaded_pages": self.num_loaded,  # copied back in
+        }

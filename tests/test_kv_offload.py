@@ -1,0 +1,295 @@
+"""KV offloading to host memory (LLM(kv_offloading_size=GiB), engine/kv_offload.py).
+
+The host half: the tier's index and copies with exact page ids; the device half's copies on
+a small cache, bit for bit; random workloads of shared prefixes on
+test_prefix_cache's content-checking fake device, with a device pool so small that most
+hits come back from the host tier (a page read with the wrong rows fails an assertion).
+The engine half: requests on pages copied back from the host give the Hugging Face
+fixtures' greedy tokens, and in batch-invariant mode the bits they give cold (GQA, MLA,
+fp8 pages).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine import LLM, SamplingParams
+from engine.kv_offload import HostPage, HostTier, KVOffload
+from engine.kv_pages import PageManager
+from engine.prefix_cache import PrefixCache
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+from tests.sampler_cases import POOL
+from tests.scheduler_cases import EOS, reference, run_async
+from tests.test_prefix_cache import (
+    FIXTURES,
+    PAGE,
+    ContentDevice,
+    _bits,
+    _check_pages,
+    _reference,
+    _workload,
+    reader,
+    run_sync,
+)
+
+# ---- the tier's bookkeeping -----------------------------------------------------------------
+
+
+def _indexed(pages: PageManager, cache: PrefixCache, tokens) -> list[int]:
+    """Compute `tokens` into new pages, index them and free them (tail first)."""
+    held = pages.allocate(len(tokens) // pages.page_size)
+    cache.register(held, reader(tokens), len(tokens), [])
+    pages.free(held[::-1])
+    return held
+
+
+def test_evicted_pages_go_to_the_host_and_come_back_into_new_pages():
+    pages = PageManager(4, 2)
+    tier = HostTier(capacity=3)
+    cache = PrefixCache(pages, tier)
+    tokens = (5, 6, 7, 8, 9, 10, 11, 12)
+    held = _indexed(pages, cache, tokens)  # pages 0-3 hold blocks 1-4; free list 3, 2, 1, 0
+    assert cache.match(reader(tokens), 7) == ([0, 1, 2], [1, 2, 3])
+    taken = pages.allocate(2)  # the tail's pages 3 and 2 go to the host
+    assert taken == [held[3], held[2]] and len(cache) == 2 and len(tier) == 2
+    copies = tier.drain()
+    assert [(kind, page) for kind, page, _ in copies] == [("out", 3), ("out", 2)]
+    assert [e.key for _, _, e in copies] == [(3, (11, 12)), (2, (9, 10))]
+    assert tier.drain() == []
+    hits, blocks = cache.match(reader(tokens), 8)  # the device's two, then the host's two
+    assert hits[:2] == [0, 1] and blocks == [1, 2, 3, 4]
+    assert [type(h) for h in hits[2:]] == [HostPage, HostPage]
+    assert cache.num_free(hits) == 4  # two free device pages, two new ones
+    pages.free(taken)
+    got = cache.take(hits)
+    # Device hits held first; then new pages (the free ones left: 3, 2) for the host's.
+    assert got == [0, 1, 3, 2] and [pages.refcount(p) for p in got] == [1, 1, 1, 1]
+    assert [(kind, page) for kind, page, _ in tier.drain()] == [("in", 3), ("in", 2)]
+    assert cache.match(reader(tokens), 8) == ([0, 1, 3, 2], [1, 2, 3, 4])  # all on device
+    # Given up again: the host has those rows (nothing copied), and keeps at most 3 pages.
+    pages.free(got[::-1])
+    pages.allocate(4)
+    copies = tier.drain()
+    assert [(kind, page) for kind, page, _ in copies] == [("out", 1), ("out", 0)]
+    assert len(tier) == 3 and tier.get((0, (5, 6))) is not None
+    # Pages 2 and 3 (keys 4 and 3) went first, so key 4 is the least recently used: dropped.
+    assert tier.get((3, (11, 12))) is None and tier.get((2, (9, 10))) is not None
+    assert tier.reset() == 3 and len(tier) == 0
+
+
+def test_pages_computed_again_keep_the_host_block_so_later_pages_stay_reachable():
+    pages = PageManager(2, 2)
+    tier = HostTier(capacity=8)
+    cache = PrefixCache(pages, tier)
+    tokens = (1, 2, 3, 4)
+    _indexed(pages, cache, tokens)
+    pages.free(pages.allocate(2))  # both to the host
+    assert len(cache) == 0 and len(tier) == 2
+    # A request that does not read the cache computes the first page again.
+    held = pages.allocate(1)
+    blocks = []
+    cache.register(held, reader(tokens), 2, blocks)
+    assert blocks == [1]  # the host's block id: its second page is found after it
+    hits, found = cache.match(reader(tokens), 4)
+    assert hits[0] == held[0] and isinstance(hits[1], HostPage) and found == [1, 2]
+
+
+def _cache(offset: float, num_pages: int = 5, page: int = 2):
+    """A cache of two leaves (float32, bfloat16) whose every row differs."""
+    base = jnp.arange(num_pages * page * 3, dtype=jnp.float32).reshape(num_pages, page, 3)
+    return [(base + offset, (base * 0.5 - offset).astype(jnp.bfloat16))]
+
+
+def test_copies_move_pages_bit_for_bit_in_the_order_they_were_recorded():
+    tier = HostTier(capacity=4)
+    kv = _cache(0.25)
+    offload = KVOffload(tier, kv, num_pages=5)
+    a, b, c = (HostPage((0, (i,)), i) for i in range(3))
+    want = [np.asarray(leaf[p]) for p in (1, 3, 4) for leaf in kv[0]]
+    tier._copies += [("out", 1, a), ("out", 3, b), ("out", 4, c)]  # three out: one call
+    kv = offload.flush(kv)
+    assert a.rows is None  # on its way to the host
+    # Page 3 is written over by a copy in of a's rows, then copied out again as it is now.
+    d = HostPage((0, (9,)), 9)
+    tier._copies += [("in", 3, a), ("in", 0, c), ("out", 3, d)]
+    kv = offload.flush(kv)
+    got = [r for e in (a, b, c) for r in e.rows]
+    assert [x.dtype for x in got[:2]] == [np.float32, jnp.bfloat16]
+    for x, y in zip(got, want, strict=True):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(np.asarray(kv[0][0][3]), want[0])
+    np.testing.assert_array_equal(np.asarray(kv[0][1][0]), want[5])
+    kv = offload.flush(kv)  # d's rows arrive: page 3 as a's copy in left it
+    np.testing.assert_array_equal(d.rows[1], want[1])
+    others = [0, 1, 2, 4]  # every other page as it was (page 0 now holds c's rows)
+    before = _cache(0.25)
+    for p in others[1:]:
+        np.testing.assert_array_equal(np.asarray(kv[0][0][p]), np.asarray(before[0][0][p]))
+    assert offload.stats()["kv_offload_stored_pages"] == 4
+    assert offload.stats()["kv_offload_loaded_pages"] == 2
+
+
+# ---- random workloads ---------------------------------------------------------------------
+
+
+class OffloadDevice(ContentDevice):
+    """test_prefix_cache's fake device, which also runs the host tier's copies before each
+    step as the engine does (KVOffload.flush): a page's slots out to its HostPage, or
+    back."""
+
+    def __init__(self, page_size, seqs, tier: HostTier):
+        super().__init__(page_size, seqs)
+        self.tier = tier
+        self.loaded = 0
+
+    def run(self, out):
+        for kind, page, entry in self.tier.drain():
+            slots = range(page * self.page_size, (page + 1) * self.page_size)
+            if kind == "out":
+                entry.rows = [self.slots.get(s) for s in slots]
+            else:
+                self.loaded += 1
+                for s, row in zip(slots, entry.rows, strict=True):
+                    self.slots[s] = row
+        return super().run(out)
+
+
+@pytest.mark.parametrize("capacity", [2, 64])
+@pytest.mark.parametrize("ahead", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_random_shared_prefix_workload_over_a_host_tier(seed, ahead, capacity):
+    """Every request finishes with its reference output; with 10 device pages (a
+    sequence's most) many of the prefixes found come back from the host tier (a wrong row
+    fails the fake device's check); all pages come back."""
+    rng = random.Random(seed)
+    tier = HostTier(capacity)
+    pages = PageManager(10, PAGE)
+    sched = Scheduler(
+        pages, 16, 4, 40, eos_token_ids=(EOS,), prefix_cache=PrefixCache(pages, tier)
+    )
+    seqs: dict[str, Sequence] = {}
+    dev = OffloadDevice(PAGE, seqs, tier)
+    pending = _workload(rng)
+
+    def on_step(num_steps: int) -> None:
+        while pending and pending[0][0] <= num_steps:
+            seq = pending.pop(0)[1]
+            seqs[seq.request_id] = seq
+            sched.add(seq)
+
+    if ahead:
+        while pending:
+            on_step(0)
+            run_async(sched, dev, on_step)
+            if pending:
+                pending[0] = (0, pending[0][1])
+    num_steps = 0
+    while pending or sched.has_unfinished():
+        on_step(num_steps)
+        run_sync(sched, dev)
+        _check_pages(sched, seqs)
+        num_steps += 1
+        assert num_steps < 3000, "no progress"
+    for rid, seq in seqs.items():
+        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40), rid
+    _check_pages(sched, seqs)
+    assert sched.stats()["num_pages_free"] == 10 and len(tier) <= capacity
+    if capacity > 2:
+        assert dev.loaded > 0
+
+
+# ---- the engine ---------------------------------------------------------------------------
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+TINY_GIB = 1 / 1024  # 1 MiB: ~250-500 pages of the fixtures' 16 tokens
+
+
+def _evict_all(llm: LLM, rng: np.random.Generator, num_pages: int, length: int) -> None:
+    """Run prompts of `length` random tokens that take every device page once (the free
+    list is first in, first out)."""
+    per = -(-length // llm.page_size)
+    prompts = [rng.integers(3, 60, length).tolist() for _ in range(-(-num_pages // per))]
+    llm.generate(prompts, dataclasses.replace(GREEDY, max_tokens=1))
+
+
+def test_requests_on_pages_back_from_the_host_give_the_hf_greedy_tokens():
+    ref = _reference("llama")
+    # test_prefix_cache's engine shape (sampler_cases.POOL): the same step programs.
+    llm = LLM(
+        model=str(FIXTURES / "llama"),
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        enable_prefix_caching=True,
+        kv_offloading_size=TINY_GIB,
+        **POOL,
+    )
+    rng = np.random.default_rng(0)
+    llm.generate(ref["prompts"], GREEDY)
+    _evict_all(llm, rng, POOL["num_pages"], 120)
+    stats = llm.stats()
+    assert stats["kv_offload_stored_pages"] >= 6 and stats["kv_offload_loaded_pages"] == 0
+    outs = llm.generate(ref["prompts"], GREEDY)
+    for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
+        assert out.token_ids == tokens
+        np.testing.assert_allclose(out.logprobs, logprobs, atol=2e-3, rtol=0)
+    # Prompts of 5, 17 and 33 tokens: their whole pages short of the last token.
+    assert [o.num_cached_tokens for o in outs] == [0, 16, 32]
+    assert llm.stats()["kv_offload_loaded_pages"] == 3
+    assert llm.stats()["num_pages_free"] == POOL["num_pages"]
+    # New weights (the same here): both tiers forgotten.
+    assert llm.reset_prefix_cache() and llm.stats()["kv_offload_pages"] == 0
+    (out,) = llm.generate([ref["prompts"][2]], dataclasses.replace(GREEDY, max_tokens=1))
+    assert out.num_cached_tokens == 0 and out.token_ids == ref["greedy_tokens"][2][:1]
+
+
+@pytest.mark.parametrize(
+    "arch,kv_cache_dtype", [("llama", "auto"), ("deepseek_v3", "auto"), ("llama", "fp8")]
+)
+def test_a_host_hit_keeps_the_batch_invariant_bits(arch, kv_cache_dtype):
+    """The same request cold, then on its pages back from the host (every device page taken
+    by others in between), and a longer prompt sharing them: bitwise alike."""
+    # test_prefix_cache's batch-invariant engine shape: its step programs.
+    llm = LLM(
+        model=str(FIXTURES / arch),
+        batch_invariant=True,
+        max_model_len=128,
+        num_pages=8,
+        max_num_batched_tokens=64,
+        enable_prefix_caching=True,
+        kv_offloading_size=TINY_GIB,
+        kv_cache_dtype=kv_cache_dtype,
+    )
+    rng = np.random.default_rng(1)
+    probe = _reference(arch)["prompts"][2]  # 33 tokens: two whole pages
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    (cold,) = llm.generate([probe], params)
+    for j in (0, 5):
+        _evict_all(llm, rng, 8, 120)
+        rest = dataclasses.replace(params, max_tokens=12 - j)
+        (out,) = llm.generate([probe + cold.token_ids[:j]], rest)
+        assert out.num_cached_tokens == 32
+        assert out.token_ids == cold.token_ids[j:]
+        assert _bits(out.logprobs) == _bits(cold.logprobs[j:])
+    assert llm.stats()["kv_offload_loaded_pages"] == 4
+
+
+def test_bad_sizes_are_refused_before_the_weights_are_read():
+    model = str(FIXTURES / "llama")
+    for size, match in [
+        (0, "kv_offloading_size=0: must be > 0"),
+        (-1.0, "kv_offloading_size=-1.0: must be > 0"),
+        ("1", "kv_offloading_size='1': expected a number"),
+        (True, "kv_offloading_size=True: expected a number"),
+        (1e-9, "kv_offloading_size=1e-09: holds no page"),
+        (1e9, "more than this machine's memory"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            LLM(model=model, enable_prefix_caching=True, kv_offloading_size=size)
+    with pytest.raises(ValueError, match="kv_offloading_size: needs enable_prefix_caching"):
+        LLM(model=model, kv_offloading_size=1)
