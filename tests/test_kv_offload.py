@@ -170,9 +170,7 @@ def test_random_shared_prefix_workload_over_a_host_tier(seed, ahead, capacity):
     rng = random.Random(seed)
     tier = HostTier(capacity)
     pages = PageManager(10, PAGE)
-    sched = Scheduler(
-        pages, 16, 4, 40, eos_token_ids=(EOS,), prefix_cache=PrefixCache(pages, tier)
-    )
+    sched = Scheduler(pages, 16, 4, 40, eos_token_ids=(EOS,), prefix_cache=PrefixCache(pages, tier))
     seqs: dict[str, Sequence] = {}
     dev = OffloadDevice(PAGE, seqs, tier)
     pending = _workload(rng)
