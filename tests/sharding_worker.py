@@ -50,6 +50,9 @@ KV_TRANSFER_LAYOUTS = [("deepseek_v3", "tp=2,ep=2", "dp=2,ep=4"), ("llama", "tp=
 # MTP drafting (engine/mtp.py) on a mesh that splits tokens, the MTP layer's heads and its
 # experts: transformers' drafts (tests/test_mtp.py).
 MTP_LAYOUT = "dp=2,tp=2,ep=2"
+# KV offloading (engine/kv_offload.py): pages copied out gathered whole, copied back in split
+# over tp (MLA's latent replicated, experts over ep).
+OFFLOAD_LAYOUT = ("deepseek_v3", "tp=2,ep=2")
 # LLM.load_weights on a mesh: new weights placed with the served ones' shardings.
 LOAD_WEIGHTS_LAYOUT = ("qwen3_moe", "tp=2,ep=2")
 # Penalized requests (a replicated count state) and token lists (logit_bias, allowed ids,
@@ -222,6 +225,7 @@ def mesh_cases(out_path: str) -> None:
     result["kv_transfer"] = {"|".join(c): _kv_transfer(*c) for c in KV_TRANSFER_LAYOUTS}
     result["load_weights"] = _load_weights(*LOAD_WEIGHTS_LAYOUT)
     result["mtp"] = _mtp_on_mesh(MTP_LAYOUT)
+    result["offload"] = _offload_on_mesh(*OFFLOAD_LAYOUT)
     pathlib.Path(out_path).write_text(json.dumps(result))
 
 
@@ -238,6 +242,24 @@ def _mtp_on_mesh(mesh: str) -> dict:
             for rid, by_count in seen.items()
         },
     }
+
+
+def _offload_on_mesh(arch: str, mesh: str) -> dict:
+    """The fixture's prompts, every device page taken by others, then the prompts again
+    (their pages back from the host tier)."""
+    import numpy as np
+
+    from tests.test_kv_offload import TINY_GIB, _evict_all
+
+    llm = _engine(
+        str(FIXTURES / arch), mesh, enable_prefix_caching=True, kv_offloading_size=TINY_GIB
+    )
+    prompts = json.loads((FIXTURES / arch / "reference.json").read_text())["prompts"]
+    _generate(llm, prompts)
+    _evict_all(llm, np.random.default_rng(2), 32, 120)
+    out = _generate(llm, prompts)
+    out["loaded_pages"] = llm.stats()["kv_offload_loaded_pages"]
+    return out
 
 
 def _penalized_and_listed(llm, arch: str) -> tuple[list[list[int]], list[list[int]]]:

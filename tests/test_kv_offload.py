@@ -100,6 +100,22 @@ def test_pages_computed_again_keep_the_host_block_so_later_pages_stay_reachable(
     assert hits[0] == held[0] and isinstance(hits[1], HostPage) and found == [1, 2]
 
 
+def test_a_host_page_before_a_free_device_page_does_not_evict_it_when_taken():
+    pages = PageManager(3, 2)
+    tier = HostTier(capacity=8)
+    cache = PrefixCache(pages, tier)
+    tokens = (1, 2, 3, 4)
+    _indexed(pages, cache, tokens)  # pages 0, 1; free list 2, 1, 0
+    pages.reclaim(1)
+    others = pages.allocate(2)  # pages 2 and 0: the head page goes to the host
+    pages.free([1])
+    pages.free(others)  # free list 1, 2, 0: the device hit is the next page allocate gives
+    hits, blocks = cache.match(reader(tokens), 4)
+    assert isinstance(hits[0], HostPage) and hits[1] == 1 and blocks == [1, 2]
+    assert cache.take(hits) == [2, 1]  # page 1 held first; the host page's rows into 2
+    assert cache.match(reader(tokens), 4) == ([2, 1], [1, 2])
+
+
 def _cache(offset: float, num_pages: int = 5, page: int = 2):
     """A cache of two leaves (float32, bfloat16) whose every row differs."""
     base = jnp.arange(num_pages * page * 3, dtype=jnp.float32).reshape(num_pages, page, 3)

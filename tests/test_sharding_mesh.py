@@ -244,6 +244,16 @@ def test_kv_stored_from_one_mesh_decodes_on_another_as_hf(mesh_results, layouts)
     assert _max_diff(got["logprobs"], [lp[:MAX_TOKENS] for lp in ref["logprobs"]]) < TOL
 
 
+def test_pages_back_from_host_memory_on_a_mesh_decode_as_hf(mesh_results):
+    """KV offloading on a tp=2,ep=2 mesh: the prompts' pages, evicted to the host tier and
+    copied back in (three of them), give the HF fixture's tokens and logprobs."""
+    got = mesh_results["offload"]
+    ref = _reference("deepseek_v3")
+    assert got["loaded_pages"] == 3
+    assert got["tokens"] == [t[:MAX_TOKENS] for t in ref["greedy_tokens"]]
+    assert _max_diff(got["logprobs"], [lp[:MAX_TOKENS] for lp in ref["logprobs"]]) < TOL
+
+
 def test_load_weights_on_a_mesh_places_them_as_the_served_ones(mesh_results):
     """LLM.load_weights on a tp=2,ep=2 mesh: other weights (a host tree) decode as one device
     given them does, split as before; the fixture's folder then gives the HF tokens, and
