@@ -40,6 +40,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import time
 
 import jax
 import numpy as np
@@ -167,22 +168,25 @@ class KVOffload:
         # Copies out on their way to the host: (their pages, each leaf's rows).
         self._fetching: list[tuple[list[HostPage], list[jax.Array]]] = []
         self.num_stored = self.num_loaded = 0
+        self.seconds = 0.0  # the host's time in flush (rows received, copies launched)
 
     def flush(self, kv):
         """Run the copies the tier recorded, in order; returns the cache."""
+        start = time.perf_counter()
         self._receive()
         copies = self.tier.drain()
-        start = 0
-        while start < len(copies):  # runs of one kind, each one device call
-            kind, stop = copies[start][0], start + 1
+        first = 0
+        while first < len(copies):  # runs of one kind, each one device call
+            kind, stop = copies[first][0], first + 1
             while stop < len(copies) and copies[stop][0] == kind:
                 stop += 1
-            run = copies[start:stop]
+            run = copies[first:stop]
             if kind == "out":
                 self._copy_out(kv, run)
             else:
                 kv = self._copy_in(kv, run)
-            start = stop
+            first = stop
+        self.seconds += time.perf_counter() - start
         return kv
 
     def _padded(self, pages: list[int], pad: int) -> np.ndarray:
@@ -227,4 +231,5 @@ class KVOffload:
             "kv_offload_capacity_pages": self.tier.capacity,
             "kv_offload_stored_pages": self.num_stored,  # copied out since creation
             "kv_offload_loaded_pages": self.num_loaded,  # copied back in
+            "kv_offload_seconds": self.seconds,
         }

@@ -37,7 +37,8 @@ pages are released by update(N+1), so a later step never reuses them while N+1 m
 
 Prefix caching (engine/prefix_cache.py): full pages are indexed by content in update(), or
 when schedule_ahead builds the step after the launched one filling them; admission takes a
-sequence's longest cached prefix (as shared tokens). Speculative decoding (speculative.py,
+sequence's longest cached prefix (as shared tokens; pages from a host tier, kv_offload.py,
+are new pages the engine copies them into). Speculative decoding (speculative.py,
 mtp.py): a decode may carry drafts; update() gets its kept tokens (counted per position).
 Priority (`policy="priority"`, vLLM's): waiting and running sequences are kept in
 (priority, arrival) order, so admission takes the best waiting first and preemption the worst

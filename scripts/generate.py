@@ -245,6 +245,18 @@ def _generate() -> None:
             if "num_draft_tokens" in stats
             else ""
         )
+        + (
+            f"; prefix cache hits {stats['prefix_cache_hits']} of "
+            f"{stats['prefix_cache_queries']} tokens"
+            if "prefix_cache_hits" in stats
+            else ""
+        )
+        + (
+            f", pages to / from host memory {stats['kv_offload_stored_pages']} / "
+            f"{stats['kv_offload_loaded_pages']}"
+            if "kv_offload_pages" in stats
+            else ""
+        )
     )
 
 

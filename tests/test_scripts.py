@@ -41,8 +41,11 @@ def test_generate_prints_tokens_and_throughput():
         "--truncate_prompt_tokens=3",
         "--n=2",
         "--num_speculative_tokens=2",  # (greedy: n-gram drafts where the text repeats)
+        "--enable_prefix_caching",
+        "--kv_offloading_size=0.001",
     )
     assert out.count("(length)") == 6
+    assert "prefix cache hits" in out and "pages to / from host memory 0 / 0" in out
     lens = [
         int(line.split("prompt ")[1].split(" tok")[0])
         for line in out.splitlines()
@@ -201,6 +204,14 @@ def test_every_bench_sampling_mode_is_valid():
             "scripts.bench_prefix_cache",
             ["--model=tiny-llama", "--prefix_len=40", "--suffix_len=5", "--n=3", "--page_size=8"],
             "| 15 | 3/3 |",
+        ),
+        (
+            # 4 documents of 64 tokens (4 pages), 2 rounds of 64-token questions; the device
+            # holds one request: round 2 finds only the host tier's copies, 4 x 64 tokens,
+            # so the steps compute 4 x 2 x 128 - 256 = 768 prompt tokens.
+            "scripts.bench_kv_offload",
+            ["--model=tiny-llama", "--doc_len=64", "--docs=4", "--rounds=2", "--device_docs=1"],
+            "| 768 |",
         ),
         (
             "scripts.bench_speculative",
@@ -472,6 +483,11 @@ BAD_FLAGS = [
         "must be <= 1048576 prompts",
     ),
     ("scripts.convert_hf", ["--hf_dir=tests/fixtures/llama", "--out_dir="], "--out_dir: empty"),
+    (
+        "scripts.bench_kv_offload",
+        ["--model=no-such-preset", "--kv_offloading_size=0"],
+        "--kv_offloading_size=0.0: must be > 0 GiB",
+    ),
     (
         "scripts.bench_long_context",
         ["--part=pack", "--pack_contexts=16,abc"],
