@@ -46,7 +46,7 @@ ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,engine sharding_mesh \
 	batch_invariance long_context sampling_options scripts pallas_bench eplb kv_quant \
 	pallas_engine mtp penalties paged_attention parallel_sampling token_lists bad_words \
 	pallas_attention hf_parity pallas_mosaic models_ops long_context_bench determinism_check \
-	structured prefix_cache server speculative quantization int4 lora kv_transfer tool_calls \
+	structured prefix_cache kv_offload server speculative quantization int4 lora kv_transfer tool_calls \
 	beam_search \
 	priority_scheduling \
 	long_context_evals chat checkpoints inputs))
