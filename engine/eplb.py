@@ -92,12 +92,14 @@ class ExpertBalancer:
         self.num_physical = cfg.num_experts + config.num_redundant_experts
         # Replicas of one expert: at most every extra slot, plus its own.
         self.max_replicas = config.num_redundant_experts + 1
-        num_moe = sum(cfg.is_moe_layer(i) for i in range(cfg.num_layers))
+        num_moe = num_moe_layers(cfg)
         first = placement.initial_placement(self.num_logical, self.num_physical, ep)
         self.placement = np.tile(first, (num_moe, 1))  # [L_moe, E_p]
         if config.initial_load is not None:
-            load = read_initial_load(config.initial_load, num_moe, self.num_logical)
-            self.placement = placement.rebalance(load, self.placement, ep)
+            mtp = bool(cfg.mtp_drafts and cfg.num_experts)
+            load = read_initial_load(config.initial_load, num_moe, self.num_logical, mtp)
+            rows = len(load)  # (a run's loads without the MTP layer's: it starts even)
+            self.placement[:rows] = placement.rebalance(load, self.placement[:rows], ep)
         self._window: collections.deque = collections.deque(maxlen=config.window_size)
         self._since = np.zeros((num_moe, self.num_physical), np.int64)  # copies per slot
         self._skip = 0  # steps read back next that ran on the placement before the last
@@ -142,19 +144,14 @@ class ExpertBalancer:
         if self._window:
             load = np.sum(self._window, axis=0)
             self.balancedness_before = self.balancedness()
-            new = placement.rebalance(load, self.placement, self.ep)
-            moe = iter(zip(self.placement, new, strict=True))
-            layers = []
-            for layer in params["layers"]:
-                if "moe" in layer:
-                    old_i, new_i = next(moe)
-                    if not np.array_equal(old_i, new_i):
-                        layer = {
-                            **layer,
-                            "moe": placement.move_experts(layer["moe"], old_i, new_i, mesh),
-                        }
-                layers.append(layer)
-            params = {**params, "layers": layers}
+            new, old = placement.rebalance(load, self.placement, self.ep), self.placement
+
+            def move(i: int, moe: dict) -> dict:
+                if np.array_equal(old[i], new[i]):
+                    return moe
+                return placement.move_experts(moe, old[i], new[i], mesh)
+
+            params = placement.map_moe(params, move)
             self.placement = new
             if self.config.log_balancedness:
                 logging.info("eplb: rebalanced; balancedness before: %s", self.balancedness_before)
@@ -178,8 +175,16 @@ class ExpertBalancer:
         }
 
 
-def read_initial_load(path: str, num_moe: int, num_experts: int) -> np.ndarray:
-    """[L_moe, E] non-negative copies from eplb_config.initial_load's JSON file."""
+def num_moe_layers(cfg: ModelConfig) -> int:
+    """MoE layers EPLB places: the decoder layers', and the MTP module's when it drafts."""
+    num = sum(cfg.is_moe_layer(i) for i in range(cfg.num_layers))
+    return num + bool(cfg.mtp_drafts and cfg.num_experts)
+
+
+def read_initial_load(path: str, num_moe: int, num_experts: int, mtp: bool = False) -> np.ndarray:
+    """[L_moe, E] non-negative copies from eplb_config.initial_load's JSON file; with `mtp`
+    (the last of the num_moe layers is the MTP module's) also [L_moe - 1, E], the loads of
+    a run that did not draft."""
     field = f"eplb_config.initial_load={path!r}"
     try:
         with open(path) as f:
@@ -188,9 +193,11 @@ def read_initial_load(path: str, num_moe: int, num_experts: int) -> np.ndarray:
         raise FileNotFoundError(f"{field}: no such file") from None
     except (json.JSONDecodeError, ValueError, TypeError) as e:
         raise ValueError(f"{field}: not a JSON list of per-expert counts ({e})") from None
-    if load.shape != (num_moe, num_experts) or not np.isfinite(load).all() or (load < 0).any():
+    shapes = [(num_moe, num_experts)] + [(num_moe - 1, num_experts)] * mtp
+    if load.shape not in shapes or not np.isfinite(load).all() or (load < 0).any():
+        layers = f"{num_moe} MoE layers" + f" (or {num_moe - 1}: the MTP module's last)" * mtp
         raise ValueError(
-            f"{field}: expected non-negative counts of shape [{num_moe} MoE layers, "
+            f"{field}: expected non-negative counts of shape [{layers}, "
             f"{num_experts} experts], found shape {list(load.shape)}"
         )
     return load
@@ -210,8 +217,6 @@ def balancer_for(
         return None
     if not cfg.num_experts:
         raise ValueError(f"enable_eplb=True: {cfg.model_type} has no routed experts")
-    if cfg.mtp_drafts:
-        raise ValueError("enable_eplb=True: not with speculative_config.method='mtp' (yet)")
     ep = mesh.ep if mesh is not None else 1
     if ep < 2:
         raise ValueError(f"enable_eplb=True: needs a mesh with ep >= 2 (ep={ep})")

@@ -22,9 +22,10 @@ The MTP KV written at rows whose drafts were turned down lies past the sequence'
 and is written again before anything reads it, as the model's own. A chain stops where the
 sequence's pages end (StepBatch.mtp_room; no page is taken for it). The MTP layer runs
 without LoRA adapters, and a prefix-cache hit takes the MTP KV its pages hold, made with
-the next token of the request that wrote them: drafts only, the tokens never change. Not
-with EPLB (its experts would need their own placement) nor orbax checkpoints (they store no
-MTP module).
+the next token of the request that wrote them: drafts only, the tokens never change. With
+EPLB (engine/eplb.py) its MoE layer is the placement's last: its expert copies (over all of
+its passes in a step) are counted and its experts placed and moved as the decoder layers'.
+Not from orbax checkpoints (they store no MTP module).
 """
 
 from __future__ import annotations
@@ -153,8 +154,9 @@ def draft(params, cfg, batch, hidden, kv_i, sampled, drawn, run_layer, attend, a
 
     `hidden` [T, D]: the model's last hidden state (before the final norm); `sampled` [S]:
     the step's tokens; `drawn` [R]: the draws at batch.score_index (None without drafts);
-    `run_layer(x, positions, kv_i, attend)` runs the MTP decoder layer; `attend` is the
-    step's attention, `attend_for(meta, slots)` one over other rows."""
+    `run_layer(x, positions, kv_i, attend, valid)` runs the MTP decoder layer (`valid`: the
+    rows that are not padding, whose expert copies count); `attend` is the step's attention,
+    `attend_for(meta, slots)` one over other rows."""
     if batch.mtp_next is None:
         raise ValueError("StepBatch.mtp_next: needed by a model drafting with its MTP module")
     t, s = batch.token_ids.shape[0], batch.kv_lens.shape[0]
@@ -179,7 +181,8 @@ def draft(params, cfg, batch, hidden, kv_i, sampled, drawn, run_layer, attend, a
         )
         last = jnp.where(first < t, first, last)
     final = rms_norm(hidden, params["final_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
-    y, kv_i = run_layer(_input(params, cfg, final, nxt), batch.positions, kv_i, attend)
+    valid = rows < batch.cu_q_lens[-1]
+    y, kv_i = run_layer(_input(params, cfg, final, nxt), batch.positions, kv_i, attend, valid)
     z, token, logprob = _head(params, cfg, y[last])
     pos = batch.positions[last]
     tokens, logprobs = [jnp.where(live, token, -1)], [logprob]
@@ -193,7 +196,7 @@ def draft(params, cfg, batch, hidden, kv_i, sampled, drawn, run_layer, attend, a
         slots = jnp.where(ok, page * page_size + at % page_size, -1)
         meta = pa.build_metadata(jnp.arange(s + 1, dtype=jnp.int32), at, at + 1, batch.page_table)
         x = _input(params, cfg, z, tokens[-1])
-        y, kv_i = run_layer(x, at, kv_i, attend_for(meta, slots))
+        y, kv_i = run_layer(x, at, kv_i, attend_for(meta, slots), ok)
         z, token, logprob = _head(params, cfg, y)
         tokens.append(jnp.where(ok, token, -1))
         logprobs.append(logprob)

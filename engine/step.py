@@ -269,15 +269,22 @@ def _step_body(
     valid = jnp.arange(batch.token_ids.shape[0]) < batch.cu_q_lens[-1]  # [T]
     # Filled while this call traces forward_hidden, one [E] per MoE layer (with EPLB
     # [E + E_p]: the copies per physical slot after those per logical expert).
-    loads = []
+    loads, mtp_loads = [], []
 
-    def routed(p_moe, x, weights, experts):
-        load = expert_load(experts, valid, cfg.num_experts)
-        if num_physical:
-            experts = eplb.to_physical(p_moe, experts, batch.positions)
-            load = jnp.concatenate([load, expert_load(experts, valid, num_physical)])
-        loads.append(load)
-        return routed_impl(p_moe, x, weights, experts)
+    def counted(sink: list, positions, rows_valid):
+        """Routed experts over rows at `positions`, their copies counted into `sink`."""
+
+        def routed(p_moe, x, weights, experts):
+            load = expert_load(experts, rows_valid, cfg.num_experts)
+            if num_physical:
+                experts = eplb.to_physical(p_moe, experts, positions)
+                load = jnp.concatenate([load, expert_load(experts, rows_valid, num_physical)])
+            sink.append(load)
+            return routed_impl(p_moe, x, weights, experts)
+
+        return routed
+
+    routed = counted(loads, batch.positions, valid)
 
     constrain = None if mesh is None else activation_constrainer(cfg, mesh)
     token_ids = batch.token_ids
@@ -325,7 +332,6 @@ def _step_body(
     )
     if sample_logits is not logits:  # logprobs of the raw distribution
         logprobs = token_logprobs(logits, tokens)
-    load = jnp.stack(loads) if loads else jnp.zeros((0, 0), jnp.int32)  # [L_moe, E]
     scores, score_top, drafted = None, (None, None), (None, None)
     if with_scores:  # every row's logits: [T, V], so only in the variant that asks for it
         targets, rows = batch.score_targets, hidden
@@ -340,17 +346,21 @@ def _step_body(
     mtp_out = (None, None, None)
     if cfg.mtp_drafts:  # the MTP module's pass and its drafts (engine/mtp.py)
 
-        def run_mtp(x, positions, kv_i, attend_i):
+        def run_mtp(x, positions, kv_i, attend_i, rows_valid):
             layer = params["mtp"]["layer"]
             pin = constrain or (lambda x, axes: x)
+            mtp_routed = counted(mtp_loads, positions, rows_valid)
             return decoder_layer(
-                layer, cfg, cfg.num_layers, x, positions, kv_i, attend_i, routed_impl, pin
+                layer, cfg, cfg.num_layers, x, positions, kv_i, attend_i, mtp_routed, pin
             )
 
         kv_i, *mtp_out = mtp.draft(
             params, cfg, batch, hidden, kv_mtp[0], tokens, drafted[0], run_mtp, attend, attend_for
         )
         kv = [*kv, kv_i]
+    if mtp_loads:  # the MTP layer's passes, one row after the decoder layers' (EPLB's order)
+        loads.append(sum(mtp_loads))
+    load = jnp.stack(loads) if loads else jnp.zeros((0, 0), jnp.int32)  # [L_moe, E]
     feed_tokens = None
     if batch.prev_tokens is not None:
         feed_tokens = jnp.zeros_like(batch.prev_tokens).at[: tokens.shape[0]].set(tokens)

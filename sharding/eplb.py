@@ -157,11 +157,37 @@ def slot_tables(phys_to_log: np.ndarray, num_logical: int, max_replicas: int):
     return slots, count
 
 
+def moe_layers(tree: dict) -> list[dict]:
+    """The "moe" dicts of a params (or shardings) tree's MoE layers, in placement order: the
+    decoder layers', then the MTP module's layer (engine/mtp.py) when it has one."""
+    layers = [layer["moe"] for layer in tree["layers"] if "moe" in layer]
+    mtp = tree.get("mtp", {}).get("layer", {})
+    return layers + ([mtp["moe"]] if "moe" in mtp else [])
+
+
+def map_moe(tree: dict, fn) -> dict:
+    """`tree` with the i-th MoE layer's "moe" dict (moe_layers order) replaced by
+    fn(i, moe); everything else shared."""
+    i = 0
+
+    def at(layer: dict) -> dict:
+        nonlocal i
+        if "moe" not in layer:
+            return layer
+        i += 1
+        return {**layer, "moe": fn(i - 1, layer["moe"])}
+
+    out = {**tree, "layers": [at(layer) for layer in tree["layers"]]}
+    if "moe" in tree.get("mtp", {}).get("layer", {}):
+        out["mtp"] = {**tree["mtp"], "layer": at(tree["mtp"]["layer"])}
+    return out
+
+
 def num_physical(params: dict) -> int | None:
     """E_p when the params' MoE layers hold physical slots (EPLB on), else None."""
-    for layer in params["layers"]:
-        if "moe" in layer and SLOTS in layer["moe"]:
-            return jax.tree.leaves(layer["moe"]["w_down"])[0].shape[0]
+    for moe in moe_layers(params):
+        if SLOTS in moe:
+            return jax.tree.leaves(moe["w_down"])[0].shape[0]
     return None
 
 
@@ -211,25 +237,16 @@ def expand_layer(p_moe: dict, phys_to_log: np.ndarray, num_logical: int, max_rep
 
 
 def expand_params(params: dict, placement: np.ndarray, num_logical: int, max_replicas: int):
-    """`expand_layer` over every MoE layer (placement [L_moe, E_p], in layer order)."""
-    moe = iter(placement)
-    layers = [
-        {**layer, "moe": expand_layer(layer["moe"], next(moe), num_logical, max_replicas)}
-        if "moe" in layer
-        else layer
-        for layer in params["layers"]
-    ]
-    return {**params, "layers": layers}
+    """`expand_layer` over every MoE layer (placement [L_moe, E_p], moe_layers order)."""
+    return map_moe(
+        params, lambda i, moe: expand_layer(moe, placement[i], num_logical, max_replicas)
+    )
 
 
 def with_table_shardings(shardings: dict, mesh: Mesh) -> dict:
     """`shardings` of the logical params plus the placement tables' (replicated)."""
     rep = NamedSharding(mesh, P())
-    layers = [
-        {**layer, "moe": {**layer["moe"], SLOTS: rep, COUNT: rep}} if "moe" in layer else layer
-        for layer in shardings["layers"]
-    ]
-    return {**shardings, "layers": layers}
+    return map_moe(shardings, lambda i, moe: {**moe, SLOTS: rep, COUNT: rep})
 
 
 def move_plan(old: np.ndarray, new: np.ndarray, ep: int):

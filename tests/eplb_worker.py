@@ -25,6 +25,11 @@ CASES = [
 ]
 
 
+# MTP drafting (engine/mtp.py) with EPLB: the MTP module's MoE layer is placed, measured
+# and moved as the decoder layers' are (the placement's last row).
+MTP_MESH, MTP_REDUNDANT = "ep=4", 4
+
+
 def _engine(arch: str, mesh: str, **options):
     from tests.sharding_worker import _engine as engine_at
 
@@ -51,26 +56,21 @@ def _slots_hold_their_experts(llm, logical: dict) -> bool:
     import jax
     import numpy as np
 
-    from sharding.eplb import COUNT, PHYSICAL_LEAVES, SLOTS
+    from sharding.eplb import COUNT, PHYSICAL_LEAVES, SLOTS, map_moe
 
-    got_layers = _host(llm.params)["layers"]
-    placement = iter(llm._eplb.placement)
-    for got, want in zip(got_layers, logical["layers"], strict=True):
-        if "moe" in got:
-            phys_to_log = next(placement)
-            got, want = dict(got), dict(want)
-            got["moe"], want["moe"] = dict(got["moe"]), dict(want["moe"])
-            for name in (SLOTS, COUNT):
-                got["moe"].pop(name)
-            for name in PHYSICAL_LEAVES:
-                if name in want["moe"]:
-                    want["moe"][name] = jax.tree.map(
-                        lambda w, i=phys_to_log: w[i], want["moe"][name]
-                    )
-        same = jax.tree.map(np.array_equal, got, want)
-        if not all(jax.tree.leaves(same)):
-            return False
-    return True
+    placement = llm._eplb.placement
+
+    def strip(i: int, moe: dict) -> dict:
+        return {k: v for k, v in moe.items() if k not in (SLOTS, COUNT)}
+
+    def take(i: int, moe: dict) -> dict:
+        return {
+            k: jax.tree.map(lambda w: w[placement[i]], v) if k in PHYSICAL_LEAVES else v
+            for k, v in moe.items()
+        }
+
+    got, want = map_moe(_host(llm.params), strip), map_moe(logical, take)
+    return all(jax.tree.leaves(jax.tree.map(np.array_equal, got, want)))
 
 
 def _case(arch: str, mesh: str, redundant: int, options: dict, prompts: list) -> dict:
@@ -189,6 +189,42 @@ def _load_weights(prompts: list) -> dict:
     }
 
 
+def _mtp() -> dict:
+    """The MTP fixture drafting with EPLB, rebalanced every 2 steps: its tokens and drafts,
+    and where the MTP layer's experts went."""
+    import numpy as np
+
+    from engine import LLM
+    from tests.test_mtp import ENGINE, MTP_DIR, REF, SPEC, _run
+
+    logical = _host(LLM(str(MTP_DIR), mesh=MTP_MESH, speculative_config=SPEC, **ENGINE).params)
+    eplb_config = {"num_redundant_experts": MTP_REDUNDANT, "step_interval": 2, "window_size": 4}
+    llm = LLM(
+        str(MTP_DIR),
+        mesh=MTP_MESH,
+        speculative_config=SPEC,
+        enable_eplb=True,
+        eplb_config=eplb_config,
+        **ENGINE,
+    )
+    first = np.array(llm._eplb.placement)
+    tokens, seen = _run(llm, REF["cases"])
+    stats = llm.stats()
+    return {
+        "tokens": tokens,
+        "seen": {
+            rid: {str(n): [list(d), [float(x) for x in lp]] for n, (d, lp) in by_count.items()}
+            for rid, by_count in seen.items()
+        },
+        "num_rebalances": stats["eplb"]["num_rebalances"],
+        "placement_rows": len(stats["eplb"]["placement"]),
+        "mtp_placement_changed": not np.array_equal(first[-1], llm._eplb.placement[-1]),
+        "expert_load_total": stats["expert_load_total"],
+        "num_decoder_moe_layers": sum(map(llm.config.is_moe_layer, range(llm.config.num_layers))),
+        "slots_hold_their_experts": _slots_hold_their_experts(llm, logical),
+    }
+
+
 def main(out_path: str) -> None:
     import jax
 
@@ -203,6 +239,7 @@ def main(out_path: str) -> None:
     result["skewed"] = _skewed(prompts)
     qwen = json.loads((FIXTURES / "qwen3_moe" / "reference.json").read_text())
     result["load_weights"] = {**_load_weights(qwen["prompts"]), "hf": qwen["greedy_tokens"]}
+    result["mtp"] = _mtp()
     pathlib.Path(out_path).write_text(json.dumps(result))
 
 

@@ -18,6 +18,8 @@ from engine.eplb import EPLBConfig, balancer_for
 from sharding import eplb
 from sharding.mesh import parse_mesh
 from tests.eplb_worker import CASES, HOT
+from tests.test_mtp import REF as MTP_REF
+from tests.test_mtp import _check_drafts
 from tests.test_sharding_mesh import run_child
 
 
@@ -184,6 +186,15 @@ def test_an_initial_load_places_the_experts_before_the_first_step(tmp_path):
         devices = [set(np.flatnonzero(row == e) // 5) for e in (14, 15)]
         assert len(devices[0]) == len(devices[1]) == 2 and devices[0].isdisjoint(devices[1])
     assert not np.array_equal(balancer.placement, balancer_for(True, None, moe, mesh).placement)
+    # Drafting with an MTP module (one more MoE layer, the last): a file without its row
+    # leaves it placed evenly; with it, it is placed by its own row.
+    mtp = moe.replace(num_nextn_predict_layers=1, mtp_drafts=2)
+    placed = balancer_for(True, config, mtp, mesh).placement
+    assert len(placed) == num_moe + 1 and np.array_equal(placed[:-1], balancer.placement)
+    even = balancer_for(True, {"num_redundant_experts": 4}, mtp, mesh).placement
+    assert np.array_equal(placed[-1], even[-1])
+    path.write_text(json.dumps(np.concatenate([load, load[:1]]).tolist()))
+    assert np.array_equal(balancer_for(True, config, mtp, mesh).placement, placed[[0, 1, 0]])
     bad = tmp_path / "bad.json"
     for content, message in (
         (json.dumps(load[:, :3].tolist()), r"\[2 MoE layers, 16 experts\], found shape \[2, 3\]"),
@@ -257,6 +268,23 @@ def test_load_weights_land_in_the_current_placement(mesh_results):
     assert res["slots_hold_their_experts"]
     assert res["tokens"] == res["want"]
     assert res["tokens"] != res["hf"]  # the new weights are really served
+
+
+def test_mtp_drafts_with_eplb_are_transformers(mesh_results):
+    """DeepSeek-V3's MTP module drafting on an ep=4 mesh with EPLB rebalancing every 2
+    steps: its MoE layer is the placement's last row, its loads counted, its experts moved
+    (every slot then holds its expert); the tokens are greedy and the drafts transformers'."""
+    res = mesh_results["mtp"]
+    seen = {
+        rid: {int(n): (tuple(d), lp) for n, (d, lp) in by_count.items()}
+        for rid, by_count in res["seen"].items()
+    }
+    assert _check_drafts(MTP_REF["cases"], res["tokens"], seen) == 0  # (test_mtp's pages)
+    assert res["placement_rows"] == res["num_decoder_moe_layers"] + 1
+    load = np.asarray(res["expert_load_total"])
+    assert load.shape[0] == res["placement_rows"] and load[-1].sum() > 0
+    assert res["num_rebalances"] >= 3 and res["mtp_placement_changed"]
+    assert res["slots_hold_their_experts"]
 
 
 def test_the_benchmark_runs_small(tmp_path):
