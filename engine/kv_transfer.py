@@ -21,7 +21,7 @@ field). The prompt's token ids are stored too and compared, so a hash collision 
 A request run with a LoRA adapter (engine/lora.py) has its own file: the key also hashes
 the adapter's fingerprint (its files' hash, models.lora.fingerprint), the same in every
 engine whatever its id there. Not for sliding-window models (their pools give pages back),
-nor for requests that need their whole prompt computed (prompt logprobs, penalties:
+nor for requests that need their whole prompt computed (prompt logprobs:
 prefix_cache.reads_cache); those compute as usual. As vLLM's connector,
 the engine never deletes the files. Every process of a multi-process mesh reads the store
 (a filesystem they share), so a prompt's file must be there before its request is sent to a

@@ -186,8 +186,7 @@ class LLM(EngineControl):
             )
         self.num_pages = num_pages
         self.window_num_pages = window_num_pages
-        # prompt_bos_id: the BOS a text prompt must start with (None: whatever the tokenizer
-        # gives); chat_template and special_tokens: for chat() (engine/chat.py).
+        # prompt_bos_id: the BOS a text prompt must start with (None: the tokenizer's way).
         self.tokenizer, self.prompt_bos_id, self.chat_template, self.special_tokens = (
             inputs.load_text_side(tokenizer_path, cfg)
         )
@@ -347,8 +346,7 @@ class LLM(EngineControl):
                 request_id = None
         self._groups.add(request_id, params.n)
         for k, rid in enumerate(samples.sample_ids(request_id, params.n)):
-            # Penalized samples compute the whole prompt each (engine/samples.py).
-            fork_of = seqs[0] if seqs and not params.penalized else None
+            fork_of = seqs[0] if seqs else None
             kth = samples.sample_params(params, k)
             seqs.append(self._enqueue(ids, kth, rid, announce, fork_of, lora_id, priority))
         return seqs
@@ -519,14 +517,15 @@ class LLM(EngineControl):
         drafts, batch = prepare_drafts(sched.items, batch, bool(score_rows), self._buckets.min_rows)
         batch = fill_batch(sched.items, batch, self.page_size) if self.config.mtp_drafts else batch
         with_top = any(it.sample and it.sampling_params.logprobs for it in sched.items)
+        output_of = lambda it: self._outputs[it.request_id].token_ids  # whole: not ahead
         penalized = self._penalty_slots.fill(
             sched.items,
             batch.penalty_params,
-            lambda it: len(self._prompt_of(it)),
+            self._prompt_of,
             batch.penalty_slot,
             batch.penalty_prompt_len,
+            output_of,
         )
-        output_of = lambda it: self._outputs[it.request_id].token_ids  # whole: not ahead
         lists = logit_bias.lists_for(sched.items, shape[1], self.config.eos_token_ids, output_of)
         mask = self._structured.masks_for(sched.items, shape[1], output_of)
         if mask is not None:
@@ -570,7 +569,8 @@ class LLM(EngineControl):
                     self.config.vocab_size,
                     None if self.mesh is None else replicated(self.mesh),
                 )
-            # The state is donated: the step's output holds the only live copy.
+            # Rows seeded (requests starting past 0); donated: the step's output holds it.
+            self._penalty_state = self._penalty_slots.seed(self._penalty_state, self.mesh)
             self._kv, out = step_fn(params, self._kv, batch, self._penalty_state)
             self._penalty_state = out.penalty_state
         else:

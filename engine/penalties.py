@@ -9,7 +9,11 @@ updates it from the tokens it feeds: a token at a position below the request's p
 marks the prompt row, one at or past it counts as output. So the counts follow whatever
 the step computed (chunked prefill, a recompute after preemption, the token an async step
 feeds from the device) without the host knowing any sampled token. A row is zeroed by the
-step that feeds its request's position 0 (admission, or re-admission after preemption).
+step that feeds its request's position 0 (admission, or re-admission after preemption). A
+request whose first step starts past position 0 (its first pages from the prefix cache, a
+KV store or the sample it shares them with; after a preemption, output tokens too) has its
+row zeroed and the tokens before that position marked and counted before that step
+(`seed_rows`): the state the steps feeding them would have left.
 
 The penalties, in vLLM's order on the raw logits before temperature and the filters (so
 greedy rows are penalized too): repetition (HF's RepetitionPenaltyLogitsProcessor, logit /
@@ -26,6 +30,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from sharding.placement import put_replicated
 
 
 class PenaltyState(NamedTuple):
@@ -103,6 +109,28 @@ def update_state(
     return PenaltyState(counts, in_prompt)
 
 
+def seed_rows(
+    state: PenaltyState,
+    slots: jax.Array,  # [M] int32, -1 = none
+    tokens: jax.Array,  # [N] int32: tokens the rows' steps will not feed
+    owner: jax.Array,  # [N] int32: the index into `slots` of each token's row, -1 = padding
+    is_output: jax.Array,  # [N] bool: an output token (else a prompt token)
+) -> PenaltyState:
+    """Rows `slots` zeroed, then each of `tokens` marked in its row's `in_prompt` (prompt
+    tokens) or counted in its `output_counts` (output tokens), as update_state would."""
+    drop = state.output_counts.shape[0]  # an out-of-range row: the scatters skip it
+    rows = jnp.where(slots >= 0, slots, drop)
+    counts = state.output_counts.at[rows].set(0, mode="drop")
+    in_prompt = state.in_prompt.at[rows].set(False, mode="drop")
+    tok_rows = jnp.where(owner >= 0, rows[jnp.maximum(owner, 0)], drop)
+    counts = counts.at[jnp.where(is_output, tok_rows, drop), tokens].add(1, mode="drop")
+    in_prompt = in_prompt.at[jnp.where(is_output, drop, tok_rows), tokens].set(True, mode="drop")
+    return PenaltyState(counts, in_prompt)
+
+
+_seed_rows = jax.jit(seed_rows, donate_argnums=0)
+
+
 def penalize(
     logits: jax.Array,  # [S, V] f32
     state: PenaltyState,  # already updated with this step's tokens
@@ -131,6 +159,10 @@ class PenaltySlots:
         self.num_slots = num_slots
         self._free = list(range(num_slots - 1, -1, -1))  # pop() hands out slot 0 first
         self._held: dict[str, tuple[int, int]] = {}  # request id -> (slot, prompt length)
+        # Slots taken by a request starting past position 0, to be seeded (`seed`) before
+        # its first step: request id -> (slot, the prompt tokens before that position, the
+        # output tokens before it).
+        self._to_seed: dict[str, tuple[int, Sequence[int], Sequence[int]]] = {}
 
     def __len__(self) -> int:
         return len(self._held)
@@ -138,6 +170,7 @@ class PenaltySlots:
     def release(self, request_ids: Iterable[str]) -> None:
         for rid in request_ids:
             held = self._held.pop(rid, None)
+            self._to_seed.pop(rid, None)
             if held is not None:
                 self._free.append(held[0])
 
@@ -145,9 +178,10 @@ class PenaltySlots:
         self,
         items: Sequence,  # ScheduledItems
         params: np.ndarray,  # [S, 3] the step's penalty_params (runner.pack)
-        prompt_len_of: Callable[[object], int],  # item -> its request's prompt length
+        prompt_of: Callable[[object], Sequence[int]],  # item -> its request's prompt
         slot_out: np.ndarray,
         prompt_out: np.ndarray,
+        output_of: Callable[[object], Sequence[int]] = lambda it: (),  # -> its output so far
     ) -> bool:
         """Write each penalized item's slot and prompt length into the step's [S] arrays
         (taking a slot for a request's first step); True if any item is penalized. The
@@ -163,6 +197,36 @@ class PenaltySlots:
                         f"no penalty slot left for {it.request_id!r} ({self.num_slots} held by "
                         f"{sorted(self._held)})"
                     )
-                held = self._held[it.request_id] = (self._free.pop(), prompt_len_of(it))
+                prompt = prompt_of(it)
+                held = self._held[it.request_id] = (self._free.pop(), len(prompt))
+                start = getattr(it, "start_pos", 0)
+                if start:  # (output tokens too, after a preemption)
+                    output = output_of(it)[: max(0, start - len(prompt))]
+                    self._to_seed[it.request_id] = (held[0], prompt[:start], output)
             slot_out[i], prompt_out[i] = held
         return on.size > 0
+
+    def seed(self, state: PenaltyState, mesh=None) -> PenaltyState:
+        """`state` with the rows `fill` took for requests starting past position 0 seeded
+        (seed_rows); arrays padded to powers of two (a program per pair)."""
+        if not self._to_seed:
+            return state
+        from engine.runner import next_pow2  # (runner imports the step, which imports this)
+
+        seeds = list(self._to_seed.values())
+        slots = np.full(next_pow2(len(seeds)), -1, np.int32)
+        slots[: len(seeds)] = [slot for slot, _, _ in seeds]
+        parts = [np.asarray(t, np.int32) for _, prompt, out in seeds for t in (prompt, out)]
+        num = sum(map(len, parts))
+        size = next_pow2(num)
+        tokens, owner = np.zeros(size, np.int32), np.full(size, -1, np.int32)
+        is_output = np.zeros(size, bool)
+        tokens[:num] = np.concatenate(parts)
+        owner[:num] = np.repeat(np.arange(len(parts)) // 2, list(map(len, parts)))
+        is_output[:num] = np.repeat(np.arange(len(parts)) % 2 == 1, list(map(len, parts)))
+        args = (slots, tokens, owner, is_output)
+        if mesh is not None:
+            args = put_replicated(args, mesh)
+        state = _seed_rows(state, *args)
+        self._to_seed.clear()
+        return state

@@ -47,10 +47,10 @@ ROOT = 0  # the block id before a sequence's first page (base model)
 
 def reads_cache(params) -> bool:
     """Whether a request may take pages from the cache. Prompt logprobs need every prompt
-    position's logits, and a penalized request's device row is set up by the step that
-    feeds its position 0 (engine/penalties.py): both compute their whole prompt (their
-    pages are still indexed for others)."""
-    return not getattr(params, "prompt_logprobs", False) and not getattr(params, "penalized", False)
+    position's logits: such a request computes its whole prompt (its pages are still
+    indexed for others). A penalized one may: its device row is seeded with the tokens
+    before its first step (engine/penalties.py)."""
+    return not getattr(params, "prompt_logprobs", False)
 
 
 class PrefixCache:

@@ -10,9 +10,9 @@ and hold its pages once. A sample admitted later (max_num_seqs, or a preemption)
 pages of sample 0, or once that one is done of a running sibling; with none left running it
 computes its whole prompt.
 
-Requests with a penalty do not share: the device's penalty row of a request is set up by
-the step that feeds its position 0 (engine/penalties.py), which a sharing sample skips. Nor
-do models whose pools give pages back behind a sliding window (the scheduler's rule).
+A penalized sample that shares has its device penalty row seeded with the prompt tokens
+before its first step (engine/penalties.py). Models whose pools give pages back behind a
+sliding window do not share (the scheduler's rule).
 Prompt logprobs are computed by sample 0 and shown on every sample's record.
 """
 

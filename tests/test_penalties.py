@@ -18,6 +18,7 @@ from engine.penalties import (
     apply_penalties,
     init_state,
     penalize,
+    seed_rows,
     update_state,
 )
 from engine.runner import Buckets, pack
@@ -166,6 +167,68 @@ def test_update_state_keeps_a_row_that_starts_past_position_0_and_drops_padding_
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def test_seeded_rows_are_what_steps_feeding_those_tokens_from_position_0_leave():
+    """Two requests whose first steps start past 0: one at prompt position 6 (prompt 9),
+    one re-admitted after a preemption at position 7 of a 5-token prompt (two outputs
+    before it); their rows hold another request's counts. Seeding them equals a step that
+    starts both at position 0 and feeds those tokens (update_state), other rows untouched."""
+    vocab, num_slots = 12, 4
+    rng = np.random.default_rng(4)
+    old = PenaltyState(
+        jnp.asarray(rng.integers(0, 3, (num_slots, vocab)), jnp.int32),
+        jnp.asarray(rng.random((num_slots, vocab)) < 0.5),
+    )
+    a = [3, 3, 7, 1, 0, 11]  # prompt positions 0..5
+    b_prompt, b_out = [2, 9, 9, 4, 5], [5, 8]
+    i32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
+    want = update_state(
+        old,
+        i32(a + b_prompt + b_out + [0, 0]),  # two padding tokens
+        i32(list(range(6)) + list(range(7)) + [0, 0]),
+        i32([0, 6, 13]),
+        i32([6, 7]),
+        i32([3, 1]),
+        i32([9, 5]),
+    )
+    tokens = a + b_prompt + b_out + [0, 0, 0]  # padded to 16
+    owner = [0] * 6 + [1] * 7 + [-1] * 3
+    is_output = [False] * 11 + [True, True] + [False] * 3
+    got = seed_rows(old, i32([3, 1, -1, -1]), i32(tokens), i32(owner), jnp.asarray(is_output))
+    np.testing.assert_array_equal(np.asarray(got.output_counts), np.asarray(want.output_counts))
+    np.testing.assert_array_equal(np.asarray(got.in_prompt), np.asarray(want.in_prompt))
+    assert np.asarray(got.output_counts)[1, [5, 8]].tolist() == [1, 1]
+
+
+def test_penalty_slots_seed_the_rows_of_requests_starting_past_0():
+    """fill() notes a new slot's request starting past position 0 (the prompt's tokens
+    before it, and the output's after a preemption); seed() writes them and forgets them."""
+
+    class It:
+        def __init__(self, rid, start):
+            self.request_id, self.start_pos = rid, start
+
+    slots = PenaltySlots(3)
+    params = np.float32([[1.2, 0, 0]] * 3)
+    s, p = np.full(3, -1, np.int32), np.zeros(3, np.int32)
+    prompts = {"a": [4, 5, 6, 7], "b": [1, 2, 3], "c": [8, 9]}
+    outputs = {"b": [6, 6, 1], "a": [], "c": []}
+    items = [It("a", 2), It("b", 5), It("c", 0)]
+    slots.fill(
+        items, params, lambda it: prompts[it.request_id], s, p, lambda it: outputs[it.request_id]
+    )
+    assert slots._to_seed == {"a": (0, [4, 5], []), "b": (1, [1, 2, 3], [6, 6])}
+    state = slots.seed(init_state(3, 10))
+    assert not slots._to_seed and slots.seed(state) is state
+    counts, in_prompt = np.asarray(state.output_counts), np.asarray(state.in_prompt)
+    assert np.flatnonzero(in_prompt[0]).tolist() == [4, 5] and not counts[0].any()
+    assert np.flatnonzero(in_prompt[1]).tolist() == [1, 2, 3] and counts[1, 6] == 2
+    assert not in_prompt[2].any() and not counts[2].any()  # c starts at 0: its step zeroes
+    slots.release(["c"])
+    slots.fill([It("d", 3)], params, lambda it: [1, 1, 1, 1], s, p)
+    slots.release(["d"])  # released before its first step: nothing to seed
+    assert not slots._to_seed
+
+
 def test_init_state_is_zero():
     st = init_state(3, 7)
     assert st.output_counts.shape == (3, 7) and st.output_counts.dtype == jnp.int32
@@ -185,7 +248,7 @@ def test_penalty_slots_hand_out_reuse_and_refuse_past_capacity():
             [[r.repetition_penalty, r.presence_penalty, r.frequency_penalty] for r in rows]
             + [[1, 0, 0]]
         )
-        return slots.fill(items, params, lambda it: prompt_len, s, p)
+        return slots.fill(items, params, lambda it: [0] * prompt_len, s, p)
 
     slots = PenaltySlots(2)
     s, p = np.full(3, -1, np.int32), np.zeros(3, np.int32)
@@ -391,6 +454,58 @@ def test_penalties_survive_preemption_and_more_requests_than_slots(async_schedul
     assert again.token_ids == cases[1]["tokens"]
 
 
+def test_penalized_requests_on_cached_pages_decode_as_hf():
+    """With prefix caching, the penalized cases again: the 17-token prompts take their
+    first page from the cache (their rows seeded with its tokens) and still give Hugging
+    Face's penalized tokens."""
+    llm = LLM(
+        str(FIXTURES / "llama"),
+        dtype="float32",
+        max_num_batched_tokens=32,
+        max_num_seqs=4,
+        enable_prefix_caching=True,
+        **POOL,
+    )
+    cases = _cases("llama")
+    for warm in (False, True):
+        outs = llm.generate([c["prompt"] for c in cases], [_params(c) for c in cases])
+        for c, out in zip(cases, outs, strict=True):
+            assert out.token_ids == c["tokens"]
+            want = 16 if warm and len(c["prompt"]) > 16 else 0
+            assert out.num_cached_tokens == want
+    assert llm.stats()["prefix_cache_hits"] == 16 * sum(len(c["prompt"]) > 16 for c in cases)
+    assert len(llm._penalty_slots) == 0
+
+
+def test_penalties_survive_preemption_onto_cached_pages():
+    """The preemption case with prefix caching: a preempted request re-admitted takes its
+    own pages back, output tokens included (its row seeded with those as outputs), and
+    still matches Hugging Face."""
+    cases = _cases("llama")
+    llm = LLM(
+        str(FIXTURES / "llama"),
+        dtype="float32",
+        page_size=4,
+        num_pages=16,
+        max_num_batched_tokens=16,
+        max_num_seqs=2,
+        enable_prefix_caching=True,
+    )
+    seeded_outputs = []
+    seed = llm._penalty_slots.seed
+
+    def spy(state, mesh=None):
+        seeded_outputs.extend(len(out) for _, _, out in llm._penalty_slots._to_seed.values())
+        return seed(state, mesh)
+
+    llm._penalty_slots.seed = spy
+    outs = llm.generate([c["prompt"] for c in cases] * 4, [_params(c) for c in cases] * 4)
+    for i, out in enumerate(outs):
+        assert out.token_ids == cases[i % len(cases)]["tokens"]
+    assert llm.stats()["num_preemptions"] > 0 and max(seeded_outputs) > 0
+    assert len(llm._penalty_slots) == 0
+
+
 def test_a_slot_freed_by_a_stop_is_reused_while_a_step_ahead_still_writes_it():
     """Async, two sequences at most: A (penalized) stops on a stop token at step N while
     step N+1, dispatched ahead, already decodes it (writing its counts); B (penalized,
@@ -406,8 +521,8 @@ def test_a_slot_freed_by_a_stop_is_reused_while_a_step_ahead_still_writes_it():
     taken = []  # (request id, slot) per penalized item, from the engine's own slot table
     fill = llm._penalty_slots.fill
 
-    def spy(items, params, prompt_len_of, slot_out, prompt_out):
-        on = fill(items, params, prompt_len_of, slot_out, prompt_out)
+    def spy(items, params, prompt_of, slot_out, prompt_out, *rest):
+        on = fill(items, params, prompt_of, slot_out, prompt_out, *rest)
         taken.extend(
             (it.request_id, int(slot_out[i])) for i, it in enumerate(items) if slot_out[i] >= 0
         )

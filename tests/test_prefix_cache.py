@@ -218,7 +218,21 @@ def test_a_step_built_ahead_takes_the_pages_the_step_in_flight_fills():
         assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40)
 
 
-@pytest.mark.parametrize("why", ["prompt_logprobs", "penalized"])
+def test_penalized_requests_read_the_cache():
+    """(Their device penalty rows are seeded with the tokens before their first step:
+    tests/test_penalties.py.)"""
+    sched = cached_scheduler(12)
+    seqs = {}
+    dev = ContentDevice(PAGE, seqs)
+    seqs["a"] = seq_of("a", range(1, 11), max_tokens=1)
+    sched.add(seqs["a"])
+    finish(sched, dev)
+    b = seqs["b"] = seq_of("b", range(1, 11), max_tokens=1, penalized=True)
+    sched.add(b)
+    assert run_sync(sched, dev).items[0].start_pos == 8 and b.num_cached_tokens == 8
+
+
+@pytest.mark.parametrize("why", ["prompt_logprobs"])
 def test_requests_that_need_their_whole_prompt_do_not_read_the_cache(why):
     sched = cached_scheduler(12)
     seqs = {}
@@ -405,8 +419,8 @@ def test_requests_on_cached_pages_give_the_hf_greedy_tokens():
     stats = llm.stats()
     assert stats["prefix_cache_hits"] == 48 + 32
     assert stats["num_pages_free"] == stats["num_pages_total"]
-    # A penalized request computes its whole prompt.
-    llm.generate([prompt], SamplingParams(max_tokens=2, repetition_penalty=1.2))
+    # A request with prompt logprobs computes its whole prompt.
+    llm.generate([prompt], SamplingParams(max_tokens=2, prompt_logprobs=True))
     assert llm.stats()["prefix_cache_hits"] == 48 + 32
     assert llm.reset_prefix_cache()
     (out,) = llm.generate([prompt], dataclasses.replace(GREEDY, max_tokens=1))
