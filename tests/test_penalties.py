@@ -478,9 +478,10 @@ def test_penalized_requests_on_cached_pages_decode_as_hf():
 
 
 def test_penalties_survive_preemption_onto_cached_pages():
-    """The preemption case with prefix caching: a preempted request re-admitted takes its
-    own pages back, output tokens included (its row seeded with those as outputs), and
-    still matches Hugging Face."""
+    """Prefix caching in the preemption case's pool: case 2 (presence and frequency
+    penalties) is preempted by case 0 after 19 tokens, then re-admitted onto its own pages,
+    output tokens included: its row is seeded with those as outputs (counted), and it
+    still decodes as Hugging Face."""
     cases = _cases("llama")
     llm = LLM(
         str(FIXTURES / "llama"),
@@ -491,18 +492,21 @@ def test_penalties_survive_preemption_onto_cached_pages():
         max_num_seqs=2,
         enable_prefix_caching=True,
     )
-    seeded_outputs = []
+    seeded = []  # (request id, prompt tokens, output tokens) per seeded row
     seed = llm._penalty_slots.seed
 
     def spy(state, mesh=None):
-        seeded_outputs.extend(len(out) for _, _, out in llm._penalty_slots._to_seed.values())
+        seeded.extend((r, len(p), len(o)) for r, (_, p, o) in llm._penalty_slots._to_seed.items())
         return seed(state, mesh)
 
     llm._penalty_slots.seed = spy
-    outs = llm.generate([c["prompt"] for c in cases] * 4, [_params(c) for c in cases] * 4)
-    for i, out in enumerate(outs):
-        assert out.token_ids == cases[i % len(cases)]["tokens"]
-    assert llm.stats()["num_preemptions"] > 0 and max(seeded_outputs) > 0
+    assert cases[2]["presence_penalty"] and cases[2]["frequency_penalty"]
+    outs = llm.generate(
+        [cases[0]["prompt"], cases[2]["prompt"]], [_params(cases[0]), _params(cases[2])]
+    )
+    assert [o.token_ids for o in outs] == [cases[0]["tokens"], cases[2]["tokens"]]
+    assert llm.stats()["num_preemptions"] > 0
+    assert [(p, o) for r, p, o in seeded if r == outs[1].request_id and o] == [(17, 19)]
     assert len(llm._penalty_slots) == 0
 
 
