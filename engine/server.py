@@ -261,6 +261,11 @@ class Server(http.server.ThreadingHTTPServer):
         for key in keys:
             if key in stats:
                 values.append((key + "_total", "counter", f"Tokens ({key})", stats[key]))
+        if "kv_offload_pages" in stats:  # KV offloading to host memory (engine/kv_offload.py)
+            pages = stats["kv_offload_pages"]
+            values.append(("kv_offload_pages", "gauge", "KV pages in host memory", pages))
+            for key in ("kv_offload_stored_pages", "kv_offload_loaded_pages"):
+                values.append((key + "_total", "counter", f"Pages ({key})", stats[key]))
         eplb = stats.get("eplb")  # expert-parallel load balancing (engine/eplb.py)
         if eplb is not None:
             values.append(

@@ -24,6 +24,7 @@ from engine.kv_pages import PageManager
 from engine.prefix_cache import PrefixCache
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
+from engine.server import Server
 from tests.sampler_cases import POOL
 from tests.scheduler_cases import EOS, reference, run_async
 from tests.test_prefix_cache import (
@@ -256,6 +257,12 @@ def test_requests_on_pages_back_from_the_host_give_the_hf_greedy_tokens():
     assert [o.num_cached_tokens for o in outs] == [0, 16, 32]
     assert llm.stats()["kv_offload_loaded_pages"] == 3
     assert llm.stats()["num_pages_free"] == POOL["num_pages"]
+    srv = Server(("127.0.0.1", 0), llm, "m")  # the API server's /metrics
+    metrics = srv.metrics()
+    srv.close()
+    assert 'moeserve:kv_offload_loaded_pages_total{model_name="m"} 3\n' in metrics
+    held = llm.stats()["kv_offload_pages"]
+    assert f'moeserve:kv_offload_pages{{model_name="m"}} {held}\n' in metrics
     # New weights (the same here): both tiers forgotten.
     assert llm.reset_prefix_cache() and llm.stats()["kv_offload_pages"] == 0
     (out,) = llm.generate([ref["prompts"][2]], dataclasses.replace(GREEDY, max_tokens=1))
