@@ -39,6 +39,7 @@ from models.mxfp4 import BLOCKS_SUFFIX, SCALES_SUFFIX, gpt_oss_expert_weight, mx
 from models.quantization import (
     QuantizedWeight,
     bits_of,
+    decoder_layers,
     our_block,
     pack_int4,
     quantize_params,
@@ -599,10 +600,19 @@ def _quantized_layouts(cfg: ModelConfig, specs: dict, skip=None) -> dict[Path_, 
         return {}
     skip = cfg.quantization_skip if skip is None else skip
     out = {}
-    for i, group, name, layout in quantized_leaves(specs["layers"], skip):
-        at = ("layers", i) + (("moe", "shared") if group == "shared" else (group,))
+    num = len(specs["layers"])
+    for i, group, name, layout in quantized_leaves(decoder_layers(specs), skip):
+        at = ("layers", i) if i < num else ("mtp", "layer")  # (the MTP module's: i == num)
+        at += ("moe", "shared") if group == "shared" else (group,)
         out[at + (name,)] = layout
     return out
+
+
+def _leaf_name(path: Path_, num_layers: int) -> str:
+    """quantization.leaf_name of a leaf's params path (the MTP layer's as layer num_layers)."""
+    if path[:2] == ("mtp", "layer"):
+        path = ("layers", num_layers) + path[2:]
+    return _path_name(path)
 
 
 def _sources(names: dict[str, HFTensor]) -> dict[Path_, list[tuple[str, HFTensor]]]:
@@ -653,7 +663,7 @@ def unquantized_leaves(model_dir: str | Path, cfg: ModelConfig) -> tuple[str, ..
     layouts = _quantized_layouts(cfg.replace(quantization="fp8"), specs, skip=())
     int4_stored = method == "compressed-tensors"
     return tuple(
-        _path_name(path)
+        _leaf_name(path, cfg.num_layers)
         for path in layouts
         if not any(_stored_quantized(n, headers, int4_stored) for n, _ in sources.get(path, ()))
     )

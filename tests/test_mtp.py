@@ -15,12 +15,14 @@ import pathlib
 import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from engine import LLM, SamplingParams
 from engine.eplb import balancer_for
 from engine.mtp import MtpProposer
+from models import quantization as quant
 from models.load import load_model, model_config
 from models.orbax_io import save_params
 from sharding.mesh import parse_mesh
@@ -203,6 +205,27 @@ def test_models_without_an_mtp_module_are_refused_before_loading(tmp_path):
         len(balancer_for(True, None, mtp_cfg, parse_mesh("ep=2")).placement)
         == len(plain.placement) + 1
     )
+
+
+@pytest.mark.parametrize("quantization", ["fp8"])  # (int4 takes the same path)
+def test_the_mtp_layer_is_held_quantized_like_the_others(quantization):
+    """quantization="fp8" holds the MTP layer's projections and experts quantized too
+    (DeepSeek-V3's is an 11 B-parameter MoE layer); tokens and drafts are bitwise those of
+    the float engine given the dequantized weights."""
+    llm = LLM(str(MTP_DIR), quantization=quantization, speculative_config=SPEC, **ENGINE)
+    layer = llm.params["mtp"]["layer"]
+    for group, name in (("attn", "wo"), ("moe", "w_gate"), ("moe", "w_down")):
+        assert quant.is_quantized(layer[group][name]), (group, name)
+    got = _run(llm, REF["cases"])
+    plain = mtp_engine("deepseek_v3")
+    served = plain.params
+    plain.params = jax.tree.map(
+        jnp.asarray, quant.dequantize_tree(jax.tree.map(jnp.asarray, llm.params), jnp.float32)
+    )
+    try:
+        assert _run(plain, REF["cases"]) == got
+    finally:
+        plain.params = served
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8], ids=["greedy", "sampled"])
