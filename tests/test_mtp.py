@@ -210,7 +210,7 @@ def test_models_without_an_mtp_module_are_refused_before_loading(tmp_path):
 @pytest.mark.parametrize("quantization", ["fp8"])  # (int4 takes the same path)
 def test_the_mtp_layer_is_held_quantized_like_the_others(quantization):
     """quantization="fp8" holds the MTP layer's projections and experts quantized too
-    (DeepSeek-V3's is an 11 B-parameter MoE layer); tokens and drafts are bitwise those of
+    (DeepSeek-V3's is a ~12 B-parameter MoE layer); tokens and drafts are bitwise those of
     the float engine given the dequantized weights."""
     llm = LLM(str(MTP_DIR), quantization=quantization, speculative_config=SPEC, **ENGINE)
     layer = llm.params["mtp"]["layer"]
