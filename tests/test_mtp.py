@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import shutil
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
+from safetensors.numpy import load_file, save_file
 
 from engine import LLM, SamplingParams
 from engine.eplb import balancer_for
@@ -207,15 +210,67 @@ def test_models_without_an_mtp_module_are_refused_before_loading(tmp_path):
     )
 
 
-@pytest.mark.parametrize("quantization", ["fp8"])  # (int4 takes the same path)
-def test_the_mtp_layer_is_held_quantized_like_the_others(quantization):
+def _fp8_mtp_checkpoint(dst: pathlib.Path) -> dict[str, np.ndarray]:
+    """The MTP fixture with its MTP layer's projections and experts stored as DeepSeek-V3's
+    release stores them: e4m3, a float32 `weight_scale_inv` per block (s = max|w| / 448, as
+    tests/fixtures/make_fp8_weight_fixtures.py; its deepseek_v3_fp8 block), the rest float
+    (as `modules_to_not_convert` leaves them). Returns the tensors stored in fp8."""
+    shutil.copytree(MTP_DIR, dst)
+    block = json.loads((FIXTURES / "deepseek_v3_fp8" / "config.json").read_text())[
+        "quantization_config"
+    ]["weight_block_size"]
+    config = json.loads((dst / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": block,
+    }
+    (dst / "config.json").write_text(json.dumps(config))
+    shard = dst / "model-mtp.safetensors"
+    tensors = load_file(shard)
+    layer = f"model.layers.{config['num_hidden_layers']}"
+    linear = re.compile(
+        rf"{layer}\.(self_attn|mlp\.experts\.\d+|mlp\.shared_experts)\.\w+_proj\.weight"
+    )
+    names = sorted(n for n in tensors if linear.fullmatch(n))
+    (bm, bn) = block
+    for name in names:
+        w = tensors[name].astype(np.float32)
+        blocks = w.reshape(w.shape[0] // bm, bm, w.shape[1] // bn, bn)
+        scale = np.abs(blocks).max(axis=(1, 3)) / 448
+        scale[scale == 0] = 1
+        stored = (blocks / scale[:, None, :, None]).reshape(w.shape)
+        tensors[name] = stored.astype(ml_dtypes.float8_e4m3fn)
+        tensors[f"{name}_scale_inv"] = scale.astype(np.float32)
+    save_file(tensors, str(shard), metadata={"format": "pt"})
+    index = json.loads((dst / "model.safetensors.index.json").read_text())
+    index["weight_map"].update({f"{n}_scale_inv": shard.name for n in names})
+    (dst / "model.safetensors.index.json").write_text(json.dumps(index))
+    return {n: tensors[n] for n in names}
+
+
+@pytest.mark.parametrize("source", ["float checkpoint", "fp8 checkpoint"])
+def test_the_mtp_layer_is_held_in_fp8_like_the_others(source, tmp_path):
     """quantization="fp8" holds the MTP layer's projections and experts quantized too
-    (DeepSeek-V3's is a ~12 B-parameter MoE layer); tokens and drafts are bitwise those of
-    the float engine given the dequantized weights."""
-    llm = LLM(str(MTP_DIR), quantization=quantization, speculative_config=SPEC, **ENGINE)
+    (DeepSeek-V3's is a ~12 B-parameter MoE layer): quantized on load from a float
+    checkpoint, or the stored bytes of an fp8 one (its decoder layers, stored float, stay
+    float). Tokens and drafts are bitwise those of the float engine given the dequantized
+    weights (int4 goes the same way: models/quantization.decoder_layers)."""
+    model = str(MTP_DIR)
+    if source == "fp8 checkpoint":
+        stored = _fp8_mtp_checkpoint(tmp_path / "fp8")
+        assert len(stored) > 40  # 16 experts x 3, the shared expert's 3, attention's 5
+        model = str(tmp_path / "fp8")
+    llm = LLM(model, quantization="fp8", speculative_config=SPEC, **ENGINE)
     layer = llm.params["mtp"]["layer"]
     for group, name in (("attn", "wo"), ("moe", "w_gate"), ("moe", "w_down")):
         assert quant.is_quantized(layer[group][name]), (group, name)
+    if source == "fp8 checkpoint":  # the file's bytes, transposed to the [in, out] layout
+        o_proj = stored["model.layers.3.self_attn.o_proj.weight"]
+        held = np.asarray(layer["attn"]["wo"].data).reshape(o_proj.T.shape)
+        np.testing.assert_array_equal(held.view(np.uint8), o_proj.T.view(np.uint8))
+        assert not quant.is_quantized(llm.params["layers"][1]["attn"]["wo"])
     got = _run(llm, REF["cases"])
     plain = mtp_engine("deepseek_v3")
     served = plain.params
