@@ -250,27 +250,37 @@ def _fp8_mtp_checkpoint(dst: pathlib.Path) -> dict[str, np.ndarray]:
     return {n: tensors[n] for n in names}
 
 
-@pytest.mark.parametrize("source", ["float checkpoint", "fp8 checkpoint"])
-def test_the_mtp_layer_is_held_in_fp8_like_the_others(source, tmp_path):
-    """quantization="fp8" holds the MTP layer's projections and experts quantized too
-    (DeepSeek-V3's is a ~12 B-parameter MoE layer): quantized on load from a float
-    checkpoint, or the stored bytes of an fp8 one (its decoder layers, stored float, stay
-    float). Tokens and drafts are bitwise those of the float engine given the dequantized
-    weights (int4 goes the same way: models/quantization.decoder_layers)."""
-    model = str(MTP_DIR)
-    if source == "fp8 checkpoint":
-        stored = _fp8_mtp_checkpoint(tmp_path / "fp8")
-        assert len(stored) > 40  # 16 experts x 3, the shared expert's 3, attention's 5
-        model = str(tmp_path / "fp8")
-    llm = LLM(model, quantization="fp8", speculative_config=SPEC, **ENGINE)
+def test_a_float_mtp_layer_is_quantized_on_load_as_the_others():
+    """quantization="fp8" | "int4" on a float checkpoint: the MTP layer's projections and
+    experts are quantized on load as the decoder layers' are (models/quantization.
+    decoder_layers), block by block as quantization.quantize does."""
+    held = {}
+    for method in (None, "int4", "fp8"):
+        cfg = model_config(str(MTP_DIR), quantization=method).replace(mtp_drafts=K)
+        held[method] = load_model(str(MTP_DIR), cfg=cfg, host=True)[1]["mtp"]["layer"]
+        for group, name in (("attn", "wo"), ("moe", "w_gate"), ("moe", "w_down")):
+            assert quant.is_quantized(held[method][group][name]) == bool(method), (method, name)
+    lead, k_dims = quant.layout_of("moe", "w_gate")
+    want = quant.quantize(held[None]["moe"]["w_gate"], lead, k_dims, (128, 128))
+    got = np.asarray(held["fp8"]["moe"]["w_gate"].data)
+    np.testing.assert_array_equal(got.view(np.uint8), want.data.view(np.uint8))
+
+
+def test_an_fp8_checkpoints_mtp_layer_is_held_as_stored(tmp_path):
+    """quantization="fp8" on an fp8 checkpoint holds the MTP layer's stored bytes (its
+    decoder layers, stored float, stay float; DeepSeek-V3's MTP layer is a ~12 B-parameter
+    MoE layer); tokens and drafts are bitwise those of the float engine given the
+    dequantized weights."""
+    stored = _fp8_mtp_checkpoint(tmp_path / "fp8")
+    assert len(stored) > 40  # 16 experts x 3, the shared expert's 3, attention's 5
+    llm = LLM(str(tmp_path / "fp8"), quantization="fp8", speculative_config=SPEC, **ENGINE)
     layer = llm.params["mtp"]["layer"]
     for group, name in (("attn", "wo"), ("moe", "w_gate"), ("moe", "w_down")):
         assert quant.is_quantized(layer[group][name]), (group, name)
-    if source == "fp8 checkpoint":  # the file's bytes, transposed to the [in, out] layout
-        o_proj = stored["model.layers.3.self_attn.o_proj.weight"]
-        held = np.asarray(layer["attn"]["wo"].data).reshape(o_proj.T.shape)
-        np.testing.assert_array_equal(held.view(np.uint8), o_proj.T.view(np.uint8))
-        assert not quant.is_quantized(llm.params["layers"][1]["attn"]["wo"])
+    o_proj = stored["model.layers.3.self_attn.o_proj.weight"]  # [out, in]; held [in, out]
+    held = np.asarray(layer["attn"]["wo"].data).reshape(o_proj.T.shape)
+    np.testing.assert_array_equal(held.view(np.uint8), o_proj.T.view(np.uint8))
+    assert not quant.is_quantized(llm.params["layers"][1]["attn"]["wo"])
     got = _run(llm, REF["cases"])
     plain = mtp_engine("deepseek_v3")
     served = plain.params
