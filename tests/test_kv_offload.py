@@ -26,7 +26,7 @@ from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from engine.server import Server
 from tests.sampler_cases import POOL
-from tests.scheduler_cases import EOS, reference, run_async
+from tests.scheduler_cases import EOS, reference
 from tests.test_prefix_cache import (
     FIXTURES,
     PAGE,
@@ -36,7 +36,7 @@ from tests.test_prefix_cache import (
     _reference,
     _workload,
     reader,
-    run_sync,
+    run_workload,
 )
 
 # ---- the tier's bookkeeping -----------------------------------------------------------------
@@ -198,19 +198,7 @@ def test_random_shared_prefix_workload_over_a_host_tier(seed, ahead, capacity):
             seqs[seq.request_id] = seq
             sched.add(seq)
 
-    if ahead:
-        while pending:
-            on_step(0)
-            run_async(sched, dev, on_step)
-            if pending:
-                pending[0] = (0, pending[0][1])
-    num_steps = 0
-    while pending or sched.has_unfinished():
-        on_step(num_steps)
-        run_sync(sched, dev)
-        _check_pages(sched, seqs)
-        num_steps += 1
-        assert num_steps < 3000, "no progress"
+    run_workload(sched, dev, seqs, pending, ahead, on_step)
     for rid, seq in seqs.items():
         assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40), rid
     _check_pages(sched, seqs)

@@ -36,7 +36,7 @@ def _cases(arch):
     return cases("hf_penalties", arch)
 
 
-def _small_pool_llama(async_scheduling: bool) -> LLM:
+def _small_pool_llama(async_scheduling: bool = True, **options) -> LLM:
     """16 pages of 4 tokens (64 tokens), two sequences at most: the llama cases preempt
     each other."""
     return LLM(
@@ -47,6 +47,7 @@ def _small_pool_llama(async_scheduling: bool) -> LLM:
         max_num_batched_tokens=16,
         max_num_seqs=2,
         async_scheduling=async_scheduling,
+        **options,
     )
 
 
@@ -483,15 +484,7 @@ def test_penalties_survive_preemption_onto_cached_pages():
     output tokens included: its row is seeded with those as outputs (counted), and it
     still decodes as Hugging Face."""
     cases = _cases("llama")
-    llm = LLM(
-        str(FIXTURES / "llama"),
-        dtype="float32",
-        page_size=4,
-        num_pages=16,
-        max_num_batched_tokens=16,
-        max_num_seqs=2,
-        enable_prefix_caching=True,
-    )
+    llm = _small_pool_llama(enable_prefix_caching=True)
     seeded = []  # (request id, prompt tokens, output tokens) per seeded row
     seed = llm._penalty_slots.seed
 

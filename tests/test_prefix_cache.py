@@ -329,6 +329,26 @@ def _check_pages(sched: Scheduler, seqs: dict[str, Sequence]) -> None:
     assert sched.pages.num_free == sched.pages.num_total - len(held)
 
 
+def run_workload(sched: Scheduler, dev, seqs: dict, pending: list, ahead: bool, on_step) -> None:
+    """Run the `pending` (arrival step, sequence) workload to its end, `on_step(n)` adding
+    the arrivals (and what else a test does) before each step: steps built ahead (arrival
+    steps counted from each idle start, as the async workload's), or one by one with every
+    page's refcount checked after each."""
+    if ahead:
+        while pending:
+            on_step(0)
+            run_async(sched, dev, on_step)
+            if pending:  # idle until the next arrival
+                pending[0] = (0, pending[0][1])
+    num_steps = 0
+    while pending or sched.has_unfinished():
+        on_step(num_steps)
+        run_sync(sched, dev)
+        _check_pages(sched, seqs)
+        num_steps += 1
+        assert num_steps < 3000, "no progress"
+
+
 @pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("seed", range(4))
 def test_random_shared_prefix_workload(seed, ahead):
@@ -353,19 +373,7 @@ def test_random_shared_prefix_workload(seed, ahead):
             assert sched.abort(victim.request_id)
             aborted.add(victim.request_id)
 
-    if ahead:  # arrival steps counted from each idle start, as the async workload's
-        while pending:
-            on_step(0)
-            run_async(sched, dev, on_step)
-            if pending:  # idle until the next arrival
-                pending[0] = (0, pending[0][1])
-    num_steps = 0
-    while pending or sched.has_unfinished():
-        on_step(num_steps)
-        run_sync(sched, dev)
-        _check_pages(sched, seqs)
-        num_steps += 1
-        assert num_steps < 3000, "no progress"
+    run_workload(sched, dev, seqs, pending, ahead, on_step)
     for rid, seq in seqs.items():
         tokens, reason = reference(seq, 40)
         if rid in aborted:
