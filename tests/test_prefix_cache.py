@@ -218,22 +218,11 @@ def test_a_step_built_ahead_takes_the_pages_the_step_in_flight_fills():
         assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40)
 
 
-def test_penalized_requests_read_the_cache():
-    """(Their device penalty rows are seeded with the tokens before their first step:
-    tests/test_penalties.py.)"""
-    sched = cached_scheduler(12)
-    seqs = {}
-    dev = ContentDevice(PAGE, seqs)
-    seqs["a"] = seq_of("a", range(1, 11), max_tokens=1)
-    sched.add(seqs["a"])
-    finish(sched, dev)
-    b = seqs["b"] = seq_of("b", range(1, 11), max_tokens=1, penalized=True)
-    sched.add(b)
-    assert run_sync(sched, dev).items[0].start_pos == 8 and b.num_cached_tokens == 8
-
-
-@pytest.mark.parametrize("why", ["prompt_logprobs"])
-def test_requests_that_need_their_whole_prompt_do_not_read_the_cache(why):
+@pytest.mark.parametrize("why, reads", [("prompt_logprobs", False), ("penalized", True)])
+def test_requests_that_need_their_whole_prompt_do_not_read_the_cache(why, reads):
+    """Prompt logprobs need every prompt position's logits; a penalized request reads the
+    cache (its device penalty row is seeded with the tokens before its first step:
+    tests/test_penalties.py)."""
     sched = cached_scheduler(12)
     seqs = {}
     dev = ContentDevice(PAGE, seqs)
@@ -243,6 +232,9 @@ def test_requests_that_need_their_whole_prompt_do_not_read_the_cache(why):
     b = seqs["b"] = seq_of("b", range(1, 11), max_tokens=1, **{why: True})
     sched.add(b)
     out = run_sync(sched, dev)
+    if reads:
+        assert out.items[0].start_pos == 8 and b.num_cached_tokens == 8
+        return
     assert [(it.start_pos, len(it.token_ids)) for it in out.items] == [(0, 10)]
     assert (b.num_cached_tokens, sched.stats()["prefix_cache_queries"]) == (0, 10)
     # What it computed is still indexed for others.
