@@ -35,16 +35,16 @@ demo: setup
 
 # tests/run_files.sh runs one pytest process per test file, TEST_JOBS at a time (why: its
 # header), longest first so the two workers finish close together: ORDERED_TESTS by their
-# time in a full run (25th session, 2 cores: test_engine 362 s ... test_inputs 22 s), then
+# time in a full run (36th session, 2 cores: test_mtp ~360 s, test_sharding_mesh ~220 s ...), then
 # any file not listed, then QUICK_TESTS (a few seconds each, most of it the process's start)
 # together in one process.
 # Compiling is most of the suite's time on CPU and many files compile the same step
 # programs, so the run shares JAX's persistent compilation cache: a fresh directory per run
 # (what a clean checkout pays), removed after.
 TEST_JOBS ?= 2
-ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,engine sharding_mesh \
-	batch_invariance long_context sampling_options scripts pallas_bench eplb kv_quant \
-	pallas_engine mtp penalties paged_attention parallel_sampling token_lists bad_words \
+ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,mtp sharding_mesh eplb engine \
+	scripts long_context pallas_bench kv_quant pallas_engine batch_invariance sampling_options \
+	penalties paged_attention parallel_sampling token_lists bad_words \
 	pallas_attention hf_parity pallas_mosaic models_ops long_context_bench determinism_check \
 	structured prefix_cache kv_offload server speculative quantization int4 lora kv_transfer tool_calls \
 	beam_search \
