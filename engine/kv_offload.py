@@ -108,10 +108,31 @@ class HostTier:
 
 
 def host_tier_for(
-    size_gib, prefix_caching: bool, cfg: ModelConfig, kv_dtype, page_size: int
+    size_gib, prefix_caching: bool, cfg: ModelConfig, kv_dtype, page_size: int, transfer=None
 ) -> HostTier | None:
-    """The host tier `kv_offloading_size` GiB holds (None: no offloading), checked before
+    """The host tier `kv_offloading_size` GiB holds, or vLLM's other spelling, a
+    `transfer` (engine/kv_transfer.KVTransferConfig) with kv_connector "OffloadingConnector"
+    and {"num_cpu_blocks": N, "block_size": tokens} (None: no offloading); checked before
     any weight is read."""
+    if transfer is not None and transfer.offloading:
+        if size_gib is not None:
+            raise ValueError(
+                "kv_offloading_size: set beside kv_transfer_config's OffloadingConnector "
+                "(one or the other)"
+            )
+        if not prefix_caching:
+            raise ValueError(
+                "kv_transfer_config (OffloadingConnector): needs enable_prefix_caching=True "
+                "(the host tier keeps the prefix cache's evicted pages)"
+            )
+        extra = transfer.kv_connector_extra_config
+        block = extra.get("block_size", page_size)
+        if block % page_size:
+            raise ValueError(
+                f"kv_connector_extra_config.block_size={block}: must be a multiple of "
+                f"page_size={page_size}"
+            )
+        return HostTier(extra["num_cpu_blocks"] * (block // page_size))
     if size_gib is None:
         return None
     if isinstance(size_gib, bool) or not isinstance(size_gib, int | float):

@@ -51,11 +51,14 @@ from engine.scheduler_output import ScheduledItem, SchedulerOutput
 from sharding.placement import put_replicated
 from sharding.rules import replicated
 
-CONNECTORS = ("SharedStorageConnector",)
+# OffloadingConnector: vLLM's other spelling of KV offloading to host memory
+# (engine/kv_offload.py), {"num_cpu_blocks": N, "block_size": tokens}; no transfer here.
+CONNECTORS = ("SharedStorageConnector", "OffloadingConnector")
 ROLES = ("kv_producer", "kv_consumer", "kv_both")
 FORMAT = "moeserve-kv-1"
 _KEYS = {"kv_connector", "kv_role", "kv_connector_extra_config"}
 _EXTRA_KEYS = {"shared_storage_path"}
+_OFFLOADING_KEYS = {"num_cpu_blocks", "block_size"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +66,7 @@ class KVTransferConfig:
     """Where prompts' KV goes and whether this engine writes it, reads it, or both (vLLM's
     KVTransferConfig fields; the keyword form, as there)."""
 
-    kv_connector: str = "SharedStorageConnector"  # the only connector
+    kv_connector: str = "SharedStorageConnector"  # or "OffloadingConnector" (host memory)
     kv_role: str | None = None  # "kv_producer" (writes), "kv_consumer" (reads), "kv_both"
     # {"shared_storage_path": the directory producer and consumer share}
     kv_connector_extra_config: dict = dataclasses.field(default_factory=dict)
@@ -76,15 +79,34 @@ class KVTransferConfig:
         extra = self.kv_connector_extra_config
         if not isinstance(extra, dict):
             raise ValueError(f"kv_connector_extra_config={extra!r}: expected a dict")
-        if set(extra) - _EXTRA_KEYS:
+        keys = _OFFLOADING_KEYS if self.offloading else _EXTRA_KEYS
+        if set(extra) - keys:
             raise ValueError(
-                f"kv_connector_extra_config: unsupported keys {sorted(set(extra) - _EXTRA_KEYS)}"
+                f"kv_connector_extra_config: unsupported keys {sorted(set(extra) - keys)} "
+                f"(expected {sorted(keys)})"
             )
+        if self.offloading:
+            if self.kv_role != "kv_both":
+                raise ValueError(f"kv_role={self.kv_role!r}: OffloadingConnector needs 'kv_both'")
+            for key in sorted(_OFFLOADING_KEYS):
+                value = extra.get(key, 1)  # (block_size: the engine's page size if unset)
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(
+                        f"kv_connector_extra_config.{key}={value!r}: must be an integer >= 1"
+                    )
+            if "num_cpu_blocks" not in extra:
+                raise ValueError("kv_connector_extra_config.num_cpu_blocks: missing")
+            return
         path = extra.get("shared_storage_path")
         if not isinstance(path, str) or not path:
             raise ValueError(
                 f"kv_connector_extra_config.shared_storage_path={path!r}: must be a directory"
             )
+
+    @property
+    def offloading(self) -> bool:
+        """vLLM's OffloadingConnector: the host tier of engine/kv_offload.py, no store."""
+        return self.kv_connector == "OffloadingConnector"
 
     @property
     def shared_storage_path(self) -> str:

@@ -141,7 +141,9 @@ class LLM(EngineControl):
         if mesh:
             check_model_layout(cfg, mesh_config)
         check_engine(transfer, cfg)
-        tier = host_tier_for(kv_offloading_size, enable_prefix_caching, cfg, kv_dtype, page_size)
+        tier = host_tier_for(
+            kv_offloading_size, enable_prefix_caching, cfg, kv_dtype, page_size, transfer
+        )
         self._eplb = balancer_for(enable_eplb, eplb_config, cfg, mesh_config if mesh else None)
         max_model_len = inputs.model_len(max_model_len, cfg)
         if enable_prefix_caching and (cfg.kv_window or cfg.hybrid_window):
@@ -159,9 +161,8 @@ class LLM(EngineControl):
                 cfg, num_pages, page_size, kv_dtype, mesh_config if mesh else None, window_num_pages
             )
 
-        # On a mesh checkpoint params stay on the host until shard_model puts each device's
-        # shards: a checkpoint larger than one device never lands whole on the first (preset
-        # weights are drawn on the default device first: random-weight test models).
+        # On a mesh params stay on the host until shard_model places each device's shards
+        # (preset weights are drawn on the default device first: random test models).
         self.config, self.params, tokenizer_path = load_model(
             model, dtype, seed, cfg, host=bool(mesh)
         )
@@ -234,9 +235,10 @@ class LLM(EngineControl):
             window_num_pages=window_num_pages,
         )
         self._kv = self._new_kv()
-        self._transfer = transfer and KVTransfer(
-            transfer, cfg, self._kv, page_size, num_pages, self.mesh, self._lora
-        )
+        if transfer is not None and not transfer.offloading:  # (that one: the host tier)
+            self._transfer = KVTransfer(
+                transfer, cfg, self._kv, page_size, num_pages, self.mesh, self._lora
+            )
         self._offload = tier if tier is None else KVOffload(tier, self._kv, num_pages, self.mesh)
         kv_block_pages = max(1, _KV_BLOCK_TOKENS // page_size)
         self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
@@ -271,8 +273,7 @@ class LLM(EngineControl):
         self.async_scheduling = bool(async_scheduling)
         # Steps dispatched, not yet read back (their tokens on the host), oldest first.
         self._dispatched: list[runner.Dispatched] = []
-        # Deltas the next step() returns: aborts, requests finished at once (max_tokens=0),
-        # and a step's increments when a later part of the same call raised.
+        # Deltas the next step() returns (aborts, max_tokens=0, a raising call's increments).
         self._outbox: list[StreamDelta] = []
         self._last_readback = 0.0
         self._num_dispatched_ahead = 0
@@ -552,8 +553,7 @@ class LLM(EngineControl):
         if prev_out is not None:  # a device array: the tokens never visit the host
             batch = batch._replace(prev_tokens=prev_out.feed_tokens)
         elif self.mesh is None:
-            # The same kind of argument as a step's output (an uncommitted device array):
-            # a host array here would compile every bucket a second time.
+            # An uncommitted device array, as a step's output (a host one compiles again).
             if self._no_prev_tokens is None:
                 self._no_prev_tokens = jnp.zeros(self._buckets.feed_rows, jnp.int32)
             batch = batch._replace(prev_tokens=self._no_prev_tokens)

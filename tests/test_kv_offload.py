@@ -302,3 +302,39 @@ def test_bad_sizes_are_refused_before_the_weights_are_read():
             LLM(model=model, enable_prefix_caching=True, kv_offloading_size=size)
     with pytest.raises(ValueError, match="kv_offloading_size: needs enable_prefix_caching"):
         LLM(model=model, kv_offloading_size=1)
+
+
+def test_vllms_offloading_connector_spelling_sizes_the_host_tier_in_blocks():
+    """kv_transfer_config={"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+    "kv_connector_extra_config": {"num_cpu_blocks": N, "block_size": B}} (vLLM 0.11's
+    form): N blocks of B tokens, B a multiple of the page size; no KV store."""
+    model = str(FIXTURES / "llama")
+
+    def offloading(**extra):
+        return {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        }
+
+    llm = LLM(
+        model=model,
+        num_pages=8,
+        enable_prefix_caching=True,
+        kv_transfer_config=offloading(num_cpu_blocks=10, block_size=32),
+    )
+    stats = llm.stats()
+    assert stats["kv_offload_capacity_pages"] == 20 and "kv_transfer_saved_prompts" not in stats
+    assert llm._transfer is None
+    for config, options, match in [
+        ({**offloading(num_cpu_blocks=4), "kv_role": "kv_consumer"}, {}, "needs 'kv_both'"),
+        (offloading(block_size=16), {}, "num_cpu_blocks: missing"),
+        (offloading(num_cpu_blocks=0), {}, r"num_cpu_blocks=0: must be an integer >= 1"),
+        (offloading(num_cpu_blocks=4, block_size=24), {}, "block_size=24: must be a multiple"),
+        (offloading(num_cpu_blocks=4, path="x"), {}, r"unsupported keys \['path'\]"),
+        (offloading(num_cpu_blocks=4), {"kv_offloading_size": 1}, "one or the other"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            LLM(model=model, enable_prefix_caching=True, kv_transfer_config=config, **options)
+    with pytest.raises(ValueError, match="OffloadingConnector.*needs enable_prefix_caching"):
+        LLM(model=model, kv_transfer_config=offloading(num_cpu_blocks=4))
