@@ -88,14 +88,13 @@ class KVTransferConfig:
         if self.offloading:
             if self.kv_role != "kv_both":
                 raise ValueError(f"kv_role={self.kv_role!r}: OffloadingConnector needs 'kv_both'")
-            for key in sorted(_OFFLOADING_KEYS):
-                value = extra.get(key, 1)  # (block_size: the engine's page size if unset)
+            if "num_cpu_blocks" not in extra:  # (block_size: the page size when unset)
+                raise ValueError("kv_connector_extra_config.num_cpu_blocks: missing")
+            for key, value in sorted(extra.items()):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                     raise ValueError(
                         f"kv_connector_extra_config.{key}={value!r}: must be an integer >= 1"
                     )
-            if "num_cpu_blocks" not in extra:
-                raise ValueError("kv_connector_extra_config.num_cpu_blocks: missing")
             return
         path = extra.get("shared_storage_path")
         if not isinstance(path, str) or not path:

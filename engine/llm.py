@@ -35,7 +35,6 @@ from long_context.policy import LongPrefillPolicy, policy_for_processes
 from models.load import load_model, model_config
 from sharding.mesh import parse_mesh
 from sharding.placement import check_model_layout, put_replicated, shard_model
-from sharding.rules import replicated
 
 # KV positions reduced together by the attention's online softmax (see paged_attention).
 _KV_BLOCK_TOKENS = 128
@@ -161,8 +160,9 @@ class LLM(EngineControl):
                 cfg, num_pages, page_size, kv_dtype, mesh_config if mesh else None, window_num_pages
             )
 
-        # On a mesh params stay on the host until shard_model places each device's shards
-        # (preset weights are drawn on the default device first: random test models).
+        # On a mesh checkpoint params stay on the host until shard_model puts each device's
+        # shards: a checkpoint larger than one device never lands whole on the first (preset
+        # weights are drawn on the default device first: random-weight test models).
         self.config, self.params, tokenizer_path = load_model(
             model, dtype, seed, cfg, host=bool(mesh)
         )
@@ -239,7 +239,7 @@ class LLM(EngineControl):
             self._transfer = KVTransfer(
                 transfer, cfg, self._kv, page_size, num_pages, self.mesh, self._lora
             )
-        self._offload = tier if tier is None else KVOffload(tier, self._kv, num_pages, self.mesh)
+        self._offload = None if tier is None else KVOffload(tier, self._kv, num_pages, self.mesh)
         kv_block_pages = max(1, _KV_BLOCK_TOKENS // page_size)
         self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
         self._steps = StepVariants(
@@ -273,7 +273,8 @@ class LLM(EngineControl):
         self.async_scheduling = bool(async_scheduling)
         # Steps dispatched, not yet read back (their tokens on the host), oldest first.
         self._dispatched: list[runner.Dispatched] = []
-        # Deltas the next step() returns (aborts, max_tokens=0, a raising call's increments).
+        # Deltas the next step() returns: aborts, requests finished at once (max_tokens=0),
+        # and a step's increments when a later part of the same call raised.
         self._outbox: list[StreamDelta] = []
         self._last_readback = 0.0
         self._num_dispatched_ahead = 0
@@ -563,14 +564,10 @@ class LLM(EngineControl):
             self._kv = self._transfer.load(self._kv, sched.items, self._prompt_of)
         start = time.perf_counter()
         if penalized:
-            if self._penalty_state is None:
-                self._penalty_state = penalties.init_state(
-                    self._penalty_slots.num_slots,
-                    self.config.vocab_size,
-                    None if self.mesh is None else replicated(self.mesh),
-                )
-            # Rows seeded (requests starting past 0); donated: the step's output holds it.
-            self._penalty_state = self._penalty_slots.seed(self._penalty_state, self.mesh)
+            # Made on first use, rows seeded; donated: the step's output holds the only copy.
+            self._penalty_state = self._penalty_slots.ready(
+                self._penalty_state, self.config.vocab_size, self.mesh
+            )
             self._kv, out = step_fn(params, self._kv, batch, self._penalty_state)
             self._penalty_state = out.penalty_state
         else:
@@ -776,7 +773,8 @@ class LLM(EngineControl):
     def stats(self) -> dict:
         s = self._scheduler.stats()
         s.update(
-            # This model's step compilations in this process (shared by engines serving it)
+            # Compilations of this model's step in this process (engines serving the same
+            # model config share them), against the buckets this engine can ever use.
             num_compiles=self._steps.num_compiles(),
             num_buckets=len(self._buckets.pairs),
             num_step_shapes=len(self._step_shapes),
@@ -790,7 +788,8 @@ class LLM(EngineControl):
             page_size=self.page_size,
             kv_cache_dtype=self.kv_dtype.name,
             max_model_len=self.max_model_len,
-            # Token copies per routed expert per MoE layer: the last step's, and in all.
+            # Token copies per routed expert, one list per MoE layer in layer order (the MTP
+            # module's last): the last step's, and the sum over every step so far.
             expert_load=self._expert_load.tolist(),
             expert_load_total=self._expert_load_total.tolist(),
             **(self._transfer.stats() if self._transfer else {}),

@@ -26,7 +26,7 @@ the next token of the request that wrote them: drafts only, the tokens never cha
 EPLB (engine/eplb.py) its MoE layer is the placement's last: its expert copies (over all of
 its passes in a step) are counted and its experts placed and moved as the decoder layers'.
 Under quantization="fp8" | "int4" its layer is held quantized as the decoder layers are
-(models/quantization.decoder_layers). Not from orbax checkpoints (they store no MTP module).
+(models/tree.decoder_layers). Not from orbax checkpoints (they store no MTP module).
 """
 
 from __future__ import annotations

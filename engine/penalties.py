@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sharding.placement import put_replicated
+from sharding.rules import replicated
 
 
 class PenaltyState(NamedTuple):
@@ -205,6 +206,14 @@ class PenaltySlots:
                     self._to_seed[it.request_id] = (held[0], prompt[:start], output)
             slot_out[i], prompt_out[i] = held
         return on.size > 0
+
+    def ready(self, state: PenaltyState | None, vocab: int, mesh=None) -> PenaltyState:
+        """The state a penalized step takes: `state`, or a zeroed one on first use (on a
+        mesh, replicated), with the rows `fill` took for requests starting past position 0
+        seeded."""
+        if state is None:
+            state = init_state(self.num_slots, vocab, None if mesh is None else replicated(mesh))
+        return self.seed(state, mesh)
 
     def seed(self, state: PenaltyState, mesh=None) -> PenaltyState:
         """`state` with the rows `fill` took for requests starting past position 0 seeded

@@ -39,13 +39,13 @@ from models.mxfp4 import BLOCKS_SUFFIX, SCALES_SUFFIX, gpt_oss_expert_weight, mx
 from models.quantization import (
     QuantizedWeight,
     bits_of,
-    decoder_layers,
     our_block,
     pack_int4,
     quantize_params,
     quantized_leaves,
 )
 from models.specs import ParamSpec, param_specs
+from models.tree import decoder_layers
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models.int4_checkpoint import pack_pairs
+from models.tree import decoder_layers, with_decoder_layers
 
 QUANTIZATIONS = ("fp8", "int4")
 INT4_MAX = 7  # symmetric int4: values in [-8, 7], scale = max|w| / 7 per block
@@ -229,25 +230,15 @@ def _copy_dicts(d: dict) -> dict:
     return {k: _copy_dicts(v) if isinstance(v, dict) else v for k, v in d.items()}
 
 
-def decoder_layers(tree: dict) -> list[dict]:
-    """The params (or specs) tree's decoder layers, and the MTP module's layer after them
-    (engine/mtp.py; index num_layers, as its checkpoint names it) when it has one."""
-    return list(tree["layers"]) + ([tree["mtp"]["layer"]] if "mtp" in tree else [])
-
-
 def map_quantized(tree: dict, fn, skip: tuple[str, ...] = ()) -> dict:
     """A copy of the params (or specs) `tree` with fn(leaf, lead, k_dims, name) in place of
     each leaf to quantize, the MTP module's layer's too (lists and dicts copied, other
     leaves shared)."""
-    out = dict(tree)
     layers = [_copy_dicts(layer) for layer in decoder_layers(tree)]
     for i, group, name, (lead, k_dims) in quantized_leaves(layers, skip):
         d = _container(layers[i], group)
         d[name] = fn(d[name], lead, k_dims, leaf_name(i, group, name))
-    if "mtp" in tree:
-        out["mtp"] = {**tree["mtp"], "layer": layers.pop()}
-    out["layers"] = layers
-    return out
+    return with_decoder_layers(tree, layers)
 
 
 def held_block(cfg_block: tuple[int, int], quantization: str | None) -> tuple[int, int]:

@@ -37,6 +37,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from models.tree import decoder_layers, with_decoder_layers
 from sharding.mesh import EP
 from sharding.placement import put_global
 
@@ -158,29 +159,20 @@ def slot_tables(phys_to_log: np.ndarray, num_logical: int, max_replicas: int):
 
 
 def moe_layers(tree: dict) -> list[dict]:
-    """The "moe" dicts of a params (or shardings) tree's MoE layers, in placement order: the
-    decoder layers', then the MTP module's layer (engine/mtp.py) when it has one."""
-    layers = [layer["moe"] for layer in tree["layers"] if "moe" in layer]
-    mtp = tree.get("mtp", {}).get("layer", {})
-    return layers + ([mtp["moe"]] if "moe" in mtp else [])
+    """The "moe" dicts of a params (or shardings) tree's MoE layers, in placement order
+    (models/tree.decoder_layers: the MTP module's layer last)."""
+    return [layer["moe"] for layer in decoder_layers(tree) if "moe" in layer]
 
 
 def map_moe(tree: dict, fn) -> dict:
     """`tree` with the i-th MoE layer's "moe" dict (moe_layers order) replaced by
     fn(i, moe); everything else shared."""
-    i = 0
-
-    def at(layer: dict) -> dict:
-        nonlocal i
-        if "moe" not in layer:
-            return layer
-        i += 1
-        return {**layer, "moe": fn(i - 1, layer["moe"])}
-
-    out = {**tree, "layers": [at(layer) for layer in tree["layers"]]}
-    if "moe" in tree.get("mtp", {}).get("layer", {}):
-        out["mtp"] = {**tree["mtp"], "layer": at(tree["mtp"]["layer"])}
-    return out
+    layers, i = [], 0
+    for layer in decoder_layers(tree):
+        if "moe" in layer:
+            layer, i = {**layer, "moe": fn(i, layer["moe"])}, i + 1
+        layers.append(layer)
+    return with_decoder_layers(tree, layers)
 
 
 def num_physical(params: dict) -> int | None:

@@ -252,8 +252,8 @@ def _fp8_mtp_checkpoint(dst: pathlib.Path) -> dict[str, np.ndarray]:
 
 def test_a_float_mtp_layer_is_quantized_on_load_as_the_others():
     """quantization="fp8" | "int4" on a float checkpoint: the MTP layer's projections and
-    experts are quantized on load as the decoder layers' are (models/quantization.
-    decoder_layers), block by block as quantization.quantize does."""
+    experts are quantized on load as the decoder layers' are (models/tree.decoder_layers),
+    block by block as quantization.quantize does."""
     held = {}
     for method in (None, "int4", "fp8"):
         cfg = model_config(str(MTP_DIR), quantization=method).replace(mtp_drafts=K)
