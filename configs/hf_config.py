@@ -33,6 +33,7 @@ SUPPORTED_MODEL_TYPES = (
     "gpt_oss",
     "deepseek_v2",
     "deepseek_v3",
+    "deepseek_v32",
 )
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -158,6 +159,17 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         first_k_dense_replace=3, moe_layer_freq=1, rope_interleave=True,
         num_nextn_predict_layers=1,
     ),
+    # DeepSeek-V3.2-Exp: V3's fields (interleaved rope, noaux_tc, always a q LoRA) and the
+    # sparse attention indexer's; transformers' class takes GLM-4.7-Flash's mlp_layer_types.
+    "deepseek_v32": dict(
+        vocab_size=129280, hidden_size=7168, intermediate_size=18432, num_hidden_layers=61,
+        num_attention_heads=128, max_position_embeddings=163840, bos_token_id=0,
+        eos_token_id=1, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+        qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=256, n_shared_experts=1,
+        num_experts_per_tok=8, moe_intermediate_size=2048, n_group=8, topk_group=4,
+        norm_topk_prob=True, routed_scaling_factor=2.5, first_k_dense_replace=3,
+        mlp_layer_types=None, index_topk=2048, index_n_heads=64, index_head_dim=128,
+    ),
 }
 # fmt: on
 # Other names a config.json may give a field, per model type: each config class's
@@ -181,6 +193,7 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
         "num_nextn_predict_layers": ("num_mtp_layers",),
     },
     "deepseek_v2": {"n_routed_experts": ("num_experts",)},
+    "deepseek_v32": {"n_routed_experts": ("num_local_experts",)},
     "ernie4_5_moe": {"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)},
 }
 
@@ -419,6 +432,7 @@ _HONOURS_ATTENTION_BIAS = (
     "qwen3_moe",
     "deepseek_v2",
     "deepseek_v3",
+    "deepseek_v32",
     "glm4_moe_lite",
 )
 # (glm4_moe reads attention_bias as q/k/v biases only, which the tree holds: _gqa_fields.)
@@ -455,6 +469,7 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
         "glm4_moe_lite",
         "deepseek_v2",
         "deepseek_v3",
+        "deepseek_v32",
     )
     if model_type in no_window:
         return none
@@ -643,7 +658,7 @@ def _mla_fields(f: _Fields, model_type: str) -> dict:
     hard_coded = dict(
         scoring_func="softmax" if model_type == "deepseek_v2" else "sigmoid", moe_layer_freq=1
     )
-    if model_type in ("deepseek_v3", "glm4_moe_lite"):
+    if model_type in ("deepseek_v3", "deepseek_v32", "glm4_moe_lite"):
         hard_coded["topk_method"] = "noaux_tc"
     for name, want in hard_coded.items():
         value = f.get(name)
@@ -669,7 +684,10 @@ def _mla_fields(f: _Fields, model_type: str) -> dict:
         qk_rope_head_dim=f.required("qk_rope_head_dim"),
         v_head_dim=f.required("v_head_dim"),
         # transformers' DeepSeek-V2 always rotates interleaved pairs (complex multiply).
-        rope_interleave=True if model_type == "deepseek_v2" else bool(f.get("rope_interleave")),
+        # transformers' DeepSeek-V2 always rotates interleaved pairs (complex multiply), its
+        # V3.2 always the V3 way (no rope_interleave field).
+        rope_interleave=model_type in ("deepseek_v2", "deepseek_v32")
+        or bool(f.get("rope_interleave")),
         num_experts=f.required("n_routed_experts"),
         num_experts_per_tok=f.required("num_experts_per_tok"),
         moe_intermediate_size=f.required("moe_intermediate_size"),
@@ -682,18 +700,26 @@ def _mla_fields(f: _Fields, model_type: str) -> dict:
         routed_scaling_factor=float(f.get("routed_scaling_factor")),
         first_k_dense_replace=f.get("first_k_dense_replace") or 0,
     )
-    if model_type == "glm4_moe_lite":
-        fields.update(first_k_dense_replace=0, mlp_only_layers=_dense_layers(f))
+    if model_type in ("glm4_moe_lite", "deepseek_v32"):
+        fields.update(first_k_dense_replace=0, mlp_only_layers=_dense_layers(f, model_type))
+    if model_type == "deepseek_v32":
+        if not fields["q_lora_rank"]:
+            raise ValueError("HF config q_lora_rank: deepseek_v32's indexer needs one (> 0)")
+        for name in ("index_topk", "index_n_heads", "index_head_dim"):
+            fields[name] = f.required(name)
     return fields
 
 
-def _dense_layers(f: _Fields) -> tuple[int, ...]:
-    """GLM-4.7-Flash's mlp_layer_types ("dense" / "sparse" per layer; transformers' default:
-    layer 0 dense, the rest sparse) as the dense layers' indices."""
+def _dense_layers(f: _Fields, model_type: str) -> tuple[int, ...]:
+    """GLM-4.7-Flash's and DeepSeek-V3.2's mlp_layer_types ("dense" / "sparse" per layer;
+    transformers' default: GLM layer 0 dense, V3.2 the first first_k_dense_replace, the rest
+    sparse) as the dense layers' indices."""
     num_layers = f.required("num_hidden_layers")
     types = f.get("mlp_layer_types")
     if types is None:
-        types = ["dense"] + ["sparse"] * (num_layers - 1)
+        dense = 1 if model_type == "glm4_moe_lite" else f.required("first_k_dense_replace")
+        dense = min(dense, num_layers)
+        types = ["dense"] * dense + ["sparse"] * (num_layers - dense)
     if not isinstance(types, list) or len(types) != num_layers:
         raise ValueError(
             f"HF config mlp_layer_types: expected a list of num_hidden_layers={num_layers} entries"
@@ -737,7 +763,7 @@ def config_from_hf(
     eos_ids = _eos_ids(f.get("eos_token_id"))
     if not isinstance(source, dict):
         eos_ids = tuple(dict.fromkeys(eos_ids + _generation_eos_ids(source)))
-    is_mla = model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")
+    is_mla = model_type in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite")
     arch = _mla_fields(f, model_type) if is_mla else _gqa_fields(f, model_type)
     return ModelConfig(
         name=name,

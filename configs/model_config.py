@@ -83,6 +83,12 @@ class ModelConfig:
     qk_rope_head_dim: int = 0  # decoupled rotary width (shared key across heads)
     v_head_dim: int = 0  # per-head value width
     rope_interleave: bool = True  # DeepSeek rotary pairs are interleaved (x0,x1),(x2,x3)...
+    # DeepSeek Sparse Attention (DeepSeek-V3.2, engine/sparse_mla.py): an MLA query attends
+    # only to the index_topk earlier keys its layer's lightning indexer scores highest
+    # (0: every key); the indexer's own key, index_head_dim wide, is cached per token.
+    index_topk: int = 0
+    index_n_heads: int = 0
+    index_head_dim: int = 0
     # MoE
     num_experts: int = 0  # routed experts E (0: dense model)
     num_experts_per_tok: int = 0  # top-k
@@ -192,6 +198,22 @@ class ModelConfig:
                 raise ValueError(
                     f"sliding_window={self.sliding_window}: not implemented for MLA attention"
                 )
+            if self.index_topk:
+                for name in ("index_topk", "index_n_heads", "index_head_dim", "q_lora_rank"):
+                    if getattr(self, name) <= 0:
+                        raise ValueError(f"{name}={getattr(self, name)}: DSA needs it > 0")
+                if self.index_head_dim < self.qk_rope_head_dim:
+                    raise ValueError(
+                        f"index_head_dim={self.index_head_dim}: must hold the rope part "
+                        f"(qk_rope_head_dim={self.qk_rope_head_dim})"
+                    )
+        if self.index_topk and self.attention_type != "mla":
+            raise ValueError(f"index_topk={self.index_topk}: sparse attention needs MLA")
+        if self.index_topk and self.mtp_drafts:
+            raise ValueError(
+                "speculative_config.method='mtp': not implemented for DeepSeek sparse "
+                f"attention (index_topk={self.index_topk})"
+            )
         if self.num_experts:
             if not 0 < self.num_experts_per_tok <= self.num_experts:
                 raise ValueError(
@@ -247,6 +269,11 @@ class ModelConfig:
     @property
     def is_mla(self) -> bool:
         return self.attention_type == "mla"
+
+    @property
+    def sparse_attention(self) -> bool:
+        """DeepSeek Sparse Attention: each MLA query attends to its indexer's top keys."""
+        return self.index_topk > 0
 
     @property
     def norm_scale_in_float32(self) -> bool:
@@ -316,9 +343,11 @@ class ModelConfig:
 
     @property
     def kv_cache_widths(self) -> tuple[int, ...]:
-        """Per-token, per-layer cache arrays' trailing widths: MLA latent, or GQA K and V."""
+        """Per-token, per-layer cache arrays' trailing widths: MLA latent (and the sparse
+        attention indexer's key), or GQA K and V."""
         if self.is_mla:
-            return (self.kv_lora_rank + self.qk_rope_head_dim,)
+            latent = (self.kv_lora_rank + self.qk_rope_head_dim,)
+            return latent + ((self.index_head_dim,) if self.sparse_attention else ())
         return (self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim)
 
     @property

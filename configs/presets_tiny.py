@@ -403,3 +403,16 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# DeepSeek-V3.2 (DeepSeek Sparse Attention): V3's shapes and an indexer keeping each query's
+# 12 best keys; transformers' class places the dense MLP by mlp_layer_types (layer 0).
+_add(
+    TINY["tiny-deepseek-v3"].replace(
+        name="tiny-deepseek-v32",
+        model_type="deepseek_v32",
+        first_k_dense_replace=0,
+        mlp_only_layers=(0,),
+        index_topk=12,
+        index_n_heads=8,
+        index_head_dim=16,
+    )
+)

@@ -97,9 +97,9 @@ def zeros(shape: tuple[int, ...]) -> QuantizedPages:
 
 def cache_row_shapes(cfg: ModelConfig) -> tuple[tuple[int, ...], ...]:
     """Row shape of each per-layer cache array for one token: GQA (K, Dh) for K and V, MLA
-    (R + Dr,) for the latent."""
+    (R + Dr,) for the latent (and (Di,) for a sparse-attention indexer's key)."""
     if cfg.is_mla:
-        return ((cfg.kv_lora_rank + cfg.qk_rope_head_dim,),)
+        return tuple((w,) for w in cfg.kv_cache_widths)
     return ((cfg.num_kv_heads, cfg.head_dim),) * 2
 
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from configs.model_config import ModelConfig
-from engine import kv_quant, mla_expanded, mtp, penalties
+from engine import kv_quant, mla_expanded, mtp, penalties, sparse_mla
 from engine import paged_attention as pa
 from engine.attention_ops import get_attention_ops
 from engine.logit_bias import apply_allowed_mask, apply_token_lists
@@ -221,7 +221,7 @@ def _step_body(
     ops = get_attention_ops(attention_impl, batch_invariant)
     # Which MLA sequences attend expanded: decided once for the step, used by every layer.
     split = None
-    if cfg.is_mla:
+    if cfg.is_mla and not cfg.sparse_attention:
         split = mla_split_for(ops, cfg, meta, batch.token_ids.shape[0], batch.kv_lens.shape[0])
 
     def attend_for(meta, slots, split=None):
@@ -249,9 +249,12 @@ def _step_body(
             return o, (k_pages, v_pages)
 
         def attend_mla(i, p_attn, kv_i, x):
-            (latent_pages,) = kv_i
             row = jnp.concatenate([x.c_kv, x.k_pe], axis=-1)  # cast (or quantized) by write_kv
-            latent_pages = ops.write_kv(latent_pages, row, slots)
+            latent_pages = ops.write_kv(kv_i[0], row, slots)
+            if cfg.sparse_attention:  # DeepSeek-V3.2: the indexer's keys beside the latents
+                index_pages = ops.write_kv(kv_i[1], x.idx_k, slots)
+                o = sparse_mla.attention(p_attn, cfg, x, latent_pages, index_pages, meta)
+                return o, (latent_pages, index_pages)
             o = mla_attention(ops, p_attn, cfg, x, latent_pages, meta, kv_block_pages, split)
             return o, (latent_pages,)
 
@@ -513,7 +516,8 @@ def init_kv_pages(
     mesh: Mesh | None = None,
     window_num_pages: int | None = None,
 ) -> list:
-    """Zeroed paged cache: per layer (K, V) pages for GQA, (latent,) pages for MLA.
+    """Zeroed paged cache: per layer (K, V) pages for GQA, (latent,) pages for MLA, and
+    (latent, index keys) for MLA with sparse attention.
 
     `dtype` defaults to the model's; float8_e4m3fn gives kv_quant.QuantizedPages (fp8 data
     with a float32 scale per row). With a `mesh` the pages are created in place with their
@@ -531,8 +535,8 @@ def init_kv_pages(
     else:
         zeros = functools.partial(jnp.zeros, dtype=dtype)
     if cfg.is_mla:
-        width = cfg.kv_lora_rank + cfg.qk_rope_head_dim
-        return [(zeros((num_pages, page_size, width)),) for _ in range(cfg.num_kv_layers)]
+        layer = lambda: tuple(zeros((num_pages, page_size, w)) for w in cfg.kv_cache_widths)  # noqa: E731
+        return [layer() for _ in range(cfg.num_kv_layers)]
     kv = []
     for i in range(cfg.num_kv_layers):
         n = num_pages

@@ -17,13 +17,15 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from configs.model_config import ModelConfig
 from models.layers import rms_norm
 from models.lora import add
 from models.rope import apply_rope, rope_dim, rope_frequencies, rope_layout, yarn_get_mscale
 
-# HF builds q_a_layernorm and kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps.
+# HF builds q_a_layernorm and kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps,
+# and DeepSeek-V3.2's indexer k_norm (a LayerNorm) with this eps too.
 MLA_LATENT_NORM_EPS = 1e-6
 
 
@@ -38,6 +40,10 @@ class AttnInputs(NamedTuple):
     c_kv: jax.Array | None = None  # MLA [T, R], after kv_a_norm
     k_pe: jax.Array | None = None  # MLA [T, Dr], roped, shared by all heads
     scale: float = 1.0  # softmax scale applied to q.k
+    # DeepSeek sparse attention's indexer (ModelConfig.sparse_attention; engine/sparse_mla.py)
+    idx_q: jax.Array | None = None  # [T, Hi, Di], roped
+    idx_k: jax.Array | None = None  # [T, Di], roped, shared by the index heads
+    idx_w: jax.Array | None = None  # [T, Hi] float32 head weights, both scales folded in
 
 
 def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array) -> jax.Array:
@@ -108,13 +114,41 @@ def mla_inputs(
     kv_a = add(x @ p["wkv_a"], delta("wkv_a", x))  # [T, R + Dr]
     c_kv = rms_norm(kv_a[:, :r], p["kv_a_norm"], MLA_LATENT_NORM_EPS)  # [T, R]
     k_pe = kv_a[:, r:]  # [T, Dr]
-    return AttnInputs(
+    inputs = AttnInputs(
         q_nope=q_nope,
         q_pe=_rope(cfg, q_pe, positions),
         c_kv=c_kv,
         k_pe=_rope(cfg, k_pe, positions),
         scale=mla_softmax_scale(cfg),
     )
+    if cfg.sparse_attention:
+        inputs = inputs._replace(**_indexer_inputs(p, x, q_a, positions, cfg))
+    return inputs
+
+
+def _indexer_inputs(p: dict, x: jax.Array, q_a: jax.Array, positions, cfg: ModelConfig) -> dict:
+    """DeepSeek-V3.2's lightning indexer (transformers' DeepseekV32Indexer): queries from the
+    normed q LoRA, one LayerNormed key per token, both roped on their first Dr channels
+    with rotate-half pairs (the MLA rope's frequencies), and a float32 weight per index head
+    times index_n_heads^-0.5, here also times the score scale index_head_dim^-0.5
+    (relu(a * s) = s * relu(a) for s > 0)."""
+    heads, dim, dr = cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
+    q = jnp.einsum("tr,rhk->thk", q_a, p["idx_wq"])  # [T, Hi, Di]
+    k = (x @ p["idx_wk"]).astype(jnp.float32)  # [T, Di]
+    mean = jnp.mean(k, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(k - mean), axis=-1, keepdims=True)
+    k = (k - mean) * lax.rsqrt(var + MLA_LATENT_NORM_EPS)
+    k = (k * p["idx_k_norm"].astype(jnp.float32) + p["idx_k_bias"].astype(jnp.float32)).astype(
+        x.dtype
+    )
+    inv_freq, attention_factor = rope_frequencies(cfg.rope_theta, dr, cfg.rope_scaling)
+
+    def rope(y):
+        rotated = apply_rope(y[..., :dr], positions, inv_freq, attention_factor, "half")
+        return jnp.concatenate([rotated, y[..., dr:]], axis=-1)
+
+    w = x.astype(jnp.float32) @ p["idx_w"].astype(jnp.float32)  # [T, Hi]
+    return dict(idx_q=rope(q), idx_k=rope(k), idx_w=w * (heads**-0.5 * dim**-0.5))
 
 
 def mla_absorb_q(p: dict, q_nope: jax.Array, cfg: ModelConfig) -> jax.Array:

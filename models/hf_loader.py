@@ -100,6 +100,13 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
         kv_b_out = h * (cfg.qk_nope_head_dim + cfg.v_head_dim)
         names[f"{pre}.kv_b_proj.weight"] = _linear(kv_b_out, r, at + ("wkv_b",))
         names[f"{pre}.o_proj.weight"] = _linear(d, h * cfg.v_head_dim, at + ("wo",))
+        if cfg.sparse_attention:
+            hi, di, idx = cfg.index_n_heads, cfg.index_head_dim, f"{pre}.indexer"
+            names[f"{idx}.wq_b.weight"] = _linear(hi * di, cfg.q_lora_rank, at + ("idx_wq",))
+            names[f"{idx}.wk.weight"] = _linear(di, d, at + ("idx_wk",))
+            names[f"{idx}.k_norm.weight"] = _vector(di, at + ("idx_k_norm",))
+            names[f"{idx}.k_norm.bias"] = _vector(di, at + ("idx_k_bias",))
+            names[f"{idx}.weights_proj.weight"] = _linear(hi, d, at + ("idx_w",))
         return names
     k, dh = cfg.num_kv_heads, cfg.head_dim
     for proj, heads in (("q", h), ("k", k), ("v", k)):

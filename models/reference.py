@@ -19,11 +19,12 @@ from models.transformer import final_logits, forward_hidden
 
 
 def init_cache(cfg: ModelConfig, max_len: int) -> list:
-    """Per layer: GQA (k [L, K, Dh], v [L, K, Dh]); MLA (latent [L, R + Dr],), zeros."""
+    """Per layer: GQA (k [L, K, Dh], v [L, K, Dh]); MLA (latent [L, R + Dr],), with sparse
+    attention (latent, index keys [L, Di]); zeros."""
     dt = jnp.dtype(cfg.dtype)
     if cfg.is_mla:
-        width = cfg.kv_lora_rank + cfg.qk_rope_head_dim
-        return [(jnp.zeros((max_len, width), dt),) for _ in range(cfg.num_layers)]
+        layer = tuple(jnp.zeros((max_len, w), dt) for w in cfg.kv_cache_widths)
+        return [layer for _ in range(cfg.num_layers)]
     shape = (max_len, cfg.num_kv_heads, cfg.head_dim)
     return [(jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in range(cfg.num_layers)]
 
@@ -33,14 +34,18 @@ def _causal_softmax(
     positions: jax.Array,  # [T]
     window: int | None = None,
     sinks: jax.Array | None = None,  # [...] f32, one logit per head (gpt-oss)
+    chosen: jax.Array | None = None,  # [T, L] bool: the keys sparse attention keeps
 ) -> jax.Array:
-    """Softmax over each query's visible keys; with `sinks`, over [keys, sink] with the
-    sink's share dropped (HF gpt-oss eager_attention_forward)."""
+    """Softmax over each query's visible keys (those `chosen`, too, when given); with
+    `sinks`, over [keys, sink] with the sink's share dropped (HF gpt-oss
+    eager_attention_forward)."""
     max_len = scores.shape[-1]
     keys = jnp.arange(max_len)[None, :]
     visible = keys <= positions[:, None]  # [T, L]
     if window is not None:
         visible &= keys > positions[:, None] - window
+    if chosen is not None:
+        visible &= chosen
     visible = visible.reshape(visible.shape[:1] + (1,) * (scores.ndim - 2) + visible.shape[1:])
     scores = jnp.where(visible, scores, -jnp.inf)
     if sinks is None:
@@ -56,17 +61,26 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
 
     def attend(i: int, p_attn: dict, kv_i: tuple, inp: AttnInputs):
         if cfg.is_mla:
-            (latent,) = kv_i  # [L, R + Dr]
+            latent = kv_i[0]  # [L, R + Dr]
             new = jnp.concatenate([inp.c_kv, inp.k_pe], axis=-1).astype(latent.dtype)
             latent = latent.at[positions].set(new)
+            chosen = None
+            if cfg.sparse_attention:
+                index_keys = kv_i[1].at[positions].set(inp.idx_k.astype(kv_i[1].dtype))
+                chosen = _index_mask(inp, index_keys, positions, cfg.index_topk)
+                kv_i = (latent, index_keys)
+            else:
+                kv_i = (latent,)
             r = cfg.kv_lora_rank
             k_nope, v = mla_expand_kv(p_attn, latent[:, :r], cfg)  # [L, H, Dn], [L, H, Dv]
             scores = jnp.einsum("thn,lhn->thl", inp.q_nope, k_nope) + jnp.einsum(
                 "thr,lr->thl", inp.q_pe, latent[:, r:]
             )  # [T, H, L]
-            probs = _causal_softmax(scores.astype(jnp.float32) * inp.scale, positions)
+            probs = _causal_softmax(
+                scores.astype(jnp.float32) * inp.scale, positions, chosen=chosen
+            )
             o = jnp.einsum("thl,lhv->thv", probs.astype(v.dtype), v)  # [T, H, Dv]
-            return o, (latent,)
+            return o, kv_i
         k_cache, v_cache = kv_i  # [L, K, Dh]
         k_cache = k_cache.at[positions].set(inp.k.astype(k_cache.dtype))
         v_cache = v_cache.at[positions].set(inp.v.astype(v_cache.dtype))
@@ -83,6 +97,21 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
         return o.reshape(t, h, dh), (k_cache, v_cache)
 
     return attend
+
+
+def _index_mask(inp: AttnInputs, index_keys: jax.Array, positions: jax.Array, topk: int):
+    """DeepSeek-V3.2's indexer as transformers computes it: every cache row scored, the
+    rows past a query masked, the top min(topk, L) taken ([T, L] bool; masked rows it takes
+    stay out through the causal mask)."""
+    scores = jnp.einsum(
+        "thd,ld->thl", inp.idx_q.astype(jnp.float32), index_keys.astype(jnp.float32)
+    )
+    scores = jnp.einsum("th,thl->tl", inp.idx_w, jax.nn.relu(scores))
+    visible = jnp.arange(index_keys.shape[0])[None, :] <= positions[:, None]
+    scores = jnp.where(visible, scores, -jnp.inf)
+    _, top = jax.lax.top_k(scores, min(topk, index_keys.shape[0]))
+    rows = jnp.arange(scores.shape[0])[:, None]
+    return jnp.zeros(scores.shape, bool).at[rows, top].set(True)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))

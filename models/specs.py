@@ -10,7 +10,9 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             qk_norm_full); bo [D] (o_proj_bias);
             sinks [H] (attention_sinks)
   MLA attn: wq [D, H, Dn+Dr] or wq_a [D, Rq], q_a_norm [Rq], wq_b [Rq, H, Dn+Dr];
-            wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D]
+            wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D];
+            DSA indexer (index_topk): idx_wq [Rq, Hi, Di], idx_wk [D, Di],
+            idx_k_norm / idx_k_bias [Di], idx_w [D, Hi] (float32)
   mlp:      w_gate [D, F], w_up [D, F], w_down [F, D]
   moe:      router [D, E], router_bias [E] (noaux_tc), w_gate/w_up [E, D, Fe],
             w_down [E, Fe, D], shared {w_gate, w_up, w_down} with F = shared_expert_width,
@@ -117,6 +119,16 @@ def _mla_specs(cfg: ModelConfig, dt, w) -> dict:
         (r, h, cfg.qk_nope_head_dim + cfg.v_head_dim), dt, ("kv_lora", "q_heads", "head_dim"), w
     )
     s["wo"] = ParamSpec((h, cfg.v_head_dim, d), dt, ("q_heads", "head_dim", "embed"), w)
+    if cfg.sparse_attention:
+        # The lightning indexer (DeepSeek-V3.2), replicated: its queries from the q LoRA,
+        # one key per token (LayerNorm with a bias) and a weight per index head, float32
+        # (transformers keeps weights_proj so).
+        rq, hi, di = cfg.q_lora_rank, cfg.index_n_heads, cfg.index_head_dim
+        s["idx_wq"] = ParamSpec((rq, hi, di), dt, (None, None, None), w)
+        s["idx_wk"] = ParamSpec((d, di), dt, (None, None), w)
+        s["idx_k_norm"] = ParamSpec((di,), dt, (None,), ones)
+        s["idx_k_bias"] = ParamSpec((di,), dt, (None,), zeros)
+        s["idx_w"] = ParamSpec((d, hi), jnp.float32, (None, None), w)
     return s
 
 

@@ -127,7 +127,8 @@ def param_shardings(cfg: ModelConfig, mesh: Mesh) -> dict:
 
 
 def kv_shardings(cfg: ModelConfig, mesh: Mesh, kv_dtype=None) -> list:
-    """Per layer: (k, v) or (latent,) NamedShardings matching engine.step.init_kv_pages.
+    """Per layer: (k, v), (latent,) or (latent, index keys) NamedShardings matching
+    engine.step.init_kv_pages.
 
     fp8 pages (`kv_dtype` float8_e4m3fn) are (data, scale) pairs: the scales are split like
     the data's rows, without its last axis.
@@ -140,7 +141,7 @@ def kv_shardings(cfg: ModelConfig, mesh: Mesh, kv_dtype=None) -> list:
         from engine.kv_quant import QuantizedPages
 
         pages = QuantizedPages(pages, NamedSharding(mesh, logical_to_spec(axes[:-1], rules)))
-    layer = (pages,) if cfg.is_mla else (pages, pages)
+    layer = (pages,) * len(cfg.kv_cache_widths)
     return [layer for _ in range(cfg.num_kv_layers)]
 
 

@@ -37,6 +37,7 @@ ARCHS = {
     "ernie4_5_moe": "tiny-ernie4-5-moe",
     "deepseek_v2": "tiny-deepseek-v2",
     "deepseek_v3": "tiny-deepseek-v3",
+    "deepseek_v32": "tiny-deepseek-v32",
 }
 TOL = 2e-3
 
