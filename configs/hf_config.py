@@ -193,7 +193,8 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
         "num_nextn_predict_layers": ("num_mtp_layers",),
     },
     "deepseek_v2": {"n_routed_experts": ("num_experts",)},
-    "deepseek_v32": {"n_routed_experts": ("num_local_experts",)},
+    # (V3.2's __post_init__ also moves a num_experts there.)
+    "deepseek_v32": {"n_routed_experts": ("num_local_experts", "num_experts")},
     "ernie4_5_moe": {"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)},
 }
 
@@ -706,7 +707,10 @@ def _mla_fields(f: _Fields, model_type: str) -> dict:
         if not fields["q_lora_rank"]:
             raise ValueError("HF config q_lora_rank: deepseek_v32's indexer needs one (> 0)")
         for name in ("index_topk", "index_n_heads", "index_head_dim"):
-            fields[name] = f.required(name)
+            value = f.required(name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"HF config {name}={value!r}: deepseek_v32 needs an int >= 1")
+            fields[name] = value
     return fields
 
 

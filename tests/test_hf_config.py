@@ -28,6 +28,7 @@ ARCHS = (
     "ernie4_5_moe",
     "deepseek_v2",
     "deepseek_v3",
+    "deepseek_v32",
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")
@@ -111,6 +112,36 @@ def test_glm4_moe_lite_dense_layers_and_refusals():
     ]:
         with pytest.raises(ValueError, match=message):
             config_from_hf({**hf, **change})
+
+
+def test_deepseek_v32_dense_layers_indexer_and_refusals():
+    """DeepSeek-V3.2: V3's attention (always interleaved rope) with the indexer's fields;
+    transformers' class makes the first first_k_dense_replace layers dense unless
+    mlp_layer_types names them."""
+    hf = json.loads(open(os.path.join(FIXTURES, "deepseek_v32", "config.json")).read())
+    cfg = config_from_hf(hf)
+    assert (cfg.index_topk, cfg.index_n_heads, cfg.index_head_dim) == (12, 8, 16)
+    assert cfg.sparse_attention and cfg.rope_interleave and cfg.topk_method == "noaux_tc"
+    assert cfg.kv_cache_widths == (32 + 8, 16)
+    del hf["mlp_layer_types"]
+    assert [config_from_hf(hf).is_moe_layer(i) for i in range(3)] == [False, True, True]
+    hf["first_k_dense_replace"] = 2
+    assert [config_from_hf(hf).is_moe_layer(i) for i in range(3)] == [False, False, True]
+    for change, message in [
+        (dict(q_lora_rank=None), "q_lora_rank: deepseek_v32's indexer needs one"),
+        (dict(index_head_dim=4), "index_head_dim=4: must hold the rope part"),
+        (dict(index_topk=0), "index_topk=0: deepseek_v32 needs an int >= 1"),
+        (dict(index_n_heads=2.5), "index_n_heads=2.5: deepseek_v32 needs an int >= 1"),
+        (dict(attention_bias=True), "attention_bias=True"),
+        (dict(scoring_func="softmax"), "scoring_func='softmax'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            config_from_hf({**hf, **change})
+    v32 = config_from_hf({**hf, "num_nextn_predict_layers": 1})
+    with pytest.raises(ValueError, match="model_type='deepseek_v32' has no MTP module here"):
+        v32.replace(mtp_drafts=1)
+    with pytest.raises(ValueError, match="not implemented for DeepSeek sparse attention"):
+        v32.replace(model_type="deepseek_v3", mtp_drafts=1)
 
 
 def test_gpt_oss_defaults_windows_and_rope():

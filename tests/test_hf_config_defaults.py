@@ -38,6 +38,8 @@ def test_class_defaults_fill_absent_fields():
         ("glm4_moe_lite", "num_experts", 64),
         ("deepseek_v3", "num_local_experts", 8),
         ("deepseek_v3", "num_experts", 256),
+        ("deepseek_v32", "num_local_experts", 8),
+        ("deepseek_v32", "num_experts", 8),
         ("deepseek_v2", "num_experts", 8),
         ("deepseek_v2", "num_local_experts", 64),
         ("ernie4_5_moe", "num_experts", 8),

@@ -1,0 +1,133 @@
+"""DeepSeek Sparse Attention (DeepSeek-V3.2): the indexer's top-k over paged index keys and
+the MLA over the chosen keys, each against a plain numpy computation; the engine against
+transformers' DeepseekV32ForCausalLM (tests/fixtures/deepseek_v32, whose prompts are longer
+than its index_topk of 12, so most queries attend sparsely)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine import LLM, SamplingParams
+from engine import paged_attention as pa
+from engine.sparse_mla import select_keys, sparse_mla_attention
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+PAGE = 8
+NUM_PAGES = 24
+# (query tokens this step, KV length after it) per sequence: a decode over fewer keys than
+# topk, a decode over many, a prefill chunk ending off a page boundary after cached pages,
+# an empty span, a whole prompt of one page exactly, a one-token prompt.
+SPANS = [(1, 5), (1, 37), (21, 43), (0, 16), (16, 16), (1, 1)]
+
+
+def _batch(rng):
+    """Metadata for SPANS over shuffled pages, and each token's (sequence, position)."""
+    pages = rng.permutation(NUM_PAGES)
+    width = max(-(-kv // PAGE) for _, kv in SPANS)
+    table = np.zeros((len(SPANS), width), np.int32)
+    used = 0
+    for s, (_, kv) in enumerate(SPANS):
+        n = -(-kv // PAGE)
+        table[s, :n] = pages[used : used + n]
+        used += n
+    cu = np.cumsum([0] + [q for q, _ in SPANS]).astype(np.int32)
+    tokens = [(s, kv - q + j) for s, (q, kv) in enumerate(SPANS) for j in range(q)]
+    positions = np.array([p for _, p in tokens], np.int32)
+    kv_lens = np.array([kv for _, kv in SPANS], np.int32)
+    meta = pa.build_metadata(cu, positions, kv_lens, table, len(tokens))
+    return meta, table, tokens
+
+
+def _key_rows(pages: np.ndarray, table: np.ndarray, seq: int, count: int) -> np.ndarray:
+    """The first `count` cached rows of sequence `seq`, in position order."""
+    return np.stack([pages[table[seq, j // PAGE], j % PAGE] for j in range(count)])
+
+
+@pytest.mark.parametrize("query_tile, block_tokens", [(8, 16), (64, 2048)])
+def test_select_keys_are_each_querys_top_scored_visible_keys(query_tile, block_tokens):
+    """Small tiles and blocks: spans cut into remainder tiles, a running top-k merged over
+    several key blocks; large ones: one tile and one block."""
+    rng = np.random.default_rng(0)
+    meta, table, tokens = _batch(rng)
+    heads, dim, topk = 3, 16, 6
+    index_pages = rng.standard_normal((NUM_PAGES, PAGE, dim)).astype(np.float32)
+    q = rng.standard_normal((len(tokens), heads, dim)).astype(np.float32)
+    w = rng.standard_normal((len(tokens), heads)).astype(np.float32)
+    got = select_keys(
+        jnp.asarray(q),
+        jnp.asarray(w),
+        jnp.asarray(index_pages),
+        meta,
+        topk,
+        query_tile,
+        block_tokens,
+    )
+    got = np.asarray(got)
+    for t, (seq, pos) in enumerate(tokens):
+        keys = _key_rows(index_pages, table, seq, pos + 1)  # [L, Di]
+        scores = (w[t][:, None] * np.maximum(q[t] @ keys.T, 0)).sum(0)  # [L]
+        best = np.sort(np.argsort(-scores, kind="stable")[:topk])
+        want = np.full(topk, -1)
+        want[: len(best)] = best
+        np.testing.assert_array_equal(got[t], want, err_msg=f"token {t} (position {pos})")
+
+
+def test_sparse_mla_is_a_softmax_over_the_chosen_keys_alone():
+    rng = np.random.default_rng(1)
+    meta, table, tokens = _batch(rng)
+    heads, rank, rope, topk, scale = 4, 12, 4, 6, 0.3
+    latent = rng.standard_normal((NUM_PAGES, PAGE, rank + rope)).astype(np.float32)
+    q_lat = rng.standard_normal((len(tokens), heads, rank)).astype(np.float32)
+    q_pe = rng.standard_normal((len(tokens), heads, rope)).astype(np.float32)
+    chosen = np.full((len(tokens), topk), -1, np.int32)
+    for t, (_, pos) in enumerate(tokens):
+        keys = np.sort(rng.permutation(pos + 1)[:topk])
+        chosen[t, : len(keys)] = keys
+    got = np.asarray(
+        sparse_mla_attention(
+            jnp.asarray(q_lat),
+            jnp.asarray(q_pe),
+            jnp.asarray(latent),
+            meta,
+            jnp.asarray(chosen),
+            scale,
+        )
+    )
+    q_cat = np.concatenate([q_lat, q_pe], axis=-1)
+    for t, (seq, pos) in enumerate(tokens):
+        rows = _key_rows(latent, table, seq, pos + 1)[chosen[t][chosen[t] >= 0]]  # [k, W]
+        s = q_cat[t] @ rows.T * scale  # [H, k]
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want = (p / p.sum(-1, keepdims=True)) @ rows[:, :rank]
+        np.testing.assert_allclose(got[t], want, atol=1e-5, rtol=1e-5)
+
+
+def test_engine_gives_hf_greedy_tokens_in_chunks_and_from_cached_pages():
+    """Prefill in chunks of 16 tokens (a query's keys span pages written by earlier
+    steps) and whole; then the same prompts again with prefix caching, whose hits read the
+    cached index keys instead of computing them."""
+    fixture = FIXTURES / "deepseek_v32"
+    ref = json.loads((fixture / "reference.json").read_text())
+    assert ref["sparse_effect"] > 0.1 and ref["min_index_gap"] >= 1e-5
+    greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    for budget, caching in ((16, False), (4096, True)):
+        llm = LLM(
+            model=str(fixture),
+            max_num_batched_tokens=budget,
+            num_pages=32,
+            max_model_len=128,
+            enable_prefix_caching=caching,
+        )
+        for _ in range(2 if caching else 1):
+            outs = llm.generate(ref["prompts"], greedy)
+            for out, tokens, lps in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
+                assert out.token_ids == tokens, f"budget={budget}"
+                np.testing.assert_allclose(out.logprobs, lps, atol=2e-3, rtol=0)
+    # The second round's prompts (17 and 33 tokens) start from their cached whole pages.
+    assert llm.stats()["prefix_cache_hits"] > 0
+    assert [o.num_cached_tokens for o in outs] == [0, 16, 32]
