@@ -349,3 +349,17 @@ _add(
         dtype="bfloat16",
     )
 )
+# DeepSeek-V3.2-Exp: V3 with DeepSeek Sparse Attention (each query attends to the 2,048 keys
+# its layer's indexer scores highest); transformers' class places the dense MLPs by
+# mlp_layer_types (the first three layers).
+_add(
+    REAL["deepseek-v3"].replace(
+        name="deepseek-v3.2-exp",
+        model_type="deepseek_v32",
+        first_k_dense_replace=0,
+        mlp_only_layers=(0, 1, 2),
+        index_topk=2048,
+        index_n_heads=64,
+        index_head_dim=128,
+    )
+)

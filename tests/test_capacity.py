@@ -22,6 +22,7 @@ from long_context.capacity import (
     capacity,
     format_capacity,
     kv_bytes_per_token,
+    param_counts,
     params_per_device,
     weight_bytes,
 )
@@ -90,6 +91,18 @@ def test_acceptance_figures():
     # fp8 KV as the engine stores it: 61 x (576 + 4) and 2 x 80 x 8 x (128 + 4)
     assert kv_bytes_per_token(get_preset("deepseek-v3"), "float8_e4m3fn") == 35_380
     assert kv_bytes_per_token(get_preset("llama-3.1-70b"), "float8_e4m3fn") == 168_960
+
+
+def test_sparse_attention_adds_the_indexer_key_and_weights():
+    """DeepSeek-V3.2-Exp = V3 + per layer an indexer key of 128 cached per token and its
+    weights: wq_b [1536, 64 x 128], wk [7168, 128], k_norm weight and bias, weights_proj
+    [7168, 64] (all active: every token runs them)."""
+    v3, v32 = get_preset("deepseek-v3"), get_preset("deepseek-v3.2-exp")
+    assert kv_bytes_per_token(v32, "bfloat16") == 61 * (512 + 64 + 128) * 2
+    assert kv_bytes_per_token(v32, "float8_e4m3fn") == 61 * (512 + 64 + 4 + 128 + 4)
+    indexer = 61 * (1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64)
+    (total3, active3), (total32, active32) = param_counts(v3), param_counts(v32)
+    assert (total32 - total3, active32 - active3) == (indexer, indexer)
 
 
 def test_published_totals_match_the_architecture_tables():

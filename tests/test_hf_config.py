@@ -270,6 +270,17 @@ DEEPSEEK_V3 = {
     "torch_dtype": "bfloat16", "transformers_version": "4.46.3", "use_cache": True,
     "v_head_dim": 128, "vocab_size": 129280,
 }  # fmt: skip
+# DeepSeek-V3.2-Exp's: V3's fields, the indexer's, and a ue8m0 scale format (power-of-two
+# float32 scales, read like any others).
+DEEPSEEK_V32_EXP = {
+    **{k: v for k, v in DEEPSEEK_V3.items() if k not in ("aux_loss_alpha", "seq_aux")},
+    "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
+    "index_head_dim": 128, "index_n_heads": 64, "index_topk": 2048,
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                            "quant_method": "fp8", "scale_fmt": "ue8m0",
+                            "weight_block_size": [128, 128]},
+    "transformers_version": "4.44.2",
+}  # fmt: skip
 DEEPSEEK_V2_LITE = {
     "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": False,
     "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 100000,
@@ -320,6 +331,7 @@ QWEN3_30B_A3B = {
     [
         (LLAMA_31_8B, "llama-3.1-8b"),
         (DEEPSEEK_V3, "deepseek-v3"),
+        (DEEPSEEK_V32_EXP, "deepseek-v3.2-exp"),
         (DEEPSEEK_V2_LITE, "deepseek-v2-lite"),
         (MIXTRAL_8X7B, "mixtral-8x7b"),
         (QWEN3_30B_A3B, "qwen3-30b-a3b"),
