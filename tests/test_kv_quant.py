@@ -155,12 +155,17 @@ def test_bad_kv_cache_dtype_is_refused_before_loading():
         LLM(model="/nonexistent/model", kv_cache_dtype="int4")
 
 
-@pytest.mark.parametrize("impl", ["xla", "pallas"])
-@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+@pytest.mark.parametrize(
+    "arch, impl",
+    [(arch, impl) for arch in ("llama", "deepseek_v3") for impl in ("xla", "pallas")]
+    + [("deepseek_v32", "xla")],
+)
 def test_engine_with_fp8_kv_matches_hf_with_an_fp8_cache(arch, impl):
     """Greedy tokens and logprobs (decode path, chunked prefill) and teacher-forced scores
     equal HF's with every cached row quantized alike; unquantized HF is measurably apart.
-    `pallas` runs the kernels (interpret mode off GPU), with no fallback to XLA."""
+    `pallas` runs the kernels (interpret mode off GPU), with no fallback to XLA. DeepSeek-V3.2
+    (sparse attention, whose XLA path every backend takes) also caches its indexer's keys
+    in fp8 pages, as HF's cache does here."""
     ref = json.loads((FIXTURES / arch / "reference.json").read_text())
     ref8 = json.loads((FIXTURES / arch / "reference_fp8_kv.json").read_text())
     llm = LLM(
