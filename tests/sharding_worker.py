@@ -23,6 +23,8 @@ LAYOUTS = [
     ("deepseek_v3", "ep=8"),
     ("deepseek_v3", "dp=2,ep=4"),
     ("deepseek_v3", "tp=2,ep=2"),
+    # DeepSeek sparse attention: MLA heads over tp, the indexer (and its key pages) whole.
+    ("deepseek_v32", "tp=2,ep=2"),
     ("qwen3_moe", "ep=4"),
     ("qwen3_moe", "ep=8"),
     ("qwen3_moe", "dp=2,ep=4"),

@@ -257,6 +257,24 @@ def test_benchmarks_run_small(module, flags, expect):
     assert expect in _run(module, *flags)
 
 
+def test_bench_sparse_attention_times_dense_and_sparse_layers(tmp_path):
+    """Top 16 of 40 keys: each query of the 8-token chunk ending at 40 keeps 16, and with
+    a top 64 every query keeps all its keys, so DSA's output is dense attention's."""
+    out = tmp_path / "dsa.json"
+    flags = ["--contexts=40", "--decodes=2", "--heads=2", "--index_heads=2", "--chunk=8"]
+    flags += ["--page_size=16", "--repeats=1", f"--json_out={out}"]
+    table = _run("scripts.bench_sparse_attention", *flags, "--topk=16")
+    assert "| 8-token chunk ending at 40 |" in table
+    rows = json.loads(out.read_text())
+    assert [r["keys_kept"] for r in rows] == [2 * 16, 8 * 16]
+    assert min(r["max_abs_diff_from_dense"] for r in rows) > 1e-3  # some keys left out
+    _run("scripts.bench_sparse_attention", *flags, "--topk=64")
+    rows = json.loads(out.read_text())
+    assert [r["keys_kept"] for r in rows] == [2 * 40, sum(range(33, 41))]
+    assert max(r["max_abs_diff_from_dense"] for r in rows) < 1e-4
+    assert all(r["seconds"]["sparse"] > 0 for r in rows)
+
+
 # (module, flags, what stderr must say): each a bad flag that must be refused before any model
 # is looked up (most name a preset that does not exist).
 BAD_FLAGS = [
@@ -483,6 +501,11 @@ BAD_FLAGS = [
         "must be <= 1048576 prompts",
     ),
     ("scripts.convert_hf", ["--hf_dir=tests/fixtures/llama", "--out_dir="], "--out_dir: empty"),
+    (
+        "scripts.bench_sparse_attention",
+        ["--contexts=64", "--page_size=48"],
+        "--page_size=48: must divide 128",
+    ),
     (
         "scripts.bench_kv_offload",
         ["--model=no-such-preset", "--kv_offloading_size=0"],
