@@ -21,9 +21,12 @@ The chosen keys are attended in position order, so the output depends on which k
 chosen and not on their ranks.
 
 This is the XLA path on every backend (the Pallas and Mosaic MLA kernels attend densely).
-Its per-token math does not depend on the batch around a token, except that a query's
-index scores come from a tile whose row count follows its span (a near-tie between two
-keys' scores could then be ranked differently in a decode and in a prefill chunk).
+By default a query's index scores come from a tile whose row count follows its span, and
+its attention from a gather chunk whose size follows the step's, and XLA:CPU's last bits
+can follow a matmul's row count. The batch-invariant mode (`batch_invariant=True`) makes
+every indexer tile INVARIANT_TILE rows and every attention chunk INVARIANT_CHUNK tokens,
+whatever the step, so a token's bits depend on its own query and keys alone (a decode and
+the prefill of the same position agree).
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ INDEX_BLOCK_TOKENS = 2048
 # Sparse attention gathers each token's chosen latent rows, this many bytes (float32) at a
 # time: a chunk's size follows the model's shapes and the step's size alone.
 SPARSE_GATHER_BYTES = 16 << 20
+# Batch-invariant mode: indexer tiles of this many rows (no remainder tiles), attention
+# chunks of this many tokens (a step's tokens padded to a multiple).
+INVARIANT_TILE = 8
+INVARIANT_CHUNK = 8
 
 
 def select_keys(
@@ -59,8 +66,10 @@ def select_keys(
     topk: int,
     query_tile: int = INDEX_QUERY_TILE,
     block_tokens: int = INDEX_BLOCK_TOKENS,
+    remainder_tiles: tuple[int, ...] = REMAINDER_TILES,
 ) -> jax.Array:  # [T, topk] int32 key positions, ascending; -1 past a query's keys
-    """Each query's `topk` highest-scored visible keys (DeepseekV32Indexer's top-k)."""
+    """Each query's `topk` highest-scored visible keys (DeepseekV32Indexer's top-k).
+    `remainder_tiles=()` cuts every span into tiles of `query_tile` rows only."""
     if topk < 1 or query_tile < 1:
         raise ValueError(f"topk={topk}, query_tile={query_tile}: must be >= 1")
     index_pages = as_pages(index_pages)
@@ -74,7 +83,7 @@ def select_keys(
         jnp.clip(meta.page_table, 0, num_pages - 1), ((0, 0), (0, padded - max_pages))
     )
     tile = query_tile
-    classes = tuple(c for c in REMAINDER_TILES if c < tile)
+    classes = tuple(c for c in remainder_tiles if c < tile)
     q_lens = meta.cu_q_lens[1:] - meta.cu_q_lens[:-1]
     tiled = (q_lens > 0) & (meta.kv_lens > 0)
     tables = _tile_tables(meta, tiled, num_tokens, tile, classes)
@@ -144,8 +153,10 @@ def sparse_mla_attention(
     meta: AttnMetadata,
     selected: jax.Array,  # [T, K] key positions (select_keys), -1 = none
     scale: float,
+    chunk: int | None = None,
 ) -> jax.Array:  # [T, H, R]
-    """Absorbed MLA of each query over its selected keys only."""
+    """Absorbed MLA of each query over its selected keys only, `chunk` tokens at a time
+    (None: as many as SPARSE_GATHER_BYTES of gathered rows hold, at most the step's)."""
     latent_pages = as_pages(latent_pages)
     num_tokens, num_heads, rank = q_lat.shape
     num_pages, page_size, row_dim = latent_pages.shape
@@ -156,8 +167,13 @@ def sparse_mla_attention(
     q_cat = jnp.concatenate([q_lat, q_pe], axis=-1).astype(jnp.float32) * scale
     page_table = jnp.clip(meta.page_table, 0, num_pages - 1)
     num_keys = selected.shape[1]
-    per_token = num_keys * (row_dim + num_heads) * 4
-    chunk = max(1, min(num_tokens, SPARSE_GATHER_BYTES // per_token))
+    # A given chunk runs every step's tokens through the same loop body, one chunk or many.
+    looped = chunk is not None
+    if chunk is None:
+        per_token = num_keys * (row_dim + num_heads) * 4
+        chunk = max(1, min(num_tokens, SPARSE_GATHER_BYTES // per_token))
+    elif chunk < 1:
+        raise ValueError(f"chunk={chunk}: must be >= 1")
 
     def attend(q, seq_ids, keys):  # one chunk: [C, H, W], [C], [C, K]
         chosen = keys >= 0
@@ -175,7 +191,7 @@ def sparse_mla_attention(
         return jnp.where(denom > 0, o / jnp.where(denom > 0, denom, 1.0), 0.0)
 
     parts = (q_cat, meta.seq_ids, selected)
-    if chunk == num_tokens:
+    if not looped and chunk == num_tokens:
         o = attend(*parts)
     else:
         num_chunks = -(-num_tokens // chunk)
@@ -191,10 +207,17 @@ def sparse_mla_attention(
     return o.astype(q_lat.dtype)
 
 
-def attention(p_attn: dict, cfg, x, latent_pages, index_pages, meta: AttnMetadata) -> jax.Array:
+def attention(
+    p_attn: dict, cfg, x, latent_pages, index_pages, meta: AttnMetadata, batch_invariant=False
+) -> jax.Array:
     """One DSA layer's attention over its written pages, before the output projection:
     the indexer's choice, absorbed MLA over it, W_UV applied ([T, H, Dv])."""
-    selected = select_keys(x.idx_q, x.idx_w, index_pages, meta, cfg.index_topk)
+    if batch_invariant:
+        tiles = dict(query_tile=INVARIANT_TILE, remainder_tiles=())
+        chunk = INVARIANT_CHUNK
+    else:
+        tiles, chunk = {}, None
+    selected = select_keys(x.idx_q, x.idx_w, index_pages, meta, cfg.index_topk, **tiles)
     q_lat = mla_absorb_q(p_attn, x.q_nope, cfg)
-    o_lat = sparse_mla_attention(q_lat, x.q_pe, latent_pages, meta, selected, x.scale)
+    o_lat = sparse_mla_attention(q_lat, x.q_pe, latent_pages, meta, selected, x.scale, chunk)
     return mla_latent_to_v(p_attn, o_lat, cfg)

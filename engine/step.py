@@ -253,7 +253,9 @@ def _step_body(
             latent_pages = ops.write_kv(kv_i[0], row, slots)
             if cfg.sparse_attention:  # DeepSeek-V3.2: the indexer's keys beside the latents
                 index_pages = ops.write_kv(kv_i[1], x.idx_k, slots)
-                o = sparse_mla.attention(p_attn, cfg, x, latent_pages, index_pages, meta)
+                o = sparse_mla.attention(
+                    p_attn, cfg, x, latent_pages, index_pages, meta, batch_invariant
+                )
                 return o, (latent_pages, index_pages)
             o = mla_attention(ops, p_attn, cfg, x, latent_pages, meta, kv_block_pages, split)
             return o, (latent_pages,)

@@ -84,7 +84,7 @@ def _scenario(
     return alone, mixed, preemptions
 
 
-@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3", "deepseek_v32"])
 def test_probe_output_is_bitwise_identical_in_any_batch(arch):
     alone, mixed, preemptions = _scenario(arch, batch_invariant=True, n_samples=3)
     assert preemptions > 0
@@ -140,7 +140,7 @@ def test_without_the_mode_the_same_scenario_may_differ(capsys):
         )
 
 
-@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3", "deepseek_v32"])
 def test_decode_equals_prefill_of_the_same_position(arch):
     # The scenario's pool (_scenario): its step programs serve these shapes too.
     llm = LLM(
