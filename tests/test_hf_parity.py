@@ -56,7 +56,7 @@ def _assert_last_prefill_logits(params, cfg, ref: dict) -> None:
 # The fp8 fixtures: two models stored in DeepSeek-V3's release format (e4m3 weights with a
 # scale_inv per block, tests/fixtures/make_fp8_weight_fixtures.py), with what transformers
 # computes on those files.
-FP8_FIXTURES = [f"{arch}_fp8" for arch in ("deepseek_v3", "qwen3_moe")]
+FP8_FIXTURES = [f"{arch}_fp8" for arch in ("deepseek_v3", "qwen3_moe", "deepseek_v32")]
 
 
 @pytest.mark.parametrize("fixture_name", list(ARCHS) + FP8_FIXTURES)

@@ -165,7 +165,7 @@ def _leaf_of(layer: dict, parts: list[str]):
     return layer[group if group != "mlp" or "mlp" in layer else "moe"][name]
 
 
-@pytest.mark.parametrize("name", ["deepseek_v3_fp8", "qwen3_moe_fp8"])
+@pytest.mark.parametrize("name", ["deepseek_v3_fp8", "qwen3_moe_fp8", "deepseek_v32_fp8"])
 def test_fp8_weights_decode_as_transformers_on_fp8_checkpoints(name):
     ref = _reference(name)
     llm = _engine(str(FIXTURES / name), "fp8")
