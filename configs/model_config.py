@@ -13,7 +13,7 @@ SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk")
 EXPERT_ACTS = ("swiglu", "clamped_swiglu")
 TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
 # Models whose MTP module is a decoder layer after enorm / hnorm / eh_proj (engine/mtp.py).
-MTP_MODEL_TYPES = ("deepseek_v3", "glm4_moe", "glm4_moe_lite")
+MTP_MODEL_TYPES = ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm4_moe_lite")
 
 
 @dataclass(frozen=True)
@@ -209,11 +209,6 @@ class ModelConfig:
                     )
         if self.index_topk and self.attention_type != "mla":
             raise ValueError(f"index_topk={self.index_topk}: sparse attention needs MLA")
-        if self.index_topk and self.mtp_drafts:
-            raise ValueError(
-                "speculative_config.method='mtp': not implemented for DeepSeek sparse "
-                f"attention (index_topk={self.index_topk})"
-            )
         if self.num_experts:
             if not 0 < self.num_experts_per_tok <= self.num_experts:
                 raise ValueError(

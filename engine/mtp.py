@@ -1,7 +1,7 @@
 """Speculative decoding with the model's own multi-token-prediction (MTP) module.
 
-DeepSeek-V3, GLM-4.5 and GLM-4.7-Flash checkpoints store, after their decoder layers, an MTP
-module trained to predict the token after next: one more decoder layer over
+DeepSeek-V3 and V3.2, GLM-4.5 and GLM-4.7-Flash checkpoints store, after their decoder
+layers, an MTP module trained to predict the token after next: one more decoder layer over
 `eh_proj([enorm(embed(t[p + 1])); hnorm(h[p])])`, h the model's last hidden state (after
 its final norm) at position p, then `norm` and the model's lm_head. vLLM's
 `speculative_config={"method": "mtp", "num_speculative_tokens": k}` (or "deepseek_mtp").
