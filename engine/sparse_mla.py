@@ -58,6 +58,13 @@ INVARIANT_TILE = 8
 INVARIANT_CHUNK = 8
 
 
+def selects(cfg, max_keys: int) -> bool:
+    """Whether a DSA model's indexer leaves out keys for some query that sees up to
+    `max_keys` (a step's page table width in tokens): not where index_topk >= max_keys,
+    as transformers' topk = min(index_topk, keys) keeps them all."""
+    return cfg.sparse_attention and max_keys > cfg.index_topk
+
+
 def select_keys(
     idx_q: jax.Array,  # [T, Hi, Di] indexer queries, roped
     idx_w: jax.Array,  # [T, Hi] head weights, scales folded in

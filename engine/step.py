@@ -220,8 +220,11 @@ def _step_body(
         window_meta = pa.with_page_table(meta, batch.window_page_table)
     ops = get_attention_ops(attention_impl, batch_invariant)
     # Which MLA sequences attend expanded: decided once for the step, used by every layer.
+    # DeepSeek-V3.2: with a page table no wider than the indexer's top-k, every query keeps
+    # every key it sees, so its sparse attention is dense MLA (and takes that path).
+    sparse = sparse_mla.selects(cfg, meta.page_table.shape[1] * kv[0][0].shape[1])
     split = None
-    if cfg.is_mla and not cfg.sparse_attention:
+    if cfg.is_mla and not sparse:
         split = mla_split_for(ops, cfg, meta, batch.token_ids.shape[0], batch.kv_lens.shape[0])
 
     def attend_for(meta, slots, split=None):
@@ -251,13 +254,15 @@ def _step_body(
         def attend_mla(i, p_attn, kv_i, x):
             row = jnp.concatenate([x.c_kv, x.k_pe], axis=-1)  # cast (or quantized) by write_kv
             latent_pages = ops.write_kv(kv_i[0], row, slots)
-            if cfg.sparse_attention:  # DeepSeek-V3.2: the indexer's keys beside the latents
+            if sparse:
                 index_pages = ops.write_kv(kv_i[1], x.idx_k, slots)
                 o = sparse_mla.attention(
                     p_attn, cfg, x, latent_pages, index_pages, meta, batch_invariant
                 )
                 return o, (latent_pages, index_pages)
             o = mla_attention(ops, p_attn, cfg, x, latent_pages, meta, kv_block_pages, split)
+            if cfg.sparse_attention:  # the indexer's keys still cached, for longer readers
+                return o, (latent_pages, ops.write_kv(kv_i[1], x.idx_k, slots))
             return o, (latent_pages,)
 
         return attend_mla if cfg.is_mla else attend_gqa

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine import LLM, SamplingParams
+from engine import LLM, SamplingParams, sparse_mla
 from engine import paged_attention as pa
 from engine.sparse_mla import select_keys, sparse_mla_attention
+from models.reference import greedy_generate
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 PAGE = 8
@@ -131,3 +133,26 @@ def test_engine_gives_hf_greedy_tokens_in_chunks_and_from_cached_pages():
     # The second round's prompts (17 and 33 tokens) start from their cached whole pages.
     assert llm.stats()["prefix_cache_hits"] > 0
     assert [o.num_cached_tokens for o in outs] == [0, 16, 32]
+
+
+def test_a_page_table_within_the_top_k_attends_densely(tmp_path, monkeypatch):
+    """index_topk 128 = max_model_len: every query keeps every key it sees (transformers'
+    topk = min(index_topk, keys)), so the engine takes the dense MLA path and gives the
+    contiguous reference's tokens for that config; the indexer's keys are still cached."""
+    fixture = tmp_path / "v32"
+    shutil.copytree(FIXTURES / "deepseek_v32", fixture)
+    config = json.loads((fixture / "config.json").read_text())
+    (fixture / "config.json").write_text(json.dumps({**config, "index_topk": 128}))
+
+    def no_sparse(*args, **kwargs):
+        raise AssertionError("sparse attention where every key is kept")
+
+    monkeypatch.setattr(sparse_mla, "attention", no_sparse)
+    llm = LLM(model=str(fixture), max_model_len=128, num_pages=32, max_num_batched_tokens=16)
+    prompts = json.loads((fixture / "reference.json").read_text())["prompts"]
+    outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
+    for prompt, out in zip(prompts, outs, strict=True):
+        tokens, logprobs = greedy_generate(llm.params, llm.config, prompt, 8)
+        assert out.token_ids == tokens
+        np.testing.assert_allclose(out.logprobs, logprobs, atol=1e-4, rtol=0)
+    assert all(float(jnp.abs(layer[1]).max()) > 0 for layer in llm._kv)
