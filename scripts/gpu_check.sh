@@ -15,6 +15,8 @@
 #   STAGES=int4 scripts/gpu_check.sh "$OUT"  # optional: int4 weights on the GPU vs transformers
 #   STAGES=mtp scripts/gpu_check.sh "$OUT"   # optional: MTP drafts vs transformers', and what
 #       a step with k drafts costs (random MTP) or buys (drafts always right) on the GPU
+#   STAGES=dsa scripts/gpu_check.sh "$OUT"   # optional: DeepSeek sparse attention on the GPU
+#       (its tests, then one layer's dense MLA vs DSA at V3.2's shapes in bf16, to 128k)
 #
 # Stage limits from the first H200 runs (kernels 30 s, engine 96 s, sweep 46 s for 23 rows,
 # bench 48 s) grown with what was added since (Mosaic rows, more sweep configs).
@@ -97,4 +99,14 @@ mtp_stage() {
 export -f mtp_stage
 export PY
 stage mtp 420 bash -c mtp_stage
+# Optional (STAGES=dsa): DeepSeek-V3.2's sparse attention (the XLA path on every backend).
+dsa_stage() {
+  "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_sparse_attention.py \
+    || return 1
+  "$PY" -m scripts.bench_sparse_attention --dtype=bfloat16 --decodes=64 --chunk=2048 \
+    --contexts=8192,32768,131072 --json_out="$OUT_DIR/bench_sparse_attention.json"
+}
+export -f dsa_stage
+export OUT_DIR
+stage dsa 300 bash -c dsa_stage
 exit $status
