@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from configs.compressed_tensors import int4_group_size
+from configs.hf_mla import MLA_MODEL_TYPES, mla_fields
 from configs.model_config import ModelConfig, RopeScaling
 
 SUPPORTED_MODEL_TYPES = (
@@ -34,6 +35,7 @@ SUPPORTED_MODEL_TYPES = (
     "deepseek_v2",
     "deepseek_v3",
     "deepseek_v32",
+    "glm_moe_dsa",
 )
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -170,6 +172,17 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         norm_topk_prob=True, routed_scaling_factor=2.5, first_k_dense_replace=3,
         mlp_layer_types=None, index_topk=2048, index_n_heads=64, index_head_dim=128,
     ),
+    # GLM-5: V3.2's class with GLM's sizes (and its indexer's rope on interleaved pairs).
+    "glm_moe_dsa": dict(
+        vocab_size=154880, hidden_size=6144, intermediate_size=12288, num_hidden_layers=78,
+        num_attention_heads=64, max_position_embeddings=202752, rms_norm_eps=1e-5,
+        bos_token_id=0, eos_token_id=1, q_lora_rank=2048, kv_lora_rank=512,
+        qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256, n_routed_experts=256,
+        n_shared_experts=1, num_experts_per_tok=8, moe_intermediate_size=2048, n_group=1,
+        topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5, first_k_dense_replace=3,
+        mlp_layer_types=None, index_topk=2048, index_n_heads=32, index_head_dim=128,
+        indexer_types=None,
+    ),
 }
 # fmt: on
 # Other names a config.json may give a field, per model type: each config class's
@@ -195,6 +208,7 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     "deepseek_v2": {"n_routed_experts": ("num_experts",)},
     # (V3.2's __post_init__ also moves a num_experts there.)
     "deepseek_v32": {"n_routed_experts": ("num_local_experts", "num_experts")},
+    "glm_moe_dsa": {"n_routed_experts": ("num_local_experts", "num_experts")},
     "ernie4_5_moe": {"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)},
 }
 
@@ -435,6 +449,7 @@ _HONOURS_ATTENTION_BIAS = (
     "deepseek_v3",
     "deepseek_v32",
     "glm4_moe_lite",
+    "glm_moe_dsa",
 )
 # (glm4_moe reads attention_bias as q/k/v biases only, which the tree holds: _gqa_fields.)
 _HONOURS_MLP_BIAS = ("llama", "deepseek_v2")
@@ -471,6 +486,7 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
         "deepseek_v2",
         "deepseek_v3",
         "deepseek_v32",
+        "glm_moe_dsa",
     )
     if model_type in no_window:
         return none
@@ -644,96 +660,6 @@ def _ernie_moe_fields(f: _Fields) -> dict:
     )
 
 
-def _mla_fields(f: _Fields, model_type: str) -> dict:
-    if model_type == "deepseek_v2" and f.get("norm_topk_prob"):
-        # transformers' DeepSeek-V2 never renormalizes the top-k weights (DeepSeek's own
-        # code does, and then skips routed_scaling_factor): the two disagree, so refuse.
-        raise ValueError(
-            "HF config norm_topk_prob=true: deepseek_v2 routing here follows transformers, "
-            "which does not renormalize the top-k weights; only false is supported"
-        )
-    # transformers hard-codes DeepSeek-V2's softmax scores and V3's sigmoid scores with the
-    # noaux_tc correction bias (the config fields are the original remote code's), and MoE on
-    # every layer from first_k_dense_replace, where DeepSeek's own code reads moe_layer_freq.
-    # A config asking otherwise means a different model to the two references: refuse it.
-    hard_coded = dict(
-        scoring_func="softmax" if model_type == "deepseek_v2" else "sigmoid", moe_layer_freq=1
-    )
-    if model_type in ("deepseek_v3", "deepseek_v32", "glm4_moe_lite"):
-        hard_coded["topk_method"] = "noaux_tc"
-    for name, want in hard_coded.items():
-        value = f.get(name)
-        if value is not None and value != want:
-            raise ValueError(
-                f"HF config {name}={value!r}: transformers' {model_type} always uses "
-                f"{want!r} (only that is supported)"
-            )
-    topk_method = (
-        f.get("topk_method") or hard_coded.get("topk_method") or f.defaults.get("topk_method")
-    )
-    if model_type == "deepseek_v2" and topk_method not in ("greedy", "group_limited_greedy"):
-        raise ValueError(
-            f"HF config topk_method={topk_method!r}: transformers' deepseek_v2 takes greedy "
-            "or group_limited_greedy"
-        )
-    _partial_rotary_factor(f, model_type)  # 1: MLA rotates its whole rope part
-    fields = dict(
-        attention_type="mla",
-        q_lora_rank=f.get("q_lora_rank") or 0,
-        kv_lora_rank=f.required("kv_lora_rank"),
-        qk_nope_head_dim=f.required("qk_nope_head_dim"),
-        qk_rope_head_dim=f.required("qk_rope_head_dim"),
-        v_head_dim=f.required("v_head_dim"),
-        # transformers' DeepSeek-V2 always rotates interleaved pairs (complex multiply).
-        # transformers' DeepSeek-V2 always rotates interleaved pairs (complex multiply), its
-        # V3.2 always the V3 way (no rope_interleave field).
-        rope_interleave=model_type in ("deepseek_v2", "deepseek_v32")
-        or bool(f.get("rope_interleave")),
-        num_experts=f.required("n_routed_experts"),
-        num_experts_per_tok=f.required("num_experts_per_tok"),
-        moe_intermediate_size=f.required("moe_intermediate_size"),
-        num_shared_experts=f.get("n_shared_experts") or 0,
-        scoring_func=hard_coded["scoring_func"],
-        topk_method=topk_method,
-        n_group=f.get("n_group") or 1,
-        topk_group=f.get("topk_group") or 1,
-        norm_topk_prob=bool(f.get("norm_topk_prob")),
-        routed_scaling_factor=float(f.get("routed_scaling_factor")),
-        first_k_dense_replace=f.get("first_k_dense_replace") or 0,
-    )
-    if model_type in ("glm4_moe_lite", "deepseek_v32"):
-        fields.update(first_k_dense_replace=0, mlp_only_layers=_dense_layers(f, model_type))
-    if model_type == "deepseek_v32":
-        if not fields["q_lora_rank"]:
-            raise ValueError("HF config q_lora_rank: deepseek_v32's indexer needs one (> 0)")
-        for name in ("index_topk", "index_n_heads", "index_head_dim"):
-            value = f.required(name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"HF config {name}={value!r}: deepseek_v32 needs an int >= 1")
-            fields[name] = value
-    return fields
-
-
-def _dense_layers(f: _Fields, model_type: str) -> tuple[int, ...]:
-    """GLM-4.7-Flash's and DeepSeek-V3.2's mlp_layer_types ("dense" / "sparse" per layer;
-    transformers' default: GLM layer 0 dense, V3.2 the first first_k_dense_replace, the rest
-    sparse) as the dense layers' indices."""
-    num_layers = f.required("num_hidden_layers")
-    types = f.get("mlp_layer_types")
-    if types is None:
-        dense = 1 if model_type == "glm4_moe_lite" else f.required("first_k_dense_replace")
-        dense = min(dense, num_layers)
-        types = ["dense"] * dense + ["sparse"] * (num_layers - dense)
-    if not isinstance(types, list) or len(types) != num_layers:
-        raise ValueError(
-            f"HF config mlp_layer_types: expected a list of num_hidden_layers={num_layers} entries"
-        )
-    bad = [t for t in types if t not in ("dense", "sparse")]
-    if bad:
-        raise ValueError(f"HF config mlp_layer_types: {bad[0]!r} is not 'dense' or 'sparse'")
-    return tuple(i for i, t in enumerate(types) if t == "dense")
-
-
 def config_from_hf(
     source: dict | str | os.PathLike, name: str | None = None, dtype: str | None = None
 ) -> ModelConfig:
@@ -767,8 +693,11 @@ def config_from_hf(
     eos_ids = _eos_ids(f.get("eos_token_id"))
     if not isinstance(source, dict):
         eos_ids = tuple(dict.fromkeys(eos_ids + _generation_eos_ids(source)))
-    is_mla = model_type in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite")
-    arch = _mla_fields(f, model_type) if is_mla else _gqa_fields(f, model_type)
+    if model_type in MLA_MODEL_TYPES:
+        _partial_rotary_factor(f, model_type)  # 1: MLA rotates its whole rope part
+        arch = mla_fields(f, model_type)
+    else:
+        arch = _gqa_fields(f, model_type)
     return ModelConfig(
         name=name,
         model_type=model_type,

@@ -89,6 +89,7 @@ class ModelConfig:
     index_topk: int = 0
     index_n_heads: int = 0
     index_head_dim: int = 0
+    index_rope_interleave: bool = False  # GLM-5: the indexer ropes interleaved pairs
     # MoE
     num_experts: int = 0  # routed experts E (0: dense model)
     num_experts_per_tok: int = 0  # top-k

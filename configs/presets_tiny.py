@@ -416,3 +416,20 @@ _add(
         index_head_dim=16,
     )
 )
+# GLM-5 (glm_moe_dsa): V3.2's sparse attention, its indexer roping interleaved pairs; GLM's
+# one expert group; the dense MLP on layer 1 (mlp_layer_types).
+_add(
+    TINY["tiny-deepseek-v32"].replace(
+        name="tiny-glm-moe-dsa",
+        model_type="glm_moe_dsa",
+        rms_norm_eps=1e-5,
+        rope_theta=1000000.0,
+        rope_scaling=RopeScaling(),
+        n_group=1,
+        topk_group=1,
+        routed_scaling_factor=1.8,
+        mlp_only_layers=(1,),
+        index_rope_interleave=True,
+        bos_token_id=None,
+    )
+)

@@ -129,7 +129,8 @@ def mla_inputs(
 def _indexer_inputs(p: dict, x: jax.Array, q_a: jax.Array, positions, cfg: ModelConfig) -> dict:
     """DeepSeek-V3.2's lightning indexer (transformers' DeepseekV32Indexer): queries from the
     normed q LoRA, one LayerNormed key per token, both roped on their first Dr channels
-    with rotate-half pairs (the MLA rope's frequencies), and a float32 weight per index head
+    with rotate-half pairs (GLM-5: interleaved pairs; the MLA rope's frequencies), and a
+    float32 weight per index head
     times index_n_heads^-0.5, here also times the score scale index_head_dim^-0.5
     (relu(a * s) = s * relu(a) for s > 0)."""
     heads, dim, dr = cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
@@ -142,9 +143,10 @@ def _indexer_inputs(p: dict, x: jax.Array, q_a: jax.Array, positions, cfg: Model
         x.dtype
     )
     inv_freq, attention_factor = rope_frequencies(cfg.rope_theta, dr, cfg.rope_scaling)
+    layout = "pairs_to_half" if cfg.index_rope_interleave else "half"
 
     def rope(y):
-        rotated = apply_rope(y[..., :dr], positions, inv_freq, attention_factor, "half")
+        rotated = apply_rope(y[..., :dr], positions, inv_freq, attention_factor, layout)
         return jnp.concatenate([rotated, y[..., dr:]], axis=-1)
 
     w = x.astype(jnp.float32) @ p["idx_w"].astype(jnp.float32)  # [T, Hi]

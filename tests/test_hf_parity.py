@@ -38,6 +38,7 @@ ARCHS = {
     "deepseek_v2": "tiny-deepseek-v2",
     "deepseek_v3": "tiny-deepseek-v3",
     "deepseek_v32": "tiny-deepseek-v32",
+    "glm_moe_dsa": "tiny-glm-moe-dsa",
 }
 TOL = 2e-3
 

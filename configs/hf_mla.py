@@ -1,0 +1,150 @@
+"""The MLA families' `config.json` fields (configs/hf_config.py reads the rest): DeepSeek V2 and
+V3, GLM-4.7-Flash, and the sparse-attention ones, DeepSeek-V3.2 and GLM-5 (their lightning
+indexer: engine/sparse_mla.py), as transformers' config classes and modeling code read them.
+`f` is hf_config's view of one config (its class defaults and attribute_map applied).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "glm_moe_dsa")
+# DeepSeek Sparse Attention: transformers' V3.2 and GLM-5 classes (the latter's indexer
+# ropes interleaved pairs; V3.2's rotate halves).
+DSA_MODEL_TYPES = ("deepseek_v32", "glm_moe_dsa")
+_NOAUX_TC = ("deepseek_v3", "glm4_moe_lite", *DSA_MODEL_TYPES)
+# transformers' classes that place the dense MLPs by mlp_layer_types.
+_MLP_LAYER_TYPES = ("glm4_moe_lite", *DSA_MODEL_TYPES)
+
+
+def mla_fields(f: Any, model_type: str) -> dict:
+    if model_type == "deepseek_v2" and f.get("norm_topk_prob"):
+        # transformers' DeepSeek-V2 never renormalizes the top-k weights (DeepSeek's own
+        # code does, and then skips routed_scaling_factor): the two disagree, so refuse.
+        raise ValueError(
+            "HF config norm_topk_prob=true: deepseek_v2 routing here follows transformers, "
+            "which does not renormalize the top-k weights; only false is supported"
+        )
+    # transformers hard-codes DeepSeek-V2's softmax scores and V3's sigmoid scores with the
+    # noaux_tc correction bias (the config fields are the original remote code's), and MoE on
+    # every layer from first_k_dense_replace, where DeepSeek's own code reads moe_layer_freq.
+    # A config asking otherwise means a different model to the two references: refuse it.
+    hard_coded = dict(
+        scoring_func="softmax" if model_type == "deepseek_v2" else "sigmoid", moe_layer_freq=1
+    )
+    if model_type in _NOAUX_TC:
+        hard_coded["topk_method"] = "noaux_tc"
+    for name, want in hard_coded.items():
+        value = f.get(name)
+        if value is not None and value != want:
+            raise ValueError(
+                f"HF config {name}={value!r}: transformers' {model_type} always uses "
+                f"{want!r} (only that is supported)"
+            )
+    topk_method = (
+        f.get("topk_method") or hard_coded.get("topk_method") or f.defaults.get("topk_method")
+    )
+    if model_type == "deepseek_v2" and topk_method not in ("greedy", "group_limited_greedy"):
+        raise ValueError(
+            f"HF config topk_method={topk_method!r}: transformers' deepseek_v2 takes greedy "
+            "or group_limited_greedy"
+        )
+    fields = dict(
+        attention_type="mla",
+        q_lora_rank=f.get("q_lora_rank") or 0,
+        kv_lora_rank=f.required("kv_lora_rank"),
+        qk_nope_head_dim=f.required("qk_nope_head_dim"),
+        qk_rope_head_dim=f.required("qk_rope_head_dim"),
+        v_head_dim=f.required("v_head_dim"),
+        # transformers' DeepSeek-V2 always rotates interleaved pairs (complex multiply), its
+        # V3.2 and GLM-5 always the V3 way (no rope_interleave field).
+        rope_interleave=model_type in ("deepseek_v2", *DSA_MODEL_TYPES)
+        or bool(f.get("rope_interleave")),
+        num_experts=f.required("n_routed_experts"),
+        num_experts_per_tok=f.required("num_experts_per_tok"),
+        moe_intermediate_size=f.required("moe_intermediate_size"),
+        num_shared_experts=f.get("n_shared_experts") or 0,
+        scoring_func=hard_coded["scoring_func"],
+        topk_method=topk_method,
+        n_group=f.get("n_group") or 1,
+        topk_group=f.get("topk_group") or 1,
+        norm_topk_prob=bool(f.get("norm_topk_prob")),
+        routed_scaling_factor=float(f.get("routed_scaling_factor")),
+        first_k_dense_replace=f.get("first_k_dense_replace") or 0,
+    )
+    if model_type in _MLP_LAYER_TYPES:
+        fields.update(first_k_dense_replace=0, mlp_only_layers=_dense_layers(f, model_type))
+    if model_type in DSA_MODEL_TYPES:
+        fields.update(_dsa_fields(f, model_type, fields["q_lora_rank"]))
+    return fields
+
+
+def _dsa_fields(f: Any, model_type: str, q_lora_rank: int) -> dict:
+    """The indexer's sizes. GLM-5's per-layer indexer_types ("shared": a layer reusing the
+    previous full layer's top-k, no indexer of its own) are refused unless every layer is
+    "full", as the released GLM-5 config has it (no indexer_types, pattern or frequency)."""
+    if not q_lora_rank:
+        raise ValueError(f"HF config q_lora_rank: {model_type}'s indexer needs one (> 0)")
+    fields = {}
+    for name in ("index_topk", "index_n_heads", "index_head_dim"):
+        value = f.required(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"HF config {name}={value!r}: {model_type} needs an int >= 1")
+        fields[name] = value
+    if model_type == "glm_moe_dsa":
+        types = _indexer_types(f)
+        if "shared" in types:
+            raise ValueError(
+                f"HF config indexer_types: layer {types.index('shared')} is 'shared' (reuses "
+                "an earlier layer's top-k); only 'full' on every layer is supported"
+            )
+        fields["index_rope_interleave"] = True
+    return fields
+
+
+def _indexer_types(f: Any) -> list[str]:
+    """GlmMoeDsaConfig's indexer_types: as given, else from index_topk_pattern ("F" / "S"
+    per layer), else from index_topk_freq and index_skip_topk_offset (defaults 1 and 2:
+    every layer full)."""
+    num_layers = f.required("num_hidden_layers")
+    types = f.get("indexer_types")
+    if types is None and f.hf.get("index_topk_pattern") is not None:
+        pattern = f.hf["index_topk_pattern"]
+        if isinstance(pattern, str):
+            types = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern]
+        else:
+            types = pattern
+    if types is None:
+        freq = max(f.hf.get("index_topk_freq", 1), 1)
+        offset = f.hf.get("index_skip_topk_offset", 2)
+        types = [
+            "full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(num_layers)
+        ]
+    if not isinstance(types, list) or len(types) != num_layers:
+        raise ValueError(
+            f"HF config indexer_types: expected a list of num_hidden_layers={num_layers} entries"
+        )
+    bad = [t for t in types if t not in ("full", "shared")]
+    if bad:
+        raise ValueError(f"HF config indexer_types: {bad[0]!r} is not 'full' or 'shared'")
+    return types
+
+
+def _dense_layers(f: Any, model_type: str) -> tuple[int, ...]:
+    """GLM-4.7-Flash's, DeepSeek-V3.2's and GLM-5's mlp_layer_types ("dense" / "sparse" per
+    layer; transformers' default: GLM-4.7-Flash layer 0 dense, the others the first
+    first_k_dense_replace, the rest sparse) as the dense layers' indices."""
+    num_layers = f.required("num_hidden_layers")
+    types = f.get("mlp_layer_types")
+    if types is None:
+        dense = 1 if model_type == "glm4_moe_lite" else f.required("first_k_dense_replace")
+        dense = min(dense, num_layers)
+        types = ["dense"] * dense + ["sparse"] * (num_layers - dense)
+    if not isinstance(types, list) or len(types) != num_layers:
+        raise ValueError(
+            f"HF config mlp_layer_types: expected a list of num_hidden_layers={num_layers} entries"
+        )
+    bad = [t for t in types if t not in ("dense", "sparse")]
+    if bad:
+        raise ValueError(f"HF config mlp_layer_types: {bad[0]!r} is not 'dense' or 'sparse'")
+    return tuple(i for i, t in enumerate(types) if t == "dense")
