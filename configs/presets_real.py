@@ -363,3 +363,28 @@ _add(
         index_head_dim=128,
     )
 )
+# GLM-5 (zai-org/GLM-5, glm_moe_dsa): transformers' GlmMoeDsaConfig defaults, which are its
+# shapes; DeepSeek sparse attention on every layer (the indexer roping interleaved pairs).
+_add(
+    REAL["deepseek-v3.2-exp"].replace(
+        name="glm-5",
+        model_type="glm_moe_dsa",
+        vocab_size=154880,
+        hidden_size=6144,
+        num_layers=78,
+        num_heads=64,
+        intermediate_size=12288,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=202752,
+        rope_theta=1000000.0,
+        rope_scaling=RopeScaling(),
+        q_lora_rank=2048,
+        qk_nope_head_dim=192,
+        v_head_dim=256,
+        n_group=1,
+        topk_group=1,
+        index_n_heads=32,
+        index_rope_interleave=True,
+        eos_token_ids=(154820, 154827, 154829),
+    )
+)

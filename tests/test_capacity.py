@@ -105,6 +105,14 @@ def test_sparse_attention_adds_the_indexer_key_and_weights():
     assert (total32 - total3, active32 - active3) == (indexer, indexer)
 
 
+def test_glm5_counts_match_its_published_totals():
+    """GLM-5's model card: 744B parameters, 40B active (without its embedding and head,
+    2 x 154,880 x 6,144, as the card counts active ones)."""
+    total, active = param_counts(get_preset("glm-5"))
+    assert total == pytest.approx(744e9, rel=0.005)
+    assert active - 2 * 154880 * 6144 == pytest.approx(40e9, rel=0.01)
+
+
 def test_published_totals_match_the_architecture_tables():
     # Guards the tables above against typos: the model cards' headline counts.
     for name, total, active in [

@@ -135,6 +135,20 @@ def test_engine_gives_hf_greedy_tokens_in_chunks_and_from_cached_pages():
     assert [o.num_cached_tokens for o in outs] == [0, 16, 32]
 
 
+def test_glm5_engine_gives_hf_greedy_tokens():
+    """GLM-5 (glm_moe_dsa): the same sparse attention, its indexer roping interleaved pairs;
+    prefill in chunks of 16 tokens."""
+    fixture = FIXTURES / "glm_moe_dsa"
+    ref = json.loads((fixture / "reference.json").read_text())
+    assert ref["sparse_effect"] > 0.1 and ref["min_index_gap"] >= 1e-5
+    llm = LLM(model=str(fixture), max_num_batched_tokens=16, num_pages=32, max_model_len=128)
+    greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    outs = llm.generate(ref["prompts"], greedy)
+    for out, tokens, lps in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
+        assert out.token_ids == tokens
+        np.testing.assert_allclose(out.logprobs, lps, atol=2e-3, rtol=0)
+
+
 def test_a_page_table_within_the_top_k_attends_densely(tmp_path, monkeypatch):
     """index_topk 128 = max_model_len: every query keeps every key it sees (transformers'
     topk = min(index_topk, keys)), so the engine takes the dense MLA path and gives the
