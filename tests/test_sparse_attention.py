@@ -1,7 +1,8 @@
-"""DeepSeek Sparse Attention (DeepSeek-V3.2): the indexer's top-k over paged index keys and
-the MLA over the chosen keys, each against a plain numpy computation; the engine against
-transformers' DeepseekV32ForCausalLM (tests/fixtures/deepseek_v32, whose prompts are longer
-than its index_topk of 12, so most queries attend sparsely)."""
+"""DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the indexer's top-k over paged index keys
+and the MLA over the chosen keys, each against a plain numpy computation; the engine against
+transformers' DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM (tests/fixtures/deepseek_v32
+and glm_moe_dsa, whose prompts are longer than their index_topk of 12, so most queries
+attend sparsely)."""
 
 from __future__ import annotations
 
