@@ -222,7 +222,8 @@ def _step_body(
     # Which MLA sequences attend expanded: decided once for the step, used by every layer.
     # DeepSeek-V3.2: with a page table no wider than the indexer's top-k, every query keeps
     # every key it sees, so its sparse attention is dense MLA (and takes that path).
-    sparse = sparse_mla.selects(cfg, meta.page_table.shape[1] * kv[0][0].shape[1])
+    page_size = kv[0][0].shape[1]
+    sparse = sparse_mla.selects(cfg, meta.page_table.shape[1] * page_size)
     split = None
     if cfg.is_mla and not sparse:
         split = mla_split_for(ops, cfg, meta, batch.token_ids.shape[0], batch.kv_lens.shape[0])
@@ -542,8 +543,11 @@ def init_kv_pages(
     else:
         zeros = functools.partial(jnp.zeros, dtype=dtype)
     if cfg.is_mla:
-        layer = lambda: tuple(zeros((num_pages, page_size, w)) for w in cfg.kv_cache_widths)  # noqa: E731
-        return [layer() for _ in range(cfg.num_kv_layers)]
+        widths = cfg.kv_cache_widths
+        return [
+            tuple(zeros((num_pages, page_size, w)) for w in widths)
+            for _ in range(cfg.num_kv_layers)
+        ]
     kv = []
     for i in range(cfg.num_kv_layers):
         n = num_pages

@@ -126,22 +126,23 @@ def mla_inputs(
     return inputs
 
 
+def _layer_norm(x: jax.Array, weight: jax.Array, bias: jax.Array) -> jax.Array:
+    """torch's LayerNorm over the last axis (eps MLA_LATENT_NORM_EPS), in float32."""
+    x32 = x.astype(jnp.float32)
+    mean = jnp.mean(x32, axis=-1, keepdims=True)
+    normed = (x32 - mean) * lax.rsqrt(jnp.var(x32, axis=-1, keepdims=True) + MLA_LATENT_NORM_EPS)
+    return (normed * weight.astype(jnp.float32) + bias.astype(jnp.float32)).astype(x.dtype)
+
+
 def _indexer_inputs(p: dict, x: jax.Array, q_a: jax.Array, positions, cfg: ModelConfig) -> dict:
     """DeepSeek-V3.2's lightning indexer (transformers' DeepseekV32Indexer): queries from the
     normed q LoRA, one LayerNormed key per token, both roped on their first Dr channels
     with rotate-half pairs (GLM-5: interleaved pairs; the MLA rope's frequencies), and a
-    float32 weight per index head
-    times index_n_heads^-0.5, here also times the score scale index_head_dim^-0.5
-    (relu(a * s) = s * relu(a) for s > 0)."""
+    float32 weight per index head times index_n_heads^-0.5, here also times the score
+    scale index_head_dim^-0.5 (relu(a * s) = s * relu(a) for s > 0)."""
     heads, dim, dr = cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
     q = jnp.einsum("tr,rhk->thk", q_a, p["idx_wq"])  # [T, Hi, Di]
-    k = (x @ p["idx_wk"]).astype(jnp.float32)  # [T, Di]
-    mean = jnp.mean(k, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(k - mean), axis=-1, keepdims=True)
-    k = (k - mean) * lax.rsqrt(var + MLA_LATENT_NORM_EPS)
-    k = (k * p["idx_k_norm"].astype(jnp.float32) + p["idx_k_bias"].astype(jnp.float32)).astype(
-        x.dtype
-    )
+    k = _layer_norm(x @ p["idx_wk"], p["idx_k_norm"], p["idx_k_bias"])  # [T, Di]
     inv_freq, attention_factor = rope_frequencies(cfg.rope_theta, dr, cfg.rope_scaling)
     layout = "pairs_to_half" if cfg.index_rope_interleave else "half"
 
