@@ -46,7 +46,8 @@ ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,mtp sharding_mesh eplb 
 	scripts long_context pallas_bench kv_quant pallas_engine batch_invariance sampling_options \
 	penalties paged_attention parallel_sampling token_lists bad_words \
 	pallas_attention hf_parity pallas_mosaic models_ops long_context_bench determinism_check \
-	structured prefix_cache kv_offload server speculative quantization int4 lora kv_transfer tool_calls \
+	sparse_attention structured prefix_cache kv_offload server speculative quantization int4 lora \
+	kv_transfer tool_calls \
 	beam_search \
 	priority_scheduling \
 	long_context_evals chat checkpoints inputs))

@@ -22,8 +22,9 @@ LAYOUTS = [
     ("deepseek_v3", "ep=4"),
     ("deepseek_v3", "ep=8"),
     ("deepseek_v3", "dp=2,ep=4"),
-    ("deepseek_v3", "tp=2,ep=2"),
-    # DeepSeek sparse attention: MLA heads over tp, the indexer (and its key pages) whole.
+    # DeepSeek-V3.2 (V3's MLA and MoE with sparse attention): MLA heads over tp, the
+    # indexer (and its key pages) whole, experts over ep. (V3 itself on tp=2,ep=2: the KV
+    # transfer and offloading cases below.)
     ("deepseek_v32", "tp=2,ep=2"),
     ("qwen3_moe", "ep=4"),
     ("qwen3_moe", "ep=8"),
