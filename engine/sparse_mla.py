@@ -46,7 +46,8 @@ from engine.paged_attention import (
 from models.attention import mla_absorb_q, mla_latent_to_v
 
 # Query rows per indexer tile (the last rows of a span, or a short span, take a remainder
-# tile of REMAINDER_TILES rows), and the keys one loop step scores for a tile.
+# tile of REMAINDER_TILES rows; a step of fewer tokens, tiles of that many), and the keys
+# one loop step scores for a tile.
 INDEX_QUERY_TILE = 64
 INDEX_BLOCK_TOKENS = 2048
 # Sparse attention gathers each token's chosen latent rows, this many bytes (float32) at a
@@ -71,26 +72,31 @@ def select_keys(
     index_pages,  # [N, P, Di] cached indexer keys (or fp8 QuantizedPages)
     meta: AttnMetadata,
     topk: int,
-    query_tile: int = INDEX_QUERY_TILE,
+    tile_sizes: tuple[int, ...] | None = None,
     block_tokens: int = INDEX_BLOCK_TOKENS,
-    remainder_tiles: tuple[int, ...] = REMAINDER_TILES,
 ) -> jax.Array:  # [T, topk] int32 key positions, ascending; -1 past a query's keys
     """Each query's `topk` highest-scored visible keys (DeepseekV32Indexer's top-k).
-    `remainder_tiles=()` cuts every span into tiles of `query_tile` rows only."""
-    if topk < 1 or query_tile < 1:
-        raise ValueError(f"topk={topk}, query_tile={query_tile}: must be >= 1")
+
+    `tile_sizes`: the rows of a span's tiles, then (smaller, descending) those of the
+    remainder tiles a span's last rows may take instead; None: INDEX_QUERY_TILE rows (or
+    the step's tokens, when fewer) and REMAINDER_TILES. Keys are scored `block_tokens` at
+    a time (at most the page table's width)."""
+    if tile_sizes is None:
+        tile = min(INDEX_QUERY_TILE, idx_q.shape[0])
+        tile_sizes = (tile, *(c for c in REMAINDER_TILES if c < tile))
+    if topk < 1 or min(tile_sizes) < 1 or list(tile_sizes) != sorted(tile_sizes, reverse=True):
+        raise ValueError(f"topk={topk}, tile_sizes={tile_sizes}: must be >= 1, descending")
     index_pages = as_pages(index_pages)
     num_tokens = idx_q.shape[0]
     num_pages, page_size, _ = index_pages.shape
-    block_pages = max(1, block_tokens // page_size)
-    block_len = block_pages * page_size
     max_pages = meta.page_table.shape[1]
+    block_pages = max(1, min(block_tokens // page_size, max_pages))
+    block_len = block_pages * page_size
     padded = -(-max_pages // block_pages) * block_pages
     page_table = jnp.pad(
         jnp.clip(meta.page_table, 0, num_pages - 1), ((0, 0), (0, padded - max_pages))
     )
-    tile = query_tile
-    classes = tuple(c for c in remainder_tiles if c < tile)
+    tile, classes = tile_sizes[0], tuple(tile_sizes[1:])
     q_lens = meta.cu_q_lens[1:] - meta.cu_q_lens[:-1]
     tiled = (q_lens > 0) & (meta.kv_lens > 0)
     tables = _tile_tables(meta, tiled, num_tokens, tile, classes)
@@ -219,12 +225,8 @@ def attention(
 ) -> jax.Array:
     """One DSA layer's attention over its written pages, before the output projection:
     the indexer's choice, absorbed MLA over it, W_UV applied ([T, H, Dv])."""
-    if batch_invariant:
-        tiles = dict(query_tile=INVARIANT_TILE, remainder_tiles=())
-        chunk = INVARIANT_CHUNK
-    else:
-        tiles, chunk = {}, None
-    selected = select_keys(x.idx_q, x.idx_w, index_pages, meta, cfg.index_topk, **tiles)
+    tiles, chunk = ((INVARIANT_TILE,), INVARIANT_CHUNK) if batch_invariant else (None, None)
+    selected = select_keys(x.idx_q, x.idx_w, index_pages, meta, cfg.index_topk, tiles)
     q_lat = mla_absorb_q(p_attn, x.q_nope, cfg)
     o_lat = sparse_mla_attention(q_lat, x.q_pe, latent_pages, meta, selected, x.scale, chunk)
     return mla_latent_to_v(p_attn, o_lat, cfg)

@@ -140,7 +140,7 @@ def test_without_the_mode_the_same_scenario_may_differ(capsys):
         )
 
 
-@pytest.mark.parametrize("arch", ["llama", "deepseek_v3", "deepseek_v32"])
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
 def test_decode_equals_prefill_of_the_same_position(arch):
     # The scenario's pool (_scenario): its step programs serve these shapes too.
     llm = LLM(

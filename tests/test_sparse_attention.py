@@ -1,8 +1,9 @@
 """DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the indexer's top-k over paged index keys
 and the MLA over the chosen keys, each against a plain numpy computation; the engine against
-transformers' DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM (tests/fixtures/deepseek_v32
-and glm_moe_dsa, whose prompts are longer than their index_topk of 12, so most queries
-attend sparsely)."""
+transformers' DeepseekV32ForCausalLM (tests/fixtures/deepseek_v32, whose prompts are longer
+than its index_topk of 12, so most queries attend sparsely). GLM-5 (glm_moe_dsa) differs
+from it only in layer code (its indexer's rope) that the reference path checks against
+transformers (tests/test_hf_parity.py); left out here for the suite's time."""
 
 from __future__ import annotations
 
@@ -51,10 +52,11 @@ def _key_rows(pages: np.ndarray, table: np.ndarray, seq: int, count: int) -> np.
     return np.stack([pages[table[seq, j // PAGE], j % PAGE] for j in range(count)])
 
 
-@pytest.mark.parametrize("query_tile, block_tokens", [(8, 16), (64, 2048)])
-def test_select_keys_are_each_querys_top_scored_visible_keys(query_tile, block_tokens):
-    """Small tiles and blocks: spans cut into remainder tiles, a running top-k merged over
-    several key blocks; large ones: one tile and one block."""
+@pytest.mark.parametrize("tile_sizes, block_tokens", [((8, 4, 2), 16), ((8,), 16), (None, 2048)])
+def test_select_keys_are_each_querys_top_scored_visible_keys(tile_sizes, block_tokens):
+    """Small tiles and blocks: spans cut into tiles and remainder tiles (or one size only,
+    the batch-invariant mode's), a running top-k merged over several key blocks; the
+    defaults: one tile a span and one block."""
     rng = np.random.default_rng(0)
     meta, table, tokens = _batch(rng)
     heads, dim, topk = 3, 16, 6
@@ -67,7 +69,7 @@ def test_select_keys_are_each_querys_top_scored_visible_keys(query_tile, block_t
         jnp.asarray(index_pages),
         meta,
         topk,
-        query_tile,
+        tile_sizes,
         block_tokens,
     )
     got = np.asarray(got)
@@ -132,20 +134,6 @@ def test_engine_gives_hf_greedy_tokens_in_chunks_and_from_cached_pages():
             np.testing.assert_allclose(out.logprobs, lps, atol=2e-3, rtol=0)
         # The second round's prompts (17 and 33 tokens) start from their cached whole pages.
         assert [o.num_cached_tokens for o in outs] == cached
-
-
-def test_glm5_engine_gives_hf_greedy_tokens():
-    """GLM-5 (glm_moe_dsa): the same sparse attention, its indexer roping interleaved pairs;
-    prefill in chunks of 16 tokens."""
-    fixture = FIXTURES / "glm_moe_dsa"
-    ref = json.loads((fixture / "reference.json").read_text())
-    assert ref["sparse_effect"] > 0.1 and ref["min_index_gap"] >= 1e-5
-    llm = LLM(model=str(fixture), max_num_batched_tokens=16, num_pages=32, max_model_len=128)
-    greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
-    outs = llm.generate(ref["prompts"], greedy)
-    for out, tokens, lps in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
-        assert out.token_ids == tokens
-        np.testing.assert_allclose(out.logprobs, lps, atol=2e-3, rtol=0)
 
 
 def test_a_page_table_within_the_top_k_attends_densely(tmp_path, monkeypatch):
