@@ -141,6 +141,33 @@ def test_deepseek_v32_dense_layers_indexer_and_refusals():
     assert config_from_hf({**hf, "num_nextn_predict_layers": 1}).num_nextn_predict_layers == 1
 
 
+def test_glm5_indexer_layers_and_defaults():
+    """GLM-5 (glm_moe_dsa): the indexer ropes interleaved pairs; GlmMoeDsaConfig's
+    indexer_types (given, or from index_topk_pattern, or from index_topk_freq and
+    index_skip_topk_offset) must leave every layer "full": a "shared" layer (reusing an
+    earlier layer's top-k) is refused naming it. Class defaults: GLM-5's shapes."""
+    hf = json.loads(open(os.path.join(FIXTURES, "glm_moe_dsa", "config.json")).read())
+    cfg = config_from_hf(hf)
+    assert cfg.index_rope_interleave and cfg.sparse_attention and cfg.n_group == 1
+    # (save_pretrained wrote the class's indexer_types, which win over the other fields.)
+    bare = {k: v for k, v in hf.items() if k != "indexer_types"}
+    assert config_from_hf({**hf, "index_topk_pattern": "FFS"}) == cfg
+    assert config_from_hf({**bare, "index_topk_pattern": "FFF"}) == cfg
+    for change, layer in [
+        (dict(indexer_types=["full", "shared", "full"]), 1),
+        (dict(index_topk_pattern="FFS"), 2),
+        # transformers' rule: layer i full where max(i - offset + 1, 0) % freq == 0.
+        (dict(index_topk_freq=2, index_skip_topk_offset=1), 1),
+    ]:
+        with pytest.raises(ValueError, match=f"indexer_types: layer {layer} is 'shared'"):
+            config_from_hf({**bare, **change})
+    with pytest.raises(ValueError, match="'half' is not 'full' or 'shared'"):
+        config_from_hf({**hf, "indexer_types": ["full", "half", "full"]})
+    default = config_from_hf({"model_type": "glm_moe_dsa"})
+    assert (default.num_layers, default.hidden_size, default.index_n_heads) == (78, 6144, 32)
+    assert (default.v_head_dim, default.mlp_only_layers) == (256, (0, 1, 2))
+
+
 def test_gpt_oss_defaults_windows_and_rope():
     """What transformers 5.24's GptOssConfig fills in: the YaRN dict (factor 32, no
     truncation) when a config has none, rope_theta 150000, even layers windowed."""
