@@ -120,14 +120,7 @@ def _indexer_types(f: Any) -> list[str]:
         types = [
             "full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(num_layers)
         ]
-    if not isinstance(types, list) or len(types) != num_layers:
-        raise ValueError(
-            f"HF config indexer_types: expected a list of num_hidden_layers={num_layers} entries"
-        )
-    bad = [t for t in types if t not in ("full", "shared")]
-    if bad:
-        raise ValueError(f"HF config indexer_types: {bad[0]!r} is not 'full' or 'shared'")
-    return types
+    return _per_layer("indexer_types", types, num_layers, ("full", "shared"))
 
 
 def _dense_layers(f: Any, model_type: str) -> tuple[int, ...]:
@@ -140,11 +133,17 @@ def _dense_layers(f: Any, model_type: str) -> tuple[int, ...]:
         dense = 1 if model_type == "glm4_moe_lite" else f.required("first_k_dense_replace")
         dense = min(dense, num_layers)
         types = ["dense"] * dense + ["sparse"] * (num_layers - dense)
+    types = _per_layer("mlp_layer_types", types, num_layers, ("dense", "sparse"))
+    return tuple(i for i, t in enumerate(types) if t == "dense")
+
+
+def _per_layer(name: str, types: Any, num_layers: int, allowed: tuple[str, str]) -> list[str]:
+    """A per-layer list field, checked: one of `allowed` for each layer."""
     if not isinstance(types, list) or len(types) != num_layers:
         raise ValueError(
-            f"HF config mlp_layer_types: expected a list of num_hidden_layers={num_layers} entries"
+            f"HF config {name}: expected a list of num_hidden_layers={num_layers} entries"
         )
-    bad = [t for t in types if t not in ("dense", "sparse")]
+    bad = [t for t in types if t not in allowed]
     if bad:
-        raise ValueError(f"HF config mlp_layer_types: {bad[0]!r} is not 'dense' or 'sparse'")
-    return tuple(i for i, t in enumerate(types) if t == "dense")
+        raise ValueError(f"HF config {name}: {bad[0]!r} is not {allowed[0]!r} or {allowed[1]!r}")
+    return types

@@ -321,7 +321,7 @@ MLA_SCENARIOS = {  # name -> [(query tokens, KV length after the step)] per sequ
 }
 
 
-def _paged_batch(scenario: list[tuple[int, int]], page_size: int):
+def paged_batch(scenario: list[tuple[int, int]], page_size: int):
     """cu_q_lens, positions, kv_lens, page table (pages in order) and pages used."""
     cu, positions, kv_lens, rows = [0], [], [], []
     for q_len, kv_len in scenario:
@@ -351,7 +351,7 @@ def time_attention(
 ) -> dict:
     """Best-of-`repeats` seconds and XLA temp bytes of `module.paged_attention_gqa` (the
     engine's, or an older copy of engine/paged_attention.py) on one step's batch."""
-    meta_args, used = _paged_batch(scenario, page_size)
+    meta_args, used = paged_batch(scenario, page_size)
     rng = np.random.default_rng(0)
     pages = rng.standard_normal((2, used, page_size, num_kv_heads, head_dim), np.float32)
     q = rng.standard_normal((int(meta_args[0][-1]), num_kv_heads * group, head_dim), np.float32)
@@ -405,7 +405,7 @@ def time_mla_attention(
         qk_rope_head_dim=64,
         v_head_dim=128,
     )
-    meta_args, num_pages = _paged_batch(scenario, page_size)
+    meta_args, num_pages = paged_batch(scenario, page_size)
     num_tokens = int(meta_args[0][-1])
     rng = np.random.default_rng(0)
     latent = rng.standard_normal((num_pages, page_size, 576), np.float32)

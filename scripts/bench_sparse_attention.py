@@ -30,7 +30,7 @@ from engine import mla_expanded, sparse_mla
 from engine import paged_attention as pa
 from engine import step as engine_step
 from engine.attention_ops import get_attention_ops
-from engine.kv_pages import pages_for_tokens
+from long_context.latency import paged_batch
 from models.attention import AttnInputs
 from scripts.flag_checks import check_count, check_output_file, parse_ints
 
@@ -49,23 +49,6 @@ RANK, ROPE, NOPE, VALUE, INDEX_DIM = 512, 64, 128, 128, 128
 KV_BLOCK_TOKENS = 128  # the engine's decode KV block (kv_block_pages * page_size)
 
 
-def _batch(scenario: list[tuple[int, int]], page_size: int):
-    """cu_q_lens, positions, kv_lens, page table (pages in order), pages used."""
-    cu, positions, kv_lens, widths = [0], [], [], []
-    for q_len, kv_len in scenario:
-        cu.append(cu[-1] + q_len)
-        positions += range(kv_len - q_len, kv_len)
-        kv_lens.append(kv_len)
-        widths.append(pages_for_tokens(kv_len, page_size))
-    table = np.zeros((len(scenario), max(widths)), np.int32)
-    used = 0
-    for s, n in enumerate(widths):
-        table[s, :n] = np.arange(used, used + n)
-        used += n
-    arrays = (np.array(cu, np.int32), np.array(positions, np.int32), np.array(kv_lens, np.int32))
-    return (*arrays, table), used
-
-
 def time_scenario(scenario: list[tuple[int, int]]) -> dict:
     """Best seconds of the three programs on one scenario, and how far DSA's output is from
     dense attention's (0 where every query keeps all its keys)."""
@@ -81,7 +64,7 @@ def time_scenario(scenario: list[tuple[int, int]]) -> dict:
         index_n_heads=index_heads,
         index_head_dim=INDEX_DIM,
     )
-    meta_args, num_pages = _batch(scenario, page)
+    meta_args, num_pages = paged_batch(scenario, page)
     num_tokens = int(meta_args[0][-1])
     rng = np.random.default_rng(0)
 

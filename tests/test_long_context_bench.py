@@ -171,7 +171,7 @@ def test_policy_descriptions():
 
 def test_paged_batch_lays_out_each_sequence_in_its_own_pages():
     # A decode at 32 keys (2 pages of 16) and a 3-token chunk ending at key 20 (2 pages).
-    (cu, positions, kv_lens, table), used = latency._paged_batch([(1, 32), (3, 20)], 16)
+    (cu, positions, kv_lens, table), used = latency.paged_batch([(1, 32), (3, 20)], 16)
     assert cu.tolist() == [0, 1, 4] and kv_lens.tolist() == [32, 20]
     assert positions.tolist() == [31, 17, 18, 19]
     assert table.tolist() == [[0, 1], [2, 3]] and used == 4
