@@ -53,7 +53,7 @@ ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,mtp sharding_mesh eplb 
 	long_context_evals chat checkpoints inputs))
 QUICK_TESTS := $(wildcard $(patsubst %,tests/test_%.py,capacity sampler pallas_lowering \
 	long_context_policy param_counts sharding pallas_kv_write mxfp4 runner kv_pages \
-	scheduler scheduler_windows hf_config hf_config_defaults))
+	scheduler scheduler_windows hf_config hf_config_defaults hf_config_mla))
 TEST_FILES := $(ORDERED_TESTS) \
 	$(filter-out $(ORDERED_TESTS) $(QUICK_TESTS),$(sort $(wildcard tests/test_*.py)))
 

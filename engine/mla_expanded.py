@@ -18,6 +18,7 @@ from engine.paged_attention import (
     _blocked_attention,
     _check_sizes,
     as_pages,
+    check_latent_rows,
     gather_pages,
 )
 
@@ -112,10 +113,7 @@ def paged_attention_mla_expanded(
     num_tokens, num_heads, nope_dim = q_nope.shape
     num_pages, page_size, row_dim = latent_pages.shape
     rank = w_kv_b.shape[0]
-    if rank + q_pe.shape[-1] != row_dim:
-        raise ValueError(
-            f"latent row dim {row_dim} != kv_lora_rank {rank} + rope dim {q_pe.shape[-1]}"
-        )
+    check_latent_rows(row_dim, rank, q_pe.shape[-1])
     value_dim = w_kv_b.shape[-1] - nope_dim
     # A tile of n < query_tile rows reads blocks query_tile / n times longer (_blocked_attention),
     # so every tile's scores are bounded by those of a full one.

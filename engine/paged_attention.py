@@ -592,6 +592,12 @@ def _blocked_attention(
     return out[:num_tokens]
 
 
+def check_latent_rows(row_dim: int, rank: int, rope_dim: int) -> None:
+    """MLA latent pages' rows must hold [c_kv (rank) | k_pe (rope_dim)]."""
+    if rank + rope_dim != row_dim:
+        raise ValueError(f"latent row dim {row_dim} != kv_lora_rank {rank} + rope dim {rope_dim}")
+
+
 def _check_window(window: int | None) -> None:
     if window is not None and (not isinstance(window, int) or window < 1):
         raise ValueError(f"window={window!r}: must be an integer >= 1 or None")
@@ -680,10 +686,7 @@ def paged_attention_mla(
     latent_pages = as_pages(latent_pages)
     num_tokens, num_heads, rank = q_lat.shape
     num_pages, page_size, row_dim = latent_pages.shape
-    if rank + q_pe.shape[-1] != row_dim:
-        raise ValueError(
-            f"latent row dim {row_dim} != kv_lora_rank {rank} + rope dim {q_pe.shape[-1]}"
-        )
+    check_latent_rows(row_dim, rank, q_pe.shape[-1])
 
     def gather_block(ids):  # ids: [..., Bp]
         # One latent row serves as key (all of it) and value (its c_kv part) for every head.

@@ -41,6 +41,7 @@ from engine.paged_attention import (
     AttnMetadata,
     _tile_tables,
     as_pages,
+    check_latent_rows,
     gather_pages,
 )
 from models.attention import mla_absorb_q, mla_latent_to_v
@@ -173,10 +174,7 @@ def sparse_mla_attention(
     latent_pages = as_pages(latent_pages)
     num_tokens, num_heads, rank = q_lat.shape
     num_pages, page_size, row_dim = latent_pages.shape
-    if rank + q_pe.shape[-1] != row_dim:
-        raise ValueError(
-            f"latent row dim {row_dim} != kv_lora_rank {rank} + rope dim {q_pe.shape[-1]}"
-        )
+    check_latent_rows(row_dim, rank, q_pe.shape[-1])
     q_cat = jnp.concatenate([q_lat, q_pe], axis=-1).astype(jnp.float32) * scale
     page_table = jnp.clip(meta.page_table, 0, num_pages - 1)
     num_keys = selected.shape[1]

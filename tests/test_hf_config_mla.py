@@ -1,0 +1,85 @@
+"""config_from_hf for the MLA families whose fields configs/hf_mla.py reads: GLM-4.7-Flash's
+dense layers, and DeepSeek-V3.2's and GLM-5's sparse-attention indexer."""
+
+import json
+import os
+
+import pytest
+
+from configs.hf_config import config_from_hf
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def test_glm4_moe_lite_dense_layers_and_refusals():
+    """GLM-4.7-Flash: mlp_layer_types names the dense layers (transformers' default: layer 0);
+    the router is V3's whatever the config says, and a partial rotary factor is refused
+    (DeepSeek-V3's attention rotates the whole rope part)."""
+    hf = json.loads(open(os.path.join(FIXTURES, "glm4_moe_lite", "config.json")).read())
+    cfg = config_from_hf(hf)
+    assert cfg.is_mla and [cfg.is_moe_layer(i) for i in range(3)] == [True, False, True]
+    del hf["mlp_layer_types"]
+    assert [config_from_hf(hf).is_moe_layer(i) for i in range(3)] == [False, True, True]
+    for change, message in [
+        (dict(mlp_layer_types=["dense", "sparse"]), "mlp_layer_types: expected a list of "),
+        (dict(mlp_layer_types=["dense", "moe", "sparse"]), "'moe' is not 'dense' or 'sparse'"),
+        (dict(topk_method="greedy"), "topk_method='greedy': transformers' glm4_moe_lite"),
+        (dict(scoring_func="softmax"), "scoring_func='softmax'"),
+        (dict(attention_bias=True), "attention_bias=True"),
+        (dict(partial_rotary_factor=0.5), "partial_rotary_factor=0.5"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            config_from_hf({**hf, **change})
+
+
+def test_deepseek_v32_dense_layers_indexer_and_refusals():
+    """DeepSeek-V3.2: V3's attention (always interleaved rope) with the indexer's fields;
+    transformers' class makes the first first_k_dense_replace layers dense unless
+    mlp_layer_types names them."""
+    hf = json.loads(open(os.path.join(FIXTURES, "deepseek_v32", "config.json")).read())
+    cfg = config_from_hf(hf)
+    assert (cfg.index_topk, cfg.index_n_heads, cfg.index_head_dim) == (12, 8, 16)
+    assert cfg.sparse_attention and cfg.rope_interleave and cfg.topk_method == "noaux_tc"
+    assert cfg.kv_cache_widths == (32 + 8, 16)
+    del hf["mlp_layer_types"]
+    assert [config_from_hf(hf).is_moe_layer(i) for i in range(3)] == [False, True, True]
+    hf["first_k_dense_replace"] = 2
+    assert [config_from_hf(hf).is_moe_layer(i) for i in range(3)] == [False, False, True]
+    for change, message in [
+        (dict(q_lora_rank=None), "q_lora_rank: deepseek_v32's indexer needs one"),
+        (dict(index_head_dim=4), "index_head_dim=4: must hold the rope part"),
+        (dict(index_topk=0), "index_topk=0: deepseek_v32 needs an int >= 1"),
+        (dict(index_n_heads=2.5), "index_n_heads=2.5: deepseek_v32 needs an int >= 1"),
+        (dict(attention_bias=True), "attention_bias=True"),
+        (dict(scoring_func="softmax"), "scoring_func='softmax'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            config_from_hf({**hf, **change})
+    assert config_from_hf({**hf, "num_nextn_predict_layers": 1}).num_nextn_predict_layers == 1
+
+
+def test_glm5_indexer_layers_and_defaults():
+    """GLM-5 (glm_moe_dsa): the indexer ropes interleaved pairs; GlmMoeDsaConfig's
+    indexer_types (given, or from index_topk_pattern, or from index_topk_freq and
+    index_skip_topk_offset) must leave every layer "full": a "shared" layer (reusing an
+    earlier layer's top-k) is refused naming it. Class defaults: GLM-5's shapes."""
+    hf = json.loads(open(os.path.join(FIXTURES, "glm_moe_dsa", "config.json")).read())
+    cfg = config_from_hf(hf)
+    assert cfg.index_rope_interleave and cfg.sparse_attention and cfg.n_group == 1
+    # (save_pretrained wrote the class's indexer_types, which win over the other fields.)
+    bare = {k: v for k, v in hf.items() if k != "indexer_types"}
+    assert config_from_hf({**hf, "index_topk_pattern": "FFS"}) == cfg
+    assert config_from_hf({**bare, "index_topk_pattern": "FFF"}) == cfg
+    for change, layer in [
+        (dict(indexer_types=["full", "shared", "full"]), 1),
+        (dict(index_topk_pattern="FFS"), 2),
+        # transformers' rule: layer i full where max(i - offset + 1, 0) % freq == 0.
+        (dict(index_topk_freq=2, index_skip_topk_offset=1), 1),
+    ]:
+        with pytest.raises(ValueError, match=f"indexer_types: layer {layer} is 'shared'"):
+            config_from_hf({**bare, **change})
+    with pytest.raises(ValueError, match="'half' is not 'full' or 'shared'"):
+        config_from_hf({**hf, "indexer_types": ["full", "half", "full"]})
+    default = config_from_hf({"model_type": "glm_moe_dsa"})
+    assert (default.num_layers, default.hidden_size, default.index_n_heads) == (78, 6144, 32)
+    assert (default.v_head_dim, default.mlp_only_layers) == (256, (0, 1, 2))
