@@ -15,8 +15,8 @@ import json
 import os
 from typing import Any
 
-from configs.compressed_tensors import int4_group_size
 from configs.hf_mla import MLA_MODEL_TYPES, mla_fields
+from configs.int4_schemes import INT4_METHODS, Int4Scheme, int4_scheme
 from configs.model_config import ModelConfig, RopeScaling
 
 SUPPORTED_MODEL_TYPES = (
@@ -383,8 +383,8 @@ _FP8_DEFAULTS = dict(fmt="e4m3", activation_scheme="dynamic", weight_block_size=
 def fp8_weight_block(hf: dict) -> tuple[int, int] | None:
     """[rows, cols] of the scale blocks of a checkpoint whose linear weights are stored as fp8
     (e4m3) with a `<name>_scale_inv` per block, as DeepSeek-V3/R1 and Qwen3-*-FP8 ship, or
-    (1, group_size) for int4 weights in compressed-tensors' pack-quantized format (a scale
-    per group of inputs of an output row: configs/compressed_tensors.py); None when the
+    (1, group_size) for int4 weights (compressed-tensors' pack-quantized, GPTQ or AWQ: a
+    scale per group of inputs of an output row, configs/int4_schemes.py); None when the
     config has no `quantization_config`. Such weights are dequantized on load
     (models/fp8_checkpoint.py, models/int4_checkpoint.py) unless held as they are stored
     (ModelConfig.quantization). Other quantization methods are refused, naming the field."""
@@ -396,13 +396,13 @@ def fp8_weight_block(hf: dict) -> tuple[int, int] | None:
     method = qc.get("quant_method")
     if method == "mxfp4" and hf.get("model_type") == "gpt_oss":
         return None  # gpt-oss's MXFP4 experts (models/mxfp4.py), no fp8 blocks
-    if method == "compressed-tensors":
-        return 1, int4_group_size(qc)
+    if method in INT4_METHODS:
+        return 1, int4_scheme(qc).group
     if method != "fp8":
         raise ValueError(
             f"HF config quantization_config.quant_method={method!r}: only 'fp8' (block-quantized "
-            "e4m3 weights with weight_scale_inv), 'compressed-tensors' (pack-quantized int4) "
-            "and, for gpt_oss, 'mxfp4' (its experts) are supported"
+            "e4m3 weights with weight_scale_inv), int4 ('compressed-tensors' pack-quantized, "
+            "'gptq', 'awq') and, for gpt_oss, 'mxfp4' (its experts) are supported"
         )
     q = {k: qc.get(k, v) for k, v in _FP8_DEFAULTS.items()}
     if q["fmt"] != "e4m3":
@@ -426,6 +426,14 @@ def fp8_weight_block(hf: dict) -> tuple[int, int] | None:
             "ints [rows, cols] (per-tensor scales are not supported)"
         )
     return int(block[0]), int(block[1])
+
+
+def stored_int4_scheme(hf: dict) -> Int4Scheme | None:
+    """How the checkpoint of HF config `hf` stores its int4 weights (None: not int4)."""
+    qc = hf.get("quantization_config")
+    if isinstance(qc, dict) and qc.get("quant_method") in INT4_METHODS:
+        return int4_scheme(qc)
+    return None
 
 
 def _dtype(hf: dict, dtype: str | None) -> str:
@@ -686,6 +694,7 @@ def config_from_hf(
     _refuse_unsupported(f, model_type)
     # Refuses an unsupported quantization before any weight is read.
     block = fp8_weight_block(hf)
+    int4 = stored_int4_scheme(hf)
     num_layers = f.required("num_hidden_layers")
     max_position = f.required("max_position_embeddings")
     rope_theta, rope_scaling = _rope(f, max_position)
@@ -715,6 +724,8 @@ def config_from_hf(
         eos_token_ids=eos_ids,
         dtype=_dtype(hf, dtype),
         quantization_block=block or (128, 128),
+        quantization_zero_point=bool(int4 and int4.zero_point),
+        quantization_act_order=bool(int4 and int4.act_order),
         # transformers' default is 1 where the config names none; the loader then finds out
         # whether the MTP layer's weights are there (only when drafting with it).
         num_nextn_predict_layers=int(f.get("num_nextn_predict_layers") or 0),

@@ -125,6 +125,10 @@ class ModelConfig:
     quantization: str | None = None
     quantization_block: tuple[int, int] = (128, 128)
     quantization_skip: tuple[str, ...] = ()
+    # int4 held as a GPTQ / AWQ checkpoint stores it: with a zero point per group (w = (q - z)
+    # * s), and with act order (each input's group from a stored index: GPTQ's desc_act).
+    quantization_zero_point: bool = False
+    quantization_act_order: bool = False
     # Multi-token prediction (DeepSeek-V3, GLM-4.5, 4.7-Flash): MTP modules a checkpoint has after
     # its decoder layers (HF num_nextn_predict_layers), and how many draft tokens a step asks
     # of the first one (0: not loaded; engine/mtp.py: params["mtp"], one more KV layer).

@@ -31,14 +31,14 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from configs.hf_config import fp8_weight_block, read_hf_config
+from configs.hf_config import fp8_weight_block, read_hf_config, stored_int4_scheme
+from configs.int4_schemes import Int4Scheme
 from configs.model_config import ModelConfig
 from models import int4_checkpoint as int4
 from models.fp8_checkpoint import FP8_DTYPE, Fp8Reader, dequantize, scale_name, scale_shape
 from models.mxfp4 import BLOCKS_SUFFIX, SCALES_SUFFIX, gpt_oss_expert_weight, mxfp4_shapes
 from models.quantization import (
     QuantizedWeight,
-    bits_of,
     our_block,
     pack_int4,
     quantize_params,
@@ -301,8 +301,8 @@ def _is_mxfp4(name: str, headers: dict[str, _Header]) -> bool:
 
 
 def _is_int4(name: str, headers: dict[str, _Header]) -> bool:
-    """Whether `name` is stored as compressed-tensors' packed int4 (models/int4_checkpoint.py)."""
-    return name not in headers and name + int4.PACKED_SUFFIX in headers
+    """Whether `name` is stored as packed int4 (any format: models/int4_checkpoint.py)."""
+    return int4.is_stored(name, headers.__contains__)
 
 
 def _stored_apart(name: str, headers: dict[str, _Header]) -> bool:
@@ -338,14 +338,20 @@ def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFT
     return candidates[best]
 
 
-def _quantization(model_dir: Path) -> tuple[tuple[int, int] | None, str | None]:
-    """From config.json (read once): the fp8 scale block ([rows, cols], None when the weights
-    are not block-quantized fp8) and quantization_config's quant_method (None without one)."""
+class _Quantization(NamedTuple):
+    """A checkpoint's quantization, from its config.json."""
+
+    block: tuple[int, int] | None  # [rows, cols] of fp8 scale blocks, (1, group) for int4
+    method: str | None  # quantization_config's quant_method (None without one)
+    int4: Int4Scheme | None  # how int4 weights are stored (None: not int4)
+
+
+def _quantization(model_dir: Path) -> _Quantization:
     config = model_dir / "config.json"
     hf = read_hf_config(config) if config.is_file() else {}
     qc = hf.get("quantization_config")
     method = qc.get("quant_method") if isinstance(qc, dict) else None
-    return fp8_weight_block(hf), method
+    return _Quantization(fp8_weight_block(hf), method, stored_int4_scheme(hf))
 
 
 def _validate_mxfp4(name: str, want: HFTensor, headers: dict[str, _Header], method) -> None:
@@ -373,13 +379,14 @@ def _validate(
     headers: dict[str, _Header],
     block: tuple[int, int] | None,
     method: str | None = None,
+    scheme: Int4Scheme | None = None,
 ) -> None:
     for name, want in names.items():
         if _is_mxfp4(name, headers):
             _validate_mxfp4(name, want, headers, method)
             continue
         if _is_int4(name, headers):
-            _validate_int4(name, want, headers, block, method)
+            _validate_int4(name, want, headers, scheme)
             continue
         got = headers[name]
         if got.shape != want.shape:
@@ -402,27 +409,36 @@ def _validate(
             )
 
 
-def _validate_int4(name: str, want: HFTensor, headers: dict[str, _Header], block, method) -> None:
-    if method != "compressed-tensors" or block is None:
+_INT4_DTYPES = {"int32": ("I32",), "int": ("I32", "I64"), "float": FLOAT_DTYPES}
+
+
+def _int4_packed(name: str, headers: dict[str, _Header]) -> str:
+    """The tensor that holds a packed int4 weight's values (X.weight_packed or X.qweight)."""
+    packed = name + int4.PACKED_SUFFIX
+    return packed if packed in headers else int4.module_of(name) + "." + int4.GPTQ_QWEIGHT
+
+
+def _validate_int4(
+    name: str, want: HFTensor, headers: dict[str, _Header], scheme: Int4Scheme | None
+) -> None:
+    packed = _int4_packed(name, headers)
+    ct = packed.endswith(int4.PACKED_SUFFIX)
+    layout = "compressed-tensors" if ct else "gptq' or 'awq"
+    if scheme is None or (scheme.method == "compressed-tensors") != ct:
         raise ValueError(
-            f"checkpoint tensor {name + int4.PACKED_SUFFIX!r}: packed int4 needs a config.json "
-            f"quantization_config with quant_method 'compressed-tensors' (found {method!r})"
+            f"checkpoint tensor {packed!r}: packed int4 needs a config.json quantization_config "
+            f"with quant_method '{layout}' (found {scheme.method if scheme else None!r})"
         )
-    if want.kind not in ("linear", "expert"):
-        raise ValueError(f"checkpoint tensor {name + int4.PACKED_SUFFIX!r}: int4 only for Linears")
-    shapes = {
-        int4.PACKED_SUFFIX: (int4.packed_shape(want.shape), ("I32",)),
-        int4.SCALE_SUFFIX: (int4.group_scale_shape(want.shape, block[1]), FLOAT_DTYPES),
-        int4.SHAPE_SUFFIX: ((2,), ("I32", "I64")),
-    }
-    for suffix, (shape, dtypes) in shapes.items():
-        got = headers.get(name + suffix)
+    if want.kind not in ("linear", "expert") or len(want.shape) != 2:
+        raise ValueError(f"checkpoint tensor {packed!r}: int4 only for Linears")
+    for tensor, (shape, kind) in int4.stored_names(name, want.shape, scheme).items():
+        got, dtypes = headers.get(tensor), _INT4_DTYPES[kind]
         if got is None:
-            raise ValueError(f"checkpoint tensor {name + suffix!r}: missing (int4 {name!r})")
+            raise ValueError(f"checkpoint tensor {tensor!r}: missing (int4 {name!r})")
         if got.shape != shape or got.dtype not in dtypes:
             raise ValueError(
-                f"checkpoint tensor {name + suffix!r}: expected shape {shape} and dtype in "
-                f"{dtypes} (int4 of {want.shape} in groups of {block[1]}), found "
+                f"checkpoint tensor {tensor!r}: expected shape {shape} and dtype in {dtypes} "
+                f"({scheme.method} int4 of {want.shape} in groups of {scheme.group}), found "
                 f"{got.shape} {got.dtype} in {got.file.name}"
             )
 
@@ -462,9 +478,18 @@ class _TensorReader(contextlib.ExitStack):
     (as `dtype`) with their block scales, MXFP4 expert weights from their blocks and scales
     (as `dtype` when it is float32 or bfloat16, else float32; `_place` casts)."""
 
-    def __init__(self, headers: dict[str, _Header], block: tuple[int, int] | None, dtype):
+    def __init__(
+        self,
+        headers: dict[str, _Header],
+        block: tuple[int, int] | None,
+        dtype,
+        int4_scheme: Int4Scheme | None = None,
+        shapes: dict[str, tuple[int, ...]] | None = None,
+    ):
         super().__init__()
         self.headers, self.block, self.dtype = headers, block, dtype
+        # int4 weights: their format, and each one's [out, in] (what the loader expects)
+        self.int4_scheme, self.shapes = int4_scheme, shapes or {}
         self._fp8 = Fp8Reader()
         self._files: dict[Path, Any] = {}
 
@@ -476,8 +501,7 @@ class _TensorReader(contextlib.ExitStack):
             exact = self.dtype in (np.dtype(np.float32), np.dtype(jnp.bfloat16))
             return gpt_oss_expert_weight(blocks, scales, self.dtype if exact else np.float32)
         if _is_int4(name, self.headers):
-            packed, scale, shape = self._int4_parts(name)
-            return int4.dequantize(packed, scale, self.block[1], int(shape[1]), self.dtype)
+            return self._int4_parts(name).dequantize(self.int4_scheme.group, self.dtype)
         path = self.headers[name].file
         if self.headers[name].dtype == FP8_DTYPE:
             scale = self.read(scale_name(name))
@@ -486,18 +510,18 @@ class _TensorReader(contextlib.ExitStack):
             self._files[path] = self.enter_context(safe_open(str(path), framework="np"))
         return self._files[path].get_tensor(name)
 
-    def _int4_parts(self, name: str) -> tuple[np.ndarray, ...]:
-        """A packed int4 weight's words, group scales and [out, in] shape, as stored."""
-        return tuple(self.read(name + suffix) for suffix in int4.SUFFIXES)
+    def _int4_parts(self, name: str) -> int4.Int4Parts:
+        return int4.read_parts(self.read, name, self.shapes[name], self.int4_scheme)
 
-    def read_stored(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """A quantized weight as stored (fp8; int4: its values as int8 [out, in]), and its
-        float32 block scales."""
+    def read_stored(self, name: str) -> list[np.ndarray | None]:
+        """A quantized weight as stored: fp8 data [out, in] and its float32 block scales;
+        int4: its values (int8 [out, in]), group scales, zero points and group indices
+        (models/int4_checkpoint.Int4Parts; None where the format has none)."""
         if _is_int4(name, self.headers):
-            packed, scale, shape = self._int4_parts(name)
-            return int4.unpack_words(packed, int(shape[1])), np.asarray(scale, np.float32)
+            p = self._int4_parts(name)
+            return [p.values, p.scale, p.zero, p.g_idx]
         scale = np.asarray(self.read(scale_name(name)), np.float32)
-        return self._fp8.read(self.headers[name].file, name), scale
+        return [self._fp8.read(self.headers[name].file, name), scale]
 
 
 def _leaf_specs(specs, path: Path_ = ()) -> dict[Path_, ParamSpec]:
@@ -531,7 +555,7 @@ def resolve_tied_head(model_dir: str | Path, cfg: ModelConfig) -> ModelConfig:
     if head not in headers:
         return cfg
     if embed in headers and headers[head].shape == headers[embed].shape:
-        block, _ = _quantization(Path(model_dir))
+        block = _quantization(Path(model_dir)).block
         pair = {n: HFTensor(headers[n].shape, (), "copy") for n in (head, embed)}
         try:
             _validate(pair, headers, block)
@@ -561,38 +585,41 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     model_dir = Path(model_dir)
     headers = _read_headers(_checkpoint_files(model_dir))
     names = _pick_layout(cfg, headers)
-    block, method = _quantization(model_dir)
-    _validate(names, headers, block, method)
+    block, method, scheme = _quantization(model_dir)
+    _validate(names, headers, block, method, scheme)
 
     specs = param_specs(cfg.replace(quantization=None))
     leaf_specs = _leaf_specs(specs)
     layouts = _quantized_layouts(cfg, specs)
-    int4_stored = method == "compressed-tensors"
+    int4_stored = scheme is not None
     keep = set()
     if block == cfg.quantization_block and cfg.quantization == ("int4" if int4_stored else "fp8"):
         keep = _stored_leaves(names, headers, layouts, int4_stored)
     leaves: dict[Path_, np.ndarray] = {}
     stored: dict[Path_, list[np.ndarray]] = {}
-    with _TensorReader(headers, block, jnp.dtype(cfg.dtype)) as reader:
+    shapes = {n: t.shape for n, t in names.items()}
+    with _TensorReader(headers, block, jnp.dtype(cfg.dtype), scheme, shapes) as reader:
         # Grouped by file (each shard opened once).
         def file_of(n: str) -> str:
             if _stored_apart(n, headers):
-                n += BLOCKS_SUFFIX if _is_mxfp4(n, headers) else int4.PACKED_SUFFIX
+                n = n + BLOCKS_SUFFIX if _is_mxfp4(n, headers) else _int4_packed(n, headers)
             return str(headers[n].file)
 
         for name in sorted(names, key=file_of):
             t = names[name]
             if t.targets[0] in keep:
-                _place_fp8(t, *reader.read_stored(name), leaf_specs, stored)
+                _place_stored(t, reader.read_stored(name), leaf_specs, stored)
             else:
                 _place(t, reader.read(name), leaf_specs, leaves)
-    for path, (data, scale) in stored.items():
-        hold = pack_int4 if int4_stored else QuantizedWeight
-        leaves[path] = hold(data, scale, *layouts[path], our_block(block))
+    for path, (data, scale, *rest) in stored.items():
+        if int4_stored:
+            leaves[path] = pack_int4(data, scale, *layouts[path], our_block(block), *rest)
+        else:
+            leaves[path] = QuantizedWeight(data, scale, *layouts[path], our_block(block))
     params = _build_tree(specs, leaves)
     if cfg.quantization:
         block = our_block(cfg.quantization_block)
-        params = quantize_params(params, block, cfg.quantization_skip, bits_of(cfg.quantization))
+        params = quantize_params(params, block, cfg.quantization_skip, cfg=cfg)
     return params
 
 
@@ -660,7 +687,7 @@ def unquantized_leaves(model_dir: str | Path, cfg: ModelConfig) -> tuple[str, ..
     compressed-tensors `ignore` list): they stay float, as vLLM keeps them. Empty for a
     checkpoint that is not quantized."""
     model_dir = Path(model_dir)
-    block, method = _quantization(model_dir)
+    block, _, scheme = _quantization(model_dir)
     if block is None:
         return ()
     headers = _read_headers(_checkpoint_files(model_dir))
@@ -668,7 +695,7 @@ def unquantized_leaves(model_dir: str | Path, cfg: ModelConfig) -> tuple[str, ..
     specs = param_specs(cfg.replace(quantization=None))
     sources = _sources(names)
     layouts = _quantized_layouts(cfg.replace(quantization="fp8"), specs, skip=())
-    int4_stored = method == "compressed-tensors"
+    int4_stored = scheme is not None
     return tuple(
         _leaf_name(path, cfg.num_layers)
         for path in layouts
@@ -676,23 +703,27 @@ def unquantized_leaves(model_dir: str | Path, cfg: ModelConfig) -> tuple[str, ..
     )
 
 
-def _place_fp8(
-    t: HFTensor, data: np.ndarray, scale: np.ndarray, leaf_specs: dict, stored: dict
-) -> None:
-    """An fp8 Linear [out, in] and its scale grid into the leaf's [in..., out...] layout:
-    both transposed (the data reshaped like a float weight)."""
+def _place_stored(t: HFTensor, parts: list, leaf_specs: dict, stored: dict) -> None:
+    """A quantized Linear [out, in] as stored (`_TensorReader.read_stored`'s parts) into the
+    leaf's [in..., out...] layout: data, scales and zero points transposed (the data
+    reshaped like a float weight), group indices [in] as they are; experts stacked."""
     (path,) = t.targets
     spec = leaf_specs[path]
+    data, *rest = parts
+    shape = spec.shape if t.kind == "linear" else spec.shape[1:]
+    moved = [data.T.reshape(shape)] + [
+        None if p is None else np.ascontiguousarray(p.T if p.ndim == 2 else p) for p in rest
+    ]
     if t.kind == "linear":
-        stored[path] = [data.T.reshape(spec.shape), np.ascontiguousarray(scale.T)]
+        stored[path] = moved
         return
     if path not in stored:
         stored[path] = [
-            np.zeros(spec.shape, data.dtype),
-            np.zeros((spec.shape[0],) + scale.T.shape, np.float32),
+            None if p is None else np.zeros((spec.shape[0],) + p.shape, p.dtype) for p in moved
         ]
-    stored[path][0][t.expert] = data.T.reshape(spec.shape[1:])
-    stored[path][1][t.expert] = scale.T
+    for held, p in zip(stored[path], moved, strict=True):
+        if p is not None:
+            held[t.expert] = p
 
 
 def _place(t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], leaves: dict) -> None:

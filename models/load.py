@@ -15,12 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs.hf_config import config_from_hf, read_hf_config
+from configs.int4_schemes import INT4_METHODS
 from configs.model_config import ModelConfig
 from configs.presets import PRESETS, get_preset
 from models.hf_loader import load_hf_params, resolve_tied_head, unquantized_leaves
 from models.orbax_io import check_tree, is_orbax_dir, load_config, restore_params, save_params
 from models.quantization import (
-    bits_of,
     check_quantization,
     dequantize_tree,
     held_block,
@@ -76,9 +76,14 @@ def _load_dir(
         elif cfg.quantization and not stored.quantization:  # float stored, fp8 / int4 wanted
             block = our_block(cfg.quantization_block)
             params = jax.tree.map(np.asarray, params)
-            bits = bits_of(cfg.quantization)
-            params = quantize_params(params, block, cfg.quantization_skip, bits)
-        fields = ("quantization", "quantization_block", "quantization_skip")
+            params = quantize_params(params, block, cfg.quantization_skip, cfg=cfg)
+        fields = (
+            "quantization",
+            "quantization_block",
+            "quantization_skip",
+            "quantization_zero_point",
+            "quantization_act_order",
+        )
         return stored.replace(**{f: getattr(cfg, f) for f in fields}), params
     return cfg, load_hf_params(path, cfg)
 
@@ -146,7 +151,7 @@ def _stored_quantization(path: str | None, cfg: ModelConfig) -> str | None:
     if is_orbax_dir(path):
         return cfg.quantization
     method = (read_hf_config(path).get("quantization_config") or {}).get("quant_method")
-    return {"fp8": "fp8", "compressed-tensors": "int4"}.get(method)
+    return "int4" if method in INT4_METHODS else {"fp8": "fp8"}.get(method)
 
 
 def load_model(

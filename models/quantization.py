@@ -59,7 +59,10 @@ MLP_WEIGHTS = {"w_gate": 1, "w_up": 1, "w_down": 1}
 @dataclasses.dataclass(frozen=True)
 class QuantizedWeight:
     """A weight as fp8 `data` [*lead, *K, *N] and float32 `scale` [*lead, ceil(K/bk),
-    ceil(N/bn)] (K, N: the products of the contracted and output axes)."""
+    ceil(N/bn)] (K, N: the products of the contracted and output axes). int4 as a GPTQ / AWQ
+    checkpoint stores it also has `zero` (int8 zero points minus 8, the scale's shape: the
+    weight is (value - zero) * scale) and, with act order, `g_idx` (int32 [*lead, K]: the
+    scale row of each contracted index, in place of k // bk)."""
 
     data: Any
     scale: Any
@@ -69,6 +72,8 @@ class QuantizedWeight:
     # 8: `data` is float8_e4m3fn values; 4: int4 values in [-8, 7], stored + 8 two to a
     # uint8 byte (low nibble first) along the last contracted axis (models/int4_checkpoint.py)
     bits: int = dataclasses.field(metadata=dict(static=True), default=8)
+    zero: Any = None
+    g_idx: Any = None
 
     @property
     def packed_axis(self) -> int:
@@ -145,15 +150,18 @@ def quantize(
     return pack_int4(values.reshape(shape), scale, lead, k_dims, block)
 
 
-def pack_int4(values: np.ndarray, scale: np.ndarray, lead: int, k_dims: int, block):
-    """int4 `values` (int8 in [-8, 7], the weight's shape) and their scales, held packed."""
+def pack_int4(
+    values: np.ndarray, scale: np.ndarray, lead: int, k_dims: int, block, zero=None, g_idx=None
+):
+    """int4 `values` (int8 in [-8, 7], the weight's shape), their scales (and zero points,
+    group indices: QuantizedWeight's), held packed."""
     axis = lead + k_dims - 1
     if values.shape[axis] % 2:
         raise ValueError(
             f"int4 weight of shape {values.shape}: axis {axis} ({values.shape[axis]}) must be "
             "even (two values to a byte)"
         )
-    return QuantizedWeight(pack_pairs(values, axis), scale, lead, k_dims, block, bits=4)
+    return QuantizedWeight(pack_pairs(values, axis), scale, lead, k_dims, block, 4, zero, g_idx)
 
 
 def unpack_int4(data: jax.Array, axis: int) -> jax.Array:
@@ -172,13 +180,29 @@ def _spread(scale, block: tuple[int, int], k: int, n: int, xp=np):
     return xp.repeat(s, block[1], axis=-1)[..., :n]
 
 
+def _gather(per_group, g_idx, block: tuple[int, int], n: int):
+    """[*L, G, N/bn] -> [*L, K, N]: row g_idx[k] for each contracted index k."""
+    rows = jnp.take_along_axis(per_group, g_idx[..., None].astype(jnp.int32), axis=-2)
+    return jnp.repeat(rows, block[1], axis=-1)[..., :n]
+
+
 def dequantize(w: QuantizedWeight, dtype) -> jax.Array:
-    """stored * scale per block, computed in float32 and cast to `dtype` (jnp; in a jit)."""
+    """(stored - zero) * scale per block, computed in float32 and cast to `dtype` (jnp; in a
+    jit)."""
     shape = w.shape
     k, n = matrix_dims(shape, w.lead, w.k_dims)
     data = unpack_int4(w.data, w.packed_axis) if w.bits == 4 else w.data
     m = data.reshape(*shape[: w.lead], k, n).astype(jnp.float32)
-    m = m * _spread(w.scale.astype(jnp.float32), w.block, k, n, jnp)
+
+    def spread(per_block):
+        per_block = per_block.astype(jnp.float32)
+        if w.g_idx is None:
+            return _spread(per_block, w.block, k, n, jnp)
+        return _gather(per_block, w.g_idx, w.block, n)
+
+    if w.zero is not None:
+        m = m - spread(w.zero)
+    m = m * spread(w.scale)
     return m.astype(dtype).reshape(shape)
 
 
@@ -255,13 +279,31 @@ def bits_of(quantization: str | None) -> int:
 
 
 def quantize_params(
-    params: dict, block: tuple[int, int], skip: tuple[str, ...] = (), bits: int = 8
+    params: dict, block: tuple[int, int], skip: tuple[str, ...] = (), bits: int = 8, cfg=None
 ) -> dict:
     """Host-side: `params` (float arrays) with every weight to quantize as a QuantizedWeight
-    (fp8, or bits=4: int4); leaves that already are one stay as they are."""
+    (fp8, or bits=4: int4; `cfg`, a ModelConfig, gives the bits in its place); leaves that
+    already are one stay as they are. A config that holds int4 as GPTQ / AWQ checkpoints
+    store it (quantization_zero_point, quantization_act_order) gets the weights it
+    quantizes itself zero points of 0 and group indices in order, so every leaf has them."""
+    zero_point = act_order = False
+    if cfg is not None:
+        bits = bits_of(cfg.quantization)
+        zero_point, act_order = cfg.quantization_zero_point, cfg.quantization_act_order
 
     def one(x, lead, k_dims, name):
         del name
-        return x if is_quantized(x) else quantize(np.asarray(x), lead, k_dims, block, bits)
+        if is_quantized(x):
+            return x
+        q = quantize(np.asarray(x), lead, k_dims, block, bits)
+        if bits != 4:
+            return q
+        if zero_point:
+            q = dataclasses.replace(q, zero=np.zeros(q.scale.shape, np.int8))
+        if act_order:
+            k, _ = matrix_dims(q.shape, lead, k_dims)
+            rows = np.broadcast_to(np.arange(k, dtype=np.int32) // block[0], (*q.shape[:lead], k))
+            q = dataclasses.replace(q, g_idx=np.ascontiguousarray(rows))
+        return q
 
     return map_quantized(params, one, skip)

@@ -208,31 +208,64 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
         block = quant.our_block(cfg.quantization_block)
         bits = quant.bits_of(cfg.quantization)
         specs = quant.map_quantized(
-            specs, lambda s, *a: _quantized_spec(s, *a, block, bits), cfg.quantization_skip
+            specs,
+            lambda s, *a: _quantized_spec(
+                s, *a, block, bits, cfg.quantization_zero_point, cfg.quantization_act_order
+            ),
+            cfg.quantization_skip,
         )
     return specs
 
 
 def _quantized_spec(
-    s: ParamSpec, lead: int, k_dims: int, name: str, block, bits: int = 8
+    s: ParamSpec,
+    lead: int,
+    k_dims: int,
+    name: str,
+    block,
+    bits: int = 8,
+    zero_point: bool = False,
+    act_order: bool = False,
 ) -> quant.QuantizedWeight:
     """The fp8 data (bits=4: int4 values packed two to a byte along the last contracted
     axis) and float32 block scales that hold the weight `s` declares: the scales split like
-    the data's leading (expert) axes, whole along the rest."""
+    the data's leading (expert) axes, whole along the rest; int4 with `zero_point` and
+    `act_order` (a GPTQ / AWQ checkpoint's) its zero points and group indices too."""
     del name
     scale = quant.scale_shape(s.shape, lead, k_dims, block)
     shape, dtype = s.shape, quant.FP8
     if bits == 4:
         axis = lead + k_dims - 1
         shape, dtype = (*shape[:axis], -(-shape[axis] // 2), *shape[axis + 1 :]), jnp.uint8
+    per_block = s.axes[:lead] + (None, None)
+    zero = g_idx = None
+    if bits == 4 and zero_point:  # GPTQ / AWQ: zero points like the scales; act order
+        zero = ParamSpec(scale, jnp.int8, per_block, zeros)
+    if bits == 4 and act_order:
+        k, _ = quant.matrix_dims(s.shape, lead, k_dims)
+        g_idx = ParamSpec(
+            (*s.shape[:lead], k), jnp.int32, s.axes[:lead] + (None,), _in_order(block[0])
+        )
     return quant.QuantizedWeight(
         ParamSpec(shape, dtype, s.axes, s.init),
-        ParamSpec(scale, quant.SCALE_DTYPE, s.axes[:lead] + (None, None), ones),
+        ParamSpec(scale, quant.SCALE_DTYPE, per_block, ones),
         lead,
         k_dims,
         block,
         bits,
+        zero,
+        g_idx,
     )
+
+
+def _in_order(group: int) -> Callable:
+    """The init of a g_idx spec: each contracted index in its own position's group."""
+
+    def init(rng, shape, dtype):
+        del rng
+        return np.broadcast_to(np.arange(shape[-1]) // group, shape).astype(dtype)
+
+    return init
 
 
 def init_params(
@@ -252,10 +285,7 @@ def init_params(
     params = jax.tree.map(lambda s: s.init(rng, s.shape, s.dtype), specs, is_leaf=is_spec)
     if cfg.quantization:
         params = quant.quantize_params(
-            params,
-            quant.our_block(cfg.quantization_block),
-            cfg.quantization_skip,
-            quant.bits_of(cfg.quantization),
+            params, quant.our_block(cfg.quantization_block), cfg.quantization_skip, cfg=cfg
         )
     return params if host else jax.tree.map(jnp.asarray, params)
 

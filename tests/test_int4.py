@@ -1,5 +1,5 @@
 """int4 weights: compressed-tensors pack-quantized checkpoints (models/int4_checkpoint.py,
-configs/compressed_tensors.py) read dequantized or held packed (`quantization="int4"`,
+configs/int4_schemes.py) read dequantized or held packed (`quantization="int4"`,
 models/quantization.py).
 
 Anchors: transformers with compressed-tensors' own decompression on the checkpoints of
