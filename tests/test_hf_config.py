@@ -558,7 +558,7 @@ def test_missing_path(tmp_path):
         ({"eos_token_id": "2"}, "eos_token_id"),
         ({"dtype": "float8"}, "dtype"),
         ({"num_attention_heads": None}, "num_attention_heads"),
-        ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "quant_method='awq'"),
+        ({"quantization_config": {"quant_method": "bitsandbytes"}}, "quant_method='bitsandbytes'"),
         ({"quantization_config": "fp8"}, "quantization_config='fp8'"),
         (
             {"quantization_config": {"quant_method": "fp8", "activation_scheme": "static"}},

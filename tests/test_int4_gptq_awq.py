@@ -90,3 +90,152 @@ def test_weights_load_as_gptqmodel_dequantizes_them(name):
         for got in (_leaf(floats, path), np.asarray(dequantize(leaf, jnp.float32))):
             got = np.asarray(got) if expert is None else np.asarray(got)[expert]
             np.testing.assert_array_equal(got.reshape(w.shape), w)
+
+
+@pytest.mark.parametrize("quantization", [None, "int4"])
+@pytest.mark.parametrize("name", FORMATS)
+def test_gptq_and_awq_checkpoints_decode_as_transformers(name, quantization):
+    """Dequantized on load or held packed: transformers' greedy tokens and logprobs."""
+    ref = _reference(name)
+    llm = LLM(
+        model=str(FIXTURES / name),
+        quantization=quantization,
+        num_pages=32,
+        max_model_len=128,
+        max_num_batched_tokens=64,
+    )
+    params = SamplingParams(temperature=0, max_tokens=len(ref["greedy_tokens"][0]), ignore_eos=True)
+    outs = llm.generate(ref["prompts"], params)
+    assert [o.token_ids for o in outs] == ref["greedy_tokens"]
+    for out, want in zip(outs, ref["logprobs"], strict=True):
+        np.testing.assert_allclose(out.logprobs, want, atol=1e-4)
+    w_down = next(layer["moe"] for layer in llm.params["layers"] if "moe" in layer)["w_down"]
+    assert quant.is_quantized(w_down) == (quantization == "int4")
+
+
+def test_a_gptq_checkpoint_is_held_as_stored():
+    """Each expert's codes, zero points (v1: stored minus one), fp16 scales and act-order
+    group indices land as stored, transposed to the leaf's [in, out]; half a byte a value."""
+    name = FIXTURES / "qwen3_moe_gptq"
+    cfg = model_config(str(name), None, "int4")
+    assert (cfg.quantization_block, cfg.quantization_zero_point, cfg.quantization_act_order) == (
+        (1, 16),
+        True,
+        True,
+    )
+    assert cfg.quantization_skip == ()  # every projection stored int4; the router is no leaf
+    held = load_model(str(name), cfg=cfg, host=True)[1]["layers"][0]["moe"]["w_down"]
+    tensors = load_file(str(name / "model.safetensors"))
+    x = "model.layers.0.mlp.experts.3.down_proj."
+    qweight, qzeros = tensors[x + "qweight"], tensors[x + "qzeros"]  # [F / 8, D], [G, D / 8]
+    rows, cols = qweight.shape[0] * 8, qweight.shape[1]
+    codes = np.zeros((rows, cols), np.int64)  # [in, out]: code i of a column in bits 4 (i % 8)
+    for i in range(rows):
+        codes[i] = (qweight[i // 8].astype(np.int64) >> (4 * (i % 8))) & 0xF
+    words = (qzeros.astype(np.int64) + 0x11111111) % 2**32  # v1
+    zeros = np.stack([(words[:, j // 8] >> (4 * (j % 8))) & 0xF for j in range(cols)], 1)
+    values = np.asarray(quant.unpack_int4(jnp.asarray(held.data[3]), 0))
+    np.testing.assert_array_equal(values, codes - 8)
+    np.testing.assert_array_equal(held.zero[3], zeros - 8)
+    np.testing.assert_array_equal(held.scale[3], tensors[x + "scales"].astype(np.float32))
+    np.testing.assert_array_equal(held.g_idx[3], tensors[x + "g_idx"])
+    assert not np.array_equal(held.g_idx[3], np.arange(rows) // 16)  # act order
+    assert held.data.nbytes * 2 == np.prod(held.shape)
+
+
+def test_a_held_gptq_checkpoint_converts_to_orbax_and_serves(tmp_path):
+    """convert_hf_to_orbax(quantization="int4") keeps codes, zero points and group indices;
+    the orbax checkpoint serves held or dequantized, transformers' tokens either way."""
+    from models.load import convert_hf_to_orbax
+
+    name = "qwen3_moe_gptq"
+    out = str(tmp_path / "orbax")
+    convert_hf_to_orbax(str(FIXTURES / name), out, None, "int4")
+    cfg = model_config(out, None, "int4")
+    assert cfg.quantization_zero_point and cfg.quantization_act_order
+    _, got, _ = load_model(out, cfg=cfg, host=True)
+    want = load_model(
+        str(FIXTURES / name), cfg=model_config(str(FIXTURES / name), None, "int4"), host=True
+    )[1]
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    ref = _reference(name)
+    params = SamplingParams(temperature=0, max_tokens=len(ref["greedy_tokens"][0]), ignore_eos=True)
+    llm = LLM(model=out, quantization=None, num_pages=32, max_model_len=128)
+    assert [o.token_ids for o in llm.generate(ref["prompts"], params)] == ref["greedy_tokens"]
+
+
+def _config(name: str, **changes) -> dict:
+    hf = read_hf_config(str(FIXTURES / name))
+    return {**hf, "quantization_config": {**hf["quantization_config"], **changes}}
+
+
+@pytest.mark.parametrize(
+    "hf, message",
+    [
+        (_config("qwen3_moe_gptq", bits=8), r"quantization_config.bits=8: only 4"),
+        (_config("qwen3_moe_gptq", group_size=-1), r"group_size=-1: expected a positive int"),
+        (_config("qwen3_moe_gptq", checkpoint_format="marlin"), r"checkpoint_format='marlin'"),
+        (_config("qwen3_moe_gptq", lm_head=True), r"lm_head=True: only False"),
+        (_config("qwen3_moe_gptq", dynamic={"-:.*": {}}), r"dynamic: per-module overrides"),
+        (_config("qwen3_moe_gptq", desc_act="yes"), r"desc_act='yes': expected true or false"),
+        (_config("qwen3_moe_awq", version="gemv"), r"version='gemv': only 'gemm'"),
+        (_config("qwen3_moe_awq", zero_point=False), r"zero_point=False: only true"),
+    ],
+)
+def test_unsupported_gptq_and_awq_configs_are_refused(hf, message):
+    with pytest.raises(ValueError, match=message):
+        config_from_hf(hf)
+
+
+def _altered(tmp_path, name: str, change, config=None) -> str:
+    """A copy of fixture `name` with change(tensors) applied (and `config` as its config)."""
+    out = tmp_path / name
+    shutil.copytree(FIXTURES / name, out)
+    tensors = load_file(str(out / "model.safetensors"))
+    change(tensors)
+    save_file(tensors, str(out / "model.safetensors"))
+    if config is not None:
+        (out / "config.json").write_text(json.dumps(config))
+    return str(out)
+
+
+X = "model.layers.0.mlp.experts.0.down_proj."
+
+
+def test_bad_gptq_and_awq_tensors_are_refused_naming_them(tmp_path):
+    def shrink(t):
+        t[X + "qzeros"] = t[X + "qzeros"][:1]
+
+    def far_group(t):
+        t[X + "g_idx"] = t[X + "g_idx"] + 1000
+
+    def drop_scales(t):
+        del t[X + "scales"]
+
+    for change, message in (
+        (shrink, rf"'{X}qzeros': expected shape \(2, 8\)"),
+        (far_group, rf"'{X}g_idx': group indices outside \[0, 2\)"),
+        (drop_scales, rf"'{X}scales': missing"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            load_model(_altered(tmp_path / change.__name__, "qwen3_moe_gptq", change))
+    # Inputs out of group order in a checkpoint whose config says no act order.
+    path = _altered(
+        tmp_path / "order",
+        "qwen3_moe_gptq",
+        lambda t: None,
+        _config("qwen3_moe_gptq", desc_act=False),
+    )
+    with pytest.raises(ValueError, match=r"g_idx': inputs out of group order"):
+        load_model(path)
+    # GPTQ's tensors under a compressed-tensors config, and the other way round.
+    ct = read_hf_config(str(FIXTURES / "qwen3_moe_int4"))["quantization_config"]
+    path = _altered(
+        tmp_path / "mislabeled",
+        "qwen3_moe_gptq",
+        lambda t: None,
+        {**read_hf_config(str(FIXTURES / "qwen3_moe_gptq")), "quantization_config": ct},
+    )
+    with pytest.raises(ValueError, match=r"qweight': packed int4 needs .* 'gptq' or 'awq'"):
+        load_model(path)
