@@ -295,15 +295,25 @@ def quantize_params(
         del name
         if is_quantized(x):
             return x
-        q = quantize(np.asarray(x), lead, k_dims, block, bits)
-        if bits != 4:
-            return q
-        if zero_point:
-            q = dataclasses.replace(q, zero=np.zeros(q.scale.shape, np.int8))
-        if act_order:
-            k, _ = matrix_dims(q.shape, lead, k_dims)
-            rows = np.broadcast_to(np.arange(k, dtype=np.int32) // block[0], (*q.shape[:lead], k))
-            q = dataclasses.replace(q, g_idx=np.ascontiguousarray(rows))
-        return q
+        return with_gptq_fields(
+            quantize(np.asarray(x), lead, k_dims, block, bits), zero_point, act_order
+        )
 
     return map_quantized(params, one, skip)
+
+
+def with_gptq_fields(w, zero_point: bool = True, act_order: bool = True):
+    """An int4 QuantizedWeight (host or device arrays) laid out as a GPTQ / AWQ checkpoint is
+    held, the same weight: zero points of 0 where it has none (`zero_point`), group indices
+    in order (`act_order`); anything else unchanged."""
+    if not is_quantized(w) or w.bits != 4:
+        return w
+    xp = np if isinstance(w.scale, np.ndarray) else jnp
+    if zero_point and w.zero is None:
+        w = dataclasses.replace(w, zero=xp.zeros(w.scale.shape, np.int8))
+    if act_order and w.g_idx is None:
+        k, _ = matrix_dims(w.shape, w.lead, w.k_dims)
+        rows = np.arange(k, dtype=np.int32) // w.block[0]
+        rows = np.ascontiguousarray(np.broadcast_to(rows, (*w.shape[: w.lead], k)))
+        w = dataclasses.replace(w, g_idx=xp.asarray(rows))
+    return w

@@ -32,6 +32,7 @@ from absl import app, flags
 
 from engine import LLM, SamplingParams, kv_quant
 from models.load import model_config
+from models.quantization import is_quantized, with_gptq_fields
 from scripts.flag_checks import check_output_file, parse_ints
 
 _MODELS = flags.DEFINE_list("models", ["bench-llama-20m", "bench-deepseek-v3-35m"], "Presets.")
@@ -51,8 +52,9 @@ _KV_CACHE_DTYPE = flags.DEFINE_enum(
 _QUANTIZATION = flags.DEFINE_list(
     "quantization",
     ["none"],
-    "Weights to time, each a run: none (the model dtype), fp8 (block-scaled e4m3) and/or int4 "
-    "(packed, a scale per 128 inputs).",
+    "Weights to time, each a run: none (the model dtype), fp8 (block-scaled e4m3), int4 "
+    "(packed, a scale per 128 inputs) and/or int4-gptq (the same weights held as a GPTQ "
+    "checkpoint with act order is: zero points and group indices too).",
 )
 
 
@@ -119,11 +121,13 @@ def bench_model(
     llm = LLM(
         model=model,
         kv_cache_dtype=kv_cache_dtype,
-        quantization=None if quantization == "none" else quantization,
+        quantization={"none": None, "int4-gptq": "int4"}.get(quantization, quantization),
         max_num_seqs=max_b,
         max_num_batched_tokens=max(2048, max_b),
         max_model_len=prompt_len + 2 * steps + 8,
     )
+    if quantization == "int4-gptq":
+        llm.params = jax.tree.map(with_gptq_fields, llm.params, is_leaf=is_quantized)
     rng = np.random.default_rng(0)
     for b in batches:
         ids = [
@@ -192,11 +196,11 @@ def parse_flags() -> list[int]:
             f"--sampling={','.join(_SAMPLING.value)}: must list one or more of "
             f"{', '.join(SAMPLING_MODES)}, none repeated"
         )
-    bad = [q for q in _QUANTIZATION.value if q not in ("none", "fp8", "int4")]
+    bad = [q for q in _QUANTIZATION.value if q not in ("none", "fp8", "int4", "int4-gptq")]
     if bad or not _QUANTIZATION.value or len(set(_QUANTIZATION.value)) < len(_QUANTIZATION.value):
         raise app.UsageError(
-            f"--quantization={','.join(_QUANTIZATION.value)}: must list none, fp8 and/or int4, "
-            "none repeated"
+            f"--quantization={','.join(_QUANTIZATION.value)}: must list none, fp8, int4 and/or "
+            "int4-gptq, none repeated"
         )
     if _STEPS.value < 2:
         raise app.UsageError(f"--decode_steps={_STEPS.value}: must be >= 2")

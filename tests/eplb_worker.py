@@ -18,8 +18,9 @@ CASES = [
     ("qwen3_moe", "tp=2,ep=2", 2, {}),
     ("gpt_oss", "tp=2,ep=2", 2, {}),
     ("deepseek_v3_fp8", "tp=2,ep=2", 2, {"quantization": "fp8"}),
-    # int4 experts held packed (two values a byte; F / 2 split over tp), Kimi-K2's recipe.
-    ("deepseek_v3_int4", "tp=2,ep=2", 2, {"quantization": "int4"}),
+    # int4 experts held packed (two values a byte; F / 2 split over tp) as a GPTQ
+    # checkpoint stores them: zero points and act order's group indices move with them.
+    ("qwen3_moe_gptq", "tp=2,ep=2", 2, {"quantization": "int4"}),
     # Tokens split over dp too; batch-invariant mode (worst-case exchange buffers only).
     ("deepseek_v3", "dp=2,ep=4", 4, {"batch_invariant": True}),
 ]

@@ -433,7 +433,7 @@ BAD_FLAGS = [
     (
         "scripts.bench_throughput",
         ["--models=no-such-preset", "--quantization=none,int8"],
-        "--quantization=none,int8: must list none, fp8 and/or int4",
+        "--quantization=none,int8: must list none, fp8, int4 and/or int4-gptq",
     ),
     (
         "scripts.bench_throughput",
