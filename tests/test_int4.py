@@ -25,7 +25,8 @@ from models import quantization as quant
 from models.load import load_model, model_config
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-ARCHS = ["qwen3_moe_int4", "deepseek_v3_int4"]
+# compressed-tensors; GPTQ (act order, v1 zero points) and AWQ: tests/test_int4_gptq_awq.py
+ARCHS = ["qwen3_moe_int4", "deepseek_v3_int4", "qwen3_moe_gptq", "qwen3_moe_awq"]
 
 
 def _reference(name: str) -> dict:

@@ -1,6 +1,7 @@
 """int4 checkpoints in the GPTQ and AWQ formats (configs/int4_schemes.py,
 models/int4_checkpoint.py): read dequantized, or held packed with their zero points and act
-order (`quantization="int4"`, models/quantization.py).
+order (`quantization="int4"`, models/quantization.py); their engines decode as transformers
+in tests/test_int4.py.
 
 Anchors: GPTQModel's own packing and dequantization, and transformers on the weights it
 dequantizes (tests/fixtures/make_gptq_awq_fixtures.py): tests/fixtures/qwen3_moe_gptq
@@ -90,27 +91,6 @@ def test_weights_load_as_gptqmodel_dequantizes_them(name):
         for got in (_leaf(floats, path), np.asarray(dequantize(leaf, jnp.float32))):
             got = np.asarray(got) if expert is None else np.asarray(got)[expert]
             np.testing.assert_array_equal(got.reshape(w.shape), w)
-
-
-@pytest.mark.parametrize("quantization", [None, "int4"])
-@pytest.mark.parametrize("name", FORMATS)
-def test_gptq_and_awq_checkpoints_decode_as_transformers(name, quantization):
-    """Dequantized on load or held packed: transformers' greedy tokens and logprobs."""
-    ref = _reference(name)
-    llm = LLM(
-        model=str(FIXTURES / name),
-        quantization=quantization,
-        num_pages=32,
-        max_model_len=128,
-        max_num_batched_tokens=64,
-    )
-    params = SamplingParams(temperature=0, max_tokens=len(ref["greedy_tokens"][0]), ignore_eos=True)
-    outs = llm.generate(ref["prompts"], params)
-    assert [o.token_ids for o in outs] == ref["greedy_tokens"]
-    for out, want in zip(outs, ref["logprobs"], strict=True):
-        np.testing.assert_allclose(out.logprobs, want, atol=1e-4)
-    w_down = next(layer["moe"] for layer in llm.params["layers"] if "moe" in layer)["w_down"]
-    assert quant.is_quantized(w_down) == (quantization == "int4")
 
 
 def test_a_gptq_checkpoint_is_held_as_stored():
