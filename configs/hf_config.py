@@ -32,6 +32,7 @@ SUPPORTED_MODEL_TYPES = (
     "glm4_moe",
     "glm4_moe_lite",
     "gpt_oss",
+    "minimax_m2",
     "deepseek_v2",
     "deepseek_v3",
     "deepseek_v32",
@@ -107,6 +108,14 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         moe_intermediate_size=1408, n_group=1, topk_group=1, norm_topk_prob=True,
         routed_scaling_factor=1.0, first_k_dense_replace=1, use_qk_norm=False,
         partial_rotary_factor=0.5, num_nextn_predict_layers=1,
+    ),
+    # MiniMax-M2 (-M2.1, -M2.5): OLMo's q/k norms over all heads' channels, GLM-4.5's partial
+    # rotary (released configs: rotary_dim), sigmoid top-k experts chosen with a correction bias.
+    "minimax_m2": dict(
+        vocab_size=200064, hidden_size=3072, intermediate_size=1536, num_hidden_layers=62,
+        num_attention_heads=48, num_key_value_heads=8, head_dim=128, max_position_embeddings=196608,
+        bos_token_id=200034, eos_token_id=200020, num_experts_per_tok=8, num_local_experts=256,
+        rope_theta=5000000.0,
     ),
     "mixtral": dict(
         vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
@@ -191,6 +200,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     "qwen3_moe": {"num_experts": ("num_local_experts",)},
     "mixtral": {"num_local_experts": ("num_experts",)},
+    "minimax_m2": {"num_local_experts": ("num_experts",)},
     "gpt_oss": {"num_local_experts": ("num_experts",)},
     "olmoe": {"num_experts": ("num_local_experts",)},
     "glm4_moe": {
@@ -338,7 +348,12 @@ def _partial_rotary_factor(f: _Fields, model_type: str) -> float:
     where transformers' attention rotates the whole head whatever the field says, so a value
     there would mean a model the reference does not compute: refused."""
     partial = _rope_params(f).get("partial_rotary_factor", f.get("partial_rotary_factor"))
-    if model_type == "glm4_moe":
+    if model_type == "minimax_m2":  # its released configs' rotary_dim, else whole heads
+        rotary_dim = f.hf.get("rotary_dim")
+        if partial is None and rotary_dim is not None:
+            partial = rotary_dim / f.required("head_dim") if _is_number(rotary_dim) else rotary_dim
+        partial = 1.0 if partial is None else partial
+    if model_type in ("glm4_moe", "minimax_m2"):
         if not _is_number(partial) or not 0 < partial <= 1:
             raise ValueError(
                 f"HF config partial_rotary_factor={partial!r}: must be a number in (0, 1]"
@@ -473,6 +488,18 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
     if model_type == "ernie4_5_moe" and f.get("use_bias"):
         # Biases on every linear layer, the MLPs' too, which the tree has no slot for.
         raise ValueError("HF config use_bias=True: not supported for ernie4_5_moe")
+    if model_type == "minimax_m2":
+        # Fields of MiniMax's own configs that transformers' class ignores: refused where
+        # they describe another model (MiniMax-01's lightning attention, shared experts).
+        kinds = f.hf.get("attn_type_list") or []
+        if any(k != 1 for k in kinds):
+            raise ValueError(
+                "HF config attn_type_list: only full-attention layers (1) are supported "
+                f"(found {sorted(set(kinds))})"
+            )
+        for key, want in (("shared_intermediate_size", 0), ("scoring_func", "sigmoid")):
+            if f.hf.get(key) not in (None, want):
+                raise ValueError(f"HF config {key}={f.hf[key]!r}: only {want!r}")
     act = f.hf.get("hidden_act", "silu")
     if act not in ("silu", "swish"):  # transformers' ACT2FN: both are SiLU
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
@@ -491,6 +518,7 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
         "ernie4_5_moe",
         "glm4_moe",
         "glm4_moe_lite",
+        "minimax_m2",
         "deepseek_v2",
         "deepseek_v3",
         "deepseek_v32",
@@ -552,9 +580,9 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
         num_kv_heads=heads if kv_heads is None else kv_heads,
         head_dim=f.required("hidden_size") // heads if head_dim is None else head_dim,
         attention_bias=attention_bias,
-        qk_norm=model_type in ("qwen3", "qwen3_moe", "olmoe")
+        qk_norm=model_type in ("qwen3", "qwen3_moe", "olmoe", "minimax_m2")
         or (model_type == "glm4_moe" and bool(f.get("use_qk_norm"))),
-        qk_norm_full=model_type == "olmoe",
+        qk_norm_full=model_type in ("olmoe", "minimax_m2"),
         partial_rotary_factor=_partial_rotary_factor(f, model_type),
     )
     if model_type in ("qwen2_moe", "qwen3_moe"):
@@ -627,6 +655,17 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
                 f"HF config head_dim={fields['head_dim']}: OLMoE's q_norm spans hidden_size="
                 f"{f.required('hidden_size')}, so heads x head_dim must equal it"
             )
+    elif model_type == "minimax_m2":
+        # transformers' MiniMaxM2TopKRouter: sigmoid scores, the correction bias for the
+        # choice only, renormalized, no groups, no scaling; experts of intermediate_size.
+        fields.update(
+            num_experts=f.required("num_local_experts"),
+            num_experts_per_tok=f.required("num_experts_per_tok"),
+            moe_intermediate_size=f.required("intermediate_size"),
+            scoring_func="sigmoid",
+            topk_method="noaux_tc",
+            norm_topk_prob=True,
+        )
     elif model_type == "mixtral":
         # Mixtral renormalizes the top-k softmax weights; its experts use intermediate_size.
         fields.update(

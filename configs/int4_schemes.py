@@ -1,8 +1,10 @@
 """The int4 weight-only checkpoint formats the engine reads (models/int4_checkpoint.py),
 from a config's `quantization_config`:
 
-- compressed-tensors "pack-quantized" (quant_method "compressed-tensors"): symmetric int4, a
-  scale per group of inputs, as llm-compressor's W4A16 recipes and Kimi-K2-Thinking write it;
+- compressed-tensors "pack-quantized" (quant_method "compressed-tensors"): int4 with a scale
+  per group of inputs, symmetric (llm-compressor's W4A16 recipes, Kimi-K2-Thinking) or with a
+  zero point per group (W4A16_ASYM, its AWQ recipe); GPTQ's actorder "weight" ("static")
+  changes only how it was calibrated, not the format;
 - GPTQ (quant_method "gptq": AutoGPTQ / GPTQModel, Qwen's *-GPTQ-Int4): a scale and a zero
   point per group, symmetric or not, with act order (`desc_act`: each input's group from a
   stored `g_idx`), zero points stored minus one (checkpoint_format "gptq") or as they are
@@ -36,7 +38,8 @@ def int4_scheme(qc: dict) -> Int4Scheme:
     """The scheme of an int4 `quantization_config` (quant_method one of INT4_METHODS)."""
     method = qc.get("quant_method")
     if method == "compressed-tensors":
-        return Int4Scheme(method, _compressed_tensors_group(qc))
+        group, symmetric = _compressed_tensors_weights(qc)
+        return Int4Scheme(method, group, zero_point=not symmetric)
     if method not in ("gptq", "awq"):
         raise ValueError(f"{_FIELD}.quant_method={method!r}: not an int4 format {INT4_METHODS}")
     if qc.get("bits") != 4:
@@ -81,8 +84,9 @@ def _awq(qc: dict, group: int) -> Int4Scheme:
     return Int4Scheme("awq", group, zero_point=True)
 
 
-def _compressed_tensors_group(qc: dict) -> int:
-    """The group size of a compressed-tensors `quantization_config` the engine reads."""
+def _compressed_tensors_weights(qc: dict) -> tuple[int, bool]:
+    """(group size, symmetric) of a compressed-tensors `quantization_config` the engine
+    reads."""
     if qc.get("format") != "pack-quantized":
         raise ValueError(f"{_FIELD}.format={qc.get('format')!r}: only 'pack-quantized' (int4)")
     groups = qc.get("config_groups")
@@ -101,14 +105,24 @@ def _compressed_tensors_group(qc: dict) -> int:
     w = group.get("weights")
     if not isinstance(w, dict):
         raise ValueError(f"{at}.weights={w!r}: expected a JSON object")
-    want = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group"}
+    want = {"num_bits": 4, "type": "int", "strategy": "group"}
     for key, value in want.items():
         if w.get(key) != value:
             raise ValueError(f"{at}.weights.{key}={w.get(key)!r}: only {value!r} is supported")
-    for key in ("dynamic", "actorder", "block_structure"):
+    symmetric = w.get("symmetric", True)
+    if not isinstance(symmetric, bool):
+        raise ValueError(f"{at}.weights.symmetric={symmetric!r}: expected true or false")
+    for key in ("dynamic", "block_structure"):
         if w.get(key) not in (None, False):
             raise ValueError(f"{at}.weights.{key}={w.get(key)!r}: not supported")
+    if w.get("actorder") not in (None, False, "weight", "static"):
+        # "group" ("dynamic", or true) stored each input's group in weight_g_idx;
+        # compressed-tensors itself dropped it (2026).
+        raise ValueError(
+            f"{at}.weights.actorder={w.get('actorder')!r}: only null, 'weight' or 'static' "
+            "(group indices are not read)"
+        )
     size = w.get("group_size")
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise ValueError(f"{at}.weights.group_size={size!r}: expected a positive int")
-    return size
+    return size, symmetric

@@ -180,6 +180,28 @@ _add(
         dtype="bfloat16",
     )
 )
+# MiniMax-M2 (MiniMaxAI/MiniMax-M2, 230B total, 10B active; M2.1 and M2.5 have its shapes):
+# 62 MoE layers of 256 experts (top 8, sigmoid scores with a correction bias), q/k norms over
+# all heads' channels, RoPE on the first 64 channels of each 128-wide head.
+_add(
+    TINY["tiny-minimax-m2"].replace(
+        name="minimax-m2",
+        vocab_size=200064,
+        hidden_size=3072,
+        num_layers=62,
+        num_heads=48,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=1536,
+        max_position_embeddings=196608,
+        num_experts=256,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1536,
+        bos_token_id=200034,
+        eos_token_ids=(200020,),
+        dtype="bfloat16",
+    )
+)
 # GLM-4.7-Flash (30B total, 3B active): DeepSeek-V3-style MLA, 64 routed experts (top 4)
 # plus one shared, layer 0 dense. Its EOS ids are not set here (a checkpoint's config has them).
 _add(

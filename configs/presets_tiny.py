@@ -164,6 +164,34 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# MiniMax-M2: OLMoE's q/k norms over all heads' channels, GLM-4.5's RoPE on half of each
+# head, a sigmoid router whose choice adds a correction bias (no groups, no scaling).
+_add(
+    ModelConfig(
+        name="tiny-minimax-m2",
+        model_type="minimax_m2",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=32,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=2048,
+        rope_theta=5000000.0,
+        partial_rotary_factor=0.5,
+        qk_norm=True,
+        qk_norm_full=True,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        norm_topk_prob=True,
+        eos_token_ids=(2,),
+    )
+)
 # ERNIE 4.5 MoE: RoPE on interleaved pairs, softmax router with a choice-only correction
 # bias (noaux_tc over one group), a shared expert, MoE on layers 1 and 3, tied embeddings.
 _add(

@@ -155,13 +155,17 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
     if cfg.model_type == "gpt_oss":
         return _gpt_oss_moe_names(cfg, layer, at)
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-    legacy_mixtral = layout == "per_expert" and cfg.model_type == "mixtral"
+    # Mixtral's and MiniMax-M2's released per-expert names (w1 / w3 / w2 under
+    # block_sparse_moe); transformers' fused layout is under mlp.
+    legacy_mixtral = layout == "per_expert" and cfg.model_type in ("mixtral", "minimax_m2")
     pre = f"{layer}.block_sparse_moe" if legacy_mixtral else f"{layer}.mlp"
     names = {f"{pre}.gate.weight": _linear(e, d, at + ("router",))}
     if cfg.model_type == "ernie4_5_moe":  # kept by Ernie4_5_MoeStatics as [1, E]
         names[f"{pre}.moe_statics.e_score_correction_bias"] = HFTensor(
             (1, e), (at + ("router_bias",),), "copy"
         )
+    elif cfg.model_type == "minimax_m2":  # beside its gate, not in it
+        names[f"{pre}.e_score_correction_bias"] = _vector(e, at + ("router_bias",))
     elif cfg.topk_method == "noaux_tc":
         names[f"{pre}.gate.e_score_correction_bias"] = _vector(e, at + ("router_bias",))
     if layout == "fused":

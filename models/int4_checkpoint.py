@@ -5,7 +5,9 @@ quantized Linear `X.weight` [out, in] (G = ceil(in / group) groups of inputs per
     X.weight_packed  int32 [out, ceil(in / 8)]: eight 4-bit values per word, element j of a
                      row in bits 4 (j % 8) .. 4 (j % 8) + 3 of word j // 8, each as q + 8
     X.weight_scale   float [out, G]; X.weight_shape int [2]: (out, in)
-  and the weight is q * scale of its group (symmetric: no zero point);
+    X.weight_zero_point  (asymmetric only) int32 [ceil(out / 8), G]: z + 8, packed as the
+                     values but along the outputs
+  and the weight is (q - z) * scale of its group (symmetric: z = 0), q and z in [-8, 7];
 - GPTQ (AutoGPTQ / GPTQModel):
     X.qweight  int32 [ceil(in / 8), out]: packed as above but along the inputs (rows)
     X.qzeros   int32 [G, ceil(out / 8)]: zero points, packed along the outputs; in the v1
@@ -38,6 +40,7 @@ from configs.int4_schemes import Int4Scheme
 PACKED_SUFFIX = "_packed"
 SCALE_SUFFIX = "_scale"
 SHAPE_SUFFIX = "_shape"
+ZERO_SUFFIX = "_zero_point"
 GPTQ_QWEIGHT = "qweight"
 AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)  # output c of eight is nibble AWQ_REVERSE_ORDER[c]
 V1_ZEROS = 0x11111111  # GPTQ v1: every zero point stored minus one
@@ -73,11 +76,14 @@ def stored_names(name: str, shape: tuple[int, int], scheme: Int4Scheme) -> dict:
     out, cols = shape
     groups = -(-cols // scheme.group)
     if scheme.method == "compressed-tensors":
-        return {
+        names = {
             name + PACKED_SUFFIX: ((out, -(-cols // 8)), "int32"),
             name + SCALE_SUFFIX: ((out, groups), "float"),
             name + SHAPE_SUFFIX: ((2,), "int"),
         }
+        if scheme.zero_point:
+            names[name + ZERO_SUFFIX] = ((-(-out // 8), groups), "int32")
+        return names
     x = module_of(name) + "."
     packed = (-(-cols // 8), out) if scheme.method == "gptq" else (cols, -(-out // 8))
     names = {
@@ -118,7 +124,10 @@ def read_parts(read, name: str, shape: tuple[int, int], scheme: Int4Scheme) -> I
     out, cols = shape
     if scheme.method == "compressed-tensors":
         packed, scale = read(name + PACKED_SUFFIX), read(name + SCALE_SUFFIX)
-        return Int4Parts(unpack_words(packed, cols), np.asarray(scale, np.float32))
+        zero = None
+        if scheme.zero_point:  # packed along the outputs: [ceil(out / 8), G]
+            zero = unpack_words(np.ascontiguousarray(read(name + ZERO_SUFFIX).T), out).T
+        return Int4Parts(unpack_words(packed, cols), np.asarray(scale, np.float32), zero)
     x = module_of(name) + "."
     qweight, qzeros = read(x + GPTQ_QWEIGHT), read(x + "qzeros")
     scale = np.asarray(read(x + "scales"), np.float32).T  # [out, G]

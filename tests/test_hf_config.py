@@ -26,6 +26,7 @@ ARCHS = (
     "gpt_oss",
     "olmoe",
     "ernie4_5_moe",
+    "minimax_m2",
     "deepseek_v2",
     "deepseek_v3",
     "deepseek_v32",
@@ -159,6 +160,30 @@ def test_olmoe_fields():
     assert cfg.moe_intermediate_size == hf["intermediate_size"]
     with pytest.raises(ValueError, match="head_dim=8: OLMoE's q_norm spans hidden_size=64"):
         config_from_hf({**hf, "head_dim": 8})
+
+
+def test_minimax_m2_rotary_dim_and_its_own_fields():
+    """Released MiniMax-M2 configs give the rotated channels as rotary_dim (transformers:
+    partial_rotary_factor = rotary_dim / head_dim) and fields transformers' class ignores:
+    those that describe another model are refused."""
+    legacy = os.path.join(FIXTURES, "minimax_m2", "config.legacy.json")
+    with open(legacy) as f:
+        raw = json.load(f)
+    assert "rope_parameters" not in raw and raw["rotary_dim"] == 8
+    got = config_from_hf(legacy, name="x")
+    assert got == config_from_hf(os.path.join(FIXTURES, "minimax_m2"), name="x")
+    assert got.rotary_dim == 8 and got.qk_norm_full and got.topk_method == "noaux_tc"
+    del raw["rotary_dim"]
+    assert config_from_hf(raw).rotary_dim == got.head_dim  # none given: whole heads
+    released = {"attn_type_list": [1, 1], "use_routing_bias": True, "scoring_func": "sigmoid"}
+    assert config_from_hf({**raw, **released}).num_experts == 8
+    for changes, message in (
+        ({"attn_type_list": [0, 1]}, r"attn_type_list: only full-attention layers \(1\)"),
+        ({"shared_intermediate_size": 32}, "shared_intermediate_size=32: only 0"),
+        ({"scoring_func": "softmax"}, "scoring_func='softmax': only 'sigmoid'"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            config_from_hf({**raw, **changes})
 
 
 @pytest.mark.parametrize("arch", ("llama", "deepseek_v3"))

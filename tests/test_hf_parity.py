@@ -35,6 +35,7 @@ ARCHS = {
     "gpt_oss": "tiny-gpt-oss",
     "olmoe": "tiny-olmoe",
     "ernie4_5_moe": "tiny-ernie4-5-moe",
+    "minimax_m2": "tiny-minimax-m2",
     "deepseek_v2": "tiny-deepseek-v2",
     "deepseek_v3": "tiny-deepseek-v3",
     "deepseek_v32": "tiny-deepseek-v32",

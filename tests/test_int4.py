@@ -1,9 +1,11 @@
 """int4 weights: compressed-tensors pack-quantized checkpoints (models/int4_checkpoint.py,
 configs/int4_schemes.py) read dequantized or held packed (`quantization="int4"`,
-models/quantization.py).
+models/quantization.py); GPTQ and AWQ ones decode here too (their own checks:
+tests/test_int4_gptq_awq.py).
 
 Anchors: transformers with compressed-tensors' own decompression on the checkpoints of
-tests/fixtures/*_int4 (make_int4_weight_fixtures.py: its packing, its unpacking), and a
+tests/fixtures/*_int4 and *_int4_asym (make_int4_weight_fixtures.py: its packing, its
+unpacking), transformers on GPTQModel's dequantization (make_gptq_awq_fixtures.py), and a
 bit-by-bit decode of the words written here from the format's description.
 """
 
@@ -25,8 +27,15 @@ from models import quantization as quant
 from models.load import load_model, model_config
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-# compressed-tensors; GPTQ (act order, v1 zero points) and AWQ: tests/test_int4_gptq_awq.py
-ARCHS = ["qwen3_moe_int4", "deepseek_v3_int4", "qwen3_moe_gptq", "qwen3_moe_awq"]
+# compressed-tensors (symmetric; asymmetric: zero points); GPTQ (act order, v1 zero points)
+# and AWQ (tests/test_int4_gptq_awq.py)
+ARCHS = [
+    "qwen3_moe_int4",
+    "deepseek_v3_int4",
+    "qwen3_moe_int4_asym",
+    "qwen3_moe_gptq",
+    "qwen3_moe_awq",
+]
 
 
 def _reference(name: str) -> dict:
@@ -155,9 +164,9 @@ def _with_weights(**changes) -> dict:
     "hf, message",
     [
         (_with_weights(num_bits=8), r"weights.num_bits=8: only 4"),
-        (_with_weights(symmetric=False), r"weights.symmetric=False: only True"),
+        (_with_weights(symmetric="no"), r"weights.symmetric='no': expected true or false"),
         (_with_weights(strategy="channel"), r"weights.strategy='channel': only 'group'"),
-        (_with_weights(actorder="group"), r"weights.actorder='group': not supported"),
+        (_with_weights(actorder="group"), r"weights.actorder='group': only null, 'weight'"),
         (_with_weights(group_size=0), r"weights.group_size=0"),
     ],
 )

@@ -22,6 +22,9 @@ from models.specs import count_params
         # embedding and head.
         ("glm-4.5", 355e9, 0.02, 32e9 + 1.55e9, 0.01),
         ("glm-4.7-flash", 30e9, 0.02, None, 0),  # "30B-A3B": the active count is rounded
+        # MiniMax-M2 model card: 230B total, 10B active (rounded) without the 1.23B embedding
+        # and head.
+        ("minimax-m2", 230e9, 0.01, 10e9 + 1.23e9, 0.02),
         ("qwen1.5-moe-a2.7b", 14.3e9, 0.01, 2.7e9, 0.01),  # Qwen1.5-MoE model card
         ("olmoe-1b-7b", 6.9e9, 0.01, 1.3e9, 0.02),  # OLMoE paper (arXiv:2409.02060)
     ],
