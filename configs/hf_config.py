@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from configs.hf_mla import MLA_MODEL_TYPES, mla_fields
+from configs.hf_moe import moe_fields
 from configs.int4_schemes import INT4_METHODS, Int4Scheme, int4_scheme
 from configs.model_config import ModelConfig, RopeScaling
 
@@ -33,6 +34,7 @@ SUPPORTED_MODEL_TYPES = (
     "glm4_moe_lite",
     "gpt_oss",
     "minimax_m2",
+    "dots1",
     "deepseek_v2",
     "deepseek_v3",
     "deepseek_v32",
@@ -116,6 +118,17 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         num_attention_heads=48, num_key_value_heads=8, head_dim=128, max_position_embeddings=196608,
         bos_token_id=200034, eos_token_id=200020, num_experts_per_tok=8, num_local_experts=256,
         rope_theta=5000000.0,
+    ),
+    # dots.llm1 (rednote): Qwen3's attention (per-head q/k norms; sliding windows from
+    # max_window_layers on, as Qwen2 but with no use_sliding_window switch) with DeepSeek-V3's
+    # MoE (sigmoid router with a correction bias, groups, shared experts, dense first layers).
+    "dots1": dict(
+        vocab_size=152064, hidden_size=4608, intermediate_size=10944, moe_intermediate_size=1408,
+        num_hidden_layers=62, num_attention_heads=32, num_key_value_heads=32,
+        n_shared_experts=None, n_routed_experts=None, n_group=1, topk_group=1,
+        num_experts_per_tok=None, first_k_dense_replace=0, norm_topk_prob=False,
+        max_position_embeddings=2048, routed_scaling_factor=1.0, sliding_window=4096,
+        max_window_layers=62, bos_token_id=None, eos_token_id=None,
     ),
     "mixtral": dict(
         vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
@@ -201,6 +214,7 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     "qwen3_moe": {"num_experts": ("num_local_experts",)},
     "mixtral": {"num_local_experts": ("num_experts",)},
     "minimax_m2": {"num_local_experts": ("num_experts",)},
+    "dots1": {"n_routed_experts": ("num_local_experts",)},
     "gpt_oss": {"num_local_experts": ("num_experts",)},
     "olmoe": {"num_experts": ("num_local_experts",)},
     "glm4_moe": {
@@ -468,6 +482,7 @@ _HONOURS_ATTENTION_BIAS = (
     "llama",
     "qwen3",
     "qwen3_moe",
+    "dots1",
     "deepseek_v2",
     "deepseek_v3",
     "deepseek_v32",
@@ -510,7 +525,8 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
     reads them: Llama, DeepSeek and GLM-4.5 have none; Mistral and Mixtral window every
     layer; Qwen only with use_sliding_window, Qwen3-MoE every layer, Qwen2/Qwen3/Qwen2-MoE
     the layers `layer_types` marks "sliding_attention" (default: Qwen2/Qwen3 from
-    max_window_layers on, Qwen2-MoE the even layers below max_window_layers)."""
+    max_window_layers on, Qwen2-MoE the even layers below max_window_layers); dots.llm1 as
+    Qwen3 without the use_sliding_window switch."""
     none = dict(sliding_window=None, full_attention_layers=())
     no_window = (
         "llama",
@@ -526,10 +542,10 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
     )
     if model_type in no_window:
         return none
-    per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe", "gpt_oss")
+    per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe", "gpt_oss", "dots1")
     window = f.get("sliding_window")
     layer_types = f.hf.get("layer_types") if per_layer else None
-    always = ("mistral", "mixtral", "gpt_oss")  # no use_sliding_window switch
+    always = ("mistral", "mixtral", "gpt_oss", "dots1")  # no use_sliding_window switch
     if model_type not in always and not f.get("use_sliding_window"):
         window = None  # transformers' config sets it so
     if window is None:
@@ -580,131 +596,13 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
         num_kv_heads=heads if kv_heads is None else kv_heads,
         head_dim=f.required("hidden_size") // heads if head_dim is None else head_dim,
         attention_bias=attention_bias,
-        qk_norm=model_type in ("qwen3", "qwen3_moe", "olmoe", "minimax_m2")
+        qk_norm=model_type in ("qwen3", "qwen3_moe", "olmoe", "minimax_m2", "dots1")
         or (model_type == "glm4_moe" and bool(f.get("use_qk_norm"))),
         qk_norm_full=model_type in ("olmoe", "minimax_m2"),
         partial_rotary_factor=_partial_rotary_factor(f, model_type),
     )
-    if model_type in ("qwen2_moe", "qwen3_moe"):
-        step = f.get("decoder_sparse_step") or 1
-        # transformers: layer i is MoE iff (i + 1) % step == 0, i.e. layers step-1, 2*step-1, ...
-        fields.update(
-            num_experts=f.required("num_experts"),
-            num_experts_per_tok=f.required("num_experts_per_tok"),
-            moe_intermediate_size=f.required("moe_intermediate_size"),
-            norm_topk_prob=bool(f.get("norm_topk_prob")),
-            mlp_only_layers=tuple(f.get("mlp_only_layers") or ()),
-            first_k_dense_replace=step - 1,
-            moe_layer_freq=step,
-        )
-        if model_type == "qwen2_moe":
-            # One shared SwiGLU expert of its own width, scaled by sigmoid(shared_expert_gate).
-            fields.update(
-                num_shared_experts=1,
-                shared_intermediate_size=f.required("shared_expert_intermediate_size"),
-                shared_expert_gate=True,
-            )
-    elif model_type == "gpt_oss":
-        # transformers' GptOssTopKRouter (biased logits, softmax over the top k) and
-        # GptOssExperts (biased, clamped SwiGLU with interleaved gate/up columns).
-        fields.update(
-            o_proj_bias=attention_bias,
-            attention_sinks=True,
-            num_experts=f.required("num_local_experts"),
-            num_experts_per_tok=f.required("num_experts_per_tok"),
-            moe_intermediate_size=f.required("intermediate_size"),
-            scoring_func="softmax_topk",
-            expert_bias=True,
-            expert_act="clamped_swiglu",
-            swiglu_limit=float(f.required("swiglu_limit")),
-            swiglu_alpha=float(f.required("swiglu_alpha")),
-        )
-    elif model_type == "glm4_moe":
-        # transformers' Glm4MoeTopkRouter is DeepSeek-V3's: sigmoid scores, the correction
-        # bias for the choice only, group-limited (noaux_tc), renormalized when
-        # norm_topk_prob, times routed_scaling_factor; shared experts on every MoE layer.
-        fields.update(
-            num_experts=f.required("n_routed_experts"),
-            num_experts_per_tok=f.required("num_experts_per_tok"),
-            moe_intermediate_size=f.required("moe_intermediate_size"),
-            num_shared_experts=f.required("n_shared_experts"),
-            scoring_func="sigmoid",
-            topk_method="noaux_tc",
-            n_group=f.get("n_group") or 1,
-            topk_group=f.get("topk_group") or 1,
-            norm_topk_prob=bool(f.get("norm_topk_prob")),
-            routed_scaling_factor=float(f.required("routed_scaling_factor")),
-            first_k_dense_replace=f.get("first_k_dense_replace") or 0,
-        )
-    elif model_type == "ernie4_5_moe":
-        fields.update(_ernie_moe_fields(f))
-    elif model_type == "olmoe":
-        # transformers' OlmoeAttention (its q_norm spans hidden_size: refused when the heads
-        # do not fill it) and a Qwen-style router over experts of intermediate_size.
-        clip = f.get("clip_qkv")
-        fields.update(
-            o_proj_bias=attention_bias,
-            clip_qkv=None if clip is None else float(clip),
-            num_experts=f.required("num_experts"),
-            num_experts_per_tok=f.required("num_experts_per_tok"),
-            moe_intermediate_size=f.required("intermediate_size"),
-            norm_topk_prob=bool(f.get("norm_topk_prob")),
-        )
-        if fields["head_dim"] * heads != f.required("hidden_size"):
-            raise ValueError(
-                f"HF config head_dim={fields['head_dim']}: OLMoE's q_norm spans hidden_size="
-                f"{f.required('hidden_size')}, so heads x head_dim must equal it"
-            )
-    elif model_type == "minimax_m2":
-        # transformers' MiniMaxM2TopKRouter: sigmoid scores, the correction bias for the
-        # choice only, renormalized, no groups, no scaling; experts of intermediate_size.
-        fields.update(
-            num_experts=f.required("num_local_experts"),
-            num_experts_per_tok=f.required("num_experts_per_tok"),
-            moe_intermediate_size=f.required("intermediate_size"),
-            scoring_func="sigmoid",
-            topk_method="noaux_tc",
-            norm_topk_prob=True,
-        )
-    elif model_type == "mixtral":
-        # Mixtral renormalizes the top-k softmax weights; its experts use intermediate_size.
-        fields.update(
-            num_experts=f.required("num_local_experts"),
-            num_experts_per_tok=f.required("num_experts_per_tok"),
-            moe_intermediate_size=f.required("intermediate_size"),
-            norm_topk_prob=True,
-        )
+    fields.update(moe_fields(f, model_type, fields))
     return fields
-
-
-def _ernie_moe_fields(f: _Fields) -> dict:
-    """transformers' Ernie4_5_MoeTopKRouter: softmax scores, the top k picked on scores plus
-    the correction bias, the picked scores renormalized (their sum clamped at moe_norm_min,
-    1e-12: the same as noaux_tc's + 1e-20 for any real sum); MoE on layers i with
-    (i + 1) % interval == 0 and start <= i <= end (end -1: the last)."""
-    num_layers = f.required("num_hidden_layers")
-    interval = f.required("moe_layer_interval")
-    start, end = f.required("moe_layer_start_index"), f.required("moe_layer_end_index")
-    end = num_layers - 1 if end == -1 else end
-    if not isinstance(interval, int) or interval < 1:
-        raise ValueError(f"HF config moe_layer_interval={interval!r}: must be an integer >= 1")
-    norm_min = f.get("moe_norm_min")
-    if norm_min is not None and not 0 <= norm_min <= 1e-6:
-        raise ValueError(
-            f"HF config moe_norm_min={norm_min!r}: only values up to 1e-6 are supported (the "
-            "renormalization here clamps nothing)"
-        )
-    moe_layers = [(i + 1) % interval == 0 and start <= i <= end for i in range(num_layers)]
-    return dict(
-        num_experts=f.required("moe_num_experts"),
-        num_experts_per_tok=f.required("moe_k"),
-        moe_intermediate_size=f.required("moe_intermediate_size"),
-        num_shared_experts=f.get("moe_num_shared_experts") or 0,
-        scoring_func="softmax",
-        topk_method="noaux_tc",
-        norm_topk_prob=True,
-        mlp_only_layers=tuple(i for i, moe in enumerate(moe_layers) if not moe),
-    )
 
 
 def config_from_hf(

@@ -202,6 +202,35 @@ _add(
         dtype="bfloat16",
     )
 )
+# dots.llm1 (rednote-hilab/dots.llm1.inst, 142B total, 14B active): one dense layer, then 61
+# MoE layers of 128 routed experts (top 6) plus 2 shared, Qwen3's attention (32 heads of 128,
+# no GQA), no sliding window. Its EOS ids are not set here (a checkpoint's config has them).
+_add(
+    TINY["tiny-dots1"].replace(
+        name="dots-llm1",
+        vocab_size=152064,
+        hidden_size=4096,
+        num_layers=62,
+        num_heads=32,
+        num_kv_heads=32,
+        head_dim=128,
+        intermediate_size=10944,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=32768,
+        rope_theta=10000000.0,
+        num_experts=128,
+        num_experts_per_tok=6,
+        moe_intermediate_size=1408,
+        num_shared_experts=2,
+        n_group=1,
+        topk_group=1,
+        routed_scaling_factor=2.5,
+        sliding_window=None,
+        full_attention_layers=(),
+        eos_token_ids=(),
+        dtype="bfloat16",
+    )
+)
 # GLM-4.7-Flash (30B total, 3B active): DeepSeek-V3-style MLA, 64 routed experts (top 4)
 # plus one shared, layer 0 dense. Its EOS ids are not set here (a checkpoint's config has them).
 _add(

@@ -282,6 +282,20 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# dots.llm1: Qwen3's attention (per-head q/k norms; a 6-key window on layer 2, from
+# max_window_layers) with DeepSeek-V3's MoE (group-limited sigmoid router with a correction
+# bias, a shared expert, layer 0 dense).
+_add(
+    TINY["tiny-glm4-moe"].replace(
+        name="tiny-dots1",
+        model_type="dots1",
+        rms_norm_eps=1e-6,
+        partial_rotary_factor=1.0,
+        attention_bias=False,
+        sliding_window=6,
+        full_attention_layers=(0, 1),
+    )
+)
 # GLM-4.7-Flash: DeepSeek-V3's MLA (here with RoPE on halves, rope_interleave false) and
 # V3 routing; mlp_layer_types makes layer 1 the dense one.
 _add(

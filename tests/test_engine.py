@@ -80,7 +80,8 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
 # attention and experts reach the engine's paged path through the same code as ARCHS', so
 # one chunked budget each (the prompts span several chunks and pages) keeps the suite short.
 @pytest.mark.parametrize(
-    "arch", ["qwen2_moe", "olmoe", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "minimax_m2"]
+    "arch",
+    ["qwen2_moe", "olmoe", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "minimax_m2", "dots1"],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):
     ref = _reference(arch)

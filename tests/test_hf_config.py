@@ -27,6 +27,7 @@ ARCHS = (
     "olmoe",
     "ernie4_5_moe",
     "minimax_m2",
+    "dots1",
     "deepseek_v2",
     "deepseek_v3",
     "deepseek_v32",

@@ -36,6 +36,7 @@ ARCHS = {
     "olmoe": "tiny-olmoe",
     "ernie4_5_moe": "tiny-ernie4-5-moe",
     "minimax_m2": "tiny-minimax-m2",
+    "dots1": "tiny-dots1",
     "deepseek_v2": "tiny-deepseek-v2",
     "deepseek_v3": "tiny-deepseek-v3",
     "deepseek_v32": "tiny-deepseek-v32",

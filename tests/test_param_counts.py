@@ -25,6 +25,7 @@ from models.specs import count_params
         # MiniMax-M2 model card: 230B total, 10B active (rounded) without the 1.23B embedding
         # and head.
         ("minimax-m2", 230e9, 0.01, 10e9 + 1.23e9, 0.02),
+        ("dots-llm1", 142e9, 0.01, 14e9, 0.01),  # dots.llm1 model card: 142B, 14B active
         ("qwen1.5-moe-a2.7b", 14.3e9, 0.01, 2.7e9, 0.01),  # Qwen1.5-MoE model card
         ("olmoe-1b-7b", 6.9e9, 0.01, 1.3e9, 0.02),  # OLMoE paper (arXiv:2409.02060)
     ],
