@@ -8,13 +8,14 @@ then `delta.content`):
   thinking until `</think>` (a leading `<think>` is dropped); without `</think>` all of it.
 - "qwen3": thinking only when the answer starts with `<think>` (Qwen3's thinking can be
   switched off: then the answer is all content).
+- "minimax_m2": as "deepseek_r1" (MiniMax-M2's template ends the prompt with `<think>`).
 While streaming, the characters that may be the start of `</think>` are held back. Tool
 calls (engine/tool_calls.py) are read from the content only.
 """
 
 from __future__ import annotations
 
-PARSERS = ("deepseek_r1", "qwen3")
+PARSERS = ("deepseek_r1", "qwen3", "minimax_m2")
 START, END = "<think>", "</think>"
 
 

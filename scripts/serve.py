@@ -37,13 +37,13 @@ _AUTO_TOOLS = flags.DEFINE_bool(
 _TOOL_PARSER = flags.DEFINE_enum(
     "tool_call_parser",
     None,
-    ["hermes", "deepseek_v3", "glm45"],
+    ["hermes", "deepseek_v3", "glm45", "minimax_m2"],
     "How tool calls are read from a chat answer (engine/tool_calls.py).",
 )
 _REASONING = flags.DEFINE_enum(
     "reasoning_parser",
     None,
-    ["deepseek_r1", "qwen3"],
+    ["deepseek_r1", "qwen3", "minimax_m2"],
     "A chat answer's <think> part goes to reasoning_content (engine/reasoning.py).",
 )
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to listen on.")

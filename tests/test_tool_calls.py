@@ -84,6 +84,100 @@ def test_glm45_calls_read_from_key_value_pairs():
     assert auto.message(nameless, nameless) == ({"content": nameless}, False)
 
 
+# MiniMax-M2's format, and its examples' answers, from MiniMax's tool calling guide
+# (MiniMax-AI/MiniMax-M2.5, docs/tool_calling_guide.md: "MiniMax-M2.5 supports the same
+# toolcall syntax as MiniMax-M2").
+MM_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"location": {"type": "string"}, "unit": {"type": "string"}},
+            "required": ["location", "unit"],
+        },
+    },
+}
+MM_SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search_web",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query_list": {"type": "array", "items": {"type": "string"}},
+                "query_tag": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+    },
+}
+
+
+def test_minimax_m2_invokes_read_as_their_parameters_types():
+    auto = ToolChoice.of({"tools": [MM_WEATHER, MM_SEARCH]}, "minimax_m2")
+    text = (
+        'Let me help you query the weather.\n<minimax:tool_call>\n<invoke name="get_weather">'
+        '\n<parameter name="location">San Francisco</parameter>\n<parameter name="unit">celsius'
+        "</parameter>\n</invoke>\n</minimax:tool_call>"
+    )
+    fields, called = auto.message(text, text)
+    assert called and fields["content"] == "Let me help you query the weather.\n"
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in fields["tool_calls"]]
+    assert calls == [("get_weather", '{"location": "San Francisco", "unit": "celsius"}')]
+    # Two invokes in one block, arrays as JSON (the guide's search_web example).
+    search = (
+        '<minimax:tool_call>\n<invoke name="search_web">\n<parameter name="query_tag">'
+        '["technology", "events"]</parameter>\n<parameter name="query_list">'
+        '["\\"OpenAI\\" \\"latest\\" \\"release\\""]</parameter>\n</invoke>\n'
+        '<invoke name="search_web">\n<parameter name="query_tag">["technology", "events"]'
+        '</parameter>\n<parameter name="query_list">["\\"Gemini\\" \\"latest\\" '
+        '\\"release\\""]</parameter>\n</invoke>\n</minimax:tool_call>'
+    )
+    got = [(n, json.loads(a)) for n, a in auto.calls(search, search)]
+    assert got == [
+        ("search_web", {"query_tag": ["technology", "events"], "query_list": [q]})
+        for q in ('"OpenAI" "latest" "release"', '"Gemini" "latest" "release"')
+    ]
+    # Each type as its schema says; no type (or an unknown parameter) stays text.
+    typed = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "n": {"type": "integer"},
+                    "x": {"type": "number"},
+                    "whole": {"type": "number"},
+                    "ok": {"type": "boolean"},
+                    "opt": {"type": ["integer", "null"]},
+                    "bad": {"type": "integer"},
+                    "gone": {"type": "string"},
+                    "any": {},
+                },
+            },
+        },
+    }
+    values = {
+        "n": "42", "x": "2.5", "whole": "3.0", "ok": "True", "opt": "7", "bad": "seven",
+        "gone": "null", "any": "123", "extra": "[1]",
+    }  # fmt: skip
+    params = "".join(f"<parameter name='{k}'>\n{v}\n</parameter>" for k, v in values.items())
+    one = f"<minimax:tool_call><invoke name='f'>{params}</invoke></minimax:tool_call>"
+    ((name, args),) = ToolChoice.of({"tools": [typed]}, "minimax_m2").calls(one, one)
+    assert name == "f" and json.loads(args) == {
+        "n": 42, "x": 2.5, "whole": 3, "ok": True, "opt": 7, "bad": "seven", "gone": None,
+        "any": "123", "extra": "[1]",
+    }  # fmt: skip
+    # Streamed: each call once its invoke closes; content held back while a marker may begin.
+    first = text.index("</invoke>") + len("</invoke>")
+    assert auto.closed_calls(text[: first - 1]) == []
+    assert auto.closed_calls(text[:first]) == calls
+    assert auto.content("Sure <minimax:to", "Sure <minimax:to", final=False) == "Sure "
+    nameless = '<minimax:tool_call><invoke name="">x</invoke></minimax:tool_call>'
+    assert auto.message(nameless, nameless) == ({"content": nameless}, False)
+
+
 def test_streamed_content_stops_where_a_call_may_begin():
     auto = ToolChoice("auto", parser="hermes")
     assert auto.content("Hi <tool", "Hi <tool", final=False) == "Hi "
@@ -274,6 +368,8 @@ def test_thinking_is_split_from_the_answer():
     assert split("deepseek_r1", "a b</think>Answer", True) == ("a b", "Answer")
     assert split("deepseek_r1", "still thinking", True) == ("still thinking", "")
     assert split("deepseek_r1", "<think>x</think>y", True) == ("x", "y")
+    # MiniMax-M2's template too (its generation prompt ends with "<think>\n").
+    assert split("minimax_m2", "\nplan</think>\n\nAnswer", True) == ("\nplan", "\n\nAnswer")
 
 
 @pytest.mark.parametrize("streamed", [False, True])
