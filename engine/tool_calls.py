@@ -9,7 +9,11 @@ A chat request's `tools` (OpenAI's [{"type": "function", "function": {"name", "d
   ..., "arguments": {...}}</tool_call>` blocks) or "deepseek_v3" (DeepSeek-V3's
   `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` + a ```json block +
   `<｜tool▁call▁end｜>` ... `<｜tool▁calls▁end｜>`) or "glm45" (GLM-4.5 / 4.6 / 4.7:
-  `<tool_call>NAME` then `<arg_key>K</arg_key><arg_value>V</arg_value>` pairs). Found calls
+  `<tool_call>NAME` then `<arg_key>K</arg_key><arg_value>V</arg_value>` pairs) or
+  "minimax_m2" (MiniMax-M2 / M2.1 / M2.5: `<minimax:tool_call>` holding `<invoke name="F">`
+  blocks of `<parameter name="K">V</parameter>`, each value read as its parameter's JSON
+  schema type says: string (or no type) as it is, integer, number, boolean, object / array
+  as JSON, "null" as null). Found calls
   become message.tool_calls and the finish reason "tool_calls"; the text before them is the
   content. Text that does not parse whole stays content, as vLLM's parsers leave it.
 - "required", or {"type": "function", "function": {"name": NAME}}: the output is held to JSON
@@ -44,7 +48,13 @@ _GLM = re.compile(r"<tool_call>([^\n<]*)\n?(.*?)</tool_call>", re.DOTALL)
 _GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
 
 
-def _hermes(raw: str) -> list[tuple[str, str]] | None:
+_MINIMAX = "<minimax:tool_call>"
+_MM_BLOCK = re.compile(r"<minimax:tool_call>(.*?)(?:</minimax:tool_call>|\Z)", re.DOTALL)
+_MM_INVOKE = re.compile(r"<invoke name=([^>]*)>(.*?)</invoke>", re.DOTALL)
+_MM_PARAM = re.compile(r"<parameter name=([^>]*)>(.*?)</parameter>", re.DOTALL)
+
+
+def _hermes(raw: str, schemas: dict) -> list[tuple[str, str]] | None:
     """(name, arguments JSON) per <tool_call> block; None if a block is not such JSON."""
     calls = []
     for done, open_end in _HERMES.findall(raw):
@@ -59,7 +69,7 @@ def _hermes(raw: str) -> list[tuple[str, str]] | None:
     return calls
 
 
-def _deepseek_v3(raw: str) -> list[tuple[str, str]] | None:
+def _deepseek_v3(raw: str, schemas: dict) -> list[tuple[str, str]] | None:
     calls = []
     for m in _DS_CALL.finditer(raw):
         try:
@@ -70,7 +80,7 @@ def _deepseek_v3(raw: str) -> list[tuple[str, str]] | None:
     return calls
 
 
-def _glm45(raw: str) -> list[tuple[str, str]] | None:
+def _glm45(raw: str, schemas: dict) -> list[tuple[str, str]] | None:
     """GLM-4.5 / 4.6 / 4.7: the name, then key / value pairs (a value JSON if it parses,
     else the string)."""
     calls = []
@@ -87,11 +97,61 @@ def _glm45(raw: str) -> list[tuple[str, str]] | None:
     return calls
 
 
-# parser name -> (the marker its calls start with, the parser, the marker a call ends with)
+def _unquoted(name: str) -> str:
+    name = name.strip()
+    if len(name) >= 2 and name[0] == name[-1] and name[0] in "\"'":
+        return name[1:-1]
+    return name
+
+
+def _typed(value: str, schema) -> object:
+    """A MiniMax-M2 parameter's text as its JSON schema's type reads it, as MiniMax's tool
+    calling guide converts it: "null" is null; no schema or no type: text; a value that
+    does not read as its type stays text."""
+    kind = schema.get("type", "string") if isinstance(schema, dict) else "string"
+    if isinstance(kind, list):  # ["integer", "null"]: the first that is not null
+        kind = next((k for k in kind if k != "null"), "string")
+    kind = str(kind).lower()
+    if value.lower() == "null":
+        return None
+    if kind in ("string", "str", "text"):
+        return value
+    if kind in ("boolean", "bool"):
+        return value.lower() in ("true", "1")
+    try:
+        if kind in ("integer", "int"):
+            return int(value)
+        if kind in ("number", "float"):
+            number = float(value)
+            return int(number) if number.is_integer() else number
+        return json.loads(value)  # object, array, or a type not named here
+    except (ValueError, OverflowError):  # (json.JSONDecodeError is a ValueError)
+        return value
+
+
+def _minimax_m2(raw: str, schemas: dict) -> list[tuple[str, str]] | None:
+    calls = []
+    for block in _MM_BLOCK.findall(raw):
+        for name, body in _MM_INVOKE.findall(block):
+            name = _unquoted(name)
+            if not name:
+                return None
+            properties = schemas.get(name, {})
+            args = {
+                _unquoted(key): _typed(value.strip(), properties.get(_unquoted(key)))
+                for key, value in _MM_PARAM.findall(body)
+            }
+            calls.append((name, json.dumps(args, ensure_ascii=False)))
+    return calls
+
+
+# parser name -> (the marker its calls start with, the parser, the marker a call ends with);
+# a parser takes the raw text and each tool's parameter schemas by name.
 PARSERS = {
     "hermes": ("<tool_call>", _hermes, "</tool_call>"),
     "deepseek_v3": (_DS_CALLS, _deepseek_v3, "<｜tool▁call▁end｜>"),
     "glm45": ("<tool_call>", _glm45, "</tool_call>"),
+    "minimax_m2": (_MINIMAX, _minimax_m2, "</invoke>"),
 }
 
 
@@ -102,6 +162,8 @@ class ToolChoice:
     mode: str  # "auto" | "required" | "named"
     parser: str | None = None  # "auto": the server's parser
     name: str | None = None  # "named": the function
+    # "auto": each tool's parameter schemas by name (what minimax_m2 reads values as)
+    schemas: dict = dataclasses.field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, body: dict, parser: str | None) -> ToolChoice | None:
@@ -133,7 +195,7 @@ class ToolChoice:
                 'tool_choice="auto": needs the server started with --enable_auto_tool_choice '
                 "and --tool_call_parser (or tool_choice 'none', 'required' or a function)"
             )
-        return cls("auto", parser=parser)
+        return cls("auto", parser=parser, schemas=_schemas(tools))
 
     def structured(self, tools: list[dict]) -> StructuredOutputsParams | None:
         """The JSON a forced choice holds the output to (None for "auto")."""
@@ -165,7 +227,7 @@ class ToolChoice:
             except (json.JSONDecodeError, KeyError, TypeError):
                 return None  # (cut by max_tokens)
         marker, parse, _ = PARSERS[self.parser]
-        return (parse(raw) or None) if marker in raw else None
+        return (parse(raw, self.schemas) or None) if marker in raw else None
 
     def closed_calls(self, raw: str) -> list[tuple[str, str]]:
         """Streaming, "auto": the calls whose blocks have closed so far (none while what
@@ -176,7 +238,7 @@ class ToolChoice:
         end = raw.rfind(close)
         if marker not in raw or end < 0:
             return []
-        return parse(raw[: end + len(close)]) or []
+        return parse(raw[: end + len(close)], self.schemas) or []
 
     def content(self, text: str, raw: str, final: bool) -> str:
         """The part of `text` to show as content: all of it with no call, else what comes
@@ -223,6 +285,15 @@ def _partial_suffix(text: str, marker: str) -> int:
 def _parameters(fn: dict) -> dict:
     schema = fn.get("parameters")
     return {"type": "object", "properties": {}} if schema is None else schema
+
+
+def _schemas(tools: list[dict]) -> dict:
+    """{function name: {parameter: its JSON schema}} of checked `tools`."""
+    out = {}
+    for t in tools:
+        properties = _parameters(t["function"]).get("properties")
+        out[t["function"]["name"]] = properties if isinstance(properties, dict) else {}
+    return out
 
 
 def _tool_names(tools) -> list[str]:
