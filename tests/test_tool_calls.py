@@ -169,6 +169,7 @@ def test_minimax_m2_invokes_read_as_their_parameters_types():
         "n": 42, "x": 2.5, "whole": 3, "ok": True, "opt": 7, "bad": "seven", "gone": None,
         "any": "123", "extra": "[1]",
     }  # fmt: skip
+    assert '"whole": 3,' in args  # a whole number as an integer (3 == 3.0 above)
     # Streamed: each call once its invoke closes; content held back while a marker may begin.
     first = text.index("</invoke>") + len("</invoke>")
     assert auto.closed_calls(text[: first - 1]) == []
