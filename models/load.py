@@ -21,6 +21,7 @@ from configs.presets import PRESETS, get_preset
 from models.hf_loader import load_hf_params, resolve_tied_head, unquantized_leaves
 from models.orbax_io import check_tree, is_orbax_dir, load_config, restore_params, save_params
 from models.quantization import (
+    VLLM_INT4_NAMES,
     check_quantization,
     dequantize_tree,
     held_block,
@@ -121,7 +122,9 @@ def model_config(
     """The ModelConfig `load_model(model, dtype)` returns, read without any weights: what
     an engine checks its arguments against before it loads them. `quantization="fp8"` holds
     the projection weights as fp8 (models/quantization.py); what an fp8 checkpoint stores
-    in float stays float (ModelConfig.quantization_skip)."""
+    in float stays float (ModelConfig.quantization_skip). vLLM's names of a checkpoint's own
+    int4 format ("gptq", "awq", their "_marlin" kernels, "compressed-tensors") hold it as
+    "int4" when the checkpoint is in that format."""
     check_quantization(quantization)
     path = _model_dir(model)
     if path is not None:
@@ -129,6 +132,17 @@ def model_config(
     else:
         cfg = get_preset(model)
         cfg = cfg.replace(dtype=dtype) if dtype not in (None, "auto") else cfg
+    if quantization in VLLM_INT4_NAMES:
+        method = None
+        if path is not None and not is_orbax_dir(path):
+            method = (read_hf_config(path).get("quantization_config") or {}).get("quant_method")
+        if method != VLLM_INT4_NAMES[quantization]:
+            raise ValueError(
+                f"quantization={quantization!r}: needs a checkpoint whose config.json "
+                f"quantization_config.quant_method is {VLLM_INT4_NAMES[quantization]!r} "
+                f"(found {method!r}; quantization='int4' quantizes any other on load)"
+            )
+        quantization = "int4"
     if quantization is None:
         return cfg.replace(quantization=None, quantization_skip=())
     stored = _stored_quantization(path, cfg)

@@ -92,11 +92,24 @@ def is_quantized(x: Any) -> bool:
     return isinstance(x, QuantizedWeight)
 
 
+# vLLM's --quantization names for serving a checkpoint in its own int4 format -> the
+# quant_method its config must have; held here as quantization="int4".
+VLLM_INT4_NAMES = {
+    "gptq": "gptq",
+    "gptq_marlin": "gptq",
+    "awq": "awq",
+    "awq_marlin": "awq",
+    "compressed-tensors": "compressed-tensors",
+}
+
+
 def check_quantization(quantization: str | None) -> str | None:
-    """`quantization` itself when it is None or one of QUANTIZATIONS, else a ValueError."""
-    if quantization is not None and quantization not in QUANTIZATIONS:
+    """`quantization` itself when it is None, one of QUANTIZATIONS or of VLLM_INT4_NAMES,
+    else a ValueError."""
+    if quantization is not None and quantization not in (*QUANTIZATIONS, *VLLM_INT4_NAMES):
         raise ValueError(
-            f"quantization={quantization!r}: expected None or one of {list(QUANTIZATIONS)}"
+            f"quantization={quantization!r}: expected None or one of {list(QUANTIZATIONS)} "
+            f"(or vLLM's name of a checkpoint's int4 format: {list(VLLM_INT4_NAMES)})"
         )
     return quantization
 

@@ -23,8 +23,9 @@ KV_CACHE_DTYPE = flags.DEFINE_enum(
 QUANTIZATION = flags.DEFINE_enum(
     "quantization",
     None,
-    ["fp8", "int4"],
-    "Weights: the model dtype (unset), fp8 with block scales, or int4 with group scales.",
+    ["fp8", "int4", "gptq", "gptq_marlin", "awq", "awq_marlin", "compressed-tensors"],
+    "Weights: the model dtype (unset), fp8 with block scales, or int4 with group scales "
+    "(vLLM's gptq / awq / compressed-tensors names: a checkpoint of that format, as int4).",
 )
 BATCH_INVARIANT = flags.DEFINE_bool("batch_invariant", False, "Bitwise-deterministic mode.")
 PREFIX_CACHING = flags.DEFINE_bool(

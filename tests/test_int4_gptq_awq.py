@@ -219,3 +219,22 @@ def test_bad_gptq_and_awq_tensors_are_refused_naming_them(tmp_path):
     )
     with pytest.raises(ValueError, match=r"qweight': packed int4 needs .* 'gptq' or 'awq'"):
         load_model(path)
+
+
+def test_vllms_quantization_names_hold_a_checkpoint_of_that_format():
+    """vLLM's --quantization gptq / awq (and their Marlin kernels', compressed-tensors) on
+    a checkpoint of that format: held as int4, as quantization="int4" holds it."""
+    for name, aliases in (
+        ("qwen3_moe_gptq", ("gptq", "gptq_marlin")),
+        ("qwen3_moe_awq", ("awq", "awq_marlin")),
+        ("qwen3_moe_int4", ("compressed-tensors",)),
+    ):
+        want = model_config(str(FIXTURES / name), None, "int4")
+        for alias in aliases:
+            assert model_config(str(FIXTURES / name), None, alias) == want, alias
+    with pytest.raises(ValueError, match=r"quantization='awq': needs .* 'awq' \(found 'gptq'"):
+        model_config(str(FIXTURES / "qwen3_moe_gptq"), None, "awq")
+    with pytest.raises(ValueError, match=r"quantization='gptq': .* \(found None"):
+        model_config("tiny-qwen3-moe", None, "gptq")
+    with pytest.raises(ValueError, match=r"quantization='int8': expected None or one of"):
+        model_config(str(FIXTURES / "qwen3_moe_gptq"), None, "int8")
