@@ -434,8 +434,12 @@ def fp8_weight_block(hf: dict) -> tuple[int, int] | None:
             "'gptq', 'awq') and, for gpt_oss, 'mxfp4' (its experts) are supported"
         )
     q = {k: qc.get(k, v) for k, v in _FP8_DEFAULTS.items()}
-    if q["fmt"] != "e4m3":
-        raise ValueError(f"HF config quantization_config.fmt={q['fmt']!r}: only 'e4m3'")
+    # (MiniMax-M2's config spells it as torch's dtype, float8_e4m3fn: the same format;
+    # transformers reads neither, the weights' own dtype says.)
+    if q["fmt"] not in ("e4m3", "float8_e4m3fn"):
+        raise ValueError(
+            f"HF config quantization_config.fmt={q['fmt']!r}: only 'e4m3' (float8_e4m3fn)"
+        )
     scheme = q["activation_scheme"]
     if not (isinstance(scheme, str) and scheme.lower() == "dynamic"):  # transformers lowercases
         # Static schemes quantize activations with stored scales: not what a dequantized

@@ -591,6 +591,7 @@ def test_missing_path(tmp_path):
             "activation_scheme='static'",
         ),
         ({"quantization_config": {"quant_method": "fp8", "fmt": "e5m2"}}, "fmt='e5m2'"),
+        ({"quantization_config": {"quant_method": "fp8", "fmt": "float8_e5m2"}}, "e5m2'"),
         (
             {"quantization_config": {"quant_method": "fp8", "weight_block_size": None}},
             "weight_block_size=None",
@@ -617,6 +618,9 @@ def test_fp8_block_quantization_is_read_with_transformers_defaults():
     assert fp8_weight_block({"quantization_config": {"quant_method": "fp8"}}) == (128, 128)
     qc = {"quant_method": "fp8", "weight_block_size": [64, 32], "activation_scheme": "Dynamic"}
     assert fp8_weight_block({"quantization_config": qc}) == (64, 32)  # case as transformers
+    # The format spelled as torch's dtype (MiniMax-M2's config): the same e4m3.
+    qc = {"quant_method": "fp8", "fmt": "float8_e4m3fn", "weight_block_size": [128, 128]}
+    assert fp8_weight_block({"quantization_config": qc}) == (128, 128)
 
 
 def test_mla_softmax_scale_uses_mscale_all_dim_with_any_scaled_rope():
