@@ -13,7 +13,7 @@ SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk")
 EXPERT_ACTS = ("swiglu", "clamped_swiglu")
 TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
 # Models whose MTP module is a decoder layer after enorm / hnorm / eh_proj (engine/mtp.py).
-MTP_MODEL_TYPES = ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm4_moe_lite")
+MTP_MODEL_TYPES = ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa")
 
 
 @dataclass(frozen=True)

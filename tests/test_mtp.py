@@ -31,8 +31,9 @@ from models.orbax_io import save_params
 from sharding.mesh import parse_mesh
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-# MLA; GQA, partial rotary; GLM-4.7-Flash; DeepSeek-V3.2 (sparse attention, the MTP layer's too)
-ARCHS = ("deepseek_v3", "glm4_moe", "glm4_moe_lite", "deepseek_v32")
+# MLA; GQA, partial rotary; GLM-4.7-Flash; DeepSeek-V3.2 and GLM-5 (sparse attention, the MTP
+# layer's too)
+ARCHS = ("deepseek_v3", "glm4_moe", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa")
 REFS = {a: json.loads((FIXTURES / f"{a}_mtp" / "mtp_reference.json").read_text()) for a in ARCHS}
 MTP_DIR, REF = FIXTURES / "deepseek_v3_mtp", REFS["deepseek_v3"]
 K = REF["num_speculative_tokens"]
