@@ -13,7 +13,10 @@ A chat request's `tools` (OpenAI's [{"type": "function", "function": {"name", "d
   "minimax_m2" (MiniMax-M2 / M2.1 / M2.5: `<minimax:tool_call>` holding `<invoke name="F">`
   blocks of `<parameter name="K">V</parameter>`, each value read as its parameter's JSON
   schema type says: string (or no type) as it is, integer, number, boolean, object / array
-  as JSON, "null" as null). Found calls
+  as JSON, "null" as null) or "qwen3_coder" (Qwen3-Coder, Qwen3.5: `<tool_call>` holding
+  `<function=F>` with `<parameter=K>` blocks, values read by type the same way, only the
+  newline after the tag and before its end dropped, so code keeps its indentation). Found
+  calls
   become message.tool_calls and the finish reason "tool_calls"; the text before them is the
   content. Text that does not parse whole stays content, as vLLM's parsers leave it.
 - "required", or {"type": "function", "function": {"name": NAME}}: the output is held to JSON
@@ -52,6 +55,9 @@ _MINIMAX = "<minimax:tool_call>"
 _MM_BLOCK = re.compile(r"<minimax:tool_call>(.*?)(?:</minimax:tool_call>|\Z)", re.DOTALL)
 _MM_INVOKE = re.compile(r"<invoke name=([^>]*)>(.*?)</invoke>", re.DOTALL)
 _MM_PARAM = re.compile(r"<parameter name=([^>]*)>(.*?)</parameter>", re.DOTALL)
+_QC_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_QC_FUNCTION = re.compile(r"<function=([^>\n]*)>(.*?)(?:</function>|\Z)", re.DOTALL)
+_QC_PARAM = re.compile(r"<parameter=([^>\n]*)>(.*?)</parameter>", re.DOTALL)
 
 
 def _hermes(raw: str, schemas: dict) -> list[tuple[str, str]] | None:
@@ -105,9 +111,9 @@ def _unquoted(name: str) -> str:
 
 
 def _typed(value: str, schema) -> object:
-    """A MiniMax-M2 parameter's text as its JSON schema's type reads it, as MiniMax's tool
-    calling guide converts it: "null" is null; no schema or no type: text; a value that
-    does not read as its type stays text."""
+    """A MiniMax-M2 / Qwen3-Coder parameter's text as its JSON schema's type reads it, as
+    MiniMax's tool calling guide converts it: "null" is null; no schema or no type: text; a
+    value that does not read as its type stays text."""
     kind = schema.get("type", "string") if isinstance(schema, dict) else "string"
     if isinstance(kind, list):  # ["integer", "null"]: the first that is not null
         kind = next((k for k in kind if k != "null"), "string")
@@ -145,6 +151,31 @@ def _minimax_m2(raw: str, schemas: dict) -> list[tuple[str, str]] | None:
     return calls
 
 
+def _one_newline_off(value: str) -> str:
+    """A Qwen3-Coder value without the newline after its tag and the one before its end."""
+    value = value[1:] if value.startswith("\n") else value
+    return value[:-1] if value.endswith("\n") else value
+
+
+def _qwen3_coder(raw: str, schemas: dict) -> list[tuple[str, str]] | None:
+    calls = []
+    for block in _QC_BLOCK.findall(raw):
+        found = _QC_FUNCTION.findall(block)
+        if not found:
+            return None  # (a hermes JSON block, say: not this format)
+        for name, body in found:
+            name = name.strip()
+            if not name:
+                return None
+            properties = schemas.get(name, {})
+            args = {
+                key.strip(): _typed(_one_newline_off(value), properties.get(key.strip()))
+                for key, value in _QC_PARAM.findall(body)
+            }
+            calls.append((name, json.dumps(args, ensure_ascii=False)))
+    return calls
+
+
 # parser name -> (the marker its calls start with, the parser, the marker a call ends with);
 # a parser takes the raw text and each tool's parameter schemas by name.
 PARSERS = {
@@ -152,6 +183,7 @@ PARSERS = {
     "deepseek_v3": (_DS_CALLS, _deepseek_v3, "<｜tool▁call▁end｜>"),
     "glm45": ("<tool_call>", _glm45, "</tool_call>"),
     "minimax_m2": (_MINIMAX, _minimax_m2, "</invoke>"),
+    "qwen3_coder": ("<tool_call>", _qwen3_coder, "</function>"),
 }
 
 

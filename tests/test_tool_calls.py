@@ -179,6 +179,55 @@ def test_minimax_m2_invokes_read_as_their_parameters_types():
     assert auto.message(nameless, nameless) == ({"content": nameless}, False)
 
 
+# Qwen3-Coder's (and Qwen3.5's) format: what its chat template renders an assistant's call
+# as (a value: a string as it is, else JSON), and what its parser reads back.
+QC_EDIT = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "content": {"type": "string"},
+                "lines": {"type": "array"},
+                "mode": {"type": "integer"},
+                "force": {"type": "boolean"},
+            },
+        },
+    },
+}
+
+
+def test_qwen3_coder_functions_keep_their_values_text_and_types():
+    auto = ToolChoice.of({"tools": [QC_EDIT, WEATHER]}, "qwen3_coder")
+    code = "def f():\n    return 1\n"
+    text = (
+        "Writing it.\n<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/a.py\n"
+        f"</parameter>\n<parameter=content>\n{code}\n</parameter>\n<parameter=lines>\n[1, 2]\n"
+        "</parameter>\n<parameter=mode>\n644\n</parameter>\n<parameter=force>\nTrue\n"
+        "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n"
+        "<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>"
+    )
+    fields, called = auto.message(text, text)
+    assert called and fields["content"] == "Writing it.\n"
+    got = [
+        (c["function"]["name"], json.loads(c["function"]["arguments"]))
+        for c in fields["tool_calls"]
+    ]
+    written = {"path": "src/a.py", "content": code, "lines": [1, 2], "mode": 644, "force": True}
+    assert got == [("write_file", written), ("get_weather", {"city": "Rome"})]
+    # Indentation kept (one newline off each end, not all whitespace); a call cut short
+    # (max_tokens) keeps the parameters that closed.
+    indented = "<tool_call>\n<function=write_file>\n<parameter=content>\n    x = 1\n</parameter>\n"
+    assert json.loads(auto.calls(indented, indented)[0][1]) == {"content": "    x = 1"}
+    # Streamed: each function once it closes; a hermes JSON block is not this format.
+    first = text.index("</function>") + len("</function>")
+    assert [n for n, _ in auto.closed_calls(text[:first])] == ["write_file"]
+    assert auto.closed_calls(text[: first - 1]) == []
+    assert auto.message(CALL, CALL) == ({"content": CALL}, False)
+
+
 def test_streamed_content_stops_where_a_call_may_begin():
     auto = ToolChoice("auto", parser="hermes")
     assert auto.content("Hi <tool", "Hi <tool", final=False) == "Hi "
