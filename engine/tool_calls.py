@@ -15,8 +15,11 @@ A chat request's `tools` (OpenAI's [{"type": "function", "function": {"name", "d
   schema type says: string (or no type) as it is, integer, number, boolean, object / array
   as JSON, "null" as null) or "qwen3_coder" (Qwen3-Coder, Qwen3.5: `<tool_call>` holding
   `<function=F>` with `<parameter=K>` blocks, values read by type the same way, only the
-  newline after the tag and before its end dropped, so code keeps its indentation). Found
-  calls
+  newline after the tag and before its end dropped, so code keeps its indentation) or
+  "kimi_k2" (Kimi-K2 / K2-Thinking: `<|tool_calls_section_begin|>` holding
+  `<|tool_call_begin|>functions.NAME:I<|tool_call_argument_begin|>{JSON}<|tool_call_end|>`
+  calls, whose `functions.NAME:I` becomes the call's id, as Kimi's template names the
+  tool results after it). Found calls
   become message.tool_calls and the finish reason "tool_calls"; the text before them is the
   content. Text that does not parse whole stays content, as vLLM's parsers leave it.
 - "required", or {"type": "function", "function": {"name": NAME}}: the output is held to JSON
@@ -151,6 +154,29 @@ def _minimax_m2(raw: str, schemas: dict) -> list[tuple[str, str]] | None:
     return calls
 
 
+_KIMI = "<|tool_calls_section_begin|>"
+_KIMI_CALL = re.compile(
+    r"<\|tool_call_begin\|>\s*(?P<id>[^<\s]+?)\s*<\|tool_call_argument_begin\|>"
+    r"\s*(?P<args>.*?)\s*<\|tool_call_end\|>",
+    re.DOTALL,
+)
+
+
+def _kimi_k2(raw: str, schemas: dict) -> list[tuple[str, ...]] | None:
+    """(name, arguments JSON, the call's own id) per call."""
+    calls = []
+    for m in _KIMI_CALL.finditer(raw):
+        name = m["id"].rsplit(":", 1)[0].removeprefix("functions.")
+        try:
+            json.loads(m["args"])
+        except json.JSONDecodeError:
+            return None
+        if not name:
+            return None
+        calls.append((name, m["args"], m["id"]))
+    return calls
+
+
 def _one_newline_off(value: str) -> str:
     """A Qwen3-Coder value without the newline after its tag and the one before its end."""
     value = value[1:] if value.startswith("\n") else value
@@ -184,6 +210,7 @@ PARSERS = {
     "glm45": ("<tool_call>", _glm45, "</tool_call>"),
     "minimax_m2": (_MINIMAX, _minimax_m2, "</invoke>"),
     "qwen3_coder": ("<tool_call>", _qwen3_coder, "</function>"),
+    "kimi_k2": (_KIMI, _kimi_k2, "<|tool_call_end|>"),
 }
 
 
@@ -248,9 +275,10 @@ class ToolChoice:
             )
         return None
 
-    def calls(self, text: str, raw: str) -> list[tuple[str, str]] | None:
-        """(name, arguments JSON) per call in a finished answer (`text` decoded plainly,
-        `raw` with special tokens); None: no call (the text is the content)."""
+    def calls(self, text: str, raw: str) -> list[tuple[str, ...]] | None:
+        """(name, arguments JSON[, the call's own id]) per call in a finished answer (`text`
+        decoded plainly, `raw` with special tokens); None: no call (the text is the
+        content)."""
         if self.mode == "named":
             return [(self.name, text)]
         if self.mode == "required":
@@ -261,7 +289,7 @@ class ToolChoice:
         marker, parse, _ = PARSERS[self.parser]
         return (parse(raw, self.schemas) or None) if marker in raw else None
 
-    def closed_calls(self, raw: str) -> list[tuple[str, str]]:
+    def closed_calls(self, raw: str) -> list[tuple[str, ...]]:
         """Streaming, "auto": the calls whose blocks have closed so far (none while what
         has closed does not parse); the others come whole at the end (`calls`)."""
         if self.mode != "auto":
@@ -294,15 +322,16 @@ class ToolChoice:
         return {"content": content or None, "tool_calls": tool_calls(calls)}, True
 
 
-def tool_calls(calls: list[tuple[str, str]]) -> list[dict]:
-    """The OpenAI API's tool_calls entries."""
+def tool_calls(calls: list[tuple[str, ...]]) -> list[dict]:
+    """The OpenAI API's tool_calls entries: (name, arguments JSON[, the call's own id]) each,
+    a new id where the format names none."""
     return [
         {
-            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "id": call[2] if len(call) > 2 else f"call_{uuid.uuid4().hex[:24]}",
             "type": "function",
-            "function": {"name": name, "arguments": args},
+            "function": {"name": call[0], "arguments": call[1]},
         }
-        for name, args in calls
+        for call in calls
     ]
 
 

@@ -37,7 +37,7 @@ _AUTO_TOOLS = flags.DEFINE_bool(
 _TOOL_PARSER = flags.DEFINE_enum(
     "tool_call_parser",
     None,
-    ["hermes", "deepseek_v3", "glm45", "minimax_m2", "qwen3_coder"],
+    ["hermes", "deepseek_v3", "glm45", "minimax_m2", "qwen3_coder", "kimi_k2"],
     "How tool calls are read from a chat answer (engine/tool_calls.py).",
 )
 _REASONING = flags.DEFINE_enum(

@@ -228,6 +228,32 @@ def test_qwen3_coder_functions_keep_their_values_text_and_types():
     assert auto.message(CALL, CALL) == ({"content": CALL}, False)
 
 
+def test_kimi_k2_calls_keep_their_own_ids():
+    """Kimi-K2's special-token format (its calls' `functions.NAME:I` become the ids its chat
+    template names tool results by)."""
+    auto = ToolChoice.of({"tools": [WEATHER, TIME]}, "kimi_k2")
+    raw = (
+        "Checking.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>\n<|tool_call_begin|>'
+        "functions.get_time:1<|tool_call_argument_begin|>{}<|tool_call_end|>"
+        "<|tool_calls_section_end|>"
+    )
+    text = 'Checking.functions.get_weather:0{"city": "Paris"}\nfunctions.get_time:1{}'
+    fields, called = auto.message(text, raw)
+    assert called and fields["content"] == "Checking."
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in
+            fields["tool_calls"]] == [
+        ("functions.get_weather:0", "get_weather", '{"city": "Paris"}'),
+        ("functions.get_time:1", "get_time", "{}"),
+    ]  # fmt: skip
+    first = raw.index("<|tool_call_end|>") + len("<|tool_call_end|>")
+    assert auto.closed_calls(raw[:first]) == [
+        ("get_weather", '{"city": "Paris"}', "functions.get_weather:0")
+    ]
+    broken = raw.replace('{"city": "Paris"}', "{city")
+    assert auto.message(text, broken) == ({"content": text}, False)
+
+
 def test_streamed_content_stops_where_a_call_may_begin():
     auto = ToolChoice("auto", parser="hermes")
     assert auto.content("Hi <tool", "Hi <tool", final=False) == "Hi "
