@@ -145,13 +145,17 @@ def _minimax_m2(raw: str, schemas: dict) -> list[tuple[str, str]] | None:
             name = _unquoted(name)
             if not name:
                 return None
-            properties = schemas.get(name, {})
-            args = {
-                _unquoted(key): _typed(value.strip(), properties.get(_unquoted(key)))
-                for key, value in _MM_PARAM.findall(body)
-            }
-            calls.append((name, json.dumps(args, ensure_ascii=False)))
+            params = [(_unquoted(k), v.strip()) for k, v in _MM_PARAM.findall(body)]
+            calls.append(_typed_call(name, params, schemas))
     return calls
+
+
+def _typed_call(name: str, params: list[tuple[str, str]], schemas: dict) -> tuple[str, str]:
+    """(name, arguments JSON) of an XML-format call: each parameter's text typed by its
+    tool's schema (`_typed`)."""
+    properties = schemas.get(name, {})
+    args = {key: _typed(value, properties.get(key)) for key, value in params}
+    return name, json.dumps(args, ensure_ascii=False)
 
 
 _KIMI = "<|tool_calls_section_begin|>"
@@ -193,12 +197,8 @@ def _qwen3_coder(raw: str, schemas: dict) -> list[tuple[str, str]] | None:
             name = name.strip()
             if not name:
                 return None
-            properties = schemas.get(name, {})
-            args = {
-                key.strip(): _typed(_one_newline_off(value), properties.get(key.strip()))
-                for key, value in _QC_PARAM.findall(body)
-            }
-            calls.append((name, json.dumps(args, ensure_ascii=False)))
+            params = [(k.strip(), _one_newline_off(v)) for k, v in _QC_PARAM.findall(body)]
+            calls.append(_typed_call(name, params, schemas))
     return calls
 
 

@@ -306,7 +306,7 @@ def _is_mxfp4(name: str, headers: dict[str, _Header]) -> bool:
 
 def _is_int4(name: str, headers: dict[str, _Header]) -> bool:
     """Whether `name` is stored as packed int4 (any format: models/int4_checkpoint.py)."""
-    return int4.is_stored(name, headers.__contains__)
+    return int4.packed_name(name, headers.__contains__) is not None
 
 
 def _stored_apart(name: str, headers: dict[str, _Header]) -> bool:
@@ -416,16 +416,10 @@ def _validate(
 _INT4_DTYPES = {"int32": ("I32",), "int": ("I32", "I64"), "float": FLOAT_DTYPES}
 
 
-def _int4_packed(name: str, headers: dict[str, _Header]) -> str:
-    """The tensor that holds a packed int4 weight's values (X.weight_packed or X.qweight)."""
-    packed = name + int4.PACKED_SUFFIX
-    return packed if packed in headers else int4.module_of(name) + "." + int4.GPTQ_QWEIGHT
-
-
 def _validate_int4(
     name: str, want: HFTensor, headers: dict[str, _Header], scheme: Int4Scheme | None
 ) -> None:
-    packed = _int4_packed(name, headers)
+    packed = int4.packed_name(name, headers.__contains__)
     ct = packed.endswith(int4.PACKED_SUFFIX)
     layout = "compressed-tensors" if ct else "gptq' or 'awq"
     if scheme is None or (scheme.method == "compressed-tensors") != ct:
@@ -605,8 +599,10 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     with _TensorReader(headers, block, jnp.dtype(cfg.dtype), scheme, shapes) as reader:
         # Grouped by file (each shard opened once).
         def file_of(n: str) -> str:
-            if _stored_apart(n, headers):
-                n = n + BLOCKS_SUFFIX if _is_mxfp4(n, headers) else _int4_packed(n, headers)
+            if _is_mxfp4(n, headers):
+                n += BLOCKS_SUFFIX
+            elif _is_int4(n, headers):
+                n = int4.packed_name(n, headers.__contains__)
             return str(headers[n].file)
 
         for name in sorted(names, key=file_of):

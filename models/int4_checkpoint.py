@@ -96,11 +96,16 @@ def stored_names(name: str, shape: tuple[int, int], scheme: Int4Scheme) -> dict:
     return names
 
 
-def is_stored(name: str, has) -> bool:
-    """Whether weight `name` is stored packed (`has(tensor name)`: in the checkpoint)."""
-    return not has(name) and (
-        has(name + PACKED_SUFFIX) or has(module_of(name) + "." + GPTQ_QWEIGHT)
-    )
+def packed_name(name: str, has) -> str | None:
+    """The tensor that holds weight `name`'s packed values (X.weight_packed, or GPTQ's and
+    AWQ's X.qweight); None when the weight is not stored packed (`has(tensor name)`: in the
+    checkpoint)."""
+    if has(name):
+        return None
+    for packed in (name + PACKED_SUFFIX, module_of(name) + "." + GPTQ_QWEIGHT):
+        if has(packed):
+            return packed
+    return None
 
 
 def _nibbles(words: np.ndarray) -> np.ndarray:
@@ -110,13 +115,14 @@ def _nibbles(words: np.ndarray) -> np.ndarray:
     return np.stack([b & 0xF, b >> 4], axis=-1).reshape(words.shape[0], -1)
 
 
+def _centered(codes: np.ndarray) -> np.ndarray:
+    """4-bit codes (0..15) as int8 values in [-8, 7]."""
+    return (codes.astype(np.int16) - 8).astype(np.int8)
+
+
 def unpack_words(packed: np.ndarray, cols: int) -> np.ndarray:
     """int32 [rows, words] -> int8 [rows, cols] values in [-8, 7] (stored + 8)."""
-    return (_nibbles(packed)[:, :cols].astype(np.int8) - 8).astype(np.int8)
-
-
-def _centered(codes: np.ndarray) -> np.ndarray:
-    return (codes.astype(np.int16) - 8).astype(np.int8)
+    return _centered(_nibbles(packed)[:, :cols])
 
 
 def read_parts(read, name: str, shape: tuple[int, int], scheme: Int4Scheme) -> Int4Parts:

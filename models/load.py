@@ -133,9 +133,7 @@ def model_config(
         cfg = get_preset(model)
         cfg = cfg.replace(dtype=dtype) if dtype not in (None, "auto") else cfg
     if quantization in VLLM_INT4_NAMES:
-        method = None
-        if path is not None and not is_orbax_dir(path):
-            method = (read_hf_config(path).get("quantization_config") or {}).get("quant_method")
+        method = None if path is None or is_orbax_dir(path) else _quant_method(path)
         if method != VLLM_INT4_NAMES[quantization]:
             raise ValueError(
                 f"quantization={quantization!r}: needs a checkpoint whose config.json "
@@ -164,8 +162,13 @@ def _stored_quantization(path: str | None, cfg: ModelConfig) -> str | None:
         return None
     if is_orbax_dir(path):
         return cfg.quantization
-    method = (read_hf_config(path).get("quantization_config") or {}).get("quant_method")
+    method = _quant_method(path)
     return "int4" if method in INT4_METHODS else {"fp8": "fp8"}.get(method)
+
+
+def _quant_method(path: str) -> str | None:
+    """The HF checkpoint's quantization_config.quant_method (None without one)."""
+    return (read_hf_config(path).get("quantization_config") or {}).get("quant_method")
 
 
 def load_model(

@@ -326,7 +326,13 @@ def with_gptq_fields(w, zero_point: bool = True, act_order: bool = True):
         w = dataclasses.replace(w, zero=xp.zeros(w.scale.shape, np.int8))
     if act_order and w.g_idx is None:
         k, _ = matrix_dims(w.shape, w.lead, w.k_dims)
-        rows = np.arange(k, dtype=np.int32) // w.block[0]
-        rows = np.ascontiguousarray(np.broadcast_to(rows, (*w.shape[: w.lead], k)))
+        rows = groups_in_order((*w.shape[: w.lead], k), w.block[0])
         w = dataclasses.replace(w, g_idx=xp.asarray(rows))
     return w
+
+
+def groups_in_order(shape: tuple[int, ...], group: int) -> np.ndarray:
+    """int32 group indices of `shape` [*lead, K]: each contracted index k in its own
+    position's group, k // group (a g_idx without act order)."""
+    rows = np.arange(shape[-1], dtype=np.int32) // group
+    return np.ascontiguousarray(np.broadcast_to(rows, shape))

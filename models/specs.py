@@ -263,7 +263,7 @@ def _in_order(group: int) -> Callable:
 
     def init(rng, shape, dtype):
         del rng
-        return np.broadcast_to(np.arange(shape[-1]) // group, shape).astype(dtype)
+        return quant.groups_in_order(shape, group).astype(dtype)
 
     return init
 
