@@ -513,10 +513,9 @@ class LLM(EngineControl):
             sched.items, self.page_size, self._buckets, self._page_rows, self._window_rows
         )
         shape = (batch.token_ids.shape[0], batch.kv_lens.shape[0])
-        score_rows = runner.fill_score_targets(
-            sched.items, batch, lambda it: self._outputs[it.request_id].prompt_token_ids
-        )
-        drafts, batch = prepare_drafts(sched.items, batch, bool(score_rows), self._buckets.min_rows)
+        score_rows = runner.fill_score_targets(sched.items, batch, self._prompt_of)
+        min_rows, proposer = self._buckets.min_rows, self._scheduler.speculative
+        drafts, batch = prepare_drafts(sched.items, batch, bool(score_rows), min_rows, proposer)
         batch = fill_batch(sched.items, batch, self.page_size) if self.config.mtp_drafts else batch
         with_top = any(it.sample and it.sampling_params.logprobs for it in sched.items)
         output_of = lambda it: self._outputs[it.request_id].token_ids  # whole: not ahead
@@ -543,7 +542,7 @@ class LLM(EngineControl):
         sampling = bool(np.any(batch.temperature >= np.float32(GREEDY_TEMPERATURE)))
         # Drafts need each row's argmax alone: a top-1 step (top-20 costs more on a CPU).
         score_top = self._top_k if any(r[3] for r in score_rows) else 0
-        variant = (bool(score_rows or drafts[0]), with_top, sampling, score_top)
+        variant = (bool(score_rows) or drafts[1] is not None, with_top, sampling, score_top)
         scored = None if drafts[1] is None else drafts[1].shape[0]
         key = (variant, penalized, list_width, mask is not None, scored, *shape)
         compiles = key not in self._variant_shapes

@@ -307,7 +307,7 @@ def read_back(out, scored: bool, score_top: int, with_top: bool) -> tuple:
     tokens, logprobs, load = jax.device_get((out.tokens, out.logprobs, out.expert_load))
     scores = jax.device_get(out.score_logprobs) if scored else None
     drawn = (None, None)
-    if out.draft_tokens is not None:
+    if scored and out.draft_tokens is not None:  # (a step without drafts: not read)
         drawn = jax.device_get((out.draft_tokens, out.draft_logprobs))
     score_ids = score_lps = top_ids = top_lps = None
     if score_top:

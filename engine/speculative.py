@@ -185,15 +185,26 @@ def fill_draft_targets(items, batch) -> list[tuple[int, int]]:
     return rows
 
 
-def score_index(draft_rows, items, min_rows: int) -> np.ndarray:
+def score_index(draft_rows, items, size: int) -> np.ndarray:
     """The rows a step with drafts (and no prompt logprobs) scores, for
-    StepBatch.score_index: each draft's row, padded with row 0 to a power of two of at least
-    `min_rows` (batch-invariant mode: the logits' matmul stays in its regime, runner.Buckets)."""
+    StepBatch.score_index: each draft's row, padded with row 0 to `size` (scored_rows)."""
     rows = [first + j for i, first in draft_rows for j in range(items[i].num_drafts)]
-    size = max(1 << (len(rows) - 1).bit_length(), min_rows)
+    if len(rows) > size:
+        raise AssertionError(f"{len(rows)} draft rows: more than the bucket's {size}")
     index = np.zeros(size, np.int32)
     index[: len(rows)] = rows
     return index
+
+
+def scored_rows(num_tokens: int, num_seqs: int, max_drafts: int, min_rows: int) -> int:
+    """How many rows a speculating engine's step of a (T, S) bucket scores: as many as its
+    sequences' drafts can fill (S x num_speculative_tokens, no more than T) rounded up to a
+    power of two of at least `min_rows` (batch-invariant mode: the logits' matmul stays in
+    its regime, runner.Buckets). One count per bucket, drafts or none in the step: each
+    bucket compiles one step program (a count per step's drafts was up to log2(T) programs
+    per bucket; tests/test_speculative.py, docs/benchmarks.md "Compilations of a
+    speculating engine")."""
+    return max(min(num_tokens, 1 << (num_seqs * max_drafts - 1).bit_length()), min_rows)
 
 
 def expand(index: np.ndarray, num_rows: int, *arrays):
@@ -234,18 +245,22 @@ def verify(items, draft_rows, sampled: dict, drawn, drawn_logprobs, target_logpr
         sampled[it.request_id] = kept
 
 
-def prepare_drafts(items, batch, prompt_scored: bool, min_rows: int):
+def prepare_drafts(items, batch, prompt_scored: bool, min_rows: int, proposer):
     """A step's draft rows: (fill_draft_targets' rows, the scored rows' index or None) and
     the batch to run. Without prompt logprobs in the step only the drafts' rows are scored
     (StepBatch.score_index), not every row of a step that may hold a long prefill chunk;
-    beside prompt logprobs, every row in order."""
+    beside prompt logprobs, every row in order. A speculating engine's (`proposer` not
+    None) steps score `scored_rows` rows whether they carry drafts or not (padding rows: 0,
+    no target), so a bucket's steps share one program."""
     rows = fill_draft_targets(items, batch)
-    if not rows:
+    if proposer is None:
         return (rows, None), batch
+    t, s = batch.token_ids.shape[0], batch.kv_lens.shape[0]
     if prompt_scored:
-        index = np.arange(batch.token_ids.shape[0], dtype=np.int32)
+        index = np.arange(t, dtype=np.int32)
     else:
-        index = score_index(rows, items, min_rows)
+        k = proposer.num_speculative_tokens
+        index = score_index(rows, items, scored_rows(t, s, k, min_rows))
     return (rows, index), batch._replace(score_index=index)
 
 

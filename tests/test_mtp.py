@@ -107,6 +107,9 @@ def test_drafts_are_transformers_mtp_drafts_and_tokens_are_greedy(arch):
     assert stats["num_accepted_tokens"] - before["num_accepted_tokens"] == kept
     assert stats["num_draft_tokens"] - before["num_draft_tokens"] >= 3 * K
     assert stats["num_pages_free"] == ENGINE["num_pages"]
+    # One program per step bucket, whether a step carried drafts or not and however many
+    # (speculative.scored_rows).
+    assert stats["num_compiles"] == stats["num_step_shapes"] <= stats["num_buckets"]
     # New weights of the served model come with their MTP module (LLM.load_weights).
     served = jax.tree.map(np.asarray, mtp_llm.params["mtp"])
     mtp_llm.params = {**mtp_llm.params, "mtp": jax.tree.map(np.zeros_like, served)}

@@ -211,8 +211,8 @@ def test_greedy_tokens_are_those_without_drafts_and_the_hf_ones(monkeypatch):
     pair = [prompts[3] + got[3].token_ids[:30], prompts[2] * 3]
     both = []
 
-    def spy(items, batch, prompt_scored, min_rows):
-        drafts, batch = prepare_drafts(items, batch, prompt_scored, min_rows)
+    def spy(items, batch, prompt_scored, min_rows, proposer):
+        drafts, batch = prepare_drafts(items, batch, prompt_scored, min_rows, proposer)
         both.append(prompt_scored and bool(drafts[0]))
         return drafts, batch
 
