@@ -18,7 +18,9 @@ a random span repeated (text that quotes itself, where prompt lookup finds draft
 is timed after a first run compiled its steps: the whole run, steps, drafts fed and kept,
 and how many requests give the plain engine's tokens (all, up to float rounding: a draft
 is checked in a wider step than the decode that would make its token; bitwise in
-batch-invariant mode, tests/test_speculative.py).
+batch-invariant mode, tests/test_speculative.py); then the first run's time and the step
+programs it compiled (a speculating engine's: one per bucket, whether a step carries
+drafts or not, speculative.scored_rows).
 Random weights decide what is accepted here, not language: the figures show what a kept
 or a rejected draft costs, not a real model's acceptance rate.
 """
@@ -76,6 +78,7 @@ def run(llm: LLM, prompts: list[list[int]]) -> dict:
     }
     return dict(
         seconds=seconds,
+        compiles=diff["num_compiles"],
         steps=diff["num_steps"],
         drafts=diff.get("num_draft_tokens", 0),
         kept=diff.get("num_accepted_tokens", 0),
@@ -129,21 +132,25 @@ def main(argv):
         + f" requests, {length}-token prompts, "
         f"{_MAX_TOKENS.value} tokens each, k={_K.value}"
     )
-    print("| prompts | engine | s | steps | drafts fed | drafts kept | same tokens |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| prompts | engine | s | steps | drafts fed | drafts kept | same tokens "
+        "| first run s | step programs compiled |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, prompts in workloads.items():
         rows = {}
         for label, llm in (("plain", plain), (_METHOD.value, spec)):
             if label != "plain" and _DRAFTS.value != "model":
                 replace_drafts(spec, prompts, rows["plain"]["tokens"], _DRAFTS.value == "none")
-            run(llm, prompts)  # compiles its steps
-            rows[label] = run(llm, prompts)
+            first = run(llm, prompts)  # compiles its steps
+            rows[label] = {**run(llm, prompts), "first": first}
         pairs = zip(rows[_METHOD.value]["tokens"], rows["plain"]["tokens"], strict=True)
         same = sum(a == b for a, b in pairs)
         for label, r in rows.items():
             print(
                 f"| {name} | {label} | {r['seconds']:.2f} | {r['steps']} | {r['drafts']} | "
-                f"{r['kept']} | {same}/{n} |"
+                f"{r['kept']} | {same}/{n} | {r['first']['seconds']:.2f} | "
+                f"{r['first']['compiles']} |"
             )
 
 
