@@ -28,6 +28,14 @@ from typing import NamedTuple
 
 import jax
 
+# Pallas' fuser registers a JAX config value that is part of every jit's tracing context
+# (pallas_fuser_disable_nested_fuse, jax 0.11.2) when it is first imported, and
+# pallas_kernels (imported on first use, below) imports it: every step an engine compiled
+# before that import would miss the cache and compile again (measured: an XLA engine's 5
+# MTP steps compiled twice after a Pallas engine was built in the same process). Importing
+# the fuser here (74 ms) fixes the context before any step is traced.
+import jax.experimental.pallas.fuser  # noqa: F401
+
 from engine import kv_quant, mla_expanded
 from engine import paged_attention as pa
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -64,6 +67,29 @@ def test_auto_picks_pallas_only_on_gpu():
     assert ops.get_attention_ops("pallas", batch_invariant=True) is ops.PALLAS_INVARIANT_OPS
     with pytest.raises(ValueError, match="attention_impl"):
         ops.resolve_impl("triton")
+
+
+def test_steps_compiled_before_the_kernels_are_imported_stay_compiled():
+    """pallas_kernels is imported on first use; importing it must not change JAX's tracing
+    context (engine/attention_ops.py), or every step compiled before it compiles again. In
+    a fresh process: a function jitted after the engine's import, called, then called again
+    after pallas_kernels' import, holds one compilation."""
+    code = (
+        "import jax, jax.numpy as jnp\n"
+        "import engine.step\n"
+        "f = jax.jit(lambda x: x + 1)\n"
+        "f(jnp.ones(3))\n"
+        "import pallas_kernels\n"
+        "f(jnp.ones(3))\n"
+        "print(f._cache_size())\n"
+    )
+    root = pathlib.Path(__file__).parent.parent
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["1"]
 
 
 def test_kernel_configs_by_step_shape_and_device():
