@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
 from configs.hf_mla import MLA_MODEL_TYPES, mla_fields
 from configs.hf_moe import moe_fields
 from configs.int4_schemes import INT4_METHODS, Int4Scheme, int4_scheme
@@ -405,18 +406,26 @@ def _generation_eos_ids(source: str | os.PathLike) -> tuple[int, ...]:
     return _eos_ids(_read_json_object(gen_path, "HF generation config").get("eos_token_id"))
 
 
-# transformers' FineGrainedFP8Config defaults, for the fields a checkpoint may leave out.
-_FP8_DEFAULTS = dict(fmt="e4m3", activation_scheme="dynamic", weight_block_size=(128, 128))
+def fp8_scheme(hf: dict) -> Fp8Scheme | None:
+    """How the checkpoint of HF config `hf` stores fp8 weights (configs/fp8_schemes.py:
+    quant_method "fp8", or compressed-tensors "float-quantized"); None when it does not."""
+    qc = hf.get("quantization_config")
+    if is_float_quantized(qc):
+        return compressed_tensors_fp8(qc)
+    if isinstance(qc, dict) and qc.get("quant_method") == "fp8":
+        return deepseek_fp8(qc)
+    return None
 
 
 def fp8_weight_block(hf: dict) -> tuple[int, int] | None:
-    """[rows, cols] of the scale blocks of a checkpoint whose linear weights are stored as fp8
-    (e4m3) with a `<name>_scale_inv` per block, as DeepSeek-V3/R1 and Qwen3-*-FP8 ship, or
-    (1, group_size) for int4 weights (compressed-tensors' pack-quantized, GPTQ or AWQ: a
-    scale per group of inputs of an output row, configs/int4_schemes.py); None when the
-    config has no `quantization_config`. Such weights are dequantized on load
-    (models/fp8_checkpoint.py, models/int4_checkpoint.py) unless held as they are stored
-    (ModelConfig.quantization). Other quantization methods are refused, naming the field."""
+    """[rows, cols] of the scale blocks the engine holds a checkpoint's quantized weights in:
+    an fp8 checkpoint's (its `weight_block_size`; per-channel and per-tensor scales:
+    configs/fp8_schemes.py), or (1, group_size) for int4 weights (compressed-tensors'
+    pack-quantized, GPTQ or AWQ: a scale per group of inputs of an output row,
+    configs/int4_schemes.py); None when the config has no `quantization_config`. Such
+    weights are dequantized on load (models/fp8_checkpoint.py, models/int4_checkpoint.py)
+    unless held as they are stored (ModelConfig.quantization). Other quantization methods
+    are refused, naming the field."""
     qc = hf.get("quantization_config")
     if qc is None:
         return None
@@ -425,47 +434,24 @@ def fp8_weight_block(hf: dict) -> tuple[int, int] | None:
     method = qc.get("quant_method")
     if method == "mxfp4" and hf.get("model_type") == "gpt_oss":
         return None  # gpt-oss's MXFP4 experts (models/mxfp4.py), no fp8 blocks
+    fp8 = fp8_scheme(hf)
+    if fp8 is not None:
+        return fp8.held_block
     if method in INT4_METHODS:
         return 1, int4_scheme(qc).group
-    if method != "fp8":
-        raise ValueError(
-            f"HF config quantization_config.quant_method={method!r}: only 'fp8' (block-quantized "
-            "e4m3 weights with weight_scale_inv), int4 ('compressed-tensors' pack-quantized, "
-            "'gptq', 'awq') and, for gpt_oss, 'mxfp4' (its experts) are supported"
-        )
-    q = {k: qc.get(k, v) for k, v in _FP8_DEFAULTS.items()}
-    # (MiniMax-M2's config spells it as torch's dtype, float8_e4m3fn: the same format;
-    # transformers reads neither, the weights' own dtype says.)
-    if q["fmt"] not in ("e4m3", "float8_e4m3fn"):
-        raise ValueError(
-            f"HF config quantization_config.fmt={q['fmt']!r}: only 'e4m3' (float8_e4m3fn)"
-        )
-    scheme = q["activation_scheme"]
-    if not (isinstance(scheme, str) and scheme.lower() == "dynamic"):  # transformers lowercases
-        # Static schemes quantize activations with stored scales: not what a dequantized
-        # model computes.
-        raise ValueError(
-            f"HF config quantization_config.activation_scheme={q['activation_scheme']!r}: "
-            "only 'dynamic' is supported"
-        )
-    block = q["weight_block_size"]
-    if (
-        not isinstance(block, list | tuple)
-        or len(block) != 2
-        or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
-    ):
-        raise ValueError(
-            f"HF config quantization_config.weight_block_size={block!r}: expected two positive "
-            "ints [rows, cols] (per-tensor scales are not supported)"
-        )
-    return int(block[0]), int(block[1])
+    raise ValueError(
+        f"HF config quantization_config.quant_method={method!r}: only 'fp8' (block-quantized "
+        "e4m3 weights with weight_scale_inv), 'compressed-tensors' (float-quantized fp8, or "
+        "pack-quantized int4), int4 ('gptq', 'awq') and, for gpt_oss, 'mxfp4' (its experts) "
+        "are supported"
+    )
 
 
 def stored_int4_scheme(hf: dict) -> Int4Scheme | None:
     """How the checkpoint of HF config `hf` stores its int4 weights (None: not int4)."""
     qc = hf.get("quantization_config")
     if isinstance(qc, dict) and qc.get("quant_method") in INT4_METHODS:
-        return int4_scheme(qc)
+        return None if is_float_quantized(qc) else int4_scheme(qc)
     return None
 
 

@@ -1,11 +1,14 @@
-"""Block-quantized fp8 checkpoint weights (DeepSeek-V3/R1, Qwen3-*-FP8), dequantized on load.
+"""fp8 checkpoint weights (DeepSeek-V3/R1, Qwen3-*-FP8; compressed-tensors' per-channel,
+per-tensor and block scales: configs/fp8_schemes.py), dequantized on load or held as stored.
 
 Such a checkpoint stores a linear weight `w: [..., R, C]` as float8_e4m3fn beside a float
 `w_scale_inv: [..., ceil(R / bm), ceil(C / bn)]`, [bm, bn] being the config's
 `quantization_config.weight_block_size`; the weight is `w[i, j] * scale_inv[i // bm, j // bn]`
 (DeepSeek-V3's `weight_dequant`; the last block of a side may be partial, e.g. 576 = 4.5 x 128
 rows in DeepSeek-V3's kv_a_proj_with_mqa). transformers' `Fp8Dequantize` computes the same where
-the blocks divide the weight (tests/fixtures/make_fp8_weight_fixtures.py).
+the blocks divide the weight (tests/fixtures/make_fp8_weight_fixtures.py). compressed-tensors
+names the scale `w_scale` and may store it per output channel or per tensor (`held_scale`
+spreads it over the blocks the engine holds).
 
 The safetensors numpy API cannot return fp8 tensors (numpy has no such dtype), so they are
 read from the file's own layout: an 8-byte little-endian header size, a JSON header of
@@ -22,19 +25,29 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
+from configs.fp8_schemes import Fp8Scheme
+
 FP8_DTYPE = "F8_E4M3"  # safetensors' name for float8_e4m3fn
 SCALE_SUFFIX = "_scale_inv"
-
-
-def scale_name(weight: str) -> str:
-    """The scale tensor's name beside `weight` (e.g. `...q_a_proj.weight_scale_inv`)."""
-    return weight + SCALE_SUFFIX
 
 
 def scale_shape(shape: tuple[int, ...], block: tuple[int, int]) -> tuple[int, ...]:
     """The scale grid of a weight of `shape`: one value per (possibly partial) block."""
     *lead, rows, cols = shape
     return (*lead, math.ceil(rows / block[0]), math.ceil(cols / block[1]))
+
+
+def held_scale(stored: np.ndarray, shape: tuple[int, ...], scheme: Fp8Scheme) -> np.ndarray:
+    """A weight's stored float32 scales as the grid of the blocks it is held in
+    (`scheme.held_block`, scale_shape): a block checkpoint's as they are; a per-channel
+    one's [..., out, 1] repeated along each row's blocks; a per-tensor one's [..., 1] (or
+    [...]) in every block."""
+    if scheme.strategy == "block":
+        return stored
+    grid = scale_shape(shape, scheme.held_block)
+    if scheme.strategy == "tensor":
+        stored = stored.reshape(*shape[:-2], 1, 1)
+    return np.ascontiguousarray(np.broadcast_to(stored, grid))
 
 
 class Fp8Reader:

@@ -31,11 +31,12 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from configs.hf_config import fp8_weight_block, read_hf_config, stored_int4_scheme
+from configs.fp8_schemes import Fp8Scheme
+from configs.hf_config import fp8_scheme, fp8_weight_block, read_hf_config, stored_int4_scheme
 from configs.int4_schemes import Int4Scheme
 from configs.model_config import ModelConfig
 from models import int4_checkpoint as int4
-from models.fp8_checkpoint import FP8_DTYPE, Fp8Reader, dequantize, scale_name, scale_shape
+from models.fp8_checkpoint import FP8_DTYPE, SCALE_SUFFIX, Fp8Reader, dequantize, held_scale
 from models.mxfp4 import BLOCKS_SUFFIX, SCALES_SUFFIX, gpt_oss_expert_weight, mxfp4_shapes
 from models.quantization import (
     QuantizedWeight,
@@ -348,6 +349,7 @@ class _Quantization(NamedTuple):
     block: tuple[int, int] | None  # [rows, cols] of fp8 scale blocks, (1, group) for int4
     method: str | None  # quantization_config's quant_method (None without one)
     int4: Int4Scheme | None  # how int4 weights are stored (None: not int4)
+    fp8: Fp8Scheme | None  # how fp8 weights and their scales are stored (None: not fp8)
 
 
 def _quantization(model_dir: Path) -> _Quantization:
@@ -355,7 +357,7 @@ def _quantization(model_dir: Path) -> _Quantization:
     hf = read_hf_config(config) if config.is_file() else {}
     qc = hf.get("quantization_config")
     method = qc.get("quant_method") if isinstance(qc, dict) else None
-    return _Quantization(fp8_weight_block(hf), method, stored_int4_scheme(hf))
+    return _Quantization(fp8_weight_block(hf), method, stored_int4_scheme(hf), fp8_scheme(hf))
 
 
 def _validate_mxfp4(name: str, want: HFTensor, headers: dict[str, _Header], method) -> None:
@@ -384,7 +386,9 @@ def _validate(
     block: tuple[int, int] | None,
     method: str | None = None,
     scheme: Int4Scheme | None = None,
+    fp8: Fp8Scheme | None = None,
 ) -> None:
+    suffix = fp8.scale_suffix if fp8 else SCALE_SUFFIX
     for name, want in names.items():
         if _is_mxfp4(name, headers):
             _validate_mxfp4(name, want, headers, method)
@@ -399,11 +403,11 @@ def _validate(
                 f"in {got.file.name}"
             )
         if got.dtype == FP8_DTYPE:
-            _validate_fp8(name, got, headers, block)
-        elif scale_name(name) in headers:
+            _validate_fp8(name, got, headers, fp8)
+        elif name + suffix in headers:
             # transformers would multiply it in anyway; what the file means is unclear.
             raise ValueError(
-                f"checkpoint tensor {scale_name(name)!r}: a scale for {name!r}, which is stored "
+                f"checkpoint tensor {name + suffix!r}: a scale for {name!r}, which is stored "
                 f"as {got.dtype}, not {FP8_DTYPE}"
             )
         elif got.dtype not in FLOAT_DTYPES:
@@ -442,31 +446,32 @@ def _validate_int4(
 
 
 def _validate_fp8(
-    name: str, got: _Header, headers: dict[str, _Header], block: tuple[int, int] | None
+    name: str, got: _Header, headers: dict[str, _Header], fp8: Fp8Scheme | None
 ) -> None:
-    if block is None:
+    if fp8 is None:
         raise ValueError(
             f"checkpoint tensor {name!r}: dtype {FP8_DTYPE} needs a config.json "
-            "quantization_config with quant_method 'fp8' (none found)"
+            "quantization_config with quant_method 'fp8' or a compressed-tensors "
+            "'float-quantized' format (none found)"
         )
     if len(got.shape) < 2:
         raise ValueError(f"checkpoint tensor {name!r}: {FP8_DTYPE} only for matrices")
-    scale = headers.get(scale_name(name))
+    at = name + fp8.scale_suffix
+    scale = headers.get(at)
     if scale is None:
         raise ValueError(
-            f"checkpoint tensor {name!r}: {FP8_DTYPE} weight without its scale tensor "
-            f"{scale_name(name)!r} (only block scales are supported, not per-tensor "
-            "`weight_scale` as AutoFP8 writes)"
+            f"checkpoint tensor {name!r}: {FP8_DTYPE} weight without its scale tensor {at!r}"
         )
-    want = scale_shape(got.shape, block)
-    if scale.shape != want:
+    want = fp8.stored_scale_shape(got.shape)
+    if scale.shape != want and not (fp8.strategy == "tensor" and scale.shape == want[:-1]):
         raise ValueError(
-            f"checkpoint tensor {scale_name(name)!r}: expected shape {want} (weight "
-            f"{got.shape} in blocks of {list(block)}), found {scale.shape}"
+            f"checkpoint tensor {at!r}: expected shape {want} (weight {got.shape}, "
+            f"{fp8.strategy} scales{f' of {list(fp8.block)}' if fp8.strategy == 'block' else ''}"
+            f"), found {scale.shape}"
         )
     if scale.dtype not in FLOAT_DTYPES:
         raise ValueError(
-            f"checkpoint tensor {scale_name(name)!r}: dtype {scale.dtype} unsupported; "
+            f"checkpoint tensor {at!r}: dtype {scale.dtype} unsupported; "
             f"expected one of {FLOAT_DTYPES}"
         )
 
@@ -483,9 +488,10 @@ class _TensorReader(contextlib.ExitStack):
         dtype,
         int4_scheme: Int4Scheme | None = None,
         shapes: dict[str, tuple[int, ...]] | None = None,
+        fp8: Fp8Scheme | None = None,
     ):
         super().__init__()
-        self.headers, self.block, self.dtype = headers, block, dtype
+        self.headers, self.block, self.dtype, self.fp8 = headers, block, dtype, fp8
         # int4 weights: their format, and each one's [out, in] (what the loader expects)
         self.int4_scheme, self.shapes = int4_scheme, shapes or {}
         self._fp8 = Fp8Reader()
@@ -502,8 +508,8 @@ class _TensorReader(contextlib.ExitStack):
             return self._int4_parts(name).dequantize(self.int4_scheme.group, self.dtype)
         path = self.headers[name].file
         if self.headers[name].dtype == FP8_DTYPE:
-            scale = self.read(scale_name(name))
-            return dequantize(self._fp8.read(path, name), scale, self.block, self.dtype)
+            data, scale = self._fp8_parts(name)
+            return dequantize(data, scale, self.fp8.held_block, self.dtype)
         if path not in self._files:
             self._files[path] = self.enter_context(safe_open(str(path), framework="np"))
         return self._files[path].get_tensor(name)
@@ -518,8 +524,13 @@ class _TensorReader(contextlib.ExitStack):
         if _is_int4(name, self.headers):
             p = self._int4_parts(name)
             return [p.values, p.scale, p.zero, p.g_idx]
-        scale = np.asarray(self.read(scale_name(name)), np.float32)
-        return [self._fp8.read(self.headers[name].file, name), scale]
+        return list(self._fp8_parts(name))
+
+    def _fp8_parts(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """An fp8 weight's data and its float32 scales over the held blocks."""
+        data = self._fp8.read(self.headers[name].file, name)
+        stored = np.asarray(self.read(name + self.fp8.scale_suffix), np.float32)
+        return data, held_scale(stored, data.shape, self.fp8)
 
 
 def _leaf_specs(specs, path: Path_ = ()) -> dict[Path_, ParamSpec]:
@@ -553,14 +564,14 @@ def resolve_tied_head(model_dir: str | Path, cfg: ModelConfig) -> ModelConfig:
     if head not in headers:
         return cfg
     if embed in headers and headers[head].shape == headers[embed].shape:
-        block = _quantization(Path(model_dir)).block
+        q = _quantization(Path(model_dir))
         pair = {n: HFTensor(headers[n].shape, (), "copy") for n in (head, embed)}
         try:
-            _validate(pair, headers, block)
+            _validate(pair, headers, q.block, fp8=q.fp8)
         except ValueError:
             pair = None  # not comparable; the load (untied) refuses the bad one, naming it
         if pair is not None:
-            with _TensorReader(headers, block, np.float32) as reader:
+            with _TensorReader(headers, q.block, np.float32, fp8=q.fp8) as reader:
                 if np.array_equal(reader.read(head), reader.read(embed)):
                     return cfg
     warnings.warn(
@@ -583,8 +594,8 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     model_dir = Path(model_dir)
     headers = _read_headers(_checkpoint_files(model_dir))
     names = _pick_layout(cfg, headers)
-    block, method, scheme = _quantization(model_dir)
-    _validate(names, headers, block, method, scheme)
+    block, method, scheme, fp8 = _quantization(model_dir)
+    _validate(names, headers, block, method, scheme, fp8)
 
     specs = param_specs(cfg.replace(quantization=None))
     leaf_specs = _leaf_specs(specs)
@@ -596,7 +607,7 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     leaves: dict[Path_, np.ndarray] = {}
     stored: dict[Path_, list[np.ndarray]] = {}
     shapes = {n: t.shape for n, t in names.items()}
-    with _TensorReader(headers, block, jnp.dtype(cfg.dtype), scheme, shapes) as reader:
+    with _TensorReader(headers, block, jnp.dtype(cfg.dtype), scheme, shapes, fp8) as reader:
         # Grouped by file (each shard opened once).
         def file_of(n: str) -> str:
             if _is_mxfp4(n, headers):
@@ -687,7 +698,7 @@ def unquantized_leaves(model_dir: str | Path, cfg: ModelConfig) -> tuple[str, ..
     compressed-tensors `ignore` list): they stay float, as vLLM keeps them. Empty for a
     checkpoint that is not quantized."""
     model_dir = Path(model_dir)
-    block, _, scheme = _quantization(model_dir)
+    block, _, scheme, _ = _quantization(model_dir)
     if block is None:
         return ()
     headers = _read_headers(_checkpoint_files(model_dir))

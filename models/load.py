@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from configs.fp8_schemes import is_float_quantized
 from configs.hf_config import config_from_hf, read_hf_config
 from configs.int4_schemes import INT4_METHODS
 from configs.model_config import ModelConfig
@@ -124,7 +125,8 @@ def model_config(
     the projection weights as fp8 (models/quantization.py); what an fp8 checkpoint stores
     in float stays float (ModelConfig.quantization_skip). vLLM's names of a checkpoint's own
     int4 format ("gptq", "awq", their "_marlin" kernels, "compressed-tensors") hold it as
-    "int4" when the checkpoint is in that format."""
+    "int4" when the checkpoint is in that format ("compressed-tensors" on its fp8
+    float-quantized format: as "fp8")."""
     check_quantization(quantization)
     path = _model_dir(model)
     if path is not None:
@@ -140,7 +142,8 @@ def model_config(
                 f"quantization_config.quant_method is {VLLM_INT4_NAMES[quantization]!r} "
                 f"(found {method!r}; quantization='int4' quantizes any other on load)"
             )
-        quantization = "int4"
+        # (compressed-tensors' float-quantized format is fp8, its pack-quantized one int4)
+        quantization = _stored_quantization(path, cfg)
     if quantization is None:
         return cfg.replace(quantization=None, quantization_skip=())
     stored = _stored_quantization(path, cfg)
@@ -163,7 +166,9 @@ def _stored_quantization(path: str | None, cfg: ModelConfig) -> str | None:
     if is_orbax_dir(path):
         return cfg.quantization
     method = _quant_method(path)
-    return "int4" if method in INT4_METHODS else {"fp8": "fp8"}.get(method)
+    if method == "fp8" or is_float_quantized(read_hf_config(path).get("quantization_config")):
+        return "fp8"
+    return "int4" if method in INT4_METHODS else None
 
 
 def _quant_method(path: str) -> str | None:

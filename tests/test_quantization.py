@@ -118,7 +118,7 @@ def test_an_fp8_checkpoint_is_held_as_stored():
         path = fixture / index[name]
         stored = reader.read(path, name)
         with safe_open(str(path), framework="np") as f:
-            scale = f.get_tensor(fp8_checkpoint.scale_name(name))
+            scale = f.get_tensor(name + fp8_checkpoint.SCALE_SUFFIX)
         parts = name.split(".")
         layer = params["layers"][int(parts[2])]
         if ".experts." in name:
