@@ -229,7 +229,8 @@ def _quantized_spec(
 ) -> quant.QuantizedWeight:
     """The fp8 data (bits=4: int4 values packed two to a byte along the last contracted
     axis) and float32 block scales that hold the weight `s` declares: the scales split like
-    the data's leading (expert) axes, whole along the rest; int4 with `zero_point` and
+    the data's leading (expert) axes, whole along the rest (blocks one output wide: split
+    along the outputs too, sharding.rules._scales_along_outputs); int4 with `zero_point` and
     `act_order` (a GPTQ / AWQ checkpoint's) its zero points and group indices too."""
     del name
     scale = quant.scale_shape(s.shape, lead, k_dims, block)

@@ -19,6 +19,7 @@ sharding/expert_parallel.py, where the tokens are split over (dp, ep).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import jax
@@ -27,6 +28,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from configs.model_config import ModelConfig
+from models.quantization import QuantizedWeight
 from models.specs import is_spec, param_specs
 from sharding.mesh import AXES, DP, EP, TP, MeshConfig, mesh_config_of
 
@@ -115,7 +117,28 @@ def param_partition_specs(cfg: ModelConfig, mc: MeshConfig) -> dict:
         spec = logical_to_spec(s.axes, rules)
         _check_divides(f"param {jax.tree_util.keystr(path)}", s.shape, s.axes, spec, mc)
         out.append(spec)
-    return jax.tree.unflatten(treedef, out)
+    return jax.tree.map(_scales_along_outputs, jax.tree.unflatten(treedef, out), is_leaf=_is_q)
+
+
+def _is_q(x) -> bool:
+    return isinstance(x, QuantizedWeight)
+
+
+def _scales_along_outputs(part):
+    """A quantized weight's PartitionSpecs with the scales (and zero points) of blocks one
+    output wide (int4 groups, per-channel fp8) split along the outputs as the data is, when
+    the data's outputs are split on their first axis only: each device then holds the
+    scales of its own outputs (models/specs.py gives them whole; at tp = 8 they were a fifth
+    of a device's fp8 bytes, docs/benchmarks.md). The flattened outputs split in contiguous
+    chunks are the first axis' split."""
+    if not _is_q(part) or part.block[1] != 1:
+        return part
+    data = tuple(part.data) + (None,) * (part.lead + part.k_dims + 1 - len(part.data))
+    outs = data[part.lead + part.k_dims :]
+    if outs[0] is None or any(a is not None for a in outs[1:]):
+        return part
+    spec = P(*data[: part.lead], None, outs[0])
+    return dataclasses.replace(part, scale=spec, zero=None if part.zero is None else spec)
 
 
 def param_shardings(cfg: ModelConfig, mesh: Mesh) -> dict:

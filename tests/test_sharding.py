@@ -107,6 +107,29 @@ def test_param_specs_follow_the_logical_axes():
     assert moe["moe"]["shared"]["w_up"] == P(None, "tp")
 
 
+def test_scales_of_one_output_blocks_split_along_the_outputs_as_the_data():
+    """int4 groups and per-channel fp8 (blocks one output wide): scales and zero points
+    split over tp where the data's outputs are (on their first axis); whole where the data
+    splits its contracted axis, and for 128 x 128 fp8 blocks."""
+    cfg = get_preset("tiny-qwen3-moe")
+    mc = MeshConfig(tp=2, ep=2)
+    grouped = cfg.replace(quantization="int4", quantization_block=(1, 32))
+    gptq = grouped.replace(quantization_zero_point=True)
+    for c in (grouped, gptq, cfg.replace(quantization="fp8", quantization_block=(1, 128))):
+        layer = param_partition_specs(c, mc)["layers"][0]
+        w_gate, w_down = layer["moe"]["w_gate"], layer["moe"]["w_down"]
+        assert w_gate.data == P("ep", None, "tp") and w_gate.scale == P("ep", None, "tp")
+        assert w_down.data == P("ep", "tp", None) and w_down.scale == P("ep", None, None)
+        wq, wo = layer["attn"]["wq"], layer["attn"]["wo"]
+        assert wq.data == P(None, "tp", None) and wq.scale == P(None, "tp")
+        assert wo.scale == P(None, None)
+        if c.quantization_zero_point:
+            assert w_gate.zero == w_gate.scale and w_down.zero == w_down.scale
+    blocks = cfg.replace(quantization="fp8", quantization_block=(128, 128))
+    w_gate = param_partition_specs(blocks, mc)["layers"][0]["moe"]["w_gate"]
+    assert w_gate.scale == P("ep", None, None)
+
+
 def test_kv_heads_split_when_tp_divides_them_and_replicated_otherwise():
     mixtral = get_preset("tiny-mixtral")  # 4 q heads, 1 kv head
     qwen = get_preset("tiny-qwen3-moe")  # 4 q heads, 2 kv heads
