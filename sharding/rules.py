@@ -28,7 +28,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from configs.model_config import ModelConfig
-from models.quantization import QuantizedWeight
+from models.quantization import QuantizedWeight, matrix_dims
 from models.specs import is_spec, param_specs
 from sharding.mesh import AXES, DP, EP, TP, MeshConfig, mesh_config_of
 
@@ -117,28 +117,46 @@ def param_partition_specs(cfg: ModelConfig, mc: MeshConfig) -> dict:
         spec = logical_to_spec(s.axes, rules)
         _check_divides(f"param {jax.tree_util.keystr(path)}", s.shape, s.axes, spec, mc)
         out.append(spec)
-    return jax.tree.map(_scales_along_outputs, jax.tree.unflatten(treedef, out), is_leaf=_is_q)
+    parts = jax.tree.unflatten(treedef, out)
+    split = lambda part, spec: _split_scales(part, spec, mc)  # noqa: E731
+    return jax.tree.map(split, parts, specs, is_leaf=_is_q)
 
 
 def _is_q(x) -> bool:
     return isinstance(x, QuantizedWeight)
 
 
-def _scales_along_outputs(part):
-    """A quantized weight's PartitionSpecs with the scales (and zero points) of blocks one
-    output wide (int4 groups, per-channel fp8) split along the outputs as the data is, when
-    the data's outputs are split on their first axis only: each device then holds the
-    scales of its own outputs (models/specs.py gives them whole; at tp = 8 they were a fifth
-    of a device's fp8 bytes, docs/benchmarks.md). The flattened outputs split in contiguous
-    chunks are the first axis' split."""
-    if not _is_q(part) or part.block[1] != 1:
+def _split_scales(part, spec, mc: MeshConfig):
+    """A quantized weight's PartitionSpecs (`part`; `spec`: its ParamSpecs) with the scales
+    (and zero points) split like the data where their blocks line up with the data's shards
+    (models/specs.py gives them whole but for the expert axis; at tp = 8 that was a fifth of
+    a device's fp8 bytes, docs/benchmarks.md): along the outputs when the blocks are one
+    output wide (int4 groups, per-channel fp8), along the contracted axis when each shard of
+    it holds whole blocks. Either side only when the data splits it on its first axis alone
+    (the flattened axis then splits in the same contiguous chunks)."""
+    if not _is_q(part):
         return part
-    data = tuple(part.data) + (None,) * (part.lead + part.k_dims + 1 - len(part.data))
-    outs = data[part.lead + part.k_dims :]
-    if outs[0] is None or any(a is not None for a in outs[1:]):
+    data = tuple(part.data) + (None,) * (len(spec.data.shape) - len(part.data))
+    lead, k_dims = part.lead, part.k_dims
+    shape = list(spec.data.shape)
+    if part.bits == 4:  # two values a byte along the last contracted axis
+        shape[lead + k_dims - 1] *= 2
+    k, _ = matrix_dims(tuple(shape), lead, k_dims)
+    ins, outs = data[lead : lead + k_dims], data[lead + k_dims :]
+
+    def first_only(axes):
+        return None if any(a is not None for a in axes[1:]) else axes[0]
+
+    k_axis = first_only(ins)
+    if k_axis is not None and (
+        part.g_idx is not None or k % (_axis_count(mc, k_axis) * part.block[0])
+    ):
+        k_axis = None  # act order reads any group's row; or shards cut blocks
+    n_axis = first_only(outs) if part.block[1] == 1 else None
+    if k_axis is None and n_axis is None:
         return part
-    spec = P(*data[: part.lead], None, outs[0])
-    return dataclasses.replace(part, scale=spec, zero=None if part.zero is None else spec)
+    scale = P(*data[:lead], k_axis, n_axis)
+    return dataclasses.replace(part, scale=scale, zero=None if part.zero is None else scale)
 
 
 def param_shardings(cfg: ModelConfig, mesh: Mesh) -> dict:

@@ -107,27 +107,33 @@ def test_param_specs_follow_the_logical_axes():
     assert moe["moe"]["shared"]["w_up"] == P(None, "tp")
 
 
-def test_scales_of_one_output_blocks_split_along_the_outputs_as_the_data():
-    """int4 groups and per-channel fp8 (blocks one output wide): scales and zero points
-    split over tp where the data's outputs are (on their first axis); whole where the data
-    splits its contracted axis, and for 128 x 128 fp8 blocks."""
+def test_scales_split_like_the_data_where_their_blocks_line_up_with_the_shards():
+    """Scales (and zero points) of blocks one output wide (int4 groups, per-channel fp8)
+    split over tp where the data's outputs are; along the contracted axis where each shard
+    holds whole blocks (tiny-qwen3-moe: wo's 64 inputs over tp=2 in blocks of 32, not
+    128; w_down's 32 never); act order's group indices keep them whole there."""
     cfg = get_preset("tiny-qwen3-moe")
+    assert (cfg.num_heads * cfg.head_dim, cfg.moe_intermediate_size) == (64, 32)
     mc = MeshConfig(tp=2, ep=2)
     grouped = cfg.replace(quantization="int4", quantization_block=(1, 32))
     gptq = grouped.replace(quantization_zero_point=True)
-    for c in (grouped, gptq, cfg.replace(quantization="fp8", quantization_block=(1, 128))):
+    channel = cfg.replace(quantization="fp8", quantization_block=(1, 128))
+    for c, wo_scale in ((grouped, P("tp", None)), (gptq, P("tp", None)), (channel, P(None, None))):
         layer = param_partition_specs(c, mc)["layers"][0]
         w_gate, w_down = layer["moe"]["w_gate"], layer["moe"]["w_down"]
         assert w_gate.data == P("ep", None, "tp") and w_gate.scale == P("ep", None, "tp")
         assert w_down.data == P("ep", "tp", None) and w_down.scale == P("ep", None, None)
         wq, wo = layer["attn"]["wq"], layer["attn"]["wo"]
         assert wq.data == P(None, "tp", None) and wq.scale == P(None, "tp")
-        assert wo.scale == P(None, None)
+        assert wo.data == P("tp", None, None) and wo.scale == wo_scale
         if c.quantization_zero_point:
-            assert w_gate.zero == w_gate.scale and w_down.zero == w_down.scale
-    blocks = cfg.replace(quantization="fp8", quantization_block=(128, 128))
-    w_gate = param_partition_specs(blocks, mc)["layers"][0]["moe"]["w_gate"]
-    assert w_gate.scale == P("ep", None, None)
+            assert w_gate.zero == w_gate.scale and wo.zero == wo.scale
+    act_order = gptq.replace(quantization_act_order=True)
+    assert param_partition_specs(act_order, mc)["layers"][0]["attn"]["wo"].scale == P(None, None)
+    blocks = cfg.replace(quantization="fp8", quantization_block=(16, 16))  # outputs: 16 wide
+    layer = param_partition_specs(blocks, mc)["layers"][0]
+    assert layer["moe"]["w_gate"].scale == P("ep", None, None)
+    assert layer["attn"]["wo"].scale == P("tp", None)  # 64 inputs: 2 shards of 2 blocks
 
 
 def test_kv_heads_split_when_tp_divides_them_and_replicated_otherwise():
