@@ -92,8 +92,9 @@ def is_quantized(x: Any) -> bool:
     return isinstance(x, QuantizedWeight)
 
 
-# vLLM's --quantization names for serving a checkpoint in its own int4 format -> the
-# quant_method its config must have; held here as quantization="int4".
+# vLLM's --quantization names for serving a checkpoint in its own format -> the quant_method
+# its config must have; held here as quantization="int4" (compressed-tensors' float-quantized
+# format: "fp8", configs/fp8_schemes.py).
 VLLM_INT4_NAMES = {
     "gptq": "gptq",
     "gptq_marlin": "gptq",
@@ -109,7 +110,7 @@ def check_quantization(quantization: str | None) -> str | None:
     if quantization is not None and quantization not in (*QUANTIZATIONS, *VLLM_INT4_NAMES):
         raise ValueError(
             f"quantization={quantization!r}: expected None or one of {list(QUANTIZATIONS)} "
-            f"(or vLLM's name of a checkpoint's int4 format: {list(VLLM_INT4_NAMES)})"
+            f"(or vLLM's name of a checkpoint's own format: {list(VLLM_INT4_NAMES)})"
         )
     return quantization
 

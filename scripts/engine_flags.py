@@ -25,7 +25,8 @@ QUANTIZATION = flags.DEFINE_enum(
     None,
     ["fp8", "int4", "gptq", "gptq_marlin", "awq", "awq_marlin", "compressed-tensors"],
     "Weights: the model dtype (unset), fp8 with block scales, or int4 with group scales "
-    "(vLLM's gptq / awq / compressed-tensors names: a checkpoint of that format, as int4).",
+    "(vLLM's gptq / awq / compressed-tensors names: a checkpoint of that format, as int4, or "
+    "as fp8 for compressed-tensors' float-quantized one).",
 )
 BATCH_INVARIANT = flags.DEFINE_bool("batch_invariant", False, "Bitwise-deterministic mode.")
 PREFIX_CACHING = flags.DEFINE_bool(
