@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from configs.int4_schemes import config_group
+
 _FIELD = "HF config quantization_config"
 # (rows, cols) of HF [out, in] the engine holds a per-channel / per-tensor checkpoint in.
 CHANNEL_BLOCK = (1, 128)
@@ -70,16 +72,7 @@ def _positive_pair(value, at: str) -> tuple[int, int]:
 
 def compressed_tensors_fp8(qc: dict) -> Fp8Scheme:
     """The scheme of a compressed-tensors float-quantized `quantization_config`."""
-    groups = qc.get("config_groups")
-    if not isinstance(groups, dict) or len(groups) != 1:
-        raise ValueError(
-            f"{_FIELD}.config_groups: expected one group (found "
-            f"{len(groups) if isinstance(groups, dict) else groups!r})"
-        )
-    ((name, group),) = groups.items()
-    at = f"{_FIELD}.config_groups.{name}"
-    if not isinstance(group, dict):
-        raise ValueError(f"{at}={group!r}: expected a JSON object")
+    at, group = config_group(qc)
     if group.get("output_activations") is not None:
         raise ValueError(f"{at}.output_activations: must be null")
     act = group.get("input_activations")

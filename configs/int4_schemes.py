@@ -84,11 +84,9 @@ def _awq(qc: dict, group: int) -> Int4Scheme:
     return Int4Scheme("awq", group, zero_point=True)
 
 
-def _compressed_tensors_weights(qc: dict) -> tuple[int, bool]:
-    """(group size, symmetric) of a compressed-tensors `quantization_config` the engine
-    reads."""
-    if qc.get("format") != "pack-quantized":
-        raise ValueError(f"{_FIELD}.format={qc.get('format')!r}: only 'pack-quantized' (int4)")
+def config_group(qc: dict) -> tuple[str, dict]:
+    """(its field's name, the group) of a compressed-tensors `quantization_config`'s one
+    config group (the engine reads no config with more)."""
     groups = qc.get("config_groups")
     if not isinstance(groups, dict) or len(groups) != 1:
         raise ValueError(
@@ -99,6 +97,15 @@ def _compressed_tensors_weights(qc: dict) -> tuple[int, bool]:
     at = f"{_FIELD}.config_groups.{name}"
     if not isinstance(group, dict):
         raise ValueError(f"{at}={group!r}: expected a JSON object")
+    return at, group
+
+
+def _compressed_tensors_weights(qc: dict) -> tuple[int, bool]:
+    """(group size, symmetric) of a compressed-tensors `quantization_config` the engine
+    reads."""
+    if qc.get("format") != "pack-quantized":
+        raise ValueError(f"{_FIELD}.format={qc.get('format')!r}: only 'pack-quantized' (int4)")
+    at, group = config_group(qc)
     for key in ("input_activations", "output_activations"):
         if group.get(key) is not None:
             raise ValueError(f"{at}.{key}: must be null (weight-only quantization)")
