@@ -35,7 +35,7 @@ demo: setup
 
 # tests/run_files.sh runs one pytest process per test file, TEST_JOBS at a time (why: its
 # header), longest first so the two workers finish close together: ORDERED_TESTS by their
-# time in a full run (38th session, 2 cores: test_mtp ~410 s, test_sharding_mesh ~235 s ...), then
+# time in a full run (39th session, 2 cores: test_mtp ~220 s, test_sharding_mesh ~195 s ...), then
 # any file not listed, then QUICK_TESTS (a few seconds each, most of it the process's start)
 # together in one process.
 # Compiling is most of the suite's time on CPU and many files compile the same step
