@@ -202,7 +202,7 @@ def scored_rows(num_tokens: int, num_seqs: int, max_drafts: int, min_rows: int) 
     power of two of at least `min_rows` (batch-invariant mode: the logits' matmul stays in
     its regime, runner.Buckets). One count per bucket, drafts or none in the step: each
     bucket compiles one step program (a count per step's drafts was up to log2(T) programs
-    per bucket; tests/test_speculative.py, docs/benchmarks.md "Compilations of a
+    per bucket; tests/test_mtp.py, docs/benchmarks.md "Compilations of a
     speculating engine")."""
     return max(min(num_tokens, 1 << (num_seqs * max_drafts - 1).bit_length()), min_rows)
 
