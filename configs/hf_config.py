@@ -438,7 +438,7 @@ def fp8_weight_block(hf: dict) -> tuple[int, int] | None:
     if fp8 is not None:
         return fp8.held_block
     if method in INT4_METHODS:
-        return 1, int4_scheme(qc).group
+        return 1, int4_scheme(qc).held_group
     raise ValueError(
         f"HF config quantization_config.quant_method={method!r}: only 'fp8' (block-quantized "
         "e4m3 weights with weight_scale_inv), 'compressed-tensors' (float-quantized fp8, or "

@@ -21,6 +21,7 @@ import dataclasses
 
 _FIELD = "HF config quantization_config"
 INT4_METHODS = ("compressed-tensors", "gptq", "awq")
+PER_CHANNEL_GROUP = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,10 +29,20 @@ class Int4Scheme:
     """How a checkpoint stores its int4 Linears."""
 
     method: str  # one of INT4_METHODS
-    group: int  # inputs per scale
+    group: int  # inputs per scale; 0: one per output (GPTQ group_size -1, ct's "channel")
     zero_point: bool = False  # zero points stored (gptq, awq): w = (q - z) * s, else (q - 8) * s
     act_order: bool = False  # gptq desc_act: input i's group is g_idx[i], not i // group
     zeros_minus_one: bool = False  # gptq checkpoint_format "gptq" (v1): stored words + 0x11111111
+
+    @property
+    def held_group(self) -> int:
+        """Inputs per scale as the engine holds the weights: a per-channel checkpoint's scale
+        (and zero point) repeated over groups of PER_CHANNEL_GROUP inputs."""
+        return self.group or PER_CHANNEL_GROUP
+
+    def groups(self, cols: int) -> int:
+        """Scales an output row of `cols` inputs stores."""
+        return -(-cols // self.group) if self.group else 1
 
 
 def int4_scheme(qc: dict) -> Int4Scheme:
@@ -45,12 +56,14 @@ def int4_scheme(qc: dict) -> Int4Scheme:
     if qc.get("bits") != 4:
         raise ValueError(f"{_FIELD}.bits={qc.get('bits')!r}: only 4")
     group = qc.get("group_size")
-    if not isinstance(group, int) or isinstance(group, bool) or group < 1:
+    if not isinstance(group, int) or isinstance(group, bool) or (group < 1 and group != -1):
         raise ValueError(
-            f"{_FIELD}.group_size={group!r}: expected a positive int (-1, one scale per "
-            "output channel, is not supported)"
+            f"{_FIELD}.group_size={group!r}: expected a positive int, or -1 (one scale per "
+            "output channel)"
         )
     if method == "awq":
+        if group == -1:
+            raise ValueError(f"{_FIELD}.group_size=-1: AWQ checkpoints need groups")
         return _awq(qc, group)
     for key, value in (("lm_head", False), ("pack_dtype", "int32")):
         if qc.get(key, value) != value:
@@ -65,9 +78,10 @@ def int4_scheme(qc: dict) -> Int4Scheme:
             raise ValueError(f"{_FIELD}.{key}={qc.get(key)!r}: expected true or false")
     return Int4Scheme(
         method,
-        group,
+        max(group, 0),
         zero_point=True,  # read whatever the checkpoint stores (symmetric: 8), as GPTQModel does
-        act_order=qc.get("desc_act", False),
+        # (one group: the order inputs were quantized in changes nothing that is stored)
+        act_order=qc.get("desc_act", False) and group != -1,
         zeros_minus_one=fmt == "gptq",
     )
 
@@ -112,10 +126,11 @@ def _compressed_tensors_weights(qc: dict) -> tuple[int, bool]:
     w = group.get("weights")
     if not isinstance(w, dict):
         raise ValueError(f"{at}.weights={w!r}: expected a JSON object")
-    want = {"num_bits": 4, "type": "int", "strategy": "group"}
-    for key, value in want.items():
+    for key, value in (("num_bits", 4), ("type", "int")):
         if w.get(key) != value:
             raise ValueError(f"{at}.weights.{key}={w.get(key)!r}: only {value!r} is supported")
+    if w.get("strategy") not in ("group", "channel"):
+        raise ValueError(f"{at}.weights.strategy={w.get('strategy')!r}: only 'group' or 'channel'")
     symmetric = w.get("symmetric", True)
     if not isinstance(symmetric, bool):
         raise ValueError(f"{at}.weights.symmetric={symmetric!r}: expected true or false")
@@ -129,6 +144,8 @@ def _compressed_tensors_weights(qc: dict) -> tuple[int, bool]:
             f"{at}.weights.actorder={w.get('actorder')!r}: only null, 'weight' or 'static' "
             "(group indices are not read)"
         )
+    if w.get("strategy") == "channel":
+        return 0, symmetric
     size = w.get("group_size")
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise ValueError(f"{at}.weights.group_size={size!r}: expected a positive int")

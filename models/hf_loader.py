@@ -440,8 +440,8 @@ def _validate_int4(
         if got.shape != shape or got.dtype not in dtypes:
             raise ValueError(
                 f"checkpoint tensor {tensor!r}: expected shape {shape} and dtype in {dtypes} "
-                f"({scheme.method} int4 of {want.shape} in groups of {scheme.group}), found "
-                f"{got.shape} {got.dtype} in {got.file.name}"
+                f"({scheme.method} int4 of {want.shape} in groups of "
+                f"{scheme.group or 'all inputs'}), found {got.shape} {got.dtype} in {got.file.name}"
             )
 
 
@@ -505,7 +505,7 @@ class _TensorReader(contextlib.ExitStack):
             exact = self.dtype in (np.dtype(np.float32), np.dtype(jnp.bfloat16))
             return gpt_oss_expert_weight(blocks, scales, self.dtype if exact else np.float32)
         if _is_int4(name, self.headers):
-            return self._int4_parts(name).dequantize(self.int4_scheme.group, self.dtype)
+            return self._int4_parts(name).dequantize(self.int4_scheme.held_group, self.dtype)
         path = self.headers[name].file
         if self.headers[name].dtype == FP8_DTYPE:
             data, scale = self._fp8_parts(name)

@@ -74,7 +74,7 @@ def stored_names(name: str, shape: tuple[int, int], scheme: Int4Scheme) -> dict:
     """{tensor name: (shape, dtype kind)} of the tensors a format stores weight `name` of
     `shape` [out, in] as."""
     out, cols = shape
-    groups = -(-cols // scheme.group)
+    groups = scheme.groups(cols)
     if scheme.method == "compressed-tensors":
         names = {
             name + PACKED_SUFFIX: ((out, -(-cols // 8)), "int32"),
@@ -126,7 +126,17 @@ def unpack_words(packed: np.ndarray, cols: int) -> np.ndarray:
 
 
 def read_parts(read, name: str, shape: tuple[int, int], scheme: Int4Scheme) -> Int4Parts:
-    """Weight `name` [out, in] as stored in `scheme`'s format, via `read(tensor name)`."""
+    """Weight `name` [out, in] as stored in `scheme`'s format, via `read(tensor name)`; a
+    per-channel one's scale and zero point repeated over groups of `scheme.held_group`."""
+    parts = _stored_parts(read, name, shape, scheme)
+    if scheme.group:
+        return parts
+    grid = (shape[0], -(-shape[1] // scheme.held_group))
+    spread = lambda a: None if a is None else np.ascontiguousarray(np.broadcast_to(a, grid))  # noqa: E731
+    return Int4Parts(parts.values, spread(parts.scale), spread(parts.zero))
+
+
+def _stored_parts(read, name: str, shape: tuple[int, int], scheme: Int4Scheme) -> Int4Parts:
     out, cols = shape
     if scheme.method == "compressed-tensors":
         packed, scale = read(name + PACKED_SUFFIX), read(name + SCALE_SUFFIX)
@@ -147,7 +157,8 @@ def read_parts(read, name: str, shape: tuple[int, int], scheme: Int4Scheme) -> I
         return Int4Parts(_centered(codes.T), scale, _centered(zero.T))
     codes = _nibbles(np.ascontiguousarray(qweight.T))[:, :cols]  # [out, in]
     g_idx = np.asarray(read(x + "g_idx"), np.int32)
-    check_g_idx(g_idx, x + "g_idx", scale.shape[1], scheme.group, scheme.act_order)
+    group = scheme.group or cols
+    check_g_idx(g_idx, x + "g_idx", scale.shape[1], group, scheme.act_order)
     g_idx = g_idx if scheme.act_order else None
     return Int4Parts(_centered(codes), scale, _centered(zero.T), g_idx)
 

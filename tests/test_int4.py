@@ -165,7 +165,7 @@ def _with_weights(**changes) -> dict:
     [
         (_with_weights(num_bits=8), r"weights.num_bits=8: only 4"),
         (_with_weights(symmetric="no"), r"weights.symmetric='no': expected true or false"),
-        (_with_weights(strategy="channel"), r"weights.strategy='channel': only 'group'"),
+        (_with_weights(strategy="tensor"), r"weights.strategy='tensor': only 'group' or 'channel'"),
         (_with_weights(actorder="group"), r"weights.actorder='group': only null, 'weight'"),
         (_with_weights(group_size=0), r"weights.group_size=0"),
     ],

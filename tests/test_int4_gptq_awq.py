@@ -23,7 +23,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from configs.hf_config import config_from_hf, read_hf_config
-from configs.int4_schemes import Int4Scheme
+from configs.int4_schemes import Int4Scheme, int4_scheme
 from engine import LLM, SamplingParams
 from models import int4_checkpoint as int4
 from models import quantization as quant
@@ -52,13 +52,65 @@ def test_each_variant_reads_as_gptqmodel_dequantizes_it(case):
     parts = int4.read_parts(
         lambda name: tensors[f"{case}.{name.rsplit('.', 1)[1]}"], "w.weight", want.shape, scheme
     )
-    np.testing.assert_array_equal(parts.dequantize(scheme.group, np.float32), want)
+    np.testing.assert_array_equal(parts.dequantize(scheme.held_group, np.float32), want)
     zeros = parts.zero.astype(int) + 8
     if "asym_v1" in case:  # an all-positive group's zero point 0, stored v1 as -1 (borrowed)
         assert zeros.min() == 0
     if "_sym" in case:
         assert (zeros == 8).all()
     assert (parts.g_idx is not None) == scheme.act_order
+
+
+# int4_channel_cases.safetensors (make_int4_channel_cases.py): one scale per output
+CHANNEL_CASES = {
+    "sym": Int4Scheme("compressed-tensors", 0),
+    "asym": Int4Scheme("compressed-tensors", 0, zero_point=True),
+}
+
+
+@pytest.mark.parametrize("case", CHANNEL_CASES)
+def test_per_channel_compressed_tensors_reads_as_it_decompresses(case):
+    """strategy "channel": bitwise compressed-tensors' own unpacking, the scale (and zero
+    point) repeated over held groups of 128 inputs (200 inputs: a partial last group)."""
+    tensors = load_file(str(FIXTURES / "int4_channel_cases.safetensors"))
+    want, scheme = tensors[f"{case}.dequantized"], CHANNEL_CASES[case]
+    parts = int4.read_parts(
+        lambda name: tensors[f"{case}.{name.rsplit('.', 1)[1]}"], "w.weight", want.shape, scheme
+    )
+    assert scheme.held_group == 128 and parts.scale.shape == (want.shape[0], 2)
+    np.testing.assert_array_equal(parts.dequantize(scheme.held_group, np.float32), want)
+
+
+def _words(codes: np.ndarray) -> np.ndarray:
+    """uint 4-bit codes [rows, 8 w] -> int32 [rows, w]: eight a word, the first lowest."""
+    c = codes.astype(np.uint32).reshape(codes.shape[0], -1, 8)
+    return (c << (4 * np.arange(8, dtype=np.uint32))).sum(-1, dtype=np.uint32).view(np.int32)
+
+
+def test_gptq_without_groups_reads_as_the_format_describes():
+    """GPTQ group_size -1 (one scale and zero point per output; TheBloke's "no group size"
+    releases, act order or not): words written here from the format's description, read as
+    (q - z) * s; one group, so act order's g_idx (all 0) changes nothing."""
+    rng = np.random.default_rng(3)
+    out, cols = 16, 200
+    q, z = rng.integers(0, 16, (out, cols)), rng.integers(1, 16, out)
+    s = (rng.random(out) + 0.5).astype(np.float16)
+    by_word = q.T.reshape(cols // 8, 8, out).transpose(0, 2, 1).reshape(-1, 8)  # 8 inputs
+    stored = {
+        "qweight": _words(by_word).reshape(cols // 8, out),  # [in / 8, out]
+        "qzeros": _words((z - 1)[None]),  # v1: stored minus one
+        "scales": s[None],
+        "g_idx": np.zeros(cols, np.int32),
+    }
+    qc = {"quant_method": "gptq", "bits": 4, "group_size": -1, "desc_act": True, "sym": False}
+    scheme = int4_scheme(qc)
+    assert (scheme.group, scheme.act_order, scheme.held_group) == (0, False, 128)
+    parts = int4.read_parts(lambda n: stored[n.rsplit(".", 1)[1]], "w.weight", (out, cols), scheme)
+    want = (q - z[:, None]).astype(np.float32) * s.astype(np.float32)[:, None]
+    np.testing.assert_array_equal(parts.dequantize(scheme.held_group, np.float32), want)
+    hf = read_hf_config(str(FIXTURES / "qwen3_moe_gptq"))
+    cfg = config_from_hf({**hf, "quantization_config": {**hf["quantization_config"], **qc}})
+    assert cfg.quantization_block == (1, 128) and not cfg.quantization_act_order
 
 
 # reference_weights.safetensors' tensors: their leaves (and expert)
@@ -154,7 +206,8 @@ def _config(name: str, **changes) -> dict:
     "hf, message",
     [
         (_config("qwen3_moe_gptq", bits=8), r"quantization_config.bits=8: only 4"),
-        (_config("qwen3_moe_gptq", group_size=-1), r"group_size=-1: expected a positive int"),
+        (_config("qwen3_moe_gptq", group_size=-2), r"group_size=-2: expected a positive int"),
+        (_config("qwen3_moe_awq", group_size=-1), r"group_size=-1: AWQ checkpoints need groups"),
         (_config("qwen3_moe_gptq", checkpoint_format="marlin"), r"checkpoint_format='marlin'"),
         (_config("qwen3_moe_gptq", lm_head=True), r"lm_head=True: only False"),
         (_config("qwen3_moe_gptq", dynamic={"-:.*": {}}), r"dynamic: per-module overrides"),
