@@ -88,7 +88,7 @@ def _words(codes: np.ndarray) -> np.ndarray:
 
 
 def test_gptq_without_groups_reads_as_the_format_describes():
-    """GPTQ group_size -1 (one scale and zero point per output; TheBloke's "no group size"
+    """GPTQ group_size -1 (one scale and zero point per output; the "no group size" GPTQ
     releases, act order or not): words written here from the format's description, read as
     (q - z) * s; one group, so act order's g_idx (all 0) changes nothing."""
     rng = np.random.default_rng(3)
