@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from configs.int4_schemes import config_group
+from configs.int4_schemes import PER_CHANNEL_GROUP, config_group
 
 _FIELD = "HF config quantization_config"
-# (rows, cols) of HF [out, in] the engine holds a per-channel / per-tensor checkpoint in.
-CHANNEL_BLOCK = (1, 128)
+# (rows, cols) of HF [out, in] the engine holds a per-channel / per-tensor checkpoint in
+# (per channel: as an int4 one, configs/int4_schemes.py).
+CHANNEL_BLOCK = (1, PER_CHANNEL_GROUP)
 TENSOR_BLOCK = (128, 128)
 
 

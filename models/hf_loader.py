@@ -383,7 +383,6 @@ def _validate_mxfp4(name: str, want: HFTensor, headers: dict[str, _Header], meth
 def _validate(
     names: dict[str, HFTensor],
     headers: dict[str, _Header],
-    block: tuple[int, int] | None,
     method: str | None = None,
     scheme: Int4Scheme | None = None,
     fp8: Fp8Scheme | None = None,
@@ -464,10 +463,10 @@ def _validate_fp8(
         )
     want = fp8.stored_scale_shape(got.shape)
     if scale.shape != want and not (fp8.strategy == "tensor" and scale.shape == want[:-1]):
+        kind = f"blocks of {list(fp8.block)}" if fp8.strategy == "block" else fp8.strategy
         raise ValueError(
-            f"checkpoint tensor {at!r}: expected shape {want} (weight {got.shape}, "
-            f"{fp8.strategy} scales{f' of {list(fp8.block)}' if fp8.strategy == 'block' else ''}"
-            f"), found {scale.shape}"
+            f"checkpoint tensor {at!r}: expected shape {want} (weight {got.shape}, scales "
+            f"per {kind}), found {scale.shape}"
         )
     if scale.dtype not in FLOAT_DTYPES:
         raise ValueError(
@@ -484,14 +483,13 @@ class _TensorReader(contextlib.ExitStack):
     def __init__(
         self,
         headers: dict[str, _Header],
-        block: tuple[int, int] | None,
         dtype,
         int4_scheme: Int4Scheme | None = None,
         shapes: dict[str, tuple[int, ...]] | None = None,
         fp8: Fp8Scheme | None = None,
     ):
         super().__init__()
-        self.headers, self.block, self.dtype, self.fp8 = headers, block, dtype, fp8
+        self.headers, self.dtype, self.fp8 = headers, dtype, fp8
         # int4 weights: their format, and each one's [out, in] (what the loader expects)
         self.int4_scheme, self.shapes = int4_scheme, shapes or {}
         self._fp8 = Fp8Reader()
@@ -567,11 +565,11 @@ def resolve_tied_head(model_dir: str | Path, cfg: ModelConfig) -> ModelConfig:
         q = _quantization(Path(model_dir))
         pair = {n: HFTensor(headers[n].shape, (), "copy") for n in (head, embed)}
         try:
-            _validate(pair, headers, q.block, fp8=q.fp8)
+            _validate(pair, headers, fp8=q.fp8)
         except ValueError:
             pair = None  # not comparable; the load (untied) refuses the bad one, naming it
         if pair is not None:
-            with _TensorReader(headers, q.block, np.float32, fp8=q.fp8) as reader:
+            with _TensorReader(headers, np.float32, fp8=q.fp8) as reader:
                 if np.array_equal(reader.read(head), reader.read(embed)):
                     return cfg
     warnings.warn(
@@ -595,7 +593,7 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     headers = _read_headers(_checkpoint_files(model_dir))
     names = _pick_layout(cfg, headers)
     block, method, scheme, fp8 = _quantization(model_dir)
-    _validate(names, headers, block, method, scheme, fp8)
+    _validate(names, headers, method, scheme, fp8)
 
     specs = param_specs(cfg.replace(quantization=None))
     leaf_specs = _leaf_specs(specs)
@@ -607,7 +605,7 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     leaves: dict[Path_, np.ndarray] = {}
     stored: dict[Path_, list[np.ndarray]] = {}
     shapes = {n: t.shape for n, t in names.items()}
-    with _TensorReader(headers, block, jnp.dtype(cfg.dtype), scheme, shapes, fp8) as reader:
+    with _TensorReader(headers, jnp.dtype(cfg.dtype), scheme, shapes, fp8) as reader:
         # Grouped by file (each shard opened once).
         def file_of(n: str) -> str:
             if _is_mxfp4(n, headers):

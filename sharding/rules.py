@@ -28,7 +28,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from configs.model_config import ModelConfig
-from models.quantization import QuantizedWeight, matrix_dims
+from models.quantization import is_quantized, matrix_dims
 from models.specs import is_spec, param_specs
 from sharding.mesh import AXES, DP, EP, TP, MeshConfig, mesh_config_of
 
@@ -119,11 +119,7 @@ def param_partition_specs(cfg: ModelConfig, mc: MeshConfig) -> dict:
         out.append(spec)
     parts = jax.tree.unflatten(treedef, out)
     split = lambda part, spec: _split_scales(part, spec, mc)  # noqa: E731
-    return jax.tree.map(split, parts, specs, is_leaf=_is_q)
-
-
-def _is_q(x) -> bool:
-    return isinstance(x, QuantizedWeight)
+    return jax.tree.map(split, parts, specs, is_leaf=is_quantized)
 
 
 def _split_scales(part, spec, mc: MeshConfig):
@@ -134,7 +130,7 @@ def _split_scales(part, spec, mc: MeshConfig):
     output wide (int4 groups, per-channel fp8), along the contracted axis when each shard of
     it holds whole blocks. Either side only when the data splits it on its first axis alone
     (the flattened axis then splits in the same contiguous chunks)."""
-    if not _is_q(part):
+    if not is_quantized(part):
         return part
     data = tuple(part.data) + (None,) * (len(spec.data.shape) - len(part.data))
     lead, k_dims = part.lead, part.k_dims

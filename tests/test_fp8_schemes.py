@@ -221,7 +221,7 @@ def test_a_scale_of_the_wrong_shape_or_none_is_refused_by_name(tmp_path):
     ckpt = tmp_path / "bad"
     shutil.copytree(CHANNEL, ckpt)
     _ct_config(ckpt, {"strategy": "tensor"})  # the stored scales are per channel
-    wrong = r"q_proj\.weight_scale': expected shape \(1,\) .*tensor scales\), found \(64, 1\)"
+    wrong = r"q_proj\.weight_scale': expected shape \(1,\) .*scales per tensor\), found \(64, 1\)"
     with pytest.raises(ValueError, match=wrong):
         load_model(str(ckpt), host=True)
     _ct_config(ckpt, {"strategy": "channel"})
