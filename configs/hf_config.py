@@ -40,7 +40,13 @@ SUPPORTED_MODEL_TYPES = (
     "deepseek_v3",
     "deepseek_v32",
     "glm_moe_dsa",
+    "mistral4",
 )
+# Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
+# vision tower's weights are not read): config.json's text_config is the model, of one of
+# SUPPORTED_MODEL_TYPES; each wrapper's default text model_type, and its class's default
+# tie_word_embeddings (transformers ties by the top-level field, not text_config's).
+MULTIMODAL_WRAPPERS = {"mistral3": ("mistral", True)}
 _DTYPES = ("float32", "bfloat16", "float16")
 
 # Defaults of the transformers config classes for the fields read here (absent key -> this).
@@ -206,6 +212,21 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         mlp_layer_types=None, index_topk=2048, index_n_heads=32, index_head_dim=128,
         indexer_types=None,
     ),
+    # Mistral Small 4: DeepSeek-V3's MLA (q LoRA optional) and MoE with a softmax router
+    # (V3's groups, no bias), Llama 4's query temperature from its rope_parameters.
+    "mistral4": dict(
+        vocab_size=131072, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=2048,
+        num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=32, n_shared_experts=1,
+        n_routed_experts=128, routed_scaling_factor=1.0, kv_lora_rank=256, q_lora_rank=1024,
+        qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=64, n_group=1, topk_group=1,
+        num_experts_per_tok=4, first_k_dense_replace=0, norm_topk_prob=True,
+        max_position_embeddings=1048576, bos_token_id=1, eos_token_id=2, rope_interleave=True,
+        rope_parameters=dict(
+            type="yarn", rope_theta=10000.0, factor=128.0, original_max_position_embeddings=8192,
+            beta_fast=32.0, beta_slow=1.0, mscale_all_dim=1.0, mscale=1.0,
+            llama_4_scaling_beta=0.1,
+        ),
+    ),
 }
 # fmt: on
 # Other names a config.json may give a field, per model type: each config class's
@@ -234,8 +255,28 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     # (V3.2's __post_init__ also moves a num_experts there.)
     "deepseek_v32": {"n_routed_experts": ("num_local_experts", "num_experts")},
     "glm_moe_dsa": {"n_routed_experts": ("num_local_experts", "num_experts")},
+    "mistral4": {"n_routed_experts": ("num_local_experts",)},
     "ernie4_5_moe": {"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)},
 }
+
+
+def language_model_config(hf: dict) -> dict:
+    """The config of the model served: `hf` itself, or a multimodal wrapper's text_config
+    (MULTIMODAL_WRAPPERS) with the top level's quantization_config, dtype and
+    tie_word_embeddings (which decide the language model's, as transformers reads them)."""
+    wrapper = MULTIMODAL_WRAPPERS.get(hf.get("model_type"))
+    if wrapper is None:
+        return hf
+    default_type, default_tie = wrapper
+    text = hf.get("text_config", {})
+    if not isinstance(text, dict):
+        raise ValueError(f"HF config text_config={text!r}: expected a JSON object")
+    out = {"model_type": default_type, **text}
+    out["tie_word_embeddings"] = hf.get("tie_word_embeddings", default_tie)
+    for key in ("quantization_config", "dtype", "torch_dtype"):
+        if key in hf:
+            out[key] = hf[key]
+    return out
 
 
 def read_hf_config(source: dict | str | os.PathLike) -> dict:
@@ -381,6 +422,38 @@ def _partial_rotary_factor(f: _Fields, model_type: str) -> float:
     return 1.0
 
 
+def _mistral4_rope(f: _Fields) -> dict:
+    """Mistral 4's rope dict beyond the frequencies: its partial_rotary_factor must put RoPE
+    on the qk_rope_head_dim channels of each head (transformers sizes its rotary by it), and
+    llama_4_scaling_beta with original_max_position_embeddings set the query temperature
+    (ModelConfig.attn_scale_beta; transformers fails without them)."""
+    params = _rope_params(f)
+    nope, rope = f.required("qk_nope_head_dim"), f.required("qk_rope_head_dim")
+    partial = params.get("partial_rotary_factor")
+    if partial is not None and not (
+        _is_number(partial) and abs(partial * (nope + rope) - rope) < 1e-6
+    ):
+        raise ValueError(
+            f"HF config rope_parameters.partial_rotary_factor={partial!r}: mistral4 needs "
+            f"qk_rope_head_dim / (qk_nope_head_dim + qk_rope_head_dim) = {rope}/{nope + rope}"
+        )
+    beta = params.get("llama_4_scaling_beta")
+    if not _is_number(beta) or beta < 0:
+        raise ValueError(
+            f"HF config rope_parameters.llama_4_scaling_beta={beta!r}: mistral4 needs a "
+            "number >= 0 (transformers scales its queries by it)"
+        )
+    if not beta:
+        return dict(attn_scale_beta=0.0)
+    positions = params.get("original_max_position_embeddings")
+    if not isinstance(positions, int) or isinstance(positions, bool) or positions < 1:
+        raise ValueError(
+            f"HF config rope_parameters.original_max_position_embeddings={positions!r}: "
+            "mistral4's query temperature needs an int >= 1"
+        )
+    return dict(attn_scale_beta=float(beta), attn_scale_positions=positions)
+
+
 def _is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
 
@@ -470,6 +543,7 @@ def _dtype(hf: dict, dtype: str | None) -> str:
 # biases off (Qwen2: q/k/v biases on, handled) and ignore the field, so it is ignored here too.
 _HONOURS_ATTENTION_BIAS = (
     "llama",
+    "mistral4",
     "qwen3",
     "qwen3_moe",
     "dots1",
@@ -529,6 +603,7 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
         "deepseek_v3",
         "deepseek_v32",
         "glm_moe_dsa",
+        "mistral4",
     )
     if model_type in no_window:
         return none
@@ -609,11 +684,15 @@ def config_from_hf(
         "auto": the checkpoint's own `dtype` (transformers 5) or `torch_dtype` (older).
     """
     hf = read_hf_config(source)
+    wrapper = hf.get("model_type") if hf.get("model_type") in MULTIMODAL_WRAPPERS else None
+    hf = language_model_config(hf)
     model_type = hf.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
+        where = f"text_config.model_type (of {wrapper!r})" if wrapper else "model_type"
         raise ValueError(
-            f"HF config model_type={model_type!r}: not supported; supported model types: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+            f"HF config {where}={model_type!r}: not supported; supported model types: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)} (and, as their text_config, "
+            f"{', '.join(MULTIMODAL_WRAPPERS)})"
         )
     if name is None:
         name = os.fspath(source) if not isinstance(source, dict) else f"hf-{model_type}"
@@ -629,7 +708,9 @@ def config_from_hf(
     eos_ids = _eos_ids(f.get("eos_token_id"))
     if not isinstance(source, dict):
         eos_ids = tuple(dict.fromkeys(eos_ids + _generation_eos_ids(source)))
-    if model_type in MLA_MODEL_TYPES:
+    if model_type == "mistral4":
+        arch = {**mla_fields(f, model_type), **_mistral4_rope(f)}
+    elif model_type in MLA_MODEL_TYPES:
         _partial_rotary_factor(f, model_type)  # 1: MLA rotates its whole rope part
         arch = mla_fields(f, model_type)
     else:

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "glm_moe_dsa")
+MLA_MODEL_TYPES = (
+    "deepseek_v2",
+    "deepseek_v3",
+    "deepseek_v32",
+    "glm4_moe_lite",
+    "glm_moe_dsa",
+    "mistral4",
+)
 # DeepSeek Sparse Attention: transformers' V3.2 and GLM-5 classes (the latter's indexer
 # ropes interleaved pairs; V3.2's rotate halves).
 DSA_MODEL_TYPES = ("deepseek_v32", "glm_moe_dsa")
@@ -29,9 +36,8 @@ def mla_fields(f: Any, model_type: str) -> dict:
     # noaux_tc correction bias (the config fields are the original remote code's), and MoE on
     # every layer from first_k_dense_replace, where DeepSeek's own code reads moe_layer_freq.
     # A config asking otherwise means a different model to the two references: refuse it.
-    hard_coded = dict(
-        scoring_func="softmax" if model_type == "deepseek_v2" else "sigmoid", moe_layer_freq=1
-    )
+    softmax = model_type in ("deepseek_v2", "mistral4")
+    hard_coded = dict(scoring_func="softmax" if softmax else "sigmoid", moe_layer_freq=1)
     if model_type in _NOAUX_TC:
         hard_coded["topk_method"] = "noaux_tc"
     for name, want in hard_coded.items():
@@ -44,6 +50,10 @@ def mla_fields(f: Any, model_type: str) -> dict:
     topk_method = (
         f.get("topk_method") or hard_coded.get("topk_method") or f.defaults.get("topk_method")
     )
+    if model_type == "mistral4":
+        # Mistral4TopkRouter: V3's groups over softmax scores, no correction bias (it reads
+        # no topk_method field).
+        topk_method = "group_top2"
     if model_type == "deepseek_v2" and topk_method not in ("greedy", "group_limited_greedy"):
         raise ValueError(
             f"HF config topk_method={topk_method!r}: transformers' deepseek_v2 takes greedy "

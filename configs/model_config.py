@@ -11,7 +11,9 @@ ATTENTION_TYPES = ("gqa", "mla")
 SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk")
 # Expert MLP activation: silu(gate) * up, or gpt-oss's clamped form (models/moe.py).
 EXPERT_ACTS = ("swiglu", "clamped_swiglu")
-TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+# group_top2: DeepSeek-V3's group rule (a group scores the sum of its two best experts)
+# without noaux_tc's correction bias (Mistral 4, Mistral Large 4).
+TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc", "group_top2")
 # Models whose MTP module is a decoder layer after enorm / hnorm / eh_proj (engine/mtp.py).
 MTP_MODEL_TYPES = ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa")
 
@@ -83,6 +85,10 @@ class ModelConfig:
     qk_rope_head_dim: int = 0  # decoupled rotary width (shared key across heads)
     v_head_dim: int = 0  # per-head value width
     rope_interleave: bool = True  # DeepSeek rotary pairs are interleaved (x0,x1),(x2,x3)...
+    # Llama 4's query temperature (Mistral 4: llama_4_scaling_beta): queries, after RoPE,
+    # times 1 + attn_scale_beta * log(1 + floor(position / attn_scale_positions)); 0: none.
+    attn_scale_beta: float = 0.0
+    attn_scale_positions: int = 0
     # DeepSeek Sparse Attention (DeepSeek-V3.2, engine/sparse_mla.py): an MLA query attends
     # only to the index_topk earlier keys its layer's lightning indexer scores highest
     # (0: every key); the indexer's own key, index_head_dim wide, is cached per token.
@@ -249,10 +255,10 @@ class ModelConfig:
             if not 0 < self.topk_group <= self.n_group:
                 raise ValueError(f"topk_group={self.topk_group}: must be in [1, {self.n_group}]")
             per_group = self.num_experts // self.n_group
-            if self.topk_method == "noaux_tc" and per_group < 2:
+            if self.topk_method in ("noaux_tc", "group_top2") and per_group < 2:
                 # A group's score is the sum of its two best experts.
                 raise ValueError(
-                    f"n_group={self.n_group}: noaux_tc needs >= 2 experts per group "
+                    f"n_group={self.n_group}: {self.topk_method} needs >= 2 experts per group "
                     f"(num_experts={self.num_experts})"
                 )
             if self.topk_method != "greedy" and self.topk_group * per_group < (
@@ -262,6 +268,13 @@ class ModelConfig:
                     f"topk_group={self.topk_group}: its groups hold {self.topk_group * per_group}"
                     f" experts, fewer than num_experts_per_tok={self.num_experts_per_tok}"
                 )
+        if self.attn_scale_beta and not (
+            self.attn_scale_beta > 0 and self.attn_scale_positions >= 1
+        ):
+            raise ValueError(
+                f"attn_scale_beta={self.attn_scale_beta}, attn_scale_positions="
+                f"{self.attn_scale_positions}: need beta > 0 and positions >= 1 (or beta 0)"
+            )
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype={self.dtype!r}: expected float32, bfloat16 or float16")
 

@@ -475,3 +475,25 @@ _add(
         bos_token_id=None,
     )
 )
+# Mistral Small 4 (mistral4, served from its Mistral 3 wrapper): V3's MLA and shapes, a
+# softmax router with V3's groups and no bias, Llama 4's query temperature every 16 positions.
+_add(
+    TINY["tiny-deepseek-v3"].replace(
+        name="tiny-mistral4",
+        model_type="mistral4",
+        rope_scaling=RopeScaling(
+            rope_type="yarn",
+            factor=4.0,
+            original_max_position_embeddings=16,
+            beta_fast=32.0,
+            beta_slow=1.0,
+            mscale=1.0,
+            mscale_all_dim=1.0,
+        ),
+        attn_scale_beta=0.5,
+        attn_scale_positions=16,
+        scoring_func="softmax",
+        topk_method="group_top2",
+        routed_scaling_factor=1.5,
+    )
+)

@@ -82,9 +82,20 @@ def gqa_inputs(
     if cfg.clip_qkv is not None:
         c = cfg.clip_qkv
         q, k, v = jnp.clip(q, -c, c), jnp.clip(k, -c, c), jnp.clip(v, -c, c)
-    q = _rope(cfg, q, positions)
+    q = _temperature(cfg, _rope(cfg, q, positions), positions)
     k = _rope(cfg, k, positions)
     return AttnInputs(q=q, k=k, v=v, scale=cfg.head_dim**-0.5)
+
+
+def _temperature(cfg: ModelConfig, q: jax.Array, positions: jax.Array) -> jax.Array:
+    """Llama 4's query temperature (transformers' get_llama_4_attn_scale, Mistral 4): q [T, H,
+    ...] times 1 + beta * log(1 + floor(position / attn_scale_positions)), made in float32 and
+    cast to q's dtype as HF casts it; q itself where the model has none."""
+    if not cfg.attn_scale_beta:
+        return q
+    pos = positions.astype(jnp.float32)
+    scale = 1.0 + cfg.attn_scale_beta * jnp.log(1.0 + jnp.floor(pos / cfg.attn_scale_positions))
+    return q * scale.astype(q.dtype).reshape((-1,) + (1,) * (q.ndim - 1))
 
 
 def mla_softmax_scale(cfg: ModelConfig) -> float:
@@ -115,8 +126,8 @@ def mla_inputs(
     c_kv = rms_norm(kv_a[:, :r], p["kv_a_norm"], MLA_LATENT_NORM_EPS)  # [T, R]
     k_pe = kv_a[:, r:]  # [T, Dr]
     inputs = AttnInputs(
-        q_nope=q_nope,
-        q_pe=_rope(cfg, q_pe, positions),
+        q_nope=_temperature(cfg, q_nope, positions),
+        q_pe=_temperature(cfg, _rope(cfg, q_pe, positions), positions),
         c_kv=c_kv,
         k_pe=_rope(cfg, k_pe, positions),
         scale=mla_softmax_scale(cfg),

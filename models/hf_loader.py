@@ -315,9 +315,40 @@ def _stored_apart(name: str, headers: dict[str, _Header]) -> bool:
     return _is_mxfp4(name, headers) or _is_int4(name, headers)
 
 
+# Where a checkpoint keeps the language model: (its "model." prefix, its lm_head's), as
+# causal LMs save it, then multimodal wrappers (configs/hf_config.MULTIMODAL_WRAPPERS) as
+# transformers 5 and as transformers 4 (and released Mistral 3 checkpoints) lay them out.
+# The other tensors (a vision tower, its projector) are not read.
+NAME_PREFIXES = (
+    ("model.", "lm_head."),
+    ("model.language_model.", "lm_head."),
+    ("language_model.model.", "language_model.lm_head."),
+)
+
+
+def _prefixes(headers) -> tuple[str, str]:
+    """The NAME_PREFIXES entry whose embedding the checkpoint holds (the first if none)."""
+    for model, head in NAME_PREFIXES:
+        if f"{model}embed_tokens.weight" in headers:
+            return model, head
+    return NAME_PREFIXES[0]
+
+
+def _with_prefixes(names: dict, prefixes: tuple[str, str]) -> dict:
+    """hf_tensor_names' `names` under a checkpoint's prefixes (_prefixes)."""
+    model, head = prefixes
+    if (model, head) == NAME_PREFIXES[0]:
+        return names
+    return {
+        head + n[len("lm_head.") :] if n.startswith("lm_head.") else model + n[len("model.") :]: t
+        for n, t in names.items()
+    }
+
+
 def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFTensor]:
+    prefixes = _prefixes(headers)
     candidates = [
-        hf_tensor_names(cfg, lay)
+        _with_prefixes(hf_tensor_names(cfg, lay), prefixes)
         for lay in (EXPERT_LAYOUTS if cfg.num_experts else EXPERT_LAYOUTS[:1])
     ]
     missing = [
@@ -327,7 +358,7 @@ def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFT
 
     # The layout is the one the model's own layers are stored in (the MTP layer's follows).
     def is_mtp(name: str) -> bool:
-        return bool(cfg.mtp_drafts) and name.startswith(f"model.layers.{cfg.num_layers}.")
+        return bool(cfg.mtp_drafts) and name.startswith(f"{prefixes[0]}layers.{cfg.num_layers}.")
 
     best = min(
         range(len(candidates)),
@@ -555,10 +586,11 @@ def resolve_tied_head(model_dir: str | Path, cfg: ModelConfig) -> ModelConfig:
     transformers 5.24 does the same: with tie_word_embeddings it warns that both are present
     with different values and keeps them apart (saved tied models hold only the embedding).
     """
-    head, embed = "lm_head.weight", "model.embed_tokens.weight"
     if not cfg.tie_word_embeddings:
         return cfg
     headers = _read_headers(_checkpoint_files(Path(model_dir)))
+    model, head = _prefixes(headers)
+    head, embed = f"{head}weight", f"{model}embed_tokens.weight"
     if head not in headers:
         return cfg
     if embed in headers and headers[head].shape == headers[embed].shape:

@@ -32,8 +32,8 @@ def _group_mask(
 ) -> jax.Array:  # [T, E] bool: expert lies in one of the topk_group best groups
     t, e = choice.shape
     grouped = choice.reshape(t, cfg.n_group, e // cfg.n_group)  # [T, G, E/G]
-    if cfg.topk_method == "noaux_tc":
-        # DeepSeek-V3: a group scores the sum of its two best experts.
+    if cfg.topk_method in ("noaux_tc", "group_top2"):
+        # DeepSeek-V3 (and Mistral 4): a group scores the sum of its two best experts.
         group_scores = fixed_order_sum(jax.lax.top_k(grouped, 2)[0])  # [T, G]
     else:
         # DeepSeek-V2 group_limited_greedy: a group scores its best expert.
@@ -49,6 +49,7 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
     softmax + greedy: Mixtral / Qwen3-MoE (renormalized when norm_topk_prob) and DeepSeek-V2
     greedy. group_limited_greedy: DeepSeek-V2, non-kept groups' scores zeroed. noaux_tc:
     DeepSeek-V3, the correction bias steers the choice only; weights are the unbiased scores.
+    group_top2: Mistral 4's softmax router, V3's groups without a bias.
     Weights are renormalized when norm_topk_prob (never for DeepSeek-V2, as in HF 5.24), then
     multiplied by routed_scaling_factor (1 for Mixtral and Qwen).
     """
@@ -68,8 +69,10 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
         scores = jax.nn.sigmoid(logits)
     else:
         scores = _softmax(logits)
-    if cfg.topk_method == "noaux_tc":
-        choice = scores + p_moe["router_bias"].astype(jnp.float32)[None, :]
+    if cfg.topk_method in ("noaux_tc", "group_top2"):
+        choice = scores
+        if cfg.topk_method == "noaux_tc":
+            choice = scores + p_moe["router_bias"].astype(jnp.float32)[None, :]
         choice = jnp.where(_group_mask(choice, cfg), choice, -jnp.inf)
         _, experts = jax.lax.top_k(choice, k)
         weights = jnp.take_along_axis(scores, experts, axis=-1)

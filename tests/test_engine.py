@@ -81,7 +81,16 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
 # one chunked budget each (the prompts span several chunks and pages) keeps the suite short.
 @pytest.mark.parametrize(
     "arch",
-    ["qwen2_moe", "olmoe", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "minimax_m2", "dots1"],
+    [
+        "qwen2_moe",
+        "olmoe",
+        "ernie4_5_moe",
+        "glm4_moe",
+        "glm4_moe_lite",
+        "minimax_m2",
+        "dots1",
+        "mistral4",
+    ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):
     ref = _reference(arch)

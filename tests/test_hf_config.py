@@ -32,6 +32,7 @@ ARCHS = (
     "deepseek_v3",
     "deepseek_v32",
     "glm_moe_dsa",
+    "mistral4",
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")

@@ -83,3 +83,47 @@ def test_glm5_indexer_layers_and_defaults():
     default = config_from_hf({"model_type": "glm_moe_dsa"})
     assert (default.num_layers, default.hidden_size, default.index_n_heads) == (78, 6144, 32)
     assert (default.v_head_dim, default.mlp_only_layers) == (256, (0, 1, 2))
+
+
+def test_mistral4_in_its_wrapper_and_refusals():
+    """Mistral Small 4 ships as a Mistral 3 wrapper: its text_config is the model, with the top
+    level's tie_word_embeddings (Mistral3Config's default: tied), dtype and quantization. Its
+    rope dict's llama_4_scaling_beta and original_max_position_embeddings make the query
+    temperature; a partial_rotary_factor other than rope / (nope + rope) is another model."""
+    wrapped = json.loads(open(os.path.join(FIXTURES, "mistral4", "config.json")).read())
+    cfg = config_from_hf(wrapped)
+    assert (cfg.model_type, cfg.attn_scale_beta, cfg.attn_scale_positions) == ("mistral4", 0.5, 16)
+    assert (cfg.scoring_func, cfg.topk_method, cfg.tie_word_embeddings) == (
+        "softmax",
+        "group_top2",
+        False,
+    )
+    # transformers ties a Mistral 3 model by its top-level field, whose default is true.
+    untied_text = dict(wrapped["text_config"], tie_word_embeddings=False)
+    bare = {k: v for k, v in wrapped.items() if k != "tie_word_embeddings"}
+    assert config_from_hf(dict(bare, text_config=untied_text)).tie_word_embeddings
+    assert config_from_hf(dict(wrapped, dtype="bfloat16"), dtype="auto").dtype == "bfloat16"
+    # The text config alone is the same model; Mistral4Config's defaults fill a bare one.
+    assert config_from_hf(wrapped["text_config"]) == cfg.replace(name="hf-mistral4")
+    default = config_from_hf({"model_type": "mistral4"})
+    assert (default.attn_scale_beta, default.attn_scale_positions) == (0.1, 8192)
+    assert (default.q_lora_rank, default.kv_lora_rank, default.num_experts) == (1024, 256, 128)
+    text, rope = wrapped["text_config"], wrapped["text_config"]["rope_parameters"]
+    for change, message in [
+        (dict(rope, llama_4_scaling_beta=None), "llama_4_scaling_beta=None: mistral4 needs"),
+        (dict(rope, partial_rotary_factor=0.5), r"partial_rotary_factor=0.5: .* = 8/24"),
+        (
+            {k: v for k, v in rope.items() if k != "original_max_position_embeddings"}
+            | dict(rope_type="default", type="default"),
+            "original_max_position_embeddings=None: mistral4's query temperature",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            config_from_hf(dict(wrapped, text_config=dict(text, rope_parameters=change)))
+    assert config_from_hf(dict(text, rope_parameters=dict(rope, llama_4_scaling_beta=0))) == (
+        cfg.replace(name="hf-mistral4", attn_scale_beta=0.0, attn_scale_positions=0)
+    )
+    with pytest.raises(ValueError, match=r"text_config.model_type \(of 'mistral3'\)='gemma3'"):
+        config_from_hf(dict(wrapped, text_config=dict(text, model_type="gemma3")))
+    with pytest.raises(ValueError, match="text_config=\\[\\]: expected a JSON object"):
+        config_from_hf(dict(wrapped, text_config=[]))

@@ -239,19 +239,20 @@ def _np_route(p, x, cfg):
     for i in range(t):
         s = scores[i]
         choice = s.copy()
-        if cfg.topk_method == "noaux_tc":
-            choice = s + np.asarray(p["router_bias"], np.float64)
+        if cfg.topk_method in ("noaux_tc", "group_top2"):  # group_top2: Mistral 4, no bias
+            if cfg.topk_method == "noaux_tc":
+                choice = s + np.asarray(p["router_bias"], np.float64)
             grouped = choice.reshape(g, e // g)
             group_score = np.sort(grouped, -1)[:, -2:].sum(-1)
         elif cfg.topk_method == "group_limited_greedy":
             group_score = choice.reshape(g, e // g).max(-1)
         if cfg.topk_method != "greedy":
             keep = np.argsort(-group_score, kind="stable")[: cfg.topk_group]
-            fill = -np.inf if cfg.topk_method == "noaux_tc" else 0.0
+            fill = 0.0 if cfg.topk_method == "group_limited_greedy" else -np.inf
             mask = np.repeat(np.isin(np.arange(g), keep), e // g)
             choice = np.where(mask, choice, fill)
         top = np.argsort(-choice, kind="stable")[:k]
-        w = s[top] if cfg.topk_method == "noaux_tc" else choice[top]
+        w = s[top] if cfg.topk_method in ("noaux_tc", "group_top2") else choice[top]
         if cfg.norm_topk_prob and cfg.model_type != "deepseek_v2":  # HF V2 ignores the flag
             w = w / w.sum()
         weights[i], experts[i] = w * cfg.routed_scaling_factor, top
@@ -286,6 +287,7 @@ MOE_CASES = {
     "deepseek_v2_group_limited": get_preset("tiny-deepseek-v2").replace(topk_group=1),
     "deepseek_v2_norm_flag_ignored": get_preset("tiny-deepseek-v2").replace(norm_topk_prob=True),
     "deepseek_v3_noaux_tc": get_preset("tiny-deepseek-v3"),
+    "mistral4_group_top2": get_preset("tiny-mistral4"),
 }
 
 
@@ -387,7 +389,9 @@ def test_grouped_swiglu_of_a_row_does_not_depend_on_the_other_rows():
     assert len(seen) == 1
 
 
-@pytest.mark.parametrize("case", ["deepseek_v2_group_limited", "deepseek_v3_noaux_tc"])
+@pytest.mark.parametrize(
+    "case", ["deepseek_v2_group_limited", "deepseek_v3_noaux_tc", "mistral4_group_top2"]
+)
 def test_moe_group_limit_changes_choice(case):
     # The group-limited cases above would pass vacuously if the limit never bit.
     cfg = MOE_CASES[case]
