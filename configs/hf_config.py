@@ -41,12 +41,16 @@ SUPPORTED_MODEL_TYPES = (
     "deepseek_v32",
     "glm_moe_dsa",
     "mistral4",
+    "mistral_large4_text",
 )
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
 # SUPPORTED_MODEL_TYPES; each wrapper's default text model_type, and its class's default
 # tie_word_embeddings (transformers ties by the top-level field, not text_config's).
-MULTIMODAL_WRAPPERS = {"mistral3": ("mistral", True)}
+MULTIMODAL_WRAPPERS = {
+    "mistral3": ("mistral", True),
+    "mistral_large4": ("mistral_large4_text", False),
+}
 _DTYPES = ("float32", "bfloat16", "float16")
 
 # Defaults of the transformers config classes for the fields read here (absent key -> this).
@@ -227,6 +231,23 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
             llama_4_scaling_beta=0.1,
         ),
     ),
+    # Mistral Large 4 (in its mistral_large4 wrapper): GLM-5's sparse MLA without a q LoRA,
+    # every 4th layer without RoPE, LeRoPE, a learned query scale, logits soft-capped at 30.
+    "mistral_large4_text": dict(
+        vocab_size=204800, hidden_size=6144, intermediate_size=24576, moe_intermediate_size=6144,
+        num_hidden_layers=72, num_attention_heads=64, num_key_value_heads=64, n_shared_experts=1,
+        n_routed_experts=128, routed_scaling_factor=1.0, kv_lora_rank=512, qk_rope_head_dim=64,
+        v_head_dim=128, qk_nope_head_dim=64, n_group=1, topk_group=1, num_experts_per_tok=4,
+        max_position_embeddings=1048576, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+        index_topk=2048, index_head_dim=128, index_n_heads=32, first_k_dense_replace=1,
+        no_rope_layers=None, kv_source_layers=None, final_logit_softcapping=30.0,
+        mlp_layer_types=None, indexer_types=None,
+        rope_parameters=dict(
+            rope_type="yarn", rope_theta=10000.0, factor=2048.0,
+            original_max_position_embeddings=512, beta_fast=32.0, beta_slow=1.0,
+            attention_factor=1.0,
+        ),
+    ),
 }
 # fmt: on
 # Other names a config.json may give a field, per model type: each config class's
@@ -256,6 +277,7 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     "deepseek_v32": {"n_routed_experts": ("num_local_experts", "num_experts")},
     "glm_moe_dsa": {"n_routed_experts": ("num_local_experts", "num_experts")},
     "mistral4": {"n_routed_experts": ("num_local_experts",)},
+    "mistral_large4_text": {"n_routed_experts": ("num_local_experts", "num_experts")},
     "ernie4_5_moe": {"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)},
 }
 
@@ -544,6 +566,7 @@ def _dtype(hf: dict, dtype: str | None) -> str:
 _HONOURS_ATTENTION_BIAS = (
     "llama",
     "mistral4",
+    "mistral_large4_text",
     "qwen3",
     "qwen3_moe",
     "dots1",
@@ -604,6 +627,7 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
         "deepseek_v32",
         "glm_moe_dsa",
         "mistral4",
+        "mistral_large4_text",
     )
     if model_type in no_window:
         return none

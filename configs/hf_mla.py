@@ -15,11 +15,12 @@ MLA_MODEL_TYPES = (
     "glm4_moe_lite",
     "glm_moe_dsa",
     "mistral4",
+    "mistral_large4_text",
 )
 # DeepSeek Sparse Attention: transformers' V3.2 and GLM-5 classes (the latter's indexer
 # ropes interleaved pairs; V3.2's rotate halves).
-DSA_MODEL_TYPES = ("deepseek_v32", "glm_moe_dsa")
-_NOAUX_TC = ("deepseek_v3", "glm4_moe_lite", *DSA_MODEL_TYPES)
+DSA_MODEL_TYPES = ("deepseek_v32", "glm_moe_dsa", "mistral_large4_text")
+_NOAUX_TC = ("deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa")
 # transformers' classes that place the dense MLPs by mlp_layer_types.
 _MLP_LAYER_TYPES = ("glm4_moe_lite", *DSA_MODEL_TYPES)
 
@@ -36,7 +37,7 @@ def mla_fields(f: Any, model_type: str) -> dict:
     # noaux_tc correction bias (the config fields are the original remote code's), and MoE on
     # every layer from first_k_dense_replace, where DeepSeek's own code reads moe_layer_freq.
     # A config asking otherwise means a different model to the two references: refuse it.
-    softmax = model_type in ("deepseek_v2", "mistral4")
+    softmax = model_type in ("deepseek_v2", "mistral4", "mistral_large4_text")
     hard_coded = dict(scoring_func="softmax" if softmax else "sigmoid", moe_layer_freq=1)
     if model_type in _NOAUX_TC:
         hard_coded["topk_method"] = "noaux_tc"
@@ -50,7 +51,7 @@ def mla_fields(f: Any, model_type: str) -> dict:
     topk_method = (
         f.get("topk_method") or hard_coded.get("topk_method") or f.defaults.get("topk_method")
     )
-    if model_type == "mistral4":
+    if model_type in ("mistral4", "mistral_large4_text"):
         # Mistral4TopkRouter: V3's groups over softmax scores, no correction bias (it reads
         # no topk_method field).
         topk_method = "group_top2"
@@ -84,16 +85,60 @@ def mla_fields(f: Any, model_type: str) -> dict:
     )
     if model_type in _MLP_LAYER_TYPES:
         fields.update(first_k_dense_replace=0, mlp_only_layers=_dense_layers(f, model_type))
+    if model_type == "mistral_large4_text":
+        fields.update(_mistral_large4_fields(f))
     if model_type in DSA_MODEL_TYPES:
         fields.update(_dsa_fields(f, model_type, fields["q_lora_rank"]))
     return fields
+
+
+def _mistral_large4_fields(f: Any) -> dict:
+    """Mistral Large 4 beyond GLM-5's fields, as transformers' MistralLarge4Text classes read
+    them: no q LoRA and top-k weights always renormalized (the class has neither field),
+    interleaved rope with LeRoPE, the learned query scale, its nope layers (no_rope_layers:
+    0 = no RoPE; default every no_rope_layer_interval-th), the logits' soft cap. Layers
+    sharing another's KV (kv_source_layers) are refused."""
+    num_layers = f.required("num_hidden_layers")
+    flags = f.get("no_rope_layers")
+    if flags is None:
+        interval = f.hf.get("no_rope_layer_interval", 4)
+        flags = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    if (
+        not isinstance(flags, list)
+        or len(flags) < num_layers
+        or any(v not in (0, 1) for v in flags[:num_layers])
+    ):
+        raise ValueError(
+            f"HF config no_rope_layers: expected a list of >= num_hidden_layers={num_layers} "
+            "entries, each 0 (no RoPE) or 1"
+        )
+    sources = f.get("kv_source_layers")
+    if sources is not None and list(sources) != list(range(num_layers)):
+        raise ValueError(
+            "HF config kv_source_layers: layers reading another layer's KV are not supported "
+            "(only each layer its own: [0, 1, ..., num_hidden_layers - 1])"
+        )
+    cap = f.get("final_logit_softcapping")
+    if not isinstance(cap, int | float) or isinstance(cap, bool) or cap <= 0:
+        raise ValueError(
+            f"HF config final_logit_softcapping={cap!r}: mistral_large4 needs a number > 0"
+        )
+    return dict(
+        q_lora_rank=0,
+        norm_topk_prob=True,
+        rope_interleave=True,
+        nope_layers=tuple(i for i in range(num_layers) if not flags[i]),
+        learned_rope_scale=True,
+        query_log_scale=True,
+        final_logit_softcapping=float(cap),
+    )
 
 
 def _dsa_fields(f: Any, model_type: str, q_lora_rank: int) -> dict:
     """The indexer's sizes. GLM-5's per-layer indexer_types ("shared": a layer reusing the
     previous full layer's top-k, no indexer of its own) are refused unless every layer is
     "full", as the released GLM-5 config has it (no indexer_types, pattern or frequency)."""
-    if not q_lora_rank:
+    if not q_lora_rank and model_type != "mistral_large4_text":
         raise ValueError(f"HF config q_lora_rank: {model_type}'s indexer needs one (> 0)")
     fields = {}
     for name in ("index_topk", "index_n_heads", "index_head_dim"):
@@ -101,7 +146,7 @@ def _dsa_fields(f: Any, model_type: str, q_lora_rank: int) -> dict:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"HF config {name}={value!r}: {model_type} needs an int >= 1")
         fields[name] = value
-    if model_type == "glm_moe_dsa":
+    if model_type in ("glm_moe_dsa", "mistral_large4_text"):
         types = _indexer_types(f)
         if "shared" in types:
             raise ValueError(

@@ -89,6 +89,14 @@ class ModelConfig:
     # times 1 + attn_scale_beta * log(1 + floor(position / attn_scale_positions)); 0: none.
     attn_scale_beta: float = 0.0
     attn_scale_positions: int = 0
+    # Mistral Large 4 (transformers' mistral_large4_text): MLA layers without RoPE (their
+    # q/k nope part takes the rope channels too; their k_pe rows cached as zeros), LeRoPE
+    # (each rope frequency times exp(alpha), alpha a learned vector: attn "rope_alpha"),
+    # and a learned per-head query scale s_h * log(position + 1) + b_h (attn "q_scale",
+    # "q_scale_bias"; the indexer's queries too).
+    nope_layers: tuple[int, ...] = ()
+    learned_rope_scale: bool = False
+    query_log_scale: bool = False
     # DeepSeek Sparse Attention (DeepSeek-V3.2, engine/sparse_mla.py): an MLA query attends
     # only to the index_topk earlier keys its layer's lightning indexer scores highest
     # (0: every key); the indexer's own key, index_head_dim wide, is cached per token.
@@ -96,6 +104,8 @@ class ModelConfig:
     index_n_heads: int = 0
     index_head_dim: int = 0
     index_rope_interleave: bool = False  # GLM-5: the indexer ropes interleaved pairs
+    # Logits squashed to cap * tanh(logits / cap) (Mistral Large 4's 30; 0: none).
+    final_logit_softcapping: float = 0.0
     # MoE
     num_experts: int = 0  # routed experts E (0: dense model)
     num_experts_per_tok: int = 0  # top-k
@@ -210,7 +220,9 @@ class ModelConfig:
                     f"sliding_window={self.sliding_window}: not implemented for MLA attention"
                 )
             if self.index_topk:
-                for name in ("index_topk", "index_n_heads", "index_head_dim", "q_lora_rank"):
+                # (Without a q LoRA the indexer's queries come from the normed hidden state:
+                # Mistral Large 4.)
+                for name in ("index_topk", "index_n_heads", "index_head_dim"):
                     if getattr(self, name) <= 0:
                         raise ValueError(f"{name}={getattr(self, name)}: DSA needs it > 0")
                 if self.index_head_dim < self.qk_rope_head_dim:
@@ -220,6 +232,20 @@ class ModelConfig:
                     )
         if self.index_topk and self.attention_type != "mla":
             raise ValueError(f"index_topk={self.index_topk}: sparse attention needs MLA")
+        if self.nope_layers or self.learned_rope_scale or self.query_log_scale:
+            if self.attention_type != "mla":
+                raise ValueError(
+                    "nope_layers, learned_rope_scale, query_log_scale: need MLA attention"
+                )
+            bad = [i for i in self.nope_layers if not 0 <= i < self.num_layers]
+            if bad:
+                raise ValueError(
+                    f"nope_layers: layer {bad[0]} is outside [0, num_layers={self.num_layers})"
+                )
+        if not self.final_logit_softcapping >= 0:
+            raise ValueError(
+                f"final_logit_softcapping={self.final_logit_softcapping}: must be >= 0"
+            )
         if self.num_experts:
             if not 0 < self.num_experts_per_tok <= self.num_experts:
                 raise ValueError(
@@ -308,6 +334,21 @@ class ModelConfig:
         if self.is_mla:
             return self.qk_rope_head_dim
         return int(self.head_dim * self.partial_rotary_factor)
+
+    def layer_rope_dim(self, layer: int) -> int:
+        """MLA rope channels of decoder layer `layer` (0 in nope_layers)."""
+        return 0 if layer in self.nope_layers else self.qk_rope_head_dim
+
+    def layer_nope_dim(self, layer: int) -> int:
+        """MLA per-head q/k channels without RoPE in decoder layer `layer` (a nope layer's
+        take the rope channels too: qk_head_dim in all)."""
+        return self.qk_head_dim - self.layer_rope_dim(layer)
+
+    @property
+    def latent_norm_eps(self) -> float:
+        """The MLA q and kv LoRA RMSNorms' epsilon: transformers builds DeepSeek's and GLM's
+        with the RMSNorm default 1e-6, Mistral Large 4's kv one with rms_norm_eps."""
+        return self.rms_norm_eps if self.model_type == "mistral_large4_text" else 1e-6
 
     @property
     def shared_expert_width(self) -> int:

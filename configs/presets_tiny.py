@@ -497,3 +497,33 @@ _add(
         routed_scaling_factor=1.5,
     )
 )
+# Mistral Large 4 (mistral_large4_text, served from its mistral_large4 wrapper): GLM-5's
+# sparse MLA without a q LoRA, layer 1 without RoPE, LeRoPE, the learned query log scale,
+# a softmax router with V3's groups, layer 0 dense, logits soft-capped at 2.
+_add(
+    TINY["tiny-glm-moe-dsa"].replace(
+        name="tiny-mistral-large4",
+        model_type="mistral_large4_text",
+        rope_theta=10000.0,
+        rope_scaling=RopeScaling(
+            rope_type="yarn",
+            factor=4.0,
+            original_max_position_embeddings=64,
+            beta_fast=32.0,
+            beta_slow=1.0,
+            attention_factor=1.0,
+        ),
+        q_lora_rank=0,
+        nope_layers=(1,),
+        learned_rope_scale=True,
+        query_log_scale=True,
+        final_logit_softcapping=2.0,
+        scoring_func="softmax",
+        topk_method="group_top2",
+        n_group=4,
+        topk_group=2,
+        routed_scaling_factor=1.5,
+        mlp_only_layers=(0,),
+        bos_token_id=1,
+    )
+)

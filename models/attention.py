@@ -46,11 +46,21 @@ class AttnInputs(NamedTuple):
     idx_w: jax.Array | None = None  # [T, Hi] float32 head weights, both scales folded in
 
 
-def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array) -> jax.Array:
+def _frequencies(cfg: ModelConfig, p: dict) -> tuple:
+    """(inv_freq [rope_dim // 2], attention_factor): the config's, times exp(rope_alpha)
+    under LeRoPE (Mistral Large 4's rotary: the learned alpha scales each frequency)."""
+    inv_freq, attention_factor = rope_frequencies(cfg.rope_theta, rope_dim(cfg), cfg.rope_scaling)
+    if cfg.learned_rope_scale:
+        inv_freq = jnp.asarray(inv_freq) * jnp.exp(p["rope_alpha"].astype(jnp.float32))
+    return inv_freq, attention_factor
+
+
+def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array, p: dict | None = None):
     """Rotate the leading rope_dim(cfg) channels of x [T, ..., Dx]; the others (a partial
-    rotary factor, HF GLM-4.5's apply_rotary_pos_emb) pass through unchanged."""
+    rotary factor, HF GLM-4.5's apply_rotary_pos_emb) pass through unchanged. `p`: the
+    layer's attention params (LeRoPE's alpha)."""
     dim = rope_dim(cfg)
-    inv_freq, attention_factor = rope_frequencies(cfg.rope_theta, dim, cfg.rope_scaling)
+    inv_freq, attention_factor = _frequencies(cfg, p or {})
     if dim == x.shape[-1]:
         return apply_rope(x, positions, inv_freq, attention_factor, rope_layout(cfg))
     rotated = apply_rope(x[..., :dim], positions, inv_freq, attention_factor, rope_layout(cfg))
@@ -62,7 +72,7 @@ def _no_delta(name: str, x: jax.Array) -> None:
 
 
 def gqa_inputs(
-    p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig, delta=_no_delta
+    p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig, delta=_no_delta, layer=0
 ) -> AttnInputs:
     """x: [T, D] -> q [T, H, Dh], k/v [T, K, Dh]; optional bias; qk-norm (per head, or over
     all heads: OLMoE) and OLMoE's clip before rope (HF). `delta(leaf, x)`: a LoRA term to
@@ -110,31 +120,49 @@ def mla_softmax_scale(cfg: ModelConfig) -> float:
 
 
 def mla_inputs(
-    p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig, delta=_no_delta
+    p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig, delta=_no_delta, layer=0
 ) -> AttnInputs:
-    """x: [T, D] -> MLA query parts and the per-token latent (c_kv normed, k_pe roped).
-    `delta(leaf, x)`: a LoRA term for wq / wq_a / wq_b / wkv_a (models/lora.py), or None."""
-    dn, r = cfg.qk_nope_head_dim, cfg.kv_lora_rank
+    """x: [T, D] -> MLA query parts and the per-token latent (c_kv normed, k_pe roped) of
+    decoder layer `layer`; a nope layer's (Mistral Large 4) q_pe and k_pe are zeros, so the
+    cache and the attention backends see every layer alike. `delta(leaf, x)`: a LoRA term
+    for wq / wq_a / wq_b / wkv_a (models/lora.py), or None."""
+    dn, r, dr = cfg.layer_nope_dim(layer), cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    q_a = None
     if cfg.q_lora_rank:
         q_a = add(x @ p["wq_a"], delta("wq_a", x))
         q_a = rms_norm(q_a, p["q_a_norm"], MLA_LATENT_NORM_EPS)  # [T, Rq]
         q = add(jnp.einsum("tr,rhk->thk", q_a, p["wq_b"]), delta("wq_b", q_a))  # [T, H, Dn + Dr]
     else:
         q = add(jnp.einsum("td,dhk->thk", x, p["wq"]), delta("wq", x))  # [T, H, Dn + Dr]
-    q_nope, q_pe = q[..., :dn], q[..., dn:]
     kv_a = add(x @ p["wkv_a"], delta("wkv_a", x))  # [T, R + Dr]
-    c_kv = rms_norm(kv_a[:, :r], p["kv_a_norm"], MLA_LATENT_NORM_EPS)  # [T, R]
-    k_pe = kv_a[:, r:]  # [T, Dr]
+    c_kv = rms_norm(kv_a[:, :r], p["kv_a_norm"], cfg.latent_norm_eps)  # [T, R]
+    if cfg.layer_rope_dim(layer):
+        q_pe, k_pe = _rope(cfg, q[..., dn:], positions, p), _rope(cfg, kv_a[:, r:], positions, p)
+    else:
+        q_pe, k_pe = jnp.zeros(q.shape[:2] + (dr,), q.dtype), jnp.zeros((x.shape[0], dr), x.dtype)
+    q_nope = q[..., :dn]
+    if cfg.query_log_scale:
+        scale = _log_scale(p["q_scale"], p["q_scale_bias"], positions, q.dtype)
+        q_nope, q_pe = q_nope * scale, q_pe * scale
     inputs = AttnInputs(
         q_nope=_temperature(cfg, q_nope, positions),
-        q_pe=_temperature(cfg, _rope(cfg, q_pe, positions), positions),
+        q_pe=_temperature(cfg, q_pe, positions),
         c_kv=c_kv,
-        k_pe=_rope(cfg, k_pe, positions),
+        k_pe=k_pe,
         scale=mla_softmax_scale(cfg),
     )
     if cfg.sparse_attention:
-        inputs = inputs._replace(**_indexer_inputs(p, x, q_a, positions, cfg))
+        inputs = inputs._replace(**_indexer_inputs(p, x, q_a, positions, cfg, layer))
     return inputs
+
+
+def _log_scale(scale, bias, positions: jax.Array, dtype) -> jax.Array:
+    """Mistral Large 4's query scale per head, s_h * log(position + 1) + b_h ([T, H, 1]),
+    computed in the queries' dtype as transformers' MistralLarge4TextSoftmaxScaling."""
+    log_pos = jnp.log(positions.astype(jnp.float32) + 1.0).astype(dtype)
+    return (scale.astype(dtype)[None, :] * log_pos[:, None] + bias.astype(dtype)[None, :])[
+        ..., None
+    ]
 
 
 def _layer_norm(x: jax.Array, weight: jax.Array, bias: jax.Array) -> jax.Array:
@@ -145,19 +173,31 @@ def _layer_norm(x: jax.Array, weight: jax.Array, bias: jax.Array) -> jax.Array:
     return (normed * weight.astype(jnp.float32) + bias.astype(jnp.float32)).astype(x.dtype)
 
 
-def _indexer_inputs(p: dict, x: jax.Array, q_a: jax.Array, positions, cfg: ModelConfig) -> dict:
+def _indexer_inputs(
+    p: dict, x: jax.Array, q_a: jax.Array | None, positions, cfg: ModelConfig, layer: int
+) -> dict:
     """DeepSeek-V3.2's lightning indexer (transformers' DeepseekV32Indexer): queries from the
     normed q LoRA, one LayerNormed key per token, both roped on their first Dr channels
     with rotate-half pairs (GLM-5: interleaved pairs; the MLA rope's frequencies), and a
     float32 weight per index head times index_n_heads^-0.5, here also times the score
-    scale index_head_dim^-0.5 (relu(a * s) = s * relu(a) for s > 0)."""
+    scale index_head_dim^-0.5 (relu(a * s) = s * relu(a) for s > 0). Mistral Large 4's
+    (no q LoRA): queries from the LayerNormed hidden state, times the query log scale,
+    interleaved rope, none in a nope layer."""
     heads, dim, dr = cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
-    q = jnp.einsum("tr,rhk->thk", q_a, p["idx_wq"])  # [T, Hi, Di]
+    if q_a is None:
+        q_in = _layer_norm(x, p["idx_q_norm"], p["idx_q_bias"])
+        q = jnp.einsum("td,dhk->thk", q_in, p["idx_wq"])  # [T, Hi, Di]
+    else:
+        q = jnp.einsum("tr,rhk->thk", q_a, p["idx_wq"])  # [T, Hi, Di]
+    if cfg.query_log_scale:
+        q = q * _log_scale(p["idx_q_scale"], p["idx_q_scale_bias"], positions, q.dtype)
     k = _layer_norm(x @ p["idx_wk"], p["idx_k_norm"], p["idx_k_bias"])  # [T, Di]
-    inv_freq, attention_factor = rope_frequencies(cfg.rope_theta, dr, cfg.rope_scaling)
+    inv_freq, attention_factor = _frequencies(cfg, p)
     layout = "pairs_to_half" if cfg.index_rope_interleave else "half"
 
     def rope(y):
+        if not cfg.layer_rope_dim(layer):
+            return y
         rotated = apply_rope(y[..., :dr], positions, inv_freq, attention_factor, layout)
         return jnp.concatenate([rotated, y[..., dr:]], axis=-1)
 
@@ -166,21 +206,21 @@ def _indexer_inputs(p: dict, x: jax.Array, q_a: jax.Array, positions, cfg: Model
 
 
 def mla_absorb_q(p: dict, q_nope: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """Fold W_UK into the query: q_nope [T, H, Dn] -> q_lat [T, H, R]."""
-    w_uk = p["wkv_b"][..., : cfg.qk_nope_head_dim]  # [R, H, Dn]
+    """Fold W_UK into the query: q_nope [T, H, Dn] -> q_lat [T, H, R] (Dn: the layer's)."""
+    w_uk = p["wkv_b"][..., : q_nope.shape[-1]]  # [R, H, Dn]
     return jnp.einsum("thn,rhn->thr", q_nope, w_uk)
 
 
 def mla_latent_to_v(p: dict, o_lat: jax.Array, cfg: ModelConfig) -> jax.Array:
     """Apply W_UV after latent attention: o_lat [T, H, R] -> [T, H, Dv]."""
-    w_uv = p["wkv_b"][..., cfg.qk_nope_head_dim :]  # [R, H, Dv]
+    w_uv = p["wkv_b"][..., -cfg.v_head_dim :]  # [R, H, Dv]
     return jnp.einsum("thr,rhv->thv", o_lat, w_uv)
 
 
 def mla_expand_kv(p: dict, c_kv: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.Array]:
     """Expand cached latents: c_kv [L, R] -> (k_nope [L, H, Dn], v [L, H, Dv])."""
     kv = jnp.einsum("lr,rhk->lhk", c_kv, p["wkv_b"])  # [L, H, Dn + Dv]
-    return kv[..., : cfg.qk_nope_head_dim], kv[..., cfg.qk_nope_head_dim :]
+    return kv[..., : -cfg.v_head_dim], kv[..., -cfg.v_head_dim :]
 
 
 def attn_output(p: dict, o: jax.Array, delta=_no_delta) -> jax.Array:

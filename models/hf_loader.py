@@ -36,6 +36,7 @@ from configs.hf_config import fp8_scheme, fp8_weight_block, read_hf_config, stor
 from configs.int4_schemes import Int4Scheme
 from configs.model_config import ModelConfig
 from models import int4_checkpoint as int4
+from models.checkpoint_names import mistral_native_name, prefixes_of, with_prefixes
 from models.fp8_checkpoint import FP8_DTYPE, SCALE_SUFFIX, Fp8Reader, dequantize, held_scale
 from models.mxfp4 import BLOCKS_SUFFIX, SCALES_SUFFIX, gpt_oss_expert_weight, mxfp4_shapes
 from models.quantization import (
@@ -83,12 +84,12 @@ def _vector(n: int, path: Path_) -> HFTensor:
     return HFTensor((n,), (path,), "copy")
 
 
-def _attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
+def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, HFTensor]:
     d, h = cfg.hidden_size, cfg.num_heads
     names = {}
     if cfg.is_mla:
         dq = cfg.qk_head_dim
-        r, dr = cfg.kv_lora_rank, cfg.qk_rope_head_dim
+        r, dr = cfg.kv_lora_rank, cfg.layer_rope_dim(layer)
         if cfg.q_lora_rank:
             rq = cfg.q_lora_rank
             names[f"{pre}.q_a_proj.weight"] = _linear(rq, d, at + ("wq_a",))
@@ -98,12 +99,22 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
             names[f"{pre}.q_proj.weight"] = _linear(h * dq, d, at + ("wq",))
         names[f"{pre}.kv_a_proj_with_mqa.weight"] = _linear(r + dr, d, at + ("wkv_a",))
         names[f"{pre}.kv_a_layernorm.weight"] = _vector(r, at + ("kv_a_norm",))
-        kv_b_out = h * (cfg.qk_nope_head_dim + cfg.v_head_dim)
+        kv_b_out = h * (cfg.layer_nope_dim(layer) + cfg.v_head_dim)
         names[f"{pre}.kv_b_proj.weight"] = _linear(kv_b_out, r, at + ("wkv_b",))
         names[f"{pre}.o_proj.weight"] = _linear(d, h * cfg.v_head_dim, at + ("wo",))
+        if cfg.query_log_scale:
+            names[f"{pre}.softmax_scaling.scale"] = _vector(h, at + ("q_scale",))
+            names[f"{pre}.softmax_scaling.bias"] = _vector(h, at + ("q_scale_bias",))
         if cfg.sparse_attention:
             hi, di, idx = cfg.index_n_heads, cfg.index_head_dim, f"{pre}.indexer"
-            names[f"{idx}.wq_b.weight"] = _linear(hi * di, cfg.q_lora_rank, at + ("idx_wq",))
+            q_in = cfg.q_lora_rank or d
+            names[f"{idx}.wq_b.weight"] = _linear(hi * di, q_in, at + ("idx_wq",))
+            if not cfg.q_lora_rank:  # Mistral Large 4: queries from the normed hidden state
+                names[f"{idx}.q_input_norm.weight"] = _vector(d, at + ("idx_q_norm",))
+                names[f"{idx}.q_input_norm.bias"] = _vector(d, at + ("idx_q_bias",))
+            if cfg.query_log_scale:
+                names[f"{idx}.softmax_scaling.scale"] = _vector(hi, at + ("idx_q_scale",))
+                names[f"{idx}.softmax_scaling.bias"] = _vector(hi, at + ("idx_q_scale_bias",))
             names[f"{idx}.wk.weight"] = _linear(di, d, at + ("idx_wk",))
             names[f"{idx}.k_norm.weight"] = _vector(di, at + ("idx_k_norm",))
             names[f"{idx}.k_norm.bias"] = _vector(di, at + ("idx_k_bias",))
@@ -213,6 +224,9 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
     for i in range(cfg.num_layers):
         moe = cfg.is_moe_layer(i)
         names.update(_layer_names(cfg, f"model.layers.{i}", ("layers", i), moe, expert_layout))
+    if cfg.learned_rope_scale:  # LeRoPE's alpha, the model's one: a copy in every layer
+        alpha = tuple(("layers", i, "attn", "rope_alpha") for i in range(cfg.num_layers))
+        names["model.rotary_emb.alpha"] = HFTensor((cfg.qk_rope_head_dim // 2,), alpha, "copy")
     if cfg.mtp_drafts:
         # DeepSeek-V3's release layout (GLM-4.5's too): the MTP module is "layer" L =
         # num_layers. Its copies of the embedding (`embed_tokens`) and lm_head
@@ -224,15 +238,18 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         names[f"{layer}.shared_head.norm.weight"] = _vector(d, at + ("norm",))
         moe = bool(cfg.num_experts)
         names.update(_layer_names(cfg, layer, at + ("layer",), moe, expert_layout))
+    if cfg.model_type == "mistral_large4_text":
+        names = {mistral_native_name(n): t for n, t in names.items()}
     return names
 
 
 def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str) -> dict:
     d = cfg.hidden_size
+    index = at[1] if at[0] == "layers" else cfg.num_layers  # (the MTP module's layer: L)
     names = {
         f"{layer}.input_layernorm.weight": _vector(d, at + ("attn_norm",)),
         f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("mlp_norm",)),
-        **_attn_names(cfg, f"{layer}.self_attn", at + ("attn",)),
+        **_attn_names(cfg, f"{layer}.self_attn", at + ("attn",), index),
     }
     if moe:
         names.update(_moe_names(cfg, layer, at + ("moe",), layout))
@@ -315,40 +332,10 @@ def _stored_apart(name: str, headers: dict[str, _Header]) -> bool:
     return _is_mxfp4(name, headers) or _is_int4(name, headers)
 
 
-# Where a checkpoint keeps the language model: (its "model." prefix, its lm_head's), as
-# causal LMs save it, then multimodal wrappers (configs/hf_config.MULTIMODAL_WRAPPERS) as
-# transformers 5 and as transformers 4 (and released Mistral 3 checkpoints) lay them out.
-# The other tensors (a vision tower, its projector) are not read.
-NAME_PREFIXES = (
-    ("model.", "lm_head."),
-    ("model.language_model.", "lm_head."),
-    ("language_model.model.", "language_model.lm_head."),
-)
-
-
-def _prefixes(headers) -> tuple[str, str]:
-    """The NAME_PREFIXES entry whose embedding the checkpoint holds (the first if none)."""
-    for model, head in NAME_PREFIXES:
-        if f"{model}embed_tokens.weight" in headers:
-            return model, head
-    return NAME_PREFIXES[0]
-
-
-def _with_prefixes(names: dict, prefixes: tuple[str, str]) -> dict:
-    """hf_tensor_names' `names` under a checkpoint's prefixes (_prefixes)."""
-    model, head = prefixes
-    if (model, head) == NAME_PREFIXES[0]:
-        return names
-    return {
-        head + n[len("lm_head.") :] if n.startswith("lm_head.") else model + n[len("model.") :]: t
-        for n, t in names.items()
-    }
-
-
 def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFTensor]:
-    prefixes = _prefixes(headers)
+    prefixes = prefixes_of(headers)
     candidates = [
-        _with_prefixes(hf_tensor_names(cfg, lay), prefixes)
+        with_prefixes(hf_tensor_names(cfg, lay), prefixes)
         for lay in (EXPERT_LAYOUTS if cfg.num_experts else EXPERT_LAYOUTS[:1])
     ]
     missing = [
@@ -589,7 +576,7 @@ def resolve_tied_head(model_dir: str | Path, cfg: ModelConfig) -> ModelConfig:
     if not cfg.tie_word_embeddings:
         return cfg
     headers = _read_headers(_checkpoint_files(Path(model_dir)))
-    model, head = _prefixes(headers)
+    model, head = prefixes_of(headers)
     head, embed = f"{head}weight", f"{model}embed_tokens.weight"
     if head not in headers:
         return cfg
@@ -772,9 +759,9 @@ def _place(t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], lea
         spec = leaf_specs[path]
         return np.asarray(x, dtype=spec.dtype)
 
-    if t.kind == "copy":
-        (path,) = t.targets
-        leaves[path] = cast(path, arr.reshape(leaf_specs[path].shape))
+    if t.kind == "copy":  # (to every target: LeRoPE's alpha is each layer's)
+        for path in t.targets:
+            leaves[path] = cast(path, arr.reshape(leaf_specs[path].shape))
     elif t.kind == "linear":
         (path,) = t.targets
         leaves[path] = cast(path, arr.T.reshape(leaf_specs[path].shape))

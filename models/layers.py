@@ -44,10 +44,15 @@ def embed(params: dict, token_ids: jax.Array) -> jax.Array:
 
 
 def final_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
-    """Final norm, then lm_head (or the tied embedding). hidden: [S, D] -> [S, V] float32."""
+    """Final norm, then lm_head (or the tied embedding), then the config's soft cap (cap *
+    tanh(logits / cap), Mistral Large 4). hidden: [S, D] -> [S, V] float32."""
     h = rms_norm(hidden, params["final_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
     if cfg.tie_word_embeddings:
         logits = h @ params["embed"].T  # [S, V]
     else:
         logits = h @ params["lm_head"]  # [S, V]
-    return logits.astype(jnp.float32)
+    logits = logits.astype(jnp.float32)
+    if cfg.final_logit_softcapping:
+        cap = cfg.final_logit_softcapping
+        logits = jnp.tanh(logits / cap) * cap
+    return logits

@@ -43,15 +43,9 @@ def config_from_dict(d: dict) -> ModelConfig:
     try:
         if "rope_scaling" in d:
             d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
-        for name in (
-            "eos_token_ids",
-            "mlp_only_layers",
-            "full_attention_layers",
-            "quantization_block",
-            "quantization_skip",
-        ):
-            if name in d:
-                d[name] = tuple(d[name])
+        for f in dataclasses.fields(ModelConfig):  # its tuple fields, stored as lists
+            if f.name in d and isinstance(f.default, tuple):
+                d[f.name] = tuple(d[f.name])
         return ModelConfig(**d)
     except TypeError as e:
         raise ValueError(f"config: {e}") from e

@@ -10,9 +10,13 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             qk_norm_full); bo [D] (o_proj_bias);
             sinks [H] (attention_sinks)
   MLA attn: wq [D, H, Dn+Dr] or wq_a [D, Rq], q_a_norm [Rq], wq_b [Rq, H, Dn+Dr];
-            wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D];
+            wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D]
+            (a nope layer: Dr 0 in wkv_a, Dn + Dr in wkv_b); rope_alpha [Dr/2]
+            (learned_rope_scale, float32); q_scale / q_scale_bias [H] (query_log_scale);
             DSA indexer (index_topk): idx_wq [Rq, Hi, Di], idx_wk [D, Di],
-            idx_k_norm / idx_k_bias [Di], idx_w [D, Hi] (float32)
+            idx_k_norm / idx_k_bias [Di], idx_w [D, Hi] (float32); without a q LoRA
+            idx_q_norm / idx_q_bias [D] and idx_wq [D, Hi, Di]; idx_q_scale /
+            idx_q_scale_bias [Hi] (query_log_scale)
   mlp:      w_gate [D, F], w_up [D, F], w_down [F, D]
   moe:      router [D, E], router_bias [E] (noaux_tc), w_gate/w_up [E, D, Fe],
             w_down [E, Fe, D], shared {w_gate, w_up, w_down} with F = shared_expert_width,
@@ -102,9 +106,9 @@ def _gqa_specs(cfg: ModelConfig, dt, w) -> dict:
     return s
 
 
-def _mla_specs(cfg: ModelConfig, dt, w) -> dict:
+def _mla_specs(cfg: ModelConfig, layer: int, dt, w) -> dict:
     d, h, r, dr = cfg.hidden_size, cfg.num_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim
-    dq = cfg.qk_nope_head_dim + dr
+    dq = cfg.qk_head_dim
     s = {}
     if cfg.q_lora_rank:
         rq = cfg.q_lora_rank
@@ -113,18 +117,34 @@ def _mla_specs(cfg: ModelConfig, dt, w) -> dict:
         s["wq_b"] = ParamSpec((rq, h, dq), dt, ("q_lora", "q_heads", "head_dim"), w)
     else:
         s["wq"] = ParamSpec((d, h, dq), dt, ("embed", "q_heads", "head_dim"), w)
-    s["wkv_a"] = ParamSpec((d, r + dr), dt, ("embed", "kv_lora"), w)
+    # (A nope layer, Mistral Large 4's, has no rope channels: its latent alone.)
+    s["wkv_a"] = ParamSpec((d, r + cfg.layer_rope_dim(layer)), dt, ("embed", "kv_lora"), w)
     s["kv_a_norm"] = ParamSpec((r,), dt, ("kv_lora",), ones)
-    s["wkv_b"] = ParamSpec(
-        (r, h, cfg.qk_nope_head_dim + cfg.v_head_dim), dt, ("kv_lora", "q_heads", "head_dim"), w
-    )
+    kv_b = (r, h, cfg.layer_nope_dim(layer) + cfg.v_head_dim)
+    s["wkv_b"] = ParamSpec(kv_b, dt, ("kv_lora", "q_heads", "head_dim"), w)
     s["wo"] = ParamSpec((h, cfg.v_head_dim, d), dt, ("q_heads", "head_dim", "embed"), w)
+    if cfg.learned_rope_scale:
+        # LeRoPE's one alpha per frequency, the model's (each layer holds a copy), float32
+        # as transformers keeps its rotary.
+        s["rope_alpha"] = ParamSpec((dr // 2,), jnp.float32, (None,), zeros)
+    if cfg.query_log_scale:
+        s["q_scale"] = ParamSpec((h,), dt, ("q_heads",), zeros)
+        s["q_scale_bias"] = ParamSpec((h,), dt, ("q_heads",), ones)
     if cfg.sparse_attention:
-        # The lightning indexer (DeepSeek-V3.2), replicated: its queries from the q LoRA,
+        # The lightning indexer (DeepSeek-V3.2), replicated: its queries from the q LoRA
+        # (Mistral Large 4: from the LayerNormed hidden state, with the query log scale),
         # one key per token (LayerNorm with a bias) and a weight per index head, float32
         # (transformers keeps weights_proj so).
-        rq, hi, di = cfg.q_lora_rank, cfg.index_n_heads, cfg.index_head_dim
-        s["idx_wq"] = ParamSpec((rq, hi, di), dt, (None, None, None), w)
+        hi, di = cfg.index_n_heads, cfg.index_head_dim
+        if cfg.q_lora_rank:
+            s["idx_wq"] = ParamSpec((cfg.q_lora_rank, hi, di), dt, (None, None, None), w)
+        else:
+            s["idx_q_norm"] = ParamSpec((d,), dt, (None,), ones)
+            s["idx_q_bias"] = ParamSpec((d,), dt, (None,), zeros)
+            s["idx_wq"] = ParamSpec((d, hi, di), dt, (None, None, None), w)
+        if cfg.query_log_scale:
+            s["idx_q_scale"] = ParamSpec((hi,), dt, (None,), zeros)
+            s["idx_q_scale_bias"] = ParamSpec((hi,), dt, (None,), ones)
         s["idx_wk"] = ParamSpec((d, di), dt, (None, None), w)
         s["idx_k_norm"] = ParamSpec((di,), dt, (None,), ones)
         s["idx_k_bias"] = ParamSpec((di,), dt, (None,), zeros)
@@ -142,9 +162,11 @@ def _mlp_specs(d: int, f: int, dt, w) -> dict:
 
 def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-    router_dt = jnp.float32 if cfg.topk_method == "noaux_tc" else dt
+    fp32_router = cfg.topk_method == "noaux_tc" or cfg.model_type == "mistral_large4_text"
+    router_dt = jnp.float32 if fp32_router else dt
     s = {
-        # DeepSeek-V3's and GLM's routers stay float32 (transformers keeps `gate.weight` so,
+        # DeepSeek-V3's, GLM's and Mistral Large 4's routers stay float32 (transformers keeps
+        # `gate.weight` so,
         # _keep_in_fp32_modules_strict): a bf16 copy of a float32 checkpoint's router would
         # move close expert choices.
         "router": ParamSpec((d, e), router_dt, ("embed", None), w),
@@ -167,12 +189,12 @@ def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
     return s
 
 
-def _layer_specs(cfg: ModelConfig, moe: bool, dt, w) -> dict:
+def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
     d = cfg.hidden_size
     layer = {
         "attn_norm": ParamSpec((d,), dt, ("embed",), ones),
         "mlp_norm": ParamSpec((d,), dt, ("embed",), ones),
-        "attn": _mla_specs(cfg, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w),
+        "attn": _mla_specs(cfg, i, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w),
     }
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)
@@ -188,7 +210,7 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
     d, v = cfg.hidden_size, cfg.vocab_size
     specs = {
         "embed": ParamSpec((v, d), dt, ("vocab", "embed"), w),
-        "layers": [_layer_specs(cfg, cfg.is_moe_layer(i), dt, w) for i in range(cfg.num_layers)],
+        "layers": [_layer_specs(cfg, i, cfg.is_moe_layer(i), dt, w) for i in range(cfg.num_layers)],
         "final_norm": ParamSpec((d,), dt, ("embed",), ones),
     }
     if cfg.mtp_drafts:
@@ -199,7 +221,7 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
             "enorm": ParamSpec((d,), dt, ("embed",), ones),
             "hnorm": ParamSpec((d,), dt, ("embed",), ones),
             "eh_proj": ParamSpec((2 * d, d), dt, (None, "embed"), w),
-            "layer": _layer_specs(cfg, bool(cfg.num_experts), dt, w),
+            "layer": _layer_specs(cfg, cfg.num_layers, bool(cfg.num_experts), dt, w),
             "norm": ParamSpec((d,), dt, ("embed",), ones),
         }
     if not cfg.tie_word_embeddings:

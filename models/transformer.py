@@ -82,7 +82,7 @@ def decoder_layer(
     delta = delta or make_delta(None, None)
     h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
     attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
-    inputs = attn_inputs(layer["attn"], h, positions, cfg, delta)
+    inputs = attn_inputs(layer["attn"], h, positions, cfg, delta, i)
     o, kv_i = attend(i, layer["attn"], kv_i, inputs)
     x = pin(x + attn_output(layer["attn"], o, delta), ("batch", "embed"))
     h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)

@@ -90,6 +90,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
         "minimax_m2",
         "dots1",
         "mistral4",
+        "mistral_large4",
     ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):

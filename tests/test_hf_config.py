@@ -33,6 +33,7 @@ ARCHS = (
     "deepseek_v32",
     "glm_moe_dsa",
     "mistral4",
+    "mistral_large4",
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")

@@ -127,3 +127,34 @@ def test_mistral4_in_its_wrapper_and_refusals():
         config_from_hf(dict(wrapped, text_config=dict(text, model_type="gemma3")))
     with pytest.raises(ValueError, match="text_config=\\[\\]: expected a JSON object"):
         config_from_hf(dict(wrapped, text_config=[]))
+
+
+def test_mistral_large4_fields_and_refusals():
+    """Mistral Large 4 (its own wrapper around a mistral_large4_text model): no q LoRA (the
+    class has no such field), its nope layers from no_rope_layers (default: every
+    no_rope_layer_interval-th, 4), the soft cap; layers sharing KV, shared indexers and a
+    missing cap are refused."""
+    wrapped = json.loads(open(os.path.join(FIXTURES, "mistral_large4", "config.json")).read())
+    cfg = config_from_hf(wrapped)
+    assert (cfg.model_type, cfg.q_lora_rank, cfg.nope_layers) == ("mistral_large4_text", 0, (1,))
+    assert cfg.learned_rope_scale and cfg.query_log_scale and cfg.final_logit_softcapping == 2.0
+    assert not cfg.tie_word_embeddings  # MistralLarge4Config's default: untied
+    text = wrapped["text_config"]
+    per_layer = ("no_rope_layers", "kv_source_layers", "indexer_types", "mlp_layer_types")
+    eight = {k: v for k, v in text.items() if k not in per_layer} | dict(num_hidden_layers=8)
+    assert config_from_hf(eight).nope_layers == (3, 7)
+    assert config_from_hf(dict(eight, no_rope_layer_interval=2)).nope_layers == (1, 3, 5, 7)
+    assert config_from_hf(dict(text, q_lora_rank=64)).q_lora_rank == 0
+    default = config_from_hf({"model_type": "mistral_large4"})
+    assert (default.num_layers, default.nope_layers[:2], default.index_topk) == (72, (3, 7), 2048)
+    assert default.final_logit_softcapping == 30.0 and default.latent_norm_eps == 1e-5
+    for change, message in [
+        (dict(kv_source_layers=[0, 0, 2]), "kv_source_layers: layers reading another"),
+        (dict(indexer_types=["full", "shared", "full"]), "indexer_types: layer 1 is 'shared'"),
+        (dict(final_logit_softcapping=None), "final_logit_softcapping=None: mistral_large4"),
+        (dict(no_rope_layers=[1, 2, 1]), "no_rope_layers: expected a list of >= "),
+        (dict(no_rope_layers=[1, 0]), "no_rope_layers: expected a list of >= "),
+        (dict(attention_bias=True), "attention_bias=True"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            config_from_hf(dict(wrapped, text_config=dict(text, **change)))

@@ -42,11 +42,17 @@ ARCHS = {
     "deepseek_v32": "tiny-deepseek-v32",
     "glm_moe_dsa": "tiny-glm-moe-dsa",
     "mistral4": "tiny-mistral4",  # in its Mistral 3 (multimodal) wrapper
+    "mistral_large4": "tiny-mistral-large4",  # in its wrapper, under Mistral's names
 }
-# The multimodal fixtures: their language model's tensors under transformers 4's names (its
-# experts fused, as transformers 5.25 saves them there); the vision tower's and projector's
-# are not read.
-WRAPPED = {"mistral4": ("language_model.", ("vision_tower.", "multi_modal_projector."))}
+# The multimodal fixtures: (their language model's prefix, the vision tower's and
+# projector's, which are not read, the experts' layout): Mistral 3's under transformers 4's
+# names (experts fused, as transformers 5.25 saves them there), Mistral Large 4's under
+# Mistral's own (models/checkpoint_names.py).
+MISTRAL_VISION = ("vision_encoder.", "patch_merger.", "pre_mm_projector_norm.", "vision_language")
+WRAPPED = {
+    "mistral4": ("language_model.", ("vision_tower.", "multi_modal_projector."), "fused"),
+    "mistral_large4": ("", MISTRAL_VISION, "per_expert"),
+}
 TOL = 2e-3
 
 
@@ -325,11 +331,9 @@ def test_hf_tensor_names_cover_the_fixture():
         on_disk = set()
         for f in files:
             on_disk |= set(load_file(str(f)))
-        if arch in WRAPPED:
-            text, others = WRAPPED[arch]
-            assert all(n.startswith((text, *others)) for n in on_disk), arch
-            on_disk = {n.removeprefix(text) for n in on_disk if n.startswith(text)}
-        layout = "fused" if arch in WRAPPED else "per_expert"
+        text, others, layout = WRAPPED.get(arch, ("", (), "per_expert"))
+        assert all(n.startswith((text, *others)) for n in on_disk), arch
+        on_disk = {n.removeprefix(text) for n in on_disk if not n.startswith(others)}
         assert on_disk == set(hf_tensor_names(cfg, layout)), arch
 
 
