@@ -96,8 +96,8 @@ def _mistral_large4_fields(f: Any) -> dict:
     """Mistral Large 4 beyond GLM-5's fields, as transformers' MistralLarge4Text classes read
     them: no q LoRA and top-k weights always renormalized (the class has neither field),
     interleaved rope with LeRoPE, the learned query scale, its nope layers (no_rope_layers:
-    0 = no RoPE; default every no_rope_layer_interval-th), the logits' soft cap. Layers
-    sharing another's KV (kv_source_layers) are refused."""
+    0 = no RoPE; default every no_rope_layer_interval-th), the logits' soft cap, and the
+    layers reading an earlier layer's KV (kv_source_layers; ModelConfig checks them)."""
     num_layers = f.required("num_hidden_layers")
     flags = f.get("no_rope_layers")
     if flags is None:
@@ -113,11 +113,12 @@ def _mistral_large4_fields(f: Any) -> dict:
             "entries, each 0 (no RoPE) or 1"
         )
     sources = f.get("kv_source_layers")
-    if sources is not None and list(sources) != list(range(num_layers)):
-        raise ValueError(
-            "HF config kv_source_layers: layers reading another layer's KV are not supported "
-            "(only each layer its own: [0, 1, ..., num_hidden_layers - 1])"
-        )
+    if sources is None or list(sources) == list(range(num_layers)):
+        sources = ()
+    elif not isinstance(sources, list) or not all(
+        isinstance(s, int) and not isinstance(s, bool) for s in sources
+    ):
+        raise ValueError(f"HF config kv_source_layers={sources!r}: expected a list of ints")
     cap = f.get("final_logit_softcapping")
     if not isinstance(cap, int | float) or isinstance(cap, bool) or cap <= 0:
         raise ValueError(
@@ -131,13 +132,15 @@ def _mistral_large4_fields(f: Any) -> dict:
         learned_rope_scale=True,
         query_log_scale=True,
         final_logit_softcapping=float(cap),
+        kv_source_layers=tuple(sources),
     )
 
 
 def _dsa_fields(f: Any, model_type: str, q_lora_rank: int) -> dict:
-    """The indexer's sizes. GLM-5's per-layer indexer_types ("shared": a layer reusing the
-    previous full layer's top-k, no indexer of its own) are refused unless every layer is
-    "full", as the released GLM-5 config has it (no indexer_types, pattern or frequency)."""
+    """The indexer's sizes, and GLM-5's (and Mistral Large 4's) per-layer indexer_types:
+    "shared", a layer reusing the previous full layer's top-k with no indexer of its own
+    (ModelConfig.shared_indexer_layers); the released GLM-5 config has every layer "full"
+    (no indexer_types, pattern or frequency)."""
     if not q_lora_rank and model_type != "mistral_large4_text":
         raise ValueError(f"HF config q_lora_rank: {model_type}'s indexer needs one (> 0)")
     fields = {}
@@ -148,11 +151,12 @@ def _dsa_fields(f: Any, model_type: str, q_lora_rank: int) -> dict:
         fields[name] = value
     if model_type in ("glm_moe_dsa", "mistral_large4_text"):
         types = _indexer_types(f)
-        if "shared" in types:
+        if types[0] == "shared":  # (transformers fails on it)
             raise ValueError(
-                f"HF config indexer_types: layer {types.index('shared')} is 'shared' (reuses "
-                "an earlier layer's top-k); only 'full' on every layer is supported"
+                "HF config indexer_types: layer 0 is 'shared', but there is no earlier layer's "
+                "top-k to reuse"
             )
+        fields["shared_indexer_layers"] = tuple(i for i, t in enumerate(types) if t == "shared")
         fields["index_rope_interleave"] = True
     return fields
 

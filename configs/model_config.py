@@ -104,6 +104,14 @@ class ModelConfig:
     index_n_heads: int = 0
     index_head_dim: int = 0
     index_rope_interleave: bool = False  # GLM-5: the indexer ropes interleaved pairs
+    # GLM-5's and Mistral Large 4's "shared" indexer layers (transformers' indexer_types):
+    # no indexer of their own; each takes the top-k of the nearest earlier layer that has one.
+    shared_indexer_layers: tuple[int, ...] = ()
+    # Mistral Large 4's KV sharing (its kv_source_layers): per decoder layer, the layer whose
+    # latent cache it attends to (itself: its own; empty: every layer its own). A layer
+    # reading an earlier one's computes no latent and caches none (its indexer's keys it
+    # still caches, when it has an indexer).
+    kv_source_layers: tuple[int, ...] = ()
     # Logits squashed to cap * tanh(logits / cap) (Mistral Large 4's 30; 0: none).
     final_logit_softcapping: float = 0.0
     # MoE
@@ -242,6 +250,7 @@ class ModelConfig:
                 raise ValueError(
                     f"nope_layers: layer {bad[0]} is outside [0, num_layers={self.num_layers})"
                 )
+        self._check_sharing()
         if not self.final_logit_softcapping >= 0:
             raise ValueError(
                 f"final_logit_softcapping={self.final_logit_softcapping}: must be >= 0"
@@ -304,6 +313,40 @@ class ModelConfig:
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype={self.dtype!r}: expected float32, bfloat16 or float16")
 
+    def _check_sharing(self) -> None:
+        """shared_indexer_layers and kv_source_layers, as transformers runs them."""
+        shared = self.shared_indexer_layers
+        if shared and not self.sparse_attention:
+            raise ValueError("shared_indexer_layers: needs sparse attention (index_topk > 0)")
+        bad = [i for i in shared if not 0 < i < self.num_layers]
+        if bad:
+            raise ValueError(
+                f"shared_indexer_layers: layer {bad[0]} has no earlier layer with an indexer "
+                f"to take the top-k of (must be in [1, num_layers={self.num_layers}))"
+            )
+        sources = self.kv_source_layers
+        if not sources:
+            return
+        if not self.is_mla or len(sources) != self.num_layers:
+            raise ValueError(
+                f"kv_source_layers: needs MLA and one entry per layer ({self.num_layers})"
+            )
+        for i, s in enumerate(sources):
+            # transformers hands a reading layer the latest latent stored by a layer of its
+            # kind (with or without RoPE): that must be the one named.
+            stores = [
+                j
+                for j in range(i)
+                if sources[j] == j
+                and self.layer_rope_dim(j) == self.layer_rope_dim(i)
+                and j in sources[j + 1 :]
+            ]
+            if s != i and not (0 <= s < i and sources[s] == s and stores and stores[-1] == s):
+                raise ValueError(
+                    f"kv_source_layers[{i}]={s}: a layer reads the latest earlier layer of "
+                    "its kind (with or without RoPE) that keeps its own KV"
+                )
+
     # -- derived ---------------------------------------------------------------------------
     @property
     def is_mla(self) -> bool:
@@ -334,6 +377,24 @@ class ModelConfig:
         if self.is_mla:
             return self.qk_rope_head_dim
         return int(self.head_dim * self.partial_rotary_factor)
+
+    def indexes(self, layer: int) -> bool:
+        """Whether layer `layer` (the MTP layer: num_layers) runs a lightning indexer of its
+        own (sparse attention, and not one of shared_indexer_layers)."""
+        return self.sparse_attention and layer not in self.shared_indexer_layers
+
+    def kv_source(self, layer: int) -> int:
+        """The layer whose latent cache layer `layer` attends to (kv_source_layers)."""
+        return self.kv_source_layers[layer] if layer < len(self.kv_source_layers) else layer
+
+    def layer_kv_widths(self, layer: int) -> tuple[int, ...]:
+        """Trailing widths of layer `layer`'s cache arrays (engine.step.init_kv_pages): GQA's
+        K and V; MLA's latent unless it reads another layer's, then its indexer's keys."""
+        if not self.is_mla:
+            return (self.num_kv_heads * self.head_dim,) * 2
+        latent = (self.kv_lora_rank + self.qk_rope_head_dim,)
+        own = latent if self.kv_source(layer) == layer else ()
+        return own + ((self.index_head_dim,) if self.indexes(layer) else ())
 
     def layer_rope_dim(self, layer: int) -> int:
         """MLA rope channels of decoder layer `layer` (0 in nope_layers)."""
@@ -397,12 +458,10 @@ class ModelConfig:
 
     @property
     def kv_cache_widths(self) -> tuple[int, ...]:
-        """Per-token, per-layer cache arrays' trailing widths: MLA latent (and the sparse
-        attention indexer's key), or GQA K and V."""
-        if self.is_mla:
-            latent = (self.kv_lora_rank + self.qk_rope_head_dim,)
-            return latent + ((self.index_head_dim,) if self.sparse_attention else ())
-        return (self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim)
+        """Per-token cache arrays' trailing widths of a layer that keeps all it can: MLA
+        latent (and the sparse attention indexer's key), or GQA K and V (layer_kv_widths:
+        a given layer's)."""
+        return self.layer_kv_widths(0)
 
     @property
     def num_kv_layers(self) -> int:
@@ -413,7 +472,8 @@ class ModelConfig:
         """KV-cache bytes one token occupies across all layers."""
         if dtype_bytes is None:
             dtype_bytes = 4 if self.dtype == "float32" else 2
-        return self.num_kv_layers * sum(self.kv_cache_widths) * dtype_bytes
+        widths = sum(sum(self.layer_kv_widths(i)) for i in range(self.num_kv_layers))
+        return widths * dtype_bytes
 
     def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)

@@ -498,8 +498,9 @@ _add(
     )
 )
 # Mistral Large 4 (mistral_large4_text, served from its mistral_large4 wrapper): GLM-5's
-# sparse MLA without a q LoRA, layer 1 without RoPE, LeRoPE, the learned query log scale,
-# a softmax router with V3's groups, layer 0 dense, logits soft-capped at 2.
+# sparse MLA without a q LoRA, layer 1 without RoPE and reusing layer 0's top-k, layer 2
+# attending to layer 0's latent, LeRoPE, the learned query log scale, a softmax router
+# with V3's groups, layer 0 dense, logits soft-capped at 2.
 _add(
     TINY["tiny-glm-moe-dsa"].replace(
         name="tiny-mistral-large4",
@@ -515,6 +516,8 @@ _add(
         ),
         q_lora_rank=0,
         nope_layers=(1,),
+        shared_indexer_layers=(1,),
+        kv_source_layers=(0, 1, 0),
         learned_rope_scale=True,
         query_log_scale=True,
         final_logit_softcapping=2.0,

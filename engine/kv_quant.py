@@ -95,21 +95,24 @@ def zeros(shape: tuple[int, ...]) -> QuantizedPages:
     return QuantizedPages(jnp.zeros(shape, STORAGE_DTYPE), jnp.zeros(shape[:-1], SCALE_DTYPE))
 
 
-def cache_row_shapes(cfg: ModelConfig) -> tuple[tuple[int, ...], ...]:
-    """Row shape of each per-layer cache array for one token: GQA (K, Dh) for K and V, MLA
-    (R + Dr,) for the latent (and (Di,) for a sparse-attention indexer's key)."""
+def cache_row_shapes(cfg: ModelConfig, layer: int = 0) -> tuple[tuple[int, ...], ...]:
+    """Row shape of each of layer `layer`'s cache arrays for one token: GQA (K, Dh) for K
+    and V, MLA (R + Dr,) for the latent (and (Di,) for a sparse-attention indexer's key;
+    ModelConfig.layer_kv_widths)."""
     if cfg.is_mla:
-        return tuple((w,) for w in cfg.kv_cache_widths)
+        return tuple((w,) for w in cfg.layer_kv_widths(layer))
     return ((cfg.num_kv_heads, cfg.head_dim),) * 2
 
 
 def bytes_per_token(cfg: ModelConfig, dtype=None, num_layers: int | None = None) -> int:
-    """Cache bytes of one token over all layers (or `num_layers` of them) in page dtype
-    `dtype` (None: the model's); fp8 pages add one 4-byte scale per row."""
+    """Cache bytes of one token over all layers (or the first `num_layers`: a hybrid
+    model's, whose layers' arrays are all alike) in page dtype `dtype` (None: the model's);
+    fp8 pages add one 4-byte scale per row."""
     dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
-    per_layer = 0
-    for row in cache_row_shapes(cfg):
-        per_layer += math.prod(row) * dtype.itemsize
-        if dtype == FP8_DTYPE:
-            per_layer += math.prod(row[:-1]) * SCALE_DTYPE.itemsize
-    return (cfg.num_kv_layers if num_layers is None else num_layers) * per_layer
+    total = 0
+    for layer in range(cfg.num_kv_layers if num_layers is None else num_layers):
+        for row in cache_row_shapes(cfg, layer):
+            total += math.prod(row) * dtype.itemsize
+            if dtype == FP8_DTYPE:
+                total += math.prod(row[:-1]) * SCALE_DTYPE.itemsize
+    return total

@@ -218,13 +218,20 @@ def sparse_mla_attention(
     return o.astype(q_lat.dtype)
 
 
+def select(cfg, x, index_pages, meta: AttnMetadata, batch_invariant=False) -> jax.Array:
+    """A DSA layer's indexer choice ([T, index_topk] key positions, select_keys) over its
+    written index-key pages."""
+    tiles = (INVARIANT_TILE,) if batch_invariant else None
+    return select_keys(x.idx_q, x.idx_w, index_pages, meta, cfg.index_topk, tiles)
+
+
 def attention(
-    p_attn: dict, cfg, x, latent_pages, index_pages, meta: AttnMetadata, batch_invariant=False
+    p_attn: dict, cfg, x, latent_pages, selected, meta: AttnMetadata, batch_invariant=False
 ) -> jax.Array:
-    """One DSA layer's attention over its written pages, before the output projection:
-    the indexer's choice, absorbed MLA over it, W_UV applied ([T, H, Dv])."""
-    tiles, chunk = ((INVARIANT_TILE,), INVARIANT_CHUNK) if batch_invariant else (None, None)
-    selected = select_keys(x.idx_q, x.idx_w, index_pages, meta, cfg.index_topk, tiles)
+    """One DSA layer's attention over its written latent pages, before the output
+    projection: absorbed MLA over `selected` (its own indexer's choice, `select`, or a
+    shared-indexer layer's earlier one), W_UV applied ([T, H, Dv])."""
+    chunk = INVARIANT_CHUNK if batch_invariant else None
     q_lat = mla_absorb_q(p_attn, x.q_nope, cfg)
     o_lat = sparse_mla_attention(q_lat, x.q_pe, latent_pages, meta, selected, x.scale, chunk)
     return mla_latent_to_v(p_attn, o_lat, cfg)

@@ -252,19 +252,26 @@ def _step_body(
             )
             return o, (k_pages, v_pages)
 
+        # The latest DSA indexer's choice, for the shared-indexer layers after it (layers
+        # are traced in order, so this holds the nearest earlier full layer's).
+        chosen = {}
+
         def attend_mla(i, p_attn, kv_i, x):
-            row = jnp.concatenate([x.c_kv, x.k_pe], axis=-1)  # cast (or quantized) by write_kv
-            latent_pages = ops.write_kv(kv_i[0], row, slots)
+            latent_pages, own = kv_i[0], ()
+            if x.c_kv is not None:  # (None: it reads an earlier layer's latent, written)
+                row = jnp.concatenate([x.c_kv, x.k_pe], axis=-1)  # cast (or quantized) there
+                latent_pages = ops.write_kv(latent_pages, row, slots)
+            if x.idx_k is not None:  # its own indexer's keys, cached for longer readers too
+                own = (ops.write_kv(kv_i[1], x.idx_k, slots),)
             if sparse:
-                index_pages = ops.write_kv(kv_i[1], x.idx_k, slots)
+                if own:
+                    chosen["keys"] = sparse_mla.select(cfg, x, own[0], meta, batch_invariant)
                 o = sparse_mla.attention(
-                    p_attn, cfg, x, latent_pages, index_pages, meta, batch_invariant
+                    p_attn, cfg, x, latent_pages, chosen["keys"], meta, batch_invariant
                 )
-                return o, (latent_pages, index_pages)
-            o = mla_attention(ops, p_attn, cfg, x, latent_pages, meta, kv_block_pages, split)
-            if cfg.sparse_attention:  # the indexer's keys still cached, for longer readers
-                return o, (latent_pages, ops.write_kv(kv_i[1], x.idx_k, slots))
-            return o, (latent_pages,)
+            else:
+                o = mla_attention(ops, p_attn, cfg, x, latent_pages, meta, kv_block_pages, split)
+            return o, (latent_pages, *own)
 
         return attend_mla if cfg.is_mla else attend_gqa
 
@@ -525,7 +532,8 @@ def init_kv_pages(
     window_num_pages: int | None = None,
 ) -> list:
     """Zeroed paged cache: per layer (K, V) pages for GQA, (latent,) pages for MLA, and
-    (latent, index keys) for MLA with sparse attention.
+    (latent, index keys) for MLA with sparse attention (ModelConfig.layer_kv_widths: a
+    layer reading another's latent keeps none, one with no indexer of its own no keys).
 
     `dtype` defaults to the model's; float8_e4m3fn gives kv_quant.QuantizedPages (fp8 data
     with a float32 scale per row). With a `mesh` the pages are created in place with their
@@ -542,11 +550,10 @@ def init_kv_pages(
         zeros = kv_quant.zeros
     else:
         zeros = functools.partial(jnp.zeros, dtype=dtype)
-    if cfg.is_mla:
-        widths = cfg.kv_cache_widths
+    if cfg.is_mla:  # (per layer: a layer may keep no latent, or no index keys)
         return [
-            tuple(zeros((num_pages, page_size, w)) for w in widths)
-            for _ in range(cfg.num_kv_layers)
+            tuple(zeros((num_pages, page_size, w)) for w in cfg.layer_kv_widths(i))
+            for i in range(cfg.num_kv_layers)
         ]
     kv = []
     for i in range(cfg.num_kv_layers):

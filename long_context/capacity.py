@@ -95,8 +95,9 @@ def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str) -> int:
     # ModelConfig's cache widths: the MLA latent + rope key, or GQA's K and V heads.
     total = cfg.kv_bytes_per_token(dtype_bytes(kv_dtype, "kv_dtype"))
     if kv_dtype == "float8_e4m3fn":
-        rows = len(cfg.kv_cache_widths) if cfg.is_mla else 2 * cfg.num_kv_heads
-        total += cfg.num_layers * rows * FP8_KV_SCALE_BYTES
+        for i in range(cfg.num_layers):
+            rows = len(cfg.layer_kv_widths(i)) if cfg.is_mla else 2 * cfg.num_kv_heads
+            total += rows * FP8_KV_SCALE_BYTES
     return math.ceil(total)
 
 

@@ -37,7 +37,7 @@ class AttnInputs(NamedTuple):
     v: jax.Array | None = None  # GQA [T, K, Dh]
     q_nope: jax.Array | None = None  # MLA [T, H, Dn]
     q_pe: jax.Array | None = None  # MLA [T, H, Dr], roped
-    c_kv: jax.Array | None = None  # MLA [T, R], after kv_a_norm
+    c_kv: jax.Array | None = None  # MLA [T, R], after kv_a_norm (None: kv_source_layers)
     k_pe: jax.Array | None = None  # MLA [T, Dr], roped, shared by all heads
     scale: float = 1.0  # softmax scale applied to q.k
     # DeepSeek sparse attention's indexer (ModelConfig.sparse_attention; engine/sparse_mla.py)
@@ -124,8 +124,10 @@ def mla_inputs(
 ) -> AttnInputs:
     """x: [T, D] -> MLA query parts and the per-token latent (c_kv normed, k_pe roped) of
     decoder layer `layer`; a nope layer's (Mistral Large 4) q_pe and k_pe are zeros, so the
-    cache and the attention backends see every layer alike. `delta(leaf, x)`: a LoRA term
-    for wq / wq_a / wq_b / wkv_a (models/lora.py), or None."""
+    cache and the attention backends see every layer alike. A layer reading an earlier
+    layer's latent (kv_source_layers) has c_kv and k_pe None, one without an indexer of
+    its own (shared_indexer_layers) idx_* None. `delta(leaf, x)`: a LoRA term for wq /
+    wq_a / wq_b / wkv_a (models/lora.py), or None."""
     dn, r, dr = cfg.layer_nope_dim(layer), cfg.kv_lora_rank, cfg.qk_rope_head_dim
     q_a = None
     if cfg.q_lora_rank:
@@ -134,12 +136,17 @@ def mla_inputs(
         q = add(jnp.einsum("tr,rhk->thk", q_a, p["wq_b"]), delta("wq_b", q_a))  # [T, H, Dn + Dr]
     else:
         q = add(jnp.einsum("td,dhk->thk", x, p["wq"]), delta("wq", x))  # [T, H, Dn + Dr]
-    kv_a = add(x @ p["wkv_a"], delta("wkv_a", x))  # [T, R + Dr]
-    c_kv = rms_norm(kv_a[:, :r], p["kv_a_norm"], cfg.latent_norm_eps)  # [T, R]
+    c_kv = k_pe = None  # (a layer reading an earlier layer's latent makes none)
+    if cfg.kv_source(layer) == layer:
+        kv_a = add(x @ p["wkv_a"], delta("wkv_a", x))  # [T, R + Dr]
+        c_kv = rms_norm(kv_a[:, :r], p["kv_a_norm"], cfg.latent_norm_eps)  # [T, R]
+        k_pe = kv_a[:, r:]
     if cfg.layer_rope_dim(layer):
-        q_pe, k_pe = _rope(cfg, q[..., dn:], positions, p), _rope(cfg, kv_a[:, r:], positions, p)
+        q_pe = _rope(cfg, q[..., dn:], positions, p)
+        k_pe = None if k_pe is None else _rope(cfg, k_pe, positions, p)
     else:
-        q_pe, k_pe = jnp.zeros(q.shape[:2] + (dr,), q.dtype), jnp.zeros((x.shape[0], dr), x.dtype)
+        q_pe = jnp.zeros(q.shape[:2] + (dr,), q.dtype)
+        k_pe = None if k_pe is None else jnp.zeros((x.shape[0], dr), x.dtype)
     q_nope = q[..., :dn]
     if cfg.query_log_scale:
         scale = _log_scale(p["q_scale"], p["q_scale_bias"], positions, q.dtype)
@@ -151,7 +158,7 @@ def mla_inputs(
         k_pe=k_pe,
         scale=mla_softmax_scale(cfg),
     )
-    if cfg.sparse_attention:
+    if cfg.indexes(layer):
         inputs = inputs._replace(**_indexer_inputs(p, x, q_a, positions, cfg, layer))
     return inputs
 

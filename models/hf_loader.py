@@ -97,15 +97,16 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
             names[f"{pre}.q_b_proj.weight"] = _linear(h * dq, rq, at + ("wq_b",))
         else:
             names[f"{pre}.q_proj.weight"] = _linear(h * dq, d, at + ("wq",))
-        names[f"{pre}.kv_a_proj_with_mqa.weight"] = _linear(r + dr, d, at + ("wkv_a",))
-        names[f"{pre}.kv_a_layernorm.weight"] = _vector(r, at + ("kv_a_norm",))
+        if cfg.kv_source(layer) == layer:
+            names[f"{pre}.kv_a_proj_with_mqa.weight"] = _linear(r + dr, d, at + ("wkv_a",))
+            names[f"{pre}.kv_a_layernorm.weight"] = _vector(r, at + ("kv_a_norm",))
         kv_b_out = h * (cfg.layer_nope_dim(layer) + cfg.v_head_dim)
         names[f"{pre}.kv_b_proj.weight"] = _linear(kv_b_out, r, at + ("wkv_b",))
         names[f"{pre}.o_proj.weight"] = _linear(d, h * cfg.v_head_dim, at + ("wo",))
         if cfg.query_log_scale:
             names[f"{pre}.softmax_scaling.scale"] = _vector(h, at + ("q_scale",))
             names[f"{pre}.softmax_scaling.bias"] = _vector(h, at + ("q_scale_bias",))
-        if cfg.sparse_attention:
+        if cfg.indexes(layer):
             hi, di, idx = cfg.index_n_heads, cfg.index_head_dim, f"{pre}.indexer"
             q_in = cfg.q_lora_rank or d
             names[f"{idx}.wq_b.weight"] = _linear(hi * di, q_in, at + ("idx_wq",))

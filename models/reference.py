@@ -23,8 +23,10 @@ def init_cache(cfg: ModelConfig, max_len: int) -> list:
     attention (latent, index keys [L, Di]); zeros."""
     dt = jnp.dtype(cfg.dtype)
     if cfg.is_mla:
-        layer = tuple(jnp.zeros((max_len, w), dt) for w in cfg.kv_cache_widths)
-        return [layer for _ in range(cfg.num_layers)]
+        return [
+            tuple(jnp.zeros((max_len, w), dt) for w in cfg.layer_kv_widths(i))
+            for i in range(cfg.num_layers)
+        ]
     shape = (max_len, cfg.num_kv_heads, cfg.head_dim)
     return [(jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in range(cfg.num_layers)]
 
@@ -59,18 +61,21 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
     cache, then attend causally over it (query at position p sees cache rows 0..p, or its
     layer's sliding window of them)."""
 
+    chosen_by = {}  # the latest indexer's choice, for the shared-indexer layers after it
+
     def attend(i: int, p_attn: dict, kv_i: tuple, inp: AttnInputs):
         if cfg.is_mla:
-            latent = kv_i[0]  # [L, R + Dr]
-            new = jnp.concatenate([inp.c_kv, inp.k_pe], axis=-1).astype(latent.dtype)
-            latent = latent.at[positions].set(new)
+            latent, own = kv_i[0], ()  # [L, R + Dr]
+            if inp.c_kv is not None:  # (None: an earlier layer's latent, read as written)
+                new = jnp.concatenate([inp.c_kv, inp.k_pe], axis=-1).astype(latent.dtype)
+                latent = latent.at[positions].set(new)
             chosen = None
             if cfg.sparse_attention:
-                index_keys = kv_i[1].at[positions].set(inp.idx_k.astype(kv_i[1].dtype))
-                chosen = _index_mask(inp, index_keys, positions, cfg.index_topk)
-                kv_i = (latent, index_keys)
-            else:
-                kv_i = (latent,)
+                if inp.idx_k is not None:
+                    own = (kv_i[1].at[positions].set(inp.idx_k.astype(kv_i[1].dtype)),)
+                    chosen_by["mask"] = _index_mask(inp, own[0], positions, cfg.index_topk)
+                chosen = chosen_by["mask"]
+            kv_i = (latent, *own)
             r = cfg.kv_lora_rank
             k_nope, v = mla_expand_kv(p_attn, latent[:, :r], cfg)  # [L, H, Dn], [L, H, Dv]
             scores = jnp.einsum("thn,lhn->thl", inp.q_nope, k_nope) + jnp.einsum(

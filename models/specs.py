@@ -117,9 +117,10 @@ def _mla_specs(cfg: ModelConfig, layer: int, dt, w) -> dict:
         s["wq_b"] = ParamSpec((rq, h, dq), dt, ("q_lora", "q_heads", "head_dim"), w)
     else:
         s["wq"] = ParamSpec((d, h, dq), dt, ("embed", "q_heads", "head_dim"), w)
-    # (A nope layer, Mistral Large 4's, has no rope channels: its latent alone.)
-    s["wkv_a"] = ParamSpec((d, r + cfg.layer_rope_dim(layer)), dt, ("embed", "kv_lora"), w)
-    s["kv_a_norm"] = ParamSpec((r,), dt, ("kv_lora",), ones)
+    if cfg.kv_source(layer) == layer:  # (else it reads an earlier layer's latent)
+        # (A nope layer, Mistral Large 4's, has no rope channels: its latent alone.)
+        s["wkv_a"] = ParamSpec((d, r + cfg.layer_rope_dim(layer)), dt, ("embed", "kv_lora"), w)
+        s["kv_a_norm"] = ParamSpec((r,), dt, ("kv_lora",), ones)
     kv_b = (r, h, cfg.layer_nope_dim(layer) + cfg.v_head_dim)
     s["wkv_b"] = ParamSpec(kv_b, dt, ("kv_lora", "q_heads", "head_dim"), w)
     s["wo"] = ParamSpec((h, cfg.v_head_dim, d), dt, ("q_heads", "head_dim", "embed"), w)
@@ -130,7 +131,7 @@ def _mla_specs(cfg: ModelConfig, layer: int, dt, w) -> dict:
     if cfg.query_log_scale:
         s["q_scale"] = ParamSpec((h,), dt, ("q_heads",), zeros)
         s["q_scale_bias"] = ParamSpec((h,), dt, ("q_heads",), ones)
-    if cfg.sparse_attention:
+    if cfg.indexes(layer):
         # The lightning indexer (DeepSeek-V3.2), replicated: its queries from the q LoRA
         # (Mistral Large 4: from the LayerNormed hidden state, with the query log scale),
         # one key per token (LayerNorm with a bias) and a weight per index head, float32

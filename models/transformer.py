@@ -45,7 +45,9 @@ def forward_hidden(
     constrain: Constrain | None = None,
     lora_slots: jax.Array | None = None,
 ) -> tuple[jax.Array, list]:  # (hidden [T, D] before the final norm, kv)
-    """Run all decoder layers; kv[i] is whatever the backend caches for layer i.
+    """Run all decoder layers; kv[i] is whatever the backend caches for layer i. An MLA
+    layer's attend sees (latent, index keys) with the index keys absent where the layer has
+    no indexer of its own, and the latent another layer's where it reads that one's.
 
     LoRA (models/lora.py): `params["lora"]`, when present, holds each layer's stacked
     adapters ({leaf: (A [S, K, R], B [S, R, N])}), and `lora_slots` [T] each token's slot."""
@@ -57,8 +59,12 @@ def forward_hidden(
     mask = slot_mask(lora, lora_slots)
     for i, layer in enumerate(params["layers"]):
         delta = make_delta(lora[i] if lora else None, mask)
-        x, kv_i = decoder_layer(layer, cfg, i, x, positions, kv[i], attend, routed, pin, delta)
-        new_kv.append(kv_i)
+        source = cfg.kv_source(i)
+        # A layer reading an earlier layer's latent (Mistral Large 4's kv_source_layers)
+        # sees it, as that layer left it this step, before its own arrays.
+        kv_in = kv[i] if source == i else (new_kv[source][0], *kv[i])
+        x, kv_i = decoder_layer(layer, cfg, i, x, positions, kv_in, attend, routed, pin, delta)
+        new_kv.append(kv_i if source == i else tuple(kv_i[1:]))
     return x, new_kv
 
 

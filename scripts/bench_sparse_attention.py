@@ -98,7 +98,8 @@ def time_scenario(scenario: list[tuple[int, int]]) -> dict:
 
     def sparse(a):
         meta, x, p = inputs(a)
-        return sparse_mla.attention(p, cfg, x, a["latent"], a["index_keys"], meta)
+        selected = sparse_mla.select(cfg, x, a["index_keys"], meta)
+        return sparse_mla.attention(p, cfg, x, a["latent"], selected, meta)
 
     def select(a):
         meta, x, _ = inputs(a)

@@ -178,8 +178,7 @@ def kv_shardings(cfg: ModelConfig, mesh: Mesh, kv_dtype=None) -> list:
         from engine.kv_quant import QuantizedPages
 
         pages = QuantizedPages(pages, NamedSharding(mesh, logical_to_spec(axes[:-1], rules)))
-    layer = (pages,) * len(cfg.kv_cache_widths)
-    return [layer for _ in range(cfg.num_kv_layers)]
+    return [(pages,) * len(cfg.layer_kv_widths(i)) for i in range(cfg.num_kv_layers)]
 
 
 def activation_constrainer(cfg: ModelConfig, mesh: Mesh):

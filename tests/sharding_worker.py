@@ -26,6 +26,9 @@ LAYOUTS = [
     # indexer (and its key pages) whole, experts over ep. (V3 itself on tp=2,ep=2: the KV
     # transfer and offloading cases below.)
     ("deepseek_v32", "tp=2,ep=2"),
+    # Mistral Large 4: the same with its query scales split with the heads, a layer without
+    # RoPE, one reusing another's top-k and one reading another's latent pages.
+    ("mistral_large4", "tp=2,ep=2"),
     ("qwen3_moe", "ep=4"),
     ("qwen3_moe", "ep=8"),
     ("qwen3_moe", "dp=2,ep=4"),

@@ -61,23 +61,32 @@ def test_deepseek_v32_dense_layers_indexer_and_refusals():
 def test_glm5_indexer_layers_and_defaults():
     """GLM-5 (glm_moe_dsa): the indexer ropes interleaved pairs; GlmMoeDsaConfig's
     indexer_types (given, or from index_topk_pattern, or from index_topk_freq and
-    index_skip_topk_offset) must leave every layer "full": a "shared" layer (reusing an
-    earlier layer's top-k) is refused naming it. Class defaults: GLM-5's shapes."""
+    index_skip_topk_offset) name the "shared" layers, which reuse the nearest earlier full
+    layer's top-k (a shared layer 0 is refused: transformers fails on it). Class defaults:
+    GLM-5's shapes, every layer full."""
     hf = json.loads(open(os.path.join(FIXTURES, "glm_moe_dsa", "config.json")).read())
     cfg = config_from_hf(hf)
     assert cfg.index_rope_interleave and cfg.sparse_attention and cfg.n_group == 1
+    assert cfg.shared_indexer_layers == ()
     # (save_pretrained wrote the class's indexer_types, which win over the other fields.)
     bare = {k: v for k, v in hf.items() if k != "indexer_types"}
     assert config_from_hf({**hf, "index_topk_pattern": "FFS"}) == cfg
     assert config_from_hf({**bare, "index_topk_pattern": "FFF"}) == cfg
-    for change, layer in [
-        (dict(indexer_types=["full", "shared", "full"]), 1),
-        (dict(index_topk_pattern="FFS"), 2),
+    for change, layers in [
+        (dict(indexer_types=["full", "shared", "full"]), (1,)),
+        (dict(index_topk_pattern="FFS"), (2,)),
         # transformers' rule: layer i full where max(i - offset + 1, 0) % freq == 0.
-        (dict(index_topk_freq=2, index_skip_topk_offset=1), 1),
+        (dict(index_topk_freq=2, index_skip_topk_offset=1), (1,)),
+        (dict(index_topk_freq=2, index_skip_topk_offset=2), (2,)),
     ]:
-        with pytest.raises(ValueError, match=f"indexer_types: layer {layer} is 'shared'"):
-            config_from_hf({**bare, **change})
+        shared = config_from_hf({**bare, **change})
+        assert shared.shared_indexer_layers == layers
+        assert [shared.indexes(i) for i in range(3)] == [i not in layers for i in range(3)]
+        assert [len(shared.layer_kv_widths(i)) for i in range(3)] == [
+            1 if i in layers else 2 for i in range(3)
+        ]
+    with pytest.raises(ValueError, match="indexer_types: layer 0 is 'shared', but there is no"):
+        config_from_hf({**bare, "indexer_types": ["shared", "full", "full"]})
     with pytest.raises(ValueError, match="'half' is not 'full' or 'shared'"):
         config_from_hf({**hf, "indexer_types": ["full", "half", "full"]})
     default = config_from_hf({"model_type": "glm_moe_dsa"})
@@ -132,8 +141,9 @@ def test_mistral4_in_its_wrapper_and_refusals():
 def test_mistral_large4_fields_and_refusals():
     """Mistral Large 4 (its own wrapper around a mistral_large4_text model): no q LoRA (the
     class has no such field), its nope layers from no_rope_layers (default: every
-    no_rope_layer_interval-th, 4), the soft cap; layers sharing KV, shared indexers and a
-    missing cap are refused."""
+    no_rope_layer_interval-th, 4), the soft cap, shared indexers, layers reading an earlier
+    layer's latent (only the one transformers hands them: the latest of their kind that
+    keeps its own); a missing cap is refused."""
     wrapped = json.loads(open(os.path.join(FIXTURES, "mistral_large4", "config.json")).read())
     cfg = config_from_hf(wrapped)
     assert (cfg.model_type, cfg.q_lora_rank, cfg.nope_layers) == ("mistral_large4_text", 0, (1,))
@@ -148,9 +158,17 @@ def test_mistral_large4_fields_and_refusals():
     default = config_from_hf({"model_type": "mistral_large4"})
     assert (default.num_layers, default.nope_layers[:2], default.index_topk) == (72, (3, 7), 2048)
     assert default.final_logit_softcapping == 30.0 and default.latent_norm_eps == 1e-5
+    assert (cfg.kv_source_layers, cfg.shared_indexer_layers) == ((0, 1, 0), (1,))
+    assert [cfg.layer_kv_widths(i) for i in range(3)] == [(40, 16), (40,), (16,)]
+    own = config_from_hf(dict(wrapped, text_config=dict(text, kv_source_layers=[0, 1, 2])))
+    assert own.kv_source_layers == () and own.layer_kv_widths(2) == (40, 16)
     for change, message in [
-        (dict(kv_source_layers=[0, 0, 2]), "kv_source_layers: layers reading another"),
-        (dict(indexer_types=["full", "shared", "full"]), "indexer_types: layer 1 is 'shared'"),
+        # Layer 1 has no RoPE, layer 0 has: transformers would hand it no latent.
+        (dict(kv_source_layers=[0, 0, 2]), r"kv_source_layers\[1\]=0: a layer reads"),
+        (dict(kv_source_layers=[0, 1, 1]), r"kv_source_layers\[2\]=1: a layer reads"),
+        (dict(kv_source_layers=[0, 1]), "kv_source_layers: needs MLA and one entry per layer"),
+        (dict(kv_source_layers=[0, 1, "0"]), "kv_source_layers=\\[0, 1, '0'\\]: expected"),
+        (dict(indexer_types=["shared", "full", "full"]), "indexer_types: layer 0 is 'shared'"),
         (dict(final_logit_softcapping=None), "final_logit_softcapping=None: mistral_large4"),
         (dict(no_rope_layers=[1, 2, 1]), "no_rope_layers: expected a list of >= "),
         (dict(no_rope_layers=[1, 0]), "no_rope_layers: expected a list of >= "),
