@@ -42,6 +42,7 @@ SUPPORTED_MODEL_TYPES = (
     "glm_moe_dsa",
     "mistral4",
     "mistral_large4_text",
+    "ministral3",
 )
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
@@ -229,6 +230,18 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
             type="yarn", rope_theta=10000.0, factor=128.0, original_max_position_embeddings=8192,
             beta_fast=32.0, beta_slow=1.0, mscale_all_dim=1.0, mscale=1.0,
             llama_4_scaling_beta=0.1,
+        ),
+    ),
+    # Ministral 3 (in a Mistral 3 wrapper): Mistral's attention (a window where
+    # sliding_window is set) with YaRN and Llama 4's query temperature.
+    "ministral3": dict(
+        vocab_size=131072, hidden_size=4096, intermediate_size=14336, num_hidden_layers=34,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+        max_position_embeddings=262144, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+        rope_parameters=dict(
+            type="yarn", rope_theta=1000000.0, factor=16.0,
+            original_max_position_embeddings=16384, beta_fast=32.0, beta_slow=1.0,
+            mscale_all_dim=1.0, mscale=1.0, llama_4_scaling_beta=0.1,
         ),
     ),
     # Mistral Large 4 (in its mistral_large4 wrapper): GLM-5's sparse MLA without a q LoRA,
@@ -444,14 +457,11 @@ def _partial_rotary_factor(f: _Fields, model_type: str) -> float:
     return 1.0
 
 
-def _mistral4_rope(f: _Fields) -> dict:
-    """Mistral 4's rope dict beyond the frequencies: its partial_rotary_factor must put RoPE
-    on the qk_rope_head_dim channels of each head (transformers sizes its rotary by it), and
-    llama_4_scaling_beta with original_max_position_embeddings set the query temperature
-    (ModelConfig.attn_scale_beta; transformers fails without them)."""
-    params = _rope_params(f)
+def _check_mistral4_rotary(f: _Fields) -> None:
+    """Mistral 4's partial_rotary_factor must put RoPE on the qk_rope_head_dim channels of
+    each head (transformers sizes its rotary by it)."""
     nope, rope = f.required("qk_nope_head_dim"), f.required("qk_rope_head_dim")
-    partial = params.get("partial_rotary_factor")
+    partial = _rope_params(f).get("partial_rotary_factor")
     if partial is not None and not (
         _is_number(partial) and abs(partial * (nope + rope) - rope) < 1e-6
     ):
@@ -459,10 +469,18 @@ def _mistral4_rope(f: _Fields) -> dict:
             f"HF config rope_parameters.partial_rotary_factor={partial!r}: mistral4 needs "
             f"qk_rope_head_dim / (qk_nope_head_dim + qk_rope_head_dim) = {rope}/{nope + rope}"
         )
+
+
+def _llama4_temperature(f: _Fields) -> dict:
+    """Mistral 4's and Ministral 3's query temperature (ModelConfig.attn_scale_beta) from
+    their rope dict's llama_4_scaling_beta and original_max_position_embeddings, which
+    transformers reads there (and fails without)."""
+    params = _rope_params(f)
+    model_type = f.hf.get("model_type")
     beta = params.get("llama_4_scaling_beta")
     if not _is_number(beta) or beta < 0:
         raise ValueError(
-            f"HF config rope_parameters.llama_4_scaling_beta={beta!r}: mistral4 needs a "
+            f"HF config rope_parameters.llama_4_scaling_beta={beta!r}: {model_type} needs a "
             "number >= 0 (transformers scales its queries by it)"
         )
     if not beta:
@@ -471,7 +489,7 @@ def _mistral4_rope(f: _Fields) -> dict:
     if not isinstance(positions, int) or isinstance(positions, bool) or positions < 1:
         raise ValueError(
             f"HF config rope_parameters.original_max_position_embeddings={positions!r}: "
-            "mistral4's query temperature needs an int >= 1"
+            f"{model_type}'s query temperature needs an int >= 1"
         )
     return dict(attn_scale_beta=float(beta), attn_scale_positions=positions)
 
@@ -634,7 +652,8 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
     per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe", "gpt_oss", "dots1")
     window = f.get("sliding_window")
     layer_types = f.hf.get("layer_types") if per_layer else None
-    always = ("mistral", "mixtral", "gpt_oss", "dots1")  # no use_sliding_window switch
+    # (no use_sliding_window switch)
+    always = ("mistral", "ministral3", "mixtral", "gpt_oss", "dots1")
     if model_type not in always and not f.get("use_sliding_window"):
         window = None  # transformers' config sets it so
     if window is None:
@@ -733,12 +752,15 @@ def config_from_hf(
     if not isinstance(source, dict):
         eos_ids = tuple(dict.fromkeys(eos_ids + _generation_eos_ids(source)))
     if model_type == "mistral4":
-        arch = {**mla_fields(f, model_type), **_mistral4_rope(f)}
+        _check_mistral4_rotary(f)
+        arch = {**mla_fields(f, model_type), **_llama4_temperature(f)}
     elif model_type in MLA_MODEL_TYPES:
         _partial_rotary_factor(f, model_type)  # 1: MLA rotates its whole rope part
         arch = mla_fields(f, model_type)
     else:
         arch = _gqa_fields(f, model_type)
+        if model_type == "ministral3":
+            arch.update(_llama4_temperature(f))
     return ModelConfig(
         name=name,
         model_type=model_type,

@@ -439,3 +439,90 @@ _add(
         eos_token_ids=(154820, 154827, 154829),
     )
 )
+# Mistral Small 4 (mistralai/Mistral-Small-4-119B-2603, mistral4 in a Mistral 3 wrapper):
+# transformers' Mistral4Config defaults, its shapes: DeepSeek-V3's MLA with a 256-wide
+# latent, 128 experts (4 routed, 1 shared) on every layer, Llama 4's query temperature.
+_add(
+    ModelConfig(
+        name="mistral-small-4",
+        model_type="mistral4",
+        vocab_size=131072,
+        hidden_size=4096,
+        num_layers=36,
+        num_heads=32,
+        intermediate_size=12288,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=1048576,
+        rope_scaling=RopeScaling(
+            rope_type="yarn",
+            factor=128.0,
+            original_max_position_embeddings=8192,
+            mscale=1.0,
+            mscale_all_dim=1.0,
+        ),
+        attention_type="mla",
+        q_lora_rank=1024,
+        kv_lora_rank=256,
+        qk_nope_head_dim=64,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        attn_scale_beta=0.1,
+        attn_scale_positions=8192,
+        num_experts=128,
+        num_experts_per_tok=4,
+        moe_intermediate_size=2048,
+        num_shared_experts=1,
+        scoring_func="softmax",
+        topk_method="group_top2",
+        norm_topk_prob=True,
+        bos_token_id=1,
+        eos_token_ids=(2,),
+        dtype="bfloat16",
+    )
+)
+# Mistral Large 4 (mistralai/Mistral-Large-4-1T-A52B): transformers' MistralLarge4TextConfig
+# defaults: GLM-5's sparse MLA (2,048 keys per query) without a q LoRA, every 4th layer
+# without RoPE, LeRoPE, the learned query log scale, logits soft-capped at 30, layer 0 dense.
+_add(
+    ModelConfig(
+        name="mistral-large-4",
+        model_type="mistral_large4_text",
+        vocab_size=204800,
+        hidden_size=6144,
+        num_layers=72,
+        num_heads=64,
+        intermediate_size=24576,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=1048576,
+        rope_scaling=RopeScaling(
+            rope_type="yarn",
+            factor=2048.0,
+            original_max_position_embeddings=512,
+            attention_factor=1.0,
+        ),
+        attention_type="mla",
+        kv_lora_rank=512,
+        qk_nope_head_dim=64,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        nope_layers=tuple(range(3, 72, 4)),
+        learned_rope_scale=True,
+        query_log_scale=True,
+        index_topk=2048,
+        index_n_heads=32,
+        index_head_dim=128,
+        index_rope_interleave=True,
+        final_logit_softcapping=30.0,
+        num_experts=128,
+        num_experts_per_tok=4,
+        moe_intermediate_size=6144,
+        num_shared_experts=1,
+        scoring_func="softmax",
+        topk_method="group_top2",
+        norm_topk_prob=True,
+        mlp_only_layers=(0,),
+        bos_token_id=1,
+        eos_token_ids=(2,),
+        dtype="bfloat16",
+    )
+)

@@ -530,3 +530,35 @@ _add(
         bos_token_id=1,
     )
 )
+# Ministral 3 (ministral3): Mistral's attention with an 8-key window, YaRN, and Llama 4's
+# query temperature every 16 positions.
+_add(
+    ModelConfig(
+        name="tiny-ministral3",
+        model_type="ministral3",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=24,
+        intermediate_size=128,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        rope_scaling=RopeScaling(
+            rope_type="yarn",
+            factor=4.0,
+            original_max_position_embeddings=16,
+            beta_fast=32.0,
+            beta_slow=1.0,
+            mscale=1.0,
+            mscale_all_dim=1.0,
+        ),
+        sliding_window=8,
+        attn_scale_beta=0.5,
+        attn_scale_positions=16,
+        bos_token_id=1,
+        eos_token_ids=(2,),
+    )
+)

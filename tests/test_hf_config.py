@@ -34,6 +34,7 @@ ARCHS = (
     "glm_moe_dsa",
     "mistral4",
     "mistral_large4",
+    "ministral3",
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")

@@ -44,6 +44,10 @@ def test_class_defaults_fill_absent_fields():
         ("deepseek_v2", "num_local_experts", 64),
         ("ernie4_5_moe", "num_experts", 8),
         ("ernie4_5_moe", "num_local_experts", 64),
+        # (run by hand 2026-12-05, transformers 5.25)
+        ("mistral4", "num_local_experts", 8),
+        ("mistral_large4_text", "num_local_experts", 8),
+        ("mistral_large4_text", "num_experts", 8),
     ],
 )
 def test_expert_count_names_are_read_as_transformers_reads_them(model_type, name, want):

@@ -1,5 +1,6 @@
 """config_from_hf for the MLA families whose fields configs/hf_mla.py reads: GLM-4.7-Flash's
-dense layers, and DeepSeek-V3.2's and GLM-5's sparse-attention indexer."""
+dense layers, DeepSeek-V3.2's and GLM-5's sparse-attention indexer, Mistral Small 4 (and
+Ministral 3's query temperature) and Mistral Large 4, in their multimodal wrappers."""
 
 import json
 import os
@@ -7,6 +8,7 @@ import os
 import pytest
 
 from configs.hf_config import config_from_hf
+from configs.presets import get_preset
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
@@ -117,6 +119,9 @@ def test_mistral4_in_its_wrapper_and_refusals():
     default = config_from_hf({"model_type": "mistral4"})
     assert (default.attn_scale_beta, default.attn_scale_positions) == (0.1, 8192)
     assert (default.q_lora_rank, default.kv_lora_rank, default.num_experts) == (1024, 256, 128)
+    # The class defaults are the release's shapes: the mistral-small-4 preset.
+    real = config_from_hf({"model_type": "mistral4"}, name="mistral-small-4", dtype="bfloat16")
+    assert real == get_preset("mistral-small-4")
     text, rope = wrapped["text_config"], wrapped["text_config"]["rope_parameters"]
     for change, message in [
         (dict(rope, llama_4_scaling_beta=None), "llama_4_scaling_beta=None: mistral4 needs"),
@@ -132,6 +137,15 @@ def test_mistral4_in_its_wrapper_and_refusals():
     assert config_from_hf(dict(text, rope_parameters=dict(rope, llama_4_scaling_beta=0))) == (
         cfg.replace(name="hf-mistral4", attn_scale_beta=0.0, attn_scale_positions=0)
     )
+    # Ministral 3 (dense, GQA) takes the same temperature from the same fields.
+    ministral = config_from_hf(
+        {"model_type": "mistral3", "text_config": {"model_type": "ministral3"}}
+    )
+    assert (ministral.attn_scale_beta, ministral.attn_scale_positions) == (0.1, 16384)
+    assert ministral.tie_word_embeddings and ministral.sliding_window is None
+    no_beta = {"model_type": "ministral3", "rope_parameters": {"rope_type": "default"}}
+    with pytest.raises(ValueError, match="llama_4_scaling_beta=None: ministral3 needs"):
+        config_from_hf(no_beta)
     with pytest.raises(ValueError, match=r"text_config.model_type \(of 'mistral3'\)='gemma3'"):
         config_from_hf(dict(wrapped, text_config=dict(text, model_type="gemma3")))
     with pytest.raises(ValueError, match="text_config=\\[\\]: expected a JSON object"):
@@ -158,6 +172,10 @@ def test_mistral_large4_fields_and_refusals():
     default = config_from_hf({"model_type": "mistral_large4"})
     assert (default.num_layers, default.nope_layers[:2], default.index_topk) == (72, (3, 7), 2048)
     assert default.final_logit_softcapping == 30.0 and default.latent_norm_eps == 1e-5
+    real = config_from_hf(
+        {"model_type": "mistral_large4"}, name="mistral-large-4", dtype="bfloat16"
+    )
+    assert real == get_preset("mistral-large-4")
     assert (cfg.kv_source_layers, cfg.shared_indexer_layers) == ((0, 1, 0), (1,))
     assert [cfg.layer_kv_widths(i) for i in range(3)] == [(40, 16), (40,), (16,)]
     own = config_from_hf(dict(wrapped, text_config=dict(text, kv_source_layers=[0, 1, 2])))

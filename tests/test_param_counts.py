@@ -28,6 +28,10 @@ from models.specs import count_params
         ("dots-llm1", 142e9, 0.01, 14e9, 0.01),  # dots.llm1 model card: 142B, 14B active
         ("qwen1.5-moe-a2.7b", 14.3e9, 0.01, 2.7e9, 0.01),  # Qwen1.5-MoE model card
         ("olmoe-1b-7b", 6.9e9, 0.01, 1.3e9, 0.02),  # OLMoE paper (arXiv:2409.02060)
+        # The checkpoints' names: Mistral-Small-4-119B, Mistral-Large-4-1T-A52B (its total
+        # rounded to 1T: 1.05T here).
+        ("mistral-small-4", 119e9, 0.01, None, 0),
+        ("mistral-large-4", 1e12, 0.06, 52e9, 0.03),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
