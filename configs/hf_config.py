@@ -51,6 +51,7 @@ SUPPORTED_MODEL_TYPES = (
 MULTIMODAL_WRAPPERS = {
     "mistral3": ("mistral", True),
     "mistral_large4": ("mistral_large4_text", False),
+    "kimi_k25": ("deepseek_v3", True),  # Kimi K2.5: DeepSeek-V3's language model
 }
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -307,6 +308,8 @@ def language_model_config(hf: dict) -> dict:
     if not isinstance(text, dict):
         raise ValueError(f"HF config text_config={text!r}: expected a JSON object")
     out = {"model_type": default_type, **text}
+    if hf["model_type"] == "kimi_k25" and out["model_type"] == "kimi_k2":
+        out["model_type"] = "deepseek_v3"  # (Kimi_K25Config's reading of its remote code's)
     out["tie_word_embeddings"] = hf.get("tie_word_embeddings", default_tie)
     for key in ("quantization_config", "dtype", "torch_dtype"):
         if key in hf:

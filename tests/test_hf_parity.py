@@ -283,6 +283,39 @@ def test_loader_reads_fused_and_per_expert_layouts_alike(tmp_path):
         np.testing.assert_array_equal(np.asarray(moe_a[key]), np.asarray(moe_b[key]))
 
 
+def test_a_wrapped_checkpoint_loads_its_language_model(tmp_path):
+    """Kimi K2.5's layout (a kimi_k25 wrapper whose text_config names its remote code's
+    kimi_k2, transformers' deepseek_v3): the deepseek_v3 fixture's tensors under transformers
+    5's model.language_model.* names beside a vision tower's load to the fixture's params,
+    the tie and dtype read from the top level."""
+    src = FIXTURES / "deepseek_v3"
+    tensors = {}
+    for f in sorted(src.glob("*.safetensors")):
+        tensors.update(load_file(str(f)))
+    moved = {n.replace("model.", "model.language_model.", 1): t for n, t in tensors.items()}
+    moved["model.vision_tower.patch_embed.weight"] = np.zeros((4, 3), np.float32)  # not read
+    save_file(moved, str(tmp_path / "model.safetensors"))
+    text = json.loads((src / "config.json").read_text())
+    wrapper = {
+        "model_type": "kimi_k25",
+        "text_config": dict(text, model_type="kimi_k2"),
+        "tie_word_embeddings": False,
+        "dtype": "float32",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(wrapper))
+    cfg, params, _ = load_model(str(tmp_path))
+    assert cfg.replace(name="x") == get_preset("tiny-deepseek-v3").replace(name="x")
+    want = load_hf_params(src, cfg)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # Kimi_K25Config ties by default: an lm_head unlike the embedding keeps them apart (as
+    # transformers does), with a warning.
+    del wrapper["tie_word_embeddings"]
+    (tmp_path / "config.json").write_text(json.dumps(wrapper))
+    with pytest.warns(UserWarning, match="they are not tied"):
+        assert not load_model(str(tmp_path))[0].tie_word_embeddings
+
+
 def _copy_fixture(tmp_path: Path, arch: str) -> Path:
     dst = tmp_path / arch
     shutil.copytree(FIXTURES / arch, dst)
