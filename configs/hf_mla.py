@@ -25,6 +25,101 @@ _NOAUX_TC = ("deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa")
 _MLP_LAYER_TYPES = ("glm4_moe_lite", *DSA_MODEL_TYPES)
 
 
+# Defaults of the transformers config classes for the fields read (configs/hf_config.py's
+# _DEFAULTS takes these beside the GQA families').
+# fmt: off
+MLA_DEFAULTS: dict[str, dict[str, Any]] = {
+    # GLM-4.7-Flash: DeepSeek-V3's MLA attention and GLM-4.5's MoE (V3's router), the dense
+    # layers named by mlp_layer_types (default: layer 0).
+    "glm4_moe_lite": dict(
+        vocab_size=154880, hidden_size=2048, intermediate_size=10240, num_hidden_layers=47,
+        num_attention_heads=20, num_key_value_heads=20, max_position_embeddings=202752,
+        rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=1, q_lora_rank=768, kv_lora_rank=512,
+        qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256, n_routed_experts=64,
+        n_shared_experts=1, num_experts_per_tok=4, moe_intermediate_size=1536, n_group=1,
+        topk_group=1, norm_topk_prob=True, routed_scaling_factor=1.8, rope_interleave=True,
+        mlp_layer_types=None,
+    ),
+    # DeepSeek V2: `scoring_func` and `moe_layer_freq` are fields of the original remote-code
+    # config only (transformers hard-codes softmax and MoE on every layer >= first_k).
+    "deepseek_v2": dict(
+        vocab_size=102400, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, max_position_embeddings=2048, bos_token_id=1, eos_token_id=2,
+        q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+        v_head_dim=128, n_routed_experts=64, n_shared_experts=2, num_experts_per_tok=None,
+        moe_intermediate_size=1407, n_group=None, topk_group=None, topk_method="greedy",
+        scoring_func="softmax", norm_topk_prob=False, routed_scaling_factor=1.0,
+        first_k_dense_replace=0, moe_layer_freq=1, rope_interleave=True,
+    ),
+    # DeepSeek V3: transformers hard-codes sigmoid scores with the noaux_tc correction bias.
+    "deepseek_v3": dict(
+        vocab_size=129280, hidden_size=7168, intermediate_size=18432, num_hidden_layers=61,
+        num_attention_heads=128, max_position_embeddings=4096, bos_token_id=0, eos_token_id=1,
+        q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+        v_head_dim=128, n_routed_experts=256, n_shared_experts=1, num_experts_per_tok=8,
+        moe_intermediate_size=2048, n_group=8, topk_group=4, topk_method="noaux_tc",
+        scoring_func="sigmoid", norm_topk_prob=True, routed_scaling_factor=2.5,
+        first_k_dense_replace=3, moe_layer_freq=1, rope_interleave=True,
+        num_nextn_predict_layers=1,
+    ),
+    # DeepSeek-V3.2-Exp: V3's fields (interleaved rope, noaux_tc, always a q LoRA) and the
+    # sparse attention indexer's; transformers' class takes GLM-4.7-Flash's mlp_layer_types.
+    "deepseek_v32": dict(
+        vocab_size=129280, hidden_size=7168, intermediate_size=18432, num_hidden_layers=61,
+        num_attention_heads=128, max_position_embeddings=163840, bos_token_id=0,
+        eos_token_id=1, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+        qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=256, n_shared_experts=1,
+        num_experts_per_tok=8, moe_intermediate_size=2048, n_group=8, topk_group=4,
+        norm_topk_prob=True, routed_scaling_factor=2.5, first_k_dense_replace=3,
+        mlp_layer_types=None, index_topk=2048, index_n_heads=64, index_head_dim=128,
+    ),
+    # GLM-5: V3.2's class with GLM's sizes (and its indexer's rope on interleaved pairs).
+    "glm_moe_dsa": dict(
+        vocab_size=154880, hidden_size=6144, intermediate_size=12288, num_hidden_layers=78,
+        num_attention_heads=64, max_position_embeddings=202752, rms_norm_eps=1e-5,
+        bos_token_id=0, eos_token_id=1, q_lora_rank=2048, kv_lora_rank=512,
+        qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256, n_routed_experts=256,
+        n_shared_experts=1, num_experts_per_tok=8, moe_intermediate_size=2048, n_group=1,
+        topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5, first_k_dense_replace=3,
+        mlp_layer_types=None, index_topk=2048, index_n_heads=32, index_head_dim=128,
+        indexer_types=None,
+    ),
+    # Mistral Small 4: DeepSeek-V3's MLA (q LoRA optional) and MoE with a softmax router
+    # (V3's groups, no bias), Llama 4's query temperature from its rope_parameters.
+    "mistral4": dict(
+        vocab_size=131072, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=2048,
+        num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=32, n_shared_experts=1,
+        n_routed_experts=128, routed_scaling_factor=1.0, kv_lora_rank=256, q_lora_rank=1024,
+        qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=64, n_group=1, topk_group=1,
+        num_experts_per_tok=4, first_k_dense_replace=0, norm_topk_prob=True,
+        max_position_embeddings=1048576, bos_token_id=1, eos_token_id=2, rope_interleave=True,
+        rope_parameters=dict(
+            type="yarn", rope_theta=10000.0, factor=128.0, original_max_position_embeddings=8192,
+            beta_fast=32.0, beta_slow=1.0, mscale_all_dim=1.0, mscale=1.0,
+            llama_4_scaling_beta=0.1,
+        ),
+    ),
+    # Mistral Large 4 (in its mistral_large4 wrapper): GLM-5's sparse MLA without a q LoRA,
+    # every 4th layer without RoPE, LeRoPE, a learned query scale, logits soft-capped at 30.
+    "mistral_large4_text": dict(
+        vocab_size=204800, hidden_size=6144, intermediate_size=24576, moe_intermediate_size=6144,
+        num_hidden_layers=72, num_attention_heads=64, num_key_value_heads=64, n_shared_experts=1,
+        n_routed_experts=128, routed_scaling_factor=1.0, kv_lora_rank=512, qk_rope_head_dim=64,
+        v_head_dim=128, qk_nope_head_dim=64, n_group=1, topk_group=1, num_experts_per_tok=4,
+        max_position_embeddings=1048576, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+        index_topk=2048, index_head_dim=128, index_n_heads=32, first_k_dense_replace=1,
+        no_rope_layers=None, kv_source_layers=None, final_logit_softcapping=30.0,
+        mlp_layer_types=None, indexer_types=None,
+        rope_parameters=dict(
+            rope_type="yarn", rope_theta=10000.0, factor=2048.0,
+            original_max_position_embeddings=512, beta_fast=32.0, beta_slow=1.0,
+            attention_factor=1.0,
+        ),
+    ),
+}
+# fmt: on
+
+
 def mla_fields(f: Any, model_type: str) -> dict:
     if model_type == "deepseek_v2" and f.get("norm_topk_prob"):
         # transformers' DeepSeek-V2 never renormalizes the top-k weights (DeepSeek's own

@@ -65,6 +65,8 @@ def moe_fields(f: Any, model_type: str, attn: dict) -> dict:
         )
     elif model_type == "ernie4_5_moe":
         out.update(_ernie_moe_fields(f))
+    elif model_type == "hunyuan_v1_moe":
+        out.update(_hunyuan_moe_fields(f))
     elif model_type == "olmoe":
         # transformers' OlmoeAttention (its q_norm spans hidden_size: refused when the heads
         # do not fill it) and a Qwen-style router over experts of intermediate_size.
@@ -102,6 +104,33 @@ def moe_fields(f: Any, model_type: str, attn: dict) -> dict:
             norm_topk_prob=True,
         )
     return out
+
+
+def _hunyuan_moe_fields(f: Any) -> dict:
+    """transformers' HunYuanMoEV1Moe on every layer: a float32 softmax router whose top k
+    are renormalized, Mixtral's experts of intermediate_size and one shared MLP of the same
+    width. num_experts and moe_topk may be per-layer lists: only one value for all layers
+    is supported. (The released configs' moe_intermediate_size, num_shared_expert and
+    use_mixed_mlp_moe are not read by transformers, nor here.)"""
+    num_layers = f.required("num_hidden_layers")
+    out = {}
+    for name, key in (("num_experts", "num_experts"), ("moe_topk", "num_experts_per_tok")):
+        value = f.required(name)
+        if isinstance(value, list):
+            if len(value) != num_layers or len(set(value)) != 1:
+                raise ValueError(
+                    f"HF config {name}={value!r}: only the same value on every layer is supported"
+                )
+            value = value[0]
+        out[key] = value
+    width = f.required("intermediate_size")
+    return dict(
+        out,
+        moe_intermediate_size=width,
+        num_shared_experts=1,
+        shared_intermediate_size=width,
+        norm_topk_prob=True,
+    )
 
 
 def _ernie_moe_fields(f: Any) -> dict:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+# ntk_alpha: a fixed NTK-aware base, theta * alpha^(d / (d - 2)) (Hunyuan's checkpoints
+# spell it "dynamic" with an alpha; its frequencies never depend on the length).
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha")
 ATTENTION_TYPES = ("gqa", "mla")
 # softmax_topk: the top-k router logits, softmaxed among themselves (gpt-oss).
 SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk")
@@ -33,6 +35,7 @@ class RopeScaling:
     mscale_all_dim: float = 0.0  # yarn (DeepSeek): also scales the softmax (MLA)
     attention_factor: float | None = None  # yarn: explicit cos/sin magnitude override
     truncate: bool = True  # yarn: round the correction range to whole dims (gpt-oss: False)
+    alpha: float = 1.0  # ntk_alpha
 
     def __post_init__(self):
         if self.rope_type not in ROPE_TYPES:
@@ -68,6 +71,7 @@ class ModelConfig:
     # (gpt-oss "sinks"): softmax over [scores, sink], the sink's share dropped.
     attention_sinks: bool = False
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    qk_norm_after_rope: bool = False  # Hunyuan: those norms after RoPE, not before
     # OLMoE: the q and k RMSNorms span all heads' channels at once (weights [H * Dh] and
     # [K * Dh]) instead of each head's; with qk_norm.
     qk_norm_full: bool = False

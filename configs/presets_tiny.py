@@ -562,3 +562,32 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# Hunyuan-A13B (hunyuan_v1_moe): q/k norms after RoPE, NTK-alpha rope (alpha 50), a float32
+# softmax router (top 2 of 8) beside a shared MLP as wide as each expert.
+_add(
+    ModelConfig(
+        name="tiny-hunyuan-v1-moe",
+        model_type="hunyuan_v1_moe",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=48,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=10000.0,
+        rope_scaling=RopeScaling(rope_type="ntk_alpha", alpha=50.0),
+        qk_norm=True,
+        qk_norm_after_rope=True,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=48,
+        num_shared_experts=1,
+        shared_intermediate_size=48,
+        norm_topk_prob=True,
+        bos_token_id=1,
+        eos_token_ids=(2,),
+    )
+)

@@ -75,8 +75,8 @@ def gqa_inputs(
     p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig, delta=_no_delta, layer=0
 ) -> AttnInputs:
     """x: [T, D] -> q [T, H, Dh], k/v [T, K, Dh]; optional bias; qk-norm (per head, or over
-    all heads: OLMoE) and OLMoE's clip before rope (HF). `delta(leaf, x)`: a LoRA term to
-    add to a projection (models/lora.py), or None."""
+    all heads: OLMoE) and OLMoE's clip before rope (HF; Hunyuan's qk-norm after it).
+    `delta(leaf, x)`: a LoRA term to add to a projection (models/lora.py), or None."""
     q = add(jnp.einsum("td,dhk->thk", x, p["wq"]), delta("wq", x))
     k = add(jnp.einsum("td,dhk->thk", x, p["wk"]), delta("wk", x))
     v = add(jnp.einsum("td,dhk->thk", x, p["wv"]), delta("wv", x))
@@ -86,15 +86,17 @@ def gqa_inputs(
         q = rms_norm(q.reshape(q.shape[0], -1), p["q_norm"].reshape(-1), cfg.rms_norm_eps)
         k = rms_norm(k.reshape(k.shape[0], -1), p["k_norm"].reshape(-1), cfg.rms_norm_eps)
         q, k = q.reshape(v.shape[0], -1, cfg.head_dim), k.reshape(v.shape)
-    elif cfg.qk_norm:
+    elif cfg.qk_norm and not cfg.qk_norm_after_rope:
         q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
         k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
     if cfg.clip_qkv is not None:
         c = cfg.clip_qkv
         q, k, v = jnp.clip(q, -c, c), jnp.clip(k, -c, c), jnp.clip(v, -c, c)
-    q = _temperature(cfg, _rope(cfg, q, positions), positions)
-    k = _rope(cfg, k, positions)
-    return AttnInputs(q=q, k=k, v=v, scale=cfg.head_dim**-0.5)
+    q, k = _rope(cfg, q, positions), _rope(cfg, k, positions)
+    if cfg.qk_norm_after_rope:  # Hunyuan
+        q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
+        k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
+    return AttnInputs(q=_temperature(cfg, q, positions), k=k, v=v, scale=cfg.head_dim**-0.5)
 
 
 def _temperature(cfg: ModelConfig, q: jax.Array, positions: jax.Array) -> jax.Array:

@@ -86,6 +86,7 @@ def _vector(n: int, path: Path_) -> HFTensor:
 
 def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, HFTensor]:
     d, h = cfg.hidden_size, cfg.num_heads
+    hunyuan = cfg.model_type == "hunyuan_v1_moe"
     names = {}
     if cfg.is_mla:
         dq = cfg.qk_head_dim
@@ -133,8 +134,9 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         names[f"{pre}.sinks"] = _vector(h, at + ("sinks",))
     if cfg.qk_norm:
         width_q, width_k = (h * dh, k * dh) if cfg.qk_norm_full else (dh, dh)
-        names[f"{pre}.q_norm.weight"] = _vector(width_q, at + ("q_norm",))
-        names[f"{pre}.k_norm.weight"] = _vector(width_k, at + ("k_norm",))
+        q_norm, k_norm = ("query_layernorm", "key_layernorm") if hunyuan else ("q_norm", "k_norm")
+        names[f"{pre}.{q_norm}.weight"] = _vector(width_q, at + ("q_norm",))
+        names[f"{pre}.{k_norm}.weight"] = _vector(width_k, at + ("k_norm",))
     return names
 
 
@@ -172,7 +174,9 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
     # block_sparse_moe); transformers' fused layout is under mlp.
     legacy_mixtral = layout == "per_expert" and cfg.model_type in ("mixtral", "minimax_m2")
     pre = f"{layer}.block_sparse_moe" if legacy_mixtral else f"{layer}.mlp"
-    names = {f"{pre}.gate.weight": _linear(e, d, at + ("router",))}
+    # (Hunyuan's router is the gate's `wg`.)
+    router = f"{pre}.gate.wg.weight" if cfg.model_type == "hunyuan_v1_moe" else f"{pre}.gate.weight"
+    names = {router: _linear(e, d, at + ("router",))}
     if cfg.model_type == "ernie4_5_moe":  # kept by Ernie4_5_MoeStatics as [1, E]
         names[f"{pre}.moe_statics.e_score_correction_bias"] = HFTensor(
             (1, e), (at + ("router_bias",),), "copy"
@@ -202,8 +206,9 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
                 )
     if cfg.num_shared_experts:
         # Qwen2-MoE names its one gated shared MLP `shared_expert`; DeepSeek and GLM-4.5
-        # `shared_experts`.
+        # `shared_experts`, Hunyuan `shared_mlp`.
         shared = "shared_expert" if cfg.shared_expert_gate else "shared_experts"
+        shared = "shared_mlp" if cfg.model_type == "hunyuan_v1_moe" else shared
         fs = cfg.shared_expert_width
         names.update(_mlp_names(d, fs, f"{pre}.{shared}", at + ("shared",)))
     if cfg.shared_expert_gate:

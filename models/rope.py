@@ -92,6 +92,8 @@ def rope_frequencies(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarra
     """
     if rs.rope_type == "yarn":
         return _yarn_inv_freq(theta, dim, rs)
+    if rs.rope_type == "ntk_alpha":  # HF HunYuan's compute_ntk_alpha_rope_parameters
+        theta = theta * rs.alpha ** (dim / (dim - 2))
     inv_freq = _base_inv_freq(theta, dim)
     if rs.rope_type == "linear":
         inv_freq = inv_freq / np.float32(rs.factor)

@@ -163,11 +163,14 @@ def _mlp_specs(d: int, f: int, dt, w) -> dict:
 
 def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-    fp32_router = cfg.topk_method == "noaux_tc" or cfg.model_type == "mistral_large4_text"
+    fp32_router = cfg.topk_method == "noaux_tc" or cfg.model_type in (
+        "mistral_large4_text",
+        "hunyuan_v1_moe",
+    )
     router_dt = jnp.float32 if fp32_router else dt
     s = {
-        # DeepSeek-V3's, GLM's and Mistral Large 4's routers stay float32 (transformers keeps
-        # `gate.weight` so,
+        # DeepSeek-V3's, GLM's, Mistral Large 4's and Hunyuan's routers stay float32
+        # (transformers keeps `gate.weight` so, or builds it float32,
         # _keep_in_fp32_modules_strict): a bf16 copy of a float32 checkpoint's router would
         # move close expert choices.
         "router": ParamSpec((d, e), router_dt, ("embed", None), w),

@@ -91,6 +91,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
         "dots1",
         "mistral4",
         "mistral_large4",
+        "hunyuan_v1_moe",
     ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):

@@ -35,6 +35,7 @@ ARCHS = (
     "mistral4",
     "mistral_large4",
     "ministral3",
+    "hunyuan_v1_moe",
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")

@@ -78,3 +78,28 @@ def test_ernie_class_defaults_and_top_k_name():
     assert config_from_hf({"model_type": "ernie4_5_moe"}).rope_theta == 500000.0
     hf = {"model_type": "ernie4_5_moe", "num_experts_per_tok": 3}
     assert config_from_hf(hf).num_experts_per_tok == 3
+
+
+def test_hunyuan_moe_fields_and_refusals():
+    """Hunyuan-A13B (transformers' HunYuanMoEV1Config, read by hand 2026-12-05): its
+    checkpoints' "dynamic" rope with an alpha is a fixed NTK base; num_experts and moe_topk
+    may be per-layer lists (one value for all here); every layer is MoE with a shared MLP
+    as wide as each expert (intermediate_size)."""
+    base = {"model_type": "hunyuan_v1_moe", "num_experts": 8, "moe_topk": 2}
+    cfg = config_from_hf(base)
+    assert (cfg.head_dim, cfg.num_kv_heads, cfg.rope_scaling.rope_type) == (128, 32, "default")
+    assert cfg.qk_norm and cfg.qk_norm_after_rope and cfg.norm_topk_prob
+    assert cfg.moe_intermediate_size == cfg.shared_intermediate_size == 11008
+    assert [cfg.is_moe_layer(i) for i in (0, 31)] == [True, True]
+    alpha = dict(base, rope_scaling={"type": "dynamic", "alpha": 1000.0, "factor": 1.0})
+    assert config_from_hf(alpha).rope_scaling.alpha == 1000.0
+    lists = dict(base, num_experts=[8] * 32, moe_topk=[2] * 32)
+    assert config_from_hf(lists) == cfg
+    for change, message in [
+        (dict(moe_topk=[2] * 31 + [4]), r"moe_topk=\[2, .*only the same value on every layer"),
+        (dict(num_experts=[8] * 3), r"num_experts=\[8, 8, 8\]: only the same value"),
+        (dict(rope_scaling={"type": "dynamic", "factor": 2.0}), "alpha=None: hunyuan_v1_moe's"),
+        (dict(attention_bias=True), "attention_bias=True"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            config_from_hf({**base, **change})

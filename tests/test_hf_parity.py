@@ -44,6 +44,7 @@ ARCHS = {
     "mistral4": "tiny-mistral4",  # in its Mistral 3 (multimodal) wrapper
     "mistral_large4": "tiny-mistral-large4",  # in its wrapper, under Mistral's names
     "ministral3": "tiny-ministral3",
+    "hunyuan_v1_moe": "tiny-hunyuan-v1-moe",
 }
 # The multimodal fixtures: (their language model's prefix, the vision tower's and
 # projector's, which are not read, the experts' layout): Mistral 3's under transformers 4's
