@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
+from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
 from configs.hf_mla import MLA_DEFAULTS, MLA_MODEL_TYPES, mla_fields
 from configs.hf_moe import moe_fields
 from configs.int4_schemes import INT4_METHODS, Int4Scheme, int4_scheme
@@ -44,6 +45,7 @@ SUPPORTED_MODEL_TYPES = (
     "mistral_large4_text",
     "ministral3",
     "hunyuan_v1_moe",
+    "llama4_text",
 )
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
@@ -53,6 +55,7 @@ MULTIMODAL_WRAPPERS = {
     "mistral3": ("mistral", True),
     "mistral_large4": ("mistral_large4_text", False),
     "kimi_k25": ("deepseek_v3", True),  # Kimi K2.5: DeepSeek-V3's language model
+    "llama4": ("llama4_text", False),  # Llama 4 Scout, Maverick
 }
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -185,7 +188,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     ),
 }
 # fmt: on
-_DEFAULTS.update(MLA_DEFAULTS)
+_DEFAULTS.update(MLA_DEFAULTS, llama4_text=LLAMA4_DEFAULTS)
 # Other names a config.json may give a field, per model type: each config class's
 # `attribute_map` in transformers 5.24 (the field read here <- the names it also takes; a
 # name a class does not map is ignored, as transformers ignores it: Qwen2-MoE has none).
@@ -518,6 +521,7 @@ def _dtype(hf: dict, dtype: str | None) -> str:
 # biases off (Qwen2: q/k/v biases on, handled) and ignore the field, so it is ignored here too.
 _HONOURS_ATTENTION_BIAS = (
     "llama",
+    "llama4_text",
     "hunyuan_v1_moe",
     "mistral4",
     "mistral_large4_text",
@@ -571,6 +575,7 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
     none = dict(sliding_window=None, full_attention_layers=())
     no_window = (
         "llama",
+        "llama4_text",  # (its chunks: configs/hf_llama4.py)
         "hunyuan_v1_moe",
         "olmoe",
         "ernie4_5_moe",
@@ -648,7 +653,10 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
         qk_norm_full=model_type in ("olmoe", "minimax_m2"),
         partial_rotary_factor=_partial_rotary_factor(f, model_type),
     )
-    fields.update(moe_fields(f, model_type, fields))
+    if model_type == "llama4_text":
+        fields.update(llama4_fields(f))
+    else:
+        fields.update(moe_fields(f, model_type, fields))
     return fields
 
 
@@ -707,7 +715,7 @@ def config_from_hf(
         hidden_size=f.required("hidden_size"),
         num_layers=num_layers,
         num_heads=f.required("num_attention_heads"),
-        intermediate_size=f.required("intermediate_size"),
+        intermediate_size=arch.pop("intermediate_size", f.required("intermediate_size")),
         rms_norm_eps=float(f.required("rms_norm_eps")),
         max_position_embeddings=max_position,
         rope_theta=rope_theta,
@@ -722,6 +730,5 @@ def config_from_hf(
         # transformers' default is 1 where the config names none; the loader then finds out
         # whether the MTP layer's weights are there (only when drafting with it).
         num_nextn_predict_layers=int(f.get("num_nextn_predict_layers") or 0),
-        **window,
-        **arch,
+        **{**window, **arch},  # (Llama 4's chunks name its full-attention layers)
     )

@@ -81,6 +81,10 @@ class ModelConfig:
     # None: full causal attention. Layers in `full_attention_layers` take no window.
     sliding_window: int | None = None
     full_attention_layers: tuple[int, ...] = ()
+    # Llama 4's chunked attention (attention_chunk_size): a query at position p sees keys
+    # from the start of its chunk, floor(p / C) * C, to p; the layers in
+    # full_attention_layers see every key. Not with a sliding window.
+    attention_chunk_size: int | None = None
     attention_type: str = "gqa"  # one of ATTENTION_TYPES
     # MLA (DeepSeek V2/V3)
     q_lora_rank: int = 0  # 0: plain q projection
@@ -93,6 +97,12 @@ class ModelConfig:
     # times 1 + attn_scale_beta * log(1 + floor(position / attn_scale_positions)); 0: none.
     attn_scale_beta: float = 0.0
     attn_scale_positions: int = 0
+    # Llama 4's form of it: 1 + beta * log(1 + floor((position + 1) / positions)), on the
+    # layers without RoPE only (its attn_temperature_tuning, attn_scale, floor_scale).
+    attn_scale_offset: int = 0
+    attn_scale_nope_only: bool = False
+    # Llama 4's use_qk_norm: q and k RMS-normalized (no weight) after RoPE, on RoPE layers.
+    qk_l2_norm: bool = False
     # Mistral Large 4 (transformers' mistral_large4_text): MLA layers without RoPE (their
     # q/k nope part takes the rope channels too; their k_pe rows cached as zeros), LeRoPE
     # (each rope frequency times exp(alpha), alpha a learned vector: attn "rope_alpha"),
@@ -136,6 +146,9 @@ class ModelConfig:
     # gpt-oss: a bias on the router logits and on every expert's gate/up/down projections.
     expert_bias: bool = False
     expert_act: str = "swiglu"  # one of EXPERT_ACTS
+    # Llama 4: each token's input to its (one) routed expert is scaled by the router weight,
+    # not the expert's output (vLLM's apply_router_weight_on_input; top-1 only).
+    router_weight_on_input: bool = False
     swiglu_limit: float = 7.0  # clamped_swiglu: gate <= limit, |up| <= limit
     swiglu_alpha: float = 1.702  # clamped_swiglu: gate * sigmoid(alpha * gate)
     first_k_dense_replace: int = 0  # first k layers use a dense MLP (DeepSeek)
@@ -244,17 +257,28 @@ class ModelConfig:
                     )
         if self.index_topk and self.attention_type != "mla":
             raise ValueError(f"index_topk={self.index_topk}: sparse attention needs MLA")
-        if self.nope_layers or self.learned_rope_scale or self.query_log_scale:
+        if self.learned_rope_scale or self.query_log_scale:
             if self.attention_type != "mla":
-                raise ValueError(
-                    "nope_layers, learned_rope_scale, query_log_scale: need MLA attention"
-                )
+                raise ValueError("learned_rope_scale, query_log_scale: need MLA attention")
+        if self.nope_layers:
             bad = [i for i in self.nope_layers if not 0 <= i < self.num_layers]
             if bad:
                 raise ValueError(
                     f"nope_layers: layer {bad[0]} is outside [0, num_layers={self.num_layers})"
                 )
         self._check_sharing()
+        chunk = self.attention_chunk_size
+        if chunk is not None and not (
+            isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1
+        ):
+            raise ValueError(f"attention_chunk_size={chunk!r}: must be an integer >= 1 or None")
+        if chunk is not None and (self.sliding_window is not None or self.is_mla):
+            raise ValueError("attention_chunk_size: GQA attention without a sliding window only")
+        if self.router_weight_on_input and self.num_experts_per_tok != 1:
+            raise ValueError(
+                f"router_weight_on_input: needs num_experts_per_tok=1 (got "
+                f"{self.num_experts_per_tok}; each copy of a token would need its own input)"
+            )
         if not self.final_logit_softcapping >= 0:
             raise ValueError(
                 f"final_logit_softcapping={self.final_logit_softcapping}: must be >= 0"
@@ -422,20 +446,33 @@ class ModelConfig:
             return 0
         return self.shared_intermediate_size or self.moe_intermediate_size * self.num_shared_experts
 
+    @property
+    def _window(self) -> int | None:
+        """The sliding window, or the attention chunk (a query sees at most that many keys
+        back, itself included: the page bookkeeping's bound)."""
+        return (
+            self.sliding_window if self.attention_chunk_size is None else self.attention_chunk_size
+        )
+
     def attention_window(self, layer: int) -> int | None:
         """Keys a query of decoder layer `layer` sees back from its own position (itself
-        included), or None: every earlier key."""
-        if self.sliding_window is None or layer in self.full_attention_layers:
+        included) at most, or None: every earlier key. With attention_chunk_size, the chunk
+        (a query sees from its chunk's start: layer_chunked)."""
+        if self._window is None or layer in self.full_attention_layers:
             return None
-        return self.sliding_window
+        return self._window
+
+    def layer_chunked(self, layer: int) -> bool:
+        """Whether layer `layer`'s window is Llama 4's chunk (attention_chunk_size)."""
+        return self.attention_chunk_size is not None and self.attention_window(layer) is not None
 
     @property
     def kv_window(self) -> int | None:
-        """Keys back from a query that every layer needs at most (the sliding window when
-        every layer has it), or None: some layer needs all of them."""
+        """Keys back from a query that every layer needs at most (the sliding window, or
+        chunk, when every layer has it), or None: some layer needs all of them."""
         if self.full_attention_layers:
             return None
-        return self.sliding_window
+        return self._window
 
     @property
     def windowed_layers(self) -> tuple[int, ...]:
@@ -449,7 +486,7 @@ class ModelConfig:
         in a pool of its own, where a sequence gives back the pages behind its window.
         None otherwise (no window, or one on every layer: kv_window)."""
         if 0 < len(self.windowed_layers) < self.num_layers:
-            return self.sliding_window
+            return self._window
         return None
 
     def is_moe_layer(self, layer: int) -> bool:

@@ -526,3 +526,49 @@ _add(
         dtype="bfloat16",
     )
 )
+# Llama 4 Scout (meta-llama/Llama-4-Scout-17B-16E, llama4_text in its llama4 wrapper):
+# transformers' Llama4TextConfig defaults, its shapes (the release's config.json adds Llama
+# 3 rope scaling, which a loaded checkpoint takes): 8,192-key attention chunks on three
+# layers of four, the fourth without RoPE seeing every key; top-1 of 16 experts, fed the
+# token times its router score, beside a shared expert, on every layer.
+_add(
+    ModelConfig(
+        name="llama-4-scout",
+        model_type="llama4_text",
+        vocab_size=202048,
+        hidden_size=5120,
+        num_layers=48,
+        num_heads=40,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=16384,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+        full_attention_layers=tuple(range(3, 48, 4)),
+        attention_chunk_size=8192,
+        attn_scale_beta=0.1,
+        attn_scale_positions=8192,
+        attn_scale_offset=1,
+        attn_scale_nope_only=True,
+        qk_l2_norm=True,
+        nope_layers=tuple(range(3, 48, 4)),
+        num_experts=16,
+        num_experts_per_tok=1,
+        moe_intermediate_size=8192,
+        num_shared_experts=1,
+        shared_intermediate_size=8192,
+        scoring_func="sigmoid",
+        router_weight_on_input=True,
+        bos_token_id=1,
+        eos_token_ids=(2,),
+        dtype="bfloat16",
+    )
+)
+# Llama 4 Maverick (meta-llama/Llama-4-Maverick-17B-128E): Scout's layers with 128 experts on
+# every other layer (interleave_moe_layer_step 2), dense MLPs 16,384 wide between them.
+_add(
+    REAL["llama-4-scout"].replace(
+        name="llama-4-maverick", num_experts=128, mlp_only_layers=tuple(range(0, 48, 2))
+    )
+)

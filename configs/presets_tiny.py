@@ -591,3 +591,48 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# Llama 4 (llama4_text, served from its llama4 wrapper): complex-pair RoPE with Llama 3's
+# scaling, 8-key attention chunks and weightless q/k norms on layers 0-2, layer 3 without
+# RoPE (full attention, Llama 4's query temperature), top-1 experts on layers 1 and 3 fed
+# the token times its sigmoid score, a shared expert, dense layers 96 wide.
+_add(
+    ModelConfig(
+        name="tiny-llama4",
+        model_type="llama4_text",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        rope_theta=500000.0,
+        rope_scaling=RopeScaling(
+            rope_type="llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=64,
+        ),
+        full_attention_layers=(3,),
+        attention_chunk_size=8,
+        attn_scale_beta=0.5,
+        attn_scale_positions=4,
+        attn_scale_offset=1,
+        attn_scale_nope_only=True,
+        qk_l2_norm=True,
+        nope_layers=(3,),
+        num_experts=4,
+        num_experts_per_tok=1,
+        moe_intermediate_size=32,
+        num_shared_experts=1,
+        shared_intermediate_size=32,
+        scoring_func="sigmoid",
+        router_weight_on_input=True,
+        mlp_only_layers=(0, 2),
+        bos_token_id=1,
+        eos_token_ids=(2,),
+    )
+)

@@ -243,6 +243,7 @@ def _decode_attention(
     query_rows,
     window,
     sinks=None,
+    chunked=False,
 ):
     """Sequences with one query token (`is_decode` [S]), batched: each gathers its own blocks.
 
@@ -260,7 +261,7 @@ def _decode_attention(
     first_row = jnp.clip(meta.cu_q_lens[:-1], 0, num_tokens - 1)  # [S]
     limit = jnp.where(is_decode, jnp.minimum(meta.positions[first_row] + 1, meta.kv_lens), 0)
     # First key each decode sees (a sliding window), or 0; past every key where none decodes.
-    first = _first_key(meta.positions[first_row], window, limit > 0)
+    first = _first_key(meta.positions[first_row], window, limit > 0, chunked)
     # Other sequences' slots are computed and masked; reading page 0 for them stays in cache.
     page_table = jnp.where(is_decode[:, None], page_table, 0)
 
@@ -334,7 +335,7 @@ class _Tiles(NamedTuple):
     rows: jax.Array  # [NT] int32, queries in it (<= the tile size)
 
 
-def _dense_attention(q, meta, page_table, page_size, gather, value_dim, window, sinks):
+def _dense_attention(q, meta, page_table, page_size, gather, value_dim, window, sinks, chunked):
     """Every token over its sequence's keys in one block: `page_table` [S, Bp] holds whole
     contexts. q: [T, K, G, Dk]. Returns [T, K, G, Dv].
 
@@ -354,7 +355,7 @@ def _dense_attention(q, meta, page_table, page_size, gather, value_dim, window, 
         keys, values = gather(page_table[seq_ids])  # [C, L, K, Dk], [C, L, K, Dv]
         valid = key_pos[None, :] < limit[:, None]  # [C, L]
         if window is not None:
-            valid &= key_pos[None, :] >= _first_key(positions, window, limit > 0)[:, None]
+            valid &= key_pos[None, :] >= _first_key(positions, window, limit > 0, chunked)[:, None]
         s = jnp.einsum("tkgd,tlkd->tkgl", q, keys, preferred_element_type=jnp.float32)
         m, denom, acc = _init_carry(q.shape[:3], value_dim)
         m, alpha, p, denom = _softmax_step(m, denom, s, valid[:, None, None, :])
@@ -377,11 +378,19 @@ def _dense_attention(q, meta, page_table, page_size, gather, value_dim, window, 
     return out.reshape(num_chunks * chunk, *out.shape[2:])[:num_tokens]
 
 
-def _first_key(positions: jax.Array, window: int | None, attends: jax.Array) -> jax.Array:
+def _first_key(
+    positions: jax.Array, window: int | None, attends: jax.Array, chunked: bool = False
+) -> jax.Array:
     """The first key a query at `positions` sees: 0, or with a sliding window the window's
-    start; rows that attend to nothing (`attends` False) get int32 max, so that the min over
-    a tile or a batch is the first block any of its rows needs."""
-    first = jnp.zeros_like(positions) if window is None else jnp.maximum(positions + 1 - window, 0)
+    start, or with a `chunked` one (Llama 4's attention chunks of `window` keys) its chunk's;
+    rows that attend to nothing (`attends` False) get int32 max, so that the min over a tile
+    or a batch is the first block any of its rows needs."""
+    if window is None:
+        first = jnp.zeros_like(positions)
+    elif chunked:
+        first = positions // window * window
+    else:
+        first = jnp.maximum(positions + 1 - window, 0)
     return jnp.where(attends, first, jnp.iinfo(jnp.int32).max)
 
 
@@ -437,10 +446,12 @@ def _blocked_attention(
     remainder_tiles: tuple[int, ...] = REMAINDER_TILES,
     window: int | None = None,
     sinks: jax.Array | None = None,  # [K, G] f32: per query head, joins every softmax
+    chunked: bool = False,
 ) -> jax.Array:  # [T, K, G, Dv] f32
     """Online-softmax attention of each token over its sequence's keys, one KV block per step.
 
-    With a sliding `window` a token at position p sees keys p - window + 1 .. p; the blocks
+    With a sliding `window` a token at position p sees keys p - window + 1 .. p (`chunked`:
+    Llama 4's chunks, floor(p / window) * window .. p, never more keys); the blocks
     before a tile's (or decode batch's) first visible key are skipped, which changes no bit
     of a result (such a block leaves the online-softmax carry exactly as it was).
 
@@ -461,7 +472,7 @@ def _blocked_attention(
             jnp.clip(meta.page_table, 0, num_pages - 1), ((0, 0), (0, kv_block_pages - max_pages))
         )
         return _dense_attention(
-            q, meta, page_table, page_size, gather_block, value_dim, window, sinks
+            q, meta, page_table, page_size, gather_block, value_dim, window, sinks, chunked
         )
     if split_decodes:
         # Per-token math only has to be fixed within a path here (decodes already take
@@ -521,6 +532,7 @@ def _blocked_attention(
             query_rows=1 if split_decodes else tile,
             window=window,
             sinks=sinks,
+            chunked=chunked,
         )
         out = out.at[jnp.where(rows < 0, out.shape[0], rows)].set(o_dec, mode="drop")
         tiled = tiled & ~is_decode
@@ -537,7 +549,7 @@ def _blocked_attention(
             # Causal inside the chunk: row r sees keys j < min(position + 1, kv_len).
             pos = lax.dynamic_slice_in_dim(pos_pad, first, size)
             limit = jnp.where(in_tile, jnp.minimum(pos + 1, meta.kv_lens[seq]), 0)  # [Q]
-            key_from = _first_key(pos, window, limit > 0)  # [Q]
+            key_from = _first_key(pos, window, limit > 0, chunked)  # [Q]
             tile_limit = jnp.max(limit)
             q_tile = lax.dynamic_slice_in_dim(q_pad, first, size).transpose(1, 0, 2, 3)
             pages = page_table[seq]  # [Ppad]
@@ -622,13 +634,15 @@ def paged_attention_gqa(
     prefill_block_tokens: int = PREFILL_KV_BLOCK_TOKENS,
     window: int | None = None,
     sinks: jax.Array | None = None,  # [H]: gpt-oss's per-head sink logits
+    chunked: bool = False,
 ) -> jax.Array:  # [T, H, Dh]
     """Grouped-query attention of ragged query tokens over their sequences' paged K/V.
 
     The step's own K/V must already be written to the pages. Decodes reduce over blocks of
     `kv_block_pages`; prefill tiles of `query_tile` over blocks of `prefill_block_tokens`
     (or, with `split_decodes=False`, everything over tiles of `query_tile` and blocks of
-    `kv_block_pages`). `window`: a sliding window (ModelConfig.attention_window), or None.
+    `kv_block_pages`). `window`: a sliding window (ModelConfig.attention_window), or None;
+    `chunked`: that window is Llama 4's attention chunk (ModelConfig.layer_chunked).
     `sinks`: a logit per query head that joins every query's softmax as a key without a
     value (ModelConfig.attention_sinks), or None.
     """
@@ -663,6 +677,7 @@ def paged_attention_gqa(
         head_dim,
         window=window,
         sinks=None if sinks is None else sinks.astype(jnp.float32).reshape(num_kv_heads, group),
+        chunked=chunked,
     )
     return o.reshape(num_tokens, num_heads, head_dim).astype(q.dtype)
 

@@ -92,22 +92,32 @@ def gqa_inputs(
     if cfg.clip_qkv is not None:
         c = cfg.clip_qkv
         q, k, v = jnp.clip(q, -c, c), jnp.clip(k, -c, c), jnp.clip(v, -c, c)
-    q, k = _rope(cfg, q, positions), _rope(cfg, k, positions)
+    if layer not in cfg.nope_layers:  # (Llama 4's NoPE layers take no rotation)
+        q, k = _rope(cfg, q, positions), _rope(cfg, k, positions)
+        if cfg.qk_l2_norm:  # Llama 4: weightless, on its RoPE layers only
+            ones = jnp.ones((cfg.head_dim,), q.dtype)
+            q, k = rms_norm(q, ones, cfg.rms_norm_eps), rms_norm(k, ones, cfg.rms_norm_eps)
     if cfg.qk_norm_after_rope:  # Hunyuan
         q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
         k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
-    return AttnInputs(q=_temperature(cfg, q, positions), k=k, v=v, scale=cfg.head_dim**-0.5)
+    q = _temperature(cfg, q, positions, layer)
+    return AttnInputs(q=q, k=k, v=v, scale=cfg.head_dim**-0.5)
 
 
-def _temperature(cfg: ModelConfig, q: jax.Array, positions: jax.Array) -> jax.Array:
-    """Llama 4's query temperature (transformers' get_llama_4_attn_scale, Mistral 4): q [T, H,
-    ...] times 1 + beta * log(1 + floor(position / attn_scale_positions)), made in float32 and
-    cast to q's dtype as HF casts it; q itself where the model has none."""
-    if not cfg.attn_scale_beta:
+def _temperature(cfg: ModelConfig, q: jax.Array, positions: jax.Array, layer: int) -> jax.Array:
+    """Llama 4's query temperature: q [T, H, ...] times 1 + beta * log(1 + floor((position +
+    attn_scale_offset) / attn_scale_positions)), made in float32. Mistral 4 and Ministral 3
+    (transformers' get_llama_4_attn_scale, offset 0) cast it to q's dtype first; Llama 4
+    (its attn_temperature_tuning, offset 1, NoPE layers only) multiplies in float32 and casts
+    the product. q itself where the model (or layer) has none."""
+    if not cfg.attn_scale_beta or (cfg.attn_scale_nope_only and layer not in cfg.nope_layers):
         return q
-    pos = positions.astype(jnp.float32)
+    pos = positions.astype(jnp.float32) + cfg.attn_scale_offset
     scale = 1.0 + cfg.attn_scale_beta * jnp.log(1.0 + jnp.floor(pos / cfg.attn_scale_positions))
-    return q * scale.astype(q.dtype).reshape((-1,) + (1,) * (q.ndim - 1))
+    scale = scale.reshape((-1,) + (1,) * (q.ndim - 1))
+    if cfg.attn_scale_nope_only:
+        return (q.astype(jnp.float32) * scale).astype(q.dtype)
+    return q * scale.astype(q.dtype)
 
 
 def mla_softmax_scale(cfg: ModelConfig) -> float:
@@ -154,8 +164,8 @@ def mla_inputs(
         scale = _log_scale(p["q_scale"], p["q_scale_bias"], positions, q.dtype)
         q_nope, q_pe = q_nope * scale, q_pe * scale
     inputs = AttnInputs(
-        q_nope=_temperature(cfg, q_nope, positions),
-        q_pe=_temperature(cfg, q_pe, positions),
+        q_nope=_temperature(cfg, q_nope, positions, layer),
+        q_pe=_temperature(cfg, q_pe, positions, layer),
         c_kv=c_kv,
         k_pe=k_pe,
         scale=mla_softmax_scale(cfg),

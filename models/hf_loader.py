@@ -36,7 +36,15 @@ from configs.hf_config import fp8_scheme, fp8_weight_block, read_hf_config, stor
 from configs.int4_schemes import Int4Scheme
 from configs.model_config import ModelConfig
 from models import int4_checkpoint as int4
-from models.checkpoint_names import mistral_native_name, prefixes_of, with_prefixes
+from models.checkpoint_names import (
+    EXPERT_LAYOUTS,
+    KINDS,
+    HFTensor,
+    Path_,
+    hf_tensor_names,
+    prefixes_of,
+    with_prefixes,
+)
 from models.fp8_checkpoint import FP8_DTYPE, SCALE_SUFFIX, Fp8Reader, dequantize, held_scale
 from models.mxfp4 import BLOCKS_SUFFIX, SCALES_SUFFIX, gpt_oss_expert_weight, mxfp4_shapes
 from models.quantization import (
@@ -51,217 +59,7 @@ from models.tree import decoder_layers
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
-EXPERT_LAYOUTS = ("per_expert", "fused")
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
-
-# How an HF tensor becomes (part of) a params leaf.
-#   copy:        reshape to the leaf shape (embeddings, norms, biases)
-#   linear:      torch Linear weight [out, in] -> transpose -> reshape to the leaf
-#   expert:      one expert's Linear weight -> transpose -> leaf[expert]
-#   gate_up:     fused [E, 2F, D] -> w_gate = [:, :F]^T, w_up = [:, F:]^T (two targets)
-#   experts_T:   fused [E, D, F] -> transpose the last two axes
-#   gate_up_interleaved: gpt-oss [E, D, 2F] (or its [E, 2F] bias), gate and up columns
-#                alternating: w_gate = [..., 0::2], w_up = [..., 1::2] (two targets)
-KINDS = ("copy", "linear", "expert", "gate_up", "experts_T", "gate_up_interleaved")
-
-Path_ = tuple  # a params tree path, e.g. ("layers", 0, "attn", "wq")
-
-
-class HFTensor(NamedTuple):
-    """One tensor of an HF checkpoint: its expected shape and where it lands in the params."""
-
-    shape: tuple[int, ...]  # expected shape in the HF file
-    targets: tuple[Path_, ...]  # params leaves it fills
-    kind: str  # one of KINDS
-    expert: int = -1  # expert index for kind "expert"
-
-
-def _linear(out_dim: int, in_dim: int, path: Path_) -> HFTensor:
-    return HFTensor((out_dim, in_dim), (path,), "linear")
-
-
-def _vector(n: int, path: Path_) -> HFTensor:
-    return HFTensor((n,), (path,), "copy")
-
-
-def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, HFTensor]:
-    d, h = cfg.hidden_size, cfg.num_heads
-    hunyuan = cfg.model_type == "hunyuan_v1_moe"
-    names = {}
-    if cfg.is_mla:
-        dq = cfg.qk_head_dim
-        r, dr = cfg.kv_lora_rank, cfg.layer_rope_dim(layer)
-        if cfg.q_lora_rank:
-            rq = cfg.q_lora_rank
-            names[f"{pre}.q_a_proj.weight"] = _linear(rq, d, at + ("wq_a",))
-            names[f"{pre}.q_a_layernorm.weight"] = _vector(rq, at + ("q_a_norm",))
-            names[f"{pre}.q_b_proj.weight"] = _linear(h * dq, rq, at + ("wq_b",))
-        else:
-            names[f"{pre}.q_proj.weight"] = _linear(h * dq, d, at + ("wq",))
-        if cfg.kv_source(layer) == layer:
-            names[f"{pre}.kv_a_proj_with_mqa.weight"] = _linear(r + dr, d, at + ("wkv_a",))
-            names[f"{pre}.kv_a_layernorm.weight"] = _vector(r, at + ("kv_a_norm",))
-        kv_b_out = h * (cfg.layer_nope_dim(layer) + cfg.v_head_dim)
-        names[f"{pre}.kv_b_proj.weight"] = _linear(kv_b_out, r, at + ("wkv_b",))
-        names[f"{pre}.o_proj.weight"] = _linear(d, h * cfg.v_head_dim, at + ("wo",))
-        if cfg.query_log_scale:
-            names[f"{pre}.softmax_scaling.scale"] = _vector(h, at + ("q_scale",))
-            names[f"{pre}.softmax_scaling.bias"] = _vector(h, at + ("q_scale_bias",))
-        if cfg.indexes(layer):
-            hi, di, idx = cfg.index_n_heads, cfg.index_head_dim, f"{pre}.indexer"
-            q_in = cfg.q_lora_rank or d
-            names[f"{idx}.wq_b.weight"] = _linear(hi * di, q_in, at + ("idx_wq",))
-            if not cfg.q_lora_rank:  # Mistral Large 4: queries from the normed hidden state
-                names[f"{idx}.q_input_norm.weight"] = _vector(d, at + ("idx_q_norm",))
-                names[f"{idx}.q_input_norm.bias"] = _vector(d, at + ("idx_q_bias",))
-            if cfg.query_log_scale:
-                names[f"{idx}.softmax_scaling.scale"] = _vector(hi, at + ("idx_q_scale",))
-                names[f"{idx}.softmax_scaling.bias"] = _vector(hi, at + ("idx_q_scale_bias",))
-            names[f"{idx}.wk.weight"] = _linear(di, d, at + ("idx_wk",))
-            names[f"{idx}.k_norm.weight"] = _vector(di, at + ("idx_k_norm",))
-            names[f"{idx}.k_norm.bias"] = _vector(di, at + ("idx_k_bias",))
-            names[f"{idx}.weights_proj.weight"] = _linear(hi, d, at + ("idx_w",))
-        return names
-    k, dh = cfg.num_kv_heads, cfg.head_dim
-    for proj, heads in (("q", h), ("k", k), ("v", k)):
-        names[f"{pre}.{proj}_proj.weight"] = _linear(heads * dh, d, at + (f"w{proj}",))
-        if cfg.attention_bias:
-            names[f"{pre}.{proj}_proj.bias"] = _vector(heads * dh, at + (f"b{proj}",))
-    names[f"{pre}.o_proj.weight"] = _linear(d, h * dh, at + ("wo",))
-    if cfg.o_proj_bias:
-        names[f"{pre}.o_proj.bias"] = _vector(d, at + ("bo",))
-    if cfg.attention_sinks:
-        names[f"{pre}.sinks"] = _vector(h, at + ("sinks",))
-    if cfg.qk_norm:
-        width_q, width_k = (h * dh, k * dh) if cfg.qk_norm_full else (dh, dh)
-        q_norm, k_norm = ("query_layernorm", "key_layernorm") if hunyuan else ("q_norm", "k_norm")
-        names[f"{pre}.{q_norm}.weight"] = _vector(width_q, at + ("q_norm",))
-        names[f"{pre}.{k_norm}.weight"] = _vector(width_k, at + ("k_norm",))
-    return names
-
-
-def _mlp_names(d: int, f: int, pre: str, at: Path_) -> dict[str, HFTensor]:
-    return {
-        f"{pre}.gate_proj.weight": _linear(f, d, at + ("w_gate",)),
-        f"{pre}.up_proj.weight": _linear(f, d, at + ("w_up",)),
-        f"{pre}.down_proj.weight": _linear(d, f, at + ("w_down",)),
-    }
-
-
-def _gpt_oss_moe_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFTensor]:
-    """gpt-oss keeps its experts fused, gate and up interleaved, each with a bias, and
-    `mlp.router` with a bias (transformers' GptOssMLP; the released bf16 layout)."""
-    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-    pre = f"{layer}.mlp"
-    gate_up = (at + ("w_gate",), at + ("w_up",))
-    return {
-        f"{pre}.router.weight": _linear(e, d, at + ("router",)),
-        f"{pre}.router.bias": _vector(e, at + ("router_logit_bias",)),
-        f"{pre}.experts.gate_up_proj": HFTensor((e, d, 2 * f), gate_up, "gate_up_interleaved"),
-        f"{pre}.experts.gate_up_proj_bias": HFTensor(
-            (e, 2 * f), (at + ("b_gate",), at + ("b_up",)), "gate_up_interleaved"
-        ),
-        f"{pre}.experts.down_proj": HFTensor((e, f, d), (at + ("w_down",),), "copy"),
-        f"{pre}.experts.down_proj_bias": HFTensor((e, d), (at + ("b_down",),), "copy"),
-    }
-
-
-def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str, HFTensor]:
-    if cfg.model_type == "gpt_oss":
-        return _gpt_oss_moe_names(cfg, layer, at)
-    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-    # Mixtral's and MiniMax-M2's released per-expert names (w1 / w3 / w2 under
-    # block_sparse_moe); transformers' fused layout is under mlp.
-    legacy_mixtral = layout == "per_expert" and cfg.model_type in ("mixtral", "minimax_m2")
-    pre = f"{layer}.block_sparse_moe" if legacy_mixtral else f"{layer}.mlp"
-    # (Hunyuan's router is the gate's `wg`.)
-    router = f"{pre}.gate.wg.weight" if cfg.model_type == "hunyuan_v1_moe" else f"{pre}.gate.weight"
-    names = {router: _linear(e, d, at + ("router",))}
-    if cfg.model_type == "ernie4_5_moe":  # kept by Ernie4_5_MoeStatics as [1, E]
-        names[f"{pre}.moe_statics.e_score_correction_bias"] = HFTensor(
-            (1, e), (at + ("router_bias",),), "copy"
-        )
-    elif cfg.model_type == "minimax_m2":  # beside its gate, not in it
-        names[f"{pre}.e_score_correction_bias"] = _vector(e, at + ("router_bias",))
-    elif cfg.topk_method == "noaux_tc":
-        names[f"{pre}.gate.e_score_correction_bias"] = _vector(e, at + ("router_bias",))
-    if layout == "fused":
-        names[f"{pre}.experts.gate_up_proj"] = HFTensor(
-            (e, 2 * f, d), (at + ("w_gate",), at + ("w_up",)), "gate_up"
-        )
-        names[f"{pre}.experts.down_proj"] = HFTensor((e, d, f), (at + ("w_down",),), "experts_T")
-    else:
-        if legacy_mixtral:
-            parts = (("w1", "w_gate", (f, d)), ("w3", "w_up", (f, d)), ("w2", "w_down", (d, f)))
-        else:
-            parts = (
-                ("gate_proj", "w_gate", (f, d)),
-                ("up_proj", "w_up", (f, d)),
-                ("down_proj", "w_down", (d, f)),
-            )
-        for x in range(e):
-            for hf, ours, shape in parts:
-                names[f"{pre}.experts.{x}.{hf}.weight"] = HFTensor(
-                    shape, (at + (ours,),), "expert", x
-                )
-    if cfg.num_shared_experts:
-        # Qwen2-MoE names its one gated shared MLP `shared_expert`; DeepSeek and GLM-4.5
-        # `shared_experts`, Hunyuan `shared_mlp`.
-        shared = "shared_expert" if cfg.shared_expert_gate else "shared_experts"
-        shared = "shared_mlp" if cfg.model_type == "hunyuan_v1_moe" else shared
-        fs = cfg.shared_expert_width
-        names.update(_mlp_names(d, fs, f"{pre}.{shared}", at + ("shared",)))
-    if cfg.shared_expert_gate:
-        names[f"{pre}.shared_expert_gate.weight"] = _linear(1, d, at + ("shared_gate",))
-    return names
-
-
-def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict[str, HFTensor]:
-    """Every tensor an HF checkpoint of `cfg` must hold -> expected shape and params target."""
-    if expert_layout not in EXPERT_LAYOUTS:
-        raise ValueError(f"expert_layout={expert_layout!r}: expected one of {EXPERT_LAYOUTS}")
-    d, v = cfg.hidden_size, cfg.vocab_size
-    names = {
-        "model.embed_tokens.weight": HFTensor((v, d), (("embed",),), "copy"),
-        "model.norm.weight": _vector(d, ("final_norm",)),
-    }
-    if not cfg.tie_word_embeddings:
-        names["lm_head.weight"] = _linear(v, d, ("lm_head",))
-    for i in range(cfg.num_layers):
-        moe = cfg.is_moe_layer(i)
-        names.update(_layer_names(cfg, f"model.layers.{i}", ("layers", i), moe, expert_layout))
-    if cfg.learned_rope_scale:  # LeRoPE's alpha, the model's one: a copy in every layer
-        alpha = tuple(("layers", i, "attn", "rope_alpha") for i in range(cfg.num_layers))
-        names["model.rotary_emb.alpha"] = HFTensor((cfg.qk_rope_head_dim // 2,), alpha, "copy")
-    if cfg.mtp_drafts:
-        # DeepSeek-V3's release layout (GLM-4.5's too): the MTP module is "layer" L =
-        # num_layers. Its copies of the embedding (`embed_tokens`) and lm_head
-        # (`shared_head.head`) are not read: it shares the model's, as transformers' MtpModel.
-        layer, at = f"model.layers.{cfg.num_layers}", ("mtp",)
-        names[f"{layer}.enorm.weight"] = _vector(d, at + ("enorm",))
-        names[f"{layer}.hnorm.weight"] = _vector(d, at + ("hnorm",))
-        names[f"{layer}.eh_proj.weight"] = _linear(d, 2 * d, at + ("eh_proj",))
-        names[f"{layer}.shared_head.norm.weight"] = _vector(d, at + ("norm",))
-        moe = bool(cfg.num_experts)
-        names.update(_layer_names(cfg, layer, at + ("layer",), moe, expert_layout))
-    if cfg.model_type == "mistral_large4_text":
-        names = {mistral_native_name(n): t for n, t in names.items()}
-    return names
-
-
-def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str) -> dict:
-    d = cfg.hidden_size
-    index = at[1] if at[0] == "layers" else cfg.num_layers  # (the MTP module's layer: L)
-    names = {
-        f"{layer}.input_layernorm.weight": _vector(d, at + ("attn_norm",)),
-        f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("mlp_norm",)),
-        **_attn_names(cfg, f"{layer}.self_attn", at + ("attn",), index),
-    }
-    if moe:
-        names.update(_moe_names(cfg, layer, at + ("moe",), layout))
-    else:
-        names.update(_mlp_names(d, cfg.intermediate_size, f"{layer}.mlp", at + ("mlp",)))
-    return names
 
 
 class _Header(NamedTuple):
@@ -789,5 +587,10 @@ def _place(t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], lea
         gate_path, up_path = t.targets
         leaves[gate_path] = cast(gate_path, arr[..., 0::2])
         leaves[up_path] = cast(up_path, arr[..., 1::2])
+    elif t.kind == "gate_up_halves":
+        gate_path, up_path = t.targets
+        f = arr.shape[-1] // 2
+        leaves[gate_path] = cast(gate_path, arr[..., :f])
+        leaves[up_path] = cast(up_path, arr[..., f:])
     else:
         raise ValueError(f"kind={t.kind!r}: expected one of {KINDS}")

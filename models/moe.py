@@ -271,7 +271,13 @@ def moe_block(
     (models/lora.py). x: [T, D] -> [T, D]."""
     routed = routed or routed_for(cfg)
     weights, experts = route(p_moe, x, cfg)
-    out = routed(p_moe, x, weights, experts)
+    if cfg.router_weight_on_input:
+        # Llama 4 (top-1): the expert sees the token times its router weight (cast to the
+        # activations' dtype, as transformers' Llama4TextMoe scales routed_in), unweighted after.
+        x_in = x * weights.astype(x.dtype)
+        out = routed(p_moe, x_in, jnp.ones_like(weights), experts)
+    else:
+        out = routed(p_moe, x, weights, experts)
     if "b_down" in p_moe:
         # Each copy's down-projection bias, weighted like its output: sum_j w_j b_down[e_j]
         # (HF adds it before the weighting), in slot order as routed_experts sums.

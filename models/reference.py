@@ -37,6 +37,7 @@ def _causal_softmax(
     window: int | None = None,
     sinks: jax.Array | None = None,  # [...] f32, one logit per head (gpt-oss)
     chosen: jax.Array | None = None,  # [T, L] bool: the keys sparse attention keeps
+    chunked: bool = False,  # the window is Llama 4's attention chunk
 ) -> jax.Array:
     """Softmax over each query's visible keys (those `chosen`, too, when given); with
     `sinks`, over [keys, sink] with the sink's share dropped (HF gpt-oss
@@ -44,7 +45,9 @@ def _causal_softmax(
     max_len = scores.shape[-1]
     keys = jnp.arange(max_len)[None, :]
     visible = keys <= positions[:, None]  # [T, L]
-    if window is not None:
+    if window is not None and chunked:  # (HF's chunked mask: the same chunk, causal)
+        visible &= keys // window == positions[:, None] // window
+    elif window is not None:
         visible &= keys > positions[:, None] - window
     if chosen is not None:
         visible &= chosen
@@ -97,7 +100,13 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
         sinks = p_attn.get("sinks")
         if sinks is not None:
             sinks = sinks.astype(jnp.float32).reshape(kh, h // kh)  # [K, G]
-        probs = _causal_softmax(scores.astype(jnp.float32) * inp.scale, positions, window, sinks)
+        probs = _causal_softmax(
+            scores.astype(jnp.float32) * inp.scale,
+            positions,
+            window,
+            sinks,
+            chunked=cfg.layer_chunked(i),
+        )
         o = jnp.einsum("tkgl,lkd->tkgd", probs.astype(v_cache.dtype), v_cache)
         return o.reshape(t, h, dh), (k_cache, v_cache)
 

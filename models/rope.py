@@ -110,8 +110,9 @@ def rope_dim(cfg: ModelConfig) -> int:
 
 def rope_layout(cfg: ModelConfig) -> str:
     """Channel layout HF uses for this model (see apply_rope)."""
-    if cfg.model_type == "ernie4_5_moe":
-        return "pairs"  # ERNIE 4.5 rotates interleaved pairs in place (GLM style)
+    if cfg.model_type in ("ernie4_5_moe", "llama4_text"):
+        # ERNIE 4.5 rotates interleaved pairs in place (GLM style), Llama 4 as complex pairs
+        return "pairs"
     if not cfg.is_mla or not cfg.rope_interleave:
         return "half"
     # DeepSeek-V2 (HF 5.24) rotates complex pairs in place; V3 de-interleaves into halves.

@@ -92,6 +92,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
         "mistral4",
         "mistral_large4",
         "hunyuan_v1_moe",
+        "llama4",
     ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):

@@ -36,6 +36,7 @@ ARCHS = (
     "mistral_large4",
     "ministral3",
     "hunyuan_v1_moe",
+    "llama4",
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")

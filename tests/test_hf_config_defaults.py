@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from configs.hf_config import config_from_hf
+from configs.presets import get_preset
 
 
 def test_class_defaults_fill_absent_fields():
@@ -103,3 +104,47 @@ def test_hunyuan_moe_fields_and_refusals():
     ]:
         with pytest.raises(ValueError, match=message):
             config_from_hf({**base, **change})
+
+
+def test_llama4_fields_and_refusals():
+    """Llama 4 (transformers' Llama4TextConfig, in its llama4 wrapper): the class defaults
+    are Scout's shapes (every 4th layer without RoPE and with full attention, the others in
+    8,192-key chunks; MoE on every layer); moe_layers / interleave_moe_layer_step place the
+    experts; top-1 routing only (the router's weight scales the expert's input)."""
+    cfg = config_from_hf({"model_type": "llama4", "text_config": {}})
+    assert (cfg.model_type, cfg.num_layers, cfg.attention_chunk_size) == ("llama4_text", 48, 8192)
+    assert cfg.nope_layers == cfg.full_attention_layers == tuple(range(3, 48, 4))
+    assert [cfg.layer_chunked(i) for i in range(4)] == [True, True, True, False]
+    assert (cfg.intermediate_size, cfg.moe_intermediate_size, cfg.shared_expert_width) == (
+        16384,
+        8192,
+        8192,
+    )
+    assert all(cfg.is_moe_layer(i) for i in range(48)) and cfg.router_weight_on_input
+    assert (cfg.attn_scale_beta, cfg.attn_scale_positions, cfg.attn_scale_offset) == (0.1, 8192, 1)
+    assert cfg.replace(name="llama-4-scout", dtype="bfloat16") == get_preset("llama-4-scout")
+    maverick = config_from_hf(
+        {"model_type": "llama4_text", "num_local_experts": 128, "interleave_moe_layer_step": 2},
+        name="llama-4-maverick",
+        dtype="bfloat16",
+    )
+    assert maverick == get_preset("llama-4-maverick")
+    text = {"model_type": "llama4_text", "num_hidden_layers": 4}
+    maverick = config_from_hf(dict(text, interleave_moe_layer_step=2))
+    assert [maverick.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    no_chunks = config_from_hf(dict(text, attention_chunk_size=None))
+    assert no_chunks.attention_chunk_size is None and no_chunks.full_attention_layers == ()
+    cold = config_from_hf(dict(text, attn_temperature_tuning=False, use_qk_norm=False))
+    assert cold.attn_scale_beta == 0 and not cold.qk_l2_norm
+    for change, message in [
+        (dict(num_experts_per_tok=2), "router_weight_on_input: needs num_experts_per_tok=1"),
+        (dict(layer_types=["full_attention"] * 3), "layer_types: expected num_hidden_layers=4"),
+        (
+            dict(attention_chunk_size=None, layer_types=["chunked_attention"] * 4),
+            "chunked layers need an attention_chunk_size",
+        ),
+        (dict(no_rope_layers=[1, 1, 2, 0]), "no_rope_layers: expected a list of >= "),
+        (dict(attention_bias=True), "attention_bias=True"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            config_from_hf({**text, **change})

@@ -45,6 +45,7 @@ ARCHS = {
     "mistral_large4": "tiny-mistral-large4",  # in its wrapper, under Mistral's names
     "ministral3": "tiny-ministral3",
     "hunyuan_v1_moe": "tiny-hunyuan-v1-moe",
+    "llama4": "tiny-llama4",  # in its wrapper
 }
 # The multimodal fixtures: (their language model's prefix, the vision tower's and
 # projector's, which are not read, the experts' layout): Mistral 3's under transformers 4's
@@ -54,6 +55,7 @@ MISTRAL_VISION = ("vision_encoder.", "patch_merger.", "pre_mm_projector_norm.", 
 WRAPPED = {
     "mistral4": ("language_model.", ("vision_tower.", "multi_modal_projector."), "fused"),
     "mistral_large4": ("", MISTRAL_VISION, "per_expert"),
+    "llama4": ("language_model.", ("vision_model.", "multi_modal_projector."), "fused"),
 }
 TOL = 2e-3
 

@@ -101,10 +101,13 @@ def fill_step(rng, page_size, row_shape, seqs, seq_pages):
     return pages.astype(np.float32), new.astype(np.float32), slots, positions, rows
 
 
-def dense_reference(q, seqs, positions, rows_k, rows_v, scale, window=None, sinks=None):
+def dense_reference(
+    q, seqs, positions, rows_k, rows_v, scale, window=None, sinks=None, chunked=False
+):
     """o[t] = softmax(q[t] . K[:pos+1]) V over the token's own contiguous sequence, float64;
-    with a sliding window only the last `window` of those keys; with `sinks` ([K, G]) the
-    softmax also takes exp(sink) in its denominator (gpt-oss).
+    with a sliding window only the last `window` of those keys (`chunked`: those from the
+    start of its chunk of `window`, Llama 4's); with `sinks` ([K, G]) the softmax also
+    takes exp(sink) in its denominator (gpt-oss).
 
     q: [T, K, G, Dk]; rows_k[s]: [L_s, K, Dk]; rows_v[s]: [L_s, K, Dv]. Padding -> zeros.
     """
@@ -114,6 +117,8 @@ def dense_reference(q, seqs, positions, rows_k, rows_v, scale, window=None, sink
         for _ in range(q_len):
             n = positions[t] + 1
             lo = 0 if window is None else max(0, n - window)
+            if chunked:
+                lo = (n - 1) // window * window
             s = np.einsum("kgd,lkd->kgl", q[t].astype(np.float64), k[lo:n]) * scale
             top = s.max(-1, keepdims=True)
             if sinks is not None:
@@ -128,7 +133,9 @@ def dense_reference(q, seqs, positions, rows_k, rows_v, scale, window=None, sink
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("scale", "block", "tile", "split", "window"))
+@functools.partial(
+    jax.jit, static_argnames=("scale", "block", "tile", "split", "window", "chunked")
+)
 def _gqa_step(
     q,
     k_pages,
@@ -144,6 +151,7 @@ def _gqa_step(
     block,
     window=None,
     sinks=None,
+    chunked=False,
     **opts,
 ):
     k_pages = write_kv(k_pages, new_k, slots)
@@ -151,7 +159,16 @@ def _gqa_step(
     meta = build_metadata(cu, positions, kv_lens, pt, q.shape[0])
     options = _options(**opts)
     return paged_attention_gqa(
-        q, k_pages, v_pages, meta, scale, block, *options, window=window, sinks=sinks
+        q,
+        k_pages,
+        v_pages,
+        meta,
+        scale,
+        block,
+        *options,
+        window=window,
+        sinks=sinks,
+        chunked=chunked,
     )
 
 
@@ -227,6 +244,38 @@ def test_gqa_matches_dense_reference(page_size, block, group, tile, split, windo
         if window is not None:
             full = dense_reference(q4, seqs, positions, rows_k, rows_v, scale)
             assert np.abs(full - ref).max() > 0.1  # the window changed the result
+
+
+# Llama 4's attention chunks (a query sees keys from floor(pos / C) * C): chunks of a few keys
+# and of more than a page, on the decode path (split), on tile rows (not split) and dense.
+@pytest.mark.parametrize(
+    "page_size,block,group,tile,split,chunk",
+    [(8, 1, 2, 4, True, 5), (8, 2, 3, 3, False, 12), (16, 6, 2, 3, True, 20)],
+)
+def test_gqa_attention_chunks_match_dense_reference(page_size, block, group, tile, split, chunk):
+    num_kv_heads, head_dim = 2, 40
+    scale = head_dim**-0.5
+    for n in range(2):
+        rng = np.random.default_rng(200 * page_size + 10 * block + group + 1000 * n + chunk)
+        seqs, seq_pages, cu, kv_lens, pt = make_batch(rng, page_size)
+        row = (num_kv_heads, head_dim)
+        k_pages, new_k, slots, positions, rows_k = fill_step(rng, page_size, row, seqs, seq_pages)
+        v_rng = np.random.default_rng(rng.integers(1 << 31))
+        v_pages, new_v, _, _, rows_v = fill_step(v_rng, page_size, row, seqs, seq_pages)
+        q = rng.standard_normal((NUM_TOKENS, num_kv_heads * group, head_dim)).astype(np.float32)
+        # Rows before every query's chunk may be pages given back to the pool: NaN.
+        for (q_len, kv_len, _), pages in zip(seqs, seq_pages, strict=True):
+            for j in range((kv_len - q_len) // chunk * chunk if kv_len > q_len else 0):
+                for cache in (k_pages, v_pages):
+                    cache[pages[j // page_size], j % page_size] = np.nan
+        args = (q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt)
+        o = np.asarray(_gqa_step(*args, scale, block, chunk, None, True, tile=tile, split=split))
+        q4 = q.reshape(NUM_TOKENS, num_kv_heads, group, head_dim)
+        ref = dense_reference(q4, seqs, positions, rows_k, rows_v, scale, chunk, chunked=True)
+        assert np.all(np.isfinite(o))
+        np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
+        window = dense_reference(q4, seqs, positions, rows_k, rows_v, scale, chunk)
+        assert np.abs(window - ref).max() > 0.1  # chunks are not a sliding window
 
 
 def _latent_step(rng, page_size, row_dim):

@@ -32,6 +32,10 @@ from models.specs import count_params
         # rounded to 1T: 1.05T here).
         ("mistral-small-4", 119e9, 0.01, None, 0),
         ("mistral-large-4", 1e12, 0.06, 52e9, 0.03),
+        # Meta's model cards: 109B and 400B total (with the vision encoder, not counted
+        # here), 17B active.
+        ("llama-4-scout", 109e9, 0.02, 17e9, 0.02),
+        ("llama-4-maverick", 400e9, 0.01, 17e9, 0.02),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
