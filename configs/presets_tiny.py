@@ -636,3 +636,27 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# Qwen3-VL-MoE's language model (served from its qwen3_vl_moe wrapper): Qwen3-MoE's, experts
+# stored with their last axes swapped as released.
+_add(
+    ModelConfig(
+        name="tiny-qwen3-vl-moe",
+        model_type="qwen3_moe",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        qk_norm=True,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        norm_topk_prob=True,
+        eos_token_ids=(2,),
+    )
+)

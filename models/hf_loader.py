@@ -162,7 +162,24 @@ def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFT
             f"checkpoint tensor {name!r}: missing{whose} "
             f"({len(missing[best])} expected tensors missing in total)"
         )
-    return candidates[best]
+    return _transposed_experts(candidates[best], headers)
+
+
+def _transposed_experts(names: dict[str, HFTensor], headers) -> dict[str, HFTensor]:
+    """Fused experts stored with their last two axes swapped, gate_up [E, D, 2F] and down
+    [E, F, D] (Qwen3-VL-MoE's released layout, which transformers transposes on load where
+    the shapes differ from its modules'), read as such."""
+    out = dict(names)
+    for name, t in names.items():
+        got = headers[name].shape if name in headers else None
+        swapped = t.shape[:1] + t.shape[:0:-1] if len(t.shape) == 3 else None
+        if got is None or got == t.shape or got != swapped:
+            continue
+        if t.kind == "gate_up":
+            out[name] = t._replace(shape=swapped, kind="gate_up_halves")
+        elif t.kind == "experts_T":
+            out[name] = t._replace(shape=swapped, kind="copy")
+    return out
 
 
 class _Quantization(NamedTuple):

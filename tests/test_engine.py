@@ -93,6 +93,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
         "mistral_large4",
         "hunyuan_v1_moe",
         "llama4",
+        "qwen3_vl_moe",
     ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):

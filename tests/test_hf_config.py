@@ -37,6 +37,7 @@ ARCHS = (
     "ministral3",
     "hunyuan_v1_moe",
     "llama4",
+    "qwen3_vl_moe",
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")

@@ -46,16 +46,19 @@ ARCHS = {
     "ministral3": "tiny-ministral3",
     "hunyuan_v1_moe": "tiny-hunyuan-v1-moe",
     "llama4": "tiny-llama4",  # in its wrapper
+    "qwen3_vl_moe": "tiny-qwen3-vl-moe",  # in its wrapper, experts as released
 }
-# The multimodal fixtures: (their language model's prefix, the vision tower's and
-# projector's, which are not read, the experts' layout): Mistral 3's under transformers 4's
-# names (experts fused, as transformers 5.25 saves them there), Mistral Large 4's under
-# Mistral's own (models/checkpoint_names.py).
+# The multimodal fixtures: (their language model's prefix and what it stands for, the
+# vision tower's and projector's prefixes, whose tensors are not read, the experts'
+# layout): Mistral 3's under transformers 4's names (experts fused, as transformers 5.25
+# saves them there), Mistral Large 4's under Mistral's own (models/checkpoint_names.py),
+# Qwen3-VL-MoE's under transformers 5's (lm_head at the top).
 MISTRAL_VISION = ("vision_encoder.", "patch_merger.", "pre_mm_projector_norm.", "vision_language")
 WRAPPED = {
-    "mistral4": ("language_model.", ("vision_tower.", "multi_modal_projector."), "fused"),
-    "mistral_large4": ("", MISTRAL_VISION, "per_expert"),
-    "llama4": ("language_model.", ("vision_model.", "multi_modal_projector."), "fused"),
+    "mistral4": (("language_model.", ""), ("vision_tower.", "multi_modal_projector."), "fused"),
+    "mistral_large4": (("", ""), MISTRAL_VISION, "per_expert"),
+    "llama4": (("language_model.", ""), ("vision_model.", "multi_modal_projector."), "fused"),
+    "qwen3_vl_moe": (("model.language_model.", "model."), ("model.visual.",), "fused"),
 }
 TOL = 2e-3
 
@@ -368,9 +371,9 @@ def test_hf_tensor_names_cover_the_fixture():
         on_disk = set()
         for f in files:
             on_disk |= set(load_file(str(f)))
-        text, others, layout = WRAPPED.get(arch, ("", (), "per_expert"))
-        assert all(n.startswith((text, *others)) for n in on_disk), arch
-        on_disk = {n.removeprefix(text) for n in on_disk if not n.startswith(others)}
+        (text, alias), others, layout = WRAPPED.get(arch, (("", ""), (), "per_expert"))
+        on_disk = {n for n in on_disk if not n.startswith(others)}
+        on_disk = {alias + n.removeprefix(text) if n.startswith(text) else n for n in on_disk}
         assert on_disk == set(hf_tensor_names(cfg, layout)), arch
 
 
