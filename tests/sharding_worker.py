@@ -29,6 +29,9 @@ LAYOUTS = [
     # Mistral Large 4: the same with its query scales split with the heads, a layer without
     # RoPE, one reusing another's top-k and one reading another's latent pages.
     ("mistral_large4", "tp=2,ep=2"),
+    # Llama 4: chunked layers in a pool of their own, top-1 experts fed their scaled input
+    # over ep.
+    ("llama4", "tp=2,ep=2"),
     ("qwen3_moe", "ep=4"),
     ("qwen3_moe", "ep=8"),
     ("qwen3_moe", "dp=2,ep=4"),
