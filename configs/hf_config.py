@@ -58,27 +58,31 @@ MULTIMODAL_WRAPPERS = {
     "llama4": ("llama4_text", False),  # Llama 4 Scout, Maverick
     "qwen3_vl_moe": ("qwen3_vl_moe_text", False),  # Qwen3-VL-30B-A3B, -235B-A22B
     "qwen3_vl": ("qwen3_vl_text", False),
+    "glm4v_moe": ("glm4v_moe_text", False),  # GLM-4.5V, GLM-4.6V
 }
-# Qwen3-VL's language models are Qwen3-MoE's and Qwen3's, read with their own classes'
-# defaults (transformers 5.25's Qwen3VLMoeTextConfig / Qwen3VLTextConfig), no sliding
-# window, and (MoE) the top-k weights always renormalized. Their M-RoPE gives text tokens
-# the same position on its three axes: plain RoPE (image and video inputs: not supported).
+# Language models of vision-language checkpoints that are another family's, read with their
+# own classes' defaults (transformers 5.25's Qwen3VLMoeTextConfig, Qwen3VLTextConfig,
+# Glm4vMoeTextConfig) and the fields those classes fix: Qwen3-VL's are Qwen3-MoE's (top-k
+# always renormalized) and Qwen3's, with no sliding window; GLM-4.5V's is GLM-4.5's with
+# no q/k norms and no MTP layer. Their M-RoPE gives text tokens the same position on its
+# three axes: plain RoPE (image and video inputs: not supported).
 # fmt: off
-_QWEN3_VL_TEXT = {
+_VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
     "qwen3_vl_moe_text": ("qwen3_moe", dict(
         vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
         num_attention_heads=16, num_key_value_heads=16, head_dim=128,
         max_position_embeddings=128000, rms_norm_eps=1e-6, moe_intermediate_size=1408,
         num_experts_per_tok=4, num_local_experts=60, decoder_sparse_step=1, mlp_only_layers=[],
-        bos_token_id=None, eos_token_id=None, rope_theta=500000.0, norm_topk_prob=True,
-        use_sliding_window=False,
-    )),
+        bos_token_id=None, eos_token_id=None, rope_theta=500000.0,
+    ), dict(norm_topk_prob=True, use_sliding_window=False)),
     "qwen3_vl_text": ("qwen3", dict(
         vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=32, head_dim=128,
         max_position_embeddings=128000, rms_norm_eps=1e-6, rope_theta=500000.0,
-        use_sliding_window=False,
-    )),
+    ), dict(use_sliding_window=False)),
+    "glm4v_moe_text": ("glm4_moe", dict(
+        vocab_size=151424, max_position_embeddings=65536, attention_bias=True,
+    ), dict(use_qk_norm=False, num_nextn_predict_layers=0)),
 }
 # fmt: on
 _DTYPES = ("float32", "bfloat16", "float16")
@@ -250,8 +254,8 @@ def language_model_config(hf: dict) -> dict:
     """The config of the model served: `hf` itself, or a multimodal wrapper's text_config
     (MULTIMODAL_WRAPPERS) with the top level's quantization_config, dtype and
     tie_word_embeddings (which decide the language model's, as transformers reads them)."""
-    if hf.get("model_type") in _QWEN3_VL_TEXT:  # (a Qwen3-VL text_config read alone)
-        return _qwen3_vl_text(hf)
+    if hf.get("model_type") in _VL_TEXT:  # (such a text_config read alone)
+        return _vl_text(hf)
     wrapper = MULTIMODAL_WRAPPERS.get(hf.get("model_type"))
     if wrapper is None:
         return hf
@@ -266,13 +270,12 @@ def language_model_config(hf: dict) -> dict:
     for key in ("quantization_config", "dtype", "torch_dtype"):
         if key in hf:
             out[key] = hf[key]
-    return _qwen3_vl_text(out) if out["model_type"] in _QWEN3_VL_TEXT else out
+    return _vl_text(out) if out["model_type"] in _VL_TEXT else out
 
 
-def _qwen3_vl_text(text: dict) -> dict:
-    """A Qwen3-VL text config as the Qwen3(-MoE) config it computes (_QWEN3_VL_TEXT)."""
-    family, defaults = _QWEN3_VL_TEXT[text["model_type"]]
-    fixed = {k: defaults[k] for k in ("norm_topk_prob", "use_sliding_window") if k in defaults}
+def _vl_text(text: dict) -> dict:
+    """A vision-language model's text config as the config of the family it is (_VL_TEXT)."""
+    family, defaults, fixed = _VL_TEXT[text["model_type"]]
     return {**defaults, **text, **fixed, "model_type": family}
 
 

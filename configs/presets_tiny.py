@@ -660,3 +660,6 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# GLM-4.5V's language model (served from its glm4v_moe wrapper): tiny-glm4-moe's without the
+# q/k norms (its class has none).
+_add(TINY["tiny-glm4-moe"].replace(name="tiny-glm4v-moe", qk_norm=False))

@@ -38,6 +38,7 @@ ARCHS = (
     "hunyuan_v1_moe",
     "llama4",
     "qwen3_vl_moe",
+    "glm4v_moe",
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")

@@ -148,3 +148,31 @@ def test_llama4_fields_and_refusals():
     ]:
         with pytest.raises(ValueError, match=message):
             config_from_hf({**text, **change})
+
+
+def test_vision_language_text_configs_read_as_their_family():
+    """Qwen3-VL(-MoE)'s and GLM-4.5V's text configs are Qwen3(-MoE)'s and GLM-4.5's, with
+    their own classes' defaults (read by hand from transformers 5.25) and the fields those
+    classes fix whatever the config says."""
+    moe = config_from_hf({"model_type": "qwen3_vl_moe", "text_config": {}})
+    assert (moe.model_type, moe.num_experts, moe.moe_intermediate_size) == ("qwen3_moe", 60, 1408)
+    assert (moe.rope_theta, moe.max_position_embeddings, moe.norm_topk_prob) == (5e5, 128000, True)
+    text = {"norm_topk_prob": False, "use_sliding_window": True, "sliding_window": 8}
+    fixed = config_from_hf({"model_type": "qwen3_vl_moe_text", **text})
+    assert fixed.norm_topk_prob and fixed.sliding_window is None
+    dense = config_from_hf({"model_type": "qwen3_vl", "text_config": {}})
+    assert (dense.model_type, dense.hidden_size, dense.num_experts) == ("qwen3", 4096, 0)
+    glm = {
+        "model_type": "glm4v_moe_text",
+        "head_dim": 128,
+        "use_qk_norm": True,
+        "num_mtp_layers": 1,
+    }
+    cfg = config_from_hf(glm)
+    assert (cfg.model_type, cfg.vocab_size, cfg.attention_bias, cfg.qk_norm) == (
+        "glm4_moe",
+        151424,
+        True,
+        False,
+    )
+    assert cfg.num_nextn_predict_layers == 0 and cfg.max_position_embeddings == 65536

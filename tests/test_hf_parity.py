@@ -47,6 +47,7 @@ ARCHS = {
     "hunyuan_v1_moe": "tiny-hunyuan-v1-moe",
     "llama4": "tiny-llama4",  # in its wrapper
     "qwen3_vl_moe": "tiny-qwen3-vl-moe",  # in its wrapper, experts as released
+    "glm4v_moe": "tiny-glm4v-moe",  # in its wrapper
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
@@ -59,6 +60,7 @@ WRAPPED = {
     "mistral_large4": (("", ""), MISTRAL_VISION, "per_expert"),
     "llama4": (("language_model.", ""), ("vision_model.", "multi_modal_projector."), "fused"),
     "qwen3_vl_moe": (("model.language_model.", "model."), ("model.visual.",), "fused"),
+    "glm4v_moe": (("model.language_model.", "model."), ("model.visual.",), "per_expert"),
 }
 TOL = 2e-3
 
