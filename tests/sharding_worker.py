@@ -22,12 +22,11 @@ LAYOUTS = [
     ("deepseek_v3", "ep=4"),
     ("deepseek_v3", "ep=8"),
     ("deepseek_v3", "dp=2,ep=4"),
-    # DeepSeek-V3.2 (V3's MLA and MoE with sparse attention): MLA heads over tp, the
-    # indexer (and its key pages) whole, experts over ep. (V3 itself on tp=2,ep=2: the KV
-    # transfer and offloading cases below.)
-    ("deepseek_v32", "tp=2,ep=2"),
-    # Mistral Large 4: the same with its query scales split with the heads, a layer without
-    # RoPE, one reusing another's top-k and one reading another's latent pages.
+    # DeepSeek sparse attention, Mistral Large 4's (V3.2's MLA and MoE without a q LoRA):
+    # MLA heads and their query scales over tp, the indexer (and its key pages) whole,
+    # experts over ep; a layer without RoPE, one reusing another's top-k and one reading
+    # another's latent pages. (V3 itself on tp=2,ep=2: the KV transfer and offloading
+    # cases below.)
     ("mistral_large4", "tp=2,ep=2"),
     # Llama 4: chunked layers in a pool of their own, top-1 experts fed their scaled input
     # over ep.

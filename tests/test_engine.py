@@ -89,11 +89,11 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
         "glm4_moe_lite",
         "minimax_m2",
         "dots1",
-        "mistral4",
+        # Mistral Large 4: layers reading another's latent pages or indexer choice; Llama 4:
+        # chunked layers in a pool of their own. (Mistral Small 4, Hunyuan-A13B and
+        # Qwen3-VL-MoE differ from the families above in layer code and loading alone.)
         "mistral_large4",
-        "hunyuan_v1_moe",
         "llama4",
-        "qwen3_vl_moe",
     ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):
