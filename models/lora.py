@@ -49,13 +49,30 @@ MODULES = {
     "mlp.down_proj": ("mlp", "w_down"),
     # Shared experts (DeepSeek, GLM-4.5; Qwen2-MoE's single `shared_expert`): the step's
     # per-layer adapter dict holds them as "shared_w_gate" etc. beside the attention's.
+    # Llama 4's dense MLPs.
+    "feed_forward.gate_proj": ("mlp", "w_gate"),
+    "feed_forward.up_proj": ("mlp", "w_up"),
+    "feed_forward.down_proj": ("mlp", "w_down"),
+    # Shared experts (DeepSeek, GLM-4.5; Qwen2-MoE's single `shared_expert`, Hunyuan's
+    # `shared_mlp`, Llama 4's under `feed_forward`): the step's per-layer adapter dict holds
+    # them as "shared_w_gate" etc. beside the attention's.
     **{
-        f"mlp.{shared}.{hf}": ("shared", "shared_" + leaf)
-        for shared in ("shared_experts", "shared_expert")
+        f"{shared}.{hf}": ("shared", "shared_" + leaf)
+        for shared in (
+            "mlp.shared_experts",
+            "mlp.shared_expert",
+            "mlp.shared_mlp",
+            "feed_forward.shared_expert",
+        )
         for hf, leaf in (("gate_proj", "w_gate"), ("up_proj", "w_up"), ("down_proj", "w_down"))
     },
 }
-_NAME = re.compile(r"base_model\.model\.model\.layers\.(\d+)\.(.+)\.lora_([AB])\.weight")
+# PEFT's names: base_model.model, then the model's own path to its layers (a causal LM's, or
+# a multimodal wrapper's language model's, as transformers 5 or 4 lays it out).
+_NAME = re.compile(
+    r"base_model\.model\.(?:model\.language_model\.|language_model\.model\.|model\.)"
+    r"layers\.(\d+)\.(.+)\.lora_([AB])\.weight"
+)
 
 Key = tuple[int, str, str]  # (layer, group, leaf)
 

@@ -329,3 +329,28 @@ def test_adapters_are_added_and_removed_at_run_time(llm2, tmp_path):
     finally:
         srv.shutdown()
         srv.close()
+
+
+@pytest.mark.parametrize("path", ["model.language_model.", "language_model.model."])
+def test_an_adapter_of_a_multimodal_wrapper_loads_as_the_language_models(path, tmp_path):
+    """PEFT on a multimodal wrapper (Mistral 3, Llama 4, Qwen3-VL...) names the language
+    model's layers under its path there (transformers 5's or 4's): the same adapter."""
+    from configs.presets import get_preset
+    from models.lora import load_adapter
+
+    cfg = get_preset("tiny-llama")
+    moved = tmp_path / "wrapped"
+    shutil.copytree(LORA / "adapter_a", moved)
+    tensors = load_file(moved / "adapter_model.safetensors")
+    renamed = {
+        k.replace("base_model.model.model.", "base_model.model." + path): v
+        for k, v in tensors.items()
+    }
+    assert renamed.keys() != tensors.keys()
+    save_file(renamed, moved / "adapter_model.safetensors")
+    want = load_adapter(str(LORA / "adapter_a"), cfg, 8)
+    got = load_adapter(str(moved), cfg, 8)
+    assert got.keys() == want.keys()
+    for key in want:
+        for a, b in zip(got[key], want[key], strict=True):
+            np.testing.assert_array_equal(a, b)
