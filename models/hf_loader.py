@@ -397,8 +397,12 @@ def resolve_tied_head(model_dir: str | Path, cfg: ModelConfig) -> ModelConfig:
     if not cfg.tie_word_embeddings:
         return cfg
     headers = _read_headers(_checkpoint_files(Path(model_dir)))
-    model, head = prefixes_of(headers)
-    head, embed = f"{head}weight", f"{model}embed_tokens.weight"
+    # The two as this checkpoint names them (a wrapper's prefixes; Mistral's own names).
+    names = with_prefixes(
+        hf_tensor_names(cfg.replace(tie_word_embeddings=False)), prefixes_of(headers)
+    )
+    head = next(n for n, t in names.items() if t.targets == (("lm_head",),))
+    embed = next(n for n, t in names.items() if t.targets == (("embed",),))
     if head not in headers:
         return cfg
     if embed in headers and headers[head].shape == headers[embed].shape:
