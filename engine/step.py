@@ -240,19 +240,10 @@ def _step_body(
             k_pages = ops.write_kv(k_pages, x.k, layer_slots)
             v_pages = ops.write_kv(v_pages, x.v, layer_slots)
             sinks = p_attn.get("sinks")  # gpt-oss: per-head logits that join every softmax
+            layer_ops, chunked = ops, {}
             if cfg.layer_chunked(i):  # Llama 4's chunks: the XLA path (no kernel has them)
-                o = get_attention_ops("xla", batch_invariant).gqa(
-                    x.q,
-                    k_pages,
-                    v_pages,
-                    layer_meta,
-                    x.scale,
-                    kv_block_pages,
-                    window=window,
-                    chunked=True,
-                )
-                return o, (k_pages, v_pages)
-            o = ops.gqa(
+                layer_ops, chunked = get_attention_ops("xla", batch_invariant), {"chunked": True}
+            o = layer_ops.gqa(
                 x.q,
                 k_pages,
                 v_pages,
@@ -261,6 +252,7 @@ def _step_body(
                 kv_block_pages,
                 window=window,
                 sinks=sinks,
+                **chunked,
             )
             return o, (k_pages, v_pages)
 

@@ -89,9 +89,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
         "glm4_moe_lite",
         "minimax_m2",
         "dots1",
-        # Mistral Large 4: layers reading another's latent pages or indexer choice; Llama 4:
-        # chunked layers in a pool of their own. (Mistral Small 4, Hunyuan-A13B and
-        # Qwen3-VL-MoE differ from the families above in layer code and loading alone.)
+        # (Shared latent pages and indexers; chunked layers in a pool of their own.)
         "mistral_large4",
         "llama4",
     ],
