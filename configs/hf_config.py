@@ -19,6 +19,7 @@ from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8,
 from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
 from configs.hf_mla import MLA_DEFAULTS, MLA_MODEL_TYPES, mla_fields
 from configs.hf_moe import moe_fields
+from configs.hf_qwen3_next import LINEAR_DEFAULTS, LINEAR_MODEL_TYPES, linear_fields
 from configs.int4_schemes import INT4_METHODS, Int4Scheme, int4_scheme
 from configs.model_config import ModelConfig, RopeScaling
 
@@ -46,6 +47,7 @@ SUPPORTED_MODEL_TYPES = (
     "ministral3",
     "hunyuan_v1_moe",
     "llama4_text",
+    *LINEAR_MODEL_TYPES,
 )
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
@@ -59,6 +61,8 @@ MULTIMODAL_WRAPPERS = {
     "qwen3_vl_moe": ("qwen3_vl_moe_text", False),  # Qwen3-VL-30B-A3B, -235B-A22B
     "qwen3_vl": ("qwen3_vl_text", False),
     "glm4v_moe": ("glm4v_moe_text", False),  # GLM-4.5V, GLM-4.6V
+    "qwen3_5": ("qwen3_5_text", False),  # Qwen3.5 (dense)
+    "qwen3_5_moe": ("qwen3_5_moe_text", False),  # Qwen3.5-35B-A3B ... -397B-A17B
 }
 # Language models of vision-language checkpoints that are another family's, read with their
 # own classes' defaults (transformers 5.25's Qwen3VLMoeTextConfig, Qwen3VLTextConfig,
@@ -216,7 +220,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     ),
 }
 # fmt: on
-_DEFAULTS.update(MLA_DEFAULTS, llama4_text=LLAMA4_DEFAULTS)
+_DEFAULTS.update(MLA_DEFAULTS, llama4_text=LLAMA4_DEFAULTS, **LINEAR_DEFAULTS)
 # Other names a config.json may give a field, per model type: each config class's
 # `attribute_map` in transformers 5.24 (the field read here <- the names it also takes; a
 # name a class does not map is ignored, as transformers ignores it: Qwen2-MoE has none).
@@ -418,7 +422,7 @@ def _partial_rotary_factor(f: _Fields, model_type: str) -> float:
         if partial is None and rotary_dim is not None:
             partial = rotary_dim / f.required("head_dim") if _is_number(rotary_dim) else rotary_dim
         partial = 1.0 if partial is None else partial
-    if model_type in ("glm4_moe", "minimax_m2"):
+    if model_type in ("glm4_moe", "minimax_m2", *LINEAR_MODEL_TYPES):
         if not _is_number(partial) or not 0 < partial <= 1:
             raise ValueError(
                 f"HF config partial_rotary_factor={partial!r}: must be a number in (0, 1]"
@@ -624,6 +628,7 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
         "glm_moe_dsa",
         "mistral4",
         "mistral_large4_text",
+        *LINEAR_MODEL_TYPES,
     )
     if model_type in no_window:
         return none
@@ -684,6 +689,7 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
         attention_bias=attention_bias,
         qk_norm=model_type
         in ("qwen3", "qwen3_moe", "olmoe", "minimax_m2", "dots1", "hunyuan_v1_moe")
+        or model_type in LINEAR_MODEL_TYPES
         or (model_type == "glm4_moe" and bool(f.get("use_qk_norm"))),
         qk_norm_after_rope=model_type == "hunyuan_v1_moe",
         qk_norm_full=model_type in ("olmoe", "minimax_m2"),
@@ -691,6 +697,8 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
     )
     if model_type == "llama4_text":
         fields.update(llama4_fields(f))
+    elif model_type in LINEAR_MODEL_TYPES:
+        fields.update(linear_fields(f, model_type))
     else:
         fields.update(moe_fields(f, model_type, fields))
     return fields
@@ -751,7 +759,7 @@ def config_from_hf(
         hidden_size=f.required("hidden_size"),
         num_layers=num_layers,
         num_heads=f.required("num_attention_heads"),
-        intermediate_size=arch.pop("intermediate_size", f.required("intermediate_size")),
+        intermediate_size=arch.pop("intermediate_size", None) or f.required("intermediate_size"),
         rms_norm_eps=float(f.required("rms_norm_eps")),
         max_position_embeddings=max_position,
         rope_theta=rope_theta,

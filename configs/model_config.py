@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 # ntk_alpha: a fixed NTK-aware base, theta * alpha^(d / (d - 2)) (Hunyuan's checkpoints
@@ -126,6 +127,21 @@ class ModelConfig:
     # reading an earlier one's computes no latent and caches none (its indexer's keys it
     # still caches, when it has an indexer).
     kv_source_layers: tuple[int, ...] = ()
+    # Hybrid linear attention (Qwen3-Next, Qwen3.5: models/linear_attention.py): these
+    # decoder layers run a gated DeltaNet (a causal depthwise conv of linear_conv_kernel
+    # taps, then the gated delta rule over a [Hv, dk, dv] state per sequence) in place of
+    # softmax attention; each value head reads key head h // (Hv / Hk).
+    linear_attention_layers: tuple[int, ...] = ()
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 4
+    # Qwen3-Next's gated attention: q_proj also yields a gate per output channel, the
+    # attention output times sigmoid(gate) before o_proj (attn "wq_gate" [D, H, Dh]).
+    attn_output_gate: bool = False
+    # Qwen3-Next's RMSNorms scale by (1 + weight), in float32 (weights stored zero-centred).
+    norm_zero_centered: bool = False
     # Logits squashed to cap * tanh(logits / cap) (Mistral Large 4's 30; 0: none).
     final_logit_softcapping: float = 0.0
     # MoE
@@ -338,8 +354,39 @@ class ModelConfig:
                 f"attn_scale_beta={self.attn_scale_beta}, attn_scale_positions="
                 f"{self.attn_scale_positions}: need beta > 0 and positions >= 1 (or beta 0)"
             )
+        self._check_linear()
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype={self.dtype!r}: expected float32, bfloat16 or float16")
+
+    def _check_linear(self) -> None:
+        """The gated DeltaNet layers (linear_attention_layers), as Qwen3-Next builds them."""
+        if not self.linear_attention_layers:
+            return
+        if self.is_mla or self.kv_window or self.hybrid_window or self.mtp_drafts:
+            raise ValueError(
+                "linear_attention_layers: with GQA full attention on the other layers only "
+                "(no MLA, sliding window, attention chunks or MTP drafts)"
+            )
+        bad = [i for i in self.linear_attention_layers if not 0 <= i < self.num_layers]
+        if bad or len(self.linear_attention_layers) == self.num_layers:
+            raise ValueError(
+                f"linear_attention_layers: layer {bad[0] if bad else 'all'} is outside [0, "
+                f"num_layers={self.num_layers}) or leaves no full-attention layer"
+            )
+        for name in (
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_conv_kernel",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: linear attention needs it >= 1")
+        if self.linear_num_value_heads % self.linear_num_key_heads:
+            raise ValueError(
+                f"linear_num_value_heads={self.linear_num_value_heads}: must be a multiple of "
+                f"linear_num_key_heads={self.linear_num_key_heads}"
+            )
 
     def _check_sharing(self) -> None:
         """shared_indexer_layers and kv_source_layers, as transformers runs them."""
@@ -391,7 +438,7 @@ class ModelConfig:
         cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
         bf16 model's elements."""
-        return self.model_type == "gpt_oss"
+        return self.model_type == "gpt_oss" or self.norm_zero_centered
 
     @property
     def qk_head_dim(self) -> int:
@@ -418,6 +465,8 @@ class ModelConfig:
     def layer_kv_widths(self, layer: int) -> tuple[int, ...]:
         """Trailing widths of layer `layer`'s cache arrays (engine.step.init_kv_pages): GQA's
         K and V; MLA's latent unless it reads another layer's, then its indexer's keys."""
+        if self.is_linear_layer(layer):  # (a state per sequence: linear_state_shapes)
+            return ()
         if not self.is_mla:
             return (self.num_kv_heads * self.head_dim,) * 2
         latent = (self.kv_lora_rank + self.qk_rope_head_dim,)
@@ -497,12 +546,45 @@ class ModelConfig:
             return False
         return (layer - self.first_k_dense_replace) % self.moe_layer_freq == 0
 
+    def is_linear_layer(self, layer: int) -> bool:
+        """Whether decoder layer `layer` is a gated DeltaNet (linear_attention_layers)."""
+        return layer in self.linear_attention_layers
+
+    @property
+    def first_attention_layer(self) -> int:
+        """The first decoder layer with a paged KV cache (softmax attention)."""
+        return next(i for i in range(self.num_layers) if not self.is_linear_layer(i))
+
+    @property
+    def norm_offset(self) -> float:
+        """Added to every decoder RMSNorm's weight (in float32) before it scales."""
+        return 1.0 if self.norm_zero_centered else 0.0
+
+    def linear_state_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """Per-sequence state of a gated DeltaNet layer (engine.step.init_kv_pages): the
+        conv's last linear_conv_kernel - 1 inputs of q [Hk, dk], k [Hk, dk] and v [Hv, dv]
+        (the model dtype), and the delta rule's [Hv, dk, dv] (float32)."""
+        kc, hk, hv = (
+            self.linear_conv_kernel - 1,
+            self.linear_num_key_heads,
+            self.linear_num_value_heads,
+        )
+        dk, dv = self.linear_key_head_dim, self.linear_value_head_dim
+        return (kc, hk, dk), (kc, hk, dk), (kc, hv, dv), (hv, dk, dv)
+
+    def linear_state_bytes(self) -> int:
+        """Bytes of one sequence's state across every gated DeltaNet layer."""
+        item = 4 if self.dtype == "float32" else 2
+        *conv, rec = self.linear_state_shapes()
+        per_layer = sum(math.prod(s) for s in conv) * item + math.prod(rec) * 4
+        return per_layer * len(self.linear_attention_layers)
+
     @property
     def kv_cache_widths(self) -> tuple[int, ...]:
         """Per-token cache arrays' trailing widths of a layer that keeps all it can: MLA
         latent (and the sparse attention indexer's key), or GQA K and V (layer_kv_widths:
         a given layer's)."""
-        return self.layer_kv_widths(0)
+        return self.layer_kv_widths(self.first_attention_layer)
 
     @property
     def num_kv_layers(self) -> int:

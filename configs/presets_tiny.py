@@ -663,3 +663,57 @@ _add(
 # GLM-4.5V's language model (served from its glm4v_moe wrapper): tiny-glm4-moe's without the
 # q/k norms (its class has none).
 _add(TINY["tiny-glm4-moe"].replace(name="tiny-glm4v-moe", qk_norm=False))
+# Qwen3-Next (qwen3_next): gated DeltaNet on layers 0 and 2 (2 key heads of 16, 4 value
+# heads of 12, a 4-tap conv), gated full attention with RoPE on a quarter of each head on
+# 1 and 3, (1 + w) RMSNorms; top-2 of 8 softmax experts beside a gated shared expert, layer
+# 2 dense.
+_QWEN3_NEXT = ModelConfig(
+    name="tiny-qwen3-next",
+    model_type="qwen3_next",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=2048,
+    rope_theta=10000.0,
+    partial_rotary_factor=0.25,
+    qk_norm=True,
+    attn_output_gate=True,
+    norm_zero_centered=True,
+    linear_attention_layers=(0, 2),
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=12,
+    linear_conv_kernel=4,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    num_shared_experts=1,
+    shared_intermediate_size=32,
+    shared_expert_gate=True,
+    norm_topk_prob=True,
+    mlp_only_layers=(2,),
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+_add(_QWEN3_NEXT)
+# Qwen3.5-MoE (qwen3_5_moe, served from its multimodal wrapper): Qwen3-Next's layers with
+# three DeltaNet layers before each full one, 32-wide heads (RoPE on 8 channels), value
+# heads of 16, every layer MoE.
+_add(
+    _QWEN3_NEXT.replace(
+        name="tiny-qwen3-5-moe",
+        model_type="qwen3_5_moe_text",
+        head_dim=32,
+        rope_theta=10000000.0,
+        linear_attention_layers=(0, 1, 2),
+        linear_value_head_dim=16,
+        mlp_only_layers=(),
+        intermediate_size=24,  # (its config's: no dense layer)
+    )
+)

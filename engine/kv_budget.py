@@ -9,7 +9,7 @@ import os
 import jax
 
 from configs.model_config import ModelConfig
-from engine import kv_quant, penalties
+from engine import kv_quant, linear_state, penalties
 from engine.kv_pages import pages_for_budget, window_pool_pages
 from long_context.capacity import kv_shard_fraction
 from sharding.mesh import MeshConfig
@@ -69,9 +69,11 @@ def pools_from_budget(
 ) -> tuple[int, int | None]:
     """(num_pages, window_num_pages) from `budget` bytes: less the penalty state a penalized
     request makes on first use (a slot per running sequence over the vocabulary, so that it
-    still fits beside the pools) and a hybrid model's windowed pool, whole pages of the rest
+    still fits beside the pools), a linear-attention model's recurrent states
+    (engine/linear_state.py) and a hybrid model's windowed pool, whole pages of the rest
     for the (full-attention) pool, never more than max_num_seqs full-length sequences use."""
     budget -= penalties.state_bytes(max_num_seqs, cfg.vocab_size)
+    budget -= linear_state.state_bytes(cfg, max_num_seqs)
     full_layers = cfg.num_kv_layers
     if window_num_pages is not None:
         window_num_pages = min(window_num_pages, max_num_seqs * pages_per_seq)

@@ -20,6 +20,7 @@ from engine.eplb import EPLBConfig, balancer_for
 from engine.kv_offload import KVOffload, host_tier_for
 from engine.kv_pages import PageManager, pages_for_tokens
 from engine.kv_transfer import KVTransfer, KVTransferConfig, StoreUnreadable, check_engine
+from engine.linear_state import check_linear_engine, state_rows
 from engine.llm_control import EngineControl
 from engine.mtp import fill_batch, with_mtp
 from engine.prefix_cache import PrefixCache
@@ -55,7 +56,8 @@ class LLM(EngineControl):
     `async_scheduling` dispatches the next step before reading back the previous one's
     tokens (Scheduler.schedule_ahead; same outputs); False runs steps one by one.
     `kv_cache_dtype="fp8"` stores K/V (or the MLA latent) as float8_e4m3fn pages with a
-    float32 scale per row (engine/kv_quant.py): about half the bf16 cache.
+    float32 scale per row (engine/kv_quant.py): about half the bf16 cache. Linear-attention
+    models keep a recurrent state row per running sequence (engine/linear_state.py).
     Hybrid models (ModelConfig.hybrid_window: gpt-oss, Qwen2 with max_window_layers) keep
     the windowed layers' KV in a pool of their own (kv_pages.window_pool_pages pages, enough
     never to run out first; stats num_window_pages_total / _free): `num_pages` (or the
@@ -140,6 +142,7 @@ class LLM(EngineControl):
         if mesh:
             check_model_layout(cfg, mesh_config)
         check_engine(transfer, cfg)
+        check_linear_engine(cfg, enable_prefix_caching, proposer, transfer, enable_lora)
         tier = host_tier_for(
             kv_offloading_size, enable_prefix_caching, cfg, kv_dtype, page_size, transfer
         )
@@ -209,6 +212,7 @@ class LLM(EngineControl):
             speculative=proposer,
             max_loras=max_loras if enable_lora else 0,
             policy=scheduling_policy,
+            state_slots=max_num_seqs if cfg.linear_attention_layers else 0,
         )
         self.batch_invariant = bool(batch_invariant)
         self._buckets = runner.Buckets(
@@ -222,6 +226,7 @@ class LLM(EngineControl):
             if batch_invariant
             else 1,
             window_tables=hybrid,
+            state_slots=bool(cfg.linear_attention_layers),
         )
         self.kv_dtype = jnp.dtype(cfg.dtype if kv_dtype is None else kv_dtype)
         # A zeroed cache (again after sleep: engine/llm_control.py).
@@ -233,6 +238,7 @@ class LLM(EngineControl):
             self.kv_dtype,
             mesh=self.mesh,
             window_num_pages=window_num_pages,
+            state_rows=state_rows(cfg, max_num_seqs),
         )
         self._kv = self._new_kv()
         if transfer is not None and not transfer.offloading:  # (that one: the host tier)
@@ -348,7 +354,7 @@ class LLM(EngineControl):
                 request_id = None
         self._groups.add(request_id, params.n)
         for k, rid in enumerate(samples.sample_ids(request_id, params.n)):
-            fork_of = seqs[0] if seqs else None
+            fork_of = seqs[0] if seqs and not self.config.linear_attention_layers else None
             kth = samples.sample_params(params, k)
             seqs.append(self._enqueue(ids, kth, rid, announce, fork_of, lora_id, priority))
         return seqs
@@ -672,14 +678,12 @@ class LLM(EngineControl):
     def stream(
         self, prompts, sampling_params=None, lora_request=None, priority=None
     ) -> Iterator[list[StreamDelta]]:
-        """Queue `prompts` and yield each step's increments until they all finish.
-
-        A request with max_tokens=0 gets its finish delta in the first yield. Each yield
+        """Queue `prompts` and yield each step's increments until they all finish. A
+        request with max_tokens=0 gets its finish delta in the first yield. Each yield
         holds all of the step's deltas (requests added by hand included); with
         SamplingParams.n > 1, sample k > 0's deltas carry the id "<id>/<k>". Closing the
         generator early aborts the requests it has not finished; no later step() returns
-        their "abort" deltas (no one is left to read them).
-        """
+        their "abort" deltas (no one is left to read them)."""
         records, _ = self._collect(self._prepare(prompts, sampling_params, lora_request, priority))
         try:
             done = [
@@ -687,8 +691,7 @@ class LLM(EngineControl):
             ]
             if done:
                 yield done
-            # Ends on the records, not on seeing finish deltas: a generate() or step() call
-            # in between may have taken them.
+            # Ends on the records, not on finish deltas: a generate() or step() may take them.
             while any(not r.finished for r in records):
                 deltas = self.step()
                 if deltas:
@@ -700,10 +703,9 @@ class LLM(EngineControl):
         self, prompts, sampling_params=None, lora_request=None, priority=None
     ) -> list[RequestOutput]:
         """Generate for every prompt: one prompt or a list of them (engine/inputs.py: a string,
-        token ids, or a {"prompt": ...} / {"prompt_token_ids": ...} dict).
-
-        One record per prompt; with SamplingParams.n > 1 it is sample 0's and its `samples`
-        lists all n. If it raises (or is interrupted), its unfinished requests are aborted."""
+        token ids, or a {"prompt": ...} / {"prompt_token_ids": ...} dict). One record per
+        prompt; with SamplingParams.n > 1 it is sample 0's and its `samples` lists all n. If
+        it raises (or is interrupted), its unfinished requests are aborted."""
         reqs = self._prepare(prompts, sampling_params, lora_request, priority)
         records, firsts = self._collect(reqs)
         try:

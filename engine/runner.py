@@ -54,6 +54,8 @@ class Buckets:
     rows, so every matmul runs in one kernel regime whatever the real batch is.
     `window_tables` (hybrid models, ModelConfig.hybrid_window): every batch also carries
     the windowed layers' page table and slots (StepBatch.window_page_table).
+    `state_slots` (linear-attention models): every batch carries each sequence's recurrent
+    state row (StepBatch.state_slots; padding sequences row 0, which no sequence holds).
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class Buckets:
         pages_per_seq: int,
         min_rows: int = 1,
         window_tables: bool = False,
+        state_slots: bool = False,
     ):
         if min_rows < 1 or min_rows & (min_rows - 1):
             raise ValueError(f"min_rows={min_rows}: must be a power of two >= 1")
@@ -70,7 +73,7 @@ class Buckets:
         self.max_tokens = max(next_pow2(max_num_batched_tokens), min_rows)
         self.max_seqs = max(next_pow2(max_num_seqs), min_rows)
         self.pages_per_seq = pages_per_seq
-        self.window_tables = window_tables
+        self.window_tables, self.state_slots = window_tables, state_slots
         self.token_sizes = self._sizes(self.max_tokens)
         self.seq_sizes = self._sizes(self.max_seqs)
         self.feed_rows = max(self.max_seqs, FEED_ROWS_FLOOR)  # StepBatch.prev_tokens' length
@@ -220,6 +223,10 @@ def pack(
     sampling[6] = 1.0  # their repetition penalty (off)
     if n:
         sampling[:, :n] = np.asarray(fields, np.float64).T
+    state_slots = None
+    if buckets.state_slots:
+        state_slots = np.zeros(s_pad, np.int32)
+        state_slots[:n] = [it.state_slot for it in items]
     feed_index = np.full(t_pad, -1, np.int32)
     # Scheduled ahead (feed_index >= 0): a 1-token decode of a pending sample.
     feeds = np.asarray(feeds, np.int32)
@@ -247,6 +254,7 @@ def pack(
         np.ascontiguousarray(sampling[6:9].T, np.float32),  # repetition, presence, frequency
         window_page_table=window[0],
         window_slot_mapping=window[1],
+        state_slots=state_slots,
     )
 
 

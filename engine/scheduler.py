@@ -96,6 +96,7 @@ class Scheduler:
         speculative: NgramProposer | None = None,
         max_loras: int = 0,
         policy: str = "fcfs",
+        state_slots: int = 0,
     ):
         """`sliding_window`: set when every layer of the model attends only to the last
         that many keys (ModelConfig.kv_window); a running sequence then gives back the
@@ -110,7 +111,9 @@ class Scheduler:
         whose longest match admission takes (not with a sliding window).
         `speculative`: drafts for `speculate` sequences' decodes (NgramProposer, MtpProposer).
         `max_loras`: distinct adapters (Sequence.lora_id) running at once; 0: no limit.
-        `policy`: "fcfs" or "priority" (Sequence.priority, then arrival)."""
+        `policy`: "fcfs" or "priority" (Sequence.priority, then arrival). `state_slots`:
+        linear-attention models' recurrent state rows 1..state_slots, one per sequence from
+        admission to release (Sequence.state_slot); admission waits for a free one."""
         if policy not in ("fcfs", "priority"):
             raise ValueError(f"policy={policy!r}: expected 'fcfs' or 'priority'")
         for name, value in (
@@ -172,6 +175,7 @@ class Scheduler:
         self._num_shared_tokens = self._num_loaded_tokens = 0
         self.prefix_cache, self.speculative = prefix_cache, speculative
         self.max_loras, self.policy = max_loras, policy
+        self._free_states = list(range(state_slots, 0, -1)) if state_slots else None
         self._num_drafts, self._kept_at = 0, [0] * MAX_DRAFTS  # drafts kept per position
         self._num_cache_queries = self._num_cache_hits = 0  # tokens, at admissions
         self.long_prefill = None if long_prefill is None else LongPrefillController(long_prefill)
@@ -179,12 +183,10 @@ class Scheduler:
     # ---- admission control -------------------------------------------------------------
 
     def max_kv_len(self, num_prompt_tokens: int, max_tokens: int | None) -> int:
-        """Largest KV length a request can ever need.
-
-        The last sampled token is never fed, and a sequence stops once it has
-        max_model_len tokens, so the KV holds at most max(prompt, min(prompt + max_tokens - 1,
-        max_model_len - 1)) tokens; a recompute after preemption needs no more than that.
-        """
+        """Largest KV length a request can ever need: the last sampled token is never fed,
+        and a sequence stops once it has max_model_len tokens, so the KV holds at most
+        max(prompt, min(prompt + max_tokens - 1, max_model_len - 1)) tokens (a recompute
+        after preemption needs no more)."""
         if max_tokens == 0:
             return 0
         cap = self.max_model_len - 1
@@ -194,10 +196,7 @@ class Scheduler:
 
     def check_fits(self, num_prompt_tokens: int, max_tokens: int | None = None) -> None:
         """Raise ValueError if a request can never run; the LLM calls this before queueing.
-
-        A request whose KV could outgrow the whole pool would preempt itself forever, so it
-        is rejected up front instead of being queued.
-        """
+        A request whose KV could outgrow the whole pool would preempt itself forever."""
         if num_prompt_tokens < 1:
             raise ValueError(f"prompt length={num_prompt_tokens}: must be >= 1 token")
         if num_prompt_tokens > self.max_model_len:
@@ -230,12 +229,9 @@ class Scheduler:
         return min(need, 1 + self.pages.pages_needed(span - 1))
 
     def add(self, seq: Sequence) -> None:
-        """Queue a new request (FCFS by the arrival index stamped here).
-
-        `check_fits` runs first. A request with max_tokens == 0 does no work: it finishes
-        at once with finish_reason "length", is never queued, and no StepResult mentions
-        it; the caller reads `seq.is_finished`.
-        """
+        """Queue a new request (FCFS by the arrival index stamped here). `check_fits` runs
+        first. A request with max_tokens == 0 does no work: it finishes at once with
+        finish_reason "length", is never queued, and no StepResult mentions it."""
         if seq.request_id in self._active:
             raise ValueError(f"request_id={seq.request_id!r}: already queued or running")
         if self.has_request(seq.request_id):  # aborted, pages not yet released
@@ -269,9 +265,8 @@ class Scheduler:
             seq.fork_of.forks.append(seq)
 
     def abort(self, request_id: str) -> bool:
-        """Finish a request with reason "abort"; False if it is unknown or already done.
-
-        A running request's pages are freed at the next `schedule()`, not now, so a step
+        """Finish a request with reason "abort"; False if it is unknown or already done. A
+        running request's pages are freed at the next `schedule()`, not now, so a step
         already handed to the device never has its pages given to someone else.
         """
         seq = self._active.pop(request_id, None)
@@ -308,13 +303,10 @@ class Scheduler:
         return aborted
 
     def cancel(self, sched_out: SchedulerOutput) -> None:
-        """Take back the newest step handed out, which never ran (its launch failed).
-
-        Its tokens count as not computed again and its samples as not pending, so the
-        next steps schedule the same work. What building it did stays: pages allocated to
-        its sequences (they will be written by the retry), admissions (the admitted
-        sequences continue as running prefills) and preemptions.
-        """
+        """Take back the newest step handed out, which never ran (its launch failed): its
+        tokens count as not computed again and its samples as not pending, so the next
+        steps schedule the same work. What building it did stays: pages allocated (the
+        retry writes them), admissions (running prefills now) and preemptions."""
         if not self._in_flight or sched_out is not self._in_flight[-1][0]:
             raise ValueError("sched_out: not the newest step handed out")
         _, seqs, _ = self._in_flight.pop()
@@ -329,13 +321,11 @@ class Scheduler:
 
     def schedule_ahead(self) -> SchedulerOutput | None:
         """Build the next step while the previous one is still in flight (not updated).
-
         Sequences whose in-flight item samples decode a placeholder fed from that step's
         output (`ScheduledItem.feed_index`). Returns None, changing nothing, when the step
         cannot be built without knowing the in-flight step's results (a preemption, aborted
         pages to free, a long-prefill probe) or would be empty: the caller then passes the
-        in-flight step to update() and calls schedule().
-        """
+        in-flight step to update() and calls schedule()."""
         if len(self._in_flight) != 1:
             raise RuntimeError("schedule_ahead() needs exactly one step in flight")
         if self._aborted or (self.speculative and any(s.speculate for s in self._running)):
@@ -361,6 +351,7 @@ class Scheduler:
                     seq.status = SequenceStatus.WAITING
                     self._count_admission(seq, -1)
                     self._forget_progress(seq)
+                    self._return_state(seq)
             self._running, self._waiting = running, waiting
             return None
         self.num_scheduled_ahead += 1
@@ -401,6 +392,7 @@ class Scheduler:
             and i < len(self._waiting)
             and plan.budget > 0
             and len(self._running) < self.max_num_seqs
+            and self._free_states != []
         ):
             seq = self._waiting[i]
             donor = self._donor(seq)
@@ -440,6 +432,8 @@ class Scheduler:
             if loaded:
                 plan.loads[seq] = loaded
             self._count_admission(seq, 1)
+            if self._free_states:
+                seq.state_slot = self._free_states.pop()
             for pool in self._pools:
                 pool.grow(seq, shared + chunk)
             del self._waiting[i]
@@ -478,11 +472,9 @@ class Scheduler:
         step_seconds: float | None = None,
     ) -> list[StepResult]:
         """Apply a finished step: advance KV progress, append sampled tokens, stop, free.
-
         `sampled[request_id] = (token_id, logprob)` for every item with `sample`; requests
         aborted while the step ran are skipped. `step_seconds`, the step's wall time (None
-        when unknown or when it included a compilation), steers long-prefill chunks.
-        """
+        when unknown or when it included a compilation), steers long-prefill chunks."""
         if not self._in_flight or sched_out is not self._in_flight[0][0]:
             raise ValueError(
                 "sched_out: not the output of the latest schedule() call (oldest in flight)"
@@ -748,6 +740,7 @@ class Scheduler:
             lora_id=seq.lora_id,
             num_loaded=loaded,
             next_token=seq.token_ids_range(stop, stop + 1)[0] if stop < seq.num_tokens else -1,
+            state_slot=seq.state_slot,
         )
 
     def _finish(self, seq: Sequence, reason: str) -> None:
@@ -798,3 +791,9 @@ class Scheduler:
             pool.pages.free(held[::-1] if self.prefix_cache is not None else held)
             setattr(seq, pool.ids, ())
             setattr(seq, pool.released, 0)
+        self._return_state(seq)
+
+    def _return_state(self, seq: Sequence) -> None:
+        if seq.state_slot:  # (a later holder starts it from zero: never read)
+            self._free_states.append(seq.state_slot)
+            seq.state_slot = 0

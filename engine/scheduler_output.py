@@ -38,6 +38,7 @@ class ScheduledItem(NamedTuple):
     # The token after the last one fed when it is known already (a prefill chunk before the
     # end of what the sequence holds); -1: none (the step samples it). Read by engine/mtp.py.
     next_token: int = -1
+    state_slot: int = 0  # linear-attention models: its recurrent state's row (Sequence's)
 
     @property
     def kv_len_after(self) -> int:

@@ -23,7 +23,9 @@ from engine.logit_bias import apply_allowed_mask, apply_token_lists
 from engine.penalties import PenaltyState
 from engine.sampler import sample, token_logprobs
 from engine.sampler import top_logprobs as top_logprobs_of
+from models import linear_attention
 from models.attention import mla_absorb_q, mla_latent_to_v
+from models.linear_attention import segments_from_spans
 from models.moe import expert_load, routed_for
 from models.transformer import decoder_layer, final_logits, forward_hidden
 from sharding import eplb
@@ -87,6 +89,9 @@ class StepBatch(NamedTuple):
     # sequence's pages hold.
     mtp_next: jax.Array | None = None
     mtp_room: jax.Array | None = None
+    # Linear-attention models (ModelConfig.linear_attention_layers): [S] int32 each
+    # sequence's row of the recurrent state (Sequence.state_slot); None for others.
+    state_slots: jax.Array | None = None
 
 
 class StepOutput(NamedTuple):
@@ -222,7 +227,7 @@ def _step_body(
     # Which MLA sequences attend expanded: decided once for the step, used by every layer.
     # DeepSeek-V3.2: with a page table no wider than the indexer's top-k, every query keeps
     # every key it sees, so its sparse attention is dense MLA (and takes that path).
-    page_size = kv[0][0].shape[1]
+    page_size = kv[cfg.first_attention_layer][0].shape[1]
     sparse = sparse_mla.selects(cfg, meta.page_table.shape[1] * page_size)
     split = None
     if cfg.is_mla and not sparse:
@@ -314,8 +319,22 @@ def _step_body(
         fed = batch.prev_tokens[jnp.maximum(batch.feed_index, 0)]
         token_ids = jnp.where(batch.feed_index >= 0, fed, token_ids)
     kv, kv_mtp = kv[: cfg.num_layers], kv[cfg.num_layers :]
+    segments = None
+    if cfg.linear_attention_layers:
+        segments = segments_from_spans(
+            batch.cu_q_lens, batch.kv_lens, batch.state_slots, token_ids.shape[0]
+        )
     hidden, kv = forward_hidden(
-        params, cfg, token_ids, batch.positions, kv, attend, routed, constrain, batch.lora_slots
+        params,
+        cfg,
+        token_ids,
+        batch.positions,
+        kv,
+        attend,
+        routed,
+        constrain,
+        batch.lora_slots,
+        segments,
     )
     logits = final_logits(params, cfg, hidden[batch.sample_index])  # [S, V]
     sample_logits = logits
@@ -534,10 +553,12 @@ def init_kv_pages(
     dtype=None,
     mesh: Mesh | None = None,
     window_num_pages: int | None = None,
+    state_rows: int = 0,
 ) -> list:
     """Zeroed paged cache: per layer (K, V) pages for GQA, (latent,) pages for MLA, and
     (latent, index keys) for MLA with sparse attention (ModelConfig.layer_kv_widths: a
-    layer reading another's latent keeps none, one with no indexer of its own no keys).
+    layer reading another's latent keeps none, one with no indexer of its own no keys);
+    a gated DeltaNet layer's state arrays with `state_rows` rows (whatever `dtype`).
 
     `dtype` defaults to the model's; float8_e4m3fn gives kv_quant.QuantizedPages (fp8 data
     with a float32 scale per row). With a `mesh` the pages are created in place with their
@@ -547,7 +568,13 @@ def init_kv_pages(
     dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
     if mesh is not None:
         make = functools.partial(
-            init_kv_pages, cfg, num_pages, page_size, dtype, window_num_pages=window_num_pages
+            init_kv_pages,
+            cfg,
+            num_pages,
+            page_size,
+            dtype,
+            window_num_pages=window_num_pages,
+            state_rows=state_rows,
         )
         return jax.jit(make, out_shardings=kv_shardings(cfg, mesh, dtype))()
     if dtype == kv_quant.FP8_DTYPE:
@@ -561,6 +588,9 @@ def init_kv_pages(
         ]
     kv = []
     for i in range(cfg.num_kv_layers):
+        if cfg.is_linear_layer(i):
+            kv.append(linear_attention.zero_state(cfg, state_rows))
+            continue
         n = num_pages
         if window_num_pages is not None and cfg.attention_window(i) is not None:
             n = window_num_pages

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from configs.model_config import ModelConfig
-from models.layers import rms_norm
+from models.layers import model_norm, rms_norm
 from models.lora import add
 from models.rope import apply_rope, rope_dim, rope_frequencies, rope_layout, yarn_get_mscale
 
@@ -44,6 +44,7 @@ class AttnInputs(NamedTuple):
     idx_q: jax.Array | None = None  # [T, Hi, Di], roped
     idx_k: jax.Array | None = None  # [T, Di], roped, shared by the index heads
     idx_w: jax.Array | None = None  # [T, Hi] float32 head weights, both scales folded in
+    gate: jax.Array | None = None  # [T, H, Dh] attn_output_gate: o * sigmoid(gate) first
 
 
 def _frequencies(cfg: ModelConfig, p: dict) -> tuple:
@@ -87,8 +88,7 @@ def gqa_inputs(
         k = rms_norm(k.reshape(k.shape[0], -1), p["k_norm"].reshape(-1), cfg.rms_norm_eps)
         q, k = q.reshape(v.shape[0], -1, cfg.head_dim), k.reshape(v.shape)
     elif cfg.qk_norm and not cfg.qk_norm_after_rope:
-        q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
-        k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
+        q, k = model_norm(q, p["q_norm"], cfg), model_norm(k, p["k_norm"], cfg)
     if cfg.clip_qkv is not None:
         c = cfg.clip_qkv
         q, k, v = jnp.clip(q, -c, c), jnp.clip(k, -c, c), jnp.clip(v, -c, c)
@@ -98,10 +98,12 @@ def gqa_inputs(
             ones = jnp.ones((cfg.head_dim,), q.dtype)
             q, k = rms_norm(q, ones, cfg.rms_norm_eps), rms_norm(k, ones, cfg.rms_norm_eps)
     if cfg.qk_norm_after_rope:  # Hunyuan
-        q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
-        k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
+        q, k = model_norm(q, p["q_norm"], cfg), model_norm(k, p["k_norm"], cfg)
     q = _temperature(cfg, q, positions, layer)
-    return AttnInputs(q=q, k=k, v=v, scale=cfg.head_dim**-0.5)
+    gate = None
+    if cfg.attn_output_gate:  # Qwen3-Next: q_proj's other half, per output channel
+        gate = jnp.einsum("td,dhk->thk", x, p["wq_gate"])
+    return AttnInputs(q=q, k=k, v=v, scale=cfg.head_dim**-0.5, gate=gate)
 
 
 def _temperature(cfg: ModelConfig, q: jax.Array, positions: jax.Array, layer: int) -> jax.Array:

@@ -23,6 +23,10 @@ EXPERT_LAYOUTS = ("per_expert", "fused")
 #   gate_up_interleaved: gpt-oss [E, D, 2F] (or its [E, 2F] bias), gate and up columns
 #                alternating: w_gate = [..., 0::2], w_up = [..., 1::2] (two targets)
 #   gate_up_halves: Llama 4 [E, D, 2F]: w_gate = [..., :F], w_up = [..., F:] (two targets)
+#   grouped:     a Linear (or conv [C, 1, K]) weight whose output rows are `groups` groups,
+#                each a run of rows per target in order (each target's share of a group:
+#                its size / input width / groups); each target's rows, transposed, reshape
+#                to it (Qwen3-Next's in_proj_qkvz and gated q_proj, Qwen3.5's in_proj_qkv)
 KINDS = (
     "copy",
     "linear",
@@ -31,6 +35,7 @@ KINDS = (
     "experts_T",
     "gate_up_interleaved",
     "gate_up_halves",
+    "grouped",
 )
 
 Path_ = tuple  # a params tree path, e.g. ("layers", 0, "attn", "wq")
@@ -43,6 +48,7 @@ class HFTensor(NamedTuple):
     targets: tuple[Path_, ...]  # params leaves it fills
     kind: str  # one of KINDS
     expert: int = -1  # expert index for kind "expert"
+    groups: int = 1  # kind "grouped": the output rows' groups
 
 
 def _linear(out_dim: int, in_dim: int, path: Path_) -> HFTensor:
@@ -94,6 +100,9 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
     k, dh = cfg.num_kv_heads, cfg.head_dim
     for proj, heads in (("q", h), ("k", k), ("v", k)):
         names[f"{pre}.{proj}_proj.weight"] = _linear(heads * dh, d, at + (f"w{proj}",))
+    if cfg.attn_output_gate:  # Qwen3-Next: per head, its query rows then its gate rows
+        targets = (at + ("wq",), at + ("wq_gate",))
+        names[f"{pre}.q_proj.weight"] = HFTensor((2 * h * dh, d), targets, "grouped", groups=h)
         if cfg.attention_bias:
             names[f"{pre}.{proj}_proj.bias"] = _vector(heads * dh, at + (f"b{proj}",))
     names[f"{pre}.o_proj.weight"] = _linear(d, h * dh, at + ("wo",))
@@ -106,6 +115,39 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         q_norm, k_norm = ("query_layernorm", "key_layernorm") if hunyuan else ("q_norm", "k_norm")
         names[f"{pre}.{q_norm}.weight"] = _vector(width_q, at + ("q_norm",))
         names[f"{pre}.{k_norm}.weight"] = _vector(width_k, at + ("k_norm",))
+    return names
+
+
+def _linear_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
+    """A gated DeltaNet layer: Qwen3-Next's fused in_proj_qkvz / in_proj_ba (grouped by key
+    head: its q, k, then its value heads' v, then their z; its value heads' b, then a) or
+    Qwen3.5's in_proj_qkv (all q, all k, all v) and in_proj_z / _b / _a; the conv over the
+    q, k, v channels in that order."""
+    d, hk, hv = cfg.hidden_size, cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv, taps = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel
+    qkv = tuple(at + (w,) for w in ("wq", "wk", "wv"))
+    width = 2 * hk * dk + hv * dv
+    names = {
+        f"{pre}.conv1d.weight": HFTensor(
+            (width, 1, taps), tuple(at + (w,) for w in ("conv_q", "conv_k", "conv_v")), "grouped"
+        ),
+        f"{pre}.A_log": _vector(hv, at + ("A_log",)),
+        f"{pre}.dt_bias": _vector(hv, at + ("dt_bias",)),
+        f"{pre}.norm.weight": _vector(dv, at + ("norm",)),
+        f"{pre}.out_proj.weight": _linear(d, hv * dv, at + ("wo",)),
+    }
+    if cfg.model_type == "qwen3_next":
+        names[f"{pre}.in_proj_qkvz.weight"] = HFTensor(
+            (width + hv * dv, d), (*qkv, at + ("wz",)), "grouped", groups=hk
+        )
+        names[f"{pre}.in_proj_ba.weight"] = HFTensor(
+            (2 * hv, d), (at + ("wb",), at + ("wa",)), "grouped", groups=hk
+        )
+        return names
+    names[f"{pre}.in_proj_qkv.weight"] = HFTensor((width, d), qkv, "grouped")
+    names[f"{pre}.in_proj_z.weight"] = _linear(hv * dv, d, at + ("wz",))
+    names[f"{pre}.in_proj_b.weight"] = _linear(hv, d, at + ("wb",))
+    names[f"{pre}.in_proj_a.weight"] = _linear(hv, d, at + ("wa",))
     return names
 
 
@@ -242,8 +284,11 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
     names = {
         f"{layer}.input_layernorm.weight": _vector(d, at + ("attn_norm",)),
         f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("mlp_norm",)),
-        **_attn_names(cfg, f"{layer}.self_attn", at + ("attn",), index),
     }
+    if cfg.is_linear_layer(index):
+        names.update(_linear_attn_names(cfg, f"{layer}.linear_attn", at + ("linear",)))
+    else:
+        names.update(_attn_names(cfg, f"{layer}.self_attn", at + ("attn",), index))
     if moe:
         names.update(_moe_names(cfg, layer, at + ("moe",), layout))
     else:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -613,5 +614,14 @@ def _place(t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], lea
         f = arr.shape[-1] // 2
         leaves[gate_path] = cast(gate_path, arr[..., :f])
         leaves[up_path] = cast(up_path, arr[..., f:])
+    elif t.kind == "grouped":
+        rows = arr.reshape(arr.shape[0], -1)  # [out, in] (a conv's [C, 1, K]: [C, K])
+        groups = rows.reshape(t.groups, -1, rows.shape[1])
+        start = 0
+        for path in t.targets:
+            share = math.prod(leaf_specs[path].shape) // rows.shape[1] // t.groups
+            part = groups[:, start : start + share].reshape(-1, rows.shape[1])
+            leaves[path] = cast(path, part.T.reshape(leaf_specs[path].shape))
+            start += share
     else:
         raise ValueError(f"kind={t.kind!r}: expected one of {KINDS}")

@@ -11,21 +11,32 @@ from models.reductions import fixed_order_mean
 
 
 def rms_norm(
-    x: jax.Array, weight: jax.Array, eps: float, scale_in_float32: bool = False
+    x: jax.Array,
+    weight: jax.Array,
+    eps: float,
+    scale_in_float32: bool = False,
+    offset: float = 0.0,
 ) -> jax.Array:
     """RMSNorm over the last axis. x: [..., D], weight: [D].
 
     Like HF (LlamaRMSNorm and kin): statistics in float32, cast back to x's dtype, then scaled.
     `scale_in_float32` (GptOssRMSNorm, ModelConfig.norm_scale_in_float32): scaled in float32,
-    then cast once.
+    then cast once. `offset` (ModelConfig.norm_offset): added to the weight in float32
+    first (Qwen3-Next's zero-centred norms scale by 1 + weight).
     """
     xf = x.astype(jnp.float32)
     # Fixed-order mean: the statistics of a row must not depend on the batch (reductions.py).
     variance = fixed_order_mean(xf * xf)[..., None]
     normed = xf * jax.lax.rsqrt(variance + eps)
     if scale_in_float32:
-        return (weight.astype(jnp.float32) * normed).astype(x.dtype)
+        return ((weight.astype(jnp.float32) + offset) * normed).astype(x.dtype)
     return weight * normed.astype(x.dtype)
+
+
+def model_norm(x: jax.Array, weight: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """The model's own RMSNorm (its decoder, final and q/k norms): rms_norm as its family
+    scales (ModelConfig.norm_scale_in_float32, norm_offset)."""
+    return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_scale_in_float32, cfg.norm_offset)
 
 
 def swiglu_mlp(p: dict, x: jax.Array, delta=None) -> jax.Array:
@@ -46,7 +57,7 @@ def embed(params: dict, token_ids: jax.Array) -> jax.Array:
 def final_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
     """Final norm, then lm_head (or the tied embedding), then the config's soft cap (cap *
     tanh(logits / cap), Mistral Large 4). hidden: [S, D] -> [S, V] float32."""
-    h = rms_norm(hidden, params["final_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
+    h = model_norm(hidden, params["final_norm"], cfg)
     if cfg.tie_word_embeddings:
         logits = h @ params["embed"].T  # [S, V]
     else:

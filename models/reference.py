@@ -15,12 +15,13 @@ import numpy as np
 
 from configs.model_config import ModelConfig
 from models.attention import AttnInputs, mla_expand_kv
+from models.linear_attention import segments_from_spans, zero_state
 from models.transformer import final_logits, forward_hidden
 
 
 def init_cache(cfg: ModelConfig, max_len: int) -> list:
     """Per layer: GQA (k [L, K, Dh], v [L, K, Dh]); MLA (latent [L, R + Dr],), with sparse
-    attention (latent, index keys [L, Di]); zeros."""
+    attention (latent, index keys [L, Di]); a gated DeltaNet's state (one row); zeros."""
     dt = jnp.dtype(cfg.dtype)
     if cfg.is_mla:
         return [
@@ -28,7 +29,10 @@ def init_cache(cfg: ModelConfig, max_len: int) -> list:
             for i in range(cfg.num_layers)
         ]
     shape = (max_len, cfg.num_kv_heads, cfg.head_dim)
-    return [(jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in range(cfg.num_layers)]
+    return [
+        zero_state(cfg, 1) if cfg.is_linear_layer(i) else (jnp.zeros(shape, dt),) * 2
+        for i in range(cfg.num_layers)
+    ]
 
 
 def _causal_softmax(
@@ -135,11 +139,24 @@ def reference_forward(
     token_ids: jax.Array,  # [T] int32, the tokens at positions start_pos .. start_pos + T - 1
     start_pos: jax.Array,  # [] int32
     cache: list,
+    num_tokens: jax.Array | None = None,  # [] int32: rows that are tokens (None: all)
 ) -> tuple[jax.Array, list]:  # (logits [T, V] f32, cache)
-    """Forward T consecutive tokens of one sequence through the contiguous cache."""
-    positions = (start_pos + jnp.arange(token_ids.shape[0])).astype(jnp.int32)
+    """Forward T consecutive tokens of one sequence through the contiguous cache. Rows past
+    `num_tokens` are padding: a gated DeltaNet's state takes only the tokens."""
+    t = token_ids.shape[0]
+    positions = (start_pos + jnp.arange(t)).astype(jnp.int32)
+    n = jnp.int32(t) if num_tokens is None else num_tokens
+    segments = segments_from_spans(
+        jnp.stack([jnp.int32(0), n]), (start_pos + n)[None], jnp.zeros((1,), jnp.int32), t
+    )
     hidden, cache = forward_hidden(
-        params, cfg, token_ids, positions, cache, contiguous_attend(cfg, positions)
+        params,
+        cfg,
+        token_ids,
+        positions,
+        cache,
+        contiguous_attend(cfg, positions),
+        segments=segments,
     )
     return final_logits(params, cfg, hidden), cache
 
@@ -176,7 +193,12 @@ def greedy_generate(
     ids = np.zeros(padded, np.int32)
     ids[: len(prompt)] = prompt
     logits, cache = reference_forward(
-        params, cfg, jnp.asarray(ids), jnp.int32(0), init_cache(cfg, max_len)
+        params,
+        cfg,
+        jnp.asarray(ids),
+        jnp.int32(0),
+        init_cache(cfg, max_len),
+        jnp.int32(len(prompt)),
     )
     row = np.asarray(logits[len(prompt) - 1])
     tokens, logprobs = [], []

@@ -22,6 +22,10 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             w_down [E, Fe, D], shared {w_gate, w_up, w_down} with F = shared_expert_width,
             shared_gate [D] (Qwen2-MoE: the shared output times sigmoid(x @ shared_gate));
             expert_bias (gpt-oss): router_logit_bias [E], b_gate/b_up [E, Fe], b_down [E, D]
+  linear (a gated DeltaNet layer, in place of attn: linear_attention_layers): wq/wk
+            [D, Hk, dk], wv/wz [D, Hv, dv], wb/wa [D, Hv], conv_q/conv_k [C, Hk, dk],
+            conv_v [C, Hv, dv], A_log/dt_bias [Hv], norm [dv], wo [Hv, dv, D];
+            GQA wq_gate [D, H, Dh] (attn_output_gate)
   mtp (ModelConfig.mtp_drafts): enorm, hnorm, norm [D], eh_proj [2D, D], layer {...}
 """
 
@@ -97,8 +101,11 @@ def _gqa_specs(cfg: ModelConfig, dt, w) -> dict:
         s["q_norm"] = ParamSpec((h, dh), dt, ("q_heads", "head_dim"), ones)
         s["k_norm"] = ParamSpec((k, dh), dt, ("kv_heads", "head_dim"), ones)
     elif cfg.qk_norm:
-        s["q_norm"] = ParamSpec((dh,), dt, ("head_dim",), ones)
-        s["k_norm"] = ParamSpec((dh,), dt, ("head_dim",), ones)
+        norm = zeros if cfg.norm_zero_centered else ones
+        s["q_norm"] = ParamSpec((dh,), dt, ("head_dim",), norm)
+        s["k_norm"] = ParamSpec((dh,), dt, ("head_dim",), norm)
+    if cfg.attn_output_gate:
+        s["wq_gate"] = ParamSpec((d, h, dh), dt, ("embed", "q_heads", "head_dim"), w)
     if cfg.o_proj_bias:
         s["bo"] = ParamSpec((d,), dt, ("embed",), zeros)
     if cfg.attention_sinks:
@@ -153,6 +160,29 @@ def _mla_specs(cfg: ModelConfig, layer: int, dt, w) -> dict:
     return s
 
 
+def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
+    """A gated DeltaNet layer (models/linear_attention.py), its projections split by what
+    they make (transformers' fused in_proj_qkvz / in_proj_qkv are cut apart on load)."""
+    d, hk, hv = cfg.hidden_size, cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv, taps = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel
+    kh, vh = ("embed", "linear_k_heads", None), ("embed", "linear_v_heads", None)
+    return {
+        "wq": ParamSpec((d, hk, dk), dt, kh, w),
+        "wk": ParamSpec((d, hk, dk), dt, kh, w),
+        "wv": ParamSpec((d, hv, dv), dt, vh, w),
+        "wz": ParamSpec((d, hv, dv), dt, vh, w),
+        "wb": ParamSpec((d, hv), dt, ("embed", "linear_v_heads"), w),
+        "wa": ParamSpec((d, hv), dt, ("embed", "linear_v_heads"), w),
+        "conv_q": ParamSpec((taps, hk, dk), dt, (None, "linear_k_heads", None), w),
+        "conv_k": ParamSpec((taps, hk, dk), dt, (None, "linear_k_heads", None), w),
+        "conv_v": ParamSpec((taps, hv, dv), dt, (None, "linear_v_heads", None), w),
+        "A_log": ParamSpec((hv,), dt, ("linear_v_heads",), zeros),
+        "dt_bias": ParamSpec((hv,), dt, ("linear_v_heads",), ones),
+        "norm": ParamSpec((dv,), dt, (None,), ones),
+        "wo": ParamSpec((hv, dv, d), dt, ("linear_v_heads", None, "embed"), w),
+    }
+
+
 def _mlp_specs(d: int, f: int, dt, w) -> dict:
     return {
         "w_gate": ParamSpec((d, f), dt, ("embed", "mlp"), w),
@@ -195,11 +225,13 @@ def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
 
 def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
     d = cfg.hidden_size
-    layer = {
-        "attn_norm": ParamSpec((d,), dt, ("embed",), ones),
-        "mlp_norm": ParamSpec((d,), dt, ("embed",), ones),
-        "attn": _mla_specs(cfg, i, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w),
-    }
+    norm = zeros if cfg.norm_zero_centered else ones
+    layer = {"attn_norm": ParamSpec((d,), dt, ("embed",), norm)}
+    layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)
+    if cfg.is_linear_layer(i):
+        layer["linear"] = _linear_specs(cfg, dt, w)
+    else:
+        layer["attn"] = _mla_specs(cfg, i, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w)
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)
     else:
@@ -215,7 +247,7 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
     specs = {
         "embed": ParamSpec((v, d), dt, ("vocab", "embed"), w),
         "layers": [_layer_specs(cfg, i, cfg.is_moe_layer(i), dt, w) for i in range(cfg.num_layers)],
-        "final_norm": ParamSpec((d,), dt, ("embed",), ones),
+        "final_norm": ParamSpec((d,), dt, ("embed",), zeros if cfg.norm_zero_centered else ones),
     }
     if cfg.mtp_drafts:
         # The MTP module (engine/mtp.py): enorm / hnorm on the next token's embedding and the

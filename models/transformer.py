@@ -15,6 +15,7 @@ pins the residual stream at each layer boundary (sharding/rules.py maps the name
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,8 @@ import jax
 
 from configs.model_config import ModelConfig
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs
-from models.layers import embed, final_logits, rms_norm, swiglu_mlp
+from models.layers import embed, final_logits, model_norm, swiglu_mlp
+from models.linear_attention import Segments, gated_delta_net
 from models.lora import make_delta, slot_mask
 from models.moe import RoutedFn, moe_block, routed_for
 from models.quantization import dequantize_tree
@@ -44,13 +46,17 @@ def forward_hidden(
     routed: RoutedFn | None = None,
     constrain: Constrain | None = None,
     lora_slots: jax.Array | None = None,
+    segments: Segments | None = None,
 ) -> tuple[jax.Array, list]:  # (hidden [T, D] before the final norm, kv)
     """Run all decoder layers; kv[i] is whatever the backend caches for layer i. An MLA
     layer's attend sees (latent, index keys) with the index keys absent where the layer has
     no indexer of its own, and the latent another layer's where it reads that one's.
 
     LoRA (models/lora.py): `params["lora"]`, when present, holds each layer's stacked
-    adapters ({leaf: (A [S, K, R], B [S, R, N])}), and `lora_slots` [T] each token's slot."""
+    adapters ({leaf: (A [S, K, R], B [S, R, N])}), and `lora_slots` [T] each token's slot.
+
+    A gated DeltaNet layer (ModelConfig.linear_attention_layers) runs here, not through
+    `attend`: kv[i] is its state arrays, `segments` the step's rows by sequence."""
     pin = constrain or (lambda x, axes: x)
     routed = routed or routed_for(cfg)
     x = pin(embed(params, token_ids), ("batch", "embed"))  # [T, D]
@@ -63,9 +69,21 @@ def forward_hidden(
         # A layer reading an earlier layer's latent (Mistral Large 4's kv_source_layers)
         # sees it, as that layer left it this step, before its own arrays.
         kv_in = kv[i] if source == i else (new_kv[source][0], *kv[i])
-        x, kv_i = decoder_layer(layer, cfg, i, x, positions, kv_in, attend, routed, pin, delta)
+        if cfg.is_linear_layer(i):  # (no projection LoRA: engine/lora.py refuses them)
+            attend_i = functools.partial(_linear_attend, cfg=cfg, segments=segments)
+        else:
+            attend_i = attend
+        x, kv_i = decoder_layer(layer, cfg, i, x, positions, kv_in, attend_i, routed, pin, delta)
         new_kv.append(kv_i if source == i else tuple(kv_i[1:]))
     return x, new_kv
+
+
+def _linear_attend(i, p, kv_i, inputs, *, cfg, segments):
+    """`attend` of a gated DeltaNet layer: its whole token mixer over inputs.q (the normed
+    stream), output projection included."""
+    if segments is None:
+        raise ValueError(f"layer {i}: a linear-attention layer needs the step's segments")
+    return gated_delta_net(p, inputs.q, cfg, kv_i, segments)
 
 
 def decoder_layer(
@@ -86,12 +104,18 @@ def decoder_layer(
     # time, inside the step; a no-op for float weights.
     layer = dequantize_tree(layer, x.dtype)
     delta = delta or make_delta(None, None)
-    h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
-    attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
-    inputs = attn_inputs(layer["attn"], h, positions, cfg, delta, i)
-    o, kv_i = attend(i, layer["attn"], kv_i, inputs)
-    x = pin(x + attn_output(layer["attn"], o, delta), ("batch", "embed"))
-    h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
+    h = model_norm(x, layer["attn_norm"], cfg)
+    if "linear" in layer:  # a gated DeltaNet: its own output projection
+        mixed, kv_i = attend(i, layer["linear"], kv_i, AttnInputs(q=h))
+    else:
+        attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
+        inputs = attn_inputs(layer["attn"], h, positions, cfg, delta, i)
+        o, kv_i = attend(i, layer["attn"], kv_i, inputs)
+        if inputs.gate is not None:  # Qwen3-Next's gated attention
+            o = o * jax.nn.sigmoid(inputs.gate)
+        mixed = attn_output(layer["attn"], o, delta)
+    x = pin(x + mixed, ("batch", "embed"))
+    h = model_norm(x, layer["mlp_norm"], cfg)
     if "moe" in layer:
         x = x + moe_block(layer["moe"], h, cfg, routed, delta)
     else:

@@ -51,6 +51,12 @@ RULES: dict[str, MeshAxes] = {
     "kv_pages": None,  # one page pool for all dp replicas (see the module docstring)
     "page_slots": None,
     "kv_latent": None,  # MLA latent row, read by every head
+    # Gated DeltaNet layers (models/linear_attention.py): their key and value heads, split
+    # like the attention's (replicated where tp does not divide them), and the per-sequence
+    # state rows (replicated over dp like the pages).
+    "linear_k_heads": TP,
+    "linear_v_heads": TP,
+    "state_rows": None,
 }
 
 # Logical axes of the paged KV cache (PLAN.md layout): per layer (k_pages, v_pages) for GQA,
@@ -64,6 +70,8 @@ def rules_for(cfg: ModelConfig, mc: MeshConfig) -> dict[str, MeshAxes]:
     rules = dict(RULES)
     if not cfg.is_mla and cfg.num_kv_heads % mc.tp:
         rules["kv_heads"] = None
+    if cfg.linear_num_key_heads % mc.tp or cfg.linear_num_value_heads % mc.tp:
+        rules["linear_k_heads"] = rules["linear_v_heads"] = None
     return rules
 
 
@@ -178,7 +186,19 @@ def kv_shardings(cfg: ModelConfig, mesh: Mesh, kv_dtype=None) -> list:
         from engine.kv_quant import QuantizedPages
 
         pages = QuantizedPages(pages, NamedSharding(mesh, logical_to_spec(axes[:-1], rules)))
-    return [(pages,) * len(cfg.layer_kv_widths(i)) for i in range(cfg.num_kv_layers)]
+    state = tuple(
+        NamedSharding(mesh, logical_to_spec(a, rules))
+        for a in (
+            ("state_rows", None, "linear_k_heads", None),
+            ("state_rows", None, "linear_k_heads", None),
+            ("state_rows", None, "linear_v_heads", None),
+            ("state_rows", "linear_v_heads", None, None),
+        )
+    )
+    return [
+        state if cfg.is_linear_layer(i) else (pages,) * len(cfg.layer_kv_widths(i))
+        for i in range(cfg.num_kv_layers)
+    ]
 
 
 def activation_constrainer(cfg: ModelConfig, mesh: Mesh):

@@ -1,0 +1,163 @@
+"""Gated DeltaNet, the linear-attention layers of Qwen3-Next and Qwen3.5 (arXiv:2412.06464).
+
+Per token t of a sequence, with q, k, v from a causal depthwise conv (linear_conv_kernel
+taps, then SiLU) of their projections, q and k L2-normalised (q also times dk^-0.5), and
+per value head a decay g_t = -exp(A_log) * softplus(a_t + dt_bias) and a rate beta_t =
+sigmoid(b_t):
+
+    S_t = exp(g_t) S_{t-1}                      S: [dk, dv] per value head, float32
+    S_t = S_t + k_t (beta_t (v_t - S_t^T k_t))^T
+    o_t = S_t^T q_t
+
+then o RMS-normalised per head, times silu(z_t) (the gated norm), and projected out. Each
+value head h reads key head h // (Hv / Hk) (transformers' repeat_interleave).
+
+The state a sequence carries from step to step is the conv's last kernel - 1 inputs and S.
+The layer runs over a step's ragged batch (`Segments`: each sequence's span of rows and its
+state row), so the same code serves the paged engine (many sequences, chunked prefill and
+decodes together) and the contiguous reference (one sequence). The recurrence advances
+every sequence of the batch one token per iteration, for as many iterations as the longest
+span: a batch of decodes is one iteration.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from configs.model_config import ModelConfig
+from models.layers import rms_norm
+
+
+class Segments(NamedTuple):
+    """A step's rows by sequence, for the recurrent layers."""
+
+    seq_of: jax.Array  # [T] int32: the sequence each row belongs to (padding: any)
+    offset: jax.Array  # [T] int32: the row's index within its sequence's span
+    starts: jax.Array  # [S] int32: first row of each sequence's span
+    lengths: jax.Array  # [S] int32: rows of each span (0: a padding sequence)
+    slots: jax.Array  # [S] int32: each sequence's row in the state arrays
+    fresh: jax.Array  # [S] bool: the span starts the sequence (its state starts at zero)
+
+
+def segments_from_spans(
+    cu_q_lens: jax.Array,  # [S+1] int32
+    kv_lens: jax.Array,  # [S] int32: tokens the sequence holds after this step
+    slots: jax.Array,  # [S] int32
+    num_rows: int,
+) -> Segments:
+    """Segments of a ragged batch: sequence s owns rows cu_q_lens[s] .. cu_q_lens[s+1] - 1,
+    and starts fresh where those are its first tokens."""
+    starts, lengths = cu_q_lens[:-1], cu_q_lens[1:] - cu_q_lens[:-1]
+    rows = jnp.arange(num_rows, dtype=jnp.int32)
+    seq_of = jnp.searchsorted(cu_q_lens, rows, side="right").astype(jnp.int32) - 1
+    seq_of = jnp.clip(seq_of, 0, starts.shape[0] - 1)
+    return Segments(seq_of, rows - starts[seq_of], starts, lengths, slots, kv_lens == lengths)
+
+
+def _causal_conv(x: jax.Array, w: jax.Array, prior: jax.Array, seg: Segments):
+    """Depthwise causal conv of each span, continuing its sequence's last inputs.
+
+    x [T, ...C] this step's inputs; w [K, ...C] the taps (w[K-1] on the newest input);
+    prior [S, K-1, ...C] each sequence's previous K-1 inputs, oldest first (zeros when
+    fresh). Returns (silu(conv) [T, ...C], each sequence's last K-1 inputs [S, K-1, ...C])."""
+    taps = w.shape[0]
+    num_rows = x.shape[0]
+    out = jnp.zeros(x.shape, jnp.float32)
+    for m in range(taps):
+        lag = taps - 1 - m
+        shifted = jnp.concatenate([jnp.zeros((lag,) + x.shape[1:], x.dtype), x])[:num_rows]
+        before = prior[seg.seq_of, jnp.clip(taps - 1 - lag + seg.offset, 0, taps - 2)]
+        tap_in = jnp.where(
+            (seg.offset >= lag).reshape((-1,) + (1,) * (x.ndim - 1)), shifted, before
+        )
+        out = out + tap_in.astype(jnp.float32) * w[m].astype(jnp.float32)
+    # The new prior: the span's last K-1 inputs, reaching back into the old prior.
+    rel = seg.lengths[:, None] - (taps - 1) + jnp.arange(taps - 1)[None, :]  # [S, K-1]
+    from_x = x[jnp.clip(seg.starts[:, None] + rel, 0, num_rows - 1)]
+    from_prior = jnp.take_along_axis(
+        prior, jnp.clip(taps - 1 + rel, 0, taps - 2).reshape(rel.shape + (1,) * (x.ndim - 1)), 1
+    )
+    keep = (rel >= 0).reshape(rel.shape + (1,) * (x.ndim - 1))
+    return jax.nn.silu(out).astype(x.dtype), jnp.where(keep, from_x, from_prior)
+
+
+def _l2norm(x: jax.Array) -> jax.Array:
+    """x / sqrt(sum x^2 + 1e-6) over the last axis, float32 (transformers' l2norm)."""
+    x = x.astype(jnp.float32)
+    return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-6)
+
+
+def delta_rule(
+    q: jax.Array,  # [T, Hv, dk] float32, normalised and scaled
+    k: jax.Array,  # [T, Hv, dk] float32, normalised
+    v: jax.Array,  # [T, Hv, dv] float32
+    g: jax.Array,  # [T, Hv] float32 log decay
+    beta: jax.Array,  # [T, Hv] float32
+    state: jax.Array,  # [S, Hv, dk, dv] float32 each sequence's state before its span
+    seg: Segments,
+) -> tuple[jax.Array, jax.Array]:  # (o [T, Hv, dv] float32, state after each span)
+    """The gated delta rule over every span at once, one position of each per iteration."""
+    num_rows = q.shape[0]
+
+    def body(j, carry):
+        s, out = carry
+        active = j < seg.lengths  # [S]
+        rows = jnp.clip(seg.starts + j, 0, num_rows - 1)
+        qj, kj, vj = q[rows], k[rows], v[rows]
+        decayed = s * jnp.exp(g[rows])[..., None, None]
+        remembered = jnp.sum(decayed * kj[..., None], axis=-2)  # [S, Hv, dv]
+        delta = (vj - remembered) * beta[rows][..., None]
+        new = decayed + kj[..., None] * delta[..., None, :]
+        oj = jnp.sum(new * qj[..., None], axis=-2)  # [S, Hv, dv]
+        s = jnp.where(active[:, None, None, None], new, s)
+        out = out.at[jnp.where(active, rows, num_rows)].set(oj, mode="drop")
+        return s, out
+
+    out = jnp.zeros(v.shape, jnp.float32)
+    state, out = jax.lax.fori_loop(0, jnp.max(seg.lengths), body, (state, out))
+    return out, state
+
+
+def gated_delta_net(
+    p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments
+) -> tuple[jax.Array, tuple]:
+    """One gated DeltaNet layer: x [T, D] -> ([T, D], state). `state`: the layer's arrays
+    (ModelConfig.linear_state_shapes, a leading state-row axis), read at seg.slots and
+    written back there."""
+    conv_q, conv_k, conv_v, rec = state
+    fresh = seg.fresh.reshape((-1, 1, 1, 1))
+
+    def prior(arr):
+        return jnp.where(fresh, jnp.zeros((), arr.dtype), arr[seg.slots])
+
+    q, new_q = _causal_conv(jnp.einsum("td,dhk->thk", x, p["wq"]), p["conv_q"], prior(conv_q), seg)
+    k, new_k = _causal_conv(jnp.einsum("td,dhk->thk", x, p["wk"]), p["conv_k"], prior(conv_k), seg)
+    v, new_v = _causal_conv(jnp.einsum("td,dhk->thk", x, p["wv"]), p["conv_v"], prior(conv_v), seg)
+    z = jnp.einsum("td,dhk->thk", x, p["wz"])  # [T, Hv, dv]
+    beta = jax.nn.sigmoid((x @ p["wb"]).astype(jnp.float32))  # [T, Hv]
+    a = (x @ p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(jnp.float32)
+    g = -jnp.exp(p["A_log"].astype(jnp.float32)) * jax.nn.softplus(a)
+    group = cfg.linear_num_value_heads // cfg.linear_num_key_heads
+    qn = jnp.repeat(_l2norm(q), group, axis=1) * cfg.linear_key_head_dim**-0.5
+    kn = jnp.repeat(_l2norm(k), group, axis=1)
+    o, final = delta_rule(qn, kn, v.astype(jnp.float32), g, beta, prior(rec), seg)
+    # The gated norm (transformers' RMSNormGated): normed in float32, cast, times the
+    # weight, times silu(z) in float32.
+    o = rms_norm(o.astype(x.dtype), p["norm"], cfg.rms_norm_eps)
+    o = (o.astype(jnp.float32) * jax.nn.silu(z.astype(jnp.float32))).astype(x.dtype)
+    out = jnp.einsum("thk,hkd->td", o, p["wo"])
+    new_state = tuple(
+        arr.at[seg.slots].set(new.astype(arr.dtype))
+        for arr, new in zip(state, (new_q, new_k, new_v, final), strict=True)
+    )
+    return out, new_state
+
+
+def zero_state(cfg: ModelConfig, rows: int) -> tuple:
+    """A gated DeltaNet layer's state arrays for `rows` sequences, zeroed."""
+    *conv, rec = cfg.linear_state_shapes()
+    dt = jnp.dtype(cfg.dtype)
+    return (*(jnp.zeros((rows, *s), dt) for s in conv), jnp.zeros((rows, *rec), jnp.float32))
