@@ -572,3 +572,62 @@ _add(
         name="llama-4-maverick", num_experts=128, mlp_only_layers=tuple(range(0, 48, 2))
     )
 )
+# Qwen3-Next-80B-A3B (Qwen/Qwen3-Next-80B-A3B-Instruct): three gated DeltaNet layers (16 key
+# heads, 32 value heads of 128, a 4-tap conv) before each gated full-attention layer (16
+# heads of 256, 2 KV heads, RoPE on 64 channels), 512 experts (top 10) beside a gated shared
+# expert on every layer.
+_add(
+    ModelConfig(
+        name="qwen3-next-80b-a3b",
+        model_type="qwen3_next",
+        vocab_size=151936,
+        hidden_size=2048,
+        num_layers=48,
+        num_heads=16,
+        num_kv_heads=2,
+        head_dim=256,
+        intermediate_size=5120,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=262144,
+        rope_theta=10000000.0,
+        partial_rotary_factor=0.25,
+        qk_norm=True,
+        attn_output_gate=True,
+        norm_zero_centered=True,
+        linear_attention_layers=tuple(i for i in range(48) if i % 4 != 3),
+        linear_num_key_heads=16,
+        linear_num_value_heads=32,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel=4,
+        num_experts=512,
+        num_experts_per_tok=10,
+        moe_intermediate_size=512,
+        num_shared_experts=1,
+        shared_intermediate_size=512,
+        shared_expert_gate=True,
+        norm_topk_prob=True,
+        bos_token_id=151643,
+        eos_token_ids=(151645, 151643),
+        dtype="bfloat16",
+    )
+)
+# Qwen3.5-397B-A17B (Qwen/Qwen3.5-397B-A17B, its language model): Qwen3-Next's layout, 60
+# layers 4,096 wide, 32 heads, 64 DeltaNet value heads, 512 experts of 1,024 (top 10).
+_add(
+    REAL["qwen3-next-80b-a3b"].replace(
+        name="qwen3.5-397b-a17b",
+        model_type="qwen3_5_moe_text",
+        vocab_size=248320,
+        hidden_size=4096,
+        num_layers=60,
+        num_heads=32,
+        intermediate_size=1024,
+        linear_attention_layers=tuple(i for i in range(60) if i % 4 != 3),
+        linear_num_value_heads=64,
+        moe_intermediate_size=1024,
+        shared_intermediate_size=1024,
+        bos_token_id=None,
+        eos_token_ids=(),  # (its checkpoint's generation_config.json gives them)
+    )
+)

@@ -100,11 +100,11 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
     k, dh = cfg.num_kv_heads, cfg.head_dim
     for proj, heads in (("q", h), ("k", k), ("v", k)):
         names[f"{pre}.{proj}_proj.weight"] = _linear(heads * dh, d, at + (f"w{proj}",))
+        if cfg.attention_bias:
+            names[f"{pre}.{proj}_proj.bias"] = _vector(heads * dh, at + (f"b{proj}",))
     if cfg.attn_output_gate:  # Qwen3-Next: per head, its query rows then its gate rows
         targets = (at + ("wq",), at + ("wq_gate",))
         names[f"{pre}.q_proj.weight"] = HFTensor((2 * h * dh, d), targets, "grouped", groups=h)
-        if cfg.attention_bias:
-            names[f"{pre}.{proj}_proj.bias"] = _vector(heads * dh, at + (f"b{proj}",))
     names[f"{pre}.o_proj.weight"] = _linear(d, h * dh, at + ("wo",))
     if cfg.o_proj_bias:
         names[f"{pre}.o_proj.bias"] = _vector(d, at + ("bo",))

@@ -15,13 +15,15 @@ value head h reads key head h // (Hv / Hk) (transformers' repeat_interleave).
 The state a sequence carries from step to step is the conv's last kernel - 1 inputs and S.
 The layer runs over a step's ragged batch (`Segments`: each sequence's span of rows and its
 state row), so the same code serves the paged engine (many sequences, chunked prefill and
-decodes together) and the contiguous reference (one sequence). The recurrence advances
-every sequence of the batch one token per iteration, for as many iterations as the longest
-span: a batch of decodes is one iteration.
+decodes together) and the contiguous reference (one sequence). Every span advances at once,
+for as many iterations as the longest needs: in the chunked (WY) form of the rule, CHUNK
+rows per iteration with matmuls and a triangular solve (transformers' and fla's prefill),
+or, for a batch of decodes, one row (one iteration).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -90,6 +92,15 @@ def _l2norm(x: jax.Array) -> jax.Array:
     return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-6)
 
 
+# Rows of a span the chunked form takes at once (transformers' and fla's chunk size).
+CHUNK = 64
+_HIGHEST = jax.lax.Precision.HIGHEST  # (float32 state math: never TF32 on a GPU)
+
+
+def _mm(a: jax.Array, b: jax.Array) -> jax.Array:
+    return jnp.matmul(a, b, precision=_HIGHEST)
+
+
 def delta_rule(
     q: jax.Array,  # [T, Hv, dk] float32, normalised and scaled
     k: jax.Array,  # [T, Hv, dk] float32, normalised
@@ -98,35 +109,78 @@ def delta_rule(
     beta: jax.Array,  # [T, Hv] float32
     state: jax.Array,  # [S, Hv, dk, dv] float32 each sequence's state before its span
     seg: Segments,
+    chunk: int | None = CHUNK,
 ) -> tuple[jax.Array, jax.Array]:  # (o [T, Hv, dv] float32, state after each span)
-    """The gated delta rule over every span at once, one position of each per iteration."""
+    """The gated delta rule over every span at once: `chunk` rows of each span per
+    iteration in the chunked (WY) form, or (chunk None) one row per iteration."""
     num_rows = q.shape[0]
+    width = chunk or 1
+    offsets = jnp.arange(width)
 
-    def body(j, carry):
+    def gather(j):
+        """Rows j * width .. of every span: (rows [S, C], valid [S, C], the inputs there
+        [S, Hv, C, ...] with padding rows zeroed (no decay, no write: beta 0))."""
+        rel = j * width + offsets[None, :]
+        valid = rel < seg.lengths[:, None]
+        rows = jnp.clip(seg.starts[:, None] + rel, 0, num_rows - 1)
+
+        def at(x):
+            x = jnp.where(valid.reshape(valid.shape + (1,) * (x.ndim - 1)), x[rows], 0.0)
+            return jnp.moveaxis(x, 2, 1)  # [S, Hv, C, ...]
+
+        return rows, valid, at(q), at(k), at(v), at(g), at(beta)
+
+    def token_step(j, carry):
         s, out = carry
-        active = j < seg.lengths  # [S]
-        rows = jnp.clip(seg.starts + j, 0, num_rows - 1)
-        qj, kj, vj = q[rows], k[rows], v[rows]
-        decayed = s * jnp.exp(g[rows])[..., None, None]
-        remembered = jnp.sum(decayed * kj[..., None], axis=-2)  # [S, Hv, dv]
-        delta = (vj - remembered) * beta[rows][..., None]
-        new = decayed + kj[..., None] * delta[..., None, :]
-        oj = jnp.sum(new * qj[..., None], axis=-2)  # [S, Hv, dv]
-        s = jnp.where(active[:, None, None, None], new, s)
-        out = out.at[jnp.where(active, rows, num_rows)].set(oj, mode="drop")
-        return s, out
+        rows, valid, qj, kj, vj, gj, bj = gather(j)  # (C = 1)
+        qj, kj, vj, gj, bj = qj[:, :, 0], kj[:, :, 0], vj[:, :, 0], gj[:, :, 0], bj[:, :, 0]
+        s = s * jnp.exp(gj)[..., None, None]
+        remembered = jnp.sum(s * kj[..., None], axis=-2)  # [S, Hv, dv]
+        s = s + kj[..., None] * ((vj - remembered) * bj[..., None])[..., None, :]
+        oj = jnp.sum(s * qj[..., None], axis=-2)[:, None]  # [S, 1, Hv, dv]
+        return s, out.at[jnp.where(valid, rows, num_rows)].set(oj, mode="drop")
 
+    tri = jnp.tril(jnp.ones((width, width), bool))  # [C, C] j <= i
+    strict = jnp.tril(jnp.ones((width, width), bool), -1)
+
+    def chunk_step(j, carry):
+        # transformers' torch_chunk_gated_delta_rule for one chunk of every span: the
+        # chunk's updates folded by the UT transform (I + L)^-1, L the strictly lower
+        # beta k k^T with the decays between rows, then one read and one write of S.
+        s, out = carry
+        rows, valid, qj, kj, vj, gj, bj = gather(j)
+        cum = jnp.cumsum(gj, axis=-1)  # [S, Hv, C]
+        decay = jnp.where(tri, jnp.exp(jnp.where(tri, cum[..., :, None] - cum[..., None, :], 0)), 0)
+        kb = kj * bj[..., None]
+        lower = jnp.where(strict, _mm(kb, jnp.swapaxes(kj, -1, -2)) * decay, 0)
+        system = lower + jnp.eye(width, dtype=lower.dtype)
+        solve = functools.partial(jax.scipy.linalg.solve_triangular, lower=True, unit_diagonal=True)
+        u = solve(system, vj * bj[..., None])  # [S, Hv, C, dv]
+        w = solve(system, kb * jnp.exp(cum)[..., None])  # [S, Hv, C, dk]
+        v_new = u - _mm(w, s)
+        scores = _mm(qj, jnp.swapaxes(kj, -1, -2)) * decay
+        oj = _mm(qj * jnp.exp(cum)[..., None], s) + _mm(scores, v_new)  # [S, Hv, C, dv]
+        last = cum[..., -1:]
+        s = s * jnp.exp(last)[..., None] + _mm(
+            jnp.swapaxes(kj * jnp.exp(last - cum)[..., None], -1, -2), v_new
+        )
+        oj = jnp.moveaxis(oj, 1, 2)  # [S, C, Hv, dv]
+        return s, out.at[jnp.where(valid, rows, num_rows)].set(oj, mode="drop")
+
+    steps = -(-jnp.max(seg.lengths) // width)
     out = jnp.zeros(v.shape, jnp.float32)
-    state, out = jax.lax.fori_loop(0, jnp.max(seg.lengths), body, (state, out))
+    body = token_step if chunk is None else chunk_step
+    state, out = jax.lax.fori_loop(0, steps, body, (state, out))
     return out, state
 
 
 def gated_delta_net(
-    p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments
+    p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments, chunk: int = CHUNK
 ) -> tuple[jax.Array, tuple]:
     """One gated DeltaNet layer: x [T, D] -> ([T, D], state). `state`: the layer's arrays
     (ModelConfig.linear_state_shapes, a leading state-row axis), read at seg.slots and
-    written back there."""
+    written back there. A batch of as many rows as sequences (decodes: every bucket whose
+    T is its S) runs the rule a row at a time; any other in chunks of `chunk` rows."""
     conv_q, conv_k, conv_v, rec = state
     fresh = seg.fresh.reshape((-1, 1, 1, 1))
 
@@ -143,7 +197,8 @@ def gated_delta_net(
     group = cfg.linear_num_value_heads // cfg.linear_num_key_heads
     qn = jnp.repeat(_l2norm(q), group, axis=1) * cfg.linear_key_head_dim**-0.5
     kn = jnp.repeat(_l2norm(k), group, axis=1)
-    o, final = delta_rule(qn, kn, v.astype(jnp.float32), g, beta, prior(rec), seg)
+    by_rows = None if x.shape[0] == seg.starts.shape[0] else chunk
+    o, final = delta_rule(qn, kn, v.astype(jnp.float32), g, beta, prior(rec), seg, by_rows)
     # The gated norm (transformers' RMSNormGated): normed in float32, cast, times the
     # weight, times silu(z) in float32.
     o = rms_norm(o.astype(x.dtype), p["norm"], cfg.rms_norm_eps)

@@ -34,7 +34,9 @@ LAYOUTS = [
     ("qwen3_moe", "ep=4"),
     ("qwen3_moe", "ep=8"),
     ("qwen3_moe", "dp=2,ep=4"),
-    ("qwen3_moe", "tp=2,ep=2"),
+    # Qwen3-Next: gated DeltaNet layers (their heads and recurrent states over tp) between
+    # gated attention ones, Qwen3-MoE's router with a gated shared expert, experts over ep.
+    ("qwen3_next", "tp=2,ep=2"),
     ("mixtral", "ep=4"),
     ("mixtral", "dp=2,ep=4"),
     ("mixtral", "tp=2,ep=2"),
@@ -107,7 +109,8 @@ def _generate(llm, prompts) -> dict:
 
 def _param_specs(llm) -> dict:
     """Where a few weights landed, to check that the mesh really splits them."""
-    layer = next((x for x in llm.params["layers"] if "moe" in x), llm.params["layers"][0])
+    layers = [x for x in llm.params["layers"] if "attn" in x]  # (not a DeltaNet layer)
+    layer = next((x for x in layers if "moe" in x), layers[0])
     picks = {"attn.wo": layer["attn"]["wo"]}
     if "moe" in layer:
         picks["moe.w_gate"] = layer["moe"]["w_gate"]

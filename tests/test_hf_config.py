@@ -39,6 +39,8 @@ ARCHS = (
     "llama4",
     "qwen3_vl_moe",
     "glm4v_moe",
+    "qwen3_next",
+    "qwen3_5_moe",
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")

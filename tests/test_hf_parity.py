@@ -48,6 +48,8 @@ ARCHS = {
     "llama4": "tiny-llama4",  # in its wrapper
     "qwen3_vl_moe": "tiny-qwen3-vl-moe",  # in its wrapper, experts as released
     "glm4v_moe": "tiny-glm4v-moe",  # in its wrapper
+    "qwen3_next": "tiny-qwen3-next",  # gated DeltaNet and gated attention layers
+    "qwen3_5_moe": "tiny-qwen3-5-moe",  # in its wrapper, experts fused as released
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
@@ -61,6 +63,7 @@ WRAPPED = {
     "llama4": (("language_model.", ""), ("vision_model.", "multi_modal_projector."), "fused"),
     "qwen3_vl_moe": (("model.language_model.", "model."), ("model.visual.",), "fused"),
     "glm4v_moe": (("model.language_model.", "model."), ("model.visual.",), "per_expert"),
+    "qwen3_5_moe": (("model.language_model.", "model."), ("model.visual.",), "fused"),
 }
 TOL = 2e-3
 

@@ -36,6 +36,10 @@ from models.specs import count_params
         # here), 17B active.
         ("llama-4-scout", 109e9, 0.02, 17e9, 0.02),
         ("llama-4-maverick", 400e9, 0.01, 17e9, 0.02),
+        # Qwen's model cards: "80B in total and 3B activated" (rounded), 397B-A17B (with
+        # the vision encoder's ~0.4B, not counted here).
+        ("qwen3-next-80b-a3b", 80e9, 0.01, None, 0),
+        ("qwen3.5-397b-a17b", 397e9, 0.01, 17e9, 0.03),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):

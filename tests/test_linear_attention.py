@@ -1,0 +1,175 @@
+"""Gated DeltaNet layers (Qwen3-Next, Qwen3.5: models/linear_attention.py) in the engine.
+
+The layer over a ragged batch is checked against a numpy transcription of transformers'
+recurrent rule, one sequence and one token at a time; the engine on the Qwen3-Next fixture
+(chunked prefill, decodes, state rows reused and preemption) against transformers' greedy
+tokens (tests/fixtures/make_hf_fixtures.py qwen3_next). HF parity of the reference path and
+the config mapping: tests/test_hf_parity.py, tests/test_hf_config.py; the fixture on a
+tp=2,ep=2 mesh: tests/test_sharding_mesh.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs.model_config import ModelConfig
+from configs.presets import get_preset
+from engine import LLM, SamplingParams
+from engine.kv_pages import PageManager
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+from models.linear_attention import Segments, gated_delta_net, zero_state
+from models.specs import init_params
+
+FIXTURE = Path(__file__).parent / "fixtures" / "qwen3_next"
+TOL = 2e-3
+SHARED = {"shared_storage_path": "/tmp"}  # (refused before anything is written there)
+
+
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def _numpy_layer(p: dict, x: np.ndarray, cfg: ModelConfig, prior: list, state: np.ndarray):
+    """One sequence's tokens x [L, D] through the layer, token by token as transformers'
+    torch_recurrent_gated_delta_rule: prior = its conv's last K-1 inputs of q, k, v and
+    state its [Hv, dk, dv]. Returns (out [L, D], new prior, new state)."""
+    p = {k: np.asarray(v, np.float64) for k, v in p.items()}
+    group = cfg.linear_num_value_heads // cfg.linear_num_key_heads
+    convs, new_prior = [], []
+    for name, old in zip(("q", "k", "v"), prior, strict=True):
+        inp = np.concatenate([old, np.einsum("td,dhk->thk", x, p["w" + name])])
+        w = p["conv_" + name]  # [K, H, d]
+        taps = w.shape[0]
+        out = np.stack([(inp[t : t + taps] * w).sum(0) for t in range(len(x))])
+        convs.append(_silu(out))
+        new_prior.append(inp[len(inp) - (taps - 1) :])
+    q, k, v = convs
+    q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) / np.sqrt(cfg.linear_key_head_dim)
+    k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    q, k = np.repeat(q, group, axis=1), np.repeat(k, group, axis=1)
+    beta = 1.0 / (1.0 + np.exp(-(x @ p["wb"])))
+    g = -np.exp(p["A_log"]) * np.log1p(np.exp(x @ p["wa"] + p["dt_bias"]))
+    s = np.array(state, np.float64)
+    o = np.zeros_like(v)
+    for t in range(len(x)):
+        s = s * np.exp(g[t])[:, None, None]
+        delta = (v[t] - np.einsum("hkv,hk->hv", s, k[t])) * beta[t][:, None]
+        s = s + k[t][:, :, None] * delta[:, None, :]
+        o[t] = np.einsum("hkv,hk->hv", s, q[t])
+    o = o / np.sqrt((o * o).mean(-1, keepdims=True) + cfg.rms_norm_eps) * p["norm"]
+    o = o * _silu(np.einsum("td,dhk->thk", x, p["wz"]))
+    return np.einsum("thk,hkd->td", o, p["wo"]), new_prior, s
+
+
+@pytest.mark.parametrize(
+    "lengths, rows, chunk",
+    [
+        ((5, 3, 0, 1), 16, 64),  # one chunk per span
+        ((5, 3, 0, 1), 16, 2),  # spans over several chunks, a chunk left part-full
+        ((2, 1, 0, 1), 4, 64),  # as many rows as sequences: the rule row by row
+    ],
+)
+def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(lengths, rows, chunk):
+    """Spans that start their sequence (zero state) or continue one (its state row), a
+    decode, an empty padding span and padding rows, in one batch: each equals its sequence
+    alone, token by token; state rows not in the batch are untouched."""
+    cfg = get_preset("tiny-qwen3-next")
+    rng = np.random.default_rng(0)
+    p = dict(init_params(cfg, 0, init_std=0.3, host=True)["layers"][0]["linear"])
+    p["A_log"] = rng.uniform(-3, 0.5, p["A_log"].shape).astype(np.float32)
+    p["dt_bias"] = rng.normal(1.0, 0.5, p["dt_bias"].shape).astype(np.float32)
+    slots, fresh = [2, 4, 0, 5], [True, False, True, False]
+    x = rng.normal(size=(rows, cfg.hidden_size)).astype(np.float32)
+    state = [rng.normal(size=a.shape).astype(np.float32) for a in zero_state(cfg, 6)]
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
+    seq_of = np.clip(np.searchsorted(np.cumsum(lengths), np.arange(rows), side="right"), 0, 3)
+    seg = Segments(
+        jnp.asarray(seq_of, jnp.int32),
+        jnp.asarray(np.arange(rows) - starts[seq_of], jnp.int32),
+        jnp.asarray(starts),
+        jnp.asarray(lengths, jnp.int32),
+        jnp.asarray(slots, jnp.int32),
+        jnp.asarray(fresh),
+    )
+    args = (p, jnp.asarray(x), cfg, tuple(map(jnp.asarray, state)), seg, chunk)
+    out, new = gated_delta_net(*args)
+    out, new = np.asarray(out), [np.asarray(a) for a in new]
+    for n, slot, is_fresh, start in zip(lengths, slots, fresh, starts, strict=True):
+        if not n:
+            continue
+        before = [np.zeros_like(a[slot]) if is_fresh else a[slot] for a in state]
+        want, prior, s = _numpy_layer(p, x[start : start + n], cfg, before[:3], before[3])
+        np.testing.assert_allclose(out[start : start + n], want, atol=2e-5, rtol=1e-5)
+        for got, w in zip(new, [*prior, s], strict=True):
+            np.testing.assert_allclose(got[slot], w, atol=2e-5, rtol=1e-5)
+    assert np.abs(out[: sum(lengths)]).max() > 0.1  # (not a comparison of zeros)
+    for untouched in (1, 3):
+        for got, old in zip(new, state, strict=True):
+            np.testing.assert_array_equal(got[untouched], old[untouched])
+
+
+def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption():
+    """Prompts of 5, 17 and 33 tokens with 16-token chunks beside decodes, pages for fewer
+    than all three (a preemption recomputes from position 0, in whatever state row is
+    free), then two samples of one prompt in rows the first requests held: transformers'
+    greedy tokens every time."""
+    ref = json.loads((FIXTURE / "reference.json").read_text())
+    llm = LLM(str(FIXTURE), max_num_batched_tokens=16, max_num_seqs=3, page_size=8, num_pages=7)
+    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    outs = llm.generate([{"prompt_token_ids": p} for p in ref["prompts"]], params)
+    for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
+        assert out.token_ids == tokens
+        np.testing.assert_allclose(out.logprobs, logprobs, atol=TOL, rtol=0)
+    assert llm.stats()["num_preemptions"] > 0
+    two = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True, n=2)
+    (out,) = llm.generate({"prompt_token_ids": ref["prompts"][1]}, two)
+    assert [s.token_ids for s in out.samples] == [ref["greedy_tokens"][1][:4]] * 2
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("enable_prefix_caching", True),
+        ("speculative_config", {"method": "ngram", "num_speculative_tokens": 2}),
+        ("enable_lora", True),
+        ("kv_transfer_config", {"kv_role": "kv_producer", "kv_connector_extra_config": SHARED}),
+    ],
+)
+def test_engine_refuses_what_the_recurrent_state_cannot_follow(option, value):
+    with pytest.raises(ValueError, match=option):
+        LLM("tiny-qwen3-next", **{option: value})
+
+
+def test_scheduler_holds_one_state_row_per_running_sequence():
+    """Rows 1..state_slots, one per admitted sequence until it finishes; admission waits
+    for a free one."""
+    sched = Scheduler(PageManager(16, 8), 32, 2, 64, state_slots=1)
+    params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+    a, b = Sequence("a", (3, 4, 5), params), Sequence("b", (6, 7), params)
+    sched.add(a)
+    sched.add(b)
+    out = sched.schedule()
+    assert [it.request_id for it in out.items] == ["a"] and a.state_slot == 1
+    assert out.items[0].state_slot == 1 and b.state_slot == 0
+    sched.update(out, {"a": (9, -1.0)})  # a finishes: its row goes back
+    assert a.is_finished and a.state_slot == 0
+    out = sched.schedule()
+    assert [it.request_id for it in out.items] == ["b"] and b.state_slot == 1
+
+
+def test_config_refuses_bad_linear_attention_fields():
+    cfg = get_preset("tiny-qwen3-next")
+    with pytest.raises(ValueError, match="linear_num_value_heads=3"):
+        cfg.replace(linear_num_value_heads=3)
+    with pytest.raises(ValueError, match="linear_attention_layers"):
+        cfg.replace(linear_attention_layers=(0, 1, 2, 3))
+    with pytest.raises(ValueError, match="linear_attention_layers: layer 4"):
+        cfg.replace(linear_attention_layers=(0, 4))
+    with pytest.raises(ValueError, match="linear_key_head_dim=0"):
+        cfg.replace(linear_key_head_dim=0)
