@@ -22,6 +22,10 @@ The mode pins every reduction to an order that does not depend on the batch:
   over KV blocks aligned to position 0, in order, so they need no extra mode; bitwise
   invariance is tested in interpret mode on CPU (tests/test_batch_invariance.py), not yet on
   a GPU.
+- Gated DeltaNet layers (Qwen3-Next, Qwen3.5: models/linear_attention.py): the delta rule
+  runs one token at a time (never the chunked form, whose rounding follows where a step's
+  chunks begin), its sums over the key width in fixed order, so a sequence's state and
+  outputs do not depend on the batch or on how its prompt was split into steps.
 - Sampling: each request draws from fold_in(key(seed), step), independent of its row.
 - Prefix-cache hits (LLM(enable_prefix_caching=True)): a cached page's K/V rows are what
   the request would compute itself, since no row depends on the step, chunk or batch that

@@ -25,7 +25,6 @@ from engine.sampler import sample, token_logprobs
 from engine.sampler import top_logprobs as top_logprobs_of
 from models import linear_attention
 from models.attention import mla_absorb_q, mla_latent_to_v
-from models.linear_attention import segments_from_spans
 from models.moe import expert_load, routed_for
 from models.transformer import decoder_layer, final_logits, forward_hidden
 from sharding import eplb
@@ -321,8 +320,12 @@ def _step_body(
     kv, kv_mtp = kv[: cfg.num_layers], kv[cfg.num_layers :]
     segments = None
     if cfg.linear_attention_layers:
-        segments = segments_from_spans(
-            batch.cu_q_lens, batch.kv_lens, batch.state_slots, token_ids.shape[0]
+        segments = linear_attention.segments_from_spans(
+            batch.cu_q_lens,
+            batch.kv_lens,
+            batch.state_slots,
+            token_ids.shape[0],
+            None if batch_invariant else linear_attention.CHUNK,
         )
     hidden, kv = forward_hidden(
         params,

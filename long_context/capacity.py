@@ -192,6 +192,9 @@ class Capacity:
     # Layers with that window: all of them (ModelConfig.kv_window) or, in a hybrid model,
     # those whose KV has a pool of its own; 0 without a window.
     windowed_layers: int = 0
+    # Linear-attention models: a sequence's recurrent state (conv inputs and the gated
+    # DeltaNet's [Hv, dk, dv], float32) over all such layers, per device; 0 for others.
+    state_bytes_per_sequence_per_device: int = 0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -283,11 +286,14 @@ def capacity(
     window_pages = pages_per_sequence
     if window is not None:
         window_pages = min(pages_per_sequence, 1 + -(-(window - 1) // page_size))
-    full = cfg.num_layers - windowed
-    # Every layer's page row is the same size: per_token_dev / num_layers bytes a token
+    paged = cfg.num_layers - len(cfg.linear_attention_layers)  # (a DeltaNet layer: none)
+    full = paged - windowed
+    # Every paged layer's page row is the same size: per_token_dev / paged bytes a token
     # (exact integers, so with one pool this is whole pages of the budget per sequence).
     layer_pages = full * pages_per_sequence + windowed * window_pages
-    sequence_bytes = -(-per_token_dev * page_size * layer_pages // cfg.num_layers)
+    heads = (cfg.linear_num_key_heads, cfg.linear_num_value_heads)
+    state = cfg.linear_state_bytes() // (tp if not any(h % tp for h in heads) else 1)
+    sequence_bytes = -(-per_token_dev * page_size * layer_pages // paged) + state
     return Capacity(
         model=cfg.name,
         context=context,
@@ -310,6 +316,7 @@ def capacity(
         max_sequences=budget // sequence_bytes,
         sliding_window=window,
         windowed_layers=windowed,
+        state_bytes_per_sequence_per_device=state,
     )
 
 
@@ -342,6 +349,12 @@ def format_capacity(c: Capacity) -> str:
             f"  KV budget/device  {_size(c.kv_budget_bytes_per_device)} = {c.kv_tokens:,} tokens "
             f"in {c.page_size}-token pages",
             f"  max sequences     {c.max_sequences:,}"
+            + (
+                f" (each with a {_size(c.state_bytes_per_sequence_per_device)} recurrent "
+                "state per device)"
+                if c.state_bytes_per_sequence_per_device
+                else ""
+            )
             + (
                 ""
                 if c.sliding_window is None

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from models.layers import rms_norm
+from models.reductions import fixed_order_sum
 
 
 class Segments(NamedTuple):
@@ -42,6 +43,10 @@ class Segments(NamedTuple):
     lengths: jax.Array  # [S] int32: rows of each span (0: a padding sequence)
     slots: jax.Array  # [S] int32: each sequence's row in the state arrays
     fresh: jax.Array  # [S] bool: the span starts the sequence (its state starts at zero)
+    # Static: rows of a span per iteration of the chunked form; None: always row by row
+    # (batch-invariant: a sequence's state then never depends on how its tokens were
+    # split into steps and chunks).
+    chunk: int | None = 64
 
 
 def segments_from_spans(
@@ -49,6 +54,7 @@ def segments_from_spans(
     kv_lens: jax.Array,  # [S] int32: tokens the sequence holds after this step
     slots: jax.Array,  # [S] int32
     num_rows: int,
+    chunk: int | None = 64,
 ) -> Segments:
     """Segments of a ragged batch: sequence s owns rows cu_q_lens[s] .. cu_q_lens[s+1] - 1,
     and starts fresh where those are its first tokens."""
@@ -56,7 +62,8 @@ def segments_from_spans(
     rows = jnp.arange(num_rows, dtype=jnp.int32)
     seq_of = jnp.searchsorted(cu_q_lens, rows, side="right").astype(jnp.int32) - 1
     seq_of = jnp.clip(seq_of, 0, starts.shape[0] - 1)
-    return Segments(seq_of, rows - starts[seq_of], starts, lengths, slots, kv_lens == lengths)
+    fresh = kv_lens == lengths
+    return Segments(seq_of, rows - starts[seq_of], starts, lengths, slots, fresh, chunk)
 
 
 def _causal_conv(x: jax.Array, w: jax.Array, prior: jax.Array, seg: Segments):
@@ -89,10 +96,18 @@ def _causal_conv(x: jax.Array, w: jax.Array, prior: jax.Array, seg: Segments):
 def _l2norm(x: jax.Array) -> jax.Array:
     """x / sqrt(sum x^2 + 1e-6) over the last axis, float32 (transformers' l2norm)."""
     x = x.astype(jnp.float32)
-    return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-6)
+    return x * jax.lax.rsqrt(fixed_order_sum(x * x)[..., None] + 1e-6)
 
 
-# Rows of a span the chunked form takes at once (transformers' and fla's chunk size).
+def _contract(s: jax.Array, x: jax.Array) -> jax.Array:
+    """sum_k s[..., k, v] x[..., k]: [S, Hv, dk, dv] x [S, Hv, dk] -> [S, Hv, dv], summed in
+    an order fixed by dk alone (models/reductions.py: the row-by-row rule's results then
+    never depend on the batch)."""
+    return fixed_order_sum(jnp.swapaxes(s * x[..., None], -1, -2))
+
+
+# Rows of a span the chunked form takes at once (transformers' and fla's chunk size:
+# Segments.chunk's default).
 CHUNK = 64
 _HIGHEST = jax.lax.Precision.HIGHEST  # (float32 state math: never TF32 on a GPU)
 
@@ -135,9 +150,9 @@ def delta_rule(
         rows, valid, qj, kj, vj, gj, bj = gather(j)  # (C = 1)
         qj, kj, vj, gj, bj = qj[:, :, 0], kj[:, :, 0], vj[:, :, 0], gj[:, :, 0], bj[:, :, 0]
         s = s * jnp.exp(gj)[..., None, None]
-        remembered = jnp.sum(s * kj[..., None], axis=-2)  # [S, Hv, dv]
+        remembered = _contract(s, kj)  # [S, Hv, dv]
         s = s + kj[..., None] * ((vj - remembered) * bj[..., None])[..., None, :]
-        oj = jnp.sum(s * qj[..., None], axis=-2)[:, None]  # [S, 1, Hv, dv]
+        oj = _contract(s, qj)[:, None]  # [S, 1, Hv, dv]
         return s, out.at[jnp.where(valid, rows, num_rows)].set(oj, mode="drop")
 
     tri = jnp.tril(jnp.ones((width, width), bool))  # [C, C] j <= i
@@ -175,12 +190,12 @@ def delta_rule(
 
 
 def gated_delta_net(
-    p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments, chunk: int = CHUNK
+    p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments
 ) -> tuple[jax.Array, tuple]:
     """One gated DeltaNet layer: x [T, D] -> ([T, D], state). `state`: the layer's arrays
     (ModelConfig.linear_state_shapes, a leading state-row axis), read at seg.slots and
     written back there. A batch of as many rows as sequences (decodes: every bucket whose
-    T is its S) runs the rule a row at a time; any other in chunks of `chunk` rows."""
+    T is its S) runs the rule a row at a time; any other in chunks of seg.chunk rows."""
     conv_q, conv_k, conv_v, rec = state
     fresh = seg.fresh.reshape((-1, 1, 1, 1))
 
@@ -197,7 +212,7 @@ def gated_delta_net(
     group = cfg.linear_num_value_heads // cfg.linear_num_key_heads
     qn = jnp.repeat(_l2norm(q), group, axis=1) * cfg.linear_key_head_dim**-0.5
     kn = jnp.repeat(_l2norm(k), group, axis=1)
-    by_rows = None if x.shape[0] == seg.starts.shape[0] else chunk
+    by_rows = None if x.shape[0] == seg.starts.shape[0] else seg.chunk
     o, final = delta_rule(qn, kn, v.astype(jnp.float32), g, beta, prior(rec), seg, by_rows)
     # The gated norm (transformers' RMSNormGated): normed in float32, cast, times the
     # weight, times silu(z) in float32.

@@ -25,6 +25,7 @@ from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from models.linear_attention import Segments, gated_delta_net, zero_state
 from models.specs import init_params
+from tests.test_batch_invariance import _bits, _probe, _scenario
 
 FIXTURE = Path(__file__).parent / "fixtures" / "qwen3_next"
 TOL = 2e-3
@@ -73,6 +74,7 @@ def _numpy_layer(p: dict, x: np.ndarray, cfg: ModelConfig, prior: list, state: n
         ((5, 3, 0, 1), 16, 64),  # one chunk per span
         ((5, 3, 0, 1), 16, 2),  # spans over several chunks, a chunk left part-full
         ((2, 1, 0, 1), 4, 64),  # as many rows as sequences: the rule row by row
+        ((5, 3, 0, 1), 16, None),  # row by row (batch-invariant)
     ],
 )
 def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(lengths, rows, chunk):
@@ -96,9 +98,9 @@ def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(lengths, ro
         jnp.asarray(lengths, jnp.int32),
         jnp.asarray(slots, jnp.int32),
         jnp.asarray(fresh),
+        chunk,
     )
-    args = (p, jnp.asarray(x), cfg, tuple(map(jnp.asarray, state)), seg, chunk)
-    out, new = gated_delta_net(*args)
+    out, new = gated_delta_net(p, jnp.asarray(x), cfg, tuple(map(jnp.asarray, state)), seg)
     out, new = np.asarray(out), [np.asarray(a) for a in new]
     for n, slot, is_fresh, start in zip(lengths, slots, fresh, starts, strict=True):
         if not n:
@@ -173,3 +175,18 @@ def test_config_refuses_bad_linear_attention_fields():
         cfg.replace(linear_attention_layers=(0, 4))
     with pytest.raises(ValueError, match="linear_key_head_dim=0"):
         cfg.replace(linear_key_head_dim=0)
+
+
+def test_batch_invariant_mode_keeps_the_probe_bitwise():
+    """Batch-invariant: the DeltaNet rule runs row by row whatever the step, so the probe's
+    tokens and logprob bits are those it gets alone among co-requests (chunked under two
+    token budgets, preempted), and decoding a position equals prefilling up to it."""
+    alone, mixed, preemptions = _scenario("qwen3_next", batch_invariant=True, budgets=(16, 80))
+    assert preemptions > 0
+    for tokens, bits in mixed:
+        assert (tokens, bits) == alone
+    llm = LLM(str(FIXTURE), batch_invariant=True, max_model_len=128, num_pages=8)
+    one = SamplingParams(max_tokens=1, ignore_eos=True)
+    for j in (2, 9):
+        (out,) = llm.generate([_probe("qwen3_next") + alone[0][:j]], one)
+        assert (out.token_ids, _bits(out.logprobs)) == (alone[0][j : j + 1], alone[1][j : j + 1])
