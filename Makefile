@@ -46,7 +46,7 @@ ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,mtp sharding_mesh eplb 
 	scripts long_context pallas_bench kv_quant pallas_engine batch_invariance sampling_options \
 	penalties paged_attention parallel_sampling token_lists bad_words \
 	pallas_attention hf_parity pallas_mosaic models_ops long_context_bench determinism_check \
-	sparse_attention structured prefix_cache kv_offload server speculative quantization int4 lora \
+	sparse_attention linear_attention structured prefix_cache kv_offload server speculative quantization int4 lora \
 	int4_gptq_awq fp8_schemes \
 	kv_transfer tool_calls \
 	beam_search \

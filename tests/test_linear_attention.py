@@ -26,6 +26,7 @@ from engine.sequence import Sequence
 from models.linear_attention import Segments, gated_delta_net, zero_state
 from models.specs import init_params
 from tests.test_batch_invariance import _bits, _probe, _scenario
+from tests.test_scripts import _run
 
 FIXTURE = Path(__file__).parent / "fixtures" / "qwen3_next"
 TOL = 2e-3
@@ -190,3 +191,16 @@ def test_batch_invariant_mode_keeps_the_probe_bitwise():
     for j in (2, 9):
         (out,) = llm.generate([_probe("qwen3_next") + alone[0][:j]], one)
         assert (out.token_ids, _bits(out.logprobs)) == (alone[0][j : j + 1], alone[1][j : j + 1])
+
+
+def test_bench_times_both_forms_of_the_rule(tmp_path):
+    """The benchmark script on the tiny model: a span of two chunks (70 rows) and a short
+    one, both forms agreeing, and a decode batch."""
+    out = tmp_path / "linear.json"
+    flags = ["--model=tiny-qwen3-next", "--num_tokens=8,70", "--batch=3", "--iters=1"]
+    table = _run("scripts.bench_linear_attention", *flags, f"--json_out={out}")
+    assert "| prefill 70 |" in table and "| decode x3 |" in table
+    rows = json.loads(out.read_text())
+    assert [r["tokens"] for r in rows] == [8, 70, 3]
+    assert all(r["max_abs_diff"] < 1e-4 for r in rows[:2])
+    assert all(t > 0 for r in rows for t in r["seconds"].values())

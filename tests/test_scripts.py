@@ -504,6 +504,11 @@ BAD_FLAGS = [
         "--page_size=48: must divide 128",
     ),
     (
+        "scripts.bench_linear_attention",
+        ["--model=tiny-llama", "--iters=1"],
+        "--model=tiny-llama: has no linear-attention layers",
+    ),
+    (
         "scripts.bench_kv_offload",
         ["--model=no-such-preset", "--kv_offloading_size=0"],
         "--kv_offloading_size=0.0: must be > 0 GiB",
