@@ -98,9 +98,12 @@ def zeros(shape: tuple[int, ...]) -> QuantizedPages:
 def cache_row_shapes(cfg: ModelConfig, layer: int = 0) -> tuple[tuple[int, ...], ...]:
     """Row shape of each of layer `layer`'s cache arrays for one token: GQA (K, Dh) for K
     and V, MLA (R + Dr,) for the latent (and (Di,) for a sparse-attention indexer's key;
-    ModelConfig.layer_kv_widths)."""
+    ModelConfig.layer_kv_widths); none for a gated DeltaNet layer (its state is per
+    sequence: engine/linear_state.py)."""
     if cfg.is_mla:
         return tuple((w,) for w in cfg.layer_kv_widths(layer))
+    if cfg.is_linear_layer(layer):
+        return ()
     return ((cfg.num_kv_heads, cfg.head_dim),) * 2
 
 

@@ -19,10 +19,11 @@ import pytest
 
 from configs.model_config import ModelConfig
 from configs.presets import get_preset
-from engine import LLM, SamplingParams
+from engine import LLM, SamplingParams, kv_budget, kv_quant, penalties
 from engine.kv_pages import PageManager
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
+from long_context.capacity import capacity
 from models.linear_attention import Segments, gated_delta_net, zero_state
 from models.specs import init_params
 from tests.test_batch_invariance import _bits, _probe, _scenario
@@ -204,3 +205,19 @@ def test_bench_times_both_forms_of_the_rule(tmp_path):
     assert [r["tokens"] for r in rows] == [8, 70, 3]
     assert all(r["max_abs_diff"] < 1e-4 for r in rows[:2])
     assert all(t > 0 for r in rows for t in r["seconds"].values())
+
+
+def test_kv_budget_and_capacity_count_paged_layers_and_state_rows():
+    """tiny-qwen3-next, float32: KV only on its two full-attention layers, 2 x (K + V) x
+    2 heads x 16 x 4 B = 512 B a token; a sequence's state on its two DeltaNet layers, (3
+    conv rows of q, k [2 x 16] and v [4 x 12] + a [4, 16, 12] matrix) x 4 B = 4,416 B each."""
+    cfg = get_preset("tiny-qwen3-next")
+    assert kv_quant.bytes_per_token(cfg) == cfg.kv_bytes_per_token() == 512
+    assert cfg.linear_state_bytes() == 2 * 4 * (3 * (32 + 32 + 48) + 4 * 16 * 12) == 8832
+    budget, seqs, page = 10_000_000, 4, 16
+    num_pages, _ = kv_budget.pools_from_budget(cfg, budget, page, None, seqs, 1000, None)
+    left = budget - penalties.state_bytes(seqs, cfg.vocab_size) - 5 * 8832
+    assert num_pages == left // (512 * page)
+    c = capacity("tiny-qwen3-next", 2048, hbm_gib=0.01)
+    assert c.state_bytes_per_sequence_per_device == 8832
+    assert c.max_sequences == c.kv_budget_bytes_per_device // (512 * 2048 + 8832)
