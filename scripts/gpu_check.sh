@@ -17,6 +17,8 @@
 #       a step with k drafts costs (random MTP) or buys (drafts always right) on the GPU
 #   STAGES=dsa scripts/gpu_check.sh "$OUT"   # optional: DeepSeek sparse attention on the GPU
 #       (its tests, then one layer's dense MLA vs DSA at V3.2's shapes in bf16, to 128k)
+#   STAGES=linear scripts/gpu_check.sh "$OUT"  # optional: Qwen3-Next's gated DeltaNet
+#       (its tests, then chunked vs row-by-row prefill and a decode batch, bf16)
 #
 # Stage limits from the first H200 runs (kernels 30 s, engine 96 s, sweep 46 s for 23 rows,
 # bench 48 s) grown with what was added since (Mosaic rows, more sweep configs).
@@ -109,4 +111,15 @@ dsa_stage() {
 export -f dsa_stage
 export OUT_DIR
 stage dsa 300 bash -c dsa_stage
+# Optional (STAGES=linear): Qwen3-Next's gated DeltaNet on the GPU (its tests: the layer
+# against numpy, the engine against transformers, batch invariance), then one layer at
+# Qwen3-Next's shapes in bf16: chunked prefill vs row by row, and a decode batch of 64.
+linear_stage() {
+  "$PY" -m pytest -q -p no:cacheprovider --durations=0 tests/test_linear_attention.py \
+    || return 1
+  "$PY" -m scripts.bench_linear_attention --dtype=bfloat16 --num_tokens=1024,8192 \
+    --batch=64 --json_out="$OUT_DIR/bench_linear_attention.json"
+}
+export -f linear_stage
+stage linear 240 bash -c linear_stage
 exit $status
