@@ -246,6 +246,7 @@ class Scheduler:
             or seq.num_computed_tokens
             or seq.num_shared_tokens
             or seq.prefix_blocks
+            or seq.state_slot
         ):
             raise ValueError(f"request_id={seq.request_id!r}: must be a new WAITING sequence")
         if seq.fork_of is not None and seq.fork_of.prompt_token_ids != seq.prompt_token_ids:

@@ -69,7 +69,7 @@ def forward_hidden(
         # A layer reading an earlier layer's latent (Mistral Large 4's kv_source_layers)
         # sees it, as that layer left it this step, before its own arrays.
         kv_in = kv[i] if source == i else (new_kv[source][0], *kv[i])
-        if cfg.is_linear_layer(i):  # (no projection LoRA: engine/lora.py refuses them)
+        if cfg.is_linear_layer(i):  # (no LoRA for these models: engine/linear_state.py)
             attend_i = functools.partial(_linear_attend, cfg=cfg, segments=segments)
         else:
             attend_i = attend

@@ -68,7 +68,8 @@ def main(argv: list[str]) -> None:
             raise app.UsageError(f"{name}={value}: must be >= 2")
     if _ITERS.value < 1:
         raise app.UsageError(f"--iters={_ITERS.value}: must be >= 1")
-    check_output_file("--json_out", _JSON.value)
+    if _JSON.value is not None:
+        check_output_file("--json_out", _JSON.value)
     cfg = get_preset(_MODEL.value).replace(dtype=_DTYPE.value)
     if not cfg.linear_attention_layers:
         raise app.UsageError(f"--model={_MODEL.value}: has no linear-attention layers")

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs.hf_config import config_from_hf
 from configs.model_config import ModelConfig
 from configs.presets import get_preset
 from engine import LLM, SamplingParams, kv_budget, kv_quant, penalties
@@ -221,3 +222,18 @@ def test_kv_budget_and_capacity_count_paged_layers_and_state_rows():
     c = capacity("tiny-qwen3-next", 2048, hbm_gib=0.01)
     assert c.state_bytes_per_sequence_per_device == 8832
     assert c.max_sequences == c.kv_budget_bytes_per_device // (512 * 2048 + 8832)
+
+
+def test_config_of_a_dense_qwen3_5_and_the_layer_types_default():
+    """Qwen3.5's dense language model (its qwen3_5 wrapper; transformers 5.25's
+    Qwen3_5TextConfig defaults), whose layer_types default to a full-attention layer every
+    full_attention_interval (4) layers; bad layer_types are refused by name."""
+    text = dict(model_type="qwen3_5_text", num_hidden_layers=8, hidden_size=64, vocab_size=512)
+    cfg = config_from_hf({"model_type": "qwen3_5", "text_config": text})
+    assert cfg.linear_attention_layers == (0, 1, 2, 4, 5, 6)
+    assert cfg.num_experts == 0 and cfg.intermediate_size == 12288
+    assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rotary_dim) == (16, 4, 256, 64)
+    assert (cfg.linear_num_key_heads, cfg.linear_num_value_heads) == (16, 32)
+    assert cfg.attn_output_gate and cfg.norm_zero_centered and cfg.qk_norm
+    with pytest.raises(ValueError, match="layer_types"):
+        config_from_hf({**text, "layer_types": ["linear_attention"] * 7 + ["sliding"]})
