@@ -106,7 +106,9 @@ def decoder_layer(
     delta = delta or make_delta(None, None)
     h = model_norm(x, layer["attn_norm"], cfg)
     if "linear" in layer:  # a gated DeltaNet: its own output projection
-        mixed, kv_i = attend(i, layer["linear"], kv_i, AttnInputs(q=h))
+        # Every row of the step on each device (dp splits the stream by rows, and a
+        # sequence's recurrence needs all of its rows, in order): gathered once here.
+        mixed, kv_i = attend(i, layer["linear"], kv_i, AttnInputs(q=pin(h, (None, "embed"))))
     else:
         attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
         inputs = attn_inputs(layer["attn"], h, positions, cfg, delta, i)

@@ -74,7 +74,6 @@ def _numpy_layer(p: dict, x: np.ndarray, cfg: ModelConfig, prior: list, state: n
 @pytest.mark.parametrize(
     "lengths, rows, chunk",
     [
-        ((5, 3, 0, 1), 16, 64),  # one chunk per span
         ((5, 3, 0, 1), 16, 2),  # spans over several chunks, a chunk left part-full
         ((2, 1, 0, 1), 4, 64),  # as many rows as sequences: the rule row by row
         ((5, 3, 0, 1), 16, None),  # row by row (batch-invariant)
