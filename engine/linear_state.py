@@ -27,8 +27,9 @@ def state_bytes(cfg: ModelConfig, max_num_seqs: int) -> int:
 
 def check_linear_engine(cfg: ModelConfig, prefix_caching: bool, speculative, transfer, lora: bool):
     """ValueError naming the first engine option set (LLM's enable_prefix_caching,
-    speculative_config, kv_transfer_config, enable_lora; a weight quantization: fp8 / int4
-    checkpoints of these models are not read) that a linear-attention model cannot use."""
+    speculative_config, kv_transfer_config, enable_lora; weights held quantized, whose
+    loader has no fp8 / int4 layout for the fused DeltaNet projections: an fp8 checkpoint
+    loads dequantized) that a linear-attention model cannot use."""
     if not cfg.linear_attention_layers:
         return
     why = f"not supported for {cfg.model_type}'s linear-attention layers"
@@ -41,4 +42,7 @@ def check_linear_engine(cfg: ModelConfig, prefix_caching: bool, speculative, tra
         if on:
             raise ValueError(f"{name}: {why} (a sequence's recurrent state is not in its pages)")
     if cfg.quantization:
-        raise ValueError(f"quantization={cfg.quantization!r}: {why}")
+        raise ValueError(
+            f"quantization={cfg.quantization!r}: weights held quantized are {why} (an fp8 "
+            "checkpoint is served dequantized with quantization=None)"
+        )

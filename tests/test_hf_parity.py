@@ -79,10 +79,13 @@ def _assert_last_prefill_logits(params, cfg, ref: dict) -> None:
     np.testing.assert_allclose(np.asarray(logits[len(prompt0) - 1]), want, atol=TOL, rtol=0)
 
 
-# The fp8 fixtures: two models stored in DeepSeek-V3's release format (e4m3 weights with a
-# scale_inv per block, tests/fixtures/make_fp8_weight_fixtures.py), with what transformers
-# computes on those files.
-FP8_FIXTURES = [f"{arch}_fp8" for arch in ("deepseek_v3", "qwen3_moe", "deepseek_v32")]
+# The fp8 fixtures: models stored in DeepSeek-V3's release format (e4m3 weights with a
+# scale_inv per block, tests/fixtures/make_fp8_weight_fixtures.py; Qwen3-Next's as its FP8
+# release keeps in_proj_ba, the conv and the gates float), with what transformers computes
+# on those files: served dequantized.
+FP8_FIXTURES = [
+    f"{arch}_fp8" for arch in ("deepseek_v3", "qwen3_moe", "deepseek_v32", "qwen3_next")
+]
 
 
 @pytest.mark.parametrize("fixture_name", list(ARCHS) + FP8_FIXTURES)

@@ -142,6 +142,7 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption():
         ("enable_prefix_caching", True),
         ("speculative_config", {"method": "ngram", "num_speculative_tokens": 2}),
         ("enable_lora", True),
+        ("quantization", "fp8"),
         ("kv_transfer_config", {"kv_role": "kv_producer", "kv_connector_extra_config": SHARED}),
     ],
 )
