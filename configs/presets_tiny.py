@@ -717,3 +717,20 @@ _add(
         intermediate_size=24,  # (its config's: no dense layer)
     )
 )
+# Qwen3.5 (qwen3_5, dense, served from its multimodal wrapper): Qwen3.5-MoE's layers with a
+# SwiGLU MLP 96 wide in place of the experts, the full-attention layer third of four.
+_add(
+    TINY["tiny-qwen3-5-moe"].replace(
+        name="tiny-qwen3-5",
+        model_type="qwen3_5_text",
+        intermediate_size=96,
+        linear_attention_layers=(0, 1, 3),
+        num_experts=0,
+        num_experts_per_tok=0,
+        moe_intermediate_size=0,
+        num_shared_experts=0,
+        shared_intermediate_size=0,
+        shared_expert_gate=False,
+        norm_topk_prob=False,
+    )
+)

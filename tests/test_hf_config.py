@@ -41,6 +41,7 @@ ARCHS = (
     "glm4v_moe",
     "qwen3_next",
     "qwen3_5_moe",
+    "qwen3_5",
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")

@@ -50,6 +50,7 @@ ARCHS = {
     "glm4v_moe": "tiny-glm4v-moe",  # in its wrapper
     "qwen3_next": "tiny-qwen3-next",  # gated DeltaNet and gated attention layers
     "qwen3_5_moe": "tiny-qwen3-5-moe",  # in its wrapper, experts fused as released
+    "qwen3_5": "tiny-qwen3-5",  # dense, in its wrapper
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
@@ -64,6 +65,7 @@ WRAPPED = {
     "qwen3_vl_moe": (("model.language_model.", "model."), ("model.visual.",), "fused"),
     "glm4v_moe": (("model.language_model.", "model."), ("model.visual.",), "per_expert"),
     "qwen3_5_moe": (("model.language_model.", "model."), ("model.visual.",), "fused"),
+    "qwen3_5": (("model.language_model.", "model."), ("model.visual.",), "per_expert"),
 }
 TOL = 2e-3
 
