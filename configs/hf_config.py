@@ -560,6 +560,7 @@ def _dtype(hf: dict, dtype: str | None) -> str:
 # The families whose transformers modeling code reads these fields; the others hard-code the
 # biases off (Qwen2: q/k/v biases on, handled) and ignore the field, so it is ignored here too.
 _HONOURS_ATTENTION_BIAS = (
+    *LINEAR_MODEL_TYPES,
     "llama",
     "llama4_text",
     "hunyuan_v1_moe",

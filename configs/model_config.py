@@ -378,10 +378,11 @@ class ModelConfig:
             "linear_num_value_heads",
             "linear_key_head_dim",
             "linear_value_head_dim",
-            "linear_conv_kernel",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: linear attention needs it >= 1")
+        if self.linear_conv_kernel < 2:  # (its state: the last kernel - 1 inputs)
+            raise ValueError(f"linear_conv_kernel={self.linear_conv_kernel}: must be >= 2")
         if self.linear_num_value_heads % self.linear_num_key_heads:
             raise ValueError(
                 f"linear_num_value_heads={self.linear_num_value_heads}: must be a multiple of "

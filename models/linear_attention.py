@@ -33,6 +33,9 @@ from configs.model_config import ModelConfig
 from models.layers import rms_norm
 from models.reductions import fixed_order_sum
 
+# Rows of a span the chunked form takes at once (transformers' and fla's chunk size).
+CHUNK = 64
+
 
 class Segments(NamedTuple):
     """A step's rows by sequence, for the recurrent layers."""
@@ -46,7 +49,7 @@ class Segments(NamedTuple):
     # Static: rows of a span per iteration of the chunked form; None: always row by row
     # (batch-invariant: a sequence's state then never depends on how its tokens were
     # split into steps and chunks).
-    chunk: int | None = 64
+    chunk: int | None = CHUNK
 
 
 def segments_from_spans(
@@ -54,7 +57,7 @@ def segments_from_spans(
     kv_lens: jax.Array,  # [S] int32: tokens the sequence holds after this step
     slots: jax.Array,  # [S] int32
     num_rows: int,
-    chunk: int | None = 64,
+    chunk: int | None = CHUNK,
 ) -> Segments:
     """Segments of a ragged batch: sequence s owns rows cu_q_lens[s] .. cu_q_lens[s+1] - 1,
     and starts fresh where those are its first tokens."""
@@ -106,9 +109,6 @@ def _contract(s: jax.Array, x: jax.Array) -> jax.Array:
     return fixed_order_sum(jnp.swapaxes(s * x[..., None], -1, -2))
 
 
-# Rows of a span the chunked form takes at once (transformers' and fla's chunk size:
-# Segments.chunk's default).
-CHUNK = 64
 _HIGHEST = jax.lax.Precision.HIGHEST  # (float32 state math: never TF32 on a GPU)
 
 

@@ -178,6 +178,8 @@ def test_config_refuses_bad_linear_attention_fields():
         cfg.replace(linear_attention_layers=(0, 4))
     with pytest.raises(ValueError, match="linear_key_head_dim=0"):
         cfg.replace(linear_key_head_dim=0)
+    with pytest.raises(ValueError, match="linear_conv_kernel=1"):
+        cfg.replace(linear_conv_kernel=1)
 
 
 def test_batch_invariant_mode_keeps_the_probe_bitwise():
@@ -237,3 +239,5 @@ def test_config_of_a_dense_qwen3_5_and_the_layer_types_default():
     assert cfg.attn_output_gate and cfg.norm_zero_centered and cfg.qk_norm
     with pytest.raises(ValueError, match="layer_types"):
         config_from_hf({**text, "layer_types": ["linear_attention"] * 7 + ["sliding"]})
+    with pytest.raises(ValueError, match="attention_bias=True"):  # (biases on q/k/v/o)
+        config_from_hf({**text, "attention_bias": True})
