@@ -75,7 +75,7 @@ def linear_fields(f: Any, model_type: str) -> dict:
     )
     if model_type == "qwen3_5_text":
         return out
-    step = f.get("decoder_sparse_step") or 1 if model_type == "qwen3_next" else 1
+    step = (f.get("decoder_sparse_step") or 1) if model_type == "qwen3_next" else 1
     out.update(
         num_experts=f.required("num_experts"),
         num_experts_per_tok=f.required("num_experts_per_tok"),
