@@ -11,7 +11,7 @@ import jax
 from configs.model_config import ModelConfig
 from engine import kv_quant, linear_state, penalties
 from engine.kv_pages import pages_for_budget, window_pool_pages
-from long_context.capacity import kv_shard_fraction
+from long_context.capacity import kv_shard_fraction, state_shard_fraction
 from sharding.mesh import MeshConfig
 
 # KV memory when num_pages is not given: a fraction of the accelerator's free memory, or a
@@ -95,8 +95,10 @@ def check_kv_fits(
     kv_dtype,
     mesh_config: MeshConfig | None,
     window_num_pages: int | None = None,
+    state_rows: int = 0,
 ) -> None:
-    """ValueError naming num_pages if its KV pool cannot fit, before anything is allocated.
+    """ValueError naming num_pages if its KV pool (and a linear-attention model's
+    `state_rows` recurrent states) cannot fit, before anything is allocated.
 
     Each device holds the whole pool but for GQA KV heads split over tp (sharding/rules.py:
     pages are replicated over dp and ep; the MLA latent is never split): on a GPU that share
@@ -105,6 +107,7 @@ def check_kv_fits(
     devices = mesh_config.dp * mesh_config.tp * mesh_config.ep if mesh_config else 1
     pool = kv_pool_bytes(cfg, num_pages, window_num_pages, page_size, kv_dtype)
     per_device = math.ceil(pool * kv_shard_fraction(cfg, tp))
+    per_device += math.ceil(state_rows * cfg.linear_state_bytes() * state_shard_fraction(cfg, tp))
     dev = jax.devices()[0]
     if dev.platform == "cpu":
         need = per_device * devices

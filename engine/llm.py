@@ -159,9 +159,8 @@ class LLM(EngineControl):
             cfg, page_size, max_num_seqs, max_num_batched_tokens, num_pages
         )
         if num_pages is not None:
-            kv_budget.check_kv_fits(
-                cfg, num_pages, page_size, kv_dtype, mesh_config if mesh else None, window_num_pages
-            )
+            fits = (num_pages, page_size, kv_dtype, mesh_config if mesh else None)
+            kv_budget.check_kv_fits(cfg, *fits, window_num_pages, state_rows(cfg, max_num_seqs))
 
         # On a mesh checkpoint params stay on the host until shard_model puts each device's
         # shards: a checkpoint larger than one device never lands whole on the first (preset

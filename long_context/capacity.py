@@ -101,6 +101,13 @@ def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str) -> int:
     return math.ceil(total)
 
 
+def state_shard_fraction(cfg: ModelConfig, tp: int) -> float:
+    """Fraction of a linear-attention model's recurrent state one of `tp` devices holds:
+    its DeltaNet heads split over tp when tp divides them (sharding/rules.py), else all."""
+    heads = (cfg.linear_num_key_heads, cfg.linear_num_value_heads)
+    return 1.0 if any(h % tp for h in heads) else 1.0 / tp
+
+
 def kv_shard_fraction(cfg: ModelConfig, tp: int) -> float:
     """Fraction of each token's KV bytes one of `tp` devices holds, as the engine shards the
     cache (sharding/rules.py `rules_for`): KV heads split over tp when it divides them, else
@@ -291,8 +298,7 @@ def capacity(
     # Every paged layer's page row is the same size: per_token_dev / paged bytes a token
     # (exact integers, so with one pool this is whole pages of the budget per sequence).
     layer_pages = full * pages_per_sequence + windowed * window_pages
-    heads = (cfg.linear_num_key_heads, cfg.linear_num_value_heads)
-    state = cfg.linear_state_bytes() // (tp if not any(h % tp for h in heads) else 1)
+    state = math.ceil(cfg.linear_state_bytes() * state_shard_fraction(cfg, tp))
     sequence_bytes = -(-per_token_dev * page_size * layer_pages // paged) + state
     return Capacity(
         model=cfg.name,

@@ -221,6 +221,9 @@ def test_kv_budget_and_capacity_count_paged_layers_and_state_rows():
     num_pages, _ = kv_budget.pools_from_budget(cfg, budget, page, None, seqs, 1000, None)
     left = budget - penalties.state_bytes(seqs, cfg.vocab_size) - 5 * 8832
     assert num_pages == left // (512 * page)
+    kv_budget.check_kv_fits(cfg, 8, page, None, None, None, 1000)  # (8.9 MB: fits)
+    with pytest.raises(ValueError, match="num_pages=8"):  # 40M rows of 8,832 B: 353 GB
+        kv_budget.check_kv_fits(cfg, 8, page, None, None, None, 40_000_000)
     c = capacity("tiny-qwen3-next", 2048, hbm_gib=0.01)
     assert c.state_bytes_per_sequence_per_device == 8832
     assert c.max_sequences == c.kv_budget_bytes_per_device // (512 * 2048 + 8832)
