@@ -5,8 +5,9 @@ Each running sequence holds one row of every DeltaNet layer's state arrays (Sche
 state_slots, Sequence.state_slot) besides its KV pages, which only the full-attention
 layers use. A sequence's state sums up every token before it and cannot be rebuilt from
 pages, so whatever starts a sequence anywhere but at position 0 (a cached or transferred
-prefix, a later sample sharing its first one's prompt pages) or takes tokens back (drafts
-that are rejected) is refused here, as vLLM did before its hybrid-model prefix caching.
+prefix) or takes tokens back (drafts that are rejected) is refused here, as vLLM did before
+its hybrid-model prefix caching; a later sample of a request computes its prompt itself
+instead of sharing its first one's pages (Scheduler._donor).
 """
 
 from __future__ import annotations

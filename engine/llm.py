@@ -353,7 +353,7 @@ class LLM(EngineControl):
                 request_id = None
         self._groups.add(request_id, params.n)
         for k, rid in enumerate(samples.sample_ids(request_id, params.n)):
-            fork_of = seqs[0] if seqs and not self.config.linear_attention_layers else None
+            fork_of = seqs[0] if seqs else None
             kth = samples.sample_params(params, k)
             seqs.append(self._enqueue(ids, kth, rid, announce, fork_of, lora_id, priority))
         return seqs

@@ -293,8 +293,7 @@ class Scheduler:
 
     def release_aborted(self) -> tuple[str, ...]:
         """Free the pages of requests aborted since the last call, when no step in flight
-        can still write them; returns their ids (schedule() reports them as
-        `finished_aborted`). Until then their ids stay taken."""
+        can still write them; their ids (schedule(): `finished_aborted`), taken till then."""
         if self._in_flight:
             return ()
         aborted = tuple(seq.request_id for seq in self._aborted)
@@ -645,8 +644,9 @@ class Scheduler:
         return policy is not None and policy.is_long(seq.num_tokens - seq.num_shared_tokens)
 
     def _donor(self, seq: Sequence) -> Sequence | None:
-        """samples.donor; `seq` itself when a windowed pool gives pages back."""
-        if self._windowed_pools:
+        """samples.donor; `seq` itself when a windowed pool gives pages back, or when each
+        sequence has a recurrent state (pages alone would not give it the first's)."""
+        if self._windowed_pools or self._free_states is not None:
             return seq
         return samples.donor(seq, self.pages.page_size, self._computed)
 

@@ -78,12 +78,12 @@ def forward_hidden(
     return x, new_kv
 
 
-def _linear_attend(i, p, kv_i, inputs, *, cfg, segments):
-    """`attend` of a gated DeltaNet layer: its whole token mixer over inputs.q (the normed
-    stream), output projection included."""
+def _linear_attend(i, p, kv_i, h, *, cfg, segments):
+    """`attend` of a gated DeltaNet layer: given the normed stream h [T, D] (not
+    AttnInputs), its whole token mixer, output projection included."""
     if segments is None:
         raise ValueError(f"layer {i}: a linear-attention layer needs the step's segments")
-    return gated_delta_net(p, inputs.q, cfg, kv_i, segments)
+    return gated_delta_net(p, h, cfg, kv_i, segments)
 
 
 def decoder_layer(
@@ -108,7 +108,7 @@ def decoder_layer(
     if "linear" in layer:  # a gated DeltaNet: its own output projection
         # Every row of the step on each device (dp splits the stream by rows, and a
         # sequence's recurrence needs all of its rows, in order): gathered once here.
-        mixed, kv_i = attend(i, layer["linear"], kv_i, AttnInputs(q=pin(h, (None, "embed"))))
+        mixed, kv_i = attend(i, layer["linear"], kv_i, pin(h, (None, "embed")))
     else:
         attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
         inputs = attn_inputs(layer["attn"], h, positions, cfg, delta, i)

@@ -8,7 +8,7 @@ Random weights of the first linear-attention layer of `--model` (its real shapes
 random hidden states. For each `--num_tokens` L, one sequence's L-token prefill span runs
 through models/linear_attention.gated_delta_net twice: in chunks of 64 rows (what the
 engine runs for a prefill) and one row per iteration (the batch-invariant mode's form),
-each timed as the fastest of `--iters` calls after a compiling one; the two outputs'
+each timed as the median of `--iters` calls after a compiling one; the two outputs'
 largest difference is reported beside them. Then `--batch` sequences decode one token each
 (one row each, from their states). Prints a table; `--json_out` writes the rows.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -33,13 +32,14 @@ from models.linear_attention import (
     zero_state,
 )
 from models.specs import is_spec, param_specs
+from pallas_kernels.benchmark import time_call
 from scripts.flag_checks import check_output_file
 
 _MODEL = flags.DEFINE_string("model", "qwen3-next-80b-a3b", "Preset with linear attention.")
 _TOKENS = flags.DEFINE_list("num_tokens", ["256", "1024"], "Prefill span lengths.")
 _BATCH = flags.DEFINE_integer("batch", 16, "Sequences of the decode batch.")
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Weights, activations.")
-_ITERS = flags.DEFINE_integer("iters", 3, "Timed calls per case (the fastest reported).")
+_ITERS = flags.DEFINE_integer("iters", 3, "Timed calls per case (their median reported).")
 _JSON = flags.DEFINE_string("json_out", None, "Write the rows here as JSON.")
 
 
@@ -51,13 +51,9 @@ def _segments(lengths: list[int], rows: int, chunk: int | None) -> Segments:
 
 
 def _timed(fn, *args) -> tuple[float, jax.Array]:
-    out = jax.block_until_ready(fn(*args))  # compiles
-    best = float("inf")
-    for _ in range(_ITERS.value):
-        start = time.perf_counter()
-        out = jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - start)
-    return best, out
+    """(median seconds of --iters calls after a compiling one: time_call's, the output)."""
+    seconds = time_call(fn, args, iters=1, repeats=_ITERS.value)
+    return seconds, fn(*args)
 
 
 def main(argv: list[str]) -> None:
@@ -108,7 +104,7 @@ def main(argv: list[str]) -> None:
         f"{cfg.linear_key_head_dim} x {cfg.linear_value_head_dim}), {_DTYPE.value}, "
         f"{jax.devices()[0].platform}"
     )
-    print("| case | chunked (ms) | row by row (ms) | tokens/s (best) | max abs diff |")
+    print("| case | chunked (ms) | row by row (ms) | tokens/s (faster form) | max abs diff |")
     print("|---|---|---|---|---|")
     for r in rows:
         s = r["seconds"]
