@@ -151,13 +151,19 @@ def _head(params: dict, cfg, y: jax.Array):
 
 def draft(params, cfg, batch, hidden, kv_i, sampled, drawn, run_layer, attend, attend_for):
     """The MTP pass of a step (module docstring): (its KV layer, drafts [S, k] (-1: none),
-    their logprobs [S, k], the token count they follow [S]).
+    their logprobs [S, k], the token count they follow [S], the expert copies its passes
+    routed (None without experts)).
 
     `hidden` [T, D]: the model's last hidden state (before the final norm); `sampled` [S]:
     the step's tokens; `drawn` [R]: the draws at batch.score_index (None without drafts);
-    `run_layer(x, positions, kv_i, attend, valid)` runs the MTP decoder layer (`valid`: the
-    rows that are not padding, whose expert copies count); `attend` is the step's attention,
-    `attend_for(meta, slots)` one over other rows."""
+    `run_layer(x, positions, kv_i, attend, valid)` runs the MTP decoder layer and returns
+    (its output, kv_i, the expert copies it routed or None) (`valid`: the rows that are not
+    padding, whose expert copies count); `attend` is the step's attention,
+    `attend_for(meta, slots)` one over other rows.
+
+    The chained passes run as a loop over one traced layer (lax.scan), not k - 1 copies of
+    it: the same arithmetic, row by row, at a fraction of the compile time (an MTP layer is
+    a whole decoder layer, MoE included)."""
     if batch.mtp_next is None:
         raise ValueError("StepBatch.mtp_next: needed by a model drafting with its MTP module")
     t, s = batch.token_ids.shape[0], batch.kv_lens.shape[0]
@@ -183,23 +189,35 @@ def draft(params, cfg, batch, hidden, kv_i, sampled, drawn, run_layer, attend, a
         last = jnp.where(first < t, first, last)
     final = rms_norm(hidden, params["final_norm"], cfg.rms_norm_eps, cfg.norm_scale_in_float32)
     valid = rows < batch.cu_q_lens[-1]
-    y, kv_i = run_layer(_input(params, cfg, final, nxt), batch.positions, kv_i, attend, valid)
+    y, kv_i, load = run_layer(_input(params, cfg, final, nxt), batch.positions, kv_i, attend, valid)
     z, token, logprob = _head(params, cfg, y[last])
-    pos = batch.positions[last]
-    tokens, logprobs = [jnp.where(live, token, -1)], [logprob]
-    ok, seqs = live, jnp.arange(s, dtype=jnp.int32)
+    count = jnp.where(live, batch.positions[last] + 2, 0)
+    token = jnp.where(live, token, -1)
+    if cfg.mtp_drafts == 1:
+        return kv_i, token[:, None], logprob[:, None], count, load
+    seqs = jnp.arange(s, dtype=jnp.int32)
     page_size = kv_i[0].shape[1]
-    for _ in range(cfg.mtp_drafts - 1):
+
+    def chained(carry, _):
+        """One more pass: each sequence's next draft from its previous one."""
+        kv_i, load, z, token, pos, ok = carry
         pos = pos + 1
         ok = ok & (pos < batch.mtp_room)
         at = jnp.where(ok, pos, 0)
         page = batch.page_table[seqs, at // page_size]
         slots = jnp.where(ok, page * page_size + at % page_size, -1)
         meta = pa.build_metadata(jnp.arange(s + 1, dtype=jnp.int32), at, at + 1, batch.page_table)
-        x = _input(params, cfg, z, tokens[-1])
-        y, kv_i = run_layer(x, at, kv_i, attend_for(meta, slots), ok)
+        x = _input(params, cfg, z, token)
+        y, kv_i, more = run_layer(x, at, kv_i, attend_for(meta, slots), ok)
         z, token, logprob = _head(params, cfg, y)
-        tokens.append(jnp.where(ok, token, -1))
-        logprobs.append(logprob)
-    count = jnp.where(live, batch.positions[last] + 2, 0)
-    return kv_i, jnp.stack(tokens, axis=1), jnp.stack(logprobs, axis=1), count
+        token = jnp.where(ok, token, -1)
+        load = None if load is None else load + more
+        return (kv_i, load, z, token, pos, ok), (token, logprob)
+
+    pos = batch.positions[last]
+    (kv_i, load, *_), (more_tokens, more_logprobs) = jax.lax.scan(
+        chained, (kv_i, load, z, token, pos, live), length=cfg.mtp_drafts - 1
+    )
+    tokens = jnp.concatenate([token[:, None], more_tokens.T], axis=1)
+    logprobs = jnp.concatenate([logprob[:, None], more_logprobs.T], axis=1)
+    return kv_i, tokens, logprobs, count, load

@@ -295,7 +295,7 @@ def _step_body(
     valid = jnp.arange(batch.token_ids.shape[0]) < batch.cu_q_lens[-1]  # [T]
     # Filled while this call traces forward_hidden, one [E] per MoE layer (with EPLB
     # [E + E_p]: the copies per physical slot after those per logical expert).
-    loads, mtp_loads = [], []
+    loads = []
 
     def counted(sink: list, positions, rows_valid):
         """Routed experts over rows at `positions`, their copies counted into `sink`."""
@@ -393,17 +393,19 @@ def _step_body(
         def run_mtp(x, positions, kv_i, attend_i, rows_valid):
             layer = params["mtp"]["layer"]
             pin = constrain or (lambda x, axes: x)
-            mtp_routed = counted(mtp_loads, positions, rows_valid)
-            return decoder_layer(
+            sink = []
+            mtp_routed = counted(sink, positions, rows_valid)
+            y, kv_i = decoder_layer(
                 layer, cfg, cfg.num_layers, x, positions, kv_i, attend_i, mtp_routed, pin
             )
+            return y, kv_i, (sum(sink) if sink else None)
 
-        kv_i, *mtp_out = mtp.draft(
+        kv_i, *mtp_out, mtp_load = mtp.draft(
             params, cfg, batch, hidden, kv_mtp[0], tokens, drafted[0], run_mtp, attend, attend_for
         )
         kv = [*kv, kv_i]
-    if mtp_loads:  # the MTP layer's passes, one row after the decoder layers' (EPLB's order)
-        loads.append(sum(mtp_loads))
+        if mtp_load is not None:  # its passes, one row after the decoder layers' (EPLB's order)
+            loads.append(mtp_load)
     load = jnp.stack(loads) if loads else jnp.zeros((0, 0), jnp.int32)  # [L_moe, E]
     feed_tokens = None
     if batch.prev_tokens is not None:

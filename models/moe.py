@@ -190,11 +190,14 @@ def _tiled_grouped(
     tile_end = jnp.cumsum(tiles_per)  # [E]
     row_end = jnp.cumsum(gs)  # [E]
     rows = jnp.arange(m, dtype=jnp.int32)
-    group = jnp.searchsorted(row_end, rows, side="right")  # [M], E past the groups
-    g = jnp.minimum(group, e - 1)
+    # Both searches compare against every group end at once ([M, E]): the default binary
+    # search compiles to log2(E) unrolled steps, ~5% of a tiny MoE step's XLA:CPU compile.
+    group = jnp.searchsorted(row_end, rows, side="right", method="compare_all")  # [M]
+    g = jnp.minimum(group, e - 1)  # (E: a row past the groups)
     dest = (tile_end - tiles_per)[g] * tile + rows - (row_end - gs)[g]  # row in the tile layout
     dest = jnp.where(group < e, dest, num_tiles * tile)  # rows past the groups: dropped
-    tile_expert = jnp.searchsorted(tile_end, jnp.arange(num_tiles, dtype=jnp.int32), side="right")
+    tile_ids = jnp.arange(num_tiles, dtype=jnp.int32)
+    tile_expert = jnp.searchsorted(tile_end, tile_ids, side="right", method="compare_all")
     tile_expert = jnp.minimum(tile_expert, e - 1)
     x_tiles = jnp.zeros((num_tiles * tile, d), xs.dtype).at[dest].set(xs, mode="drop")
 
