@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
+from configs.hf_kimi_linear import KIMI_ALIASES, KIMI_DEFAULTS, KIMI_LINEAR, kimi_linear_fields
 from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
 from configs.hf_mla import MLA_DEFAULTS, MLA_MODEL_TYPES, mla_fields
 from configs.hf_moe import moe_fields
@@ -48,6 +49,7 @@ SUPPORTED_MODEL_TYPES = (
     "hunyuan_v1_moe",
     "llama4_text",
     *LINEAR_MODEL_TYPES,
+    KIMI_LINEAR,
 )
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
@@ -220,11 +222,12 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     ),
 }
 # fmt: on
-_DEFAULTS.update(MLA_DEFAULTS, llama4_text=LLAMA4_DEFAULTS, **LINEAR_DEFAULTS)
+_DEFAULTS.update(MLA_DEFAULTS, llama4_text=LLAMA4_DEFAULTS, **LINEAR_DEFAULTS, **KIMI_DEFAULTS)
 # Other names a config.json may give a field, per model type: each config class's
 # `attribute_map` in transformers 5.24 (the field read here <- the names it also takes; a
 # name a class does not map is ignored, as transformers ignores it: Qwen2-MoE has none).
 _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
+    **KIMI_ALIASES,
     "qwen3_moe": {"num_experts": ("num_local_experts",)},
     "mixtral": {"num_local_experts": ("num_experts",)},
     "minimax_m2": {"num_local_experts": ("num_experts",)},
@@ -561,6 +564,7 @@ def _dtype(hf: dict, dtype: str | None) -> str:
 # biases off (Qwen2: q/k/v biases on, handled) and ignore the field, so it is ignored here too.
 _HONOURS_ATTENTION_BIAS = (
     *LINEAR_MODEL_TYPES,
+    KIMI_LINEAR,
     "llama",
     "llama4_text",
     "hunyuan_v1_moe",
@@ -630,6 +634,7 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
         "mistral4",
         "mistral_large4_text",
         *LINEAR_MODEL_TYPES,
+        KIMI_LINEAR,
     )
     if model_type in no_window:
         return none
@@ -746,6 +751,8 @@ def config_from_hf(
     if model_type == "mistral4":
         _check_mistral4_rotary(f)
         arch = {**mla_fields(f, model_type), **_llama4_temperature(f)}
+    elif model_type == KIMI_LINEAR:
+        arch = kimi_linear_fields(f)
     elif model_type in MLA_MODEL_TYPES:
         _partial_rotary_factor(f, model_type)  # 1: MLA rotates its whole rope part
         arch = mla_fields(f, model_type)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 # ntk_alpha: a fixed NTK-aware base, theta * alpha^(d / (d - 2)) (Hunyuan's checkpoints
 # spell it "dynamic" with an alpha; its frequencies never depend on the length).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha")
+LINEAR_ATTENTION_KINDS = ("gated_delta", "kimi_delta")
 ATTENTION_TYPES = ("gqa", "mla")
 # softmax_topk: the top-k router logits, softmaxed among themselves (gpt-oss).
 SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk")
@@ -137,6 +138,13 @@ class ModelConfig:
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     linear_conv_kernel: int = 4
+    # Which rule those layers run: "gated_delta" (Qwen3's gated DeltaNet: a decay per value
+    # head, the output gated by silu(z)) or "kimi_delta" (Kimi-Linear's KDA: a decay per
+    # key channel from a low-rank forget gate, the output by sigmoid of a low-rank gate;
+    # as many key heads as value heads, dk == dv).
+    linear_attention_kind: str = "gated_delta"
+    # Kimi-Linear's MLA layers use their rope channels as they are (NoPE: no rotation).
+    mla_unrotated: bool = False
     # Qwen3-Next's gated attention: q_proj also yields a gate per output channel, the
     # attention output times sigmoid(gate) before o_proj (attn "wq_gate" [D, H, Dh]).
     attn_output_gate: bool = False
@@ -359,13 +367,21 @@ class ModelConfig:
             raise ValueError(f"dtype={self.dtype!r}: expected float32, bfloat16 or float16")
 
     def _check_linear(self) -> None:
-        """The gated DeltaNet layers (linear_attention_layers), as Qwen3-Next builds them."""
+        """The linear-attention layers (linear_attention_layers), as Qwen3-Next and
+        Kimi-Linear build them."""
+        if self.mla_unrotated and not self.is_mla:
+            raise ValueError("mla_unrotated: needs MLA attention")
+        if self.linear_attention_kind not in LINEAR_ATTENTION_KINDS:
+            raise ValueError(
+                f"linear_attention_kind={self.linear_attention_kind!r}: expected one of "
+                f"{LINEAR_ATTENTION_KINDS}"
+            )
         if not self.linear_attention_layers:
             return
-        if self.is_mla or self.kv_window or self.hybrid_window or self.mtp_drafts:
+        if self.kv_window or self.hybrid_window or self.mtp_drafts:
             raise ValueError(
-                "linear_attention_layers: with GQA full attention on the other layers only "
-                "(no MLA, sliding window, attention chunks or MTP drafts)"
+                "linear_attention_layers: with full attention on the other layers only "
+                "(no sliding window, attention chunks or MTP drafts)"
             )
         bad = [i for i in self.linear_attention_layers if not 0 <= i < self.num_layers]
         if bad or len(self.linear_attention_layers) == self.num_layers:
@@ -387,6 +403,16 @@ class ModelConfig:
             raise ValueError(
                 f"linear_num_value_heads={self.linear_num_value_heads}: must be a multiple of "
                 f"linear_num_key_heads={self.linear_num_key_heads}"
+            )
+        kda = (self.linear_num_key_heads, self.linear_key_head_dim)
+        if self.linear_attention_kind == "kimi_delta" and kda != (
+            self.linear_num_value_heads,
+            self.linear_value_head_dim,
+        ):
+            raise ValueError(
+                f"linear_num_value_heads={self.linear_num_value_heads}, linear_value_head_dim="
+                f"{self.linear_value_head_dim}: kimi_delta needs them equal to the key heads "
+                f"and width ({kda[0]}, {kda[1]})"
             )
 
     def _check_sharing(self) -> None:
@@ -548,7 +574,7 @@ class ModelConfig:
         return (layer - self.first_k_dense_replace) % self.moe_layer_freq == 0
 
     def is_linear_layer(self, layer: int) -> bool:
-        """Whether decoder layer `layer` is a gated DeltaNet (linear_attention_layers)."""
+        """Whether decoder layer `layer` is a linear-attention one (linear_attention_layers)."""
         return layer in self.linear_attention_layers
 
     @property

@@ -631,3 +631,47 @@ _add(
         eos_token_ids=(),  # (its checkpoint's generation_config.json gives them)
     )
 )
+# Kimi-Linear-48B-A3B (moonshotai/Kimi-Linear-48B-A3B-Instruct): 27 layers 2,304 wide, KDA
+# (32 heads of 128) on 20 of them and MLA without RoPE (no q LoRA) on every 4th and the last
+# (its linear_attn_config's full_attn_layers, 1-indexed: 4, 8, ..., 24, 27); DeepSeek-V3's
+# sigmoid router, 256 experts of 1,024 (top 8) and a shared expert; layer 0 dense.
+_add(
+    ModelConfig(
+        name="kimi-linear-48b-a3b",
+        model_type="kimi_linear",
+        vocab_size=163840,
+        hidden_size=2304,
+        num_layers=27,
+        num_heads=32,
+        intermediate_size=9216,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=1048576,
+        attention_type="mla",
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        mla_unrotated=True,
+        linear_attention_layers=tuple(
+            i for i in range(27) if i + 1 not in (4, 8, 12, 16, 20, 24, 27)
+        ),
+        linear_attention_kind="kimi_delta",
+        linear_num_key_heads=32,
+        linear_num_value_heads=32,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel=4,
+        num_experts=256,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1024,
+        num_shared_experts=1,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        norm_topk_prob=True,
+        routed_scaling_factor=2.446,
+        first_k_dense_replace=1,
+        bos_token_id=163584,
+        eos_token_ids=(163586,),
+        dtype="bfloat16",
+    )
+)

@@ -734,3 +734,30 @@ _add(
         norm_topk_prob=False,
     )
 )
+# Kimi-Linear (kimi_linear): KDA layers (a decay per key channel, low-rank forget and output
+# gates) first and third, MLA layers without RoPE (no q LoRA) second and fourth, DeepSeek-V3's
+# sigmoid router with its correction bias (one group) and a shared expert; layer 0 dense.
+_add(
+    TINY["tiny-deepseek-v3"].replace(
+        name="tiny-kimi-linear",
+        model_type="kimi_linear",
+        num_layers=4,
+        rms_norm_eps=1e-5,
+        rope_scaling=RopeScaling(),
+        q_lora_rank=0,
+        mla_unrotated=True,
+        num_experts=8,
+        n_group=1,
+        topk_group=1,
+        routed_scaling_factor=2.446,
+        first_k_dense_replace=0,
+        mlp_only_layers=(0,),  # (its mlp_layer_types)
+        linear_attention_layers=(0, 2),
+        linear_attention_kind="kimi_delta",
+        linear_num_key_heads=4,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_conv_kernel=4,
+    )
+)

@@ -586,15 +586,13 @@ def init_kv_pages(
         zeros = kv_quant.zeros
     else:
         zeros = functools.partial(jnp.zeros, dtype=dtype)
-    if cfg.is_mla:  # (per layer: a layer may keep no latent, or no index keys)
-        return [
-            tuple(zeros((num_pages, page_size, w)) for w in cfg.layer_kv_widths(i))
-            for i in range(cfg.num_kv_layers)
-        ]
     kv = []
     for i in range(cfg.num_kv_layers):
         if cfg.is_linear_layer(i):
             kv.append(linear_attention.zero_state(cfg, state_rows))
+            continue
+        if cfg.is_mla:  # (per layer: a layer may keep no latent, or no index keys)
+            kv.append(tuple(zeros((num_pages, page_size, w)) for w in cfg.layer_kv_widths(i)))
             continue
         n = num_pages
         if window_num_pages is not None and cfg.attention_window(i) is not None:

@@ -155,7 +155,9 @@ def mla_inputs(
         kv_a = add(x @ p["wkv_a"], delta("wkv_a", x))  # [T, R + Dr]
         c_kv = rms_norm(kv_a[:, :r], p["kv_a_norm"], cfg.latent_norm_eps)  # [T, R]
         k_pe = kv_a[:, r:]
-    if cfg.layer_rope_dim(layer):
+    if cfg.mla_unrotated:  # Kimi-Linear: the rope channels as they are (NoPE)
+        q_pe = q[..., dn:]
+    elif cfg.layer_rope_dim(layer):
         q_pe = _rope(cfg, q[..., dn:], positions, p)
         k_pe = None if k_pe is None else _rope(cfg, k_pe, positions, p)
     else:

@@ -125,6 +125,8 @@ def _linear_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTen
     q, k, v channels in that order."""
     d, hk, hv = cfg.hidden_size, cfg.linear_num_key_heads, cfg.linear_num_value_heads
     dk, dv, taps = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel
+    if cfg.linear_attention_kind == "kimi_delta":
+        return _kda_names(cfg, pre, at)
     qkv = tuple(at + (w,) for w in ("wq", "wk", "wv"))
     width = 2 * hk * dk + hv * dv
     names = {
@@ -149,6 +151,37 @@ def _linear_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTen
     names[f"{pre}.in_proj_b.weight"] = _linear(hv, d, at + ("wb",))
     names[f"{pre}.in_proj_a.weight"] = _linear(hv, d, at + ("wa",))
     return names
+
+
+def _kda_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
+    """A KDA layer (Kimi-Linear, its release's names under self_attn): q/k/v projections
+    and convs of their own, the low-rank forget (f_a, f_b) and output (g_a, g_b) gates,
+    A_log stored [1, 1, H, 1], dt_bias [H * dk]."""
+    d, h, dk = cfg.hidden_size, cfg.linear_num_value_heads, cfg.linear_key_head_dim
+    taps = cfg.linear_conv_kernel
+    names = {
+        f"{pre}.b_proj.weight": _linear(h, d, at + ("wb",)),
+        f"{pre}.f_a_proj.weight": _linear(dk, d, at + ("wf_a",)),
+        f"{pre}.f_b_proj.weight": _linear(h * dk, dk, at + ("wf_b",)),
+        f"{pre}.g_a_proj.weight": _linear(dk, d, at + ("wg_a",)),
+        f"{pre}.g_b_proj.weight": _linear(h * dk, dk, at + ("wg_b",)),
+        f"{pre}.A_log": HFTensor((1, 1, h, 1), (at + ("A_log",),), "copy"),
+        f"{pre}.dt_bias": _vector(h * dk, at + ("dt_bias",)),
+        f"{pre}.o_norm.weight": _vector(dk, at + ("norm",)),
+        f"{pre}.o_proj.weight": _linear(d, h * dk, at + ("wo",)),
+    }
+    for x in "qkv":
+        names[f"{pre}.{x}_proj.weight"] = _linear(h * dk, d, at + (f"w{x}",))
+        names[f"{pre}.{x}_conv1d.weight"] = HFTensor(
+            (h * dk, 1, taps), (at + (f"conv_{x}",),), "grouped"
+        )
+    return names
+
+
+# Other names a checkpoint may give a tensor, per model type: transformers 5.25 saves
+# Kimi-Linear's dense MLP under block_sparse_moe (its save reverses the load's renaming of
+# block_sparse_moe to mlp), where the release has mlp.
+ALTERNATE_NAMES = {"kimi_linear": ((".mlp.", ".block_sparse_moe."),)}
 
 
 def _mlp_names(d: int, f: int, pre: str, at: Path_) -> dict[str, HFTensor]:
@@ -201,7 +234,11 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
     # Mixtral's and MiniMax-M2's released per-expert names (w1 / w3 / w2 under
     # block_sparse_moe); transformers' fused layout is under mlp.
-    legacy_mixtral = layout == "per_expert" and cfg.model_type in ("mixtral", "minimax_m2")
+    legacy_mixtral = layout == "per_expert" and cfg.model_type in (
+        "mixtral",
+        "minimax_m2",
+        "kimi_linear",  # (Kimi-Linear's shared experts too)
+    )
     pre = f"{layer}.block_sparse_moe" if legacy_mixtral else f"{layer}.mlp"
     # (Hunyuan's router is the gate's `wg`.)
     router = f"{pre}.gate.wg.weight" if cfg.model_type == "hunyuan_v1_moe" else f"{pre}.gate.weight"
@@ -285,8 +322,9 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
         f"{layer}.input_layernorm.weight": _vector(d, at + ("attn_norm",)),
         f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("mlp_norm",)),
     }
-    if cfg.is_linear_layer(index):
-        names.update(_linear_attn_names(cfg, f"{layer}.linear_attn", at + ("linear",)))
+    if cfg.is_linear_layer(index):  # (Kimi-Linear's KDA: under self_attn)
+        where = "self_attn" if cfg.linear_attention_kind == "kimi_delta" else "linear_attn"
+        names.update(_linear_attn_names(cfg, f"{layer}.{where}", at + ("linear",)))
     else:
         names.update(_attn_names(cfg, f"{layer}.self_attn", at + ("attn",), index))
     if moe:

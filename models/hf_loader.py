@@ -38,6 +38,7 @@ from configs.int4_schemes import Int4Scheme
 from configs.model_config import ModelConfig
 from models import int4_checkpoint as int4
 from models.checkpoint_names import (
+    ALTERNATE_NAMES,
     EXPERT_LAYOUTS,
     KINDS,
     HFTensor,
@@ -143,6 +144,7 @@ def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFT
         with_prefixes(hf_tensor_names(cfg, lay), prefixes)
         for lay in (EXPERT_LAYOUTS if cfg.num_experts else EXPERT_LAYOUTS[:1])
     ]
+    candidates = [_alternate_names(cfg, names, headers) for names in candidates]
     missing = [
         [n for n in names if n not in headers and not _stored_apart(n, headers)]
         for names in candidates
@@ -164,6 +166,19 @@ def _pick_layout(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, HFT
             f"({len(missing[best])} expected tensors missing in total)"
         )
     return _transposed_experts(candidates[best], headers)
+
+
+def _alternate_names(cfg: ModelConfig, names: dict[str, HFTensor], headers) -> dict:
+    """`names` with each tensor the checkpoint holds only under an alternate name
+    (checkpoint_names.ALTERNATE_NAMES) renamed to it."""
+    out = {}
+    for name, t in names.items():
+        for old, new in ALTERNATE_NAMES.get(cfg.model_type, ()):
+            other = name.replace(old, new)
+            if name not in headers and other in headers:
+                name = other
+        out[name] = t
+    return out
 
 
 def _transposed_experts(names: dict[str, HFTensor], headers) -> dict[str, HFTensor]:

@@ -1,4 +1,5 @@
-"""Gated DeltaNet, the linear-attention layers of Qwen3-Next and Qwen3.5 (arXiv:2412.06464).
+"""Gated DeltaNet, the linear-attention layers of Qwen3-Next and Qwen3.5 (arXiv:2412.06464),
+and Kimi Delta Attention (KDA), Kimi-Linear's (arXiv:2510.26692).
 
 Per token t of a sequence, with q, k, v from a causal depthwise conv (linear_conv_kernel
 taps, then SiLU) of their projections, q and k L2-normalised (q also times dk^-0.5), and
@@ -11,6 +12,11 @@ sigmoid(b_t):
 
 then o RMS-normalised per head, times silu(z_t) (the gated norm), and projected out. Each
 value head h reads key head h // (Hv / Hk) (transformers' repeat_interleave).
+
+KDA (ModelConfig.linear_attention_kind "kimi_delta") runs the same rule with a decay per key
+channel, exp(g_t) a diagonal [dk] per head: g_t = -exp(A_log) * softplus(f_b(f_a(x_t)) +
+dt_bias) through a low-rank forget gate, and its output normed times sigmoid(g_b(g_a(x_t)))
+(q, k, v from their own projections and convs, as many heads each).
 
 The state a sequence carries from step to step is the conv's last kernel - 1 inputs and S.
 The layer runs over a step's ragged batch (`Segments`: each sequence's span of rows and its
@@ -120,14 +126,16 @@ def delta_rule(
     q: jax.Array,  # [T, Hv, dk] float32, normalised and scaled
     k: jax.Array,  # [T, Hv, dk] float32, normalised
     v: jax.Array,  # [T, Hv, dv] float32
-    g: jax.Array,  # [T, Hv] float32 log decay
+    g: jax.Array,  # [T, Hv, G] float32 log decay: per head (G = 1) or per key channel (dk)
     beta: jax.Array,  # [T, Hv] float32
     state: jax.Array,  # [S, Hv, dk, dv] float32 each sequence's state before its span
     seg: Segments,
     chunk: int | None = CHUNK,
 ) -> tuple[jax.Array, jax.Array]:  # (o [T, Hv, dv] float32, state after each span)
     """The gated delta rule over every span at once: `chunk` rows of each span per
-    iteration in the chunked (WY) form, or (chunk None) one row per iteration."""
+    iteration in the chunked (WY) form, or (chunk None) one row per iteration. A decay per
+    key channel (KDA) scales the state's rows one by one; the chunked form then weighs each
+    pair of rows per channel (transformers' chunk_kimi_delta_attention: [C, C, dk] decays)."""
     num_rows = q.shape[0]
     width = chunk or 1
     offsets = jnp.arange(width)
@@ -149,7 +157,7 @@ def delta_rule(
         s, out = carry
         rows, valid, qj, kj, vj, gj, bj = gather(j)  # (C = 1)
         qj, kj, vj, gj, bj = qj[:, :, 0], kj[:, :, 0], vj[:, :, 0], gj[:, :, 0], bj[:, :, 0]
-        s = s * jnp.exp(gj)[..., None, None]
+        s = s * jnp.exp(gj)[..., None]  # [S, Hv, G, 1]: per head or per key row
         remembered = _contract(s, kj)  # [S, Hv, dv]
         s = s + kj[..., None] * ((vj - remembered) * bj[..., None])[..., None, :]
         oj = _contract(s, qj)[:, None]  # [S, 1, Hv, dv]
@@ -164,20 +172,28 @@ def delta_rule(
         # beta k k^T with the decays between rows, then one read and one write of S.
         s, out = carry
         rows, valid, qj, kj, vj, gj, bj = gather(j)
-        cum = jnp.cumsum(gj, axis=-1)  # [S, Hv, C]
-        decay = jnp.where(tri, jnp.exp(jnp.where(tri, cum[..., :, None] - cum[..., None, :], 0)), 0)
+        cum = jnp.cumsum(gj, axis=-2)  # [S, Hv, C, G]
         kb = kj * bj[..., None]
-        lower = jnp.where(strict, _mm(kb, jnp.swapaxes(kj, -1, -2)) * decay, 0)
+        if cum.shape[-1] == 1:  # a decay per head: the pairs' decays factor out of the sums
+            c = cum[..., 0]
+            decay = jnp.where(tri, jnp.exp(jnp.where(tri, c[..., :, None] - c[..., None, :], 0)), 0)
+            lower = jnp.where(strict, _mm(kb, jnp.swapaxes(kj, -1, -2)) * decay, 0)
+            scores = _mm(qj, jnp.swapaxes(kj, -1, -2)) * decay
+        else:  # per key channel (KDA): each pair of rows weighed channel by channel
+            pair = cum[..., :, None, :] - cum[..., None, :, :]  # [S, Hv, C, C, dk]
+            decay = jnp.where(tri[..., None], jnp.exp(jnp.where(tri[..., None], pair, 0)), 0)
+            weigh = functools.partial(jnp.einsum, "...id,...jd,...ijd->...ij", precision=_HIGHEST)
+            lower = jnp.where(strict, weigh(kb, kj, decay), 0)
+            scores = weigh(qj, kj, decay)
         system = lower + jnp.eye(width, dtype=lower.dtype)
         solve = functools.partial(jax.scipy.linalg.solve_triangular, lower=True, unit_diagonal=True)
         u = solve(system, vj * bj[..., None])  # [S, Hv, C, dv]
-        w = solve(system, kb * jnp.exp(cum)[..., None])  # [S, Hv, C, dk]
+        w = solve(system, kb * jnp.exp(cum))  # [S, Hv, C, dk]
         v_new = u - _mm(w, s)
-        scores = _mm(qj, jnp.swapaxes(kj, -1, -2)) * decay
-        oj = _mm(qj * jnp.exp(cum)[..., None], s) + _mm(scores, v_new)  # [S, Hv, C, dv]
-        last = cum[..., -1:]
-        s = s * jnp.exp(last)[..., None] + _mm(
-            jnp.swapaxes(kj * jnp.exp(last - cum)[..., None], -1, -2), v_new
+        oj = _mm(qj * jnp.exp(cum), s) + _mm(scores, v_new)  # [S, Hv, C, dv]
+        last = cum[..., -1:, :]  # [S, Hv, 1, G]
+        s = s * jnp.exp(jnp.swapaxes(last, -1, -2)) + _mm(
+            jnp.swapaxes(kj * jnp.exp(last - cum), -1, -2), v_new
         )
         oj = jnp.moveaxis(oj, 1, 2)  # [S, C, Hv, dv]
         return s, out.at[jnp.where(valid, rows, num_rows)].set(oj, mode="drop")
@@ -192,10 +208,11 @@ def delta_rule(
 def gated_delta_net(
     p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments
 ) -> tuple[jax.Array, tuple]:
-    """One gated DeltaNet layer: x [T, D] -> ([T, D], state). `state`: the layer's arrays
-    (ModelConfig.linear_state_shapes, a leading state-row axis), read at seg.slots and
-    written back there. A batch of as many rows as sequences (decodes: every bucket whose
-    T is its S) runs the rule a row at a time; any other in chunks of seg.chunk rows."""
+    """One linear-attention layer, gated DeltaNet or KDA (ModelConfig.linear_attention_kind):
+    x [T, D] -> ([T, D], state). `state`: the layer's arrays (ModelConfig.linear_state_shapes,
+    a leading state-row axis), read at seg.slots and written back there. A batch of as many
+    rows as sequences (decodes: every bucket whose T is its S) runs the rule a row at a time;
+    any other in chunks of seg.chunk rows."""
     conv_q, conv_k, conv_v, rec = state
     fresh = seg.fresh.reshape((-1, 1, 1, 1))
 
@@ -205,19 +222,35 @@ def gated_delta_net(
     q, new_q = _causal_conv(jnp.einsum("td,dhk->thk", x, p["wq"]), p["conv_q"], prior(conv_q), seg)
     k, new_k = _causal_conv(jnp.einsum("td,dhk->thk", x, p["wk"]), p["conv_k"], prior(conv_k), seg)
     v, new_v = _causal_conv(jnp.einsum("td,dhk->thk", x, p["wv"]), p["conv_v"], prior(conv_v), seg)
-    z = jnp.einsum("td,dhk->thk", x, p["wz"])  # [T, Hv, dv]
     beta = jax.nn.sigmoid((x @ p["wb"]).astype(jnp.float32))  # [T, Hv]
-    a = (x @ p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(jnp.float32)
-    g = -jnp.exp(p["A_log"].astype(jnp.float32)) * jax.nn.softplus(a)
+    decay_rate = jnp.exp(p["A_log"].astype(jnp.float32))  # [Hv]
+    kda = cfg.linear_attention_kind == "kimi_delta"
+    if kda:  # a decay per key channel, from the low-rank forget gate
+        a = jnp.einsum("tr,rhk->thk", x @ p["wf_a"], p["wf_b"]).astype(jnp.float32)
+        g = -decay_rate[:, None] * jax.nn.softplus(a + p["dt_bias"].astype(jnp.float32))
+    else:  # one per value head
+        a = (x @ p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(jnp.float32)
+        g = (-decay_rate * jax.nn.softplus(a))[..., None]  # [T, Hv, 1]
     group = cfg.linear_num_value_heads // cfg.linear_num_key_heads
     qn = jnp.repeat(_l2norm(q), group, axis=1) * cfg.linear_key_head_dim**-0.5
     kn = jnp.repeat(_l2norm(k), group, axis=1)
     by_rows = None if x.shape[0] == seg.starts.shape[0] else seg.chunk
     o, final = delta_rule(qn, kn, v.astype(jnp.float32), g, beta, prior(rec), seg, by_rows)
-    # The gated norm (transformers' RMSNormGated): normed in float32, cast, times the
-    # weight, times silu(z) in float32.
-    o = rms_norm(o.astype(x.dtype), p["norm"], cfg.rms_norm_eps)
-    o = (o.astype(jnp.float32) * jax.nn.silu(z.astype(jnp.float32))).astype(x.dtype)
+    if kda:
+        # KDA's gated norm (transformers' KimiLinearRMSNormGated): the rule's output in the
+        # model dtype, normed and scaled in float32, times sigmoid(g_b(g_a(x))), then cast.
+        gate = jnp.einsum("tr,rhk->thk", x @ p["wg_a"], p["wg_b"]).astype(jnp.float32)
+        of = o.astype(x.dtype).astype(jnp.float32)
+        normed = of * jax.lax.rsqrt(
+            fixed_order_sum(of * of)[..., None] / of.shape[-1] + cfg.rms_norm_eps
+        )
+        o = (p["norm"].astype(jnp.float32) * normed * jax.nn.sigmoid(gate)).astype(x.dtype)
+    else:
+        # The gated norm (transformers' RMSNormGated): normed in float32, cast, times the
+        # weight, times silu(z) in float32.
+        z = jnp.einsum("td,dhk->thk", x, p["wz"])  # [T, Hv, dv]
+        o = rms_norm(o.astype(x.dtype), p["norm"], cfg.rms_norm_eps)
+        o = (o.astype(jnp.float32) * jax.nn.silu(z.astype(jnp.float32))).astype(x.dtype)
     out = jnp.einsum("thk,hkd->td", o, p["wo"])
     new_state = tuple(
         arr.at[seg.slots].set(new.astype(arr.dtype))

@@ -23,16 +23,15 @@ def init_cache(cfg: ModelConfig, max_len: int) -> list:
     """Per layer: GQA (k [L, K, Dh], v [L, K, Dh]); MLA (latent [L, R + Dr],), with sparse
     attention (latent, index keys [L, Di]); a gated DeltaNet's state (one row); zeros."""
     dt = jnp.dtype(cfg.dtype)
-    if cfg.is_mla:
-        return [
-            tuple(jnp.zeros((max_len, w), dt) for w in cfg.layer_kv_widths(i))
-            for i in range(cfg.num_layers)
-        ]
-    shape = (max_len, cfg.num_kv_heads, cfg.head_dim)
-    return [
-        zero_state(cfg, 1) if cfg.is_linear_layer(i) else (jnp.zeros(shape, dt),) * 2
-        for i in range(cfg.num_layers)
-    ]
+
+    def layer(i: int) -> tuple:
+        if cfg.is_linear_layer(i):
+            return zero_state(cfg, 1)
+        if cfg.is_mla:
+            return tuple(jnp.zeros((max_len, w), dt) for w in cfg.layer_kv_widths(i))
+        return (jnp.zeros((max_len, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
+
+    return [layer(i) for i in range(cfg.num_layers)]
 
 
 def _causal_softmax(

@@ -24,8 +24,9 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             expert_bias (gpt-oss): router_logit_bias [E], b_gate/b_up [E, Fe], b_down [E, D]
   linear (a gated DeltaNet layer, in place of attn: linear_attention_layers): wq/wk
             [D, Hk, dk], wv/wz [D, Hv, dv], wb/wa [D, Hv], conv_q/conv_k [C, Hk, dk],
-            conv_v [C, Hv, dv], A_log/dt_bias [Hv], norm [dv], wo [Hv, dv, D];
-            GQA wq_gate [D, H, Dh] (attn_output_gate)
+            conv_v [C, Hv, dv], A_log/dt_bias [Hv], norm [dv], wo [Hv, dv, D]; KDA
+            (kimi_delta) has wf_a/wg_a [D, dk], wf_b/wg_b [dk, Hv, dk], dt_bias [Hv, dk]
+            in place of wz, wa; GQA wq_gate [D, H, Dh] (attn_output_gate)
   mtp (ModelConfig.mtp_drafts): enorm, hnorm, norm [D], eh_proj [2D, D], layer {...}
 """
 
@@ -161,25 +162,37 @@ def _mla_specs(cfg: ModelConfig, layer: int, dt, w) -> dict:
 
 
 def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
-    """A gated DeltaNet layer (models/linear_attention.py), its projections split by what
-    they make (transformers' fused in_proj_qkvz / in_proj_qkv are cut apart on load)."""
+    """A linear-attention layer (models/linear_attention.py), its projections split by what
+    they make (transformers' fused in_proj_qkvz / in_proj_qkv are cut apart on load). KDA
+    (linear_attention_kind "kimi_delta"): low-rank forget (wf_a, wf_b) and output (wg_a,
+    wg_b) gates in place of wa and wz, dt_bias per key channel."""
     d, hk, hv = cfg.hidden_size, cfg.linear_num_key_heads, cfg.linear_num_value_heads
     dk, dv, taps = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel
     kh, vh = ("embed", "linear_k_heads", None), ("embed", "linear_v_heads", None)
-    return {
+    specs = {
         "wq": ParamSpec((d, hk, dk), dt, kh, w),
         "wk": ParamSpec((d, hk, dk), dt, kh, w),
         "wv": ParamSpec((d, hv, dv), dt, vh, w),
-        "wz": ParamSpec((d, hv, dv), dt, vh, w),
         "wb": ParamSpec((d, hv), dt, ("embed", "linear_v_heads"), w),
-        "wa": ParamSpec((d, hv), dt, ("embed", "linear_v_heads"), w),
         "conv_q": ParamSpec((taps, hk, dk), dt, (None, "linear_k_heads", None), w),
         "conv_k": ParamSpec((taps, hk, dk), dt, (None, "linear_k_heads", None), w),
         "conv_v": ParamSpec((taps, hv, dv), dt, (None, "linear_v_heads", None), w),
         "A_log": ParamSpec((hv,), dt, ("linear_v_heads",), zeros),
-        "dt_bias": ParamSpec((hv,), dt, ("linear_v_heads",), ones),
         "norm": ParamSpec((dv,), dt, (None,), ones),
         "wo": ParamSpec((hv, dv, d), dt, ("linear_v_heads", None, "embed"), w),
+    }
+    if cfg.linear_attention_kind == "kimi_delta":
+        return specs | {
+            "wf_a": ParamSpec((d, dk), dt, ("embed", None), w),
+            "wf_b": ParamSpec((dk, hv, dk), dt, (None, "linear_v_heads", None), w),
+            "dt_bias": ParamSpec((hv, dk), dt, ("linear_v_heads", None), ones),
+            "wg_a": ParamSpec((d, dv), dt, ("embed", None), w),
+            "wg_b": ParamSpec((dv, hv, dv), dt, (None, "linear_v_heads", None), w),
+        }
+    return specs | {
+        "wz": ParamSpec((d, hv, dv), dt, vh, w),
+        "wa": ParamSpec((d, hv), dt, ("embed", "linear_v_heads"), w),
+        "dt_bias": ParamSpec((hv,), dt, ("linear_v_heads",), ones),
     }
 
 

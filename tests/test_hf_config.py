@@ -40,6 +40,7 @@ ARCHS = (
     "qwen3_vl_moe",
     "glm4v_moe",
     "qwen3_next",
+    "kimi_linear",
     "qwen3_5_moe",
     "qwen3_5",
 )

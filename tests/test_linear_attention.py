@@ -58,19 +58,30 @@ def _numpy_layer(p: dict, x: np.ndarray, cfg: ModelConfig, prior: list, state: n
     k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
     q, k = np.repeat(q, group, axis=1), np.repeat(k, group, axis=1)
     beta = 1.0 / (1.0 + np.exp(-(x @ p["wb"])))
-    g = -np.exp(p["A_log"]) * np.log1p(np.exp(x @ p["wa"] + p["dt_bias"]))
+    kda = cfg.linear_attention_kind == "kimi_delta"
+    if kda:  # transformers' recurrent_kimi_delta_attention: a decay per key channel
+        a = np.einsum("tr,rhk->thk", x @ p["wf_a"], p["wf_b"]) + p["dt_bias"]
+        g = -np.exp(p["A_log"])[:, None] * np.log1p(np.exp(a))  # [L, H, dk]
+    else:
+        g = -np.exp(p["A_log"]) * np.log1p(np.exp(x @ p["wa"] + p["dt_bias"]))
+        g = np.repeat(g[..., None], cfg.linear_key_head_dim, axis=-1)  # (the same per row)
     s = np.array(state, np.float64)
     o = np.zeros_like(v)
     for t in range(len(x)):
-        s = s * np.exp(g[t])[:, None, None]
+        s = s * np.exp(g[t])[:, :, None]
         delta = (v[t] - np.einsum("hkv,hk->hv", s, k[t])) * beta[t][:, None]
         s = s + k[t][:, :, None] * delta[:, None, :]
         o[t] = np.einsum("hkv,hk->hv", s, q[t])
     o = o / np.sqrt((o * o).mean(-1, keepdims=True) + cfg.rms_norm_eps) * p["norm"]
-    o = o * _silu(np.einsum("td,dhk->thk", x, p["wz"]))
+    if kda:
+        gate = np.einsum("tr,rhk->thk", x @ p["wg_a"], p["wg_b"])
+        o = o / (1.0 + np.exp(-gate))
+    else:
+        o = o * _silu(np.einsum("td,dhk->thk", x, p["wz"]))
     return np.einsum("thk,hkd->td", o, p["wo"]), new_prior, s
 
 
+@pytest.mark.parametrize("preset", ["tiny-qwen3-next", "tiny-kimi-linear"])
 @pytest.mark.parametrize(
     "lengths, rows, chunk",
     [
@@ -79,11 +90,14 @@ def _numpy_layer(p: dict, x: np.ndarray, cfg: ModelConfig, prior: list, state: n
         ((5, 3, 0, 1), 16, None),  # row by row (batch-invariant)
     ],
 )
-def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(lengths, rows, chunk):
+def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(
+    lengths, rows, chunk, preset
+):
     """Spans that start their sequence (zero state) or continue one (its state row), a
     decode, an empty padding span and padding rows, in one batch: each equals its sequence
-    alone, token by token; state rows not in the batch are untouched."""
-    cfg = get_preset("tiny-qwen3-next")
+    alone, token by token; state rows not in the batch are untouched. Gated DeltaNet (a
+    decay per head) and KDA (per key channel)."""
+    cfg = get_preset(preset)
     rng = np.random.default_rng(0)
     p = dict(init_params(cfg, 0, init_std=0.3, host=True)["layers"][0]["linear"])
     p["A_log"] = rng.uniform(-3, 0.5, p["A_log"].shape).astype(np.float32)
@@ -118,13 +132,16 @@ def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(lengths, ro
             np.testing.assert_array_equal(got[untouched], old[untouched])
 
 
-def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption():
+@pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear"])
+def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     """Prompts of 5, 17 and 33 tokens with 16-token chunks beside decodes, pages for fewer
     than all three (a preemption recomputes from position 0, in whatever state row is
     free), then two samples of one prompt in rows the first requests held: transformers'
-    greedy tokens every time."""
-    ref = json.loads((FIXTURE / "reference.json").read_text())
-    llm = LLM(str(FIXTURE), max_num_batched_tokens=16, max_num_seqs=3, page_size=8, num_pages=7)
+    greedy tokens every time. Qwen3-Next (gated DeltaNet, GQA) and Kimi-Linear (KDA, MLA
+    without RoPE, the latent pages beside the state rows)."""
+    fixture = FIXTURE.parent / arch
+    ref = json.loads((fixture / "reference.json").read_text())
+    llm = LLM(str(fixture), max_num_batched_tokens=16, max_num_seqs=3, page_size=8, num_pages=7)
     params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": p} for p in ref["prompts"]], params)
     for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):

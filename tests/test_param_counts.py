@@ -40,6 +40,8 @@ from models.specs import count_params
         # the vision encoder's ~0.4B, not counted here).
         ("qwen3-next-80b-a3b", 80e9, 0.01, None, 0),
         ("qwen3.5-397b-a17b", 397e9, 0.01, 17e9, 0.03),
+        # Moonshot's "48B total, 3B activated" (both rounded: the checkpoint holds 49.1B).
+        ("kimi-linear-48b-a3b", 48e9, 0.03, None, 0),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):

@@ -58,18 +58,23 @@ def test_generate_prints_tokens_and_throughput():
 
 
 def test_generate_drafts_with_the_mtp_module():
-    # 2 greedy requests of 6 tokens: each decode step feeds its k = 2 MTP drafts.
+    # 2 greedy requests of 6 tokens: each decode step feeds its k = 3 MTP drafts. The engine
+    # settings are tests/test_mtp.py's, so under make test (one compilation cache, test_mtp
+    # first) the step programs come from that file's run.
+    from tests.test_mtp import ENGINE, K
+
     out = _run(
         "scripts.generate",
         f"--model={ROOT}/tests/fixtures/deepseek_v3_mtp",
         "--speculative_method=mtp",
-        "--num_speculative_tokens=2",
+        f"--num_speculative_tokens={K}",
         "--num_prompts=2",
         "--max_tokens=6",
+        *(f"--{name}={value}" for name, value in ENGINE.items()),
     )
     assert out.count("(length)") == 2
     kept, fed = map(int, out.split("drafts kept ")[1].split()[::2][:2])
-    assert fed >= 2 * 2 and kept <= fed, out
+    assert fed >= 2 * K and kept <= fed, out
 
 
 def test_generate_from_text_with_a_tokenizer():
