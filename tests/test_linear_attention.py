@@ -90,9 +90,7 @@ def _numpy_layer(p: dict, x: np.ndarray, cfg: ModelConfig, prior: list, state: n
         ((5, 3, 0, 1), 16, None),  # row by row (batch-invariant)
     ],
 )
-def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(
-    lengths, rows, chunk, preset
-):
+def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(lengths, rows, chunk, preset):
     """Spans that start their sequence (zero state) or continue one (its state row), a
     decode, an empty padding span and padding rows, in one batch: each equals its sequence
     alone, token by token; state rows not in the batch are untouched. Gated DeltaNet (a
