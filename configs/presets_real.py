@@ -669,7 +669,7 @@ _add(
         topk_method="noaux_tc",
         norm_topk_prob=True,
         routed_scaling_factor=2.446,
-        first_k_dense_replace=1,
+        mlp_only_layers=(0,),  # (its config's first_k_dense_replace=1)
         bos_token_id=163584,
         eos_token_ids=(163586,),
         dtype="bfloat16",

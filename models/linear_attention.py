@@ -122,6 +122,37 @@ def _mm(a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.matmul(a, b, precision=_HIGHEST)
 
 
+SUB_CHUNK = 16  # rows of a chunk whose pairs KDA's chunked form weighs one by one
+
+
+def _decayed_products(a: jax.Array, k: jax.Array, cum: jax.Array) -> jax.Array:
+    """M[i, j] = sum_d a[i, d] k[j, d] exp(cum[i, d] - cum[j, d]) for j <= i, else 0, over
+    a chunk's rows: a, k, cum [..., C, dk], cum the running sum of log decays (never
+    increasing). Within each SUB_CHUNK of rows the pairs are weighed one by one ([.., 16,
+    16, dk]); a row i against the rows before its sub-chunk, whose first row is s, through
+    one matmul of a[i] exp(cum[i] - cum[s - 1]) with k[j] exp(cum[s - 1] - cum[j]): both
+    factors at most 1, so nothing overflows (fla's chunk_kda splits its chunks so too)."""
+    *lead, c, dk = a.shape
+    sub = SUB_CHUNK if c % SUB_CHUNK == 0 else c
+    n = c // sub
+    ab, kb, cb = (x.reshape(*lead, n, sub, dk) for x in (a, k, cum))
+    tri = jnp.tril(jnp.ones((sub, sub), bool))[..., None]
+    pair = jnp.where(tri, cb[..., :, None, :] - cb[..., None, :, :], 0)  # [.., n, sub, sub, dk]
+    within = jnp.einsum(
+        "...id,...jd,...ijd->...ij", ab, kb, jnp.where(tri, jnp.exp(pair), 0), precision=_HIGHEST
+    )  # [.., n, sub, sub]
+    # Each sub-chunk's boundary: the running sum at the row before it (the first: its own
+    # first row, whose earlier rows are none).
+    bound = jnp.concatenate([cum[..., :1, :], cum[..., sub - 1 : c - 1 : sub, :]], axis=-2)
+    left = ab * jnp.exp(cb - bound[..., :, None, :])  # [.., n, sub, dk]
+    before = jnp.arange(c)[None, :] < (jnp.arange(n) * sub)[:, None]  # [n, C]
+    gap = jnp.where(before[:, :, None], bound[..., :, None, :] - cum[..., None, :, :], -jnp.inf)
+    right = k[..., None, :, :] * jnp.exp(gap)  # [.., n, C, dk]: 0 from the sub-chunk on
+    earlier = _mm(left, jnp.swapaxes(right, -1, -2))  # [.., n, sub, C]
+    blocks = jnp.einsum("...Iij,IJ->...IiJj", within, jnp.eye(n, dtype=within.dtype))
+    return (earlier + blocks.reshape(*lead, n, sub, c)).reshape(*lead, c, c)
+
+
 def delta_rule(
     q: jax.Array,  # [T, Hv, dk] float32, normalised and scaled
     k: jax.Array,  # [T, Hv, dk] float32, normalised
@@ -180,11 +211,8 @@ def delta_rule(
             lower = jnp.where(strict, _mm(kb, jnp.swapaxes(kj, -1, -2)) * decay, 0)
             scores = _mm(qj, jnp.swapaxes(kj, -1, -2)) * decay
         else:  # per key channel (KDA): each pair of rows weighed channel by channel
-            pair = cum[..., :, None, :] - cum[..., None, :, :]  # [S, Hv, C, C, dk]
-            decay = jnp.where(tri[..., None], jnp.exp(jnp.where(tri[..., None], pair, 0)), 0)
-            weigh = functools.partial(jnp.einsum, "...id,...jd,...ijd->...ij", precision=_HIGHEST)
-            lower = jnp.where(strict, weigh(kb, kj, decay), 0)
-            scores = weigh(qj, kj, decay)
+            lower = jnp.where(strict, _decayed_products(kb, kj, cum), 0)
+            scores = _decayed_products(qj, kj, cum)
         system = lower + jnp.eye(width, dtype=lower.dtype)
         solve = functools.partial(jax.scipy.linalg.solve_triangular, lower=True, unit_diagonal=True)
         u = solve(system, vj * bj[..., None])  # [S, Hv, C, dv]

@@ -1,8 +1,9 @@
-"""One gated DeltaNet layer (Qwen3-Next, Qwen3.5): prefill in the chunked form vs row by row,
-and a decode batch.
+"""One linear-attention layer (Qwen3-Next's and Qwen3.5's gated DeltaNet, Kimi-Linear's KDA):
+prefill in the chunked form vs row by row, and a decode batch.
 
   python -m scripts.bench_linear_attention
   python -m scripts.bench_linear_attention --model=qwen3.5-397b-a17b --num_tokens=512,2048
+  python -m scripts.bench_linear_attention --model=kimi-linear-48b-a3b
 
 Random weights of the first linear-attention layer of `--model` (its real shapes) and
 random hidden states. For each `--num_tokens` L, one sequence's L-token prefill span runs

@@ -25,7 +25,7 @@ from engine.kv_pages import PageManager
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from long_context.capacity import capacity
-from models.linear_attention import Segments, gated_delta_net, zero_state
+from models.linear_attention import Segments, _decayed_products, gated_delta_net, zero_state
 from models.specs import init_params
 from tests.test_batch_invariance import _bits, _probe, _scenario
 from tests.test_scripts import _run
@@ -88,6 +88,7 @@ def _numpy_layer(p: dict, x: np.ndarray, cfg: ModelConfig, prior: list, state: n
         ((5, 3, 0, 1), 16, 2),  # spans over several chunks, a chunk left part-full
         ((2, 1, 0, 1), 4, 64),  # as many rows as sequences: the rule row by row
         ((5, 3, 0, 1), 16, None),  # row by row (batch-invariant)
+        ((40, 3, 0, 1), 48, 64),  # a span over KDA's sub-chunks of 16 rows
     ],
 )
 def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(lengths, rows, chunk, preset):
@@ -128,6 +129,25 @@ def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(lengths, ro
     for untouched in (1, 3):
         for got, old in zip(new, state, strict=True):
             np.testing.assert_array_equal(got[untouched], old[untouched])
+
+
+def test_kda_pair_decays_over_sub_chunks_equal_each_pair_weighed_alone():
+    """KDA's chunked form: sum_d a[i,d] k[j,d] exp(cum[i,d] - cum[j,d]) over 64 rows, from
+    sub-chunk matmuls, against every pair weighed alone in float64; decays strong enough
+    (-40 a row) that exp(-cum) alone would overflow float32."""
+    rng = np.random.default_rng(3)
+    a, k = rng.normal(size=(2, 2, 64, 8)), rng.normal(size=(2, 2, 64, 8))
+    # (rounded to float32 first: at |cum| ~ 2,500 its rounding alone moves exp(cum_i -
+    # cum_j) by ~2e-4, the same in any float32 form)
+    cum = np.cumsum(-rng.uniform(0, 80, size=(2, 2, 64, 8)), axis=-2).astype(np.float32)
+    cum = cum.astype(np.float64)
+    assert -cum.min() > np.log(np.finfo(np.float32).max)  # (exp(-cum) overflows float32)
+    lower = np.tril(np.ones((64, 64), bool))[..., None]
+    gaps = np.where(lower, cum[..., :, None, :] - cum[..., None, :, :], -np.inf)
+    want = np.einsum("...id,...jd,...ijd->...ij", a, k, np.exp(gaps))
+    got = np.asarray(_decayed_products(*(jnp.asarray(x, jnp.float32) for x in (a, k, cum))))
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear"])
@@ -259,3 +279,46 @@ def test_config_of_a_dense_qwen3_5_and_the_layer_types_default():
         config_from_hf({**text, "layer_types": ["linear_attention"] * 7 + ["sliding"]})
     with pytest.raises(ValueError, match="attention_bias=True"):  # (biases on q/k/v/o)
         config_from_hf({**text, "attention_bias": True})
+
+
+def test_config_of_kimi_linear_as_released():
+    """Kimi-Linear-48B-A3B's config.json as Moonshot ships it (the class's attribute_map
+    names; its layer kinds in linear_attn_config, counted from 1; the dense layers from
+    first_k_dense_replace): the kimi-linear-48b-a3b preset; bad fields refused by name."""
+    full = [4, 8, 12, 16, 20, 24, 27]
+    release = dict(
+        model_type="kimi_linear",
+        num_experts=256,
+        num_experts_per_token=8,
+        num_shared_experts=1,
+        moe_renormalize=True,
+        num_expert_group=1,
+        moe_router_activation_func="sigmoid",
+        first_k_dense_replace=1,
+        model_max_length=1048576,
+        q_lora_rank=None,
+        mla_use_nope=True,
+        linear_attn_config=dict(
+            full_attn_layers=full,
+            kda_layers=[i for i in range(1, 28) if i not in full],
+            num_heads=32,
+            head_dim=128,
+            short_conv_kernel_size=4,
+        ),
+        dtype="bfloat16",
+        bos_token_id=163584,
+        eos_token_id=163586,
+    )
+    want = get_preset("kimi-linear-48b-a3b")
+    got = config_from_hf(release, dtype="auto")
+    assert got.replace(name=want.name) == want.replace(
+        first_k_dense_replace=0, mlp_only_layers=(0,)
+    )
+    assert got.linear_attention_layers[:4] == (0, 1, 2, 4) and 26 not in got.linear_attention_layers
+    bad = dict(release["linear_attn_config"], full_attn_layers=[0, 4])
+    with pytest.raises(ValueError, match=r"linear_attn_config.full_attn_layers: 0 is not"):
+        config_from_hf({**release, "linear_attn_config": bad})
+    with pytest.raises(ValueError, match="moe_router_activation_func='softmax'"):
+        config_from_hf({**release, "moe_router_activation_func": "softmax"})
+    with pytest.raises(ValueError, match="kimi_delta needs them equal"):
+        want.replace(linear_value_head_dim=64)
