@@ -159,7 +159,16 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     without RoPE, the latent pages beside the state rows)."""
     fixture = FIXTURE.parent / arch
     ref = json.loads((fixture / "reference.json").read_text())
-    llm = LLM(str(fixture), max_num_batched_tokens=16, max_num_seqs=3, page_size=8, num_pages=7)
+    # (56 tokens at most: the longest sequence's 49 fit, and a page table of one KV block
+    # compiles without loops)
+    llm = LLM(
+        str(fixture),
+        max_num_batched_tokens=16,
+        max_num_seqs=3,
+        page_size=8,
+        num_pages=7,
+        max_model_len=56,
+    )
     params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": p} for p in ref["prompts"]], params)
     for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):

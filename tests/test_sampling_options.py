@@ -256,7 +256,7 @@ def test_new_options_are_off_by_default():
 
 
 def test_stop_strings_need_a_tokenizer():
-    llm = LLM(model="tiny-qwen3", max_num_seqs=2, max_num_batched_tokens=32)
+    llm = LLM(model="tiny-qwen3", max_num_seqs=2, max_num_batched_tokens=32, max_model_len=128)
     with pytest.raises(ValueError, match=r"stop=\('x',\): stop strings need the model's tok"):
         llm.generate([[5, 6, 7], [8, 9]], [SamplingParams(), SamplingParams(stop="x")])
     # Nothing was queued: the engine runs the next request and holds no pages.
@@ -354,6 +354,7 @@ def test_top_logprobs_are_batch_invariant():
         model=str(FIXTURES / "llama"),
         max_num_seqs=4,
         max_num_batched_tokens=64,
+        max_model_len=128,
         batch_invariant=True,
     )
     p = SamplingParams(max_tokens=5, logprobs=4)

@@ -94,17 +94,22 @@ def test_expert_parallel_op_matches_single_device(mesh_results):
 
 @pytest.mark.parametrize("arch, mesh", LAYOUTS)
 def test_sharded_generate_matches_hf_and_single_device(mesh_results, arch, mesh):
+    """The HF fixture's greedy tokens; logprobs within TOL of one device's (SINGLE_ARCHS:
+    run beside it, its expert loads equal too; the others: of the fixture's)."""
     got = mesh_results["sharded"][f"{arch}|{mesh}"]
-    single = mesh_results["single"][arch]
     ref = _reference(arch)
+    single = mesh_results["single"].get(arch)
     assert got["tokens"] == ref["greedy_tokens"]
-    assert single["tokens"] == ref["greedy_tokens"]
-    assert _max_diff(got["logprobs"], single["logprobs"]) < TOL
+    if single is not None:
+        assert single["tokens"] == ref["greedy_tokens"]
+        assert _max_diff(got["logprobs"], single["logprobs"]) < TOL
+        assert got["expert_load"] == single["expert_load"]
+    else:
+        assert _max_diff(got["logprobs"], [lp[:MAX_TOKENS] for lp in ref["logprobs"]]) < TOL
     # Every real token (prompts, then one per decode step) sent k copies per MoE layer.
-    num_tokens = single["num_prompt_tokens"] + len(ref["prompts"]) * (MAX_TOKENS - 1)
-    for layer_load in single["expert_load"]:
-        assert sum(layer_load) == single["top_k"] * num_tokens
-    assert got["expert_load"] == single["expert_load"]
+    num_tokens = got["num_prompt_tokens"] + len(ref["prompts"]) * (MAX_TOKENS - 1)
+    for layer_load in got["expert_load"]:
+        assert sum(layer_load) == got["top_k"] * num_tokens
     assert got["new_compiles"] == 2  # one prefill bucket, one decode bucket
     specs = got["param_specs"]
     assert specs["attn.wo"] == "P('tp', None, None)"
