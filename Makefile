@@ -35,26 +35,25 @@ demo: setup
 
 # tests/run_files.sh runs one pytest process per test file, TEST_JOBS at a time (why: its
 # header), longest first so the two workers finish close together: ORDERED_TESTS by their
-# time in a full run (39th session, 2 cores: test_mtp ~220 s, test_sharding_mesh ~195 s ...), then
-# any file not listed, then QUICK_TESTS (a few seconds each, most of it the process's start)
-# together in one process.
+# time in a full run (42nd session, 2 cores: test_sharding_mesh ~245 s, test_engine ~215 s,
+# test_mtp ~205 s ...; test_mtp first, as test_scripts' MTP run reuses its programs, and
+# test_engine after the mesh test, whose one-device runs it shares), then any file not
+# listed, then QUICK_TESTS (a few seconds each, most of it the process's start) together in
+# one process.
 # Compiling is most of the suite's time on CPU and many files compile the same step
 # programs, so the run shares JAX's persistent compilation cache: a fresh directory per run
 # (what a clean checkout pays), removed after.
 TEST_JOBS ?= 2
 ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,mtp sharding_mesh eplb engine \
-	scripts long_context pallas_bench kv_quant pallas_engine batch_invariance sampling_options \
-	penalties paged_attention parallel_sampling token_lists bad_words \
-	pallas_attention hf_parity pallas_mosaic models_ops long_context_bench determinism_check \
-	sparse_attention linear_attention structured prefix_cache kv_offload server speculative quantization int4 lora \
-	int4_gptq_awq fp8_schemes \
-	kv_transfer tool_calls \
-	beam_search \
-	priority_scheduling \
-	long_context_evals chat checkpoints inputs))
+	scripts hf_parity pallas_bench long_context kv_quant pallas_engine batch_invariance \
+	paged_attention linear_attention sampling_options penalties pallas_attention pallas_mosaic \
+	int4 lora token_lists sparse_attention quantization beam_search models_ops structured \
+	speculative long_context_bench kv_transfer parallel_sampling server long_context_evals \
+	determinism_check checkpoints inputs prefix_cache kv_offload bad_words))
 QUICK_TESTS := $(wildcard $(patsubst %,tests/test_%.py,capacity sampler pallas_lowering \
 	long_context_policy param_counts sharding pallas_kv_write mxfp4 runner kv_pages \
-	scheduler scheduler_windows hf_config hf_config_defaults hf_config_mla))
+	scheduler scheduler_windows hf_config hf_config_defaults hf_config_mla \
+	tool_calls priority_scheduling fp8_schemes int4_gptq_awq chat))
 TEST_FILES := $(ORDERED_TESTS) \
 	$(filter-out $(ORDERED_TESTS) $(QUICK_TESTS),$(sort $(wildcard tests/test_*.py)))
 
