@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from configs.hf_qwen3_next import LAYER_KINDS, check_layer_kinds
+
 KIMI_LINEAR = "kimi_linear"
 
 # Defaults of transformers 5.25's KimiLinearConfig for the fields read.
@@ -38,7 +40,7 @@ KIMI_ALIASES = {
         "max_position_embeddings": ("model_max_length",),
     }
 }
-_KINDS = ("linear_attention", "full_attention")
+_KINDS = LAYER_KINDS
 
 
 def _kinds(f: Any, num_layers: int) -> list:
@@ -56,15 +58,7 @@ def _kinds(f: Any, num_layers: int) -> list:
                 kinds[layer - 1] = kind
     elif kinds is None:
         kinds = [_KINDS[1] if i and i % 4 == 0 else _KINDS[0] for i in range(num_layers)]
-    if (
-        not isinstance(kinds, list)
-        or len(kinds) != num_layers
-        or any(k not in _KINDS for k in kinds)
-    ):
-        raise ValueError(
-            f"HF config layer_types (or linear_attn_config): expected {num_layers} entries, "
-            f"each one of {_KINDS}"
-        )
+    check_layer_kinds(kinds, num_layers, "layer_types (or linear_attn_config)")
     return kinds
 
 

@@ -41,6 +41,21 @@ LINEAR_DEFAULTS: dict[str, dict[str, Any]] = {
 # fmt: on
 
 
+LAYER_KINDS = ("linear_attention", "full_attention")
+
+
+def check_layer_kinds(kinds: Any, num_layers: int, field: str = "layer_types") -> None:
+    """A hybrid model's per-layer kinds: num_layers entries, each one of LAYER_KINDS."""
+    if (
+        not isinstance(kinds, list)
+        or len(kinds) != num_layers
+        or any(k not in LAYER_KINDS for k in kinds)
+    ):
+        raise ValueError(
+            f"HF config {field}: expected {num_layers} entries, each one of {LAYER_KINDS}"
+        )
+
+
 def linear_fields(f: Any, model_type: str) -> dict:
     """ModelConfig's linear-attention, gating and MoE fields of these families; `f` is
     hf_config._Fields."""
@@ -54,15 +69,7 @@ def linear_fields(f: Any, model_type: str) -> dict:
             "full_attention" if (i + 1) % interval == 0 else "linear_attention"
             for i in range(num_layers)
         ]
-    allowed = ("linear_attention", "full_attention")
-    if (
-        not isinstance(kinds, list)
-        or len(kinds) != num_layers
-        or any(k not in allowed for k in kinds)
-    ):
-        raise ValueError(
-            f"HF config layer_types: expected {num_layers} entries, each one of {allowed}"
-        )
+    check_layer_kinds(kinds, num_layers)
     out = dict(
         linear_attention_layers=tuple(i for i, k in enumerate(kinds) if k == "linear_attention"),
         linear_num_key_heads=f.required("linear_num_key_heads"),

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from models.layers import rms_norm
-from models.reductions import fixed_order_sum
+from models.reductions import fixed_order_mean, fixed_order_sum
 
 # Rows of a span the chunked form takes at once (transformers' and fla's chunk size).
 CHUNK = 64
@@ -269,9 +269,7 @@ def gated_delta_net(
         # model dtype, normed and scaled in float32, times sigmoid(g_b(g_a(x))), then cast.
         gate = jnp.einsum("tr,rhk->thk", x @ p["wg_a"], p["wg_b"]).astype(jnp.float32)
         of = o.astype(x.dtype).astype(jnp.float32)
-        normed = of * jax.lax.rsqrt(
-            fixed_order_sum(of * of)[..., None] / of.shape[-1] + cfg.rms_norm_eps
-        )
+        normed = of * jax.lax.rsqrt(fixed_order_mean(of * of)[..., None] + cfg.rms_norm_eps)
         o = (p["norm"].astype(jnp.float32) * normed * jax.nn.sigmoid(gate)).astype(x.dtype)
     else:
         # The gated norm (transformers' RMSNormGated): normed in float32, cast, times the
