@@ -66,14 +66,18 @@ def pools_from_budget(
     max_num_seqs: int,
     pages_per_seq: int,
     window_num_pages: int | None,
+    state_rows: int | None = None,
 ) -> tuple[int, int | None]:
     """(num_pages, window_num_pages) from `budget` bytes: less the penalty state a penalized
     request makes on first use (a slot per running sequence over the vocabulary, so that it
     still fits beside the pools), a linear-attention model's recurrent states
-    (engine/linear_state.py) and a hybrid model's windowed pool, whole pages of the rest
+    (engine/linear_state.py: `state_rows` of them, by default one per sequence) and a hybrid
+    model's windowed pool, whole pages of the rest
     for the (full-attention) pool, never more than max_num_seqs full-length sequences use."""
     budget -= penalties.state_bytes(max_num_seqs, cfg.vocab_size)
-    budget -= linear_state.state_bytes(cfg, max_num_seqs)
+    if state_rows is None:
+        state_rows = linear_state.state_rows(cfg, max_num_seqs)
+    budget -= cfg.linear_state_bytes() * state_rows
     full_layers = cfg.num_kv_layers
     if window_num_pages is not None:
         window_num_pages = min(window_num_pages, max_num_seqs * pages_per_seq)

@@ -4,9 +4,9 @@ the features refused for them.
 Each running sequence holds one row of every DeltaNet layer's state arrays (Scheduler
 state_slots, Sequence.state_slot) besides its KV pages, which only the full-attention
 layers use. A sequence's state sums up every token before it and cannot be rebuilt from
-pages, so whatever starts a sequence anywhere but at position 0 (a cached or transferred
-prefix) or takes tokens back (drafts that are rejected) is refused here, as vLLM did before
-its hybrid-model prefix caching; a later sample of a request computes its prompt itself
+pages: prefix caching keeps snapshots of it (engine/state_cache.py); whatever else starts
+a sequence anywhere but at position 0 (a transferred prefix) or takes tokens back (drafts
+that are rejected) is refused here; a later sample of a request computes its prompt itself
 instead of sharing its first one's pages (Scheduler._donor).
 """
 
@@ -15,27 +15,22 @@ from __future__ import annotations
 from configs.model_config import ModelConfig
 
 
-def state_rows(cfg: ModelConfig, max_num_seqs: int) -> int:
+def state_rows(cfg: ModelConfig, max_num_seqs: int, num_snapshots: int = 0) -> int:
     """Rows of each DeltaNet layer's state arrays: one per running sequence and row 0,
-    the padding sequences' (held by none); 0 for a model without such layers."""
-    return max_num_seqs + 1 if cfg.linear_attention_layers else 0
+    the padding sequences' (held by none), then `num_snapshots` rows of prefix caching's
+    state snapshots (engine/state_cache.py); 0 for a model without such layers."""
+    return max_num_seqs + 1 + num_snapshots if cfg.linear_attention_layers else 0
 
 
-def state_bytes(cfg: ModelConfig, max_num_seqs: int) -> int:
-    """Device bytes of the state arrays (kv_budget takes them off the KV budget)."""
-    return cfg.linear_state_bytes() * state_rows(cfg, max_num_seqs)
-
-
-def check_linear_engine(cfg: ModelConfig, prefix_caching: bool, speculative, transfer, lora: bool):
-    """ValueError naming the first engine option set (LLM's enable_prefix_caching,
-    speculative_config, kv_transfer_config, enable_lora; weights held quantized, whose
-    loader has no fp8 / int4 layout for the fused DeltaNet projections: an fp8 checkpoint
-    loads dequantized) that a linear-attention model cannot use."""
+def check_linear_engine(cfg: ModelConfig, speculative, transfer, lora: bool):
+    """ValueError naming the first engine option set (LLM's speculative_config,
+    kv_transfer_config, enable_lora; weights held quantized, whose loader has no fp8 /
+    int4 layout for the fused DeltaNet projections: an fp8 checkpoint loads dequantized)
+    that a linear-attention model cannot use."""
     if not cfg.linear_attention_layers:
         return
     why = f"not supported for {cfg.model_type}'s linear-attention layers"
     for name, on in (
-        ("enable_prefix_caching", prefix_caching),
         ("speculative_config", speculative is not None),
         ("kv_transfer_config", transfer is not None),
         ("enable_lora", lora),

@@ -20,7 +20,7 @@ from engine.eplb import EPLBConfig, balancer_for
 from engine.kv_offload import KVOffload, host_tier_for
 from engine.kv_pages import PageManager, pages_for_tokens
 from engine.kv_transfer import KVTransfer, KVTransferConfig, StoreUnreadable, check_engine
-from engine.linear_state import check_linear_engine, state_rows
+from engine.linear_state import check_linear_engine
 from engine.llm_control import EngineControl
 from engine.mtp import fill_batch, with_mtp
 from engine.prefix_cache import PrefixCache
@@ -29,6 +29,7 @@ from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, 
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.speculative import eligible, keep_drafts, prepare_drafts, proposer_for
+from engine.state_cache import StateCopier, snapshots_for
 from engine.step import StepVariants, init_kv_pages
 from engine.stop_strings import check_stop_strings, final_text
 from engine.structured import StructuredOutputs
@@ -59,23 +60,23 @@ class LLM(EngineControl):
     float32 scale per row (engine/kv_quant.py): about half the bf16 cache. Linear-attention
     models keep a recurrent state row per running sequence (engine/linear_state.py).
     Hybrid models (ModelConfig.hybrid_window: gpt-oss, Qwen2 with max_window_layers) keep
-    the windowed layers' KV in a pool of their own (kv_pages.window_pool_pages pages, enough
-    never to run out first; stats num_window_pages_total / _free): `num_pages` (or the
-    budget, less that pool) is the full-attention layers' pool.
+    windowed layers' KV in a pool of their own (kv_pages.window_pool_pages pages, never the
+    first to run out; stats num_window_pages_total / _free); `num_pages` is the others'.
     `generation_config` (vLLM's): "auto": requests without SamplingParams take the model
     folder's generation_config.json settings; "vllm" ignores them; a folder path reads its.
-    `enable_prefix_caching` (vLLM's, engine/prefix_cache.py): full KV pages stay indexed by
-    content after their requests finish; a new request takes its longest cached prefix's
-    pages (stats prefix_cache_queries / _hits). Full attention only. `kv_offloading_size`
-    (vLLM's): GiB of host memory keeping the pages the device evicts (engine/kv_offload.py).
-    `speculative_config` (vLLM's): "ngram" drafts (engine/speculative.py), or "mtp" ones
-    from the model's MTP module (engine/mtp.py). `quantization="fp8"`: fp8 projection
-    weights, a scale per block (models/quantization.py). `enable_lora` (vLLM's): PEFT
-    adapters per request (LoRARequest), up to `max_loras` in a step, ranks up to
-    `max_lora_rank` (engine/lora.py). `kv_transfer_config` (vLLM's, disaggregated prefill /
-    decode, engine/kv_transfer.py). `scheduling_policy` (vLLM's): "fcfs", or "priority" by
-    the requests' `priority` (lower first). `enable_eplb`, `eplb_config` (vLLM's):
-    redundant experts placed by measured load over an ep mesh (engine/eplb.py).
+    vLLM's: `enable_prefix_caching` (engine/prefix_cache.py): full KV pages stay indexed by
+    content, a request takes its longest cached prefix's (stats prefix_cache_queries /
+    _hits); not with sliding windows; linear-attention models' states kept at multiples of
+    `mamba_block_size` tokens, `num_state_snapshots` (max_num_seqs) of them
+    (engine/state_cache.py). `kv_offloading_size`: GiB of host memory keeping the pages the
+    device evicts (engine/kv_offload.py). `speculative_config`: "ngram" drafts
+    (engine/speculative.py), or "mtp" ones from the model's MTP module (engine/mtp.py).
+    `enable_lora`: PEFT adapters per request (LoRARequest), up to `max_loras` in a step,
+    ranks up to `max_lora_rank` (engine/lora.py). `kv_transfer_config` (disaggregated
+    prefill / decode, engine/kv_transfer.py). `scheduling_policy`: "fcfs", or "priority" by
+    the requests' `priority` (lower first). `enable_eplb`, `eplb_config`: redundant experts
+    placed by measured load over an ep mesh (engine/eplb.py). `quantization="fp8"`: fp8
+    projection weights, a scale per block (models/quantization.py).
     """
 
     def __init__(
@@ -106,6 +107,8 @@ class LLM(EngineControl):
         scheduling_policy: str = "fcfs",
         enable_eplb: bool = False,
         eplb_config: dict | str | EPLBConfig | None = None,
+        mamba_block_size: int | None = None,
+        num_state_snapshots: int | None = None,
     ):
         model = inputs.as_model_path(model)
         self._default_params = inputs.default_sampling_params(generation_config, model)
@@ -142,26 +145,22 @@ class LLM(EngineControl):
         if mesh:
             check_model_layout(cfg, mesh_config)
         check_engine(transfer, cfg)
-        check_linear_engine(cfg, enable_prefix_caching, proposer, transfer, enable_lora)
+        check_linear_engine(cfg, proposer, transfer, enable_lora)
         tier = host_tier_for(
             kv_offloading_size, enable_prefix_caching, cfg, kv_dtype, page_size, transfer
         )
         self._eplb = balancer_for(enable_eplb, eplb_config, cfg, mesh_config if mesh else None)
         max_model_len = inputs.model_len(max_model_len, cfg)
-        if enable_prefix_caching and (cfg.kv_window or cfg.hybrid_window):
-            raise ValueError(
-                f"enable_prefix_caching=True: not supported for {cfg.model_type}'s sliding-"
-                f"window attention (window {cfg.kv_window or cfg.hybrid_window} tokens)"
-            )
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
+        prefix = (enable_prefix_caching, mamba_block_size, num_state_snapshots, page_size)
+        snapshots, rows = snapshots_for(cfg, *prefix, max_num_seqs)  # (and the state rows)
         # The windowed layers' pool of a hybrid model (None for any other).
         window_num_pages = kv_budget.window_pages_for(
             cfg, page_size, max_num_seqs, max_num_batched_tokens, num_pages
         )
         if num_pages is not None:
             fits = (num_pages, page_size, kv_dtype, mesh_config if mesh else None)
-            kv_budget.check_kv_fits(cfg, *fits, window_num_pages, state_rows(cfg, max_num_seqs))
-
+            kv_budget.check_kv_fits(cfg, *fits, window_num_pages, rows)
         # On a mesh checkpoint params stay on the host until shard_model puts each device's
         # shards: a checkpoint larger than one device never lands whole on the first (preset
         # weights are drawn on the default device first: random-weight test models).
@@ -186,6 +185,7 @@ class LLM(EngineControl):
                 max_num_seqs,
                 pages_per_seq,
                 window_num_pages,
+                rows,
             )
         self.num_pages = num_pages
         self.window_num_pages = window_num_pages
@@ -194,9 +194,9 @@ class LLM(EngineControl):
             inputs.load_text_side(tokenizer_path, cfg)
         )
         self._structured = StructuredOutputs(self.tokenizer, cfg.vocab_size, cfg.eos_token_ids)
-
         self._pages = PageManager(num_pages, page_size)
         hybrid = window_num_pages is not None
+        prefix_cache = PrefixCache(self._pages, tier, snapshots) if enable_prefix_caching else None
         self._scheduler = Scheduler(
             self._pages,
             max_num_batched_tokens,
@@ -207,25 +207,23 @@ class LLM(EngineControl):
             sliding_window=cfg.hybrid_window if hybrid else cfg.kv_window,
             detokenize=None if self.tokenizer is None else self._detokenize,
             window_pages=PageManager(window_num_pages, page_size) if hybrid else None,
-            prefix_cache=PrefixCache(self._pages, tier) if enable_prefix_caching else None,
+            prefix_cache=prefix_cache,
             speculative=proposer,
             max_loras=max_loras if enable_lora else 0,
             policy=scheduling_policy,
             state_slots=max_num_seqs if cfg.linear_attention_layers else 0,
         )
         self.batch_invariant = bool(batch_invariant)
+        # Tokens are split over dp x ep on a mesh: each shard gets MIN_ROWS rows or more.
+        min_rows = batch_invariant_lib.MIN_ROWS * mesh_config.dp * mesh_config.ep
         self._buckets = runner.Buckets(
             max_num_batched_tokens,
             max_num_seqs,
             pages_per_seq,
-            # Tokens are split over dp x ep on a mesh: each shard gets MIN_ROWS rows or more.
-            min_rows=runner.next_pow2(
-                batch_invariant_lib.MIN_ROWS * mesh_config.dp * mesh_config.ep
-            )
-            if batch_invariant
-            else 1,
+            min_rows=runner.next_pow2(min_rows) if batch_invariant else 1,
             window_tables=hybrid,
             state_slots=bool(cfg.linear_attention_layers),
+            state_block=snapshots.block_size if snapshots is not None else 0,
         )
         self.kv_dtype = jnp.dtype(cfg.dtype if kv_dtype is None else kv_dtype)
         # A zeroed cache (again after sleep: engine/llm_control.py).
@@ -237,9 +235,10 @@ class LLM(EngineControl):
             self.kv_dtype,
             mesh=self.mesh,
             window_num_pages=window_num_pages,
-            state_rows=state_rows(cfg, max_num_seqs),
+            state_rows=rows,
         )
         self._kv = self._new_kv()
+        self._state_copier = snapshots is not None and StateCopier(cfg, self._kv, self.mesh)
         if transfer is not None and not transfer.offloading:  # (that one: the host tier)
             self._transfer = KVTransfer(
                 transfer, cfg, self._kv, page_size, num_pages, self.mesh, self._lora
@@ -566,6 +565,8 @@ class LLM(EngineControl):
             self._kv = self._offload.flush(self._kv)
         if self._transfer:  # admissions' stored KV, written before the step reads it
             self._kv = self._transfer.load(self._kv, sched.items, self._prompt_of)
+        if self._state_copier:  # admissions' state snapshots, likewise
+            self._kv = self._state_copier(self._kv, sched.items)
         start = time.perf_counter()
         if penalized:
             # Made on first use, rows seeded; donated: the step's output holds the only copy.

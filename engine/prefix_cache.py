@@ -41,6 +41,7 @@ from engine.kv_pages import PageManager
 
 if TYPE_CHECKING:  # (a host page is anything but an int page id: no jax imported here)
     from engine.kv_offload import HostPage, HostTier
+    from engine.sequence import Sequence as SequenceLike
 
 ROOT = 0  # the block id before a sequence's first page (base model)
 
@@ -56,10 +57,11 @@ def reads_cache(params) -> bool:
 class PrefixCache:
     """The content index of one PageManager's full pages."""
 
-    def __init__(self, pages: PageManager, host: HostTier | None = None):
+    def __init__(self, pages: PageManager, host: HostTier | None = None, states=None):
+        """`states`: linear-attention models' state snapshots (engine/state_cache.py)."""
         if pages.on_reuse is not None:
             raise ValueError("pages: already indexed by another prefix cache")
-        self.pages, self.host = pages, host
+        self.pages, self.host, self.states = pages, host, states
         # (parent block id, the page's tokens) -> (page, block id); and page -> its key.
         self._blocks: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
         self._key_of: dict[int, tuple[int, tuple[int, ...]]] = {}
@@ -92,6 +94,20 @@ class PrefixCache:
             pages.append(page)
             blocks.append(parent)
         return pages, blocks
+
+    def lookup(self, seq: SequenceLike) -> tuple[list[int | HostPage], list[int]]:
+        """`match` for a sequence: its longest cached prefix short of its last token (whose
+        logits it computes), for linear-attention models cut to the last block boundary
+        with a state snapshot, whose row goes to `seq.state_from` (engine/state_cache.py)."""
+        hits, blocks = self.match(seq.token_ids_range, seq.num_tokens - 1, seq.lora_id)
+        if self.states is not None:
+            hits, blocks, seq.state_from = self.states.usable(hits, blocks)
+        return hits, blocks
+
+    def index(self, seq: SequenceLike, num_tokens: int) -> None:
+        """`register` the full pages of a sequence's first `num_tokens` positions (KV
+        written) after those indexed (seq.prefix_blocks, extended)."""
+        self.register(seq.page_ids, seq.token_ids_range, num_tokens, seq.prefix_blocks, seq.lora_id)
 
     def num_free(self, pages: Sequence[int | HostPage]) -> int:
         """How many of `pages` (a match) use up a free page when taken: device pages no one
@@ -161,6 +177,8 @@ class PrefixCache:
         self._key_of.clear()
         if self.host is not None:
             num += self.host.reset()
+        if self.states is not None:
+            self.states.reset()
         return num
 
     def _evict(self, page: int) -> None:

@@ -38,7 +38,8 @@ pages are released by update(N+1), so a later step never reuses them while N+1 m
 Prefix caching (engine/prefix_cache.py): full pages are indexed by content in update(), or
 when schedule_ahead builds the step after the launched one filling them; admission takes a
 sequence's longest cached prefix (as shared tokens; pages from a host tier, kv_offload.py,
-are new pages the engine copies them into). Speculative decoding (speculative.py,
+are new pages the engine copies them into; linear-attention models' state snapshots:
+engine/state_cache.py). Speculative decoding (speculative.py,
 mtp.py): a decode may carry drafts; update() gets its kept tokens (counted per position).
 Priority (`policy="priority"`, vLLM's): waiting and running sequences are kept in
 (priority, arrival) order, so admission takes the best waiting first and preemption the worst
@@ -174,6 +175,7 @@ class Scheduler:
         self._next_arrival = self._num_preemptions = 0
         self._num_shared_tokens = self._num_loaded_tokens = 0
         self.prefix_cache, self.speculative = prefix_cache, speculative
+        self._snapshots = None if prefix_cache is None else prefix_cache.states
         self.max_loras, self.policy = max_loras, policy
         self._free_states = list(range(state_slots, 0, -1)) if state_slots else None
         self._num_drafts, self._kept_at = 0, [0] * MAX_DRAFTS  # drafts kept per position
@@ -314,6 +316,8 @@ class Scheduler:
             seq = seqs[item.request_id]
             seq.num_inflight_tokens -= len(item.token_ids)
             seq.num_pending_samples -= item.sample
+            if self._snapshots is not None:
+                self._snapshots.cancel(item, seq)
             if item.num_loaded:  # the rows may not be written (or readable): compute them
                 self._num_loaded_tokens -= item.num_loaded
                 seq.num_computed_tokens = seq.num_shared_tokens = seq.num_loaded_tokens = 0
@@ -335,7 +339,7 @@ class Scheduler:
             # step built now reads them, so requests admitted now may take them.
             for seq in self._in_flight[0][1].values():
                 if not seq.is_finished:
-                    self._index_pages(seq, min(self._computed(seq), seq.num_tokens))
+                    self.prefix_cache.index(seq, min(self._computed(seq), seq.num_tokens))
         running, waiting = list(self._running), collections.deque(self._waiting)
         num_pages = {seq: [len(p.table(seq)) for p in self._pools] for seq in running}
         none_held = [0] * len(self._pools)  # a sequence this step admitted
@@ -401,7 +405,8 @@ class Scheduler:
             if donor is None or self._lora_waits(seq):
                 i += 1
                 continue
-            hits, blocks = self._cache_match(seq) if donor is seq else ([], [])
+            cache = self.prefix_cache if donor is seq and self._reads_cache(seq) else None
+            hits, blocks = cache.lookup(seq) if cache else ([], [])
             size = self.pages.page_size
             shared = len(hits) * size if donor is seq else samples.share_point(seq, size)
             # More of it in the KV store than in the cache: new pages, written from there.
@@ -503,11 +508,13 @@ class Scheduler:
             else:
                 seq.num_computed_tokens = item.kv_len_after
             if self.prefix_cache is not None:
-                self._index_pages(seq, seq.num_computed_tokens)
+                self.prefix_cache.index(seq, seq.num_computed_tokens)
             for pool in self._windowed_pools:
                 pool.release_behind_window(seq)
             if new is not None:
                 results.append(self._append(seq, new if item.num_drafts else (new,)))
+        if self._snapshots is not None:  # (its pages indexed above)
+            self._snapshots.resolve(sched_out.items, seqs)
         return results
 
     def _append(self, seq: Sequence, new) -> StepResult:
@@ -561,6 +568,9 @@ class Scheduler:
             s["prefix_cache_queries"] = self._num_cache_queries
             s["prefix_cache_hits"] = self._num_cache_hits
             s["prefix_cache_pages"] = len(self.prefix_cache)
+            if self._snapshots is not None:  # state snapshots indexed, and copied in
+                s["prefix_cache_state_snapshots"] = len(self._snapshots)
+                s["prefix_cache_states_restored"] = self._snapshots.num_restored
         if self.window_pages is not None:
             s["num_window_pages_free"] = self.window_pages.num_free
             s["num_window_pages_total"] = self.window_pages.num_total
@@ -726,6 +736,7 @@ class Scheduler:
         token_ids, feed_index = seq.token_ids_range(start, stop), -1
         if stop > seq.num_tokens:  # a decode of the token the step in flight samples
             token_ids, feed_index = (0,), feed[seq.request_id]
+        extra = {} if self._snapshots is None else self._snapshots.item_fields(seq, start, stop)
         return ScheduledItem(
             request_id=seq.request_id,
             token_ids=token_ids + drafts,
@@ -742,6 +753,7 @@ class Scheduler:
             num_loaded=loaded,
             next_token=seq.token_ids_range(stop, stop + 1)[0] if stop < seq.num_tokens else -1,
             state_slot=seq.state_slot,
+            **extra,
         )
 
     def _finish(self, seq: Sequence, reason: str) -> None:
@@ -754,20 +766,8 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
 
-    def _cache_match(self, seq: Sequence) -> tuple[list[int], list[int]]:
-        """The indexed pages (and block ids) of `seq`'s longest cached prefix, short of its
-        last token; none without a cache or for a sequence that must compute from 0."""
-        if not self._reads_cache(seq):
-            return [], []
-        return self.prefix_cache.match(seq.token_ids_range, seq.num_tokens - 1, seq.lora_id)
-
     def _reads_cache(self, seq: Sequence) -> bool:
         return self.prefix_cache is not None and reads_cache(seq.sampling_params)
-
-    def _index_pages(self, seq: Sequence, num_tokens: int) -> None:
-        """Index the full pages of `seq`'s first `num_tokens` positions (KV written)."""
-        cache, tokens = self.prefix_cache, seq.token_ids_range
-        cache.register(seq.page_ids, tokens, num_tokens, seq.prefix_blocks, seq.lora_id)
 
     def _count_admission(self, seq: Sequence, sign: int) -> None:
         """Add (sign 1) or take back (-1) an admission's shared tokens and cache lookup."""
@@ -782,7 +782,7 @@ class Scheduler:
     def _forget_progress(seq: Sequence) -> None:
         """A sequence back to waiting, holding no pages: it restarts from position 0."""
         seq.num_computed_tokens = seq.num_shared_tokens = seq.num_cached_tokens = 0
-        seq.num_loaded_tokens = 0
+        seq.num_loaded_tokens = seq.state_from = 0
         seq.prefix_blocks = []
 
     def _release_pages(self, seq: Sequence) -> None:

@@ -39,6 +39,10 @@ class ScheduledItem(NamedTuple):
     # end of what the sequence holds); -1: none (the step samples it). Read by engine/mtp.py.
     next_token: int = -1
     state_slot: int = 0  # linear-attention models: its recurrent state's row (Sequence's)
+    # Their prefix caching (engine/state_cache.py): a snapshot row copied to state_slot
+    # before the step (0: none), and (span-relative end, row) of each snapshot it writes.
+    state_from: int = 0
+    state_snapshots: tuple[tuple[int, int], ...] = ()
 
     @property
     def kv_len_after(self) -> int:

@@ -49,8 +49,10 @@ class Sequence:
     window_page_ids: tuple[int, ...] = ()
     num_released_window_pages: int = 0
     # Linear-attention models (Scheduler state_slots): its row of the recurrent state,
-    # held while it runs (0: none).
+    # held while it runs (0: none); with prefix caching, the snapshot row its admission
+    # took, copied there before its first step (engine/state_cache.py; 0: none).
     state_slot: int = 0
+    state_from: int = 0
     finish_reason: str | None = None  # one of FINISH_REASONS once finished
     num_preemptions: int = 0
     lora_id: int = 0  # LoRARequest.lora_int_id of its adapter (engine/lora.py); 0: none

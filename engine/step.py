@@ -91,6 +91,11 @@ class StepBatch(NamedTuple):
     # Linear-attention models (ModelConfig.linear_attention_layers): [S] int32 each
     # sequence's row of the recurrent state (Sequence.state_slot); None for others.
     state_slots: jax.Array | None = None
+    # Their prefix caching (engine/state_cache.py): [S, K] int32 span-relative ends after
+    # which each sequence's state is also written to the rows beside them (-1: none;
+    # linear_attention.Segments.snap_end / snap_row); None without.
+    state_snap_end: jax.Array | None = None
+    state_snap_row: jax.Array | None = None
 
 
 class StepOutput(NamedTuple):
@@ -326,6 +331,8 @@ def _step_body(
             batch.state_slots,
             token_ids.shape[0],
             None if batch_invariant else linear_attention.CHUNK,
+            batch.state_snap_end,
+            batch.state_snap_row,
         )
     hidden, kv = forward_hidden(
         params,

@@ -56,6 +56,13 @@ class Segments(NamedTuple):
     # (batch-invariant: a sequence's state then never depends on how its tokens were
     # split into steps and chunks).
     chunk: int | None = CHUNK
+    # Prefix caching (engine/state_cache.py): [S, K] int32 span-relative ends (1..length;
+    # -1: none) after which a span's state is also copied to the state row beside it in
+    # snap_row, and [S] int32 each span's first position modulo CHUNK (the chunked form's
+    # chunks then end on multiples of CHUNK, where the snapshots are). None: no snapshots.
+    snap_end: jax.Array | None = None
+    snap_row: jax.Array | None = None
+    phase: jax.Array | None = None
 
 
 def segments_from_spans(
@@ -64,6 +71,8 @@ def segments_from_spans(
     slots: jax.Array,  # [S] int32
     num_rows: int,
     chunk: int | None = CHUNK,
+    snap_end: jax.Array | None = None,  # [S, K] (Segments.snap_end)
+    snap_row: jax.Array | None = None,  # [S, K]
 ) -> Segments:
     """Segments of a ragged batch: sequence s owns rows cu_q_lens[s] .. cu_q_lens[s+1] - 1,
     and starts fresh where those are its first tokens."""
@@ -72,7 +81,19 @@ def segments_from_spans(
     seq_of = jnp.searchsorted(cu_q_lens, rows, side="right").astype(jnp.int32) - 1
     seq_of = jnp.clip(seq_of, 0, starts.shape[0] - 1)
     fresh = kv_lens == lengths
-    return Segments(seq_of, rows - starts[seq_of], starts, lengths, slots, fresh, chunk)
+    phase = None if snap_end is None else (kv_lens - lengths) % CHUNK
+    return Segments(
+        seq_of,
+        rows - starts[seq_of],
+        starts,
+        lengths,
+        slots,
+        fresh,
+        chunk,
+        snap_end,
+        snap_row,
+        phase,
+    )
 
 
 def _causal_conv(x: jax.Array, w: jax.Array, prior: jax.Array, seg: Segments):
@@ -93,13 +114,19 @@ def _causal_conv(x: jax.Array, w: jax.Array, prior: jax.Array, seg: Segments):
         )
         out = out + tap_in.astype(jnp.float32) * w[m].astype(jnp.float32)
     # The new prior: the span's last K-1 inputs, reaching back into the old prior.
-    rel = seg.lengths[:, None] - (taps - 1) + jnp.arange(taps - 1)[None, :]  # [S, K-1]
-    from_x = x[jnp.clip(seg.starts[:, None] + rel, 0, num_rows - 1)]
-    from_prior = jnp.take_along_axis(
-        prior, jnp.clip(taps - 1 + rel, 0, taps - 2).reshape(rel.shape + (1,) * (x.ndim - 1)), 1
-    )
+    return jax.nn.silu(out).astype(x.dtype), _conv_window(x, prior, seg, seg.lengths[:, None])[:, 0]
+
+
+def _conv_window(x: jax.Array, prior: jax.Array, seg: Segments, ends: jax.Array) -> jax.Array:
+    """Each span's K-1 inputs before its span-relative row `ends` [S, M] (reaching back into
+    the prior where the span is shorter): [S, M, K-1, ...C], oldest first."""
+    taps = prior.shape[1] + 1
+    rel = ends[..., None] - (taps - 1) + jnp.arange(taps - 1)  # [S, M, K-1]
+    from_x = x[jnp.clip(seg.starts[:, None, None] + rel, 0, x.shape[0] - 1)]
+    at = jnp.clip(taps - 1 + rel, 0, taps - 2)
+    from_prior = prior[jnp.arange(prior.shape[0])[:, None, None], at]
     keep = (rel >= 0).reshape(rel.shape + (1,) * (x.ndim - 1))
-    return jax.nn.silu(out).astype(x.dtype), jnp.where(keep, from_x, from_prior)
+    return jnp.where(keep, from_x, from_prior)
 
 
 def _l2norm(x: jax.Array) -> jax.Array:
@@ -162,20 +189,27 @@ def delta_rule(
     state: jax.Array,  # [S, Hv, dk, dv] float32 each sequence's state before its span
     seg: Segments,
     chunk: int | None = CHUNK,
-) -> tuple[jax.Array, jax.Array]:  # (o [T, Hv, dv] float32, state after each span)
+    store: jax.Array | None = None,  # [R, Hv, dk, dv] the layer's state rows (snapshots)
+) -> tuple[jax.Array, jax.Array, jax.Array | None]:
     """The gated delta rule over every span at once: `chunk` rows of each span per
     iteration in the chunked (WY) form, or (chunk None) one row per iteration. A decay per
     key channel (KDA) scales the state's rows one by one; the chunked form then weighs each
-    pair of rows per channel (transformers' chunk_kimi_delta_attention: [C, C, dk] decays)."""
+    pair of rows per channel (transformers' chunk_kimi_delta_attention: [C, C, dk] decays).
+    Returns (o [T, Hv, dv] float32, the state after each span, `store` with the states
+    after seg.snap_end's rows written at seg.snap_row's: None without snapshots)."""
     num_rows = q.shape[0]
     width = chunk or 1
     offsets = jnp.arange(width)
+    snapping = store is not None and seg.snap_end is not None
+    # Chunks start where a span's first position is, or (snapshots) on multiples of CHUNK:
+    # the span's first `phase` rows of its first chunk are padding.
+    phase = seg.phase if snapping and chunk else jnp.zeros_like(seg.lengths)
 
     def gather(j):
         """Rows j * width .. of every span: (rows [S, C], valid [S, C], the inputs there
         [S, Hv, C, ...] with padding rows zeroed (no decay, no write: beta 0))."""
-        rel = j * width + offsets[None, :]
-        valid = rel < seg.lengths[:, None]
+        rel = j * width + offsets[None, :] - phase[:, None]
+        valid = (rel >= 0) & (rel < seg.lengths[:, None])
         rows = jnp.clip(seg.starts[:, None] + rel, 0, num_rows - 1)
 
         def at(x):
@@ -184,15 +218,24 @@ def delta_rule(
 
         return rows, valid, at(q), at(k), at(v), at(g), at(beta)
 
+    def snap(j, s, kept):
+        """`kept` with the states of the spans whose row (j + 1) * width - phase - 1 is a
+        snapshot's last written at its row."""
+        if not snapping:
+            return kept
+        hit = seg.snap_end == ((j + 1) * width - phase)[:, None]  # [S, K]
+        row = jnp.where(hit.any(-1), jnp.max(jnp.where(hit, seg.snap_row, -1), -1), -1)
+        return kept.at[jnp.where(row >= 0, row, kept.shape[0])].set(s, mode="drop")
+
     def token_step(j, carry):
-        s, out = carry
+        s, out, kept = carry
         rows, valid, qj, kj, vj, gj, bj = gather(j)  # (C = 1)
         qj, kj, vj, gj, bj = qj[:, :, 0], kj[:, :, 0], vj[:, :, 0], gj[:, :, 0], bj[:, :, 0]
         s = s * jnp.exp(gj)[..., None]  # [S, Hv, G, 1]: per head or per key row
         remembered = _contract(s, kj)  # [S, Hv, dv]
         s = s + kj[..., None] * ((vj - remembered) * bj[..., None])[..., None, :]
         oj = _contract(s, qj)[:, None]  # [S, 1, Hv, dv]
-        return s, out.at[jnp.where(valid, rows, num_rows)].set(oj, mode="drop")
+        return s, out.at[jnp.where(valid, rows, num_rows)].set(oj, mode="drop"), snap(j, s, kept)
 
     tri = jnp.tril(jnp.ones((width, width), bool))  # [C, C] j <= i
     strict = jnp.tril(jnp.ones((width, width), bool), -1)
@@ -201,7 +244,7 @@ def delta_rule(
         # transformers' torch_chunk_gated_delta_rule for one chunk of every span: the
         # chunk's updates folded by the UT transform (I + L)^-1, L the strictly lower
         # beta k k^T with the decays between rows, then one read and one write of S.
-        s, out = carry
+        s, out, kept = carry
         rows, valid, qj, kj, vj, gj, bj = gather(j)
         cum = jnp.cumsum(gj, axis=-2)  # [S, Hv, C, G]
         kb = kj * bj[..., None]
@@ -224,13 +267,14 @@ def delta_rule(
             jnp.swapaxes(kj * jnp.exp(last - cum), -1, -2), v_new
         )
         oj = jnp.moveaxis(oj, 1, 2)  # [S, C, Hv, dv]
-        return s, out.at[jnp.where(valid, rows, num_rows)].set(oj, mode="drop")
+        return s, out.at[jnp.where(valid, rows, num_rows)].set(oj, mode="drop"), snap(j, s, kept)
 
-    steps = -(-jnp.max(seg.lengths) // width)
+    steps = -(-jnp.max(seg.lengths + phase) // width)
     out = jnp.zeros(v.shape, jnp.float32)
     body = token_step if chunk is None else chunk_step
-    state, out = jax.lax.fori_loop(0, steps, body, (state, out))
-    return out, state
+    kept = store if snapping else jnp.zeros((), jnp.float32)
+    state, out, kept = jax.lax.fori_loop(0, steps, body, (state, out, kept))
+    return out, state, kept if snapping else None
 
 
 def gated_delta_net(
@@ -247,9 +291,10 @@ def gated_delta_net(
     def prior(arr):
         return jnp.where(fresh, jnp.zeros((), arr.dtype), arr[seg.slots])
 
-    q, new_q = _causal_conv(jnp.einsum("td,dhk->thk", x, p["wq"]), p["conv_q"], prior(conv_q), seg)
-    k, new_k = _causal_conv(jnp.einsum("td,dhk->thk", x, p["wk"]), p["conv_k"], prior(conv_k), seg)
-    v, new_v = _causal_conv(jnp.einsum("td,dhk->thk", x, p["wv"]), p["conv_v"], prior(conv_v), seg)
+    q_in, k_in, v_in = (jnp.einsum("td,dhk->thk", x, p[n]) for n in ("wq", "wk", "wv"))
+    q, new_q = _causal_conv(q_in, p["conv_q"], prior(conv_q), seg)
+    k, new_k = _causal_conv(k_in, p["conv_k"], prior(conv_k), seg)
+    v, new_v = _causal_conv(v_in, p["conv_v"], prior(conv_v), seg)
     beta = jax.nn.sigmoid((x @ p["wb"]).astype(jnp.float32))  # [T, Hv]
     decay_rate = jnp.exp(p["A_log"].astype(jnp.float32))  # [Hv]
     kda = cfg.linear_attention_kind == "kimi_delta"
@@ -263,7 +308,10 @@ def gated_delta_net(
     qn = jnp.repeat(_l2norm(q), group, axis=1) * cfg.linear_key_head_dim**-0.5
     kn = jnp.repeat(_l2norm(k), group, axis=1)
     by_rows = None if x.shape[0] == seg.starts.shape[0] else seg.chunk
-    o, final = delta_rule(qn, kn, v.astype(jnp.float32), g, beta, prior(rec), seg, by_rows)
+    snapping = seg.snap_end is not None
+    o, final, rec = delta_rule(
+        qn, kn, v.astype(jnp.float32), g, beta, prior(rec), seg, by_rows, rec if snapping else None
+    )
     if kda:
         # KDA's gated norm (transformers' KimiLinearRMSNormGated): the rule's output in the
         # model dtype, normed and scaled in float32, times sigmoid(g_b(g_a(x))), then cast.
@@ -278,9 +326,22 @@ def gated_delta_net(
         o = rms_norm(o.astype(x.dtype), p["norm"], cfg.rms_norm_eps)
         o = (o.astype(jnp.float32) * jax.nn.silu(z.astype(jnp.float32))).astype(x.dtype)
     out = jnp.einsum("thk,hkd->td", o, p["wo"])
+    if snapping:  # the convs' inputs before each snapshot's end, at its row
+        rows = jnp.where(seg.snap_end > 0, seg.snap_row, rec.shape[0]).reshape(-1)
+        conv_q, conv_k, conv_v = (
+            arr.at[rows].set(
+                _conv_window(xp, prior(arr), seg, seg.snap_end).reshape((-1,) + arr.shape[1:]),
+                mode="drop",
+            )
+            for arr, xp in ((conv_q, q_in), (conv_k, k_in), (conv_v, v_in))
+        )
+    else:
+        rec = state[3]
     new_state = tuple(
         arr.at[seg.slots].set(new.astype(arr.dtype))
-        for arr, new in zip(state, (new_q, new_k, new_v, final), strict=True)
+        for arr, new in zip(
+            (conv_q, conv_k, conv_v, rec), (new_q, new_k, new_v, final), strict=True
+        )
     )
     return out, new_state
 
