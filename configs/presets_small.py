@@ -67,6 +67,32 @@ _add(
     )
 )
 
+# Qwen3-Next's layers (three gated DeltaNet to one gated full attention, a routed MoE with a
+# gated shared expert) at a width where a CPU step is not overhead alone: prefix caching
+# with state snapshots (scripts/bench_prefix_cache.py).
+_add(
+    TINY["tiny-qwen3-next"].replace(
+        name="bench-qwen3-next-40m",
+        vocab_size=8192,
+        hidden_size=512,
+        num_layers=4,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=64,
+        intermediate_size=1536,
+        max_position_embeddings=8192,
+        linear_attention_layers=(0, 1, 2),
+        linear_num_key_heads=4,
+        linear_num_value_heads=8,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
+        num_experts=16,
+        moe_intermediate_size=256,
+        shared_intermediate_size=512,
+        mlp_only_layers=(),
+    )
+)
+
 # ---- long context (random weights, f32 on CPU): 128k positions with scaled RoPE ----
 # Small enough that a 131,072-token prefill finishes on a 2-core CPU; the RoPE scaling is
 # the released models' (Llama 3.1's llama3, DeepSeek-V3's YaRN), so positions past the

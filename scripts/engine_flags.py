@@ -37,6 +37,16 @@ KV_OFFLOADING_SIZE = flags.DEFINE_float(
     None,
     "GiB of host memory keeping the prefix cache's evicted KV pages (needs prefix caching).",
 )
+MAMBA_BLOCK_SIZE = flags.DEFINE_integer(
+    "mamba_block_size",
+    None,
+    "Linear-attention models' prefix caching: tokens between state snapshots (default 512).",
+)
+STATE_SNAPSHOTS = flags.DEFINE_integer(
+    "num_state_snapshots",
+    None,
+    "Linear-attention models' prefix caching: state snapshots kept (default max_num_seqs).",
+)
 
 ENABLE_LORA = flags.DEFINE_bool("enable_lora", False, "Serve LoRA adapters (engine/lora.py).")
 MAX_LORAS = flags.DEFINE_integer("max_loras", 1, "LoRA adapters running at once.")
@@ -94,6 +104,8 @@ def llm_kwargs(**overrides) -> dict:
         "batch_invariant": BATCH_INVARIANT.value,
         "enable_prefix_caching": PREFIX_CACHING.value,
         "kv_offloading_size": KV_OFFLOADING_SIZE.value,
+        "mamba_block_size": MAMBA_BLOCK_SIZE.value,
+        "num_state_snapshots": STATE_SNAPSHOTS.value,
         "kv_transfer_config": KV_TRANSFER.value,
         "scheduling_policy": SCHEDULING_POLICY.value,
         "enable_eplb": ENABLE_EPLB.value,

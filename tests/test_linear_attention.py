@@ -22,8 +22,10 @@ from configs.model_config import ModelConfig
 from configs.presets import get_preset
 from engine import LLM, SamplingParams, kv_budget, kv_quant, penalties
 from engine.kv_pages import PageManager
+from engine.prefix_cache import PrefixCache
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
+from engine.state_cache import StateCache
 from long_context.capacity import capacity
 from models.linear_attention import Segments, _decayed_products, gated_delta_net, zero_state
 from models.specs import init_params
@@ -131,6 +133,56 @@ def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(lengths, ro
             np.testing.assert_array_equal(got[untouched], old[untouched])
 
 
+@pytest.mark.parametrize("preset", ["tiny-qwen3-next", "tiny-kimi-linear"])
+@pytest.mark.parametrize("chunk", [16, None])
+def test_snapshots_inside_a_step_hold_each_prefix_state(chunk, preset):
+    """Prefix caching's state snapshots (Segments.snap_end / snap_row): a span continuing
+    its sequence at position 10 past three 16-token boundaries (the chunked form's chunks
+    then start on multiples of 16: the span's first 6 rows, then 16 at a time), a fresh
+    span ending on one, a decode onto one: each snapshot row holds the conv inputs and the
+    state of its sequence up to its boundary, as the numpy rule gives, and the outputs are
+    those of the whole spans; rows neither held nor snapshots stay as they were."""
+    cfg = get_preset(preset)
+    rng = np.random.default_rng(1)
+    p = dict(init_params(cfg, 0, init_std=0.3, host=True)["layers"][0]["linear"])
+    p["A_log"] = rng.uniform(-3, 0.5, p["A_log"].shape).astype(np.float32)
+    lengths, first = [40, 16, 0, 1], [10, 0, 0, 31]  # each span's first position
+    slots, fresh = [2, 4, 0, 5], [False, True, True, False]
+    snaps = {0: [(6, 6), (22, 7), (38, 8)], 1: [(16, 9)], 3: [(1, 10)]}  # (rel end, row)
+    snap_end, snap_row = np.full((4, 3), -1, np.int32), np.full((4, 3), -1, np.int32)
+    for i, pairs in snaps.items():
+        for j, (end, row) in enumerate(pairs):
+            snap_end[i, j], snap_row[i, j] = end, row
+    rows = 64
+    x = rng.normal(size=(rows, cfg.hidden_size)).astype(np.float32)
+    state = [rng.normal(size=a.shape).astype(np.float32) for a in zero_state(cfg, 11)]
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
+    seq_of = np.clip(np.searchsorted(np.cumsum(lengths), np.arange(rows), side="right"), 0, 3)
+    seg = Segments(
+        *map(jnp.asarray, (seq_of, np.arange(rows) - starts[seq_of], starts, lengths)),
+        jnp.asarray(slots, jnp.int32),
+        jnp.asarray(fresh),
+        chunk,
+        jnp.asarray(snap_end),
+        jnp.asarray(snap_row),
+        jnp.asarray(np.array(first) % 16, jnp.int32),
+    )
+    out, new = gated_delta_net(p, jnp.asarray(x), cfg, tuple(map(jnp.asarray, state)), seg)
+    out, new = np.asarray(out), [np.asarray(a) for a in new]
+    for i, (n, slot, start) in enumerate(zip(lengths, slots, starts, strict=True)):
+        before = [np.zeros_like(a[slot]) if fresh[i] else a[slot] for a in state]
+        if n:
+            want, *_ = _numpy_layer(p, x[start : start + n], cfg, before[:3], before[3])
+            np.testing.assert_allclose(out[start : start + n], want, atol=2e-5, rtol=1e-5)
+        for end, row in snaps.get(i, ()):
+            _, prior, s = _numpy_layer(p, x[start : start + end], cfg, before[:3], before[3])
+            for got, w in zip(new, [*prior, s], strict=True):
+                np.testing.assert_allclose(got[row], w, atol=2e-5, rtol=1e-5)
+    for untouched in (1, 3):  # (row 0: the padding span's)
+        for got, old in zip(new, state, strict=True):
+            np.testing.assert_array_equal(got[untouched], old[untouched])
+
+
 def test_kda_pair_decays_over_sub_chunks_equal_each_pair_weighed_alone():
     """KDA's chunked form: sum_d a[i,d] k[j,d] exp(cum[i,d] - cum[j,d]) over 64 rows, from
     sub-chunk matmuls, against every pair weighed alone in float64; decays strong enough
@@ -180,10 +232,93 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     assert [s.token_ids for s in out.samples] == [ref["greedy_tokens"][1][:4]] * 2
 
 
+@pytest.mark.parametrize("arch, batch_invariant", [("qwen3_next", True), ("kimi_linear", False)])
+def test_prefix_cache_hit_resumes_from_a_state_snapshot(arch, batch_invariant):
+    """Prefix caching on a linear-attention model (engine/state_cache.py): a prompt of 76
+    tokens computed cold; after a reset, another sharing its first 70 tokens, prefilled in
+    chunks of 24 (the 64-token boundary inside one), leaves a snapshot there; the first
+    again takes 64 tokens from the cache and its state from the snapshot, and gives the
+    cold run's greedy tokens: logprobs bitwise in batch-invariant mode (the rule row by
+    row), to float rounding otherwise (Kimi's KDA in chunks aligned to the boundary)."""
+    rng = np.random.default_rng(0)
+    prefix = rng.integers(3, 200, 70).tolist()
+    a, b = prefix + rng.integers(3, 200, 6).tolist(), prefix + rng.integers(3, 200, 10).tolist()
+    llm = LLM(
+        str(FIXTURE.parent / arch),
+        enable_prefix_caching=True,
+        mamba_block_size=64,
+        max_num_batched_tokens=24,
+        max_num_seqs=2,
+        page_size=8,
+        max_model_len=128,
+        batch_invariant=batch_invariant,
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    (cold,) = llm.generate([{"prompt_token_ids": a}], params)
+    assert llm.reset_prefix_cache() and llm.stats()["prefix_cache_state_snapshots"] == 0
+    llm.generate([{"prompt_token_ids": b}], params)
+    assert llm.stats()["prefix_cache_state_snapshots"] == 1
+    (hit,) = llm.generate([{"prompt_token_ids": a}], params)
+    assert (cold.num_cached_tokens, hit.num_cached_tokens) == (0, 64)
+    assert llm.stats()["prefix_cache_states_restored"] == 1
+    assert hit.token_ids == cold.token_ids
+    if batch_invariant:
+        assert _bits(hit.logprobs) == _bits(cold.logprobs)
+    else:
+        np.testing.assert_allclose(hit.logprobs, cold.logprobs, atol=1e-5, rtol=0)
+
+
+def test_scheduler_takes_a_prefix_up_to_its_last_snapshot():
+    """The host side: a snapshot row per boundary a step passes, indexed under its page's
+    block id once the step is applied; a match cut to the last boundary with one, its row
+    copied to the new sequence's state row; the least recently used row given up first;
+    a cancelled step's rows and copy taken back."""
+    states = StateCache(16, 8, first_row=3, num_rows=2)
+    pages = PageManager(32, 8)
+    sched = Scheduler(
+        pages, 64, 2, 64, prefix_cache=PrefixCache(pages, states=states), state_slots=2
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+    tokens = list(range(10, 50))
+    sched.add(Sequence("a", tokens, params))
+    out = sched.schedule()
+    assert out.items[0].state_snapshots == ((16, 3), (32, 4))
+    sched.update(out, {"a": (7, -1.0)})
+    assert len(states) == 2
+    sched.add(Sequence("b", tokens[:33] + [99, 98], params))  # 4 cached pages, snapshot at 32
+    out = sched.schedule()
+    (item,) = out.items
+    assert (item.start_pos, item.state_from, item.state_snapshots) == (32, 4, ())
+    sched.cancel(out)  # never ran: its copy is made by the retry
+    out = sched.schedule()
+    assert (out.items[0].start_pos, out.items[0].state_from) == (32, 4)
+    sched.update(out, {"b": (7, -1.0)})
+    sched.add(Sequence("c", list(range(100, 120)), params))  # a new row: row 3 (LRU) goes
+    out = sched.schedule()
+    assert out.items[0].state_snapshots == ((16, 3),)
+    sched.update(out, {"c": (7, -1.0)})
+    sched.add(Sequence("d", tokens[:20], params))  # its boundary's snapshot is gone
+    (item,) = sched.schedule().items
+    assert (item.start_pos, item.state_from) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "model, kwargs, match",
+    [
+        ("tiny-qwen3-next", {"mamba_block_size": 64}, "mamba_block_size=64: only for prefix"),
+        ("tiny-qwen3", {"enable_prefix_caching": True, "num_state_snapshots": 4}, "has none"),
+        ("tiny-qwen3-next", {"enable_prefix_caching": True, "mamba_block_size": 48}, "of 64"),
+        ("tiny-qwen3-next", {"enable_prefix_caching": True, "num_state_snapshots": 0}, "in \\[1"),
+    ],
+)
+def test_state_snapshot_options_are_checked_before_loading(model, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        LLM(model, **kwargs)
+
+
 @pytest.mark.parametrize(
     "option, value",
     [
-        ("enable_prefix_caching", True),
         ("speculative_config", {"method": "ngram", "num_speculative_tokens": 2}),
         ("enable_lora", True),
         ("quantization", "fp8"),
