@@ -108,6 +108,8 @@ class PrefixCache:
         """`register` the full pages of a sequence's first `num_tokens` positions (KV
         written) after those indexed (seq.prefix_blocks, extended)."""
         self.register(seq.page_ids, seq.token_ids_range, num_tokens, seq.prefix_blocks, seq.lora_id)
+        if self.states is not None:  # its state snapshots at those pages' ends
+            self.states.settle(seq)
 
     def num_free(self, pages: Sequence[int | HostPage]) -> int:
         """How many of `pages` (a match) use up a free page when taken: device pages no one

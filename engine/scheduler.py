@@ -513,8 +513,8 @@ class Scheduler:
                 pool.release_behind_window(seq)
             if new is not None:
                 results.append(self._append(seq, new if item.num_drafts else (new,)))
-        if self._snapshots is not None:  # (its pages indexed above)
-            self._snapshots.resolve(sched_out.items, seqs)
+        if self._snapshots is not None:  # rows whose pages were not indexed
+            self._snapshots.release(sched_out.items)
         return results
 
     def _append(self, seq: Sequence, new) -> StepResult:

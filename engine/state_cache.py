@@ -97,6 +97,8 @@ class StateCache:
         self._row_of: dict[int, int] = {}  # block id -> row
         # Indexed rows -> their block ids, least recently used first.
         self._lru: collections.OrderedDict[int, int] = collections.OrderedDict()
+        # Rows handed to steps, not yet indexed: their sequence and the page ending there.
+        self._pending: dict[int, tuple[Sequence, int]] = {}
         self.num_snapshots = self.num_restored = 0  # indexed, and taken by admissions
 
     def __len__(self) -> int:
@@ -124,6 +126,7 @@ class StateCache:
             if row is None:
                 break
             snaps.append((pos - start, row))
+            self._pending[row] = (seq, pos // self.page_size - 1)
         fields = {"state_from": seq.state_from, "state_snapshots": tuple(snaps)}
         self.num_restored += bool(seq.state_from)
         seq.state_from = 0
@@ -138,23 +141,31 @@ class StateCache:
         del self._row_of[block]
         return row
 
-    def resolve(self, items, seqs: dict[str, Sequence]) -> None:
-        """After the items' step ran: index each snapshot under the block id of the page
-        ending at its boundary (a page the sequence has indexed), else free its row."""
-        for item in items:
-            blocks = seqs[item.request_id].prefix_blocks
-            for end, row in item.state_snapshots:
-                page = (item.start_pos + end) // self.page_size - 1
-                block = blocks[page] if page < len(blocks) else None
-                if block is None or block in self._row_of:
+    def settle(self, seq: Sequence) -> None:
+        """Index `seq`'s snapshots whose pages it has indexed now (PrefixCache.index: their
+        step was launched) under those pages' block ids; a block with one already frees
+        the new row."""
+        for row, (owner, page) in list(self._pending.items()):
+            if owner is seq and page < len(seq.prefix_blocks):
+                del self._pending[row]
+                block = seq.prefix_blocks[page]
+                if block in self._row_of:
                     self._free.append(row)
                     continue
                 self._row_of[block], self._lru[row] = row, block
                 self.num_snapshots += 1
 
+    def release(self, items) -> None:
+        """The rows of the items' snapshots not indexed by now (their step was applied, or
+        never ran) go back: their pages were not indexed (a sequence finished meanwhile)."""
+        for item in items:
+            for _, row in item.state_snapshots:
+                if self._pending.pop(row, None) is not None:
+                    self._free.append(row)
+
     def cancel(self, item, seq: Sequence) -> None:
         """A step item that never ran: its rows back, its snapshot to copy in again."""
-        self._free.extend(row for _, row in item.state_snapshots)
+        self.release((item,))
         if item.state_from:
             seq.state_from = item.state_from
             self.num_restored -= 1
@@ -162,7 +173,7 @@ class StateCache:
     def reset(self) -> int:
         """Forget every snapshot (with the prefix cache's pages); returns how many."""
         num = len(self._row_of)
-        self._free.extend(self._lru)
+        self._free.extend(self._lru)  # (pending rows stay: their steps write them)
         self._row_of.clear()
         self._lru.clear()
         return num

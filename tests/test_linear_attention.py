@@ -270,7 +270,7 @@ def test_prefix_cache_hit_resumes_from_a_state_snapshot(arch, batch_invariant):
 
 def test_scheduler_takes_a_prefix_up_to_its_last_snapshot():
     """The host side: a snapshot row per boundary a step passes, indexed under its page's
-    block id once the step is applied; a match cut to the last boundary with one, its row
+    block id once the step is launched (a step built ahead takes it); a match cut to the last boundary with one, its row
     copied to the new sequence's state row; the least recently used row given up first;
     a cancelled step's rows and copy taken back."""
     states = StateCache(16, 8, first_row=3, num_rows=2)
@@ -283,13 +283,13 @@ def test_scheduler_takes_a_prefix_up_to_its_last_snapshot():
     sched.add(Sequence("a", tokens, params))
     out = sched.schedule()
     assert out.items[0].state_snapshots == ((16, 3), (32, 4))
+    sched.add(Sequence("b", tokens[:33] + [99, 98], params))  # 4 cached pages, snapshot at 32
+    ahead = sched.schedule_ahead()  # a's step launched: its pages and snapshots are taken
+    (item,) = ahead.items
+    assert (item.start_pos, item.state_from, item.state_snapshots) == (32, 4, ())
+    sched.cancel(ahead)  # never ran: its copy is made by the retry
     sched.update(out, {"a": (7, -1.0)})
     assert len(states) == 2
-    sched.add(Sequence("b", tokens[:33] + [99, 98], params))  # 4 cached pages, snapshot at 32
-    out = sched.schedule()
-    (item,) = out.items
-    assert (item.start_pos, item.state_from, item.state_snapshots) == (32, 4, ())
-    sched.cancel(out)  # never ran: its copy is made by the retry
     out = sched.schedule()
     assert (out.items[0].start_pos, out.items[0].state_from) == (32, 4)
     sched.update(out, {"b": (7, -1.0)})
