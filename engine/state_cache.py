@@ -8,11 +8,12 @@ the span's state there into a snapshot row of the state arrays, inside the rule'
 where one of its chunks ends (Segments.snap_end / snap_row; block_size is a multiple of the
 chunk and of the page size), without cutting the step's chunk short. A snapshot is indexed
 under the block id of the page that ends at its boundary (engine/prefix_cache.py: the id
-names the whole prefix, and the adapter), once its step has run (Scheduler.update).
+names the whole prefix, and the adapter) when the sequence indexes that page: once the
+step writing both is launched (a step built ahead reads them after it ran).
 
 A new request takes its cached pages only up to the last boundary whose snapshot is kept,
-and its state row gets that snapshot copied in (`flush`, before the step that reads it);
-it computes from there. Snapshot rows follow the running sequences' rows
+and its state row gets that snapshot copied in (StateCopier, before the step that reads
+it); it computes from there. Snapshot rows follow the running sequences' rows
 (linear_state.state_rows): a pool of `num_rows`, the least recently used given up for a
 new snapshot (a row handed to a step is written by it, after the copies before it ran).
 Hits are exact as page hits are: bitwise in batch-invariant mode (the rule runs row by row
