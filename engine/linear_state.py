@@ -24,9 +24,10 @@ def state_rows(cfg: ModelConfig, max_num_seqs: int, num_snapshots: int = 0) -> i
 
 def check_linear_engine(cfg: ModelConfig, speculative, transfer, lora: bool):
     """ValueError naming the first engine option set (LLM's speculative_config,
-    kv_transfer_config, enable_lora; weights held quantized, whose loader has no fp8 /
-    int4 layout for the fused DeltaNet projections: an fp8 checkpoint loads dequantized)
-    that a linear-attention model cannot use."""
+    kv_transfer_config, enable_lora) that a linear-attention model cannot use. (Weights
+    held quantized are held so in its attention and MLP layers; the DeltaNet and KDA
+    projections stay in the model dtype, an fp8 checkpoint's dequantized on load:
+    models/quantization.quantized_leaves.)"""
     if not cfg.linear_attention_layers:
         return
     why = f"not supported for {cfg.model_type}'s linear-attention layers"
@@ -37,8 +38,3 @@ def check_linear_engine(cfg: ModelConfig, speculative, transfer, lora: bool):
     ):
         if on:
             raise ValueError(f"{name}: {why} (a sequence's recurrent state is not in its pages)")
-    if cfg.quantization:
-        raise ValueError(
-            f"quantization={cfg.quantization!r}: weights held quantized are {why} (an fp8 "
-            "checkpoint is served dequantized with quantization=None)"
-        )

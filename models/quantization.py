@@ -12,7 +12,9 @@ is what lets DeepSeek-V3 (671B parameters: 1.34 TB in bf16, 0.68 TB in fp8) fit 
   checkpoint left unquantized: `modules_to_not_convert`) stay float, as in vLLM.
 - Any other weights are quantized on load with s = max|w| / 448 per block
   (`ModelConfig.quantization_block`, 128 x 128 unless the checkpoint names its own).
-- Embeddings, lm_head, routers, norms and biases stay in the model dtype.
+- Embeddings, lm_head, routers, norms and biases stay in the model dtype, and so do the
+  linear-attention layers' projections (gated DeltaNet, KDA: an fp8 checkpoint's are
+  dequantized on load; 1.2B of Qwen3-Next-80B's 79.7B parameters).
 
 Weight-only: activations and matmuls stay in the model dtype. `dequantize_tree` turns a
 layer's weights back into that dtype at the top of the layer (models/transformer.py), inside

@@ -270,9 +270,9 @@ def test_prefix_cache_hit_resumes_from_a_state_snapshot(arch, batch_invariant):
 
 def test_scheduler_takes_a_prefix_up_to_its_last_snapshot():
     """The host side: a snapshot row per boundary a step passes, indexed under its page's
-    block id once the step is launched (a step built ahead takes it); a match cut to the last boundary with one, its row
-    copied to the new sequence's state row; the least recently used row given up first;
-    a cancelled step's rows and copy taken back."""
+    block id once the step is launched (a step built ahead takes it); a match cut to the
+    last boundary with one, its row copied to the new sequence's state row; the least
+    recently used row given up first; a cancelled step's rows and copy taken back."""
     states = StateCache(16, 8, first_row=3, num_rows=2)
     pages = PageManager(32, 8)
     sched = Scheduler(
@@ -321,7 +321,6 @@ def test_state_snapshot_options_are_checked_before_loading(model, kwargs, match)
     [
         ("speculative_config", {"method": "ngram", "num_speculative_tokens": 2}),
         ("enable_lora", True),
-        ("quantization", "fp8"),
         ("kv_transfer_config", {"kv_role": "kv_producer", "kv_connector_extra_config": SHARED}),
     ],
 )

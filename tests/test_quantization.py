@@ -165,7 +165,9 @@ def _leaf_of(layer: dict, parts: list[str]):
     return layer[group if group != "mlp" or "mlp" in layer else "moe"][name]
 
 
-@pytest.mark.parametrize("name", ["deepseek_v3_fp8", "qwen3_moe_fp8", "deepseek_v32_fp8"])
+@pytest.mark.parametrize(
+    "name", ["deepseek_v3_fp8", "qwen3_moe_fp8", "deepseek_v32_fp8", "qwen3_next_fp8"]
+)
 def test_fp8_weights_decode_as_transformers_on_fp8_checkpoints(name):
     ref = _reference(name)
     llm = _engine(str(FIXTURES / name), "fp8")
@@ -181,6 +183,11 @@ def test_fp8_weights_decode_as_transformers_on_fp8_checkpoints(name):
         assert _greedy(plain, ref) == (tokens, logprobs)
         float_bytes = sum(x.nbytes for x in jax.tree.leaves(plain.params))
         assert nbytes < 0.5 * float_bytes, (nbytes, float_bytes)
+    if name == "qwen3_next_fp8":  # attention and experts held fp8; the DeltaNet's float
+        layers = llm.params["layers"]
+        assert quant.is_quantized(layers[1]["attn"]["wq"])
+        assert quant.is_quantized(layers[0]["moe"]["w_up"])
+        assert not any(quant.is_quantized(w) for w in layers[0]["linear"].values())
 
 
 def test_a_float_checkpoint_is_quantized_on_load():
