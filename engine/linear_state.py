@@ -1,13 +1,20 @@
-"""Linear-attention (gated DeltaNet) models in the engine: their recurrent state rows, and
-the features refused for them.
+"""Linear-attention (gated DeltaNet, KDA) models in the engine: their recurrent state rows,
+and the features refused for them.
 
-Each running sequence holds one row of every DeltaNet layer's state arrays (Scheduler
+Each running sequence holds one row of every linear layer's state arrays (Scheduler
 state_slots, Sequence.state_slot) besides its KV pages, which only the full-attention
 layers use. A sequence's state sums up every token before it and cannot be rebuilt from
-pages: prefix caching keeps snapshots of it (engine/state_cache.py); whatever else starts
-a sequence anywhere but at position 0 (a transferred prefix) or takes tokens back (drafts
-that are rejected) is refused here; a later sample of a request computes its prompt itself
-instead of sharing its first one's pages (Scheduler._donor).
+pages. Prefix caching keeps snapshots of it at block boundaries (engine/state_cache.py).
+Speculative decoding keeps `drafts` more rows per sequence: a step feeding drafts runs
+that span row by row and leaves the state after each of its first `drafts` rows there
+(Segments.drafting), so however many drafts are kept, the next step starts from the
+state after them (a copy into the sequence's row, before it). Whatever else starts a
+sequence anywhere but at position 0 (a transferred prefix) is refused here; a later sample
+of a request computes its prompt itself instead of sharing its first one's pages
+(Scheduler._donor).
+
+Rows of each layer's state arrays: 0 (padding sequences'), 1 .. S (running sequences),
+then the snapshots', then S x drafts.
 """
 
 from __future__ import annotations
@@ -15,26 +22,79 @@ from __future__ import annotations
 from configs.model_config import ModelConfig
 
 
-def state_rows(cfg: ModelConfig, max_num_seqs: int, num_snapshots: int = 0) -> int:
-    """Rows of each DeltaNet layer's state arrays: one per running sequence and row 0,
-    the padding sequences' (held by none), then `num_snapshots` rows of prefix caching's
-    state snapshots (engine/state_cache.py); 0 for a model without such layers."""
-    return max_num_seqs + 1 + num_snapshots if cfg.linear_attention_layers else 0
-
-
-def check_linear_engine(cfg: ModelConfig, speculative, transfer, lora: bool):
-    """ValueError naming the first engine option set (LLM's speculative_config,
-    kv_transfer_config, enable_lora) that a linear-attention model cannot use. (Weights
-    held quantized are held so in its attention and MLP layers; the DeltaNet and KDA
-    projections stay in the model dtype, an fp8 checkpoint's dequantized on load:
-    models/quantization.quantized_leaves.)"""
+def state_rows(cfg: ModelConfig, max_num_seqs: int, num_snapshots: int = 0, drafts: int = 0) -> int:
+    """Rows of each linear layer's state arrays: one per running sequence and row 0, the
+    padding sequences' (held by none), then `num_snapshots` rows of prefix caching's state
+    snapshots (engine/state_cache.py) and `drafts` per sequence (speculative decoding); 0
+    for a model without such layers."""
     if not cfg.linear_attention_layers:
-        return
-    why = f"not supported for {cfg.model_type}'s linear-attention layers"
-    for name, on in (
-        ("speculative_config", speculative is not None),
-        ("kv_transfer_config", transfer is not None),
-        ("enable_lora", lora),
-    ):
-        if on:
-            raise ValueError(f"{name}: {why} (a sequence's recurrent state is not in its pages)")
+        return 0
+    return max_num_seqs * (1 + drafts) + 1 + num_snapshots
+
+
+class StateRows:
+    """The scheduler's side of the state rows: a free list of the sequences' rows
+    1..num_slots (admission waits for one; 0: a model without linear layers, whose calls
+    here do nothing), `snapshots` (a StateCache, or None) and `drafts` rows per sequence
+    row (speculative decoding), after the snapshots'."""
+
+    def __init__(self, num_slots: int, snapshots=None, drafts: int = 0):
+        self.num_slots = num_slots
+        self._free = list(range(num_slots, 0, -1))
+        self.snapshots, self.drafts = snapshots, drafts
+        self._first_draft = num_slots + 1 + (snapshots.num_rows if snapshots else 0)
+
+    def can_admit(self) -> bool:
+        return bool(self._free) or not self.num_slots
+
+    def admit(self, seq) -> None:
+        if self.num_slots:
+            seq.state_slot = self._free.pop()
+
+    def release(self, seq) -> None:
+        """`seq`'s row back (a later holder starts it from zero: never read)."""
+        if seq.state_slot:
+            self._free.append(seq.state_slot)
+        seq.state_slot = seq.state_from = 0
+
+    def item_fields(self, seq, start: int, stop: int, num_drafts: int) -> dict:
+        """A step item's ScheduledItem fields for positions start .. stop - 1 (the last
+        `num_drafts` of them drafts): its row, the row copied there first (Sequence
+        state_from, taken off it), the rows the step leaves states in (after each draft but
+        the last; else prefix caching's snapshots)."""
+        if not self.num_slots:
+            return {}
+        fields = {"state_slot": seq.state_slot, "state_from": seq.state_from}
+        if num_drafts:
+            base = self._first_draft + (seq.state_slot - 1) * self.drafts
+            fields["state_snapshots"] = tuple((j + 1, base + j) for j in range(num_drafts))
+        elif self.snapshots is not None:
+            fields["state_snapshots"] = self.snapshots.boundary_rows(seq, start, stop)
+        if self.snapshots is not None:
+            self.snapshots.count_restore(seq.state_from)
+        seq.state_from = 0
+        return fields
+
+    def kept(self, seq, item, num_kept: int) -> None:
+        """A drafting step applied: `num_kept` of its fed tokens kept (the first, then the
+        drafts accepted); short of all, the next step starts from the state after them."""
+        if self.num_slots and num_kept <= item.num_drafts:
+            seq.state_from = item.state_snapshots[num_kept - 1][1]
+
+    def cancel(self, item, seq) -> None:
+        """A step item that never ran: its snapshot rows back, its copy made again."""
+        if self.snapshots is not None:
+            self.snapshots.cancel(item)
+        seq.state_from = item.state_from
+
+
+def check_linear_engine(cfg: ModelConfig, transfer) -> None:
+    """ValueError naming LLM's kv_transfer_config if set for a linear-attention model: a
+    transferred prefix would come without its state. (LoRA adapts its attention and MLP
+    projections, models/lora.py; weights held quantized are held so there too, the DeltaNet
+    and KDA projections in the model dtype: models/quantization.py.)"""
+    if cfg.linear_attention_layers and transfer is not None:
+        raise ValueError(
+            f"kv_transfer_config: not supported for {cfg.model_type}'s linear-attention "
+            "layers (a sequence's recurrent state is not in its pages)"
+        )

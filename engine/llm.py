@@ -29,7 +29,7 @@ from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, 
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.speculative import eligible, keep_drafts, prepare_drafts, proposer_for
-from engine.state_cache import StateCopier, snapshots_for
+from engine.state_cache import StateCopier, state_layout
 from engine.step import StepVariants, init_kv_pages
 from engine.stop_strings import check_stop_strings, final_text
 from engine.structured import StructuredOutputs
@@ -145,7 +145,7 @@ class LLM(EngineControl):
         if mesh:
             check_model_layout(cfg, mesh_config)
         check_engine(transfer, cfg)
-        check_linear_engine(cfg, proposer, transfer, enable_lora)
+        check_linear_engine(cfg, transfer)
         tier = host_tier_for(
             kv_offloading_size, enable_prefix_caching, cfg, kv_dtype, page_size, transfer
         )
@@ -153,14 +153,14 @@ class LLM(EngineControl):
         max_model_len = inputs.model_len(max_model_len, cfg)
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
         prefix = (enable_prefix_caching, mamba_block_size, num_state_snapshots, page_size)
-        snapshots, rows = snapshots_for(cfg, *prefix, max_num_seqs)  # (and the state rows)
+        states = state_layout(cfg, *prefix, max_num_seqs, proposer)  # (linear layers' rows)
         # The windowed layers' pool of a hybrid model (None for any other).
         window_num_pages = kv_budget.window_pages_for(
             cfg, page_size, max_num_seqs, max_num_batched_tokens, num_pages
         )
         if num_pages is not None:
             fits = (num_pages, page_size, kv_dtype, mesh_config if mesh else None)
-            kv_budget.check_kv_fits(cfg, *fits, window_num_pages, rows)
+            kv_budget.check_kv_fits(cfg, *fits, window_num_pages, states.rows)
         # On a mesh checkpoint params stay on the host until shard_model puts each device's
         # shards: a checkpoint larger than one device never lands whole on the first (preset
         # weights are drawn on the default device first: random-weight test models).
@@ -185,7 +185,7 @@ class LLM(EngineControl):
                 max_num_seqs,
                 pages_per_seq,
                 window_num_pages,
-                rows,
+                states.rows,
             )
         self.num_pages = num_pages
         self.window_num_pages = window_num_pages
@@ -196,7 +196,8 @@ class LLM(EngineControl):
         self._structured = StructuredOutputs(self.tokenizer, cfg.vocab_size, cfg.eos_token_ids)
         self._pages = PageManager(num_pages, page_size)
         hybrid = window_num_pages is not None
-        prefix_cache = PrefixCache(self._pages, tier, snapshots) if enable_prefix_caching else None
+        cache = states.snapshots
+        prefix_cache = PrefixCache(self._pages, tier, cache) if enable_prefix_caching else None
         self._scheduler = Scheduler(
             self._pages,
             max_num_batched_tokens,
@@ -223,7 +224,7 @@ class LLM(EngineControl):
             min_rows=runner.next_pow2(min_rows) if batch_invariant else 1,
             window_tables=hybrid,
             state_slots=bool(cfg.linear_attention_layers),
-            state_block=snapshots.block_size if snapshots is not None else 0,
+            state_layout=states,
         )
         self.kv_dtype = jnp.dtype(cfg.dtype if kv_dtype is None else kv_dtype)
         # A zeroed cache (again after sleep: engine/llm_control.py).
@@ -235,10 +236,10 @@ class LLM(EngineControl):
             self.kv_dtype,
             mesh=self.mesh,
             window_num_pages=window_num_pages,
-            state_rows=rows,
+            state_rows=states.rows,
         )
         self._kv = self._new_kv()
-        self._state_copier = snapshots is not None and StateCopier(cfg, self._kv, self.mesh)
+        self._state_copier = StateCopier(cfg, self._kv, self.mesh) if states.copied else None
         if transfer is not None and not transfer.offloading:  # (that one: the host tier)
             self._transfer = KVTransfer(
                 transfer, cfg, self._kv, page_size, num_pages, self.mesh, self._lora
@@ -280,8 +281,7 @@ class LLM(EngineControl):
         # Deltas the next step() returns: aborts, requests finished at once (max_tokens=0),
         # and a step's increments when a later part of the same call raised.
         self._outbox: list[StreamDelta] = []
-        self._last_readback = 0.0
-        self._num_dispatched_ahead = 0
+        self._last_readback, self._num_dispatched_ahead = 0.0, 0
         self._host_seconds = 0.0  # step() time not spent waiting for the device's tokens
         self._wait_seconds = 0.0  # step() time blocked reading a step's tokens back
         self._no_prev_tokens = None  # prev_tokens of a step with nothing in flight

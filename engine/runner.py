@@ -56,8 +56,9 @@ class Buckets:
     the windowed layers' page table and slots (StepBatch.window_page_table).
     `state_slots` (linear-attention models): every batch carries each sequence's recurrent
     state row (StepBatch.state_slots; padding sequences row 0, which no sequence holds),
-    and with `state_block` (their prefix caching, engine/state_cache.py) the state snapshots
-    its items write ([S, T // state_block + 1]: every boundary a span of up to T crosses).
+    and with `state_layout` (state_cache.StateLayout: their prefix caching, speculative
+    decoding) the states its items leave in other rows ([S, K], K = T // block + 1, every
+    boundary a span of up to T crosses, + drafts) and the spans feeding drafts.
     """
 
     def __init__(
@@ -68,7 +69,7 @@ class Buckets:
         min_rows: int = 1,
         window_tables: bool = False,
         state_slots: bool = False,
-        state_block: int = 0,
+        state_layout=None,
     ):
         if min_rows < 1 or min_rows & (min_rows - 1):
             raise ValueError(f"min_rows={min_rows}: must be a power of two >= 1")
@@ -77,7 +78,7 @@ class Buckets:
         self.max_seqs = max(next_pow2(max_num_seqs), min_rows)
         self.pages_per_seq = pages_per_seq
         self.window_tables, self.state_slots = window_tables, state_slots
-        self.state_block = state_block
+        self.state_layout = state_layout
         self.token_sizes = self._sizes(self.max_tokens)
         self.seq_sizes = self._sizes(self.max_seqs)
         self.feed_rows = max(self.max_seqs, FEED_ROWS_FLOOR)  # StepBatch.prev_tokens' length
@@ -231,12 +232,18 @@ def pack(
     if buckets.state_slots:
         state_slots = np.zeros(s_pad, np.int32)
         state_slots[:n] = [it.state_slot for it in items]
-    if buckets.state_block:
-        snap_end = np.full((s_pad, t_pad // buckets.state_block + 1), -1, np.int32)
+    drafting = None
+    layout = buckets.state_layout
+    if layout is not None and (layout.block or layout.drafts):
+        k = (t_pad // layout.block + 1 if layout.block else 0) + layout.drafts
+        snap_end = np.full((s_pad, k), -1, np.int32)
         snap_row = np.full(snap_end.shape, -1, np.int32)
         for i, it in enumerate(items):
             for j, (end, row) in enumerate(it.state_snapshots):
                 snap_end[i, j], snap_row[i, j] = end, row
+        if layout.drafts:
+            drafting = np.zeros(s_pad, bool)
+            drafting[:n] = [it.num_drafts > 0 for it in items]
     feed_index = np.full(t_pad, -1, np.int32)
     # Scheduled ahead (feed_index >= 0): a 1-token decode of a pending sample.
     feeds = np.asarray(feeds, np.int32)
@@ -267,6 +274,7 @@ def pack(
         state_slots=state_slots,
         state_snap_end=snap_end,
         state_snap_row=snap_row,
+        state_drafting=drafting,
     )
 
 

@@ -54,6 +54,7 @@ import collections
 
 from engine import samples
 from engine.kv_pages import PageManager, PagePool
+from engine.linear_state import StateRows
 from engine.prefix_cache import PrefixCache, reads_cache
 from engine.scheduler_output import ScheduledItem, SchedulerOutput, StepPlan, StepResult
 from engine.sequence import Sequence, SequenceStatus
@@ -114,7 +115,8 @@ class Scheduler:
         `max_loras`: distinct adapters (Sequence.lora_id) running at once; 0: no limit.
         `policy`: "fcfs" or "priority" (Sequence.priority, then arrival). `state_slots`:
         linear-attention models' recurrent state rows 1..state_slots, one per sequence from
-        admission to release (Sequence.state_slot); admission waits for a free one."""
+        admission to release (Sequence.state_slot; engine/linear_state.StateRows, with the
+        prefix cache's snapshots and drafts' rows); admission waits for a free one."""
         if policy not in ("fcfs", "priority"):
             raise ValueError(f"policy={policy!r}: expected 'fcfs' or 'priority'")
         for name, value in (
@@ -176,8 +178,9 @@ class Scheduler:
         self._num_shared_tokens = self._num_loaded_tokens = 0
         self.prefix_cache, self.speculative = prefix_cache, speculative
         self._snapshots = None if prefix_cache is None else prefix_cache.states
+        drafts = speculative.num_speculative_tokens if speculative else 0
+        self._rows = StateRows(state_slots, self._snapshots, drafts)
         self.max_loras, self.policy = max_loras, policy
-        self._free_states = list(range(state_slots, 0, -1)) if state_slots else None
         self._num_drafts, self._kept_at = 0, [0] * MAX_DRAFTS  # drafts kept per position
         self._num_cache_queries = self._num_cache_hits = 0  # tokens, at admissions
         self.long_prefill = None if long_prefill is None else LongPrefillController(long_prefill)
@@ -316,8 +319,7 @@ class Scheduler:
             seq = seqs[item.request_id]
             seq.num_inflight_tokens -= len(item.token_ids)
             seq.num_pending_samples -= item.sample
-            if self._snapshots is not None:
-                self._snapshots.cancel(item, seq)
+            self._rows.cancel(item, seq)
             if item.num_loaded:  # the rows may not be written (or readable): compute them
                 self._num_loaded_tokens -= item.num_loaded
                 seq.num_computed_tokens = seq.num_shared_tokens = seq.num_loaded_tokens = 0
@@ -355,7 +357,7 @@ class Scheduler:
                     seq.status = SequenceStatus.WAITING
                     self._count_admission(seq, -1)
                     self._forget_progress(seq)
-                    self._return_state(seq)
+                    self._rows.release(seq)
             self._running, self._waiting = running, waiting
             return None
         self.num_scheduled_ahead += 1
@@ -396,7 +398,7 @@ class Scheduler:
             and i < len(self._waiting)
             and plan.budget > 0
             and len(self._running) < self.max_num_seqs
-            and self._free_states != []
+            and self._rows.can_admit()
         ):
             seq = self._waiting[i]
             donor = self._donor(seq)
@@ -437,8 +439,7 @@ class Scheduler:
             if loaded:
                 plan.loads[seq] = loaded
             self._count_admission(seq, 1)
-            if self._free_states:
-                seq.state_slot = self._free_states.pop()
+            self._rows.admit(seq)
             for pool in self._pools:
                 pool.grow(seq, shared + chunk)
             del self._waiting[i]
@@ -502,6 +503,7 @@ class Scheduler:
                 raise ValueError(f"sampled: no token for request_id={item.request_id!r}")
             if item.num_drafts:  # the KV of the drafts kept (the last new token is not fed)
                 seq.num_computed_tokens = item.start_pos + len(new)
+                self._rows.kept(seq, item, len(new))  # (a recurrent state: the one after them)
                 self._num_drafts += item.num_drafts
                 for j in range(len(new) - 1):
                     self._kept_at[j] += 1
@@ -656,7 +658,7 @@ class Scheduler:
     def _donor(self, seq: Sequence) -> Sequence | None:
         """samples.donor; `seq` itself when a windowed pool gives pages back, or when each
         sequence has a recurrent state (pages alone would not give it the first's)."""
-        if self._windowed_pools or self._free_states is not None:
+        if self._windowed_pools or self._rows.num_slots:
             return seq
         return samples.donor(seq, self.pages.page_size, self._computed)
 
@@ -736,7 +738,7 @@ class Scheduler:
         token_ids, feed_index = seq.token_ids_range(start, stop), -1
         if stop > seq.num_tokens:  # a decode of the token the step in flight samples
             token_ids, feed_index = (0,), feed[seq.request_id]
-        extra = {} if self._snapshots is None else self._snapshots.item_fields(seq, start, stop)
+        extra = self._rows.item_fields(seq, start, stop + len(drafts), len(drafts))
         return ScheduledItem(
             request_id=seq.request_id,
             token_ids=token_ids + drafts,
@@ -752,7 +754,6 @@ class Scheduler:
             lora_id=seq.lora_id,
             num_loaded=loaded,
             next_token=seq.token_ids_range(stop, stop + 1)[0] if stop < seq.num_tokens else -1,
-            state_slot=seq.state_slot,
             **extra,
         )
 
@@ -792,9 +793,4 @@ class Scheduler:
             pool.pages.free(held[::-1] if self.prefix_cache is not None else held)
             setattr(seq, pool.ids, ())
             setattr(seq, pool.released, 0)
-        self._return_state(seq)
-
-    def _return_state(self, seq: Sequence) -> None:
-        if seq.state_slot:  # (a later holder starts it from zero: never read)
-            self._free_states.append(seq.state_slot)
-            seq.state_slot = 0
+        self._rows.release(seq)

@@ -24,6 +24,7 @@ float rounding otherwise.
 from __future__ import annotations
 
 import collections
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -31,6 +32,7 @@ import numpy as np
 from configs.model_config import ModelConfig
 from engine import inputs
 from engine.linear_state import state_rows
+from engine.mtp import MtpProposer
 from engine.sequence import Sequence
 from models.linear_attention import CHUNK
 from sharding.placement import put_replicated
@@ -53,18 +55,33 @@ def block_size_for(block_size: int | None, page_size: int) -> int:
     return block_size
 
 
-def snapshots_for(
+class StateLayout(NamedTuple):
+    """A linear-attention model's state rows (engine/linear_state.py)."""
+
+    rows: int  # of each layer's state arrays (0: no linear layers)
+    snapshots: StateCache | None  # prefix caching's
+    block: int  # tokens between snapshots (mamba_block_size; 0: none)
+    drafts: int  # draft rows per sequence (speculative decoding; 0: none)
+
+    @property
+    def copied(self) -> bool:
+        """Whether steps may start a sequence from a state another row holds."""
+        return bool(self.block or self.drafts)
+
+
+def state_layout(
     cfg: ModelConfig,
     enable_prefix_caching: bool,
     block_size: int | None,
     num_snapshots: int | None,
     page_size: int,
     max_num_seqs: int,
-) -> tuple[StateCache | None, int]:
+    proposer=None,
+) -> StateLayout:
     """The LLM's prefix-caching options checked against the model (ValueError naming the
     first that does not apply: sliding windows are refused, the snapshot options need a
-    linear-attention model with prefix caching): (the state snapshots' pool or None, the
-    rows of the state arrays, linear_state.state_rows)."""
+    linear-attention model with prefix caching), and the state rows they and `proposer`'s
+    drafts (speculative decoding: ngram; MTP refused) take."""
     if enable_prefix_caching and (cfg.kv_window or cfg.hybrid_window):
         raise ValueError(
             f"enable_prefix_caching=True: not supported for {cfg.model_type}'s sliding-"
@@ -78,13 +95,21 @@ def snapshots_for(
                 f"model with linear-attention layers ({cfg.model_type} "
                 f"{'has them' if linear else 'has none'})"
             )
-    if not (linear and enable_prefix_caching):
-        return None, state_rows(cfg, max_num_seqs)
+    if not linear:
+        return StateLayout(0, None, 0, 0)
+    if isinstance(proposer, MtpProposer):
+        raise ValueError(
+            f"speculative_config.method='mtp': not supported for {cfg.model_type}'s "
+            "linear-attention models (their MTP module is not read); 'ngram' is"
+        )
+    drafts = proposer.num_speculative_tokens if proposer is not None else 0
+    if not enable_prefix_caching:
+        return StateLayout(state_rows(cfg, max_num_seqs, 0, drafts), None, 0, drafts)
     block_size = block_size_for(block_size, page_size)
     num_rows = max_num_seqs if num_snapshots is None else num_snapshots
     num_rows = inputs.as_int("num_state_snapshots", num_rows, low=1)
     cache = StateCache(block_size, page_size, max_num_seqs + 1, num_rows)
-    return cache, state_rows(cfg, max_num_seqs, num_rows)
+    return StateLayout(state_rows(cfg, max_num_seqs, num_rows, drafts), cache, block_size, drafts)
 
 
 class StateCache:
@@ -94,6 +119,7 @@ class StateCache:
         if num_rows < 1:
             raise ValueError(f"num_state_snapshots={num_rows}: must be >= 1")
         self.block_size, self.page_size, self.num_rows = block_size, page_size, num_rows
+        self._first = first_row
         self._free = list(range(first_row + num_rows - 1, first_row - 1, -1))
         self._row_of: dict[int, int] = {}  # block id -> row
         # Indexed rows -> their block ids, least recently used first.
@@ -117,10 +143,10 @@ class StateCache:
                 return hits[:n], blocks[:n], row
         return [], [], 0
 
-    def item_fields(self, seq: Sequence, start: int, stop: int) -> dict:
-        """A step item's ScheduledItem fields, for positions start .. stop - 1: `state_from`,
-        the snapshot its admission took (taken off `seq`), and `state_snapshots`, a row for
-        each boundary in (start, stop] ((span-relative end, row) pairs)."""
+    def boundary_rows(self, seq: Sequence, start: int, stop: int) -> tuple:
+        """A row for each boundary in (start, stop] a step computing `seq`'s positions
+        start .. stop - 1 passes: ((span-relative end, row), ...); fewer when every row is
+        in a step not yet applied."""
         snaps, size = [], self.block_size
         for pos in range((start // size + 1) * size, stop + 1, size):
             row = self._take_row()
@@ -128,10 +154,12 @@ class StateCache:
                 break
             snaps.append((pos - start, row))
             self._pending[row] = (seq, pos // self.page_size - 1)
-        fields = {"state_from": seq.state_from, "state_snapshots": tuple(snaps)}
-        self.num_restored += bool(seq.state_from)
-        seq.state_from = 0
-        return fields
+        return tuple(snaps)
+
+    def count_restore(self, row: int, sign: int = 1) -> None:
+        """A step item copies `row` into its sequence's (sign -1: a step that never ran):
+        counted if it is a snapshot."""
+        self.num_restored += sign * (self._first <= row < self._first + self.num_rows)
 
     def _take_row(self) -> int | None:
         if self._free:
@@ -164,12 +192,10 @@ class StateCache:
                 if self._pending.pop(row, None) is not None:
                     self._free.append(row)
 
-    def cancel(self, item, seq: Sequence) -> None:
-        """A step item that never ran: its rows back, its snapshot to copy in again."""
+    def cancel(self, item) -> None:
+        """A step item that never ran: its rows back (its copy is made again)."""
         self.release((item,))
-        if item.state_from:
-            seq.state_from = item.state_from
-            self.num_restored -= 1
+        self.count_restore(item.state_from, -1)
 
     def reset(self) -> int:
         """Forget every snapshot (with the prefix cache's pages); returns how many."""

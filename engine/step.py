@@ -96,6 +96,8 @@ class StepBatch(NamedTuple):
     # linear_attention.Segments.snap_end / snap_row); None without.
     state_snap_end: jax.Array | None = None
     state_snap_row: jax.Array | None = None
+    # [S] bool: the spans feeding speculative drafts (Segments.drafting); None without.
+    state_drafting: jax.Array | None = None
 
 
 class StepOutput(NamedTuple):
@@ -333,6 +335,7 @@ def _step_body(
             None if batch_invariant else linear_attention.CHUNK,
             batch.state_snap_end,
             batch.state_snap_row,
+            batch.state_drafting,
         )
     hidden, kv = forward_hidden(
         params,

@@ -102,7 +102,7 @@ def gqa_inputs(
     q = _temperature(cfg, q, positions, layer)
     gate = None
     if cfg.attn_output_gate:  # Qwen3-Next: q_proj's other half, per output channel
-        gate = jnp.einsum("td,dhk->thk", x, p["wq_gate"])
+        gate = add(jnp.einsum("td,dhk->thk", x, p["wq_gate"]), delta("wq_gate", x))
     return AttnInputs(q=q, k=k, v=v, scale=cfg.head_dim**-0.5, gate=gate)
 
 

@@ -63,6 +63,10 @@ class Segments(NamedTuple):
     snap_end: jax.Array | None = None
     snap_row: jax.Array | None = None
     phase: jax.Array | None = None
+    # Speculative decoding (engine/state_rows.py): [S] bool spans that feed drafts, run row
+    # by row beside the others' chunks, a snapshot after each row but the last (the state
+    # of every length of the drafts a step may keep). None: no drafts.
+    drafting: jax.Array | None = None
 
 
 def segments_from_spans(
@@ -73,6 +77,7 @@ def segments_from_spans(
     chunk: int | None = CHUNK,
     snap_end: jax.Array | None = None,  # [S, K] (Segments.snap_end)
     snap_row: jax.Array | None = None,  # [S, K]
+    drafting: jax.Array | None = None,  # [S] (Segments.drafting)
 ) -> Segments:
     """Segments of a ragged batch: sequence s owns rows cu_q_lens[s] .. cu_q_lens[s+1] - 1,
     and starts fresh where those are its first tokens."""
@@ -93,6 +98,7 @@ def segments_from_spans(
         snap_end,
         snap_row,
         phase,
+        drafting,
     )
 
 
@@ -277,6 +283,14 @@ def delta_rule(
     return out, state, kept if snapping else None
 
 
+def _spans(seg: Segments, keep: jax.Array) -> Segments:
+    """`seg` with only the spans `keep` [S] (the others empty, their snapshots none)."""
+    return seg._replace(
+        lengths=jnp.where(keep, seg.lengths, 0),
+        snap_end=jnp.where(keep[:, None], seg.snap_end, -1),
+    )
+
+
 def gated_delta_net(
     p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments
 ) -> tuple[jax.Array, tuple]:
@@ -309,9 +323,13 @@ def gated_delta_net(
     kn = jnp.repeat(_l2norm(k), group, axis=1)
     by_rows = None if x.shape[0] == seg.starts.shape[0] else seg.chunk
     snapping = seg.snap_end is not None
-    o, final, rec = delta_rule(
-        qn, kn, v.astype(jnp.float32), g, beta, prior(rec), seg, by_rows, rec if snapping else None
-    )
+    rule = functools.partial(delta_rule, qn, kn, v.astype(jnp.float32), g, beta, prior(rec))
+    if seg.drafting is None or by_rows is None:
+        o, final, rec = rule(seg, by_rows, rec if snapping else None)
+    else:  # the drafting spans row by row (a state after each), the others in chunks
+        o, final, rec = rule(_spans(seg, ~seg.drafting), by_rows, rec)
+        o_d, final_d, rec = rule(_spans(seg, seg.drafting), None, rec)
+        o, final = o + o_d, jnp.where(seg.drafting[:, None, None, None], final_d, final)
     if kda:
         # KDA's gated norm (transformers' KimiLinearRMSNormGated): the rule's output in the
         # model dtype, normed and scaled in float32, times sigmoid(g_b(g_a(x))), then cast.

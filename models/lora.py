@@ -81,10 +81,12 @@ def targets(cfg: ModelConfig) -> dict[Key, tuple[int, int]]:
     """Every projection an adapter may target in this model -> (K, N)."""
     specs = param_specs(cfg.replace(quantization=None))
     out = {}
+    attn_weights = {k: v for k, v in ATTN_WEIGHTS.items() if k != "wkv_b"}
+    attn_weights["wq_gate"] = 1  # (attn_output_gate: the query projection's gate half)
     for i, layer in enumerate(specs["layers"]):
         # MLA's kv_b_proj is folded into the query and output in latent space (absorbed):
-        # no target.
-        groups = [("attn", layer["attn"], {k: v for k, v in ATTN_WEIGHTS.items() if k != "wkv_b"})]
+        # no target. A linear-attention layer (no "attn") has none either.
+        groups = [("attn", layer["attn"], attn_weights)] if "attn" in layer else []
         if "mlp" in layer:
             groups.append(("mlp", layer["mlp"], MLP_WEIGHTS))
         if "shared" in layer.get("moe", {}):
@@ -165,6 +167,8 @@ def load_adapter(path: str, cfg: ModelConfig, max_rank: int) -> dict[Key, tuple]
                 pairs.setdefault(key, {})[m.group(3)] = f.get_tensor(name)
     except SafetensorError as e:
         raise ValueError(f"{path}/{WEIGHTS_FILE}: corrupt ({e})") from e
+    if cfg.attn_output_gate:
+        _split_gate(pairs, cfg)
     out = {}
     for key, ab in sorted(pairs.items()):
         k, n = dims[key]
@@ -183,6 +187,18 @@ def load_adapter(path: str, cfg: ModelConfig, max_rank: int) -> dict[Key, tuple]
     if not out:
         raise ValueError(f"lora_path={path!r}: {WEIGHTS_FILE} holds no LoRA tensors")
     return out
+
+
+def _split_gate(pairs: dict[Key, dict[str, np.ndarray]], cfg: ModelConfig) -> None:
+    """Qwen3-Next's q_proj (attn_output_gate) adapted: its lora_B rows are, per head, the
+    query's then the gate's (as the weight's, models/checkpoint_names.py), the engine's wq
+    and wq_gate; both take lora_A. A B of any other shape is left to the shape check."""
+    h, dh = cfg.num_heads, cfg.head_dim
+    for (i, group, name), ab in list(pairs.items()):
+        if name == "wq" and "B" in ab and ab["B"].shape[0] == 2 * h * dh:
+            b = ab["B"].reshape(h, 2, dh, -1)
+            ab["B"] = b[:, 0].reshape(h * dh, -1)
+            pairs[(i, group, "wq_gate")] = {**ab, "B": b[:, 1].reshape(h * dh, -1)}
 
 
 def slot_mask(lora: list | None, slots: jax.Array | None) -> jax.Array | None:

@@ -133,22 +133,16 @@ def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(lengths, ro
             np.testing.assert_array_equal(got[untouched], old[untouched])
 
 
-@pytest.mark.parametrize("preset", ["tiny-qwen3-next", "tiny-kimi-linear"])
-@pytest.mark.parametrize("chunk", [16, None])
-def test_snapshots_inside_a_step_hold_each_prefix_state(chunk, preset):
-    """Prefix caching's state snapshots (Segments.snap_end / snap_row): a span continuing
-    its sequence at position 10 past three 16-token boundaries (the chunked form's chunks
-    then start on multiples of 16: the span's first 6 rows, then 16 at a time), a fresh
-    span ending on one, a decode onto one: each snapshot row holds the conv inputs and the
-    state of its sequence up to its boundary, as the numpy rule gives, and the outputs are
-    those of the whole spans; rows neither held nor snapshots stay as they were."""
+def _check_snapshots(preset, lengths, first, fresh, snaps, chunk, drafting=None):
+    """gated_delta_net over spans (lengths, each's first position, fresh or not; their
+    sequences in state rows 2, 4, 0, 5) with snapshots `snaps` {span: [(relative end,
+    row)]} in 11 state rows: the outputs, the final states and each snapshot as the numpy
+    rule gives them for the sequence up to there; rows 1 and 3 untouched."""
     cfg = get_preset(preset)
     rng = np.random.default_rng(1)
     p = dict(init_params(cfg, 0, init_std=0.3, host=True)["layers"][0]["linear"])
     p["A_log"] = rng.uniform(-3, 0.5, p["A_log"].shape).astype(np.float32)
-    lengths, first = [40, 16, 0, 1], [10, 0, 0, 31]  # each span's first position
-    slots, fresh = [2, 4, 0, 5], [False, True, True, False]
-    snaps = {0: [(6, 6), (22, 7), (38, 8)], 1: [(16, 9)], 3: [(1, 10)]}  # (rel end, row)
+    slots = [2, 4, 0, 5]
     snap_end, snap_row = np.full((4, 3), -1, np.int32), np.full((4, 3), -1, np.int32)
     for i, pairs in snaps.items():
         for j, (end, row) in enumerate(pairs):
@@ -166,14 +160,17 @@ def test_snapshots_inside_a_step_hold_each_prefix_state(chunk, preset):
         jnp.asarray(snap_end),
         jnp.asarray(snap_row),
         jnp.asarray(np.array(first) % 16, jnp.int32),
+        None if drafting is None else jnp.asarray(drafting),
     )
     out, new = gated_delta_net(p, jnp.asarray(x), cfg, tuple(map(jnp.asarray, state)), seg)
     out, new = np.asarray(out), [np.asarray(a) for a in new]
     for i, (n, slot, start) in enumerate(zip(lengths, slots, starts, strict=True)):
         before = [np.zeros_like(a[slot]) if fresh[i] else a[slot] for a in state]
         if n:
-            want, *_ = _numpy_layer(p, x[start : start + n], cfg, before[:3], before[3])
+            want, prior, s = _numpy_layer(p, x[start : start + n], cfg, before[:3], before[3])
             np.testing.assert_allclose(out[start : start + n], want, atol=2e-5, rtol=1e-5)
+            for got, w in zip(new, [*prior, s], strict=True):
+                np.testing.assert_allclose(got[slot], w, atol=2e-5, rtol=1e-5)
         for end, row in snaps.get(i, ()):
             _, prior, s = _numpy_layer(p, x[start : start + end], cfg, before[:3], before[3])
             for got, w in zip(new, [*prior, s], strict=True):
@@ -181,6 +178,33 @@ def test_snapshots_inside_a_step_hold_each_prefix_state(chunk, preset):
     for untouched in (1, 3):  # (row 0: the padding span's)
         for got, old in zip(new, state, strict=True):
             np.testing.assert_array_equal(got[untouched], old[untouched])
+
+
+@pytest.mark.parametrize("preset", ["tiny-qwen3-next", "tiny-kimi-linear"])
+@pytest.mark.parametrize("chunk", [16, None])
+def test_snapshots_inside_a_step_hold_each_prefix_state(chunk, preset):
+    """Prefix caching's state snapshots (Segments.snap_end / snap_row): a span continuing
+    its sequence at position 10 past three 16-token boundaries (the chunked form's chunks
+    then start on multiples of 16: the span's first 6 rows, then 16 at a time), a fresh
+    span ending on one, a decode onto one: each snapshot row holds the conv inputs and the
+    state of its sequence up to its boundary."""
+    snaps = {0: [(6, 6), (22, 7), (38, 8)], 1: [(16, 9)], 3: [(1, 10)]}
+    _check_snapshots(
+        preset, [40, 16, 0, 1], [10, 0, 0, 31], [False, True, True, False], snaps, chunk
+    )
+
+
+@pytest.mark.parametrize("preset", ["tiny-qwen3-next", "tiny-kimi-linear"])
+def test_drafting_spans_run_row_by_row_with_a_state_per_row(preset):
+    """Speculative decoding (Segments.drafting): spans feeding a decode's token and its
+    drafts run row by row beside a chunked prefill, and leave the state after each row but
+    the last in the rows the step names (whichever number of drafts it keeps, the next
+    step starts from one of them)."""
+    snaps = {0: [(1, 6), (2, 7), (3, 8)], 3: [(1, 9)]}
+    drafting = [True, False, False, True]
+    _check_snapshots(
+        preset, [4, 30, 0, 2], [41, 0, 0, 17], [False, True, True, False], snaps, 16, drafting
+    )
 
 
 def test_kda_pair_decays_over_sub_chunks_equal_each_pair_weighed_alone():
@@ -268,6 +292,34 @@ def test_prefix_cache_hit_resumes_from_a_state_snapshot(arch, batch_invariant):
         np.testing.assert_allclose(hit.logprobs, cold.logprobs, atol=1e-5, rtol=0)
 
 
+def test_ngram_drafts_restart_from_the_state_after_the_kept_ones():
+    """Speculative decoding (ngram) on Qwen3-Next: a drafting step runs the decode and its
+    drafts row by row and leaves the state after each; when some are rejected the next
+    step starts from the state after the kept ones (a draft row copied into the
+    sequence's). Prompts that repeat the model's own continuation, so that a few drafts are
+    kept: the greedy tokens and logprobs of the engine without drafts. (Without the copy
+    every token after the first rejection differs.)"""
+    kw = dict(max_num_batched_tokens=64, max_num_seqs=4, page_size=8, max_model_len=128)
+    plain = LLM(str(FIXTURE), **kw)
+    spec = LLM(
+        str(FIXTURE),
+        speculative_config={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1},
+        **kw,
+    )
+    rng = np.random.default_rng(2)
+    starts = [{"prompt_token_ids": rng.integers(3, 200, 8).tolist()} for _ in range(3)]
+    greedy = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
+    continued = [o.prompt_token_ids + o.token_ids for o in plain.generate(starts, greedy)]
+    prompts = [{"prompt_token_ids": c + c[:14]} for c in continued]
+    greedy = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    want, got = plain.generate(prompts, greedy), spec.generate(prompts, greedy)
+    for w, g in zip(want, got, strict=True):
+        assert g.token_ids == w.token_ids
+        np.testing.assert_allclose(g.logprobs, w.logprobs, atol=1e-5, rtol=0)
+    stats = spec.stats()
+    assert 0 < stats["num_accepted_tokens"] < stats["num_draft_tokens"]
+
+
 def test_scheduler_takes_a_prefix_up_to_its_last_snapshot():
     """The host side: a snapshot row per boundary a step passes, indexed under its page's
     block id once the step is launched (a step built ahead takes it); a match cut to the
@@ -319,8 +371,7 @@ def test_state_snapshot_options_are_checked_before_loading(model, kwargs, match)
 @pytest.mark.parametrize(
     "option, value",
     [
-        ("speculative_config", {"method": "ngram", "num_speculative_tokens": 2}),
-        ("enable_lora", True),
+        ("speculative_config", {"method": "mtp", "num_speculative_tokens": 1}),
         ("kv_transfer_config", {"kv_role": "kv_producer", "kv_connector_extra_config": SHARED}),
     ],
 )

@@ -142,11 +142,14 @@ def test_bad_adapters_and_arguments_are_refused_before_anything_is_queued(llm2, 
 
 
 @pytest.mark.parametrize(
-    "arch, adapter", [("qwen3_moe", "adapter_moe"), ("deepseek_v3", "adapter_mla")]
+    "arch, adapter",
+    [("qwen3_moe", "adapter_moe"), ("deepseek_v3", "adapter_mla"), ("qwen3_next", "adapter_next")],
 )
 def test_moe_models_take_attention_adapters(arch, adapter, tmp_path):
     """qwen3_moe (experts in every layer): q/k/v/o; deepseek_v3: MLA's q_a / q_b /
-    kv_a_proj_with_mqa / o_proj. Beside requests without one, as peft computes."""
+    kv_a_proj_with_mqa / o_proj; qwen3_next (gated DeltaNet layers beside gated attention):
+    q_proj (its query and output-gate halves), k/v/o, the dense MLP and the shared experts.
+    Beside requests without one, as peft computes."""
     ref = REFS[arch]
     llm = LLM(str(FIXTURES / arch), enable_lora=True, max_lora_rank=8, num_pages=64)
     req = LoRARequest(adapter, 1, str(LORA / adapter))
@@ -158,15 +161,20 @@ def test_moe_models_take_attention_adapters(arch, adapter, tmp_path):
         assert out.token_ids == want["greedy_tokens"][i % 3], i
         np.testing.assert_allclose(out.logprobs, want["logprobs"][i % 3], atol=TOL, rtol=0)
     # No experts' MLPs, nor MLA's absorbed kv_b_proj: refused, naming the tensor.
+    # Nor the DeltaNet's projections.
     if arch == "qwen3_moe":
         bad, match = LoRARequest("a", 2, A.lora_path), r"layers\.0\.mlp\.down_proj\.lora_A"
     else:
-        path = tmp_path / "kv_b"
+        old, new, match = {
+            "deepseek_v3": ("q_b_proj", "kv_b_proj", r"layers\.0\.self_attn\.kv_b_proj"),
+            "qwen3_next": ("1.self_attn.k_proj", "0.linear_attn.in_proj_qkvz", r"linear_attn"),
+        }[arch]
+        path = tmp_path / "renamed"
         shutil.copytree(LORA / adapter, path)
         tensors = load_file(path / "adapter_model.safetensors")
-        renamed = {k.replace("q_b_proj", "kv_b_proj"): v for k, v in tensors.items()}
+        renamed = {k.replace(old, new): v for k, v in tensors.items()}
         save_file(renamed, path / "adapter_model.safetensors")
-        bad, match = LoRARequest("kv_b", 2, str(path)), r"layers\.0\.self_attn\.kv_b_proj"
+        bad = LoRARequest("renamed", 2, str(path))
     with pytest.raises(ValueError, match=match + r".*: not a projection LoRA can target"):
         llm.generate(prompts[0], SamplingParams(max_tokens=1), bad)
 
