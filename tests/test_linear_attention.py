@@ -296,28 +296,26 @@ def test_ngram_drafts_restart_from_the_state_after_the_kept_ones():
     """Speculative decoding (ngram) on Qwen3-Next: a drafting step runs the decode and its
     drafts row by row and leaves the state after each; when some are rejected the next
     step starts from the state after the kept ones (a draft row copied into the
-    sequence's). Prompts that repeat the model's own continuation, so that a few drafts are
-    kept: the greedy tokens and logprobs of the engine without drafts. (Without the copy
-    every token after the first rejection differs.)"""
-    kw = dict(max_num_batched_tokens=64, max_num_seqs=4, page_size=8, max_model_len=128)
-    plain = LLM(str(FIXTURE), **kw)
-    spec = LLM(
-        str(FIXTURE),
-        speculative_config={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1},
-        **kw,
-    )
-    rng = np.random.default_rng(2)
-    starts = [{"prompt_token_ids": rng.integers(3, 200, 8).tolist()} for _ in range(3)]
-    greedy = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
+    sequence's). Prompts that repeat the start of the model's own continuation, so that a
+    draft is kept now and then: the greedy tokens and logprobs of the engine without
+    drafts. (Without the copy the tokens differ.)"""
+    # test_engine_matches_hf's engine: its step programs, compiled already.
+    kw = dict(max_num_batched_tokens=16, max_num_seqs=3, page_size=8, num_pages=7)
+    plain = LLM(str(FIXTURE), max_model_len=56, **kw)
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1}
+    spec = LLM(str(FIXTURE), max_model_len=56, speculative_config=ngram, **kw)
+    rng = np.random.default_rng(8)
+    starts = [{"prompt_token_ids": rng.integers(3, 200, 6).tolist()} for _ in range(2)]
+    greedy = SamplingParams(temperature=0.0, max_tokens=18, ignore_eos=True)
     continued = [o.prompt_token_ids + o.token_ids for o in plain.generate(starts, greedy)]
-    prompts = [{"prompt_token_ids": c + c[:14]} for c in continued]
-    greedy = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    prompts = [{"prompt_token_ids": c + c[:6]} for c in continued]
+    greedy = SamplingParams(temperature=0.0, max_tokens=14, ignore_eos=True)
     want, got = plain.generate(prompts, greedy), spec.generate(prompts, greedy)
     for w, g in zip(want, got, strict=True):
         assert g.token_ids == w.token_ids
         np.testing.assert_allclose(g.logprobs, w.logprobs, atol=1e-5, rtol=0)
     stats = spec.stats()
-    assert 0 < stats["num_accepted_tokens"] < stats["num_draft_tokens"]
+    assert 0 < stats["num_accepted_tokens"] < stats["num_draft_tokens"], stats
 
 
 def test_scheduler_takes_a_prefix_up_to_its_last_snapshot():
