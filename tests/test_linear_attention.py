@@ -98,68 +98,36 @@ def test_layer_over_ragged_spans_equals_each_sequence_token_by_token(lengths, ro
     decode, an empty padding span and padding rows, in one batch: each equals its sequence
     alone, token by token; state rows not in the batch are untouched. Gated DeltaNet (a
     decay per head) and KDA (per key channel)."""
-    cfg = get_preset(preset)
-    rng = np.random.default_rng(0)
-    p = dict(init_params(cfg, 0, init_std=0.3, host=True)["layers"][0]["linear"])
-    p["A_log"] = rng.uniform(-3, 0.5, p["A_log"].shape).astype(np.float32)
-    p["dt_bias"] = rng.normal(1.0, 0.5, p["dt_bias"].shape).astype(np.float32)
-    slots, fresh = [2, 4, 0, 5], [True, False, True, False]
-    x = rng.normal(size=(rows, cfg.hidden_size)).astype(np.float32)
-    state = [rng.normal(size=a.shape).astype(np.float32) for a in zero_state(cfg, 6)]
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
-    seq_of = np.clip(np.searchsorted(np.cumsum(lengths), np.arange(rows), side="right"), 0, 3)
-    seg = Segments(
-        jnp.asarray(seq_of, jnp.int32),
-        jnp.asarray(np.arange(rows) - starts[seq_of], jnp.int32),
-        jnp.asarray(starts),
-        jnp.asarray(lengths, jnp.int32),
-        jnp.asarray(slots, jnp.int32),
-        jnp.asarray(fresh),
-        chunk,
-    )
-    out, new = gated_delta_net(p, jnp.asarray(x), cfg, tuple(map(jnp.asarray, state)), seg)
-    out, new = np.asarray(out), [np.asarray(a) for a in new]
-    for n, slot, is_fresh, start in zip(lengths, slots, fresh, starts, strict=True):
-        if not n:
-            continue
-        before = [np.zeros_like(a[slot]) if is_fresh else a[slot] for a in state]
-        want, prior, s = _numpy_layer(p, x[start : start + n], cfg, before[:3], before[3])
-        np.testing.assert_allclose(out[start : start + n], want, atol=2e-5, rtol=1e-5)
-        for got, w in zip(new, [*prior, s], strict=True):
-            np.testing.assert_allclose(got[slot], w, atol=2e-5, rtol=1e-5)
-    assert np.abs(out[: sum(lengths)]).max() > 0.1  # (not a comparison of zeros)
-    for untouched in (1, 3):
-        for got, old in zip(new, state, strict=True):
-            np.testing.assert_array_equal(got[untouched], old[untouched])
+    _check_layer(preset, lengths, [0] * 4, [True, False, True, False], None, chunk, rows=rows)
 
 
-def _check_snapshots(preset, lengths, first, fresh, snaps, chunk, drafting=None):
-    """gated_delta_net over spans (lengths, each's first position, fresh or not; their
-    sequences in state rows 2, 4, 0, 5) with snapshots `snaps` {span: [(relative end,
-    row)]} in 11 state rows: the outputs, the final states and each snapshot as the numpy
-    rule gives them for the sequence up to there; rows 1 and 3 untouched."""
+def _check_layer(preset, lengths, first, fresh, snaps, chunk, drafting=None, rows=64):
+    """gated_delta_net over `rows` rows of spans (lengths, each's first position, fresh or
+    not; their sequences in state rows 2, 4, 0, 5), with snapshots `snaps` {span:
+    [(relative end, row)]} (None: no snapshot arrays) in 11 state rows: the outputs, the
+    final states and each snapshot as the numpy rule gives them for the sequence up to
+    there; rows 1 and 3 untouched."""
     cfg = get_preset(preset)
     rng = np.random.default_rng(1)
     p = dict(init_params(cfg, 0, init_std=0.3, host=True)["layers"][0]["linear"])
     p["A_log"] = rng.uniform(-3, 0.5, p["A_log"].shape).astype(np.float32)
+    p["dt_bias"] = rng.normal(1.0, 0.5, p["dt_bias"].shape).astype(np.float32)
     slots = [2, 4, 0, 5]
     snap_end, snap_row = np.full((4, 3), -1, np.int32), np.full((4, 3), -1, np.int32)
-    for i, pairs in snaps.items():
+    for i, pairs in (snaps or {}).items():
         for j, (end, row) in enumerate(pairs):
             snap_end[i, j], snap_row[i, j] = end, row
-    rows = 64
     x = rng.normal(size=(rows, cfg.hidden_size)).astype(np.float32)
     state = [rng.normal(size=a.shape).astype(np.float32) for a in zero_state(cfg, 11)]
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
     seq_of = np.clip(np.searchsorted(np.cumsum(lengths), np.arange(rows), side="right"), 0, 3)
+    snapping = (snap_end, snap_row, np.array(first) % 16) if snaps is not None else (None,) * 3
     seg = Segments(
         *map(jnp.asarray, (seq_of, np.arange(rows) - starts[seq_of], starts, lengths)),
         jnp.asarray(slots, jnp.int32),
         jnp.asarray(fresh),
         chunk,
-        jnp.asarray(snap_end),
-        jnp.asarray(snap_row),
-        jnp.asarray(np.array(first) % 16, jnp.int32),
+        *(None if a is None else jnp.asarray(a, jnp.int32) for a in snapping),
         None if drafting is None else jnp.asarray(drafting),
     )
     out, new = gated_delta_net(p, jnp.asarray(x), cfg, tuple(map(jnp.asarray, state)), seg)
@@ -171,10 +139,11 @@ def _check_snapshots(preset, lengths, first, fresh, snaps, chunk, drafting=None)
             np.testing.assert_allclose(out[start : start + n], want, atol=2e-5, rtol=1e-5)
             for got, w in zip(new, [*prior, s], strict=True):
                 np.testing.assert_allclose(got[slot], w, atol=2e-5, rtol=1e-5)
-        for end, row in snaps.get(i, ()):
+        for end, row in (snaps or {}).get(i, ()):
             _, prior, s = _numpy_layer(p, x[start : start + end], cfg, before[:3], before[3])
             for got, w in zip(new, [*prior, s], strict=True):
                 np.testing.assert_allclose(got[row], w, atol=2e-5, rtol=1e-5)
+    assert np.abs(out[: sum(lengths)]).max() > 0.1  # (not a comparison of zeros)
     for untouched in (1, 3):  # (row 0: the padding span's)
         for got, old in zip(new, state, strict=True):
             np.testing.assert_array_equal(got[untouched], old[untouched])
@@ -189,9 +158,7 @@ def test_snapshots_inside_a_step_hold_each_prefix_state(chunk, preset):
     span ending on one, a decode onto one: each snapshot row holds the conv inputs and the
     state of its sequence up to its boundary."""
     snaps = {0: [(6, 6), (22, 7), (38, 8)], 1: [(16, 9)], 3: [(1, 10)]}
-    _check_snapshots(
-        preset, [40, 16, 0, 1], [10, 0, 0, 31], [False, True, True, False], snaps, chunk
-    )
+    _check_layer(preset, [40, 16, 0, 1], [10, 0, 0, 31], [False, True, True, False], snaps, chunk)
 
 
 @pytest.mark.parametrize("preset", ["tiny-qwen3-next", "tiny-kimi-linear"])
@@ -202,7 +169,7 @@ def test_drafting_spans_run_row_by_row_with_a_state_per_row(preset):
     step starts from one of them)."""
     snaps = {0: [(1, 6), (2, 7), (3, 8)], 3: [(1, 9)]}
     drafting = [True, False, False, True]
-    _check_snapshots(
+    _check_layer(
         preset, [4, 30, 0, 2], [41, 0, 0, 17], [False, True, True, False], snaps, 16, drafting
     )
 
