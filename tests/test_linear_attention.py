@@ -278,30 +278,44 @@ def test_prefix_cache_hit_resumes_from_a_state_snapshot(arch):
     assert (hit.token_ids, _bits(hit.logprobs)) == (cold.token_ids, _bits(cold.logprobs))
 
 
-def test_ngram_drafts_restart_from_the_state_after_the_kept_ones():
-    """Speculative decoding (ngram) on Qwen3-Next: a drafting step runs the decode and its
-    drafts row by row and leaves the state after each; when some are rejected the next
-    step starts from the state after the kept ones (a draft row copied into the
-    sequence's). Prompts that repeat the start of the model's own continuation, so that a
-    draft is kept now and then: the greedy tokens and logprobs of the engine without
-    drafts. (Without the copy the tokens differ.)"""
+def test_drafts_restart_from_the_state_after_the_kept_ones(monkeypatch):
+    """Speculative decoding on Qwen3-Next: a drafting step runs the decode and its drafts
+    row by row and leaves the state after each; when some are rejected the next step
+    starts from the state after the kept ones (a draft row copied into the sequence's).
+    Drafts from an oracle in place of the ngram lookup (the greedy continuation, one draft
+    spoiled at a place that rotates call by call: 0 to 3 kept a step): the greedy tokens
+    and logprobs of the engine without drafts, in fewer steps. (Without the copy the tokens
+    differ.)"""
     # test_engine_matches_hf's engine: its step programs, compiled already.
     kw = dict(max_num_batched_tokens=16, max_num_seqs=3, page_size=8, num_pages=7)
     plain = LLM(str(FIXTURE), max_model_len=56, **kw)
-    ngram = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1}
+    ngram = {"method": "ngram", "num_speculative_tokens": 3}
     spec = LLM(str(FIXTURE), max_model_len=56, speculative_config=ngram, **kw)
-    rng = np.random.default_rng(8)
-    starts = [{"prompt_token_ids": rng.integers(3, 200, 6).tolist()} for _ in range(2)]
-    greedy = SamplingParams(temperature=0.0, max_tokens=18, ignore_eos=True)
-    continued = [o.prompt_token_ids + o.token_ids for o in plain.generate(starts, greedy)]
-    prompts = [{"prompt_token_ids": c + c[:6]} for c in continued]
-    greedy = SamplingParams(temperature=0.0, max_tokens=14, ignore_eos=True)
-    want, got = plain.generate(prompts, greedy), spec.generate(prompts, greedy)
+    prompts = [
+        {"prompt_token_ids": p}
+        for p in json.loads((FIXTURE / "reference.json").read_text())["prompts"]
+    ]
+    greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    want = plain.generate(prompts, greedy)
+    fulls = {tuple(w.prompt_token_ids): w.prompt_token_ids + w.token_ids for w in want}
+    calls = iter(range(10**6))
+
+    def drafts(self, seq, cap):
+        got = list(fulls[tuple(seq.prompt_token_ids)][seq.num_tokens : seq.num_tokens + cap])
+        spoil = next(calls) % 4  # (3: none spoiled)
+        if spoil < len(got):
+            got[spoil] = (got[spoil] + 1) % spec.config.vocab_size
+        return tuple(got)
+
+    monkeypatch.setattr(type(spec._scheduler.speculative), "drafts", drafts)
+    got = spec.generate(prompts, greedy)
     for w, g in zip(want, got, strict=True):
         assert g.token_ids == w.token_ids
         np.testing.assert_allclose(g.logprobs, w.logprobs, atol=1e-5, rtol=0)
     stats = spec.stats()
-    assert 0 < stats["num_accepted_tokens"] < stats["num_draft_tokens"], stats
+    assert 0 < stats["num_accepted_tokens"] < stats["num_draft_tokens"]
+    assert min(stats["num_accepted_tokens_per_pos"]) > 0  # (all three kept, some steps)
+    assert stats["num_steps"] < plain.stats()["num_steps"]
 
 
 def test_scheduler_takes_a_prefix_up_to_its_last_snapshot():
