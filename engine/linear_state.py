@@ -42,7 +42,7 @@ class StateRows:
         self.num_slots = num_slots
         self._free = list(range(num_slots, 0, -1))
         self.snapshots, self.drafts = snapshots, drafts
-        self._first_draft = num_slots + 1 + (snapshots.num_rows if snapshots else 0)
+        self._first_draft = num_slots + 1 + (0 if snapshots is None else snapshots.num_rows)
 
     def can_admit(self) -> bool:
         return bool(self._free) or not self.num_slots

@@ -22,6 +22,7 @@ from configs.model_config import ModelConfig
 from configs.presets import get_preset
 from engine import LLM, SamplingParams, kv_budget, kv_quant, penalties
 from engine.kv_pages import PageManager
+from engine.linear_state import StateRows
 from engine.prefix_cache import PrefixCache
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
@@ -350,6 +351,13 @@ def test_scheduler_takes_a_prefix_up_to_its_last_snapshot():
     sched.add(Sequence("d", tokens[:20], params))  # its boundary's snapshot is gone
     (item,) = sched.schedule().items
     assert (item.start_pos, item.state_from) == (0, 0)
+    # With drafts too (speculative decoding): each sequence row's draft rows come after
+    # the snapshots' (rows 3 and 4 here), three per row.
+    rows = StateRows(2, StateCache(16, 8, first_row=3, num_rows=2), drafts=3)
+    seq = Sequence("e", tokens, params)
+    rows.admit(seq)
+    rows.admit(seq)  # (row 2)
+    assert rows.item_fields(seq, 40, 43, 2)["state_snapshots"] == ((1, 8), (2, 9))
 
 
 @pytest.mark.parametrize(
