@@ -571,7 +571,7 @@ class Scheduler:
             s["prefix_cache_hits"] = self._num_cache_hits
             s["prefix_cache_pages"] = len(self.prefix_cache)
             if self._snapshots is not None:  # state snapshots indexed, and copied in
-                s["prefix_cache_state_snapshots"] = len(self._snapshots)
+                s["prefix_cache_state_snapshots"] = self._snapshots.num_indexed
                 s["prefix_cache_states_restored"] = self._snapshots.num_restored
         if self.window_pages is not None:
             s["num_window_pages_free"] = self.window_pages.num_free

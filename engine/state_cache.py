@@ -128,8 +128,9 @@ class StateCache:
         self._pending: dict[int, tuple[Sequence, int]] = {}
         self.num_snapshots = self.num_restored = 0  # indexed, and taken by admissions
 
-    def __len__(self) -> int:
-        """Snapshots indexed."""
+    @property
+    def num_indexed(self) -> int:
+        """Snapshots indexed. (No __len__: an empty cache must not read as None.)"""
         return len(self._row_of)
 
     def usable(self, hits: list, blocks: list[int]) -> tuple[list, list[int], int]:

@@ -340,7 +340,7 @@ def test_scheduler_takes_a_prefix_up_to_its_last_snapshot():
     assert (item.start_pos, item.state_from, item.state_snapshots) == (32, 4, ())
     sched.cancel(ahead)  # never ran: its copy is made by the retry
     sched.update(out, {"a": (7, -1.0)})
-    assert len(states) == 2
+    assert states.num_indexed == 2
     out = sched.schedule()
     assert (out.items[0].start_pos, out.items[0].state_from) == (32, 4)
     sched.update(out, {"b": (7, -1.0)})
