@@ -138,7 +138,7 @@ def _check_layer(preset, lengths, first, fresh, snaps, chunk, drafting=None, row
         *(None if a is None else jnp.asarray(a, jnp.int32) for a in snapping),
         None if drafting is None else jnp.asarray(drafting),
     )
-    if chunk == CHUNK:  # as the engine makes them: fresh and phase from the KV lengths
+    if chunk == CHUNK and snaps is not None:  # as the engine makes them, from KV lengths
         cu = jnp.asarray(np.concatenate([starts, [sum(lengths)]]), jnp.int32)
         kv_lens = jnp.asarray(np.array(first) + lengths, jnp.int32)
         made = segments_from_spans(cu, kv_lens, seg.slots, rows, CHUNK, *seg[7:9])
