@@ -84,7 +84,7 @@ class StateRows:
     def cancel(self, item, seq) -> None:
         """A step item that never ran: its snapshot rows back, its copy made again."""
         if self.snapshots is not None:
-            self.snapshots.cancel(item)
+            self.snapshots.cancel(item, seq)
         seq.state_from = item.state_from
 
 

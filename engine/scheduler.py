@@ -177,9 +177,9 @@ class Scheduler:
         self._next_arrival = self._num_preemptions = 0
         self._num_shared_tokens = self._num_loaded_tokens = 0
         self.prefix_cache, self.speculative = prefix_cache, speculative
-        self._snapshots = None if prefix_cache is None else prefix_cache.states
         drafts = speculative.num_speculative_tokens if speculative else 0
-        self._rows = StateRows(state_slots, self._snapshots, drafts)
+        states = None if prefix_cache is None else prefix_cache.states
+        self._rows = StateRows(state_slots, states, drafts)
         self.max_loras, self.policy = max_loras, policy
         self._num_drafts, self._kept_at = 0, [0] * MAX_DRAFTS  # drafts kept per position
         self._num_cache_queries = self._num_cache_hits = 0  # tokens, at admissions
@@ -515,8 +515,8 @@ class Scheduler:
                 pool.release_behind_window(seq)
             if new is not None:
                 results.append(self._append(seq, new if item.num_drafts else (new,)))
-        if self._snapshots is not None:  # rows whose pages were not indexed
-            self._snapshots.release(sched_out.items)
+        if self._rows.snapshots is not None:  # rows whose pages were not indexed
+            self._rows.snapshots.release(sched_out.items, seqs)
         return results
 
     def _append(self, seq: Sequence, new) -> StepResult:
@@ -570,9 +570,9 @@ class Scheduler:
             s["prefix_cache_queries"] = self._num_cache_queries
             s["prefix_cache_hits"] = self._num_cache_hits
             s["prefix_cache_pages"] = len(self.prefix_cache)
-            if self._snapshots is not None:  # state snapshots indexed, and copied in
-                s["prefix_cache_state_snapshots"] = self._snapshots.num_indexed
-                s["prefix_cache_states_restored"] = self._snapshots.num_restored
+            if (states := self._rows.snapshots) is not None:  # indexed, and copied in
+                s["prefix_cache_state_snapshots"] = states.num_indexed
+                s["prefix_cache_states_restored"] = states.num_restored
         if self.window_pages is not None:
             s["num_window_pages_free"] = self.window_pages.num_free
             s["num_window_pages_total"] = self.window_pages.num_total

@@ -24,6 +24,7 @@ float rounding otherwise.
 from __future__ import annotations
 
 import collections
+import math
 from typing import NamedTuple
 
 import jax
@@ -43,7 +44,7 @@ DEFAULT_BLOCK_TOKENS = 512  # block_size's default (rounded up to a multiple of 
 def block_size_for(block_size: int | None, page_size: int) -> int:
     """`mamba_block_size` checked (a multiple of the page size and of the chunked rule's
     CHUNK rows), or the default: DEFAULT_BLOCK_TOKENS rounded up to such a multiple."""
-    unit = np.lcm(page_size, CHUNK)
+    unit = math.lcm(page_size, CHUNK)
     if block_size is None:
         return int(-(-DEFAULT_BLOCK_TOKENS // unit) * unit)
     block_size = inputs.as_int("mamba_block_size", block_size)
@@ -124,8 +125,8 @@ class StateCache:
         self._row_of: dict[int, int] = {}  # block id -> row
         # Indexed rows -> their block ids, least recently used first.
         self._lru: collections.OrderedDict[int, int] = collections.OrderedDict()
-        # Rows handed to steps, not yet indexed: their sequence and the page ending there.
-        self._pending: dict[int, tuple[Sequence, int]] = {}
+        # Rows handed to steps, not yet indexed, by sequence: row -> the page ending there.
+        self._pending: dict[Sequence, dict[int, int]] = {}
         self.num_snapshots = self.num_restored = 0  # indexed, and taken by admissions
 
     @property
@@ -154,7 +155,7 @@ class StateCache:
             if row is None:
                 break
             snaps.append((pos - start, row))
-            self._pending[row] = (seq, pos // self.page_size - 1)
+            self._pending.setdefault(seq, {})[row] = pos // self.page_size - 1
         return tuple(snaps)
 
     def count_restore(self, row: int, sign: int = 1) -> None:
@@ -175,27 +176,35 @@ class StateCache:
         """Index `seq`'s snapshots whose pages it has indexed now (PrefixCache.index: their
         step was launched) under those pages' block ids; a block with one already frees
         the new row."""
-        for row, (owner, page) in list(self._pending.items()):
-            if owner is seq and page < len(seq.prefix_blocks):
-                del self._pending[row]
+        rows = self._pending.get(seq, {})
+        for row, page in list(rows.items()):
+            if page < len(seq.prefix_blocks):
+                del rows[row]
                 block = seq.prefix_blocks[page]
                 if block in self._row_of:
                     self._free.append(row)
                     continue
                 self._row_of[block], self._lru[row] = row, block
                 self.num_snapshots += 1
+        if not rows:
+            self._pending.pop(seq, None)
 
-    def release(self, items) -> None:
+    def release(self, items, seqs: dict[str, Sequence]) -> None:
         """The rows of the items' snapshots not indexed by now (their step was applied, or
-        never ran) go back: their pages were not indexed (a sequence finished meanwhile)."""
+        never ran) go back: their pages were not indexed (a sequence finished meanwhile).
+        `seqs`: the items' sequences by request id."""
         for item in items:
+            seq = seqs[item.request_id]
+            rows = self._pending.get(seq, {})
             for _, row in item.state_snapshots:
-                if self._pending.pop(row, None) is not None:
+                if rows.pop(row, None) is not None:
                     self._free.append(row)
+            if not rows:
+                self._pending.pop(seq, None)
 
-    def cancel(self, item) -> None:
+    def cancel(self, item, seq: Sequence) -> None:
         """A step item that never ran: its rows back (its copy is made again)."""
-        self.release((item,))
+        self.release((item,), {item.request_id: seq})
         self.count_restore(item.state_from, -1)
 
     def reset(self) -> int:

@@ -306,9 +306,10 @@ def gated_delta_net(
         return jnp.where(fresh, jnp.zeros((), arr.dtype), arr[seg.slots])
 
     q_in, k_in, v_in = (jnp.einsum("td,dhk->thk", x, p[n]) for n in ("wq", "wk", "wv"))
-    q, new_q = _causal_conv(q_in, p["conv_q"], prior(conv_q), seg)
-    k, new_k = _causal_conv(k_in, p["conv_k"], prior(conv_k), seg)
-    v, new_v = _causal_conv(v_in, p["conv_v"], prior(conv_v), seg)
+    priors = [prior(arr) for arr in (conv_q, conv_k, conv_v)]
+    q, new_q = _causal_conv(q_in, p["conv_q"], priors[0], seg)
+    k, new_k = _causal_conv(k_in, p["conv_k"], priors[1], seg)
+    v, new_v = _causal_conv(v_in, p["conv_v"], priors[2], seg)
     beta = jax.nn.sigmoid((x @ p["wb"]).astype(jnp.float32))  # [T, Hv]
     decay_rate = jnp.exp(p["A_log"].astype(jnp.float32))  # [Hv]
     kda = cfg.linear_attention_kind == "kimi_delta"
@@ -348,10 +349,12 @@ def gated_delta_net(
         rows = jnp.where(seg.snap_end > 0, seg.snap_row, rec.shape[0]).reshape(-1)
         conv_q, conv_k, conv_v = (
             arr.at[rows].set(
-                _conv_window(xp, prior(arr), seg, seg.snap_end).reshape((-1,) + arr.shape[1:]),
+                _conv_window(xp, before, seg, seg.snap_end).reshape((-1,) + arr.shape[1:]),
                 mode="drop",
             )
-            for arr, xp in ((conv_q, q_in), (conv_k, k_in), (conv_v, v_in))
+            for arr, xp, before in zip(
+                (conv_q, conv_k, conv_v), (q_in, k_in, v_in), priors, strict=True
+            )
         )
     else:
         rec = state[3]
