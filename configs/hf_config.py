@@ -15,7 +15,9 @@ import json
 import os
 from typing import Any
 
+from configs import hf_deepseek_v4 as v4
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
+from configs.hf_deepseek_v4 import DEEPSEEK_V4
 from configs.hf_kimi_linear import KIMI_ALIASES, KIMI_DEFAULTS, KIMI_LINEAR, kimi_linear_fields
 from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
 from configs.hf_mla import MLA_DEFAULTS, MLA_MODEL_TYPES, mla_fields
@@ -50,6 +52,7 @@ SUPPORTED_MODEL_TYPES = (
     "llama4_text",
     *LINEAR_MODEL_TYPES,
     KIMI_LINEAR,
+    DEEPSEEK_V4,
 )
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
@@ -222,12 +225,15 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     ),
 }
 # fmt: on
-_DEFAULTS.update(MLA_DEFAULTS, llama4_text=LLAMA4_DEFAULTS, **LINEAR_DEFAULTS, **KIMI_DEFAULTS)
+_DEFAULTS.update(
+    MLA_DEFAULTS, llama4_text=LLAMA4_DEFAULTS, **LINEAR_DEFAULTS, **KIMI_DEFAULTS, **v4.V4_DEFAULTS
+)
 # Other names a config.json may give a field, per model type: each config class's
 # `attribute_map` in transformers 5.24 (the field read here <- the names it also takes; a
 # name a class does not map is ignored, as transformers ignores it: Qwen2-MoE has none).
 _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     **KIMI_ALIASES,
+    **v4.V4_ALIASES,
     "qwen3_moe": {"num_experts": ("num_local_experts",)},
     "mixtral": {"num_local_experts": ("num_experts",)},
     "minimax_m2": {"num_local_experts": ("num_experts",)},
@@ -636,6 +642,8 @@ def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
         *LINEAR_MODEL_TYPES,
         KIMI_LINEAR,
     )
+    if model_type == DEEPSEEK_V4:  # (v4_fields reads its window)
+        return {}
     if model_type in no_window:
         return none
     per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe", "gpt_oss", "dots1")
@@ -743,7 +751,11 @@ def config_from_hf(
     int4 = stored_int4_scheme(hf)
     num_layers = f.required("num_hidden_layers")
     max_position = f.required("max_position_embeddings")
-    rope_theta, rope_scaling = _rope(f, max_position)
+    if model_type == DEEPSEEK_V4:  # the compressed layers' RoPE; the sliding ones' base
+        _, rope_scaling = _rope(_Fields(v4.v4_rope_source(f), model_type), max_position)
+        rope_theta = v4.v4_main_theta(f)
+    else:
+        rope_theta, rope_scaling = _rope(f, max_position)
     window = _sliding_window(f, model_type, num_layers)
     eos_ids = _eos_ids(f.get("eos_token_id"))
     if not isinstance(source, dict):
@@ -753,6 +765,8 @@ def config_from_hf(
         arch = {**mla_fields(f, model_type), **_llama4_temperature(f)}
     elif model_type == KIMI_LINEAR:
         arch = kimi_linear_fields(f)
+    elif model_type == DEEPSEEK_V4:
+        arch = v4.v4_fields(f)
     elif model_type in MLA_MODEL_TYPES:
         _partial_rotary_factor(f, model_type)  # 1: MLA rotates its whole rope part
         arch = mla_fields(f, model_type)

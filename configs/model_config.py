@@ -10,11 +10,18 @@ from dataclasses import dataclass, field
 # spell it "dynamic" with an alpha; its frequencies never depend on the length).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha")
 LINEAR_ATTENTION_KINDS = ("gated_delta", "kimi_delta")
-ATTENTION_TYPES = ("gqa", "mla")
-# softmax_topk: the top-k router logits, softmaxed among themselves (gpt-oss).
-SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk")
-# Expert MLP activation: silu(gate) * up, or gpt-oss's clamped form (models/moe.py).
-EXPERT_ACTS = ("swiglu", "clamped_swiglu")
+# dsv4: DeepSeek-V4's attention (models/deepseek_v4.py).
+ATTENTION_TYPES = ("gqa", "mla", "dsv4")
+# softmax_topk: the top-k router logits, softmaxed among themselves (gpt-oss);
+# sqrtsoftplus: sqrt(softplus(logit)) (DeepSeek-V4).
+SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk", "sqrtsoftplus")
+# Expert MLP activation: silu(gate) * up, gpt-oss's clamped form, or DeepSeek-V4's
+# silu(min(gate, limit)) * clip(up, -limit, limit) (models/moe.py).
+EXPERT_ACTS = ("swiglu", "clamped_swiglu", "limited_swiglu")
+# DeepSeek-V4's attention per layer: a sliding window alone, or beside compressed entries
+# (csa: one per csa_ratio tokens, overlapping, picked by a lightning indexer; hca: one per
+# hca_ratio tokens, all attended).
+V4_LAYER_KINDS = ("sliding", "csa", "hca")
 # group_top2: DeepSeek-V3's group rule (a group scores the sum of its two best experts)
 # without noaux_tc's correction bias (Mistral 4, Mistral Large 4).
 TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc", "group_top2")
@@ -199,6 +206,23 @@ class ModelConfig:
     # of the first one (0: not loaded; engine/mtp.py: params["mtp"], one more KV layer).
     num_nextn_predict_layers: int = 0
     mtp_drafts: int = 0
+    # DeepSeek-V4 (attention_type "dsv4", models/deepseek_v4.py): one shared key=value head
+    # of head_dim (its last rotary_dim channels roped), the window of sliding_window keys
+    # beside each layer's compressed entries (v4_layer_kinds), a grouped output projection
+    # (o_groups groups of heads, each to o_lora_rank), per-head sinks; hc_mult residual
+    # streams mixed by manifold-constrained hyper-connections (hc_sinkhorn_iters, hc_eps);
+    # the compressed layers rope with compress_rope_theta and rope_scaling, the sliding ones
+    # with rope_theta alone; hash_moe_layers route by a token-id table (tid2eid).
+    v4_layer_kinds: tuple[str, ...] = ()
+    csa_ratio: int = 4
+    hca_ratio: int = 128
+    o_groups: int = 0
+    o_lora_rank: int = 0
+    compress_rope_theta: float = 160000.0
+    hc_mult: int = 0
+    hc_sinkhorn_iters: int = 20
+    hc_eps: float = 1e-6
+    hash_moe_layers: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.quantization not in (None, "fp8", "int4"):
@@ -225,7 +249,9 @@ class ModelConfig:
             raise ValueError(
                 f"attention_type={self.attention_type!r}: expected one of {ATTENTION_TYPES}"
             )
-        if self.attention_type == "gqa":
+        if self.is_dsv4:
+            self._check_v4()
+        elif self.attention_type == "gqa":
             if self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads:
                 raise ValueError(
                     f"num_kv_heads={self.num_kv_heads}: must be > 0 and divide "
@@ -258,7 +284,7 @@ class ModelConfig:
                     f"full_attention_layers: layer {bad[0]} is outside [0, "
                     f"num_layers={self.num_layers})"
                 )
-        else:
+        else:  # MLA
             for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if getattr(self, name) <= 0:
                     raise ValueError(f"{name}={getattr(self, name)}: MLA needs it > 0")
@@ -279,7 +305,7 @@ class ModelConfig:
                         f"index_head_dim={self.index_head_dim}: must hold the rope part "
                         f"(qk_rope_head_dim={self.qk_rope_head_dim})"
                     )
-        if self.index_topk and self.attention_type != "mla":
+        if self.index_topk and self.attention_type == "gqa":
             raise ValueError(f"index_topk={self.index_topk}: sparse attention needs MLA")
         if self.learned_rope_scale or self.query_log_scale:
             if self.attention_type != "mla":
@@ -415,6 +441,51 @@ class ModelConfig:
                 f"and width ({kda[0]}, {kda[1]})"
             )
 
+    def _check_v4(self) -> None:
+        """DeepSeek-V4's attention, hyper-connections and hash routing, as transformers'
+        deepseek_v4 builds them."""
+        kinds = self.v4_layer_kinds
+        if len(kinds) != self.num_layers or any(k not in V4_LAYER_KINDS for k in kinds):
+            raise ValueError(
+                f"v4_layer_kinds={kinds!r}: needs one of {V4_LAYER_KINDS} per layer "
+                f"({self.num_layers})"
+            )
+        rotary = self.rotary_dim
+        if self.num_kv_heads != 1 or self.head_dim <= 0 or not 2 <= rotary <= self.head_dim:
+            raise ValueError(
+                f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
+                f"partial_rotary_factor={self.partial_rotary_factor}: DeepSeek-V4 attends one "
+                "shared key=value head whose last int(head_dim * factor) >= 2 channels rotate"
+            )
+        if rotary % 2:
+            raise ValueError(f"rotary channels {rotary}: must be even")
+        for name in ("q_lora_rank", "o_groups", "o_lora_rank", "hc_mult", "hc_sinkhorn_iters"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: DeepSeek-V4 needs it >= 1")
+        if self.num_heads % self.o_groups:
+            raise ValueError(f"o_groups={self.o_groups}: must divide num_heads={self.num_heads}")
+        if not isinstance(self.sliding_window, int) or self.sliding_window < 1:
+            raise ValueError(
+                f"sliding_window={self.sliding_window!r}: DeepSeek-V4 needs an integer >= 1"
+            )
+        if self.csa_ratio < 1 or self.hca_ratio < 1:
+            raise ValueError(
+                f"csa_ratio={self.csa_ratio}, hca_ratio={self.hca_ratio}: must be >= 1"
+            )
+        if "csa" in kinds:
+            for name in ("index_topk", "index_n_heads", "index_head_dim"):
+                if getattr(self, name) < 1:
+                    raise ValueError(f"{name}={getattr(self, name)}: a csa layer needs it >= 1")
+            if self.index_head_dim < rotary:
+                raise ValueError(
+                    f"index_head_dim={self.index_head_dim}: must hold the {rotary} rotary channels"
+                )
+        bad = [i for i in self.hash_moe_layers if not self.is_moe_layer(i)]
+        if bad:
+            raise ValueError(f"hash_moe_layers: layer {bad[0]} is not an MoE layer")
+        if self.linear_attention_layers or self.mtp_drafts:
+            raise ValueError("DeepSeek-V4: no linear-attention layers or MTP drafts here")
+
     def _check_sharing(self) -> None:
         """shared_indexer_layers and kv_source_layers, as transformers runs them."""
         shared = self.shared_indexer_layers
@@ -455,6 +526,23 @@ class ModelConfig:
         return self.attention_type == "mla"
 
     @property
+    def is_dsv4(self) -> bool:
+        return self.attention_type == "dsv4"
+
+    def v4_ratio(self, layer: int) -> int:
+        """Tokens per compressed entry of DeepSeek-V4 layer `layer` (0: window only)."""
+        kind = self.v4_layer_kinds[layer]
+        return {"sliding": 0, "csa": self.csa_ratio, "hca": self.hca_ratio}[kind]
+
+    def v4_entry_widths(self, layer: int) -> tuple[int, ...]:
+        """Widths of DeepSeek-V4 layer `layer`'s compressed entries: the attention's (head_dim)
+        and, for csa, the indexer's (index_head_dim); () for a window-only layer."""
+        kind = self.v4_layer_kinds[layer]
+        if kind == "sliding":
+            return ()
+        return (self.head_dim,) + ((self.index_head_dim,) if kind == "csa" else ())
+
+    @property
     def sparse_attention(self) -> bool:
         """DeepSeek Sparse Attention: each MLA query attends to its indexer's top keys."""
         return self.index_topk > 0
@@ -465,7 +553,7 @@ class ModelConfig:
         cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
         bf16 model's elements."""
-        return self.model_type == "gpt_oss" or self.norm_zero_centered
+        return self.model_type == "gpt_oss" or self.norm_zero_centered or self.is_dsv4
 
     @property
     def qk_head_dim(self) -> int:
@@ -478,7 +566,7 @@ class ModelConfig:
         int(head_dim * partial_rotary_factor) leading channels."""
         if self.is_mla:
             return self.qk_rope_head_dim
-        return int(self.head_dim * self.partial_rotary_factor)
+        return int(self.head_dim * self.partial_rotary_factor)  # (DeepSeek-V4: the last ones)
 
     def indexes(self, layer: int) -> bool:
         """Whether layer `layer` (the MTP layer: num_layers) runs a lightning indexer of its
@@ -494,6 +582,13 @@ class ModelConfig:
         K and V; MLA's latent unless it reads another layer's, then its indexer's keys."""
         if self.is_linear_layer(layer):  # (a state per sequence: linear_state_shapes)
             return ()
+        if self.is_dsv4:
+            # The window's key=value row, then (compressed layers) the compressor's inputs per
+            # token (kv | gate, two series each for csa) and the indexer's (csa); the entries
+            # themselves are kept one per ratio tokens (v4_entry_widths).
+            kind, dh, di = self.v4_layer_kinds[layer], self.head_dim, self.index_head_dim
+            raw = {"sliding": (), "hca": (2 * dh,), "csa": (4 * dh, 4 * di)}[kind]
+            return (dh, *raw)
         if not self.is_mla:
             return (self.num_kv_heads * self.head_dim,) * 2
         latent = (self.kv_lora_rank + self.qk_rope_head_dim,)
@@ -526,6 +621,8 @@ class ModelConfig:
     def _window(self) -> int | None:
         """The sliding window, or the attention chunk (a query sees at most that many keys
         back, itself included: the page bookkeeping's bound)."""
+        if self.is_dsv4:  # (its window reads pages the compressed entries keep: all kept)
+            return None
         return (
             self.sliding_window if self.attention_chunk_size is None else self.attention_chunk_size
         )
@@ -623,6 +720,12 @@ class ModelConfig:
         if dtype_bytes is None:
             dtype_bytes = 4 if self.dtype == "float32" else 2
         widths = sum(sum(self.layer_kv_widths(i)) for i in range(self.num_kv_layers))
+        if self.is_dsv4:  # the compressed entries, one per ratio tokens (rounded up)
+            widths += sum(
+                -(-sum(self.v4_entry_widths(i)) // self.v4_ratio(i))
+                for i in range(self.num_layers)
+                if self.v4_ratio(i)
+            )
         return widths * dtype_bytes
 
     def replace(self, **changes) -> ModelConfig:

@@ -761,3 +761,38 @@ _add(
         linear_conv_kernel=4,
     )
 )
+# DeepSeek-V4 (deepseek_v4): a window of 8 keys on every layer, beside compressed entries on
+# the last three (csa every 4 tokens with a top-3 indexer, hca every 8), one shared 32-wide
+# key=value head (8 rope channels last), 4 hyper-connection streams, sqrtsoftplus routing
+# (layer 0 by a token-id hash), gate and up clamped at 1.
+_add(
+    ModelConfig(
+        name="tiny-deepseek-v4",
+        model_type="deepseek_v4",
+        attention_type="dsv4",
+        num_layers=4,
+        num_kv_heads=1,
+        head_dim=32,
+        partial_rotary_factor=0.25,
+        intermediate_size=32,
+        max_position_embeddings=256,
+        rope_scaling=RopeScaling(
+            "yarn", 4.0, original_max_position_embeddings=64, attention_factor=1.0
+        ),
+        sliding_window=8,
+        q_lora_rank=32,
+        index_topk=3,
+        index_n_heads=4,
+        index_head_dim=16,
+        v4_layer_kinds=("sliding", "csa", "hca", "csa"),
+        hca_ratio=8,
+        o_groups=2,
+        o_lora_rank=16,
+        hc_mult=4,
+        hash_moe_layers=(0,),
+        **dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32),
+        **dict(num_shared_experts=1, scoring_func="sqrtsoftplus", norm_topk_prob=True),
+        **dict(routed_scaling_factor=1.5, expert_act="limited_swiglu", swiglu_limit=1.0),
+        **dict(bos_token_id=1, eos_token_ids=(2,)),
+    )
+)

@@ -27,7 +27,9 @@ EXPERT_LAYOUTS = ("per_expert", "fused")
 #                each a run of rows per target in order (each target's share of a group:
 #                its size / input width / groups); each target's rows, transposed, reshape
 #                to it (Qwen3-Next's in_proj_qkvz and gated q_proj, Qwen3.5's in_proj_qkv)
+#   index:       an integer table, reshaped (DeepSeek-V4's tid2eid)
 KINDS = (
+    "index",
     "copy",
     "linear",
     "expert",
@@ -282,10 +284,86 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
     return names
 
 
+def _v4_names(cfg: ModelConfig) -> dict[str, HFTensor]:
+    """DeepSeek-V4 as transformers 5.25 saves it (conversion_mapping.py's "deepseek_v4"
+    renames its layers back to the release's names; experts one per expert)."""
+    d, v, h, dh, n = cfg.hidden_size, cfg.vocab_size, cfg.num_heads, cfg.head_dim, cfg.hc_mult
+    rq, g, ro, e, f = (
+        cfg.q_lora_rank,
+        cfg.o_groups,
+        cfg.o_lora_rank,
+        cfg.num_experts,
+        cfg.moe_intermediate_size,
+    )
+    names = {
+        "model.embed_tokens.weight": HFTensor((v, d), (("embed",),), "copy"),
+        "model.norm.weight": _vector(d, ("final_norm",)),
+        "head.weight": _linear(v, d, ("lm_head",)),
+        "model.hc_head.hc_fn": _linear(n, n * d, ("hc_head", "fn")),
+        "model.hc_head.hc_base": _vector(n, ("hc_head", "base")),
+        "model.hc_head.hc_scale": _vector(1, ("hc_head", "scale")),
+    }
+    mix = (2 + n) * n
+    for i in range(cfg.num_layers):
+        pre, at = f"model.layers.{i}", ("layers", i)
+        a, att, kind, ratio = f"{pre}.attn", at + ("attn",), cfg.v4_layer_kinds[i], cfg.v4_ratio(i)
+        names[f"{pre}.attn_norm.weight"] = _vector(d, at + ("attn_norm",))
+        names[f"{pre}.ffn_norm.weight"] = _vector(d, at + ("mlp_norm",))
+        for hf, ours in (("attn", "attn_hc"), ("ffn", "mlp_hc")):
+            names[f"{pre}.hc_{hf}_fn"] = _linear(mix, n * d, at + (ours, "fn"))
+            names[f"{pre}.hc_{hf}_base"] = _vector(mix, at + (ours, "base"))
+            names[f"{pre}.hc_{hf}_scale"] = _vector(3, at + (ours, "scale"))
+        names[f"{a}.attn_sink"] = _vector(h, att + ("sinks",))
+        names[f"{a}.wq_a.weight"] = _linear(rq, d, att + ("wq_a",))
+        names[f"{a}.q_norm.weight"] = _vector(rq, att + ("q_a_norm",))
+        names[f"{a}.wq_b.weight"] = _linear(h * dh, rq, att + ("wq_b",))
+        names[f"{a}.wkv.weight"] = _linear(dh, d, att + ("wkv",))
+        names[f"{a}.norm.weight"] = _vector(dh, att + ("kv_norm",))
+        names[f"{a}.wo_a.weight"] = _linear(g * ro, h * dh // g, att + ("wo_a",))
+        names[f"{a}.wo_b.weight"] = _linear(d, g * ro, att + ("wo_b",))
+        parts = []
+        if ratio:
+            parts.append((f"{a}.compressor", "c_", dh * (2 if kind == "csa" else 1), dh))
+        if kind == "csa":
+            hi, di = cfg.index_n_heads, cfg.index_head_dim
+            parts.append((f"{a}.indexer.compressor", "i_", 2 * di, di))
+            names[f"{a}.indexer.wq_b.weight"] = _linear(hi * di, rq, att + ("i_wq",))
+            names[f"{a}.indexer.weights_proj.weight"] = _linear(hi, d, att + ("i_w",))
+        for c, ours, width, norm in parts:
+            names[f"{c}.wkv.weight"] = _linear(width, d, att + (ours + "wkv",))
+            names[f"{c}.wgate.weight"] = _linear(width, d, att + (ours + "wgate",))
+            names[f"{c}.ape"] = HFTensor((ratio, width), (att + (ours + "bias",),), "copy")
+            names[f"{c}.norm.weight"] = _vector(norm, att + (ours + "norm",))
+        m, mo = f"{pre}.ffn", at + ("moe",)
+        names[f"{m}.gate.weight"] = _linear(e, d, mo + ("router",))
+        if i in cfg.hash_moe_layers:
+            k = cfg.num_experts_per_tok
+            names[f"{m}.gate.tid2eid"] = HFTensor((v, k), (mo + ("tid2eid",),), "index")
+        else:
+            names[f"{m}.gate.bias"] = _vector(e, mo + ("router_bias",))
+        parts = (("w1", "w_gate", (f, d)), ("w3", "w_up", (f, d)), ("w2", "w_down", (d, f)))
+        for x in range(e):
+            for hf, ours, shape in parts:
+                names[f"{m}.experts.{x}.{hf}.weight"] = HFTensor(
+                    shape, (mo + (ours,),), "expert", x
+                )
+        if cfg.num_shared_experts:
+            fs = cfg.shared_expert_width
+            for hf, ours, shape in (
+                ("w1", "w_gate", (fs, d)),
+                ("w3", "w_up", (fs, d)),
+                ("w2", "w_down", (d, fs)),
+            ):
+                names[f"{m}.shared_experts.{hf}.weight"] = _linear(*shape, mo + ("shared", ours))
+    return names
+
+
 def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict[str, HFTensor]:
     """Every tensor an HF checkpoint of `cfg` must hold -> expected shape and params target."""
     if expert_layout not in EXPERT_LAYOUTS:
         raise ValueError(f"expert_layout={expert_layout!r}: expected one of {EXPERT_LAYOUTS}")
+    if cfg.is_dsv4:
+        return _v4_names(cfg)
     d, v = cfg.hidden_size, cfg.vocab_size
     names = {
         "model.embed_tokens.weight": HFTensor((v, d), (("embed",),), "copy"),

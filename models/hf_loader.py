@@ -264,6 +264,12 @@ def _validate(
                 f"checkpoint tensor {name + suffix!r}: a scale for {name!r}, which is stored "
                 f"as {got.dtype}, not {FP8_DTYPE}"
             )
+        elif want.kind == "index":
+            if got.dtype not in ("I32", "I64"):
+                raise ValueError(
+                    f"checkpoint tensor {name!r}: dtype {got.dtype}, expected an integer table "
+                    "(I32 or I64)"
+                )
         elif got.dtype not in FLOAT_DTYPES:
             raise ValueError(
                 f"checkpoint tensor {name!r}: dtype {got.dtype} unsupported; "
@@ -600,7 +606,7 @@ def _place(t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], lea
         spec = leaf_specs[path]
         return np.asarray(x, dtype=spec.dtype)
 
-    if t.kind == "copy":  # (to every target: LeRoPE's alpha is each layer's)
+    if t.kind in ("copy", "index"):  # (to every target: LeRoPE's alpha is each layer's)
         for path in t.targets:
             leaves[path] = cast(path, arr.reshape(leaf_specs[path].shape))
     elif t.kind == "linear":

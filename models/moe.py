@@ -109,6 +109,8 @@ def expert_activation(cfg: ModelConfig) -> ExpertAct:
     if cfg.expert_act == "swiglu":
         return swiglu
     limit, alpha = cfg.swiglu_limit, cfg.swiglu_alpha
+    if cfg.expert_act == "limited_swiglu":  # DeepSeek-V4 (DeepseekV4Experts._apply_gate)
+        return lambda gate, up: jax.nn.silu(jnp.minimum(gate, limit)) * jnp.clip(up, -limit, limit)
 
     def clamped_swiglu(gate: jax.Array, up: jax.Array) -> jax.Array:
         gate = jnp.minimum(gate, limit)

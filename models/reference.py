@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs.model_config import ModelConfig
+from models import deepseek_v4
 from models.attention import AttnInputs, mla_expand_kv
 from models.linear_attention import segments_from_spans, zero_state
 from models.transformer import final_logits, forward_hidden
@@ -27,6 +28,8 @@ def init_cache(cfg: ModelConfig, max_len: int) -> list:
     def layer(i: int) -> tuple:
         if cfg.is_linear_layer(i):
             return zero_state(cfg, 1)
+        if cfg.is_dsv4:  # (one page of max_len rows: models/deepseek_v4.py)
+            return deepseek_v4.init_layer_cache(cfg, i, 1, max_len, lambda s: jnp.zeros(s, dt))
         if cfg.is_mla:
             return tuple(jnp.zeros((max_len, w), dt) for w in cfg.layer_kv_widths(i))
         return (jnp.zeros((max_len, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
@@ -68,6 +71,9 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
     layer's sliding window of them)."""
 
     chosen_by = {}  # the latest indexer's choice, for the shared-indexer layers after it
+    if cfg.is_dsv4:  # its paged attention, the cache one page (slot = position)
+        rows = deepseek_v4.Rows(positions, jnp.zeros_like(positions), jnp.zeros((1, 1), jnp.int32))
+        return lambda i, p, kv_i, inp: deepseek_v4.attention(p, cfg, i, inp, kv_i, rows, positions)
 
     def attend(i: int, p_attn: dict, kv_i: tuple, inp: AttnInputs):
         if cfg.is_mla:

@@ -28,6 +28,14 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             (kimi_delta) has wf_a/wg_a [D, dk], wf_b/wg_b [dk, Hv, dk], dt_bias [Hv, dk]
             in place of wz, wa; GQA wq_gate [D, H, Dh] (attn_output_gate)
   mtp (ModelConfig.mtp_drafts): enorm, hnorm, norm [D], eh_proj [2D, D], layer {...}
+  DeepSeek-V4 (attention_type "dsv4", models/deepseek_v4.py): layers[i] also attn_hc /
+            mlp_hc {fn [N*D, (2+N)*N], base [(2+N)*N], scale [3]}; attn wq_a [D, Rq],
+            q_a_norm [Rq], wq_b [Rq, H, Dh], wkv [D, Dh], kv_norm [Dh], wo_a [H*Dh/G, G,
+            Ro], wo_b [G*Ro, D], sinks [H]; compressed layers c_wkv / c_wgate [D, c*Dh],
+            c_bias [m, c*Dh], c_norm [Dh] (c 2 for csa); csa i_wkv / i_wgate [D, 2Di],
+            i_bias [m, 2Di], i_norm [Di], i_wq [Rq, Hi, Di], i_w [D, Hi]; moe tid2eid [V, k]
+            (hash layers) or router_bias [E]; hc_head {fn [N*D, N], base [N], scale [1]}
+            (norms, sinks, biases and hyper-connections float32, as transformers keeps them)
 """
 
 from __future__ import annotations
@@ -236,7 +244,75 @@ def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
     return s
 
 
+def _hc_specs(cfg: ModelConfig, outputs: int, scales: int, w) -> dict:
+    n, f32 = cfg.hc_mult, jnp.float32
+    return {
+        "fn": ParamSpec((n * cfg.hidden_size, outputs), f32, (None, None), w),
+        "base": ParamSpec((outputs,), f32, (None,), zeros),
+        "scale": ParamSpec((scales,), f32, (None,), ones),
+    }
+
+
+def _random_experts(num_experts: int) -> Initializer:
+    """A hash table's init: each row k distinct experts."""
+
+    def draw(rng, shape, dtype):
+        rows = [rng.permutation(num_experts)[: shape[1]] for _ in range(shape[0])]
+        return np.asarray(rows, dtype)
+
+    return draw
+
+
+def _v4_layer_specs(cfg: ModelConfig, i: int, dt, w) -> dict:
+    """A DeepSeek-V4 decoder layer (the module docstring's layout)."""
+    d, h, dh, rq = cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.q_lora_rank
+    f32, g, ro, kind = jnp.float32, cfg.o_groups, cfg.o_lora_rank, cfg.v4_layer_kinds[i]
+    n = cfg.hc_mult
+    attn = {
+        "wq_a": ParamSpec((d, rq), dt, ("embed", "q_lora"), w),
+        "q_a_norm": ParamSpec((rq,), f32, ("q_lora",), ones),
+        "wq_b": ParamSpec((rq, h, dh), dt, ("q_lora", "q_heads", "head_dim"), w),
+        "wkv": ParamSpec((d, dh), dt, ("embed", None), w),
+        "kv_norm": ParamSpec((dh,), f32, (None,), ones),
+        "wo_a": ParamSpec((h * dh // g, g, ro), dt, (None, None, None), w),
+        "wo_b": ParamSpec((g * ro, d), dt, (None, "embed"), w),
+        "sinks": ParamSpec((h,), f32, ("q_heads",), zeros),
+    }
+    ratio = cfg.v4_ratio(i)
+    if ratio:
+        c = 2 if kind == "csa" else 1
+        attn["c_wkv"] = ParamSpec((d, c * dh), dt, ("embed", None), w)
+        attn["c_wgate"] = ParamSpec((d, c * dh), dt, ("embed", None), w)
+        attn["c_bias"] = ParamSpec((ratio, c * dh), f32, (None, None), zeros)
+        attn["c_norm"] = ParamSpec((dh,), f32, (None,), ones)
+    if kind == "csa":
+        hi, di = cfg.index_n_heads, cfg.index_head_dim
+        attn["i_wkv"] = ParamSpec((d, 2 * di), dt, ("embed", None), w)
+        attn["i_wgate"] = ParamSpec((d, 2 * di), dt, ("embed", None), w)
+        attn["i_bias"] = ParamSpec((ratio, 2 * di), f32, (None, None), zeros)
+        attn["i_norm"] = ParamSpec((di,), f32, (None,), ones)
+        attn["i_wq"] = ParamSpec((rq, hi, di), dt, (None, None, None), w)
+        attn["i_w"] = ParamSpec((d, hi), dt, (None, None), w)
+    moe = _moe_specs(cfg, dt, w)
+    if i in cfg.hash_moe_layers:
+        k = cfg.num_experts_per_tok
+        table = _random_experts(cfg.num_experts)
+        moe["tid2eid"] = ParamSpec((cfg.vocab_size, k), jnp.int32, (None, None), table)
+    else:
+        moe["router_bias"] = ParamSpec((cfg.num_experts,), f32, (None,), zeros)
+    return {
+        "attn_norm": ParamSpec((d,), f32, ("embed",), ones),
+        "mlp_norm": ParamSpec((d,), f32, ("embed",), ones),
+        "attn_hc": _hc_specs(cfg, (2 + n) * n, 3, w),
+        "mlp_hc": _hc_specs(cfg, (2 + n) * n, 3, w),
+        "attn": attn,
+        "moe": moe,
+    }
+
+
 def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
+    if cfg.is_dsv4:
+        return _v4_layer_specs(cfg, i, dt, w)
     d = cfg.hidden_size
     norm = zeros if cfg.norm_zero_centered else ones
     layer = {"attn_norm": ParamSpec((d,), dt, ("embed",), norm)}
@@ -262,6 +338,9 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
         "layers": [_layer_specs(cfg, i, cfg.is_moe_layer(i), dt, w) for i in range(cfg.num_layers)],
         "final_norm": ParamSpec((d,), dt, ("embed",), zeros if cfg.norm_zero_centered else ones),
     }
+    if cfg.is_dsv4:
+        specs["final_norm"] = ParamSpec((d,), jnp.float32, ("embed",), ones)
+        specs["hc_head"] = _hc_specs(cfg, cfg.hc_mult, 1, w)
     if cfg.mtp_drafts:
         # The MTP module (engine/mtp.py): enorm / hnorm on the next token's embedding and the
         # model's last hidden state, eh_proj [2D, D] over the two, one decoder layer (MoE

@@ -22,6 +22,7 @@ from typing import Any
 import jax
 
 from configs.model_config import ModelConfig
+from models import deepseek_v4
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs
 from models.layers import embed, final_logits, model_norm, swiglu_mlp
 from models.linear_attention import Segments, gated_delta_net
@@ -59,6 +60,10 @@ def forward_hidden(
     `attend`: kv[i] is its state arrays, `segments` the step's rows by sequence."""
     pin = constrain or (lambda x, axes: x)
     routed = routed or routed_for(cfg)
+    if cfg.is_dsv4:  # (hyper-connection streams: its own stack)
+        return deepseek_v4.forward_hidden(
+            params, cfg, token_ids, positions, kv, attend, routed, pin
+        )
     x = pin(embed(params, token_ids), ("batch", "embed"))  # [T, D]
     new_kv = []
     lora = params.get("lora")

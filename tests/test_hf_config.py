@@ -43,6 +43,7 @@ ARCHS = (
     "kimi_linear",
     "qwen3_5_moe",
     "qwen3_5",
+    "deepseek_v4",
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")

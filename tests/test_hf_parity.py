@@ -53,6 +53,9 @@ ARCHS = {
     "qwen3_5_moe": "tiny-qwen3-5-moe",  # in its wrapper, experts fused as released
     "qwen3_5": "tiny-qwen3-5",  # dense, in its wrapper
     "kimi_linear": "tiny-kimi-linear",  # KDA and unrotated MLA layers, as released
+    # hyper-connections, windows beside compressed entries, hash routing; layers under the
+    # release's names (transformers saves them so)
+    "deepseek_v4": "tiny-deepseek-v4",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

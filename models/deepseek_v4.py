@@ -1,0 +1,474 @@
+"""DeepSeek-V4 (transformers' deepseek_v4, DeepSeek-V4-Flash / -Pro) over paged caches.
+
+What differs from the other families (ModelConfig attention_type "dsv4"):
+
+* Residual streams. Each token carries hc_mult streams [T, N, D]. Before a block, a
+  hyper-connection (mHC) reads the RMS-normed flattened streams and makes three mixes: `pre`
+  collapses the streams into the block's input, `post` spreads the block's output back over
+  them, and `comb` (made doubly stochastic by Sinkhorn-Knopp) mixes the old streams into the
+  new: new[k] = post[k] * out + sum_j comb[j, k] * old[j]. A last head collapses them before
+  the final norm.
+* Attention. One key=value head (head_dim wide, RMS-normed, its last rotary_dim channels
+  roped in interleaved pairs) shared by every query head. A query at position p attends to
+  the keys of its window (p - sliding_window + 1 .. p) and, in a compressed layer, to the
+  layer's compressed entries it may see, with a learned sink per head in the softmax. As
+  keys are values, the output's rope channels are rotated back by -p; a grouped output
+  projection (o_groups groups of heads, each to o_lora_rank) then one matmul to D.
+* Compressed entries. Entry w of an hca layer pools tokens w*m .. w*m + m - 1 (m =
+  hca_ratio): sum_j softmax_j(gate_j + bias[j]) * kv_j per channel, then an RMSNorm and
+  RoPE at position w*m. A csa layer (m = csa_ratio) pools 2m tokens: window w-1's first
+  series and window w's second (the first entry has no earlier window). A query at p sees
+  entry w once its window closed, w < (p + 1) // m; in a csa layer only the index_topk
+  entries its lightning indexer scores highest, sum_h w_h relu(q_h . k) over the indexer's
+  own compressed keys (pooled the same way at index_head_dim).
+* MoE. Router scores sqrt(softplus(logit)); the hash layers (hash_moe_layers) take their
+  experts from a token-id table (tid2eid) instead of the top-k, the rest top-k with the
+  correction bias; gate and up clamped at swiglu_limit (experts and shared expert).
+
+The cache of layer i (ModelConfig.layer_kv_widths, v4_entry_widths): per token, the window's
+key=value row and (compressed layers) the compressor's raw inputs (kv | gate + bias; csa:
+two series each, and the indexer's); per page, page_size // ratio entries (at least one),
+entry w of a sequence in the page holding its first token, (w*m) // page_size, at
+((w*m) % page_size) // m. Entries are pooled in the step where their window closes, from
+the raw rows in the pages, so everything a sequence's cache holds is a function of its
+pages: prefix caching, preemption and rejected drafts need nothing more. The window's
+keys are all kept (no page is given back behind it).
+
+`attention` runs one layer over the paged arrays for a ragged batch (engine/step.py); the
+contiguous reference (models/reference.py) calls it with one page per sequence.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from configs.model_config import ModelConfig, RopeScaling
+from models.layers import embed, model_norm
+from models.rope import apply_rope, rope_frequencies
+
+__all__ = ["Rows", "V4Inputs", "attention", "forward_hidden", "init_layer_cache", "route"]
+
+# Query rows whose gathered keys one loop step holds (float32 bytes): a chunk's size follows
+# the shapes and the step's size alone.
+GATHER_BYTES = 16 << 20
+
+
+class V4Inputs(NamedTuple):
+    """One layer's attention inputs for T rows."""
+
+    q: jax.Array  # [T, H, Dh] roped
+    kv: jax.Array  # [T, Dh] roped: the window's key (= value)
+    comp: jax.Array | None  # [T, 2cDh] the compressor's kv | gate + bias (c: 2 for csa)
+    idx: jax.Array | None  # [T, 4Di] the indexer's, likewise (csa)
+    idx_q: jax.Array | None  # [T, Hi, Di] roped indexer queries (csa)
+    idx_w: jax.Array | None  # [T, Hi] f32 indexer head weights, both scales folded in
+    positions: jax.Array  # [T]
+
+
+class Rows(NamedTuple):
+    """Where a step's rows live (engine.paged_attention.AttnMetadata has these fields)."""
+
+    positions: jax.Array  # [T] int32
+    seq_ids: jax.Array  # [T] int32, row of page_table
+    page_table: jax.Array  # [S, Pmax] int32
+
+
+def _unweighted_rms(x: jax.Array, eps: float) -> jax.Array:
+    """transformers' DeepseekV4UnweightedRMSNorm: x * rsqrt(mean(x^2) + eps), in x's dtype."""
+    var = jnp.mean(jnp.square(x.astype(jnp.float32)), axis=-1, keepdims=True)
+    return x * lax.rsqrt(var + eps).astype(x.dtype)
+
+
+def _norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """DeepseekV4RMSNorm: scaled in float32, cast once."""
+    xf = x.astype(jnp.float32)
+    var = jnp.mean(xf * xf, axis=-1, keepdims=True)
+    return (weight.astype(jnp.float32) * (xf * lax.rsqrt(var + eps))).astype(x.dtype)
+
+
+def _rope_freqs(cfg: ModelConfig, compressed: bool) -> tuple[np.ndarray, float]:
+    """(inv_freq, attention factor): a compressed layer's (compress_rope_theta with the
+    config's scaling; transformers forces a YaRN attention factor of 1) or a sliding one's
+    (rope_theta, unscaled)."""
+    if not compressed:
+        return rope_frequencies(cfg.rope_theta, cfg.rotary_dim, RopeScaling())
+    rs = cfg.rope_scaling
+    if rs.rope_type == "yarn" and rs.attention_factor is None:
+        rs = RopeScaling(**{**rs.__dict__, "attention_factor": 1.0})
+    inv_freq, _ = rope_frequencies(cfg.compress_rope_theta, cfg.rotary_dim, rs)
+    return inv_freq, 1.0
+
+
+def _rope_tail(x: jax.Array, positions: jax.Array, freqs) -> jax.Array:
+    """Rotate the last rotary channels of x [T, ..., W] as interleaved pairs."""
+    inv_freq, factor = freqs
+    dim = 2 * len(inv_freq)
+    rotated = apply_rope(x[..., -dim:], positions, inv_freq, factor, "pairs")
+    return jnp.concatenate([x[..., :-dim], rotated.astype(x.dtype)], axis=-1)
+
+
+# -- hyper-connections --------------------------------------------------------------------
+
+
+def _hc_mix(p: dict, streams: jax.Array, cfg: ModelConfig):
+    """(pre [T, N], post [T, N], comb [T, N, N]) f32 of a hyper-connection."""
+    t, n, d = streams.shape
+    flat = _unweighted_rms(streams.reshape(t, n * d).astype(jnp.float32), cfg.rms_norm_eps)
+    mix = jnp.matmul(flat, p["fn"].astype(jnp.float32), precision="highest")
+    base, scale, eps = p["base"].astype(jnp.float32), p["scale"].astype(jnp.float32), cfg.hc_eps
+    pre = jax.nn.sigmoid(mix[:, :n] * scale[0] + base[:n]) + eps
+    post = 2 * jax.nn.sigmoid(mix[:, n : 2 * n] * scale[1] + base[n : 2 * n])
+    comb = mix[:, 2 * n :].reshape(t, n, n) * scale[2] + base[2 * n :].reshape(n, n)
+    comb = jax.nn.softmax(comb, axis=-1) + eps
+    comb = comb / (jnp.sum(comb, axis=-2, keepdims=True) + eps)
+    for _ in range(cfg.hc_sinkhorn_iters - 1):
+        comb = comb / (jnp.sum(comb, axis=-1, keepdims=True) + eps)
+        comb = comb / (jnp.sum(comb, axis=-2, keepdims=True) + eps)
+    return pre, post, comb
+
+
+def _collapse(weights: jax.Array, streams: jax.Array) -> jax.Array:
+    """sum_j weights[:, j] * streams[:, j] in float32 (stream order), cast back."""
+    out = weights[:, 0, None] * streams[:, 0].astype(jnp.float32)
+    for j in range(1, streams.shape[1]):
+        out = out + weights[:, j, None] * streams[:, j].astype(jnp.float32)
+    return out.astype(streams.dtype)
+
+
+def _expand(streams: jax.Array, out: jax.Array, post: jax.Array, comb: jax.Array) -> jax.Array:
+    """new[k] = post[k] * out + sum_j comb[j, k] * old[j], in the streams' dtype."""
+    dt = streams.dtype
+    post, comb = post.astype(dt), comb.astype(dt)
+    mixed = comb[:, 0, :, None] * streams[:, 0, None, :]
+    for j in range(1, streams.shape[1]):
+        mixed = mixed + comb[:, j, :, None] * streams[:, j, None, :]
+    return post[:, :, None] * out[:, None, :] + mixed
+
+
+def _hc_head(p: dict, streams: jax.Array, cfg: ModelConfig) -> jax.Array:
+    t, n, d = streams.shape
+    flat = _unweighted_rms(streams.reshape(t, n * d).astype(jnp.float32), cfg.rms_norm_eps)
+    mix = jnp.matmul(flat, p["fn"].astype(jnp.float32), precision="highest")
+    pre = jax.nn.sigmoid(mix * p["scale"].astype(jnp.float32) + p["base"].astype(jnp.float32))
+    return _collapse(pre + cfg.hc_eps, streams)
+
+
+# -- attention ----------------------------------------------------------------------------
+
+
+def attn_inputs(p: dict, h: jax.Array, positions: jax.Array, cfg: ModelConfig, layer: int):
+    """V4Inputs of decoder layer `layer` from its normed input h [T, D]."""
+    eps, ratio = cfg.rms_norm_eps, cfg.v4_ratio(layer)
+    freqs = _rope_freqs(cfg, bool(ratio))
+    q_res = _norm(h @ p["wq_a"], p["q_a_norm"], eps)  # [T, Rq]
+    q = jnp.einsum("tr,rhd->thd", q_res, p["wq_b"])
+    q = _rope_tail(_unweighted_rms(q, eps), positions, freqs)
+    kv = _rope_tail(_norm(h @ p["wkv"], p["kv_norm"], eps), positions, freqs)
+    comp = idx = idx_q = idx_w = None
+    if ratio:
+        where = positions % ratio  # each token's place in its window: its gate's bias
+        gate = (h @ p["c_wgate"]).astype(jnp.float32) + p["c_bias"].astype(jnp.float32)[where]
+        comp = jnp.concatenate([h @ p["c_wkv"], gate.astype(h.dtype)], axis=-1)
+    if cfg.v4_layer_kinds[layer] == "csa":
+        where = positions % ratio
+        gate = (h @ p["i_wgate"]).astype(jnp.float32) + p["i_bias"].astype(jnp.float32)[where]
+        idx = jnp.concatenate([h @ p["i_wkv"], gate.astype(h.dtype)], axis=-1)
+        idx_q = _rope_tail(jnp.einsum("tr,rhd->thd", q_res, p["i_wq"]), positions, freqs)
+        scale = (cfg.index_n_heads * cfg.index_head_dim) ** -0.5
+        idx_w = (h @ p["i_w"]).astype(jnp.float32) * scale
+    return V4Inputs(q, kv, comp, idx, idx_q, idx_w, positions)
+
+
+def attn_output(p: dict, o: jax.Array, positions: jax.Array, cfg: ModelConfig, layer: int):
+    """o [T, H, Dh] -> [T, D]: the rope channels rotated back by -position, then the grouped
+    projection (heads in o_groups groups, each to o_lora_rank) and wo_b."""
+    freqs = _rope_freqs(cfg, bool(cfg.v4_ratio(layer)))
+    o = _rope_tail(o, -positions, freqs)
+    t, g = o.shape[0], cfg.o_groups
+    grouped = jnp.einsum("tgi,igr->tgr", o.reshape(t, g, -1), p["wo_a"])
+    return grouped.reshape(t, -1) @ p["wo_b"]
+
+
+def init_layer_cache(cfg: ModelConfig, layer: int, num_pages: int, page_size: int, zeros):
+    """Layer `layer`'s arrays: per-token rows (layer_kv_widths) and its entry pages."""
+    per_token = tuple(zeros((num_pages, page_size, w)) for w in cfg.layer_kv_widths(layer))
+    ratio = cfg.v4_ratio(layer)
+    if not ratio:
+        return per_token
+    rows = max(1, page_size // ratio)
+    return per_token + tuple(zeros((num_pages, rows, w)) for w in cfg.v4_entry_widths(layer))
+
+
+def _scatter(pages: jax.Array, page: jax.Array, offset: jax.Array, rows: jax.Array):
+    """pages[page, offset] = rows; page -1 drops the row."""
+    page = jnp.where(page < 0, pages.shape[0], page)
+    return pages.at[page, offset].set(rows.astype(pages.dtype), mode="drop")
+
+
+def _gather(pages: jax.Array, table: jax.Array, pos: jax.Array) -> jax.Array:
+    """Rows at token positions `pos` [..., R] of the sequences whose page rows `table`
+    [..., P] lists (clamped into the table), as float32: [..., R, W]."""
+    page_size = pages.shape[1]
+    col = jnp.clip(pos // page_size, 0, table.shape[-1] - 1)
+    ids = jnp.take_along_axis(table, col, axis=-1)
+    return pages[jnp.clip(ids, 0, pages.shape[0] - 1), pos % page_size].astype(jnp.float32)
+
+
+def _entry_slot(table: jax.Array, w: jax.Array, ratio: int, page_size: int):
+    """(page, row) of entry w in its sequence's entry pages; table [..., P], w [...]."""
+    first = w * ratio
+    col = jnp.clip(first // page_size, 0, table.shape[-1] - 1)
+    flat = col.reshape(col.shape[0], -1)
+    page = jnp.take_along_axis(table, flat, axis=-1).reshape(col.shape)
+    return page, (first % page_size) // ratio
+
+
+def _pool(
+    raw_pages: jax.Array,  # [N, P, 2cW]: kv | gate per token
+    table: jax.Array,  # [C, Pmax] each closing row's sequence's pages
+    w: jax.Array,  # [C] entries to pool
+    ratio: int,
+    width: int,
+    overlap: bool,
+    norm: jax.Array,
+    eps: float,
+    freqs,
+    dtype,
+) -> jax.Array:  # [C, width]
+    """Entries w: softmax(gate)-weighted sums of their windows' kv rows per channel, normed
+    and roped at w * ratio (module docstring)."""
+    steps = jnp.arange(ratio)
+    if overlap:  # window w-1's first series, then window w's second
+        pos = (w[:, None] - 1) * ratio + jnp.arange(2 * ratio)[None, :]
+        rows = _gather(raw_pages, table, jnp.maximum(pos, 0))  # [C, 2m, 4W]
+        kv = jnp.concatenate([rows[:, :ratio, :width], rows[:, ratio:, width : 2 * width]], 1)
+        gate = jnp.concatenate(
+            [rows[:, :ratio, 2 * width : 3 * width], rows[:, ratio:, 3 * width :]], axis=1
+        )
+        # (The first entry has no earlier window: its half weighs nothing.)
+        has_prior = (jnp.arange(2 * ratio)[None, :] >= ratio) | (w[:, None] > 0)
+        gate = jnp.where(has_prior[..., None], gate, -jnp.inf)
+    else:
+        pos = w[:, None] * ratio + steps[None, :]
+        rows = _gather(raw_pages, table, pos)  # [C, m, 2W]
+        kv, gate = rows[..., :width], rows[..., width:]
+    weights = jax.nn.softmax(gate, axis=1).astype(dtype).astype(jnp.float32)
+    pooled = jnp.sum(kv.astype(dtype).astype(jnp.float32) * weights, axis=1).astype(dtype)
+    return _rope_tail(_norm(pooled, norm, eps), w * ratio, freqs)
+
+
+def _emit(raw_pages, entry_pages, meta, slots, ratio, width, overlap, norm, cfg, freqs, dtype):
+    """Pool and write the entries whose windows close at this step's rows."""
+    num_tokens = meta.positions.shape[0]
+    page_size = raw_pages.shape[1]
+    closing = (slots >= 0) & ((meta.positions + 1) % ratio == 0)
+    most = min(num_tokens, num_tokens // ratio + meta.page_table.shape[0])
+    (rows,) = jnp.nonzero(closing, size=most, fill_value=num_tokens)
+    real = rows < num_tokens
+    rows = jnp.minimum(rows, num_tokens - 1)
+    table = meta.page_table[meta.seq_ids[rows]]  # [C, Pmax]
+    w = meta.positions[rows] // ratio
+    pooled = _pool(raw_pages, table, w, ratio, width, overlap, norm, cfg.rms_norm_eps, freqs, dtype)
+    page, row = _entry_slot(table, w, ratio, page_size)
+    return _scatter(entry_pages, jnp.where(real, page, -1), row, pooled)
+
+
+def _select(idx_q, idx_w, idx_entries, limit, topk):
+    """The indexer's top-k entries per query: [C, k] ids, -1 where fewer are visible."""
+    scores = jnp.einsum("chd,ced->che", idx_q.astype(jnp.float32), idx_entries)
+    scores = jnp.einsum("ch,che->ce", idx_w, jax.nn.relu(scores))
+    visible = jnp.arange(idx_entries.shape[1])[None, :] < limit[:, None]
+    scores = jnp.where(visible, scores, -jnp.inf)
+    k = min(topk, idx_entries.shape[1])
+    best, ids = lax.top_k(scores, k)
+    return jnp.where(best > -jnp.inf, ids, -1)
+
+
+def attention(
+    p: dict,
+    cfg: ModelConfig,
+    layer: int,
+    x: V4Inputs,
+    cache: tuple,
+    meta: Rows,  # (or an engine.paged_attention.AttnMetadata)
+    slots: jax.Array,  # [T] page * page_size + offset of each row; -1 = padding
+) -> tuple[jax.Array, tuple]:  # (o [T, H, Dh] before attn_output, the layer's cache)
+    """Write this step's rows, pool the entries their windows close, and attend."""
+    ratio, kind = cfg.v4_ratio(layer), cfg.v4_layer_kinds[layer]
+    page_size = cache[0].shape[1]
+    page = jnp.where(slots < 0, -1, slots // page_size)
+    offset = slots % page_size
+    cache = list(cache)
+    cache[0] = _scatter(cache[0], page, offset, x.kv)
+    freqs = _rope_freqs(cfg, bool(ratio))
+    dt = x.kv.dtype
+    if ratio:
+        cache[1] = _scatter(cache[1], page, offset, x.comp)
+        ent = 2 if kind == "hca" else 3
+        cache[ent] = _emit(
+            cache[1],
+            cache[ent],
+            meta,
+            slots,
+            ratio,
+            cfg.head_dim,
+            kind == "csa",
+            p["c_norm"],
+            cfg,
+            freqs,
+            dt,
+        )
+    if kind == "csa":
+        cache[2] = _scatter(cache[2], page, offset, x.idx)
+        cache[4] = _emit(
+            cache[2],
+            cache[4],
+            meta,
+            slots,
+            ratio,
+            cfg.index_head_dim,
+            True,
+            p["i_norm"],
+            cfg,
+            freqs,
+            dt,
+        )
+    o = _attend(p, cfg, x, cache, meta, ratio, kind)
+    return o.astype(dt), tuple(cache)
+
+
+def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, ratio: int, kind: str):
+    """Each query over its window's rows and its visible (csa: chosen) entries, with the
+    head's sink, in chunks of rows."""
+    num_tokens, num_heads, dh = x.q.shape
+    window = cfg.sliding_window
+    page_size = cache[0].shape[1]
+    max_entries = 0
+    if ratio:
+        max_entries = meta.page_table.shape[1] * page_size // ratio
+    keys = window + (min(cfg.index_topk, max_entries) if kind == "csa" else max_entries)
+    per_row = keys * (dh + num_heads) * 4 + (max_entries * cfg.index_head_dim * 4)
+    chunk = max(1, min(num_tokens, GATHER_BYTES // per_row))
+    sinks = p["sinks"].astype(jnp.float32)
+    scale = dh**-0.5
+
+    def one(q, pos, seq, idx_q, idx_w):  # a chunk of C rows
+        table = meta.page_table[seq]  # [C, Pmax]
+        near = pos[:, None] - window + 1 + jnp.arange(window)[None, :]  # [C, W]
+        rows = _gather(cache[0], table, jnp.maximum(near, 0))  # [C, W, Dh]
+        seen = near >= 0
+        if ratio:
+            limit = (pos + 1) // ratio  # entries whose window closed
+            if kind == "csa":
+                ids = jnp.arange(max_entries)
+                pg, rw = _entry_slot(
+                    table, jnp.broadcast_to(ids, (pos.shape[0], max_entries)), ratio, page_size
+                )
+                idx_entries = cache[4][jnp.clip(pg, 0, cache[4].shape[0] - 1), rw].astype(
+                    jnp.float32
+                )
+                chosen = _select(idx_q, idx_w, idx_entries, limit, cfg.index_topk)  # [C, k]
+                ent_ids, ent_seen = jnp.maximum(chosen, 0), chosen >= 0
+                ent_pages = cache[3]
+            else:
+                ent_ids = jnp.broadcast_to(jnp.arange(max_entries), (pos.shape[0], max_entries))
+                ent_seen = ent_ids < limit[:, None]
+                ent_pages = cache[2]
+            pg, rw = _entry_slot(table, ent_ids, ratio, page_size)
+            ent = ent_pages[jnp.clip(pg, 0, ent_pages.shape[0] - 1), rw].astype(jnp.float32)
+            rows = jnp.concatenate([rows, ent], axis=1)
+            seen = jnp.concatenate([seen, ent_seen], axis=1)
+        qf = q.astype(jnp.float32)
+        s = jnp.einsum("chd,ckd->chk", qf, rows, precision="highest") * scale
+        s = jnp.where(seen[:, None, :], s, -jnp.inf)
+        s = jnp.concatenate([s, jnp.broadcast_to(sinks[None, :, None], s.shape[:2] + (1,))], -1)
+        probs = jax.nn.softmax(s, axis=-1)[..., :-1]
+        # (Unseen rows may hold stale values: zero them so 0 * inf cannot appear.)
+        values = jnp.where(seen[..., None], rows, 0.0)
+        return jnp.einsum("chk,ckd->chd", probs, values, precision="highest")
+
+    parts = [x.q, x.positions, meta.seq_ids]
+    if kind == "csa":
+        parts += [x.idx_q, x.idx_w]
+    else:
+        parts += [jnp.zeros((num_tokens, 1, 1)), jnp.zeros((num_tokens, 1))]
+    if chunk >= num_tokens:
+        return one(*parts)
+    count = -(-num_tokens // chunk)
+    pad = count * chunk - num_tokens
+    parts = [jnp.pad(a, ((0, pad),) + ((0, 0),) * (a.ndim - 1)) for a in parts]
+    parts = [a.reshape(count, chunk, *a.shape[1:]) for a in parts]
+    o = lax.map(lambda c: one(*c), parts)
+    return o.reshape(count * chunk, *o.shape[2:])[:num_tokens]
+
+
+# -- MoE ---------------------------------------------------------------------------------
+
+
+def route(p_moe: dict, x: jax.Array, token_ids: jax.Array, cfg: ModelConfig, layer: int):
+    """(weights [T, k] f32, experts [T, k] int32): sqrt(softplus) scores; a hash layer's
+    experts from tid2eid[token], the others' top-k of score + correction bias; weights the
+    chosen scores, renormalized (norm_topk_prob), times routed_scaling_factor."""
+    logits = jnp.matmul(
+        x.astype(jnp.float32), p_moe["router"].astype(jnp.float32), precision="highest"
+    )
+    scores = jnp.sqrt(jax.nn.softplus(logits))
+    if layer in cfg.hash_moe_layers:
+        experts = p_moe["tid2eid"][token_ids].astype(jnp.int32)
+    else:
+        _, experts = lax.top_k(
+            scores + p_moe["router_bias"].astype(jnp.float32)[None], cfg.num_experts_per_tok
+        )
+    weights = jnp.take_along_axis(scores, experts, axis=-1)
+    if cfg.norm_topk_prob:
+        total = weights[:, 0]
+        for j in range(1, weights.shape[1]):
+            total = total + weights[:, j]
+        weights = weights / (total[:, None] + 1e-20)
+    return weights * cfg.routed_scaling_factor, experts.astype(jnp.int32)
+
+
+def _limited_mlp(p: dict, x: jax.Array, limit: float) -> jax.Array:
+    gate = jnp.minimum(x @ p["w_gate"], limit)
+    up = jnp.clip(x @ p["w_up"], -limit, limit)
+    return (jax.nn.silu(gate) * up) @ p["w_down"]
+
+
+# -- the stack ----------------------------------------------------------------------------
+
+
+def forward_hidden(
+    params: dict,
+    cfg: ModelConfig,
+    token_ids: jax.Array,  # [T]
+    positions: jax.Array,  # [T]
+    kv: list,
+    attend,  # (i, p_attn, kv_i, V4Inputs) -> (o [T, H, Dh], kv_i)
+    routed,  # models.moe.RoutedFn
+    pin,
+) -> tuple[jax.Array, list]:  # (hidden [T, D] before the final norm, kv)
+    """Every decoder layer over hc_mult streams, then the head's collapse."""
+    x = embed(params, token_ids)
+    streams = jnp.broadcast_to(x[:, None, :], (x.shape[0], cfg.hc_mult, x.shape[1]))
+    new_kv = []
+    for i, layer in enumerate(params["layers"]):
+        pre, post, comb = _hc_mix(layer["attn_hc"], streams, cfg)
+        h = model_norm(_collapse(pre, streams), layer["attn_norm"], cfg)
+        inputs = attn_inputs(layer["attn"], h, positions, cfg, i)
+        o, kv_i = attend(i, layer["attn"], kv[i], inputs)
+        streams = _expand(streams, attn_output(layer["attn"], o, positions, cfg, i), post, comb)
+        new_kv.append(kv_i)
+        pre, post, comb = _hc_mix(layer["mlp_hc"], streams, cfg)
+        h = model_norm(_collapse(pre, streams), layer["mlp_norm"], cfg)
+        p_moe = layer["moe"]
+        weights, experts = route(p_moe, h, token_ids, cfg, i)
+        out = routed(p_moe, h, weights, experts)
+        if "shared" in p_moe:
+            out = out + _limited_mlp(p_moe["shared"], h, cfg.swiglu_limit)
+        streams = pin(_expand(streams, out, post, comb), ("batch", None, "embed"))
+    return _hc_head(params["hc_head"], streams, cfg), new_kv
