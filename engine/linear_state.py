@@ -88,13 +88,41 @@ class StateRows:
         seq.state_from = item.state_from
 
 
-def check_linear_engine(cfg: ModelConfig, transfer) -> None:
-    """ValueError naming LLM's kv_transfer_config if set for a linear-attention model: a
-    transferred prefix would come without its state. (LoRA adapts its attention and MLP
-    projections, models/lora.py; weights held quantized are held so there too, the DeltaNet
-    and KDA projections in the model dtype: models/quantization.py.)"""
+def check_model_engine(
+    cfg: ModelConfig, transfer, mesh: str, kv_dtype, lora: bool, invariant: bool, page_size: int
+) -> None:
+    """ValueError naming the LLM option a model family cannot take yet, before any weight
+    is read.
+
+    A linear-attention model refuses kv_transfer_config: a transferred prefix would come
+    without its state. (LoRA adapts its attention and MLP projections, models/lora.py;
+    weights held quantized are held so there too, the DeltaNet and KDA projections in the
+    model dtype: models/quantization.py.)
+
+    DeepSeek-V4 (models/deepseek_v4.py) runs on one device, with a float KV cache, the
+    weights in the model dtype, no LoRA, KV transfer or batch-invariant mode, and a
+    page_size that each compression rate divides or is a multiple of."""
     if cfg.linear_attention_layers and transfer is not None:
         raise ValueError(
             f"kv_transfer_config: not supported for {cfg.model_type}'s linear-attention "
             "layers (a sequence's recurrent state is not in its pages)"
         )
+    if not cfg.is_dsv4:
+        return
+    refused = {
+        "mesh": mesh,
+        "kv_cache_dtype": "float8" in str(kv_dtype) and str(kv_dtype),
+        "enable_lora": lora,
+        "kv_transfer_config": transfer is not None,
+        "batch_invariant": invariant,
+        "quantization": cfg.quantization,
+    }
+    for option, value in refused.items():
+        if value:
+            raise ValueError(f"{option}: not supported for DeepSeek-V4 yet (got {value!r})")
+    for ratio in (cfg.csa_ratio, cfg.hca_ratio):
+        if page_size % ratio and ratio % page_size:
+            raise ValueError(
+                f"page_size={page_size}: DeepSeek-V4 needs it a divisor or a multiple of each "
+                f"compression rate (csa {cfg.csa_ratio}, hca {cfg.hca_ratio})"
+            )

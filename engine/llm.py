@@ -20,7 +20,7 @@ from engine.eplb import EPLBConfig, balancer_for
 from engine.kv_offload import KVOffload, host_tier_for
 from engine.kv_pages import PageManager, pages_for_tokens
 from engine.kv_transfer import KVTransfer, KVTransferConfig, StoreUnreadable, check_engine
-from engine.linear_state import check_linear_engine
+from engine.linear_state import check_model_engine
 from engine.llm_control import EngineControl
 from engine.mtp import fill_batch, with_mtp
 from engine.prefix_cache import PrefixCache
@@ -145,7 +145,7 @@ class LLM(EngineControl):
         if mesh:
             check_model_layout(cfg, mesh_config)
         check_engine(transfer, cfg)
-        check_linear_engine(cfg, transfer)
+        check_model_engine(cfg, transfer, mesh, kv_dtype, enable_lora, batch_invariant, page_size)
         tier = host_tier_for(
             kv_offloading_size, enable_prefix_caching, cfg, kv_dtype, page_size, transfer
         )

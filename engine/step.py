@@ -23,7 +23,7 @@ from engine.logit_bias import apply_allowed_mask, apply_token_lists
 from engine.penalties import PenaltyState
 from engine.sampler import sample, token_logprobs
 from engine.sampler import top_logprobs as top_logprobs_of
-from models import linear_attention
+from models import deepseek_v4, linear_attention
 from models.attention import mla_absorb_q, mla_latent_to_v
 from models.moe import expert_load, routed_for
 from models.transformer import decoder_layer, final_logits, forward_hidden
@@ -234,7 +234,7 @@ def _step_body(
     # DeepSeek-V3.2: with a page table no wider than the indexer's top-k, every query keeps
     # every key it sees, so its sparse attention is dense MLA (and takes that path).
     page_size = kv[cfg.first_attention_layer][0].shape[1]
-    sparse = sparse_mla.selects(cfg, meta.page_table.shape[1] * page_size)
+    sparse = cfg.is_mla and sparse_mla.selects(cfg, meta.page_table.shape[1] * page_size)
     split = None
     if cfg.is_mla and not sparse:
         split = mla_split_for(ops, cfg, meta, batch.token_ids.shape[0], batch.kv_lens.shape[0])
@@ -288,6 +288,11 @@ def _step_body(
                 o = mla_attention(ops, p_attn, cfg, x, latent_pages, meta, kv_block_pages, split)
             return o, (latent_pages, *own)
 
+        def attend_v4(i, p_attn, kv_i, x):  # (the XLA path: models/deepseek_v4.py)
+            return deepseek_v4.attention(p_attn, cfg, i, x, kv_i, meta, slots)
+
+        if cfg.is_dsv4:
+            return attend_v4
         return attend_mla if cfg.is_mla else attend_gqa
 
     attend = attend_for(meta, slots, split)
@@ -600,6 +605,9 @@ def init_kv_pages(
     for i in range(cfg.num_kv_layers):
         if cfg.is_linear_layer(i):
             kv.append(linear_attention.zero_state(cfg, state_rows))
+            continue
+        if cfg.is_dsv4:
+            kv.append(deepseek_v4.init_layer_cache(cfg, i, num_pages, page_size, zeros))
             continue
         if cfg.is_mla:  # (per layer: a layer may keep no latent, or no index keys)
             kv.append(tuple(zeros((num_pages, page_size, w)) for w in cfg.layer_kv_widths(i)))

@@ -28,8 +28,9 @@ What differs from the other families (ModelConfig attention_type "dsv4"):
 The cache of layer i (ModelConfig.layer_kv_widths, v4_entry_widths): per token, the window's
 key=value row and (compressed layers) the compressor's raw inputs (kv | gate + bias; csa:
 two series each, and the indexer's); per page, page_size // ratio entries (at least one),
-entry w of a sequence in the page holding its first token, (w*m) // page_size, at
-((w*m) % page_size) // m. Entries are pooled in the step where their window closes, from
+entry w of a sequence in the page holding its window's last token, (w*m + m - 1) //
+page_size, at ((w*m + m - 1) % page_size) // m: a step writes entries only into the pages
+it writes tokens to (never into a full page a prefix-cache hit shares). Entries are pooled in the step where their window closes, from
 the raw rows in the pages, so everything a sequence's cache holds is a function of its
 pages: prefix caching, preemption and rejected drafts need nothing more. The window's
 keys are all kept (no page is given back behind it).
@@ -221,11 +222,11 @@ def _gather(pages: jax.Array, table: jax.Array, pos: jax.Array) -> jax.Array:
 
 def _entry_slot(table: jax.Array, w: jax.Array, ratio: int, page_size: int):
     """(page, row) of entry w in its sequence's entry pages; table [..., P], w [...]."""
-    first = w * ratio
-    col = jnp.clip(first // page_size, 0, table.shape[-1] - 1)
+    last = w * ratio + ratio - 1
+    col = jnp.clip(last // page_size, 0, table.shape[-1] - 1)
     flat = col.reshape(col.shape[0], -1)
     page = jnp.take_along_axis(table, flat, axis=-1).reshape(col.shape)
-    return page, (first % page_size) // ratio
+    return page, (last % page_size) // ratio
 
 
 def _pool(
