@@ -30,10 +30,11 @@ key=value row and (compressed layers) the compressor's raw inputs (kv | gate + b
 two series each, and the indexer's); per page, page_size // ratio entries (at least one),
 entry w of a sequence in the page holding its window's last token, (w*m + m - 1) //
 page_size, at ((w*m + m - 1) % page_size) // m: a step writes entries only into the pages
-it writes tokens to (never into a full page a prefix-cache hit shares). Entries are pooled in the step where their window closes, from
-the raw rows in the pages, so everything a sequence's cache holds is a function of its
-pages: prefix caching, preemption and rejected drafts need nothing more. The window's
-keys are all kept (no page is given back behind it).
+it writes tokens to (never into a full page a prefix-cache hit shares). Entries are
+pooled in the step where their window closes, from the raw rows in the pages, so all a
+sequence's cache holds is a function of its pages: prefix caching, preemption and
+rejected drafts need nothing more. The window's keys are all kept (no page is given back
+behind it).
 
 `attention` runs one layer over the paged arrays for a ragged batch (engine/step.py); the
 contiguous reference (models/reference.py) calls it with one page per sequence.
