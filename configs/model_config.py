@@ -480,7 +480,11 @@ class ModelConfig:
                 raise ValueError(
                     f"index_head_dim={self.index_head_dim}: must hold the {rotary} rotary channels"
                 )
-        bad = [i for i in self.hash_moe_layers if not self.is_moe_layer(i)]
+        bad = [
+            i
+            for i in self.hash_moe_layers
+            if not (0 <= i < self.num_layers and self.is_moe_layer(i))
+        ]
         if bad:
             raise ValueError(f"hash_moe_layers: layer {bad[0]} is not an MoE layer")
         if self.linear_attention_layers or self.mtp_drafts:

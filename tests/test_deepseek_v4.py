@@ -1,0 +1,146 @@
+"""DeepSeek-V4 (models/deepseek_v4.py) in the engine, anchored to transformers' deepseek_v4
+(tests/fixtures/deepseek_v4, made by tests/fixtures/make_hf_fixtures.py; its greedy run
+goes through transformers' own cache and was checked there against a no-cache forward).
+The contiguous reference's parity is in test_hf_parity.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs.hf_config import config_from_hf, read_hf_config
+from configs.presets import get_preset
+from engine import LLM, SamplingParams
+from models import deepseek_v4
+from models.hf_loader import load_hf_params
+from models.reference import init_cache, reference_forward
+from models.transformer import final_logits, forward_hidden
+
+FIXTURE = Path(__file__).parent / "fixtures" / "deepseek_v4"
+REF = json.loads((FIXTURE / "reference.json").read_text())
+# A page holds half an hca window (8 tokens) and one csa window (4): the entries of the hca
+# layer go to every other page, the window's keys span pages.
+ENGINE = dict(page_size=4, num_pages=64, max_num_batched_tokens=16, max_num_seqs=3)
+GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+
+
+def _prompts():
+    return [{"prompt_token_ids": p} for p in REF["prompts"]]
+
+
+def test_engine_matches_transformers_and_its_prefix_hits():
+    """Three prompts at once in chunks of 16 tokens over 4-token pages: transformers'
+    greedy tokens and logprobs. Again on the filled prefix cache: hits, the same tokens."""
+    llm = LLM(str(FIXTURE), enable_prefix_caching=True, **ENGINE)
+    cold = llm.generate(_prompts(), GREEDY)
+    for out, tokens, logprobs in zip(cold, REF["greedy_tokens"], REF["logprobs"], strict=True):
+        assert out.token_ids == tokens
+        np.testing.assert_allclose(out.logprobs, logprobs, atol=1e-4, rtol=0)
+    warm = llm.generate(_prompts(), GREEDY)
+    assert llm.stats()["prefix_cache_hits"] >= 3
+    for a, b in zip(cold, warm, strict=True):
+        assert b.token_ids == a.token_ids
+        np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-5, rtol=0)
+
+
+def _paged_logits(params, cfg, prompts, page_size: int, seed: int):
+    """Every prompt's logits from one ragged forward over shuffled pages of `page_size`."""
+    lens = [len(p) for p in prompts]
+    pages_per = [-(-n // page_size) for n in lens]
+    order = np.random.default_rng(seed).permutation(sum(pages_per))
+    table = np.zeros((len(prompts), max(pages_per)), np.int32)
+    at = 0
+    for s, n in enumerate(pages_per):
+        table[s, :n] = order[at : at + n]
+        at += n
+    positions = np.concatenate([np.arange(n) for n in lens]).astype(np.int32)
+    seq_ids = np.repeat(np.arange(len(prompts)), lens).astype(np.int32)
+    slots = table[seq_ids, positions // page_size] * page_size + positions % page_size
+    rows = deepseek_v4.Rows(jnp.asarray(positions), jnp.asarray(seq_ids), jnp.asarray(table))
+    zeros = lambda shape: jnp.zeros(shape, jnp.float32)  # noqa: E731
+    kv = [
+        deepseek_v4.init_layer_cache(cfg, i, len(order), page_size, zeros)
+        for i in range(cfg.num_layers)
+    ]
+
+    def attend(i, p, kv_i, x):
+        return deepseek_v4.attention(p, cfg, i, x, kv_i, rows, jnp.asarray(slots))
+
+    ids = jnp.asarray(np.concatenate(prompts).astype(np.int32))
+    hidden, _ = jax.jit(
+        lambda params, kv: forward_hidden(params, cfg, ids, rows.positions, kv, attend)
+    )(params, kv)
+    logits = np.asarray(final_logits(params, cfg, hidden))
+    ends = np.cumsum(lens)
+    return [logits[e - n : e] for e, n in zip(ends, lens, strict=True)]
+
+
+def test_pages_holding_several_entries_agree_with_one_page():
+    """Pages of 16 tokens (4 csa entries, 2 hca entries each), shuffled, two prompts in
+    one ragged forward: the logits of the contiguous reference (one page per sequence)."""
+    cfg = get_preset("tiny-deepseek-v4")
+    params = jax.tree.map(jnp.asarray, load_hf_params(FIXTURE, cfg))
+    prompts = [REF["prompts"][2], REF["prompts"][1]]
+    got = _paged_logits(params, cfg, prompts, 16, seed=0)
+    for prompt, logits in zip(prompts, got, strict=True):
+        want, _ = reference_forward(
+            params, cfg, jnp.asarray(prompt, jnp.int32), jnp.int32(0), init_cache(cfg, 64)
+        )
+        np.testing.assert_allclose(logits, np.asarray(want), atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (dict(mesh="tp=2"), "mesh"),
+        (dict(kv_cache_dtype="fp8"), "kv_cache_dtype"),
+        (dict(enable_lora=True), "enable_lora"),
+        (dict(batch_invariant=True), "batch_invariant"),
+        (dict(page_size=12), "page_size=12"),
+    ],
+)
+def test_options_it_cannot_take_are_refused_first(option, message):
+    with pytest.raises(ValueError, match=message):
+        LLM(str(FIXTURE), **{**ENGINE, **option})
+
+
+def test_release_spellings_read_to_the_same_config():
+    """The release's config.json names (compress_ratios, num_hash_layers,
+    qk_rope_head_dim, compress_rate_*, a flat rope_scaling for the compressed layers) give
+    the fixture's config, as transformers' __post_init__ folds them."""
+    hf = read_hf_config(FIXTURE)
+    legacy = {
+        k: v
+        for k, v in hf.items()
+        if k not in ("layer_types", "mlp_layer_types", "partial_rotary_factor", "compress_rates")
+    }
+    compress = dict(hf["rope_parameters"]["compress"])
+    legacy.update(
+        compress_ratios=[0, 4, 8, 4],
+        num_hash_layers=1,
+        qk_rope_head_dim=8,
+        compress_rate_csa=4,
+        compress_rate_hca=8,
+        rope_parameters=None,
+        rope_scaling={k: v for k, v in compress.items() if k != "rope_theta"},
+        compress_rope_theta=compress["rope_theta"],
+    )
+    want = config_from_hf(FIXTURE).replace(name="x")
+    assert config_from_hf(legacy, name="x") == want
+    with pytest.raises(ValueError, match="compress_ratios"):
+        config_from_hf({**legacy, "compress_ratios": [0, 4, 16, 4]})
+
+
+def test_bad_shapes_are_named():
+    cfg = get_preset("tiny-deepseek-v4")
+    with pytest.raises(ValueError, match="v4_layer_kinds"):
+        cfg.replace(v4_layer_kinds=("sliding", "csa"))
+    with pytest.raises(ValueError, match="o_groups=3"):
+        cfg.replace(o_groups=3)
+    with pytest.raises(ValueError, match="hash_moe_layers"):
+        cfg.replace(hash_moe_layers=(7,))
