@@ -48,6 +48,33 @@ def test_engine_matches_transformers_and_its_prefix_hits():
         np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-5, rtol=0)
 
 
+def test_rejected_drafts_leave_no_trace(monkeypatch):
+    """Speculative decoding with drafts from an oracle (transformers' greedy continuation,
+    one draft spoiled at a place that rotates call by call): a rejected draft's rows and
+    the entries its windows closed are written again by the next step, so the tokens and
+    logprobs stay transformers', in fewer steps."""
+    ngram = {"method": "ngram", "num_speculative_tokens": 3}
+    llm = LLM(str(FIXTURE), speculative_config=ngram, **ENGINE)
+    fulls = {tuple(p): p + t for p, t in zip(REF["prompts"], REF["greedy_tokens"], strict=True)}
+    calls = iter(range(10**6))
+
+    def drafts(self, seq, cap):
+        got = list(fulls[tuple(seq.prompt_token_ids)][seq.num_tokens : seq.num_tokens + cap])
+        spoil = next(calls) % 4  # (3: none spoiled)
+        if spoil < len(got):
+            got[spoil] = (got[spoil] + 1) % llm.config.vocab_size
+        return tuple(got)
+
+    monkeypatch.setattr(type(llm._scheduler.speculative), "drafts", drafts)
+    got = llm.generate(_prompts(), GREEDY)
+    for out, tokens, logprobs in zip(got, REF["greedy_tokens"], REF["logprobs"], strict=True):
+        assert out.token_ids == tokens
+        np.testing.assert_allclose(out.logprobs, logprobs, atol=1e-4, rtol=0)
+    stats = llm.stats()
+    assert 0 < stats["num_accepted_tokens"] < stats["num_draft_tokens"]
+    assert stats["num_steps"] < 16
+
+
 def _paged_logits(params, cfg, prompts, page_size: int, seed: int):
     """Every prompt's logits from one ragged forward over shuffled pages of `page_size`."""
     lens = [len(p) for p in prompts]
