@@ -223,6 +223,10 @@ class ModelConfig:
     hc_sinkhorn_iters: int = 20
     hc_eps: float = 1e-6
     hash_moe_layers: tuple[int, ...] = ()
+    # Whether its per-token rows (the window's keys, the compressors' inputs) live in a pool
+    # of their own that gives back the pages behind v4_token_window (hybrid_window); the
+    # entries stay in the main pool. The engine turns it off for prefix caching.
+    v4_window_pool: bool = True
 
     def __post_init__(self):
         if self.quantization not in (None, "fp8", "int4"):
@@ -657,11 +661,23 @@ class ModelConfig:
         return tuple(i for i in range(self.num_layers) if self.attention_window(i) is not None)
 
     @property
+    def v4_token_window(self) -> int:
+        """Positions back from a query (itself included) whose per-token rows DeepSeek-V4
+        still reads: its window's keys, an hca window's inputs, a csa entry's two windows."""
+        ratios = [
+            self.v4_ratio(i) * (2 if k == "csa" else 1) for i, k in enumerate(self.v4_layer_kinds)
+        ]
+        return max([self.sliding_window or 1, *ratios])
+
+    @property
     def hybrid_window(self) -> int | None:
         """The sliding window when some layers have it and others attend to every key
         (gpt-oss, Qwen2 with max_window_layers): the engine keeps the windowed layers' KV
         in a pool of its own, where a sequence gives back the pages behind its window.
-        None otherwise (no window, or one on every layer: kv_window)."""
+        None otherwise (no window, or one on every layer: kv_window). DeepSeek-V4:
+        v4_token_window with v4_window_pool (its per-token rows in that pool)."""
+        if self.is_dsv4:
+            return self.v4_token_window if self.v4_window_pool else None
         if 0 < len(self.windowed_layers) < self.num_layers:
             return self._window
         return None

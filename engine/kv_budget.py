@@ -7,11 +7,13 @@ import math
 import os
 
 import jax
+import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from engine import kv_quant, linear_state, penalties
 from engine.kv_pages import pages_for_budget, window_pool_pages
 from long_context.capacity import kv_shard_fraction, state_shard_fraction
+from models import deepseek_v4
 from sharding.mesh import MeshConfig
 
 # KV memory when num_pages is not given: a fraction of the accelerator's free memory, or a
@@ -36,6 +38,9 @@ def kv_pool_bytes(
 ) -> int:
     """Bytes of the KV pool: `num_pages` for every layer, or for a hybrid model's
     full-attention layers with its windowed layers in `window_num_pages` of their own."""
+    if cfg.is_dsv4:
+        item = jnp.dtype(cfg.dtype if kv_dtype is None else kv_dtype).itemsize
+        return deepseek_v4.pool_bytes(cfg, num_pages, window_num_pages, page_size, item)
     windowed = 0 if window_num_pages is None else len(cfg.windowed_layers)
     full = num_pages * kv_quant.bytes_per_token(cfg, kv_dtype, cfg.num_kv_layers - windowed)
     window = (window_num_pages or 0) * kv_quant.bytes_per_token(cfg, kv_dtype, windowed)
@@ -83,8 +88,14 @@ def pools_from_budget(
         window_num_pages = min(window_num_pages, max_num_seqs * pages_per_seq)
         budget -= kv_pool_bytes(cfg, 0, window_num_pages, page_size, kv_dtype)
         full_layers -= len(cfg.windowed_layers)
+    per_token = kv_quant.bytes_per_token(cfg, kv_dtype, full_layers)
+    if cfg.is_dsv4:  # (its entries' bytes per page, rounded up to a whole byte per token)
+        per_token = -(
+            -kv_pool_bytes(cfg, 1, None if window_num_pages is None else 0, page_size, kv_dtype)
+            // page_size
+        )
     num_pages = min(
-        pages_for_budget(budget, kv_quant.bytes_per_token(cfg, kv_dtype, full_layers), page_size),
+        pages_for_budget(budget, per_token, page_size),
         max_num_seqs * pages_per_seq,
     )
     if window_num_pages is not None:

@@ -100,7 +100,7 @@ def cache_row_shapes(cfg: ModelConfig, layer: int = 0) -> tuple[tuple[int, ...],
     and V, MLA (R + Dr,) for the latent (and (Di,) for a sparse-attention indexer's key;
     ModelConfig.layer_kv_widths); none for a gated DeltaNet layer (its state is per
     sequence: engine/linear_state.py)."""
-    if cfg.is_mla:
+    if cfg.is_mla or cfg.is_dsv4:  # (DeepSeek-V4: its per-token rows; entries per page)
         return tuple((w,) for w in cfg.layer_kv_widths(layer))
     if cfg.is_linear_layer(layer):
         return ()

@@ -89,10 +89,11 @@ class StateRows:
 
 
 def check_model_engine(
-    cfg: ModelConfig, transfer, mesh: str, kv_dtype, lora: bool, invariant: bool, page_size: int
-) -> None:
-    """ValueError naming the LLM option a model family cannot take yet, before any weight
-    is read.
+    cfg: ModelConfig, transfer, mesh: str, kv_dtype, lora: bool, invariant: bool, prefix: tuple
+) -> ModelConfig:
+    """`cfg` as the engine runs it, or ValueError naming the LLM option a model family
+    cannot take yet, before any weight is read. `prefix`: (enable_prefix_caching,
+    mamba_block_size, num_state_snapshots, page_size).
 
     A linear-attention model refuses kv_transfer_config: a transferred prefix would come
     without its state. (LoRA adapts its attention and MLP projections, models/lora.py;
@@ -101,14 +102,17 @@ def check_model_engine(
 
     DeepSeek-V4 (models/deepseek_v4.py) runs on one device, with a float KV cache, the
     weights in the model dtype, no LoRA, KV transfer or batch-invariant mode, and a
-    page_size that each compression rate divides or is a multiple of."""
+    page_size that each compression rate divides or is a multiple of; its per-token rows
+    get a pool of their own (ModelConfig.v4_window_pool) unless prefix caching keeps them
+    all."""
+    page_size = prefix[3]
     if cfg.linear_attention_layers and transfer is not None:
         raise ValueError(
             f"kv_transfer_config: not supported for {cfg.model_type}'s linear-attention "
             "layers (a sequence's recurrent state is not in its pages)"
         )
     if not cfg.is_dsv4:
-        return
+        return cfg
     refused = {
         "mesh": mesh,
         "kv_cache_dtype": "float8" in str(kv_dtype) and str(kv_dtype),
@@ -126,3 +130,4 @@ def check_model_engine(
                 f"page_size={page_size}: DeepSeek-V4 needs it a divisor or a multiple of each "
                 f"compression rate (csa {cfg.csa_ratio}, hca {cfg.hca_ratio})"
             )
+    return cfg.replace(v4_window_pool=not prefix[0])

@@ -145,15 +145,15 @@ class LLM(EngineControl):
         if mesh:
             check_model_layout(cfg, mesh_config)
         check_engine(transfer, cfg)
-        check_model_engine(cfg, transfer, mesh, kv_dtype, enable_lora, batch_invariant, page_size)
+        opts = (enable_prefix_caching, mamba_block_size, num_state_snapshots, page_size)
+        cfg = check_model_engine(cfg, transfer, mesh, kv_dtype, enable_lora, batch_invariant, opts)
         tier = host_tier_for(
             kv_offloading_size, enable_prefix_caching, cfg, kv_dtype, page_size, transfer
         )
         self._eplb = balancer_for(enable_eplb, eplb_config, cfg, mesh_config if mesh else None)
         max_model_len = inputs.model_len(max_model_len, cfg)
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
-        prefix = (enable_prefix_caching, mamba_block_size, num_state_snapshots, page_size)
-        states = state_layout(cfg, *prefix, max_num_seqs, proposer)  # (linear layers' rows)
+        states = state_layout(cfg, *opts, max_num_seqs, proposer)  # (linear layers' rows)
         # The windowed layers' pool of a hybrid model (None for any other).
         window_num_pages = kv_budget.window_pages_for(
             cfg, page_size, max_num_seqs, max_num_batched_tokens, num_pages

@@ -377,7 +377,7 @@ class Scheduler:
                     plan.decodes[seq] = 1
                     plan.budget -= 1
         if self.speculative is not None and not plan.ahead:
-            add_drafts(plan, self.speculative, self.max_model_len, self._pools[0])
+            add_drafts(plan, self.speculative, self.max_model_len, self._pools)
 
         # Running partial prefills continue, oldest first.
         for seq in list(self._running):

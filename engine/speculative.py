@@ -124,25 +124,27 @@ def proposer_for(config: dict | None):
     return NgramProposer.from_config(config)
 
 
-def add_drafts(plan, proposer: NgramProposer, max_model_len: int, pool) -> None:
+def add_drafts(plan, proposer: NgramProposer, max_model_len: int, pools) -> None:
     """Extend the decodes of `speculate` sequences in a step being built (Scheduler's
-    StepPlan) by their drafts (drafts_for); `pool`: the kv_pages.PagePool they grow in."""
+    StepPlan) by their drafts (drafts_for); `pools`: the kv_pages.PagePools they grow in
+    (a hybrid model's windowed pool beside the main one)."""
     for seq in list(plan.decodes):
         if seq.speculate and plan.budget > 0:
-            drafts = drafts_for(seq, proposer, plan.budget, max_model_len, pool.pages)
+            drafts = drafts_for(seq, proposer, plan.budget, max_model_len, pools)
             if drafts:
-                pool.grow(seq, seq.num_tokens + len(drafts))
+                for pool in pools:
+                    pool.grow(seq, seq.num_tokens + len(drafts))
                 plan.drafts[seq] = drafts
                 plan.decodes[seq] += len(drafts)
                 plan.budget -= len(drafts)
 
 
-def drafts_for(seq, proposer: NgramProposer, budget: int, max_model_len: int, pages):
+def drafts_for(seq, proposer: NgramProposer, budget: int, max_model_len: int, pools):
     """The drafts `seq` (engine/sequence.py, decoding its last token this step) feeds after
     that token: at most `budget`, none past max_tokens or max_model_len (each kept draft is
-    an output token), and only as many as fit in the pages it holds when `pages` (its
-    PageManager) cannot give it more without preempting someone: a guess never costs
-    another request."""
+    an output token), and only as many as fit in the pages it holds in each of `pools`
+    (kv_pages.PagePools) where one cannot give it more without preempting someone: a
+    guess never costs another request."""
     max_tokens = seq.sampling_params.max_tokens
     cap = min(
         budget,
@@ -153,8 +155,10 @@ def drafts_for(seq, proposer: NgramProposer, budget: int, max_model_len: int, pa
     if cap <= 0:
         return ()
     drafts = proposer.drafts(seq, cap)
-    if not pages.can_allocate(pages.num_new_pages(seq.page_ids, seq.num_tokens + len(drafts))):
-        drafts = drafts[: max(0, len(seq.page_ids) * pages.page_size - seq.num_tokens)]
+    for pool in pools:
+        pages, table = pool.pages, pool.table(seq)
+        if not pages.can_allocate(pages.num_new_pages(table, seq.num_tokens + len(drafts))):
+            drafts = drafts[: max(0, len(table) * pages.page_size - seq.num_tokens)]
     return drafts
 
 

@@ -226,7 +226,7 @@ def _step_body(
         batch.token_ids.shape[0],
     )
     slots = batch.slot_mapping
-    window_meta = None
+    window_meta, window_slots = None, batch.window_slot_mapping
     if batch.window_page_table is not None:
         window_meta = pa.with_page_table(meta, batch.window_page_table)
     ops = get_attention_ops(attention_impl, batch_invariant)
@@ -289,7 +289,8 @@ def _step_body(
             return o, (latent_pages, *own)
 
         def attend_v4(i, p_attn, kv_i, x):  # (the XLA path: models/deepseek_v4.py)
-            return deepseek_v4.attention(p_attn, cfg, i, x, kv_i, meta, slots)
+            tokens = (meta, slots) if window_meta is None else (window_meta, window_slots)
+            return deepseek_v4.attention(p_attn, cfg, i, x, kv_i, meta, *tokens)
 
         if cfg.is_dsv4:
             return attend_v4
@@ -606,8 +607,9 @@ def init_kv_pages(
         if cfg.is_linear_layer(i):
             kv.append(linear_attention.zero_state(cfg, state_rows))
             continue
-        if cfg.is_dsv4:
-            kv.append(deepseek_v4.init_layer_cache(cfg, i, num_pages, page_size, zeros))
+        if cfg.is_dsv4:  # (its per-token rows in the window pool, when it has one)
+            pool = (num_pages, page_size, zeros, window_num_pages)
+            kv.append(deepseek_v4.init_layer_cache(cfg, i, *pool))
             continue
         if cfg.is_mla:  # (per layer: a layer may keep no latent, or no index keys)
             kv.append(tuple(zeros((num_pages, page_size, w)) for w in cfg.layer_kv_widths(i)))

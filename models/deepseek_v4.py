@@ -196,14 +196,36 @@ def attn_output(p: dict, o: jax.Array, positions: jax.Array, cfg: ModelConfig, l
     return grouped.reshape(t, -1) @ p["wo_b"]
 
 
-def init_layer_cache(cfg: ModelConfig, layer: int, num_pages: int, page_size: int, zeros):
-    """Layer `layer`'s arrays: per-token rows (layer_kv_widths) and its entry pages."""
-    per_token = tuple(zeros((num_pages, page_size, w)) for w in cfg.layer_kv_widths(layer))
+def init_layer_cache(
+    cfg: ModelConfig,
+    layer: int,
+    num_pages: int,
+    page_size: int,
+    zeros,
+    token_pages: int | None = None,
+):
+    """Layer `layer`'s arrays: per-token rows (layer_kv_widths; `token_pages` of them when
+    they have a pool of their own, ModelConfig.v4_window_pool) and its entry pages."""
+    rows = num_pages if token_pages is None else token_pages
+    per_token = tuple(zeros((rows, page_size, w)) for w in cfg.layer_kv_widths(layer))
     ratio = cfg.v4_ratio(layer)
     if not ratio:
         return per_token
     rows = max(1, page_size // ratio)
     return per_token + tuple(zeros((num_pages, rows, w)) for w in cfg.v4_entry_widths(layer))
+
+
+def pool_bytes(
+    cfg: ModelConfig, num_pages: int, token_pages: int | None, page_size: int, item: int
+):
+    """Bytes of init_layer_cache's arrays over every layer (token_pages None: one pool)."""
+    tokens = sum(sum(cfg.layer_kv_widths(i)) for i in range(cfg.num_layers)) * page_size * item
+    entries = sum(
+        max(1, page_size // cfg.v4_ratio(i)) * sum(cfg.v4_entry_widths(i)) * item
+        for i in range(cfg.num_layers)
+        if cfg.v4_ratio(i)
+    )
+    return num_pages * entries + (num_pages if token_pages is None else token_pages) * tokens
 
 
 def _scatter(pages: jax.Array, page: jax.Array, offset: jax.Array, rows: jax.Array):
@@ -264,19 +286,30 @@ def _pool(
     return _rope_tail(_norm(pooled, norm, eps), w * ratio, freqs)
 
 
-def _emit(raw_pages, entry_pages, meta, slots, ratio, width, overlap, norm, cfg, freqs, dtype):
-    """Pool and write the entries whose windows close at this step's rows."""
+def _emit(raw_pages, entry_pages, meta, rows_meta, slots, ratio, width, overlap, norm, cfg, freqs):
+    """Pool and write the entries whose windows close at this step's rows (their raw rows
+    through rows_meta's page table, the entries through meta's)."""
     num_tokens = meta.positions.shape[0]
-    page_size = raw_pages.shape[1]
     closing = (slots >= 0) & ((meta.positions + 1) % ratio == 0)
     most = min(num_tokens, num_tokens // ratio + meta.page_table.shape[0])
     (rows,) = jnp.nonzero(closing, size=most, fill_value=num_tokens)
     real = rows < num_tokens
     rows = jnp.minimum(rows, num_tokens - 1)
-    table = meta.page_table[meta.seq_ids[rows]]  # [C, Pmax]
+    seq = meta.seq_ids[rows]
     w = meta.positions[rows] // ratio
-    pooled = _pool(raw_pages, table, w, ratio, width, overlap, norm, cfg.rms_norm_eps, freqs, dtype)
-    page, row = _entry_slot(table, w, ratio, page_size)
+    pooled = _pool(
+        raw_pages,
+        rows_meta.page_table[seq],
+        w,
+        ratio,
+        width,
+        overlap,
+        norm,
+        cfg.rms_norm_eps,
+        freqs,
+        entry_pages.dtype,
+    )
+    page, row = _entry_slot(meta.page_table[seq], w, ratio, raw_pages.shape[1])
     return _scatter(entry_pages, jnp.where(real, page, -1), row, pooled)
 
 
@@ -297,8 +330,9 @@ def attention(
     layer: int,
     x: V4Inputs,
     cache: tuple,
-    meta: Rows,  # (or an engine.paged_attention.AttnMetadata)
-    slots: jax.Array,  # [T] page * page_size + offset of each row; -1 = padding
+    meta: Rows,  # (or an engine.paged_attention.AttnMetadata): the entries' pages
+    rows_meta: Rows,  # the per-token rows' (meta itself without a pool of their own)
+    slots: jax.Array,  # [T] page * page_size + offset of each row there; -1 = padding
 ) -> tuple[jax.Array, tuple]:  # (o [T, H, Dh] before attn_output, the layer's cache)
     """Write this step's rows, pool the entries their windows close, and attend."""
     ratio, kind = cfg.v4_ratio(layer), cfg.v4_layer_kinds[layer]
@@ -308,43 +342,23 @@ def attention(
     cache = list(cache)
     cache[0] = _scatter(cache[0], page, offset, x.kv)
     freqs = _rope_freqs(cfg, bool(ratio))
-    dt = x.kv.dtype
+    pools = (meta, rows_meta, slots, ratio)
     if ratio:
         cache[1] = _scatter(cache[1], page, offset, x.comp)
         ent = 2 if kind == "hca" else 3
+        norm = p["c_norm"]
         cache[ent] = _emit(
-            cache[1],
-            cache[ent],
-            meta,
-            slots,
-            ratio,
-            cfg.head_dim,
-            kind == "csa",
-            p["c_norm"],
-            cfg,
-            freqs,
-            dt,
+            cache[1], cache[ent], *pools, cfg.head_dim, kind == "csa", norm, cfg, freqs
         )
     if kind == "csa":
         cache[2] = _scatter(cache[2], page, offset, x.idx)
-        cache[4] = _emit(
-            cache[2],
-            cache[4],
-            meta,
-            slots,
-            ratio,
-            cfg.index_head_dim,
-            True,
-            p["i_norm"],
-            cfg,
-            freqs,
-            dt,
-        )
-    o = _attend(p, cfg, x, cache, meta, ratio, kind)
-    return o.astype(dt), tuple(cache)
+        norm = p["i_norm"]
+        cache[4] = _emit(cache[2], cache[4], *pools, cfg.index_head_dim, True, norm, cfg, freqs)
+    o = _attend(p, cfg, x, cache, meta, rows_meta, ratio, kind)
+    return o.astype(x.kv.dtype), tuple(cache)
 
 
-def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, ratio: int, kind: str):
+def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, rows_meta, ratio: int, kind: str):
     """Each query over its window's rows and its visible (csa: chosen) entries, with the
     head's sink, in chunks of rows."""
     num_tokens, num_heads, dh = x.q.shape
@@ -362,7 +376,7 @@ def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, ratio: int, kind: str
     def one(q, pos, seq, idx_q, idx_w):  # a chunk of C rows
         table = meta.page_table[seq]  # [C, Pmax]
         near = pos[:, None] - window + 1 + jnp.arange(window)[None, :]  # [C, W]
-        rows = _gather(cache[0], table, jnp.maximum(near, 0))  # [C, W, Dh]
+        rows = _gather(cache[0], rows_meta.page_table[seq], jnp.maximum(near, 0))  # [C, W, Dh]
         seen = near >= 0
         if ratio:
             limit = (pos + 1) // ratio  # entries whose window closed

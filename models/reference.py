@@ -73,7 +73,9 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
     chosen_by = {}  # the latest indexer's choice, for the shared-indexer layers after it
     if cfg.is_dsv4:  # its paged attention, the cache one page (slot = position)
         rows = deepseek_v4.Rows(positions, jnp.zeros_like(positions), jnp.zeros((1, 1), jnp.int32))
-        return lambda i, p, kv_i, inp: deepseek_v4.attention(p, cfg, i, inp, kv_i, rows, positions)
+        return lambda i, p, kv_i, inp: deepseek_v4.attention(
+            p, cfg, i, inp, kv_i, rows, rows, positions
+        )
 
     def attend(i: int, p_attn: dict, kv_i: tuple, inp: AttnInputs):
         if cfg.is_mla:

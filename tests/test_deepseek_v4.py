@@ -52,7 +52,9 @@ def test_rejected_drafts_leave_no_trace(monkeypatch):
     """Speculative decoding with drafts from an oracle (transformers' greedy continuation,
     one draft spoiled at a place that rotates call by call): a rejected draft's rows and
     the entries its windows closed are written again by the next step, so the tokens and
-    logprobs stay transformers', in fewer steps."""
+    logprobs stay transformers', in fewer steps. Its per-token rows live in a pool of their
+    own that gives back the pages behind the rows it still reads (ModelConfig.v4_window_pool:
+    here fewer pages than the three sequences' 49 tokens fill)."""
     ngram = {"method": "ngram", "num_speculative_tokens": 3}
     llm = LLM(str(FIXTURE), speculative_config=ngram, **ENGINE)
     fulls = {tuple(p): p + t for p, t in zip(REF["prompts"], REF["greedy_tokens"], strict=True)}
@@ -73,6 +75,7 @@ def test_rejected_drafts_leave_no_trace(monkeypatch):
     stats = llm.stats()
     assert 0 < stats["num_accepted_tokens"] < stats["num_draft_tokens"]
     assert stats["num_steps"] < 16
+    assert stats["num_window_pages_total"] < 3 * -(-49 // ENGINE["page_size"])
 
 
 def _paged_logits(params, cfg, prompts, page_size: int, seed: int):
@@ -96,7 +99,7 @@ def _paged_logits(params, cfg, prompts, page_size: int, seed: int):
     ]
 
     def attend(i, p, kv_i, x):
-        return deepseek_v4.attention(p, cfg, i, x, kv_i, rows, jnp.asarray(slots))
+        return deepseek_v4.attention(p, cfg, i, x, kv_i, rows, rows, jnp.asarray(slots))
 
     ids = jnp.asarray(np.concatenate(prompts).astype(np.int32))
     hidden, _ = jax.jit(
