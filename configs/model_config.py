@@ -740,7 +740,10 @@ class ModelConfig:
         if dtype_bytes is None:
             dtype_bytes = 4 if self.dtype == "float32" else 2
         widths = sum(sum(self.layer_kv_widths(i)) for i in range(self.num_kv_layers))
-        if self.is_dsv4:  # the compressed entries, one per ratio tokens (rounded up)
+        if self.is_dsv4:
+            # The compressed entries, one per ratio tokens (rounded up); with the window pool
+            # the per-token rows are a sequence's last v4_token_window tokens' only.
+            widths = 0 if self.v4_window_pool else widths
             widths += sum(
                 -(-sum(self.v4_entry_widths(i)) // self.v4_ratio(i))
                 for i in range(self.num_layers)

@@ -675,3 +675,51 @@ _add(
         dtype="bfloat16",
     )
 )
+# DeepSeek-V4-Flash (deepseek_v4): transformers 5.25's DeepseekV4Config defaults (its docstring
+# names DeepSeek-V4-Flash-Base): 43 layers of hyper-connections (4 streams), a 128-token
+# window on every layer beside compressed entries (two hca layers, then csa and hca
+# alternating: transformers' default layer_types), one 512-wide key=value head, 64 query
+# heads in 8 output groups, 256 experts (6 routed, 3 hash layers), YaRN x16 on the
+# compressed layers' rope (the factor transformers' config comment gives).
+_add(
+    ModelConfig(
+        name="deepseek-v4-flash",
+        model_type="deepseek_v4",
+        attention_type="dsv4",
+        vocab_size=129280,
+        hidden_size=4096,
+        num_layers=43,
+        num_heads=64,
+        num_kv_heads=1,
+        head_dim=512,
+        partial_rotary_factor=0.125,
+        intermediate_size=2048,
+        max_position_embeddings=1048576,
+        rope_scaling=RopeScaling(
+            "yarn", 16.0, original_max_position_embeddings=65536, attention_factor=1.0
+        ),
+        sliding_window=128,
+        q_lora_rank=1024,
+        index_topk=512,
+        index_n_heads=64,
+        index_head_dim=128,
+        v4_layer_kinds=("hca", "hca") + ("hca", "csa") * 20 + ("hca",),
+        o_groups=8,
+        o_lora_rank=1024,
+        hc_mult=4,
+        hash_moe_layers=(0, 1, 2),
+        num_experts=256,
+        num_experts_per_tok=6,
+        moe_intermediate_size=2048,
+        num_shared_experts=1,
+        scoring_func="sqrtsoftplus",
+        norm_topk_prob=True,
+        routed_scaling_factor=1.5,
+        expert_act="limited_swiglu",
+        swiglu_limit=10.0,
+        num_nextn_predict_layers=1,
+        bos_token_id=0,
+        eos_token_ids=(1,),
+        dtype="bfloat16",
+    )
+)

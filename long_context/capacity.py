@@ -300,6 +300,11 @@ def capacity(
     layer_pages = full * pages_per_sequence + windowed * window_pages
     state = math.ceil(cfg.linear_state_bytes() * state_shard_fraction(cfg, tp))
     sequence_bytes = -(-per_token_dev * page_size * layer_pages // paged) + state
+    if cfg.is_dsv4 and window is not None:  # entries for the context, rows for its window
+        rows = sum(sum(cfg.layer_kv_widths(i)) for i in range(cfg.num_layers))
+        rows *= dtype_bytes(kv_dtype, "kv_dtype") * window_pages * page_size
+        sequence_bytes = per_token_dev * page_size * pages_per_sequence + rows
+        windowed = cfg.num_layers
     return Capacity(
         model=cfg.name,
         context=context,
