@@ -13,6 +13,9 @@ from models.specs import count_params
     "preset, total, total_tol, active, active_tol",
     [
         ("deepseek-v3", 671e9, 0.02, 37e9, 0.05),  # DeepSeek-V3 report (arXiv:2412.19437)
+        # DeepSeek-V4-Flash's model card: 284B total, 13B activated (rounded), here without
+        # the 1.06B embedding and head.
+        ("deepseek-v4-flash", 284e9, 0.01, 13e9 + 1.06e9, 0.03),
         ("qwen3-30b-a3b", 30.5e9, 0.02, 3.3e9, 0.05),  # Qwen3 model card
         ("llama-3.1-70b", 70.55e9, 0.01, 70.55e9, 0.01),  # dense: all active
         # Model cards; the active counts leave out the 0.58B embedding (OpenAI's: 3.6B, 5.1B).
