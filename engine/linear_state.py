@@ -89,7 +89,7 @@ class StateRows:
 
 
 def check_model_engine(
-    cfg: ModelConfig, transfer, mesh: str, kv_dtype, lora: bool, invariant: bool, prefix: tuple
+    cfg: ModelConfig, transfer, mesh: str, kv_dtype, lora: bool, prefix: tuple
 ) -> ModelConfig:
     """`cfg` as the engine runs it, or ValueError naming the LLM option a model family
     cannot take yet, before any weight is read. `prefix`: (enable_prefix_caching,
@@ -101,7 +101,7 @@ def check_model_engine(
     model dtype: models/quantization.py.)
 
     DeepSeek-V4 (models/deepseek_v4.py) runs on one device, with a float KV cache, the
-    weights in the model dtype, no LoRA, KV transfer or batch-invariant mode, and a
+    weights in the model dtype, no LoRA or KV transfer, and a
     page_size that each compression rate divides or is a multiple of; its per-token rows
     get a pool of their own (ModelConfig.v4_window_pool) unless prefix caching keeps them
     all."""
@@ -118,7 +118,6 @@ def check_model_engine(
         "kv_cache_dtype": "float8" in str(kv_dtype) and str(kv_dtype),
         "enable_lora": lora,
         "kv_transfer_config": transfer is not None,
-        "batch_invariant": invariant,
         "quantization": cfg.quantization,
     }
     for option, value in refused.items():

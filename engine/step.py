@@ -290,7 +290,7 @@ def _step_body(
 
         def attend_v4(i, p_attn, kv_i, x):  # (the XLA path: models/deepseek_v4.py)
             tokens = (meta, slots) if window_meta is None else (window_meta, window_slots)
-            return deepseek_v4.attention(p_attn, cfg, i, x, kv_i, meta, *tokens)
+            return deepseek_v4.attention(p_attn, cfg, i, x, kv_i, meta, *tokens, batch_invariant)
 
         if cfg.is_dsv4:
             return attend_v4

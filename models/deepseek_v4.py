@@ -51,13 +51,16 @@ from jax import lax
 
 from configs.model_config import ModelConfig, RopeScaling
 from models.layers import embed, model_norm
+from models.reductions import fixed_order_mean, fixed_order_sum
 from models.rope import apply_rope, rope_frequencies
 
 __all__ = ["Rows", "V4Inputs", "attention", "forward_hidden", "init_layer_cache", "route"]
 
 # Query rows whose gathered keys one loop step holds (float32 bytes): a chunk's size follows
-# the shapes and the step's size alone.
+# the shapes and the step's size alone; in the batch-invariant mode INVARIANT_CHUNK rows,
+# whatever the step. (Every sum over a row is fixed-order: models/reductions.py.)
 GATHER_BYTES = 16 << 20
+INVARIANT_CHUNK = 8
 
 
 class V4Inputs(NamedTuple):
@@ -82,14 +85,14 @@ class Rows(NamedTuple):
 
 def _unweighted_rms(x: jax.Array, eps: float) -> jax.Array:
     """transformers' DeepseekV4UnweightedRMSNorm: x * rsqrt(mean(x^2) + eps), in x's dtype."""
-    var = jnp.mean(jnp.square(x.astype(jnp.float32)), axis=-1, keepdims=True)
+    var = fixed_order_mean(jnp.square(x.astype(jnp.float32)))[..., None]
     return x * lax.rsqrt(var + eps).astype(x.dtype)
 
 
 def _norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     """DeepseekV4RMSNorm: scaled in float32, cast once."""
     xf = x.astype(jnp.float32)
-    var = jnp.mean(xf * xf, axis=-1, keepdims=True)
+    var = fixed_order_mean(xf * xf)[..., None]
     return (weight.astype(jnp.float32) * (xf * lax.rsqrt(var + eps))).astype(x.dtype)
 
 
@@ -126,12 +129,26 @@ def _hc_mix(p: dict, streams: jax.Array, cfg: ModelConfig):
     pre = jax.nn.sigmoid(mix[:, :n] * scale[0] + base[:n]) + eps
     post = 2 * jax.nn.sigmoid(mix[:, n : 2 * n] * scale[1] + base[n : 2 * n])
     comb = mix[:, 2 * n :].reshape(t, n, n) * scale[2] + base[2 * n :].reshape(n, n)
-    comb = jax.nn.softmax(comb, axis=-1) + eps
-    comb = comb / (jnp.sum(comb, axis=-2, keepdims=True) + eps)
+    comb = _softmax(comb) + eps
+
+    def rows(c):  # sum over the last axis, kept
+        return fixed_order_sum(c)[..., None]
+
+    def cols(c):  # over the one before it
+        return fixed_order_sum(jnp.swapaxes(c, -1, -2))[..., None, :]
+
+    comb = comb / (cols(comb) + eps)
     for _ in range(cfg.hc_sinkhorn_iters - 1):
-        comb = comb / (jnp.sum(comb, axis=-1, keepdims=True) + eps)
-        comb = comb / (jnp.sum(comb, axis=-2, keepdims=True) + eps)
+        comb = comb / (rows(comb) + eps)
+        comb = comb / (cols(comb) + eps)
     return pre, post, comb
+
+
+def _softmax(s: jax.Array) -> jax.Array:
+    """Softmax over the last axis with a fixed-order denominator (-inf entries weigh 0)."""
+    m = jnp.max(s, axis=-1, keepdims=True)
+    e = jnp.exp(s - jnp.where(m == -jnp.inf, 0.0, m))
+    return e / fixed_order_sum(e)[..., None]
 
 
 def _collapse(weights: jax.Array, streams: jax.Array) -> jax.Array:
@@ -281,8 +298,10 @@ def _pool(
         pos = w[:, None] * ratio + steps[None, :]
         rows = _gather(raw_pages, table, pos)  # [C, m, 2W]
         kv, gate = rows[..., :width], rows[..., width:]
-    weights = jax.nn.softmax(gate, axis=1).astype(dtype).astype(jnp.float32)
-    pooled = jnp.sum(kv.astype(dtype).astype(jnp.float32) * weights, axis=1).astype(dtype)
+    weights = jnp.swapaxes(_softmax(jnp.swapaxes(gate, 1, 2)), 1, 2)  # over the rows
+    weights = weights.astype(dtype).astype(jnp.float32)
+    terms = kv.astype(dtype).astype(jnp.float32) * weights
+    pooled = fixed_order_sum(jnp.swapaxes(terms, 1, 2)).astype(dtype)
     return _rope_tail(_norm(pooled, norm, eps), w * ratio, freqs)
 
 
@@ -333,8 +352,10 @@ def attention(
     meta: Rows,  # (or an engine.paged_attention.AttnMetadata): the entries' pages
     rows_meta: Rows,  # the per-token rows' (meta itself without a pool of their own)
     slots: jax.Array,  # [T] page * page_size + offset of each row there; -1 = padding
+    invariant: bool = False,
 ) -> tuple[jax.Array, tuple]:  # (o [T, H, Dh] before attn_output, the layer's cache)
-    """Write this step's rows, pool the entries their windows close, and attend."""
+    """Write this step's rows, pool the entries their windows close, and attend
+    (`invariant`: in chunks of INVARIANT_CHUNK rows, the batch-invariant mode's)."""
     ratio, kind = cfg.v4_ratio(layer), cfg.v4_layer_kinds[layer]
     page_size = cache[0].shape[1]
     page = jnp.where(slots < 0, -1, slots // page_size)
@@ -354,11 +375,11 @@ def attention(
         cache[2] = _scatter(cache[2], page, offset, x.idx)
         norm = p["i_norm"]
         cache[4] = _emit(cache[2], cache[4], *pools, cfg.index_head_dim, True, norm, cfg, freqs)
-    o = _attend(p, cfg, x, cache, meta, rows_meta, ratio, kind)
+    o = _attend(p, cfg, x, cache, meta, rows_meta, ratio, kind, invariant)
     return o.astype(x.kv.dtype), tuple(cache)
 
 
-def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, rows_meta, ratio: int, kind: str):
+def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, rows_meta, ratio, kind, invariant):
     """Each query over its window's rows and its visible (csa: chosen) entries, with the
     head's sink, in chunks of rows."""
     num_tokens, num_heads, dh = x.q.shape
@@ -370,6 +391,8 @@ def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, rows_meta, ratio: int
     keys = window + (min(cfg.index_topk, max_entries) if kind == "csa" else max_entries)
     per_row = keys * (dh + num_heads) * 4 + (max_entries * cfg.index_head_dim * 4)
     chunk = max(1, min(num_tokens, GATHER_BYTES // per_row))
+    if invariant:
+        chunk = INVARIANT_CHUNK
     sinks = p["sinks"].astype(jnp.float32)
     scale = dh**-0.5
 
@@ -403,7 +426,7 @@ def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, rows_meta, ratio: int
         s = jnp.einsum("chd,ckd->chk", qf, rows, precision="highest") * scale
         s = jnp.where(seen[:, None, :], s, -jnp.inf)
         s = jnp.concatenate([s, jnp.broadcast_to(sinks[None, :, None], s.shape[:2] + (1,))], -1)
-        probs = jax.nn.softmax(s, axis=-1)[..., :-1]
+        probs = _softmax(s)[..., :-1]
         # (Unseen rows may hold stale values: zero them so 0 * inf cannot appear.)
         values = jnp.where(seen[..., None], rows, 0.0)
         return jnp.einsum("chk,ckd->chd", probs, values, precision="highest")
@@ -413,7 +436,7 @@ def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, rows_meta, ratio: int
         parts += [x.idx_q, x.idx_w]
     else:
         parts += [jnp.zeros((num_tokens, 1, 1)), jnp.zeros((num_tokens, 1))]
-    if chunk >= num_tokens:
+    if chunk >= num_tokens and not invariant:
         return one(*parts)
     count = -(-num_tokens // chunk)
     pad = count * chunk - num_tokens

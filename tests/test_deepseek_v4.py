@@ -8,18 +8,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs.hf_config import config_from_hf, read_hf_config
 from configs.presets import get_preset
 from engine import LLM, SamplingParams
-from models import deepseek_v4
-from models.hf_loader import load_hf_params
-from models.reference import init_cache, reference_forward
-from models.transformer import final_logits, forward_hidden
+from tests.test_batch_invariance import _bits, _probe, _scenario
 
 FIXTURE = Path(__file__).parent / "fixtures" / "deepseek_v4"
 REF = json.loads((FIXTURE / "reference.json").read_text())
@@ -78,50 +73,24 @@ def test_rejected_drafts_leave_no_trace(monkeypatch):
     assert stats["num_window_pages_total"] < 3 * -(-49 // ENGINE["page_size"])
 
 
-def _paged_logits(params, cfg, prompts, page_size: int, seed: int):
-    """Every prompt's logits from one ragged forward over shuffled pages of `page_size`."""
-    lens = [len(p) for p in prompts]
-    pages_per = [-(-n // page_size) for n in lens]
-    order = np.random.default_rng(seed).permutation(sum(pages_per))
-    table = np.zeros((len(prompts), max(pages_per)), np.int32)
-    at = 0
-    for s, n in enumerate(pages_per):
-        table[s, :n] = order[at : at + n]
-        at += n
-    positions = np.concatenate([np.arange(n) for n in lens]).astype(np.int32)
-    seq_ids = np.repeat(np.arange(len(prompts)), lens).astype(np.int32)
-    slots = table[seq_ids, positions // page_size] * page_size + positions % page_size
-    rows = deepseek_v4.Rows(jnp.asarray(positions), jnp.asarray(seq_ids), jnp.asarray(table))
-    zeros = lambda shape: jnp.zeros(shape, jnp.float32)  # noqa: E731
-    kv = [
-        deepseek_v4.init_layer_cache(cfg, i, len(order), page_size, zeros)
-        for i in range(cfg.num_layers)
-    ]
-
-    def attend(i, p, kv_i, x):
-        return deepseek_v4.attention(p, cfg, i, x, kv_i, rows, rows, jnp.asarray(slots))
-
-    ids = jnp.asarray(np.concatenate(prompts).astype(np.int32))
-    hidden, _ = jax.jit(
-        lambda params, kv: forward_hidden(params, cfg, ids, rows.positions, kv, attend)
-    )(params, kv)
-    logits = np.asarray(final_logits(params, cfg, hidden))
-    ends = np.cumsum(lens)
-    return [logits[e - n : e] for e, n in zip(ends, lens, strict=True)]
-
-
-def test_pages_holding_several_entries_agree_with_one_page():
-    """Pages of 16 tokens (4 csa entries, 2 hca entries each), shuffled, two prompts in
-    one ragged forward: the logits of the contiguous reference (one page per sequence)."""
-    cfg = get_preset("tiny-deepseek-v4")
-    params = jax.tree.map(jnp.asarray, load_hf_params(FIXTURE, cfg))
-    prompts = [REF["prompts"][2], REF["prompts"][1]]
-    got = _paged_logits(params, cfg, prompts, 16, seed=0)
-    for prompt, logits in zip(prompts, got, strict=True):
-        want, _ = reference_forward(
-            params, cfg, jnp.asarray(prompt, jnp.int32), jnp.int32(0), init_cache(cfg, 64)
-        )
-        np.testing.assert_allclose(logits, np.asarray(want), atol=2e-5, rtol=0)
+def test_batch_invariant_mode_keeps_the_probe_bitwise():
+    """Batch-invariant: the probe's tokens and logprob bits alone are those it gets among
+    co-requests (chunked under two token budgets, preempted), and decoding a position
+    equals prefilling up to it. Alone, transformers' tokens, over 16-token pages (4 csa
+    and 2 hca entries each)."""
+    alone, mixed, preemptions = _scenario("deepseek_v4", batch_invariant=True, budgets=(16, 80))
+    n = len(alone[0])
+    assert alone[0] == REF["greedy_tokens"][1][:n]
+    got = np.asarray(alone[1], np.uint32).view(np.float32)
+    np.testing.assert_allclose(got, REF["logprobs"][1][:n], atol=1e-4, rtol=0)
+    assert preemptions > 0
+    for tokens, bits in mixed:
+        assert (tokens, bits) == alone
+    llm = LLM(str(FIXTURE), batch_invariant=True, max_model_len=128, num_pages=8)
+    one = SamplingParams(max_tokens=1, ignore_eos=True)
+    for j in (3, 10):
+        (out,) = llm.generate([_probe("deepseek_v4") + alone[0][:j]], one)
+        assert (out.token_ids, _bits(out.logprobs)) == (alone[0][j : j + 1], alone[1][j : j + 1])
 
 
 @pytest.mark.parametrize(
@@ -130,7 +99,6 @@ def test_pages_holding_several_entries_agree_with_one_page():
         (dict(mesh="tp=2"), "mesh"),
         (dict(kv_cache_dtype="fp8"), "kv_cache_dtype"),
         (dict(enable_lora=True), "enable_lora"),
-        (dict(batch_invariant=True), "batch_invariant"),
         (dict(page_size=12), "page_size=12"),
     ],
 )
