@@ -114,7 +114,6 @@ def check_model_engine(
     if not cfg.is_dsv4:
         return cfg
     refused = {
-        "mesh": mesh,
         "kv_cache_dtype": "float8" in str(kv_dtype) and str(kv_dtype),
         "enable_lora": lora,
         "kv_transfer_config": transfer is not None,

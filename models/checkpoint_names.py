@@ -183,7 +183,17 @@ def _kda_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
 # Other names a checkpoint may give a tensor, per model type: transformers 5.25 saves
 # Kimi-Linear's dense MLP under block_sparse_moe (its save reverses the load's renaming of
 # block_sparse_moe to mlp), where the release has mlp.
-ALTERNATE_NAMES = {"kimi_linear": ((".mlp.", ".block_sparse_moe."),)}
+ALTERNATE_NAMES = {
+    "kimi_linear": ((".mlp.", ".block_sparse_moe."),),
+    # DeepSeek-V4's release names its tensors without "model." (transformers 5.25 renames
+    # only the embedding, final norm and hyper-connection head back on save).
+    "deepseek_v4": (
+        ("model.embed_tokens.", "embed."),
+        ("model.norm.", "norm."),
+        ("model.hc_head.hc_", "hc_head_"),
+        ("model.layers.", "layers."),
+    ),
+}
 
 
 def _mlp_names(d: int, f: int, pre: str, at: Path_) -> dict[str, HFTensor]:

@@ -179,7 +179,7 @@ def kv_shardings(cfg: ModelConfig, mesh: Mesh, kv_dtype=None) -> list:
     the data's rows, without its last axis.
     """
     rules = rules_for(cfg, mesh_config_of(mesh))
-    axes = MLA_PAGES_AXES if cfg.is_mla else GQA_PAGES_AXES
+    axes = MLA_PAGES_AXES if cfg.is_mla or cfg.is_dsv4 else GQA_PAGES_AXES
     pages = NamedSharding(mesh, logical_to_spec(axes, rules))
     if kv_dtype is not None and jnp.dtype(kv_dtype) == jnp.float8_e4m3fn:
         # Imported here: engine/ imports this module at its top.
@@ -195,9 +195,12 @@ def kv_shardings(cfg: ModelConfig, mesh: Mesh, kv_dtype=None) -> list:
             ("state_rows", "linear_v_heads", None, None),
         )
     )
+
+    def arrays(i: int) -> int:  # (DeepSeek-V4's entry pages after its per-token ones)
+        return len(cfg.layer_kv_widths(i)) + (len(cfg.v4_entry_widths(i)) if cfg.is_dsv4 else 0)
+
     return [
-        state if cfg.is_linear_layer(i) else (pages,) * len(cfg.layer_kv_widths(i))
-        for i in range(cfg.num_kv_layers)
+        state if cfg.is_linear_layer(i) else (pages,) * arrays(i) for i in range(cfg.num_kv_layers)
     ]
 
 

@@ -37,7 +37,9 @@ LAYOUTS = [
     # Qwen3-Next: gated DeltaNet layers (their heads and recurrent states over tp) between
     # gated attention ones, Qwen3-MoE's router with a gated shared expert, experts over ep.
     ("qwen3_next", "tp=2,ep=2"),
-    ("mixtral", "ep=4"),
+    # DeepSeek-V4: tokens over dp, query heads (and their sinks) over tp, experts over ep,
+    # its window and entry pages whole on each device.
+    ("deepseek_v4", "dp=2,tp=2,ep=2"),
     ("mixtral", "dp=2,ep=4"),
     ("mixtral", "tp=2,ep=2"),
     ("llama", "tp=2"),
@@ -114,7 +116,8 @@ def _param_specs(llm) -> dict:
     """Where a few weights landed, to check that the mesh really splits them."""
     layers = [x for x in llm.params["layers"] if "attn" in x]  # (not a DeltaNet layer)
     layer = next((x for x in layers if "moe" in x), layers[0])
-    picks = {"attn.wo": layer["attn"]["wo"]}
+    wo = "wq_b" if "wq_b" in layer["attn"] and "wo" not in layer["attn"] else "wo"
+    picks = {f"attn.{wo}": layer["attn"][wo]}  # (DeepSeek-V4's heads: in its wq_b)
     if "moe" in layer:
         picks["moe.w_gate"] = layer["moe"]["w_gate"]
     # (an fp8 weight: where its data landed)

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
 from configs.hf_config import config_from_hf, read_hf_config
 from configs.presets import get_preset
 from engine import LLM, SamplingParams
+from models.hf_loader import load_hf_params
 from tests.test_batch_invariance import _bits, _probe, _scenario
 
 FIXTURE = Path(__file__).parent / "fixtures" / "deepseek_v4"
@@ -142,3 +144,32 @@ def test_bad_shapes_are_named():
         cfg.replace(o_groups=3)
     with pytest.raises(ValueError, match="hash_moe_layers"):
         cfg.replace(hash_moe_layers=(7,))
+
+
+def test_the_release_names_load_like_transformers_save(tmp_path):
+    """The release's names (no "model." prefix; embed, norm, hc_head_fn ...) load to the
+    same weights as the fixture's (transformers' save)."""
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(FIXTURE / "model.safetensors")
+    renames = (
+        ("model.embed_tokens.", "embed."),
+        ("model.norm.", "norm."),
+        ("model.hc_head.hc_", "hc_head_"),
+        ("model.layers.", "layers."),
+    )
+    released = {}
+    for name, x in tensors.items():
+        for old, new in renames:
+            name = name.replace(old, new)
+        released[name] = x
+    assert "embed.weight" in released and "hc_head_fn" in released
+    for f in ("config.json", "tokenizer.json"):
+        (tmp_path / f).write_bytes((FIXTURE / f).read_bytes())
+    save_file(released, tmp_path / "model.safetensors")
+    cfg = get_preset("tiny-deepseek-v4")
+    want = jax.tree.leaves(load_hf_params(FIXTURE, cfg))
+    got = jax.tree.leaves(load_hf_params(tmp_path, cfg))
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
