@@ -26,7 +26,7 @@ What differs from the other families (ModelConfig attention_type "dsv4"):
   correction bias; gate and up clamped at swiglu_limit (experts and shared expert).
 
 The cache of layer i (ModelConfig.layer_kv_widths, v4_entry_widths): per token, the window's
-key=value row and (compressed layers) the compressor's raw inputs (kv | gate + bias; csa:
+key=value row and (compressed layers) the compressor's raw inputs (kv | gate; csa:
 two series each, and the indexer's); per page, page_size // ratio entries (at least one),
 entry w of a sequence in the page holding its window's last token, (w*m + m - 1) //
 page_size, at ((w*m + m - 1) % page_size) // m: a step writes entries only into the pages
@@ -68,7 +68,7 @@ class V4Inputs(NamedTuple):
 
     q: jax.Array  # [T, H, Dh] roped
     kv: jax.Array  # [T, Dh] roped: the window's key (= value)
-    comp: jax.Array | None  # [T, 2cDh] the compressor's kv | gate + bias (c: 2 for csa)
+    comp: jax.Array | None  # [T, 2cDh] the compressor's kv | gate (c: 2 for csa)
     idx: jax.Array | None  # [T, 4Di] the indexer's, likewise (csa)
     idx_q: jax.Array | None  # [T, Hi, Di] roped indexer queries (csa)
     idx_w: jax.Array | None  # [T, Hi] f32 indexer head weights, both scales folded in
@@ -192,14 +192,10 @@ def attn_inputs(p: dict, h: jax.Array, positions: jax.Array, cfg: ModelConfig, l
     q = _rope_tail(_unweighted_rms(q, eps), positions, freqs)
     kv = _rope_tail(_norm(h @ p["wkv"], p["kv_norm"], eps), positions, freqs)
     comp = idx = idx_q = idx_w = None
-    if ratio:
-        where = positions % ratio  # each token's place in its window: its gate's bias
-        gate = (h @ p["c_wgate"]).astype(jnp.float32) + p["c_bias"].astype(jnp.float32)[where]
-        comp = jnp.concatenate([h @ p["c_wkv"], gate.astype(h.dtype)], axis=-1)
+    if ratio:  # (the gates' biases are added when a window is pooled: _pool)
+        comp = jnp.concatenate([h @ p["c_wkv"], h @ p["c_wgate"]], axis=-1)
     if cfg.v4_layer_kinds[layer] == "csa":
-        where = positions % ratio
-        gate = (h @ p["i_wgate"]).astype(jnp.float32) + p["i_bias"].astype(jnp.float32)[where]
-        idx = jnp.concatenate([h @ p["i_wkv"], gate.astype(h.dtype)], axis=-1)
+        idx = jnp.concatenate([h @ p["i_wkv"], h @ p["i_wgate"]], axis=-1)
         idx_q = _rope_tail(jnp.einsum("tr,rhd->thd", q_res, p["i_wq"]), positions, freqs)
         scale = (cfg.index_n_heads * cfg.index_head_dim) ** -0.5
         idx_w = (h @ p["i_w"]).astype(jnp.float32) * scale
@@ -279,28 +275,34 @@ def _pool(
     ratio: int,
     width: int,
     overlap: bool,
+    bias: jax.Array,  # [m, cW] float32: the gate's bias by place in the window
     norm: jax.Array,
     eps: float,
     freqs,
     dtype,
 ) -> jax.Array:  # [C, width]
-    """Entries w: softmax(gate)-weighted sums of their windows' kv rows per channel, normed
-    and roped at w * ratio (module docstring)."""
-    steps = jnp.arange(ratio)
+    """Entries w: softmax(gate + bias)-weighted sums of their windows' kv rows per channel,
+    normed and roped at w * ratio (module docstring). The bias is added in float32 to the
+    stored gate, as transformers adds its float32 position_bias."""
+    bias = bias.astype(jnp.float32)
     if overlap:  # window w-1's first series, then window w's second
         pos = (w[:, None] - 1) * ratio + jnp.arange(2 * ratio)[None, :]
         rows = _gather(raw_pages, table, jnp.maximum(pos, 0))  # [C, 2m, 4W]
         kv = jnp.concatenate([rows[:, :ratio, :width], rows[:, ratio:, width : 2 * width]], 1)
         gate = jnp.concatenate(
-            [rows[:, :ratio, 2 * width : 3 * width], rows[:, ratio:, 3 * width :]], axis=1
+            [
+                rows[:, :ratio, 2 * width : 3 * width] + bias[:, :width],
+                rows[:, ratio:, 3 * width :] + bias[:, width:],
+            ],
+            axis=1,
         )
         # (The first entry has no earlier window: its half weighs nothing.)
         has_prior = (jnp.arange(2 * ratio)[None, :] >= ratio) | (w[:, None] > 0)
         gate = jnp.where(has_prior[..., None], gate, -jnp.inf)
     else:
-        pos = w[:, None] * ratio + steps[None, :]
+        pos = w[:, None] * ratio + jnp.arange(ratio)[None, :]
         rows = _gather(raw_pages, table, pos)  # [C, m, 2W]
-        kv, gate = rows[..., :width], rows[..., width:]
+        kv, gate = rows[..., :width], rows[..., width:] + bias
     weights = jnp.swapaxes(_softmax(jnp.swapaxes(gate, 1, 2)), 1, 2)  # over the rows
     weights = weights.astype(dtype).astype(jnp.float32)
     terms = kv.astype(dtype).astype(jnp.float32) * weights
@@ -308,7 +310,7 @@ def _pool(
     return _rope_tail(_norm(pooled, norm, eps), w * ratio, freqs)
 
 
-def _emit(raw_pages, entry_pages, meta, rows_meta, slots, ratio, width, overlap, norm, cfg, freqs):
+def _emit(raw_pages, entry_pages, meta, rows_meta, slots, ratio, width, overlap, p, cfg, freqs):
     """Pool and write the entries whose windows close at this step's rows (their raw rows
     through rows_meta's page table, the entries through meta's)."""
     num_tokens = meta.positions.shape[0]
@@ -319,17 +321,10 @@ def _emit(raw_pages, entry_pages, meta, rows_meta, slots, ratio, width, overlap,
     rows = jnp.minimum(rows, num_tokens - 1)
     seq = meta.seq_ids[rows]
     w = meta.positions[rows] // ratio
+    table = rows_meta.page_table[seq]
+    (bias, norm), eps = p, cfg.rms_norm_eps  # (the compressor's or the indexer's)
     pooled = _pool(
-        raw_pages,
-        rows_meta.page_table[seq],
-        w,
-        ratio,
-        width,
-        overlap,
-        norm,
-        cfg.rms_norm_eps,
-        freqs,
-        entry_pages.dtype,
+        raw_pages, table, w, ratio, width, overlap, bias, norm, eps, freqs, entry_pages.dtype
     )
     page, row = _entry_slot(meta.page_table[seq], w, ratio, raw_pages.shape[1])
     return _scatter(entry_pages, jnp.where(real, page, -1), row, pooled)
@@ -370,14 +365,14 @@ def attention(
     if ratio:
         cache[1] = _scatter(cache[1], page, offset, x.comp)
         ent = 2 if kind == "hca" else 3
-        norm = p["c_norm"]
+        own = (p["c_bias"], p["c_norm"])
         cache[ent] = _emit(
-            cache[1], cache[ent], *pools, cfg.head_dim, kind == "csa", norm, cfg, freqs
+            cache[1], cache[ent], *pools, cfg.head_dim, kind == "csa", own, cfg, freqs
         )
     if kind == "csa":
         cache[2] = _scatter(cache[2], page, offset, x.idx)
-        norm = p["i_norm"]
-        cache[4] = _emit(cache[2], cache[4], *pools, cfg.index_head_dim, True, norm, cfg, freqs)
+        own = (p["i_bias"], p["i_norm"])
+        cache[4] = _emit(cache[2], cache[4], *pools, cfg.index_head_dim, True, own, cfg, freqs)
     o = _attend(p, cfg, x, cache, meta, rows_meta, ratio, kind, invariant)
     return o.astype(x.kv.dtype), tuple(cache)
 
