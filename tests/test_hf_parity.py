@@ -423,10 +423,9 @@ def test_a_tied_config_keeps_a_different_lm_head_from_its_checkpoint(tmp_path):
 # weights differ by what bfloat16 rounding does (reference_bf16.json, made by
 # tests/fixtures/make_hf_bf16_reference.py). The engine in bfloat16 must be no farther from
 # transformers' bfloat16 run than that, within a margin: measured (28th session), the ratio of
-# the mean |difference| was 0.56-0.96 over the first four and of the largest 0.46-1.03 (DeepSeek-V4,
-# 44th session: 0.77 and 0.39). Computing a
-# norm's statistics or attention's scores in bfloat16 (tried by hand) took gpt-oss's to 1.7
-# (mean) and 12-13 (largest).
+# the mean |difference| was 0.56-0.96 over the first four and of the largest 0.46-1.03
+# (DeepSeek-V4, 44th session: 0.77 and 0.39). Computing a norm's statistics or attention's
+# scores in bfloat16 (tried by hand) took gpt-oss's to 1.7 (mean) and 12-13 (largest).
 @pytest.mark.parametrize("arch", ["llama", "qwen3_moe", "deepseek_v3", "gpt_oss", "deepseek_v4"])
 def test_bfloat16_engine_is_within_transformers_own_bfloat16_noise(arch):
     ref = json.loads((FIXTURES / arch / "reference_bf16.json").read_text())
