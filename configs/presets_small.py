@@ -139,3 +139,31 @@ _add(
         bos_token_id=None,
     )
 )
+# DeepSeek-V4 at CPU size with V4-Flash's attention geometry: a 128-token window, csa every
+# 4 tokens with a top-512 indexer, hca every 128, 4 hyper-connection streams.
+_add(
+    TINY["tiny-deepseek-v4"].replace(
+        name="small-deepseek-v4-long",
+        vocab_size=8192,
+        hidden_size=256,
+        num_heads=8,
+        head_dim=128,
+        max_position_embeddings=131072,
+        rope_scaling=RopeScaling(
+            "yarn", 16.0, original_max_position_embeddings=8192, attention_factor=1.0
+        ),
+        sliding_window=128,
+        q_lora_rank=128,
+        index_topk=512,
+        index_n_heads=8,
+        index_head_dim=64,
+        hca_ratio=128,
+        o_groups=4,
+        o_lora_rank=64,
+        num_experts=16,
+        moe_intermediate_size=128,
+        intermediate_size=128,
+        swiglu_limit=10.0,
+        bos_token_id=None,
+    )
+)

@@ -61,6 +61,9 @@ __all__ = ["Rows", "V4Inputs", "attention", "forward_hidden", "init_layer_cache"
 # whatever the step. (Every sum over a row is fixed-order: models/reductions.py.)
 GATHER_BYTES = 16 << 20
 INVARIANT_CHUNK = 8
+# Entries one loop step reads for a chunk of rows (an hca layer's attention, a csa layer's
+# indexer): the loops run to the chunk's furthest row, not to the page table's end.
+ENTRY_BLOCK = 256
 
 
 class V4Inputs(NamedTuple):
@@ -330,15 +333,39 @@ def _emit(raw_pages, entry_pages, meta, rows_meta, slots, ratio, width, overlap,
     return _scatter(entry_pages, jnp.where(real, page, -1), row, pooled)
 
 
-def _select(idx_q, idx_w, idx_entries, limit, topk):
-    """The indexer's top-k entries per query: [C, k] ids, -1 where fewer are visible."""
-    scores = jnp.einsum("chd,ced->che", idx_q.astype(jnp.float32), idx_entries)
-    scores = jnp.einsum("ch,che->ce", idx_w, jax.nn.relu(scores))
-    visible = jnp.arange(idx_entries.shape[1])[None, :] < limit[:, None]
-    scores = jnp.where(visible, scores, -jnp.inf)
-    k = min(topk, idx_entries.shape[1])
-    best, ids = lax.top_k(scores, k)
-    return jnp.where(best > -jnp.inf, ids, -1)
+def _entry_rows(pages, table, ids, ratio: int, page_size: int) -> jax.Array:
+    """Entries `ids` [C, B] of each row's sequence (table [C, Pmax]) as float32 [C, B, W]."""
+    page, row = _entry_slot(table, ids, ratio, page_size)
+    return pages[jnp.clip(page, 0, pages.shape[0] - 1), row].astype(jnp.float32)
+
+
+def _blocks(limit: jax.Array, block: int) -> jax.Array:
+    """Entry blocks a chunk of rows reads: up to its largest `limit` (entries it may see)."""
+    return (jnp.max(limit) + block - 1) // block
+
+
+def _select(idx_q, idx_w, pages, table, limit, topk: int, ratio: int, page_size: int):
+    """The indexer's top-k entries per query row ([C, topk], ascending, -1 where fewer are
+    visible): every entry it sees, `ENTRY_BLOCK` at a time, scored sum_h w_h relu(q_h . k)
+    and merged into a running top-k."""
+    rows = idx_q.shape[0]
+    q = idx_q.astype(jnp.float32)
+
+    def body(b, carry):
+        best, ids = carry
+        ids_b = jnp.broadcast_to(b * ENTRY_BLOCK + jnp.arange(ENTRY_BLOCK), (rows, ENTRY_BLOCK))
+        keys = _entry_rows(pages, table, ids_b, ratio, page_size)  # [C, B, Di]
+        scores = jnp.einsum("chd,ced->che", q, keys, precision="highest")
+        scores = jnp.einsum("ch,che->ce", idx_w, jax.nn.relu(scores), precision="highest")
+        scores = jnp.where(ids_b < limit[:, None], scores, -jnp.inf)
+        best, take = lax.top_k(jnp.concatenate([best, scores], axis=1), topk)
+        return best, jnp.take_along_axis(jnp.concatenate([ids, ids_b], axis=1), take, axis=1)
+
+    init = (jnp.full((rows, topk), -jnp.inf), jnp.full((rows, topk), -1, jnp.int32))
+    best, ids = lax.fori_loop(0, _blocks(limit, ENTRY_BLOCK), body, init)
+    top = jnp.iinfo(jnp.int32).max  # (the chosen attended in entry order, -1 last)
+    ids = jnp.sort(jnp.where(best > -jnp.inf, ids, top), axis=1)
+    return jnp.where(ids == top, -1, ids)
 
 
 def attention(
@@ -378,56 +405,61 @@ def attention(
 
 
 def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, rows_meta, ratio, kind, invariant):
-    """Each query over its window's rows and its visible (csa: chosen) entries, with the
-    head's sink, in chunks of rows."""
+    """Each query over its window's rows and its visible entries (csa: the chosen ones; hca:
+    all, ENTRY_BLOCK at a time up to the chunk's furthest row), with the head's sink: an
+    online softmax, in chunks of rows."""
     num_tokens, num_heads, dh = x.q.shape
-    window = cfg.sliding_window
-    page_size = cache[0].shape[1]
-    max_entries = 0
-    if ratio:
-        max_entries = meta.page_table.shape[1] * page_size // ratio
-    keys = window + (min(cfg.index_topk, max_entries) if kind == "csa" else max_entries)
-    per_row = keys * (dh + num_heads) * 4 + (max_entries * cfg.index_head_dim * 4)
-    chunk = max(1, min(num_tokens, GATHER_BYTES // per_row))
-    if invariant:
-        chunk = INVARIANT_CHUNK
+    window, page_size = cfg.sliding_window, cache[0].shape[1]
+    topk = cfg.index_topk
+    keys = window + (topk if kind == "csa" else ENTRY_BLOCK if ratio else 0)
+    per_row = keys * (dh + num_heads) * 4 + ENTRY_BLOCK * cfg.index_head_dim * 4
+    chunk = INVARIANT_CHUNK if invariant else max(1, min(num_tokens, GATHER_BYTES // per_row))
     sinks = p["sinks"].astype(jnp.float32)
     scale = dh**-0.5
 
+    def scores(q, rows, seen):  # [C, H, K], unseen -inf
+        s = jnp.einsum("chd,ckd->chk", q, rows, precision="highest") * scale
+        return jnp.where(seen[:, None, :], s, -jnp.inf)
+
+    def fold(carry, s, rows, seen):
+        """The online softmax's (max, denominator, sum of weighted values) with more keys."""
+        m, denom, acc = carry
+        m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+        e = jnp.exp(s - m_new[..., None])
+        # (Unseen rows may hold stale values: zero them so 0 * inf cannot appear.)
+        values = jnp.where(seen[..., None], rows, 0.0)
+        grow = jnp.exp(m - m_new)
+        acc = acc * grow[..., None] + jnp.einsum("chk,ckd->chd", e, values, precision="highest")
+        return m_new, denom * grow + fixed_order_sum(e), acc
+
     def one(q, pos, seq, idx_q, idx_w):  # a chunk of C rows
-        table = meta.page_table[seq]  # [C, Pmax]
+        table = meta.page_table[seq]  # [C, Pmax]: the entries' pages
         near = pos[:, None] - window + 1 + jnp.arange(window)[None, :]  # [C, W]
         rows = _gather(cache[0], rows_meta.page_table[seq], jnp.maximum(near, 0))  # [C, W, Dh]
         seen = near >= 0
-        if ratio:
-            limit = (pos + 1) // ratio  # entries whose window closed
-            if kind == "csa":
-                ids = jnp.arange(max_entries)
-                pg, rw = _entry_slot(
-                    table, jnp.broadcast_to(ids, (pos.shape[0], max_entries)), ratio, page_size
-                )
-                idx_entries = cache[4][jnp.clip(pg, 0, cache[4].shape[0] - 1), rw].astype(
-                    jnp.float32
-                )
-                chosen = _select(idx_q, idx_w, idx_entries, limit, cfg.index_topk)  # [C, k]
-                ent_ids, ent_seen = jnp.maximum(chosen, 0), chosen >= 0
-                ent_pages = cache[3]
-            else:
-                ent_ids = jnp.broadcast_to(jnp.arange(max_entries), (pos.shape[0], max_entries))
-                ent_seen = ent_ids < limit[:, None]
-                ent_pages = cache[2]
-            pg, rw = _entry_slot(table, ent_ids, ratio, page_size)
-            ent = ent_pages[jnp.clip(pg, 0, ent_pages.shape[0] - 1), rw].astype(jnp.float32)
+        limit = (pos + 1) // max(ratio, 1)  # entries whose window closed
+        if kind == "csa":  # the chosen entries beside the window's keys
+            chosen = _select(idx_q, idx_w, cache[4], table, limit, topk, ratio, page_size)
+            ent = _entry_rows(cache[3], table, jnp.maximum(chosen, 0), ratio, page_size)
             rows = jnp.concatenate([rows, ent], axis=1)
-            seen = jnp.concatenate([seen, ent_seen], axis=1)
+            seen = jnp.concatenate([seen, chosen >= 0], axis=1)
         qf = q.astype(jnp.float32)
-        s = jnp.einsum("chd,ckd->chk", qf, rows, precision="highest") * scale
-        s = jnp.where(seen[:, None, :], s, -jnp.inf)
-        s = jnp.concatenate([s, jnp.broadcast_to(sinks[None, :, None], s.shape[:2] + (1,))], -1)
-        probs = _softmax(s)[..., :-1]
-        # (Unseen rows may hold stale values: zero them so 0 * inf cannot appear.)
-        values = jnp.where(seen[..., None], rows, 0.0)
-        return jnp.einsum("chk,ckd->chd", probs, values, precision="highest")
+        start = jnp.broadcast_to(sinks[None, :], (q.shape[0], num_heads))  # (the sink first)
+        carry = (start, jnp.ones_like(start), jnp.zeros(q.shape, jnp.float32))
+        carry = fold(carry, scores(qf, rows, seen), rows, seen)
+        if kind == "hca":  # every entry it sees, a block at a time
+
+            def body(b, carry):
+                ids = jnp.broadcast_to(
+                    b * ENTRY_BLOCK + jnp.arange(ENTRY_BLOCK), (q.shape[0], ENTRY_BLOCK)
+                )
+                ent = _entry_rows(cache[2], table, ids, ratio, page_size)
+                visible = ids < limit[:, None]
+                return fold(carry, scores(qf, ent, visible), ent, visible)
+
+            carry = lax.fori_loop(0, _blocks(limit, ENTRY_BLOCK), body, carry)
+        _, denom, acc = carry
+        return acc / denom[..., None]
 
     parts = [x.q, x.positions, meta.seq_ids]
     if kind == "csa":

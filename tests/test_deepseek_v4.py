@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -172,4 +173,34 @@ def test_the_release_names_load_like_transformers_save(tmp_path):
     got = jax.tree.leaves(load_hf_params(tmp_path, cfg))
     assert len(got) == len(want)
     for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("layer", [1, 2])  # csa, hca
+def test_entry_blocks_do_not_change_the_output(monkeypatch, layer):
+    """The hca attention's online softmax and the csa indexer's running top-k over blocks of
+    2 entries (many blocks) give the output of one block for all (the fixture's prompts are
+    shorter than one ENTRY_BLOCK)."""
+    from models import deepseek_v4 as v4
+
+    cfg = get_preset("tiny-deepseek-v4")
+    params = load_hf_params(FIXTURE, cfg)
+    p = jax.tree.map(jnp.asarray, params["layers"][layer]["attn"])
+    n, page_size = 40, 4
+    positions = jnp.arange(n, dtype=jnp.int32)
+    rows = v4.Rows(positions, jnp.zeros(n, jnp.int32), jnp.arange(12, dtype=jnp.int32)[None])
+    h = jax.random.normal(jax.random.key(0), (n, cfg.hidden_size))
+    x = v4.attn_inputs(p, h, positions, cfg, layer)
+    zeros = lambda shape: jnp.zeros(shape, jnp.float32)  # noqa: E731
+    cache = v4.init_layer_cache(cfg, layer, 12, page_size, zeros)
+    outs = []
+    for block in (2, 256):
+        monkeypatch.setattr(v4, "ENTRY_BLOCK", block)
+        # (A fresh function each time: traced with this block size.)
+        run = jax.jit(
+            lambda p, x, cache: v4.attention(p, cfg, layer, x, cache, rows, rows, positions)
+        )
+        outs.append(run(p, x, cache))
+    np.testing.assert_allclose(outs[0][0], outs[1][0], atol=1e-6, rtol=0)
+    for a, b in zip(outs[0][1], outs[1][1], strict=True):
         np.testing.assert_array_equal(a, b)
