@@ -100,8 +100,8 @@ def check_model_engine(
     weights held quantized are held so there too, the DeltaNet and KDA projections in the
     model dtype: models/quantization.py.)
 
-    DeepSeek-V4 (models/deepseek_v4.py) runs on one device, with a float KV cache, the
-    weights in the model dtype, no LoRA or KV transfer, and a
+    DeepSeek-V4 (models/deepseek_v4.py) runs with a float KV cache, no LoRA or KV
+    transfer, and a
     page_size that each compression rate divides or is a multiple of; its per-token rows
     get a pool of their own (ModelConfig.v4_window_pool) unless prefix caching keeps them
     all."""
@@ -117,7 +117,6 @@ def check_model_engine(
         "kv_cache_dtype": "float8" in str(kv_dtype) and str(kv_dtype),
         "enable_lora": lora,
         "kv_transfer_config": transfer is not None,
-        "quantization": cfg.quantization,
     }
     for option, value in refused.items():
         if value:

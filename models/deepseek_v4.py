@@ -51,6 +51,7 @@ from jax import lax
 
 from configs.model_config import ModelConfig, RopeScaling
 from models.layers import embed, model_norm
+from models.quantization import dequantize_tree
 from models.reductions import fixed_order_mean, fixed_order_sum
 from models.rope import apply_rope, rope_frequencies
 
@@ -344,16 +345,16 @@ def _blocks(limit: jax.Array, block: int) -> jax.Array:
     return (jnp.max(limit) + block - 1) // block
 
 
-def _select(idx_q, idx_w, pages, table, limit, topk: int, ratio: int, page_size: int):
+def _select(idx_q, idx_w, pages, table, limit, topk: int, ratio: int, page_size: int, block: int):
     """The indexer's top-k entries per query row ([C, topk], ascending, -1 where fewer are
-    visible): every entry it sees, `ENTRY_BLOCK` at a time, scored sum_h w_h relu(q_h . k)
+    visible): every entry it sees, `block` at a time, scored sum_h w_h relu(q_h . k)
     and merged into a running top-k."""
     rows = idx_q.shape[0]
     q = idx_q.astype(jnp.float32)
 
     def body(b, carry):
         best, ids = carry
-        ids_b = jnp.broadcast_to(b * ENTRY_BLOCK + jnp.arange(ENTRY_BLOCK), (rows, ENTRY_BLOCK))
+        ids_b = jnp.broadcast_to(b * block + jnp.arange(block), (rows, block))
         keys = _entry_rows(pages, table, ids_b, ratio, page_size)  # [C, B, Di]
         scores = jnp.einsum("chd,ced->che", q, keys, precision="highest")
         scores = jnp.einsum("ch,che->ce", idx_w, jax.nn.relu(scores), precision="highest")
@@ -362,7 +363,7 @@ def _select(idx_q, idx_w, pages, table, limit, topk: int, ratio: int, page_size:
         return best, jnp.take_along_axis(jnp.concatenate([ids, ids_b], axis=1), take, axis=1)
 
     init = (jnp.full((rows, topk), -jnp.inf), jnp.full((rows, topk), -1, jnp.int32))
-    best, ids = lax.fori_loop(0, _blocks(limit, ENTRY_BLOCK), body, init)
+    best, ids = lax.fori_loop(0, _blocks(limit, block), body, init)
     top = jnp.iinfo(jnp.int32).max  # (the chosen attended in entry order, -1 last)
     ids = jnp.sort(jnp.where(best > -jnp.inf, ids, top), axis=1)
     return jnp.where(ids == top, -1, ids)
@@ -410,9 +411,11 @@ def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, rows_meta, ratio, kin
     online softmax, in chunks of rows."""
     num_tokens, num_heads, dh = x.q.shape
     window, page_size = cfg.sliding_window, cache[0].shape[1]
-    topk = cfg.index_topk
-    keys = window + (topk if kind == "csa" else ENTRY_BLOCK if ratio else 0)
-    per_row = keys * (dh + num_heads) * 4 + ENTRY_BLOCK * cfg.index_head_dim * 4
+    # (No more than the page table holds: a short max_model_len reads and keeps fewer.)
+    most = meta.page_table.shape[1] * page_size // max(ratio, 1)
+    topk, block = min(cfg.index_topk, most), max(1, min(ENTRY_BLOCK, most))
+    keys = window + (topk if kind == "csa" else block if ratio else 0)
+    per_row = keys * (dh + num_heads) * 4 + block * cfg.index_head_dim * 4
     chunk = INVARIANT_CHUNK if invariant else max(1, min(num_tokens, GATHER_BYTES // per_row))
     sinks = p["sinks"].astype(jnp.float32)
     scale = dh**-0.5
@@ -439,7 +442,7 @@ def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, rows_meta, ratio, kin
         seen = near >= 0
         limit = (pos + 1) // max(ratio, 1)  # entries whose window closed
         if kind == "csa":  # the chosen entries beside the window's keys
-            chosen = _select(idx_q, idx_w, cache[4], table, limit, topk, ratio, page_size)
+            chosen = _select(idx_q, idx_w, cache[4], table, limit, topk, ratio, page_size, block)
             ent = _entry_rows(cache[3], table, jnp.maximum(chosen, 0), ratio, page_size)
             rows = jnp.concatenate([rows, ent], axis=1)
             seen = jnp.concatenate([seen, chosen >= 0], axis=1)
@@ -450,14 +453,12 @@ def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, rows_meta, ratio, kin
         if kind == "hca":  # every entry it sees, a block at a time
 
             def body(b, carry):
-                ids = jnp.broadcast_to(
-                    b * ENTRY_BLOCK + jnp.arange(ENTRY_BLOCK), (q.shape[0], ENTRY_BLOCK)
-                )
+                ids = jnp.broadcast_to(b * block + jnp.arange(block), (q.shape[0], block))
                 ent = _entry_rows(cache[2], table, ids, ratio, page_size)
                 visible = ids < limit[:, None]
                 return fold(carry, scores(qf, ent, visible), ent, visible)
 
-            carry = lax.fori_loop(0, _blocks(limit, ENTRY_BLOCK), body, carry)
+            carry = lax.fori_loop(0, _blocks(limit, block), body, carry)
         _, denom, acc = carry
         return acc / denom[..., None]
 
@@ -526,6 +527,9 @@ def forward_hidden(
     streams = jnp.broadcast_to(x[:, None, :], (x.shape[0], cfg.hc_mult, x.shape[1]))
     new_kv = []
     for i, layer in enumerate(params["layers"]):
+        # Weights held fp8 / int4 (ModelConfig.quantization: wq_a, wq_b, the experts and the
+        # shared expert) back to the model dtype one layer at a time; a no-op for floats.
+        layer = dequantize_tree(layer, x.dtype)
         pre, post, comb = _hc_mix(layer["attn_hc"], streams, cfg)
         h = model_norm(_collapse(pre, streams), layer["attn_norm"], cfg)
         inputs = attn_inputs(layer["attn"], h, positions, cfg, i)

@@ -99,7 +99,6 @@ def test_batch_invariant_mode_keeps_the_probe_bitwise():
 @pytest.mark.parametrize(
     "option, message",
     [
-        (dict(mesh="tp=2"), "mesh"),
         (dict(kv_cache_dtype="fp8"), "kv_cache_dtype"),
         (dict(enable_lora=True), "enable_lora"),
         (dict(page_size=12), "page_size=12"),
@@ -204,3 +203,24 @@ def test_entry_blocks_do_not_change_the_output(monkeypatch, layer):
     np.testing.assert_allclose(outs[0][0], outs[1][0], atol=1e-6, rtol=0)
     for a, b in zip(outs[0][1], outs[1][1], strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_weights_held_fp8_compute_what_the_float_engine_does():
+    """quantization="fp8" on the float fixture: wq_a, wq_b, the experts and the shared
+    expert held fp8 (the rest float); tokens and logprobs bitwise those of the float engine
+    given the dequantized weights."""
+    from models import quantization as quant
+
+    short = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    # (test_engine_matches_transformers_and_its_prefix_hits's engine settings: the float
+    # engine's step programs compiled already.)
+    held = LLM(str(FIXTURE), quantization="fp8", enable_prefix_caching=True, **ENGINE)
+    layer = held.params["layers"][1]
+    assert quant.is_quantized(layer["attn"]["wq_b"]) and quant.is_quantized(layer["moe"]["w_gate"])
+    assert not quant.is_quantized(layer["attn"]["wkv"])
+    prompts = _prompts()[1:]  # (one prompt: few step shapes to compile)
+    want = held.generate(prompts, short)
+    plain = LLM(str(FIXTURE), enable_prefix_caching=True, **ENGINE)
+    plain.params = jax.tree.map(jnp.asarray, quant.dequantize_tree(held.params, jnp.float32))
+    for a, b in zip(plain.generate(prompts, short), want, strict=True):
+        assert (a.token_ids, _bits(a.logprobs)) == (b.token_ids, _bits(b.logprobs))
