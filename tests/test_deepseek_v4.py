@@ -33,7 +33,8 @@ def _prompts():
 
 def test_engine_matches_transformers_and_its_prefix_hits():
     """Three prompts at once in chunks of 16 tokens over 4-token pages: transformers'
-    greedy tokens and logprobs. Again on the filled prefix cache: hits, the same tokens."""
+    greedy tokens and logprobs. Again on the filled prefix cache: hits, the same tokens.
+    Scored: transformers' logprob at every prompt position."""
     llm = LLM(str(FIXTURE), enable_prefix_caching=True, **ENGINE)
     cold = llm.generate(_prompts(), GREEDY)
     for out, tokens, logprobs in zip(cold, REF["greedy_tokens"], REF["logprobs"], strict=True):
@@ -44,6 +45,11 @@ def test_engine_matches_transformers_and_its_prefix_hits():
     for a, b in zip(cold, warm, strict=True):
         assert b.token_ids == a.token_ids
         np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-5, rtol=0)
+    # Every prompt position's next-token logprob: transformers' float32 forward's
+    # (reference_bf16.json, made by tests/fixtures/make_hf_bf16_reference.py).
+    ref32 = json.loads((FIXTURE / "reference_bf16.json").read_text())["float32_prompt_logprobs"]
+    for got, want in zip(llm.score(REF["prompts"]), ref32, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
 
 
 def test_rejected_drafts_leave_no_trace(monkeypatch):
