@@ -206,3 +206,19 @@ def run_to_the_end(sched: Scheduler, dev: FakeDevice, seqs, ahead: bool, max_mod
             step(sched, dev)
     for seq in seqs:
         assert (seq.output_token_ids, "length") == reference(seq, max_model_len)
+
+
+def oracle_drafts(fulls: dict, vocab_size: int):
+    """An NgramProposer.drafts stand-in (monkeypatched onto its class) that drafts each
+    sequence's known greedy continuation (`fulls`: prompt tuple -> prompt + tokens) with one
+    draft spoiled at a place that rotates call by call (0 to 3 kept a step)."""
+    calls = iter(range(10**6))
+
+    def drafts(self, seq, cap):
+        got = list(fulls[tuple(seq.prompt_token_ids)][seq.num_tokens : seq.num_tokens + cap])
+        spoil = next(calls) % 4  # (3: none spoiled)
+        if spoil < len(got):
+            got[spoil] = (got[spoil] + 1) % vocab_size
+        return tuple(got)
+
+    return drafts

@@ -17,6 +17,7 @@ from configs.hf_config import config_from_hf, read_hf_config
 from configs.presets import get_preset
 from engine import LLM, SamplingParams
 from models.hf_loader import load_hf_params
+from tests.scheduler_cases import oracle_drafts
 from tests.test_batch_invariance import _bits, _probe, _scenario
 
 FIXTURE = Path(__file__).parent / "fixtures" / "deepseek_v4"
@@ -62,15 +63,7 @@ def test_rejected_drafts_leave_no_trace(monkeypatch):
     ngram = {"method": "ngram", "num_speculative_tokens": 3}
     llm = LLM(str(FIXTURE), speculative_config=ngram, **ENGINE)
     fulls = {tuple(p): p + t for p, t in zip(REF["prompts"], REF["greedy_tokens"], strict=True)}
-    calls = iter(range(10**6))
-
-    def drafts(self, seq, cap):
-        got = list(fulls[tuple(seq.prompt_token_ids)][seq.num_tokens : seq.num_tokens + cap])
-        spoil = next(calls) % 4  # (3: none spoiled)
-        if spoil < len(got):
-            got[spoil] = (got[spoil] + 1) % llm.config.vocab_size
-        return tuple(got)
-
+    drafts = oracle_drafts(fulls, llm.config.vocab_size)
     monkeypatch.setattr(type(llm._scheduler.speculative), "drafts", drafts)
     got = llm.generate(_prompts(), GREEDY)
     for out, tokens, logprobs in zip(got, REF["greedy_tokens"], REF["logprobs"], strict=True):

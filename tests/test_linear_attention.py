@@ -37,6 +37,7 @@ from models.linear_attention import (
     zero_state,
 )
 from models.specs import init_params
+from tests.scheduler_cases import oracle_drafts
 from tests.test_batch_invariance import _bits, _probe, _scenario
 from tests.test_scripts import _run
 
@@ -299,15 +300,7 @@ def test_drafts_restart_from_the_state_after_the_kept_ones(monkeypatch):
     greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
     want = plain.generate(prompts, greedy)
     fulls = {tuple(w.prompt_token_ids): w.prompt_token_ids + w.token_ids for w in want}
-    calls = iter(range(10**6))
-
-    def drafts(self, seq, cap):
-        got = list(fulls[tuple(seq.prompt_token_ids)][seq.num_tokens : seq.num_tokens + cap])
-        spoil = next(calls) % 4  # (3: none spoiled)
-        if spoil < len(got):
-            got[spoil] = (got[spoil] + 1) % spec.config.vocab_size
-        return tuple(got)
-
+    drafts = oracle_drafts(fulls, spec.config.vocab_size)
     monkeypatch.setattr(type(spec._scheduler.speculative), "drafts", drafts)
     got = spec.generate(prompts, greedy)
     for w, g in zip(want, got, strict=True):
