@@ -5,6 +5,7 @@ The contiguous reference's parity is in test_hf_parity.py."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -178,7 +179,8 @@ def test_the_release_names_load_like_transformers_save(tmp_path):
 def test_entry_blocks_do_not_change_the_output(monkeypatch, layer):
     """The hca attention's online softmax and the csa indexer's running top-k over blocks of
     2 entries (many blocks) give the output of one block for all (the fixture's prompts are
-    shorter than one ENTRY_BLOCK)."""
+    shorter than one ENTRY_BLOCK), and so does the batch-invariant mode's reading of each
+    row's blocks for it alone."""
     from models import deepseek_v4 as v4
 
     cfg = get_preset("tiny-deepseek-v4")
@@ -192,16 +194,21 @@ def test_entry_blocks_do_not_change_the_output(monkeypatch, layer):
     zeros = lambda shape: jnp.zeros(shape, jnp.float32)  # noqa: E731
     cache = v4.init_layer_cache(cfg, layer, 12, page_size, zeros)
     outs = []
-    for block in (2, 256):
+    for block, invariant in ((2, False), (256, False), (2, True)):
         monkeypatch.setattr(v4, "ENTRY_BLOCK", block)
+        monkeypatch.setattr(v4, "INDEX_BLOCK", block)
         # (A fresh function each time: traced with this block size.)
         run = jax.jit(
-            lambda p, x, cache: v4.attention(p, cfg, layer, x, cache, rows, rows, positions)
+            functools.partial(v4.attention, cfg=cfg, layer=layer, meta=rows, rows_meta=rows),
+            static_argnames="invariant",
         )
-        outs.append(run(p, x, cache))
-    np.testing.assert_allclose(outs[0][0], outs[1][0], atol=1e-6, rtol=0)
-    for a, b in zip(outs[0][1], outs[1][1], strict=True):
-        np.testing.assert_array_equal(a, b)
+        outs.append(run(p, x=x, cache=cache, slots=positions, invariant=invariant))
+    # (The batch-invariant mode reads each row's blocks for it alone, 8 rows at a time; the
+    # others one block for the whole chunk, its rows being of one sequence.)
+    for other in (outs[0], outs[2]):
+        np.testing.assert_allclose(other[0], outs[1][0], atol=1e-6, rtol=0)
+        for a, b in zip(other[1], outs[1][1], strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_weights_held_fp8_compute_what_the_float_engine_does():
