@@ -19,6 +19,8 @@ then the snapshots', then S x drafts.
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+
 from configs.model_config import ModelConfig
 
 
@@ -89,7 +91,7 @@ class StateRows:
 
 
 def check_model_engine(
-    cfg: ModelConfig, transfer, mesh: str, kv_dtype, lora: bool, prefix: tuple
+    cfg: ModelConfig, transfer, kv_dtype, lora: bool, prefix: tuple
 ) -> ModelConfig:
     """`cfg` as the engine runs it, or ValueError naming the LLM option a model family
     cannot take yet, before any weight is read. `prefix`: (enable_prefix_caching,
@@ -101,10 +103,9 @@ def check_model_engine(
     model dtype: models/quantization.py.)
 
     DeepSeek-V4 (models/deepseek_v4.py) runs with a float KV cache, no LoRA or KV
-    transfer, and a
-    page_size that each compression rate divides or is a multiple of; its per-token rows
-    get a pool of their own (ModelConfig.v4_window_pool) unless prefix caching keeps them
-    all."""
+    transfer, and a page_size that each compression rate divides or is a multiple of; its
+    per-token rows get a pool of their own (ModelConfig.v4_window_pool) unless prefix
+    caching keeps them all."""
     page_size = prefix[3]
     if cfg.linear_attention_layers and transfer is not None:
         raise ValueError(
@@ -114,7 +115,7 @@ def check_model_engine(
     if not cfg.is_dsv4:
         return cfg
     refused = {
-        "kv_cache_dtype": "float8" in str(kv_dtype) and str(kv_dtype),
+        "kv_cache_dtype": kv_dtype is not None and jnp.dtype(kv_dtype).name,
         "enable_lora": lora,
         "kv_transfer_config": transfer is not None,
     }

@@ -146,7 +146,7 @@ class LLM(EngineControl):
             check_model_layout(cfg, mesh_config)
         check_engine(transfer, cfg)
         opts = (enable_prefix_caching, mamba_block_size, num_state_snapshots, page_size)
-        cfg = check_model_engine(cfg, transfer, mesh, kv_dtype, enable_lora, opts)
+        cfg = check_model_engine(cfg, transfer, kv_dtype, enable_lora, opts)
         tier = host_tier_for(
             kv_offloading_size, enable_prefix_caching, cfg, kv_dtype, page_size, transfer
         )
