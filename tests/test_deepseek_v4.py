@@ -18,6 +18,7 @@ from configs.hf_config import config_from_hf, read_hf_config
 from configs.presets import get_preset
 from engine import LLM, SamplingParams
 from models.hf_loader import load_hf_params
+from models.reference import init_cache, reference_forward
 from tests.scheduler_cases import oracle_drafts
 from tests.test_batch_invariance import _bits, _probe, _scenario
 
@@ -211,22 +212,25 @@ def test_entry_blocks_do_not_change_the_output(monkeypatch, layer):
             np.testing.assert_array_equal(a, b)
 
 
-def test_weights_held_fp8_compute_what_the_float_engine_does():
+def test_weights_held_fp8_compute_what_the_float_model_does():
     """quantization="fp8" on the float fixture: wq_a, wq_b, the experts and the shared
-    expert held fp8 (the rest float); tokens and logprobs bitwise those of the float engine
-    given the dequantized weights."""
+    expert held fp8 (the rest float); a prompt's logits bitwise those of the float model
+    given the dequantized weights (the engine runs the same forward)."""
     from models import quantization as quant
 
-    short = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
-    # (test_engine_matches_transformers_and_its_prefix_hits's engine settings: the float
-    # engine's step programs compiled already.)
-    held = LLM(str(FIXTURE), quantization="fp8", enable_prefix_caching=True, **ENGINE)
-    layer = held.params["layers"][1]
+    cfg = get_preset("tiny-deepseek-v4")
+    held = load_hf_params(FIXTURE, cfg.replace(quantization="fp8"))
+    layer = held["layers"][1]
     assert quant.is_quantized(layer["attn"]["wq_b"]) and quant.is_quantized(layer["moe"]["w_gate"])
     assert not quant.is_quantized(layer["attn"]["wkv"])
-    prompts = _prompts()[1:]  # (one prompt: few step shapes to compile)
-    want = held.generate(prompts, short)
-    plain = LLM(str(FIXTURE), enable_prefix_caching=True, **ENGINE)
-    plain.params = jax.tree.map(jnp.asarray, quant.dequantize_tree(held.params, jnp.float32))
-    for a, b in zip(plain.generate(prompts, short), want, strict=True):
-        assert (a.token_ids, _bits(a.logprobs)) == (b.token_ids, _bits(b.logprobs))
+    prompt = jnp.asarray(REF["prompts"][2], jnp.int32)
+    logits = []
+    for c, params in (
+        (cfg.replace(quantization="fp8"), held),
+        (cfg, quant.dequantize_tree(held, jnp.float32)),
+    ):
+        params = jax.tree.map(jnp.asarray, params)
+        logits.append(
+            np.asarray(reference_forward(params, c, prompt, jnp.int32(0), init_cache(c, 64))[0])
+        )
+    np.testing.assert_array_equal(logits[0], logits[1])
