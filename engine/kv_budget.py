@@ -83,17 +83,13 @@ def pools_from_budget(
     if state_rows is None:
         state_rows = linear_state.state_rows(cfg, max_num_seqs)
     budget -= cfg.linear_state_bytes() * state_rows
-    full_layers = cfg.num_kv_layers
     if window_num_pages is not None:
         window_num_pages = min(window_num_pages, max_num_seqs * pages_per_seq)
         budget -= kv_pool_bytes(cfg, 0, window_num_pages, page_size, kv_dtype)
-        full_layers -= len(cfg.windowed_layers)
-    per_token = kv_quant.bytes_per_token(cfg, kv_dtype, full_layers)
-    if cfg.is_dsv4:  # (its entries' bytes per page, rounded up to a whole byte per token)
-        per_token = -(
-            -kv_pool_bytes(cfg, 1, None if window_num_pages is None else 0, page_size, kv_dtype)
-            // page_size
-        )
+    # One page of the main pool (without the windowed pool's share), per token rounded up
+    # (DeepSeek-V4's entry pages hold less than a byte a token for some widths).
+    page = kv_pool_bytes(cfg, 1, None if window_num_pages is None else 0, page_size, kv_dtype)
+    per_token = -(-page // page_size)
     num_pages = min(
         pages_for_budget(budget, per_token, page_size),
         max_num_seqs * pages_per_seq,

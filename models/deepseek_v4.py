@@ -50,7 +50,7 @@ import numpy as np
 from jax import lax
 
 from configs.model_config import ModelConfig, RopeScaling
-from models.layers import embed, model_norm
+from models.layers import embed, model_norm, rms_norm
 from models.quantization import dequantize_tree
 from models.reductions import fixed_order_mean, fixed_order_sum
 from models.rope import apply_rope, rope_frequencies
@@ -90,17 +90,15 @@ class Rows(NamedTuple):
     page_table: jax.Array  # [S, Pmax] int32
 
 
+def _f32_scaled(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """DeepseekV4RMSNorm: scaled in float32, cast once."""
+    return rms_norm(x, weight, eps, scale_in_float32=True)
+
+
 def _unweighted_rms(x: jax.Array, eps: float) -> jax.Array:
     """transformers' DeepseekV4UnweightedRMSNorm: x * rsqrt(mean(x^2) + eps), in x's dtype."""
     var = fixed_order_mean(jnp.square(x.astype(jnp.float32)))[..., None]
     return x * lax.rsqrt(var + eps).astype(x.dtype)
-
-
-def _norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
-    """DeepseekV4RMSNorm: scaled in float32, cast once."""
-    xf = x.astype(jnp.float32)
-    var = fixed_order_mean(xf * xf)[..., None]
-    return (weight.astype(jnp.float32) * (xf * lax.rsqrt(var + eps))).astype(x.dtype)
 
 
 def _rope_freqs(cfg: ModelConfig, compressed: bool) -> tuple[np.ndarray, float]:
@@ -127,11 +125,17 @@ def _rope_tail(x: jax.Array, positions: jax.Array, freqs) -> jax.Array:
 # -- hyper-connections --------------------------------------------------------------------
 
 
-def _hc_mix(p: dict, streams: jax.Array, cfg: ModelConfig):
-    """(pre [T, N], post [T, N], comb [T, N, N]) f32 of a hyper-connection."""
+def _hc_logits(p: dict, streams: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """The RMS-normed flattened streams [T, N * D] through the connection's fn, float32."""
     t, n, d = streams.shape
     flat = _unweighted_rms(streams.reshape(t, n * d).astype(jnp.float32), cfg.rms_norm_eps)
-    mix = jnp.matmul(flat, p["fn"].astype(jnp.float32), precision="highest")
+    return jnp.matmul(flat, p["fn"].astype(jnp.float32), precision="highest")
+
+
+def _hc_mix(p: dict, streams: jax.Array, cfg: ModelConfig):
+    """(pre [T, N], post [T, N], comb [T, N, N]) f32 of a hyper-connection."""
+    t, n, _ = streams.shape
+    mix = _hc_logits(p, streams, cfg)
     base, scale, eps = p["base"].astype(jnp.float32), p["scale"].astype(jnp.float32), cfg.hc_eps
     pre = jax.nn.sigmoid(mix[:, :n] * scale[0] + base[:n]) + eps
     post = 2 * jax.nn.sigmoid(mix[:, n : 2 * n] * scale[1] + base[n : 2 * n])
@@ -180,9 +184,7 @@ def _expand(streams: jax.Array, out: jax.Array, post: jax.Array, comb: jax.Array
 
 
 def _hc_head(p: dict, streams: jax.Array, cfg: ModelConfig) -> jax.Array:
-    t, n, d = streams.shape
-    flat = _unweighted_rms(streams.reshape(t, n * d).astype(jnp.float32), cfg.rms_norm_eps)
-    mix = jnp.matmul(flat, p["fn"].astype(jnp.float32), precision="highest")
+    mix = _hc_logits(p, streams, cfg)
     pre = jax.nn.sigmoid(mix * p["scale"].astype(jnp.float32) + p["base"].astype(jnp.float32))
     return _collapse(pre + cfg.hc_eps, streams)
 
@@ -194,10 +196,10 @@ def attn_inputs(p: dict, h: jax.Array, positions: jax.Array, cfg: ModelConfig, l
     """V4Inputs of decoder layer `layer` from its normed input h [T, D]."""
     eps, ratio = cfg.rms_norm_eps, cfg.v4_ratio(layer)
     freqs = _rope_freqs(cfg, bool(ratio))
-    q_res = _norm(h @ p["wq_a"], p["q_a_norm"], eps)  # [T, Rq]
+    q_res = _f32_scaled(h @ p["wq_a"], p["q_a_norm"], eps)  # [T, Rq]
     q = jnp.einsum("tr,rhd->thd", q_res, p["wq_b"])
     q = _rope_tail(_unweighted_rms(q, eps), positions, freqs)
-    kv = _rope_tail(_norm(h @ p["wkv"], p["kv_norm"], eps), positions, freqs)
+    kv = _rope_tail(_f32_scaled(h @ p["wkv"], p["kv_norm"], eps), positions, freqs)
     comp = idx = idx_q = idx_w = None
     if ratio:  # (the gates' biases are added when a window is pooled: _pool)
         comp = jnp.concatenate([h @ p["c_wkv"], h @ p["c_wgate"]], axis=-1)
@@ -314,7 +316,7 @@ def _pool(
     weights = weights.astype(dtype).astype(jnp.float32)
     terms = kv.astype(dtype).astype(jnp.float32) * weights
     pooled = fixed_order_sum(jnp.swapaxes(terms, 1, 2)).astype(dtype)
-    return _rope_tail(_norm(pooled, norm, eps), w * ratio, freqs)
+    return _rope_tail(_f32_scaled(pooled, norm, eps), w * ratio, freqs)
 
 
 def _emit(raw_pages, entry_pages, meta, rows_meta, slots, ratio, width, overlap, p, cfg, freqs):

@@ -39,6 +39,16 @@ def _hidden_among_co_requests(llm: LLM, probe, rng) -> tuple:
     return out.token_ids, _bits(out.logprobs)
 
 
+def _decoding_equals_prefilling(arch: str, alone: tuple, at=(2, 9)) -> None:
+    """Decoding position j of the probe (after prefilling its prompt and first j tokens)
+    gives the token and logprob bits the probe's own run gave there."""
+    llm = LLM(str(FIXTURES / arch), batch_invariant=True, max_model_len=128, num_pages=8)
+    one = SamplingParams(max_tokens=1, ignore_eos=True)
+    for j in at:
+        (out,) = llm.generate([_probe(arch) + alone[0][:j]], one)
+        assert (out.token_ids, _bits(out.logprobs)) == (alone[0][j : j + 1], alone[1][j : j + 1])
+
+
 def _scenario(
     arch: str,
     batch_invariant: bool,

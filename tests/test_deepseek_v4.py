@@ -20,7 +20,7 @@ from engine import LLM, SamplingParams
 from models.hf_loader import load_hf_params
 from models.reference import init_cache, reference_forward
 from tests.scheduler_cases import oracle_drafts
-from tests.test_batch_invariance import _bits, _probe, _scenario
+from tests.test_batch_invariance import _decoding_equals_prefilling, _scenario
 
 FIXTURE = Path(__file__).parent / "fixtures" / "deepseek_v4"
 REF = json.loads((FIXTURE / "reference.json").read_text())
@@ -90,11 +90,7 @@ def test_batch_invariant_mode_keeps_the_probe_bitwise():
     assert preemptions > 0
     for tokens, bits in mixed:
         assert (tokens, bits) == alone
-    llm = LLM(str(FIXTURE), batch_invariant=True, max_model_len=128, num_pages=8)
-    one = SamplingParams(max_tokens=1, ignore_eos=True)
-    for j in (3, 10):
-        (out,) = llm.generate([_probe("deepseek_v4") + alone[0][:j]], one)
-        assert (out.token_ids, _bits(out.logprobs)) == (alone[0][j : j + 1], alone[1][j : j + 1])
+    _decoding_equals_prefilling("deepseek_v4", alone, at=(3, 10))
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,7 @@ from models.linear_attention import (
 )
 from models.specs import init_params
 from tests.scheduler_cases import oracle_drafts
-from tests.test_batch_invariance import _bits, _probe, _scenario
+from tests.test_batch_invariance import _bits, _decoding_equals_prefilling, _scenario
 from tests.test_scripts import _run
 
 FIXTURE = Path(__file__).parent / "fixtures" / "qwen3_next"
@@ -418,11 +418,7 @@ def test_batch_invariant_mode_keeps_the_probe_bitwise():
     assert preemptions > 0
     for tokens, bits in mixed:
         assert (tokens, bits) == alone
-    llm = LLM(str(FIXTURE), batch_invariant=True, max_model_len=128, num_pages=8)
-    one = SamplingParams(max_tokens=1, ignore_eos=True)
-    for j in (2, 9):
-        (out,) = llm.generate([_probe("qwen3_next") + alone[0][:j]], one)
-        assert (out.token_ids, _bits(out.logprobs)) == (alone[0][j : j + 1], alone[1][j : j + 1])
+    _decoding_equals_prefilling("qwen3_next", alone, at=(2, 9))
 
 
 def test_bench_times_both_forms_of_the_rule(tmp_path):
