@@ -76,7 +76,8 @@ class LLM(EngineControl):
     prefill / decode, engine/kv_transfer.py). `scheduling_policy`: "fcfs", or "priority" by
     the requests' `priority` (lower first). `enable_eplb`, `eplb_config`: redundant experts
     placed by measured load over an ep mesh (engine/eplb.py). `quantization="fp8"`: fp8
-    projection weights, a scale per block (models/quantization.py).
+    projection weights, a scale per block (models/quantization.py). `token_buckets`: the
+    token counts steps pad to, powers of two (default: all up to the budget's; runner.Buckets).
     """
 
     def __init__(
@@ -109,6 +110,7 @@ class LLM(EngineControl):
         eplb_config: dict | str | EPLBConfig | None = None,
         mamba_block_size: int | None = None,
         num_state_snapshots: int | None = None,
+        token_buckets=None,
     ):
         model = inputs.as_model_path(model)
         self._default_params = inputs.default_sampling_params(generation_config, model)
@@ -161,6 +163,19 @@ class LLM(EngineControl):
         if num_pages is not None:
             fits = (num_pages, page_size, kv_dtype, mesh_config if mesh else None)
             kv_budget.check_kv_fits(cfg, *fits, window_num_pages, states.rows)
+        pages_per_seq = pages_for_tokens(max_model_len, page_size)
+        # Tokens are split over dp x ep on a mesh: each shard gets MIN_ROWS rows or more.
+        min_rows = batch_invariant_lib.MIN_ROWS * mesh_config.dp * mesh_config.ep
+        self._buckets = runner.Buckets(  # (token_buckets checked here, before loading)
+            max_num_batched_tokens,
+            max_num_seqs,
+            pages_per_seq,
+            min_rows=runner.next_pow2(min_rows) if batch_invariant else 1,
+            window_tables=window_num_pages is not None,
+            state_slots=bool(cfg.linear_attention_layers),
+            state_layout=states,
+            token_buckets=token_buckets,
+        )
         # On a mesh checkpoint params stay on the host until shard_model puts each device's
         # shards: a checkpoint larger than one device never lands whole on the first (preset
         # weights are drawn on the default device first: random-weight test models).
@@ -175,7 +190,6 @@ class LLM(EngineControl):
         self._lora = lora.slots_for(enable_lora, cfg, max_loras, max_lora_rank, self.mesh)
         self.max_model_len = max_model_len
         self.page_size = page_size
-        pages_per_seq = pages_for_tokens(max_model_len, page_size)
         if num_pages is None:  # measured now that the weights take their memory
             num_pages, window_num_pages = kv_budget.pools_from_budget(
                 cfg,
@@ -215,17 +229,6 @@ class LLM(EngineControl):
             state_slots=max_num_seqs if cfg.linear_attention_layers else 0,
         )
         self.batch_invariant = bool(batch_invariant)
-        # Tokens are split over dp x ep on a mesh: each shard gets MIN_ROWS rows or more.
-        min_rows = batch_invariant_lib.MIN_ROWS * mesh_config.dp * mesh_config.ep
-        self._buckets = runner.Buckets(
-            max_num_batched_tokens,
-            max_num_seqs,
-            pages_per_seq,
-            min_rows=runner.next_pow2(min_rows) if batch_invariant else 1,
-            window_tables=hybrid,
-            state_slots=bool(cfg.linear_attention_layers),
-            state_layout=states,
-        )
         self.kv_dtype = jnp.dtype(cfg.dtype if kv_dtype is None else kv_dtype)
         # A zeroed cache (again after sleep: engine/llm_control.py).
         self._new_kv = functools.partial(
@@ -247,15 +250,8 @@ class LLM(EngineControl):
         self._offload = None if tier is None else KVOffload(tier, self._kv, num_pages, self.mesh)
         kv_block_pages = max(1, _KV_BLOCK_TOKENS // page_size)
         self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
-        self._steps = StepVariants(
-            self._top_k,
-            cfg,
-            kv_block_pages,
-            self.attention_impl,
-            self.mesh,
-            self.batch_invariant,
-            self.kv_dtype,
-        )
+        impl = (self.attention_impl, self.mesh, self.batch_invariant, self.kv_dtype)
+        self._steps = StepVariants(self._top_k, cfg, kv_block_pages, *impl)
         # Penalized requests' slots in a device state of token counts (engine/penalties.py).
         self._penalty_slots = penalties.PenaltySlots(max_num_seqs)
         self._penalty_state: penalties.PenaltyState | None = None

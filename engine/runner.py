@@ -50,6 +50,11 @@ class Buckets:
     / page_size): it is small and the attention loop bound is traced, so a fixed P costs
     nothing at run time.
 
+    `token_buckets` (LLM's option) picks the T sizes: fewer programs to compile (warm-up,
+    tests) for more padding, as vLLM's cudagraph capture sizes and JetStream's prefill
+    lengths do; powers of two, the largest at least the token budget. None: every power of
+    two up to the budget's.
+
     With `min_rows` (batch-invariant mode) both T and S are padded to at least that many
     rows, so every matmul runs in one kernel regime whatever the real batch is.
     `window_tables` (hybrid models, ModelConfig.hybrid_window): every batch also carries
@@ -70,6 +75,7 @@ class Buckets:
         window_tables: bool = False,
         state_slots: bool = False,
         state_layout=None,
+        token_buckets=None,
     ):
         if min_rows < 1 or min_rows & (min_rows - 1):
             raise ValueError(f"min_rows={min_rows}: must be a power of two >= 1")
@@ -80,6 +86,9 @@ class Buckets:
         self.window_tables, self.state_slots = window_tables, state_slots
         self.state_layout = state_layout
         self.token_sizes = self._sizes(self.max_tokens)
+        if token_buckets is not None:
+            self.token_sizes = _token_buckets(token_buckets, max_num_batched_tokens, min_rows)
+            self.max_tokens = self.token_sizes[-1]
         self.seq_sizes = self._sizes(self.max_seqs)
         self.feed_rows = max(self.max_seqs, FEED_ROWS_FLOOR)  # StepBatch.prev_tokens' length
 
@@ -96,8 +105,30 @@ class Buckets:
         ]
 
     def pick(self, num_tokens: int, num_seqs: int) -> tuple[int, int]:
-        t = max(next_pow2(num_tokens), self.min_rows)
+        t = next(t for t in self.token_sizes if t >= num_tokens)
         return t, min(max(next_pow2(num_seqs), self._seq_floor(t)), t)
+
+
+def _token_buckets(sizes, budget: int, min_rows: int) -> list[int]:
+    """LLM(token_buckets=...) checked: a sequence of powers of two, each >= min_rows (the
+    batch-invariant floor), the largest >= the token budget; sorted, repeats dropped."""
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise ValueError(f"token_buckets={sizes!r}: expected a sequence of powers of two")
+    sizes = list(sizes)
+    bad = [t for t in sizes if isinstance(t, bool) or not isinstance(t, (int, np.integer))]
+    bad += [t for t in sizes if t not in bad and (t < 1 or t & (t - 1))]
+    if not sizes or bad:
+        raise ValueError(f"token_buckets={sizes!r}: every entry a power of two >= 1 ({bad})")
+    if min(sizes) < min_rows:
+        raise ValueError(
+            f"token_buckets={sizes!r}: each must be >= {min_rows} (the batch-invariant "
+            f"mode's rows on this mesh)"
+        )
+    if max(sizes) < budget:
+        raise ValueError(
+            f"token_buckets={sizes!r}: the largest must be >= max_num_batched_tokens={budget}"
+        )
+    return sorted({int(t) for t in sizes})
 
 
 class PageRows:

@@ -11,6 +11,12 @@ PAGE_SIZE = flags.DEFINE_integer("page_size", 16, "KV page size in tokens.")
 NUM_PAGES = flags.DEFINE_integer("num_pages", None, "KV pages; default from a memory budget.")
 MAX_BATCHED = flags.DEFINE_integer("max_num_batched_tokens", 2048, "Token budget per step.")
 MAX_SEQS = flags.DEFINE_integer("max_num_seqs", 64, "Sequences per step at most.")
+TOKEN_BUCKETS = flags.DEFINE_list(
+    "token_buckets",
+    None,
+    "Token counts steps pad to, powers of two, e.g. 16,256,2048: fewer programs to compile "
+    "for more padding (default: every power of two up to max_num_batched_tokens).",
+)
 MAX_MODEL_LEN = flags.DEFINE_integer(
     "max_model_len", None, "Longest sequence (default: the model's, or what the script needs)."
 )
@@ -85,6 +91,14 @@ SPEC_METHOD = flags.DEFINE_enum(
 )
 
 
+# Integers when parsed (the engine checks the rest: powers of two, the largest >= the budget).
+flags.register_validator(
+    "token_buckets",
+    lambda v: v is None or all(x.strip().isdigit() for x in v),
+    "expected powers of two, e.g. 16,256,2048",
+)
+
+
 def llm_kwargs(**overrides) -> dict:
     """LLM's keyword arguments from the flags (`overrides` win)."""
     return {
@@ -94,6 +108,7 @@ def llm_kwargs(**overrides) -> dict:
         "num_pages": NUM_PAGES.value,
         "max_num_batched_tokens": MAX_BATCHED.value,
         "max_num_seqs": MAX_SEQS.value,
+        "token_buckets": TOKEN_BUCKETS.value and [int(x) for x in TOKEN_BUCKETS.value],
         "max_model_len": MAX_MODEL_LEN.value,
         "attention_impl": ATTN.value,
         "kv_cache_dtype": KV_CACHE_DTYPE.value,

@@ -77,8 +77,12 @@ PENALTY_LAYOUTS = [("qwen3_moe", "dp=2,ep=4"), ("llama", "tp=2")]
 
 
 def _engine(model: str, mesh: str, **options):
+    """The mesh cases' engine: steps of up to 64 tokens, every one padded to 64 (one program
+    to compile: prefills and decodes run the same sharded step)."""
     from engine import LLM
 
+    if not options.get("batch_invariant"):  # (whose steps pad to 64 rows a shard anyway)
+        options.setdefault("token_buckets", (64,))
     return LLM(
         model=model,
         mesh=mesh,

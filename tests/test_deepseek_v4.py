@@ -25,8 +25,11 @@ from tests.test_batch_invariance import _decoding_equals_prefilling, _scenario
 FIXTURE = Path(__file__).parent / "fixtures" / "deepseek_v4"
 REF = json.loads((FIXTURE / "reference.json").read_text())
 # A page holds half an hca window (8 tokens) and one csa window (4): the entries of the hca
-# layer go to every other page, the window's keys span pages.
-ENGINE = dict(page_size=4, num_pages=64, max_num_batched_tokens=16, max_num_seqs=3)
+# layer go to every other page, the window's keys span pages. Every step padded to 16
+# tokens: one program per step variant to compile.
+ENGINE = dict(
+    page_size=4, num_pages=64, max_num_batched_tokens=16, max_num_seqs=3, token_buckets=(16,)
+)
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
 
 

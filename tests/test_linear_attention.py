@@ -226,7 +226,7 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     fixture = FIXTURE.parent / arch
     ref = json.loads((fixture / "reference.json").read_text())
     # (56 tokens at most: the longest sequence's 49 fit, and a page table of one KV block
-    # compiles without loops)
+    # compiles without loops; every step padded to 16 tokens: one program)
     llm = LLM(
         str(fixture),
         max_num_batched_tokens=16,
@@ -234,6 +234,7 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
         page_size=8,
         num_pages=7,
         max_model_len=56,
+        token_buckets=(16,),
     )
     params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": p} for p in ref["prompts"]], params)
@@ -290,6 +291,7 @@ def test_drafts_restart_from_the_state_after_the_kept_ones(monkeypatch):
     differ.)"""
     # test_engine_matches_hf's engine: its step programs, compiled already.
     kw = dict(max_num_batched_tokens=16, max_num_seqs=3, page_size=8, num_pages=7)
+    kw["token_buckets"] = (16,)
     plain = LLM(str(FIXTURE), max_model_len=56, **kw)
     ngram = {"method": "ngram", "num_speculative_tokens": 3}
     spec = LLM(str(FIXTURE), max_model_len=56, speculative_config=ngram, **kw)

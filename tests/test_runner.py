@@ -52,6 +52,44 @@ def test_the_default_engine_limits_give_33_buckets():
     assert buckets.pick(100, 9) == (128, 16)
 
 
+@pytest.mark.parametrize(
+    "sizes, max_tokens, max_seqs, min_rows",
+    [((16,), 16, 4, 1), ((8, 64, 2048), 2048, 64, 1), ((64, 4), 40, 8, 1), ((16, 32), 32, 4, 16)],
+)
+def test_given_token_buckets_are_the_only_token_sizes(sizes, max_tokens, max_seqs, min_rows):
+    """token_buckets: every batch lands in the smallest given size that holds its tokens,
+    with the sequences padded as the default sizes pad them; one size, one program."""
+    buckets = Buckets(max_tokens, max_seqs, 4, min_rows=min_rows, token_buckets=sizes)
+    assert buckets.token_sizes == sorted(sizes) and buckets.max_tokens == max(sizes)
+    seen = set()
+    for n in range(1, max_tokens + 1):
+        for s in range(1, min(n, max_seqs) + 1):
+            t_pad, s_pad = buckets.pick(n, s)
+            assert t_pad == min(t for t in sizes if t >= n), (n, s)
+            assert s <= s_pad <= min(t_pad, buckets.max_seqs) and s_pad & (s_pad - 1) == 0
+            seen.add((t_pad, s_pad))
+    assert seen == set(buckets.pairs)
+    if len(sizes) == 1 and max_seqs <= SEQ_FLOOR:
+        assert buckets.pairs == [(sizes[0], max_seqs)]
+
+
+@pytest.mark.parametrize(
+    "sizes, match",
+    [
+        ((), "every entry a power of two"),
+        ((16, 24), r"\(\[24\]\)"),
+        ((0,), "power of two"),
+        ((True, 16), "power of two"),
+        ("16", "a sequence of powers of two"),
+        ((8,), "the largest must be >= max_num_batched_tokens=16"),
+        ((4, 16), "each must be >= 8"),
+    ],
+)
+def test_bad_token_buckets_name_the_entry_and_the_limit(sizes, match):
+    with pytest.raises(ValueError, match=f"token_buckets=.*{match}"):
+        Buckets(16, 4, 4, min_rows=8 if "8" in match else 1, token_buckets=sizes)
+
+
 def _item(rid: str, page_ids, start_pos: int = 0, num_tokens: int = 1):
     return SimpleNamespace(
         request_id=rid,

@@ -76,7 +76,10 @@ def test_generate_drafts_with_the_mtp_module():
         f"--num_speculative_tokens={K}",
         "--num_prompts=2",
         "--max_tokens=6",
-        *(f"--{name}={value}" for name, value in ENGINE.items()),
+        *(
+            f"--{name}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
+            for name, v in ENGINE.items()
+        ),
     )
     assert out.count("(length)") == 2
     kept, fed = map(int, out.split("drafts kept ")[1].split()[::2][:2])
@@ -503,6 +506,11 @@ BAD_FLAGS = [
         "must be <= 1048576 prompts",
     ),
     ("scripts.convert_hf", ["--hf_dir=tests/fixtures/llama", "--out_dir="], "--out_dir: empty"),
+    (
+        "scripts.generate",
+        ["--model=no-such-preset", "--token_buckets=16,abc"],
+        "flag --token_buckets=['16', 'abc']: expected powers of two",
+    ),
     (
         "scripts.bench_sparse_attention",
         ["--contexts=64", "--page_size=48"],
