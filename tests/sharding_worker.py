@@ -77,12 +77,8 @@ PENALTY_LAYOUTS = [("qwen3_moe", "dp=2,ep=4"), ("llama", "tp=2")]
 
 
 def _engine(model: str, mesh: str, **options):
-    """The mesh cases' engine: steps of up to 64 tokens, every one padded to 64 (one program
-    to compile: prefills and decodes run the same sharded step)."""
     from engine import LLM
 
-    if not options.get("batch_invariant"):  # (whose steps pad to 64 rows a shard anyway)
-        options.setdefault("token_buckets", (64,))
     return LLM(
         model=model,
         mesh=mesh,
@@ -272,8 +268,14 @@ def _offload_on_mesh(arch: str, mesh: str) -> dict:
 
     from tests.test_kv_offload import TINY_GIB, _evict_all
 
+    # Every step padded to 64 tokens: the evicting prompts' chunks and the decodes run one
+    # program, not one per power of two they reach.
     llm = _engine(
-        str(FIXTURES / arch), mesh, enable_prefix_caching=True, kv_offloading_size=TINY_GIB
+        str(FIXTURES / arch),
+        mesh,
+        enable_prefix_caching=True,
+        kv_offloading_size=TINY_GIB,
+        token_buckets=(64,),
     )
     prompts = json.loads((FIXTURES / arch / "reference.json").read_text())["prompts"]
     _generate(llm, prompts)
