@@ -2,7 +2,11 @@
 from a config's `quantization_config`:
 
 - quant_method "fp8" (DeepSeek-V3/R1, Qwen3-*-FP8, MiniMax-M2): a float32
-  `<weight>_scale_inv` per [bm, bn] block (`weight_block_size`);
+  `<weight>_scale_inv` per [bm, bn] block (`weight_block_size`); DeepSeek-V4's release
+  names it `<module>.scale` and stores it as ue8m0 (`scale_fmt`: a byte b meaning
+  2^(b - 127)), and its experts as FP4 (`expert_dtype` "fp4": e2m1 values two a byte,
+  int8 [out, in / 2], a ue8m0 `.scale` per 32 inputs; models/fp8_checkpoint.py), which
+  the engine dequantizes on load (quantization="fp8" holds them in fp8 blocks again);
 - compressed-tensors "float-quantized" (llm-compressor's FP8 / FP8_DYNAMIC / FP8_BLOCK
   recipes, the RedHatAI *-FP8-dynamic releases): a `<weight>_scale` per output channel
   ([out, 1], strategy "channel"), per tensor ([1], "tensor") or per block ("block", its
@@ -37,6 +41,15 @@ class Fp8Scheme:
     strategy: str  # "block", "channel" or "tensor"
     block: tuple[int, int]  # HF [rows, cols] of a stored scale ("block"); else the held blocks
     scale_suffix: str  # the scale tensor's name: weight name + this
+    fp4_experts: bool = False  # expert_dtype "fp4" (DeepSeek-V4): int8-packed e2m1 experts
+
+    def scale_name(self, name: str, has) -> str:
+        """The scale tensor of weight `name`: `name + scale_suffix`, or where the checkpoint
+        (`has(tensor name)`) holds only DeepSeek-V4's spelling, `<module>.scale`."""
+        v4 = name.removesuffix(".weight") + ".scale"
+        if name.endswith(".weight") and not has(name + self.scale_suffix) and has(v4):
+            return v4
+        return name + self.scale_suffix
 
     @property
     def held_block(self) -> tuple[int, int]:
@@ -100,11 +113,18 @@ def compressed_tensors_fp8(qc: dict) -> Fp8Scheme:
     return Fp8Scheme(strategy, CHANNEL_BLOCK if strategy == "channel" else TENSOR_BLOCK, "_scale")
 
 
-def deepseek_fp8(qc: dict) -> Fp8Scheme:
+def deepseek_fp8(qc: dict, expert_dtype=None) -> Fp8Scheme:
     """The scheme of a quant_method "fp8" `quantization_config` (transformers'
-    FineGrainedFP8Config; its defaults for the fields a checkpoint leaves out)."""
+    FineGrainedFP8Config; its defaults for the fields a checkpoint leaves out).
+    `expert_dtype`: the config's top-level one (DeepSeek-V4's; V4.1 has it in `qc`)."""
     q = {"fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": (128, 128)}
     q = {k: qc.get(k, v) for k, v in q.items()}
+    for key, value, allowed in (
+        ("scale_fmt", qc.get("scale_fmt", "float"), ("float", "ue8m0")),
+        ("expert_dtype", qc.get("expert_dtype", expert_dtype or "fp8"), ("fp8", "fp4")),
+    ):
+        if value not in allowed:
+            raise ValueError(f"{_FIELD}.{key}={value!r}: one of {list(allowed)}")
     # (MiniMax-M2's config spells it as torch's dtype, float8_e4m3fn: the same format;
     # transformers reads neither, the weights' own dtype says.)
     if q["fmt"] not in ("e4m3", "float8_e4m3fn"):
@@ -117,4 +137,4 @@ def deepseek_fp8(qc: dict) -> Fp8Scheme:
             f"{_FIELD}.activation_scheme={q['activation_scheme']!r}: only 'dynamic' is supported"
         )
     block = _positive_pair(q["weight_block_size"], f"{_FIELD}.weight_block_size")
-    return Fp8Scheme("block", block, "_scale_inv")
+    return Fp8Scheme("block", block, "_scale_inv", fp4_experts=value == "fp4")

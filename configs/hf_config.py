@@ -513,7 +513,7 @@ def fp8_scheme(hf: dict) -> Fp8Scheme | None:
     if is_float_quantized(qc):
         return compressed_tensors_fp8(qc)
     if isinstance(qc, dict) and qc.get("quant_method") == "fp8":
-        return deepseek_fp8(qc)
+        return deepseek_fp8(qc, hf.get("expert_dtype"))
     return None
 
 

@@ -26,9 +26,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs.fp8_schemes import Fp8Scheme
+from models.mxfp4 import dequantize_mxfp4
 
 FP8_DTYPE = "F8_E4M3"  # safetensors' name for float8_e4m3fn
 SCALE_SUFFIX = "_scale_inv"
+# DeepSeek-V4's release: ue8m0 scales (float8_e8m0fnu, a byte b meaning 2^(b - 127)) and FP4
+# experts, int8 [out, in / 2] of e2m1 values two a byte (the low nibble first: the MXFP4
+# encoding, models/mxfp4.py) with a ue8m0 scale per FP4_GROUP inputs, [out, in / FP4_GROUP]
+# (transformers' Fp8Dequantize unpacks and scales them alike).
+E8M0_DTYPE = "F8_E8M0"
+FP4_DTYPE = "I8"
+FP4_GROUP = 32
 
 
 def scale_shape(shape: tuple[int, ...], block: tuple[int, int]) -> tuple[int, ...]:
@@ -65,10 +73,17 @@ class Fp8Reader:
 
     def read(self, path: Path, name: str) -> np.ndarray:
         """Tensor `name` of safetensors file `path` as a float8_e4m3fn numpy array."""
+        return self.read_bytes(path, name, (FP8_DTYPE,)).view(jnp.float8_e4m3fn)
+
+    def read_bytes(self, path: Path, name: str, dtypes: tuple[str, ...]) -> np.ndarray:
+        """The bytes (uint8, its shape) of one-byte tensor `name`, stored as one of `dtypes`
+        (F8_E4M3, F8_E8M0: dtypes numpy cannot hold, so safetensors' numpy API cannot
+        return them)."""
         start, header = self._layout(path)
         entry = header[name]
-        if entry["dtype"] != FP8_DTYPE:
-            raise ValueError(f"checkpoint tensor {name!r}: dtype {entry['dtype']}, not {FP8_DTYPE}")
+        if entry["dtype"] not in dtypes:
+            want = " or ".join(dtypes)
+            raise ValueError(f"checkpoint tensor {name!r}: dtype {entry['dtype']}, not {want}")
         begin, end = entry["data_offsets"]
         shape = tuple(entry["shape"])
         if end - begin != math.prod(shape):
@@ -76,7 +91,23 @@ class Fp8Reader:
         raw = np.fromfile(path, dtype=np.uint8, count=end - begin, offset=start + begin)
         if raw.size != end - begin:
             raise ValueError(f"checkpoint file {str(path)!r}: truncated inside tensor {name!r}")
-        return raw.view(jnp.float8_e4m3fn).reshape(shape)
+        return raw.reshape(shape)
+
+
+def fp4_shapes(shape: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(packed, scale) shapes an FP4 weight of `shape` [out, in] is stored in."""
+    out, k = shape
+    if k % FP4_GROUP:
+        raise ValueError(f"FP4 weight of shape {tuple(shape)}: in = {k} not a multiple of 32")
+    return (out, k // 2), (out, k // FP4_GROUP)
+
+
+def dequantize_fp4(packed: np.ndarray, scales: np.ndarray, dtype=np.float32) -> np.ndarray:
+    """[out, in] of an FP4 weight: `packed` [out, in / 2] (int8 or uint8 bytes), `scales`
+    [out, in / 32] ue8m0 bytes; exact in float32 and bfloat16 (as MXFP4's values)."""
+    out, half = packed.shape
+    blocks = np.ascontiguousarray(packed).view(np.uint8).reshape(out, -1, FP4_GROUP // 2)
+    return dequantize_mxfp4(blocks, scales, dtype).reshape(out, 2 * half)
 
 
 def dequantize(

@@ -47,8 +47,24 @@ from models.checkpoint_names import (
     prefixes_of,
     with_prefixes,
 )
-from models.fp8_checkpoint import FP8_DTYPE, SCALE_SUFFIX, Fp8Reader, dequantize, held_scale
-from models.mxfp4 import BLOCKS_SUFFIX, SCALES_SUFFIX, gpt_oss_expert_weight, mxfp4_shapes
+from models.fp8_checkpoint import (
+    E8M0_DTYPE,
+    FP4_DTYPE,
+    FP8_DTYPE,
+    SCALE_SUFFIX,
+    Fp8Reader,
+    dequantize,
+    dequantize_fp4,
+    fp4_shapes,
+    held_scale,
+)
+from models.mxfp4 import (
+    BLOCKS_SUFFIX,
+    SCALES_SUFFIX,
+    e8m0_values,
+    gpt_oss_expert_weight,
+    mxfp4_shapes,
+)
 from models.quantization import (
     QuantizedWeight,
     our_block,
@@ -242,7 +258,6 @@ def _validate(
     scheme: Int4Scheme | None = None,
     fp8: Fp8Scheme | None = None,
 ) -> None:
-    suffix = fp8.scale_suffix if fp8 else SCALE_SUFFIX
     for name, want in names.items():
         if _is_mxfp4(name, headers):
             _validate_mxfp4(name, want, headers, method)
@@ -251,17 +266,21 @@ def _validate(
             _validate_int4(name, want, headers, scheme)
             continue
         got = headers[name]
+        if got.dtype == FP4_DTYPE and want.kind in ("linear", "expert"):
+            _validate_fp4(name, want, headers, fp8)  # (packed: half the inputs)
+            continue
         if got.shape != want.shape:
             raise ValueError(
                 f"checkpoint tensor {name!r}: expected shape {want.shape}, found {got.shape} "
                 f"in {got.file.name}"
             )
+        scale = fp8.scale_name(name, headers.__contains__) if fp8 else name + SCALE_SUFFIX
         if got.dtype == FP8_DTYPE:
             _validate_fp8(name, got, headers, fp8)
-        elif name + suffix in headers:
+        elif scale in headers:
             # transformers would multiply it in anyway; what the file means is unclear.
             raise ValueError(
-                f"checkpoint tensor {name + suffix!r}: a scale for {name!r}, which is stored "
+                f"checkpoint tensor {scale!r}: a scale for {name!r}, which is stored "
                 f"as {got.dtype}, not {FP8_DTYPE}"
             )
         elif want.kind == "index":
@@ -316,7 +335,7 @@ def _validate_fp8(
         )
     if len(got.shape) < 2:
         raise ValueError(f"checkpoint tensor {name!r}: {FP8_DTYPE} only for matrices")
-    at = name + fp8.scale_suffix
+    at = fp8.scale_name(name, headers.__contains__)
     scale = headers.get(at)
     if scale is None:
         raise ValueError(
@@ -329,11 +348,35 @@ def _validate_fp8(
             f"checkpoint tensor {at!r}: expected shape {want} (weight {got.shape}, scales "
             f"per {kind}), found {scale.shape}"
         )
-    if scale.dtype not in FLOAT_DTYPES:
+    if scale.dtype not in FLOAT_DTYPES + (E8M0_DTYPE,):
         raise ValueError(
             f"checkpoint tensor {at!r}: dtype {scale.dtype} unsupported; "
-            f"expected one of {FLOAT_DTYPES}"
+            f"expected one of {FLOAT_DTYPES + (E8M0_DTYPE,)}"
         )
+
+
+def _validate_fp4(name: str, want, headers: dict[str, _Header], fp8: Fp8Scheme | None) -> None:
+    """An FP4 weight (DeepSeek-V4's experts): int8 [out, in / 2] and a ue8m0 scale
+    [out, in / 32] (models/fp8_checkpoint.py)."""
+    if fp8 is None or not fp8.fp4_experts:
+        raise ValueError(
+            f"checkpoint tensor {name!r}: dtype {FP4_DTYPE} (FP4) needs a config.json "
+            "quantization_config with quant_method 'fp8' and expert_dtype 'fp4'"
+        )
+    at = fp8.scale_name(name, headers.__contains__)
+    shapes = fp4_shapes(want.shape)
+    for tensor, shape, dtypes in (
+        (name, shapes[0], (FP4_DTYPE,)),
+        (at, shapes[1], (E8M0_DTYPE, "U8")),
+    ):
+        got = headers.get(tensor)
+        if got is None:
+            raise ValueError(f"checkpoint tensor {tensor!r}: missing (FP4 {name!r})")
+        if got.shape != shape or got.dtype not in dtypes:
+            raise ValueError(
+                f"checkpoint tensor {tensor!r}: expected shape {shape} and dtype in {dtypes} "
+                f"(FP4 of {want.shape}, a scale per 32 inputs), found {got.shape} {got.dtype}"
+            )
 
 
 class _TensorReader(contextlib.ExitStack):
@@ -365,13 +408,14 @@ class _TensorReader(contextlib.ExitStack):
             return gpt_oss_expert_weight(blocks, scales, self.dtype if exact else np.float32)
         if _is_int4(name, self.headers):
             return self._int4_parts(name).dequantize(self.int4_scheme.held_group, self.dtype)
-        path = self.headers[name].file
         if self.headers[name].dtype == FP8_DTYPE:
             data, scale = self._fp8_parts(name)
             return dequantize(data, scale, self.fp8.held_block, self.dtype)
-        if path not in self._files:
-            self._files[path] = self.enter_context(safe_open(str(path), framework="np"))
-        return self._files[path].get_tensor(name)
+        if self.headers[name].dtype == FP4_DTYPE and self.fp8 is not None:
+            scales = self._scale_bytes(self.fp8.scale_name(name, self.headers.__contains__))
+            exact = self.dtype in (np.dtype(np.float32), np.dtype(jnp.bfloat16))
+            return dequantize_fp4(self._raw(name), scales, self.dtype if exact else np.float32)
+        return self._raw(name)
 
     def _int4_parts(self, name: str) -> int4.Int4Parts:
         return int4.read_parts(self.read, name, self.shapes[name], self.int4_scheme)
@@ -388,8 +432,24 @@ class _TensorReader(contextlib.ExitStack):
     def _fp8_parts(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """An fp8 weight's data and its float32 scales over the held blocks."""
         data = self._fp8.read(self.headers[name].file, name)
-        stored = np.asarray(self.read(name + self.fp8.scale_suffix), np.float32)
+        at = self.fp8.scale_name(name, self.headers.__contains__)
+        if self.headers[at].dtype == E8M0_DTYPE:
+            stored = e8m0_values(self._scale_bytes(at))
+        else:
+            stored = np.asarray(self.read(at), np.float32)
         return data, held_scale(stored, data.shape, self.fp8)
+
+    def _raw(self, name: str) -> np.ndarray:
+        path = self.headers[name].file
+        if path not in self._files:
+            self._files[path] = self.enter_context(safe_open(str(path), framework="np"))
+        return self._files[path].get_tensor(name)
+
+    def _scale_bytes(self, name: str) -> np.ndarray:
+        """A ue8m0 scale's bytes (F8_E8M0, or stored as U8)."""
+        if self.headers[name].dtype == E8M0_DTYPE:
+            return self._fp8.read_bytes(self.headers[name].file, name, (E8M0_DTYPE,))
+        return self._raw(name)
 
 
 def _leaf_specs(specs, path: Path_ = ()) -> dict[Path_, ParamSpec]:
@@ -571,10 +631,15 @@ def unquantized_leaves(model_dir: str | Path, cfg: ModelConfig) -> tuple[str, ..
     sources = _sources(names)
     layouts = _quantized_layouts(cfg.replace(quantization="fp8"), specs, skip=())
     int4_stored = scheme is not None
+
+    def quantized(n: str) -> bool:  # (FP4: dequantized on load, then held in fp8 blocks)
+        fp4 = not _stored_apart(n, headers) and headers[n].dtype == FP4_DTYPE
+        return fp4 or _stored_quantized(n, headers, int4_stored)
+
     return tuple(
         _leaf_name(path, cfg.num_layers)
         for path in layouts
-        if not any(_stored_quantized(n, headers, int4_stored) for n, _ in sources.get(path, ()))
+        if not any(quantized(n) for n, _ in sources.get(path, ()))
     )
 
 

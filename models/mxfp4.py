@@ -70,6 +70,16 @@ def _check(blocks: np.ndarray, scales: np.ndarray, dtype, expert: bool = False) 
     return out
 
 
+def e8m0_values(scales: np.ndarray) -> np.ndarray:
+    """float32 2^(s - 127) of e8m0 (ue8m0) scale bytes `scales` (uint8, 0..254)."""
+    if scales.dtype != np.uint8:
+        raise ValueError(f"e8m0 scales: {scales.dtype}, expected uint8")
+    if (scales == SCALE_NAN).any():
+        at = tuple(int(i) for i in np.argwhere(scales == SCALE_NAN)[0])
+        raise ValueError(f"e8m0 scales: byte {SCALE_NAN} (NaN) at index {at}")
+    return _SCALE_FACTORS[scales]
+
+
 def _decode(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """float32 [..., G * 32] of blocks [..., G, 16] and scales [..., G], checked."""
     values = _BYTE_PAIRS[blocks].view(np.float32).reshape(*scales.shape, BLOCK_SIZE)

@@ -146,6 +146,34 @@ def test_bad_shapes_are_named():
         cfg.replace(hash_moe_layers=(7,))
 
 
+def test_the_release_fp8_and_fp4_checkpoint_format(tmp_path):
+    """tests/fixtures/deepseek_v4_fp8 (make_deepseek_v4_release_fixture.py): V4-Flash's
+    release format, fp8 Linears with ue8m0 `.scale` blocks and FP4 experts (transformers'
+    parity on it: test_hf_parity.py). quantization="fp8" holds every Linear it would hold
+    for a float checkpoint quantized, the FP4 experts requantized from their values; a
+    config without expert_dtype "fp4" leaves the int8 experts unreadable, said by name."""
+    from models import quantization as quant
+    from models.hf_loader import unquantized_leaves
+    from models.load import model_config
+
+    release = FIXTURE.parent / "deepseek_v4_fp8"
+    cfg = model_config(str(release))
+    assert unquantized_leaves(release, cfg) == ()
+    floats = load_hf_params(release, cfg)["layers"][0]["moe"]["w_gate"]
+    held = load_hf_params(release, model_config(str(release), quantization="fp8"))
+    w_gate = held["layers"][0]["moe"]["w_gate"]
+    assert quant.is_quantized(w_gate)
+    back = np.asarray(quant.dequantize_tree({"w": w_gate}, jnp.float32)["w"])
+    np.testing.assert_allclose(back, floats, atol=np.abs(floats).max() / 16, rtol=0)
+    for f in ("model.safetensors", "tokenizer.json"):
+        (tmp_path / f).symlink_to(release / f)
+    config = json.loads((release / "config.json").read_text())
+    del config["expert_dtype"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="experts.0.w1.weight': dtype I8 .* expert_dtype 'fp4'"):
+        load_hf_params(tmp_path, model_config(str(tmp_path)))
+
+
 def test_the_release_names_load_like_transformers_save(tmp_path):
     """The release's names (no "model." prefix; embed, norm, hc_head_fn ...) load to the
     same weights as the fixture's (transformers' save)."""

@@ -233,3 +233,24 @@ def test_a_scale_of_the_wrong_shape_or_none_is_refused_by_name(tmp_path):
         load_model(str(ckpt), host=True)
     grid = held_scale(np.ones((2, 3, 1)), (2, 3, 300), Fp8Scheme("channel", (1, 128), "_scale"))
     assert grid.shape == (2, 3, 3)
+
+
+def test_deepseek_v4_release_fields_are_read_and_checked():
+    """DeepSeek-V4's quant_method "fp8" config: ue8m0 scales named `<module>.scale`, FP4
+    experts from `expert_dtype` (top level in V4's config.json, in quantization_config in
+    V4.1's); other values of either field are refused by name."""
+    from configs.fp8_schemes import deepseek_fp8
+    from configs.hf_config import fp8_scheme
+
+    qc = {"quant_method": "fp8", "scale_fmt": "ue8m0", "weight_block_size": [128, 128]}
+    v4 = fp8_scheme({"quantization_config": qc, "expert_dtype": "fp4"})
+    assert v4.fp4_experts and v4.block == (128, 128)
+    assert deepseek_fp8({**qc, "expert_dtype": "fp4"}).fp4_experts
+    assert not deepseek_fp8(qc).fp4_experts
+    names = {"l.wq_a.weight", "l.wq_a.scale", "v3.weight", "v3.weight_scale_inv"}
+    assert v4.scale_name("l.wq_a.weight", names.__contains__) == "l.wq_a.scale"
+    assert v4.scale_name("v3.weight", names.__contains__) == "v3.weight_scale_inv"
+    assert v4.scale_name("gone.weight", names.__contains__) == "gone.weight_scale_inv"
+    for field, value in (("scale_fmt", "e5m2"), ("expert_dtype", "int4")):
+        with pytest.raises(ValueError, match=f"quantization_config.{field}='{value}'"):
+            deepseek_fp8({**qc, field: value})

@@ -91,7 +91,8 @@ def _assert_last_prefill_logits(params, cfg, ref: dict) -> None:
 # release keeps in_proj_ba, the conv and the gates float), with what transformers computes
 # on those files: served dequantized.
 FP8_FIXTURES = [
-    f"{arch}_fp8" for arch in ("deepseek_v3", "qwen3_moe", "deepseek_v32", "qwen3_next")
+    f"{arch}_fp8"
+    for arch in ("deepseek_v3", "qwen3_moe", "deepseek_v32", "qwen3_next", "deepseek_v4")
 ]
 
 

@@ -281,3 +281,40 @@ def test_loader_decodes_mxfp4_straight_to_bfloat16(tmp_path):
     assert moe["w_gate"].dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(bits(moe["w_gate"]), bits(gate_up[..., 0::2]))
     np.testing.assert_array_equal(bits(moe["w_up"]), bits(gate_up[..., 1::2]))
+
+
+def test_deepseek_v4_fp4_weights_decode_value_by_value():
+    """DeepSeek-V4's FP4 experts (models/fp8_checkpoint.dequantize_fp4): int8 [out, in / 2],
+    column 2j in byte j's low nibble, 2j + 1 in its high one, times 2^(s - 127) of the ue8m0
+    byte of its 32-input group; decoded here one value at a time from the e2m1 layout (sign
+    bit 3, two exponent bits, one mantissa bit)."""
+    from models.fp8_checkpoint import dequantize_fp4, fp4_shapes
+    from models.mxfp4 import e8m0_values
+
+    rng = np.random.default_rng(4)
+    out, k = 3, 64
+    codes = rng.integers(0, 16, (out, k), dtype=np.uint8)
+    scales = rng.integers(100, 140, (out, k // 32), dtype=np.uint8)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).view(np.int8)
+    assert fp4_shapes((out, k)) == (packed.shape, scales.shape)
+
+    def e2m1(c: int) -> float:
+        e, m = (c >> 1) & 3, c & 1
+        mag = m * 0.5 if e == 0 else (1 + m * 0.5) * 2.0 ** (e - 1)
+        return -mag if c & 8 else mag
+
+    want = np.array(
+        [
+            [e2m1(int(codes[r, c])) * 2.0 ** (int(scales[r, c // 32]) - 127) for c in range(k)]
+            for r in range(out)
+        ],
+        np.float32,
+    )
+    np.testing.assert_array_equal(dequantize_fp4(packed, scales), want)
+    got16 = dequantize_fp4(packed, scales, ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(got16.astype(np.float32), want)  # exact in bfloat16
+    np.testing.assert_array_equal(e8m0_values(np.array([127, 128, 126], np.uint8)), [1, 2, 0.5])
+    with pytest.raises(ValueError, match="byte 255 \\(NaN\\) at index \\(1,\\)"):
+        e8m0_values(np.array([127, 255], np.uint8))
+    with pytest.raises(ValueError, match="in = 48 not a multiple of 32"):
+        fp4_shapes((2, 48))
