@@ -35,8 +35,10 @@ def _run(module: str, *flags: str) -> str:
 def _generate(*flags: str) -> str:
     """scripts.generate with sequences of at most 128 tokens (these tests' are shorter): a
     page table of one KV block, whose attention compiles without loops (about half the
-    run's time, against the fixtures' 2,048-token default)."""
-    return _run("scripts.generate", "--max_model_len=128", *flags)
+    run's time, against the fixtures' 2,048-token default); every step padded to 64 tokens
+    (--token_buckets: one step program, not one per power of two the run reaches)."""
+    bounds = ("--max_model_len=128", "--max_num_batched_tokens=64", "--token_buckets=64")
+    return _run("scripts.generate", *bounds, *flags)
 
 
 def test_generate_prints_tokens_and_throughput():
