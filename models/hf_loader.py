@@ -312,16 +312,21 @@ def _validate_int4(
         )
     if want.kind not in ("linear", "expert") or len(want.shape) != 2:
         raise ValueError(f"checkpoint tensor {packed!r}: int4 only for Linears")
+    what = f"{scheme.method} int4 of {want.shape} in groups of {scheme.group or 'all inputs'}"
     for tensor, (shape, kind) in int4.stored_names(name, want.shape, scheme).items():
-        got, dtypes = headers.get(tensor), _INT4_DTYPES[kind]
-        if got is None:
-            raise ValueError(f"checkpoint tensor {tensor!r}: missing (int4 {name!r})")
-        if got.shape != shape or got.dtype not in dtypes:
-            raise ValueError(
-                f"checkpoint tensor {tensor!r}: expected shape {shape} and dtype in {dtypes} "
-                f"({scheme.method} int4 of {want.shape} in groups of "
-                f"{scheme.group or 'all inputs'}), found {got.shape} {got.dtype} in {got.file.name}"
-            )
+        _check_part(headers, tensor, shape, _INT4_DTYPES[kind], f"int4 {name!r}", what)
+
+
+def _check_part(headers, tensor: str, shape, dtypes, owner: str, what: str) -> None:
+    """One stored part of a packed weight: present, of `shape` and one of `dtypes`."""
+    got = headers.get(tensor)
+    if got is None:
+        raise ValueError(f"checkpoint tensor {tensor!r}: missing ({owner})")
+    if got.shape != shape or got.dtype not in dtypes:
+        raise ValueError(
+            f"checkpoint tensor {tensor!r}: expected shape {shape} and dtype in {dtypes} "
+            f"({what}), found {got.shape} {got.dtype} in {got.file.name}"
+        )
 
 
 def _validate_fp8(
@@ -365,18 +370,12 @@ def _validate_fp4(name: str, want, headers: dict[str, _Header], fp8: Fp8Scheme |
         )
     at = fp8.scale_name(name, headers.__contains__)
     shapes = fp4_shapes(want.shape)
+    what = f"FP4 of {want.shape}, a scale per 32 inputs"
     for tensor, shape, dtypes in (
         (name, shapes[0], (FP4_DTYPE,)),
         (at, shapes[1], (E8M0_DTYPE, "U8")),
     ):
-        got = headers.get(tensor)
-        if got is None:
-            raise ValueError(f"checkpoint tensor {tensor!r}: missing (FP4 {name!r})")
-        if got.shape != shape or got.dtype not in dtypes:
-            raise ValueError(
-                f"checkpoint tensor {tensor!r}: expected shape {shape} and dtype in {dtypes} "
-                f"(FP4 of {want.shape}, a scale per 32 inputs), found {got.shape} {got.dtype}"
-            )
+        _check_part(headers, tensor, shape, dtypes, f"FP4 {name!r}", what)
 
 
 class _TensorReader(contextlib.ExitStack):
