@@ -35,16 +35,18 @@ demo: setup
 
 # tests/run_files.sh runs one pytest process per test file, TEST_JOBS at a time (why: its
 # header), longest first so the two workers finish close together: ORDERED_TESTS by their
-# time in a full run (42nd session, 2 cores: test_sharding_mesh ~245 s, test_engine ~215 s,
-# test_mtp ~205 s ...; test_mtp first, as test_scripts' MTP run reuses its programs, and
-# test_engine after the mesh test, whose one-device runs it shares), then any file not
-# listed, then QUICK_TESTS (a few seconds each, most of it the process's start) together in
-# one process.
+# time in a full run (45th session, 2 cores: test_sharding_mesh ~250 s, test_engine ~200 s,
+# test_eplb ~140 s ...; test_mtp first, as test_scripts' MTP run reuses its programs,
+# test_engine after the mesh test, whose one-device runs it shares, and test_eplb after
+# both: four of its six base engines are mesh-test layouts, whose programs the run's
+# compilation cache then holds),
+# then any file not listed, then QUICK_TESTS (a few seconds each, most of it the process's
+# start) together in one process.
 # Compiling is most of the suite's time on CPU and many files compile the same step
 # programs, so the run shares JAX's persistent compilation cache: a fresh directory per run
 # (what a clean checkout pays), removed after.
 TEST_JOBS ?= 2
-ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,mtp sharding_mesh eplb engine \
+ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,mtp sharding_mesh engine eplb \
 	scripts hf_parity pallas_bench long_context kv_quant pallas_engine batch_invariance \
 	paged_attention linear_attention sampling_options penalties pallas_attention pallas_mosaic \
 	int4 lora token_lists sparse_attention quantization beam_search models_ops structured \
