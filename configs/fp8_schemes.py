@@ -119,9 +119,10 @@ def deepseek_fp8(qc: dict, expert_dtype=None) -> Fp8Scheme:
     `expert_dtype`: the config's top-level one (DeepSeek-V4's; V4.1 has it in `qc`)."""
     q = {"fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": (128, 128)}
     q = {k: qc.get(k, v) for k, v in q.items()}
+    experts = qc.get("expert_dtype", expert_dtype or "fp8")
     for key, value, allowed in (
         ("scale_fmt", qc.get("scale_fmt", "float"), ("float", "ue8m0")),
-        ("expert_dtype", qc.get("expert_dtype", expert_dtype or "fp8"), ("fp8", "fp4")),
+        ("expert_dtype", experts, ("fp8", "fp4")),
     ):
         if value not in allowed:
             raise ValueError(f"{_FIELD}.{key}={value!r}: one of {list(allowed)}")
@@ -137,4 +138,4 @@ def deepseek_fp8(qc: dict, expert_dtype=None) -> Fp8Scheme:
             f"{_FIELD}.activation_scheme={q['activation_scheme']!r}: only 'dynamic' is supported"
         )
     block = _positive_pair(q["weight_block_size"], f"{_FIELD}.weight_block_size")
-    return Fp8Scheme("block", block, "_scale_inv", fp4_experts=value == "fp4")
+    return Fp8Scheme("block", block, "_scale_inv", fp4_experts=experts == "fp4")
