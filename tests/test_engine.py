@@ -23,16 +23,8 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 # in a page pool of its own). The other families added in the 23rd session (qwen2_moe,
 # olmoe, ernie4_5_moe, glm4_moe, glm4_moe_lite) differ from these in layer code the
 # reference path checks against HF (test_hf_parity.py); left out here for the suite's time.
-ARCHS = [
-    "llama",
-    "qwen2_sliding",
-    "qwen3",
-    "qwen3_moe",
-    "mixtral",
-    "deepseek_v2",
-    "deepseek_v3",
-    "gpt_oss",
-]
+ARCHS = ["llama", "qwen2_sliding", "qwen3", "qwen3_moe", "mixtral"]
+ARCHS += ["deepseek_v2", "deepseek_v3", "gpt_oss"]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
 
 
@@ -97,13 +89,8 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):
     ref = _reference(arch)
-    llm = LLM(
-        model=str(FIXTURES / arch),
-        max_num_batched_tokens=16,
-        num_pages=32,
-        max_model_len=128,
-        token_buckets=(16,),
-    )
+    kw = dict(max_num_batched_tokens=16, num_pages=32, max_model_len=128, token_buckets=(16,))
+    llm = LLM(model=str(FIXTURES / arch), **kw)
     outs = llm.generate(ref["prompts"], GREEDY)
     assert llm.stats()["num_compiles"] == 1
     for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
