@@ -109,11 +109,26 @@ class HostTier:
 
 def host_tier_for(
     size_gib, prefix_caching: bool, cfg: ModelConfig, kv_dtype, page_size: int, transfer=None
-) -> HostTier | None:
+) -> tuple[HostTier | None, ModelConfig]:
     """The host tier `kv_offloading_size` GiB holds, or vLLM's other spelling, a
     `transfer` (engine/kv_transfer.KVTransferConfig) with kv_connector "OffloadingConnector"
-    and {"num_cpu_blocks": N, "block_size": tokens} (None: no offloading); checked before
-    any weight is read."""
+    and {"num_cpu_blocks": N, "block_size": tokens} (None: no offloading), and `cfg` as
+    the engine runs with it; checked before any weight is read. The tier copies whole
+    pages of the main pool: a hybrid model's windowed layers (a pool of their own) are
+    refused, but DeepSeek-V4's, whose per-token rows then stay in the main pool (every page
+    kept, ModelConfig.v4_window_pool off)."""
+    tier = _host_tier(size_gib, prefix_caching, cfg, kv_dtype, page_size, transfer)
+    if tier is not None and cfg.is_dsv4:
+        cfg = cfg.replace(v4_window_pool=False)
+    if tier is not None and cfg.hybrid_window is not None:
+        raise ValueError(
+            f"kv_offloading_size: not supported for {cfg.model_type}'s sliding-window layers "
+            f"(window {cfg.hybrid_window} tokens: their pages are a pool of their own) yet"
+        )
+    return tier, cfg
+
+
+def _host_tier(size_gib, prefix_caching, cfg, kv_dtype, page_size, transfer) -> HostTier | None:
     if transfer is not None and transfer.offloading:
         if size_gib is not None:
             raise ValueError(
@@ -150,6 +165,8 @@ def host_tier_for(
             f"kv_offloading_size={size_gib}: more than this machine's memory "
             f"({physical / GIB:.1f} GiB)"
         )
+    if cfg.is_dsv4:  # (every page kept: its per-token rows too)
+        cfg = cfg.replace(v4_window_pool=False)
     page_bytes = kv_quant.bytes_per_token(cfg, kv_dtype) * page_size
     capacity = int(size_gib * GIB // page_bytes)
     if capacity < 1:

@@ -205,10 +205,12 @@ class PagePool(NamedTuple):
         setattr(seq, self.ids, self.pages.ensure_capacity(self.table(seq), num_tokens))
 
     def truncate(self, seq: Any, num_pages: int) -> None:
-        """Give back the pages of `seq`'s table past its first `num_pages`."""
-        table = self.table(seq)
-        self.pages.free(table[num_pages:])
+        """Give back the pages of `seq`'s table past its first `num_pages` (those it still
+        holds: released places, e.g. before a prefix-cache hit's window, are not held)."""
+        table, released = self.table(seq), getattr(seq, self.released)
+        self.pages.free(table[max(num_pages, released) :])
         setattr(seq, self.ids, table[:num_pages])
+        setattr(seq, self.released, min(released, num_pages))
 
     def release_behind_window(self, seq: Any) -> None:
         """Free the pages of a windowed pool wholly behind the window of every query `seq`

@@ -104,8 +104,8 @@ def check_model_engine(
 
     DeepSeek-V4 (models/deepseek_v4.py) runs with a float KV cache, no LoRA or KV
     transfer, and a page_size that each compression rate divides or is a multiple of; its
-    per-token rows get a pool of their own (ModelConfig.v4_window_pool) unless prefix
-    caching keeps them all."""
+    per-token rows get a pool of their own (ModelConfig.v4_window_pool; prefix caching
+    indexes its pages too, engine/prefix_cache.WindowCache)."""
     page_size = prefix[3]
     if cfg.linear_attention_layers and transfer is not None:
         raise ValueError(
@@ -128,4 +128,4 @@ def check_model_engine(
                 f"page_size={page_size}: DeepSeek-V4 needs it a divisor or a multiple of each "
                 f"compression rate (csa {cfg.csa_ratio}, hca {cfg.hca_ratio})"
             )
-    return cfg.replace(v4_window_pool=not prefix[0])
+    return cfg

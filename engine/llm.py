@@ -23,7 +23,7 @@ from engine.kv_transfer import KVTransfer, KVTransferConfig, StoreUnreadable, ch
 from engine.linear_state import check_model_engine
 from engine.llm_control import EngineControl
 from engine.mtp import fill_batch, with_mtp
-from engine.prefix_cache import PrefixCache
+from engine.prefix_cache import PrefixCache, WindowCache
 from engine.sampler import GREEDY_TEMPERATURE
 from engine.sampling_params import MAX_LOGPROBS, RequestOutput, SamplingParams, StreamDelta
 from engine.scheduler import Scheduler, SchedulerOutput
@@ -66,7 +66,8 @@ class LLM(EngineControl):
     folder's generation_config.json settings; "vllm" ignores them; a folder path reads its.
     vLLM's: `enable_prefix_caching` (engine/prefix_cache.py): full KV pages stay indexed by
     content, a request takes its longest cached prefix's (stats prefix_cache_queries /
-    _hits); not with sliding windows; linear-attention models' states kept at multiples of
+    _hits); a hybrid model's windowed pages too, not a sliding window on every layer's;
+    linear-attention models' states kept at multiples of
     `mamba_block_size` tokens, `num_state_snapshots` (max_num_seqs) of them
     (engine/state_cache.py). `kv_offloading_size`: GiB of host memory keeping the pages the
     device evicts (engine/kv_offload.py). `speculative_config`: "ngram" drafts
@@ -149,7 +150,7 @@ class LLM(EngineControl):
         check_engine(transfer, cfg)
         opts = (enable_prefix_caching, mamba_block_size, num_state_snapshots, page_size)
         cfg = check_model_engine(cfg, transfer, kv_dtype, enable_lora, opts)
-        tier = host_tier_for(
+        tier, cfg = host_tier_for(
             kv_offloading_size, enable_prefix_caching, cfg, kv_dtype, page_size, transfer
         )
         self._eplb = balancer_for(enable_eplb, eplb_config, cfg, mesh_config if mesh else None)
@@ -210,8 +211,11 @@ class LLM(EngineControl):
         self._structured = StructuredOutputs(self.tokenizer, cfg.vocab_size, cfg.eos_token_ids)
         self._pages = PageManager(num_pages, page_size)
         hybrid = window_num_pages is not None
-        cache = states.snapshots
-        prefix_cache = PrefixCache(self._pages, tier, cache) if enable_prefix_caching else None
+        window_pages = PageManager(window_num_pages, page_size) if hybrid else None
+        prefix_cache = None
+        if enable_prefix_caching:  # (a hybrid model's windowed pages indexed too)
+            windows = WindowCache(window_pages, cfg.hybrid_window) if hybrid else None
+            prefix_cache = PrefixCache(self._pages, tier, states.snapshots, windows)
         self._scheduler = Scheduler(
             self._pages,
             max_num_batched_tokens,
@@ -221,7 +225,7 @@ class LLM(EngineControl):
             long_prefill=long_prefill,
             sliding_window=cfg.hybrid_window if hybrid else cfg.kv_window,
             detokenize=None if self.tokenizer is None else self._detokenize,
-            window_pages=PageManager(window_num_pages, page_size) if hybrid else None,
+            window_pages=window_pages,
             prefix_cache=prefix_cache,
             speculative=proposer,
             max_loras=max_loras if enable_lora else 0,

@@ -24,6 +24,15 @@ Bitwise, in batch-invariant mode: the rows do not depend on which step, chunk or
 wrote them (engine/batch_invariant.py); otherwise they match a recompute to float rounding,
 as a different prefill chunking does.
 
+A hybrid model's windowed layers (ModelConfig.hybrid_window: gpt-oss, Qwen2 with
+max_window_layers, Llama 4's chunked layers, DeepSeek-V4's per-token rows) keep their KV in
+a pool of their own, where a sequence gives back the pages behind its window (kv_pages
+PagePool.release_behind_window). `WindowCache` indexes those pages under the block id of
+the main pool's page at the same place (the id names the whole prefix up to it): a match
+is cut to its longest prefix whose last window is still there (the window pages a query at
+its end reads), as vLLM's sliding-window cache manager finds its hits; the places before
+that are released ones in the new sequence's table.
+
 A host tier (engine/kv_offload.py, `kv_offloading_size`) keeps the pages the device gives
 up: an evicted page's key and block id move there, a lookup goes on there where the device
 index ends, and a page taken from there is a new device page indexed under the same key and
@@ -57,11 +66,18 @@ def reads_cache(params) -> bool:
 class PrefixCache:
     """The content index of one PageManager's full pages."""
 
-    def __init__(self, pages: PageManager, host: HostTier | None = None, states=None):
-        """`states`: linear-attention models' state snapshots (engine/state_cache.py)."""
+    def __init__(
+        self,
+        pages: PageManager,
+        host: HostTier | None = None,
+        states=None,
+        windows: WindowCache | None = None,
+    ):
+        """`states`: linear-attention models' state snapshots (engine/state_cache.py);
+        `windows`: a hybrid model's windowed pages."""
         if pages.on_reuse is not None:
             raise ValueError("pages: already indexed by another prefix cache")
-        self.pages, self.host, self.states = pages, host, states
+        self.pages, self.host, self.states, self.windows = pages, host, states, windows
         # (parent block id, the page's tokens) -> (page, block id); and page -> its key.
         self._blocks: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
         self._key_of: dict[int, tuple[int, tuple[int, ...]]] = {}
@@ -71,6 +87,19 @@ class PrefixCache:
     def __len__(self) -> int:
         """Pages indexed (held or free)."""
         return len(self._blocks)
+
+    def check_pools(self, pages: PageManager, window_pages, sliding_window) -> None:
+        """ValueError unless this cache indexes a scheduler's pools: `pages`, and a hybrid
+        model's `window_pages` (a sliding window on every layer is not supported)."""
+        if (
+            self.pages is not pages
+            or (sliding_window is not None and window_pages is None)
+            or getattr(self.windows, "pages", None) is not window_pages
+        ):
+            raise ValueError(
+                "prefix_cache: must index page_manager, and window_pages when given (a "
+                "sliding window on every layer: not supported)"
+            )
 
     def match(
         self, tokens: Callable[[int, int], Sequence[int]], num_tokens: int, lora_id: int = 0
@@ -98,8 +127,11 @@ class PrefixCache:
     def lookup(self, seq: SequenceLike) -> tuple[list[int | HostPage], list[int]]:
         """`match` for a sequence: its longest cached prefix short of its last token (whose
         logits it computes), for linear-attention models cut to the last block boundary
-        with a state snapshot, whose row goes to `seq.state_from` (engine/state_cache.py)."""
+        with a state snapshot, whose row goes to `seq.state_from` (engine/state_cache.py),
+        for hybrid models to the last page whose window is indexed (WindowCache)."""
         hits, blocks = self.match(seq.token_ids_range, seq.num_tokens - 1, seq.lora_id)
+        if self.windows is not None:
+            hits, blocks = self.windows.usable(hits, blocks)
         if self.states is not None:
             hits, blocks, seq.state_from = self.states.usable(hits, blocks)
         return hits, blocks
@@ -107,14 +139,30 @@ class PrefixCache:
     def index(self, seq: SequenceLike, num_tokens: int) -> None:
         """`register` the full pages of a sequence's first `num_tokens` positions (KV
         written) after those indexed (seq.prefix_blocks, extended)."""
+        start = len(seq.prefix_blocks)
         self.register(seq.page_ids, seq.token_ids_range, num_tokens, seq.prefix_blocks, seq.lora_id)
+        if self.windows is not None:
+            self.windows.settle(seq, start)
         if self.states is not None:  # its state snapshots at those pages' ends
             self.states.settle(seq)
 
-    def num_free(self, pages: Sequence[int | HostPage]) -> int:
-        """How many of `pages` (a match) use up a free page when taken: device pages no one
-        holds, and the host tier's (each copied into a new page)."""
-        return sum(not isinstance(p, int) or self.pages.refcount(p) == 0 for p in pages)
+    def num_free(self, pages: Sequence[int | HostPage], blocks: list[int]) -> tuple[int, int]:
+        """How many of a match's `pages` use up a free page when taken (device pages no one
+        holds, and the host tier's: each copied into a new page), and of a hybrid model's
+        window pages for it (WindowCache.pages_for), how many are free."""
+        main = sum(not isinstance(p, int) or self.pages.refcount(p) == 0 for p in pages)
+        if self.windows is None:
+            return main, 0
+        return main, self.windows.num_free(self.windows.pages_for(blocks)[1])
+
+    def admit(self, seq: SequenceLike, pages: Sequence[int | HostPage], blocks: list[int]) -> None:
+        """`seq` admitted on a `lookup` match: its table holds the `take`n pages, its block
+        ids the match's, and a hybrid model's windowed table the window pages (WindowCache
+        .take)."""
+        seq.page_ids, seq.prefix_blocks = tuple(self.take(pages)), blocks
+        seq.num_cached_tokens = len(blocks) * self.pages.page_size
+        if self.windows is not None:
+            seq.window_page_ids, seq.num_released_window_pages = self.windows.take(blocks)
 
     def take(self, pages: Sequence[int | HostPage]) -> list[int]:
         """Hold each matched device page once more (back off the free list if no one held
@@ -181,6 +229,8 @@ class PrefixCache:
             num += self.host.reset()
         if self.states is not None:
             self.states.reset()
+        if self.windows is not None:
+            self.windows.reset()
         return num
 
     def _evict(self, page: int) -> None:
@@ -189,3 +239,82 @@ class PrefixCache:
             _, block = self._blocks.pop(key)
             if self.host is not None:  # its rows go to the host tier
                 self.host.store(page, key, block)
+
+
+class WindowCache:
+    """A hybrid model's windowed pages (its second pool), each indexed under the block id
+    of the main pool's page at the same place in its sequence's table."""
+
+    def __init__(self, pages: PageManager, window: int):
+        """`window`: the keys a query sees back, itself included (the pool's)."""
+        if pages.on_reuse is not None:
+            raise ValueError("pages: already indexed by another prefix cache")
+        if window < 1:
+            raise ValueError(f"window={window}: must be >= 1")
+        self.pages, self.window = pages, window
+        self._page_of: dict[int, int] = {}  # block id -> page
+        self._block_of: dict[int, int] = {}  # page -> block id
+        pages.on_reuse = self._evict
+
+    def __len__(self) -> int:
+        """Pages indexed (held or free)."""
+        return len(self._page_of)
+
+    def first_read(self, num_pages: int) -> int:
+        """The first place in a table that a query right after its first `num_pages` pages
+        reads (keys from its position + 1 - window on); those before it are released."""
+        size = self.pages.page_size
+        return max(0, num_pages * size + 1 - self.window) // size
+
+    def usable(self, hits: list, blocks: list[int]) -> tuple[list, list[int]]:
+        """A prefix-cache match cut to its longest prefix whose window pages (the places
+        from `first_read` to its end) are all indexed; ([], []) when none is."""
+        runs, run = [], 0  # runs[i]: indexed places in a row ending at place i
+        for block in blocks:
+            run = run + 1 if block in self._page_of else 0
+            runs.append(run)
+        for n in range(len(blocks), 0, -1):
+            if runs[n - 1] >= n - self.first_read(n):
+                return hits[:n], blocks[:n]
+        return [], []
+
+    def pages_for(self, blocks: list[int]) -> tuple[int, list[int]]:
+        """For a `usable` match's block ids: (first_read, the indexed pages from there)."""
+        first = self.first_read(len(blocks))
+        return first, [self._page_of[block] for block in blocks[first:]]
+
+    def num_free(self, pages: list[int]) -> int:
+        """How many of `pages` are free (taking them uses up a free page each)."""
+        return sum(self.pages.refcount(p) == 0 for p in pages)
+
+    def take(self, blocks: list[int]) -> tuple[tuple[int, ...], int]:
+        """The windowed table of a sequence admitted on a `usable` match's `blocks`, and how
+        many of its places are released: the pages from `first_read` on, held once more
+        (back off the free list if no one held them); before them the first of those (or
+        page 0) stands in, never read (attention masks keys behind the window)."""
+        first, pages = self.pages_for(blocks)
+        for page in pages:
+            if self.pages.refcount(page):
+                self.pages.incref(page)
+            else:
+                self.pages.reclaim(page)
+        return (pages[0] if pages else 0,) * first + tuple(pages), first
+
+    def settle(self, seq: SequenceLike, start: int) -> None:
+        """Index `seq`'s windowed pages at the places from `start` that its main pages have
+        block ids for now (PrefixCache.index), those it still holds (not behind its window:
+        a released page may hold another sequence's rows by now)."""
+        table, blocks = seq.window_page_ids, seq.prefix_blocks
+        for i in range(max(start, seq.num_released_window_pages), min(len(blocks), len(table))):
+            block, page = blocks[i], table[i]
+            if block not in self._page_of and page not in self._block_of:
+                self._page_of[block], self._block_of[page] = page, block
+
+    def reset(self) -> None:
+        self._page_of.clear()
+        self._block_of.clear()
+
+    def _evict(self, page: int) -> None:
+        block = self._block_of.pop(page, None)
+        if block is not None:
+            del self._page_of[block]

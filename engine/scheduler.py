@@ -39,7 +39,8 @@ Prefix caching (engine/prefix_cache.py): full pages are indexed by content in up
 when schedule_ahead builds the step after the launched one filling them; admission takes a
 sequence's longest cached prefix (as shared tokens; pages from a host tier, kv_offload.py,
 are new pages the engine copies them into; linear-attention models' state snapshots:
-engine/state_cache.py). Speculative decoding (speculative.py,
+engine/state_cache.py; a hybrid model's windowed pages from its last window on, the places
+before them released ones). Speculative decoding (speculative.py,
 mtp.py): a decode may carry drafts; update() gets its kept tokens (counted per position).
 Priority (`policy="priority"`, vLLM's): waiting and running sequences are kept in
 (priority, arrival) order, so admission takes the best waiting first and preemption the worst
@@ -110,7 +111,8 @@ class Scheduler:
         `detokenize(token_ids) -> str`: the model's tokenizer, for requests with stop
         strings (SamplingParams.stop); without it such requests are refused.
         `prefix_cache`: an index of `page_manager`'s full pages (engine/prefix_cache.py),
-        whose longest match admission takes (not with a sliding window).
+        whose longest match admission takes; with `window_pages`, its WindowCache indexes
+        theirs (not with a sliding window on every layer).
         `speculative`: drafts for `speculate` sequences' decodes (NgramProposer, MtpProposer).
         `max_loras`: distinct adapters (Sequence.lora_id) running at once; 0: no limit.
         `policy`: "fcfs" or "priority" (Sequence.priority, then arrival). `state_slots`:
@@ -130,12 +132,8 @@ class Scheduler:
             raise ValueError(f"sliding_window={sliding_window}: must be >= 1 or None")
         if window_pages is not None and sliding_window is None:
             raise ValueError("window_pages: a pool for windowed layers needs sliding_window")
-        if prefix_cache is not None and (
-            sliding_window is not None or prefix_cache.pages is not page_manager
-        ):
-            raise ValueError(
-                "prefix_cache: needs full attention (no sliding_window) and must index page_manager"
-            )
+        if prefix_cache is not None:
+            prefix_cache.check_pools(page_manager, window_pages, sliding_window)
         if window_pages is not None and window_pages.page_size != page_manager.page_size:
             raise ValueError(
                 f"window_pages.page_size={window_pages.page_size}: must equal the main pool's "
@@ -420,17 +418,17 @@ class Scheduler:
             left = seq.num_tokens - shared
             chunk = 0 if self._long_held_back(seq, plan) else self._chunk(seq, left, plan)
             need = self.pages.pages_needed(shared + chunk) - (shared - loaded) // size
-            if hits:  # taking a free page off the free list uses it up like a new one
-                need += self.prefix_cache.num_free(hits)
-            if not chunk or not all(p.pages.can_allocate(need) for p in self._pools):
+            # (Taking a free page off the free list uses it up like a new one.)
+            taken = self.prefix_cache.num_free(hits, blocks) if hits else (0, 0)
+            fits = all(p.pages.can_allocate(need + taken[i]) for i, p in enumerate(self._pools))
+            if not chunk or not fits:
                 seq.num_shared_tokens = 0
                 if chunk or (plan.allowance_known and plan.allowance == 0):
                     break  # this request waits; nobody behind it overtakes
                 i += 1
                 continue
-            if hits:  # one pool (no windows): the indexed pages of its prefix
-                seq.page_ids, seq.prefix_blocks = tuple(self.prefix_cache.take(hits)), blocks
-                seq.num_cached_tokens = shared
+            if hits:  # the indexed pages of its prefix (and of its last window)
+                self.prefix_cache.admit(seq, hits, blocks)
             elif shared and not loaded:  # one pool (no windows): the donor's prompt pages
                 seq.page_ids = donor.page_ids[: shared // self.pages.page_size]
                 for page in seq.page_ids:
@@ -570,6 +568,8 @@ class Scheduler:
             s["prefix_cache_queries"] = self._num_cache_queries
             s["prefix_cache_hits"] = self._num_cache_hits
             s["prefix_cache_pages"] = len(self.prefix_cache)
+            if self.prefix_cache.windows is not None:  # a hybrid model's windowed pages
+                s["prefix_cache_window_pages"] = len(self.prefix_cache.windows)
             if (states := self._rows.snapshots) is not None:  # indexed, and copied in
                 s["prefix_cache_state_snapshots"] = states.num_indexed
                 s["prefix_cache_states_restored"] = states.num_restored

@@ -80,13 +80,13 @@ def state_layout(
     proposer=None,
 ) -> StateLayout:
     """The LLM's prefix-caching options checked against the model (ValueError naming the
-    first that does not apply: sliding windows are refused, the snapshot options need a
-    linear-attention model with prefix caching), and the state rows they and `proposer`'s
-    drafts (speculative decoding: ngram; MTP refused) take."""
-    if enable_prefix_caching and (cfg.kv_window or cfg.hybrid_window):
+    first that does not apply: a sliding window on every layer is refused, the snapshot
+    options need a linear-attention model with prefix caching), and the state rows they
+    and `proposer`'s drafts (speculative decoding: ngram; MTP refused) take."""
+    if enable_prefix_caching and cfg.kv_window:
         raise ValueError(
             f"enable_prefix_caching=True: not supported for {cfg.model_type}'s sliding-"
-            f"window attention (window {cfg.kv_window or cfg.hybrid_window} tokens)"
+            f"window attention on every layer (window {cfg.kv_window} tokens)"
         )
     linear = bool(cfg.linear_attention_layers)
     for name, value in (("mamba_block_size", block_size), ("num_state_snapshots", num_snapshots)):

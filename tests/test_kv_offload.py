@@ -66,7 +66,7 @@ def test_evicted_pages_go_to_the_host_and_come_back_into_new_pages():
     hits, blocks = cache.match(reader(tokens), 8)  # the device's two, then the host's two
     assert hits[:2] == [0, 1] and blocks == [1, 2, 3, 4]
     assert [type(h) for h in hits[2:]] == [HostPage, HostPage]
-    assert cache.num_free(hits) == 4  # two free device pages, two new ones
+    assert cache.num_free(hits, blocks) == (4, 0)  # two free device pages, two new ones
     pages.free(taken)
     got = cache.take(hits)
     # Device hits held first; then new pages (the free ones left: 3, 2) for the host's.

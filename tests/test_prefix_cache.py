@@ -11,6 +11,7 @@ batch-invariant mode the same bits as without a hit (GQA and MLA).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 import random
@@ -20,7 +21,7 @@ import pytest
 
 from engine import LLM, SamplingParams
 from engine.kv_pages import PageManager
-from engine.prefix_cache import PrefixCache
+from engine.prefix_cache import PrefixCache, WindowCache
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 from tests.sampler_cases import POOL
@@ -126,7 +127,7 @@ def test_free_pages_stay_indexed_until_allocated_again_tail_first():
     assert cache.match(reader((5, 6, 9, 9)), 4) == ([0], [1])
     assert cache.match(reader((6, 5, 7, 8)), 4) == ([], [])
     pages.free(table[::-1])  # free order: 3, 2, 1, 0 (the tail first)
-    assert (pages.num_free, len(cache), cache.num_free([0, 1])) == (4, 2, 2)
+    assert (pages.num_free, len(cache), cache.num_free([0, 1], [1, 2])) == (4, 2, (2, 0))
     assert pages.allocate(2) == [3, 2]  # never indexed: nothing evicted
     assert pages.allocate(1) == [1]  # the prefix's tail goes first
     assert cache.match(reader(tokens), 5) == ([0], [1])
@@ -277,12 +278,69 @@ def test_samples_share_their_first_ones_pages_and_do_not_count_as_lookups():
     assert later.output_token_ids == first.output_token_ids
 
 
-def test_the_cache_needs_full_attention_and_its_own_pool():
-    pages = PageManager(8, PAGE)
-    with pytest.raises(ValueError, match="prefix_cache: needs full attention"):
-        Scheduler(pages, 16, 4, 40, sliding_window=6, prefix_cache=PrefixCache(pages))
-    with pytest.raises(ValueError, match="prefix_cache: needs full attention"):
-        Scheduler(pages, 16, 4, 40, prefix_cache=PrefixCache(PageManager(8, PAGE)))
+def test_the_cache_indexes_its_own_pools_and_no_window_on_every_layer():
+    pages, windowed = PageManager(8, PAGE), PageManager(8, PAGE)
+    bad = {
+        "a window on every layer": dict(sliding_window=6, prefix_cache=PrefixCache(pages)),
+        "another pool": dict(prefix_cache=PrefixCache(PageManager(8, PAGE))),
+        "no window cache": dict(sliding_window=6, window_pages=windowed),
+        "another window pool": dict(
+            sliding_window=6,
+            window_pages=windowed,
+            windows=WindowCache(PageManager(8, PAGE), 6),
+        ),
+    }
+    for why, kwargs in bad.items():
+        pages.on_reuse = None
+        windows = kwargs.pop("windows", None)
+        kwargs.setdefault("prefix_cache", PrefixCache(pages, windows=windows))
+        with pytest.raises(ValueError, match="prefix_cache: must index page_manager, and win"):
+            Scheduler(pages, 16, 4, 40, **kwargs)
+            raise AssertionError(why)
+    with pytest.raises(ValueError, match="already indexed"):
+        WindowCache(pages, 6)
+    with pytest.raises(ValueError, match="window=0: must be >= 1"):
+        WindowCache(windowed, 0)
+
+
+# ---- a hybrid model's windowed pages -----------------------------------------------------
+
+
+def test_window_pages_are_indexed_under_the_main_blocks_and_cut_a_match():
+    """Pages of 2, a 3-key window: a query right after n pages reads from place n - 1 on.
+    A match keeps its longest prefix whose window pages are still indexed; a new sequence's
+    table holds them there, the places before released; a page given back behind a window
+    is not indexed afterwards (another sequence may hold it)."""
+    main, windowed = PageManager(8, 2), PageManager(5, 2)
+    windows = WindowCache(windowed, 3)
+    cache = PrefixCache(main, windows=windows)
+    assert [windows.first_read(n) for n in range(5)] == [0, 0, 1, 2, 3]
+    a = seq_of("a", range(1, 10))
+    a.page_ids, a.window_page_ids = tuple(main.allocate(5)), tuple(windowed.allocate(4))
+    cache.index(a, 8)  # four full pages: blocks 1-4, and the four window pages under them
+    assert (a.prefix_blocks, len(windows)) == ([1, 2, 3, 4], 4)
+    b = seq_of("b", range(1, 10))
+    assert cache.lookup(b) == ([0, 1, 2, 3], [1, 2, 3, 4])
+    assert windows.take([1, 2, 3, 4]) == ((3, 3, 3, 3), 3)  # place 3 held once more
+    assert windowed.refcount(3) == 2
+    windowed.free([3])
+    windowed.free([3, 2, 1, 0])  # a finishes, last page first: free list 4, 3, 2, 1, 0
+    assert windowed.allocate(2) == [4, 3]  # place 3 reused: evicted
+    assert len(windows) == 3
+    assert cache.lookup(b) == ([0, 1, 2], [1, 2, 3])  # its place 2 (page 2) is indexed
+    c = seq_of("c", (1, 2, 3, 4, 5))
+    assert cache.lookup(c) == ([0, 1], [1, 2])
+    assert windowed.allocate(3) == [2, 1, 0]
+    assert cache.lookup(b) == ([], []) and len(windows) == 0
+    # A sequence indexing pages it gave back behind its window: those places are left out.
+    d = seq_of("d", range(20, 29))
+    d.page_ids, d.window_page_ids = tuple(main.allocate(3)), (4, 3, 2)
+    d.num_released_window_pages = 2
+    cache.index(d, 6)
+    assert len(d.prefix_blocks) == 3 and len(windows) == 1
+    assert cache.lookup(seq_of("e", range(20, 28))) == ([5, 6, 7], [5, 6, 7])  # place 2
+    assert cache.lookup(seq_of("f", range(20, 25))) == ([], [])  # places 1, 0: released
+    assert cache.reset() == 4 + 3 and len(windows) == 0  # (the main pool's pages)
 
 
 # ---- random workloads of shared prefixes -------------------------------------------------
@@ -310,15 +368,19 @@ def _workload(rng: random.Random, n: int = 24) -> list[tuple[int, Sequence]]:
 
 def _check_pages(sched: Scheduler, seqs: dict[str, Sequence]) -> None:
     """Every page's refcount is the number of tables holding it (running, or aborted and
-    not yet released)."""
-    held = {}
-    for s in seqs.values():
-        if s.status is SequenceStatus.RUNNING or (s.finish_reason and s.page_ids):
-            for p in s.page_ids:
-                held[p] = held.get(p, 0) + 1
-    for page in range(sched.pages.num_total):
-        assert sched.pages.refcount(page) == held.get(page, 0), page
-    assert sched.pages.num_free == sched.pages.num_total - len(held)
+    not yet released); in a windowed pool, from the table's first place not released."""
+    pools = [(sched.pages, "page_ids", "num_released_pages")]
+    if sched.window_pages is not None:
+        pools.append((sched.window_pages, "window_page_ids", "num_released_window_pages"))
+    for pages, ids, released in pools:
+        held = {}
+        for s in seqs.values():
+            if s.status is SequenceStatus.RUNNING or (s.finish_reason and s.page_ids):
+                for p in getattr(s, ids)[getattr(s, released) :]:
+                    held[p] = held.get(p, 0) + 1
+        for page in range(pages.num_total):
+            assert pages.refcount(page) == held.get(page, 0), (ids, page)
+        assert pages.num_free == pages.num_total - len(held)
 
 
 def run_workload(sched: Scheduler, dev, seqs: dict, pending: list, ahead: bool, on_step) -> None:
@@ -377,6 +439,82 @@ def test_random_shared_prefix_workload(seed, ahead):
     assert stats["num_pages_free"] == 12 and stats["num_running"] == 0
     assert stats["prefix_cache_hits"] > 0 and stats["num_preemptions"] > 0
     assert stats["prefix_cache_pages"] <= 12
+
+
+class HybridContentDevice(ContentDevice):
+    """ContentDevice with a windowed layer too: each item also writes its keys through its
+    window_page_ids and reads back, from the first key its first query sees, those of the
+    sequence reading them."""
+
+    def __init__(self, page_size: int, seqs: dict[str, Sequence], window: int):
+        super().__init__(page_size, seqs)
+        self.window, self.windowed = window, ContentDevice(page_size, seqs)
+
+    def run(self, out: SchedulerOutput) -> dict[str, tuple[int, float]]:
+        for it in out.items:
+            context = self.seqs[it.request_id].all_token_ids[: it.start_pos] + it.token_ids
+            slots = self.windowed.slots
+            slot = functools.partial(self.windowed._slot, it.window_page_ids)
+            for pos in range(it.start_pos, it.kv_len_after):
+                slots[slot(pos)] = (pos, context[: pos + 1])
+            for pos in range(max(0, it.start_pos + 1 - self.window), it.kv_len_after):
+                assert slots.get(slot(pos)) == (pos, context[: pos + 1]), f"{it.request_id}: {pos}"
+        return super().run(out)
+
+
+class CountedWindows(WindowCache):
+    """A WindowCache that records how many released places each admission's table starts
+    with."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.released = []
+
+    def take(self, blocks):
+        table, first = super().take(blocks)
+        self.released.append(first)
+        return table, first
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_random_shared_prefix_workload_of_a_hybrid_model(seed, ahead):
+    """The workload above on a hybrid model: full attention in 20 pages, a 6-key window in
+    a pool of 10 (a 16-token chunk and its 5 keys before: 6 pages), both indexed. Requests
+    start on cached pages whose last window is still there, the places before it released
+    (never read); the device checks every key either layer reads; all pages come back."""
+    rng = random.Random(seed)
+    main, windowed = PageManager(20, PAGE), PageManager(10, PAGE)
+    windows = CountedWindows(windowed, 6)
+    sched = Scheduler(
+        main,
+        16,
+        4,
+        40,
+        eos_token_ids=(EOS,),
+        sliding_window=6,
+        window_pages=windowed,
+        prefix_cache=PrefixCache(main, windows=windows),
+    )
+    seqs: dict[str, Sequence] = {}
+    dev = HybridContentDevice(PAGE, seqs, 6)
+    pending = _workload(rng)
+
+    def on_step(num_steps: int) -> None:
+        while pending and pending[0][0] <= num_steps:
+            seq = pending.pop(0)[1]
+            seqs[seq.request_id] = seq
+            sched.add(seq)
+
+    run_workload(sched, dev, seqs, pending, ahead, on_step)
+    for rid, seq in seqs.items():
+        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40), rid
+    _check_pages(sched, seqs)
+    stats = sched.stats()
+    assert stats["num_pages_free"] == 20 and stats["num_window_pages_free"] == 10
+    assert stats["prefix_cache_hits"] > 0 and max(windows.released) > 0
+    assert stats["num_preemptions"] > 0 or ahead  # (steps built ahead rarely preempt)
+    assert 0 < stats["prefix_cache_window_pages"] <= 10
 
 
 # ---- the engine ---------------------------------------------------------------------------
@@ -454,8 +592,48 @@ def test_a_hit_keeps_the_batch_invariant_bits(arch):
         assert _bits(out.logprobs) == _bits(cold.logprobs[j:])
 
 
+@pytest.mark.parametrize("arch", ["gpt_oss", "llama4"])
+def test_a_hybrid_models_hits_give_the_hf_tokens_and_keep_the_bits(arch):
+    """gpt-oss (an 8-key window on every other layer) and Llama 4 (8-token chunks on three
+    layers of four), pages of 4, batch-invariant: the fixture's prompts give Hugging Face's
+    greedy tokens cold; again, and as a follow-up turn (a prompt and 8 of its tokens), on
+    cached pages whose windowed layers' tables start with released places (a hit of n
+    pages reads the windowed pool from place n - 2 on), bitwise the cold tokens and
+    logprobs."""
+    ref = _reference(arch)
+    llm = LLM(
+        model=str(FIXTURES / arch),
+        batch_invariant=True,
+        page_size=4,
+        num_pages=64,
+        max_num_seqs=4,
+        max_num_batched_tokens=64,
+        max_model_len=128,
+        enable_prefix_caching=True,
+    )
+    cold = llm.generate(ref["prompts"], GREEDY)
+    for out, tokens, logprobs in zip(cold, ref["greedy_tokens"], ref["logprobs"], strict=True):
+        assert out.token_ids == tokens
+        np.testing.assert_allclose(out.logprobs, logprobs, atol=2e-3, rtol=0)
+    warm = llm.generate(ref["prompts"], GREEDY)
+    assert [o.num_cached_tokens for o in warm] == [4, 16, 32]
+    for a, b in zip(cold, warm, strict=True):
+        assert b.token_ids == a.token_ids and _bits(b.logprobs) == _bits(a.logprobs)
+    prompt, first = ref["prompts"][2], cold[2]
+    (out,) = llm.generate([prompt + first.token_ids[:8]], dataclasses.replace(GREEDY, max_tokens=8))
+    assert out.num_cached_tokens == 40
+    assert out.token_ids == first.token_ids[8:] and _bits(out.logprobs) == _bits(first.logprobs[8:])
+    stats = llm.stats()
+    assert stats["prefix_cache_window_pages"] > 0
+    assert stats["num_pages_free"] == 64
+    assert stats["num_window_pages_free"] == stats["num_window_pages_total"]
+
+
 def test_sliding_window_models_and_non_bools_are_refused():
     with pytest.raises(ValueError, match="enable_prefix_caching=True: not supported for mistral"):
         LLM(model=str(FIXTURES / "mistral"), enable_prefix_caching=True)
+    # The host tier copies the main pool's pages: not a hybrid model's windowed pool.
+    with pytest.raises(ValueError, match="kv_offloading_size: not supported for gpt_oss's"):
+        LLM(model=str(FIXTURES / "gpt_oss"), enable_prefix_caching=True, kv_offloading_size=0.01)
     with pytest.raises(ValueError, match="enable_prefix_caching"):
         LLM(model=str(FIXTURES / "llama"), enable_prefix_caching="yes")
