@@ -31,6 +31,13 @@ _add(
         eos_token_ids=(2,),
     )
 )
+# The same with gpt-oss's layout: a 128-key window on every other layer (a hybrid model:
+# the windowed layers' KV in a pool of their own; scripts/bench_prefix_cache.py).
+_add(
+    SMALL["bench-llama-20m"].replace(
+        name="bench-llama-20m-swa", sliding_window=128, full_attention_layers=(1, 3)
+    )
+)
 # DeepSeek-V3's routing and MLA at a width where decode is memory-bound on a CPU.
 _add(
     TINY["tiny-deepseek-v3"].replace(

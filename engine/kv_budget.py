@@ -47,20 +47,38 @@ def kv_pool_bytes(
     return page_size * (full + window)
 
 
+def check_window_ratio(cfg: ModelConfig, ratio) -> float | None:
+    """`swa_full_tokens_ratio` (SGLang's): None, or a number in (0, 1] for a hybrid model
+    (ModelConfig.hybrid_window); ValueError naming it otherwise."""
+    if ratio is None:
+        return None
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
+        raise ValueError(f"swa_full_tokens_ratio={ratio!r}: must be a number in (0, 1]")
+    if cfg.hybrid_window is None:
+        raise ValueError(
+            f"swa_full_tokens_ratio={ratio}: only for a model whose sliding-window layers "
+            f"keep a pool of their own ({cfg.model_type} has none)"
+        )
+    return float(ratio)
+
+
 def window_pages_for(
     cfg: ModelConfig,
     page_size: int,
     max_num_seqs: int,
     max_num_batched_tokens: int,
     num_pages: int | None,
+    ratio: float | None = None,
 ) -> int | None:
     """The windowed layers' pool of a hybrid model (None for any other model):
-    kv_pages.window_pool_pages, never more pages than the full-attention pool's `num_pages`
-    when that is given."""
+    kv_pages.window_pool_pages, or `ratio` (check_window_ratio) of a given `num_pages` when
+    that is more, never more pages than the full-attention pool's `num_pages`."""
     if cfg.hybrid_window is None:
         return None
     pages = window_pool_pages(cfg.hybrid_window, page_size, max_num_seqs, max_num_batched_tokens)
-    return pages if num_pages is None else min(pages, num_pages)
+    if num_pages is None:
+        return pages
+    return min(max(pages, int(ratio * num_pages) if ratio else 0), num_pages)
 
 
 def pools_from_budget(
@@ -72,17 +90,23 @@ def pools_from_budget(
     pages_per_seq: int,
     window_num_pages: int | None,
     state_rows: int | None = None,
+    ratio: float | None = None,
 ) -> tuple[int, int | None]:
     """(num_pages, window_num_pages) from `budget` bytes: less the penalty state a penalized
     request makes on first use (a slot per running sequence over the vocabulary, so that it
     still fits beside the pools), a linear-attention model's recurrent states
     (engine/linear_state.py: `state_rows` of them, by default one per sequence) and a hybrid
-    model's windowed pool, whole pages of the rest
+    model's windowed pool (`window_num_pages`, or `ratio` of the full-attention pool's
+    pages when that is more: both pools from the budget), whole pages of the rest
     for the (full-attention) pool, never more than max_num_seqs full-length sequences use."""
     budget -= penalties.state_bytes(max_num_seqs, cfg.vocab_size)
     if state_rows is None:
         state_rows = linear_state.state_rows(cfg, max_num_seqs)
     budget -= cfg.linear_state_bytes() * state_rows
+    if window_num_pages is not None and ratio is not None:
+        main, window = (kv_pool_bytes(cfg, *n, page_size, kv_dtype) for n in ((1, 0), (0, 1)))
+        n = min(int(budget // (main + ratio * window)), max_num_seqs * pages_per_seq)
+        window_num_pages = max(window_num_pages, int(ratio * n))
     if window_num_pages is not None:
         window_num_pages = min(window_num_pages, max_num_seqs * pages_per_seq)
         budget -= kv_pool_bytes(cfg, 0, window_num_pages, page_size, kv_dtype)

@@ -61,7 +61,8 @@ class LLM(EngineControl):
     models keep a recurrent state row per running sequence (engine/linear_state.py).
     Hybrid models (ModelConfig.hybrid_window: gpt-oss, Qwen2 with max_window_layers) keep
     windowed layers' KV in a pool of their own (kv_pages.window_pool_pages pages, never the
-    first to run out; stats num_window_pages_total / _free); `num_pages` is the others'.
+    first to run out, or `swa_full_tokens_ratio` (SGLang's) of `num_pages` when more: a
+    prefix cache keeps windows longer; stats num_window_pages_total); `num_pages`: the others'.
     `generation_config` (vLLM's): "auto": requests without SamplingParams take the model
     folder's generation_config.json settings; "vllm" ignores them; a folder path reads its.
     vLLM's: `enable_prefix_caching` (engine/prefix_cache.py): full KV pages stay indexed by
@@ -112,6 +113,7 @@ class LLM(EngineControl):
         mamba_block_size: int | None = None,
         num_state_snapshots: int | None = None,
         token_buckets=None,
+        swa_full_tokens_ratio: float | None = None,
     ):
         model = inputs.as_model_path(model)
         self._default_params = inputs.default_sampling_params(generation_config, model)
@@ -158,8 +160,9 @@ class LLM(EngineControl):
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
         states = state_layout(cfg, *opts, max_num_seqs, proposer)  # (linear layers' rows)
         # The windowed layers' pool of a hybrid model (None for any other).
+        window_ratio = kv_budget.check_window_ratio(cfg, swa_full_tokens_ratio)
         window_num_pages = kv_budget.window_pages_for(
-            cfg, page_size, max_num_seqs, max_num_batched_tokens, num_pages
+            cfg, page_size, max_num_seqs, max_num_batched_tokens, num_pages, window_ratio
         )
         if num_pages is not None:
             fits = (num_pages, page_size, kv_dtype, mesh_config if mesh else None)
@@ -192,15 +195,9 @@ class LLM(EngineControl):
         self.max_model_len = max_model_len
         self.page_size = page_size
         if num_pages is None:  # measured now that the weights take their memory
+            budget = (kv_budget.default_backend_kv_budget(), page_size, kv_dtype, max_num_seqs)
             num_pages, window_num_pages = kv_budget.pools_from_budget(
-                cfg,
-                kv_budget.default_backend_kv_budget(),
-                page_size,
-                kv_dtype,
-                max_num_seqs,
-                pages_per_seq,
-                window_num_pages,
-                states.rows,
+                cfg, *budget, pages_per_seq, window_num_pages, states.rows, window_ratio
             )
         self.num_pages = num_pages
         self.window_num_pages = window_num_pages

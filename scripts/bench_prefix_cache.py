@@ -2,6 +2,7 @@
 
   python -m scripts.bench_prefix_cache             # the figures in docs/benchmarks.md
   python -m scripts.bench_prefix_cache --model=tiny-llama --prefix_len=40 --n=3
+  python -m scripts.bench_prefix_cache --model=bench-llama-20m-swa  # a sliding-window hybrid
 
 `n` greedy requests of one random `prefix_len`-token prefix (a system prompt, few-shot
 examples, a document) and a random `suffix_len`-token question each, all queued at once,
@@ -32,6 +33,9 @@ _N = flags.DEFINE_integer("n", 16, "Requests.")
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 16, "New tokens per request.")
 _PAGE_SIZE = flags.DEFINE_integer("page_size", 16, "KV page size in tokens.")
 _MAX_BATCHED = flags.DEFINE_integer("max_num_batched_tokens", 2048, "Token budget per step.")
+_SWA_RATIO = flags.DEFINE_float(
+    "swa_full_tokens_ratio", None, "Hybrid sliding-window models: the windowed pool's share."
+)
 _JSON = flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 
 
@@ -80,7 +84,8 @@ def main(argv):
         max_model_len=length + _MAX_TOKENS.value,
     )
     plain = LLM(model=_MODEL.value, **kw)
-    cached = LLM(model=_MODEL.value, enable_prefix_caching=True, **kw)
+    ratio = _SWA_RATIO.value
+    cached = LLM(model=_MODEL.value, enable_prefix_caching=True, swa_full_tokens_ratio=ratio, **kw)
     rng = np.random.default_rng(0)
     vocab = plain.config.vocab_size
     prefix = rng.integers(3, vocab, size=_PREFIX_LEN.value).tolist()

@@ -53,6 +53,13 @@ STATE_SNAPSHOTS = flags.DEFINE_integer(
     None,
     "Linear-attention models' prefix caching: state snapshots kept (default max_num_seqs).",
 )
+SWA_RATIO = flags.DEFINE_float(
+    "swa_full_tokens_ratio",
+    None,
+    "Hybrid sliding-window models: the windowed layers' pool as this fraction (0, 1] of the "
+    "full-attention pool's pages (default: what the running sequences' windows need); more "
+    "keeps cached prefixes' windows longer.",
+)
 
 ENABLE_LORA = flags.DEFINE_bool("enable_lora", False, "Serve LoRA adapters (engine/lora.py).")
 MAX_LORAS = flags.DEFINE_integer("max_loras", 1, "LoRA adapters running at once.")
@@ -98,6 +105,10 @@ flags.register_validator(
     "expected powers of two, e.g. 16,256,2048",
 )
 
+flags.register_validator(
+    "swa_full_tokens_ratio", lambda v: v is None or 0 < v <= 1, "must be in (0, 1]"
+)
+
 
 def llm_kwargs(**overrides) -> dict:
     """LLM's keyword arguments from the flags (`overrides` win)."""
@@ -121,6 +132,7 @@ def llm_kwargs(**overrides) -> dict:
         "kv_offloading_size": KV_OFFLOADING_SIZE.value,
         "mamba_block_size": MAMBA_BLOCK_SIZE.value,
         "num_state_snapshots": STATE_SNAPSHOTS.value,
+        "swa_full_tokens_ratio": SWA_RATIO.value,
         "kv_transfer_config": KV_TRANSFER.value,
         "scheduling_policy": SCHEDULING_POLICY.value,
         "enable_eplb": ENABLE_EPLB.value,

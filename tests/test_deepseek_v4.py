@@ -39,15 +39,20 @@ def _prompts():
 
 def test_engine_matches_transformers_and_its_prefix_hits():
     """Three prompts at once in chunks of 16 tokens over 4-token pages: transformers'
-    greedy tokens and logprobs. Again on the filled prefix cache: hits, the same tokens.
-    Scored: transformers' logprob at every prompt position."""
-    llm = LLM(str(FIXTURE), enable_prefix_caching=True, **ENGINE)
+    greedy tokens and logprobs. Again on the filled prefix cache: hits, the same tokens;
+    the per-token rows' pool (as many pages as the main one: swa_full_tokens_ratio=1)
+    still holds each prompt's last window, the places before it released in the new
+    tables. Scored: transformers' logprob at every prompt position. With host offloading
+    every page is kept (no pool of its own)."""
+    llm = LLM(str(FIXTURE), enable_prefix_caching=True, swa_full_tokens_ratio=1.0, **ENGINE)
+    assert llm.config.v4_window_pool and llm.stats()["num_window_pages_total"] == 64
     cold = llm.generate(_prompts(), GREEDY)
     for out, tokens, logprobs in zip(cold, REF["greedy_tokens"], REF["logprobs"], strict=True):
         assert out.token_ids == tokens
         np.testing.assert_allclose(out.logprobs, logprobs, atol=1e-4, rtol=0)
     warm = llm.generate(_prompts(), GREEDY)
-    assert llm.stats()["prefix_cache_hits"] >= 3
+    assert [o.num_cached_tokens for o in warm] == [4, 16, 32]
+    assert llm.stats()["prefix_cache_window_pages"] > 0
     for a, b in zip(cold, warm, strict=True):
         assert b.token_ids == a.token_ids
         np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-5, rtol=0)
@@ -56,6 +61,8 @@ def test_engine_matches_transformers_and_its_prefix_hits():
     ref32 = json.loads((FIXTURE / "reference_bf16.json").read_text())["float32_prompt_logprobs"]
     for got, want in zip(llm.score(REF["prompts"]), ref32, strict=True):
         np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+    offload = LLM(str(FIXTURE), enable_prefix_caching=True, kv_offloading_size=0.01, **ENGINE)
+    assert not offload.config.v4_window_pool and "num_window_pages_total" not in offload.stats()
 
 
 def test_rejected_drafts_leave_no_trace(monkeypatch):

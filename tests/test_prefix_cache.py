@@ -19,8 +19,9 @@ import random
 import numpy as np
 import pytest
 
-from engine import LLM, SamplingParams
-from engine.kv_pages import PageManager
+from configs.presets import get_preset
+from engine import LLM, SamplingParams, kv_budget, penalties
+from engine.kv_pages import PageManager, window_pool_pages
 from engine.prefix_cache import PrefixCache, WindowCache
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
@@ -627,6 +628,35 @@ def test_a_hybrid_models_hits_give_the_hf_tokens_and_keep_the_bits(arch):
     assert stats["prefix_cache_window_pages"] > 0
     assert stats["num_pages_free"] == 64
     assert stats["num_window_pages_free"] == stats["num_window_pages_total"]
+
+
+def test_swa_full_tokens_ratio_sizes_the_windowed_pool():
+    """SGLang's swa_full_tokens_ratio: the windowed pool gets that fraction of the full
+    pool's pages when that is more than the running sequences' windows need (so a cache
+    keeps windows longer); from a memory budget both pools share it. tiny-gpt-oss, float32:
+    one full and one windowed layer, 2 KV heads x 16 x (K + V) x 4 B = 256 B a token each."""
+    cfg = get_preset("tiny-gpt-oss")
+    assert kv_budget.kv_pool_bytes(cfg, 1, 1, 1, None) == 2 * 256
+    least = window_pool_pages(cfg.hybrid_window, 16, 4, 64)  # 4 x (32 + 8 - 2) + 128: 19
+    sized = functools.partial(kv_budget.window_pages_for, cfg, 16, 4, 64)
+    assert (sized(None), sized(100), sized(100, 0.1), sized(100, 0.5), sized(10, 1.0)) == (
+        least,
+        least,
+        least,
+        50,
+        10,
+    )
+    budget, page = 1 << 20, 16 * 256
+    left = budget - penalties.state_bytes(4, cfg.vocab_size)
+    n, w = kv_budget.pools_from_budget(cfg, budget, 16, None, 4, 1000, least)
+    assert (n, w) == (left // page - least, least)
+    n, w = kv_budget.pools_from_budget(cfg, budget, 16, None, 4, 1000, least, None, 0.5)
+    assert w == int(0.5 * (left // (1.5 * page))) and n == (left - w * page) // page
+    for bad in (0, 1.5, True, "0.5"):
+        with pytest.raises(ValueError, match=f"swa_full_tokens_ratio={bad!r}: must be a number"):
+            kv_budget.check_window_ratio(cfg, bad)
+    with pytest.raises(ValueError, match="swa_full_tokens_ratio=0.5: only for a model whose"):
+        LLM(model=str(FIXTURES / "llama"), swa_full_tokens_ratio=0.5)
 
 
 def test_sliding_window_models_and_non_bools_are_refused():

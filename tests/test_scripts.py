@@ -514,6 +514,11 @@ BAD_FLAGS = [
         "flag --token_buckets=['16', 'abc']: expected powers of two",
     ),
     (
+        "scripts.generate",
+        ["--model=no-such-preset", "--swa_full_tokens_ratio=1.5"],
+        "flag --swa_full_tokens_ratio=1.5: must be in (0, 1]",
+    ),
+    (
         "scripts.bench_sparse_attention",
         ["--contexts=64", "--page_size=48"],
         "--page_size=48: must divide 128",
