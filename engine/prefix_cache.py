@@ -77,6 +77,8 @@ class PrefixCache:
         `windows`: a hybrid model's windowed pages."""
         if pages.on_reuse is not None:
             raise ValueError("pages: already indexed by another prefix cache")
+        if states is not None and windows is not None:  # (no model has both: two cuts)
+            raise ValueError("states, windows: one or the other")
         self.pages, self.host, self.states, self.windows = pages, host, states, windows
         # (parent block id, the page's tokens) -> (page, block id); and page -> its key.
         self._blocks: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}

@@ -45,7 +45,8 @@ class Sequence:
     # attention masks them and zeroes their values, so the table keeps its positions).
     num_released_pages: int = 0
     # Hybrid models (ModelConfig.hybrid_window): the windowed layers' page table, in their
-    # own pool, laid out like page_ids; its first num_released_window_pages pages went back.
+    # own pool, laid out like page_ids; its first num_released_window_pages pages went back
+    # (or, after a prefix-cache hit, were never held: engine/prefix_cache.WindowCache).
     window_page_ids: tuple[int, ...] = ()
     num_released_window_pages: int = 0
     # Linear-attention models (Scheduler state_slots): its row of the recurrent state,

@@ -8,9 +8,10 @@
 examples, a document) and a random `suffix_len`-token question each, all queued at once,
 run three ways: without prefix caching, with it from an empty cache (the first request
 computes the prefix; the others take its pages once it is written), and with it again (a
-warm cache: every request finds the prefix). Each is timed after a first run compiled its
-steps: the mean time to a request's first token, the whole run, the prompt tokens the steps
-computed, and how many requests give the uncached run's tokens.
+warm cache: every request finds the prefix; with `other_tokens`, after other traffic).
+Each is timed after a first run compiled its steps: the mean time to a request's first
+token, the whole run, the prompt tokens the steps computed, and how many requests give the
+uncached run's tokens.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ _N = flags.DEFINE_integer("n", 16, "Requests.")
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 16, "New tokens per request.")
 _PAGE_SIZE = flags.DEFINE_integer("page_size", 16, "KV page size in tokens.")
 _MAX_BATCHED = flags.DEFINE_integer("max_num_batched_tokens", 2048, "Token budget per step.")
+_OTHER_TOKENS = flags.DEFINE_integer(
+    "other_tokens",
+    0,
+    "Before the warm-cache run, n other requests (suffix_len random tokens) decode this many "
+    "tokens each: traffic that cycles the pools (a hybrid model's windowed pool first).",
+)
 _SWA_RATIO = flags.DEFINE_float(
     "swa_full_tokens_ratio", None, "Hybrid sliding-window models: the windowed pool's share."
 )
@@ -70,15 +77,20 @@ def main(argv):
         check_count("--suffix_len", _SUFFIX_LEN.value, low=1, high=1 << 20)
         check_count("--n", _N.value, low=2, high=1024)
         check_count("--max_tokens", _MAX_TOKENS.value, low=1, high=1 << 16)
+        high = _PREFIX_LEN.value + _MAX_TOKENS.value  # (what max_model_len leaves them)
+        check_count("--other_tokens", _OTHER_TOKENS.value, low=0, high=high)
         if _JSON.value:
             check_output_file("--json_out", _JSON.value)
     except ValueError as e:
         sys.exit(f"bench_prefix_cache: {e}")
     n, length = _N.value, _PREFIX_LEN.value + _SUFFIX_LEN.value
+    own = pages_for_tokens(length + _MAX_TOKENS.value, _PAGE_SIZE.value)
+    if _OTHER_TOKENS.value:  # and for the other requests' (they cycle a windowed pool only)
+        own += pages_for_tokens(_SUFFIX_LEN.value + _OTHER_TOKENS.value, _PAGE_SIZE.value)
     kw = dict(
         page_size=_PAGE_SIZE.value,
         # Room for every request's own pages: no preemption, nothing evicted.
-        num_pages=n * pages_for_tokens(length + _MAX_TOKENS.value, _PAGE_SIZE.value),
+        num_pages=n * own,
         max_num_batched_tokens=_MAX_BATCHED.value,
         max_num_seqs=n,
         max_model_len=length + _MAX_TOKENS.value,
@@ -96,7 +108,12 @@ def main(argv):
     rows = [run(plain, prompts, "no prefix caching")]
     cached.reset_prefix_cache()
     rows.append(run(cached, prompts, "prefix caching, empty cache"))
-    rows.append(run(cached, prompts, "prefix caching, warm cache"))
+    warm = "prefix caching, warm cache"
+    if _OTHER_TOKENS.value:
+        others = [rng.integers(3, vocab, size=_SUFFIX_LEN.value).tolist() for _ in range(n)]
+        cached.generate(others, SamplingParams(max_tokens=_OTHER_TOKENS.value, ignore_eos=True))
+        warm += f" after {n} others of {_OTHER_TOKENS.value} tokens"
+    rows.append(run(cached, prompts, warm))
     for r in rows:
         r["same_tokens"] = sum(a == b for a, b in zip(r["tokens"], rows[0]["tokens"], strict=True))
     print(

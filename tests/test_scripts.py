@@ -216,6 +216,14 @@ def test_every_bench_sampling_mode_is_valid():
             "| 15 | 3/3 |",
         ),
         (
+            # The same on gpt-oss (an 8-key window on layer 0), after 3 other requests: each
+            # takes its 5 pages and the windowed one at place 4 (keys 33-39 for its query 40).
+            "scripts.bench_prefix_cache",
+            ["--model=tiny-gpt-oss", "--prefix_len=40", "--suffix_len=5", "--n=3"]
+            + ["--page_size=8", "--other_tokens=8", "--swa_full_tokens_ratio=1"],
+            "| 15 | 3/3 |",
+        ),
+        (
             # 4 documents of 64 tokens (4 pages), 2 rounds of 64-token questions; the device
             # holds one request: round 2 finds only the host tier's copies, 4 x 64 tokens,
             # so the steps compute 4 x 2 x 128 - 256 = 768 prompt tokens.
