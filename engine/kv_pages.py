@@ -212,6 +212,18 @@ class PagePool(NamedTuple):
         setattr(seq, self.ids, table[:num_pages])
         setattr(seq, self.released, min(released, num_pages))
 
+    def skip_behind_window(self, seq: Any, num_tokens: int) -> int:
+        """Start `seq`'s table here for a sequence whose first `num_tokens` positions come
+        written from elsewhere (a KV store): the places wholly behind its first query's
+        window, released ones that page 0 stands in for (never read, never held); returns
+        how many (0 without a window)."""
+        if self.window is None:
+            return 0
+        first = max(0, num_tokens + 1 - self.window) // self.pages.page_size
+        setattr(seq, self.ids, (0,) * first)
+        setattr(seq, self.released, first)
+        return first
+
     def release_behind_window(self, seq: Any) -> None:
         """Free the pages of a windowed pool wholly behind the window of every query `seq`
         will still make.

@@ -20,8 +20,12 @@ field). The prompt's token ids are stored too and compared, so a hash collision 
 
 A request run with a LoRA adapter (engine/lora.py) has its own file: the key also hashes
 the adapter's fingerprint (its files' hash, models.lora.fingerprint), the same in every
-engine whatever its id there. Not for sliding-window models (their pools give pages back),
-nor for requests that need their whole prompt computed (prompt logprobs:
+engine whatever its id there. A hybrid model's windowed layers (gpt-oss, Llama 4's chunked
+ones: a pool of their own whose pages go back behind the window) store the rows of the
+prompt's last `hybrid_window` positions only, the most the query after it reads, and the
+consumer's table for them starts at that window (released places before it). Not for a
+sliding window on every layer, nor DeepSeek-V4, nor for requests that need their whole
+prompt computed (prompt logprobs:
 prefix_cache.reads_cache); those compute as usual. As vLLM's connector,
 the engine never deletes the files. Every process of a multi-process mesh reads the store
 (a filesystem they share), so a prompt's file must be there before its request is sent to a
@@ -134,11 +138,23 @@ class StoreUnreadable(Exception):
 
 def check_engine(config: KVTransferConfig | None, cfg: ModelConfig) -> None:
     """The models KV transfer cannot serve, refused before the weights are read."""
-    if config is not None and (cfg.kv_window or cfg.hybrid_window):
+    if config is not None and cfg.kv_window:
         raise ValueError(
             f"kv_transfer_config: not supported for {cfg.model_type}'s sliding-window "
-            f"attention (window {cfg.kv_window or cfg.hybrid_window} tokens)"
+            f"attention on every layer (window {cfg.kv_window} tokens)"
         )
+
+
+def windowed_leaves(cfg: ModelConfig, kv) -> tuple[bool, ...]:
+    """For each leaf of the paged cache `kv` (jax.tree.leaves order), whether it lives in
+    a hybrid model's windowed pool (ModelConfig.hybrid_window; DeepSeek-V4's are refused
+    before: engine/linear_state.check_model_engine)."""
+    window = cfg.hybrid_window is not None
+    return tuple(
+        window and cfg.attention_window(i) is not None
+        for i, layer in enumerate(kv)
+        for _ in jax.tree.leaves(layer)
+    )
 
 
 class KVStore:
@@ -176,10 +192,17 @@ class KVStore:
         n = stored.shape[0]
         return n if n <= len(ids) and np.array_equal(stored, np.asarray(ids[:n])) else 0
 
-    def read(self, ids: Sequence[int], adapter: str, n: int, num_leaves: int) -> list:
-        """The first `n` rows of each leaf."""
+    def read(self, ids: Sequence[int], adapter: str, n: int, windows: Sequence[int]) -> list:
+        """Each leaf's rows of positions [windows[i], n) (0: the first `n`); a windowed
+        leaf's file holds its prompt's last rows only (KVTransfer.save)."""
         with safe_open(self.file(ids, adapter), "numpy") as f:
-            return [f.get_slice(f"leaf{i}")[:n] for i in range(num_leaves)]
+            total = f.get_slice("token_ids").get_shape()[0]
+            rows = []
+            for i, lo in enumerate(windows):
+                leaf = f.get_slice(f"leaf{i}")
+                first = total - leaf.get_shape()[0]  # the position of its first row
+                rows.append(leaf[lo - first : n - first])
+            return rows
 
     def write(self, ids: Sequence[int], adapter: str, rows: list[np.ndarray]) -> bool:
         """Store `rows` (each [len(ids), ...]) for `ids`; False if a file is there already."""
@@ -194,25 +217,36 @@ class KVStore:
         return True
 
 
-def _gather(kv, slots, page_size: int) -> list[jax.Array]:
-    """Each cache leaf's rows at `slots` [N]: [N, ...]."""
-    return [leaf[slots // page_size, slots % page_size] for leaf in jax.tree.leaves(kv)]
+def _gather(kv, slots, page_size: int, windowed: tuple[bool, ...]) -> list[jax.Array]:
+    """Each cache leaf's rows at `slots` = (main, windowed pool's) [N]: [N, ...]."""
+    leaves = jax.tree.leaves(kv)
+    picked = [slots[w] for w in windowed]
+    return [leaf[s // page_size, s % page_size] for leaf, s in zip(leaves, picked, strict=True)]
 
 
-def _scatter(kv, slots, rows, page_size: int):
-    """`kv` with each leaf's rows at `slots` [N] set to `rows` (slots past the pool: none)."""
+def _scatter(kv, slots, rows, page_size: int, windowed: tuple[bool, ...]):
+    """`kv` with each leaf's rows at `slots` = (main, windowed pool's) [N] set to `rows`
+    (slots past a pool: none)."""
     leaves, tree = jax.tree.flatten(kv)
-    pages, offsets = slots // page_size, slots % page_size
-    new = [
-        leaf.at[pages, offsets].set(r, mode="drop") for leaf, r in zip(leaves, rows, strict=True)
-    ]
+    new = []
+    for leaf, r, w in zip(leaves, rows, windowed, strict=True):
+        s = slots[w]
+        new.append(leaf.at[s // page_size, s % page_size].set(r, mode="drop"))
     return jax.tree.unflatten(tree, new)
 
 
-def _slots(item: ScheduledItem, n: int, page_size: int) -> np.ndarray:
-    """Slot ids of the item's positions [0, n)."""
-    pos = np.arange(n)
-    return np.asarray(item.page_ids, np.int64)[pos // page_size] * page_size + pos % page_size
+def _slots(page_ids, lo: int, n: int, page_size: int) -> np.ndarray:
+    """Slot ids of a table's positions [lo, n)."""
+    pos = np.arange(lo, n)
+    return np.asarray(page_ids, np.int64)[pos // page_size] * page_size + pos % page_size
+
+
+def _padded(slots: list[np.ndarray], pad: int) -> np.ndarray:
+    """The slots end to end, padded with `pad` to a power of two (a program per size)."""
+    flat = np.concatenate([np.zeros(0, np.int64), *slots])
+    out = np.full(next_pow2(max(1, len(flat))), pad, np.int32)
+    out[: len(flat)] = flat
+    return out
 
 
 class KVTransfer:
@@ -235,12 +269,19 @@ class KVTransfer:
             # (rows first: a dtype or shape that differs is named before the config's hash)
             {"rows": json.dumps(rows), "model": hashlib.sha256(model.encode()).hexdigest()[:16]},
         )
-        self._num_leaves = len(leaves)
         self._page_size = page_size
-        self._pad_slot = num_pages * page_size  # past the pool: a write there is dropped
+        # A hybrid model's windowed layers (their own pool): the rows of a prompt's last
+        # `_window` positions only, the most a query after it reads.
+        self._windowed = windowed_leaves(cfg, kv)
+        self._window = cfg.hybrid_window
+        # Past each pool (main, windowed): a write there is dropped.
+        window_pages = max(
+            [x.shape[0] for x, w in zip(leaves, self._windowed, strict=True) if w] + [0]
+        )
+        self._pad_slots = (num_pages * page_size, window_pages * page_size)
         self._mesh = mesh
-        gather = functools.partial(_gather, page_size=page_size)
-        scatter = functools.partial(_scatter, page_size=page_size)
+        gather = functools.partial(_gather, page_size=page_size, windowed=self._windowed)
+        scatter = functools.partial(_scatter, page_size=page_size, windowed=self._windowed)
         if mesh is None:
             self._gather = jax.jit(gather)
             self._scatter = jax.jit(scatter, donate_argnums=0)
@@ -259,33 +300,51 @@ class KVTransfer:
         stored = self.store.num_stored(ids, self._adapter(lora_id), strict)
         return min(stored, len(ids) - 1)
 
+    def _first(self, n: int) -> int:
+        """The first position a windowed layer reads for the query after `n` positions."""
+        return max(0, n + 1 - self._window) if self._window else 0
+
+    def _slots(self, items, spans, pads: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        """(main, windowed pool's) slot ids, padded with `pads`: each item's positions
+        [0, n) for `spans` = [(q, n), ...], in the windowed pool those from the query at
+        q's window on."""
+        size = self._page_size
+        main = [_slots(it.page_ids, 0, n, size) for it, (_, n) in zip(items, spans, strict=True)]
+        windowed = [
+            _slots(it.window_page_ids, self._first(q), n, size)
+            for it, (q, n) in zip(items, spans, strict=True)
+            if self._window
+        ]
+        return _padded(main, pads[0]), _padded(windowed, pads[1])
+
     def load(self, kv, items: Sequence[ScheduledItem], prompt_of: Callable):
-        """`kv` with the stored rows of every item that loads (ScheduledItem.num_loaded)."""
+        """`kv` with the stored rows of every item that loads (ScheduledItem.num_loaded):
+        its positions [0, num_loaded), in a windowed pool from its query's window on."""
         loads = [it for it in items if it.num_loaded]
         if not loads:
             return kv
-        slots = np.concatenate([_slots(it, it.num_loaded, self._page_size) for it in loads])
+        spans = [(it.num_loaded, it.num_loaded) for it in loads]  # (the query after them)
+        slots = self._slots(loads, spans, self._pad_slots)
         try:
             read = [
                 self.store.read(
-                    prompt_of(it), self._adapter(it.lora_id), it.num_loaded, self._num_leaves
+                    prompt_of(it),
+                    self._adapter(it.lora_id),
+                    it.num_loaded,
+                    [self._first(it.num_loaded) if w else 0 for w in self._windowed],
                 )
                 for it in loads
             ]
         except (OSError, SafetensorError) as e:
             raise StoreUnreadable(f"kv_transfer_config: a stored prompt's KV: {e}") from e
-        size = next_pow2(len(slots))  # a program per power of two
-        padded = np.full(size, self._pad_slot, np.int32)
-        padded[: len(slots)] = slots
         rows = []
-        for i in range(self._num_leaves):
+        for i, w in enumerate(self._windowed):
             leaf = np.concatenate([r[i] for r in read])
-            rows.append(
-                np.concatenate([leaf, np.zeros((size - len(leaf), *leaf.shape[1:]), leaf.dtype)])
-            )
+            pad = np.zeros((len(slots[w]) - len(leaf), *leaf.shape[1:]), leaf.dtype)
+            rows.append(np.concatenate([leaf, pad]))
         if self._mesh is not None:
-            padded, rows = put_replicated((padded, rows), self._mesh)
-        return self._scatter(kv, padded, rows)
+            slots, rows = put_replicated((slots, rows), self._mesh)
+        return self._scatter(kv, slots, rows)
 
     def save(self, kv, sched: SchedulerOutput, prompt_of: Callable) -> None:
         """Queue a gather of the rows of every prompt `sched` completes (its first sample)."""
@@ -302,8 +361,8 @@ class KVTransfer:
             key = (ids, self._adapter(it.lora_id))
             if key in queued:
                 continue
-            slots = np.zeros(next_pow2(len(ids)), np.int32)
-            slots[: len(ids)] = _slots(it, len(ids), self._page_size)
+            # Its window's last query is at n - 1, the next one's at n: from n - window on.
+            slots = self._slots([it], [(max(0, len(ids) - 1), len(ids))], (0, 0))
             if self._mesh is not None:
                 slots = put_replicated(slots, self._mesh)
             gathers.append((key, self._gather(kv, slots)))
@@ -317,7 +376,9 @@ class KVTransfer:
             for (ids, adapter), rows in self._saving.pop(0)[1]:
                 if jax.process_index() != 0 or self.store.file(ids, adapter).exists():
                     continue
-                rows = [np.asarray(r)[: len(ids)] for r in jax.device_get(rows)]
+                n = len(ids)  # (a windowed leaf: its last `_window` positions)
+                keep = [min(n, self._window or n) if w else n for w in self._windowed]
+                rows = [np.asarray(r)[:k] for r, k in zip(jax.device_get(rows), keep, strict=True)]
                 if self.store.write(ids, adapter, rows):
                     self.num_saved_prompts += 1
                     self.num_saved_tokens += len(ids)

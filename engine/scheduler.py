@@ -40,14 +40,14 @@ when schedule_ahead builds the step after the launched one filling them; admissi
 sequence's longest cached prefix (as shared tokens; pages from a host tier, kv_offload.py,
 are new pages the engine copies them into; linear-attention models' state snapshots:
 engine/state_cache.py; a hybrid model's windowed pages from its last window on, the places
-before them released ones). Speculative decoding (speculative.py,
-mtp.py): a decode may carry drafts; update() gets its kept tokens (counted per position).
-Priority (`policy="priority"`, vLLM's): waiting and running sequences are kept in
-(priority, arrival) order, so admission takes the best waiting first and preemption the worst
-running; admission never preempts, and lower priorities wait while higher ones come.
-KV transfer (engine/kv_transfer.py): a sequence with prompt KV in the store is admitted with
-those positions computed; its item's `num_loaded` has the runner write them there first.
-"""
+before them released ones). Speculative decoding (speculative.py, mtp.py): a decode may
+carry drafts; update() gets its kept tokens (counted per position). Priority
+(`policy="priority"`, vLLM's): waiting and running sequences are kept in (priority, arrival)
+order, so admission takes the best waiting first and preemption the worst running;
+admission never preempts, and lower priorities wait while higher ones come. KV transfer
+(engine/kv_transfer.py): a sequence with prompt KV in the store is admitted with those
+positions computed (a windowed pool's table from its window on); its item's `num_loaded`
+has the runner write them there first."""
 
 from __future__ import annotations
 
@@ -154,12 +154,10 @@ class Scheduler:
         self.window_pages = window_pages
         main = PagePool(page_manager, sliding_window, "page_ids", "num_released_pages")
         self._pools = (main,)
-        if window_pages is not None:
-            main = main._replace(window=None)
-            windowed = PagePool(
-                window_pages, sliding_window, "window_page_ids", "num_released_window_pages"
-            )
-            self._pools = (main, windowed)
+        if window_pages is not None:  # (the windowed layers' tables, in a pool of their own)
+            names = ("window_page_ids", "num_released_window_pages")
+            windowed = PagePool(window_pages, sliding_window, *names)
+            self._pools = (main._replace(window=None), windowed)
         self._windowed_pools = tuple(p for p in self._pools if p.window is not None)
         self.detokenize = detokenize
         self._waiting: collections.deque[Sequence] = collections.deque()
@@ -322,6 +320,8 @@ class Scheduler:
                 self._num_loaded_tokens -= item.num_loaded
                 seq.num_computed_tokens = seq.num_shared_tokens = seq.num_loaded_tokens = 0
                 seq.num_external_tokens = 0
+                if seq.num_released_window_pages:  # (no windowed pages to compute them in)
+                    self._preempt(seq)
 
     def schedule_ahead(self) -> SchedulerOutput | None:
         """Build the next step while the previous one is still in flight (not updated).
@@ -419,7 +419,9 @@ class Scheduler:
             chunk = 0 if self._long_held_back(seq, plan) else self._chunk(seq, left, plan)
             need = self.pages.pages_needed(shared + chunk) - (shared - loaded) // size
             # (Taking a free page off the free list uses it up like a new one.)
-            taken = self.prefix_cache.num_free(hits, blocks) if hits else (0, 0)
+            taken = list(self.prefix_cache.num_free(hits, blocks)) if hits else [0, 0]
+            if loaded and self.window_pages is not None:  # (its window's places only)
+                taken[1] -= max(0, loaded + 1 - self.sliding_window) // size
             fits = all(p.pages.can_allocate(need + taken[i]) for i, p in enumerate(self._pools))
             if not chunk or not fits:
                 seq.num_shared_tokens = 0
@@ -436,6 +438,8 @@ class Scheduler:
             seq.num_computed_tokens, seq.num_loaded_tokens = shared, loaded
             if loaded:
                 plan.loads[seq] = loaded
+                for pool in self._windowed_pools:
+                    pool.skip_behind_window(seq, loaded)
             self._count_admission(seq, 1)
             self._rows.admit(seq)
             for pool in self._pools:

@@ -29,12 +29,15 @@ from engine.server import Server
 from tests.sampler_cases import POOL
 from tests.scheduler_cases import (
     FakeDevice,
+    HybridDevice,
     make_seq,
     new_scheduler,
     reference,
+    run_async,
     run_to_the_end,
     step,
     summary,
+    workload_scheduler,
 )
 from tests.test_server import _request, post, stream
 
@@ -141,6 +144,80 @@ def test_random_workload_with_stored_prompts(seed, ahead):
     assert sched.stats()["num_pages_free"] == 10
 
 
+class HybridStoreDevice(HybridDevice):
+    """StoreDevice for a hybrid model: a load writes the stored positions [0, n) through
+    the item's page table and, through its windowed one, those its first query's window
+    reads (the store holds no more of them)."""
+
+    def __init__(self, page_size: int, window: int, seqs: dict[str, Sequence]):
+        super().__init__(page_size, window)
+        self.window, self.seqs, self.num_loaded = window, seqs, 0
+
+    def run(self, out):
+        for dev in (self.full, self.windowed):
+            for rid in out.preempted:
+                dev.life[rid] += 1
+        for it in out.items:
+            assert it.num_loaded in (0, it.start_pos)
+            prompt, n = self.seqs[it.request_id].prompt_token_ids, it.num_loaded
+            lo = max(0, n + 1 - self.window)
+            for dev, table, first in (
+                (self.full, it.page_ids, 0),
+                (self.windowed, it.window_page_ids, lo),
+            ):
+                life = dev.life[it.request_id]
+                for pos in range(first, n):
+                    dev.cache[dev._slot(table, pos)] = (it.request_id, life, pos, prompt[pos])
+            self.num_loaded += n
+        return super().run(dataclasses.replace(out, preempted=()))
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_hybrid_models_stored_prompts_take_only_their_windows_pages(seed, ahead):
+    """A full-attention layer in 40 pages of 4 and a 6-key windowed one in 6 (a 20-token
+    prompt alone would need 5 there): a stored prompt's admission holds windowed pages from
+    its first query's window on, the places before released, and the device's checks of
+    every key either layer reads pass; outputs are the plain reference's."""
+    rnd = random.Random(seed)
+    seqs = []
+    for i in range(12):
+        seq = make_seq(f"r{i}", rnd.randint(1, 20), base=rnd.randint(1, 40), max_tokens=8)
+        seqs.append(stored(seq, rnd.choice([0, seq.num_prompt_tokens - 1])))
+    sched, _ = workload_scheduler("hybrid")
+    dev = HybridStoreDevice(4, 6, {s.request_id: s for s in seqs})
+    for seq in seqs:
+        sched.add(seq)
+    if ahead:
+        run_async(sched, dev)
+    while sched.has_unfinished():
+        step(sched, dev)
+    for seq in seqs:
+        assert (seq.output_token_ids, "length") == reference(seq, 40, window=6, hybrid=True)
+    stats = sched.stats()
+    assert dev.num_loaded == stats["num_loaded_kv_tokens"] > 0
+    assert stats["num_pages_free"] == 40 and stats["num_window_pages_free"] == 6
+    # A cancelled launch: the stored positions are computed instead, in windowed pages of
+    # its own (none stood behind the window then), the sequence queued again at the front.
+    a = stored(make_seq("a", 19, max_tokens=2), 18)
+    dev.seqs["a"] = a
+    sched.add(a)
+    out = sched.schedule()
+    assert (out.items[0].start_pos, a.window_page_ids[:3], a.num_released_window_pages) == (
+        18,
+        (0, 0, 0),
+        3,
+    )
+    sched.cancel(out)
+    assert a.window_page_ids == () and a.num_preemptions == 1
+    out, _ = step(sched, dev)
+    assert (out.items[0].start_pos, out.items[0].num_loaded) == (0, 0)
+    while sched.has_unfinished():
+        step(sched, dev)
+    assert (a.output_token_ids, "length") == reference(a, 40, window=6, hybrid=True)
+    assert sched.stats()["num_window_pages_free"] == 6
+
+
 def _reference(arch: str) -> dict:
     return json.loads((FIXTURES / arch / "reference.json").read_text())
 
@@ -158,8 +235,10 @@ def _bits(logprobs) -> list[int]:
     return np.asarray(logprobs, np.float32).view(np.uint32).tolist()
 
 
-@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3", "gpt_oss"])
 def test_a_consumer_decodes_what_a_producer_prefilled_as_hf(arch, tmp_path):
+    """GQA, MLA and gpt-oss (an 8-key window on layer 0: its rows of each prompt's last 8
+    positions only)."""
     ref = _reference(arch)
     # test_prefix_cache's engine shape (sampler_cases.POOL): the same step programs.
     shape = dict(model=str(FIXTURES / arch), max_num_seqs=8, max_num_batched_tokens=64)
@@ -183,7 +262,9 @@ def test_a_consumer_decodes_what_a_producer_prefilled_as_hf(arch, tmp_path):
         width = cfg.kv_lora_rank + cfg.qk_rope_head_dim
         row = (width,) if cfg.is_mla else (cfg.num_kv_heads, cfg.head_dim)
         assert len(leaves) == cfg.num_layers * (1 if cfg.is_mla else 2)
-        assert all(leaf.shape == (n, *row) and leaf.dtype == np.float32 for leaf in leaves)
+        rows = [min(n, 8) if cfg.attention_window(i // 2) else n for i in range(len(leaves))]
+        assert [leaf.shape for leaf in leaves] == [(r, *row) for r in rows]
+        assert all(leaf.dtype == np.float32 for leaf in leaves)
     # Another page size: the rows land on other slots of other pages.
     consumer = LLM(
         **shape,
@@ -216,11 +297,13 @@ def test_a_consumer_decodes_what_a_producer_prefilled_as_hf(arch, tmp_path):
     assert consumer.stats()["num_loaded_kv_tokens"] == sum(lengths) - len(lengths) + 32
 
 
-@pytest.mark.parametrize(("arch", "kv_cache_dtype"), [("llama", "auto"), ("deepseek_v3", "fp8")])
+@pytest.mark.parametrize(
+    ("arch", "kv_cache_dtype"), [("llama", "auto"), ("deepseek_v3", "fp8"), ("gpt_oss", "fp8")]
+)
 def test_batch_invariant_consumer_gives_the_bits_of_one_engine(arch, kv_cache_dtype, tmp_path):
     """The stored rows are the ones the consumer would compute itself: tokens and logprobs
-    bitwise those of one engine that prefilled and decoded (GQA and MLA, fp8 pages), also
-    when the prefix cache then serves the loaded pages."""
+    bitwise those of one engine that prefilled and decoded (GQA, MLA and gpt-oss's window,
+    fp8 pages), also when the prefix cache then serves the loaded pages."""
     prompts = _reference(arch)["prompts"]
     # test_batch_invariance's decode-vs-prefill engine shape: its step programs.
     shape = dict(
