@@ -108,7 +108,12 @@ def transfer_rates(producer: LLM, consumer: LLM, prompt: list[int]) -> dict:
     """A store and a load of one prompt's KV, each timed on its second call (the first
     compiles): the engines' own gather, store and scatter."""
     n, made, c = len(prompt), producer._transfer, consumer._transfer
-    slots = np.arange(n, dtype=np.int32)  # any n slots: the rates do not depend on which
+    # Any slots (the rates do not depend on which): the prompt's n positions, and a hybrid
+    # model's windowed layers their last window of them.
+    window = min(n, made._window or n)
+    slots = (np.arange(n, dtype=np.int32), np.arange(window, dtype=np.int32))
+    firsts = [made._first(n - 1) if w else 0 for w in made._windowed]
+    loads = (slots[0][: n - 1], slots[1][: n - 1 - made._first(n - 1)])
     with tempfile.TemporaryDirectory() as d:
         store = KVStore(d, {k: v for k, v in made.store.meta.items() if k != "format"})
         for _ in range(2):
@@ -119,15 +124,15 @@ def transfer_rates(producer: LLM, consumer: LLM, prompt: list[int]) -> dict:
             store_s = time.perf_counter() - start
         for _ in range(2):
             start = time.perf_counter()
-            read = store.read(prompt, "", n - 1, len(rows))
-            consumer._kv = c._scatter(consumer._kv, slots[: n - 1], read)
+            read = store.read(prompt, "", n - 1, firsts)
+            consumer._kv = c._scatter(consumer._kv, loads, read)
             jax.block_until_ready(consumer._kv)
             load_s = time.perf_counter() - start
     nbytes = sum(r.nbytes for r in rows)
     return dict(
         kv_bytes_per_token=nbytes / n,
         store_mb_s=nbytes / store_s / 1e6,
-        load_mb_s=nbytes * (n - 1) / n / load_s / 1e6,
+        load_mb_s=sum(r.nbytes for r in read) / load_s / 1e6,
     )
 
 
