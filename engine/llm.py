@@ -16,6 +16,7 @@ from engine import batch_invariant as batch_invariant_lib
 from engine import chat, inputs, kv_budget, kv_quant, logit_bias, lora, penalties, runner, samples
 from engine.attention_ops import resolve_impl
 from engine.beam_search import beam_search
+from engine.draft_model import DraftModelProposer
 from engine.eplb import EPLBConfig, balancer_for
 from engine.kv_offload import KVOffload, host_tier_for
 from engine.kv_pages import PageManager, pages_for_tokens
@@ -72,7 +73,8 @@ class LLM(EngineControl):
     `mamba_block_size` tokens, `num_state_snapshots` (max_num_seqs) of them
     (engine/state_cache.py). `kv_offloading_size`: GiB of host memory keeping the pages the
     device evicts (engine/kv_offload.py). `speculative_config`: "ngram" drafts
-    (engine/speculative.py), or "mtp" ones from the model's MTP module (engine/mtp.py).
+    (engine/speculative.py), "mtp" ones from the model's MTP module (engine/mtp.py), or a
+    draft model's ({"model": ..., "num_speculative_tokens": k}: engine/draft_model.py).
     `enable_lora`: PEFT adapters per request (LoRARequest), up to `max_loras` in a step,
     ranks up to `max_lora_rank` (engine/lora.py). `kv_transfer_config` (disaggregated
     prefill / decode, engine/kv_transfer.py). `scheduling_policy`: "fcfs", or "priority" by
@@ -180,6 +182,8 @@ class LLM(EngineControl):
             state_layout=states,
             token_buckets=token_buckets,
         )
+        if isinstance(proposer, DraftModelProposer):  # (its engine: after the pools, below)
+            proposer.check(cfg, mesh)
         # On a mesh checkpoint params stay on the host until shard_model puts each device's
         # shards: a checkpoint larger than one device never lands whole on the first (preset
         # weights are drawn on the default device first: random-weight test models).
@@ -243,6 +247,9 @@ class LLM(EngineControl):
             state_rows=states.rows,
         )
         self._kv = self._new_kv()
+        if isinstance(proposer, DraftModelProposer):  # from the memory the pools left
+            shape = (page_size, max_num_seqs, max_num_batched_tokens, batch_invariant)
+            proposer.start(max_model_len, *shape, attention_impl)
         self._state_copier = StateCopier(cfg, self._kv, self.mesh) if states.copied else None
         if transfer is not None and not transfer.offloading:  # (that one: the host tier)
             self._transfer = KVTransfer(
@@ -767,31 +774,3 @@ class LLM(EngineControl):
                 self._unwatched.add(r.request_id)
             if self._outputs.get(r.request_id) is r:
                 del self._outputs[r.request_id]
-
-    def stats(self) -> dict:
-        s = self._scheduler.stats()
-        s.update(
-            # Compilations of this model's step in this process (engines serving the same
-            # model config share them), against the buckets this engine can ever use.
-            num_compiles=self._steps.num_compiles(),
-            num_buckets=len(self._buckets.pairs),
-            num_step_shapes=len(self._step_shapes),
-            num_steps=self._num_steps,
-            # Steps dispatched while the previous one was still running (async scheduling).
-            num_steps_dispatched_ahead=self._num_dispatched_ahead,
-            num_tokens_generated=self._num_tokens_generated,
-            # step()'s seconds on the host, and blocked reading tokens back (device time)
-            host_seconds=self._host_seconds,
-            wait_seconds=self._wait_seconds,
-            page_size=self.page_size,
-            kv_cache_dtype=self.kv_dtype.name,
-            max_model_len=self.max_model_len,
-            # Token copies per routed expert, one list per MoE layer in layer order (the MTP
-            # module's last): the last step's, and the sum over every step so far.
-            expert_load=self._expert_load.tolist(),
-            expert_load_total=self._expert_load_total.tolist(),
-            **(self._transfer.stats() if self._transfer else {}),
-            **(self._offload.stats() if self._offload else {}),
-            **(self._eplb.stats() if self._eplb else {}),
-        )
-        return s

@@ -1,6 +1,7 @@
 """What changes a running engine besides requests: its weights, its LoRA adapters, its
 prefix cache, and its device memory (sleep / wake_up). `LLM` takes these methods from
-`EngineControl` (vLLM's names), so engine/llm.py keeps to requests and the step loop.
+`EngineControl` (vLLM's names), so engine/llm.py keeps to requests and the step loop; and
+`stats()`.
 
 Sleep (vLLM's sleep mode, for RL loops that train and generate on the same devices):
 `sleep(level=1)` copies the weights to the host and frees their device buffers and the KV
@@ -145,3 +146,34 @@ class EngineControl:
     def _check_idle(self, what: str) -> None:
         if self.has_unfinished():
             raise ValueError(f"{what}: requests are unfinished (finish or abort them)")
+
+    def stats(self) -> dict:
+        """The engine's counters: pages, compilations, steps, expert load, and those of
+        its prefix cache, speculation, KV transfer and offloading, EPLB and draft model."""
+        s = self._scheduler.stats()
+        s.update(
+            # Compilations of this model's step in this process (engines serving the same
+            # model config share them), against the buckets this engine can ever use.
+            num_compiles=self._steps.num_compiles(),
+            num_buckets=len(self._buckets.pairs),
+            num_step_shapes=len(self._step_shapes),
+            num_steps=self._num_steps,
+            # Steps dispatched while the previous one was still running (async scheduling).
+            num_steps_dispatched_ahead=self._num_dispatched_ahead,
+            num_tokens_generated=self._num_tokens_generated,
+            # step()'s seconds on the host, and blocked reading tokens back (device time)
+            host_seconds=self._host_seconds,
+            wait_seconds=self._wait_seconds,
+            page_size=self.page_size,
+            kv_cache_dtype=self.kv_dtype.name,
+            max_model_len=self.max_model_len,
+            # Token copies per routed expert, one list per MoE layer in layer order (the MTP
+            # module's last): the last step's, and the sum over every step so far.
+            expert_load=self._expert_load.tolist(),
+            expert_load_total=self._expert_load_total.tolist(),
+            **(self._transfer.stats() if self._transfer else {}),
+            **(self._offload.stats() if self._offload else {}),
+            **(self._eplb.stats() if self._eplb else {}),
+            **(spec.stats() if hasattr(spec := self._scheduler.speculative, "stats") else {}),
+        )
+        return s

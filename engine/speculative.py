@@ -26,7 +26,7 @@ import weakref
 
 import numpy as np
 
-from engine import mtp
+from engine import draft_model, mtp
 
 MAX_DRAFTS = 16
 SEARCH_TOKENS = 4096  # drafts come from the last this many tokens of a sequence
@@ -109,17 +109,21 @@ class NgramProposer:
 
 def proposer_for(config: dict | None):
     """vLLM's speculative_config (None: off): an NgramProposer ("ngram", the default
-    method), or an engine/mtp.py MtpProposer ("mtp", "deepseek_mtp")."""
+    method), an engine/mtp.py MtpProposer ("mtp", "deepseek_mtp"), or an
+    engine/draft_model.py DraftModelProposer ("draft_model", the default with a "model")."""
     if config is None:
         return None
     if not isinstance(config, dict):
         raise ValueError(f"speculative_config={config!r}: must be a dict or None")
-    method = config.get("method", "ngram")
+    method = config.get("method", draft_model.METHOD if "model" in config else "ngram")
     if method in mtp.METHODS:
         return mtp.MtpProposer.from_config(config)
+    if method == draft_model.METHOD:
+        return draft_model.DraftModelProposer.from_config(config)
     if method != "ngram":
         raise ValueError(
-            f"speculative_config.method={method!r}: expected 'ngram', 'mtp' or 'deepseek_mtp'"
+            f"speculative_config.method={method!r}: expected 'ngram', 'mtp', 'deepseek_mtp' "
+            "or 'draft_model'"
         )
     return NgramProposer.from_config(config)
 
@@ -127,7 +131,10 @@ def proposer_for(config: dict | None):
 def add_drafts(plan, proposer: NgramProposer, max_model_len: int, pools) -> None:
     """Extend the decodes of `speculate` sequences in a step being built (Scheduler's
     StepPlan) by their drafts (drafts_for); `pools`: the kv_pages.PagePools they grow in
-    (a hybrid model's windowed pool beside the main one)."""
+    (a hybrid model's windowed pool beside the main one). A draft model drafts for them
+    all first, in one batch (DraftModelProposer.prepare)."""
+    if isinstance(proposer, draft_model.DraftModelProposer):
+        proposer.prepare([seq for seq in plan.decodes if seq.speculate])
     for seq in list(plan.decodes):
         if seq.speculate and plan.budget > 0:
             drafts = drafts_for(seq, proposer, plan.budget, max_model_len, pools)

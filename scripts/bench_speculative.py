@@ -1,9 +1,15 @@
-"""Speculative decoding with n-gram or MTP drafts: the same requests with and without.
+"""Speculative decoding with n-gram, MTP or draft-model drafts: the same requests with
+and without.
 
   python -m scripts.bench_speculative          # the figures in docs/benchmarks.md
   python -m scripts.bench_speculative --model=tiny-llama --n=2 --max_tokens=8
   python -m scripts.bench_speculative --temperature=0.8      # sampled requests
   python -m scripts.bench_speculative --method=mtp --model=bench-deepseek-v3-35m
+  python -m scripts.bench_speculative --method=draft_model   # the model drafting for itself
+
+With --method=draft_model a second engine runs --draft_model (default: the model itself,
+whose drafts are nearly always right: the price of drafting with a model of the target's
+size, and the steps it saves) before every step with drafts (engine/draft_model.py).
 
 With --method=mtp the drafts come from the model's MTP module (engine/mtp.py), run inside
 every step: here a random one, so the figures give its price per step, not its gain.
@@ -42,7 +48,12 @@ _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 128, "Prompt tokens.")
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 128, "New tokens per request.")
 _K = flags.DEFINE_integer("num_speculative_tokens", 4, "Drafts per decode at most.")
 _LOOKUP_MAX = flags.DEFINE_integer("prompt_lookup_max", 4, "Longest n-gram looked up.")
-_METHOD = flags.DEFINE_enum("method", "ngram", ["ngram", "mtp"], "Where drafts come from.")
+_METHOD = flags.DEFINE_enum(
+    "method", "ngram", ["ngram", "mtp", "draft_model"], "Where drafts come from."
+)
+_DRAFT_MODEL = flags.DEFINE_string(
+    "draft_model", None, "draft_model: the draft model (default: --model itself)."
+)
 _DRAFTS = flags.DEFINE_enum(
     "drafts",
     "model",
@@ -106,6 +117,8 @@ def main(argv):
         check_count("--max_tokens", _MAX_TOKENS.value, low=1, high=1 << 16)
         if _DRAFTS.value != "model" and _METHOD.value != "mtp":
             raise ValueError(f"--drafts={_DRAFTS.value}: only with --method=mtp")
+        if _DRAFT_MODEL.value and _METHOD.value != "draft_model":
+            raise ValueError(f"--draft_model={_DRAFT_MODEL.value}: only with --method=draft_model")
     except ValueError as e:
         sys.exit(f"bench_speculative: {e}")
     n, length = _N.value, _PROMPT_LEN.value
@@ -113,6 +126,8 @@ def main(argv):
     config = {"method": _METHOD.value, "num_speculative_tokens": _K.value}
     if _METHOD.value == "ngram":
         config["prompt_lookup_max"] = _LOOKUP_MAX.value
+    if _METHOD.value == "draft_model":
+        config["model"] = _DRAFT_MODEL.value or _MODEL.value
     try:
         plain, spec = LLM(**kw), LLM(speculative_config=config, **kw)
     except ValueError as e:

@@ -93,8 +93,12 @@ SPEC_TOKENS = flags.DEFINE_integer(
 SPEC_METHOD = flags.DEFINE_enum(
     "speculative_method",
     "ngram",
-    ["ngram", "mtp"],
-    "Drafts from prompt lookup (ngram) or the model's MTP module (mtp: DeepSeek-V3, GLM).",
+    ["ngram", "mtp", "draft_model"],
+    "Drafts from prompt lookup (ngram), the model's MTP module (mtp: DeepSeek-V3, GLM), or "
+    "a smaller model of the same vocabulary (draft_model: --speculative_model).",
+)
+SPEC_MODEL = flags.DEFINE_string(
+    "speculative_model", None, "The draft model (--speculative_method=draft_model)."
 )
 
 
@@ -140,6 +144,7 @@ def llm_kwargs(**overrides) -> dict:
         "speculative_config": {
             "method": SPEC_METHOD.value,
             "num_speculative_tokens": SPEC_TOKENS.value,
+            **({"model": SPEC_MODEL.value} if SPEC_MODEL.value else {}),
         }
         if SPEC_TOKENS.value
         else None,

@@ -237,6 +237,12 @@ def test_every_bench_sampling_mode_is_valid():
             "| self-quoting prompts | ngram |",
         ),
         (
+            "scripts.bench_speculative",
+            ["--model=tiny-llama", "--n=2", "--prompt_len=16", "--max_tokens=8"]
+            + ["--method=draft_model", "--draft_model=tiny-qwen3"],
+            "| self-quoting prompts | draft_model |",
+        ),
+        (
             "scripts.bench_lora",
             ["--model=tiny-llama", "--n=2", "--max_tokens=3", "--rank=4", "--max_loras=2"],
             "| LoRA engine, 2 adapters |",

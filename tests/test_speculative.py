@@ -249,3 +249,72 @@ def test_batch_invariant_drafts_change_no_bit(params):
         bits = lambda x: np.asarray(x, np.float32).view(np.uint32).tolist()  # noqa: E731
         assert bits(g.logprobs) == bits(w.logprobs)
     assert spec.stats()["num_accepted_tokens"] > before["num_accepted_tokens"]
+
+
+# ---- a draft model ------------------------------------------------------------------------
+
+
+def _draft(model: str, k: int = 3, **more) -> dict:
+    """vLLM's form: a "model" key (method "draft_model")."""
+    return {"model": str(FIXTURES / model), "num_speculative_tokens": k, **more}
+
+
+def test_a_draft_models_drafts_keep_the_hf_greedy_tokens():
+    """The llama fixture drafted for by its own weights in int4 (the draft's
+    "quantization": some drafts kept, some not; two random models of the fixtures would
+    agree on next to none): the Hugging Face tokens, in fewer steps; the draft engine ran
+    steps of its own. (Sampled requests keep the tokens too: verification is the same as
+    for n-gram drafts, tested above.)"""
+    shape = dict(model=str(FIXTURES / "llama"), max_num_seqs=8, max_num_batched_tokens=64)
+    spec = LLM(**shape, **POOL, speculative_config=_draft("llama", quantization="int4"))
+    greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    got = spec.generate(REF["prompts"], greedy)
+    for g, tokens, logprobs in zip(got, REF["greedy_tokens"], REF["logprobs"], strict=True):
+        assert g.token_ids == tokens
+        np.testing.assert_allclose(g.logprobs, logprobs, atol=2e-3, rtol=0)
+    stats = spec.stats()
+    assert 0 < stats["num_accepted_tokens"] < stats["num_draft_tokens"]
+    assert stats["num_steps"] < 1 + 15  # (a token a step: the prefill's, then 15 decodes)
+    assert stats["num_draft_model_steps"] > 0 and stats["num_pages_free"] == POOL["num_pages"]
+
+
+def test_the_target_drafting_for_itself_keeps_every_draft():
+    """Batch-invariant: the llama fixture as its own draft model computes each draft as
+    the target's step does, bit for bit, so every draft is kept: 4 tokens a step, the
+    Hugging Face tokens."""
+    llm = LLM(
+        model=str(FIXTURES / "llama"),
+        batch_invariant=True,
+        max_model_len=128,
+        num_pages=8,
+        max_num_batched_tokens=64,
+        speculative_config=_draft("llama"),
+    )
+    greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    (out,) = llm.generate([REF["prompts"][1]], greedy)
+    assert out.token_ids == REF["greedy_tokens"][1]
+    stats = llm.stats()
+    assert stats["num_accepted_tokens"] == stats["num_draft_tokens"] == 15 // 4 * 3 + 2
+    assert stats["num_steps"] == 1 + -(-15 // 4)
+
+
+def test_a_draft_model_is_checked_before_the_weights_are_read():
+    llama = str(FIXTURES / "llama")
+    with pytest.raises(ValueError, match="vocab_size=8192, the target's is 512"):
+        LLM(
+            model=llama,
+            speculative_config={"model": "bench-llama-20m", "num_speculative_tokens": 2},
+        )
+    with pytest.raises(ValueError, match="speculative_config.model: not on a mesh yet"):
+        LLM(model=llama, mesh="dp=1", speculative_config=_draft("qwen3"))
+    with pytest.raises(FileNotFoundError):
+        LLM(model=llama, speculative_config=_draft("no_such_fixture"))
+    for config, message in (
+        ({"model": llama}, "num_speculative_tokens: missing"),
+        ({"method": "draft_model", "num_speculative_tokens": 2}, "model: missing"),
+        ({"model": llama, "num_speculative_tokens": 2, "prompt_lookup_max": 3}, "unknown keys"),
+        ({"model": "", "num_speculative_tokens": 2}, "model='': expected a preset"),
+        ({"model": llama, "num_speculative_tokens": 0}, "num_speculative_tokens=0: must be"),
+    ):
+        with pytest.raises(ValueError, match=f"speculative_config.*{message}"):
+            proposer_for(config)
