@@ -6,6 +6,7 @@ and without.
   python -m scripts.bench_speculative --temperature=0.8      # sampled requests
   python -m scripts.bench_speculative --method=mtp --model=bench-deepseek-v3-35m
   python -m scripts.bench_speculative --method=draft_model   # the model drafting for itself
+  python -m scripts.bench_speculative --method=draft_model --draft_quantization=int4
 
 With --method=draft_model a second engine runs --draft_model (default: the model itself,
 whose drafts are nearly always right: the price of drafting with a model of the target's
@@ -53,6 +54,9 @@ _METHOD = flags.DEFINE_enum(
 )
 _DRAFT_MODEL = flags.DEFINE_string(
     "draft_model", None, "draft_model: the draft model (default: --model itself)."
+)
+_DRAFT_QUANT = flags.DEFINE_enum(
+    "draft_quantization", None, ["fp8", "int4"], "draft_model: its weights quantized on load."
 )
 _DRAFTS = flags.DEFINE_enum(
     "drafts",
@@ -117,8 +121,9 @@ def main(argv):
         check_count("--max_tokens", _MAX_TOKENS.value, low=1, high=1 << 16)
         if _DRAFTS.value != "model" and _METHOD.value != "mtp":
             raise ValueError(f"--drafts={_DRAFTS.value}: only with --method=mtp")
-        if _DRAFT_MODEL.value and _METHOD.value != "draft_model":
-            raise ValueError(f"--draft_model={_DRAFT_MODEL.value}: only with --method=draft_model")
+        for name, flag in (("draft_model", _DRAFT_MODEL), ("draft_quantization", _DRAFT_QUANT)):
+            if flag.value and _METHOD.value != "draft_model":
+                raise ValueError(f"--{name}={flag.value}: only with --method=draft_model")
     except ValueError as e:
         sys.exit(f"bench_speculative: {e}")
     n, length = _N.value, _PROMPT_LEN.value
@@ -128,6 +133,7 @@ def main(argv):
         config["prompt_lookup_max"] = _LOOKUP_MAX.value
     if _METHOD.value == "draft_model":
         config["model"] = _DRAFT_MODEL.value or _MODEL.value
+        config["quantization"] = _DRAFT_QUANT.value
     try:
         plain, spec = LLM(**kw), LLM(speculative_config=config, **kw)
     except ValueError as e:
