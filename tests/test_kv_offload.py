@@ -35,6 +35,7 @@ from tests.test_prefix_cache import (
     _check_pages,
     _reference,
     _workload,
+    arrivals,
     reader,
     run_workload,
 )
@@ -191,14 +192,7 @@ def test_random_shared_prefix_workload_over_a_host_tier(seed, ahead, capacity):
     seqs: dict[str, Sequence] = {}
     dev = OffloadDevice(PAGE, seqs, tier)
     pending = _workload(rng)
-
-    def on_step(num_steps: int) -> None:
-        while pending and pending[0][0] <= num_steps:
-            seq = pending.pop(0)[1]
-            seqs[seq.request_id] = seq
-            sched.add(seq)
-
-    run_workload(sched, dev, seqs, pending, ahead, on_step)
+    run_workload(sched, dev, seqs, pending, ahead, arrivals(sched, seqs, pending))
     for rid, seq in seqs.items():
         assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40), rid
     _check_pages(sched, seqs)

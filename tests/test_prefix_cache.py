@@ -384,6 +384,18 @@ def _check_pages(sched: Scheduler, seqs: dict[str, Sequence]) -> None:
         assert pages.num_free == pages.num_total - len(held)
 
 
+def arrivals(sched: Scheduler, seqs: dict, pending: list):
+    """run_workload's `on_step` that adds the `pending` requests whose step has come."""
+
+    def on_step(num_steps: int) -> None:
+        while pending and pending[0][0] <= num_steps:
+            seq = pending.pop(0)[1]
+            seqs[seq.request_id] = seq
+            sched.add(seq)
+
+    return on_step
+
+
 def run_workload(sched: Scheduler, dev, seqs: dict, pending: list, ahead: bool, on_step) -> None:
     """Run the `pending` (arrival step, sequence) workload to its end, `on_step(n)` adding
     the arrivals (and what else a test does) before each step: steps built ahead (arrival
@@ -500,14 +512,7 @@ def test_random_shared_prefix_workload_of_a_hybrid_model(seed, ahead):
     seqs: dict[str, Sequence] = {}
     dev = HybridContentDevice(PAGE, seqs, 6)
     pending = _workload(rng)
-
-    def on_step(num_steps: int) -> None:
-        while pending and pending[0][0] <= num_steps:
-            seq = pending.pop(0)[1]
-            seqs[seq.request_id] = seq
-            sched.add(seq)
-
-    run_workload(sched, dev, seqs, pending, ahead, on_step)
+    run_workload(sched, dev, seqs, pending, ahead, arrivals(sched, seqs, pending))
     for rid, seq in seqs.items():
         assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40), rid
     _check_pages(sched, seqs)
