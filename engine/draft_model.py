@@ -14,14 +14,17 @@ tokens since then are the target's kept ones) and computes the rest, at most a p
 the tokens kept since, then decodes k tokens; its max_model_len is the target's plus k (at
 most its own: a longer sequence gets no drafts), and its pool holds every sequence's
 context. Steps with drafts are built
-synchronously (the drafts follow the tokens the step before kept). Not on a mesh (the draft
-engine would run on one device of it, and every process must draft alike).
+synchronously (the drafts follow the tokens the step before kept). Beside a target on a
+mesh the draft engine runs on the default device, unsharded; not across processes (each
+would draft on its own, and every process must schedule alike).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+import jax
 
 METHOD = "draft_model"
 _KEYS = {"method", "model", "num_speculative_tokens", "quantization"}
@@ -70,13 +73,16 @@ class DraftModelProposer:
         return cls(config["num_speculative_tokens"], config["model"], config.get("quantization"))
 
     def check(self, target, mesh: str) -> None:
-        """Before the target's weights are read: ValueError naming the field (a mesh,
-        another vocabulary than the target's, `target` its ModelConfig), FileNotFoundError
-        for a draft model that is not there."""
+        """Before the target's weights are read: ValueError naming the field (a mesh over
+        several processes, another vocabulary than the target's, `target` its
+        ModelConfig), FileNotFoundError for a draft model that is not there."""
         from models.load import model_config
 
-        if mesh:
-            raise ValueError(f"speculative_config.model: not on a mesh yet (mesh={mesh!r})")
+        if mesh and jax.process_count() > 1:
+            raise ValueError(
+                f"speculative_config.model: not on a mesh of {jax.process_count()} processes "
+                f"yet (mesh={mesh!r}; every process would have to draft alike)"
+            )
         self._config = model_config(self.model, None, self.quantization)
         if self._config.vocab_size != target.vocab_size:
             raise ValueError(

@@ -281,9 +281,11 @@ def test_a_draft_models_drafts_keep_the_hf_greedy_tokens():
 def test_the_target_drafting_for_itself_keeps_every_draft():
     """Batch-invariant: the llama fixture as its own draft model computes each draft as
     the target's step does, bit for bit, so every draft is kept: 4 tokens a step, the
-    Hugging Face tokens."""
+    Hugging Face tokens. The target on a (one-device) mesh: its sharded step beside the
+    draft engine's unsharded one."""
     llm = LLM(
         model=str(FIXTURES / "llama"),
+        mesh="dp=1",
         batch_invariant=True,
         max_model_len=128,
         num_pages=8,
@@ -305,8 +307,6 @@ def test_a_draft_model_is_checked_before_the_weights_are_read():
             model=llama,
             speculative_config={"model": "bench-llama-20m", "num_speculative_tokens": 2},
         )
-    with pytest.raises(ValueError, match="speculative_config.model: not on a mesh yet"):
-        LLM(model=llama, mesh="dp=1", speculative_config=_draft("qwen3"))
     with pytest.raises(FileNotFoundError):
         LLM(model=llama, speculative_config=_draft("no_such_fixture"))
     for config, message in (
