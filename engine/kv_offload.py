@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
 import time
 
@@ -78,21 +79,23 @@ class HostTier:
     def get(self, key: tuple) -> HostPage | None:
         return self._index.get(key)
 
-    def store(self, page: int, key: tuple, block: int) -> None:
-        """The device gives up `page`, indexed under `key` with `block`: keep its rows."""
+    def store(self, page: int, key: tuple, block: int, window: bool = False) -> None:
+        """The device gives up `page`, indexed under `key` with `block`: keep its rows
+        (`window`: a hybrid model's windowed pool's page, engine/prefix_cache.WindowCache)."""
         if key in self._index:  # the host has them (the page was copied in from here)
             self._index.move_to_end(key)
             return
         entry = self._index[key] = HostPage(key, block)
         if len(self._index) > self.capacity:
             self._index.popitem(last=False)  # least recently used
-        self._copies.append(("out", page, entry))
+        self._copies.append(("window out" if window else "out", page, entry))
 
-    def load(self, entry: HostPage, page: int) -> None:
-        """Copy `entry`'s rows into device `page` before the next step."""
+    def load(self, entry: HostPage, page: int, window: bool = False) -> None:
+        """Copy `entry`'s rows into device `page` (of the windowed pool) before the next
+        step."""
         if entry.key in self._index:
             self._index.move_to_end(entry.key)
-        self._copies.append(("in", page, entry))
+        self._copies.append(("window in" if window else "in", page, entry))
 
     def drain(self) -> list[tuple[str, int, HostPage]]:
         """The copies recorded since the last drain, in order."""
@@ -113,18 +116,13 @@ def host_tier_for(
     """The host tier `kv_offloading_size` GiB holds, or vLLM's other spelling, a
     `transfer` (engine/kv_transfer.KVTransferConfig) with kv_connector "OffloadingConnector"
     and {"num_cpu_blocks": N, "block_size": tokens} (None: no offloading), and `cfg` as
-    the engine runs with it; checked before any weight is read. The tier copies whole
-    pages of the main pool: a hybrid model's windowed layers (a pool of their own) are
-    refused, but DeepSeek-V4's, whose per-token rows then stay in the main pool (every page
-    kept, ModelConfig.v4_window_pool off)."""
+    the engine runs with it; checked before any weight is read. The tier keeps a hybrid
+    model's windowed pages too (engine/prefix_cache.WindowCache), but for DeepSeek-V4,
+    whose per-token rows then stay in the main pool (every page kept,
+    ModelConfig.v4_window_pool off)."""
     tier = _host_tier(size_gib, prefix_caching, cfg, kv_dtype, page_size, transfer)
     if tier is not None and cfg.is_dsv4:
         cfg = cfg.replace(v4_window_pool=False)
-    if tier is not None and cfg.hybrid_window is not None:
-        raise ValueError(
-            f"kv_offloading_size: not supported for {cfg.model_type}'s sliding-window layers "
-            f"(window {cfg.hybrid_window} tokens: their pages are a pool of their own) yet"
-        )
     return tier, cfg
 
 
@@ -177,32 +175,49 @@ def _host_tier(size_gib, prefix_caching, cfg, kv_dtype, page_size, transfer) -> 
     return HostTier(capacity)
 
 
-def _gather(kv, pages) -> list[jax.Array]:
-    """Each cache leaf's `pages` [N]: [N, page_size, ...]."""
-    return [leaf[pages] for leaf in jax.tree.leaves(kv)]
+def _gather(kv, pages, pool: tuple[bool, ...]) -> list[jax.Array]:
+    """Each cache leaf's `pages` [N]: [N, page_size, ...], of the leaves in the pool
+    (`pool[i]`: whether leaf i is)."""
+    return [leaf[pages] for leaf, mine in zip(jax.tree.leaves(kv), pool, strict=True) if mine]
 
 
-def _scatter(kv, pages, rows):
-    """`kv` with each leaf's `pages` [N] set to `rows` (pages past the pool: none)."""
+def _scatter(kv, pages, rows, pool: tuple[bool, ...]):
+    """`kv` with the pool's leaves' `pages` [N] set to `rows` (pages past the pool: none)."""
     leaves, tree = jax.tree.flatten(kv)
-    new = [leaf.at[pages].set(r, mode="drop") for leaf, r in zip(leaves, rows, strict=True)]
+    rows = iter(rows)
+    new = [
+        leaf.at[pages].set(next(rows), mode="drop") if mine else leaf
+        for leaf, mine in zip(leaves, pool, strict=True)
+    ]
     return jax.tree.unflatten(tree, new)
 
 
 class KVOffload:
     """The engine's side: runs the tier's copies on the cache (`flush`, before each launch)."""
 
-    def __init__(self, tier: HostTier, kv, num_pages: int, mesh=None):
+    def __init__(self, tier: HostTier, kv, num_pages: int, mesh=None, windowed=None):
+        """`windowed`: for each cache leaf, whether it lives in a hybrid model's windowed
+        pool (kv_transfer.windowed_leaves; None: none does), whose pages the tier keeps
+        under their own kinds of copy ("window out", "window in")."""
         self.tier = tier
         self._mesh = mesh
-        self._pad_page = num_pages  # past the pool: a copy in there is dropped
-        if mesh is None:
-            self._gather = jax.jit(_gather)
-            self._scatter = jax.jit(_scatter, donate_argnums=0)
-        else:  # rows leave replicated (every process keeps them), the cache as it came
-            self._gather = jax.jit(_gather, out_shardings=replicated(mesh))
-            shardings = jax.tree.map(lambda x: x.sharding, kv)
-            self._scatter = jax.jit(_scatter, donate_argnums=0, out_shardings=shardings)
+        leaves = jax.tree.leaves(kv)
+        windowed = tuple(windowed or [False] * len(leaves))
+        pools = {False: tuple(not w for w in windowed), True: windowed}
+        # Past each pool: a copy in there is dropped.
+        sizes = [x.shape[0] for x, w in zip(leaves, windowed, strict=True) if w]
+        self._pad_page = {False: num_pages, True: sizes[0] if sizes else 0}
+        self._gather, self._scatter = {}, {}
+        shardings = None if mesh is None else jax.tree.map(lambda x: x.sharding, kv)
+        for window, pool in pools.items():
+            gather = functools.partial(_gather, pool=pool)
+            scatter = functools.partial(_scatter, pool=pool)
+            if mesh is None:
+                self._gather[window] = jax.jit(gather)
+                self._scatter[window] = jax.jit(scatter, donate_argnums=0)
+            else:  # rows leave replicated (every process keeps them), the cache as it came
+                self._gather[window] = jax.jit(gather, out_shardings=replicated(mesh))
+                self._scatter[window] = jax.jit(scatter, donate_argnums=0, out_shardings=shardings)
         # Copies out on their way to the host: (their pages, each leaf's rows).
         self._fetching: list[tuple[list[HostPage], list[jax.Array]]] = []
         self.num_stored = self.num_loaded = 0
@@ -218,11 +233,11 @@ class KVOffload:
             kind, stop = copies[first][0], first + 1
             while stop < len(copies) and copies[stop][0] == kind:
                 stop += 1
-            run = copies[first:stop]
-            if kind == "out":
-                self._copy_out(kv, run)
+            run, window = copies[first:stop], kind.startswith("window")
+            if kind.endswith("out"):
+                self._copy_out(kv, run, window)
             else:
-                kv = self._copy_in(kv, run)
+                kv = self._copy_in(kv, run, window)
             first = stop
         self.seconds += time.perf_counter() - start
         return kv
@@ -232,8 +247,8 @@ class KVOffload:
         out[: len(pages)] = pages
         return put_replicated(out, self._mesh) if self._mesh is not None else out
 
-    def _copy_out(self, kv, run) -> None:
-        rows = self._gather(kv, self._padded([page for _, page, _ in run], 0))
+    def _copy_out(self, kv, run, window: bool) -> None:
+        rows = self._gather[window](kv, self._padded([page for _, page, _ in run], 0))
         # One device's copy of each (replicated) leaf: the whole rows, in any process.
         rows = [r.addressable_data(0) for r in rows]
         for r in rows:
@@ -249,10 +264,10 @@ class KVOffload:
                 entry.rows = [h[i].copy() for h in host]
         self._fetching.clear()
 
-    def _copy_in(self, kv, run):
+    def _copy_in(self, kv, run, window: bool):
         if any(entry.rows is None for _, _, entry in run):
             self._receive()  # (rows copied out since the last flush: wait for them)
-        pages = self._padded([page for _, page, _ in run], self._pad_page)
+        pages = self._padded([page for _, page, _ in run], self._pad_page[window])
         rows = []
         for i, first in enumerate(run[0][2].rows):
             leaf = np.stack([entry.rows[i] for _, _, entry in run])
@@ -261,7 +276,7 @@ class KVOffload:
         if self._mesh is not None:
             rows = put_replicated(rows, self._mesh)
         self.num_loaded += len(run)
-        return self._scatter(kv, pages, rows)
+        return self._scatter[window](kv, pages, rows)
 
     def stats(self) -> dict[str, int]:
         return {

@@ -20,7 +20,13 @@ from engine.draft_model import DraftModelProposer
 from engine.eplb import EPLBConfig, balancer_for
 from engine.kv_offload import KVOffload, host_tier_for
 from engine.kv_pages import PageManager, pages_for_tokens
-from engine.kv_transfer import KVTransfer, KVTransferConfig, StoreUnreadable, check_engine
+from engine.kv_transfer import (
+    KVTransfer,
+    KVTransferConfig,
+    StoreUnreadable,
+    check_engine,
+    windowed_leaves,
+)
 from engine.linear_state import check_model_engine
 from engine.llm_control import EngineControl
 from engine.mtp import fill_batch, with_mtp
@@ -215,7 +221,7 @@ class LLM(EngineControl):
         window_pages = PageManager(window_num_pages, page_size) if hybrid else None
         prefix_cache = None
         if enable_prefix_caching:  # (a hybrid model's windowed pages indexed too)
-            windows = WindowCache(window_pages, cfg.hybrid_window) if hybrid else None
+            windows = WindowCache(window_pages, cfg.hybrid_window, tier) if hybrid else None
             prefix_cache = PrefixCache(self._pages, tier, states.snapshots, windows)
         self._scheduler = Scheduler(
             self._pages,
@@ -255,7 +261,9 @@ class LLM(EngineControl):
             self._transfer = KVTransfer(
                 transfer, cfg, self._kv, page_size, num_pages, self.mesh, self._lora
             )
-        self._offload = None if tier is None else KVOffload(tier, self._kv, num_pages, self.mesh)
+        if tier is not None:  # (a hybrid model's windowed pages: copies of their own)
+            windowed = windowed_leaves(cfg, self._kv)
+            self._offload = KVOffload(tier, self._kv, num_pages, self.mesh, windowed)
         kv_block_pages = max(1, _KV_BLOCK_TOKENS // page_size)
         self._top_k = min(MAX_LOGPROBS, cfg.vocab_size)
         impl = (self.attention_impl, self.mesh, self.batch_invariant, self.kv_dtype)

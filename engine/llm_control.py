@@ -52,6 +52,7 @@ class EngineControl:
     _sleep_level = 0  # 0: awake; 1 or 2 while asleep
     _host_params = None  # sleep(level=1)'s copy of the weights
     _eplb = None  # engine.eplb.ExpertBalancer (enable_eplb)
+    _offload = None  # engine.kv_offload.KVOffload (kv_offloading_size)
     _transfer = None  # engine.kv_transfer.KVTransfer (kv_transfer_config with a store)
 
     def add_lora(self, lora_request: lora.LoRARequest) -> bool:

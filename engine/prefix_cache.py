@@ -247,13 +247,15 @@ class WindowCache:
     """A hybrid model's windowed pages (its second pool), each indexed under the block id
     of the main pool's page at the same place in its sequence's table."""
 
-    def __init__(self, pages: PageManager, window: int):
-        """`window`: the keys a query sees back, itself included (the pool's)."""
+    def __init__(self, pages: PageManager, window: int, host: HostTier | None = None):
+        """`window`: the keys a query sees back, itself included (the pool's); `host`: the
+        prefix cache's host tier, which keeps the windowed pages the pool gives up too
+        (under ("window", block id))."""
         if pages.on_reuse is not None:
             raise ValueError("pages: already indexed by another prefix cache")
         if window < 1:
             raise ValueError(f"window={window}: must be >= 1")
-        self.pages, self.window = pages, window
+        self.pages, self.window, self.host = pages, window, host
         self._page_of: dict[int, int] = {}  # block id -> page
         self._block_of: dict[int, int] = {}  # page -> block id
         pages.on_reuse = self._evict
@@ -273,34 +275,52 @@ class WindowCache:
         from `first_read` to its end) are all indexed; ([], []) when none is."""
         runs, run = [], 0  # runs[i]: indexed places in a row ending at place i
         for block in blocks:
-            run = run + 1 if block in self._page_of else 0
+            run = run + 1 if self._find(block) is not None else 0
             runs.append(run)
         for n in range(len(blocks), 0, -1):
             if runs[n - 1] >= n - self.first_read(n):
                 return hits[:n], blocks[:n]
         return [], []
 
-    def pages_for(self, blocks: list[int]) -> tuple[int, list[int]]:
-        """For a `usable` match's block ids: (first_read, the indexed pages from there)."""
-        first = self.first_read(len(blocks))
-        return first, [self._page_of[block] for block in blocks[first:]]
+    def _find(self, block: int) -> int | HostPage | None:
+        """`block`'s windowed page: on the device, else in the host tier, else None."""
+        page = self._page_of.get(block)
+        if page is None and self.host is not None:
+            return self.host.get(("window", block))
+        return page
 
-    def num_free(self, pages: list[int]) -> int:
-        """How many of `pages` are free (taking them uses up a free page each)."""
-        return sum(self.pages.refcount(p) == 0 for p in pages)
+    def pages_for(self, blocks: list[int]) -> tuple[int, list[int | HostPage]]:
+        """For a `usable` match's block ids: (first_read, the indexed pages from there:
+        device page ids, or the host tier's HostPages)."""
+        first = self.first_read(len(blocks))
+        return first, [self._find(block) for block in blocks[first:]]
+
+    def num_free(self, pages: list[int | HostPage]) -> int:
+        """How many of `pages` use up a free page when taken: device pages no one holds,
+        and the host tier's (each copied into a new page)."""
+        return sum(not isinstance(p, int) or self.pages.refcount(p) == 0 for p in pages)
 
     def take(self, blocks: list[int]) -> tuple[tuple[int, ...], int]:
         """The windowed table of a sequence admitted on a `usable` match's `blocks`, and how
         many of its places are released: the pages from `first_read` on, held once more
-        (back off the free list if no one held them); before them the first of those (or
-        page 0) stands in, never read (attention masks keys behind the window)."""
+        (back off the free list if no one held them; a host page: a new page, its rows
+        copied in); before them the first of those (or page 0) stands in, never read
+        (attention masks keys behind the window)."""
         first, pages = self.pages_for(blocks)
         for page in pages:
+            if not isinstance(page, int):
+                continue
             if self.pages.refcount(page):
                 self.pages.incref(page)
             else:
                 self.pages.reclaim(page)
-        return (pages[0] if pages else 0,) * first + tuple(pages), first
+        held = list(pages)  # (after the device hits are held: allocating evicts others)
+        for i, entry in enumerate(pages):
+            if not isinstance(entry, int):
+                held[i] = page = self.pages.allocate(1)[0]
+                self._page_of[entry.block], self._block_of[page] = page, entry.block
+                self.host.load(entry, page, window=True)
+        return (held[0] if held else 0,) * first + tuple(held), first
 
     def settle(self, seq: SequenceLike, start: int) -> None:
         """Index `seq`'s windowed pages at the places from `start` that its main pages have
@@ -320,3 +340,5 @@ class WindowCache:
         block = self._block_of.pop(page, None)
         if block is not None:
             del self._page_of[block]
+            if self.host is not None:  # its rows go to the host tier
+                self.host.store(page, ("window", block), block, window=True)

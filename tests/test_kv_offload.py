@@ -11,6 +11,7 @@ fp8 pages).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import random
 
@@ -21,7 +22,7 @@ import pytest
 from engine import LLM, SamplingParams
 from engine.kv_offload import HostPage, HostTier, KVOffload
 from engine.kv_pages import PageManager
-from engine.prefix_cache import PrefixCache
+from engine.prefix_cache import PrefixCache, WindowCache
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from engine.server import Server
@@ -31,6 +32,7 @@ from tests.test_prefix_cache import (
     FIXTURES,
     PAGE,
     ContentDevice,
+    HybridContentDevice,
     _bits,
     _check_pages,
     _reference,
@@ -203,6 +205,62 @@ def test_random_shared_prefix_workload_over_a_host_tier(seed, ahead, capacity):
 
 # ---- the engine ---------------------------------------------------------------------------
 
+
+class HybridOffloadDevice(HybridContentDevice):
+    """test_prefix_cache's fake hybrid device, running the tier's copies of either pool
+    (a windowed page's kinds: "window out", "window in") before each step."""
+
+    def __init__(self, page_size, seqs, window: int, tier: HostTier):
+        super().__init__(page_size, seqs, window)
+        self.tier = tier
+        self.loaded = collections.Counter()
+
+    def run(self, out):
+        for kind, page, entry in self.tier.drain():
+            slots = self.windowed.slots if kind.startswith("window") else self.slots
+            places = range(page * self.page_size, (page + 1) * self.page_size)
+            if kind.endswith("out"):
+                entry.rows = [slots.get(s) for s in places]
+            else:
+                self.loaded[kind] += 1
+                for s, row in zip(places, entry.rows, strict=True):
+                    slots[s] = row
+        return super().run(out)
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_hybrid_models_windowed_pages_go_to_the_host_and_back(seed, ahead):
+    """The shared-prefix workload on a hybrid model (full attention in 12 pages, a 6-key
+    window in 8 of its own) over a host tier: either pool's evicted pages go there, and
+    hits take them back into their own pool (the device checks every key either layer
+    reads); all pages come back."""
+    rng = random.Random(seed)
+    tier = HostTier(64)
+    main, windowed = PageManager(12, PAGE), PageManager(8, PAGE)
+    cache = PrefixCache(main, tier, windows=WindowCache(windowed, 6, tier))
+    sched = Scheduler(
+        main,
+        16,
+        4,
+        40,
+        eos_token_ids=(EOS,),
+        sliding_window=6,
+        window_pages=windowed,
+        prefix_cache=cache,
+    )
+    seqs: dict[str, Sequence] = {}
+    dev = HybridOffloadDevice(PAGE, seqs, 6, tier)
+    pending = _workload(rng)
+    run_workload(sched, dev, seqs, pending, ahead, arrivals(sched, seqs, pending))
+    for rid, seq in seqs.items():
+        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40), rid
+    _check_pages(sched, seqs)
+    stats = sched.stats()
+    assert stats["num_pages_free"] == 12 and stats["num_window_pages_free"] == 8
+    assert dev.loaded["in"] > 0 and dev.loaded["window in"] > 0
+
+
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
 TINY_GIB = 1 / 1024  # 1 MiB: ~250-500 pages of the fixtures' 16 tokens
 
@@ -252,11 +310,14 @@ def test_requests_on_pages_back_from_the_host_give_the_hf_greedy_tokens():
 
 
 @pytest.mark.parametrize(
-    "arch,kv_cache_dtype", [("llama", "auto"), ("deepseek_v3", "auto"), ("llama", "fp8")]
+    "arch,kv_cache_dtype",
+    [("llama", "auto"), ("deepseek_v3", "auto"), ("llama", "fp8"), ("gpt_oss", "auto")],
 )
 def test_a_host_hit_keeps_the_batch_invariant_bits(arch, kv_cache_dtype):
     """The same request cold, then on its pages back from the host (every device page taken
-    by others in between), and a longer prompt sharing them: bitwise alike."""
+    by others in between), and a longer prompt sharing them: bitwise alike. gpt-oss: its
+    windowed layer's page at place 1 (keys 25-31 for the query at 32) back from the host
+    too, into its own pool."""
     # test_prefix_cache's batch-invariant engine shape: its step programs.
     llm = LLM(
         model=str(FIXTURES / arch),
@@ -279,7 +340,7 @@ def test_a_host_hit_keeps_the_batch_invariant_bits(arch, kv_cache_dtype):
         assert out.num_cached_tokens == 32
         assert out.token_ids == cold.token_ids[j:]
         assert _bits(out.logprobs) == _bits(cold.logprobs[j:])
-    assert llm.stats()["kv_offload_loaded_pages"] == 4
+    assert llm.stats()["kv_offload_loaded_pages"] == (6 if arch == "gpt_oss" else 4)
 
 
 def test_bad_sizes_are_refused_before_the_weights_are_read():
