@@ -18,6 +18,10 @@ key and block id (so the chain of pages after it, on either tier, stays reachabl
 rows are copied into it (HostTier.load). The host copy stays: when the device gives that
 page up again nothing is copied.
 
+A hybrid model's windowed pool (engine/prefix_cache.WindowCache) gives its pages to the
+same tier, under ("window", block id), with copies of their own kinds ("window out",
+"window in": the windowed layers' leaves, at that pool's page ids).
+
 Order: the tier records its copies (out: device page -> HostPage; in: HostPage -> device
 page) as the scheduler decides them, and the engine runs them in that order before it
 launches the next step (KVOffload.flush). A page is copied out before any step can write it
