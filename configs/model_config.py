@@ -225,7 +225,7 @@ class ModelConfig:
     hash_moe_layers: tuple[int, ...] = ()
     # Whether its per-token rows (the window's keys, the compressors' inputs) live in a pool
     # of their own that gives back the pages behind v4_token_window (hybrid_window); the
-    # entries stay in the main pool. The engine turns it off for host KV offloading.
+    # entries stay in the main pool.
     v4_window_pool: bool = True
 
     def __post_init__(self):

@@ -116,21 +116,13 @@ class HostTier:
 
 def host_tier_for(
     size_gib, prefix_caching: bool, cfg: ModelConfig, kv_dtype, page_size: int, transfer=None
-) -> tuple[HostTier | None, ModelConfig]:
+) -> HostTier | None:
     """The host tier `kv_offloading_size` GiB holds, or vLLM's other spelling, a
     `transfer` (engine/kv_transfer.KVTransferConfig) with kv_connector "OffloadingConnector"
-    and {"num_cpu_blocks": N, "block_size": tokens} (None: no offloading), and `cfg` as
-    the engine runs with it; checked before any weight is read. The tier keeps a hybrid
-    model's windowed pages too (engine/prefix_cache.WindowCache), but for DeepSeek-V4,
-    whose per-token rows then stay in the main pool (every page kept,
-    ModelConfig.v4_window_pool off)."""
-    tier = _host_tier(size_gib, prefix_caching, cfg, kv_dtype, page_size, transfer)
-    if tier is not None and cfg.is_dsv4:
-        cfg = cfg.replace(v4_window_pool=False)
-    return tier, cfg
-
-
-def _host_tier(size_gib, prefix_caching, cfg, kv_dtype, page_size, transfer) -> HostTier | None:
+    and {"num_cpu_blocks": N, "block_size": tokens} (None: no offloading); checked before
+    any weight is read. The tier keeps a hybrid model's windowed pages too
+    (engine/prefix_cache.WindowCache; DeepSeek-V4's per-token rows), a page of either pool
+    counted as one of every layer's widths (so the larger)."""
     if transfer is not None and transfer.offloading:
         if size_gib is not None:
             raise ValueError(
@@ -167,7 +159,7 @@ def _host_tier(size_gib, prefix_caching, cfg, kv_dtype, page_size, transfer) -> 
             f"kv_offloading_size={size_gib}: more than this machine's memory "
             f"({physical / GIB:.1f} GiB)"
         )
-    if cfg.is_dsv4:  # (every page kept: its per-token rows too)
+    if cfg.is_dsv4:  # (a page of its per-token rows: the larger kind)
         cfg = cfg.replace(v4_window_pool=False)
     page_bytes = kv_quant.bytes_per_token(cfg, kv_dtype) * page_size
     capacity = int(size_gib * GIB // page_bytes)

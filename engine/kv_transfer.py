@@ -147,14 +147,20 @@ def check_engine(config: KVTransferConfig | None, cfg: ModelConfig) -> None:
 
 def windowed_leaves(cfg: ModelConfig, kv) -> tuple[bool, ...]:
     """For each leaf of the paged cache `kv` (jax.tree.leaves order), whether it lives in
-    a hybrid model's windowed pool (ModelConfig.hybrid_window; DeepSeek-V4's are refused
-    before: engine/linear_state.check_model_engine)."""
-    window = cfg.hybrid_window is not None
-    return tuple(
-        window and cfg.attention_window(i) is not None
-        for i, layer in enumerate(kv)
-        for _ in jax.tree.leaves(layer)
-    )
+    a hybrid model's windowed pool (ModelConfig.hybrid_window): a windowed layer's, or
+    DeepSeek-V4's per-token rows (its first len(layer_kv_widths) arrays of each layer; the
+    entries after them stay in the main pool)."""
+    if cfg.hybrid_window is None:
+        return tuple(False for _ in jax.tree.leaves(kv))
+    out = []
+    for i, layer in enumerate(kv):
+        n = len(jax.tree.leaves(layer))
+        if cfg.is_dsv4:
+            rows = len(cfg.layer_kv_widths(i))
+        else:
+            rows = 0 if cfg.attention_window(i) is None else n
+        out += [j < rows for j in range(n)]
+    return tuple(out)
 
 
 class KVStore:

@@ -160,7 +160,7 @@ class LLM(EngineControl):
         check_engine(transfer, cfg)
         opts = (enable_prefix_caching, mamba_block_size, num_state_snapshots, page_size)
         cfg = check_model_engine(cfg, transfer, kv_dtype, enable_lora, opts)
-        tier, cfg = host_tier_for(
+        tier = host_tier_for(
             kv_offloading_size, enable_prefix_caching, cfg, kv_dtype, page_size, transfer
         )
         self._eplb = balancer_for(enable_eplb, eplb_config, cfg, mesh_config if mesh else None)

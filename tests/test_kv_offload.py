@@ -311,13 +311,21 @@ def test_requests_on_pages_back_from_the_host_give_the_hf_greedy_tokens():
 
 @pytest.mark.parametrize(
     "arch,kv_cache_dtype",
-    [("llama", "auto"), ("deepseek_v3", "auto"), ("llama", "fp8"), ("gpt_oss", "auto")],
+    [
+        ("llama", "auto"),
+        ("deepseek_v3", "auto"),
+        ("llama", "fp8"),
+        ("gpt_oss", "auto"),
+        ("deepseek_v4", "auto"),
+    ],
 )
 def test_a_host_hit_keeps_the_batch_invariant_bits(arch, kv_cache_dtype):
     """The same request cold, then on its pages back from the host (every device page taken
     by others in between), and a longer prompt sharing them: bitwise alike. gpt-oss: its
     windowed layer's page at place 1 (keys 25-31 for the query at 32) back from the host
-    too, into its own pool."""
+    too, into its own pool; DeepSeek-V4 alike (its 8 positions of per-token rows a query
+    reads back: the window's keys, the compressors' inputs), its entries' pages into the
+    main pool."""
     # test_prefix_cache's batch-invariant engine shape: its step programs.
     llm = LLM(
         model=str(FIXTURES / arch),
@@ -340,7 +348,8 @@ def test_a_host_hit_keeps_the_batch_invariant_bits(arch, kv_cache_dtype):
         assert out.num_cached_tokens == 32
         assert out.token_ids == cold.token_ids[j:]
         assert _bits(out.logprobs) == _bits(cold.logprobs[j:])
-    assert llm.stats()["kv_offload_loaded_pages"] == (6 if arch == "gpt_oss" else 4)
+    hybrid = arch in ("gpt_oss", "deepseek_v4")  # (a windowed page each time)
+    assert llm.stats()["kv_offload_loaded_pages"] == (6 if hybrid else 4)
 
 
 def test_bad_sizes_are_refused_before_the_weights_are_read():
