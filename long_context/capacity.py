@@ -199,6 +199,7 @@ class Capacity:
     # Layers with that window: all of them (ModelConfig.kv_window) or, in a hybrid model,
     # those whose KV has a pool of its own; 0 without a window.
     windowed_layers: int = 0
+    swa_full_tokens_ratio: float | None = None  # their pool's share of the full pool's pages
     # Linear-attention models: a sequence's recurrent state (conv inputs and the gated
     # DeltaNet's [Hv, dk, dv], float32) over all such layers, per device; 0 for others.
     state_bytes_per_sequence_per_device: int = 0
@@ -217,6 +218,7 @@ def capacity(
     headroom: float = 0.1,
     page_size: int = 16,
     quantization: str | None = None,
+    swa_full_tokens_ratio: float | None = None,
 ) -> Capacity:
     """Size a deployment of `model` for sequences of `context` tokens.
 
@@ -230,10 +232,16 @@ def capacity(
       quantization: weights as `LLM(quantization=...)` holds them ("fp8", "int4": their
         data and scales counted exactly; embeddings, norms, routers in the model dtype), in
         place of `weight_dtype`.
+      swa_full_tokens_ratio: a hybrid model's windowed pool as this share of the full
+        pool's pages (LLM's, SGLang's): a sequence's share of it is then at least that
+        share of its context's pages.
 
     Raises ValueError naming the argument for a bad value, or when the weights do not fit.
     """
+    from engine.kv_budget import check_window_ratio  # (it imports this module)
+
     cfg = model if isinstance(model, ModelConfig) else resolve_config(model)
+    ratio = check_window_ratio(cfg, swa_full_tokens_ratio)
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise ValueError(f"context={context!r}: must be an integer >= 1")
     if context > cfg.max_position_embeddings:
@@ -293,6 +301,8 @@ def capacity(
     window_pages = pages_per_sequence
     if window is not None:
         window_pages = min(pages_per_sequence, 1 + -(-(window - 1) // page_size))
+    if ratio is not None:  # (a pool of ratio x the full pool's pages, more than it needs)
+        window_pages = max(window_pages, math.ceil(ratio * pages_per_sequence))
     paged = cfg.num_layers - len(cfg.linear_attention_layers)  # (a DeltaNet layer: none)
     full = paged - windowed
     # Every paged layer's page row is the same size: per_token_dev / paged bytes a token
@@ -327,6 +337,7 @@ def capacity(
         max_sequences=budget // sequence_bytes,
         sliding_window=window,
         windowed_layers=windowed,
+        swa_full_tokens_ratio=ratio,
         state_bytes_per_sequence_per_device=state,
     )
 
@@ -370,7 +381,12 @@ def format_capacity(c: Capacity) -> str:
                 ""
                 if c.sliding_window is None
                 else f" (each holding its last {c.sliding_window:,} keys' pages in its "
-                f"{c.windowed_layers} layers with a sliding window)"
+                f"{c.windowed_layers} layers with a sliding window"
+                + (
+                    f", their pool {c.swa_full_tokens_ratio:g} x the full layers' pages)"
+                    if c.swa_full_tokens_ratio
+                    else ")"
+                )
             ),
         ]
     )

@@ -38,6 +38,9 @@ _PAGE_SIZE = flags.DEFINE_integer("page_size", 16, "KV page size in tokens, as t
 _HEADROOM = flags.DEFINE_float(
     "headroom", 0.1, "Fraction of each device's memory kept free (activations, fragmentation)."
 )
+_SWA_RATIO = flags.DEFINE_float(
+    "swa_full_tokens_ratio", None, "Hybrid models: the windowed pool's share of the full pool's."
+)
 _JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of text.")
 
 
@@ -54,6 +57,7 @@ def main(argv):
             headroom=_HEADROOM.value,
             page_size=_PAGE_SIZE.value,
             quantization=_QUANTIZATION.value,
+            swa_full_tokens_ratio=_SWA_RATIO.value,
         )
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"capacity: {e}")

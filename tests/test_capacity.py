@@ -458,6 +458,13 @@ def test_a_hybrid_models_windowed_layers_hold_only_their_windows_pages():
     assert full.windowed_layers == 0 and full.sliding_window is None
     assert full.max_sequences == c.kv_budget_bytes_per_device // (16 * 256 * 24 * 8192)
     assert 1.9 < c.max_sequences / full.max_sequences < 2.1
+    # swa_full_tokens_ratio=0.25 (a prefix cache keeping windows longer): a quarter of its
+    # context's pages in each windowed layer, 2,048 of 16.
+    r = capacity(cfg, 131072, tp=8, hbm_gib=80, swa_full_tokens_ratio=0.25)
+    assert r.max_sequences == c.kv_budget_bytes_per_device // (16 * 256 * 12 * (8192 + 2048))
+    assert "their pool 0.25 x the full layers' pages" in format_capacity(r)
+    with pytest.raises(ValueError, match="swa_full_tokens_ratio=0.5: only for a model whose"):
+        capacity("llama-3.1-8b", 4096, swa_full_tokens_ratio=0.5)
 
 
 def test_a_model_config_is_sized_as_given_and_counts_are_integers():
@@ -475,6 +482,7 @@ def test_a_model_config_is_sized_as_given_and_counts_are_integers():
             "hbm_gib",
             "headroom",
             "sliding_window",
+            "swa_full_tokens_ratio",
         ):
             assert type(value) is int, (name, value)
 
