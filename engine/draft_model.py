@@ -146,5 +146,13 @@ class DraftModelProposer:
             return ()
         return got[1][:cap]
 
+    def sleep(self) -> None:
+        """The draft engine's device memory freed, its weights kept on the host (the
+        target's LLM.sleep)."""
+        self._llm.sleep(1)
+
+    def wake_up(self) -> None:
+        self._llm.wake_up()
+
     def stats(self) -> dict[str, int]:
         return {"num_draft_model_steps": self.num_draft_steps}

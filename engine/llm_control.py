@@ -105,7 +105,8 @@ class EngineControl:
 
     def sleep(self, level: int = 1) -> None:
         """Free the device memory of the weights (level 1: copied to the host first; 2:
-        not) and of the KV cache (vLLM's sleep mode)."""
+        not) and of the KV cache (vLLM's sleep mode); a draft model's engine sleeps at
+        level 1 (new weights for the target do not bring the draft's)."""
         if level not in (1, 2):
             raise ValueError(f"level={level!r}: must be 1 or 2")
         self._check_idle("sleep")
@@ -122,6 +123,8 @@ class EngineControl:
         if self._lora is not None:
             self._lora.forget_device()
         self.reset_prefix_cache()
+        if hasattr(draft := self._scheduler.speculative, "sleep"):  # a draft model's engine
+            draft.sleep()
         self._sleep_level = level
 
     def wake_up(self) -> None:
@@ -132,6 +135,8 @@ class EngineControl:
         if self._host_params is not None:
             self.params = jax.tree.map(_OnHost.to_device, self._host_params)
             self._host_params = None
+        if hasattr(draft := self._scheduler.speculative, "wake_up"):
+            draft.wake_up()
         self._sleep_level = 0
 
     def is_sleeping(self) -> bool:

@@ -298,6 +298,14 @@ def test_the_target_drafting_for_itself_keeps_every_draft():
     stats = llm.stats()
     assert stats["num_accepted_tokens"] == stats["num_draft_tokens"] == 15 // 4 * 3 + 2
     assert stats["num_steps"] == 1 + -(-15 // 4)
+    # Asleep (vLLM's sleep mode), the draft engine too; awake, the same again.
+    llm.sleep(2)
+    assert llm.is_sleeping() and llm._scheduler.speculative._llm.is_sleeping()
+    llm.wake_up()
+    llm.load_weights(str(FIXTURES / "llama"))
+    (again,) = llm.generate([REF["prompts"][1]], greedy)
+    assert again.token_ids == out.token_ids
+    assert llm.stats()["num_accepted_tokens"] == 2 * stats["num_accepted_tokens"]
 
 
 def test_a_draft_model_is_checked_before_the_weights_are_read():
