@@ -42,6 +42,8 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 
 @pytest.mark.parametrize("arch, budget", ARCH_BUDGETS)
 def test_pallas_engine_matches_hf_greedy(arch, budget):
+    """gpt-oss again on its prefix cache: the windowed layer's tables then start with
+    released places (engine/prefix_cache.WindowCache), which the kernel never reads."""
     ref = json.loads((FIXTURES / arch / "reference.json").read_text())
     llm = LLM(
         model=str(FIXTURES / arch),
@@ -50,13 +52,17 @@ def test_pallas_engine_matches_hf_greedy(arch, budget):
         num_pages=32,
         max_model_len=64,
         max_num_batched_tokens=budget,
+        enable_prefix_caching=arch == "gpt_oss",
     )
     assert llm.attention_impl == "pallas"
-    outs = llm.generate(ref["prompts"], GREEDY)
-    for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
-        n = len(out.token_ids)
-        assert out.token_ids == tokens[:n], arch
-        np.testing.assert_allclose(out.logprobs, logprobs[:n], atol=2e-3, rtol=0)
+    for _ in range(2 if arch == "gpt_oss" else 1):
+        outs = llm.generate(ref["prompts"], GREEDY)
+        for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
+            n = len(out.token_ids)
+            assert out.token_ids == tokens[:n], arch
+            np.testing.assert_allclose(out.logprobs, logprobs[:n], atol=2e-3, rtol=0)
+    if arch == "gpt_oss":  # (a hit of n pages of 8 reads the windowed pool from n - 1 on)
+        assert [o.num_cached_tokens for o in outs] == [0, 16, 32]
 
 
 def test_auto_picks_pallas_only_on_gpu():
