@@ -11,8 +11,10 @@ pages of sample 0, or once that one is done of a running sibling; with none left
 computes its whole prompt.
 
 A penalized sample that shares has its device penalty row seeded with the prompt tokens
-before its first step (engine/penalties.py). Models whose pools give pages back behind a
-sliding window do not share (the scheduler's rule).
+before its first step (engine/penalties.py). In a hybrid model's windowed pool (whose pages
+go back behind the window) a sample takes its donor's pages from the one its first query's
+window starts in, the places before it released (`share`), while the donor still holds them
+(`can_share`); a model with a window on every layer does not share (the scheduler's rule).
 Prompt logprobs are computed by sample 0 and shown on every sample's record.
 """
 
@@ -105,3 +107,32 @@ def donor(seq: Sequence, page_size: int, computed: Callable[[Sequence], int]) ->
         if sibling.status is SequenceStatus.RUNNING and computed(sibling) >= point:
             return sibling
     return seq if first.is_finished else None
+
+
+def _first_held(pool, num_tokens: int) -> int:
+    """The first place of a table in `pool` (kv_pages.PagePool) that the query after
+    `num_tokens` positions reads: 0, or in a windowed pool where its window starts."""
+    if pool.window is None:
+        return 0
+    return max(0, num_tokens + 1 - pool.window) // pool.pages.page_size
+
+
+def can_share(donor: Sequence, seq: Sequence, pools) -> bool:
+    """Whether `donor` still holds, in each of `pools`, the pages `seq` would share (in a
+    windowed pool, a donor far past the share point gave them back)."""
+    point = share_point(seq, pools[0].pages.page_size)
+    return all(getattr(donor, p.released) <= _first_held(p, point) for p in pools)
+
+
+def share(seq: Sequence, donor: Sequence, num_tokens: int, pools) -> None:
+    """`seq` takes `donor`'s pages of its first `num_tokens` positions (whole pages) in each
+    of `pools` (kv_pages.PagePools): every one, or in a windowed pool those from the place
+    its next query's window starts (the places before released: the first of those stands
+    in for them, never read)."""
+    for pool in pools:
+        first = _first_held(pool, num_tokens)
+        held = pool.table(donor)[first : num_tokens // pool.pages.page_size]
+        for page in held:
+            pool.pages.incref(page)
+        setattr(seq, pool.ids, (held[:1] or (0,)) * first + held)
+        setattr(seq, pool.released, first)

@@ -176,6 +176,7 @@ class Scheduler:
         drafts = speculative.num_speculative_tokens if speculative else 0
         states = None if prefix_cache is None else prefix_cache.states
         self._rows = StateRows(state_slots, states, drafts)
+        self._forks_share = not self._rows.num_slots and self._pools[0].window is None
         self.max_loras, self.policy = max_loras, policy
         self._num_drafts, self._kept_at = 0, [0] * MAX_DRAFTS  # drafts kept per position
         self._num_cache_queries = self._num_cache_hits = 0  # tokens, at admissions
@@ -431,10 +432,8 @@ class Scheduler:
                 continue
             if hits:  # the indexed pages of its prefix (and of its last window)
                 self.prefix_cache.admit(seq, hits, blocks)
-            elif shared and not loaded:  # one pool (no windows): the donor's prompt pages
-                seq.page_ids = donor.page_ids[: shared // self.pages.page_size]
-                for page in seq.page_ids:
-                    self.pages.incref(page)
+            elif shared and not loaded:  # the donor's prompt pages
+                samples.share(seq, donor, shared, self._pools)
             seq.num_computed_tokens, seq.num_loaded_tokens = shared, loaded
             if loaded:
                 plan.loads[seq] = loaded
@@ -660,18 +659,19 @@ class Scheduler:
         return policy is not None and policy.is_long(seq.num_tokens - seq.num_shared_tokens)
 
     def _donor(self, seq: Sequence) -> Sequence | None:
-        """samples.donor; `seq` itself when a windowed pool gives pages back, or when each
-        sequence has a recurrent state (pages alone would not give it the first's)."""
-        if self._windowed_pools or self._rows.num_slots:
+        """samples.donor, if it still holds the pages (samples.can_share); `seq` itself when
+        the main pool gives pages back, or for recurrent states (not in pages)."""
+        if not self._forks_share:
             return seq
-        return samples.donor(seq, self.pages.page_size, self._computed)
+        donor = samples.donor(seq, self.pages.page_size, self._computed)
+        return donor if donor is None or samples.can_share(donor, seq, self._pools) else seq
 
     def _chunk(self, seq: Sequence, left: int, plan: StepPlan) -> int:
         """Tokens of `seq`'s prefill to schedule now: the budget, and for a long sequence
         the policy's allowance and room for a shorter waiting request. A first sample whose
         later samples wait stops at the pages they share, so they join it in the next step."""
         chunk = min(left, plan.budget)
-        if seq.forks and not self._windowed_pools:
+        if seq.forks and self._forks_share:
             computed, point = self._computed(seq), samples.share_point(seq, self.pages.page_size)
             if computed < point and any(f.status is SequenceStatus.WAITING for f in seq.forks):
                 chunk = min(chunk, point - computed)

@@ -14,7 +14,8 @@ from engine.scheduler import Scheduler
 from engine.sequence import Sequence, SequenceStatus
 from long_context.policy import LongPrefillPolicy
 from tests.sampler_cases import POOL
-from tests.scheduler_cases import Params
+from tests.scheduler_cases import Params, reference
+from tests.test_prefix_cache import HybridContentDevice
 
 PAGE = 4
 PROMPT = tuple(range(1, 11))  # 10 tokens: two whole pages (8 positions) can be shared
@@ -130,6 +131,46 @@ def test_nothing_to_share_or_a_window_means_each_sample_computes_its_prompt(prom
     assert [(it.start_pos, it.token_ids) for it in out.items] == [(0, prompt)] * 3
 
 
+def test_a_hybrid_models_samples_share_the_first_ones_last_window():
+    """A full-attention pool and a 6-key windowed one (gpt-oss's layout): later samples of
+    an 18-token prompt share sample 0's 4 whole pages in the first and, in the second, those
+    its first query's window reads (keys 11-16 for the query at 16: places 2 and 3), the
+    places before them released. Every key either layer reads holds the sample's own prefix
+    (test_prefix_cache's fake device), every sample gives its reference, all pages come
+    back."""
+    prompt = tuple(range(1, 19))
+    main, windowed = PageManager(32, PAGE), PageManager(16, PAGE)
+    sched = Scheduler(main, 64, 8, 64, sliding_window=6, window_pages=windowed)
+    first, a, b = seqs = samples_of(3, prompt=prompt, max_tokens=6)
+    dev = HybridContentDevice(PAGE, {s.request_id: s for s in seqs}, 6)
+    for seq in seqs:
+        sched.add(seq)
+    out = sched.schedule()
+    assert [(it.request_id, len(it.token_ids)) for it in out.items] == [("r", 16)]
+    sched.update(out, dev.run(out))
+    out = sched.schedule()
+    assert [(it.request_id, it.start_pos) for it in out.items] == [
+        ("r", 16),
+        ("r/1", 16),
+        ("r/2", 16),
+    ]
+    held = first.window_page_ids[2:4]
+    for seq in (a, b):
+        assert seq.page_ids[:4] == first.page_ids[:4]
+        assert seq.window_page_ids[:4] == (held[0], held[0], *held)
+        assert seq.num_released_window_pages == 2
+    assert [windowed.refcount(p) for p in held] == [3, 3]
+    sched.update(out, dev.run(out))
+    while sched.has_unfinished():
+        out = sched.schedule()
+        sched.update(out, dev.run(out))
+    for seq in seqs:
+        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 64)
+    stats = sched.stats()
+    assert stats["num_prompt_tokens_shared"] == 2 * 16
+    assert (stats["num_pages_free"], stats["num_window_pages_free"]) == (32, 16)
+
+
 def test_a_step_built_ahead_and_undone_gives_the_shared_pages_back():
     """schedule_ahead admits a sample onto the in-flight prefill's pages, then a long
     prompt behind it needs the in-flight step's time: the step is undone, the sample is
@@ -202,6 +243,25 @@ def test_each_sample_equals_its_seed_alone_and_the_prompt_is_computed_once(llm):
     assert_same_samples(out.samples, alone(llm, params, [2**32 - 2, 2**32 - 1, 0, 1]))
     assert len({tuple(s.token_ids) for s in out.samples}) > 1  # they are different draws
     assert llm.stats()["num_pages_free"] == PAGES
+
+
+def test_a_hybrid_models_samples_share_the_prompt_and_give_the_hf_tokens():
+    """gpt-oss (an 8-key window on layer 0), pages of 4: 3 greedy samples of a 33-token
+    prompt share its 8 whole pages, the windowed layer's from place 6 on (keys 25-31 for
+    the query at 32); each gives the Hugging Face fixture's tokens."""
+    import json
+    import pathlib
+
+    fixture = pathlib.Path(__file__).parent / "fixtures" / "gpt_oss"
+    ref = json.loads((fixture / "reference.json").read_text())
+    llm = LLM(model=str(fixture), page_size=4, num_pages=64, max_num_batched_tokens=64)
+    greedy = SamplingParams(n=3, temperature=0.0, max_tokens=16, ignore_eos=True)
+    (out,) = llm.generate([ref["prompts"][2]], greedy)
+    assert [s.token_ids for s in out.samples] == [ref["greedy_tokens"][2]] * 3
+    stats = llm.stats()
+    assert stats["num_prompt_tokens_shared"] == 2 * 32
+    assert stats["num_pages_free"] == 64
+    assert stats["num_window_pages_free"] == stats["num_window_pages_total"]
 
 
 def test_penalized_samples_share_the_prompt_with_their_rows_seeded(llm):
