@@ -63,6 +63,24 @@ def reads_cache(params) -> bool:
     return not getattr(params, "prompt_logprobs", False)
 
 
+def _num_free(manager: PageManager, pages: Sequence[int | HostPage]) -> int:
+    """How many of a match's `pages` use up a free page of `manager` when taken: device
+    pages no one holds, and the host tier's (each copied into a new page)."""
+    return sum(not isinstance(p, int) or manager.refcount(p) == 0 for p in pages)
+
+
+def _hold(manager: PageManager, pages: Sequence[int | HostPage]) -> None:
+    """Hold each of a match's device pages once more (back off the free list if no one
+    held it); host pages are left to the caller."""
+    for page in pages:
+        if not isinstance(page, int):
+            continue
+        if manager.refcount(page):
+            manager.incref(page)
+        else:
+            manager.reclaim(page)
+
+
 class PrefixCache:
     """The content index of one PageManager's full pages."""
 
@@ -152,7 +170,7 @@ class PrefixCache:
         """How many of a match's `pages` use up a free page when taken (device pages no one
         holds, and the host tier's: each copied into a new page), and of a hybrid model's
         window pages for it (WindowCache.pages_for), how many are free."""
-        main = sum(not isinstance(p, int) or self.pages.refcount(p) == 0 for p in pages)
+        main = _num_free(self.pages, pages)
         if self.windows is None:
             return main, 0
         return main, self.windows.num_free(self.windows.pages_for(blocks)[1])
@@ -170,13 +188,7 @@ class PrefixCache:
         """Hold each matched device page once more (back off the free list if no one held
         it), then give each host page a new device page, indexed under its key and block id,
         its rows to be copied in (HostTier.load). Returns the device page ids."""
-        for page in pages:
-            if not isinstance(page, int):
-                continue
-            if self.pages.refcount(page):
-                self.pages.incref(page)
-            else:
-                self.pages.reclaim(page)
+        _hold(self.pages, pages)
         # (After the device hits are held: allocating evicts free pages, never those.)
         held = list(pages)
         for i, entry in enumerate(pages):
@@ -298,7 +310,7 @@ class WindowCache:
     def num_free(self, pages: list[int | HostPage]) -> int:
         """How many of `pages` use up a free page when taken: device pages no one holds,
         and the host tier's (each copied into a new page)."""
-        return sum(not isinstance(p, int) or self.pages.refcount(p) == 0 for p in pages)
+        return _num_free(self.pages, pages)
 
     def take(self, blocks: list[int]) -> tuple[tuple[int, ...], int]:
         """The windowed table of a sequence admitted on a `usable` match's `blocks`, and how
@@ -307,13 +319,7 @@ class WindowCache:
         copied in); before them the first of those (or page 0) stands in, never read
         (attention masks keys behind the window)."""
         first, pages = self.pages_for(blocks)
-        for page in pages:
-            if not isinstance(page, int):
-                continue
-            if self.pages.refcount(page):
-                self.pages.incref(page)
-            else:
-                self.pages.reclaim(page)
+        _hold(self.pages, pages)
         held = list(pages)  # (after the device hits are held: allocating evicts others)
         for i, entry in enumerate(pages):
             if not isinstance(entry, int):

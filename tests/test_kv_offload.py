@@ -38,6 +38,7 @@ from tests.test_prefix_cache import (
     _reference,
     _workload,
     arrivals,
+    hybrid_scheduler,
     reader,
     run_workload,
 )
@@ -238,17 +239,7 @@ def test_a_hybrid_models_windowed_pages_go_to_the_host_and_back(seed, ahead):
     rng = random.Random(seed)
     tier = HostTier(64)
     main, windowed = PageManager(12, PAGE), PageManager(8, PAGE)
-    cache = PrefixCache(main, tier, windows=WindowCache(windowed, 6, tier))
-    sched = Scheduler(
-        main,
-        16,
-        4,
-        40,
-        eos_token_ids=(EOS,),
-        sliding_window=6,
-        window_pages=windowed,
-        prefix_cache=cache,
-    )
+    sched = hybrid_scheduler(PrefixCache(main, tier, windows=WindowCache(windowed, 6, tier)))
     seqs: dict[str, Sequence] = {}
     dev = HybridOffloadDevice(PAGE, seqs, 6, tier)
     pending = _workload(rng)

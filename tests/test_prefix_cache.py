@@ -475,6 +475,21 @@ class HybridContentDevice(ContentDevice):
         return super().run(out)
 
 
+def hybrid_scheduler(cache: PrefixCache) -> Scheduler:
+    """The workloads' scheduler (a 16-token budget, 4 sequences of 40 at most) for a hybrid
+    model with a 6-key window, over the pools `cache` and its WindowCache index."""
+    return Scheduler(
+        cache.pages,
+        16,
+        4,
+        40,
+        eos_token_ids=(EOS,),
+        sliding_window=6,
+        window_pages=cache.windows.pages,
+        prefix_cache=cache,
+    )
+
+
 class CountedWindows(WindowCache):
     """A WindowCache that records how many released places each admission's table starts
     with."""
@@ -499,16 +514,7 @@ def test_random_shared_prefix_workload_of_a_hybrid_model(seed, ahead):
     rng = random.Random(seed)
     main, windowed = PageManager(20, PAGE), PageManager(10, PAGE)
     windows = CountedWindows(windowed, 6)
-    sched = Scheduler(
-        main,
-        16,
-        4,
-        40,
-        eos_token_ids=(EOS,),
-        sliding_window=6,
-        window_pages=windowed,
-        prefix_cache=PrefixCache(main, windows=windows),
-    )
+    sched = hybrid_scheduler(PrefixCache(main, windows=windows))
     seqs: dict[str, Sequence] = {}
     dev = HybridContentDevice(PAGE, seqs, 6)
     pending = _workload(rng)
