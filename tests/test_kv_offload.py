@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import random
 
 import jax.numpy as jnp
@@ -40,6 +41,7 @@ from tests.test_prefix_cache import (
     arrivals,
     hybrid_scheduler,
     reader,
+    run_checked,
     run_workload,
 )
 
@@ -240,14 +242,8 @@ def test_a_hybrid_models_windowed_pages_go_to_the_host_and_back(seed, ahead):
     tier = HostTier(64)
     main, windowed = PageManager(12, PAGE), PageManager(8, PAGE)
     sched = hybrid_scheduler(PrefixCache(main, tier, windows=WindowCache(windowed, 6, tier)))
-    seqs: dict[str, Sequence] = {}
-    dev = HybridOffloadDevice(PAGE, seqs, 6, tier)
-    pending = _workload(rng)
-    run_workload(sched, dev, seqs, pending, ahead, arrivals(sched, seqs, pending))
-    for rid, seq in seqs.items():
-        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40), rid
-    _check_pages(sched, seqs)
-    stats = sched.stats()
+    device = functools.partial(HybridOffloadDevice, PAGE, window=6, tier=tier)
+    stats, dev = run_checked(sched, device, rng, ahead)
     assert stats["num_pages_free"] == 12 and stats["num_window_pages_free"] == 8
     assert dev.loaded["in"] > 0 and dev.loaded["window in"] > 0
 

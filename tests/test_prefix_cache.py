@@ -490,6 +490,18 @@ def hybrid_scheduler(cache: PrefixCache) -> Scheduler:
     )
 
 
+def run_checked(sched: Scheduler, device, rng: random.Random, ahead: bool):
+    """_workload's requests run to their end on `device(seqs)`, each with its reference
+    output and every page's refcount right after: (the scheduler's stats, the device)."""
+    seqs: dict[str, Sequence] = {}
+    pending, dev = _workload(rng), device(seqs)
+    run_workload(sched, dev, seqs, pending, ahead, arrivals(sched, seqs, pending))
+    for rid, seq in seqs.items():
+        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40), rid
+    _check_pages(sched, seqs)
+    return sched.stats(), dev
+
+
 class CountedWindows(WindowCache):
     """A WindowCache that records how many released places each admission's table starts
     with."""
@@ -515,14 +527,8 @@ def test_random_shared_prefix_workload_of_a_hybrid_model(seed, ahead):
     main, windowed = PageManager(20, PAGE), PageManager(10, PAGE)
     windows = CountedWindows(windowed, 6)
     sched = hybrid_scheduler(PrefixCache(main, windows=windows))
-    seqs: dict[str, Sequence] = {}
-    dev = HybridContentDevice(PAGE, seqs, 6)
-    pending = _workload(rng)
-    run_workload(sched, dev, seqs, pending, ahead, arrivals(sched, seqs, pending))
-    for rid, seq in seqs.items():
-        assert (seq.output_token_ids, seq.finish_reason) == reference(seq, 40), rid
-    _check_pages(sched, seqs)
-    stats = sched.stats()
+    device = functools.partial(HybridContentDevice, PAGE, window=6)
+    stats, _ = run_checked(sched, device, rng, ahead)
     assert stats["num_pages_free"] == 20 and stats["num_window_pages_free"] == 10
     assert stats["prefix_cache_hits"] > 0 and max(windows.released) > 0
     assert stats["num_preemptions"] > 0 or ahead  # (steps built ahead rarely preempt)
