@@ -13,10 +13,11 @@ takes the pages of the sequence's longest cached prefix (its own from the step b
 tokens since then are the target's kept ones) and computes the rest, at most a page and
 the tokens kept since, then decodes k tokens; its max_model_len is the target's plus k (at
 most its own: a longer sequence gets no drafts), and its pool holds every sequence's
-context. Steps with drafts are built
-synchronously (the drafts follow the tokens the step before kept). Beside a target on a
-mesh the draft engine runs on the default device, unsharded; not across processes (each
-would draft on its own, and every process must schedule alike).
+context. Steps with drafts are built synchronously (the drafts follow the tokens the step
+before kept). Beside a target on a mesh the draft engine runs on the default device,
+unsharded; not across processes (each would draft on its own, and every process must
+schedule alike). Each step reads every speculating sequence's whole context (a list for
+the draft engine, and its prefix-cache lookup): O(context) host work a step.
 """
 
 from __future__ import annotations
