@@ -134,9 +134,9 @@ class DraftModelProposer:
         params = SamplingParams(
             temperature=0.0, max_tokens=self.num_speculative_tokens, ignore_eos=True
         )
-        before = self._llm.stats()["num_steps"]
+        before = self._llm._num_steps  # (not stats(): every step, its whole dict twice)
         outs = self._llm.generate([list(seq.all_token_ids) for seq in seqs], params)
-        self.num_draft_steps += self._llm.stats()["num_steps"] - before
+        self.num_draft_steps += self._llm._num_steps - before
         for seq, out in zip(seqs, outs, strict=True):
             self._drafts[seq.request_id] = (seq.num_tokens, tuple(out.token_ids))
 

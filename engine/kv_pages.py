@@ -80,6 +80,12 @@ def window_pool_pages(
     return pages_for_tokens(span, page_size)
 
 
+def first_place(position: int, window: int, page_size: int) -> int:
+    """The first place of a page table that a query at `position` reads through a sliding
+    `window` (keys from position + 1 - window on); the places before it are behind it."""
+    return max(0, position + 1 - window) // page_size
+
+
 class PageManager:
     """A pool of `num_pages` KV pages of `page_size` tokens each.
 
@@ -212,17 +218,20 @@ class PagePool(NamedTuple):
         setattr(seq, self.ids, table[:num_pages])
         setattr(seq, self.released, min(released, num_pages))
 
-    def skip_behind_window(self, seq: Any, num_tokens: int) -> int:
-        """Start `seq`'s table here for a sequence whose first `num_tokens` positions come
-        written from elsewhere (a KV store): the places wholly behind its first query's
-        window, released ones that page 0 stands in for (never read, never held); returns
-        how many (0 without a window)."""
+    def first_held(self, position: int) -> int:
+        """The first place of a table here that a query at `position` reads (first_place;
+        0 without a window)."""
         if self.window is None:
             return 0
-        first = max(0, num_tokens + 1 - self.window) // self.pages.page_size
+        return first_place(position, self.window, self.pages.page_size)
+
+    def skip_behind_window(self, seq: Any, num_tokens: int) -> None:
+        """Start `seq`'s table here for a sequence whose first `num_tokens` positions come
+        written from elsewhere (a KV store): the places wholly behind its first query's
+        window, released ones that page 0 stands in for (never read, never held)."""
+        first = self.first_held(num_tokens)
         setattr(seq, self.ids, (0,) * first)
         setattr(seq, self.released, first)
-        return first
 
     def release_behind_window(self, seq: Any) -> None:
         """Free the pages of a windowed pool wholly behind the window of every query `seq`
@@ -232,9 +241,8 @@ class PagePool(NamedTuple):
         included: it follows the steps already updated) and sees keys from that position +
         1 - window on. Preemption recomputes from position 0 with new pages.
         """
-        first_key = seq.num_computed_tokens + 1 - self.window
         table, done = self.table(seq), getattr(seq, self.released)
-        behind = min(max(first_key, 0) // self.pages.page_size, len(table))
+        behind = min(self.first_held(seq.num_computed_tokens), len(table))
         if behind > done:
             self.pages.free(table[done:behind])
             setattr(seq, self.released, behind)

@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from engine.kv_pages import PageManager
+from engine.kv_pages import PageManager, first_place
 
 if TYPE_CHECKING:  # (a host page is anything but an int page id: no jax imported here)
     from engine.kv_offload import HostPage, HostTier
@@ -280,7 +280,7 @@ class WindowCache:
         """The first place in a table that a query right after its first `num_pages` pages
         reads (keys from its position + 1 - window on); those before it are released."""
         size = self.pages.page_size
-        return max(0, num_pages * size + 1 - self.window) // size
+        return first_place(num_pages * size, self.window, size)
 
     def usable(self, hits: list, blocks: list[int]) -> tuple[list, list[int]]:
         """A prefix-cache match cut to its longest prefix whose window pages (the places

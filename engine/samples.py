@@ -109,19 +109,11 @@ def donor(seq: Sequence, page_size: int, computed: Callable[[Sequence], int]) ->
     return seq if first.is_finished else None
 
 
-def _first_held(pool, num_tokens: int) -> int:
-    """The first place of a table in `pool` (kv_pages.PagePool) that the query after
-    `num_tokens` positions reads: 0, or in a windowed pool where its window starts."""
-    if pool.window is None:
-        return 0
-    return max(0, num_tokens + 1 - pool.window) // pool.pages.page_size
-
-
 def can_share(donor: Sequence, seq: Sequence, pools) -> bool:
     """Whether `donor` still holds, in each of `pools`, the pages `seq` would share (in a
     windowed pool, a donor far past the share point gave them back)."""
     point = share_point(seq, pools[0].pages.page_size)
-    return all(getattr(donor, p.released) <= _first_held(p, point) for p in pools)
+    return all(getattr(donor, p.released) <= p.first_held(point) for p in pools)
 
 
 def share(seq: Sequence, donor: Sequence, num_tokens: int, pools) -> None:
@@ -130,7 +122,7 @@ def share(seq: Sequence, donor: Sequence, num_tokens: int, pools) -> None:
     its next query's window starts (the places before released: the first of those stands
     in for them, never read)."""
     for pool in pools:
-        first = _first_held(pool, num_tokens)
+        first = pool.first_held(num_tokens)
         held = pool.table(donor)[first : num_tokens // pool.pages.page_size]
         for page in held:
             pool.pages.incref(page)

@@ -422,7 +422,7 @@ class Scheduler:
             # (Taking a free page off the free list uses it up like a new one.)
             taken = list(self.prefix_cache.num_free(hits, blocks)) if hits else [0, 0]
             if loaded and self.window_pages is not None:  # (its window's places only)
-                taken[1] -= max(0, loaded + 1 - self.sliding_window) // size
+                taken[1] -= self._pools[1].first_held(loaded)
             fits = all(p.pages.can_allocate(need + taken[i]) for i, p in enumerate(self._pools))
             if not chunk or not fits:
                 seq.num_shared_tokens = 0
