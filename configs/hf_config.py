@@ -22,7 +22,9 @@ from configs.hf_kimi_linear import KIMI_ALIASES, KIMI_DEFAULTS, KIMI_LINEAR, kim
 from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
 from configs.hf_mla import MLA_DEFAULTS, MLA_MODEL_TYPES, mla_fields
 from configs.hf_moe import moe_fields
+from configs.hf_nemotron_h import NEMOTRON_ALIASES, NEMOTRON_DEFAULTS, NEMOTRON_H, nemotron_h_fields
 from configs.hf_qwen3_next import LINEAR_DEFAULTS, LINEAR_MODEL_TYPES, linear_fields
+from configs.hf_window import sliding_window_fields
 from configs.int4_schemes import INT4_METHODS, Int4Scheme, int4_scheme
 from configs.model_config import ModelConfig, RopeScaling
 
@@ -53,6 +55,7 @@ SUPPORTED_MODEL_TYPES = (
     *LINEAR_MODEL_TYPES,
     KIMI_LINEAR,
     DEEPSEEK_V4,
+    NEMOTRON_H,
 )
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
@@ -226,7 +229,12 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 }
 # fmt: on
 _DEFAULTS.update(
-    MLA_DEFAULTS, llama4_text=LLAMA4_DEFAULTS, **LINEAR_DEFAULTS, **KIMI_DEFAULTS, **v4.V4_DEFAULTS
+    MLA_DEFAULTS,
+    llama4_text=LLAMA4_DEFAULTS,
+    **LINEAR_DEFAULTS,
+    **KIMI_DEFAULTS,
+    **v4.V4_DEFAULTS,
+    **NEMOTRON_DEFAULTS,
 )
 # Other names a config.json may give a field, per model type: each config class's
 # `attribute_map` in transformers 5.24 (the field read here <- the names it also takes; a
@@ -234,6 +242,7 @@ _DEFAULTS.update(
 _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     **KIMI_ALIASES,
     **v4.V4_ALIASES,
+    **NEMOTRON_ALIASES,
     "qwen3_moe": {"num_experts": ("num_local_experts",)},
     "mixtral": {"num_local_experts": ("num_experts",)},
     "minimax_m2": {"num_local_experts": ("num_experts",)},
@@ -616,76 +625,6 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 
 
-def _sliding_window(f: _Fields, model_type: str, num_layers: int) -> dict:
-    """The window transformers applies, and the layers it leaves out, as its modeling code
-    reads them: Llama, DeepSeek and GLM-4.5 have none; Mistral and Mixtral window every
-    layer; Qwen only with use_sliding_window, Qwen3-MoE every layer, Qwen2/Qwen3/Qwen2-MoE
-    the layers `layer_types` marks "sliding_attention" (default: Qwen2/Qwen3 from
-    max_window_layers on, Qwen2-MoE the even layers below max_window_layers); dots.llm1 as
-    Qwen3 without the use_sliding_window switch."""
-    none = dict(sliding_window=None, full_attention_layers=())
-    no_window = (
-        "llama",
-        "llama4_text",  # (its chunks: configs/hf_llama4.py)
-        "hunyuan_v1_moe",
-        "olmoe",
-        "ernie4_5_moe",
-        "glm4_moe",
-        "glm4_moe_lite",
-        "minimax_m2",
-        "deepseek_v2",
-        "deepseek_v3",
-        "deepseek_v32",
-        "glm_moe_dsa",
-        "mistral4",
-        "mistral_large4_text",
-        *LINEAR_MODEL_TYPES,
-        KIMI_LINEAR,
-    )
-    if model_type == DEEPSEEK_V4:  # (v4_fields reads its window)
-        return {}
-    if model_type in no_window:
-        return none
-    per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe", "gpt_oss", "dots1")
-    window = f.get("sliding_window")
-    layer_types = f.hf.get("layer_types") if per_layer else None
-    # (no use_sliding_window switch)
-    always = ("mistral", "ministral3", "mixtral", "gpt_oss", "dots1")
-    if model_type not in always and not f.get("use_sliding_window"):
-        window = None  # transformers' config sets it so
-    if window is None:
-        if layer_types and "sliding_attention" in layer_types:
-            # transformers builds the model, then fails making its sliding mask.
-            raise ValueError(
-                "HF config layer_types: marks sliding_attention layers, but there is no "
-                "window (sliding_window null, or use_sliding_window false)"
-            )
-        return none
-    if not per_layer:
-        return dict(sliding_window=window, full_attention_layers=())
-    if layer_types is None:
-        first = f.get("max_window_layers")
-        if model_type == "gpt_oss":
-            sliding = [i % 2 == 0 for i in range(num_layers)]
-        elif model_type == "qwen2_moe":
-            sliding = [i % 2 == 0 and i < first for i in range(num_layers)]
-        else:
-            sliding = [i >= first for i in range(num_layers)]
-        layer_types = ["sliding_attention" if s else "full_attention" for s in sliding]
-    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
-        raise ValueError(
-            f"HF config layer_types: expected a list of num_hidden_layers={num_layers} entries"
-        )
-    kinds = ("full_attention", "sliding_attention")
-    bad = [t for t in layer_types if t not in kinds]
-    if bad:
-        raise ValueError(f"HF config layer_types: {bad[0]!r} is not one of {kinds}")
-    full = tuple(i for i, t in enumerate(layer_types) if t == "full_attention")
-    if len(full) == num_layers:
-        return none
-    return dict(sliding_window=window, full_attention_layers=full)
-
-
 def _gqa_fields(f: _Fields, model_type: str) -> dict:
     heads = f.required("num_attention_heads")
     head_dim = f.get("head_dim")
@@ -756,7 +695,7 @@ def config_from_hf(
         rope_theta = v4.v4_main_theta(f)
     else:
         rope_theta, rope_scaling = _rope(f, max_position)
-    window = _sliding_window(f, model_type, num_layers)
+    window = sliding_window_fields(f, model_type, num_layers)
     eos_ids = _eos_ids(f.get("eos_token_id"))
     if not isinstance(source, dict):
         eos_ids = tuple(dict.fromkeys(eos_ids + _generation_eos_ids(source)))
@@ -765,6 +704,9 @@ def config_from_hf(
         arch = {**mla_fields(f, model_type), **_llama4_temperature(f)}
     elif model_type == KIMI_LINEAR:
         arch = kimi_linear_fields(f)
+    elif model_type == NEMOTRON_H:  # (its layers: its mixers)
+        arch = nemotron_h_fields(f)
+        num_layers = arch.pop("num_layers")
     elif model_type == DEEPSEEK_V4:
         arch = v4.v4_fields(f)
     elif model_type in MLA_MODEL_TYPES:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 # ntk_alpha: a fixed NTK-aware base, theta * alpha^(d / (d - 2)) (Hunyuan's checkpoints
 # spell it "dynamic" with an alpha; its frequencies never depend on the length).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha")
-LINEAR_ATTENTION_KINDS = ("gated_delta", "kimi_delta")
+LINEAR_ATTENTION_KINDS = ("gated_delta", "kimi_delta", "mamba2")
 # dsv4: DeepSeek-V4's attention (models/deepseek_v4.py).
 ATTENTION_TYPES = ("gqa", "mla", "dsv4")
 # softmax_topk: the top-k router logits, softmaxed among themselves (gpt-oss);
@@ -17,7 +17,9 @@ ATTENTION_TYPES = ("gqa", "mla", "dsv4")
 SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk", "sqrtsoftplus")
 # Expert MLP activation: silu(gate) * up, gpt-oss's clamped form, or DeepSeek-V4's
 # silu(min(gate, limit)) * clip(up, -limit, limit) (models/moe.py).
-EXPERT_ACTS = ("swiglu", "clamped_swiglu", "limited_swiglu")
+# relu2: relu(x @ up)^2, no gate projection (Nemotron-H's experts, and its MLPs: mlp_act).
+EXPERT_ACTS = ("swiglu", "clamped_swiglu", "limited_swiglu", "relu2")
+MLP_ACTS = ("swiglu", "relu2")
 # DeepSeek-V4's attention per layer: a sliding window alone, or beside compressed entries
 # (csa: one per csa_ratio tokens, overlapping, picked by a lightning indexer; hca: one per
 # hca_ratio tokens, all attended).
@@ -149,7 +151,14 @@ class ModelConfig:
     # head, the output gated by silu(z)) or "kimi_delta" (Kimi-Linear's KDA: a decay per
     # key channel from a low-rank forget gate, the output by sigmoid of a low-rank gate;
     # as many key heads as value heads, dk == dv).
+    # "mamba2" (Nemotron-H's Mamba-2 layers, the same recurrence without the delta rule's
+    # correction: S_t = exp(-exp(A_log) dt_t) S_{t-1} + B_t (dt_t x_t)^T, y_t = S_t^T C_t +
+    # D x_t, dt_t = softplus(x W_dt + dt_bias) clamped to mamba_dt_limit; B and C per group
+    # (the "key" heads, ssm_state_size wide), x per head; the conv has a bias; the output
+    # RMS-normed per group of heads after the silu(z) gate).
     linear_attention_kind: str = "gated_delta"
+    linear_conv_bias: bool = False
+    mamba_dt_limit: tuple[float, float] = (0.0, math.inf)
     # Kimi-Linear's MLA layers use their rope channels as they are (NoPE: no rotation).
     mla_unrotated: bool = False
     # Qwen3-Next's gated attention: q_proj also yields a gate per output channel, the
@@ -182,6 +191,12 @@ class ModelConfig:
     router_weight_on_input: bool = False
     swiglu_limit: float = 7.0  # clamped_swiglu: gate <= limit, |up| <= limit
     swiglu_alpha: float = 1.702  # clamped_swiglu: gate * sigmoid(alpha * gate)
+    # Nemotron-H: the dense MLPs' (and shared experts') activation, one of MLP_ACTS; layers
+    # whose mixer no feed-forward block follows; routed experts working at this width
+    # between a down and an up projection of the token (latent MoE; 0: the hidden size).
+    mlp_act: str = "swiglu"
+    no_ffn_layers: tuple[int, ...] = ()
+    moe_latent_size: int = 0
     first_k_dense_replace: int = 0  # first k layers use a dense MLP (DeepSeek)
     moe_layer_freq: int = 1  # every n-th layer after first_k_dense_replace is MoE
     mlp_only_layers: tuple[int, ...] = ()  # layers forced dense (Qwen3-MoE)
@@ -385,6 +400,11 @@ class ModelConfig:
                     f"topk_group={self.topk_group}: its groups hold {self.topk_group * per_group}"
                     f" experts, fewer than num_experts_per_tok={self.num_experts_per_tok}"
                 )
+        if self.mlp_act not in MLP_ACTS or self.moe_latent_size < 0:
+            raise ValueError(f"mlp_act={self.mlp_act!r}: expected {MLP_ACTS}; moe_latent_size >= 0")
+        bad = [i for i in self.no_ffn_layers if not 0 <= i < self.num_layers]
+        if bad:
+            raise ValueError(f"no_ffn_layers: layer {bad[0]} is outside [0, {self.num_layers})")
         if self.attn_scale_beta and not (
             self.attn_scale_beta > 0 and self.attn_scale_positions >= 1
         ):
@@ -434,6 +454,8 @@ class ModelConfig:
                 f"linear_num_value_heads={self.linear_num_value_heads}: must be a multiple of "
                 f"linear_num_key_heads={self.linear_num_key_heads}"
             )
+        if self.linear_conv_bias != (self.linear_attention_kind == "mamba2"):
+            raise ValueError("linear_conv_bias: Mamba-2's convs have a bias, the others none")
         kda = (self.linear_num_key_heads, self.linear_key_head_dim)
         if self.linear_attention_kind == "kimi_delta" and kda != (
             self.linear_num_value_heads,
@@ -683,8 +705,9 @@ class ModelConfig:
         return None
 
     def is_moe_layer(self, layer: int) -> bool:
-        """Whether decoder layer `layer` carries routed experts (else a dense SwiGLU MLP)."""
-        if not self.num_experts or layer in self.mlp_only_layers:
+        """Whether decoder layer `layer` carries routed experts (else a dense MLP, or none:
+        no_ffn_layers)."""
+        if not self.num_experts or layer in self.mlp_only_layers or layer in self.no_ffn_layers:
             return False
         if layer < self.first_k_dense_replace:
             return False

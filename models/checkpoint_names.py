@@ -185,6 +185,7 @@ def _kda_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
 # block_sparse_moe to mlp), where the release has mlp.
 ALTERNATE_NAMES = {
     "kimi_linear": ((".mlp.", ".block_sparse_moe."),),
+    "nemotron_h": (("backbone.", "model."),),
     # DeepSeek-V4's release names its tensors without "model." (transformers 5.25 renames
     # only the embedding, final norm and hyper-connection head back on save).
     "deepseek_v4": (
@@ -368,12 +369,101 @@ def _v4_names(cfg: ModelConfig) -> dict[str, HFTensor]:
     return names
 
 
+def nemotron_h_blocks(cfg: ModelConfig) -> list[tuple[int, int | None]]:
+    """Nemotron-H's blocks (one mixer or one feed-forward block each) behind each decoder
+    layer: (its mixer's block, its feed-forward block's or None: no_ffn_layers)."""
+    out, block = [], 0
+    for i in range(cfg.num_layers):
+        ffn = None if i in cfg.no_ffn_layers else block + 1
+        out.append((block, ffn))
+        block += 1 if ffn is None else 2
+    return out
+
+
+def _nemotron_h_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:
+    """Nemotron-H as released (and as transformers 5.25 saves it: "backbone.", experts one
+    per expert; its own load names, "model." and fused experts, are the alternates): each
+    block a norm and a mixer; Mamba-2's in_proj rows z | x | B | C | dt and its conv's
+    channels x | B | C; relu2 MLPs and experts (up, down); the latent MoE's projections."""
+    d, v, e, f = cfg.hidden_size, cfg.vocab_size, cfg.num_experts, cfg.moe_intermediate_size
+    hk, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv, taps = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel
+    dx = cfg.moe_latent_size or d
+    names = {
+        "backbone.embeddings.weight": HFTensor((v, d), (("embed",),), "copy"),
+        "backbone.norm_f.weight": _vector(d, ("final_norm",)),
+    }
+    if not cfg.tie_word_embeddings:
+        names["lm_head.weight"] = _linear(v, d, ("lm_head",))
+    for i, (mixer, ffn) in enumerate(nemotron_h_blocks(cfg)):
+        at, pre = ("layers", i), f"backbone.layers.{mixer}"
+        names[f"{pre}.norm.weight"] = _vector(d, at + ("attn_norm",))
+        if not cfg.is_linear_layer(i):
+            names.update(_attn_names(cfg, f"{pre}.mixer", at + ("attn",), i))
+        else:
+            m, li = f"{pre}.mixer", at + ("linear",)
+            rows = (li + ("wz",), li + ("wv",), li + ("wk",), li + ("wq",), li + ("wa",))
+            conv = 2 * hk * dk + hv * dv
+            names[f"{m}.in_proj.weight"] = HFTensor((hv * dv + conv + hv, d), rows, "grouped")
+            names[f"{m}.conv1d.weight"] = HFTensor(
+                (conv, 1, taps), tuple(li + (c,) for c in ("conv_v", "conv_k", "conv_q")), "grouped"
+            )
+            names[f"{m}.conv1d.bias"] = HFTensor(
+                (conv,),
+                tuple(li + (c + "_bias",) for c in ("conv_v", "conv_k", "conv_q")),
+                "grouped",
+            )
+            for leaf in ("A_log", "D", "dt_bias"):
+                names[f"{m}.{leaf}"] = _vector(hv, li + (leaf,))
+            names[f"{m}.norm.weight"] = _vector(hv * dv, li + ("norm",))
+            names[f"{m}.out_proj.weight"] = _linear(d, hv * dv, li + ("wo",))
+        if ffn is None:
+            continue
+        pre = f"backbone.layers.{ffn}"
+        names[f"{pre}.norm.weight"] = _vector(d, at + ("mlp_norm",))
+        if not cfg.is_moe_layer(i):
+            names[f"{pre}.mixer.up_proj.weight"] = _linear(
+                cfg.intermediate_size, d, at + ("mlp", "w_up")
+            )
+            names[f"{pre}.mixer.down_proj.weight"] = _linear(
+                d, cfg.intermediate_size, at + ("mlp", "w_down")
+            )
+            continue
+        m, mo = f"{pre}.mixer", at + ("moe",)
+        names[f"{m}.gate.weight"] = _linear(e, d, mo + ("router",))
+        names[f"{m}.gate.e_score_correction_bias"] = _vector(e, mo + ("router_bias",))
+        if layout == "fused":  # (transformers' own: [E, F, L] and [E, L, F])
+            names[f"{m}.experts.up_proj"] = HFTensor((e, f, dx), (mo + ("w_up",),), "experts_T")
+            names[f"{m}.experts.down_proj"] = HFTensor((e, dx, f), (mo + ("w_down",),), "experts_T")
+        else:
+            for x in range(e):
+                for hf, ours, shape in (
+                    ("up_proj", "w_up", (f, dx)),
+                    ("down_proj", "w_down", (dx, f)),
+                ):
+                    names[f"{m}.experts.{x}.{hf}.weight"] = HFTensor(
+                        shape, (mo + (ours,),), "expert", x
+                    )
+        fs = cfg.shared_expert_width
+        if fs:
+            names[f"{m}.shared_experts.up_proj.weight"] = _linear(fs, d, mo + ("shared", "w_up"))
+            names[f"{m}.shared_experts.down_proj.weight"] = _linear(
+                d, fs, mo + ("shared", "w_down")
+            )
+        if cfg.moe_latent_size:
+            names[f"{m}.fc1_latent_proj.weight"] = _linear(dx, d, mo + ("latent_in",))
+            names[f"{m}.fc2_latent_proj.weight"] = _linear(d, dx, mo + ("latent_out",))
+    return names
+
+
 def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict[str, HFTensor]:
     """Every tensor an HF checkpoint of `cfg` must hold -> expected shape and params target."""
     if expert_layout not in EXPERT_LAYOUTS:
         raise ValueError(f"expert_layout={expert_layout!r}: expected one of {EXPERT_LAYOUTS}")
     if cfg.is_dsv4:
         return _v4_names(cfg)
+    if cfg.model_type == "nemotron_h":
+        return _nemotron_h_names(cfg, expert_layout)
     d, v = cfg.hidden_size, cfg.vocab_size
     names = {
         "model.embed_tokens.weight": HFTensor((v, d), (("embed",),), "copy"),

@@ -39,13 +39,22 @@ def model_norm(x: jax.Array, weight: jax.Array, cfg: ModelConfig) -> jax.Array:
     return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_scale_in_float32, cfg.norm_offset)
 
 
+def relu2(x: jax.Array) -> jax.Array:
+    """relu(x)^2 (transformers' ReLUSquaredActivation, Nemotron-H's MLPs)."""
+    return jnp.square(jax.nn.relu(x))
+
+
 def swiglu_mlp(p: dict, x: jax.Array, delta=None) -> jax.Array:
     """down(silu(x @ gate) * (x @ up)); x: [T, D], w_gate/w_up [D, F], w_down [F, D] -> [T, D].
+    Without w_gate (ModelConfig.mlp_act "relu2"): down(relu(x @ up)^2).
     `delta(leaf, x)`: a LoRA term to add to a projection (models/lora.py), or None."""
     delta = delta or (lambda name, x: None)
-    gate = add(x @ p["w_gate"], delta("w_gate", x))  # [T, F]
     up = add(x @ p["w_up"], delta("w_up", x))  # [T, F]
-    h = jax.nn.silu(gate) * up
+    if "w_gate" in p:
+        gate = add(x @ p["w_gate"], delta("w_gate", x))  # [T, F]
+        h = jax.nn.silu(gate) * up
+    else:
+        h = relu2(up)
     return add(h @ p["w_down"], delta("w_down", h))
 
 

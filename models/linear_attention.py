@@ -1,5 +1,6 @@
 """Gated DeltaNet, the linear-attention layers of Qwen3-Next and Qwen3.5 (arXiv:2412.06464),
-and Kimi Delta Attention (KDA), Kimi-Linear's (arXiv:2510.26692).
+Kimi Delta Attention (KDA), Kimi-Linear's (arXiv:2510.26692), and Mamba-2's SSD layers,
+Nemotron-H's (arXiv:2405.21060).
 
 Per token t of a sequence, with q, k, v from a causal depthwise conv (linear_conv_kernel
 taps, then SiLU) of their projections, q and k L2-normalised (q also times dk^-0.5), and
@@ -17,6 +18,11 @@ KDA (ModelConfig.linear_attention_kind "kimi_delta") runs the same rule with a d
 channel, exp(g_t) a diagonal [dk] per head: g_t = -exp(A_log) * softplus(f_b(f_a(x_t)) +
 dt_bias) through a low-rank forget gate, and its output normed times sigmoid(g_b(g_a(x_t)))
 (q, k, v from their own projections and convs, as many heads each).
+
+Mamba-2 (ModelConfig.linear_attention_kind "mamba2") is the same recurrence without the
+delta rule's correction, k = B and q = C per group (unnormalised), v = x per head, the rate
+beta_t = dt_t = softplus(x_t W_dt + dt_bias) and the decay g_t = -exp(A_log) dt_t:
+S_t = exp(g_t) S_{t-1} + B_t (dt_t x_t)^T, o_t = S_t^T C_t + D x_t; its convs have biases.
 
 The state a sequence carries from step to step is the conv's last kernel - 1 inputs and S.
 The layer runs over a step's ragged batch (`Segments`: each sequence's span of rows and its
@@ -102,15 +108,20 @@ def segments_from_spans(
     )
 
 
-def _causal_conv(x: jax.Array, w: jax.Array, prior: jax.Array, seg: Segments):
+def _causal_conv(
+    x: jax.Array, w: jax.Array, prior: jax.Array, seg: Segments, bias: jax.Array | None = None
+):
     """Depthwise causal conv of each span, continuing its sequence's last inputs.
 
     x [T, ...C] this step's inputs; w [K, ...C] the taps (w[K-1] on the newest input);
     prior [S, K-1, ...C] each sequence's previous K-1 inputs, oldest first (zeros when
-    fresh). Returns (silu(conv) [T, ...C], each sequence's last K-1 inputs [S, K-1, ...C])."""
+    fresh); bias [...C] (Mamba-2's) or None. Returns (silu(conv + bias) [T, ...C], each
+    sequence's last K-1 inputs [S, K-1, ...C])."""
     taps = w.shape[0]
     num_rows = x.shape[0]
     out = jnp.zeros(x.shape, jnp.float32)
+    if bias is not None:
+        out = out + bias.astype(jnp.float32)
     for m in range(taps):
         lag = taps - 1 - m
         shifted = jnp.concatenate([jnp.zeros((lag,) + x.shape[1:], x.dtype), x])[:num_rows]
@@ -196,6 +207,7 @@ def delta_rule(
     seg: Segments,
     chunk: int | None = CHUNK,
     store: jax.Array | None = None,  # [R, Hv, dk, dv] the layer's state rows (snapshots)
+    delta: bool = True,  # False (Mamba-2): S_t = exp(g_t) S_{t-1} + k_t (beta_t v_t)^T
 ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
     """The gated delta rule over every span at once: `chunk` rows of each span per
     iteration in the chunked (WY) form, or (chunk None) one row per iteration. A decay per
@@ -238,7 +250,7 @@ def delta_rule(
         rows, valid, qj, kj, vj, gj, bj = gather(j)  # (C = 1)
         qj, kj, vj, gj, bj = qj[:, :, 0], kj[:, :, 0], vj[:, :, 0], gj[:, :, 0], bj[:, :, 0]
         s = s * jnp.exp(gj)[..., None]  # [S, Hv, G, 1]: per head or per key row
-        remembered = _contract(s, kj)  # [S, Hv, dv]
+        remembered = _contract(s, kj) if delta else 0.0  # [S, Hv, dv]
         s = s + kj[..., None] * ((vj - remembered) * bj[..., None])[..., None, :]
         oj = _contract(s, qj)[:, None]  # [S, 1, Hv, dv]
         return s, out.at[jnp.where(valid, rows, num_rows)].set(oj, mode="drop"), snap(j, s, kept)
@@ -262,11 +274,16 @@ def delta_rule(
         else:  # per key channel (KDA): each pair of rows weighed channel by channel
             lower = jnp.where(strict, _decayed_products(kb, kj, cum), 0)
             scores = _decayed_products(qj, kj, cum)
-        system = lower + jnp.eye(width, dtype=lower.dtype)
-        solve = functools.partial(jax.scipy.linalg.solve_triangular, lower=True, unit_diagonal=True)
-        u = solve(system, vj * bj[..., None])  # [S, Hv, C, dv]
-        w = solve(system, kb * jnp.exp(cum))  # [S, Hv, C, dk]
-        v_new = u - _mm(w, s)
+        if delta:
+            system = lower + jnp.eye(width, dtype=lower.dtype)
+            solve = functools.partial(
+                jax.scipy.linalg.solve_triangular, lower=True, unit_diagonal=True
+            )
+            u = solve(system, vj * bj[..., None])  # [S, Hv, C, dv]
+            w = solve(system, kb * jnp.exp(cum))  # [S, Hv, C, dk]
+            v_new = u - _mm(w, s)
+        else:  # (Mamba-2: each row writes its own v, nothing to correct)
+            v_new = vj * bj[..., None]
         oj = _mm(qj * jnp.exp(cum), s) + _mm(scores, v_new)  # [S, Hv, C, dv]
         last = cum[..., -1:, :]  # [S, Hv, 1, G]
         s = s * jnp.exp(jnp.swapaxes(last, -1, -2)) + _mm(
@@ -294,7 +311,8 @@ def _spans(seg: Segments, keep: jax.Array) -> Segments:
 def gated_delta_net(
     p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments
 ) -> tuple[jax.Array, tuple]:
-    """One linear-attention layer, gated DeltaNet or KDA (ModelConfig.linear_attention_kind):
+    """One linear-attention layer, gated DeltaNet, KDA or Mamba-2
+    (ModelConfig.linear_attention_kind):
     x [T, D] -> ([T, D], state). `state`: the layer's arrays (ModelConfig.linear_state_shapes,
     a leading state-row axis), read at seg.slots and written back there. A batch of as many
     rows as sequences (decodes: every bucket whose T is its S) runs the rule a row at a time;
@@ -307,31 +325,43 @@ def gated_delta_net(
 
     q_in, k_in, v_in = (jnp.einsum("td,dhk->thk", x, p[n]) for n in ("wq", "wk", "wv"))
     priors = [prior(arr) for arr in (conv_q, conv_k, conv_v)]
-    q, new_q = _causal_conv(q_in, p["conv_q"], priors[0], seg)
-    k, new_k = _causal_conv(k_in, p["conv_k"], priors[1], seg)
-    v, new_v = _causal_conv(v_in, p["conv_v"], priors[2], seg)
-    beta = jax.nn.sigmoid((x @ p["wb"]).astype(jnp.float32))  # [T, Hv]
+    q, new_q = _causal_conv(q_in, p["conv_q"], priors[0], seg, p.get("conv_q_bias"))
+    k, new_k = _causal_conv(k_in, p["conv_k"], priors[1], seg, p.get("conv_k_bias"))
+    v, new_v = _causal_conv(v_in, p["conv_v"], priors[2], seg, p.get("conv_v_bias"))
     decay_rate = jnp.exp(p["A_log"].astype(jnp.float32))  # [Hv]
     kda = cfg.linear_attention_kind == "kimi_delta"
-    if kda:  # a decay per key channel, from the low-rank forget gate
-        a = jnp.einsum("tr,rhk->thk", x @ p["wf_a"], p["wf_b"]).astype(jnp.float32)
-        g = -decay_rate[:, None] * jax.nn.softplus(a + p["dt_bias"].astype(jnp.float32))
-    else:  # one per value head
-        a = (x @ p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(jnp.float32)
-        g = (-decay_rate * jax.nn.softplus(a))[..., None]  # [T, Hv, 1]
+    mamba = cfg.linear_attention_kind == "mamba2"
     group = cfg.linear_num_value_heads // cfg.linear_num_key_heads
-    qn = jnp.repeat(_l2norm(q), group, axis=1) * cfg.linear_key_head_dim**-0.5
-    kn = jnp.repeat(_l2norm(k), group, axis=1)
+    if mamba:  # C and B per group as they are; dt both the write's rate and the decay's
+        a = (x @ p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(jnp.float32)
+        beta = jnp.clip(jax.nn.softplus(a), *cfg.mamba_dt_limit)  # [T, Hv]
+        g = (-decay_rate * beta)[..., None]  # [T, Hv, 1]
+        qn = jnp.repeat(q.astype(jnp.float32), group, axis=1)
+        kn = jnp.repeat(k.astype(jnp.float32), group, axis=1)
+    else:
+        beta = jax.nn.sigmoid((x @ p["wb"]).astype(jnp.float32))  # [T, Hv]
+        if kda:  # a decay per key channel, from the low-rank forget gate
+            a = jnp.einsum("tr,rhk->thk", x @ p["wf_a"], p["wf_b"]).astype(jnp.float32)
+            g = -decay_rate[:, None] * jax.nn.softplus(a + p["dt_bias"].astype(jnp.float32))
+        else:  # one per value head
+            a = (x @ p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(jnp.float32)
+            g = (-decay_rate * jax.nn.softplus(a))[..., None]  # [T, Hv, 1]
+        qn = jnp.repeat(_l2norm(q), group, axis=1) * cfg.linear_key_head_dim**-0.5
+        kn = jnp.repeat(_l2norm(k), group, axis=1)
     by_rows = None if x.shape[0] == seg.starts.shape[0] else seg.chunk
     snapping = seg.snap_end is not None
-    rule = functools.partial(delta_rule, qn, kn, v.astype(jnp.float32), g, beta, prior(rec))
+    rule = functools.partial(
+        delta_rule, qn, kn, v.astype(jnp.float32), g, beta, prior(rec), delta=not mamba
+    )
     if seg.drafting is None or by_rows is None:
         o, final, rec = rule(seg, by_rows, rec if snapping else None)
     else:  # the drafting spans row by row (a state after each), the others in chunks
         o, final, rec = rule(_spans(seg, ~seg.drafting), by_rows, rec)
         o_d, final_d, rec = rule(_spans(seg, seg.drafting), None, rec)
         o, final = o + o_d, jnp.where(seg.drafting[:, None, None, None], final_d, final)
-    if kda:
+    if mamba:
+        o = _mamba_output(p, o, v, x, cfg)
+    elif kda:
         # KDA's gated norm (transformers' KimiLinearRMSNormGated): the rule's output in the
         # model dtype, normed and scaled in float32, times sigmoid(g_b(g_a(x))), then cast.
         gate = jnp.einsum("tr,rhk->thk", x @ p["wg_a"], p["wg_b"]).astype(jnp.float32)
@@ -365,6 +395,21 @@ def gated_delta_net(
         )
     )
     return out, new_state
+
+
+def _mamba_output(p: dict, o: jax.Array, v: jax.Array, x: jax.Array, cfg: ModelConfig):
+    """Mamba-2's output before its projection out: the scan plus D times the conv's x, times
+    silu(z), RMS-normed per group of heads (transformers' NemotronHRMSNormGated with
+    group_size = heads * head_dim / n_groups), all in float32, cast, then times the norm's
+    weight. o, v [T, Hv, dv] -> [T, Hv, dv] in x's dtype."""
+    y = o + p["D"].astype(jnp.float32)[:, None] * v.astype(jnp.float32)
+    z = jnp.einsum("td,dhk->thk", x, p["wz"]).astype(jnp.float32)
+    y = y * jax.nn.silu(z)
+    grouped = y.reshape(y.shape[0], cfg.linear_num_key_heads, -1)  # [T, G, Hv/G * dv]
+    normed = grouped * jax.lax.rsqrt(
+        fixed_order_mean(grouped * grouped)[..., None] + cfg.rms_norm_eps
+    )
+    return p["norm"] * normed.reshape(y.shape).astype(x.dtype)
 
 
 def zero_state(cfg: ModelConfig, rows: int) -> tuple:

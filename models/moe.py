@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
-from models.layers import swiglu_mlp
+from models.layers import relu2, swiglu_mlp
 from models.reductions import fixed_order_sum
 
 
@@ -108,6 +108,8 @@ def expert_activation(cfg: ModelConfig) -> ExpertAct:
     gate <= limit, -limit <= up <= limit, (up + 1) * gate * sigmoid(alpha * gate))."""
     if cfg.expert_act == "swiglu":
         return swiglu
+    if cfg.expert_act == "relu2":  # no gate projection: act(None, up)
+        return lambda gate, up: relu2(up)
     limit, alpha = cfg.swiglu_limit, cfg.swiglu_alpha
     if cfg.expert_act == "limited_swiglu":  # DeepSeek-V4 (DeepseekV4Experts._apply_gate)
         return lambda gate, up: jax.nn.silu(jnp.minimum(gate, limit)) * jnp.clip(up, -limit, limit)
@@ -122,7 +124,7 @@ def expert_activation(cfg: ModelConfig) -> ExpertAct:
 
 def grouped_swiglu(
     xs: jax.Array,  # [M, D], rows grouped by expert in order
-    w_gate: jax.Array,  # [E, D, F]
+    w_gate: jax.Array | None,  # [E, D, F]; None: act(None, up) (relu2 experts)
     w_up: jax.Array,  # [E, D, F]
     w_down: jax.Array,  # [E, F, D]
     group_sizes: jax.Array,  # [E] int32, sum <= M
@@ -149,8 +151,9 @@ def grouped_swiglu(
     biased = b_gate is not None
     if ragged is None:
         ragged = jax.default_backend() != "cpu"
+    gated = w_gate is not None
     if ragged:
-        gate = jax.lax.ragged_dot(xs, w_gate, group_sizes)
+        gate = jax.lax.ragged_dot(xs, w_gate, group_sizes) if gated else None
         up = jax.lax.ragged_dot(xs, w_up, group_sizes)
         if biased:
             rows = jnp.arange(xs.shape[0], dtype=jnp.int32)
@@ -159,7 +162,13 @@ def grouped_swiglu(
             gate, up = gate + b_gate[group], up + b_up[group]
         return jax.lax.ragged_dot(act(gate, up), w_down, group_sizes)
 
-    if biased:
+    if not gated:
+
+        def expert_tile(x_i, e):
+            return act(None, x_i @ w_up[e]) @ w_down[e]
+
+        weights = (w_up, w_down)
+    elif biased:
 
         def expert_tile(x_i, e):
             h = act(x_i @ w_gate[e] + b_gate[e], x_i @ w_up[e] + b_up[e])
@@ -231,14 +240,14 @@ def routed_experts(
     are summed in slot order 0..k-1 in float32, a fixed order whatever the batch.
     """
     t, k = experts.shape
-    e = p_moe["w_gate"].shape[0]
+    e = p_moe["w_up"].shape[0]
     flat = experts.reshape(-1)  # [T*k]
     order = jnp.argsort(flat, stable=True)  # [T*k]
     group_sizes = jnp.bincount(flat, length=e).astype(jnp.int32)  # [E]
     xs = jnp.take(x, order // k, axis=0)  # [T*k, D], grouped by expert
     ys = grouped_swiglu(
         xs,
-        p_moe["w_gate"],
+        p_moe.get("w_gate"),
         p_moe["w_up"],
         p_moe["w_down"],
         group_sizes,
@@ -281,6 +290,8 @@ def moe_block(
         # activations' dtype, as transformers' Llama4TextMoe scales routed_in), unweighted after.
         x_in = x * weights.astype(x.dtype)
         out = routed(p_moe, x_in, jnp.ones_like(weights), experts)
+    elif "latent_in" in p_moe:  # Nemotron-H's latent MoE: experts at the latent width
+        out = routed(p_moe, x @ p_moe["latent_in"], weights, experts) @ p_moe["latent_out"]
     else:
         out = routed(p_moe, x, weights, experts)
     if "b_down" in p_moe:

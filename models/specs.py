@@ -26,7 +26,12 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             [D, Hk, dk], wv/wz [D, Hv, dv], wb/wa [D, Hv], conv_q/conv_k [C, Hk, dk],
             conv_v [C, Hv, dv], A_log/dt_bias [Hv], norm [dv], wo [Hv, dv, D]; KDA
             (kimi_delta) has wf_a/wg_a [D, dk], wf_b/wg_b [dk, Hv, dk], dt_bias [Hv, dk]
-            in place of wz, wa; GQA wq_gate [D, H, Dh] (attn_output_gate)
+            in place of wz, wa; Mamba-2 (mamba2: wq, wk its C and B, wv its x, wa its dt)
+            has no wb, conv_q/k/v_bias like its taps, D [Hv], norm [Hv, dv];
+            GQA wq_gate [D, H, Dh] (attn_output_gate)
+  Nemotron-H: relu2 MLPs and experts (mlp_act, expert_act) have no w_gate; a layer in
+            no_ffn_layers no mlp_norm, mlp or moe; latent MoE (moe_latent_size L):
+            latent_in [D, L], latent_out [L, D], experts [E, L, Fe] / [E, Fe, L]
   mtp (ModelConfig.mtp_drafts): enorm, hnorm, norm [D], eh_proj [2D, D], layer {...}
   DeepSeek-V4 (attention_type "dsv4", models/deepseek_v4.py): layers[i] also attn_hc /
             mlp_hc {fn [N*D, (2+N)*N], base [(2+N)*N], scale [3]}; attn wq_a [D, Rq],
@@ -189,6 +194,18 @@ def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
         "norm": ParamSpec((dv,), dt, (None,), ones),
         "wo": ParamSpec((hv, dv, d), dt, ("linear_v_heads", None, "embed"), w),
     }
+    if cfg.linear_attention_kind == "mamba2":  # wq, wk: C and B; wv: x; wa: dt
+        hv_dv = (None, "linear_v_heads", None)
+        return {k: v for k, v in specs.items() if k != "wb"} | {
+            "conv_q_bias": ParamSpec((hk, dk), dt, ("linear_k_heads", None), zeros),
+            "conv_k_bias": ParamSpec((hk, dk), dt, ("linear_k_heads", None), zeros),
+            "conv_v_bias": ParamSpec((hv, dv), dt, hv_dv[1:], zeros),
+            "wz": ParamSpec((d, hv, dv), dt, vh, w),
+            "wa": ParamSpec((d, hv), dt, ("embed", "linear_v_heads"), w),
+            "dt_bias": ParamSpec((hv,), dt, ("linear_v_heads",), ones),
+            "D": ParamSpec((hv,), dt, ("linear_v_heads",), ones),
+            "norm": ParamSpec((hv, dv), dt, hv_dv[1:], ones),  # per channel, normed per group
+        }
     if cfg.linear_attention_kind == "kimi_delta":
         return specs | {
             "wf_a": ParamSpec((d, dk), dt, ("embed", None), w),
@@ -204,9 +221,10 @@ def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
     }
 
 
-def _mlp_specs(d: int, f: int, dt, w) -> dict:
+def _mlp_specs(d: int, f: int, dt, w, gated: bool = True) -> dict:
+    """A dense MLP: SwiGLU, or (gated False: relu2) up and down alone."""
     return {
-        "w_gate": ParamSpec((d, f), dt, ("embed", "mlp"), w),
+        **({"w_gate": ParamSpec((d, f), dt, ("embed", "mlp"), w)} if gated else {}),
         "w_up": ParamSpec((d, f), dt, ("embed", "mlp"), w),
         "w_down": ParamSpec((f, d), dt, ("mlp", "embed"), w),
     }
@@ -214,6 +232,7 @@ def _mlp_specs(d: int, f: int, dt, w) -> dict:
 
 def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    dx = cfg.moe_latent_size or d  # the experts' input and output width
     fp32_router = cfg.topk_method == "noaux_tc" or cfg.model_type in (
         "mistral_large4_text",
         "hunyuan_v1_moe",
@@ -225,10 +244,15 @@ def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
         # _keep_in_fp32_modules_strict): a bf16 copy of a float32 checkpoint's router would
         # move close expert choices.
         "router": ParamSpec((d, e), router_dt, ("embed", None), w),
-        "w_gate": ParamSpec((e, d, f), dt, ("experts", "embed", "expert_mlp"), w),
-        "w_up": ParamSpec((e, d, f), dt, ("experts", "embed", "expert_mlp"), w),
-        "w_down": ParamSpec((e, f, d), dt, ("experts", "expert_mlp", "embed"), w),
+        "w_gate": ParamSpec((e, dx, f), dt, ("experts", "embed", "expert_mlp"), w),
+        "w_up": ParamSpec((e, dx, f), dt, ("experts", "embed", "expert_mlp"), w),
+        "w_down": ParamSpec((e, f, dx), dt, ("experts", "expert_mlp", "embed"), w),
     }
+    if cfg.expert_act == "relu2":  # (no gate projection)
+        del s["w_gate"]
+    if cfg.moe_latent_size:  # Nemotron-H's latent MoE: the token down to the experts' width
+        s["latent_in"] = ParamSpec((d, dx), dt, ("embed", None), w)
+        s["latent_out"] = ParamSpec((dx, d), dt, (None, "embed"), w)
     if cfg.topk_method == "noaux_tc":
         # DeepSeek-V3 keeps the correction bias in float32.
         s["router_bias"] = ParamSpec((e,), jnp.float32, (None,), zeros)
@@ -238,7 +262,7 @@ def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
         s["b_up"] = ParamSpec((e, f), dt, ("experts", "expert_mlp"), zeros)
         s["b_down"] = ParamSpec((e, d), dt, ("experts", "embed"), zeros)
     if cfg.num_shared_experts:
-        s["shared"] = _mlp_specs(d, cfg.shared_expert_width, dt, w)
+        s["shared"] = _mlp_specs(d, cfg.shared_expert_width, dt, w, cfg.mlp_act == "swiglu")
     if cfg.shared_expert_gate:
         s["shared_gate"] = ParamSpec((d,), dt, ("embed",), w)
     return s
@@ -316,15 +340,17 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
     d = cfg.hidden_size
     norm = zeros if cfg.norm_zero_centered else ones
     layer = {"attn_norm": ParamSpec((d,), dt, ("embed",), norm)}
-    layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if cfg.is_linear_layer(i):
         layer["linear"] = _linear_specs(cfg, dt, w)
     else:
         layer["attn"] = _mla_specs(cfg, i, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w)
+    if i in cfg.no_ffn_layers:  # (Nemotron-H: a mixer alone)
+        return layer
+    layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)
     else:
-        layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w)
+        layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w, cfg.mlp_act == "swiglu")
     return layer
 
 

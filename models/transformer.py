@@ -122,6 +122,8 @@ def decoder_layer(
             o = o * jax.nn.sigmoid(inputs.gate)
         mixed = attn_output(layer["attn"], o, delta)
     x = pin(x + mixed, ("batch", "embed"))
+    if "mlp_norm" not in layer:  # (Nemotron-H: a mixer no feed-forward block follows)
+        return x, kv_i
     h = model_norm(x, layer["mlp_norm"], cfg)
     if "moe" in layer:
         x = x + moe_block(layer["moe"], h, cfg, routed, delta)

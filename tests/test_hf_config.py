@@ -44,6 +44,7 @@ ARCHS = (
     "qwen3_5_moe",
     "qwen3_5",
     "deepseek_v4",
+    "nemotron_h",
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")

@@ -56,6 +56,8 @@ ARCHS = {
     # hyper-connections, windows beside compressed entries, hash routing; layers under the
     # release's names (transformers saves them so)
     "deepseek_v4": "tiny-deepseek-v4",
+    # Mamba-2, position-free attention, relu2 MLPs and experts; blocks as released
+    "nemotron_h": "tiny-nemotron-h",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

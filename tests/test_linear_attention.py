@@ -62,14 +62,20 @@ def _numpy_layer(p: dict, x: np.ndarray, cfg: ModelConfig, prior: list, state: n
         w = p["conv_" + name]  # [K, H, d]
         taps = w.shape[0]
         out = np.stack([(inp[t : t + taps] * w).sum(0) for t in range(len(x))])
-        convs.append(_silu(out))
+        convs.append(_silu(out + p.get(f"conv_{name}_bias", 0.0)))
         new_prior.append(inp[len(inp) - (taps - 1) :])
     q, k, v = convs
-    q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) / np.sqrt(cfg.linear_key_head_dim)
-    k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    mamba = cfg.linear_attention_kind == "mamba2"
+    if not mamba:
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) / np.sqrt(cfg.linear_key_head_dim)
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
     q, k = np.repeat(q, group, axis=1), np.repeat(k, group, axis=1)
-    beta = 1.0 / (1.0 + np.exp(-(x @ p["wb"])))
     kda = cfg.linear_attention_kind == "kimi_delta"
+    if mamba:  # transformers' mamba2_selective_state_update: dt is the rate and the decay
+        beta = np.clip(np.log1p(np.exp(x @ p["wa"] + p["dt_bias"])), *cfg.mamba_dt_limit)
+        g = np.repeat((-np.exp(p["A_log"]) * beta)[..., None], cfg.linear_key_head_dim, -1)
+        return _numpy_mamba(p, x, cfg, q, k, v, beta, g, new_prior, state)
+    beta = 1.0 / (1.0 + np.exp(-(x @ p["wb"])))
     if kda:  # transformers' recurrent_kimi_delta_attention: a decay per key channel
         a = np.einsum("tr,rhk->thk", x @ p["wf_a"], p["wf_b"]) + p["dt_bias"]
         g = -np.exp(p["A_log"])[:, None] * np.log1p(np.exp(a))  # [L, H, dk]
@@ -92,7 +98,25 @@ def _numpy_layer(p: dict, x: np.ndarray, cfg: ModelConfig, prior: list, state: n
     return np.einsum("thk,hkd->td", o, p["wo"]), new_prior, s
 
 
-@pytest.mark.parametrize("preset", ["tiny-qwen3-next", "tiny-kimi-linear"])
+def _numpy_mamba(p, x, cfg, q, k, v, beta, g, new_prior, state):
+    """_numpy_layer's Mamba-2 rule and output: no correction, D times x added, gated by
+    silu(z), then RMS-normed per group of heads."""
+    s = np.array(state, np.float64)
+    o = np.zeros_like(v)
+    for t in range(len(x)):
+        s = s * np.exp(g[t])[:, :, None] + k[t][:, :, None] * (beta[t][:, None] * v[t])[:, None]
+        o[t] = np.einsum("hkv,hk->hv", s, q[t]) + p["D"][:, None] * v[t]
+    o = o * _silu(np.einsum("td,dhk->thk", x, p["wz"]))
+    grouped = o.reshape(len(x), cfg.linear_num_key_heads, -1)
+    grouped = grouped / np.sqrt((grouped * grouped).mean(-1, keepdims=True) + cfg.rms_norm_eps)
+    o = grouped.reshape(o.shape) * p["norm"]
+    return np.einsum("thk,hkd->td", o, p["wo"]), new_prior, s
+
+
+LAYER_PRESETS = ["tiny-qwen3-next", "tiny-kimi-linear", "tiny-nemotron-h"]
+
+
+@pytest.mark.parametrize("preset", LAYER_PRESETS)
 @pytest.mark.parametrize(
     "lengths, rows, chunk",
     [
@@ -121,6 +145,9 @@ def _check_layer(preset, lengths, first, fresh, snaps, chunk, drafting=None, row
     p = dict(init_params(cfg, 0, init_std=0.3, host=True)["layers"][0]["linear"])
     p["A_log"] = rng.uniform(-3, 0.5, p["A_log"].shape).astype(np.float32)
     p["dt_bias"] = rng.normal(1.0, 0.5, p["dt_bias"].shape).astype(np.float32)
+    for name in ("D", "conv_q_bias", "conv_k_bias", "conv_v_bias"):  # (Mamba-2's)
+        if name in p:
+            p[name] = rng.normal(0.5, 0.5, p[name].shape).astype(np.float32)
     slots = [2, 4, 0, 5]
     snap_end, snap_row = np.full((4, 3), -1, np.int32), np.full((4, 3), -1, np.int32)
     for i, pairs in (snaps or {}).items():
@@ -164,7 +191,7 @@ def _check_layer(preset, lengths, first, fresh, snaps, chunk, drafting=None, row
             np.testing.assert_array_equal(got[untouched], old[untouched])
 
 
-@pytest.mark.parametrize("preset", ["tiny-qwen3-next", "tiny-kimi-linear"])
+@pytest.mark.parametrize("preset", LAYER_PRESETS)
 @pytest.mark.parametrize("chunk", [16, CHUNK, None])
 def test_snapshots_inside_a_step_hold_each_prefix_state(chunk, preset):
     """Prefix caching's state snapshots (Segments.snap_end / snap_row): a span continuing
@@ -184,7 +211,7 @@ def test_snapshots_inside_a_step_hold_each_prefix_state(chunk, preset):
     _check_layer(preset, [40, 16, 0, 1], [10, 0, 0, 31], fresh, snaps, chunk)
 
 
-@pytest.mark.parametrize("preset", ["tiny-qwen3-next", "tiny-kimi-linear"])
+@pytest.mark.parametrize("preset", LAYER_PRESETS)
 def test_drafting_spans_run_row_by_row_with_a_state_per_row(preset):
     """Speculative decoding (Segments.drafting): spans feeding a decode's token and its
     drafts run row by row beside a chunked prefill, and leave the state after each row but
@@ -216,13 +243,14 @@ def test_kda_pair_decays_over_sub_chunks_equal_each_pair_weighed_alone():
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear"])
+@pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear", "nemotron_h"])
 def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     """Prompts of 5, 17 and 33 tokens with 16-token chunks beside decodes, pages for fewer
     than all three (a preemption recomputes from position 0, in whatever state row is
     free), then two samples of one prompt in rows the first requests held: transformers'
-    greedy tokens every time. Qwen3-Next (gated DeltaNet, GQA) and Kimi-Linear (KDA, MLA
-    without RoPE, the latent pages beside the state rows)."""
+    greedy tokens every time. Qwen3-Next (gated DeltaNet, GQA), Kimi-Linear (KDA, MLA
+    without RoPE, the latent pages beside the state rows) and Nemotron-H (Mamba-2, GQA
+    without positions, layers without a feed-forward block)."""
     fixture = FIXTURE.parent / arch
     ref = json.loads((fixture / "reference.json").read_text())
     # (56 tokens at most: the longest sequence's 49 fit, and a page table of one KV block
@@ -247,7 +275,7 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     assert [s.token_ids for s in out.samples] == [ref["greedy_tokens"][1][:4]] * 2
 
 
-@pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear"])
+@pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear", "nemotron_h"])
 def test_prefix_cache_hit_resumes_from_a_state_snapshot(arch):
     """Prefix caching on a linear-attention model (engine/state_cache.py), batch-invariant:
     a prompt of 76 tokens computed cold; after a reset, another sharing its first 70

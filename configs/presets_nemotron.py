@@ -1,0 +1,105 @@
+"""Nemotron-H presets (transformers' nemotron_h, configs/hf_nemotron_h.py): the test-size
+model of tests/fixtures/nemotron_h (tests/test_hf_config.py reads its config.json back to
+it) and NVIDIA Nemotron 3 Nano's shapes."""
+
+from __future__ import annotations
+
+from configs.model_config import ModelConfig
+
+NEMOTRON: dict[str, ModelConfig] = {}
+
+# The blocks of Nemotron 3 Nano 30B-A3B (hybrid_override_pattern; M Mamba-2, E MoE, *
+# attention): 23 Mamba-2 and 6 attention layers, 23 MoE blocks.
+NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+
+
+def _layers(pattern: str) -> list[tuple[str, str | None]]:
+    """(mixer, feed-forward block or None) per decoder layer of a block pattern."""
+    layers: list[list] = []
+    for c in pattern:
+        if c in "M*":
+            layers.append([c, None])
+        else:
+            layers[-1][1] = c
+    return [(m, ffn) for m, ffn in layers]
+
+
+def _nemotron(name: str, pattern: str, **fields) -> ModelConfig:
+    layers = _layers(pattern)
+    return ModelConfig(
+        name=name,
+        model_type="nemotron_h",
+        num_layers=len(layers),
+        nope_layers=tuple(i for i, (m, _) in enumerate(layers) if m == "*"),
+        linear_attention_layers=tuple(i for i, (m, _) in enumerate(layers) if m == "M"),
+        no_ffn_layers=tuple(i for i, (_, ffn) in enumerate(layers) if ffn is None),
+        mlp_only_layers=tuple(i for i, (_, ffn) in enumerate(layers) if ffn == "-"),
+        linear_attention_kind="mamba2",
+        linear_conv_bias=True,
+        linear_conv_kernel=4,
+        mlp_act="relu2",
+        expert_act="relu2",
+        num_shared_experts=1,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        norm_topk_prob=True,
+        rms_norm_eps=1e-5,
+        **fields,
+    )
+
+
+# tests/fixtures/nemotron_h: blocks M E * E M M - * (layers: Mamba-2 + MoE, attention + MoE,
+# Mamba-2 alone, Mamba-2 + MLP, attention alone); Mamba-2 with 8 heads of 8 over 2 groups
+# of a 16-wide state; attention 4 heads over 2 KV heads of 16; top-2 of 8 relu2 experts 24
+# wide, scaled 2.5, a shared expert 32 wide; the MLP 96 wide.
+NEMOTRON["tiny-nemotron-h"] = _nemotron(
+    "tiny-nemotron-h",
+    "ME*EMM-*",
+    vocab_size=512,
+    hidden_size=64,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    max_position_embeddings=2048,
+    linear_num_key_heads=2,
+    linear_num_value_heads=8,
+    linear_key_head_dim=16,
+    linear_value_head_dim=8,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    shared_intermediate_size=32,
+    routed_scaling_factor=2.5,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# NVIDIA Nemotron 3 Nano 30B-A3B (nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16): 2,688 wide;
+# Mamba-2 with 64 heads of 64 over 8 groups of a 128-wide state; attention 32 heads over 2
+# KV heads of 128, no positions; 128 relu2 experts 1,856 wide (top 6, scaled 2.5) beside a
+# shared one 3,712 wide; 262,144 positions in its config (1M tokens in its card). Shapes as
+# Megatron-Bridge's Nemotron3NanoProvider gives them (the release's config.json is not on
+# this machine: no hub access).
+NEMOTRON["nemotron-3-nano-30b-a3b"] = _nemotron(
+    "nemotron-3-nano-30b-a3b",
+    NANO_PATTERN,
+    vocab_size=131072,
+    hidden_size=2688,
+    num_heads=32,
+    num_kv_heads=2,
+    head_dim=128,
+    intermediate_size=1856,
+    max_position_embeddings=262144,
+    linear_num_key_heads=8,
+    linear_num_value_heads=64,
+    linear_key_head_dim=128,
+    linear_value_head_dim=64,
+    num_experts=128,
+    num_experts_per_tok=6,
+    moe_intermediate_size=1856,
+    shared_intermediate_size=3712,
+    routed_scaling_factor=2.5,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+    dtype="bfloat16",
+)
