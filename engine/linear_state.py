@@ -112,6 +112,8 @@ def check_model_engine(
             f"kv_transfer_config: not supported for {cfg.model_type}'s linear-attention "
             "layers (a sequence's recurrent state is not in its pages)"
         )
+    if cfg.model_type == "nemotron_h" and lora:  # (PEFT names its blocks, not our layers)
+        raise ValueError("enable_lora: not supported for nemotron_h yet")
     if not cfg.is_dsv4:
         return cfg
     refused = {

@@ -106,15 +106,16 @@ def expert_compute(
     recv_expert: jax.Array,  # [R] int32, E_l = empty row
     act: ExpertAct | None = None,  # the experts' activation; None: SwiGLU
 ) -> jax.Array:  # [R, D], zeros at empty rows
-    """SwiGLU of every received row through its local expert (grouped matmuls)."""
-    num_local = p_local["w_gate"].shape[0]
+    """SwiGLU of every received row through its local expert (grouped matmuls); without
+    w_gate, the experts' act(None, up) (relu2)."""
+    num_local = p_local["w_up"].shape[0]
     order = jnp.argsort(recv_expert, stable=True)  # empty rows last
     group_sizes = jnp.bincount(recv_expert, length=num_local).astype(jnp.int32)  # [E_l]
     xs = recv_x[order]
     extra = {} if act is None else {"act": act}
     ys = grouped_swiglu(  # [R, D]
         xs,
-        p_local["w_gate"],
+        p_local.get("w_gate"),
         p_local["w_up"],
         p_local["w_down"],
         group_sizes,
@@ -153,6 +154,8 @@ def expert_weight_specs(cfg: ModelConfig, mesh: Mesh) -> dict:
     if cfg.expert_bias:
         for name in EXPERT_BIASES:
             specs[name] = logical_to_spec(("experts", "expert_mlp"), rules)
+    if cfg.expert_act == "relu2":  # (no gate projection)
+        del specs["w_gate"]
     return specs
 
 

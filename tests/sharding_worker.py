@@ -41,7 +41,10 @@ LAYOUTS = [
     # its window and entry pages whole on each device.
     ("deepseek_v4", "dp=2,tp=2,ep=2"),
     ("mixtral", "dp=2,ep=4"),
-    ("mixtral", "tp=2,ep=2"),
+    # Nemotron-H: Mamba-2 layers (groups and heads, their conv biases, D and group norms
+    # over tp), attention without positions, relu2 experts (no gate) over ep with their
+    # widths over tp, layers without a feed-forward block.
+    ("nemotron_h", "tp=2,ep=2"),
     ("llama", "tp=2"),
     ("mistral", "tp=2"),  # a sliding window, KV heads split over tp
     # A hybrid model (its windowed layer's KV in a pool of its own, both pools' heads split
@@ -119,7 +122,10 @@ def _param_specs(llm) -> dict:
     wo = "wq_b" if "wq_b" in layer["attn"] and "wo" not in layer["attn"] else "wo"
     picks = {f"attn.{wo}": layer["attn"][wo]}  # (DeepSeek-V4's heads: in its wq_b)
     if "moe" in layer:
-        picks["moe.w_gate"] = layer["moe"]["w_gate"]
+        picks["moe.w_up"] = layer["moe"]["w_up"]
+    linear = [x["linear"] for x in llm.params["layers"] if "linear" in x]
+    if linear:  # (a DeltaNet's or Mamba-2's value heads)
+        picks["linear.wv"] = linear[0]["wv"]
     # (an fp8 weight: where its data landed)
     picks = {k: getattr(v, "data", v) for k, v in picks.items()}
     return {k: str(getattr(v.sharding, "spec", None)) for k, v in picks.items()}

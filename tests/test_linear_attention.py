@@ -402,11 +402,13 @@ def test_state_snapshot_options_are_checked_before_loading(model, kwargs, match)
     [
         ("speculative_config", {"method": "mtp", "num_speculative_tokens": 1}),
         ("kv_transfer_config", {"kv_role": "kv_producer", "kv_connector_extra_config": SHARED}),
+        ("enable_lora", True),  # (Nemotron-H's adapters name blocks, not layers)
     ],
 )
 def test_engine_refuses_what_the_recurrent_state_cannot_follow(option, value):
+    model = "tiny-nemotron-h" if option == "enable_lora" else "tiny-qwen3-next"
     with pytest.raises(ValueError, match=option):
-        LLM("tiny-qwen3-next", **{option: value})
+        LLM(model, **{option: value})
 
 
 def test_scheduler_holds_one_state_row_per_running_sequence():

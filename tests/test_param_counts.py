@@ -45,6 +45,8 @@ from models.specs import count_params
         ("qwen3.5-397b-a17b", 397e9, 0.01, 17e9, 0.03),
         # Moonshot's "48B total, 3B activated" (both rounded: the checkpoint holds 49.1B).
         ("kimi-linear-48b-a3b", 48e9, 0.03, None, 0),
+        # NVIDIA's Nemotron 3 Nano card: 31.6B total, 3.6B active with the embeddings.
+        ("nemotron-3-nano-30b-a3b", 31.6e9, 0.01, 3.6e9, 0.02),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):

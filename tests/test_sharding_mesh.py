@@ -116,8 +116,10 @@ def test_sharded_generate_matches_hf_and_single_device(mesh_results, arch, mesh)
         assert specs["attn.wq_b"] == "P(None, 'tp', None)"
     else:
         assert specs["attn.wo"] == "P('tp', None, None)"
-    if "moe.w_gate" in specs:
-        assert specs["moe.w_gate"] == "P('ep', None, 'tp')"
+    if "moe.w_up" in specs:
+        assert specs["moe.w_up"] == "P('ep', None, 'tp')"
+    if "linear.wv" in specs:
+        assert specs["linear.wv"] == "P(None, 'tp', None)"
 
 
 @pytest.mark.parametrize(
