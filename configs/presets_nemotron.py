@@ -74,6 +74,20 @@ NEMOTRON["tiny-nemotron-h"] = _nemotron(
     bos_token_id=1,
     eos_token_ids=(2,),
 )
+# tests/fixtures/nemotron_h_latent: Nemotron 3 Super's latent MoE (routed experts at width
+# 32 between the token's projections down and up) and a router of two groups of 4 (one
+# kept); blocks M E * E M E.
+NEMOTRON["tiny-nemotron-h-latent"] = NEMOTRON["tiny-nemotron-h"].replace(
+    name="tiny-nemotron-h-latent",
+    num_layers=3,
+    nope_layers=(1,),
+    linear_attention_layers=(0, 2),
+    no_ffn_layers=(),
+    mlp_only_layers=(),
+    moe_latent_size=32,
+    n_group=2,
+    topk_group=1,
+)
 # NVIDIA Nemotron 3 Nano 30B-A3B (nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16): 2,688 wide;
 # Mamba-2 with 64 heads of 64 over 8 groups of a 128-wide state; attention 32 heads over 2
 # KV heads of 128, no positions; 128 relu2 experts 1,856 wide (top 6, scaled 2.5) beside a

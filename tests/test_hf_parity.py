@@ -58,6 +58,7 @@ ARCHS = {
     "deepseek_v4": "tiny-deepseek-v4",
     # Mamba-2, position-free attention, relu2 MLPs and experts; blocks as released
     "nemotron_h": "tiny-nemotron-h",
+    "nemotron_h_latent": "tiny-nemotron-h-latent",  # latent MoE, grouped routing
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

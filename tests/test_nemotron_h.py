@@ -1,0 +1,151 @@
+"""Nemotron-H (configs/hf_nemotron_h.py, models/checkpoint_names.py): a release's config.json
+to its preset, bad block patterns refused by field, and checkpoints under transformers' own
+names (the release's are the fixtures': tests/test_hf_parity.py, tests/test_linear_attention.py
+run them through the reference path and the engine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from configs.hf_config import config_from_hf
+from configs.presets import get_preset
+from configs.presets_nemotron import NANO_PATTERN
+from models.checkpoint_names import nemotron_h_blocks
+from models.hf_loader import load_hf_params
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+# Nemotron 3 Nano 30B-A3B's config.json fields as its release spells them (the pattern
+# string, transformers 4's torch_dtype, Infinity in time_step_limit).
+NANO_RELEASE = dict(
+    architectures=["NemotronHForCausalLM"],
+    model_type="nemotron_h",
+    vocab_size=131072,
+    hidden_size=2688,
+    hybrid_override_pattern=NANO_PATTERN,
+    num_hidden_layers=52,
+    num_attention_heads=32,
+    num_key_value_heads=2,
+    head_dim=128,
+    max_position_embeddings=262144,
+    intermediate_size=1856,
+    mlp_hidden_act="relu2",
+    mamba_num_heads=64,
+    mamba_head_dim=64,
+    n_groups=8,
+    ssm_state_size=128,
+    conv_kernel=4,
+    use_conv_bias=True,
+    mamba_hidden_act="silu",
+    time_step_limit=[0.0, float("inf")],
+    chunk_size=128,
+    n_routed_experts=128,
+    num_experts_per_tok=6,
+    moe_intermediate_size=1856,
+    moe_shared_expert_intermediate_size=3712,
+    n_shared_experts=1,
+    n_group=1,
+    topk_group=1,
+    norm_topk_prob=True,
+    routed_scaling_factor=2.5,
+    layer_norm_epsilon=1e-5,
+    residual_in_fp32=False,
+    tie_word_embeddings=False,
+    attention_bias=False,
+    mlp_bias=False,
+    use_bias=False,
+    torch_dtype="bfloat16",
+    bos_token_id=1,
+    eos_token_id=2,
+)
+
+
+def test_config_of_nemotron_3_nano_as_released(tmp_path):
+    """Its 52 blocks are 29 decoder layers: 23 Mamba-2 and 6 attention layers, each with the
+    MoE block after it but the Mamba-2 layers right before an attention one ("M*"); read
+    from a file (JSON's Infinity), and with the legacy spellings of the Mamba fields."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(NANO_RELEASE))
+    want = get_preset("nemotron-3-nano-30b-a3b")
+    got = config_from_hf(path, dtype="auto")
+    assert got.replace(name=want.name) == want
+    assert (len(got.linear_attention_layers), len(got.nope_layers)) == (23, 6)
+    assert tuple(i + 1 for i in got.no_ffn_layers) == got.nope_layers
+    assert not got.mlp_only_layers
+    legacy = {k: v for k, v in NANO_RELEASE.items() if k not in ("n_groups", "conv_kernel")}
+    legacy.update(mamba_n_groups=8, mamba_d_conv=4)
+    assert config_from_hf(legacy, dtype="auto").replace(name=want.name) == want
+    # transformers 5's own save: the list of kinds, no layer count, its Infinity spelled out
+    kinds = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+    saved = {k: v for k, v in NANO_RELEASE.items() if k not in ("hybrid_override_pattern",)}
+    saved.update(
+        layers_block_type=[kinds[c] for c in NANO_PATTERN],
+        time_step_limit=[0.0, {"__float__": "Infinity"}],
+    )
+    del saved["num_hidden_layers"]
+    assert config_from_hf(saved, dtype="auto").replace(name=want.name) == want
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(hybrid_override_pattern="EM*E"), r"layers_block_type\[0\]='moe': a feed-forward"),
+        (dict(hybrid_override_pattern="M*EE"), r"layers_block_type\[3\]='moe'"),
+        (dict(hybrid_override_pattern="M*X"), "hybrid_override_pattern: 'X' is not one of"),
+        (dict(hybrid_override_pattern="MEME"), "needs a full_attention block"),
+        (dict(hybrid_override_pattern=None), "layers_block_type .or hybrid_override_pattern"),
+        (dict(mlp_hidden_act="silu"), "mlp_hidden_act='silu': only 'relu2'"),
+        (dict(mamba_hidden_act="gelu"), "mamba_hidden_act='gelu'"),
+        (dict(time_step_limit=[0.1, 0.01]), "time_step_limit"),
+        (dict(use_bias=True), "use_bias=True"),
+        (dict(sliding_window=4096), "sliding_window"),
+    ],
+)
+def test_bad_nemotron_configs_are_refused_by_field(change, match):
+    with pytest.raises(ValueError, match=match):
+        config_from_hf({**NANO_RELEASE, **change})
+
+
+def test_blocks_behind_each_layer():
+    """Each decoder layer's mixer block and the feed-forward block after it (or none)."""
+    cfg = get_preset("tiny-nemotron-h")  # blocks M E * E M M - *
+    assert nemotron_h_blocks(cfg) == [(0, 1), (2, 3), (4, None), (5, 6), (7, None)]
+
+
+@pytest.mark.parametrize("fixture", ["nemotron_h", "nemotron_h_latent"])
+def test_checkpoint_under_transformers_own_names_loads_the_same(tmp_path, fixture):
+    """transformers 5.25 loads a release into "model." names with each layer's experts fused
+    ([E, F, L] up, [E, L, F] down: its conversion_mapping's "nemotron_h"); a checkpoint
+    saved so gives the same parameters as the release's names."""
+    src = FIXTURES / fixture
+    tensors = load_file(str(src / "model.safetensors"))
+    fused: dict[str, np.ndarray] = {}
+    experts: dict[str, dict[int, np.ndarray]] = {}
+    for name, array in tensors.items():
+        name = name.replace("backbone.", "model.", 1)
+        parts = name.split(".")
+        if "experts" in parts and parts[parts.index("experts") + 1].isdigit():
+            at = parts.index("experts")
+            key = ".".join(parts[: at + 1] + [parts[at + 2]])  # ...experts.up_proj
+            experts.setdefault(key, {})[int(parts[at + 1])] = array
+        else:
+            fused[name] = array
+    for key, per_expert in experts.items():
+        fused[key] = np.stack([per_expert[e] for e in sorted(per_expert)])
+    assert experts and not any(n.startswith("backbone.") for n in fused)
+    out = tmp_path / fixture
+    out.mkdir()
+    save_file(fused, str(out / "model.safetensors"))
+    (out / "config.json").write_text((src / "config.json").read_text())
+    cfg = get_preset("tiny-" + fixture.replace("_", "-"))
+    want, got = load_hf_params(src, cfg), load_hf_params(out, cfg)
+    flat_want, flat_got = jax.tree.leaves_with_path(want), jax.tree.leaves_with_path(got)
+    assert [p for p, _ in flat_want] == [p for p, _ in flat_got]
+    for (path, a), (_, b) in zip(flat_want, flat_got, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(path))
