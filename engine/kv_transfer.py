@@ -23,7 +23,12 @@ the adapter's fingerprint (its files' hash, models.lora.fingerprint), the same i
 engine whatever its id there. A hybrid model's windowed layers (gpt-oss, Llama 4's chunked
 ones: a pool of their own whose pages go back behind the window) store the rows of the
 prompt's last `hybrid_window` positions only, the most the query after it reads, and the
-consumer's table for them starts at that window (released places before it). Not for a
+consumer's table for them starts at that window (released places before it). A
+linear-attention model's layers (Qwen3-Next, Qwen3.5, Kimi-Linear, Nemotron-H) keep a
+recurrent state, not pages: a producer's prefill stops one token short of the prompt's end
+(Sequence.prefill_stop), the step after which it stores the rows of those positions and
+each layer's state row; a consumer loads both (its state row) and computes the last token
+from there, as with any model. Not for a
 sliding window on every layer, nor DeepSeek-V4, nor for requests that need their whole
 prompt computed (prompt logprobs:
 prefix_cache.reads_cache); those compute as usual. As vLLM's connector,
@@ -145,6 +150,11 @@ def check_engine(config: KVTransferConfig | None, cfg: ModelConfig) -> None:
         )
 
 
+# Where a cache leaf's rows live (KVTransfer._pools): the main pool's pages, a hybrid
+# model's windowed pool's, or a linear-attention layer's state arrays (a row a sequence).
+MAIN, WINDOW, STATE = 0, 1, 2
+
+
 def windowed_leaves(cfg: ModelConfig, kv) -> tuple[bool, ...]:
     """For each leaf of the paged cache `kv` (jax.tree.leaves order), whether it lives in
     a hybrid model's windowed pool (ModelConfig.hybrid_window): a windowed layer's, or
@@ -199,23 +209,30 @@ class KVStore:
         return n if n <= len(ids) and np.array_equal(stored, np.asarray(ids[:n])) else 0
 
     def read(self, ids: Sequence[int], adapter: str, n: int, windows: Sequence[int]) -> list:
-        """Each leaf's rows of positions [windows[i], n) (0: the first `n`); a windowed
-        leaf's file holds its prompt's last rows only (KVTransfer.save)."""
+        """Each leaf's rows of positions [windows[i], n) (0: the first `n`; None: a state
+        leaf's one row, whole); a windowed leaf's file holds its prompt's last rows only
+        (KVTransfer.save)."""
         with safe_open(self.file(ids, adapter), "numpy") as f:
             total = f.get_slice("token_ids").get_shape()[0]
             rows = []
             for i, lo in enumerate(windows):
+                if lo is None:
+                    rows.append(f.get_tensor(f"leaf{i}"))
+                    continue
                 leaf = f.get_slice(f"leaf{i}")
                 first = total - leaf.get_shape()[0]  # the position of its first row
                 rows.append(leaf[lo - first : n - first])
             return rows
 
-    def write(self, ids: Sequence[int], adapter: str, rows: list[np.ndarray]) -> bool:
-        """Store `rows` (each [len(ids), ...]) for `ids`; False if a file is there already."""
+    def write(
+        self, ids: Sequence[int], adapter: str, rows: list[np.ndarray], count: int | None = None
+    ) -> bool:
+        """Store `rows` (each [count, ...], or a state leaf's [1, ...]) of the first `count`
+        positions (None: all) for the prompt `ids`; False if a file is there already."""
         path = self.file(ids, adapter)
         if path.exists():
             return False
-        tensors = {"token_ids": np.asarray(ids, np.int64)}
+        tensors = {"token_ids": np.asarray(ids[:count], np.int64)}
         tensors.update((f"leaf{i}", np.ascontiguousarray(r)) for i, r in enumerate(rows))
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         save_file(tensors, str(tmp), metadata=self.meta)
@@ -223,21 +240,25 @@ class KVStore:
         return True
 
 
-def _gather(kv, slots, page_size: int, windowed: tuple[bool, ...]) -> list[jax.Array]:
-    """Each cache leaf's rows at `slots` = (main, windowed pool's) [N]: [N, ...]."""
-    leaves = jax.tree.leaves(kv)
-    picked = [slots[w] for w in windowed]
-    return [leaf[s // page_size, s % page_size] for leaf, s in zip(leaves, picked, strict=True)]
+def _gather(kv, slots, page_size: int, pools: tuple[int, ...]) -> list[jax.Array]:
+    """Each cache leaf's rows at `slots` = (main, windowed pool's, state rows) [N]: [N, ...]
+    (a page slot's row, or a state leaf's row)."""
+    out = []
+    for leaf, pool in zip(jax.tree.leaves(kv), pools, strict=True):
+        s = slots[pool]
+        out.append(leaf[s] if pool == STATE else leaf[s // page_size, s % page_size])
+    return out
 
 
-def _scatter(kv, slots, rows, page_size: int, windowed: tuple[bool, ...]):
-    """`kv` with each leaf's rows at `slots` = (main, windowed pool's) [N] set to `rows`
-    (slots past a pool: none)."""
+def _scatter(kv, slots, rows, page_size: int, pools: tuple[int, ...]):
+    """`kv` with each leaf's rows at `slots` = (main, windowed pool's, state rows) [N] set
+    to `rows` (slots past a pool: none)."""
     leaves, tree = jax.tree.flatten(kv)
     new = []
-    for leaf, r, w in zip(leaves, rows, windowed, strict=True):
-        s = slots[w]
-        new.append(leaf.at[s // page_size, s % page_size].set(r, mode="drop"))
+    for leaf, r, pool in zip(leaves, rows, pools, strict=True):
+        s = slots[pool]
+        at = s if pool == STATE else (s // page_size, s % page_size)
+        new.append(leaf.at[at].set(r, mode="drop"))
     return jax.tree.unflatten(tree, new)
 
 
@@ -269,7 +290,12 @@ class KVTransfer:
         self._adapter = (lambda lora_id: "") if loras is None else loras.fingerprint
         leaves = jax.tree.leaves(kv)
         model = repr(dataclasses.replace(cfg, name=""))  # not where it was loaded from
-        rows = [[list(leaf.shape[2:]), leaf.dtype.name] for leaf in leaves]
+        # A linear-attention layer's arrays: their state rows ([rows, ...]), not pages.
+        states = [cfg.is_linear_layer(i) for i, x in enumerate(kv) for _ in jax.tree.leaves(x)]
+        rows = [
+            [list(leaf.shape[1 if state else 2 :]), leaf.dtype.name]
+            for leaf, state in zip(leaves, states, strict=True)
+        ]
         self.store = KVStore(
             config.shared_storage_path,
             # (rows first: a dtype or shape that differs is named before the config's hash)
@@ -280,14 +306,20 @@ class KVTransfer:
         # `_window` positions only, the most a query after it reads.
         self._windowed = windowed_leaves(cfg, kv)
         self._window = cfg.hybrid_window
-        # Past each pool (main, windowed): a write there is dropped.
+        self._pools = tuple(
+            STATE if state else WINDOW if w else MAIN
+            for w, state in zip(self._windowed, states, strict=True)
+        )
+        self._states = any(states)
+        # Past each pool (main, windowed, state rows): a write there is dropped.
         window_pages = max(
             [x.shape[0] for x, w in zip(leaves, self._windowed, strict=True) if w] + [0]
         )
-        self._pad_slots = (num_pages * page_size, window_pages * page_size)
+        state_rows = max([x.shape[0] for x, s in zip(leaves, states, strict=True) if s] + [0])
+        self._pad_slots = (num_pages * page_size, window_pages * page_size, state_rows)
         self._mesh = mesh
-        gather = functools.partial(_gather, page_size=page_size, windowed=self._windowed)
-        scatter = functools.partial(_scatter, page_size=page_size, windowed=self._windowed)
+        gather = functools.partial(_gather, page_size=page_size, pools=self._pools)
+        scatter = functools.partial(_scatter, page_size=page_size, pools=self._pools)
         if mesh is None:
             self._gather = jax.jit(gather)
             self._scatter = jax.jit(scatter, donate_argnums=0)
@@ -298,6 +330,11 @@ class KVTransfer:
         # Gathers in flight: (the step they follow, [(prompt ids, device rows)]).
         self._saving: list[tuple[SchedulerOutput, list]] = []
         self.num_saved_prompts = self.num_saved_tokens = 0
+
+    def prefill_stop(self, ids: Sequence[int]) -> int:
+        """Sequence.prefill_stop of a prompt this engine may store: a linear-attention
+        model's prompt positions but the last (0: none)."""
+        return len(ids) - 1 if self.config.saves and self._states else 0
 
     def num_loadable(self, ids: Sequence[int], params, lora_id: int, strict=False) -> int:
         """Prompt positions a request may load: the stored ones, short of its last token."""
@@ -310,10 +347,10 @@ class KVTransfer:
         """The first position a windowed layer reads for the query after `n` positions."""
         return max(0, n + 1 - self._window) if self._window else 0
 
-    def _slots(self, items, spans, pads: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        """(main, windowed pool's) slot ids, padded with `pads`: each item's positions
-        [0, n) for `spans` = [(q, n), ...], in the windowed pool those from the query at
-        q's window on."""
+    def _slots(self, items, spans, pads: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        """(main, windowed pool's, state rows) slot ids, padded with `pads`: each item's
+        positions [0, n) for `spans` = [(q, n), ...], in the windowed pool those from the
+        query at q's window on; its state row."""
         size = self._page_size
         main = [_slots(it.page_ids, 0, n, size) for it, (_, n) in zip(items, spans, strict=True)]
         windowed = [
@@ -321,7 +358,12 @@ class KVTransfer:
             for it, (q, n) in zip(items, spans, strict=True)
             if self._window
         ]
-        return _padded(main, pads[0]), _padded(windowed, pads[1])
+        states = [np.asarray([it.state_slot]) for it in items if self._states]
+        return _padded(main, pads[0]), _padded(windowed, pads[1]), _padded(states, pads[2])
+
+    def _starts(self, n: int) -> list[int | None]:
+        """KVStore.read's `windows` for a load of `n` positions."""
+        return [None if p == STATE else self._first(n) if p == WINDOW else 0 for p in self._pools]
 
     def load(self, kv, items: Sequence[ScheduledItem], prompt_of: Callable):
         """`kv` with the stored rows of every item that loads (ScheduledItem.num_loaded):
@@ -337,16 +379,16 @@ class KVTransfer:
                     prompt_of(it),
                     self._adapter(it.lora_id),
                     it.num_loaded,
-                    [self._first(it.num_loaded) if w else 0 for w in self._windowed],
+                    self._starts(it.num_loaded),
                 )
                 for it in loads
             ]
         except (OSError, SafetensorError) as e:
             raise StoreUnreadable(f"kv_transfer_config: a stored prompt's KV: {e}") from e
         rows = []
-        for i, w in enumerate(self._windowed):
+        for i, pool in enumerate(self._pools):
             leaf = np.concatenate([r[i] for r in read])
-            pad = np.zeros((len(slots[w]) - len(leaf), *leaf.shape[1:]), leaf.dtype)
+            pad = np.zeros((len(slots[pool]) - len(leaf), *leaf.shape[1:]), leaf.dtype)
             rows.append(np.concatenate([leaf, pad]))
         if self._mesh is not None:
             slots, rows = put_replicated((slots, rows), self._mesh)
@@ -358,20 +400,24 @@ class KVTransfer:
             return
         # Decided from the steps alone (every process of a mesh gathers alike): not what
         # the store holds, which a process may see before another.
-        gathers, queued = [], {key for _, g in self._saving for key, _ in g}
+        gathers, queued = [], {key for _, g in self._saving for key, _, _ in g}
         for it in sched.items:
             # (A prompt loaded from the store is there; samples of one prompt queue it once.)
-            if not (it.sample and it.num_generated == 0) or it.num_loaded:
+            if it.num_loaded:
                 continue
             ids = tuple(prompt_of(it))
+            # Its prompt's computed, or (a linear-attention model) all of it but the last
+            # token: the state row holds the state there now.
+            n = len(ids) - 1 if self._states else len(ids)
+            done = it.start_pos < n == it.kv_len_after if self._states else it.sample
             key = (ids, self._adapter(it.lora_id))
-            if key in queued:
+            if not (done and it.num_generated == 0) or key in queued or not n:
                 continue
             # Its window's last query is at n - 1, the next one's at n: from n - window on.
-            slots = self._slots([it], [(max(0, len(ids) - 1), len(ids))], (0, 0))
+            slots = self._slots([it], [(max(0, n - 1), n)], (0, 0, 0))
             if self._mesh is not None:
                 slots = put_replicated(slots, self._mesh)
-            gathers.append((key, self._gather(kv, slots)))
+            gathers.append((key, n, self._gather(kv, slots)))
             queued.add(key)
         if gathers:
             self._saving.append((sched, gathers))
@@ -379,15 +425,15 @@ class KVTransfer:
     def written(self, sched: SchedulerOutput) -> None:
         """Write the rows gathered after `sched`, now read back (process 0 writes)."""
         while self._saving and self._saving[0][0] is sched:
-            for (ids, adapter), rows in self._saving.pop(0)[1]:
+            for (ids, adapter), n, rows in self._saving.pop(0)[1]:
                 if jax.process_index() != 0 or self.store.file(ids, adapter).exists():
                     continue
-                n = len(ids)  # (a windowed leaf: its last `_window` positions)
-                keep = [min(n, self._window or n) if w else n for w in self._windowed]
+                # (a windowed leaf: its last `_window` positions; a state leaf: its row)
+                keep = [(n, min(n, self._window or n), 1)[p] for p in self._pools]
                 rows = [np.asarray(r)[:k] for r, k in zip(jax.device_get(rows), keep, strict=True)]
-                if self.store.write(ids, adapter, rows):
+                if self.store.write(ids, adapter, rows, n):
                     self.num_saved_prompts += 1
-                    self.num_saved_tokens += len(ids)
+                    self.num_saved_tokens += n
 
     def stats(self) -> dict[str, int]:
         return {

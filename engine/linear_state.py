@@ -1,5 +1,5 @@
-"""Linear-attention (gated DeltaNet, KDA) models in the engine: their recurrent state rows,
-and the features refused for them.
+"""Linear-attention (gated DeltaNet, KDA, Mamba-2) models in the engine: their recurrent
+state rows, and the features refused for them.
 
 Each running sequence holds one row of every linear layer's state arrays (Scheduler
 state_slots, Sequence.state_slot) besides its KV pages, which only the full-attention
@@ -8,10 +8,9 @@ pages. Prefix caching keeps snapshots of it at block boundaries (engine/state_ca
 Speculative decoding keeps `drafts` more rows per sequence: a step feeding drafts runs
 that span row by row and leaves the state after each of its first `drafts` rows there
 (Segments.drafting), so however many drafts are kept, the next step starts from the
-state after them (a copy into the sequence's row, before it). Whatever else starts a
-sequence anywhere but at position 0 (a transferred prefix) is refused here; a later sample
-of a request computes its prompt itself instead of sharing its first one's pages
-(Scheduler._donor).
+state after them (a copy into the sequence's row, before it). KV transfer stores a
+prompt's state with its rows (engine/kv_transfer.py). A later sample of a request computes
+its prompt itself instead of sharing its first one's pages (Scheduler._donor).
 
 Rows of each layer's state arrays: 0 (padding sequences'), 1 .. S (running sequences),
 then the snapshots', then S x drafts.
@@ -97,8 +96,8 @@ def check_model_engine(
     cannot take yet, before any weight is read. `prefix`: (enable_prefix_caching,
     mamba_block_size, num_state_snapshots, page_size).
 
-    A linear-attention model refuses kv_transfer_config: a transferred prefix would come
-    without its state. (LoRA adapts its attention and MLP projections, models/lora.py;
+    (A linear-attention model's KV transfer stores its state rows too: engine/kv_transfer.py.
+    LoRA adapts its attention and MLP projections, models/lora.py;
     weights held quantized are held so there too, the DeltaNet and KDA projections in the
     model dtype: models/quantization.py.)
 
@@ -107,11 +106,6 @@ def check_model_engine(
     per-token rows get a pool of their own (ModelConfig.v4_window_pool; prefix caching
     indexes its pages too, engine/prefix_cache.WindowCache)."""
     page_size = prefix[3]
-    if cfg.linear_attention_layers and transfer is not None:
-        raise ValueError(
-            f"kv_transfer_config: not supported for {cfg.model_type}'s linear-attention "
-            "layers (a sequence's recurrent state is not in its pages)"
-        )
     if cfg.model_type == "nemotron_h" and lora:  # (PEFT names its blocks, not our layers)
         raise ValueError("enable_lora: not supported for nemotron_h yet")
     if not cfg.is_dsv4:

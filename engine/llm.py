@@ -396,6 +396,7 @@ class LLM(EngineControl):
         seq.lora_id, seq.priority = lora_id, priority
         if self._transfer:
             seq.num_external_tokens = self._transfer.num_loadable(ids, params, lora_id)
+            seq.prefill_stop = self._transfer.prefill_stop(ids)
         out = RequestOutput.new(request_id, ids, params)
         # Queued last: nothing that can fail stands between it and the record below, so a
         # caller that takes back what it queued (_collect) knows every queued request.

@@ -6,9 +6,8 @@ running partial prefills first, then waiting sequences admitted in FCFS order.
 `update()` applies the step's sampled tokens, checks stop conditions and frees pages.
 
 Long prompts (long_context/policy.py, optional): while decodes run, a long prefill's chunk
-keeps the step within `max_decode_slowdown` of a decode-only step (from the step times
-`update` is given); a waiting shorter request gets room in the budget; at most
-`max_long_prefills` long prefills run at once, later long prompts wait and shorter pass.
+keeps the step within `max_decode_slowdown` of a decode-only step; a waiting shorter request
+gets room in the budget; at most `max_long_prefills` run at once, shorter prompts pass.
 
 Invariants (they make the policy simple and starvation-free):
 - Running sequences are kept in admission order; preemption takes the newest admitted and
@@ -45,9 +44,9 @@ carry drafts; update() gets its kept tokens (counted per position). Priority
 (`policy="priority"`, vLLM's): waiting and running sequences are kept in (priority, arrival)
 order, so admission takes the best waiting first and preemption the worst running;
 admission never preempts, and lower priorities wait while higher ones come. KV transfer
-(engine/kv_transfer.py): a sequence with prompt KV in the store is admitted with those
-positions computed (a windowed pool's table from its window on); its item's `num_loaded`
-has the runner write them there first."""
+(engine/kv_transfer.py): a sequence with prompt KV (and state) in the store is admitted with
+those positions computed (a windowed pool's table from its window on), its item's
+`num_loaded` has the runner write them first; a producer's prefill stops at prefill_stop."""
 
 from __future__ import annotations
 
@@ -413,8 +412,8 @@ class Scheduler:
             # More of it in the KV store than in the cache: new pages, written from there.
             loaded = seq.num_external_tokens if donor is seq else 0
             loaded = loaded if loaded > shared else 0
-            if loaded:
-                hits, blocks, shared = [], [], loaded
+            if loaded:  # (and its state: the store's, not a snapshot's)
+                hits, blocks, shared, seq.state_from = [], [], loaded, 0
             seq.num_shared_tokens = shared
             left = seq.num_tokens - shared
             chunk = 0 if self._long_held_back(seq, plan) else self._chunk(seq, left, plan)
@@ -667,10 +666,11 @@ class Scheduler:
         return donor if donor is None or samples.can_share(donor, seq, self._pools) else seq
 
     def _chunk(self, seq: Sequence, left: int, plan: StepPlan) -> int:
-        """Tokens of `seq`'s prefill to schedule now: the budget, and for a long sequence
-        the policy's allowance and room for a shorter waiting request. A first sample whose
-        later samples wait stops at the pages they share, so they join it in the next step."""
+        """Tokens of `seq`'s prefill to schedule now: the budget (to its prefill_stop), and
+        for a long sequence the policy's allowance and room for a shorter waiting request. A
+        first sample whose later samples wait stops at the pages they share."""
         chunk = min(left, plan.budget)
+        chunk = min(chunk, max(seq.prefill_stop - self._computed(seq), 0) or chunk)
         if seq.forks and self._forks_share:
             computed, point = self._computed(seq), samples.share_point(seq, self.pages.page_size)
             if computed < point and any(f.status is SequenceStatus.WAITING for f in seq.forks):

@@ -79,6 +79,10 @@ class Sequence:
     # last admission (then also in num_shared_tokens).
     num_external_tokens: int = 0
     num_loaded_tokens: int = 0
+    # A linear-attention model's producer: its prefill's chunks end at this position (0:
+    # none), where the step leaves the state the store keeps (its last prompt token's
+    # computed in a step after it).
+    prefill_stop: int = 0
     # Speculative decoding (engine/speculative.py): its decodes may carry drafts.
     speculate: bool = False
     prefix_blocks: list[int] = field(default_factory=list, repr=False)

@@ -93,6 +93,23 @@ def test_an_admission_takes_new_pages_and_computes_only_past_the_stored_position
     assert sched.stats()["num_pages_free"] == 8
 
 
+def test_a_producers_prefill_stops_short_of_the_last_prompt_token():
+    """Sequence.prefill_stop (a linear-attention model's producer): the chunk ends there
+    with budget left, another request still admitted beside it; the last prompt token is
+    fed (and samples) in the next step."""
+    a, b = make_seq("a", 10, max_tokens=2), make_seq("b", 5, 20, max_tokens=2)
+    a.prefill_stop = 9
+    sched, dev = new_scheduler(8, 4, a, b), StoreDevice(4, {"a": a, "b": b})
+    out, _ = step(sched, dev)
+    assert summary(out) == [("a", 0, 9, (0, 1, 2), False), ("b", 0, 5, (3, 4), True)]
+    out, _ = step(sched, dev)
+    assert summary(out)[0] == ("a", 9, 1, (0, 1, 2), True)
+    while sched.has_unfinished():
+        step(sched, dev)
+    for seq in (a, b):
+        assert (seq.output_token_ids, "length") == reference(seq, 64)
+
+
 def test_a_cancelled_launch_computes_the_stored_positions_instead():
     """The load may not have run: the retry computes the whole prompt on the same pages."""
     a = stored(make_seq("a", 10, max_tokens=2), 9)
@@ -335,6 +352,75 @@ def test_batch_invariant_consumer_gives_the_bits_of_one_engine(arch, kv_cache_dt
         assert (stats["num_loaded_kv_tokens"], stats["prefix_cache_hits"]) == (loaded, hits)
     # kv_both: it stored nothing new (every prompt was there).
     assert consumer.stats()["kv_transfer_saved_prompts"] == 0
+
+
+@pytest.mark.parametrize("arch", ["nemotron_h", "kimi_linear"])
+def test_a_linear_attention_consumer_continues_the_producers_state(arch, tmp_path):
+    """Mamba-2 and GQA (Nemotron-H), KDA and MLA (Kimi-Linear): the producer's prefill
+    stops one token short of each prompt's end, where it stores the positions' rows and
+    each linear layer's state row, then computes the last token (its first tokens HF's);
+    a consumer with another page size loads both and decodes HF's tokens."""
+    ref = _reference(arch)
+    shape = dict(model=str(FIXTURES / arch), max_num_seqs=8, max_num_batched_tokens=64)
+    producer = LLM(**shape, **POOL, kv_transfer_config=_transfer("kv_producer", tmp_path))
+    outs = producer.generate(ref["prompts"], dataclasses.replace(GREEDY, max_tokens=1))
+    assert [o.token_ids for o in outs] == [t[:1] for t in ref["greedy_tokens"]]
+    lengths = [len(p) for p in ref["prompts"]]
+    stats = producer.stats()
+    assert stats["kv_transfer_saved_tokens"] == sum(lengths) - len(lengths)
+    cfg = producer.config
+    state_shapes = [(1, *shape) for shape in cfg.linear_state_shapes()]
+    for f in sorted(tmp_path.glob("*.safetensors")):
+        with safe_open(f, "numpy") as h:
+            n = h.get_tensor("token_ids").shape[0]
+            leaves = [h.get_tensor(f"leaf{i}") for i in range(len(h.keys()) - 1)]
+        assert n + 1 in lengths
+        per_layer = iter(leaves)
+        for i in range(cfg.num_layers):  # a linear layer's state row, or n rows of pages
+            if cfg.is_linear_layer(i):
+                assert [next(per_layer).shape for _ in state_shapes] == state_shapes
+            else:
+                for _ in cfg.layer_kv_widths(i):
+                    assert next(per_layer).shape[0] == n
+        assert next(per_layer, None) is None
+    consumer = LLM(
+        **shape,
+        page_size=8,
+        num_pages=64,
+        max_model_len=128,
+        kv_transfer_config=_transfer("kv_consumer", tmp_path),
+    )
+    outs = consumer.generate(ref["prompts"], GREEDY)
+    for out, tokens, logprobs in zip(outs, ref["greedy_tokens"], ref["logprobs"], strict=True):
+        assert out.token_ids == tokens[:8]
+        np.testing.assert_allclose(out.logprobs, logprobs[:8], atol=2e-3, rtol=0)
+    assert [o.num_cached_tokens for o in outs] == [n - 1 for n in lengths]
+    assert consumer.stats()["num_loaded_kv_tokens"] == sum(lengths) - len(lengths)
+
+
+def test_batch_invariant_linear_attention_consumer_gives_the_bits_of_one_engine(tmp_path):
+    """Nemotron-H in batch-invariant mode (its rule row by row): the state the producer
+    stores after all but the last prompt token is the one a single engine reaches, so the
+    consumer's tokens and logprobs are that engine's bits."""
+    prompts = _reference("nemotron_h")["prompts"]
+    shape = dict(
+        model=str(FIXTURES / "nemotron_h"),
+        batch_invariant=True,
+        max_model_len=128,
+        num_pages=8,
+        max_num_batched_tokens=64,
+    )
+    params = dataclasses.replace(GREEDY, max_tokens=10)
+    alone = LLM(**shape).generate(prompts, params)
+    LLM(**shape, kv_transfer_config=_transfer("kv_producer", tmp_path)).generate(
+        prompts, dataclasses.replace(params, max_tokens=1)
+    )
+    outs = LLM(**shape, kv_transfer_config=_transfer("kv_consumer", tmp_path)).generate(
+        prompts, params
+    )
+    assert [o.num_cached_tokens for o in outs] == [len(p) - 1 for p in prompts]
+    for out, want in zip(outs, alone, strict=True):
+        assert (out.token_ids, _bits(out.logprobs)) == (want.token_ids, _bits(want.logprobs))
 
 
 def test_a_store_made_with_other_settings_is_refused_before_queueing(tmp_path):

@@ -43,7 +43,6 @@ from tests.test_scripts import _run
 
 FIXTURE = Path(__file__).parent / "fixtures" / "qwen3_next"
 TOL = 2e-3
-SHARED = {"shared_storage_path": "/tmp"}  # (refused before anything is written there)
 
 
 def _silu(x):
@@ -401,7 +400,6 @@ def test_state_snapshot_options_are_checked_before_loading(model, kwargs, match)
     "option, value",
     [
         ("speculative_config", {"method": "mtp", "num_speculative_tokens": 1}),
-        ("kv_transfer_config", {"kv_role": "kv_producer", "kv_connector_extra_config": SHARED}),
         ("enable_lora", True),  # (Nemotron-H's adapters name blocks, not layers)
     ],
 )
