@@ -17,8 +17,9 @@ token) and the consumer's run is timed alone: the decode engine's view of a depl
 prefill runs elsewhere. Reported: the running requests' time between tokens (p50, p99, max),
 the long requests' time to first token on the decode engine (and with the producer's
 prefill added), whether the tokens equal the colocated run's, and the transfer itself:
-stored bytes per prompt token, and the rates of a store (gather, read back, file write)
-and a load (file read, scatter into pages) of one prompt's KV. Every engine first runs the
+stored bytes per prompt token (and a linear-attention model's state bytes a prompt), and
+the rates of a store (gather, read back, file write) and a load (file read, scatter into
+pages) of one prompt's KV. Every engine first runs the
 traffic once on other prompts (compiling its steps), then the timed run.
 """
 
@@ -37,7 +38,7 @@ from absl import app, flags
 
 from engine import LLM, SamplingParams
 from engine.kv_pages import pages_for_tokens
-from engine.kv_transfer import KVStore
+from engine.kv_transfer import STATE, KVStore
 from scripts.flag_checks import check_count, check_output_file
 
 _MODELS = flags.DEFINE_list(
@@ -108,29 +109,36 @@ def transfer_rates(producer: LLM, consumer: LLM, prompt: list[int]) -> dict:
     """A store and a load of one prompt's KV, each timed on its second call (the first
     compiles): the engines' own gather, store and scatter."""
     n, made, c = len(prompt), producer._transfer, consumer._transfer
-    # Any slots (the rates do not depend on which): the prompt's n positions, and a hybrid
-    # model's windowed layers their last window of them.
-    window = min(n, made._window or n)
-    slots = (np.arange(n, dtype=np.int32), np.arange(window, dtype=np.int32))
-    firsts = [made._first(n - 1) if w else 0 for w in made._windowed]
-    loads = (slots[0][: n - 1], slots[1][: n - 1 - made._first(n - 1)])
+    # Any slots (the rates do not depend on which): the prompt's n positions (a
+    # linear-attention model's n - 1, and state row 1), and a hybrid model's windowed
+    # layers their last window of them.
+    stored = n - 1 if made._states else n
+    window = min(stored, made._window or stored)
+    slots = (
+        np.arange(stored, dtype=np.int32),
+        np.arange(window, dtype=np.int32),
+        np.ones(1, np.int32),
+    )
+    loads = (slots[0][: n - 1], slots[1][: n - 1 - made._first(n - 1)], slots[2])
     with tempfile.TemporaryDirectory() as d:
         store = KVStore(d, {k: v for k, v in made.store.meta.items() if k != "format"})
         for _ in range(2):
             start = time.perf_counter()
             rows = [np.asarray(r) for r in jax.device_get(made._gather(producer._kv, slots))]
             store.file(prompt).unlink(missing_ok=True)
-            store.write(prompt, "", rows)
+            store.write(prompt, "", rows, stored)
             store_s = time.perf_counter() - start
         for _ in range(2):
             start = time.perf_counter()
-            read = store.read(prompt, "", n - 1, firsts)
+            read = store.read(prompt, "", n - 1, made._starts(n - 1))
             consumer._kv = c._scatter(consumer._kv, loads, read)
             jax.block_until_ready(consumer._kv)
             load_s = time.perf_counter() - start
+    state = sum(r.nbytes for r, pool in zip(rows, made._pools, strict=True) if pool == STATE)
     nbytes = sum(r.nbytes for r in rows)
     return dict(
-        kv_bytes_per_token=nbytes / n,
+        kv_bytes_per_token=(nbytes - state) / stored,
+        state_bytes=state,
         store_mb_s=nbytes / store_s / 1e6,
         load_mb_s=sum(r.nbytes for r in read) / load_s / 1e6,
     )
@@ -214,12 +222,12 @@ def main(argv):
                 f"| {r['model']} | {mode} | {m['itl_p50_ms']:.2f} | {m['itl_p99_ms']:.2f} | "
                 f"{m['itl_max_ms']:.2f} | {m['ttft_ms']:.1f} | {total} |"
             )
-    print("| model | same tokens | KV bytes / token | store MB/s | load MB/s |")
-    print("|---|---|---|---|---|")
+    print("| model | same tokens | KV bytes / token | state bytes | store MB/s | load MB/s |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['model']} | {r['same_tokens']} | {r['kv_bytes_per_token']:.0f} | "
-            f"{r['store_mb_s']:.0f} | {r['load_mb_s']:.0f} |"
+            f"{r['state_bytes']:,} | {r['store_mb_s']:.0f} | {r['load_mb_s']:.0f} |"
         )
     if _JSON.value:
         pathlib.Path(_JSON.value).write_text(json.dumps(rows, indent=1))

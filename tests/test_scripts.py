@@ -262,6 +262,20 @@ def test_every_bench_sampling_mode_is_valid():
             "| tiny-llama | 4/4 |",
         ),
         (
+            # A linear-attention model: its prompts' states stored beside their rows.
+            "scripts.bench_disagg",
+            [
+                "--models=tiny-nemotron-h",
+                "--prompt_len=40",
+                "--decodes=2",
+                "--decode_tokens=12",
+                "--arrivals=2",
+                "--every=3",
+                "--long_tokens=4",
+            ],
+            "| tiny-nemotron-h | 4/4 | 512 | 16,896 |",
+        ),
+        (
             # 2 prompts of 16 tokens (one page), width 4, 3 steps: 16 + 4 x 17 + 4 x 18
             # tokens each without the cache (312); with it each beam computes only past the
             # page: 2 x 16 + 8 x 1 + 8 x 2 = 56, and the beams are the same.
