@@ -28,7 +28,8 @@ linear-attention model's layers (Qwen3-Next, Qwen3.5, Kimi-Linear, Nemotron-H) k
 recurrent state, not pages: a producer's prefill stops one token short of the prompt's end
 (Sequence.prefill_stop), the step after which it stores the rows of those positions and
 each layer's state row; a consumer loads both (its state row) and computes the last token
-from there, as with any model. Not for a
+from there, as with any model (a producer whose own prefix cache supplied the prompt up to
+that token stores nothing: the first step's state is past it). Not for a
 sliding window on every layer, nor DeepSeek-V4, nor for requests that need their whole
 prompt computed (prompt logprobs:
 prefix_cache.reads_cache); those compute as usual. As vLLM's connector,

@@ -64,7 +64,12 @@ FP8_WEIGHTS_LAYOUT = ("deepseek_v3_fp8", "tp=2,ep=2")
 LORA_LAYOUT = ("llama", "dp=2,tp=2")
 # KV transfer (engine/kv_transfer.py): a producer on the first layout, a consumer on the
 # second ("": one device); the stored rows are whole, whatever splits the pages.
-KV_TRANSFER_LAYOUTS = [("deepseek_v3", "tp=2,ep=2", "dp=2,ep=4"), ("llama", "tp=2", "")]
+# Nemotron-H: each Mamba-2 layer's state row (its heads split over tp) stored beside the rows.
+KV_TRANSFER_LAYOUTS = [
+    ("deepseek_v3", "tp=2,ep=2", "dp=2,ep=4"),
+    ("llama", "tp=2", ""),
+    ("nemotron_h", "tp=2,ep=2", "dp=2,ep=4"),
+]
 # MTP drafting (engine/mtp.py) on a mesh that splits tokens, the MTP layer's heads and its
 # experts: transformers' drafts (tests/test_mtp.py).
 MTP_LAYOUT = "dp=2,tp=2,ep=2"
