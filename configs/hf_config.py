@@ -18,6 +18,7 @@ from typing import Any
 from configs import hf_deepseek_v4 as v4
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
 from configs.hf_deepseek_v4 import DEEPSEEK_V4
+from configs.hf_granite import GRANITE, GRANITE_DEFAULTS, granite_fields
 from configs.hf_kimi_linear import KIMI_ALIASES, KIMI_DEFAULTS, KIMI_LINEAR, kimi_linear_fields
 from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
 from configs.hf_mla import MLA_DEFAULTS, MLA_MODEL_TYPES, mla_fields
@@ -56,6 +57,7 @@ SUPPORTED_MODEL_TYPES = (
     KIMI_LINEAR,
     DEEPSEEK_V4,
     NEMOTRON_H,
+    GRANITE,
 )
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
@@ -235,6 +237,7 @@ _DEFAULTS.update(
     **KIMI_DEFAULTS,
     **v4.V4_DEFAULTS,
     **NEMOTRON_DEFAULTS,
+    **GRANITE_DEFAULTS,
 )
 # Other names a config.json may give a field, per model type: each config class's
 # `attribute_map` in transformers 5.24 (the field read here <- the names it also takes; a
@@ -704,6 +707,8 @@ def config_from_hf(
         arch = {**mla_fields(f, model_type), **_llama4_temperature(f)}
     elif model_type == KIMI_LINEAR:
         arch = kimi_linear_fields(f)
+    elif model_type == GRANITE:
+        arch = granite_fields(f)
     elif model_type == NEMOTRON_H:  # (its layers: its mixers)
         arch = nemotron_h_fields(f)
         num_layers = arch.pop("num_layers")

@@ -65,7 +65,7 @@ def _blocks(f: Any) -> list[str]:
     return kinds
 
 
-def _limit(value: Any) -> tuple[float, float]:
+def dt_limit(value: Any) -> tuple[float, float]:
     """time_step_limit: [low, high], high maybe Infinity (a JSON extension) or transformers
     5's {"__float__": "Infinity"}."""
     if not isinstance(value, (list, tuple)) or len(value) != 2:
@@ -120,7 +120,7 @@ def nemotron_h_fields(f: Any) -> dict:
         linear_value_head_dim=f.required("mamba_head_dim"),
         linear_conv_kernel=f.required("conv_kernel"),
         linear_conv_bias=bool(f.get("use_conv_bias")),
-        mamba_dt_limit=_limit(f.get("time_step_limit")),
+        mamba_dt_limit=dt_limit(f.get("time_step_limit")),
         mlp_act="relu2",
         expert_act="relu2",
         no_ffn_layers=tuple(i for i, (_, ffn) in enumerate(layers) if ffn is None),

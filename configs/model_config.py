@@ -168,6 +168,13 @@ class ModelConfig:
     norm_zero_centered: bool = False
     # Logits squashed to cap * tanh(logits / cap) (Mistral Large 4's 30; 0: none).
     final_logit_softcapping: float = 0.0
+    # Granite 4.0 (granitemoehybrid): the embeddings times embedding_multiplier, each
+    # block's output times residual_multiplier before it joins the stream, attention scores
+    # times attention_multiplier (0: head_dim^-0.5), the logits divided by logits_scaling.
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    attention_multiplier: float = 0.0
+    logits_scaling: float = 1.0
     # MoE
     num_experts: int = 0  # routed experts E (0: dense model)
     num_experts_per_tok: int = 0  # top-k
@@ -400,6 +407,11 @@ class ModelConfig:
                     f"topk_group={self.topk_group}: its groups hold {self.topk_group * per_group}"
                     f" experts, fewer than num_experts_per_tok={self.num_experts_per_tok}"
                 )
+        for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)}: must be > 0")
+        if self.attention_multiplier < 0:
+            raise ValueError(f"attention_multiplier={self.attention_multiplier}: must be >= 0")
         if self.mlp_act not in MLP_ACTS or self.moe_latent_size < 0:
             raise ValueError(f"mlp_act={self.mlp_act!r}: expected {MLP_ACTS}; moe_latent_size >= 0")
         bad = [i for i in self.no_ffn_layers if not 0 <= i < self.num_layers]
@@ -454,8 +466,8 @@ class ModelConfig:
                 f"linear_num_value_heads={self.linear_num_value_heads}: must be a multiple of "
                 f"linear_num_key_heads={self.linear_num_key_heads}"
             )
-        if self.linear_conv_bias != (self.linear_attention_kind == "mamba2"):
-            raise ValueError("linear_conv_bias: Mamba-2's convs have a bias, the others none")
+        if self.linear_conv_bias and self.linear_attention_kind != "mamba2":
+            raise ValueError("linear_conv_bias: only Mamba-2's convs have a bias")
         kda = (self.linear_num_key_heads, self.linear_key_head_dim)
         if self.linear_attention_kind == "kimi_delta" and kda != (
             self.linear_num_value_heads,

@@ -1,11 +1,11 @@
 """Named model presets: test-size models (configs/presets_tiny.py, the shapes of
 tests/fixtures), CPU-size benchmark and long-context models (presets_small.py) and real
-shapes (presets_real.py); Nemotron-H's of each kind (presets_nemotron.py)."""
+shapes (presets_real.py); Nemotron-H's of each kind (presets_mamba.py)."""
 
 from __future__ import annotations
 
 from configs.model_config import ModelConfig
-from configs.presets_nemotron import NEMOTRON
+from configs.presets_mamba import NEMOTRON
 from configs.presets_real import REAL
 from configs.presets_small import SMALL
 from configs.presets_tiny import TINY

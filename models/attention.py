@@ -103,7 +103,8 @@ def gqa_inputs(
     gate = None
     if cfg.attn_output_gate:  # Qwen3-Next: q_proj's other half, per output channel
         gate = add(jnp.einsum("td,dhk->thk", x, p["wq_gate"]), delta("wq_gate", x))
-    return AttnInputs(q=q, k=k, v=v, scale=cfg.head_dim**-0.5, gate=gate)
+    scale = cfg.attention_multiplier or cfg.head_dim**-0.5  # (Granite's multiplier)
+    return AttnInputs(q=q, k=k, v=v, scale=scale, gate=gate)
 
 
 def _temperature(cfg: ModelConfig, q: jax.Array, positions: jax.Array, layer: int) -> jax.Array:

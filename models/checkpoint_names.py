@@ -129,6 +129,8 @@ def _linear_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTen
     dk, dv, taps = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel
     if cfg.linear_attention_kind == "kimi_delta":
         return _kda_names(cfg, pre, at)
+    if cfg.linear_attention_kind == "mamba2":
+        return _mamba2_names(cfg, pre, at)
     qkv = tuple(at + (w,) for w in ("wq", "wk", "wv"))
     width = 2 * hk * dk + hv * dv
     names = {
@@ -369,6 +371,52 @@ def _v4_names(cfg: ModelConfig) -> dict[str, HFTensor]:
     return names
 
 
+def _mamba2_names(cfg: ModelConfig, m: str, li: Path_) -> dict[str, HFTensor]:
+    """A Mamba-2 mixer (Nemotron-H's, Granite 4.0's): in_proj's rows z | x | B | C | dt, its
+    conv's channels x | B | C (and their biases), A_log, D, dt_bias, the gated norm's weight
+    over every channel, out_proj."""
+    d, hk, hv = cfg.hidden_size, cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv, taps = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel
+    rows = tuple(li + (w,) for w in ("wz", "wv", "wk", "wq", "wa"))
+    conv = 2 * hk * dk + hv * dv
+    convs = ("conv_v", "conv_k", "conv_q")
+    names = {
+        f"{m}.in_proj.weight": HFTensor((hv * dv + conv + hv, d), rows, "grouped"),
+        f"{m}.conv1d.weight": HFTensor((conv, 1, taps), tuple(li + (c,) for c in convs), "grouped"),
+        f"{m}.norm.weight": _vector(hv * dv, li + ("norm",)),
+        f"{m}.out_proj.weight": _linear(d, hv * dv, li + ("wo",)),
+        **{f"{m}.{leaf}": _vector(hv, li + (leaf,)) for leaf in ("A_log", "D", "dt_bias")},
+    }
+    if cfg.linear_conv_bias:
+        biases = tuple(li + (c + "_bias",) for c in convs)
+        names[f"{m}.conv1d.bias"] = HFTensor((conv,), biases, "grouped")
+    return names
+
+
+def _granite_ffn_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFTensor]:
+    """Granite 4.0's feed-forward block as released: the shared MLP (input_linear's gate rows,
+    then up) and, with experts, block_sparse_moe's router and experts ([E, 2F, D] gate |
+    up, [E, D, F] down)."""
+    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    fs = cfg.shared_expert_width if e else cfg.intermediate_size
+    mlp = at + (("moe", "shared") if e else ("mlp",))
+    names = {
+        f"{layer}.shared_mlp.input_linear.weight": HFTensor(
+            (2 * fs, d), (mlp + ("w_gate",), mlp + ("w_up",)), "grouped"
+        ),
+        f"{layer}.shared_mlp.output_linear.weight": _linear(d, fs, mlp + ("w_down",)),
+    }
+    if e:
+        moe, pre = at + ("moe",), f"{layer}.block_sparse_moe"
+        names[f"{pre}.router.layer.weight"] = _linear(e, d, moe + ("router",))
+        names[f"{pre}.input_linear.weight"] = HFTensor(
+            (e, 2 * f, d), (moe + ("w_gate",), moe + ("w_up",)), "gate_up"
+        )
+        down = HFTensor((e, d, f), (moe + ("w_down",),), "experts_T")
+        names[f"{pre}.output_linear.weight"] = down
+    return names
+
+
 def nemotron_h_blocks(cfg: ModelConfig) -> list[tuple[int, int | None]]:
     """Nemotron-H's blocks (one mixer or one feed-forward block each) behind each decoder
     layer: (its mixer's block, its feed-forward block's or None: no_ffn_layers)."""
@@ -386,8 +434,6 @@ def _nemotron_h_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:
     block a norm and a mixer; Mamba-2's in_proj rows z | x | B | C | dt and its conv's
     channels x | B | C; relu2 MLPs and experts (up, down); the latent MoE's projections."""
     d, v, e, f = cfg.hidden_size, cfg.vocab_size, cfg.num_experts, cfg.moe_intermediate_size
-    hk, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
-    dk, dv, taps = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel
     dx = cfg.moe_latent_size or d
     names = {
         "backbone.embeddings.weight": HFTensor((v, d), (("embed",),), "copy"),
@@ -401,22 +447,7 @@ def _nemotron_h_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:
         if not cfg.is_linear_layer(i):
             names.update(_attn_names(cfg, f"{pre}.mixer", at + ("attn",), i))
         else:
-            m, li = f"{pre}.mixer", at + ("linear",)
-            rows = (li + ("wz",), li + ("wv",), li + ("wk",), li + ("wq",), li + ("wa",))
-            conv = 2 * hk * dk + hv * dv
-            names[f"{m}.in_proj.weight"] = HFTensor((hv * dv + conv + hv, d), rows, "grouped")
-            names[f"{m}.conv1d.weight"] = HFTensor(
-                (conv, 1, taps), tuple(li + (c,) for c in ("conv_v", "conv_k", "conv_q")), "grouped"
-            )
-            names[f"{m}.conv1d.bias"] = HFTensor(
-                (conv,),
-                tuple(li + (c + "_bias",) for c in ("conv_v", "conv_k", "conv_q")),
-                "grouped",
-            )
-            for leaf in ("A_log", "D", "dt_bias"):
-                names[f"{m}.{leaf}"] = _vector(hv, li + (leaf,))
-            names[f"{m}.norm.weight"] = _vector(hv * dv, li + ("norm",))
-            names[f"{m}.out_proj.weight"] = _linear(d, hv * dv, li + ("wo",))
+            names.update(_mamba2_names(cfg, f"{pre}.mixer", at + ("linear",)))
         if ffn is None:
             continue
         pre = f"backbone.layers.{ffn}"
@@ -500,12 +531,14 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
         f"{layer}.input_layernorm.weight": _vector(d, at + ("attn_norm",)),
         f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("mlp_norm",)),
     }
-    if cfg.is_linear_layer(index):  # (Kimi-Linear's KDA: under self_attn)
-        where = "self_attn" if cfg.linear_attention_kind == "kimi_delta" else "linear_attn"
-        names.update(_linear_attn_names(cfg, f"{layer}.{where}", at + ("linear",)))
+    if cfg.is_linear_layer(index):  # (Kimi-Linear's KDA: under self_attn; Granite's: mamba)
+        where = {"kimi_delta": "self_attn", "mamba2": "mamba"}.get(cfg.linear_attention_kind)
+        names.update(_linear_attn_names(cfg, f"{layer}.{where or 'linear_attn'}", at + ("linear",)))
     else:
         names.update(_attn_names(cfg, f"{layer}.self_attn", at + ("attn",), index))
-    if moe:
+    if cfg.model_type == "granitemoehybrid":
+        names.update(_granite_ffn_names(cfg, layer, at))
+    elif moe:
         names.update(_moe_names(cfg, layer, at + ("moe",), layout))
     else:
         mlp = f"{layer}.feed_forward" if cfg.model_type == "llama4_text" else f"{layer}.mlp"

@@ -71,6 +71,8 @@ def final_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array
         logits = h @ params["embed"].T  # [S, V]
     else:
         logits = h @ params["lm_head"]  # [S, V]
+    if cfg.logits_scaling != 1.0:  # (Granite: divided, in the model dtype)
+        logits = logits / jnp.asarray(cfg.logits_scaling, logits.dtype)
     logits = logits.astype(jnp.float32)
     if cfg.final_logit_softcapping:
         cap = cfg.final_logit_softcapping

@@ -196,10 +196,13 @@ def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
     }
     if cfg.linear_attention_kind == "mamba2":  # wq, wk: C and B; wv: x; wa: dt
         hv_dv = (None, "linear_v_heads", None)
-        return {k: v for k, v in specs.items() if k != "wb"} | {
+        biases = {
             "conv_q_bias": ParamSpec((hk, dk), dt, ("linear_k_heads", None), zeros),
             "conv_k_bias": ParamSpec((hk, dk), dt, ("linear_k_heads", None), zeros),
             "conv_v_bias": ParamSpec((hv, dv), dt, hv_dv[1:], zeros),
+        }
+        return {k: v for k, v in specs.items() if k != "wb"} | {
+            **(biases if cfg.linear_conv_bias else {}),
             "wz": ParamSpec((d, hv, dv), dt, vh, w),
             "wa": ParamSpec((d, hv), dt, ("embed", "linear_v_heads"), w),
             "dt_bias": ParamSpec((hv,), dt, ("linear_v_heads",), ones),

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from models import deepseek_v4
@@ -64,7 +65,10 @@ def forward_hidden(
         return deepseek_v4.forward_hidden(
             params, cfg, token_ids, positions, kv, attend, routed, pin
         )
-    x = pin(embed(params, token_ids), ("batch", "embed"))  # [T, D]
+    x = embed(params, token_ids)  # [T, D]
+    if cfg.embedding_multiplier != 1.0:  # (Granite)
+        x = x * jnp.asarray(cfg.embedding_multiplier, x.dtype)
+    x = pin(x, ("batch", "embed"))
     new_kv = []
     lora = params.get("lora")
     mask = slot_mask(lora, lora_slots)
@@ -121,12 +125,19 @@ def decoder_layer(
         if inputs.gate is not None:  # Qwen3-Next's gated attention
             o = o * jax.nn.sigmoid(inputs.gate)
         mixed = attn_output(layer["attn"], o, delta)
-    x = pin(x + mixed, ("batch", "embed"))
+    x = pin(x + _scaled(mixed, cfg), ("batch", "embed"))
     if "mlp_norm" not in layer:  # (Nemotron-H: a mixer no feed-forward block follows)
         return x, kv_i
     h = model_norm(x, layer["mlp_norm"], cfg)
     if "moe" in layer:
-        x = x + moe_block(layer["moe"], h, cfg, routed, delta)
+        x = x + _scaled(moe_block(layer["moe"], h, cfg, routed, delta), cfg)
     else:
-        x = x + swiglu_mlp(layer["mlp"], h, delta)
+        x = x + _scaled(swiglu_mlp(layer["mlp"], h, delta), cfg)
     return pin(x, ("batch", "embed")), kv_i
+
+
+def _scaled(out: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """A block's output as it joins the stream: times residual_multiplier (Granite)."""
+    if cfg.residual_multiplier == 1.0:
+        return out
+    return out * jnp.asarray(cfg.residual_multiplier, out.dtype)

@@ -44,8 +44,7 @@ ARCHS = (
     "qwen3_5_moe",
     "qwen3_5",
     "deepseek_v4",
-    "nemotron_h",
-    "nemotron_h_latent",
+    *("nemotron_h", "nemotron_h_latent", "granitemoehybrid", "granitemoehybrid_dense"),
 )
 # Fields that describe tokens or storage rather than the network.
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")

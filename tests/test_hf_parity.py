@@ -59,6 +59,9 @@ ARCHS = {
     # Mamba-2, position-free attention, relu2 MLPs and experts; blocks as released
     "nemotron_h": "tiny-nemotron-h",
     "nemotron_h_latent": "tiny-nemotron-h-latent",  # latent MoE, grouped routing
+    # Granite 4.0-H: Mamba-2, position-free attention, its multipliers, a shared MLP
+    "granitemoehybrid": "tiny-granitemoehybrid",
+    "granitemoehybrid_dense": "tiny-granitemoehybrid-dense",  # no experts, RoPE
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -242,14 +242,15 @@ def test_kda_pair_decays_over_sub_chunks_equal_each_pair_weighed_alone():
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear", "nemotron_h"])
+@pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid"])
 def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     """Prompts of 5, 17 and 33 tokens with 16-token chunks beside decodes, pages for fewer
     than all three (a preemption recomputes from position 0, in whatever state row is
     free), then two samples of one prompt in rows the first requests held: transformers'
     greedy tokens every time. Qwen3-Next (gated DeltaNet, GQA), Kimi-Linear (KDA, MLA
-    without RoPE, the latent pages beside the state rows) and Nemotron-H (Mamba-2, GQA
-    without positions, layers without a feed-forward block)."""
+    without RoPE, the latent pages beside the state rows), Nemotron-H (Mamba-2, GQA
+    without positions, layers without a feed-forward block) and Granite 4.0-H (Mamba-2,
+    its multipliers)."""
     fixture = FIXTURE.parent / arch
     ref = json.loads((fixture / "reference.json").read_text())
     # (56 tokens at most: the longest sequence's 49 fit, and a page table of one KV block

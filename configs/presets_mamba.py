@@ -1,6 +1,7 @@
-"""Nemotron-H presets (transformers' nemotron_h, configs/hf_nemotron_h.py): the test-size
-model of tests/fixtures/nemotron_h (tests/test_hf_config.py reads its config.json back to
-it) and NVIDIA Nemotron 3 Nano's shapes."""
+"""Mamba-2 hybrids' presets: Nemotron-H's (transformers' nemotron_h, configs/hf_nemotron_h.py)
+and Granite 4.0's (granitemoehybrid, configs/hf_granite.py): the test-size models of
+tests/fixtures/<arch> (tests/test_hf_config.py reads each config.json back to its preset)
+and NVIDIA Nemotron 3 Nano's shapes."""
 
 from __future__ import annotations
 
@@ -116,4 +117,56 @@ NEMOTRON["nemotron-3-nano-30b-a3b"] = _nemotron(
     bos_token_id=1,
     eos_token_ids=(2,),
     dtype="bfloat16",
+)
+# tests/fixtures/granitemoehybrid: Granite 4.0-H's layers (Mamba-2 with 8 heads of 16 over 2
+# groups of a 16-wide state, attention second without positions), each with top-2 of 8
+# SwiGLU experts 24 wide (softmax over the top 2) beside a SwiGLU shared MLP 32 wide; its
+# multipliers away from 1.
+NEMOTRON["tiny-granitemoehybrid"] = ModelConfig(
+    name="tiny-granitemoehybrid",
+    model_type="granitemoehybrid",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=24,
+    max_position_embeddings=2048,
+    nope_layers=(1,),
+    linear_attention_layers=(0, 2, 3),
+    linear_attention_kind="mamba2",
+    linear_num_key_heads=2,
+    linear_num_value_heads=8,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    linear_conv_bias=True,
+    embedding_multiplier=3.0,
+    residual_multiplier=0.6,
+    attention_multiplier=0.15,
+    logits_scaling=0.7,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    num_shared_experts=1,
+    shared_intermediate_size=32,
+    scoring_func="softmax_topk",
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# tests/fixtures/granitemoehybrid_dense: Granite 4.0-H-Micro's kind (no experts: the shared
+# MLP, 96 wide, is the dense MLP), RoPE on its attention layer, one group of the state.
+NEMOTRON["tiny-granitemoehybrid-dense"] = NEMOTRON["tiny-granitemoehybrid"].replace(
+    name="tiny-granitemoehybrid-dense",
+    num_layers=3,
+    intermediate_size=96,
+    nope_layers=(),
+    linear_attention_layers=(0, 2),
+    linear_num_key_heads=1,
+    num_experts=0,
+    num_experts_per_tok=0,
+    moe_intermediate_size=0,
+    num_shared_experts=0,
+    shared_intermediate_size=0,
+    scoring_func="softmax",
 )

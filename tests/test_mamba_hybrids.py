@@ -1,7 +1,8 @@
-"""Nemotron-H (configs/hf_nemotron_h.py, models/checkpoint_names.py): a release's config.json
-to its preset, bad block patterns refused by field, and checkpoints under transformers' own
-names (the release's are the fixtures': tests/test_hf_parity.py, tests/test_linear_attention.py
-run them through the reference path and the engine)."""
+"""Mamba-2 hybrids' configs and checkpoints: Nemotron-H (configs/hf_nemotron_h.py) and
+Granite 4.0 (configs/hf_granite.py): releases' config.json spellings, bad fields refused by
+name, Nemotron-H's checkpoints under transformers' own names (the releases' are the
+fixtures': tests/test_hf_parity.py, tests/test_linear_attention.py run them through the
+reference path and the engine)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from safetensors.numpy import load_file, save_file
 
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
-from configs.presets_nemotron import NANO_PATTERN
+from configs.presets_mamba import NANO_PATTERN
 from models.checkpoint_names import nemotron_h_blocks
 from models.hf_loader import load_hf_params
 
@@ -149,3 +150,31 @@ def test_checkpoint_under_transformers_own_names_loads_the_same(tmp_path, fixtur
     assert [p for p, _ in flat_want] == [p for p, _ in flat_got]
     for (path, a), (_, b) in zip(flat_want, flat_got, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(path))
+
+
+def test_config_of_a_granite_release():
+    """Granite 4.0-H as released: layer_types "mamba" / "attention", mamba_d_head "auto"
+    (expand x hidden / heads), no positions; the dense -H-Micro kind (no experts) serves
+    its shared MLP as the dense MLP; bad fields refused by name."""
+    fixture = json.loads((FIXTURES / "granitemoehybrid" / "config.json").read_text())
+    release = dict(
+        fixture,
+        layer_types=["mamba", "attention", "mamba", "mamba"],
+        mamba_d_head="auto",
+        time_step_limit=[0.0, float("inf")],
+    )
+    want = get_preset("tiny-granitemoehybrid")
+    assert config_from_hf(release).replace(name=want.name) == want
+    dense = config_from_hf({**release, "num_local_experts": 0})
+    assert (dense.num_experts, dense.intermediate_size, dense.num_shared_experts) == (0, 32, 0)
+    rope = config_from_hf({**release, "position_embedding_type": "rope"})
+    assert rope.nope_layers == () and want.nope_layers == (1,)
+    for change, match in [
+        (dict(position_embedding_type="alibi"), "position_embedding_type='alibi'"),
+        (dict(mamba_d_head=12), "mamba_d_head=12"),
+        (dict(hidden_act="gelu"), "hidden_act='gelu'"),
+        (dict(layer_types=["mamba", "mlp", "mamba", "mamba"]), "layer_types: expected 4"),
+        (dict(mamba_proj_bias=True), "mamba_proj_bias=True"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            config_from_hf({**release, **change})

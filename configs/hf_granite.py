@@ -1,0 +1,99 @@
+"""IBM Granite 4.0's hybrid HF config (transformers' granitemoehybrid: Granite-4.0-H-Small,
+-H-Tiny, -H-Micro): Mamba-2 layers (ModelConfig's linear_attention_kind "mamba2", as
+Nemotron-H's) and attention layers, RoPE on them only with position_embedding_type "rope"
+(the H releases: "nope"), each followed by a SwiGLU shared MLP and, with experts, a
+softmax-over-the-top-k router's SwiGLU experts beside it; the embeddings, each block's
+output, the attention scores and the logits scaled by the config's multipliers.
+
+`layer_types` names each layer "mamba" / "attention" (the releases) or, as transformers 5
+saves them, "linear_attention" / "full_attention"."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from configs.hf_nemotron_h import dt_limit
+
+GRANITE = "granitemoehybrid"
+
+_KINDS = {"mamba": "linear_attention", "attention": "full_attention"}
+
+# Defaults of transformers 5.25's GraniteMoeHybridConfig for the fields read.
+# fmt: off
+GRANITE_DEFAULTS: dict[str, dict[str, Any]] = {GRANITE: dict(
+    vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+    num_attention_heads=32, num_key_value_heads=None, hidden_act="silu",
+    max_position_embeddings=2048, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+    tie_word_embeddings=False, embedding_multiplier=1.0, logits_scaling=1.0,
+    residual_multiplier=1.0, attention_multiplier=1.0, num_local_experts=8,
+    num_experts_per_tok=2, shared_intermediate_size=1024, position_embedding_type=None,
+    layer_types=None, mamba_n_heads=128, mamba_n_groups=1, mamba_d_state=256,
+    mamba_d_head="auto", mamba_d_conv=4, mamba_expand=2, mamba_conv_bias=True,
+    time_step_limit=(0.0, math.inf),
+)}
+# fmt: on
+
+
+def granite_fields(f: Any) -> dict:
+    """ModelConfig's fields of a Granite 4.0 hybrid config; `f` is hf_config._Fields."""
+    for key in ("attention_bias", "mamba_proj_bias"):
+        if f.hf.get(key):
+            raise ValueError(f"HF config {key}=True: not supported for {GRANITE}")
+    if f.get("hidden_act") not in ("silu", "swish"):
+        raise ValueError(f"HF config hidden_act={f.get('hidden_act')!r}: only 'silu' (SwiGLU)")
+    position = f.get("position_embedding_type")
+    if position not in (None, "nope", "rope"):
+        raise ValueError(f"HF config position_embedding_type={position!r}: expected rope or nope")
+    num_layers, hidden = f.required("num_hidden_layers"), f.required("hidden_size")
+    kinds = f.get("layer_types")
+    kinds = ["linear_attention"] * num_layers if kinds is None else kinds
+    kinds = [_KINDS.get(k, k) for k in kinds] if isinstance(kinds, list) else kinds
+    if (
+        not isinstance(kinds, list)
+        or len(kinds) != num_layers
+        or any(k not in _KINDS.values() for k in kinds)
+    ):
+        raise ValueError(
+            f"HF config layer_types: expected {num_layers} entries, each 'mamba' or 'attention'"
+        )
+    heads = f.required("mamba_n_heads")
+    inner = f.required("mamba_expand") * hidden
+    head_dim = f.get("mamba_d_head")
+    head_dim = inner // heads if head_dim == "auto" else head_dim
+    if not isinstance(head_dim, int) or head_dim * heads != inner:
+        raise ValueError(
+            f"HF config mamba_d_head={head_dim!r}: mamba_n_heads={heads} of it must make "
+            f"mamba_expand x hidden_size = {inner}"
+        )
+    attention = tuple(i for i, k in enumerate(kinds) if k == "full_attention")
+    experts = f.get("num_local_experts") or 0
+    shared = f.required("shared_intermediate_size")
+    moe = dict(
+        num_experts=experts,
+        num_experts_per_tok=f.required("num_experts_per_tok"),
+        moe_intermediate_size=f.required("intermediate_size"),
+        scoring_func="softmax_topk",
+        num_shared_experts=1,
+        shared_intermediate_size=shared,
+    )
+    return dict(
+        # (the shared MLP alone without experts: the dense MLP)
+        **(moe if experts else dict(intermediate_size=shared)),
+        num_kv_heads=f.get("num_key_value_heads") or f.required("num_attention_heads"),
+        head_dim=hidden // f.required("num_attention_heads"),
+        nope_layers=() if position == "rope" else attention,
+        linear_attention_layers=tuple(i for i in range(num_layers) if i not in attention),
+        linear_attention_kind="mamba2",
+        linear_num_key_heads=f.required("mamba_n_groups"),
+        linear_num_value_heads=heads,
+        linear_key_head_dim=f.required("mamba_d_state"),
+        linear_value_head_dim=head_dim,
+        linear_conv_kernel=f.required("mamba_d_conv"),
+        linear_conv_bias=bool(f.get("mamba_conv_bias")),
+        mamba_dt_limit=dt_limit(f.get("time_step_limit")),
+        embedding_multiplier=float(f.required("embedding_multiplier")),
+        residual_multiplier=float(f.required("residual_multiplier")),
+        attention_multiplier=float(f.required("attention_multiplier")),
+        logits_scaling=float(f.required("logits_scaling")),
+    )
