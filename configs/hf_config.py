@@ -58,6 +58,7 @@ SUPPORTED_MODEL_TYPES = (
     DEEPSEEK_V4,
     NEMOTRON_H,
     GRANITE,
+    "solar_open",
 )
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
@@ -238,6 +239,23 @@ _DEFAULTS.update(
     **v4.V4_DEFAULTS,
     **NEMOTRON_DEFAULTS,
     **GRANITE_DEFAULTS,
+    # Solar Open: GLM-4.5's class with its own defaults (no dense layer, no MTP, no q/k
+    # norms or partial rotary: Llama's attention).
+    solar_open=dict(
+        _DEFAULTS["glm4_moe"],
+        vocab_size=196608,
+        moe_intermediate_size=1280,
+        num_hidden_layers=48,
+        num_attention_heads=64,
+        head_dim=128,
+        num_experts_per_tok=8,
+        first_k_dense_replace=0,
+        use_qk_norm=False,
+        partial_rotary_factor=None,
+        num_nextn_predict_layers=0,
+        rope_theta=1000000.0,
+        intermediate_size=None,
+    ),
 )
 # Other names a config.json may give a field, per model type: each config class's
 # `attribute_map` in transformers 5.24 (the field read here <- the names it also takes; a
@@ -256,6 +274,7 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
         "n_routed_experts": ("num_local_experts",),
         "num_nextn_predict_layers": ("num_mtp_layers",),
     },
+    "solar_open": {"n_routed_experts": ("num_local_experts",)},
     "glm4_moe_lite": {
         "n_routed_experts": ("num_local_experts",),
         "qk_rope_head_dim": ("head_dim",),
@@ -634,7 +653,7 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
     kv_heads = f.get("num_key_value_heads")
     if model_type == "qwen2_moe":
         attention_bias = bool(f.get("qkv_bias"))
-    elif model_type in ("glm4_moe", "gpt_oss", "olmoe"):
+    elif model_type in ("glm4_moe", "gpt_oss", "olmoe", "solar_open"):
         # q/k/v biases (GLM-4.5's o_proj has none; gpt-oss's has one: o_proj_bias below)
         attention_bias = bool(f.get("attention_bias"))
     else:

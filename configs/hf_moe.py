@@ -45,11 +45,11 @@ def moe_fields(f: Any, model_type: str, attn: dict) -> dict:
             swiglu_limit=float(f.required("swiglu_limit")),
             swiglu_alpha=float(f.required("swiglu_alpha")),
         )
-    elif model_type in ("glm4_moe", "dots1"):
+    elif model_type in ("glm4_moe", "dots1", "solar_open"):
         # transformers' Glm4MoeTopkRouter is DeepSeek-V3's (dots.llm1's is that one itself):
         # sigmoid scores, the correction bias for the choice only, group-limited (noaux_tc),
         # renormalized when norm_topk_prob, times routed_scaling_factor; shared experts on
-        # every MoE layer, the first first_k_dense_replace layers dense.
+        # every MoE layer, the first first_k_dense_replace layers dense (Solar Open: none).
         out.update(
             num_experts=f.required("n_routed_experts"),
             num_experts_per_tok=f.required("num_experts_per_tok"),
@@ -63,6 +63,8 @@ def moe_fields(f: Any, model_type: str, attn: dict) -> dict:
             routed_scaling_factor=float(f.required("routed_scaling_factor")),
             first_k_dense_replace=f.get("first_k_dense_replace") or 0,
         )
+        if model_type == "solar_open":  # (every layer MoE, whatever the field says)
+            out.update(first_k_dense_replace=0, intermediate_size=out["moe_intermediate_size"])
     elif model_type == "ernie4_5_moe":
         out.update(_ernie_moe_fields(f))
     elif model_type == "hunyuan_v1_moe":

@@ -26,6 +26,7 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         "olmoe",
         "ernie4_5_moe",
         "glm4_moe",
+        "solar_open",
         "glm4_moe_lite",
         "minimax_m2",
         "deepseek_v2",

@@ -1,6 +1,7 @@
 """Named model presets: test-size models (configs/presets_tiny.py, the shapes of
 tests/fixtures), CPU-size benchmark and long-context models (presets_small.py) and real
-shapes (presets_real.py); Nemotron-H's of each kind (presets_mamba.py)."""
+shapes (presets_real.py); the Mamba-2 hybrids' (presets_mamba.py) and Solar Open's
+(presets_solar.py) of each kind."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from configs.model_config import ModelConfig
 from configs.presets_mamba import NEMOTRON
 from configs.presets_real import REAL
 from configs.presets_small import SMALL
+from configs.presets_solar import SOLAR
 from configs.presets_tiny import TINY
 
-PRESETS: dict[str, ModelConfig] = {**TINY, **SMALL, **REAL, **NEMOTRON}
-assert len(PRESETS) == len(TINY) + len(SMALL) + len(REAL) + len(NEMOTRON), "a name used twice"
+PRESETS: dict[str, ModelConfig] = {**TINY, **SMALL, **REAL, **NEMOTRON, **SOLAR}
+_PARTS = (TINY, SMALL, REAL, NEMOTRON, SOLAR)
+assert len(PRESETS) == sum(map(len, _PARTS)), "a preset name is used twice"
 
 
 def get_preset(name: str) -> ModelConfig:

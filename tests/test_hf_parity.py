@@ -62,6 +62,7 @@ ARCHS = {
     # Granite 4.0-H: Mamba-2, position-free attention, its multipliers, a shared MLP
     "granitemoehybrid": "tiny-granitemoehybrid",
     "granitemoehybrid_dense": "tiny-granitemoehybrid-dense",  # no experts, RoPE
+    "solar_open": "tiny-solar-open",  # Llama's attention, GLM-4.5's MoE on every layer
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

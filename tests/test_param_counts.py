@@ -47,6 +47,8 @@ from models.specs import count_params
         ("kimi-linear-48b-a3b", 48e9, 0.03, None, 0),
         # NVIDIA's Nemotron 3 Nano card: 31.6B total, 3.6B active with the embeddings.
         ("nemotron-3-nano-30b-a3b", 31.6e9, 0.01, 3.6e9, 0.02),
+        # Upstage's Solar-Open-100B card: 102.6B total, 12B active.
+        ("solar-open-100b", 102.6e9, 0.01, 12e9, 0.02),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):

@@ -1,0 +1,62 @@
+"""Upstage Solar Open presets (transformers' solar_open: Llama's attention, GLM-4.5's MoE on
+every layer): the test-size model of tests/fixtures/solar_open (tests/test_hf_config.py reads
+its config.json back to it) and Solar-Open-100B's shapes."""
+
+from __future__ import annotations
+
+from configs.model_config import ModelConfig
+
+SOLAR: dict[str, ModelConfig] = {}
+
+
+def _solar(name: str, **fields) -> ModelConfig:
+    return ModelConfig(
+        name=name,
+        model_type="solar_open",
+        rms_norm_eps=1e-5,
+        rope_theta=1000000.0,
+        num_shared_experts=1,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        norm_topk_prob=True,
+        **fields,
+    )
+
+
+# tests/fixtures/solar_open: 3 layers 64 wide, 4 heads over 2 KV heads of 16, top-2 of 8
+# experts 24 wide scaled 1.5 beside a shared one.
+SOLAR["tiny-solar-open"] = _solar(
+    "tiny-solar-open",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=24,
+    max_position_embeddings=2048,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    routed_scaling_factor=1.5,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# Solar-Open-100B (upstage/Solar-Open-100B): transformers 5.25's SolarOpenConfig defaults (its
+# docstring names that checkpoint): 48 layers 4,096 wide, 64 heads over 8 KV heads of 128,
+# 128 experts 1,280 wide (top 8) beside a shared one on every layer, 196,608 tokens.
+SOLAR["solar-open-100b"] = _solar(
+    "solar-open-100b",
+    vocab_size=196608,
+    hidden_size=4096,
+    num_layers=48,
+    num_heads=64,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=1280,
+    max_position_embeddings=131072,
+    num_experts=128,
+    num_experts_per_tok=8,
+    moe_intermediate_size=1280,
+    dtype="bfloat16",
+)
