@@ -262,7 +262,7 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
         names[f"{pre}.moe_statics.e_score_correction_bias"] = HFTensor(
             (1, e), (at + ("router_bias",),), "copy"
         )
-    elif cfg.model_type == "minimax_m2":  # beside its gate, not in it
+    elif cfg.model_type in ("minimax_m2", "exaone_moe"):  # beside its gate, not in it
         names[f"{pre}.e_score_correction_bias"] = _vector(e, at + ("router_bias",))
     elif cfg.topk_method == "noaux_tc":
         names[f"{pre}.gate.e_score_correction_bias"] = _vector(e, at + ("router_bias",))

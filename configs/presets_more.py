@@ -1,12 +1,14 @@
-"""Upstage Solar Open presets (transformers' solar_open: Llama's attention, GLM-4.5's MoE on
-every layer): the test-size model of tests/fixtures/solar_open (tests/test_hf_config.py reads
-its config.json back to it) and Solar-Open-100B's shapes."""
+"""Presets of Upstage Solar Open (transformers' solar_open: Llama's attention, GLM-4.5's MoE on
+every layer) and LG K-EXAONE (exaone_moe): the test-size models of tests/fixtures/<arch>
+(tests/test_hf_config.py reads each config.json back to its preset) and Solar-Open-100B's
+shapes (K-EXAONE's real ones come from its config.json: transformers' defaults are not
+them)."""
 
 from __future__ import annotations
 
 from configs.model_config import ModelConfig
 
-SOLAR: dict[str, ModelConfig] = {}
+MORE: dict[str, ModelConfig] = {}
 
 
 def _solar(name: str, **fields) -> ModelConfig:
@@ -25,7 +27,7 @@ def _solar(name: str, **fields) -> ModelConfig:
 
 # tests/fixtures/solar_open: 3 layers 64 wide, 4 heads over 2 KV heads of 16, top-2 of 8
 # experts 24 wide scaled 1.5 beside a shared one.
-SOLAR["tiny-solar-open"] = _solar(
+MORE["tiny-solar-open"] = _solar(
     "tiny-solar-open",
     vocab_size=512,
     hidden_size=64,
@@ -45,7 +47,7 @@ SOLAR["tiny-solar-open"] = _solar(
 # Solar-Open-100B (upstage/Solar-Open-100B): transformers 5.25's SolarOpenConfig defaults (its
 # docstring names that checkpoint): 48 layers 4,096 wide, 64 heads over 8 KV heads of 128,
 # 128 experts 1,280 wide (top 8) beside a shared one on every layer, 196,608 tokens.
-SOLAR["solar-open-100b"] = _solar(
+MORE["solar-open-100b"] = _solar(
     "solar-open-100b",
     vocab_size=196608,
     hidden_size=4096,
@@ -59,4 +61,37 @@ SOLAR["solar-open-100b"] = _solar(
     num_experts_per_tok=8,
     moe_intermediate_size=1280,
     dtype="bfloat16",
+)
+# tests/fixtures/exaone_moe: 4 layers 64 wide, 4 heads over 2 KV heads of 16 with q/k norms,
+# an 8-key window and RoPE on layers 0-2, layer 3 global without positions; layer 0 dense
+# (96 wide), then top-2 of 8 experts 24 wide over two groups (one kept), scaled 2.5, beside a
+# shared one.
+MORE["tiny-exaone-moe"] = ModelConfig(
+    name="tiny-exaone-moe",
+    model_type="exaone_moe",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    qk_norm=True,
+    sliding_window=8,
+    full_attention_layers=(3,),
+    nope_layers=(3,),
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    num_shared_experts=1,
+    scoring_func="sigmoid",
+    topk_method="noaux_tc",
+    n_group=2,
+    norm_topk_prob=True,
+    routed_scaling_factor=2.5,
+    mlp_only_layers=(0,),
+    bos_token_id=1,
+    eos_token_ids=(2,),
 )
