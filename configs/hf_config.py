@@ -17,6 +17,7 @@ from typing import Any
 
 from configs import hf_deepseek_v4 as v4
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
+from configs.hf_afmoe import AFMOE, AFMOE_DEFAULTS, afmoe_fields
 from configs.hf_deepseek_v4 import DEEPSEEK_V4
 from configs.hf_exaone import EXAONE_DEFAULTS, EXAONE_MOE, exaone_moe_fields
 from configs.hf_granite import GRANITE, GRANITE_DEFAULTS, granite_fields
@@ -61,6 +62,7 @@ SUPPORTED_MODEL_TYPES = (
     GRANITE,
     "solar_open",
     EXAONE_MOE,
+    AFMOE,
 )
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
@@ -242,6 +244,7 @@ _DEFAULTS.update(
     **NEMOTRON_DEFAULTS,
     **GRANITE_DEFAULTS,
     **EXAONE_DEFAULTS,
+    **AFMOE_DEFAULTS,
     # Solar Open: GLM-4.5's class with its own defaults (no dense layer, no MTP, no q/k
     # norms or partial rotary: Llama's attention).
     solar_open=dict(
@@ -731,8 +734,8 @@ def config_from_hf(
         arch = kimi_linear_fields(f)
     elif model_type == GRANITE:
         arch = granite_fields(f)
-    elif model_type == EXAONE_MOE:  # (its window too)
-        arch = exaone_moe_fields(f)
+    elif model_type in (EXAONE_MOE, AFMOE):  # (their windows too)
+        arch = (exaone_moe_fields if model_type == EXAONE_MOE else afmoe_fields)(f)
     elif model_type == NEMOTRON_H:  # (its layers: its mixers)
         arch = nemotron_h_fields(f)
         num_layers = arch.pop("num_layers")

@@ -172,6 +172,9 @@ class ModelConfig:
     # block's output times residual_multiplier before it joins the stream, attention scores
     # times attention_multiplier (0: head_dim^-0.5), the logits divided by logits_scaling.
     embedding_multiplier: float = 1.0
+    # AFMoE (Arcee Trinity): each block's output RMS-normed too before it joins the stream
+    # (layers' "attn_post_norm" and "mlp_post_norm"), besides the norms before the blocks.
+    sandwich_norms: bool = False
     residual_multiplier: float = 1.0
     attention_multiplier: float = 0.0
     logits_scaling: float = 1.0
@@ -594,8 +597,8 @@ class ModelConfig:
         """Whether the layer and final RMSNorms scale by their weight in float32 before the one
         cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
-        bf16 model's elements."""
-        return self.model_type == "gpt_oss" or self.norm_zero_centered or self.is_dsv4
+        bf16 model's elements. AFMoE's (OLMo 2's) too."""
+        return self.model_type in ("gpt_oss", "afmoe") or self.norm_zero_centered or self.is_dsv4
 
     @property
     def qk_head_dim(self) -> int:

@@ -1,8 +1,8 @@
 """Presets of Upstage Solar Open (transformers' solar_open: Llama's attention, GLM-4.5's MoE on
-every layer) and LG K-EXAONE (exaone_moe): the test-size models of tests/fixtures/<arch>
-(tests/test_hf_config.py reads each config.json back to its preset) and Solar-Open-100B's
-shapes (K-EXAONE's real ones come from its config.json: transformers' defaults are not
-them)."""
+every layer), LG K-EXAONE (exaone_moe) and Arcee's AFMoE (afmoe): the test-size models of
+tests/fixtures/<arch> (tests/test_hf_config.py reads each config.json back to its preset)
+and Solar-Open-100B's shapes (K-EXAONE's and AFMoE's real ones come from their config.json:
+transformers' defaults are not them)."""
 
 from __future__ import annotations
 
@@ -94,4 +94,20 @@ MORE["tiny-exaone-moe"] = ModelConfig(
     mlp_only_layers=(0,),
     bos_token_id=1,
     eos_token_ids=(2,),
+)
+# tests/fixtures/afmoe: 4 layers 64 wide, 4 heads over 2 KV heads of 16 with q/k norms and a
+# sigmoid output gate, an 8-key window and RoPE on layers 0-2, layer 3 global without
+# positions; norms before and after each block; layer 0 dense (96 wide), then top-2 of 8
+# experts 24 wide scaled 2.0 beside 2 shared ones; muP's embedding scale sqrt(64).
+MORE["tiny-afmoe"] = MORE["tiny-exaone-moe"].replace(
+    name="tiny-afmoe",
+    model_type="afmoe",
+    attn_output_gate=True,
+    sandwich_norms=True,
+    embedding_multiplier=8.0,
+    num_shared_experts=2,
+    n_group=1,
+    routed_scaling_factor=2.0,
+    mlp_only_layers=(),
+    first_k_dense_replace=1,
 )

@@ -104,7 +104,9 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         names[f"{pre}.{proj}_proj.weight"] = _linear(heads * dh, d, at + (f"w{proj}",))
         if cfg.attention_bias:
             names[f"{pre}.{proj}_proj.bias"] = _vector(heads * dh, at + (f"b{proj}",))
-    if cfg.attn_output_gate:  # Qwen3-Next: per head, its query rows then its gate rows
+    if cfg.model_type == "afmoe":  # its gate's own projection
+        names[f"{pre}.gate_proj.weight"] = _linear(h * dh, d, at + ("wq_gate",))
+    elif cfg.attn_output_gate:  # Qwen3-Next: per head, its query rows then its gate rows
         targets = (at + ("wq",), at + ("wq_gate",))
         names[f"{pre}.q_proj.weight"] = HFTensor((2 * h * dh, d), targets, "grouped", groups=h)
     names[f"{pre}.o_proj.weight"] = _linear(d, h * dh, at + ("wo",))
@@ -255,15 +257,17 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
         "kimi_linear",  # (Kimi-Linear's shared experts too)
     )
     pre = f"{layer}.block_sparse_moe" if legacy_mixtral else f"{layer}.mlp"
-    # (Hunyuan's router is the gate's `wg`.)
-    router = f"{pre}.gate.wg.weight" if cfg.model_type == "hunyuan_v1_moe" else f"{pre}.gate.weight"
-    names = {router: _linear(e, d, at + ("router",))}
+    # (Hunyuan's router is the gate's `wg`, AFMoE's its router's `gate`.)
+    router = {"hunyuan_v1_moe": "gate.wg", "afmoe": "router.gate"}.get(cfg.model_type, "gate")
+    names = {f"{pre}.{router}.weight": _linear(e, d, at + ("router",))}
     if cfg.model_type == "ernie4_5_moe":  # kept by Ernie4_5_MoeStatics as [1, E]
         names[f"{pre}.moe_statics.e_score_correction_bias"] = HFTensor(
             (1, e), (at + ("router_bias",),), "copy"
         )
     elif cfg.model_type in ("minimax_m2", "exaone_moe"):  # beside its gate, not in it
         names[f"{pre}.e_score_correction_bias"] = _vector(e, at + ("router_bias",))
+    elif cfg.model_type == "afmoe":
+        names[f"{pre}.expert_bias"] = _vector(e, at + ("router_bias",))
     elif cfg.topk_method == "noaux_tc":
         names[f"{pre}.gate.e_score_correction_bias"] = _vector(e, at + ("router_bias",))
     if layout == "fused":
@@ -531,6 +535,14 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
         f"{layer}.input_layernorm.weight": _vector(d, at + ("attn_norm",)),
         f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("mlp_norm",)),
     }
+    if cfg.sandwich_norms:  # (AFMoE: post_attention_layernorm normalizes the attention's output)
+        names.update(
+            {
+                f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("attn_post_norm",)),
+                f"{layer}.pre_mlp_layernorm.weight": _vector(d, at + ("mlp_norm",)),
+                f"{layer}.post_mlp_layernorm.weight": _vector(d, at + ("mlp_post_norm",)),
+            }
+        )
     if cfg.is_linear_layer(index):  # (Kimi-Linear's KDA: under self_attn; Granite's: mamba)
         where = {"kimi_delta": "self_attn", "mamba2": "mamba"}.get(cfg.linear_attention_kind)
         names.update(_linear_attn_names(cfg, f"{layer}.{where or 'linear_attn'}", at + ("linear",)))

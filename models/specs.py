@@ -32,6 +32,7 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
   Nemotron-H: relu2 MLPs and experts (mlp_act, expert_act) have no w_gate; a layer in
             no_ffn_layers no mlp_norm, mlp or moe; latent MoE (moe_latent_size L):
             latent_in [D, L], latent_out [L, D], experts [E, L, Fe] / [E, Fe, L]
+  sandwich_norms (AFMoE): layers[i] also attn_post_norm, mlp_post_norm [D]
   mtp (ModelConfig.mtp_drafts): enorm, hnorm, norm [D], eh_proj [2D, D], layer {...}
   DeepSeek-V4 (attention_type "dsv4", models/deepseek_v4.py): layers[i] also attn_hc /
             mlp_hc {fn [N*D, (2+N)*N], base [(2+N)*N], scale [3]}; attn wq_a [D, Rq],
@@ -347,6 +348,9 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
         layer["linear"] = _linear_specs(cfg, dt, w)
     else:
         layer["attn"] = _mla_specs(cfg, i, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w)
+    if cfg.sandwich_norms:  # (AFMoE: the blocks' outputs normed too)
+        layer["attn_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
+        layer["mlp_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if i in cfg.no_ffn_layers:  # (Nemotron-H: a mixer alone)
         return layer
     layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)

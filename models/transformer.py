@@ -5,7 +5,8 @@
 
 so the same layer code serves the contiguous reference (models/reference.py) and the paged
 engine (engine/step.py). Pre-norm residual blocks as in HF Llama / DeepSeek:
-x + attn(norm(x)), then x + mlp_or_moe(norm(x)).
+x + attn(norm(x)), then x + mlp_or_moe(norm(x)) (with sandwich_norms each block's output
+normed too).
 
 Two optional hooks let a caller run the same layers over a device mesh without the model
 naming any device: `routed` replaces the routed-expert compute of every MoE layer (the
@@ -125,19 +126,23 @@ def decoder_layer(
         if inputs.gate is not None:  # Qwen3-Next's gated attention
             o = o * jax.nn.sigmoid(inputs.gate)
         mixed = attn_output(layer["attn"], o, delta)
-    x = pin(x + _scaled(mixed, cfg), ("batch", "embed"))
+    x = pin(x + _scaled(mixed, layer.get("attn_post_norm"), cfg), ("batch", "embed"))
     if "mlp_norm" not in layer:  # (Nemotron-H: a mixer no feed-forward block follows)
         return x, kv_i
     h = model_norm(x, layer["mlp_norm"], cfg)
     if "moe" in layer:
-        x = x + _scaled(moe_block(layer["moe"], h, cfg, routed, delta), cfg)
+        out = moe_block(layer["moe"], h, cfg, routed, delta)
     else:
-        x = x + _scaled(swiglu_mlp(layer["mlp"], h, delta), cfg)
+        out = swiglu_mlp(layer["mlp"], h, delta)
+    x = x + _scaled(out, layer.get("mlp_post_norm"), cfg)
     return pin(x, ("batch", "embed")), kv_i
 
 
-def _scaled(out: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """A block's output as it joins the stream: times residual_multiplier (Granite)."""
+def _scaled(out: jax.Array, post_norm: jax.Array | None, cfg: ModelConfig) -> jax.Array:
+    """A block's output as it joins the stream: RMS-normed (sandwich_norms, AFMoE), times
+    residual_multiplier (Granite)."""
+    if post_norm is not None:
+        out = model_norm(out, post_norm, cfg)
     if cfg.residual_multiplier == 1.0:
         return out
     return out * jnp.asarray(cfg.residual_multiplier, out.dtype)

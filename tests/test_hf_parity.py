@@ -64,6 +64,7 @@ ARCHS = {
     "granitemoehybrid_dense": "tiny-granitemoehybrid-dense",  # no experts, RoPE
     "solar_open": "tiny-solar-open",  # Llama's attention, GLM-4.5's MoE on every layer
     "exaone_moe": "tiny-exaone-moe",  # windowed RoPE layers, a global one without positions
+    "afmoe": "tiny-afmoe",  # as K-EXAONE's, gated attention output, norms after the blocks
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
