@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from configs.hf_moe import v3_router_fields
+
 AFMOE = "afmoe"
 
 # Defaults of transformers 5.25's AfmoeConfig for the fields read.
@@ -64,9 +66,6 @@ def afmoe_fields(f: Any) -> dict:
         num_experts_per_tok=f.required("num_experts_per_tok"),
         moe_intermediate_size=f.required("moe_intermediate_size"),
         num_shared_experts=f.get("num_shared_experts") or 0,
-        scoring_func="sigmoid",
-        topk_method="noaux_tc",
-        norm_topk_prob=True,
-        routed_scaling_factor=float(f.required("route_scale")),
         first_k_dense_replace=dense,
+        **{**v3_router_fields(f, "route_scale"), "norm_topk_prob": True},
     )

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from configs.hf_moe import v3_router_fields
+
 EXAONE_MOE = "exaone_moe"
 
 # Defaults of transformers 5.25's ExaoneMoeConfig for the fields read.
@@ -81,11 +83,6 @@ def exaone_moe_fields(f: Any) -> dict:
         num_experts_per_tok=f.required("num_experts_per_tok"),
         moe_intermediate_size=f.required("moe_intermediate_size"),
         num_shared_experts=f.get("num_shared_experts") or 0,
-        scoring_func="sigmoid",
-        topk_method="noaux_tc",
-        n_group=f.get("n_group") or 1,
-        topk_group=f.get("topk_group") or 1,
-        norm_topk_prob=bool(f.get("norm_topk_prob")),
-        routed_scaling_factor=float(f.required("routed_scaling_factor")),
+        **v3_router_fields(f),
         mlp_only_layers=tuple(i for i, k in enumerate(dense) if k == "dense"),
     )

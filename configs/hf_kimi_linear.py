@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from configs.hf_moe import v3_router_fields
 from configs.hf_qwen3_next import LAYER_KINDS, check_layer_kinds
 
 KIMI_LINEAR = "kimi_linear"
@@ -113,11 +114,6 @@ def kimi_linear_fields(f: Any) -> dict:
         num_experts_per_tok=f.required("num_experts_per_tok"),
         moe_intermediate_size=f.required("moe_intermediate_size"),
         num_shared_experts=f.get("n_shared_experts") or 0,
-        scoring_func="sigmoid",
-        topk_method="noaux_tc",
-        n_group=f.get("n_group") or 1,
-        topk_group=f.get("topk_group") or 1,
-        norm_topk_prob=bool(f.get("norm_topk_prob")),
-        routed_scaling_factor=float(f.required("routed_scaling_factor")),
+        **v3_router_fields(f),
         mlp_only_layers=_dense_layers(f, num_layers),
     )

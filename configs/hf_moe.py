@@ -6,6 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 
+def v3_router_fields(f: Any, scale: str = "routed_scaling_factor") -> dict:
+    """DeepSeek-V3's router as transformers' DeepseekV3TopkRouter and its copies read it
+    (GLM-4.5, dots.llm1, Kimi-Linear, Nemotron-H, K-EXAONE, AFMoE): sigmoid scores, the
+    correction bias for the choice only, group-limited, renormalized when norm_topk_prob,
+    times the config's `scale` field."""
+    return dict(
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        n_group=f.get("n_group") or 1,
+        topk_group=f.get("topk_group") or 1,
+        norm_topk_prob=bool(f.get("norm_topk_prob")),
+        routed_scaling_factor=float(f.required(scale)),
+    )
+
+
 def moe_fields(f: Any, model_type: str, attn: dict) -> dict:
     """ModelConfig's MoE fields for `model_type` (none for a dense family); `f` is
     hf_config._Fields, `attn` the attention fields already read."""
@@ -55,13 +70,8 @@ def moe_fields(f: Any, model_type: str, attn: dict) -> dict:
             num_experts_per_tok=f.required("num_experts_per_tok"),
             moe_intermediate_size=f.required("moe_intermediate_size"),
             num_shared_experts=f.required("n_shared_experts"),
-            scoring_func="sigmoid",
-            topk_method="noaux_tc",
-            n_group=f.get("n_group") or 1,
-            topk_group=f.get("topk_group") or 1,
-            norm_topk_prob=bool(f.get("norm_topk_prob")),
-            routed_scaling_factor=float(f.required("routed_scaling_factor")),
             first_k_dense_replace=f.get("first_k_dense_replace") or 0,
+            **v3_router_fields(f),
         )
         if model_type == "solar_open":  # (every layer MoE, whatever the field says)
             out.update(first_k_dense_replace=0, intermediate_size=out["moe_intermediate_size"])

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from configs.hf_moe import v3_router_fields
+
 NEMOTRON_H = "nemotron_h"
 
 _LETTERS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
@@ -131,10 +133,5 @@ def nemotron_h_fields(f: Any) -> dict:
         moe_latent_size=int(latent or 0),
         num_shared_experts=1,  # (transformers builds the shared MLP whatever n_shared_experts)
         shared_intermediate_size=f.required("moe_shared_expert_intermediate_size"),
-        scoring_func="sigmoid",
-        topk_method="noaux_tc",
-        n_group=f.get("n_group") or 1,
-        topk_group=f.get("topk_group") or 1,
-        norm_topk_prob=bool(f.get("norm_topk_prob")),
-        routed_scaling_factor=float(f.required("routed_scaling_factor")),
+        **v3_router_fields(f),
     )
