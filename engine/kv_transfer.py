@@ -24,8 +24,9 @@ engine whatever its id there. A hybrid model's windowed layers (gpt-oss, Llama 4
 ones: a pool of their own whose pages go back behind the window) store the rows of the
 prompt's last `hybrid_window` positions only, the most the query after it reads, and the
 consumer's table for them starts at that window (released places before it). A
-linear-attention model's layers (Qwen3-Next, Qwen3.5, Kimi-Linear, Nemotron-H) keep a
-recurrent state, not pages: a producer's prefill stops one token short of the prompt's end
+linear-attention model's layers (Qwen3-Next, Qwen3.5, Kimi-Linear, Nemotron-H, Granite
+4.0-H) keep a recurrent state, not pages: a producer's prefill stops one token short of the
+prompt's end
 (Sequence.prefill_stop), the step after which it stores the rows of those positions and
 each layer's state row; a consumer loads both (its state row) and computes the last token
 from there, as with any model (a producer whose own prefix cache supplied the prompt up to
