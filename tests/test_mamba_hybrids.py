@@ -113,6 +113,16 @@ def test_bad_nemotron_configs_are_refused_by_field(change, match):
         config_from_hf({**NANO_RELEASE, **change})
 
 
+def test_a_dense_nemotron_h_pattern():
+    """Nemotron-H's dense releases (Nemotron-H, Nemotron Nano 2: relu2 MLP blocks "-", no
+    MoE): mixers in a row ("MM") leave the first without a feed-forward block; no experts."""
+    cfg = config_from_hf({**NANO_RELEASE, "hybrid_override_pattern": "M-MM-M*-M*"})
+    assert (cfg.num_layers, cfg.num_experts) == (7, 0)
+    assert cfg.linear_attention_layers == (0, 1, 2, 3, 5) and cfg.nope_layers == (4, 6)
+    assert cfg.no_ffn_layers == (1, 3, 5, 6) and cfg.mlp_only_layers == (0, 2, 4)
+    assert not any(cfg.is_moe_layer(i) for i in range(cfg.num_layers))
+
+
 def test_blocks_behind_each_layer():
     """Each decoder layer's mixer block and the feed-forward block after it (or none)."""
     cfg = get_preset("tiny-nemotron-h")  # blocks M E * E M M - *
