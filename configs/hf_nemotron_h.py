@@ -19,6 +19,7 @@ from configs.hf_moe import v3_router_fields
 NEMOTRON_H = "nemotron_h"
 
 _LETTERS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+_MIXERS = ("linear_attention", "full_attention")
 _LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}  # older configs' names
 
 # Defaults of transformers 5.25's NemotronHConfig for the fields read (and, for the
@@ -51,12 +52,7 @@ def _blocks(f: Any) -> list[str]:
     kinds = f.hf.get("layers_block_type") or f.hf.get("layer_types")
     pattern = f.hf.get("hybrid_override_pattern")
     if kinds is None and isinstance(pattern, str):
-        bad = sorted(set(pattern) - set(_LETTERS))
-        if bad:
-            raise ValueError(
-                f"HF config hybrid_override_pattern: {bad[0]!r} is not one of {sorted(_LETTERS)}"
-            )
-        kinds = [_LETTERS[c] for c in pattern]
+        kinds = pattern_kinds(pattern)
     if kinds is None:
         raise ValueError("HF config layers_block_type (or hybrid_override_pattern): required")
     kinds = [_LEGACY.get(k, k) for k in kinds] if isinstance(kinds, list) else kinds
@@ -78,6 +74,44 @@ def dt_limit(value: Any) -> tuple[float, float]:
     return out[0], out[1]
 
 
+def pattern_kinds(pattern: str) -> list[str]:
+    """The block kinds a hybrid_override_pattern names (M, *, -, E)."""
+    bad = sorted(set(pattern) - set(_LETTERS))
+    if bad:
+        raise ValueError(
+            f"HF config hybrid_override_pattern: {bad[0]!r} is not one of {sorted(_LETTERS)}"
+        )
+    return [_LETTERS[c] for c in pattern]
+
+
+def decoder_layers(kinds: list[str]) -> list[tuple[str, str | None]]:
+    """(mixer kind, the feed-forward block's kind after it or None) of each decoder layer a
+    block list makes; refused where a feed-forward block follows no mixer."""
+    layers: list[list] = []
+    for b, kind in enumerate(kinds):
+        if kind in _MIXERS:
+            layers.append([kind, None])
+        elif not layers or layers[-1][1] is not None:
+            raise ValueError(
+                f"HF config layers_block_type[{b}]={kind!r}: a feed-forward block must follow "
+                "a mixer (linear_attention or full_attention) directly"
+            )
+        else:
+            layers[-1][1] = kind
+    return [(mixer, ffn) for mixer, ffn in layers]
+
+
+def layer_fields(layers: list[tuple[str, str | None]]) -> dict:
+    """ModelConfig's per-layer fields of decoder_layers' layers."""
+    return dict(
+        num_layers=len(layers),
+        nope_layers=tuple(i for i, (m, _) in enumerate(layers) if m == _MIXERS[1]),
+        linear_attention_layers=tuple(i for i, (m, _) in enumerate(layers) if m == _MIXERS[0]),
+        no_ffn_layers=tuple(i for i, (_, ffn) in enumerate(layers) if ffn is None),
+        mlp_only_layers=tuple(i for i, (_, ffn) in enumerate(layers) if ffn == "mlp"),
+    )
+
+
 def nemotron_h_fields(f: Any) -> dict:
     """ModelConfig's fields of a Nemotron-H config (num_layers among them: its mixers); `f`
     is hf_config._Fields."""
@@ -89,32 +123,17 @@ def nemotron_h_fields(f: Any) -> dict:
             raise ValueError(f"HF config {key}=True: not supported for nemotron_h")
     if f.get("sliding_window") is not None:
         raise ValueError("HF config sliding_window: nemotron_h's attention has no window here")
-    kinds = _blocks(f)
-    layers, mixers = [], ("linear_attention", "full_attention")
-    for b, kind in enumerate(kinds):
-        if kind in mixers:
-            layers.append([kind, None])
-        elif not layers or layers[-1][1] is not None:
-            raise ValueError(
-                f"HF config layers_block_type[{b}]={kind!r}: a feed-forward block must follow "
-                "a mixer (linear_attention or full_attention) directly"
-            )
-        else:
-            layers[-1][1] = kind
+    layers = decoder_layers(_blocks(f))
     if all(mixer == "linear_attention" for mixer, _ in layers):
         raise ValueError("HF config layers_block_type: needs a full_attention block")
     num_heads, groups = f.required("mamba_num_heads"), f.required("n_groups")
     latent = f.get("moe_latent_size")
     return dict(
-        num_layers=len(layers),
+        **layer_fields(layers),
         num_kv_heads=f.required("num_key_value_heads"),
         head_dim=f.get("head_dim")
         or f.required("hidden_size") // f.required("num_attention_heads"),
         intermediate_size=f.required("intermediate_size"),
-        nope_layers=tuple(i for i, (m, _) in enumerate(layers) if m == "full_attention"),
-        linear_attention_layers=tuple(
-            i for i, (m, _) in enumerate(layers) if m != "full_attention"
-        ),
         linear_attention_kind="mamba2",
         linear_num_key_heads=groups,
         linear_num_value_heads=num_heads,
@@ -125,9 +144,7 @@ def nemotron_h_fields(f: Any) -> dict:
         mamba_dt_limit=dt_limit(f.get("time_step_limit")),
         mlp_act="relu2",
         expert_act="relu2",
-        no_ffn_layers=tuple(i for i, (_, ffn) in enumerate(layers) if ffn is None),
-        mlp_only_layers=tuple(i for i, (_, ffn) in enumerate(layers) if ffn == "mlp"),
-        num_experts=f.required("n_routed_experts") if "moe" in kinds else 0,
+        num_experts=f.required("n_routed_experts") if any(ffn == "moe" for _, ffn in layers) else 0,
         num_experts_per_tok=f.required("num_experts_per_tok"),
         moe_intermediate_size=f.required("moe_intermediate_size"),
         moe_latent_size=int(latent or 0),

@@ -6,14 +6,14 @@ K-EXAONE's (presets_more.py)."""
 from __future__ import annotations
 
 from configs.model_config import ModelConfig
-from configs.presets_mamba import NEMOTRON
+from configs.presets_mamba import MAMBA
 from configs.presets_more import MORE
 from configs.presets_real import REAL
 from configs.presets_small import SMALL
 from configs.presets_tiny import TINY
 
-PRESETS: dict[str, ModelConfig] = {**TINY, **SMALL, **REAL, **NEMOTRON, **MORE}
-_PARTS = (TINY, SMALL, REAL, NEMOTRON, MORE)
+PRESETS: dict[str, ModelConfig] = {**TINY, **SMALL, **REAL, **MAMBA, **MORE}
+_PARTS = (TINY, SMALL, REAL, MAMBA, MORE)
 assert len(PRESETS) == sum(map(len, _PARTS)), "a preset name is used twice"
 
 

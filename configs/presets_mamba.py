@@ -5,36 +5,21 @@ and NVIDIA Nemotron 3 Nano's shapes."""
 
 from __future__ import annotations
 
+from configs.hf_nemotron_h import decoder_layers, layer_fields, pattern_kinds
 from configs.model_config import ModelConfig
 
-NEMOTRON: dict[str, ModelConfig] = {}
+MAMBA: dict[str, ModelConfig] = {}
 
 # The blocks of Nemotron 3 Nano 30B-A3B (hybrid_override_pattern; M Mamba-2, E MoE, *
 # attention): 23 Mamba-2 and 6 attention layers, 23 MoE blocks.
 NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
 
 
-def _layers(pattern: str) -> list[tuple[str, str | None]]:
-    """(mixer, feed-forward block or None) per decoder layer of a block pattern."""
-    layers: list[list] = []
-    for c in pattern:
-        if c in "M*":
-            layers.append([c, None])
-        else:
-            layers[-1][1] = c
-    return [(m, ffn) for m, ffn in layers]
-
-
 def _nemotron(name: str, pattern: str, **fields) -> ModelConfig:
-    layers = _layers(pattern)
     return ModelConfig(
         name=name,
         model_type="nemotron_h",
-        num_layers=len(layers),
-        nope_layers=tuple(i for i, (m, _) in enumerate(layers) if m == "*"),
-        linear_attention_layers=tuple(i for i, (m, _) in enumerate(layers) if m == "M"),
-        no_ffn_layers=tuple(i for i, (_, ffn) in enumerate(layers) if ffn is None),
-        mlp_only_layers=tuple(i for i, (_, ffn) in enumerate(layers) if ffn == "-"),
+        **layer_fields(decoder_layers(pattern_kinds(pattern))),
         linear_attention_kind="mamba2",
         linear_conv_bias=True,
         linear_conv_kernel=4,
@@ -53,7 +38,7 @@ def _nemotron(name: str, pattern: str, **fields) -> ModelConfig:
 # Mamba-2 alone, Mamba-2 + MLP, attention alone); Mamba-2 with 8 heads of 8 over 2 groups
 # of a 16-wide state; attention 4 heads over 2 KV heads of 16; top-2 of 8 relu2 experts 24
 # wide, scaled 2.5, a shared expert 32 wide; the MLP 96 wide.
-NEMOTRON["tiny-nemotron-h"] = _nemotron(
+MAMBA["tiny-nemotron-h"] = _nemotron(
     "tiny-nemotron-h",
     "ME*EMM-*",
     vocab_size=512,
@@ -78,7 +63,7 @@ NEMOTRON["tiny-nemotron-h"] = _nemotron(
 # tests/fixtures/nemotron_h_latent: Nemotron 3 Super's latent MoE (routed experts at width
 # 32 between the token's projections down and up) and a router of two groups of 4 (one
 # kept); blocks M E * E M E.
-NEMOTRON["tiny-nemotron-h-latent"] = NEMOTRON["tiny-nemotron-h"].replace(
+MAMBA["tiny-nemotron-h-latent"] = MAMBA["tiny-nemotron-h"].replace(
     name="tiny-nemotron-h-latent",
     num_layers=3,
     nope_layers=(1,),
@@ -95,7 +80,7 @@ NEMOTRON["tiny-nemotron-h-latent"] = NEMOTRON["tiny-nemotron-h"].replace(
 # shared one 3,712 wide; 262,144 positions in its config (1M tokens in its card). Shapes as
 # Megatron-Bridge's Nemotron3NanoProvider gives them (the release's config.json is not on
 # this machine: no hub access).
-NEMOTRON["nemotron-3-nano-30b-a3b"] = _nemotron(
+MAMBA["nemotron-3-nano-30b-a3b"] = _nemotron(
     "nemotron-3-nano-30b-a3b",
     NANO_PATTERN,
     vocab_size=131072,
@@ -122,7 +107,7 @@ NEMOTRON["nemotron-3-nano-30b-a3b"] = _nemotron(
 # groups of a 16-wide state, attention second without positions), each with top-2 of 8
 # SwiGLU experts 24 wide (softmax over the top 2) beside a SwiGLU shared MLP 32 wide; its
 # multipliers away from 1.
-NEMOTRON["tiny-granitemoehybrid"] = ModelConfig(
+MAMBA["tiny-granitemoehybrid"] = ModelConfig(
     name="tiny-granitemoehybrid",
     model_type="granitemoehybrid",
     vocab_size=512,
@@ -156,7 +141,7 @@ NEMOTRON["tiny-granitemoehybrid"] = ModelConfig(
 )
 # tests/fixtures/granitemoehybrid_dense: Granite 4.0-H-Micro's kind (no experts: the shared
 # MLP, 96 wide, is the dense MLP), RoPE on its attention layer, one group of the state.
-NEMOTRON["tiny-granitemoehybrid-dense"] = NEMOTRON["tiny-granitemoehybrid"].replace(
+MAMBA["tiny-granitemoehybrid-dense"] = MAMBA["tiny-granitemoehybrid"].replace(
     name="tiny-granitemoehybrid-dense",
     num_layers=3,
     intermediate_size=96,
