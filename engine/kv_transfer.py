@@ -405,15 +405,18 @@ class KVTransfer:
         gathers, queued = [], {key for _, g in self._saving for key, _, _ in g}
         for it in sched.items:
             # (A prompt loaded from the store is there; samples of one prompt queue it once.)
-            if it.num_loaded:
+            if it.num_loaded or it.num_generated:  # (decodes: nothing to store)
                 continue
-            ids = tuple(prompt_of(it))
+            prompt = prompt_of(it)
             # Its prompt's computed, or (a linear-attention model) all of it but the last
             # token: the state row holds the state there now.
-            n = len(ids) - 1 if self._states else len(ids)
+            n = len(prompt) - 1 if self._states else len(prompt)
             done = it.start_pos < n == it.kv_len_after if self._states else it.sample
+            if not (done and n):
+                continue
+            ids = tuple(prompt)
             key = (ids, self._adapter(it.lora_id))
-            if not (done and it.num_generated == 0) or key in queued or not n:
+            if key in queued:
                 continue
             # Its window's last query is at n - 1, the next one's at n: from n - window on.
             slots = self._slots([it], [(max(0, n - 1), n)], (0, 0, 0))
