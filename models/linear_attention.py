@@ -269,13 +269,17 @@ def delta_rule(
         if cum.shape[-1] == 1:  # a decay per head: the pairs' decays factor out of the sums
             c = cum[..., 0]
             decay = jnp.where(tri, jnp.exp(jnp.where(tri, c[..., :, None] - c[..., None, :], 0)), 0)
-            lower = jnp.where(strict, _mm(kb, jnp.swapaxes(kj, -1, -2)) * decay, 0)
-            scores = _mm(qj, jnp.swapaxes(kj, -1, -2)) * decay
+
+            def weighed(a):  # [S, Hv, C, C]: a_i . k_j times the decay from j to i
+                return _mm(a, jnp.swapaxes(kj, -1, -2)) * decay
         else:  # per key channel (KDA): each pair of rows weighed channel by channel
-            lower = jnp.where(strict, _decayed_products(kb, kj, cum), 0)
-            scores = _decayed_products(qj, kj, cum)
-        if delta:
-            system = lower + jnp.eye(width, dtype=lower.dtype)
+
+            def weighed(a):
+                return _decayed_products(a, kj, cum)
+
+        scores = weighed(qj)
+        if delta:  # (Mamba-2 writes no correction: no pairs of keys to solve)
+            system = jnp.where(strict, weighed(kb), 0) + jnp.eye(width, dtype=scores.dtype)
             solve = functools.partial(
                 jax.scipy.linalg.solve_triangular, lower=True, unit_diagonal=True
             )
