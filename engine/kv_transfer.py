@@ -30,7 +30,7 @@ prompt's end
 (Sequence.prefill_stop), the step after which it stores the rows of those positions and
 each layer's state row; a consumer loads both (its state row) and computes the last token
 from there, as with any model (a producer whose own prefix cache supplied the prompt up to
-that token stores nothing: the first step's state is past it). Not for a
+that token, a snapshot there, stores them before the step that computes it). Not for a
 sliding window on every layer, nor DeepSeek-V4, nor for requests that need their whole
 prompt computed (prompt logprobs:
 prefix_cache.reads_cache); those compute as usual. As vLLM's connector,
@@ -396,9 +396,12 @@ class KVTransfer:
             slots, rows = put_replicated((slots, rows), self._mesh)
         return self._scatter(kv, slots, rows)
 
-    def save(self, kv, sched: SchedulerOutput, prompt_of: Callable) -> None:
-        """Queue a gather of the rows of every prompt `sched` completes (its first sample)."""
-        if not self.config.saves:
+    def save(self, kv, sched: SchedulerOutput, prompt_of: Callable, before=False) -> None:
+        """Queue a gather of the rows of every prompt `sched` completes (its first sample).
+        `before`: `kv` is the one `sched`'s step will read (its admissions' snapshots
+        copied in), for the prompts of a linear-attention model whose prefix-cache hit
+        reached their stop point: their state rows hold the state there until the step."""
+        if not self.config.saves or (before and not self._states):
             return
         # Decided from the steps alone (every process of a mesh gathers alike): not what
         # the store holds, which a process may see before another.
@@ -411,7 +414,10 @@ class KVTransfer:
             # Its prompt's computed, or (a linear-attention model) all of it but the last
             # token: the state row holds the state there now.
             n = len(prompt) - 1 if self._states else len(prompt)
-            done = it.start_pos < n == it.kv_len_after if self._states else it.sample
+            if before:  # (a snapshot restored at n: the step computes the last token)
+                done = bool(it.state_from) and it.start_pos == n
+            else:
+                done = it.start_pos < n == it.kv_len_after if self._states else it.sample
             if not (done and n):
                 continue
             ids = tuple(prompt)

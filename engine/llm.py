@@ -580,6 +580,8 @@ class LLM(EngineControl):
             self._kv = self._transfer.load(self._kv, sched.items, self._prompt_of)
         if self._state_copier:  # admissions' state snapshots, likewise
             self._kv = self._state_copier(self._kv, sched.items)
+            if self._transfer:  # a prompt whose snapshot is its stop point: stored now
+                self._transfer.save(self._kv, sched, self._prompt_of, before=True)
         start = time.perf_counter()
         if penalized:
             # Made on first use, rows seeded; donated: the step's output holds the only copy.

@@ -401,20 +401,33 @@ def test_a_linear_attention_consumer_continues_the_producers_state(arch, tmp_pat
 def test_batch_invariant_linear_attention_consumer_gives_the_bits_of_one_engine(tmp_path):
     """Nemotron-H in batch-invariant mode (its rule row by row): the state the producer
     stores after all but the last prompt token is the one a single engine reaches, so the
-    consumer's tokens and logprobs are that engine's bits."""
+    consumer's tokens and logprobs are that engine's bits. Also where the producer's own
+    prefix cache supplied a prompt up to that token (a snapshot at its 64-token block):
+    stored before the step that computes the last token moves the state row past it."""
     prompts = _reference("nemotron_h")["prompts"]
+    prompts = [*prompts, (prompts[2] * 2)[:65]]
     shape = dict(
         model=str(FIXTURES / "nemotron_h"),
         batch_invariant=True,
         max_model_len=128,
-        num_pages=8,
+        num_pages=16,
         max_num_batched_tokens=64,
     )
     params = dataclasses.replace(GREEDY, max_tokens=10)
     alone = LLM(**shape).generate(prompts, params)
-    LLM(**shape, kv_transfer_config=_transfer("kv_producer", tmp_path)).generate(
-        prompts, dataclasses.replace(params, max_tokens=1)
+    producer = LLM(
+        **shape,
+        enable_prefix_caching=True,
+        mamba_block_size=64,
+        kv_transfer_config=_transfer("kv_producer", tmp_path),
     )
+    first = dataclasses.replace(params, max_tokens=1)
+    producer.generate(prompts, first)
+    for f in tmp_path.glob("*.safetensors"):
+        f.unlink()
+    producer.generate(prompts, first)  # the long prompt: 64 of its 65 positions cached
+    stats = producer.stats()
+    assert (stats["prefix_cache_hits"], stats["kv_transfer_saved_prompts"]) == (64, 8)
     outs = LLM(**shape, kv_transfer_config=_transfer("kv_consumer", tmp_path)).generate(
         prompts, params
     )
