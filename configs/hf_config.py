@@ -20,6 +20,7 @@ from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8,
 from configs.hf_afmoe import AFMOE, AFMOE_DEFAULTS, afmoe_fields
 from configs.hf_deepseek_v4 import DEEPSEEK_V4
 from configs.hf_exaone import EXAONE_DEFAULTS, EXAONE_MOE, exaone_moe_fields
+from configs.hf_gemma4 import GEMMA4, GEMMA4_DEFAULTS, gemma4_fields, gemma4_rope
 from configs.hf_granite import GRANITE, GRANITE_DEFAULTS, granite_fields
 from configs.hf_kimi_linear import KIMI_ALIASES, KIMI_DEFAULTS, KIMI_LINEAR, kimi_linear_fields
 from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
@@ -63,6 +64,7 @@ SUPPORTED_MODEL_TYPES = (
     "solar_open",
     EXAONE_MOE,
     AFMOE,
+    GEMMA4,
 )
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
@@ -78,6 +80,7 @@ MULTIMODAL_WRAPPERS = {
     "glm4v_moe": ("glm4v_moe_text", False),  # GLM-4.5V, GLM-4.6V
     "qwen3_5": ("qwen3_5_text", False),  # Qwen3.5 (dense)
     "qwen3_5_moe": ("qwen3_5_moe_text", False),  # Qwen3.5-35B-A3B ... -397B-A17B
+    "gemma4": (GEMMA4, True),  # Gemma 4 26B-A4B, 31B
 }
 # Language models of vision-language checkpoints that are another family's, read with their
 # own classes' defaults (transformers 5.25's Qwen3VLMoeTextConfig, Qwen3VLTextConfig,
@@ -245,6 +248,7 @@ _DEFAULTS.update(
     **GRANITE_DEFAULTS,
     **EXAONE_DEFAULTS,
     **AFMOE_DEFAULTS,
+    **GEMMA4_DEFAULTS,
     # Solar Open: GLM-4.5's class with its own defaults (no dense layer, no MTP, no q/k
     # norms or partial rotary: Llama's attention).
     solar_open=dict(
@@ -721,6 +725,8 @@ def config_from_hf(
     if model_type == DEEPSEEK_V4:  # the compressed layers' RoPE; the sliding ones' base
         _, rope_scaling = _rope(_Fields(v4.v4_rope_source(f), model_type), max_position)
         rope_theta = v4.v4_main_theta(f)
+    elif model_type == GEMMA4:  # (its windowed layers' RoPE: gemma4_fields)
+        rope_theta, rope_scaling, _ = gemma4_rope(f)
     else:
         rope_theta, rope_scaling = _rope(f, max_position)
     window = sliding_window_fields(f, model_type, num_layers)
@@ -736,6 +742,8 @@ def config_from_hf(
         arch = granite_fields(f)
     elif model_type in (EXAONE_MOE, AFMOE):  # (their windows too)
         arch = (exaone_moe_fields if model_type == EXAONE_MOE else afmoe_fields)(f)
+    elif model_type == GEMMA4:  # (its window too)
+        arch = gemma4_fields(f)
     elif model_type == NEMOTRON_H:  # (its layers: its mixers)
         arch = nemotron_h_fields(f)
         num_layers = arch.pop("num_layers")

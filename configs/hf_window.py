@@ -39,7 +39,7 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         KIMI_LINEAR,
         NEMOTRON_H,  # (nemotron_h_fields refuses one)
     )
-    if model_type in (DEEPSEEK_V4, "exaone_moe", "afmoe"):  # (their own readers take it)
+    if model_type in (DEEPSEEK_V4, "exaone_moe", "afmoe", "gemma4_text"):  # (own readers)
         return {}
     if model_type in no_window:
         return none

@@ -6,6 +6,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from configs.model_checks import check_gemma4, check_moe
+
 # ntk_alpha: a fixed NTK-aware base, theta * alpha^(d / (d - 2)) (Hunyuan's checkpoints
 # spell it "dynamic" with an alpha; its frequencies never depend on the length).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha")
@@ -18,8 +20,9 @@ SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk", "sqrtsoftplus")
 # Expert MLP activation: silu(gate) * up, gpt-oss's clamped form, or DeepSeek-V4's
 # silu(min(gate, limit)) * clip(up, -limit, limit) (models/moe.py).
 # relu2: relu(x @ up)^2, no gate projection (Nemotron-H's experts, and its MLPs: mlp_act).
-EXPERT_ACTS = ("swiglu", "clamped_swiglu", "limited_swiglu", "relu2")
-MLP_ACTS = ("swiglu", "relu2")
+# geglu: gelu_tanh(gate) * up (Gemma 4's experts and MLPs).
+EXPERT_ACTS = ("swiglu", "clamped_swiglu", "limited_swiglu", "relu2", "geglu")
+MLP_ACTS = ("swiglu", "relu2", "geglu")
 # DeepSeek-V4's attention per layer: a sliding window alone, or beside compressed entries
 # (csa: one per csa_ratio tokens, overlapping, picked by a lightning indexer; hca: one per
 # hca_ratio tokens, all attended).
@@ -178,6 +181,20 @@ class ModelConfig:
     residual_multiplier: float = 1.0
     attention_multiplier: float = 0.0
     logits_scaling: float = 1.0
+    # Gemma 4: the full-attention layers' own head width and KV heads (0: head_dim,
+    # num_kv_heads), their values the key projection's output (no wv: attention_k_eq_v);
+    # values RMS-normed without a weight (v_norm); the windowed layers' RoPE base (0:
+    # rope_theta), the full ones' proportional RoPE (rope_proportional: the first
+    # partial_rotary_factor of the head's frequency pairs turn, the rest stay); a dense MLP
+    # beside each MoE (dense_beside_moe); a learned scalar on each layer's output.
+    global_head_dim: int = 0
+    global_num_kv_heads: int = 0
+    attention_k_eq_v: bool = False
+    v_norm: bool = False
+    sliding_rope_theta: float = 0.0
+    rope_proportional: bool = False
+    dense_beside_moe: bool = False
+    layer_scalars: bool = False
     # MoE
     num_experts: int = 0  # routed experts E (0: dense model)
     num_experts_per_tok: int = 0  # top-k
@@ -362,54 +379,8 @@ class ModelConfig:
             raise ValueError(
                 f"final_logit_softcapping={self.final_logit_softcapping}: must be >= 0"
             )
-        if self.num_experts:
-            if not 0 < self.num_experts_per_tok <= self.num_experts:
-                raise ValueError(
-                    f"num_experts_per_tok={self.num_experts_per_tok}: must be in "
-                    f"[1, num_experts={self.num_experts}]"
-                )
-            if self.moe_intermediate_size <= 0:
-                raise ValueError(f"moe_intermediate_size={self.moe_intermediate_size}: must be > 0")
-            if self.shared_intermediate_size < 0 or (
-                self.shared_intermediate_size and not self.num_shared_experts
-            ):
-                raise ValueError(
-                    f"shared_intermediate_size={self.shared_intermediate_size}: must be >= 0, "
-                    f"and 0 without shared experts (num_shared_experts={self.num_shared_experts})"
-                )
-            if self.shared_expert_gate and not self.num_shared_experts:
-                raise ValueError("shared_expert_gate=True: needs num_shared_experts >= 1")
-            if self.scoring_func not in SCORING_FUNCS:
-                raise ValueError(f"scoring_func={self.scoring_func!r}: expected {SCORING_FUNCS}")
-            if self.topk_method not in TOPK_METHODS:
-                raise ValueError(f"topk_method={self.topk_method!r}: expected {TOPK_METHODS}")
-            if self.expert_act not in EXPERT_ACTS:
-                raise ValueError(f"expert_act={self.expert_act!r}: expected {EXPERT_ACTS}")
-            if self.scoring_func == "softmax_topk" and self.topk_method != "greedy":
-                raise ValueError(
-                    f"scoring_func='softmax_topk': needs topk_method='greedy' "
-                    f"(got {self.topk_method!r})"
-                )
-            if self.n_group <= 0 or self.num_experts % self.n_group:
-                raise ValueError(
-                    f"n_group={self.n_group}: must divide num_experts={self.num_experts}"
-                )
-            if not 0 < self.topk_group <= self.n_group:
-                raise ValueError(f"topk_group={self.topk_group}: must be in [1, {self.n_group}]")
-            per_group = self.num_experts // self.n_group
-            if self.topk_method in ("noaux_tc", "group_top2") and per_group < 2:
-                # A group's score is the sum of its two best experts.
-                raise ValueError(
-                    f"n_group={self.n_group}: {self.topk_method} needs >= 2 experts per group "
-                    f"(num_experts={self.num_experts})"
-                )
-            if self.topk_method != "greedy" and self.topk_group * per_group < (
-                self.num_experts_per_tok
-            ):
-                raise ValueError(
-                    f"topk_group={self.topk_group}: its groups hold {self.topk_group * per_group}"
-                    f" experts, fewer than num_experts_per_tok={self.num_experts_per_tok}"
-                )
+        check_moe(self)
+        check_gemma4(self)
         for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be > 0")
@@ -598,7 +569,8 @@ class ModelConfig:
         cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
         bf16 model's elements. AFMoE's (OLMo 2's) too."""
-        return self.model_type in ("gpt_oss", "afmoe") or self.norm_zero_centered or self.is_dsv4
+        scaled = ("gpt_oss", "afmoe", "gemma4_text")
+        return self.model_type in scaled or self.norm_zero_centered or self.is_dsv4
 
     @property
     def qk_head_dim(self) -> int:
@@ -635,10 +607,25 @@ class ModelConfig:
             raw = {"sliding": (), "hca": (2 * dh,), "csa": (4 * dh, 4 * di)}[kind]
             return (dh, *raw)
         if not self.is_mla:
-            return (self.num_kv_heads * self.head_dim,) * 2
+            return (self.layer_num_kv_heads(layer) * self.layer_head_dim(layer),) * 2
         latent = (self.kv_lora_rank + self.qk_rope_head_dim,)
         own = latent if self.kv_source(layer) == layer else ()
         return own + ((self.index_head_dim,) if self.indexes(layer) else ())
+
+    def is_global_layer(self, layer: int) -> bool:
+        """Whether GQA layer `layer` takes global_head_dim / global_num_kv_heads (Gemma 4's
+        full-attention layers beside windowed ones)."""
+        return bool(self.global_head_dim) and self.attention_window(layer) is None
+
+    def layer_head_dim(self, layer: int) -> int:
+        """GQA layer `layer`'s per-head q/k/v width."""
+        return self.global_head_dim if self.is_global_layer(layer) else self.head_dim
+
+    def layer_num_kv_heads(self, layer: int) -> int:
+        """GQA layer `layer`'s KV heads."""
+        if self.is_global_layer(layer) and self.global_num_kv_heads:
+            return self.global_num_kv_heads
+        return self.num_kv_heads
 
     def layer_rope_dim(self, layer: int) -> int:
         """MLA rope channels of decoder layer `layer` (0 in nope_layers)."""

@@ -104,7 +104,7 @@ def cache_row_shapes(cfg: ModelConfig, layer: int = 0) -> tuple[tuple[int, ...],
         return tuple((w,) for w in cfg.layer_kv_widths(layer))
     if cfg.is_linear_layer(layer):
         return ()
-    return ((cfg.num_kv_heads, cfg.head_dim),) * 2
+    return ((cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)),) * 2
 
 
 def bytes_per_token(cfg: ModelConfig, dtype=None, num_layers: int | None = None) -> int:

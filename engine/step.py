@@ -617,6 +617,6 @@ def init_kv_pages(
         n = num_pages
         if window_num_pages is not None and cfg.attention_window(i) is not None:
             n = window_num_pages
-        shape = (n, page_size, cfg.num_kv_heads, cfg.head_dim)
+        shape = (n, page_size, cfg.layer_num_kv_heads(i), cfg.layer_head_dim(i))
         kv.append((zeros(shape), zeros(shape)))
     return kv

@@ -96,7 +96,7 @@ def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str) -> int:
     total = cfg.kv_bytes_per_token(dtype_bytes(kv_dtype, "kv_dtype"))
     if kv_dtype == "float8_e4m3fn":
         for i in range(cfg.num_layers):
-            rows = len(cfg.layer_kv_widths(i)) if cfg.is_mla else 2 * cfg.num_kv_heads
+            rows = len(cfg.layer_kv_widths(i)) if cfg.is_mla else 2 * cfg.layer_num_kv_heads(i)
             total += rows * FP8_KV_SCALE_BYTES
     return math.ceil(total)
 
@@ -112,7 +112,7 @@ def kv_shard_fraction(cfg: ModelConfig, tp: int) -> float:
     """Fraction of each token's KV bytes one of `tp` devices holds, as the engine shards the
     cache (sharding/rules.py `rules_for`): KV heads split over tp when it divides them, else
     every device keeps them all; the MLA latent, shared by all heads, is never split."""
-    if cfg.is_mla or cfg.num_kv_heads % tp:
+    if cfg.is_mla or any(cfg.layer_num_kv_heads(i) % tp for i in range(cfg.num_layers)):
         return 1.0
     return 1.0 / tp
 

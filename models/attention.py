@@ -22,7 +22,14 @@ from jax import lax
 from configs.model_config import ModelConfig
 from models.layers import model_norm, rms_norm
 from models.lora import add
-from models.rope import apply_rope, rope_dim, rope_frequencies, rope_layout, yarn_get_mscale
+from models.rope import (
+    apply_rope,
+    gemma4_frequencies,
+    rope_dim,
+    rope_frequencies,
+    rope_layout,
+    yarn_get_mscale,
+)
 
 # HF builds q_a_layernorm and kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps,
 # and DeepSeek-V3.2's indexer k_norm (a LayerNorm) with this eps too.
@@ -56,10 +63,12 @@ def _frequencies(cfg: ModelConfig, p: dict) -> tuple:
     return inv_freq, attention_factor
 
 
-def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array, p: dict | None = None):
+def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array, p: dict | None = None, layer=0):
     """Rotate the leading rope_dim(cfg) channels of x [T, ..., Dx]; the others (a partial
     rotary factor, HF GLM-4.5's apply_rotary_pos_emb) pass through unchanged. `p`: the
-    layer's attention params (LeRoPE's alpha)."""
+    layer's attention params (LeRoPE's alpha). Gemma 4: its layer's own RoPE, whole."""
+    if cfg.sliding_rope_theta or cfg.rope_proportional:
+        return apply_rope(x, positions, gemma4_frequencies(cfg, layer, x.shape[-1]))
     dim = rope_dim(cfg)
     inv_freq, attention_factor = _frequencies(cfg, p or {})
     if dim == x.shape[-1]:
@@ -80,7 +89,12 @@ def gqa_inputs(
     `delta(leaf, x)`: a LoRA term to add to a projection (models/lora.py), or None."""
     q = add(jnp.einsum("td,dhk->thk", x, p["wq"]), delta("wq", x))
     k = add(jnp.einsum("td,dhk->thk", x, p["wk"]), delta("wk", x))
-    v = add(jnp.einsum("td,dhk->thk", x, p["wv"]), delta("wv", x))
+    if "wv" in p:
+        v = add(jnp.einsum("td,dhk->thk", x, p["wv"]), delta("wv", x))
+    else:  # Gemma 4's attention_k_eq_v: the keys' projection, before their norm and RoPE
+        v = k
+    if cfg.v_norm:  # Gemma 4: RMS-normed without a weight (scaled in float32, as it)
+        v = rms_norm(v, jnp.ones((v.shape[-1],), jnp.float32), cfg.rms_norm_eps, True)
     if cfg.attention_bias:
         q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
     if cfg.qk_norm_full:  # OLMoE: over all heads' channels at once
@@ -93,7 +107,7 @@ def gqa_inputs(
         c = cfg.clip_qkv
         q, k, v = jnp.clip(q, -c, c), jnp.clip(k, -c, c), jnp.clip(v, -c, c)
     if layer not in cfg.nope_layers:  # (Llama 4's NoPE layers take no rotation)
-        q, k = _rope(cfg, q, positions), _rope(cfg, k, positions)
+        q, k = _rope(cfg, q, positions, layer=layer), _rope(cfg, k, positions, layer=layer)
         if cfg.qk_l2_norm:  # Llama 4: weightless, on its RoPE layers only
             ones = jnp.ones((cfg.head_dim,), q.dtype)
             q, k = rms_norm(q, ones, cfg.rms_norm_eps), rms_norm(k, ones, cfg.rms_norm_eps)

@@ -99,8 +99,9 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
             names[f"{idx}.k_norm.bias"] = _vector(di, at + ("idx_k_bias",))
             names[f"{idx}.weights_proj.weight"] = _linear(hi, d, at + ("idx_w",))
         return names
-    k, dh = cfg.num_kv_heads, cfg.head_dim
-    for proj, heads in (("q", h), ("k", k), ("v", k)):
+    k, dh = cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)
+    k_eq_v = cfg.attention_k_eq_v and cfg.is_global_layer(layer)  # (Gemma 4: no v_proj)
+    for proj, heads in (("q", h), ("k", k)) + ((("v", k),) if not k_eq_v else ()):
         names[f"{pre}.{proj}_proj.weight"] = _linear(heads * dh, d, at + (f"w{proj}",))
         if cfg.attention_bias:
             names[f"{pre}.{proj}_proj.bias"] = _vector(heads * dh, at + (f"b{proj}",))
@@ -241,6 +242,34 @@ def _llama4_moe_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFTe
         f"{pre}.experts.down_proj": HFTensor((e, f, d), (at + ("w_down",),), "copy"),
         **_mlp_names(d, cfg.shared_expert_width, f"{pre}.shared_expert", at + ("shared",)),
     }
+
+
+def _gemma4_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool) -> dict[str, HFTensor]:
+    """Gemma 4's norms after its blocks and around its feed-forward halves, its layer
+    scalar, its dense MLP and (moe) the experts beside it: the router's projection, scale
+    and per-expert scales, the experts fused [E, 2F, D] (gate rows, then up) and [E, D, F]."""
+    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    norms = {
+        "post_attention_layernorm": "attn_post_norm",
+        "pre_feedforward_layernorm": "mlp_norm",
+        "post_feedforward_layernorm": "mlp_post_norm",
+    }
+    if moe:
+        norms["post_feedforward_layernorm_1"] = "mlp_out_norm"
+        norms["pre_feedforward_layernorm_2"] = "moe_norm"
+        norms["post_feedforward_layernorm_2"] = "moe_out_norm"
+    names = {f"{layer}.{hf}.weight": _vector(d, at + (ours,)) for hf, ours in norms.items()}
+    names[f"{layer}.layer_scalar"] = _vector(1, at + ("layer_scalar",))
+    names.update(_mlp_names(d, cfg.intermediate_size, f"{layer}.mlp", at + ("mlp",)))
+    if moe:
+        m = at + ("moe",)
+        names[f"{layer}.router.proj.weight"] = _linear(e, d, m + ("router",))
+        names[f"{layer}.router.scale"] = _vector(d, m + ("router_scale",))
+        names[f"{layer}.router.per_expert_scale"] = _vector(e, m + ("expert_scale",))
+        gate_up = (m + ("w_gate",), m + ("w_up",))
+        names[f"{layer}.experts.gate_up_proj"] = HFTensor((e, 2 * f, d), gate_up, "gate_up")
+        names[f"{layer}.experts.down_proj"] = HFTensor((e, d, f), (m + ("w_down",),), "experts_T")
+    return names
 
 
 def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str, HFTensor]:
@@ -535,7 +564,9 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
         f"{layer}.input_layernorm.weight": _vector(d, at + ("attn_norm",)),
         f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("mlp_norm",)),
     }
-    if cfg.sandwich_norms:  # (AFMoE: post_attention_layernorm normalizes the attention's output)
+    if cfg.model_type == "gemma4_text":
+        names.update(_gemma4_names(cfg, layer, at, moe))
+    elif cfg.sandwich_norms:  # (AFMoE: post_attention_layernorm normalizes the attention's output)
         names.update(
             {
                 f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("attn_post_norm",)),
@@ -550,6 +581,8 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
         names.update(_attn_names(cfg, f"{layer}.self_attn", at + ("attn",), index))
     if cfg.model_type == "granitemoehybrid":
         names.update(_granite_ffn_names(cfg, layer, at))
+    elif cfg.model_type == "gemma4_text":
+        pass  # (_gemma4_names)
     elif moe:
         names.update(_moe_names(cfg, layer, at + ("moe",), layout))
     else:

@@ -44,15 +44,26 @@ def relu2(x: jax.Array) -> jax.Array:
     return jnp.square(jax.nn.relu(x))
 
 
-def swiglu_mlp(p: dict, x: jax.Array, delta=None) -> jax.Array:
-    """down(silu(x @ gate) * (x @ up)); x: [T, D], w_gate/w_up [D, F], w_down [F, D] -> [T, D].
-    Without w_gate (ModelConfig.mlp_act "relu2"): down(relu(x @ up)^2).
-    `delta(leaf, x)`: a LoRA term to add to a projection (models/lora.py), or None."""
+def gelu_tanh(x: jax.Array) -> jax.Array:
+    """transformers' gelu_pytorch_tanh (Gemma 4's MLPs and experts)."""
+    return jax.nn.gelu(x, approximate=True)
+
+
+def gate_activation(cfg: ModelConfig):
+    """The dense MLPs' gate activation (ModelConfig.mlp_act): SiLU, or GeLU (tanh) for geglu."""
+    return gelu_tanh if cfg.mlp_act == "geglu" else jax.nn.silu
+
+
+def swiglu_mlp(p: dict, x: jax.Array, delta=None, act=jax.nn.silu) -> jax.Array:
+    """down(act(x @ gate) * (x @ up)), act SiLU (or gate_activation's); x: [T, D], w_gate/w_up
+    [D, F], w_down [F, D] -> [T, D]. Without w_gate (ModelConfig.mlp_act "relu2"):
+    down(relu(x @ up)^2). `delta(leaf, x)`: a LoRA term to add to a projection
+    (models/lora.py), or None."""
     delta = delta or (lambda name, x: None)
     up = add(x @ p["w_up"], delta("w_up", x))  # [T, F]
     if "w_gate" in p:
         gate = add(x @ p["w_gate"], delta("w_gate", x))  # [T, F]
-        h = jax.nn.silu(gate) * up
+        h = act(gate) * up
     else:
         h = relu2(up)
     return add(h @ p["w_down"], delta("w_down", h))

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
-from models.layers import relu2, swiglu_mlp
+from models.layers import gelu_tanh, relu2, rms_norm, swiglu_mlp
 from models.reductions import fixed_order_sum
 
 
@@ -53,6 +53,10 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
     Weights are renormalized when norm_topk_prob (never for DeepSeek-V2, as in HF 5.24), then
     multiplied by routed_scaling_factor (1 for Mixtral and Qwen).
     """
+    if "router_scale" in p_moe:  # Gemma 4: the token RMS-normed, times scale / sqrt(D)
+        ones = jnp.ones((x.shape[-1],), jnp.float32)
+        scale = p_moe["router_scale"] * jnp.asarray(x.shape[-1] ** -0.5, x.dtype)
+        x = rms_norm(x, ones, cfg.rms_norm_eps, True) * scale
     # Full float32 (HF's), never TF32 (XLA:GPU's default for float32 dots): a 1e-3 error
     # in a router logit can flip a close expert choice.
     logits = jnp.matmul(
@@ -86,6 +90,8 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
         if cfg.norm_topk_prob and cfg.model_type != "deepseek_v2":
             weights = weights / fixed_order_sum(weights)[:, None]
     weights = weights * cfg.routed_scaling_factor
+    if "expert_scale" in p_moe:  # Gemma 4: each chosen expert's learned scale
+        weights = weights * p_moe["expert_scale"].astype(jnp.float32)[experts]
     return weights.astype(jnp.float32), experts.astype(jnp.int32)
 
 
@@ -110,6 +116,8 @@ def expert_activation(cfg: ModelConfig) -> ExpertAct:
         return swiglu
     if cfg.expert_act == "relu2":  # no gate projection: act(None, up)
         return lambda gate, up: relu2(up)
+    if cfg.expert_act == "geglu":  # Gemma 4
+        return lambda gate, up: gelu_tanh(gate) * up
     limit, alpha = cfg.swiglu_limit, cfg.swiglu_alpha
     if cfg.expert_act == "limited_swiglu":  # DeepSeek-V4 (DeepseekV4Experts._apply_gate)
         return lambda gate, up: jax.nn.silu(jnp.minimum(gate, limit)) * jnp.clip(up, -limit, limit)
@@ -276,15 +284,21 @@ def routed_for(cfg: ModelConfig) -> RoutedFn:
 
 
 def moe_block(
-    p_moe: dict, x: jax.Array, cfg: ModelConfig, routed: RoutedFn | None = None, delta=None
+    p_moe: dict,
+    x: jax.Array,
+    cfg: ModelConfig,
+    routed: RoutedFn | None = None,
+    delta=None,
+    router_x: jax.Array | None = None,
 ) -> jax.Array:
     """Routed experts plus always-on shared experts (DeepSeek, GLM-4.5), the latter gated per
     token by sigmoid(x @ shared_gate) where the model has the gate (Qwen2-MoE).
     `routed`: the routed-expert compute; None: `routed_for(cfg)` (the model's activation).
     `delta(leaf, x)`: LoRA terms of the shared experts' projections, as "shared_w_up" etc.
-    (models/lora.py). x: [T, D] -> [T, D]."""
+    (models/lora.py). x: [T, D] -> [T, D]; `router_x`: the router's input where it is not
+    x (Gemma 4's router reads the stream before the experts' norm)."""
     routed = routed or routed_for(cfg)
-    weights, experts = route(p_moe, x, cfg)
+    weights, experts = route(p_moe, x if router_x is None else router_x, cfg)
     if cfg.router_weight_on_input:
         # Llama 4 (top-1): the expert sees the token times its router weight (cast to the
         # activations' dtype, as transformers' Llama4TextMoe scales routed_in), unweighted after.

@@ -32,7 +32,7 @@ def init_cache(cfg: ModelConfig, max_len: int) -> list:
             return deepseek_v4.init_layer_cache(cfg, i, 1, max_len, lambda s: jnp.zeros(s, dt))
         if cfg.is_mla:
             return tuple(jnp.zeros((max_len, w), dt) for w in cfg.layer_kv_widths(i))
-        return (jnp.zeros((max_len, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
+        return (jnp.zeros((max_len, cfg.layer_num_kv_heads(i), cfg.layer_head_dim(i)), dt),) * 2
 
     return [layer(i) for i in range(cfg.num_layers)]
 
@@ -104,7 +104,7 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
         k_cache = k_cache.at[positions].set(inp.k.astype(k_cache.dtype))
         v_cache = v_cache.at[positions].set(inp.v.astype(v_cache.dtype))
         t, h, dh = inp.q.shape
-        kh = cfg.num_kv_heads
+        kh = k_cache.shape[1]
         q = inp.q.reshape(t, kh, h // kh, dh)  # [T, K, G, Dh]: head h uses kv head h // G
         scores = jnp.einsum("tkgd,lkd->tkgl", q, k_cache)  # [T, K, G, L]
         window = cfg.attention_window(i)

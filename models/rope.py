@@ -102,6 +102,20 @@ def rope_frequencies(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarra
     return inv_freq.astype(np.float32), 1.0
 
 
+def gemma4_frequencies(cfg: ModelConfig, layer: int, dim: int) -> np.ndarray:
+    """Gemma 4's inv_freq [dim // 2] for layer `layer`'s heads of width `dim`, rotated whole
+    (layout "half"): a windowed layer's default RoPE at sliding_rope_theta; a full layer's
+    proportional RoPE (transformers' _compute_proportional_rope_parameters): the first
+    int(partial_rotary_factor * dim // 2) frequencies of base rope_theta over the whole
+    width, zeros after them (those channel pairs stay as they are), divided by the factor."""
+    if cfg.attention_window(layer) is not None or not cfg.rope_proportional:
+        return _base_inv_freq(cfg.sliding_rope_theta or cfg.rope_theta, dim)
+    angles = int(cfg.partial_rotary_factor * dim // 2)
+    inv_freq = np.zeros(dim // 2, np.float32)
+    inv_freq[:angles] = _base_inv_freq(cfg.rope_theta, dim)[:angles]
+    return inv_freq / np.float32(cfg.rope_scaling.factor)
+
+
 def rope_dim(cfg: ModelConfig) -> int:
     """Rotary width: the GQA head dim (its leading part under a partial_rotary_factor), or
     MLA's decoupled rope dim."""

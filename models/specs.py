@@ -33,6 +33,10 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             no_ffn_layers no mlp_norm, mlp or moe; latent MoE (moe_latent_size L):
             latent_in [D, L], latent_out [L, D], experts [E, L, Fe] / [E, Fe, L]
   sandwich_norms (AFMoE): layers[i] also attn_post_norm, mlp_post_norm [D]
+  Gemma 4: a full-attention layer's wq/wk/wo at global_head_dim, global_num_kv_heads KV
+            heads, no wv (attention_k_eq_v); dense_beside_moe: layers[i] mlp beside moe,
+            mlp_out_norm / moe_norm / moe_out_norm [D], moe router_scale [D] and
+            expert_scale [E]; layer_scalar [1] (layer_scalars)
   mtp (ModelConfig.mtp_drafts): enorm, hnorm, norm [D], eh_proj [2D, D], layer {...}
   DeepSeek-V4 (attention_type "dsv4", models/deepseek_v4.py): layers[i] also attn_hc /
             mlp_hc {fn [N*D, (2+N)*N], base [(2+N)*N], scale [3]}; attn wq_a [D, Rq],
@@ -100,8 +104,9 @@ def is_spec(x: Any) -> bool:
     return isinstance(x, ParamSpec)
 
 
-def _gqa_specs(cfg: ModelConfig, dt, w) -> dict:
-    d, h, k, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+def _gqa_specs(cfg: ModelConfig, dt, w, layer: int = 0) -> dict:
+    d, h = cfg.hidden_size, cfg.num_heads
+    k, dh = cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)
     s = {
         "wq": ParamSpec((d, h, dh), dt, ("embed", "q_heads", "head_dim"), w),
         "wk": ParamSpec((d, k, dh), dt, ("embed", "kv_heads", "head_dim"), w),
@@ -121,6 +126,8 @@ def _gqa_specs(cfg: ModelConfig, dt, w) -> dict:
         s["k_norm"] = ParamSpec((dh,), dt, ("head_dim",), norm)
     if cfg.attn_output_gate:
         s["wq_gate"] = ParamSpec((d, h, dh), dt, ("embed", "q_heads", "head_dim"), w)
+    if cfg.attention_k_eq_v and cfg.is_global_layer(layer):  # (Gemma 4: v is k's)
+        del s["wv"]
     if cfg.o_proj_bias:
         s["bo"] = ParamSpec((d,), dt, ("embed",), zeros)
     if cfg.attention_sinks:
@@ -266,7 +273,7 @@ def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
         s["b_up"] = ParamSpec((e, f), dt, ("experts", "expert_mlp"), zeros)
         s["b_down"] = ParamSpec((e, d), dt, ("experts", "embed"), zeros)
     if cfg.num_shared_experts:
-        s["shared"] = _mlp_specs(d, cfg.shared_expert_width, dt, w, cfg.mlp_act == "swiglu")
+        s["shared"] = _mlp_specs(d, cfg.shared_expert_width, dt, w, cfg.mlp_act != "relu2")
     if cfg.shared_expert_gate:
         s["shared_gate"] = ParamSpec((d,), dt, ("embed",), w)
     return s
@@ -347,7 +354,7 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
     if cfg.is_linear_layer(i):
         layer["linear"] = _linear_specs(cfg, dt, w)
     else:
-        layer["attn"] = _mla_specs(cfg, i, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w)
+        layer["attn"] = _mla_specs(cfg, i, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w, i)
     if cfg.sandwich_norms:  # (AFMoE: the blocks' outputs normed too)
         layer["attn_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
         layer["mlp_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
@@ -356,8 +363,15 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
     layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)
-    else:
-        layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w, cfg.mlp_act == "swiglu")
+    if not moe or cfg.dense_beside_moe:
+        layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w, cfg.mlp_act != "relu2")
+    if moe and cfg.dense_beside_moe:  # Gemma 4: the dense output's norm, the experts' two
+        for name in ("mlp_out_norm", "moe_norm", "moe_out_norm"):
+            layer[name] = ParamSpec((d,), dt, ("embed",), norm)
+        layer["moe"]["router_scale"] = ParamSpec((d,), dt, ("embed",), ones)
+        layer["moe"]["expert_scale"] = ParamSpec((cfg.num_experts,), dt, (None,), ones)
+    if cfg.layer_scalars:
+        layer["layer_scalar"] = ParamSpec((1,), dt, (None,), ones)
     return layer
 
 

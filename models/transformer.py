@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from configs.model_config import ModelConfig
 from models import deepseek_v4
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs
-from models.layers import embed, final_logits, model_norm, swiglu_mlp
+from models.layers import embed, final_logits, gate_activation, model_norm, swiglu_mlp
 from models.linear_attention import Segments, gated_delta_net
 from models.lora import make_delta, slot_mask
 from models.moe import RoutedFn, moe_block, routed_for
@@ -130,11 +130,20 @@ def decoder_layer(
     if "mlp_norm" not in layer:  # (Nemotron-H: a mixer no feed-forward block follows)
         return x, kv_i
     h = model_norm(x, layer["mlp_norm"], cfg)
-    if "moe" in layer:
+    if "moe" in layer and "mlp" in layer:  # Gemma 4: both, each output normed, summed
+        dense = model_norm(
+            swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg)), layer["mlp_out_norm"], cfg
+        )
+        h = model_norm(x, layer["moe_norm"], cfg)
+        routed_out = moe_block(layer["moe"], h, cfg, routed, delta, router_x=x)
+        out = dense + model_norm(routed_out, layer["moe_out_norm"], cfg)
+    elif "moe" in layer:
         out = moe_block(layer["moe"], h, cfg, routed, delta)
     else:
-        out = swiglu_mlp(layer["mlp"], h, delta)
+        out = swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg))
     x = x + _scaled(out, layer.get("mlp_post_norm"), cfg)
+    if "layer_scalar" in layer:  # Gemma 4: the layer's output scaled
+        x = x * layer["layer_scalar"]
     return pin(x, ("batch", "embed")), kv_i
 
 

@@ -68,7 +68,8 @@ MLA_PAGES_AXES = ("kv_pages", "page_slots", "kv_latent")  # [N, P, R + Dr]
 def rules_for(cfg: ModelConfig, mc: MeshConfig) -> dict[str, MeshAxes]:
     """RULES adapted to one model: KV heads replicated when tp does not divide them."""
     rules = dict(RULES)
-    if not cfg.is_mla and cfg.num_kv_heads % mc.tp:
+    kv_heads = {cfg.layer_num_kv_heads(i) for i in range(cfg.num_layers)}
+    if not cfg.is_mla and any(k % mc.tp for k in kv_heads):
         rules["kv_heads"] = None
     if cfg.linear_num_key_heads % mc.tp or cfg.linear_num_value_heads % mc.tp:
         rules["linear_k_heads"] = rules["linear_v_heads"] = None
