@@ -65,11 +65,11 @@ def check_gemma4(cfg: Any) -> None:
             f"{cfg.global_num_kv_heads}: must be >= 0"
         )
     if (cfg.global_head_dim or cfg.attention_k_eq_v or cfg.rope_proportional) and (
-        cfg.attention_type != "gqa" or cfg.sliding_window is None
+        cfg.attention_type != "gqa"
     ):
         raise ValueError(
-            "global_head_dim, attention_k_eq_v, rope_proportional: GQA attention with a "
-            "sliding window on some layers only (Gemma 4's full-attention layers)"
+            "global_head_dim, attention_k_eq_v, rope_proportional: GQA attention only "
+            "(Gemma 4's full-attention layers)"
         )
     kv = cfg.global_num_kv_heads
     if kv and cfg.num_heads % kv:

@@ -65,6 +65,8 @@ ARCHS = {
     "solar_open": "tiny-solar-open",  # Llama's attention, GLM-4.5's MoE on every layer
     "exaone_moe": "tiny-exaone-moe",  # windowed RoPE layers, a global one without positions
     "afmoe": "tiny-afmoe",  # as K-EXAONE's, gated attention output, norms after the blocks
+    # Gemma 4: global layers' own geometry, k = v, proportional RoPE, MLP beside the experts
+    "gemma4": "tiny-gemma4",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -49,6 +49,11 @@ from models.specs import count_params
         ("nemotron-3-nano-30b-a3b", 31.6e9, 0.01, 3.6e9, 0.02),
         # Upstage's Solar-Open-100B card: 102.6B total, 12B active.
         ("solar-open-100b", 102.6e9, 0.01, 12e9, 0.02),
+        # Google's Gemma 4 cards: 25.2B total, 3.8B active; 30.7B (transformers 5.25's
+        # Gemma4ForCausalLM built with these shapes on the meta device holds 25,233,141,790 /
+        # 3,822,530,590 active and 30,697,345,340: the counts here, to the parameter).
+        ("gemma-4-26b-a4b", 25.2e9, 0.005, 3.8e9, 0.01),
+        ("gemma-4-31b", 30.7e9, 0.005, 30.7e9, 0.005),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):

@@ -1,0 +1,112 @@
+"""Presets of Google's Gemma 4 (transformers' gemma4_text, configs/hf_gemma4.py): the test-size
+model of tests/fixtures/gemma4 (tests/test_hf_config.py reads its config.json back to this
+preset) and the shapes of Gemma 4 26B-A4B and 31B (MaxText's gemma4-26b / gemma4-31b model
+configs; the releases' config.json files are not on this machine)."""
+
+from __future__ import annotations
+
+from configs.model_config import ModelConfig
+
+GEMMA: dict[str, ModelConfig] = {}
+
+
+def _gemma4(name: str, **fields) -> ModelConfig:
+    """Gemma 4's fixed fields: q/k norms, weightless v norm, attention scale 1, norms after
+    the blocks, GeGLU, layer scalars, tied embeddings times sqrt(hidden_size); the full
+    layers' proportional RoPE (a quarter of the pairs, base 1e6), the windowed ones' 1e4."""
+    hidden = fields["hidden_size"]
+    return ModelConfig(
+        name=name,
+        model_type="gemma4_text",
+        qk_norm=True,
+        v_norm=True,
+        attention_multiplier=1.0,
+        sandwich_norms=True,
+        layer_scalars=True,
+        mlp_act="geglu",
+        expert_act="geglu",
+        norm_topk_prob=True,
+        tie_word_embeddings=True,
+        embedding_multiplier=hidden**0.5,
+        rope_theta=1e6,
+        sliding_rope_theta=1e4,
+        rope_proportional=True,
+        partial_rotary_factor=0.25,
+        attention_k_eq_v=True,
+        **fields,
+    )
+
+
+def _every_sixth(num_layers: int) -> tuple[int, ...]:
+    """Gemma 4's full-attention layers: each sixth (5 windowed, then 1)."""
+    return tuple(range(5, num_layers, 6))
+
+
+# tests/fixtures/gemma4: 4 layers 64 wide, 4 heads; layers 0 and 2 an 8-key window over 2 KV
+# heads of 16, layers 1 and 3 global over 1 KV head of 32 (values the keys' projection); on
+# every layer a GeGLU MLP 48 wide beside top-2 of 8 GeGLU experts 24 wide; logits capped at 4.
+GEMMA["tiny-gemma4"] = _gemma4(
+    "tiny-gemma4",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    global_head_dim=32,
+    global_num_kv_heads=1,
+    sliding_window=8,
+    full_attention_layers=(1, 3),
+    intermediate_size=48,
+    max_position_embeddings=2048,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    dense_beside_moe=True,
+    final_logit_softcapping=4.0,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# Gemma 4 26B-A4B: 30 layers 2,816 wide, 16 heads; windowed layers (1,024 keys) over 8 KV heads
+# of 256, every sixth layer global over 2 KV heads of 512; a GeGLU MLP 2,112 wide beside top-8
+# of 128 experts 704 wide on every layer; 262,144 tokens of vocabulary and of context.
+GEMMA["gemma-4-26b-a4b"] = _gemma4(
+    "gemma-4-26b-a4b",
+    vocab_size=262144,
+    hidden_size=2816,
+    num_layers=30,
+    num_heads=16,
+    num_kv_heads=8,
+    head_dim=256,
+    global_head_dim=512,
+    global_num_kv_heads=2,
+    sliding_window=1024,
+    full_attention_layers=_every_sixth(30),
+    intermediate_size=2112,
+    max_position_embeddings=262144,
+    num_experts=128,
+    num_experts_per_tok=8,
+    moe_intermediate_size=704,
+    dense_beside_moe=True,
+    final_logit_softcapping=30.0,
+    bos_token_id=2,
+    eos_token_ids=(1,),
+    dtype="bfloat16",
+)
+# Gemma 4 31B (dense): 60 layers 5,376 wide, 32 heads; windowed layers over 16 KV heads of
+# 256, every sixth global over 4 KV heads of 512; a GeGLU MLP 21,504 wide.
+GEMMA["gemma-4-31b"] = GEMMA["gemma-4-26b-a4b"].replace(
+    name="gemma-4-31b",
+    hidden_size=5376,
+    embedding_multiplier=5376**0.5,
+    num_layers=60,
+    num_heads=32,
+    num_kv_heads=16,
+    global_num_kv_heads=4,
+    full_attention_layers=_every_sixth(60),
+    intermediate_size=21504,
+    num_experts=0,
+    num_experts_per_tok=0,
+    moe_intermediate_size=0,
+    dense_beside_moe=False,
+)
