@@ -143,13 +143,20 @@ def test_bad_adapters_and_arguments_are_refused_before_anything_is_queued(llm2, 
 
 @pytest.mark.parametrize(
     "arch, adapter",
-    [("qwen3_moe", "adapter_moe"), ("deepseek_v3", "adapter_mla"), ("qwen3_next", "adapter_next")],
+    [
+        ("qwen3_moe", "adapter_moe"),
+        ("deepseek_v3", "adapter_mla"),
+        ("qwen3_next", "adapter_next"),
+        ("gemma4", "adapter_gemma4"),
+    ],
 )
 def test_moe_models_take_attention_adapters(arch, adapter, tmp_path):
     """qwen3_moe (experts in every layer): q/k/v/o; deepseek_v3: MLA's q_a / q_b /
     kv_a_proj_with_mqa / o_proj; qwen3_next (gated DeltaNet layers beside gated attention):
-    q_proj (its query and output-gate halves), k/v/o, the dense MLP and the shared experts.
-    Beside requests without one, as peft computes."""
+    q_proj (its query and output-gate halves), k/v/o, the dense MLP and the shared experts;
+    gemma4: q/k/o, v where a layer has one (a global layer's values are k_proj's, adapted
+    with it), the dense MLP beside the experts. Beside requests without one, as peft
+    computes."""
     ref = REFS[arch]
     llm = LLM(str(FIXTURES / arch), enable_lora=True, max_lora_rank=8, num_pages=64)
     req = LoRARequest(adapter, 1, str(LORA / adapter))
@@ -168,6 +175,7 @@ def test_moe_models_take_attention_adapters(arch, adapter, tmp_path):
         old, new, match = {
             "deepseek_v3": ("q_b_proj", "kv_b_proj", r"layers\.0\.self_attn\.kv_b_proj"),
             "qwen3_next": ("1.self_attn.k_proj", "0.linear_attn.in_proj_qkvz", r"linear_attn"),
+            "gemma4": ("0.self_attn.v_proj", "1.self_attn.v_proj", r"layers\.1\.self_attn\.v"),
         }[arch]
         path = tmp_path / "renamed"
         shutil.copytree(LORA / adapter, path)
