@@ -41,8 +41,10 @@ def kv_pool_bytes(
     if cfg.is_dsv4:
         item = jnp.dtype(cfg.dtype if kv_dtype is None else kv_dtype).itemsize
         return deepseek_v4.pool_bytes(cfg, num_pages, window_num_pages, page_size, item)
-    windowed = 0 if window_num_pages is None else len(cfg.windowed_layers)
-    full = num_pages * kv_quant.bytes_per_token(cfg, kv_dtype, cfg.num_kv_layers - windowed)
+    # (Each pool's own layers: Gemma 4's windowed and global layers differ in width.)
+    windowed = () if window_num_pages is None else cfg.windowed_layers
+    rest = [i for i in range(cfg.num_kv_layers) if i not in windowed]
+    full = num_pages * kv_quant.bytes_per_token(cfg, kv_dtype, rest)
     window = (window_num_pages or 0) * kv_quant.bytes_per_token(cfg, kv_dtype, windowed)
     return page_size * (full + window)
 

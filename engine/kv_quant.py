@@ -107,13 +107,13 @@ def cache_row_shapes(cfg: ModelConfig, layer: int = 0) -> tuple[tuple[int, ...],
     return ((cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)),) * 2
 
 
-def bytes_per_token(cfg: ModelConfig, dtype=None, num_layers: int | None = None) -> int:
-    """Cache bytes of one token over all layers (or the first `num_layers`: a hybrid
-    model's, whose layers' arrays are all alike) in page dtype `dtype` (None: the model's);
-    fp8 pages add one 4-byte scale per row."""
+def bytes_per_token(cfg: ModelConfig, dtype=None, layers=None) -> int:
+    """Cache bytes of one token over all layers (or those in `layers`: a hybrid model's
+    pool's) in page dtype `dtype` (None: the model's); fp8 pages add one 4-byte scale per
+    row."""
     dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
     total = 0
-    for layer in range(cfg.num_kv_layers if num_layers is None else num_layers):
+    for layer in range(cfg.num_kv_layers) if layers is None else layers:
         for row in cache_row_shapes(cfg, layer):
             total += math.prod(row) * dtype.itemsize
             if dtype == FP8_DTYPE:

@@ -86,16 +86,21 @@ def resolve_config(model: str) -> ModelConfig:
 FP8_KV_SCALE_BYTES = 4
 
 
-def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str) -> int:
-    """KV-cache bytes one token occupies across all layers (whole model, before any split).
+def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str, layers=None) -> int:
+    """KV-cache bytes one token occupies across all layers, or those in `layers` (whole
+    model, before any split).
 
     float8_e4m3fn KV is sized as the engine stores it (`kv_cache_dtype="fp8"`): one float32
     scale per cached row, i.e. per KV head for K and for V, per token for the MLA latent.
     """
     # ModelConfig's cache widths: the MLA latent + rope key, or GQA's K and V heads.
-    total = cfg.kv_bytes_per_token(dtype_bytes(kv_dtype, "kv_dtype"))
+    item = dtype_bytes(kv_dtype, "kv_dtype")
+    if layers is None:
+        total, layers = cfg.kv_bytes_per_token(item), range(cfg.num_layers)
+    else:
+        total = sum(sum(cfg.layer_kv_widths(i)) for i in layers) * item
     if kv_dtype == "float8_e4m3fn":
-        for i in range(cfg.num_layers):
+        for i in layers:
             rows = len(cfg.layer_kv_widths(i)) if cfg.is_mla else 2 * cfg.layer_num_kv_heads(i)
             total += rows * FP8_KV_SCALE_BYTES
     return math.ceil(total)
@@ -303,13 +308,17 @@ def capacity(
         window_pages = min(pages_per_sequence, 1 + -(-(window - 1) // page_size))
     if ratio is not None:  # (a pool of ratio x the full pool's pages, more than it needs)
         window_pages = max(window_pages, math.ceil(ratio * pages_per_sequence))
-    paged = cfg.num_layers - len(cfg.linear_attention_layers)  # (a DeltaNet layer: none)
-    full = paged - windowed
-    # Every paged layer's page row is the same size: per_token_dev / paged bytes a token
-    # (exact integers, so with one pool this is whole pages of the budget per sequence).
-    layer_pages = full * pages_per_sequence + windowed * window_pages
+    # The windowed layers' bytes a token (a hybrid model's: Gemma 4's are not its global
+    # layers' width) over their window's pages, the others' over the context's.
+    window_dev = per_token_dev
+    if windowed < cfg.num_layers - len(cfg.linear_attention_layers):
+        window_dev = 0
+        if windowed:
+            window_bytes = kv_bytes_per_token(cfg, kv_dtype, cfg.windowed_layers)
+            window_dev = math.ceil(window_bytes * kv_shard_fraction(cfg, tp))
     state = math.ceil(cfg.linear_state_bytes() * state_shard_fraction(cfg, tp))
-    sequence_bytes = -(-per_token_dev * page_size * layer_pages // paged) + state
+    layer_bytes = (per_token_dev - window_dev) * pages_per_sequence + window_dev * window_pages
+    sequence_bytes = page_size * layer_bytes + state
     if cfg.is_dsv4 and window is not None:  # entries for the context, rows for its window
         rows = sum(sum(cfg.layer_kv_widths(i)) for i in range(cfg.num_layers))
         rows *= dtype_bytes(kv_dtype, "kv_dtype") * window_pages * page_size

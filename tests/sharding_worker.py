@@ -50,6 +50,10 @@ LAYOUTS = [
     # A hybrid model (its windowed layer's KV in a pool of its own, both pools' heads split
     # over tp), attention sinks split with the heads, biased experts over ep.
     ("gpt_oss", "tp=2,ep=2"),
+    # Gemma 4: windowed and global layers of different head widths and KV heads (the
+    # global layers' one KV head: every layer's KV heads whole on each device, query heads
+    # over tp), a dense MLP over tp beside experts over ep, its router's scales whole.
+    ("gemma4", "tp=2,ep=2"),
 ]
 # The archs also run on one device in the same process, their logprobs and expert loads the
 # sharded runs' reference (the acceptance list's); the others' is the HF fixture.
