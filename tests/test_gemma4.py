@@ -136,3 +136,29 @@ def test_real_shapes_cache():
     assert cfg.full_attention_layers == (5, 11, 17, 23, 29)
     assert cfg.hybrid_window == 1024
     assert cfg.kv_bytes_per_token(2) == (25 * 4096 + 5 * 2048) * 2
+
+
+@pytest.mark.parametrize("kv_dtype", [None, "fp8"])
+def test_pool_bytes_are_the_allocated_arrays(kv_dtype):
+    """The budget's pool sizes (engine/kv_budget.py) count each pool's own layers: the
+    windowed pool's 2 KV heads of 16 and the main pool's 1 of 32 (fp8: scales too)."""
+    from engine import kv_quant
+    from engine.kv_budget import kv_pool_bytes
+    from engine.step import init_kv_pages
+
+    cfg = get_preset("tiny-gemma4")
+    dtype = kv_quant.FP8_DTYPE if kv_dtype else None
+    kv = init_kv_pages(cfg, 12, 8, dtype, window_num_pages=5)
+    allocated = sum(x.nbytes for x in jax.tree.leaves(kv))
+    assert kv_pool_bytes(cfg, 12, 5, 8, dtype) == allocated
+    assert [kv[i][0].shape for i in range(2)] == [(5, 8, 2, 16), (12, 8, 1, 32)]
+
+
+def test_capacity_counts_each_pools_layers():
+    """26B-A4B at 262,144 tokens on 141 GiB: 5 global layers x 2 x 1,024 bf16 a token over
+    the context, 25 windowed ones x 2 x 2,048 over their window's 65 pages of 16."""
+    from long_context.capacity import capacity
+
+    c = capacity("gemma-4-26b-a4b", context=262144, hbm_gib=141)
+    per_sequence = 5 * 2 * 1024 * 2 * 262144 + 25 * 2 * 2048 * 2 * 65 * 16
+    assert c.max_sequences == c.kv_budget_bytes_per_device // per_sequence == 15
