@@ -67,6 +67,19 @@ GEMMA["tiny-gemma4"] = _gemma4(
     bos_token_id=1,
     eos_token_ids=(2,),
 )
+# tests/fixtures/gemma4_dense: tiny-gemma4 without experts (a GeGLU MLP 96 wide), its global
+# layers' values their own projection (2 KV heads of 32: no attention_k_eq_v), logits uncapped.
+GEMMA["tiny-gemma4-dense"] = GEMMA["tiny-gemma4"].replace(
+    name="tiny-gemma4-dense",
+    global_num_kv_heads=2,
+    attention_k_eq_v=False,
+    intermediate_size=96,
+    num_experts=0,
+    num_experts_per_tok=0,
+    moe_intermediate_size=0,
+    dense_beside_moe=False,
+    final_logit_softcapping=0.0,
+)
 # Gemma 4 26B-A4B: 30 layers 2,816 wide, 16 heads; windowed layers (1,024 keys) over 8 KV heads
 # of 256, every sixth layer global over 2 KV heads of 512; a GeGLU MLP 2,112 wide beside top-8
 # of 128 experts 704 wide on every layer; 262,144 tokens of vocabulary and of context.

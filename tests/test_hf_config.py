@@ -43,7 +43,7 @@ ARCHS = (
     "kimi_linear",
     "qwen3_5_moe",
     "qwen3_5",
-    *("deepseek_v4", "solar_open", "exaone_moe", "afmoe", "gemma4"),
+    *("deepseek_v4", "solar_open", "exaone_moe", "afmoe", "gemma4", "gemma4_dense"),
     *("nemotron_h", "nemotron_h_latent", "granitemoehybrid", "granitemoehybrid_dense"),
 )
 # Fields that describe tokens or storage rather than the network.

@@ -67,6 +67,7 @@ ARCHS = {
     "afmoe": "tiny-afmoe",  # as K-EXAONE's, gated attention output, norms after the blocks
     # Gemma 4: global layers' own geometry, k = v, proportional RoPE, MLP beside the experts
     "gemma4": "tiny-gemma4",
+    "gemma4_dense": "tiny-gemma4-dense",  # 31B's kind: no experts, the global layers' own v
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -304,6 +304,7 @@ def test_requests_on_pages_back_from_the_host_give_the_hf_greedy_tokens():
         ("llama", "fp8"),
         ("gpt_oss", "auto"),
         ("deepseek_v4", "auto"),
+        ("gemma4", "auto"),
     ],
 )
 def test_a_host_hit_keeps_the_batch_invariant_bits(arch, kv_cache_dtype):
@@ -312,7 +313,7 @@ def test_a_host_hit_keeps_the_batch_invariant_bits(arch, kv_cache_dtype):
     windowed layer's page at place 1 (keys 25-31 for the query at 32) back from the host
     too, into its own pool; DeepSeek-V4 alike (its 8 positions of per-token rows a query
     reads back: the window's keys, the compressors' inputs), its entries' pages into the
-    main pool."""
+    main pool; Gemma 4 as gpt-oss, its two pools' pages of different widths."""
     # test_prefix_cache's batch-invariant engine shape: its step programs.
     llm = LLM(
         model=str(FIXTURES / arch),
@@ -335,7 +336,7 @@ def test_a_host_hit_keeps_the_batch_invariant_bits(arch, kv_cache_dtype):
         assert out.num_cached_tokens == 32
         assert out.token_ids == cold.token_ids[j:]
         assert _bits(out.logprobs) == _bits(cold.logprobs[j:])
-    hybrid = arch in ("gpt_oss", "deepseek_v4")  # (a windowed page each time)
+    hybrid = arch in ("gpt_oss", "deepseek_v4", "gemma4")  # (a windowed page each time)
     assert llm.stats()["kv_offload_loaded_pages"] == (6 if hybrid else 4)
 
 
