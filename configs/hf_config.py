@@ -18,6 +18,7 @@ from typing import Any
 from configs import hf_deepseek_v4 as v4
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
 from configs.hf_afmoe import AFMOE, AFMOE_DEFAULTS, afmoe_fields
+from configs.hf_bailing import BAILING, BAILING_ALIASES, BAILING_DEFAULTS, bailing_fields
 from configs.hf_deepseek_v4 import DEEPSEEK_V4
 from configs.hf_exaone import EXAONE_DEFAULTS, EXAONE_MOE, exaone_moe_fields
 from configs.hf_gemma4 import GEMMA4, GEMMA4_DEFAULTS, gemma4_fields, gemma4_rope
@@ -65,6 +66,7 @@ SUPPORTED_MODEL_TYPES = (
     EXAONE_MOE,
     AFMOE,
     GEMMA4,
+    BAILING,
 )
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
@@ -249,6 +251,7 @@ _DEFAULTS.update(
     **EXAONE_DEFAULTS,
     **AFMOE_DEFAULTS,
     **GEMMA4_DEFAULTS,
+    **BAILING_DEFAULTS,
     # Solar Open: GLM-4.5's class with its own defaults (no dense layer, no MTP, no q/k
     # norms or partial rotary: Llama's attention).
     solar_open=dict(
@@ -272,6 +275,7 @@ _DEFAULTS.update(
 # name a class does not map is ignored, as transformers ignores it: Qwen2-MoE has none).
 _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     **KIMI_ALIASES,
+    **BAILING_ALIASES,
     **v4.V4_ALIASES,
     **NEMOTRON_ALIASES,
     "qwen3_moe": {"num_experts": ("num_local_experts",)},
@@ -738,6 +742,8 @@ def config_from_hf(
         arch = {**mla_fields(f, model_type), **_llama4_temperature(f)}
     elif model_type == KIMI_LINEAR:
         arch = kimi_linear_fields(f)
+    elif model_type == BAILING:
+        arch = bailing_fields(f)
     elif model_type == GRANITE:
         arch = granite_fields(f)
     elif model_type in (EXAONE_MOE, AFMOE):  # (their windows too)

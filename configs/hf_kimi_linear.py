@@ -63,10 +63,12 @@ def _kinds(f: Any, num_layers: int) -> list:
     return kinds
 
 
-def _dense_layers(f: Any, num_layers: int) -> tuple[int, ...]:
+def dense_layers(f: Any, num_layers: int, default_first: int = 1) -> tuple[int, ...]:
+    """The dense layers: `mlp_layer_types`' "dense" ones, else the first
+    `first_k_dense_replace` (default `default_first`)."""
     kinds = f.get("mlp_layer_types")
     if kinds is None:
-        first = f.hf.get("first_k_dense_replace", 1)
+        first = f.hf.get("first_k_dense_replace", default_first)
         if not isinstance(first, int) or first < 0:
             raise ValueError(f"HF config first_k_dense_replace={first!r}: must be an int >= 0")
         kinds = ["dense" if i < first else "sparse" for i in range(num_layers)]
@@ -115,5 +117,5 @@ def kimi_linear_fields(f: Any) -> dict:
         moe_intermediate_size=f.required("moe_intermediate_size"),
         num_shared_experts=f.get("n_shared_experts") or 0,
         **v3_router_fields(f),
-        mlp_only_layers=_dense_layers(f, num_layers),
+        mlp_only_layers=dense_layers(f, num_layers),
     )

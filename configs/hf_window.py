@@ -37,6 +37,7 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         "mistral_large4_text",
         *LINEAR_MODEL_TYPES,
         KIMI_LINEAR,
+        "bailing_hybrid",
         NEMOTRON_H,  # (nemotron_h_fields refuses one)
     )
     if model_type in (DEEPSEEK_V4, "exaone_moe", "afmoe", "gemma4_text"):  # (own readers)

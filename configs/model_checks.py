@@ -58,7 +58,7 @@ def check_moe(cfg: Any) -> None:
 
 def check_gemma4(cfg: Any) -> None:
     """Gemma 4's fields: the full-attention layers' geometry, their proportional RoPE, the
-    dense MLP beside the MoE."""
+    dense MLP beside the MoE; Ling 2.5's KDA gates, MLA head gate and SwiGLU clips."""
     if cfg.global_head_dim < 0 or cfg.global_num_kv_heads < 0:
         raise ValueError(
             f"global_head_dim={cfg.global_head_dim}, global_num_kv_heads="
@@ -79,5 +79,22 @@ def check_gemma4(cfg: Any) -> None:
             f"global_head_dim={cfg.global_head_dim}: must be even; sliding_rope_theta="
             f"{cfg.sliding_rope_theta}: must be >= 0"
         )
+    for name in ("expert_clip_limits", "shared_clip_limits"):
+        limits = getattr(cfg, name)
+        if limits and (len(limits) != cfg.num_layers or not all(x >= 0 for x in limits)):
+            raise ValueError(
+                f"{name}={limits}: one limit >= 0 per layer (num_layers={cfg.num_layers})"
+            )
+    if (
+        cfg.kda_gate_bound > 0
+        or (cfg.kda_full_rank or cfg.kda_gate_bound)
+        and (cfg.linear_attention_kind != "kimi_delta")
+    ):
+        raise ValueError(
+            f"kda_full_rank={cfg.kda_full_rank}, kda_gate_bound={cfg.kda_gate_bound}: KDA "
+            "layers only (linear_attention_kind 'kimi_delta'), the bound <= 0"
+        )
+    if cfg.mla_head_gate and cfg.attention_type != "mla":
+        raise ValueError("mla_head_gate=True: needs MLA attention")
     if cfg.dense_beside_moe and not cfg.num_experts:
         raise ValueError("dense_beside_moe=True: needs routed experts (num_experts > 0)")

@@ -195,6 +195,17 @@ class ModelConfig:
     rope_proportional: bool = False
     dense_beside_moe: bool = False
     layer_scalars: bool = False
+    # Ling 2.5 (bailing_hybrid): KDA's forget and output gates full-rank (linear "wf"
+    # [D, Hv, dk], "wz" [D, Hv, dv]), its decay kda_gate_bound * sigmoid(exp(A_log) (f +
+    # dt_bias)) when the bound is < 0 (0: Kimi's -exp(A_log) softplus(f + dt_bias)); MLA's
+    # output times sigmoid(x @ w_head_gate) per head; per layer, SwiGLU clipped after the
+    # activation (silu(gate) <= limit, |up| <= limit; 0: none) in the routed experts and
+    # in the shared ones.
+    kda_full_rank: bool = False
+    kda_gate_bound: float = 0.0
+    mla_head_gate: bool = False
+    expert_clip_limits: tuple[float, ...] = ()
+    shared_clip_limits: tuple[float, ...] = ()
     # MoE
     num_experts: int = 0  # routed experts E (0: dense model)
     num_experts_per_tok: int = 0  # top-k
@@ -611,6 +622,11 @@ class ModelConfig:
         latent = (self.kv_lora_rank + self.qk_rope_head_dim,)
         own = latent if self.kv_source(layer) == layer else ()
         return own + ((self.index_head_dim,) if self.indexes(layer) else ())
+
+    def clip_limit(self, layer: int, shared: bool = False) -> float | None:
+        """Layer `layer`'s SwiGLU clip (expert_clip_limits, or shared_clip_limits), or None."""
+        limits = self.shared_clip_limits if shared else self.expert_clip_limits
+        return (limits[layer] or None) if layer < len(limits) else None
 
     def is_global_layer(self, layer: int) -> bool:
         """Whether GQA layer `layer` takes global_head_dim / global_num_kv_heads (Gemma 4's

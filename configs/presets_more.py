@@ -1,5 +1,6 @@
 """Presets of Upstage Solar Open (transformers' solar_open: Llama's attention, GLM-4.5's MoE on
-every layer), LG K-EXAONE (exaone_moe) and Arcee's AFMoE (afmoe): the test-size models of
+every layer), LG K-EXAONE (exaone_moe), Arcee's AFMoE (afmoe) and inclusionAI's Ling 2.5
+(bailing_hybrid): the test-size models of
 tests/fixtures/<arch> (tests/test_hf_config.py reads each config.json back to its preset)
 and Solar-Open-100B's shapes (K-EXAONE's and AFMoE's real ones come from their config.json:
 transformers' defaults are not them)."""
@@ -7,6 +8,7 @@ transformers' defaults are not them)."""
 from __future__ import annotations
 
 from configs.model_config import ModelConfig
+from configs.presets_tiny import TINY
 
 MORE: dict[str, ModelConfig] = {}
 
@@ -110,4 +112,22 @@ MORE["tiny-afmoe"] = MORE["tiny-exaone-moe"].replace(
     routed_scaling_factor=2.0,
     mlp_only_layers=(),
     first_k_dense_replace=1,
+)
+# tests/fixtures/bailing_hybrid (Ling 2.5's kind): Kimi-Linear's shapes, its KDA layers' gates
+# full-rank and its decay bounded at -5, MLA layers with RoPE (base 6e6) and a sigmoid gate per
+# head; 2 expert groups (1 kept), scaled 2.5; the SwiGLU clipped after the activation at 0.5
+# and 0.4 in layers 1 and 3's experts, at 0.5 in layer 2's shared expert.
+MORE["tiny-bailing-hybrid"] = TINY["tiny-kimi-linear"].replace(
+    name="tiny-bailing-hybrid",
+    model_type="bailing_hybrid",
+    rms_norm_eps=1e-6,
+    rope_theta=6e6,
+    mla_unrotated=False,
+    kda_full_rank=True,
+    kda_gate_bound=-5.0,
+    mla_head_gate=True,
+    expert_clip_limits=(0.0, 0.5, 0.0, 0.4),
+    shared_clip_limits=(0.0, 0.0, 0.5, 0.0),
+    n_group=2,
+    routed_scaling_factor=2.5,
 )

@@ -313,13 +313,13 @@ def _step_body(
     def counted(sink: list, positions, rows_valid):
         """Routed experts over rows at `positions`, their copies counted into `sink`."""
 
-        def routed(p_moe, x, weights, experts):
+        def routed(p_moe, x, weights, experts, **kw):  # (kw: the layer's clip limit)
             load = expert_load(experts, rows_valid, cfg.num_experts)
             if num_physical:
                 experts = eplb.to_physical(p_moe, experts, positions)
                 load = jnp.concatenate([load, expert_load(experts, rows_valid, num_physical)])
             sink.append(load)
-            return routed_impl(p_moe, x, weights, experts)
+            return routed_impl(p_moe, x, weights, experts, **kw)
 
         return routed
 

@@ -51,7 +51,8 @@ class AttnInputs(NamedTuple):
     idx_q: jax.Array | None = None  # [T, Hi, Di], roped
     idx_k: jax.Array | None = None  # [T, Di], roped, shared by the index heads
     idx_w: jax.Array | None = None  # [T, Hi] float32 head weights, both scales folded in
-    gate: jax.Array | None = None  # [T, H, Dh] attn_output_gate: o * sigmoid(gate) first
+    # [T, H, Dh] attn_output_gate (MLA's mla_head_gate: [T, H, 1]): o * sigmoid(gate) first
+    gate: jax.Array | None = None
 
 
 def _frequencies(cfg: ModelConfig, p: dict) -> tuple:
@@ -188,6 +189,8 @@ def mla_inputs(
         c_kv=c_kv,
         k_pe=k_pe,
         scale=mla_softmax_scale(cfg),
+        # Ling 2.5: the output per head times sigmoid(x @ w_head_gate) ([T, H, 1])
+        gate=(x @ p["w_head_gate"])[..., None] if cfg.mla_head_gate else None,
     )
     if cfg.indexes(layer):
         inputs = inputs._replace(**_indexer_inputs(p, x, q_a, positions, cfg, layer))

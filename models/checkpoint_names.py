@@ -81,6 +81,8 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         kv_b_out = h * (cfg.layer_nope_dim(layer) + cfg.v_head_dim)
         names[f"{pre}.kv_b_proj.weight"] = _linear(kv_b_out, r, at + ("wkv_b",))
         names[f"{pre}.o_proj.weight"] = _linear(d, h * cfg.v_head_dim, at + ("wo",))
+        if cfg.mla_head_gate:  # (Ling 2.5)
+            names[f"{pre}.g_proj.weight"] = _linear(h, d, at + ("w_head_gate",))
         if cfg.query_log_scale:
             names[f"{pre}.softmax_scaling.scale"] = _vector(h, at + ("q_scale",))
             names[f"{pre}.softmax_scaling.bias"] = _vector(h, at + ("q_scale_bias",))
@@ -177,6 +179,12 @@ def _kda_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
         f"{pre}.o_norm.weight": _vector(dk, at + ("norm",)),
         f"{pre}.o_proj.weight": _linear(d, h * dk, at + ("wo",)),
     }
+    if cfg.kda_full_rank:  # Ling 2.5: full-rank gates, A_log [H]
+        for low_rank in ("f_a_proj", "f_b_proj", "g_a_proj", "g_b_proj"):
+            del names[f"{pre}.{low_rank}.weight"]
+        names[f"{pre}.f_proj.weight"] = _linear(h * dk, d, at + ("wf",))
+        names[f"{pre}.g_proj.weight"] = _linear(h * dk, d, at + ("wz",))
+        names[f"{pre}.A_log"] = _vector(h, at + ("A_log",))
     for x in "qkv":
         names[f"{pre}.{x}_proj.weight"] = _linear(h * dk, d, at + (f"w{x}",))
         names[f"{pre}.{x}_conv1d.weight"] = HFTensor(
@@ -554,7 +562,25 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         names.update(_layer_names(cfg, layer, at + ("layer",), moe, expert_layout))
     if cfg.model_type == "mistral_large4_text":
         names = {mistral_native_name(n): t for n, t in names.items()}
+    if cfg.model_type == "bailing_hybrid":  # (its release's names; transformers saves them)
+        names = {_renamed(n, _BAILING_NATIVE): t for n, t in names.items()}
     return names
+
+
+# transformers' names -> Ling 2.5's own (transformers 5.25's conversion_mapping reverses them
+# on save): applied in order.
+_BAILING_NATIVE = (
+    (r"^model\.embed_tokens\.", "model.word_embeddings."),
+    (r"\.self_attn\.", ".attention."),
+    (r"\.attention\.o_proj\.", ".attention.dense."),
+    (r"\.gate\.e_score_correction_bias$", ".gate.expert_bias"),
+)
+
+
+def _renamed(name: str, table) -> str:
+    for pattern, repl in table:
+        name = re.sub(pattern, repl, name)
+    return name
 
 
 def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str) -> dict:

@@ -44,6 +44,12 @@ def relu2(x: jax.Array) -> jax.Array:
     return jnp.square(jax.nn.relu(x))
 
 
+def clipped(act, limit: float):
+    """(gate, up) -> min(act(gate), limit) * clip(up, -limit, limit): SwiGLU clipped after
+    the activation (Ling 2.5's and Step 3.7's, transformers' limit_after_act)."""
+    return lambda gate, up: jnp.minimum(act(gate), limit) * jnp.clip(up, -limit, limit)
+
+
 def gelu_tanh(x: jax.Array) -> jax.Array:
     """transformers' gelu_pytorch_tanh (Gemma 4's MLPs and experts)."""
     return jax.nn.gelu(x, approximate=True)
@@ -54,16 +60,17 @@ def gate_activation(cfg: ModelConfig):
     return gelu_tanh if cfg.mlp_act == "geglu" else jax.nn.silu
 
 
-def swiglu_mlp(p: dict, x: jax.Array, delta=None, act=jax.nn.silu) -> jax.Array:
+def swiglu_mlp(p: dict, x: jax.Array, delta=None, act=jax.nn.silu, limit=None) -> jax.Array:
     """down(act(x @ gate) * (x @ up)), act SiLU (or gate_activation's); x: [T, D], w_gate/w_up
     [D, F], w_down [F, D] -> [T, D]. Without w_gate (ModelConfig.mlp_act "relu2"):
     down(relu(x @ up)^2). `delta(leaf, x)`: a LoRA term to add to a projection
-    (models/lora.py), or None."""
+    (models/lora.py), or None. `limit` (ModelConfig.clip_limit): act(gate) <= limit and
+    |up| <= limit."""
     delta = delta or (lambda name, x: None)
     up = add(x @ p["w_up"], delta("w_up", x))  # [T, F]
     if "w_gate" in p:
         gate = add(x @ p["w_gate"], delta("w_gate", x))  # [T, F]
-        h = act(gate) * up
+        h = clipped(act, limit)(gate, up) if limit else act(gate) * up
     else:
         h = relu2(up)
     return add(h @ p["w_down"], delta("w_down", h))

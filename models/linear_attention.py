@@ -344,9 +344,16 @@ def gated_delta_net(
         kn = jnp.repeat(k.astype(jnp.float32), group, axis=1)
     else:
         beta = jax.nn.sigmoid((x @ p["wb"]).astype(jnp.float32))  # [T, Hv]
-        if kda:  # a decay per key channel, from the low-rank forget gate
-            a = jnp.einsum("tr,rhk->thk", x @ p["wf_a"], p["wf_b"]).astype(jnp.float32)
-            g = -decay_rate[:, None] * jax.nn.softplus(a + p["dt_bias"].astype(jnp.float32))
+        if kda:  # a decay per key channel, from the low-rank (or full-rank) forget gate
+            if "wf" in p:
+                a = jnp.einsum("td,dhk->thk", x, p["wf"]).astype(jnp.float32)
+            else:
+                a = jnp.einsum("tr,rhk->thk", x @ p["wf_a"], p["wf_b"]).astype(jnp.float32)
+            a = a + p["dt_bias"].astype(jnp.float32)
+            if cfg.kda_gate_bound:  # Ling 2.5's, bounded to [bound, 0]
+                g = cfg.kda_gate_bound * jax.nn.sigmoid(decay_rate[:, None] * a)
+            else:
+                g = -decay_rate[:, None] * jax.nn.softplus(a)
         else:  # one per value head
             a = (x @ p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(jnp.float32)
             g = (-decay_rate * jax.nn.softplus(a))[..., None]  # [T, Hv, 1]
@@ -368,7 +375,10 @@ def gated_delta_net(
     elif kda:
         # KDA's gated norm (transformers' KimiLinearRMSNormGated): the rule's output in the
         # model dtype, normed and scaled in float32, times sigmoid(g_b(g_a(x))), then cast.
-        gate = jnp.einsum("tr,rhk->thk", x @ p["wg_a"], p["wg_b"]).astype(jnp.float32)
+        if "wz" in p:  # (Ling 2.5: full-rank)
+            gate = jnp.einsum("td,dhk->thk", x, p["wz"]).astype(jnp.float32)
+        else:
+            gate = jnp.einsum("tr,rhk->thk", x @ p["wg_a"], p["wg_b"]).astype(jnp.float32)
         of = o.astype(x.dtype).astype(jnp.float32)
         normed = of * jax.lax.rsqrt(fixed_order_mean(of * of)[..., None] + cfg.rms_norm_eps)
         o = (p["norm"].astype(jnp.float32) * normed * jax.nn.sigmoid(gate)).astype(x.dtype)

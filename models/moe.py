@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
-from models.layers import gelu_tanh, relu2, rms_norm, swiglu_mlp
+from models.layers import clipped, gelu_tanh, relu2, rms_norm, swiglu_mlp
 from models.reductions import fixed_order_sum
 
 
@@ -240,13 +240,17 @@ def routed_experts(
     weights: jax.Array,  # [T, k] f32
     experts: jax.Array,  # [T, k] int32
     act: ExpertAct = swiglu,
+    limit: float | None = None,
 ) -> jax.Array:  # [T, D]
     """Dropless expert compute: every (token, slot) copy is processed, none is dropped.
 
     The T*k copies are stably sorted by expert so each expert's rows are contiguous, run through
     grouped matmuls over the stacked [E, D, F] weights, unsorted, and the k outputs of a token
     are summed in slot order 0..k-1 in float32, a fixed order whatever the batch.
+    `limit`: the layer's clip of the SwiGLU after its activation (ModelConfig.clip_limit).
     """
+    if limit:
+        act = clipped(jax.nn.silu, limit)
     t, k = experts.shape
     e = p_moe["w_up"].shape[0]
     flat = experts.reshape(-1)  # [T*k]
@@ -290,14 +294,18 @@ def moe_block(
     routed: RoutedFn | None = None,
     delta=None,
     router_x: jax.Array | None = None,
+    layer: int = 0,
 ) -> jax.Array:
     """Routed experts plus always-on shared experts (DeepSeek, GLM-4.5), the latter gated per
     token by sigmoid(x @ shared_gate) where the model has the gate (Qwen2-MoE).
     `routed`: the routed-expert compute; None: `routed_for(cfg)` (the model's activation).
     `delta(leaf, x)`: LoRA terms of the shared experts' projections, as "shared_w_up" etc.
     (models/lora.py). x: [T, D] -> [T, D]; `router_x`: the router's input where it is not
-    x (Gemma 4's router reads the stream before the experts' norm)."""
+    x (Gemma 4's router reads the stream before the experts' norm). `layer`: the decoder
+    layer, for its SwiGLU clips (ModelConfig.clip_limit: passed to `routed` as `limit`)."""
     routed = routed or routed_for(cfg)
+    if (limit := cfg.clip_limit(layer)) is not None:
+        routed = functools.partial(routed, limit=limit)
     weights, experts = route(p_moe, x if router_x is None else router_x, cfg)
     if cfg.router_weight_on_input:
         # Llama 4 (top-1): the expert sees the token times its router weight (cast to the
@@ -317,7 +325,8 @@ def moe_block(
         out = (out.astype(jnp.float32) + bias).astype(out.dtype)
     if "shared" in p_moe:
         shared_delta = None if delta is None else (lambda name, h: delta("shared_" + name, h))
-        shared = swiglu_mlp(p_moe["shared"], x, shared_delta)
+        shared_limit = cfg.clip_limit(layer, shared=True)
+        shared = swiglu_mlp(p_moe["shared"], x, shared_delta, limit=shared_limit)
         if "shared_gate" in p_moe:
             shared = jax.nn.sigmoid(x @ p_moe["shared_gate"])[:, None] * shared
         out = out + shared

@@ -13,6 +13,7 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D]
             (a nope layer: Dr 0 in wkv_a, Dn + Dr in wkv_b); rope_alpha [Dr/2]
             (learned_rope_scale, float32); q_scale / q_scale_bias [H] (query_log_scale);
+            w_head_gate [D, H] (mla_head_gate);
             DSA indexer (index_topk): idx_wq [Rq, Hi, Di], idx_wk [D, Di],
             idx_k_norm / idx_k_bias [Di], idx_w [D, Hi] (float32); without a q LoRA
             idx_q_norm / idx_q_bias [D] and idx_wq [D, Hi, Di]; idx_q_scale /
@@ -26,8 +27,9 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             [D, Hk, dk], wv/wz [D, Hv, dv], wb/wa [D, Hv], conv_q/conv_k [C, Hk, dk],
             conv_v [C, Hv, dv], A_log/dt_bias [Hv], norm [dv], wo [Hv, dv, D]; KDA
             (kimi_delta) has wf_a/wg_a [D, dk], wf_b/wg_b [dk, Hv, dk], dt_bias [Hv, dk]
-            in place of wz, wa; Mamba-2 (mamba2: wq, wk its C and B, wv its x, wa its dt)
-            has no wb, conv_q/k/v_bias like its taps, D [Hv], norm [Hv, dv];
+            in place of wz, wa (kda_full_rank: wf [D, Hv, dk] and wz); Mamba-2 (mamba2:
+            wq, wk its C and B, wv its x, wa its dt) has no wb, conv_q/k/v_bias like its
+            taps, D [Hv], norm [Hv, dv];
             GQA wq_gate [D, H, Dh] (attn_output_gate)
   Nemotron-H: relu2 MLPs and experts (mlp_act, expert_act) have no w_gate; a layer in
             no_ffn_layers no mlp_norm, mlp or moe; latent MoE (moe_latent_size L):
@@ -153,6 +155,8 @@ def _mla_specs(cfg: ModelConfig, layer: int, dt, w) -> dict:
     kv_b = (r, h, cfg.layer_nope_dim(layer) + cfg.v_head_dim)
     s["wkv_b"] = ParamSpec(kv_b, dt, ("kv_lora", "q_heads", "head_dim"), w)
     s["wo"] = ParamSpec((h, cfg.v_head_dim, d), dt, ("q_heads", "head_dim", "embed"), w)
+    if cfg.mla_head_gate:  # (Ling 2.5: its output times sigmoid(x @ gate) per head)
+        s["w_head_gate"] = ParamSpec((d, h), dt, ("embed", "q_heads"), w)
     if cfg.learned_rope_scale:
         # LeRoPE's one alpha per frequency, the model's (each layer holds a copy), float32
         # as transformers keeps its rotary.
@@ -216,6 +220,12 @@ def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
             "dt_bias": ParamSpec((hv,), dt, ("linear_v_heads",), ones),
             "D": ParamSpec((hv,), dt, ("linear_v_heads",), ones),
             "norm": ParamSpec((hv, dv), dt, hv_dv[1:], ones),  # per channel, normed per group
+        }
+    if cfg.linear_attention_kind == "kimi_delta" and cfg.kda_full_rank:  # (Ling 2.5's)
+        return specs | {
+            "wf": ParamSpec((d, hv, dk), dt, vh, w),
+            "dt_bias": ParamSpec((hv, dk), dt, ("linear_v_heads", None), ones),
+            "wz": ParamSpec((d, hv, dv), dt, vh, w),
         }
     if cfg.linear_attention_kind == "kimi_delta":
         return specs | {

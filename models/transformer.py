@@ -138,7 +138,7 @@ def decoder_layer(
         routed_out = moe_block(layer["moe"], h, cfg, routed, delta, router_x=x)
         out = dense + model_norm(routed_out, layer["moe_out_norm"], cfg)
     elif "moe" in layer:
-        out = moe_block(layer["moe"], h, cfg, routed, delta)
+        out = moe_block(layer["moe"], h, cfg, routed, delta, layer=i)
     else:
         out = swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg))
     x = x + _scaled(out, layer.get("mlp_post_norm"), cfg)

@@ -33,6 +33,7 @@ worst-case buffers only, so no step's shapes depend on what else is in the batch
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -40,6 +41,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from configs.model_config import ModelConfig
+from models.layers import clipped
 from models.moe import ExpertAct, RoutedFn, expert_activation, grouped_swiglu
 from sharding.mesh import EP, TP, mesh_config_of
 from sharding.rules import logical_to_spec, rules_for
@@ -210,40 +212,47 @@ def make_routed_experts_ep(
     split = tokens[0] if isinstance(tokens[0], tuple) else (tokens[0],)
     token_axes = tuple(axis for axis in split if axis is not None)
     w_specs = expert_weight_specs(cfg, mesh)
-    act = expert_activation(cfg)
+    acts = {None: expert_activation(cfg)}  # by a layer's clip limit (ModelConfig.clip_limit)
 
-    def exchange(p_local, x, weights, experts, cap):
+    def exchange(p_local, x, weights, experts, cap, act):
         d = dispatch(x, experts, num_local, mc.ep, cap)
         ys = expert_compute(p_local, d.recv_x, d.recv_expert, act)
         return combine(ys, d, weights)
 
-    def local(p_local, x, weights, experts):
+    def local(p_local, x, weights, experts, act):
         t, k = experts.shape
         worst = capacity(t, k, num_local)
         usual = bounded_capacity(t, k, num_local, mc.ep)
         if min_rows is None or mc.ep * worst < min_rows or usual >= worst:
-            return exchange(p_local, x, weights, experts, worst)
+            return exchange(p_local, x, weights, experts, worst, act)
         most = most_sent_to_one_peer(experts, num_local, mc.ep)
         most = jax.lax.pmax(most, token_axes)  # one branch for the whole mesh
         return jax.lax.cond(
             most > usual,
-            lambda: exchange(p_local, x, weights, experts, worst),
-            lambda: exchange(p_local, x, weights, experts, usual),
+            lambda: exchange(p_local, x, weights, experts, worst, act),
+            lambda: exchange(p_local, x, weights, experts, usual, act),
         )
 
-    sharded = jax.shard_map(
-        local, mesh=mesh, in_specs=(w_specs, tokens, tokens, tokens), out_specs=tokens
-    )
+    def sharded(limit):
+        if limit not in acts:
+            acts[limit] = clipped(jax.nn.silu, limit)
+        return jax.shard_map(
+            functools.partial(local, act=acts[limit]),
+            mesh=mesh,
+            in_specs=(w_specs, tokens, tokens, tokens),
+            out_specs=tokens,
+        )
 
     def routed(
         p_moe: dict,
         x: jax.Array,  # [T, D]
         weights: jax.Array,  # [T, k] f32
         experts: jax.Array,  # [T, k] int32
+        limit: float | None = None,  # the layer's SwiGLU clip (ModelConfig.clip_limit)
     ) -> jax.Array:  # [T, D]
         num_tokens = x.shape[0]
         xp, wp, ep_ = pad_tokens(x, weights, experts, mc.dp * mc.ep, num_experts)
         p_local = {name: p_moe[name] for name in w_specs}
-        return sharded(p_local, xp, wp, ep_)[:num_tokens]
+        return sharded(limit)(p_local, xp, wp, ep_)[:num_tokens]
 
     return routed

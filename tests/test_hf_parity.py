@@ -68,6 +68,8 @@ ARCHS = {
     # Gemma 4: global layers' own geometry, k = v, proportional RoPE, MLP beside the experts
     "gemma4": "tiny-gemma4",
     "gemma4_dense": "tiny-gemma4-dense",  # 31B's kind: no experts, the global layers' own v
+    # Ling 2.5: KDA with full-rank, bounded gates; MLA with a gate per head; clipped SwiGLU
+    "bailing_hybrid": "tiny-bailing-hybrid",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -75,7 +75,10 @@ def _numpy_layer(p: dict, x: np.ndarray, cfg: ModelConfig, prior: list, state: n
         g = np.repeat((-np.exp(p["A_log"]) * beta)[..., None], cfg.linear_key_head_dim, -1)
         return _numpy_mamba(p, x, cfg, q, k, v, beta, g, new_prior, state)
     beta = 1.0 / (1.0 + np.exp(-(x @ p["wb"])))
-    if kda:  # transformers' recurrent_kimi_delta_attention: a decay per key channel
+    if kda and "wf" in p:  # Ling 2.5: full-rank, bounded to [kda_gate_bound, 0]
+        a = np.einsum("td,dhk->thk", x, p["wf"]) + p["dt_bias"]
+        g = cfg.kda_gate_bound / (1.0 + np.exp(-np.exp(p["A_log"])[:, None] * a))
+    elif kda:  # transformers' recurrent_kimi_delta_attention: a decay per key channel
         a = np.einsum("tr,rhk->thk", x @ p["wf_a"], p["wf_b"]) + p["dt_bias"]
         g = -np.exp(p["A_log"])[:, None] * np.log1p(np.exp(a))  # [L, H, dk]
     else:
@@ -90,7 +93,9 @@ def _numpy_layer(p: dict, x: np.ndarray, cfg: ModelConfig, prior: list, state: n
         o[t] = np.einsum("hkv,hk->hv", s, q[t])
     o = o / np.sqrt((o * o).mean(-1, keepdims=True) + cfg.rms_norm_eps) * p["norm"]
     if kda:
-        gate = np.einsum("tr,rhk->thk", x @ p["wg_a"], p["wg_b"])
+        gate = np.einsum("td,dhk->thk", x, p["wz"]) if "wz" in p else None
+        if gate is None:
+            gate = np.einsum("tr,rhk->thk", x @ p["wg_a"], p["wg_b"])
         o = o / (1.0 + np.exp(-gate))
     else:
         o = o * _silu(np.einsum("td,dhk->thk", x, p["wz"]))
@@ -112,7 +117,7 @@ def _numpy_mamba(p, x, cfg, q, k, v, beta, g, new_prior, state):
     return np.einsum("thk,hkd->td", o, p["wo"]), new_prior, s
 
 
-LAYER_PRESETS = ["tiny-qwen3-next", "tiny-kimi-linear", "tiny-nemotron-h"]
+LAYER_PRESETS = ["tiny-qwen3-next", "tiny-kimi-linear", "tiny-nemotron-h", "tiny-bailing-hybrid"]
 
 
 @pytest.mark.parametrize("preset", LAYER_PRESETS)
@@ -242,15 +247,18 @@ def test_kda_pair_decays_over_sub_chunks_equal_each_pair_weighed_alone():
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid"])
+@pytest.mark.parametrize(
+    "arch", ["qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid", "bailing_hybrid"]
+)
 def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     """Prompts of 5, 17 and 33 tokens with 16-token chunks beside decodes, pages for fewer
     than all three (a preemption recomputes from position 0, in whatever state row is
     free), then two samples of one prompt in rows the first requests held: transformers'
     greedy tokens every time. Qwen3-Next (gated DeltaNet, GQA), Kimi-Linear (KDA, MLA
     without RoPE, the latent pages beside the state rows), Nemotron-H (Mamba-2, GQA
-    without positions, layers without a feed-forward block) and Granite 4.0-H (Mamba-2,
-    its multipliers)."""
+    without positions, layers without a feed-forward block), Granite 4.0-H (Mamba-2,
+    its multipliers) and Ling 2.5 (KDA with bounded full-rank gates, gated MLA with RoPE,
+    clipped SwiGLU)."""
     fixture = FIXTURE.parent / arch
     ref = json.loads((fixture / "reference.json").read_text())
     # (56 tokens at most: the longest sequence's 49 fit, and a page table of one KV block
