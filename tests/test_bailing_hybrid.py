@@ -1,0 +1,62 @@
+"""Ling 2.5's configs (configs/hf_bailing.py): a release's config.json spelling (the KDA heads
+from num_attention_heads / head_dim / short_conv_kernel_size, the layer kinds from
+layer_group_size, the dense layers from first_k_dense_replace) read as transformers' saved
+one, and bad fields refused by name. The fixture's HF parity: tests/test_hf_parity.py and
+tests/test_linear_attention.py (engine, layer)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from configs.hf_config import config_from_hf
+from configs.presets import get_preset
+
+FIXTURE = Path(__file__).parent / "fixtures" / "bailing_hybrid"
+NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")
+
+
+def _release() -> dict:
+    """The fixture's config as a release spells it: head_dim the KDA heads' width (transformers
+    saves the rope width there and the KDA fields as linear_*), no layer or MLP kinds."""
+    saved = json.loads((FIXTURE / "config.json").read_text())
+    drop = ("linear_head_dim", "linear_num_heads", "linear_conv_kernel_dim", "layer_types")
+    release = {k: v for k, v in saved.items() if k not in drop + ("mlp_layer_types",)}
+    return dict(release, head_dim=16)
+
+
+def _arch(cfg) -> dict:
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in NON_ARCH}
+
+
+def test_release_spelling_reads_as_the_saved_one():
+    want = get_preset("tiny-bailing-hybrid")
+    assert _arch(config_from_hf(_release())) == _arch(want)
+    # transformers' defaults: the first two layers dense, every sixth layer MLA; no clips.
+    plain = {k: v for k, v in _release().items() if k != "first_k_dense_replace"}
+    plain.update(num_hidden_layers=12, expert_swiglu_limit_list=None)
+    plain.pop("share_expert_swiglu_limit_list")
+    cfg = config_from_hf(dict(plain, layer_group_size=6))
+    assert cfg.mlp_only_layers == (0, 1)
+    assert [i for i in range(12) if not cfg.is_linear_layer(i)] == [5, 11]
+    assert (cfg.expert_clip_limits, cfg.shared_clip_limits) == ((), ())
+    assert config_from_hf(dict(_release(), kda_safe_gate=False)).kda_gate_bound == 0.0
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(hidden_act="gelu"), "hidden_act='gelu'"),
+        (dict(attention_bias=True), "attention_bias=True"),
+        (dict(kda_lower_bound=1.0), "kda_lower_bound=1.0"),
+        (dict(layer_group_size=0), "layer_group_size=0"),
+        (dict(expert_swiglu_limit_list=[0, 1]), "expert_swiglu_limit_list: expected 4"),
+        (dict(share_expert_swiglu_limit_list=[0, -1, 0, 0]), "share_expert_swiglu_limit_list"),
+    ],
+)
+def test_bad_bailing_configs_are_refused_by_field(change, match):
+    with pytest.raises(ValueError, match=match):
+        config_from_hf({**_release(), **change})
