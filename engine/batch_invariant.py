@@ -7,8 +7,13 @@ The mode pins every reduction to an order that does not depend on the batch:
 - Matmuls: XLA:CPU's dot kernel regime follows M (rows). Measured on jax 0.11.2 (one fixed
   row placed in [M, K] x [K, N], float32, shapes of the tiny and bench models): the row's
   result is bitwise identical for all M >= 64 in every shape tried (96x240: {1..48} vs
-  {64..}; 1536x512: {1} vs {2,3} vs {4..}; 512x1536: {1, 33..} vs {2..32}). So the step pads
-  tokens T and sampled rows S to at least MIN_ROWS.
+  {64..}; 1536x512: {1} vs {2,3} vs {4..}; 512x1536: {1, 33..} vs {2..32}). On an AMD EPYC
+  with AVX2 and no AVX-512 (48th session, M in 16..2048) the narrow products split later:
+  K x N of 64 x 4, 64 x 8, 96 x 4, 128 x 8, 512 x 8 and 2048 x 8 (a tiny model's router,
+  a gated DeltaNet's beta and decay projections) give {16..80} vs {96..}; the others
+  tried (N 2, 16, 64, 96, 240, 512, 1536) one regime from 64 rows. So the step pads tokens
+  T and sampled rows S to at least MIN_ROWS = 128 (64 let Qwen3-Next's probe move by a few
+  ulps there).
 - Sums over a row (attention blocks, log-softmax, top-p mass): `fixed_order_sum`, a pairwise
   tree whose order depends only on the summed length (jnp.sum over V=1000 changed a row's
   last bit between 1..4 and >= 5 rows).
@@ -48,4 +53,4 @@ from models.reductions import fixed_order_sum
 
 __all__ = ["MIN_ROWS", "fixed_order_sum"]
 
-MIN_ROWS = 64  # smallest padded M for which every measured dot shape is in one regime
+MIN_ROWS = 128  # a padded M past every measured dot shape's last regime change
