@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from configs.hf_kimi_linear import dense_layers
-from configs.hf_moe import v3_router_fields
+from configs.hf_kimi_linear import dense_layers, kda_mla_fields
 from configs.hf_qwen3_next import LAYER_KINDS, check_layer_kinds
 
 BAILING = "bailing_hybrid"
@@ -86,29 +85,12 @@ def bailing_fields(f: Any) -> dict:
     bound = float(f.required("kda_lower_bound")) if f.get("kda_safe_gate") else 0.0
     if bound > 0:
         raise ValueError(f"HF config kda_lower_bound={bound}: must be <= 0 (a log decay)")
+    dense = dense_layers(f, num_layers, default_first=2)
     return dict(
-        attention_type="mla",
-        q_lora_rank=f.get("q_lora_rank") or 0,
-        kv_lora_rank=f.required("kv_lora_rank"),
-        qk_nope_head_dim=f.required("qk_nope_head_dim"),
-        qk_rope_head_dim=f.required("qk_rope_head_dim"),
-        v_head_dim=f.required("v_head_dim"),
+        kda_mla_fields(f, kinds, (heads, head_dim, taps), dense),
         mla_head_gate=True,
-        linear_attention_layers=tuple(i for i, k in enumerate(kinds) if k == LAYER_KINDS[0]),
-        linear_attention_kind="kimi_delta",
         kda_full_rank=True,
         kda_gate_bound=bound,
-        linear_num_key_heads=heads,
-        linear_num_value_heads=heads,
-        linear_key_head_dim=head_dim,
-        linear_value_head_dim=head_dim,
-        linear_conv_kernel=taps,
-        num_experts=f.required("num_local_experts"),
-        num_experts_per_tok=f.required("num_experts_per_tok"),
-        moe_intermediate_size=f.required("moe_intermediate_size"),
-        num_shared_experts=f.get("n_shared_experts") or 0,
-        **v3_router_fields(f),
-        mlp_only_layers=dense_layers(f, num_layers, default_first=2),
         expert_clip_limits=_limits(f, "expert_swiglu_limit_list", num_layers),
         shared_clip_limits=_limits(f, "share_expert_swiglu_limit_list", num_layers),
     )

@@ -97,6 +97,15 @@ def kimi_linear_fields(f: Any) -> dict:
     heads = release.get("num_heads", f.required("linear_num_heads"))
     head_dim = release.get("head_dim", f.required("linear_head_dim"))
     taps = release.get("short_conv_kernel_size", f.required("linear_conv_kernel_dim"))
+    shape = (heads, head_dim, taps)
+    return dict(kda_mla_fields(f, kinds, shape, dense_layers(f, num_layers)), mla_unrotated=True)
+
+
+def kda_mla_fields(f: Any, kinds: list, kda: tuple[int, int, int], dense: tuple) -> dict:
+    """The fields Kimi-Linear and Ling 2.5 share: MLA layers beside KDA ones (`kinds`, each
+    of LAYER_KINDS) of `kda` = (heads, head width, conv taps), DeepSeek-V3's MoE with shared
+    experts, the `dense` layers' MLP."""
+    heads, head_dim, taps = kda
     return dict(
         attention_type="mla",
         q_lora_rank=f.get("q_lora_rank") or 0,
@@ -104,7 +113,6 @@ def kimi_linear_fields(f: Any) -> dict:
         qk_nope_head_dim=f.required("qk_nope_head_dim"),
         qk_rope_head_dim=f.required("qk_rope_head_dim"),
         v_head_dim=f.required("v_head_dim"),
-        mla_unrotated=True,
         linear_attention_layers=tuple(i for i, k in enumerate(kinds) if k == _KINDS[0]),
         linear_attention_kind="kimi_delta",
         linear_num_key_heads=heads,
@@ -117,5 +125,5 @@ def kimi_linear_fields(f: Any) -> dict:
         moe_intermediate_size=f.required("moe_intermediate_size"),
         num_shared_experts=f.get("n_shared_experts") or 0,
         **v3_router_fields(f),
-        mlp_only_layers=dense_layers(f, num_layers),
+        mlp_only_layers=dense,
     )

@@ -20,6 +20,7 @@ from safetensors.numpy import load_file, save_file
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from models.hf_loader import load_hf_params
+from tests.test_mamba_hybrids import assert_same_params
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE = FIXTURES / "gemma4"
@@ -121,10 +122,7 @@ def test_checkpoint_in_its_wrapper_loads_the_same(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(wrapper))
     cfg = get_preset("tiny-gemma4")
     want, got = load_hf_params(FIXTURE, cfg), load_hf_params(tmp_path, cfg)
-    flat_want, flat_got = jax.tree.leaves_with_path(want), jax.tree.leaves_with_path(got)
-    assert [p for p, _ in flat_want] == [p for p, _ in flat_got]
-    for (path, a), (_, b) in zip(flat_want, flat_got, strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(path))
+    assert_same_params(want, got)
 
 
 def test_real_shapes_cache():

@@ -156,6 +156,11 @@ def test_checkpoint_under_transformers_own_names_loads_the_same(tmp_path, fixtur
     (out / "config.json").write_text((src / "config.json").read_text())
     cfg = get_preset("tiny-" + fixture.replace("_", "-"))
     want, got = load_hf_params(src, cfg), load_hf_params(out, cfg)
+    assert_same_params(want, got)
+
+
+def assert_same_params(want, got) -> None:
+    """The two parameter trees hold the same leaves, bit for bit."""
     flat_want, flat_got = jax.tree.leaves_with_path(want), jax.tree.leaves_with_path(got)
     assert [p for p, _ in flat_want] == [p for p, _ in flat_got]
     for (path, a), (_, b) in zip(flat_want, flat_got, strict=True):
