@@ -578,6 +578,7 @@ _BAILING_NATIVE = (
 
 
 def _renamed(name: str, table) -> str:
+    """`name` through each (pattern, replacement) of `table` in turn."""
     for pattern, repl in table:
         name = re.sub(pattern, repl, name)
     return name
@@ -676,6 +677,4 @@ _MISTRAL_NATIVE = (
 
 def mistral_native_name(name: str) -> str:
     """A tensor's name in Mistral's own checkpoint format (_MISTRAL_NATIVE)."""
-    for pattern, repl in _MISTRAL_NATIVE:
-        name = re.sub(pattern, repl, name)
-    return name
+    return _renamed(name, _MISTRAL_NATIVE)
