@@ -2,8 +2,8 @@
 every layer), LG K-EXAONE (exaone_moe), Arcee's AFMoE (afmoe) and inclusionAI's Ling 2.5
 (bailing_hybrid): the test-size models of
 tests/fixtures/<arch> (tests/test_hf_config.py reads each config.json back to its preset)
-and Solar-Open-100B's shapes (K-EXAONE's and AFMoE's real ones come from their config.json:
-transformers' defaults are not them)."""
+and the shapes of Solar-Open-100B and Ling 3 Flash (K-EXAONE's and AFMoE's real ones come from
+their config.json: transformers' defaults are not them)."""
 
 from __future__ import annotations
 
@@ -130,4 +130,37 @@ MORE["tiny-bailing-hybrid"] = TINY["tiny-kimi-linear"].replace(
     shared_clip_limits=(0.0, 0.0, 0.5, 0.0),
     n_group=2,
     routed_scaling_factor=2.5,
+)
+# Ling 3 Flash's shapes: transformers 5.25's BailingHybridConfig defaults, MaxText's ling3-flash
+# (-vl) language model: 42 layers 2,560 wide, five KDA layers (32 heads of 128) to one MLA
+# layer (32 heads, a 512-wide latent, 64 rope channels), two dense layers (6,144), then top-8
+# of 512 experts 768 wide over 8 groups (4 kept) beside a shared one; no SwiGLU clips.
+MORE["ling-3-flash"] = MORE["tiny-bailing-hybrid"].replace(
+    name="ling-3-flash",
+    vocab_size=157184,
+    hidden_size=2560,
+    num_layers=42,
+    num_heads=32,
+    intermediate_size=6144,
+    max_position_embeddings=262144,
+    kv_lora_rank=512,
+    qk_nope_head_dim=128,
+    qk_rope_head_dim=64,
+    v_head_dim=128,
+    linear_attention_layers=tuple(i for i in range(42) if (i + 1) % 6),
+    linear_num_key_heads=32,
+    linear_num_value_heads=32,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    num_experts=512,
+    num_experts_per_tok=8,
+    moe_intermediate_size=768,
+    n_group=8,
+    topk_group=4,
+    mlp_only_layers=(0, 1),
+    expert_clip_limits=(),
+    shared_clip_limits=(),
+    bos_token_id=None,
+    eos_token_ids=(156895,),
+    dtype="bfloat16",
 )

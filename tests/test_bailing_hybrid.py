@@ -14,6 +14,7 @@ import pytest
 
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
+from models.specs import count_params
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bailing_hybrid"
 NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")
@@ -60,3 +61,17 @@ def test_release_spelling_reads_as_the_saved_one():
 def test_bad_bailing_configs_are_refused_by_field(change, match):
     with pytest.raises(ValueError, match=match):
         config_from_hf({**_release(), **change})
+
+
+def test_ling_3_flash_is_transformers_default_shape():
+    """The preset is what a config.json naming nothing but the model type reads as
+    (transformers 5.25's BailingHybridConfig defaults; MaxText's ling3-flash-vl language
+    model has these shapes too). transformers' BailingHybridForCausalLM with those defaults
+    (and no MTP layer) on the meta device holds 124,414,191,072 parameters, 5,505,672,672
+    active (the routed experts' 8 of 512): the preset's less the 40 MoE layers' 512
+    correction biases, which transformers keeps as buffers."""
+    want = get_preset("ling-3-flash")
+    got = config_from_hf({"model_type": "bailing_hybrid"}, dtype="bfloat16")
+    assert dataclasses.replace(got, name=want.name) == want
+    biases = 40 * 512
+    assert count_params(want) == (124_414_191_072 + biases, 5_505_672_672 + biases)
