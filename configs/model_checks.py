@@ -1,6 +1,6 @@
 """Checks of ModelConfig's fields kept out of configs/model_config.py (its line limit): the
-MoE router and experts, and Gemma 4's attention geometry. Each raises ValueError naming
-the field and its limit."""
+MoE router and experts, Gemma 4's attention geometry and Ling 2.5's gates and clips. Each
+raises ValueError naming the field and its limit."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def check_moe(cfg: Any) -> None:
             )
 
 
-def check_gemma4(cfg: Any) -> None:
+def check_gemma4_ling(cfg: Any) -> None:
     """Gemma 4's fields: the full-attention layers' geometry, their proportional RoPE, the
     dense MLP beside the MoE; Ling 2.5's KDA gates, MLA head gate and SwiGLU clips."""
     if cfg.global_head_dim < 0 or cfg.global_num_kv_heads < 0:

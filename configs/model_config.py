@@ -6,7 +6,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from configs.model_checks import check_gemma4, check_moe
+from configs.model_checks import check_gemma4_ling, check_moe
 
 # ntk_alpha: a fixed NTK-aware base, theta * alpha^(d / (d - 2)) (Hunyuan's checkpoints
 # spell it "dynamic" with an alpha; its frequencies never depend on the length).
@@ -391,7 +391,7 @@ class ModelConfig:
                 f"final_logit_softcapping={self.final_logit_softcapping}: must be >= 0"
             )
         check_moe(self)
-        check_gemma4(self)
+        check_gemma4_ling(self)
         for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be > 0")

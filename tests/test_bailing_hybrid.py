@@ -1,8 +1,9 @@
 """Ling 2.5's configs (configs/hf_bailing.py): a release's config.json spelling (the KDA heads
 from num_attention_heads / head_dim / short_conv_kernel_size, the layer kinds from
 layer_group_size, the dense layers from first_k_dense_replace) read as transformers' saved
-one, and bad fields refused by name. The fixture's HF parity: tests/test_hf_parity.py and
-tests/test_linear_attention.py (engine, layer)."""
+one, and bad fields refused by name (ModelConfig's Gemma 4 and Ling 2.5 fields too); the
+ling-3-flash preset against transformers' defaults and parameter count. The fixture's HF
+parity: tests/test_hf_parity.py and tests/test_linear_attention.py (engine, layer)."""
 
 from __future__ import annotations
 
@@ -75,3 +76,24 @@ def test_ling_3_flash_is_transformers_default_shape():
     assert dataclasses.replace(got, name=want.name) == want
     biases = 40 * 512
     assert count_params(want) == (124_414_191_072 + biases, 5_505_672_672 + biases)
+
+
+@pytest.mark.parametrize(
+    "preset, change, match",
+    [
+        ("tiny-bailing-hybrid", dict(expert_clip_limits=(0.5,)), "expert_clip_limits"),
+        ("tiny-bailing-hybrid", dict(shared_clip_limits=(0, -1, 0, 0)), "shared_clip_limits"),
+        ("tiny-bailing-hybrid", dict(kda_gate_bound=2.0), "kda_gate_bound=2.0"),
+        ("tiny-gemma4", dict(kda_full_rank=True), "kda_full_rank=True"),
+        ("tiny-gemma4", dict(mla_head_gate=True), "mla_head_gate=True"),
+        ("tiny-gemma4", dict(global_num_kv_heads=3), "global_num_kv_heads=3"),
+        ("tiny-gemma4", dict(global_head_dim=-2), "global_head_dim=-2"),
+        ("tiny-gemma4", dict(global_head_dim=33), "global_head_dim=33"),
+        ("tiny-bailing-hybrid", dict(global_head_dim=32), "GQA attention only"),
+        ("tiny-gemma4-dense", dict(dense_beside_moe=True), "dense_beside_moe=True"),
+    ],
+)
+def test_bad_model_config_fields_are_refused_by_name(preset, change, match):
+    """ModelConfig's Gemma 4 and Ling 2.5 fields (configs/model_checks.py)."""
+    with pytest.raises(ValueError, match=match):
+        get_preset(preset).replace(**change)
