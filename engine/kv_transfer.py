@@ -403,19 +403,26 @@ class KVTransfer:
         reached their stop point: their state rows hold the state there until the step."""
         if not self.config.saves or (before and not self._states):
             return
+        # (A prompt loaded from the store is there; decodes have nothing to store; before
+        # the step, only a prompt admitted onto a snapshot can be at its stop point.)
+        items = [
+            it
+            for it in sched.items
+            if not (it.num_loaded or it.num_generated) and (it.state_from or not before)
+        ]
+        if not items:
+            return
         # Decided from the steps alone (every process of a mesh gathers alike): not what
-        # the store holds, which a process may see before another.
+        # the store holds, which a process may see before another. (Samples of one prompt
+        # queue it once.)
         gathers, queued = [], {key for _, g in self._saving for key, _, _ in g}
-        for it in sched.items:
-            # (A prompt loaded from the store is there; samples of one prompt queue it once.)
-            if it.num_loaded or it.num_generated:  # (decodes: nothing to store)
-                continue
+        for it in items:
             prompt = prompt_of(it)
             # Its prompt's computed, or (a linear-attention model) all of it but the last
             # token: the state row holds the state there now.
             n = len(prompt) - 1 if self._states else len(prompt)
             if before:  # (a snapshot restored at n: the step computes the last token)
-                done = bool(it.state_from) and it.start_pos == n
+                done = it.start_pos == n
             else:
                 done = it.start_pos < n == it.kv_len_after if self._states else it.sample
             if not (done and n):
