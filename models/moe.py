@@ -109,9 +109,12 @@ def swiglu(gate: jax.Array, up: jax.Array) -> jax.Array:
     return jax.nn.silu(gate) * up
 
 
-def expert_activation(cfg: ModelConfig) -> ExpertAct:
+def expert_activation(cfg: ModelConfig, limit: float | None = None) -> ExpertAct:
     """The experts' activation: SwiGLU, or gpt-oss's clamped form (HF GptOssExperts._apply_gate:
-    gate <= limit, -limit <= up <= limit, (up + 1) * gate * sigmoid(alpha * gate))."""
+    gate <= limit, -limit <= up <= limit, (up + 1) * gate * sigmoid(alpha * gate)). `limit`:
+    a layer's clip after the activation (ModelConfig.clip_limit: SwiGLU, clipped)."""
+    if limit:
+        return clipped(jax.nn.silu, limit)
     if cfg.expert_act == "swiglu":
         return swiglu
     if cfg.expert_act == "relu2":  # no gate projection: act(None, up)

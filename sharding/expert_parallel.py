@@ -41,7 +41,6 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from configs.model_config import ModelConfig
-from models.layers import clipped
 from models.moe import ExpertAct, RoutedFn, expert_activation, grouped_swiglu
 from sharding.mesh import EP, TP, mesh_config_of
 from sharding.rules import logical_to_spec, rules_for
@@ -212,7 +211,7 @@ def make_routed_experts_ep(
     split = tokens[0] if isinstance(tokens[0], tuple) else (tokens[0],)
     token_axes = tuple(axis for axis in split if axis is not None)
     w_specs = expert_weight_specs(cfg, mesh)
-    acts = {None: expert_activation(cfg)}  # by a layer's clip limit (ModelConfig.clip_limit)
+    by_limit = {}  # the exchange of each layer's clip limit (ModelConfig.clip_limit)
 
     def exchange(p_local, x, weights, experts, cap, act):
         d = dispatch(x, experts, num_local, mc.ep, cap)
@@ -234,14 +233,15 @@ def make_routed_experts_ep(
         )
 
     def sharded(limit):
-        if limit not in acts:
-            acts[limit] = clipped(jax.nn.silu, limit)
-        return jax.shard_map(
-            functools.partial(local, act=acts[limit]),
-            mesh=mesh,
-            in_specs=(w_specs, tokens, tokens, tokens),
-            out_specs=tokens,
-        )
+        if limit not in by_limit:
+            act = expert_activation(cfg, limit)
+            by_limit[limit] = jax.shard_map(
+                functools.partial(local, act=act),
+                mesh=mesh,
+                in_specs=(w_specs, tokens, tokens, tokens),
+                out_specs=tokens,
+            )
+        return by_limit[limit]
 
     def routed(
         p_moe: dict,
