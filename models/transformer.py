@@ -135,7 +135,7 @@ def decoder_layer(
             swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg)), layer["mlp_out_norm"], cfg
         )
         h = model_norm(x, layer["moe_norm"], cfg)
-        routed_out = moe_block(layer["moe"], h, cfg, routed, delta, router_x=x)
+        routed_out = moe_block(layer["moe"], h, cfg, routed, delta, router_x=x, layer=i)
         out = dense + model_norm(routed_out, layer["moe_out_norm"], cfg)
     elif "moe" in layer:
         out = moe_block(layer["moe"], h, cfg, routed, delta, layer=i)
