@@ -176,6 +176,12 @@ def prefill_bucket(n: int) -> int:
     return max(64, 1 << (n - 1).bit_length())
 
 
+def cache_len(prompt_len: int, max_new: int) -> int:
+    """greedy_generate's default cache length: its prefill bucket or the whole sequence,
+    rounded up to 128 (so most prompts share one compilation)."""
+    return -(-max(prefill_bucket(prompt_len), prompt_len + max_new) // 128) * 128
+
+
 def _log_softmax_at(logits: np.ndarray, token: int) -> float:
     logits = logits.astype(np.float32)
     m = logits.max()
@@ -184,18 +190,30 @@ def _log_softmax_at(logits: np.ndarray, token: int) -> float:
 
 
 def greedy_generate(
-    params: dict, cfg: ModelConfig, prompt: list[int], max_new: int, max_len: int | None = None
+    params: dict,
+    cfg: ModelConfig,
+    prompt: list[int],
+    max_new: int,
+    max_len: int | None = None,
+    decode_rows: int = 1,
 ) -> tuple[list[int], list[float]]:
-    """One prefill, then one-token decodes; (tokens, logprob of each chosen token, f32)."""
+    """One prefill, then one-token decodes; (tokens, logprob of each chosen token, f32).
+
+    `decode_rows`: each decode's token padded to that many rows. The prefill bucket's size
+    makes the whole generation one compiled program (the prefill's): its padding rows
+    write cache positions past the token, which each later decode overwrites before any
+    query reads them (as the prefill's own padding)."""
     if not prompt:
         raise ValueError("prompt: must hold at least one token")
     padded = prefill_bucket(len(prompt))
+    # The last decode's padding rows, like its token, stay inside the cache.
+    need = max(padded, len(prompt) + max_new - 1 + decode_rows)
     if max_len is None:
-        max_len = -(-max(padded, len(prompt) + max_new) // 128) * 128
-    if max_len < max(padded, len(prompt) + max_new):
+        max_len = cache_len(len(prompt), need - len(prompt))
+    if max_len < need:
         raise ValueError(
-            f"max_len={max_len}: needs >= {max(padded, len(prompt) + max_new)} "
-            f"(prompt {len(prompt)} padded to {padded}, plus max_new={max_new})"
+            f"max_len={max_len}: needs >= {need} (prompt {len(prompt)} padded to {padded}, "
+            f"plus max_new={max_new} decoded {decode_rows} rows at a time)"
         )
     ids = np.zeros(padded, np.int32)
     ids[: len(prompt)] = prompt
@@ -209,14 +227,16 @@ def greedy_generate(
     )
     row = np.asarray(logits[len(prompt) - 1])
     tokens, logprobs = [], []
+    one = None if decode_rows == 1 else jnp.int32(1)
     for step in range(max_new):
         tok = int(np.argmax(row))
         tokens.append(tok)
         logprobs.append(_log_softmax_at(row, tok))
         if step + 1 == max_new:
             break
-        logits, cache = reference_forward(
-            params, cfg, jnp.asarray([tok], jnp.int32), jnp.int32(len(prompt) + step), cache
-        )
+        ids = np.zeros(decode_rows, np.int32)
+        ids[0] = tok
+        start = jnp.int32(len(prompt) + step)
+        logits, cache = reference_forward(params, cfg, jnp.asarray(ids), start, cache, one)
         row = np.asarray(logits[0])
     return tokens, logprobs

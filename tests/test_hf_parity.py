@@ -19,7 +19,13 @@ from engine import LLM
 from models.checkpoint_names import ALTERNATE_NAMES
 from models.hf_loader import hf_tensor_names, load_hf_params
 from models.load import load_model
-from models.reference import greedy_generate, init_cache, prefill_bucket, reference_forward
+from models.reference import (
+    cache_len,
+    greedy_generate,
+    init_cache,
+    prefill_bucket,
+    reference_forward,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ARCHS = {
@@ -91,11 +97,16 @@ TOL = 2e-3
 
 def _assert_last_prefill_logits(params, cfg, ref: dict) -> None:
     """The logits row at prompt 0's last position equal HF's (reference.json)."""
-    # Padded like greedy_generate pads, so this shares its compilation.
+    # Padded, counted and cached as greedy_generate prefills below (decoding in the prefill
+    # bucket's rows), so this shares its one compiled program.
     prompt0 = ref["prompts"][0]
-    ids = np.zeros(prefill_bucket(len(prompt0)), np.int32)
+    bucket = prefill_bucket(len(prompt0))
+    ids = np.zeros(bucket, np.int32)
     ids[: len(prompt0)] = prompt0
-    logits, _ = reference_forward(params, cfg, ids, np.int32(0), init_cache(cfg, 128))
+    cache = init_cache(cfg, cache_len(len(prompt0), len(ref["greedy_tokens"][0]) - 1 + bucket))
+    logits, _ = reference_forward(
+        params, cfg, jnp.asarray(ids), jnp.int32(0), cache, jnp.int32(len(prompt0))
+    )
     want = np.asarray(ref["last_prefill_logits_prompt0"], np.float32)
     np.testing.assert_allclose(np.asarray(logits[len(prompt0) - 1]), want, atol=TOL, rtol=0)
 
@@ -124,7 +135,9 @@ def test_greedy_matches_hf(fixture_name):
     for prompt, want_tokens, want_lps in zip(
         ref["prompts"], ref["greedy_tokens"], ref["logprobs"], strict=True
     ):
-        tokens, logprobs = greedy_generate(params, cfg, prompt, len(want_tokens))
+        # Every decode in the prefill's padded rows: one program per fixture, not two.
+        rows = prefill_bucket(len(prompt))
+        tokens, logprobs = greedy_generate(params, cfg, prompt, len(want_tokens), decode_rows=rows)
         assert tokens == want_tokens, f"{fixture_name}: prompt of {len(prompt)} tokens"
         np.testing.assert_allclose(logprobs, want_lps, atol=TOL, rtol=0)
 
