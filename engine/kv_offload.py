@@ -11,8 +11,9 @@ How (write-back, as SGLang's write_back policy): the prefix cache (engine/prefix
 evicts an indexed page when PageManager.allocate hands it out again (`on_reuse`). With a
 host tier, the evicted page's key and block id go into this tier's index (HostTier.store)
 and its rows are copied to host memory: a page is copied once, when the device gives it up,
-not each time it is computed. The tier holds `capacity` pages and drops its least recently
-used one to take another. A lookup (PrefixCache.match) that misses on the device goes on in
+not each time it is computed. The tier holds `capacity` (bytes, or pages for the
+OffloadingConnector's num_cpu_blocks) and drops its least recently used pages to take
+another. A lookup (PrefixCache.match) that misses on the device goes on in
 the tier; a request that takes a host page gets a new device page, indexed under the same
 key and block id (so the chain of pages after it, on either tier, stays reachable), and the
 rows are copied into it (HostTier.load). The host copy stays: when the device gives that
@@ -20,7 +21,9 @@ page up again nothing is copied.
 
 A hybrid model's windowed pool (engine/prefix_cache.WindowCache) gives its pages to the
 same tier, under ("window", block id), with copies of their own kinds ("window out",
-"window in": the windowed layers' leaves, at that pool's page ids).
+"window in": the windowed layers' leaves, at that pool's page ids). Each page counts its own
+pool's bytes (gpt-oss's pages of either pool hold half the layers; Gemma 4's windowed pages
+are narrower than its global layers' ones).
 
 Order: the tier records its copies (out: device page -> HostPage; in: HostPage -> device
 page) as the scheduler decides them, and the engine runs them in that order before it
@@ -51,7 +54,7 @@ import jax
 import numpy as np
 
 from configs.model_config import ModelConfig
-from engine import kv_quant
+from engine import kv_budget
 from engine.runner import next_pow2
 from sharding.placement import put_replicated
 from sharding.rules import replicated
@@ -67,13 +70,17 @@ class HostPage:
     key: tuple
     block: int
     rows: list | None = None
+    cost: int = 1  # of the tier's capacity
 
 
 class HostTier:
     """The host tier's index and the copies it has asked for (host bookkeeping, no jax)."""
 
-    def __init__(self, capacity: int):
-        self.capacity = capacity
+    def __init__(self, capacity: int, costs: tuple[int, int] = (1, 1)):
+        """`capacity` in the units of `costs`, what a page of the main pool and one of a
+        hybrid model's windowed pool take: pages (1, 1), or bytes."""
+        self.capacity, self.costs = capacity, costs
+        self.used = 0
         self._index: collections.OrderedDict[tuple, HostPage] = collections.OrderedDict()
         self._copies: list[tuple[str, int, HostPage]] = []
 
@@ -89,9 +96,10 @@ class HostTier:
         if key in self._index:  # the host has them (the page was copied in from here)
             self._index.move_to_end(key)
             return
-        entry = self._index[key] = HostPage(key, block)
-        if len(self._index) > self.capacity:
-            self._index.popitem(last=False)  # least recently used
+        entry = self._index[key] = HostPage(key, block, cost=self.costs[window])
+        self.used += entry.cost
+        while self.used > self.capacity:  # least recently used first
+            self.used -= self._index.popitem(last=False)[1].cost
         self._copies.append(("window out" if window else "out", page, entry))
 
     def load(self, entry: HostPage, page: int, window: bool = False) -> None:
@@ -111,6 +119,7 @@ class HostTier:
         still run: a copy in may need a copy out's rows. Returns how many were held."""
         num = len(self._index)
         self._index.clear()
+        self.used = 0
         return num
 
 
@@ -121,8 +130,8 @@ def host_tier_for(
     `transfer` (engine/kv_transfer.KVTransferConfig) with kv_connector "OffloadingConnector"
     and {"num_cpu_blocks": N, "block_size": tokens} (None: no offloading); checked before
     any weight is read. The tier keeps a hybrid model's windowed pages too
-    (engine/prefix_cache.WindowCache; DeepSeek-V4's per-token rows), a page of either pool
-    counted as one of every layer's widths (so the larger)."""
+    (engine/prefix_cache.WindowCache; DeepSeek-V4's per-token rows), each page counted in
+    its own pool's bytes (num_cpu_blocks: in pages)."""
     if transfer is not None and transfer.offloading:
         if size_gib is not None:
             raise ValueError(
@@ -159,16 +168,26 @@ def host_tier_for(
             f"kv_offloading_size={size_gib}: more than this machine's memory "
             f"({physical / GIB:.1f} GiB)"
         )
-    if cfg.is_dsv4:  # (a page of its per-token rows: the larger kind)
-        cfg = cfg.replace(v4_window_pool=False)
-    page_bytes = kv_quant.bytes_per_token(cfg, kv_dtype) * page_size
-    capacity = int(size_gib * GIB // page_bytes)
-    if capacity < 1:
+    costs = page_bytes(cfg, kv_dtype, page_size)
+    capacity = int(size_gib * GIB)
+    if capacity < max(costs):
         raise ValueError(
             f"kv_offloading_size={size_gib}: holds no page (a page of {page_size} tokens "
-            f"is {page_bytes} bytes: at least {page_bytes / GIB:.3g} GiB)"
+            f"is {max(costs)} bytes: at least {max(costs) / GIB:.3g} GiB)"
         )
-    return HostTier(capacity)
+    return HostTier(capacity, costs)
+
+
+def page_bytes(cfg: ModelConfig, kv_dtype, page_size: int) -> tuple[int, int]:
+    """Bytes of one page of the main pool and of the windowed pool (a hybrid model's
+    windowed layers, or DeepSeek-V4's per-token rows, in a pool of their own: the engine's
+    pools, kv_budget.window_pages_for; any other model: every layer in the main pool)."""
+    if cfg.hybrid_window is None:
+        full = kv_budget.kv_pool_bytes(cfg, 1, None, page_size, kv_dtype)
+        return full, full
+    pools = ((1, 0), (0, 1))  # (no page has no bytes: a tier's capacity is finite)
+    main, window = (max(1, kv_budget.kv_pool_bytes(cfg, *n, page_size, kv_dtype)) for n in pools)
+    return main, window
 
 
 def _gather(kv, pages, pool: tuple[bool, ...]) -> list[jax.Array]:
@@ -277,7 +296,8 @@ class KVOffload:
     def stats(self) -> dict[str, int]:
         return {
             "kv_offload_pages": len(self.tier),  # held in host memory now
-            "kv_offload_capacity_pages": self.tier.capacity,
+            # (main-pool pages; a windowed pool's pages take their own bytes)
+            "kv_offload_capacity_pages": self.tier.capacity // self.tier.costs[0],
             "kv_offload_stored_pages": self.num_stored,  # copied out since creation
             "kv_offload_loaded_pages": self.num_loaded,  # copied back in
             "kv_offload_seconds": self.seconds,

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import random
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ import pytest
 from engine import LLM, SamplingParams
 from engine.kv_offload import HostPage, HostTier, KVOffload
 from engine.kv_pages import PageManager
+from engine.kv_transfer import windowed_leaves
 from engine.prefix_cache import PrefixCache, WindowCache
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
@@ -121,6 +123,33 @@ def test_a_host_page_before_a_free_device_page_does_not_evict_it_when_taken():
     assert isinstance(hits[0], HostPage) and hits[1] == 1 and blocks == [1, 2]
     assert cache.take(hits) == [2, 1]  # page 1 held first; the host page's rows into 2
     assert cache.match(reader(tokens), 4) == ([2, 1], [1, 2])
+
+
+def test_each_page_takes_its_own_pools_bytes_of_the_tier():
+    """A hybrid model's windowed pages are smaller (here 3 units against 5): the tier keeps
+    what fits in its bytes, least recently used out first, however many pages that is."""
+    tier = HostTier(capacity=16, costs=(5, 3))
+
+    def held():
+        return [
+            k
+            for k in [("window", i) for i in range(6)] + [(0, (i,)) for i in range(4)]
+            if tier.get(k) is not None
+        ]
+
+    for i in range(3):
+        tier.store(i, ("window", i), i, window=True)
+    tier.store(3, (0, (1,)), 1)
+    assert len(tier) == 4 and tier.used == 14  # 3 + 3 + 3 + 5
+    tier.store(4, (0, (2,)), 2)  # 19 units: the oldest page goes
+    assert held() == [("window", 1), ("window", 2), (0, (1,)), (0, (2,))] and tier.used == 16
+    tier.store(5, ("window", 5), 5, window=True)
+    assert tier.used == 16 and tier.get(("window", 1)) is None
+    tier.store(6, (0, (3,)), 3)  # 21 units: two pages go for this one
+    assert held() == [("window", 5), (0, (2,)), (0, (3,))] and tier.used == 13
+    kinds = [kind for kind, _, _ in tier.drain()]
+    assert kinds == ["window out"] * 3 + ["out"] * 2 + ["window out", "out"]
+    assert tier.reset() == 3 and tier.used == 0
 
 
 def _cache(offset: float, num_pages: int = 5, page: int = 2):
@@ -338,6 +367,14 @@ def test_a_host_hit_keeps_the_batch_invariant_bits(arch, kv_cache_dtype):
         assert _bits(out.logprobs) == _bits(cold.logprobs[j:])
     hybrid = arch in ("gpt_oss", "deepseek_v4", "gemma4")  # (a windowed page each time)
     assert llm.stats()["kv_offload_loaded_pages"] == (6 if hybrid else 4)
+    # The tier counts a page of each pool as the bytes its arrays hold (fp8: with scales).
+    leaves, windowed = jax.tree.leaves(llm._kv), windowed_leaves(llm.config, llm._kv)
+    per_page = [
+        sum(x.nbytes // x.shape[0] for x, w in zip(leaves, windowed, strict=True) if w == pool)
+        for pool in (False, True)
+    ]
+    costs = llm._offload.tier.costs
+    assert costs == (tuple(per_page) if hybrid else (per_page[0], per_page[0]))
 
 
 def test_bad_sizes_are_refused_before_the_weights_are_read():
