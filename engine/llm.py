@@ -282,6 +282,7 @@ class LLM(EngineControl):
         self._step_shapes: set[tuple[int, int]] = set()  # (T, S) buckets this engine ran
         # (variant, penalized, list width, masked, rows scored, T, S): step programs run.
         self._variant_shapes: set[tuple] = set()
+        self._sticky = runner.StickyFeatures()  # sampling features kept on once used
         self._page_rows = runner.PageRows()  # page tables as arrays, grown step by step
         self._window_rows = runner.PageRows("window_page_ids")
         self._num_tokens_generated = 0
@@ -546,17 +547,20 @@ class LLM(EngineControl):
         )
         lists = logit_bias.lists_for(sched.items, shape[1], self.config.eos_token_ids, output_of)
         mask = self._structured.masks_for(sched.items, shape[1], output_of)
+        batch, params = lora.for_step(self._lora, sched.items, batch, self.params)
+        # As sampler.sample's all-greedy test, on the same packed temperatures.
+        sampling = bool(np.any(batch.temperature >= np.float32(GREEDY_TEMPERATURE)))
+        sampling, with_top, penalized, lists, mask = self._sticky.apply(
+            sampling, with_top, penalized, lists, mask, shape[1]
+        )
         if mask is not None:
             batch = batch._replace(allowed_mask=mask)
-        batch, params = lora.for_step(self._lora, sched.items, batch, self.params)
         list_width = 0
         if lists is not None:
             batch = batch._replace(
                 listed_ids=lists.ids, listed_values=lists.values, listed_restrict=lists.restrict
             )
             list_width = lists.ids.shape[1]
-        # As sampler.sample's all-greedy test, on the same packed temperatures.
-        sampling = bool(np.any(batch.temperature >= np.float32(GREEDY_TEMPERATURE)))
         # Drafts need each row's argmax alone: a top-1 step (top-20 costs more on a CPU).
         score_top = self._top_k if any(r[3] for r in score_rows) else 0
         variant = (bool(score_rows) or drafts[1] is not None, with_top, sampling, score_top)
