@@ -31,8 +31,8 @@ class StickyFeatures:
     widest width seen, the structured-output mask. A step compiles per feature set, so
     features switched per batch would give up to 2**5 programs per shape under mixed
     traffic (a new one mid-serving whenever a new mix arrives: seconds of compile on a
-    GPU); kept on, an engine's programs per shape grow with each feature's first use (at
-    most six), as vLLM's sampler always takes its tensors. A row that does not ask for a
+    GPU); kept on, an engine's programs per shape grow with each feature's first use (and
+    each wider list), as vLLM's sampler always takes its tensors. A row that does not ask for a
     feature gets what it gets without it, bit for bit (no penalty slot, no listed token,
     every mask bit set, top logprobs not read; tests/test_sampling_options.py)."""
 
