@@ -34,35 +34,44 @@ demo: setup
 	$(PY) -m scripts.generate --model=tiny-deepseek-v3 --num_prompts=8 --max_tokens=24
 
 # tests/run_files.sh runs one pytest process per test file, TEST_JOBS at a time (why: its
-# header), longest first so the two workers finish close together: ORDERED_TESTS by their
-# time in a full run (45th session, 2 cores: test_sharding_mesh ~250 s, test_engine ~200 s,
-# test_eplb ~140 s ...; test_mtp first, as test_scripts' MTP run reuses its programs,
-# test_engine after the mesh test, whose one-device runs it shares, and test_eplb after
-# both: four of its six base engines are mesh-test layouts, whose programs the run's
-# compilation cache then holds),
-# then any file not listed, then QUICK_TESTS (a few seconds each, most of it the process's
-# start) together in one process.
+# header), longest first so the two workers finish close together: FIRST_TESTS and
+# LATER_TESTS by their time in a full run (49th session, 2 cores: test_sharding_mesh ~265 s,
+# test_engine ~180 s, test_scripts ~185 s ...; test_mtp first, as test_scripts' MTP run
+# reuses its programs, test_engine after the mesh test, whose one-device runs it shares,
+# and test_eplb after both: four of its six base engines are mesh-test layouts, whose
+# programs the run's compilation cache then holds), then any file not listed.
+# Shorter files run several to a process (a process's start, jax and the engine's imports
+# and pytest's collection, is 2-3 s; 49th session): GROUP_A and GROUP_B (10-30 s each),
+# placed in that order by their totals, and QUICK_TESTS (a few seconds each) last.
 # Compiling is most of the suite's time on CPU and many files compile the same step
 # programs, so the run shares JAX's persistent compilation cache: a fresh directory per run
 # (what a clean checkout pays), removed after.
 TEST_JOBS ?= 2
-ORDERED_TESTS := $(wildcard $(patsubst %,tests/test_%.py,mtp sharding_mesh engine eplb \
-	scripts hf_parity pallas_bench long_context kv_quant pallas_engine batch_invariance \
-	paged_attention linear_attention sampling_options penalties pallas_attention pallas_mosaic \
-	int4 lora token_lists sparse_attention quantization beam_search models_ops structured \
-	speculative long_context_bench kv_transfer parallel_sampling server long_context_evals \
-	determinism_check checkpoints inputs prefix_cache kv_offload bad_words))
-QUICK_TESTS := $(wildcard $(patsubst %,tests/test_%.py,capacity sampler pallas_lowering \
-	long_context_policy param_counts sharding pallas_kv_write mxfp4 runner kv_pages \
-	scheduler scheduler_windows hf_config hf_config_defaults hf_config_mla \
-	tool_calls priority_scheduling fp8_schemes int4_gptq_awq chat))
-TEST_FILES := $(ORDERED_TESTS) \
-	$(filter-out $(ORDERED_TESTS) $(QUICK_TESTS),$(sort $(wildcard tests/test_*.py)))
+tests_of = $(wildcard $(patsubst %,tests/test_%.py,$(1)))
+FIRST_TESTS := $(call tests_of,mtp sharding_mesh engine eplb scripts hf_parity pallas_bench \
+	linear_attention)
+GROUP_A := $(call tests_of,inputs checkpoints prefix_cache long_context_evals server \
+	models_ops parallel_sampling)
+GROUP_B := $(call tests_of,beam_search kv_offload structured sparse_attention bad_words \
+	gemma4 bailing_hybrid mamba_hybrids)
+LATER_TESTS := $(call tests_of,long_context kv_quant pallas_engine lora batch_invariance \
+	paged_attention kv_transfer penalties deepseek_v4 pallas_attention speculative \
+	pallas_mosaic int4 token_lists sampling_options quantization long_context_bench \
+	determinism_check)
+QUICK_TESTS := $(call tests_of,capacity sampler pallas_lowering long_context_policy \
+	param_counts sharding pallas_kv_write mxfp4 runner kv_pages scheduler scheduler_windows \
+	hf_config hf_config_defaults hf_config_mla tool_calls priority_scheduling fp8_schemes \
+	int4_gptq_awq chat)
+LISTED := $(FIRST_TESTS) $(GROUP_A) $(GROUP_B) $(LATER_TESTS) $(QUICK_TESTS)
+OTHER_TESTS := $(filter-out $(LISTED),$(sort $(wildcard tests/test_*.py)))
+# (a group in quotes: one argument, one pytest process)
+group = $(if $(1),"$(1)")
 
 test: setup
 	@set -e; cache=$$(mktemp -d); trap 'rm -rf "$$cache"' EXIT; \
 	export JAX_COMPILATION_CACHE_DIR=$$cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0; \
-	tests/run_files.sh $(PY) $(TEST_JOBS) $(TEST_FILES) $(if $(QUICK_TESTS),"$(QUICK_TESTS)")
+	tests/run_files.sh $(PY) $(TEST_JOBS) $(FIRST_TESTS) $(call group,$(GROUP_A)) \
+	  $(call group,$(GROUP_B)) $(LATER_TESTS) $(OTHER_TESTS) $(call group,$(QUICK_TESTS))
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -18,7 +18,7 @@ import pytest
 from engine import LLM, SamplingParams, sparse_mla
 from engine import paged_attention as pa
 from engine.sparse_mla import select_keys, sparse_mla_attention
-from models.reference import greedy_generate
+from models.reference import greedy_generate, prefill_bucket
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 PAGE = 8
@@ -149,11 +149,15 @@ def test_a_page_table_within_the_top_k_attends_densely(tmp_path, monkeypatch):
         raise AssertionError("sparse attention where every key is kept")
 
     monkeypatch.setattr(sparse_mla, "attention", no_sparse)
-    llm = LLM(model=str(fixture), max_model_len=128, num_pages=32, max_num_batched_tokens=16)
+    # Every step padded to 16 tokens, the reference's decodes to its prefill's rows: one
+    # program each.
+    kw = dict(max_model_len=128, num_pages=32, max_num_batched_tokens=16, token_buckets=(16,))
+    llm = LLM(model=str(fixture), **kw)
     prompts = json.loads((fixture / "reference.json").read_text())["prompts"]
     outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
     for prompt, out in zip(prompts, outs, strict=True):
-        tokens, logprobs = greedy_generate(llm.params, llm.config, prompt, 8)
+        rows = prefill_bucket(len(prompt))
+        tokens, logprobs = greedy_generate(llm.params, llm.config, prompt, 8, decode_rows=rows)
         assert out.token_ids == tokens
         np.testing.assert_allclose(out.logprobs, logprobs, atol=1e-4, rtol=0)
     assert all(float(jnp.abs(layer[1]).max()) > 0 for layer in llm._kv)
