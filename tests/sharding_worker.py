@@ -241,7 +241,10 @@ def mesh_cases(out_path: str) -> None:
             result.setdefault("penalties", {})[f"{arch}|{mesh}"] = penalized
             result.setdefault("token_lists", {})[f"{arch}|{mesh}"] = listed
         if (arch, mesh) in SKEWED:
-            # Same shapes and shardings, so both engines reuse their compiled steps.
+            # Same shapes and shardings, so both engines reuse their compiled steps (a new
+            # sharded engine: the one above may have kept the penalty and list features
+            # on, runner.StickyFeatures, whose programs these shapes never compiled).
+            llm = _engine(str(FIXTURES / arch), mesh)
             single = singles[arch]
             skewed = _skewed(single.params, single.config)
             single.params = jax.tree.map(jax.numpy.asarray, skewed)
