@@ -8,6 +8,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from engine.logit_bias import TokenLists
 from engine.scheduler_output import SchedulerOutput
 from engine.step import StepBatch, StepOutput
 
@@ -32,9 +33,9 @@ class StickyFeatures:
     features switched per batch would give up to 2**5 programs per shape under mixed
     traffic (a new one mid-serving whenever a new mix arrives: seconds of compile on a
     GPU); kept on, an engine's programs per shape grow with each feature's first use (and
-    each wider list), as vLLM's sampler always takes its tensors. A row that does not ask for a
-    feature gets what it gets without it, bit for bit (no penalty slot, no listed token,
-    every mask bit set, top logprobs not read; tests/test_sampling_options.py)."""
+    each wider list), as vLLM's sampler always takes its tensors. A row that does not ask
+    for a feature gets what it gets without it, bit for bit (no penalty slot, no listed
+    token, every mask bit set, top logprobs not read; tests/test_sampling_options.py)."""
 
     def __init__(self):
         self.sampling = self.with_top = self.penalized = False
@@ -61,8 +62,6 @@ class StickyFeatures:
 
 def widened(lists, rows: int, width: int):
     """TokenLists `lists` (None: no row lists a token) padded to `width` columns."""
-    from engine.logit_bias import TokenLists
-
     out = TokenLists(
         np.full((rows, width), -1, np.int32),
         np.zeros((rows, width), np.float32),

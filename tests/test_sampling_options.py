@@ -434,8 +434,24 @@ def test_every_option_at_once_under_preemption_equals_each_request_alone():
                 min_tokens=3 if i % 4 == 0 else 0,
             )
         )
+    # Before any option: a plain greedy and a plain sampled request, in the programs without
+    # the features (and, the first, without the sampler).
+    plain = [
+        SamplingParams(max_tokens=6, temperature=0.0),
+        SamplingParams(max_tokens=6, temperature=0.9, seed=5),
+    ]
+    before = [llm.generate([prompts[0]], p)[0] for p in plain]
     outs = llm.generate(prompts, params)
     stats = llm.stats()
+    # The engine's steps now keep every option on (runner.StickyFeatures); the plain requests
+    # get the same bits in those programs.
+    sticky = llm._sticky
+    assert sticky.sampling and sticky.with_top and sticky.penalized and sticky.list_width
+    for p, first in zip(plain, before, strict=True):
+        again = llm.generate([prompts[0]], p)[0]
+        assert again.token_ids == first.token_ids
+        bits = [np.asarray(o.logprobs, np.float32).view(np.uint32) for o in (again, first)]
+        np.testing.assert_array_equal(*bits)
     assert stats["num_preemptions"] > 0
     assert stats["num_pages_free"] == stats["num_pages_total"]
     fields = ("token_ids", "logprobs", "top_logprobs", "prompt_logprobs", "text")
