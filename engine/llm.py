@@ -545,14 +545,14 @@ class LLM(EngineControl):
             batch.penalty_prompt_len,
             output_of,
         )
-        lists = logit_bias.lists_for(sched.items, shape[1], self.config.eos_token_ids, output_of)
-        mask = self._structured.masks_for(sched.items, shape[1], output_of)
+        sticky = self._sticky  # (features an earlier step used stay on)
+        eos = self.config.eos_token_ids
+        lists = logit_bias.lists_for(sched.items, shape[1], eos, output_of, sticky.list_width)
+        mask = self._structured.masks_for(sched.items, shape[1], output_of, sticky.masked)
         batch, params = lora.for_step(self._lora, sched.items, batch, self.params)
         # As sampler.sample's all-greedy test, on the same packed temperatures.
         sampling = bool(np.any(batch.temperature >= np.float32(GREEDY_TEMPERATURE)))
-        sampling, with_top, penalized, lists, mask = self._sticky.apply(
-            sampling, with_top, penalized, lists, mask, shape[1]
-        )
+        sampling, with_top, penalized = sticky.apply(sampling, with_top, penalized, lists, mask)
         if mask is not None:
             batch = batch._replace(allowed_mask=mask)
         list_width = 0

@@ -147,14 +147,20 @@ def _row(params, num_generated: int, eos_token_ids, output) -> tuple[np.ndarray,
 
 
 def lists_for(
-    items, num_rows: int, eos_token_ids, output_of: Callable[[Any], Sequence[int]]
+    items,
+    num_rows: int,
+    eos_token_ids,
+    output_of: Callable[[Any], Sequence[int]],
+    min_width: int = 0,
 ) -> TokenLists | None:
     """The step's TokenLists for `items` (ScheduledItems, rows in order, padded to
     `num_rows`); None when no item lists a token. Each row is a slice copy of arrays
     built once per request (listed_tokens) plus, while min_tokens holds, its few banned
     ids, and its bad words' bans from `output_of(item)`, the tokens generated before it
     (only read for sampled rows: whole after the step before, as no step that reads it is
-    scheduled ahead; engine/scheduler.py)."""
+    scheduled ahead; engine/scheduler.py). `min_width` > 0: at least that wide, and lists
+    of no token rather than None (an engine that keeps the feature on,
+    runner.StickyFeatures)."""
     rows = []
     for i, it in enumerate(items):
         sp = it.sampling_params
@@ -165,10 +171,10 @@ def lists_for(
         ids, values = _row(sp, it.num_generated, eos_token_ids, output)
         if ids.size:
             rows.append((i, ids, values, sp.allowed_token_ids is not None))
-    if not rows:
+    if not rows and not min_width:
         return None
-    longest = max(ids.size for _, ids, _, _ in rows)
-    width = max(MIN_WIDTH, 1 << (longest - 1).bit_length())  # the next power of two
+    longest = max((ids.size for _, ids, _, _ in rows), default=1)
+    width = max(MIN_WIDTH, min_width, 1 << (longest - 1).bit_length())  # a power of two
     out = TokenLists(
         np.full((num_rows, width), -1, np.int32),
         np.zeros((num_rows, width), np.float32),

@@ -8,7 +8,6 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from engine.logit_bias import TokenLists
 from engine.scheduler_output import SchedulerOutput
 from engine.step import StepBatch, StepOutput
 
@@ -29,49 +28,29 @@ class Dispatched(NamedTuple):
 class StickyFeatures:
     """The sampling features an engine's steps keep once a step has used them: the sampler
     (not the greedy-only program), top logprobs, the penalty state, token lists at the
-    widest width seen, the structured-output mask. A step compiles per feature set, so
-    features switched per batch would give up to 2**5 programs per shape under mixed
-    traffic (a new one mid-serving whenever a new mix arrives: seconds of compile on a
-    GPU); kept on, an engine's programs per shape grow with each feature's first use (and
-    each wider list), as vLLM's sampler always takes its tensors. A row that does not ask
-    for a feature gets what it gets without it, bit for bit (no penalty slot, no listed
-    token, every mask bit set, top logprobs not read; tests/test_sampling_options.py)."""
+    widest width seen (logit_bias.lists_for's min_width), the structured-output mask
+    (StructuredOutputs.masks_for's always). A step compiles per feature set, so features
+    switched per batch would give up to 2**5 programs per shape under mixed traffic (a new
+    one mid-serving whenever a new mix arrives: seconds of compile on a GPU); kept on, an
+    engine's programs per shape grow with each feature's first use (and each wider list),
+    as vLLM's sampler always takes its tensors. A row that does not ask for a feature gets
+    what it gets without it, bit for bit (no penalty slot, no listed token, every mask bit
+    set, top logprobs not read; tests/test_sampling_options.py)."""
 
     def __init__(self):
-        self.sampling = self.with_top = self.penalized = False
+        self.sampling = self.with_top = self.penalized = self.masked = False
         self.list_width = 0
-        self.mask_words = 0  # (0: never masked)
 
-    def apply(self, sampling: bool, with_top: bool, penalized: bool, lists, mask, rows: int):
-        """This step's (sampling, with_top, penalized, lists, mask): its own, or on where
-        an earlier step's were; `lists` (logit_bias.TokenLists or None) widened and `mask`
-        ([rows, words] int32 or None) made, all set, to what the engine's steps take."""
+    def apply(self, sampling: bool, with_top: bool, penalized: bool, lists, mask):
+        """This step's (sampling, with_top, penalized): its own, or on where an earlier
+        step's were; records its `lists` (TokenLists or None) and `mask` (or None)."""
         self.sampling |= sampling
         self.with_top |= with_top
         self.penalized |= penalized
+        self.masked |= mask is not None
         if lists is not None:
             self.list_width = max(self.list_width, lists.ids.shape[1])
-        if self.list_width and (lists is None or lists.ids.shape[1] < self.list_width):
-            lists = widened(lists, rows, self.list_width)
-        if mask is not None:
-            self.mask_words = mask.shape[1]
-        elif self.mask_words:
-            mask = np.full((rows, self.mask_words), -1, np.int32)
-        return self.sampling, self.with_top, self.penalized, lists, mask
-
-
-def widened(lists, rows: int, width: int):
-    """TokenLists `lists` (None: no row lists a token) padded to `width` columns."""
-    out = TokenLists(
-        np.full((rows, width), -1, np.int32),
-        np.zeros((rows, width), np.float32),
-        np.zeros(rows, bool),
-    )
-    if lists is not None:
-        out.ids[:, : lists.ids.shape[1]] = lists.ids
-        out.values[:, : lists.ids.shape[1]] = lists.values
-        out.restrict[:] = lists.restrict
-    return out
+        return self.sampling, self.with_top, self.penalized
 
 
 def next_pow2(n: int) -> int:

@@ -300,17 +300,23 @@ class StructuredOutputs:
         row[:] = cached
 
     def masks_for(
-        self, items, num_rows: int, output_of: Callable[[Any], Sequence[int]]
+        self,
+        items,
+        num_rows: int,
+        output_of: Callable[[Any], Sequence[int]],
+        always: bool = False,
     ) -> np.ndarray | None:
         """The step's [num_rows, num_words] allowed-token bitmask for `items` (rows in
-        order); None when no sampled row is constrained. `output_of(item)` is the item's
-        output so far, whole (no step of a constrained request is scheduled ahead)."""
+        order); None when no sampled row is constrained, unless `always` (an engine that
+        keeps the feature on, runner.StickyFeatures: every bit set). `output_of(item)` is
+        the item's output so far, whole (no step of a constrained request is scheduled
+        ahead)."""
         rows = [
             (i, it)
             for i, it in enumerate(items)
             if it.sample and it.sampling_params.structured_outputs is not None
         ]
-        if not rows:
+        if not rows and not always:
             return None
         mask = np.full((num_rows, self.num_words), -1, np.int32)
         for i, it in rows:

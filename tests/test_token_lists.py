@@ -95,6 +95,13 @@ def test_lists_for_a_step():
     assert lists_for(items[:1] + items[3:4], 8, eos, _no_output) is None
     many = [_item(allowed_token_ids=range(9))]
     assert lists_for(many, 1, eos, _no_output).ids.shape == (1, 16)
+    # An engine that keeps the feature on (runner.StickyFeatures): at least min_width wide,
+    # and lists of no token where no row lists one.
+    wide = lists_for(many, 1, eos, _no_output, min_width=32)
+    assert wide.ids.shape == (1, 32) and wide.ids[0, :9].tolist() == list(range(9))
+    assert (wide.ids[0, 9:] == -1).all() and not wide.values[0, 9:].any()
+    empty = lists_for(items[:1], 8, eos, _no_output, min_width=16)
+    assert empty.ids.shape == (8, 16) and (empty.ids == -1).all() and not empty.restrict.any()
     assert held_back(SamplingParams(stop_token_ids=(3, 2)), (2,)) == (2, 3)
 
 
