@@ -89,16 +89,12 @@ PENALTY_LAYOUTS = [("qwen3_moe", "dp=2,ep=4"), ("llama", "tp=2")]
 
 
 def _engine(model: str, mesh: str, **options):
+    """Every step 16 tokens: prompts prefill in 16-token chunks (a chunked prefill on each
+    mesh) and each layout compiles one step program, not a prefill and a decode one."""
     from engine import LLM
 
-    return LLM(
-        model=model,
-        mesh=mesh,
-        num_pages=32,
-        max_model_len=128,
-        max_num_batched_tokens=64,
-        **options,
-    )
+    settings = dict(num_pages=32, max_model_len=128, max_num_batched_tokens=16)
+    return LLM(model=model, mesh=mesh, **{**settings, "token_buckets": (16,), **options})
 
 
 def _generate(llm, prompts) -> dict:
@@ -286,14 +282,9 @@ def _offload_on_mesh(arch: str, mesh: str) -> dict:
 
     from tests.test_kv_offload import TINY_GIB, _evict_all
 
-    # Every step padded to 64 tokens: the evicting prompts' chunks and the decodes run one
-    # program, not one per power of two they reach.
+    # (The KV transfer producer's step program on this layout.)
     llm = _engine(
-        str(FIXTURES / arch),
-        mesh,
-        enable_prefix_caching=True,
-        kv_offloading_size=TINY_GIB,
-        token_buckets=(64,),
+        str(FIXTURES / arch), mesh, enable_prefix_caching=True, kv_offloading_size=TINY_GIB
     )
     prompts = json.loads((FIXTURES / arch / "reference.json").read_text())["prompts"]
     _generate(llm, prompts)
