@@ -22,7 +22,7 @@ from configs.hf_bailing import BAILING, BAILING_ALIASES, BAILING_DEFAULTS, baili
 from configs.hf_deepseek_v4 import DEEPSEEK_V4
 from configs.hf_exaone import EXAONE_DEFAULTS, EXAONE_MOE, exaone_moe_fields
 from configs.hf_gemma4 import GEMMA4, GEMMA4_DEFAULTS, gemma4_fields, gemma4_rope
-from configs.hf_granite import GRANITE, GRANITE_DEFAULTS, granite_fields
+from configs.hf_granite import GRANITE, GRANITE_DEFAULTS, GRANITE_MOES, granite_fields
 from configs.hf_kimi_linear import KIMI_ALIASES, KIMI_DEFAULTS, KIMI_LINEAR, kimi_linear_fields
 from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
 from configs.hf_mla import MLA_DEFAULTS, MLA_MODEL_TYPES, mla_fields
@@ -62,6 +62,7 @@ SUPPORTED_MODEL_TYPES = (
     DEEPSEEK_V4,
     NEMOTRON_H,
     GRANITE,
+    *GRANITE_MOES,
     "solar_open",
     EXAONE_MOE,
     AFMOE,
@@ -744,8 +745,8 @@ def config_from_hf(
         arch = kimi_linear_fields(f)
     elif model_type == BAILING:
         arch = bailing_fields(f)
-    elif model_type == GRANITE:
-        arch = granite_fields(f)
+    elif model_type in (GRANITE, *GRANITE_MOES):
+        arch = granite_fields(f, model_type)
     elif model_type in (EXAONE_MOE, AFMOE):  # (their windows too)
         arch = (exaone_moe_fields if model_type == EXAONE_MOE else afmoe_fields)(f)
     elif model_type == GEMMA4:  # (its window too)

@@ -6,7 +6,12 @@ softmax-over-the-top-k router's SwiGLU experts beside it; the embeddings, each b
 output, the attention scores and the logits scaled by the config's multipliers.
 
 `layer_types` names each layer "mamba" / "attention" (the releases) or, as transformers 5
-saves them, "linear_attention" / "full_attention"."""
+saves them, "linear_attention" / "full_attention".
+
+Granite 3's MoE models (transformers' granitemoe: granite-3.1-3b-a800m, -1b-a400m, PowerMoE)
+and granitemoeshared are the same blocks without Mamba: every layer attention with RoPE,
+then the experts (granitemoeshared: beside a shared MLP where shared_intermediate_size > 0),
+under the same multipliers and checkpoint names."""
 
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from typing import Any
 from configs.hf_nemotron_h import dt_limit
 
 GRANITE = "granitemoehybrid"
+GRANITE_MOE, GRANITE_MOE_SHARED = "granitemoe", "granitemoeshared"
+GRANITE_MOES = (GRANITE_MOE, GRANITE_MOE_SHARED)
 
 _KINDS = {"mamba": "linear_attention", "attention": "full_attention"}
 
@@ -32,11 +39,67 @@ GRANITE_DEFAULTS: dict[str, dict[str, Any]] = {GRANITE: dict(
     mamba_d_head="auto", mamba_d_conv=4, mamba_expand=2, mamba_conv_bias=True,
     time_step_limit=(0.0, math.inf),
 )}
+# transformers 5.25's GraniteMoeConfig and GraniteMoeSharedConfig (its one more field).
+GRANITE_DEFAULTS[GRANITE_MOE] = dict(
+    vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+    num_attention_heads=32, num_key_value_heads=None, hidden_act="silu",
+    max_position_embeddings=2048, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+    tie_word_embeddings=False, embedding_multiplier=1.0, logits_scaling=1.0,
+    residual_multiplier=1.0, attention_multiplier=1.0, num_local_experts=8,
+    num_experts_per_tok=2,
+)
+GRANITE_DEFAULTS[GRANITE_MOE_SHARED] = dict(
+    GRANITE_DEFAULTS[GRANITE_MOE], shared_intermediate_size=0
+)
 # fmt: on
 
 
-def granite_fields(f: Any) -> dict:
-    """ModelConfig's fields of a Granite 4.0 hybrid config; `f` is hf_config._Fields."""
+def granite_fields(f: Any, model_type: str) -> dict:
+    """ModelConfig's fields of a Granite config; `f` is hf_config._Fields."""
+    return _hybrid_fields(f) if model_type == GRANITE else _moe_fields(f, model_type)
+
+
+def _moe_fields(f: Any, model_type: str) -> dict:
+    """Granite 3's MoE models (granitemoe, granitemoeshared)."""
+    if f.get("attention_bias"):  # (o_proj's bias too, which the tree has no slot for)
+        raise ValueError(f"HF config attention_bias=True: not supported for {model_type}")
+    if f.get("hidden_act") not in ("silu", "swish"):
+        raise ValueError(f"HF config hidden_act={f.get('hidden_act')!r}: only 'silu' (SwiGLU)")
+    experts = f.get("num_local_experts")
+    if not isinstance(experts, int) or isinstance(experts, bool) or experts < 1:
+        raise ValueError(
+            f"HF config num_local_experts={experts!r}: {model_type} needs >= 1 (every layer "
+            "is a MoE layer)"
+        )
+    shared = f.get("shared_intermediate_size") if model_type == GRANITE_MOE_SHARED else 0
+    shared = 0 if shared is None else shared
+    if not isinstance(shared, int) or isinstance(shared, bool) or shared < 0:
+        raise ValueError(f"HF config shared_intermediate_size={shared!r}: must be an int >= 0")
+    heads = f.required("num_attention_heads")
+    return dict(
+        num_kv_heads=f.get("num_key_value_heads") or heads,
+        head_dim=f.required("hidden_size") // heads,
+        num_experts=experts,
+        num_experts_per_tok=f.required("num_experts_per_tok"),
+        moe_intermediate_size=f.required("intermediate_size"),
+        scoring_func="softmax_topk",
+        num_shared_experts=1 if shared else 0,
+        shared_intermediate_size=shared,
+        **_multipliers(f),
+    )
+
+
+def _multipliers(f: Any) -> dict:
+    return dict(
+        embedding_multiplier=float(f.required("embedding_multiplier")),
+        residual_multiplier=float(f.required("residual_multiplier")),
+        attention_multiplier=float(f.required("attention_multiplier")),
+        logits_scaling=float(f.required("logits_scaling")),
+    )
+
+
+def _hybrid_fields(f: Any) -> dict:
+    """Granite 4.0's hybrid models (granitemoehybrid)."""
     for key in ("attention_bias", "mamba_proj_bias"):
         if f.hf.get(key):
             raise ValueError(f"HF config {key}=True: not supported for {GRANITE}")
@@ -92,8 +155,5 @@ def granite_fields(f: Any) -> dict:
         linear_conv_kernel=f.required("mamba_d_conv"),
         linear_conv_bias=bool(f.get("mamba_conv_bias")),
         mamba_dt_limit=dt_limit(f.get("time_step_limit")),
-        embedding_multiplier=float(f.required("embedding_multiplier")),
-        residual_multiplier=float(f.required("residual_multiplier")),
-        attention_multiplier=float(f.required("attention_multiplier")),
-        logits_scaling=float(f.required("logits_scaling")),
+        **_multipliers(f),
     )

@@ -1,9 +1,9 @@
 """Presets of Upstage Solar Open (transformers' solar_open: Llama's attention, GLM-4.5's MoE on
-every layer), LG K-EXAONE (exaone_moe), Arcee's AFMoE (afmoe) and inclusionAI's Ling 2.5
-(bailing_hybrid): the test-size models of
-tests/fixtures/<arch> (tests/test_hf_config.py reads each config.json back to its preset)
-and the shapes of Solar-Open-100B and Ling 3 Flash (K-EXAONE's and AFMoE's real ones come from
-their config.json: transformers' defaults are not them)."""
+every layer), LG K-EXAONE (exaone_moe), Arcee's AFMoE (afmoe), inclusionAI's Ling 2.5
+(bailing_hybrid) and IBM Granite 3's MoE (granitemoe, granitemoeshared): the test-size models
+of tests/fixtures/<arch> (tests/test_hf_config.py reads each config.json back to its preset)
+and the shapes of Solar-Open-100B and Ling 3 Flash (K-EXAONE's, AFMoE's and Granite's real
+ones come from their config.json: transformers' defaults are not them)."""
 
 from __future__ import annotations
 
@@ -163,4 +163,38 @@ MORE["ling-3-flash"] = MORE["tiny-bailing-hybrid"].replace(
     bos_token_id=None,
     eos_token_ids=(156895,),
     dtype="bfloat16",
+)
+# tests/fixtures/granitemoe: Granite 3's MoE (granitemoe): 3 layers 64 wide, 4 heads over 2 KV
+# heads of 16 with RoPE (theta 1e5), top-2 of 8 SwiGLU experts 24 wide (softmax over the top
+# 2), its multipliers away from 1, tied embeddings. granitemoeshared: a SwiGLU shared MLP 32
+# wide beside the experts.
+MORE["tiny-granitemoe"] = ModelConfig(
+    name="tiny-granitemoe",
+    model_type="granitemoe",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=24,
+    max_position_embeddings=2048,
+    rope_theta=100000.0,
+    tie_word_embeddings=True,
+    embedding_multiplier=3.0,
+    residual_multiplier=0.6,
+    attention_multiplier=0.15,
+    logits_scaling=0.7,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    scoring_func="softmax_topk",
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+MORE["tiny-granitemoeshared"] = MORE["tiny-granitemoe"].replace(
+    name="tiny-granitemoeshared",
+    model_type="granitemoeshared",
+    num_shared_experts=1,
+    shared_intermediate_size=32,
 )

@@ -435,18 +435,18 @@ def _mamba2_names(cfg: ModelConfig, m: str, li: Path_) -> dict[str, HFTensor]:
 
 
 def _granite_ffn_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFTensor]:
-    """Granite 4.0's feed-forward block as released: the shared MLP (input_linear's gate rows,
-    then up) and, with experts, block_sparse_moe's router and experts ([E, 2F, D] gate |
-    up, [E, D, F] down)."""
+    """Granite's feed-forward block as released: the shared MLP (input_linear's gate rows,
+    then up; Granite 3's granitemoe has none) and, with experts, block_sparse_moe's router
+    and experts ([E, 2F, D] gate | up, [E, D, F] down)."""
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
     fs = cfg.shared_expert_width if e else cfg.intermediate_size
     mlp = at + (("moe", "shared") if e else ("mlp",))
-    names = {
-        f"{layer}.shared_mlp.input_linear.weight": HFTensor(
+    names = {}
+    if fs:
+        names[f"{layer}.shared_mlp.input_linear.weight"] = HFTensor(
             (2 * fs, d), (mlp + ("w_gate",), mlp + ("w_up",)), "grouped"
-        ),
-        f"{layer}.shared_mlp.output_linear.weight": _linear(d, fs, mlp + ("w_down",)),
-    }
+        )
+        names[f"{layer}.shared_mlp.output_linear.weight"] = _linear(d, fs, mlp + ("w_down",))
     if e:
         moe, pre = at + ("moe",), f"{layer}.block_sparse_moe"
         names[f"{pre}.router.layer.weight"] = _linear(e, d, moe + ("router",))
@@ -606,7 +606,7 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
         names.update(_linear_attn_names(cfg, f"{layer}.{where or 'linear_attn'}", at + ("linear",)))
     else:
         names.update(_attn_names(cfg, f"{layer}.self_attn", at + ("attn",), index))
-    if cfg.model_type == "granitemoehybrid":
+    if cfg.model_type in ("granitemoehybrid", "granitemoe", "granitemoeshared"):
         names.update(_granite_ffn_names(cfg, layer, at))
     elif cfg.model_type == "gemma4_text":
         pass  # (_gemma4_names)

@@ -68,6 +68,9 @@ ARCHS = {
     # Granite 4.0-H: Mamba-2, position-free attention, its multipliers, a shared MLP
     "granitemoehybrid": "tiny-granitemoehybrid",
     "granitemoehybrid_dense": "tiny-granitemoehybrid-dense",  # no experts, RoPE
+    # Granite 3's MoE: attention with RoPE on every layer, the multipliers, tied embeddings
+    "granitemoe": "tiny-granitemoe",
+    "granitemoeshared": "tiny-granitemoeshared",  # and a shared MLP beside the experts
     "solar_open": "tiny-solar-open",  # Llama's attention, GLM-4.5's MoE on every layer
     "exaone_moe": "tiny-exaone-moe",  # windowed RoPE layers, a global one without positions
     "afmoe": "tiny-afmoe",  # as K-EXAONE's, gated attention output, norms after the blocks

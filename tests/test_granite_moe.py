@@ -1,0 +1,47 @@
+"""IBM Granite 3's MoE configs (transformers' granitemoe and granitemoeshared) read as served:
+the fixtures' HF parity is tests/test_hf_parity.py's; here, the fields around them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from configs.hf_config import config_from_hf
+from configs.presets import get_preset
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _hf(arch: str) -> dict:
+    return json.loads((FIXTURES / arch / "config.json").read_text())
+
+
+def test_a_shared_config_without_its_shared_mlp_is_granitemoe():
+    """granitemoeshared with shared_intermediate_size 0 (its class default) builds no shared
+    MLP in transformers: the granitemoe model, reading no shared_mlp weights."""
+    want = get_preset("tiny-granitemoe").replace(model_type="granitemoeshared")
+    for size in (0, None):
+        hf = {**_hf("granitemoe"), "model_type": "granitemoeshared"}
+        hf = {**hf, "shared_intermediate_size": size} if size is not None else hf
+        assert config_from_hf(hf).replace(name=want.name) == want
+    # granitemoe's class has no such field: one in its config is not read.
+    granitemoe = config_from_hf({**_hf("granitemoe"), "shared_intermediate_size": 32})
+    assert granitemoe.num_shared_experts == 0 and granitemoe.shared_expert_width == 0
+    shared = config_from_hf(_hf("granitemoeshared"))
+    assert (shared.num_shared_experts, shared.shared_expert_width) == (1, 32)
+
+
+def test_unrepresented_granite_moe_fields_are_refused_by_name():
+    for arch, change, match in [
+        ("granitemoe", dict(num_local_experts=0), "num_local_experts=0: granitemoe needs >= 1"),
+        ("granitemoe", dict(num_local_experts=None), "num_local_experts=None"),
+        ("granitemoe", dict(attention_bias=True), "attention_bias=True"),
+        ("granitemoe", dict(hidden_act="gelu"), "hidden_act='gelu'"),
+        ("granitemoeshared", dict(shared_intermediate_size=-1), "shared_intermediate_size=-1"),
+        ("granitemoeshared", dict(shared_intermediate_size=1.5), "shared_intermediate_size=1.5"),
+        ("granitemoe", dict(rope_parameters={"rope_type": "dynamic"}), "rope"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            config_from_hf({**_hf(arch), **change})
