@@ -7,6 +7,7 @@ import dataclasses
 import json
 import pathlib
 import re
+import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -92,6 +93,34 @@ def llm(tmp_path_factory):
         (model / name).symlink_to(FIXTURES / "llama" / name)
     (model / "tokenizer.json").symlink_to(FIXTURES / "structured" / "tokenizer.json")
     return LLM(model=str(model), max_num_seqs=8, max_num_batched_tokens=64, **POOL)
+
+
+def test_a_step_mask_sets_every_bit_outside_the_constrained_rows(llm):
+    """masks_for: None without a constrained row unless the engine keeps the mask on
+    (runner.StickyFeatures: then every bit of every row); a constrained row's bits are the
+    same either way; unsampled rows (prefill chunks) and padding rows keep every bit."""
+    structured = llm._structured
+    free = SamplingParams(max_tokens=4)
+    held = SamplingParams(max_tokens=4, structured_outputs=StructuredOutputsParams(regex="ab+"))
+
+    def item(rid, params, sample=True):
+        return types.SimpleNamespace(request_id=rid, sampling_params=params, sample=sample)
+
+    plain = [item("a", free), item("b", held, sample=False)]
+    assert structured.masks_for(plain, 4, lambda it: []) is None
+    everything = structured.masks_for(plain, 4, lambda it: [], always=True)
+    assert everything.shape == (4, structured.num_words) and (everything == -1).all()
+    decode = llm.tokenizer.decode
+    starts = [t for t in range(structured.vocab_size) if re.fullmatch("ab*", decode([t]))]
+    assert len(starts) >= 2  # ("a" and "ab" in this vocabulary)
+    mixed = [item("a", free), item("c", held)]
+    for always in (False, True):
+        mask = structured.masks_for(mixed, 3, lambda it: [], always=always)
+        assert (mask[[0, 2]] == -1).all()  # the free row, the padding row
+        bits = np.unpackbits(mask[1].view(np.uint8), bitorder="little")
+        allowed = np.flatnonzero(bits[: structured.vocab_size]).tolist()
+        assert allowed == starts  # the first tokens of a match of ab+ ("a", "ab", ...)
+    structured.release("c")
 
 
 def test_greedy_decodes_match_hugging_face_under_the_constraints(llm):
