@@ -79,10 +79,10 @@ def moe_fields(f: Any, model_type: str, attn: dict) -> dict:
         out.update(_ernie_moe_fields(f))
     elif model_type == "hunyuan_v1_moe":
         out.update(_hunyuan_moe_fields(f))
-    elif model_type == "olmoe":
+    elif model_type in ("olmoe", "flex_olmo"):
         # transformers' OlmoeAttention (its q_norm spans hidden_size: refused when the heads
         # do not fill it) and a Qwen-style router over experts of intermediate_size.
-        clip = f.get("clip_qkv")
+        clip = f.get("clip_qkv") if model_type == "olmoe" else None  # (OLMo 2's: none)
         out.update(
             o_proj_bias=attn["attention_bias"],
             clip_qkv=None if clip is None else float(clip),

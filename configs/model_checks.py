@@ -96,5 +96,7 @@ def check_gemma4_ling(cfg: Any) -> None:
         )
     if cfg.mla_head_gate and cfg.attention_type != "mla":
         raise ValueError("mla_head_gate=True: needs MLA attention")
+    if not cfg.pre_norms and not cfg.sandwich_norms:
+        raise ValueError("pre_norms=False: needs sandwich_norms (a layer normed nowhere)")
     if cfg.dense_beside_moe and not cfg.num_experts:
         raise ValueError("dense_beside_moe=True: needs routed experts (num_experts > 0)")

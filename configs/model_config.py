@@ -176,8 +176,10 @@ class ModelConfig:
     # times attention_multiplier (0: head_dim^-0.5), the logits divided by logits_scaling.
     embedding_multiplier: float = 1.0
     # AFMoE (Arcee Trinity): each block's output RMS-normed too before it joins the stream
-    # (layers' "attn_post_norm" and "mlp_post_norm"), besides the norms before the blocks.
+    # (layers' "attn_post_norm" and "mlp_post_norm"), besides the norms before the blocks;
+    # FlexOlmo (OLMo 2's layers): those alone, no norm before the blocks (pre_norms False).
     sandwich_norms: bool = False
+    pre_norms: bool = True
     residual_multiplier: float = 1.0
     attention_multiplier: float = 0.0
     logits_scaling: float = 1.0
@@ -579,8 +581,8 @@ class ModelConfig:
         """Whether the layer and final RMSNorms scale by their weight in float32 before the one
         cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
-        bf16 model's elements. AFMoE's (OLMo 2's) too."""
-        scaled = ("gpt_oss", "afmoe", "gemma4_text")
+        bf16 model's elements. AFMoE's and FlexOlmo's (OLMo 2's) too."""
+        scaled = ("gpt_oss", "afmoe", "gemma4_text", "flex_olmo")
         return self.model_type in scaled or self.norm_zero_centered or self.is_dsv4
 
     @property

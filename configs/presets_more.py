@@ -1,9 +1,10 @@
 """Presets of Upstage Solar Open (transformers' solar_open: Llama's attention, GLM-4.5's MoE on
 every layer), LG K-EXAONE (exaone_moe), Arcee's AFMoE (afmoe), inclusionAI's Ling 2.5
-(bailing_hybrid) and IBM Granite 3's MoE (granitemoe, granitemoeshared): the test-size models
-of tests/fixtures/<arch> (tests/test_hf_config.py reads each config.json back to its preset)
-and the shapes of Solar-Open-100B and Ling 3 Flash (K-EXAONE's, AFMoE's and Granite's real
-ones come from their config.json: transformers' defaults are not them)."""
+(bailing_hybrid), IBM Granite 3's MoE (granitemoe, granitemoeshared) and AllenAI's FlexOlmo
+(flex_olmo): the test-size models of tests/fixtures/<arch> (tests/test_hf_config.py reads
+each config.json back to its preset) and the shapes of Solar-Open-100B and Ling 3 Flash
+(K-EXAONE's, AFMoE's, Granite's and FlexOlmo's real ones come from their config.json:
+transformers' defaults are not them)."""
 
 from __future__ import annotations
 
@@ -197,4 +198,30 @@ MORE["tiny-granitemoeshared"] = MORE["tiny-granitemoe"].replace(
     model_type="granitemoeshared",
     num_shared_experts=1,
     shared_intermediate_size=32,
+)
+# tests/fixtures/flex_olmo: AllenAI's FlexOlmo: 3 layers 64 wide, 4 heads over 2 KV heads of
+# 16 (RoPE theta 5e5, q/k RMSNorms over all heads' channels), top-2 of 8 SwiGLU experts 24
+# wide (softmax over all, not renormalized); each block's output normed, nothing before it.
+MORE["tiny-flex-olmo"] = ModelConfig(
+    name="tiny-flex-olmo",
+    model_type="flex_olmo",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=24,
+    max_position_embeddings=2048,
+    rope_theta=500000.0,
+    qk_norm=True,
+    qk_norm_full=True,
+    sandwich_norms=True,
+    pre_norms=False,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    norm_topk_prob=False,
+    bos_token_id=1,
+    eos_token_ids=(2,),
 )

@@ -34,7 +34,8 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
   Nemotron-H: relu2 MLPs and experts (mlp_act, expert_act) have no w_gate; a layer in
             no_ffn_layers no mlp_norm, mlp or moe; latent MoE (moe_latent_size L):
             latent_in [D, L], latent_out [L, D], experts [E, L, Fe] / [E, Fe, L]
-  sandwich_norms (AFMoE): layers[i] also attn_post_norm, mlp_post_norm [D]
+  sandwich_norms (AFMoE): layers[i] also attn_post_norm, mlp_post_norm [D]; without
+            pre_norms (FlexOlmo) no attn_norm, mlp_norm
   Gemma 4: a full-attention layer's wq/wk/wo at global_head_dim, global_num_kv_heads KV
             heads, no wv (attention_k_eq_v); dense_beside_moe: layers[i] mlp beside moe,
             mlp_out_norm / moe_norm / moe_out_norm [D], moe router_scale [D] and
@@ -360,7 +361,7 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
         return _v4_layer_specs(cfg, i, dt, w)
     d = cfg.hidden_size
     norm = zeros if cfg.norm_zero_centered else ones
-    layer = {"attn_norm": ParamSpec((d,), dt, ("embed",), norm)}
+    layer = {"attn_norm": ParamSpec((d,), dt, ("embed",), norm)} if cfg.pre_norms else {}
     if cfg.is_linear_layer(i):
         layer["linear"] = _linear_specs(cfg, dt, w)
     else:
@@ -370,7 +371,8 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
         layer["mlp_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if i in cfg.no_ffn_layers:  # (Nemotron-H: a mixer alone)
         return layer
-    layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)
+    if cfg.pre_norms:
+        layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)
     if not moe or cfg.dense_beside_moe:

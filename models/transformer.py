@@ -6,7 +6,7 @@
 so the same layer code serves the contiguous reference (models/reference.py) and the paged
 engine (engine/step.py). Pre-norm residual blocks as in HF Llama / DeepSeek:
 x + attn(norm(x)), then x + mlp_or_moe(norm(x)) (with sandwich_norms each block's output
-normed too).
+normed too; FlexOlmo's, OLMo 2's, norm the outputs alone: x + norm(attn(x)), ...).
 
 Two optional hooks let a caller run the same layers over a device mesh without the model
 naming any device: `routed` replaces the routed-expert compute of every MoE layer (the
@@ -114,7 +114,7 @@ def decoder_layer(
     # time, inside the step; a no-op for float weights.
     layer = dequantize_tree(layer, x.dtype)
     delta = delta or make_delta(None, None)
-    h = model_norm(x, layer["attn_norm"], cfg)
+    h = model_norm(x, layer["attn_norm"], cfg) if "attn_norm" in layer else x  # (FlexOlmo)
     if "linear" in layer:  # a gated DeltaNet: its own output projection
         # Every row of the step on each device (dp splits the stream by rows, and a
         # sequence's recurrence needs all of its rows, in order): gathered once here.
@@ -127,9 +127,9 @@ def decoder_layer(
             o = o * jax.nn.sigmoid(inputs.gate)
         mixed = attn_output(layer["attn"], o, delta)
     x = pin(x + _scaled(mixed, layer.get("attn_post_norm"), cfg), ("batch", "embed"))
-    if "mlp_norm" not in layer:  # (Nemotron-H: a mixer no feed-forward block follows)
+    if "mlp" not in layer and "moe" not in layer:  # (Nemotron-H: a mixer alone)
         return x, kv_i
-    h = model_norm(x, layer["mlp_norm"], cfg)
+    h = model_norm(x, layer["mlp_norm"], cfg) if "mlp_norm" in layer else x
     if "moe" in layer and "mlp" in layer:  # Gemma 4: both, each output normed, summed
         dense = model_norm(
             swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg)), layer["mlp_out_norm"], cfg

@@ -1,15 +1,19 @@
-"""IBM Granite 3's MoE configs (transformers' granitemoe and granitemoeshared) read as served:
-the fixtures' HF parity is tests/test_hf_parity.py's; here, the fields around them."""
+"""IBM Granite 3's MoE configs (transformers' granitemoe and granitemoeshared) and AllenAI's
+FlexOlmo (flex_olmo) read as served: the fixtures' HF parity is tests/test_hf_parity.py's;
+here, the fields around them."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import jax
 import pytest
 
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
+from models.checkpoint_names import hf_tensor_names
+from models.specs import init_params
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -45,3 +49,24 @@ def test_unrepresented_granite_moe_fields_are_refused_by_name():
     ]:
         with pytest.raises(ValueError, match=match):
             config_from_hf({**_hf(arch), **change})
+
+
+def test_flex_olmo_norms_the_blocks_outputs_alone():
+    """FlexOlmo's layers (OLMo 2's) have no norm before a block: the param tree and the
+    checkpoint names hold the outputs' norms only; a model normed nowhere is refused."""
+    cfg = config_from_hf(_hf("flex_olmo"))
+    assert (cfg.pre_norms, cfg.sandwich_norms, cfg.norm_scale_in_float32) == (False, True, True)
+    layer = init_params(cfg, jax.random.key(0))["layers"][0]
+    assert "attn_norm" not in layer and "mlp_norm" not in layer
+    assert {"attn_post_norm", "mlp_post_norm", "moe"} <= set(layer)
+    names = [n for n in hf_tensor_names(cfg) if n.startswith("model.layers.0.") and "norm" in n]
+    assert sorted(names) == [
+        "model.layers.0.post_attention_layernorm.weight",
+        "model.layers.0.post_feedforward_layernorm.weight",
+        "model.layers.0.self_attn.k_norm.weight",
+        "model.layers.0.self_attn.q_norm.weight",
+    ]
+    with pytest.raises(ValueError, match="pre_norms=False: needs sandwich_norms"):
+        cfg.replace(sandwich_norms=False)
+    # OLMoE's clip_qkv is not OLMo 2's: transformers' FlexOlmo attention clips nothing.
+    assert config_from_hf({**_hf("flex_olmo"), "clip_qkv": 1.0}).clip_qkv is None
