@@ -20,7 +20,7 @@ from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8,
 from configs.hf_afmoe import AFMOE, AFMOE_DEFAULTS, afmoe_fields
 from configs.hf_bailing import BAILING, BAILING_ALIASES, BAILING_DEFAULTS, bailing_fields
 from configs.hf_deepseek_v4 import DEEPSEEK_V4
-from configs.hf_exaone import EXAONE_DEFAULTS, EXAONE_MOE, exaone_moe_fields
+from configs.hf_exaone import EXAONE_DEFAULTS, EXAONE_TYPES, exaone_fields
 from configs.hf_gemma4 import GEMMA4, GEMMA4_DEFAULTS, gemma4_fields, gemma4_rope
 from configs.hf_granite import GRANITE, GRANITE_DEFAULTS, GRANITE_MOES, granite_fields
 from configs.hf_kimi_linear import KIMI_ALIASES, KIMI_DEFAULTS, KIMI_LINEAR, kimi_linear_fields
@@ -65,7 +65,7 @@ SUPPORTED_MODEL_TYPES = (
     GRANITE,
     *GRANITE_MOES,
     "solar_open",
-    EXAONE_MOE,
+    *EXAONE_TYPES,
     AFMOE,
     GEMMA4,
     BAILING,
@@ -756,8 +756,8 @@ def config_from_hf(
         arch = bailing_fields(f)
     elif model_type in (GRANITE, *GRANITE_MOES):
         arch = granite_fields(f, model_type)
-    elif model_type in (EXAONE_MOE, AFMOE):  # (their windows too)
-        arch = (exaone_moe_fields if model_type == EXAONE_MOE else afmoe_fields)(f)
+    elif model_type in (*EXAONE_TYPES, AFMOE):  # (their windows too)
+        arch = afmoe_fields(f) if model_type == AFMOE else exaone_fields(f, model_type)
     elif model_type == GEMMA4:  # (its window too)
         arch = gemma4_fields(f)
     elif model_type == NEMOTRON_H:  # (its layers: its mixers)

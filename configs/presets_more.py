@@ -225,3 +225,29 @@ MORE["tiny-flex-olmo"] = ModelConfig(
     bos_token_id=1,
     eos_token_ids=(2,),
 )
+# tests/fixtures/exaone4: LG's EXAONE 4.0: 4 layers 64 wide, 4 heads over 2 KV heads of 16
+# (q/k RMSNorms per head), an 8-key window with RoPE (theta 1e6) on three layers of four,
+# the fourth global without positions; a SwiGLU MLP 96 wide; each block's output normed,
+# nothing before it.
+MORE["tiny-exaone4"] = ModelConfig(
+    name="tiny-exaone4",
+    model_type="exaone4",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    rope_theta=1000000.0,
+    qk_norm=True,
+    sliding_window=8,
+    full_attention_layers=(3,),
+    nope_layers=(3,),
+    sandwich_norms=True,
+    pre_norms=False,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)

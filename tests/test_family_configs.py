@@ -1,6 +1,6 @@
-"""IBM Granite 3's MoE configs (transformers' granitemoe and granitemoeshared) and AllenAI's
-FlexOlmo (flex_olmo) read as served: the fixtures' HF parity is tests/test_hf_parity.py's;
-here, the fields around them."""
+"""IBM Granite 3's MoE configs (transformers' granitemoe and granitemoeshared), AllenAI's
+FlexOlmo (flex_olmo) and LG's EXAONE 4.0 (exaone4) read as served: the fixtures' HF parity
+is tests/test_hf_parity.py's; here, the fields around them."""
 
 from __future__ import annotations
 
@@ -51,14 +51,17 @@ def test_unrepresented_granite_moe_fields_are_refused_by_name():
             config_from_hf({**_hf(arch), **change})
 
 
-def test_flex_olmo_norms_the_blocks_outputs_alone():
-    """FlexOlmo's layers (OLMo 2's) have no norm before a block: the param tree and the
-    checkpoint names hold the outputs' norms only; a model normed nowhere is refused."""
-    cfg = config_from_hf(_hf("flex_olmo"))
-    assert (cfg.pre_norms, cfg.sandwich_norms, cfg.norm_scale_in_float32) == (False, True, True)
+@pytest.mark.parametrize("arch, ffn", [("flex_olmo", "moe"), ("exaone4", "mlp")])
+def test_olmo2_layers_norm_the_blocks_outputs_alone(arch, ffn):
+    """FlexOlmo's and EXAONE 4.0's layers (OLMo 2's) have no norm before a block: the param
+    tree and the checkpoint names hold the outputs' norms only (every norm scaled in float32
+    in FlexOlmo's RMSNorm, after the cast in EXAONE's); a model normed nowhere is refused."""
+    cfg = config_from_hf(_hf(arch))
+    assert (cfg.pre_norms, cfg.sandwich_norms) == (False, True)
+    assert cfg.norm_scale_in_float32 == (arch == "flex_olmo")
     layer = init_params(cfg, jax.random.key(0))["layers"][0]
     assert "attn_norm" not in layer and "mlp_norm" not in layer
-    assert {"attn_post_norm", "mlp_post_norm", "moe"} <= set(layer)
+    assert {"attn_post_norm", "mlp_post_norm", ffn} <= set(layer)
     names = [n for n in hf_tensor_names(cfg) if n.startswith("model.layers.0.") and "norm" in n]
     assert sorted(names) == [
         "model.layers.0.post_attention_layernorm.weight",
@@ -68,5 +71,28 @@ def test_flex_olmo_norms_the_blocks_outputs_alone():
     ]
     with pytest.raises(ValueError, match="pre_norms=False: needs sandwich_norms"):
         cfg.replace(sandwich_norms=False)
-    # OLMoE's clip_qkv is not OLMo 2's: transformers' FlexOlmo attention clips nothing.
+
+
+def test_flex_olmo_reads_no_clip_qkv():
+    """OLMoE's clip_qkv is not OLMo 2's: transformers' FlexOlmo attention clips nothing."""
     assert config_from_hf({**_hf("flex_olmo"), "clip_qkv": 1.0}).clip_qkv is None
+
+
+def test_exaone4_windows_and_positions():
+    """EXAONE 4.0's layer kinds as K-EXAONE's reader takes them: every fourth layer global
+    and without positions (sliding_window_pattern 4), the others windowed with RoPE; no
+    window at all: every layer global, and rotated; bad patterns refused by name."""
+    hf = _hf("exaone4")
+    cfg = config_from_hf(hf)
+    assert (cfg.full_attention_layers, cfg.nope_layers, cfg.sliding_window) == ((3,), (3,), 8)
+    no_layer_types = config_from_hf({k: v for k, v in hf.items() if k != "layer_types"})
+    assert no_layer_types.replace(name=cfg.name) == cfg
+    plain = config_from_hf({**hf, "sliding_window": None, "layer_types": None})
+    assert (plain.sliding_window, plain.nope_layers) == (None, ())
+    for change, match in [
+        (dict(layer_types=None, sliding_window_pattern="LLLG"), "sliding_window_pattern='LLLG'"),
+        (dict(layer_types=["full_attention"] * 3), "layer_types: expected 4"),
+        (dict(sliding_window=None), "sliding_attention layers need a sliding_window"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            config_from_hf({**hf, **change})
