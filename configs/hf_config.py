@@ -28,6 +28,7 @@ from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
 from configs.hf_mla import MLA_DEFAULTS, MLA_MODEL_TYPES, mla_fields
 from configs.hf_moe import moe_fields
 from configs.hf_nemotron_h import NEMOTRON_ALIASES, NEMOTRON_DEFAULTS, NEMOTRON_H, nemotron_h_fields
+from configs.hf_olmo import OLMO_ALIASES, OLMO_DEFAULTS, OLMO_NORMS, OLMO_TYPES
 from configs.hf_qwen3_next import LINEAR_DEFAULTS, LINEAR_MODEL_TYPES, linear_fields
 from configs.hf_window import sliding_window_fields
 from configs.int4_schemes import INT4_METHODS, Int4Scheme, int4_scheme
@@ -42,7 +43,7 @@ SUPPORTED_MODEL_TYPES = (
     "qwen3_moe",
     "mixtral",
     "olmoe",
-    "flex_olmo",
+    *OLMO_TYPES,
     "ernie4_5_moe",
     "glm4_moe",
     "glm4_moe_lite",
@@ -162,13 +163,6 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=50279, num_experts=64,
         num_experts_per_tok=8, norm_topk_prob=False, clip_qkv=None,
     ),
-    # FlexOlmo (AllenAI): OLMoE's attention and router in OLMo 2's post-normed layers.
-    "flex_olmo": dict(
-        vocab_size=100352, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-        num_attention_heads=32, num_key_value_heads=None, max_position_embeddings=4096,
-        rms_norm_eps=1e-6, bos_token_id=None, eos_token_id=100257, num_experts=7,
-        num_experts_per_tok=5, norm_topk_prob=False, rope_theta=500000.0,
-    ),
     # ERNIE 4.5 MoE (Baidu): RoPE on interleaved pairs, softmax router whose choice adds a
     # correction bias (moe_statics), shared experts, MoE layers by start/end/interval.
     "ernie4_5_moe": dict(
@@ -258,6 +252,7 @@ _DEFAULTS.update(
     **NEMOTRON_DEFAULTS,
     **GRANITE_DEFAULTS,
     **EXAONE_DEFAULTS,
+    **OLMO_DEFAULTS,
     **AFMOE_DEFAULTS,
     **GEMMA4_DEFAULTS,
     **BAILING_DEFAULTS,
@@ -284,6 +279,7 @@ _DEFAULTS.update(
 # name a class does not map is ignored, as transformers ignores it: Qwen2-MoE has none).
 _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     **KIMI_ALIASES,
+    **OLMO_ALIASES,
     **BAILING_ALIASES,
     **v4.V4_ALIASES,
     **NEMOTRON_ALIASES,
@@ -293,7 +289,6 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     "dots1": {"n_routed_experts": ("num_local_experts",)},
     "gpt_oss": {"num_local_experts": ("num_experts",)},
     "olmoe": {"num_experts": ("num_local_experts",)},
-    "flex_olmo": {"num_experts": ("num_local_experts",)},
     "glm4_moe": {
         "n_routed_experts": ("num_local_experts",),
         "num_nextn_predict_layers": ("num_mtp_layers",),
@@ -677,7 +672,7 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
     kv_heads = f.get("num_key_value_heads")
     if model_type == "qwen2_moe":
         attention_bias = bool(f.get("qkv_bias"))
-    elif model_type in ("glm4_moe", "gpt_oss", "olmoe", "flex_olmo", "solar_open"):
+    elif model_type in ("glm4_moe", "gpt_oss", "olmoe", *OLMO_TYPES, "solar_open"):
         # q/k/v biases (GLM-4.5's o_proj has none; gpt-oss's has one: o_proj_bias below)
         attention_bias = bool(f.get("attention_bias"))
     else:
@@ -687,11 +682,11 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
         head_dim=f.required("hidden_size") // heads if head_dim is None else head_dim,
         attention_bias=attention_bias,
         qk_norm=model_type
-        in ("qwen3", "qwen3_moe", "olmoe", "flex_olmo", "minimax_m2", "dots1", "hunyuan_v1_moe")
+        in ("qwen3", "qwen3_moe", "olmoe", *OLMO_TYPES, "minimax_m2", "dots1", "hunyuan_v1_moe")
         or model_type in LINEAR_MODEL_TYPES
         or (model_type == "glm4_moe" and bool(f.get("use_qk_norm"))),
         qk_norm_after_rope=model_type == "hunyuan_v1_moe",
-        qk_norm_full=model_type in ("olmoe", "flex_olmo", "minimax_m2"),
+        qk_norm_full=model_type in ("olmoe", *OLMO_TYPES, "minimax_m2"),
         partial_rotary_factor=_partial_rotary_factor(f, model_type),
     )
     if model_type == "llama4_text":
@@ -772,8 +767,8 @@ def config_from_hf(
         arch = _gqa_fields(f, model_type)
         if model_type == "ministral3":
             arch.update(_llama4_temperature(f))
-        elif model_type == "flex_olmo":
-            arch.update(sandwich_norms=True, pre_norms=False)
+        elif model_type in OLMO_TYPES:
+            arch.update(OLMO_NORMS)
     return ModelConfig(
         name=name,
         model_type=model_type,

@@ -581,8 +581,8 @@ class ModelConfig:
         """Whether the layer and final RMSNorms scale by their weight in float32 before the one
         cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
-        bf16 model's elements. AFMoE's and FlexOlmo's (OLMo 2's) too."""
-        scaled = ("gpt_oss", "afmoe", "gemma4_text", "flex_olmo")
+        bf16 model's elements. AFMoE's, FlexOlmo's and OLMo 2's too."""
+        scaled = ("gpt_oss", "afmoe", "gemma4_text", "flex_olmo", "olmo2")
         return self.model_type in scaled or self.norm_zero_centered or self.is_dsv4
 
     @property

@@ -1,10 +1,10 @@
 """Presets of Upstage Solar Open (transformers' solar_open: Llama's attention, GLM-4.5's MoE on
-every layer), LG K-EXAONE (exaone_moe), Arcee's AFMoE (afmoe), inclusionAI's Ling 2.5
-(bailing_hybrid), IBM Granite 3's MoE (granitemoe, granitemoeshared) and AllenAI's FlexOlmo
-(flex_olmo): the test-size models of tests/fixtures/<arch> (tests/test_hf_config.py reads
-each config.json back to its preset) and the shapes of Solar-Open-100B and Ling 3 Flash
-(K-EXAONE's, AFMoE's, Granite's and FlexOlmo's real ones come from their config.json:
-transformers' defaults are not them)."""
+every layer), LG K-EXAONE (exaone_moe) and EXAONE 4.0 (exaone4), Arcee's AFMoE (afmoe),
+inclusionAI's Ling 2.5 (bailing_hybrid), IBM Granite 3's MoE (granitemoe, granitemoeshared)
+and AllenAI's FlexOlmo (flex_olmo) and OLMo 2 (olmo2): the test-size models of
+tests/fixtures/<arch> (tests/test_hf_config.py reads each config.json back to its preset)
+and the shapes of Solar-Open-100B and Ling 3 Flash (the others' real ones come from their
+config.json: transformers' defaults are not them)."""
 
 from __future__ import annotations
 
@@ -246,6 +246,30 @@ MORE["tiny-exaone4"] = ModelConfig(
     sliding_window=8,
     full_attention_layers=(3,),
     nope_layers=(3,),
+    sandwich_norms=True,
+    pre_norms=False,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# tests/fixtures/olmo2: AllenAI's OLMo 2 (dense): 3 layers 64 wide, 4 heads over 2 KV heads
+# of 16 with biases on q, k, v and o, q/k RMSNorms over all heads' channels, a SwiGLU MLP
+# 96 wide; each block's output normed, nothing before it.
+MORE["tiny-olmo2"] = ModelConfig(
+    name="tiny-olmo2",
+    model_type="olmo2",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    attention_bias=True,
+    o_proj_bias=True,
+    qk_norm=True,
+    qk_norm_full=True,
     sandwich_norms=True,
     pre_norms=False,
     bos_token_id=1,

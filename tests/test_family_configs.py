@@ -1,6 +1,6 @@
 """IBM Granite 3's MoE configs (transformers' granitemoe and granitemoeshared), AllenAI's
-FlexOlmo (flex_olmo) and LG's EXAONE 4.0 (exaone4) read as served: the fixtures' HF parity
-is tests/test_hf_parity.py's; here, the fields around them."""
+FlexOlmo (flex_olmo) and OLMo 2 (olmo2) and LG's EXAONE 4.0 (exaone4) read as served: the
+fixtures' HF parity is tests/test_hf_parity.py's; here, the fields around them."""
 
 from __future__ import annotations
 
@@ -51,14 +51,14 @@ def test_unrepresented_granite_moe_fields_are_refused_by_name():
             config_from_hf({**_hf(arch), **change})
 
 
-@pytest.mark.parametrize("arch, ffn", [("flex_olmo", "moe"), ("exaone4", "mlp")])
+@pytest.mark.parametrize("arch, ffn", [("flex_olmo", "moe"), ("olmo2", "mlp"), ("exaone4", "mlp")])
 def test_olmo2_layers_norm_the_blocks_outputs_alone(arch, ffn):
-    """FlexOlmo's and EXAONE 4.0's layers (OLMo 2's) have no norm before a block: the param
-    tree and the checkpoint names hold the outputs' norms only (every norm scaled in float32
-    in FlexOlmo's RMSNorm, after the cast in EXAONE's); a model normed nowhere is refused."""
+    """OLMo 2's layers (FlexOlmo's, EXAONE 4.0's) have no norm before a block: the param tree
+    and the checkpoint names hold the outputs' norms only (every norm scaled in float32 in
+    OLMo 2's RMSNorm, after the cast in EXAONE's); a model normed nowhere is refused."""
     cfg = config_from_hf(_hf(arch))
     assert (cfg.pre_norms, cfg.sandwich_norms) == (False, True)
-    assert cfg.norm_scale_in_float32 == (arch == "flex_olmo")
+    assert cfg.norm_scale_in_float32 == (arch != "exaone4")
     layer = init_params(cfg, jax.random.key(0))["layers"][0]
     assert "attn_norm" not in layer and "mlp_norm" not in layer
     assert {"attn_post_norm", "mlp_post_norm", ffn} <= set(layer)
