@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from configs import hf_deepseek_v4 as v4
+from configs import hf_olmo as olmo
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
 from configs.hf_afmoe import AFMOE, AFMOE_DEFAULTS, afmoe_fields
 from configs.hf_bailing import BAILING, BAILING_ALIASES, BAILING_DEFAULTS, bailing_fields
@@ -28,7 +29,6 @@ from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
 from configs.hf_mla import MLA_DEFAULTS, MLA_MODEL_TYPES, mla_fields
 from configs.hf_moe import moe_fields
 from configs.hf_nemotron_h import NEMOTRON_ALIASES, NEMOTRON_DEFAULTS, NEMOTRON_H, nemotron_h_fields
-from configs.hf_olmo import OLMO_ALIASES, OLMO_DEFAULTS, OLMO_NORMS, OLMO_TYPES
 from configs.hf_qwen3_next import LINEAR_DEFAULTS, LINEAR_MODEL_TYPES, linear_fields
 from configs.hf_window import sliding_window_fields
 from configs.int4_schemes import INT4_METHODS, Int4Scheme, int4_scheme
@@ -43,7 +43,7 @@ SUPPORTED_MODEL_TYPES = (
     "qwen3_moe",
     "mixtral",
     "olmoe",
-    *OLMO_TYPES,
+    *olmo.OLMO_TYPES,
     "ernie4_5_moe",
     "glm4_moe",
     "glm4_moe_lite",
@@ -252,7 +252,7 @@ _DEFAULTS.update(
     **NEMOTRON_DEFAULTS,
     **GRANITE_DEFAULTS,
     **EXAONE_DEFAULTS,
-    **OLMO_DEFAULTS,
+    **olmo.OLMO_DEFAULTS,
     **AFMOE_DEFAULTS,
     **GEMMA4_DEFAULTS,
     **BAILING_DEFAULTS,
@@ -279,7 +279,7 @@ _DEFAULTS.update(
 # name a class does not map is ignored, as transformers ignores it: Qwen2-MoE has none).
 _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     **KIMI_ALIASES,
-    **OLMO_ALIASES,
+    **olmo.OLMO_ALIASES,
     **BAILING_ALIASES,
     **v4.V4_ALIASES,
     **NEMOTRON_ALIASES,
@@ -672,7 +672,7 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
     kv_heads = f.get("num_key_value_heads")
     if model_type == "qwen2_moe":
         attention_bias = bool(f.get("qkv_bias"))
-    elif model_type in ("glm4_moe", "gpt_oss", "olmoe", *OLMO_TYPES, "solar_open"):
+    elif model_type in ("glm4_moe", "gpt_oss", "olmoe", *olmo.OLMO_TYPES, "solar_open"):
         # q/k/v biases (GLM-4.5's o_proj has none; gpt-oss's has one: o_proj_bias below)
         attention_bias = bool(f.get("attention_bias"))
     else:
@@ -681,12 +681,11 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
         num_kv_heads=heads if kv_heads is None else kv_heads,
         head_dim=f.required("hidden_size") // heads if head_dim is None else head_dim,
         attention_bias=attention_bias,
-        qk_norm=model_type
-        in ("qwen3", "qwen3_moe", "olmoe", *OLMO_TYPES, "minimax_m2", "dots1", "hunyuan_v1_moe")
-        or model_type in LINEAR_MODEL_TYPES
+        qk_norm=model_type in ("qwen3", "qwen3_moe", "olmoe", "minimax_m2", "dots1")
+        or model_type in ("hunyuan_v1_moe", *LINEAR_MODEL_TYPES, *olmo.OLMO_TYPES)
         or (model_type == "glm4_moe" and bool(f.get("use_qk_norm"))),
         qk_norm_after_rope=model_type == "hunyuan_v1_moe",
-        qk_norm_full=model_type in ("olmoe", *OLMO_TYPES, "minimax_m2"),
+        qk_norm_full=model_type in ("olmoe", *olmo.OLMO_TYPES, "minimax_m2"),
         partial_rotary_factor=_partial_rotary_factor(f, model_type),
     )
     if model_type == "llama4_text":
@@ -725,6 +724,8 @@ def config_from_hf(
     if name is None:
         name = os.fspath(source) if not isinstance(source, dict) else f"hf-{model_type}"
     f = _Fields(hf, model_type)
+    if model_type == olmo.OLMO3:  # (its full layers' RoPE, as the model's)
+        f = _Fields(olmo.olmo3_rope_source(f), model_type)
     _refuse_unsupported(f, model_type)
     # Refuses an unsupported quantization before any weight is read.
     block = fp8_weight_block(hf)
@@ -767,8 +768,8 @@ def config_from_hf(
         arch = _gqa_fields(f, model_type)
         if model_type == "ministral3":
             arch.update(_llama4_temperature(f))
-        elif model_type in OLMO_TYPES:
-            arch.update(OLMO_NORMS)
+        elif model_type in olmo.OLMO_TYPES:
+            arch.update(olmo.olmo_fields(model_type))
     return ModelConfig(
         name=name,
         model_type=model_type,

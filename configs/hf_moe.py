@@ -45,7 +45,7 @@ def moe_fields(f: Any, model_type: str, attn: dict) -> dict:
                 shared_intermediate_size=f.required("shared_expert_intermediate_size"),
                 shared_expert_gate=True,
             )
-    elif model_type == "olmo2":  # (dense; with attention_bias, o_proj's too)
+    elif model_type in ("olmo2", "olmo3"):  # (dense; with attention_bias, o_proj's too)
         out.update(o_proj_bias=attn["attention_bias"])
     elif model_type == "gpt_oss":
         # transformers' GptOssTopKRouter (biased logits, softmax over the top k) and

@@ -44,11 +44,11 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         return {}
     if model_type in no_window:
         return none
-    per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe", "gpt_oss", "dots1")
+    per_layer = model_type in ("qwen2", "qwen3", "qwen2_moe", "gpt_oss", "dots1", "olmo3")
     window = f.get("sliding_window")
     layer_types = f.hf.get("layer_types") if per_layer else None
     # (no use_sliding_window switch)
-    always = ("mistral", "ministral3", "mixtral", "gpt_oss", "dots1")
+    always = ("mistral", "ministral3", "mixtral", "gpt_oss", "dots1", "olmo3")
     if model_type not in always and not f.get("use_sliding_window"):
         window = None  # transformers' config sets it so
     if window is None:
@@ -65,6 +65,8 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         first = f.get("max_window_layers")
         if model_type == "gpt_oss":
             sliding = [i % 2 == 0 for i in range(num_layers)]
+        elif model_type == "olmo3":  # (every fourth layer global)
+            sliding = [(i + 1) % 4 != 0 for i in range(num_layers)]
         elif model_type == "qwen2_moe":
             sliding = [i % 2 == 0 and i < first for i in range(num_layers)]
         else:

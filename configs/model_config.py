@@ -177,9 +177,11 @@ class ModelConfig:
     embedding_multiplier: float = 1.0
     # AFMoE (Arcee Trinity): each block's output RMS-normed too before it joins the stream
     # (layers' "attn_post_norm" and "mlp_post_norm"), besides the norms before the blocks;
-    # FlexOlmo (OLMo 2's layers): those alone, no norm before the blocks (pre_norms False).
+    # OLMo 2's layers: those alone, no norm before the blocks (pre_norms False). OLMo 3:
+    # rope_scaling on the full-attention layers alone (windowed ones: plain RoPE).
     sandwich_norms: bool = False
     pre_norms: bool = True
+    rope_scaling_full_only: bool = False
     residual_multiplier: float = 1.0
     attention_multiplier: float = 0.0
     logits_scaling: float = 1.0
@@ -582,7 +584,7 @@ class ModelConfig:
         cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
         bf16 model's elements. AFMoE's, FlexOlmo's and OLMo 2's too."""
-        scaled = ("gpt_oss", "afmoe", "gemma4_text", "flex_olmo", "olmo2")
+        scaled = ("gpt_oss", "afmoe", "gemma4_text", "flex_olmo", "olmo2", "olmo3")
         return self.model_type in scaled or self.norm_zero_centered or self.is_dsv4
 
     @property

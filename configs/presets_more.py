@@ -1,14 +1,14 @@
 """Presets of Upstage Solar Open (transformers' solar_open: Llama's attention, GLM-4.5's MoE on
 every layer), LG K-EXAONE (exaone_moe) and EXAONE 4.0 (exaone4), Arcee's AFMoE (afmoe),
 inclusionAI's Ling 2.5 (bailing_hybrid), IBM Granite 3's MoE (granitemoe, granitemoeshared)
-and AllenAI's FlexOlmo (flex_olmo) and OLMo 2 (olmo2): the test-size models of
+and AllenAI's FlexOlmo (flex_olmo), OLMo 2 (olmo2) and OLMo 3 (olmo3): the test-size models of
 tests/fixtures/<arch> (tests/test_hf_config.py reads each config.json back to its preset)
 and the shapes of Solar-Open-100B and Ling 3 Flash (the others' real ones come from their
 config.json: transformers' defaults are not them)."""
 
 from __future__ import annotations
 
-from configs.model_config import ModelConfig
+from configs.model_config import ModelConfig, RopeScaling
 from configs.presets_tiny import TINY
 
 MORE: dict[str, ModelConfig] = {}
@@ -274,4 +274,19 @@ MORE["tiny-olmo2"] = ModelConfig(
     pre_norms=False,
     bos_token_id=1,
     eos_token_ids=(2,),
+)
+# tests/fixtures/olmo3: AllenAI's OLMo 3 (dense): tiny-olmo2's layers (4, no biases), an
+# 8-key window on three layers of four, YaRN (x8 over 256 positions, theta 5e5) on the
+# fourth, full-attention one, plain RoPE on the windowed ones.
+MORE["tiny-olmo3"] = MORE["tiny-olmo2"].replace(
+    name="tiny-olmo3",
+    model_type="olmo3",
+    num_layers=4,
+    attention_bias=False,
+    o_proj_bias=False,
+    rope_theta=500000.0,
+    rope_scaling=RopeScaling(rope_type="yarn", factor=8.0, original_max_position_embeddings=256),
+    rope_scaling_full_only=True,
+    sliding_window=8,
+    full_attention_layers=(3,),
 )

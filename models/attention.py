@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from configs.model_config import ModelConfig
+from configs.model_config import ModelConfig, RopeScaling
 from models.layers import model_norm, rms_norm
 from models.lora import add
 from models.rope import (
@@ -71,7 +71,10 @@ def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array, p: dict | None =
     if cfg.sliding_rope_theta or cfg.rope_proportional:
         return apply_rope(x, positions, gemma4_frequencies(cfg, layer, x.shape[-1]))
     dim = rope_dim(cfg)
-    inv_freq, attention_factor = _frequencies(cfg, p or {})
+    if cfg.rope_scaling_full_only and cfg.attention_window(layer) is not None:  # (OLMo 3)
+        inv_freq, attention_factor = rope_frequencies(cfg.rope_theta, dim, RopeScaling())
+    else:
+        inv_freq, attention_factor = _frequencies(cfg, p or {})
     if dim == x.shape[-1]:
         return apply_rope(x, positions, inv_freq, attention_factor, rope_layout(cfg))
     rotated = apply_rope(x[..., :dim], positions, inv_freq, attention_factor, rope_layout(cfg))

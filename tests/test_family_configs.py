@@ -1,6 +1,7 @@
 """IBM Granite 3's MoE configs (transformers' granitemoe and granitemoeshared), AllenAI's
-FlexOlmo (flex_olmo) and OLMo 2 (olmo2) and LG's EXAONE 4.0 (exaone4) read as served: the
-fixtures' HF parity is tests/test_hf_parity.py's; here, the fields around them."""
+FlexOlmo (flex_olmo), OLMo 2 (olmo2) and OLMo 3 (olmo3), and LG's EXAONE 4.0 (exaone4) read
+as served: the fixtures' HF parity is tests/test_hf_parity.py's; here, the fields around
+them."""
 
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ def test_unrepresented_granite_moe_fields_are_refused_by_name():
             config_from_hf({**_hf(arch), **change})
 
 
-@pytest.mark.parametrize("arch, ffn", [("flex_olmo", "moe"), ("olmo2", "mlp"), ("exaone4", "mlp")])
+@pytest.mark.parametrize(
+    "arch, ffn", [("flex_olmo", "moe"), ("olmo2", "mlp"), ("olmo3", "mlp"), ("exaone4", "mlp")]
+)
 def test_olmo2_layers_norm_the_blocks_outputs_alone(arch, ffn):
     """OLMo 2's layers (FlexOlmo's, EXAONE 4.0's) have no norm before a block: the param tree
     and the checkpoint names hold the outputs' norms only (every norm scaled in float32 in
@@ -96,3 +99,25 @@ def test_exaone4_windows_and_positions():
     ]:
         with pytest.raises(ValueError, match=match):
             config_from_hf({**hf, **change})
+
+
+def test_olmo3_rope_per_layer_kind():
+    """OLMo 3's RoPE per layer kind: the full layers' (YaRN in the fixture) is the model's,
+    the windowed layers' plain at the same theta (rope_scaling_full_only); the legacy form
+    (rope_scaling and rope_theta at the top) reads the same; anything else refused by name.
+    Without a window every layer is global; the default layer kinds every fourth global."""
+    hf = _hf("olmo3")
+    cfg = config_from_hf(hf)
+    assert cfg.rope_scaling_full_only and cfg.rope_scaling.rope_type == "yarn"
+    assert (cfg.rope_theta, cfg.sliding_window, cfg.full_attention_layers) == (5e5, 8, (3,))
+    full = hf["rope_parameters"]["full_attention"]
+    legacy = {**hf, "rope_parameters": None, "rope_theta": 5e5, "rope_scaling": full}
+    assert config_from_hf(legacy).replace(name=cfg.name) == cfg
+    no_kinds = config_from_hf({k: v for k, v in hf.items() if k != "layer_types"})
+    assert no_kinds.replace(name=cfg.name) == cfg
+    plain = config_from_hf({**hf, "sliding_window": None, "layer_types": None})
+    assert (plain.sliding_window, plain.full_attention_layers) == (None, ())
+    for sliding in (dict(rope_type="yarn", factor=8.0), dict(rope_type="default", rope_theta=1e4)):
+        params = {**hf["rope_parameters"], "sliding_attention": sliding}
+        with pytest.raises(ValueError, match="rope_parameters.sliding_attention="):
+            config_from_hf({**hf, "rope_parameters": params})

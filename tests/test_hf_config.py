@@ -44,7 +44,8 @@ ARCHS = (
     "qwen3_5_moe",
     "qwen3_5",
     *("deepseek_v4", "solar_open", "exaone_moe", "afmoe", "gemma4", "gemma4_dense"),
-    *("bailing_hybrid", "granitemoe", "granitemoeshared", "flex_olmo", "exaone4", "olmo2"),
+    *("bailing_hybrid", "granitemoe", "granitemoeshared", "flex_olmo", "exaone4"),
+    *("olmo2", "olmo3"),
     *("nemotron_h", "nemotron_h_latent", "granitemoehybrid", "granitemoehybrid_dense"),
 )
 # Fields that describe tokens or storage rather than the network.

@@ -74,6 +74,7 @@ ARCHS = {
     "flex_olmo": "tiny-flex-olmo",  # OLMoE's attention and router, outputs normed alone
     "exaone4": "tiny-exaone4",  # dense: K-EXAONE's attention in FlexOlmo's layers
     "olmo2": "tiny-olmo2",  # dense: FlexOlmo's layers, biases on q, k, v and o
+    "olmo3": "tiny-olmo3",  # and windows, YaRN on the full-attention layer alone
     "solar_open": "tiny-solar-open",  # Llama's attention, GLM-4.5's MoE on every layer
     "exaone_moe": "tiny-exaone-moe",  # windowed RoPE layers, a global one without positions
     "afmoe": "tiny-afmoe",  # as K-EXAONE's, gated attention output, norms after the blocks
