@@ -35,8 +35,8 @@ demo: setup
 
 # tests/run_files.sh runs one pytest process per test file, TEST_JOBS at a time (why: its
 # header), longest first so the two workers finish close together: FIRST_TESTS and
-# LATER_TESTS by their time in a full run (49th session, 2 cores: test_sharding_mesh ~265 s,
-# test_engine ~180 s, test_scripts ~185 s ...; test_mtp first, as test_scripts' MTP run
+# LATER_TESTS by their time in a full run (50th session, 2 cores: test_engine ~190 s,
+# test_sharding_mesh ~172 s, test_hf_parity ~124 s, test_scripts ~122 s ...; test_mtp first, as test_scripts' MTP run
 # reuses its programs, test_engine after the mesh test, whose one-device runs it shares,
 # and test_eplb after both: four of its six base engines are mesh-test layouts, whose
 # programs the run's compilation cache then holds), then any file not listed.
