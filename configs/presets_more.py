@@ -199,81 +199,68 @@ MORE["tiny-granitemoeshared"] = MORE["tiny-granitemoe"].replace(
     num_shared_experts=1,
     shared_intermediate_size=32,
 )
-# tests/fixtures/flex_olmo: AllenAI's FlexOlmo: 3 layers 64 wide, 4 heads over 2 KV heads of
-# 16 (RoPE theta 5e5, q/k RMSNorms over all heads' channels), top-2 of 8 SwiGLU experts 24
-# wide (softmax over all, not renormalized); each block's output normed, nothing before it.
-MORE["tiny-flex-olmo"] = ModelConfig(
-    name="tiny-flex-olmo",
-    model_type="flex_olmo",
-    vocab_size=512,
-    hidden_size=64,
+
+
+def _post_normed(name: str, model_type: str, **fields) -> ModelConfig:
+    """A test-size model of OLMo 2's layers (each block's output normed, nothing before it):
+    4 heads over 2 KV heads of 16 with q/k RMSNorms, 64 wide."""
+    return ModelConfig(
+        name=name,
+        model_type=model_type,
+        vocab_size=512,
+        hidden_size=64,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        max_position_embeddings=2048,
+        qk_norm=True,
+        sandwich_norms=True,
+        pre_norms=False,
+        bos_token_id=1,
+        eos_token_ids=(2,),
+        **fields,
+    )
+
+
+# tests/fixtures/flex_olmo: AllenAI's FlexOlmo: 3 layers, RoPE theta 5e5, q/k norms over all
+# heads' channels, top-2 of 8 SwiGLU experts 24 wide (softmax over all, not renormalized).
+MORE["tiny-flex-olmo"] = _post_normed(
+    "tiny-flex-olmo",
+    "flex_olmo",
     num_layers=3,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=16,
     intermediate_size=24,
-    max_position_embeddings=2048,
     rope_theta=500000.0,
-    qk_norm=True,
     qk_norm_full=True,
-    sandwich_norms=True,
-    pre_norms=False,
     num_experts=8,
     num_experts_per_tok=2,
     moe_intermediate_size=24,
     norm_topk_prob=False,
-    bos_token_id=1,
-    eos_token_ids=(2,),
 )
-# tests/fixtures/exaone4: LG's EXAONE 4.0: 4 layers 64 wide, 4 heads over 2 KV heads of 16
-# (q/k RMSNorms per head), an 8-key window with RoPE (theta 1e6) on three layers of four,
-# the fourth global without positions; a SwiGLU MLP 96 wide; each block's output normed,
-# nothing before it.
-MORE["tiny-exaone4"] = ModelConfig(
-    name="tiny-exaone4",
-    model_type="exaone4",
-    vocab_size=512,
-    hidden_size=64,
+# tests/fixtures/exaone4: LG's EXAONE 4.0: 4 layers, q/k norms per head, an 8-key window
+# with RoPE (theta 1e6) on three layers of four, the fourth global without positions; a
+# SwiGLU MLP 96 wide.
+MORE["tiny-exaone4"] = _post_normed(
+    "tiny-exaone4",
+    "exaone4",
     num_layers=4,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=16,
     intermediate_size=96,
     rms_norm_eps=1e-5,
-    max_position_embeddings=2048,
     rope_theta=1000000.0,
-    qk_norm=True,
     sliding_window=8,
     full_attention_layers=(3,),
     nope_layers=(3,),
-    sandwich_norms=True,
-    pre_norms=False,
-    bos_token_id=1,
-    eos_token_ids=(2,),
 )
-# tests/fixtures/olmo2: AllenAI's OLMo 2 (dense): 3 layers 64 wide, 4 heads over 2 KV heads
-# of 16 with biases on q, k, v and o, q/k RMSNorms over all heads' channels, a SwiGLU MLP
-# 96 wide; each block's output normed, nothing before it.
-MORE["tiny-olmo2"] = ModelConfig(
-    name="tiny-olmo2",
-    model_type="olmo2",
-    vocab_size=512,
-    hidden_size=64,
+# tests/fixtures/olmo2: AllenAI's OLMo 2 (dense): 3 layers, biases on q, k, v and o, q/k
+# norms over all heads' channels, a SwiGLU MLP 96 wide.
+MORE["tiny-olmo2"] = _post_normed(
+    "tiny-olmo2",
+    "olmo2",
     num_layers=3,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=16,
     intermediate_size=96,
     rms_norm_eps=1e-5,
-    max_position_embeddings=2048,
     attention_bias=True,
     o_proj_bias=True,
-    qk_norm=True,
     qk_norm_full=True,
-    sandwich_norms=True,
-    pre_norms=False,
-    bos_token_id=1,
-    eos_token_ids=(2,),
 )
 # tests/fixtures/olmo3: AllenAI's OLMo 3 (dense): tiny-olmo2's layers (4, no biases), an
 # 8-key window on three layers of four, YaRN (x8 over 256 positions, theta 5e5) on the
