@@ -620,6 +620,7 @@ def _dtype(hf: dict, dtype: str | None) -> str:
 # biases off (Qwen2: q/k/v biases on, handled) and ignore the field, so it is ignored here too.
 _HONOURS_ATTENTION_BIAS = (
     *LINEAR_MODEL_TYPES,
+    *GRANITE_MOES,
     KIMI_LINEAR,
     "llama",
     "llama4_text",

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from configs.hf_moe import v3_router_fields
+from configs.hf_olmo import POST_NORMED
 
 EXAONE_MOE, EXAONE4 = "exaone_moe", "exaone4"
 EXAONE_TYPES = (EXAONE_MOE, EXAONE4)
@@ -75,7 +76,7 @@ def exaone_fields(f: Any, model_type: str) -> dict:
     `f` is hf_config._Fields."""
     attention = _attention_fields(f)
     if model_type == EXAONE4:
-        return dict(attention, sandwich_norms=True, pre_norms=False)
+        return dict(attention, **POST_NORMED)
     return dict(attention, **_moe_fields(f))
 
 

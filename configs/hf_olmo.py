@@ -40,16 +40,19 @@ OLMO_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 # fmt: on
 OLMO_ALIASES = {FLEX_OLMO: {"num_experts": ("num_local_experts",)}}
+# OLMo 2's layers (FlexOlmo's, OLMo 3's, EXAONE 4.0's): ModelConfig's norm fields.
+POST_NORMED = dict(sandwich_norms=True, pre_norms=False)
 
 
 def olmo_fields(model_type: str) -> dict:
     """The layers' norms (ModelConfig fields), beside _gqa_fields' attention and experts."""
-    return dict(sandwich_norms=True, pre_norms=False, rope_scaling_full_only=model_type == OLMO3)
+    return dict(POST_NORMED, rope_scaling_full_only=model_type == OLMO3)
 
 
 def olmo3_rope_source(f: Any) -> dict:
-    """The HF config with its full-attention layers' RoPE as the model's (for
-    hf_config._rope); the windowed layers' checked: plain RoPE at the same rope_theta."""
+    """The HF config with its full-attention layers' RoPE as the model's (hf_config reads
+    it in place of the config); the windowed layers' checked: plain RoPE at the same
+    rope_theta."""
     params = f.hf.get("rope_parameters")
     if not isinstance(params, dict) or not {"full_attention", "sliding_attention"} & set(params):
         return f.hf  # (legacy rope_scaling: the full layers'; rope_theta: both kinds')

@@ -593,7 +593,7 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
     }
     if cfg.model_type == "gemma4_text":
         names.update(_gemma4_names(cfg, layer, at, moe))
-    elif not cfg.pre_norms:  # (FlexOlmo: the blocks' outputs normed, nothing before them)
+    elif not cfg.pre_norms:  # (OLMo 2's layers: the blocks' outputs normed, nothing before)
         names = {
             f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("attn_post_norm",)),
             f"{layer}.post_feedforward_layernorm.weight": _vector(d, at + ("mlp_post_norm",)),

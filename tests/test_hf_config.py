@@ -41,11 +41,9 @@ ARCHS = (
     "glm4v_moe",
     "qwen3_next",
     "kimi_linear",
-    "qwen3_5_moe",
-    "qwen3_5",
+    *("qwen3_5_moe", "qwen3_5", "olmo2", "olmo3"),
     *("deepseek_v4", "solar_open", "exaone_moe", "afmoe", "gemma4", "gemma4_dense"),
     *("bailing_hybrid", "granitemoe", "granitemoeshared", "flex_olmo", "exaone4"),
-    *("olmo2", "olmo3"),
     *("nemotron_h", "nemotron_h_latent", "granitemoehybrid", "granitemoehybrid_dense"),
 )
 # Fields that describe tokens or storage rather than the network.
