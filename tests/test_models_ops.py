@@ -311,6 +311,46 @@ def test_moe_block_matches_naive_loop(case):
         assert np.array_equal(np.sort(np.asarray(experts), -1), np.sort(want_experts, -1))
 
 
+def test_a_steps_padding_tokens_read_only_the_real_tokens_experts(monkeypatch):
+    """A one-token decode runs in runner.TOKEN_FLOOR rows: the padding rows reach the routed
+    experts as row 0's experts at weight 0 (no expert weights read for them alone), and the
+    tokens stay transformers' (tests/fixtures/qwen3_moe)."""
+    import json
+
+    from engine import LLM, SamplingParams
+    from engine import step as step_mod
+
+    calls, real = [], step_mod.routed_for
+
+    def spy_for(cfg):
+        inner = real(cfg)
+
+        def spy(p_moe, x, weights, experts, **kw):
+            record = lambda w, e: calls.append((np.asarray(w), np.asarray(e)))  # noqa: E731
+            jax.debug.callback(record, weights, experts)
+            return inner(p_moe, x, weights, experts, **kw)
+
+        return spy
+
+    fixture = pathlib.Path(__file__).parent / "fixtures" / "qwen3_moe"
+    ref = json.loads((fixture / "reference.json").read_text())
+    monkeypatch.setattr(step_mod, "routed_for", spy_for)
+    step_mod.make_step.cache_clear()  # traced here with the spy, and not kept after
+    try:
+        llm = LLM(model=str(fixture), max_num_seqs=1, num_pages=8, max_model_len=64)
+        (out,) = llm.generate(ref["prompts"][:1], SamplingParams(max_tokens=3, temperature=0.0))
+    finally:
+        step_mod.make_step.cache_clear()
+    assert out.token_ids == ref["greedy_tokens"][0][:3]
+    # 5 prompt tokens, then 1 per decode step, each padded to 8 rows; one call per MoE layer
+    padded = [(w, e) for w, e in calls if w.shape[0] == 8]
+    assert len(padded) == len(calls) > 0
+    for w, e in padded:
+        pad = ~(w > 0).any(axis=1)
+        assert pad.sum() in (3, 7)  # (the prefill's, a decode's)
+        assert (e[pad] == e[0]).all() and (w[pad] == 0).all()
+
+
 def test_noaux_tc_never_picks_an_expert_outside_the_kept_groups():
     # Negative correction biases make every kept expert's choice score negative: masked
     # experts must still lose (-inf, as HF 5.24's DeepseekV3TopkRouter and DeepSeek's

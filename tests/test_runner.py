@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from engine.runner import SEQ_FLOOR, Buckets, PageRows, pack
+from engine.runner import SEQ_FLOOR, TOKEN_FLOOR, Buckets, PageRows, pack
 from engine.sampling_params import SamplingParams
 
 
@@ -22,7 +22,7 @@ def _walk(buckets: Buckets, max_tokens: int, max_seqs: int) -> set[tuple[int, in
             assert t_pad & (t_pad - 1) == 0 and s_pad & (s_pad - 1) == 0, (n, s)
             assert n <= t_pad <= buckets.max_tokens and s <= s_pad <= min(t_pad, buckets.max_seqs)
             # Padding stays under 2x, except up to the floors.
-            assert t_pad < 2 * n or t_pad == buckets.min_rows, (n, s)
+            assert t_pad < 2 * n or t_pad <= max(TOKEN_FLOOR, buckets.min_rows), (n, s)
             assert s_pad < 2 * s or s_pad <= max(SEQ_FLOOR, buckets.min_rows), (n, s)
             seen.add((t_pad, s_pad))
     return seen
@@ -41,13 +41,16 @@ def test_every_batch_lands_in_a_bucket_and_every_bucket_is_reachable(
     assert len(buckets.pairs) == len(set(buckets.pairs))
 
 
-def test_the_default_engine_limits_give_33_buckets():
-    # S = T for T <= 8 (4 pairs); then S in 8..T: T = 16 has 2, T = 32 has 3, and each of
-    # T = 64 .. 2048 (6 sizes) has S in 8, 16, 32, 64. Without the floor it was 63 pairs.
+def test_the_default_engine_limits_give_30_buckets():
+    # T >= 8 (runner.TOKEN_FLOOR): T = 8 has S = 8, T = 16 has S in 8, 16, T = 32 three,
+    # and each of T = 64 .. 2048 (6 sizes) S in 8, 16, 32, 64. Without the floors it was 63
+    # pairs; with the S floor alone 33 (T = 1, 2, 4 with S = T too).
     buckets = Buckets(2048, 64, pages_per_seq=1)
-    assert len(buckets.pairs) == 4 + 2 + 3 + 6 * 4
-    assert buckets.pick(1, 1) == (1, 1)
-    assert buckets.pick(5, 2) == (8, 8)
+    assert len(buckets.pairs) == 1 + 2 + 3 + 6 * 4
+    assert buckets.pick(1, 1) == buckets.pick(5, 2) == buckets.pick(8, 8) == (8, 8)
+    # A smaller budget is its own floor; given token_buckets are taken as they are.
+    assert Buckets(4, 4, pages_per_seq=1).pairs == [(4, 4)]
+    assert Buckets(64, 8, 1, token_buckets=(1, 64)).pick(1, 1) == (1, 1)
     assert buckets.pick(100, 1) == (128, 8)
     assert buckets.pick(100, 9) == (128, 16)
 
@@ -135,13 +138,14 @@ def test_pack_with_carried_page_rows_equals_pack_without():
 
 def test_pack_lays_out_a_mixed_step_by_hand():
     # A fed decode at position 20 (pages 7, 2 of 16 tokens) and a 3-token chunk at positions
-    # 15..17 that crosses from page 4 into page 9: 4 tokens and 2 sequences, padded to 4 each.
+    # 15..17 that crosses from page 4 into page 9: 4 tokens and 2 sequences, padded to 4 each
+    # (a 4-token bucket given: by default T >= runner.TOKEN_FLOOR).
     decode = _item("a", [7, 2], 20, 1)
     decode.feed_index = 3
     decode.sampling_params = SamplingParams(temperature=0.5, seed=11, min_p=0.1)
     chunk = _item("b", [4, 9], 15, 3)
     chunk.token_ids, chunk.num_generated = (101, 102, 103), 2
-    batch = pack([decode, chunk], 16, Buckets(64, 8, pages_per_seq=3))
+    batch = pack([decode, chunk], 16, Buckets(64, 8, pages_per_seq=3, token_buckets=(4, 64)))
     expect = dict(
         token_ids=[5, 101, 102, 103],
         positions=[20, 15, 16, 17],
@@ -185,7 +189,7 @@ def test_pack_lays_out_a_hybrid_models_window_table_by_hand():
     decode.window_page_ids = (1, 5)  # page 1 is behind its window, still in the table
     chunk = _item("b", [4, 9], 15, 3)
     chunk.window_page_ids = (0, 3)
-    buckets = Buckets(64, 8, pages_per_seq=3, window_tables=True)
+    buckets = Buckets(64, 8, pages_per_seq=3, window_tables=True, token_buckets=(4, 64))
     rows = PageRows("window_page_ids")
     batch = pack([decode, chunk], 16, buckets, window_rows=rows)
     assert batch.slot_mapping.tolist() == [2 * 16 + 4, 4 * 16 + 15, 9 * 16 + 0, 9 * 16 + 1]
