@@ -61,7 +61,7 @@ def next_pow2(n: int) -> int:
 # lm_head and sampler row each (on a GPU 8 lm_head rows read the same weights as 1; on CPU
 # ~1 ms per step, docs/benchmarks.md "Step buckets"), and the floor drops the S = 1, 2, 4
 # variants of every larger T: at the defaults (2048 tokens, 64 sequences) 33 buckets
-# instead of 63, about half the compilations to warm up.
+# instead of 63, about half the compilations to warm up (30 with TOKEN_FLOOR).
 SEQ_FLOOR = 8
 # And its tokens to at least this many (or the budget's bucket, if fewer): a decode of one
 # to eight sequences runs one program, not four (T = 1, 2, 4, 8), as the smallest of
