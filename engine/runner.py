@@ -61,16 +61,15 @@ def next_pow2(n: int) -> int:
 # lm_head and sampler row each (on a GPU 8 lm_head rows read the same weights as 1; on CPU
 # ~1 ms per step, docs/benchmarks.md "Step buckets"), and the floor drops the S = 1, 2, 4
 # variants of every larger T: at the defaults (2048 tokens, 64 sequences) 33 buckets
-# instead of 63, about half the compilations to warm up (29 with TOKEN_FLOOR).
+# instead of 63, about half the compilations to warm up (30 with TOKEN_FLOOR).
 SEQ_FLOOR = 8
-# And its tokens to at least this many (or the budget's bucket, if fewer): a decode of up
-# to 16 sequences and a short prefill chunk run one program, not five (T = 1, 2, 4, 8,
-# 16). On a GPU a matmul of 16 rows reads the weights 1 row does and stays far below the
-# ridge point (bf16 on an H200: ~200 rows); padding tokens belong to no sequence (no KV
-# written, no attention) and their MoE rows take a real token's experts (engine/step.py),
-# so they read no weights of their own. On CPU: four compilations fewer per engine whose
-# traffic reaches them (docs/benchmarks.md "A token floor").
-TOKEN_FLOOR = 16
+# And its tokens to at least this many (or the budget's bucket, if fewer): a decode of one
+# to eight sequences runs one program, not four (T = 1, 2, 4, 8), as the smallest of
+# vLLM's cudagraph sizes cover several batch sizes. On a GPU 8 rows of a weight-read-bound
+# matmul cost what 1 does, padding tokens own no KV, and their MoE rows take a real
+# token's experts (engine/step.py), so no extra expert weights are read; on CPU the
+# compile of three programs per engine saved (docs/benchmarks.md "A token floor").
+TOKEN_FLOOR = 8
 # Async scheduling feeds a step the tokens the previous one sampled as a fixed-size vector
 # (StepBatch.prev_tokens) of this many rows or the largest S, if more: engines that differ
 # only in their token budget (which caps max_num_seqs) then share their compiled steps.

@@ -233,8 +233,8 @@ def test_compilations_are_bounded_by_the_buckets():
     stats = llm.stats()
     # Each shape bucket compiled exactly once, and there are few of them.
     assert stats["num_compiles"] == stats["num_step_shapes"] <= stats["num_buckets"]
-    # T in 16, 32, 64 (runner.TOKEN_FLOOR = 16) with S in 8, 16 (runner.SEQ_FLOOR = 8).
-    assert stats["num_buckets"] == 3 * 2
+    # T = S = 8 (runner.TOKEN_FLOOR); T in 16, 32, 64 with S in 8, 16 (runner.SEQ_FLOOR).
+    assert stats["num_buckets"] == 1 + 3 * 2
 
 
 @pytest.mark.parametrize(

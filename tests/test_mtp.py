@@ -41,7 +41,7 @@ SPEC = {"method": "mtp", "num_speculative_tokens": K}
 # 35 prompt tokens in steps of 16: the two longer prompts are chunked, beside decodes.
 # Sequences of at most 128 tokens: a page table one KV block wide, whose attention compiles
 # without loops (the steps compile ~20% faster than at the fixtures' 2,048). Every step
-# padded to 16 tokens (token_buckets, here runner.TOKEN_FLOOR's too): one program.
+# padded to 16 tokens (token_buckets): one program to compile, not two (8, 16).
 ENGINE = dict(
     max_num_seqs=4,
     max_num_batched_tokens=16,

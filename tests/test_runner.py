@@ -41,14 +41,13 @@ def test_every_batch_lands_in_a_bucket_and_every_bucket_is_reachable(
     assert len(buckets.pairs) == len(set(buckets.pairs))
 
 
-def test_the_default_engine_limits_give_29_buckets():
-    # T >= 16 (runner.TOKEN_FLOOR): T = 16 has S in 8, 16, T = 32 three, and each of T = 64
-    # .. 2048 (6 sizes) S in 8, 16, 32, 64. Without the floors it was 63 pairs; with the S
-    # floor alone 33 (T = 1, 2, 4, 8 with S = T too).
+def test_the_default_engine_limits_give_30_buckets():
+    # T >= 8 (runner.TOKEN_FLOOR): T = 8 has S = 8, T = 16 has S in 8, 16, T = 32 three,
+    # and each of T = 64 .. 2048 (6 sizes) S in 8, 16, 32, 64. Without the floors it was 63
+    # pairs; with the S floor alone 33 (T = 1, 2, 4 with S = T too).
     buckets = Buckets(2048, 64, pages_per_seq=1)
-    assert len(buckets.pairs) == 2 + 3 + 6 * 4
-    assert buckets.pick(1, 1) == buckets.pick(5, 2) == buckets.pick(16, 8) == (16, 8)
-    assert buckets.pick(9, 9) == (16, 16)
+    assert len(buckets.pairs) == 1 + 2 + 3 + 6 * 4
+    assert buckets.pick(1, 1) == buckets.pick(5, 2) == buckets.pick(8, 8) == (8, 8)
     # A smaller budget is its own floor; given token_buckets are taken as they are.
     assert Buckets(4, 4, pages_per_seq=1).pairs == [(4, 4)]
     assert Buckets(64, 8, 1, token_buckets=(1, 64)).pick(1, 1) == (1, 1)

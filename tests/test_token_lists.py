@@ -354,7 +354,7 @@ def test_each_list_width_compiles_once_per_step_shape(llama):
         llama.generate([prompt], SamplingParams(max_tokens=4, ignore_eos=True, **kw))
         return llama.stats()["num_compiles"] - before
 
-    compiles()  # the plain step's one bucket (the prefill's 7 tokens and decodes: T = 16)
+    compiles()  # the plain step's one bucket (the prefill's 7 tokens and decodes: T = 8)
     # Widths 32 and 64, which no other test here uses (this engine is shared).
     assert compiles(allowed_token_ids=range(20)) == 1  # one variant per bucket
     assert compiles(allowed_token_ids=range(32), logit_bias={3: 1.0}) == 0  # still 32
