@@ -63,12 +63,16 @@ def next_pow2(n: int) -> int:
 # variants of every larger T: at the defaults (2048 tokens, 64 sequences) 33 buckets
 # instead of 63, about half the compilations to warm up (30 with TOKEN_FLOOR).
 SEQ_FLOOR = 8
-# And its tokens to at least this many (or the budget's bucket, if fewer): a decode of one
-# to eight sequences runs one program, not four (T = 1, 2, 4, 8), as the smallest of
-# vLLM's cudagraph sizes cover several batch sizes. On a GPU 8 rows of a weight-read-bound
-# matmul cost what 1 does, padding tokens own no KV, and their MoE rows take a real
-# token's experts (engine/step.py), so no extra expert weights are read; on CPU the
-# compile of three programs per engine saved (docs/benchmarks.md "A token floor").
+# And its tokens to at least this many (or the largest T or S, if fewer): a decode of one
+# to eight sequences runs one program, not four (T = 1, 2, 4, 8), as a CUDA-graph capture
+# size serves every batch up to it. On a GPU 8 rows of a weight-read-bound matmul cost
+# what 1 does, padding tokens belong to no sequence (no KV written, no attention), and
+# their MoE rows take a real token's experts (engine/step.py), so they read no weights of
+# their own. Not above SEQ_FLOOR (nor the largest S): a decode-only step is told by its
+# bucket alone (T <= S: the decode tilings, the Mosaic MLA decode kernel, the linear
+# attention's row-at-a-time rule), which a 16-token floor over 8 rows would lose for every
+# decode of up to 8 sequences. On CPU: three compilations fewer per engine whose traffic
+# reaches them (docs/benchmarks.md "A token floor").
 TOKEN_FLOOR = 8
 # Async scheduling feeds a step the tokens the previous one sampled as a fixed-size vector
 # (StepBatch.prev_tokens) of this many rows or the largest S, if more: engines that differ
@@ -79,12 +83,12 @@ FEED_ROWS_FLOOR = 64
 class Buckets:
     """Padded shapes: tokens T and sequences S each round up to a power of two.
 
-    T is at least min(TOKEN_FLOOR, the largest T) and S at least min(T, SEQ_FLOOR, the
-    largest S), never more than T. Every step compiles for one (T, S) pair, so the number
-    of compilations is at most `len(pairs)`, however the traffic mixes decodes and prefill
-    chunks. The page table width P is fixed (max_model_len
-    / page_size): it is small and the attention loop bound is traced, so a fixed P costs
-    nothing at run time.
+    T is at least min(TOKEN_FLOOR, the largest T, the largest S) and S at least min(T,
+    SEQ_FLOOR, the largest S), never more than T: a decode-only batch lands where T <= S.
+    Every step compiles for one (T, S) pair, so the number of compilations is at most
+    `len(pairs)`, however the traffic mixes decodes and prefill chunks. The page table
+    width P is fixed (max_model_len / page_size): it is small and the attention loop bound
+    is traced, so a fixed P costs nothing at run time.
 
     `token_buckets` (LLM's option) picks the T sizes: fewer programs to compile (warm-up,
     tests) for more padding, as vLLM's cudagraph capture sizes and JetStream's prefill
@@ -121,7 +125,7 @@ class Buckets:
         self.pages_per_seq = pages_per_seq
         self.window_tables, self.state_slots = window_tables, state_slots
         self.state_layout = state_layout
-        floor = min(TOKEN_FLOOR, self.max_tokens)
+        floor = min(TOKEN_FLOOR, self.max_tokens, self.max_seqs)
         self.token_sizes = [t for t in self._sizes(self.max_tokens) if t >= floor]
         if token_buckets is not None:
             self.token_sizes = _token_buckets(token_buckets, max_num_batched_tokens, min_rows)

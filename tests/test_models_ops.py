@@ -337,7 +337,7 @@ def test_a_steps_padding_tokens_read_only_the_real_tokens_experts(monkeypatch):
     monkeypatch.setattr(step_mod, "routed_for", spy_for)
     step_mod.make_step.cache_clear()  # traced here with the spy, and not kept after
     try:
-        llm = LLM(model=str(fixture), max_num_seqs=1, num_pages=8, max_model_len=64)
+        llm = LLM(model=str(fixture), max_num_seqs=8, num_pages=8, max_model_len=64)
         (out,) = llm.generate(ref["prompts"][:1], SamplingParams(max_tokens=3, temperature=0.0))
     finally:
         step_mod.make_step.cache_clear()

@@ -24,6 +24,8 @@ def _walk(buckets: Buckets, max_tokens: int, max_seqs: int) -> set[tuple[int, in
             # Padding stays under 2x, except up to the floors.
             assert t_pad < 2 * n or t_pad <= max(TOKEN_FLOOR, buckets.min_rows), (n, s)
             assert s_pad < 2 * s or s_pad <= max(SEQ_FLOOR, buckets.min_rows), (n, s)
+            if n == s:  # decodes only: a bucket the step can tell as such (T <= S)
+                assert t_pad <= s_pad, (n, s)
             seen.add((t_pad, s_pad))
     return seen
 
@@ -50,6 +52,7 @@ def test_the_default_engine_limits_give_30_buckets():
     assert buckets.pick(1, 1) == buckets.pick(5, 2) == buckets.pick(8, 8) == (8, 8)
     # A smaller budget is its own floor; given token_buckets are taken as they are.
     assert Buckets(4, 4, pages_per_seq=1).pairs == [(4, 4)]
+    assert Buckets(64, 2, pages_per_seq=1).pick(2, 2) == (2, 2)  # at most the largest S
     assert Buckets(64, 8, 1, token_buckets=(1, 64)).pick(1, 1) == (1, 1)
     assert buckets.pick(100, 1) == (128, 8)
     assert buckets.pick(100, 9) == (128, 16)
