@@ -32,8 +32,17 @@ def _run_bench(tmp_path, *extra) -> dict:
     return result
 
 
-def test_bench_kernels_smoke_writes_every_row(tmp_path):
-    result = _run_bench(tmp_path, "--smoke")
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> dict:
+    """One smoke run of the script for both tests below (a run costs ~15 s of Python start
+    and interpret-mode compiles): every table at batches 1 and 2, and the sweep."""
+    return _run_bench(tmp_path_factory.mktemp("bench"), "--smoke", "--sweep", "--batches=1,2")
+
+
+def test_bench_kernels_smoke_writes_every_row(smoke_run):
+    result = dict(smoke_run, rows=[r for r in smoke_run["rows"] if r["kind"] != "sweep"])
+    assert {r.get("batch") for r in result["rows"] if r["kind"] == "decode"} == {1, 2}
+    result["rows"] = [r for r in result["rows"] if r.get("batch", 2) == 2]  # (prefill: none)
     kinds = {(r["kind"], r.get("attn"), r["impl"], r.get("kv")) for r in result["rows"]}
     assert kinds == {
         ("copy", None, "xla", None),
@@ -66,12 +75,12 @@ def test_bench_kernels_smoke_writes_every_row(tmp_path):
     }
 
 
-def test_bench_kernels_sweep_times_every_config_on_the_same_function(tmp_path):
+def test_bench_kernels_sweep_times_every_config_on_the_same_function(smoke_run):
     """--sweep: every tiling is timed at the target shape, the smaller batch and the
     tensor-parallel MLA heads, and every tiling computes the first one's output."""
     from pallas_kernels import benchmark as bk
 
-    result = _run_bench(tmp_path, "--smoke", "--sweep", "--batches=1,2", "--nofp8", "--nobundled")
+    result = smoke_run
     sweep = [r for r in result["rows"] if r["kind"] == "sweep"]
     assert not [r for r in sweep if "error" in r], sweep
     decode = [r for r in sweep if "max_abs_diff_vs_first" in r]
