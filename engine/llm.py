@@ -87,7 +87,8 @@ class LLM(EngineControl):
     the requests' `priority` (lower first). `enable_eplb`, `eplb_config`: redundant experts
     placed by measured load over an ep mesh (engine/eplb.py). `quantization="fp8"`: fp8
     projection weights, a scale per block (models/quantization.py). `token_buckets`: the
-    token counts steps pad to, powers of two (default: all up to the budget's; runner.Buckets).
+    token counts steps pad to, powers of two (default: all from runner.TOKEN_FLOOR up to the
+    budget's; runner.Buckets).
     """
 
     def __init__(

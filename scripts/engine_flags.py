@@ -15,7 +15,7 @@ TOKEN_BUCKETS = flags.DEFINE_list(
     "token_buckets",
     None,
     "Token counts steps pad to, powers of two, e.g. 16,256,2048: fewer programs to compile "
-    "for more padding (default: every power of two up to max_num_batched_tokens).",
+    "for more padding (default: every power of two from 8 up to max_num_batched_tokens).",
 )
 MAX_MODEL_LEN = flags.DEFINE_integer(
     "max_model_len", None, "Longest sequence (default: the model's, or what the script needs)."
