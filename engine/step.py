@@ -319,11 +319,14 @@ def _step_body(
                 experts = eplb.to_physical(p_moe, experts, positions)
                 load = jnp.concatenate([load, expert_load(experts, rows_valid, num_physical)])
             sink.append(load)
-            # Padding rows (discarded) go to row 0's experts at weight 0: they add no
-            # expert to those the real tokens read (a one-token decode padded to
-            # runner.TOKEN_FLOOR rows reads its own k experts' weights alone).
-            experts = jnp.where(rows_valid[:, None], experts, experts[:1])
-            weights = jnp.where(rows_valid[:, None], weights, jnp.zeros_like(weights))
+            if mesh is None:
+                # Padding rows (discarded) go to row 0's experts at weight 0: they add no
+                # expert to those the real tokens read (a one-token decode padded to
+                # runner.TOKEN_FLOOR rows reads its own k experts' weights alone). Not on
+                # a mesh: row 0 lives on one dp shard, and fetching it for the others
+                # would add a collective to every MoE layer.
+                experts = jnp.where(rows_valid[:, None], experts, experts[:1])
+                weights = jnp.where(rows_valid[:, None], weights, jnp.zeros_like(weights))
             return routed_impl(p_moe, x, weights, experts, **kw)
 
         return routed
