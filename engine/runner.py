@@ -67,12 +67,12 @@ SEQ_FLOOR = 8
 # to eight sequences runs one program, not four (T = 1, 2, 4, 8), as a CUDA-graph capture
 # size serves every batch up to it. On a GPU 8 rows of a weight-read-bound matmul cost
 # what 1 does, padding tokens belong to no sequence (no KV written, no attention), and
-# their MoE rows take a real token's experts (engine/step.py), so they read no weights of
-# their own. Not above SEQ_FLOOR (nor the largest S): a decode-only step is told by its
-# bucket alone (T <= S: the decode tilings, the Mosaic MLA decode kernel, the linear
-# attention's row-at-a-time rule), which a 16-token floor over 8 rows would lose for every
-# decode of up to 8 sequences. On CPU: three compilations fewer per engine whose traffic
-# reaches them (docs/benchmarks.md "A token floor").
+# (on one device) their MoE rows take a real token's experts (engine/step.py), so they
+# read no weights of their own. Not above SEQ_FLOOR (nor the largest S): a decode-only
+# step is told by its bucket alone (T <= S: the decode tilings, the Mosaic MLA decode
+# kernel, the linear attention's row-at-a-time rule), which a 16-token floor over 8 rows
+# would lose for every decode of up to 8 sequences. On CPU: three compilations fewer per
+# engine whose traffic reaches them (docs/benchmarks.md "A token floor").
 TOKEN_FLOOR = 8
 # Async scheduling feeds a step the tokens the previous one sampled as a fixed-size vector
 # (StepBatch.prev_tokens) of this many rows or the largest S, if more: engines that differ
