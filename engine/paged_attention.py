@@ -49,7 +49,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from engine import kv_quant
-from models.reductions import fixed_order_sum
+from models.reductions import row_sum
 
 # Query tokens that share one gathered KV block in a prefill chunk, and the KV block of those
 # tiles (decodes use the engine's `kv_block_pages`). Measured: docs/benchmarks.md, "Long
@@ -204,7 +204,7 @@ def _softmax_step(m, denom, s, valid):
     alpha = jnp.exp(m - m_shift)
     p = jnp.exp(s - m_shift[..., None])
     # fixed_order_sum: XLA:CPU's reduce changed a row's sum between T <= 8 and T >= 16.
-    return m_new, alpha, p, alpha * denom + fixed_order_sum(p)
+    return m_new, alpha, p, alpha * denom + row_sum(p)
 
 
 def _init_carry(shape: tuple[int, ...], value_dim: int):

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from engine.batch_invariant import fixed_order_sum
+from models.reductions import row_sum
 
 
 def _float_key(x: jax.Array) -> jax.Array:  # f32 [S, V] -> uint32 [S, V]
@@ -89,10 +89,10 @@ def top_k_top_p_mask(
         mass = jnp.where(keep, jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True)), 0.0)
         # The floor keeps the budget positive, so the top token survives even top_p = 0.
         p = jnp.maximum(top_p, jnp.finfo(jnp.float32).tiny)
-        budget = (p * fixed_order_sum(mass))[:, None]
+        budget = (p * row_sum(mass))[:, None]
 
         def mass_above(t):
-            return fixed_order_sum(jnp.where(keys > t[:, None], mass, 0.0))
+            return row_sum(jnp.where(keys > t[:, None], mass, 0.0))
 
         last = _smallest_key_where(lambda t: mass_above(t) < budget[:, 0], num_rows)
         ahead = mass_above(last)[:, None]
@@ -204,7 +204,7 @@ def sample(
 
 def _shifted_and_log_norm(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
     shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
-    return shifted, jnp.log(fixed_order_sum(jnp.exp(shifted)))
+    return shifted, jnp.log(row_sum(jnp.exp(shifted)))
 
 
 def token_logprobs(logits: jax.Array, ids: jax.Array) -> jax.Array:  # [R, V], [R] -> [R]

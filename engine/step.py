@@ -26,6 +26,7 @@ from engine.sampler import top_logprobs as top_logprobs_of
 from models import deepseek_v4, linear_attention
 from models.attention import mla_absorb_q, mla_latent_to_v
 from models.moe import expert_load, routed_for
+from models.reductions import native_row_sums
 from models.transformer import decoder_layer, final_logits, forward_hidden
 from sharding import eplb
 from sharding.expert_parallel import BOUNDED_MIN_ROWS, make_routed_experts_ep
@@ -196,9 +197,14 @@ def step_impl(
     do: XLA:GPU's default for a float32 dot is TF32, ~1e-3 relative error, which moved
     logprobs 0.2 from HF's on an H200 (fp8-cache test, docs/benchmarks.md). No effect on
     XLA:CPU, nor on bfloat16 models (their float32 router asks for it itself).
+
+    Row sums (norms, softmaxes, log-softmax, top-p mass) are spelled out in a fixed order
+    only in the batch-invariant step; otherwise they are XLA's reduce (models/reductions.py),
+    whose order may follow the batch's shape, as a matmul's does.
     """
     full_f32 = jnp.dtype(cfg.dtype) == jnp.float32
-    with jax.default_matmul_precision("highest" if full_f32 else None):
+    native = not static.get("batch_invariant", False)
+    with jax.default_matmul_precision("highest" if full_f32 else None), native_row_sums(native):
         return _step_body(params, kv, batch, penalty_state, cfg=cfg, **static)
 
 

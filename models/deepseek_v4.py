@@ -52,7 +52,7 @@ from jax import lax
 from configs.model_config import ModelConfig, RopeScaling
 from models.layers import embed, model_norm, rms_norm
 from models.quantization import dequantize_tree
-from models.reductions import fixed_order_mean, fixed_order_sum
+from models.reductions import row_mean, row_sum
 from models.rope import apply_rope, rope_frequencies
 
 __all__ = ["Rows", "V4Inputs", "attention", "forward_hidden", "init_layer_cache", "route"]
@@ -97,7 +97,7 @@ def _f32_scaled(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
 
 def _unweighted_rms(x: jax.Array, eps: float) -> jax.Array:
     """transformers' DeepseekV4UnweightedRMSNorm: x * rsqrt(mean(x^2) + eps), in x's dtype."""
-    var = fixed_order_mean(jnp.square(x.astype(jnp.float32)))[..., None]
+    var = row_mean(jnp.square(x.astype(jnp.float32)))[..., None]
     return x * lax.rsqrt(var + eps).astype(x.dtype)
 
 
@@ -143,10 +143,10 @@ def _hc_mix(p: dict, streams: jax.Array, cfg: ModelConfig):
     comb = _softmax(comb) + eps
 
     def rows(c):  # sum over the last axis, kept
-        return fixed_order_sum(c)[..., None]
+        return row_sum(c)[..., None]
 
     def cols(c):  # over the one before it
-        return fixed_order_sum(jnp.swapaxes(c, -1, -2))[..., None, :]
+        return row_sum(jnp.swapaxes(c, -1, -2))[..., None, :]
 
     def sinkhorn(_, c):
         c = c / (rows(c) + eps)
@@ -162,7 +162,7 @@ def _softmax(s: jax.Array) -> jax.Array:
     """Softmax over the last axis with a fixed-order denominator (-inf entries weigh 0)."""
     m = jnp.max(s, axis=-1, keepdims=True)
     e = jnp.exp(s - jnp.where(m == -jnp.inf, 0.0, m))
-    return e / fixed_order_sum(e)[..., None]
+    return e / row_sum(e)[..., None]
 
 
 def _collapse(weights: jax.Array, streams: jax.Array) -> jax.Array:
@@ -315,7 +315,7 @@ def _pool(
     weights = jnp.swapaxes(_softmax(jnp.swapaxes(gate, 1, 2)), 1, 2)  # over the rows
     weights = weights.astype(dtype).astype(jnp.float32)
     terms = kv.astype(dtype).astype(jnp.float32) * weights
-    pooled = fixed_order_sum(jnp.swapaxes(terms, 1, 2)).astype(dtype)
+    pooled = row_sum(jnp.swapaxes(terms, 1, 2)).astype(dtype)
     return _rope_tail(_f32_scaled(pooled, norm, eps), w * ratio, freqs)
 
 
@@ -452,7 +452,7 @@ def _attend(p, cfg: ModelConfig, x: V4Inputs, cache, meta, rows_meta, ratio, kin
         values = jnp.where(seen[..., None], rows, 0.0)
         grow = jnp.exp(m - m_new)
         acc = acc * grow[..., None] + jnp.einsum("chk,ckd->chd", e, values, precision="highest")
-        return m_new, denom * grow + fixed_order_sum(e), acc
+        return m_new, denom * grow + row_sum(e), acc
 
     def one(q, pos, seq, idx_q, idx_w):  # a chunk of C rows
         table = meta.page_table[seq]  # [C, Pmax]: the entries' pages

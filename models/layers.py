@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from models.lora import add
-from models.reductions import fixed_order_mean
+from models.reductions import row_mean
 
 
 def rms_norm(
@@ -26,7 +26,7 @@ def rms_norm(
     """
     xf = x.astype(jnp.float32)
     # Fixed-order mean: the statistics of a row must not depend on the batch (reductions.py).
-    variance = fixed_order_mean(xf * xf)[..., None]
+    variance = row_mean(xf * xf)[..., None]
     normed = xf * jax.lax.rsqrt(variance + eps)
     if scale_in_float32:
         return ((weight.astype(jnp.float32) + offset) * normed).astype(x.dtype)

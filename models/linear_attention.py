@@ -43,7 +43,7 @@ import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from models.layers import rms_norm
-from models.reductions import fixed_order_mean, fixed_order_sum
+from models.reductions import row_mean, row_sum
 
 # Rows of a span the chunked form takes at once (transformers' and fla's chunk size).
 CHUNK = 64
@@ -149,14 +149,14 @@ def _conv_window(x: jax.Array, prior: jax.Array, seg: Segments, ends: jax.Array)
 def _l2norm(x: jax.Array) -> jax.Array:
     """x / sqrt(sum x^2 + 1e-6) over the last axis, float32 (transformers' l2norm)."""
     x = x.astype(jnp.float32)
-    return x * jax.lax.rsqrt(fixed_order_sum(x * x)[..., None] + 1e-6)
+    return x * jax.lax.rsqrt(row_sum(x * x)[..., None] + 1e-6)
 
 
 def _contract(s: jax.Array, x: jax.Array) -> jax.Array:
     """sum_k s[..., k, v] x[..., k]: [S, Hv, dk, dv] x [S, Hv, dk] -> [S, Hv, dv], summed in
     an order fixed by dk alone (models/reductions.py: the row-by-row rule's results then
     never depend on the batch)."""
-    return fixed_order_sum(jnp.swapaxes(s * x[..., None], -1, -2))
+    return row_sum(jnp.swapaxes(s * x[..., None], -1, -2))
 
 
 _HIGHEST = jax.lax.Precision.HIGHEST  # (float32 state math: never TF32 on a GPU)
@@ -380,7 +380,7 @@ def gated_delta_net(
         else:
             gate = jnp.einsum("tr,rhk->thk", x @ p["wg_a"], p["wg_b"]).astype(jnp.float32)
         of = o.astype(x.dtype).astype(jnp.float32)
-        normed = of * jax.lax.rsqrt(fixed_order_mean(of * of)[..., None] + cfg.rms_norm_eps)
+        normed = of * jax.lax.rsqrt(row_mean(of * of)[..., None] + cfg.rms_norm_eps)
         o = (p["norm"].astype(jnp.float32) * normed * jax.nn.sigmoid(gate)).astype(x.dtype)
     else:
         # The gated norm (transformers' RMSNormGated): normed in float32, cast, times the
@@ -420,9 +420,7 @@ def _mamba_output(p: dict, o: jax.Array, v: jax.Array, x: jax.Array, cfg: ModelC
     z = jnp.einsum("td,dhk->thk", x, p["wz"]).astype(jnp.float32)
     y = y * jax.nn.silu(z)
     grouped = y.reshape(y.shape[0], cfg.linear_num_key_heads, -1)  # [T, G, Hv/G * dv]
-    normed = grouped * jax.lax.rsqrt(
-        fixed_order_mean(grouped * grouped)[..., None] + cfg.rms_norm_eps
-    )
+    normed = grouped * jax.lax.rsqrt(row_mean(grouped * grouped)[..., None] + cfg.rms_norm_eps)
     return p["norm"] * normed.reshape(y.shape).astype(x.dtype)
 
 

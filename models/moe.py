@@ -16,14 +16,14 @@ import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from models.layers import clipped, gelu_tanh, relu2, rms_norm, swiglu_mlp
-from models.reductions import fixed_order_sum
+from models.reductions import row_sum
 
 
 def _softmax(logits: jax.Array) -> jax.Array:  # [T, E] f32 -> [T, E]
     """Softmax whose denominator is a fixed-order sum (a row's weights must not depend on
     the batch; see models/reductions.py)."""
     e = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
-    return e / fixed_order_sum(e)[:, None]
+    return e / row_sum(e)[:, None]
 
 
 def _group_mask(
@@ -34,7 +34,7 @@ def _group_mask(
     grouped = choice.reshape(t, cfg.n_group, e // cfg.n_group)  # [T, G, E/G]
     if cfg.topk_method in ("noaux_tc", "group_top2"):
         # DeepSeek-V3 (and Mistral 4): a group scores the sum of its two best experts.
-        group_scores = fixed_order_sum(jax.lax.top_k(grouped, 2)[0])  # [T, G]
+        group_scores = row_sum(jax.lax.top_k(grouped, 2)[0])  # [T, G]
     else:
         # DeepSeek-V2 group_limited_greedy: a group scores its best expert.
         group_scores = jnp.max(grouped, axis=-1)  # [T, G]
@@ -81,14 +81,14 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
         _, experts = jax.lax.top_k(choice, k)
         weights = jnp.take_along_axis(scores, experts, axis=-1)
         if cfg.norm_topk_prob:
-            weights = weights / (fixed_order_sum(weights)[:, None] + 1e-20)
+            weights = weights / (row_sum(weights)[:, None] + 1e-20)
     else:
         if cfg.topk_method == "group_limited_greedy":
             scores = jnp.where(_group_mask(scores, cfg), scores, 0.0)
         weights, experts = jax.lax.top_k(scores, k)
         # HF 5.24's DeepseekV2TopkRouter ignores norm_topk_prob (False in every released V2).
         if cfg.norm_topk_prob and cfg.model_type != "deepseek_v2":
-            weights = weights / fixed_order_sum(weights)[:, None]
+            weights = weights / row_sum(weights)[:, None]
     weights = weights * cfg.routed_scaling_factor
     if "expert_scale" in p_moe:  # Gemma 4: each chosen expert's learned scale
         weights = weights * p_moe["expert_scale"].astype(jnp.float32)[experts]

@@ -6,12 +6,34 @@ jnp.sum over 1000 values differed between 1..4 and >= 5 rows; qk-norm statistics
 values differed between T = 64 and T = 128 inside the engine step). Spelling the sum out as
 a pairwise tree of elementwise adds makes each row's result depend on that row only, which
 the batch-invariant mode needs; it costs log2(D) elementwise passes.
+
+The model code sums rows with `row_sum` / `row_mean`: the fixed-order tree by default, XLA's
+own reduce inside a `native_row_sums()` block, which the engine's step opens when it is
+compiled without batch invariance (engine/step.py). The tree is a few HLO ops a level; over
+the ~20-40 row sums of a tiny model's step they were ~25% of XLA:CPU's compile time
+(docs/benchmarks.md "Row sums").
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import jax
 import jax.numpy as jnp
+
+# Whether row_sum spells its sums in fixed order (read at trace time).
+_FIXED_ORDER = contextvars.ContextVar("fixed_order_row_sums", default=True)
+
+
+@contextlib.contextmanager
+def native_row_sums(native: bool = True):
+    """While tracing inside it, row_sum / row_mean are XLA's reduce (no batch invariance)."""
+    token = _FIXED_ORDER.set(not native)
+    try:
+        yield
+    finally:
+        _FIXED_ORDER.reset(token)
 
 
 def fixed_order_sum(x: jax.Array) -> jax.Array:  # [..., V] -> [...]
@@ -27,3 +49,12 @@ def fixed_order_sum(x: jax.Array) -> jax.Array:  # [..., V] -> [...]
 
 def fixed_order_mean(x: jax.Array) -> jax.Array:  # [..., V] -> [...]
     return fixed_order_sum(x) / x.shape[-1]
+
+
+def row_sum(x: jax.Array) -> jax.Array:  # [..., V] -> [...]
+    """Sum over the last axis: fixed_order_sum, or XLA's reduce inside native_row_sums()."""
+    return fixed_order_sum(x) if _FIXED_ORDER.get() else jnp.sum(x, axis=-1)
+
+
+def row_mean(x: jax.Array) -> jax.Array:  # [..., V] -> [...]
+    return row_sum(x) / x.shape[-1]
