@@ -203,7 +203,8 @@ def _softmax_step(m, denom, s, valid):
     m_shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
     alpha = jnp.exp(m - m_shift)
     p = jnp.exp(s - m_shift[..., None])
-    # fixed_order_sum: XLA:CPU's reduce changed a row's sum between T <= 8 and T >= 16.
+    # row_sum: fixed-order in the batch-invariant step (XLA:CPU's reduce changed a row's sum
+    # between T <= 8 and T >= 16).
     return m_new, alpha, p, alpha * denom + row_sum(p)
 
 

@@ -4,7 +4,9 @@ Pure jnp and row-independent: a row's token and logprob depend only on its own l
 parameters, seed and step, bitwise, never on the other rows or the batch size, so a request
 reproduces whatever traffic it shares a step with. Every float reduction is therefore either
 exact (max, argmax, integer counts) or spelled out in a fixed order (`fixed_order_sum`,
-`jnp.cumsum`, which lowers to an elementwise scan).
+`jnp.cumsum`, which lowers to an elementwise scan), in every step, batch-invariant or not
+(the model's own row sums are fixed-order only in the batch-invariant step:
+models/reductions.py).
 
 No sort: XLA:CPU sorts a [16, 8192] f32 array in ~40 ms, against ~3 ms for a whole decode
 step of a 20M-parameter model. Top-k and top-p instead find their cut-off value by bisection
@@ -16,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from models.reductions import row_sum
+from models.reductions import fixed_order_sum
 
 
 def _float_key(x: jax.Array) -> jax.Array:  # f32 [S, V] -> uint32 [S, V]
@@ -89,10 +91,10 @@ def top_k_top_p_mask(
         mass = jnp.where(keep, jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True)), 0.0)
         # The floor keeps the budget positive, so the top token survives even top_p = 0.
         p = jnp.maximum(top_p, jnp.finfo(jnp.float32).tiny)
-        budget = (p * row_sum(mass))[:, None]
+        budget = (p * fixed_order_sum(mass))[:, None]
 
         def mass_above(t):
-            return row_sum(jnp.where(keys > t[:, None], mass, 0.0))
+            return fixed_order_sum(jnp.where(keys > t[:, None], mass, 0.0))
 
         last = _smallest_key_where(lambda t: mass_above(t) < budget[:, 0], num_rows)
         ahead = mass_above(last)[:, None]
@@ -204,7 +206,7 @@ def sample(
 
 def _shifted_and_log_norm(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
     shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
-    return shifted, jnp.log(row_sum(jnp.exp(shifted)))
+    return shifted, jnp.log(fixed_order_sum(jnp.exp(shifted)))
 
 
 def token_logprobs(logits: jax.Array, ids: jax.Array) -> jax.Array:  # [R, V], [R] -> [R]

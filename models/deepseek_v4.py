@@ -59,7 +59,7 @@ __all__ = ["Rows", "V4Inputs", "attention", "forward_hidden", "init_layer_cache"
 
 # Query rows whose gathered keys one loop step holds (float32 bytes): a chunk's size follows
 # the shapes and the step's size alone; in the batch-invariant mode INVARIANT_CHUNK rows,
-# whatever the step. (Every sum over a row is fixed-order: models/reductions.py.)
+# whatever the step. (Every sum over a row is a row_sum: fixed-order there, models/reductions.py.)
 GATHER_BYTES = 16 << 20
 INVARIANT_CHUNK = 8
 # Entries one loop step reads for a chunk of rows (an hca layer's attention; a csa layer's

@@ -25,7 +25,8 @@ def rms_norm(
     first (Qwen3-Next's zero-centred norms scale by 1 + weight).
     """
     xf = x.astype(jnp.float32)
-    # Fixed-order mean: the statistics of a row must not depend on the batch (reductions.py).
+    # row_mean: in the batch-invariant step a row's statistics must not depend on the batch
+    # (fixed-order there, models/reductions.py).
     variance = row_mean(xf * xf)[..., None]
     normed = xf * jax.lax.rsqrt(variance + eps)
     if scale_in_float32:

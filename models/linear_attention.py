@@ -153,9 +153,9 @@ def _l2norm(x: jax.Array) -> jax.Array:
 
 
 def _contract(s: jax.Array, x: jax.Array) -> jax.Array:
-    """sum_k s[..., k, v] x[..., k]: [S, Hv, dk, dv] x [S, Hv, dk] -> [S, Hv, dv], summed in
-    an order fixed by dk alone (models/reductions.py: the row-by-row rule's results then
-    never depend on the batch)."""
+    """sum_k s[..., k, v] x[..., k]: [S, Hv, dk, dv] x [S, Hv, dk] -> [S, Hv, dv], in the
+    batch-invariant step summed in an order fixed by dk alone (models/reductions.py: the
+    row-by-row rule's results then never depend on the batch)."""
     return row_sum(jnp.swapaxes(s * x[..., None], -1, -2))
 
 

@@ -20,8 +20,8 @@ from models.reductions import row_sum
 
 
 def _softmax(logits: jax.Array) -> jax.Array:  # [T, E] f32 -> [T, E]
-    """Softmax whose denominator is a fixed-order sum (a row's weights must not depend on
-    the batch; see models/reductions.py)."""
+    """Softmax whose denominator is a row_sum (fixed-order in the batch-invariant step, where
+    a row's weights must not depend on the batch; models/reductions.py)."""
     e = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
     return e / row_sum(e)[:, None]
 

@@ -17,6 +17,7 @@ from configs.model_config import ModelConfig
 from models import deepseek_v4
 from models.attention import AttnInputs, mla_expand_kv
 from models.linear_attention import segments_from_spans, zero_state
+from models.reductions import native_row_sums
 from models.transformer import final_logits, forward_hidden
 
 
@@ -149,23 +150,25 @@ def reference_forward(
     num_tokens: jax.Array | None = None,  # [] int32: rows that are tokens (None: all)
 ) -> tuple[jax.Array, list]:  # (logits [T, V] f32, cache)
     """Forward T consecutive tokens of one sequence through the contiguous cache. Rows past
-    `num_tokens` are padding: a gated DeltaNet's state takes only the tokens."""
-    t = token_ids.shape[0]
-    positions = (start_pos + jnp.arange(t)).astype(jnp.int32)
-    n = jnp.int32(t) if num_tokens is None else num_tokens
-    segments = segments_from_spans(
-        jnp.stack([jnp.int32(0), n]), (start_pos + n)[None], jnp.zeros((1,), jnp.int32), t
-    )
-    hidden, cache = forward_hidden(
-        params,
-        cfg,
-        token_ids,
-        positions,
-        cache,
-        contiguous_attend(cfg, positions),
-        segments=segments,
-    )
-    return final_logits(params, cfg, hidden), cache
+    `num_tokens` are padding: a gated DeltaNet's state takes only the tokens. One sequence,
+    no batch to be invariant to: its row sums are XLA's reduce (models/reductions.py)."""
+    with native_row_sums():
+        t = token_ids.shape[0]
+        positions = (start_pos + jnp.arange(t)).astype(jnp.int32)
+        n = jnp.int32(t) if num_tokens is None else num_tokens
+        segments = segments_from_spans(
+            jnp.stack([jnp.int32(0), n]), (start_pos + n)[None], jnp.zeros((1,), jnp.int32), t
+        )
+        hidden, cache = forward_hidden(
+            params,
+            cfg,
+            token_ids,
+            positions,
+            cache,
+            contiguous_attend(cfg, positions),
+            segments=segments,
+        )
+        return final_logits(params, cfg, hidden), cache
 
 
 def prefill_bucket(n: int) -> int:

@@ -14,6 +14,7 @@ import pytest
 
 from configs.model_config import RopeScaling
 from configs.presets import get_preset
+from models import reductions
 from models.attention import (
     mla_absorb_q,
     mla_expand_kv,
@@ -349,6 +350,47 @@ def test_a_steps_padding_tokens_read_only_the_real_tokens_experts(monkeypatch):
         pad = ~(w > 0).any(axis=1)
         assert pad.sum() in (3, 7)  # (the prefill's, a decode's)
         assert (e[pad] == e[0]).all() and (w[pad] == 0).all()
+
+
+def test_row_sums_are_fixed_order_unless_inside_native_row_sums():
+    x = jax.random.normal(jax.random.key(0), (5, 3, 100))
+    tree, native = reductions.fixed_order_sum(x), jnp.sum(x, axis=-1)
+    assert not np.array_equal(tree, native)  # the two orders differ here, so the checks can
+    np.testing.assert_array_equal(reductions.row_sum(x), tree)
+    with reductions.native_row_sums():
+        np.testing.assert_array_equal(reductions.row_sum(x), native)
+        with reductions.native_row_sums(False):
+            np.testing.assert_array_equal(reductions.row_mean(x), tree / 100)
+        np.testing.assert_array_equal(reductions.row_mean(x), native / 100)
+    with pytest.raises(RuntimeError), reductions.native_row_sums():
+        raise RuntimeError
+    np.testing.assert_array_equal(reductions.row_sum(x), tree)  # restored, also after a raise
+
+
+def test_only_the_batch_invariant_step_spells_the_models_row_sums_in_fixed_order(monkeypatch):
+    """The model's row sums (norms, router softmax) take the fixed-order tree in the
+    batch-invariant step only; elsewhere XLA's reduce, which compiles faster. Counted at
+    trace time with a spy (tests/fixtures/llama; one prefill program per engine)."""
+    from engine import LLM, SamplingParams
+    from engine import step as step_mod
+
+    traced, real = [], reductions.fixed_order_sum
+    monkeypatch.setattr(reductions, "fixed_order_sum", lambda x: traced.append(x) or real(x))
+    fixture = str(pathlib.Path(__file__).parent / "fixtures" / "llama")
+    counts = {}
+    step_mod.make_step.cache_clear()  # traced here with the spy, and not kept after
+    try:
+        for invariant in (False, True):
+            traced.clear()
+            llm = LLM(model=fixture, num_pages=8, max_model_len=64, batch_invariant=invariant)
+            llm.generate([[1, 2, 3]], SamplingParams(max_tokens=1, temperature=0.0))
+            counts[invariant] = [x.shape[-1] for x in traced]
+    finally:
+        step_mod.make_step.cache_clear()
+    assert counts[False] == []
+    # 2 layers x 2 norms + the final norm over the hidden size (96), and attention's softmax
+    # sums over KV blocks
+    assert counts[True].count(96) == 5 and len(counts[True]) > 5
 
 
 def test_noaux_tc_never_picks_an_expert_outside_the_kept_groups():
