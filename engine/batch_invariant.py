@@ -13,12 +13,14 @@ The mode pins every reduction to an order that does not depend on the batch:
   a gated DeltaNet's beta and decay projections) give {16..80} vs {96..}; the others
   tried (N 2, 16, 64, 96, 240, 512, 1536) one regime from 64 rows. So the step pads tokens
   T and sampled rows S to at least MIN_ROWS = 128 (64 let Qwen3-Next's probe move by a few
-  ulps there).
+  ulps there). Its price: a 64-sequence decode computes 128 rows, and the mode's throughput
+  fell to 0.53-0.75x the default's (docs/benchmarks.md "Batch-invariant mode: cost", below
+  the 0.9x target; padding only the narrow products to 128 rows would restore ~1.0x).
 - Sums over a row (norms, softmaxes, attention blocks, log-softmax, top-p mass):
   `fixed_order_sum`, a pairwise tree whose order depends only on the summed length
   (jnp.sum over V=1000 changed a row's last bit between 1..4 and >= 5 rows). The model's
   row sums (`models.reductions.row_sum`) take the tree only in this mode's step, since it
-  costs compile time (~20% of a tiny model's step program on XLA:CPU); the sampler's take
+  costs compile time (5-20% of a tiny model's step program on XLA:CPU); the sampler's take
   it in every step.
 - Attention: reduced over fixed-size KV blocks aligned to absolute position 0, one token at a
   time, so chunking, decode vs prefill and neighbours do not change a token's reduction.

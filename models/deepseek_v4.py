@@ -159,7 +159,7 @@ def _hc_mix(p: dict, streams: jax.Array, cfg: ModelConfig):
 
 
 def _softmax(s: jax.Array) -> jax.Array:
-    """Softmax over the last axis with a fixed-order denominator (-inf entries weigh 0)."""
+    """Softmax over the last axis, its denominator a row_sum (-inf entries weigh 0)."""
     m = jnp.max(s, axis=-1, keepdims=True)
     e = jnp.exp(s - jnp.where(m == -jnp.inf, 0.0, m))
     return e / row_sum(e)[..., None]
