@@ -9,9 +9,9 @@ the batch-invariant mode needs; it costs log2(D) elementwise passes.
 
 The model code sums rows with `row_sum` / `row_mean`: the fixed-order tree by default, XLA's
 own reduce inside a `native_row_sums()` block, which the engine's step opens when it is
-compiled without batch invariance (engine/step.py). The tree is a few HLO ops a level; over
-the ~20-40 row sums of a tiny model's step they were ~25% of XLA:CPU's compile time
-(docs/benchmarks.md "Row sums").
+compiled without batch invariance (engine/step.py), as does the one-sequence reference
+forward. The tree is three HLO ops a level: over a tiny model's step its row sums were 5-20%
+of XLA:CPU's compile time (docs/benchmarks.md "Row sums in XLA's order ...").
 """
 
 from __future__ import annotations
