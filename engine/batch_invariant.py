@@ -12,10 +12,13 @@ The mode pins every reduction to an order that does not depend on the batch:
   K x N of 64 x 4, 64 x 8, 96 x 4, 128 x 8, 512 x 8 and 2048 x 8 (a tiny model's router,
   a gated DeltaNet's beta and decay projections) give {16..80} vs {96..}; the others
   tried (N 2, 16, 64, 96, 240, 512, 1536) one regime from 64 rows. So the step pads tokens
-  T and sampled rows S to at least MIN_ROWS = 128 (64 let Qwen3-Next's probe move by a few
-  ulps there). Its price: a 64-sequence decode computes 128 rows, and the mode's throughput
-  fell to 0.53-0.75x the default's (docs/benchmarks.md "Batch-invariant mode: cost", below
-  the 0.9x target; padding only the narrow products to 128 rows would restore ~1.0x).
+  T and sampled rows S to at least MIN_ROWS = 64, and its narrow products (fewer than 16
+  output columns: routers, DeltaNet's beta and decay, indexer and head gates, DeepSeek-V4's
+  hyper-connections; `models.reductions.narrow_product`) compute over at least NARROW_ROWS
+  = 128 rows a shard (their padding rows dropped after). Before the 52nd session every
+  step was padded to 128 rows (64 let Qwen3-Next's probe move by a few ulps: its narrow
+  products), and a 64-sequence decode computed twice its rows: the mode ran at 0.53-0.75x
+  the default's throughput (docs/benchmarks.md "Batch-invariant mode: cost").
 - Sums over a row (norms, softmaxes, attention blocks, log-softmax, top-p mass):
   `fixed_order_sum`, a pairwise tree whose order depends only on the summed length
   (jnp.sum over V=1000 changed a row's last bit between 1..4 and >= 5 rows). The model's
@@ -58,4 +61,5 @@ from models.reductions import fixed_order_sum
 
 __all__ = ["MIN_ROWS", "fixed_order_sum"]
 
-MIN_ROWS = 128  # a padded M past every measured dot shape's last regime change
+MIN_ROWS = 64  # a padded M past the last regime change of every measured dot shape but...
+NARROW_ROWS = 128  # ...the narrow ones' (fewer than 16 columns: models.reductions.narrow_product)

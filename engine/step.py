@@ -19,6 +19,7 @@ from configs.model_config import ModelConfig
 from engine import kv_quant, mla_expanded, mtp, penalties, sparse_mla
 from engine import paged_attention as pa
 from engine.attention_ops import get_attention_ops
+from engine.batch_invariant import NARROW_ROWS
 from engine.logit_bias import apply_allowed_mask, apply_token_lists
 from engine.penalties import PenaltyState
 from engine.sampler import sample, token_logprobs
@@ -26,7 +27,7 @@ from engine.sampler import top_logprobs as top_logprobs_of
 from models import deepseek_v4, linear_attention
 from models.attention import mla_absorb_q, mla_latent_to_v
 from models.moe import expert_load, routed_for
-from models.reductions import native_row_sums
+from models.reductions import narrow_product_rows, native_row_sums
 from models.transformer import decoder_layer, final_logits, forward_hidden
 from sharding import eplb
 from sharding.expert_parallel import BOUNDED_MIN_ROWS, make_routed_experts_ep
@@ -200,11 +201,20 @@ def step_impl(
 
     Row sums (norms, softmaxes, log-softmax, top-p mass) are spelled out in a fixed order
     only in the batch-invariant step; otherwise they are XLA's reduce (models/reductions.py),
-    whose order may follow the batch's shape, as a matmul's does.
+    whose order may follow the batch's shape, as a matmul's does. The batch-invariant step
+    also computes its narrow products (fewer than 16 output columns: routers, gates) over
+    at least NARROW_ROWS rows a shard (engine/batch_invariant.py).
     """
     full_f32 = jnp.dtype(cfg.dtype) == jnp.float32
-    native = not static.get("batch_invariant", False)
-    with jax.default_matmul_precision("highest" if full_f32 else None), native_row_sums(native):
+    invariant = static.get("batch_invariant", False)
+    mesh = static.get("mesh")
+    shards = 1 if mesh is None else mesh.shape["dp"] * mesh.shape["ep"]
+    narrow_rows = NARROW_ROWS * shards if invariant else 0
+    with (
+        jax.default_matmul_precision("highest" if full_f32 else None),
+        native_row_sums(not invariant),
+        narrow_product_rows(narrow_rows),
+    ):
         return _step_body(params, kv, batch, penalty_state, cfg=cfg, **static)
 
 

@@ -22,6 +22,7 @@ from jax import lax
 from configs.model_config import ModelConfig, RopeScaling
 from models.layers import model_norm, rms_norm
 from models.lora import add
+from models.reductions import narrow_product
 from models.rope import (
     apply_rope,
     gemma4_frequencies,
@@ -193,7 +194,9 @@ def mla_inputs(
         k_pe=k_pe,
         scale=mla_softmax_scale(cfg),
         # Ling 2.5: the output per head times sigmoid(x @ w_head_gate) ([T, H, 1])
-        gate=(x @ p["w_head_gate"])[..., None] if cfg.mla_head_gate else None,
+        gate=narrow_product(jnp.matmul, x, p["w_head_gate"])[..., None]
+        if cfg.mla_head_gate
+        else None,
     )
     if cfg.indexes(layer):
         inputs = inputs._replace(**_indexer_inputs(p, x, q_a, positions, cfg, layer))
@@ -245,7 +248,7 @@ def _indexer_inputs(
         rotated = apply_rope(y[..., :dr], positions, inv_freq, attention_factor, layout)
         return jnp.concatenate([rotated, y[..., dr:]], axis=-1)
 
-    w = x.astype(jnp.float32) @ p["idx_w"].astype(jnp.float32)  # [T, Hi]
+    w = narrow_product(jnp.matmul, x.astype(jnp.float32), p["idx_w"].astype(jnp.float32))
     return dict(idx_q=rope(q), idx_k=rope(k), idx_w=w * (heads**-0.5 * dim**-0.5))
 
 

@@ -52,7 +52,7 @@ from jax import lax
 from configs.model_config import ModelConfig, RopeScaling
 from models.layers import embed, model_norm, rms_norm
 from models.quantization import dequantize_tree
-from models.reductions import row_mean, row_sum
+from models.reductions import narrow_product, precise_matmul, row_mean, row_sum
 from models.rope import apply_rope, rope_frequencies
 
 __all__ = ["Rows", "V4Inputs", "attention", "forward_hidden", "init_layer_cache", "route"]
@@ -129,7 +129,7 @@ def _hc_logits(p: dict, streams: jax.Array, cfg: ModelConfig) -> jax.Array:
     """The RMS-normed flattened streams [T, N * D] through the connection's fn, float32."""
     t, n, d = streams.shape
     flat = _unweighted_rms(streams.reshape(t, n * d).astype(jnp.float32), cfg.rms_norm_eps)
-    return jnp.matmul(flat, p["fn"].astype(jnp.float32), precision="highest")
+    return narrow_product(precise_matmul, flat, p["fn"].astype(jnp.float32))
 
 
 def _hc_mix(p: dict, streams: jax.Array, cfg: ModelConfig):
@@ -207,7 +207,7 @@ def attn_inputs(p: dict, h: jax.Array, positions: jax.Array, cfg: ModelConfig, l
         idx = jnp.concatenate([h @ p["i_wkv"], h @ p["i_wgate"]], axis=-1)
         idx_q = _rope_tail(jnp.einsum("tr,rhd->thd", q_res, p["i_wq"]), positions, freqs)
         scale = (cfg.index_n_heads * cfg.index_head_dim) ** -0.5
-        idx_w = (h @ p["i_w"]).astype(jnp.float32) * scale
+        idx_w = narrow_product(jnp.matmul, h, p["i_w"]).astype(jnp.float32) * scale
     return V4Inputs(q, kv, comp, idx, idx_q, idx_w, positions)
 
 
@@ -510,9 +510,8 @@ def route(p_moe: dict, x: jax.Array, token_ids: jax.Array, cfg: ModelConfig, lay
     """(weights [T, k] f32, experts [T, k] int32): sqrt(softplus) scores; a hash layer's
     experts from tid2eid[token], the others' top-k of score + correction bias; weights the
     chosen scores, renormalized (norm_topk_prob), times routed_scaling_factor."""
-    logits = jnp.matmul(
-        x.astype(jnp.float32), p_moe["router"].astype(jnp.float32), precision="highest"
-    )
+    router = p_moe["router"].astype(jnp.float32)
+    logits = narrow_product(precise_matmul, x.astype(jnp.float32), router)
     scores = jnp.sqrt(jax.nn.softplus(logits))
     if layer in cfg.hash_moe_layers:
         experts = p_moe["tid2eid"][token_ids].astype(jnp.int32)

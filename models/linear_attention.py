@@ -43,7 +43,7 @@ import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from models.layers import rms_norm
-from models.reductions import row_mean, row_sum
+from models.reductions import narrow_product, row_mean, row_sum
 
 # Rows of a span the chunked form takes at once (transformers' and fla's chunk size).
 CHUNK = 64
@@ -337,13 +337,15 @@ def gated_delta_net(
     mamba = cfg.linear_attention_kind == "mamba2"
     group = cfg.linear_num_value_heads // cfg.linear_num_key_heads
     if mamba:  # C and B per group as they are; dt both the write's rate and the decay's
-        a = (x @ p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(jnp.float32)
+        a = narrow_product(jnp.matmul, x, p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(
+            jnp.float32
+        )
         beta = jnp.clip(jax.nn.softplus(a), *cfg.mamba_dt_limit)  # [T, Hv]
         g = (-decay_rate * beta)[..., None]  # [T, Hv, 1]
         qn = jnp.repeat(q.astype(jnp.float32), group, axis=1)
         kn = jnp.repeat(k.astype(jnp.float32), group, axis=1)
     else:
-        beta = jax.nn.sigmoid((x @ p["wb"]).astype(jnp.float32))  # [T, Hv]
+        beta = jax.nn.sigmoid(narrow_product(jnp.matmul, x, p["wb"]).astype(jnp.float32))
         if kda:  # a decay per key channel, from the low-rank (or full-rank) forget gate
             if "wf" in p:
                 a = jnp.einsum("td,dhk->thk", x, p["wf"]).astype(jnp.float32)
@@ -355,7 +357,9 @@ def gated_delta_net(
             else:
                 g = -decay_rate[:, None] * jax.nn.softplus(a)
         else:  # one per value head
-            a = (x @ p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(jnp.float32)
+            a = narrow_product(jnp.matmul, x, p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(
+                jnp.float32
+            )
             g = (-decay_rate * jax.nn.softplus(a))[..., None]  # [T, Hv, 1]
         qn = jnp.repeat(_l2norm(q), group, axis=1) * cfg.linear_key_head_dim**-0.5
         kn = jnp.repeat(_l2norm(k), group, axis=1)

@@ -31,6 +31,7 @@ from safetensors import SafetensorError, safe_open
 
 from configs.model_config import ModelConfig
 from models.quantization import ATTN_WEIGHTS, MLP_WEIGHTS, matrix_dims
+from models.reductions import narrow_product
 from models.specs import param_specs
 
 CONFIG_FILE = "adapter_config.json"
@@ -219,7 +220,9 @@ def make_delta(lora_layer: dict | None, mask: jax.Array | None):
         if name not in lora_layer:
             return None
         a, b = lora_layer[name]  # [S, K, R], [S, R, N]
-        xa = jnp.einsum("tk,skr->tsr", x.reshape(x.shape[0], -1), a)
+        # (S x R columns: a narrow product in the batch-invariant step, models/reductions.py)
+        down = lambda x, a: jnp.einsum("tk,skr->tsr", x, a)  # noqa: E731
+        xa = narrow_product(down, x.reshape(x.shape[0], -1), a)
         return jnp.einsum("tsr,srn->tn", xa * mask[..., None].astype(xa.dtype), b)
 
     return delta

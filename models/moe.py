@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from models.layers import clipped, gelu_tanh, relu2, rms_norm, swiglu_mlp
-from models.reductions import row_sum
+from models.reductions import narrow_product, precise_matmul, row_sum
 
 
 def _softmax(logits: jax.Array) -> jax.Array:  # [T, E] f32 -> [T, E]
@@ -59,9 +59,8 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
         x = rms_norm(x, ones, cfg.rms_norm_eps, True) * scale
     # Full float32 (HF's), never TF32 (XLA:GPU's default for float32 dots): a 1e-3 error
     # in a router logit can flip a close expert choice.
-    logits = jnp.matmul(
-        x.astype(jnp.float32), p_moe["router"].astype(jnp.float32), precision="highest"
-    )  # [T, E]
+    router = p_moe["router"].astype(jnp.float32)
+    logits = narrow_product(precise_matmul, x.astype(jnp.float32), router)  # [T, E]
     if "router_logit_bias" in p_moe:
         logits = logits + p_moe["router_logit_bias"].astype(jnp.float32)[None, :]
     k = cfg.num_experts_per_tok
@@ -331,7 +330,8 @@ def moe_block(
         shared_limit = cfg.clip_limit(layer, shared=True)
         shared = swiglu_mlp(p_moe["shared"], x, shared_delta, limit=shared_limit)
         if "shared_gate" in p_moe:
-            shared = jax.nn.sigmoid(x @ p_moe["shared_gate"])[:, None] * shared
+            gate = narrow_product(jnp.matmul, x, p_moe["shared_gate"])
+            shared = jax.nn.sigmoid(gate)[:, None] * shared
         out = out + shared
     return out
 

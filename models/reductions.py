@@ -24,6 +24,10 @@ import jax.numpy as jnp
 
 # Whether row_sum spells its sums in fixed order (read at trace time).
 _FIXED_ORDER = contextvars.ContextVar("fixed_order_row_sums", default=True)
+# The rows narrow_product pads its input to (read at trace time; 0: none).
+_NARROW_ROWS = contextvars.ContextVar("narrow_product_rows", default=0)
+# Products with fewer output columns than this are narrow (engine/batch_invariant.py).
+NARROW_COLUMNS = 16
 
 
 @contextlib.contextmanager
@@ -58,3 +62,31 @@ def row_sum(x: jax.Array) -> jax.Array:  # [..., V] -> [...]
 
 def row_mean(x: jax.Array) -> jax.Array:  # [..., V] -> [...]
     return row_sum(x) / x.shape[-1]
+
+
+@contextlib.contextmanager
+def narrow_product_rows(rows: int):
+    """While tracing inside it, narrow_product computes over at least `rows` rows."""
+    token = _NARROW_ROWS.set(rows)
+    try:
+        yield
+    finally:
+        _NARROW_ROWS.reset(token)
+
+
+def precise_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x @ w in full float32 (HF's), never TF32 (XLA:GPU's default for float32 dots): a
+    router's 1e-3 error can flip a close expert choice."""
+    return jnp.matmul(x, w, precision="highest")
+
+
+def narrow_product(product, x: jax.Array, w: jax.Array) -> jax.Array:
+    """product(x, w), a product over x's leading axis of rows: where w has fewer than
+    NARROW_COLUMNS output columns (its last axis; one for a vector) and x fewer rows than
+    narrow_product_rows() asks (the batch-invariant step), x is zero-padded to that many
+    rows first and the padding's rows dropped after. XLA:CPU's dot kernel for such
+    products changes regime at more rows than the step's others (engine/batch_invariant.py)."""
+    rows, t = _NARROW_ROWS.get(), x.shape[0]
+    if t >= rows or (w.shape[-1] if w.ndim > 1 else 1) >= NARROW_COLUMNS:
+        return product(x, w)
+    return product(jnp.pad(x, [(0, rows - t)] + [(0, 0)] * (x.ndim - 1)), w)[:t]

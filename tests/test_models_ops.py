@@ -367,6 +367,24 @@ def test_row_sums_are_fixed_order_unless_inside_native_row_sums():
     np.testing.assert_array_equal(reductions.row_sum(x), tree)  # restored, also after a raise
 
 
+def test_narrow_products_run_over_the_asked_rows_and_keep_their_values():
+    x = jax.random.normal(jax.random.key(1), (5, 64))
+    seen = []
+
+    def product(a, w):
+        seen.append(a.shape[0])
+        return a @ w
+
+    for w in (jnp.ones((64, 8)), jnp.ones(64), jnp.ones((64, 16))):  # 8, 1 and 16 columns
+        np.testing.assert_allclose(reductions.narrow_product(product, x, w), x @ w, rtol=1e-6)
+        with reductions.narrow_product_rows(128):
+            got = reductions.narrow_product(product, x, w)
+        assert got.shape == (x @ w).shape
+        np.testing.assert_allclose(got, x @ w, rtol=1e-6)
+    # padded to 128 rows only for the narrow ones, and only inside narrow_product_rows
+    assert seen == [5, 128, 5, 128, 5, 5]
+
+
 def test_only_the_batch_invariant_step_spells_the_models_row_sums_in_fixed_order(monkeypatch):
     """The model's row sums (norms, router softmax) take the fixed-order tree in the
     batch-invariant step only; elsewhere XLA's reduce, which compiles faster. Counted at
