@@ -22,9 +22,9 @@ CASES = [
     # checkpoint stores them: zero points and act order's group indices move with them.
     ("qwen3_moe_gptq", "tp=2,ep=2", 2, {"quantization": "int4"}),
     # Tokens split over dp too; batch-invariant mode (worst-case exchange buffers only).
-    # (dp=2,ep=2, not 4: batch-invariant steps pad to 64 rows a shard, and eight shards of
-    # those take ~0.5 s a step on this CPU's two cores; its one bucket, 512 rows, takes the
-    # prompts in one step)
+    # (dp=2,ep=2, not 4: batch-invariant steps pad to 64 rows a shard, their narrow products
+    # to 128, and eight shards of 128 took ~0.5 s a step on this CPU's two cores; its one
+    # bucket, 256 rows, takes the prompts in one step)
     (
         "deepseek_v3",
         "dp=2,ep=2",
