@@ -12,6 +12,10 @@ own reduce inside a `native_row_sums()` block, which the engine's step opens whe
 compiled without batch invariance (engine/step.py), as does the one-sequence reference
 forward. The tree is three HLO ops a level: over a tiny model's step its row sums were 5-20%
 of XLA:CPU's compile time (docs/benchmarks.md "Row sums in XLA's order ...").
+
+`narrow_product` is the other half: a product with few output columns (a router, a gate)
+whose dot kernel changes regime at more rows than the rest of the step's, computed over
+the rows `narrow_product_rows()` asks for (the batch-invariant step's NARROW_ROWS a shard).
 """
 
 from __future__ import annotations
