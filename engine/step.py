@@ -31,6 +31,7 @@ from models.reductions import narrow_product_rows, native_row_sums
 from models.transformer import decoder_layer, final_logits, forward_hidden
 from sharding import eplb
 from sharding.expert_parallel import BOUNDED_MIN_ROWS, make_routed_experts_ep
+from sharding.mesh import mesh_config_of
 from sharding.rules import activation_constrainer, kv_shardings, replicated
 
 
@@ -208,7 +209,8 @@ def step_impl(
     full_f32 = jnp.dtype(cfg.dtype) == jnp.float32
     invariant = static.get("batch_invariant", False)
     mesh = static.get("mesh")
-    shards = 1 if mesh is None else mesh.shape["dp"] * mesh.shape["ep"]
+    layout = None if mesh is None else mesh_config_of(mesh)
+    shards = 1 if layout is None else layout.dp * layout.ep
     narrow_rows = NARROW_ROWS * shards if invariant else 0
     with (
         jax.default_matmul_precision("highest" if full_f32 else None),

@@ -336,10 +336,9 @@ def gated_delta_net(
     kda = cfg.linear_attention_kind == "kimi_delta"
     mamba = cfg.linear_attention_kind == "mamba2"
     group = cfg.linear_num_value_heads // cfg.linear_num_key_heads
+    dt_bias = p["dt_bias"].astype(jnp.float32)
     if mamba:  # C and B per group as they are; dt both the write's rate and the decay's
-        a = narrow_product(jnp.matmul, x, p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(
-            jnp.float32
-        )
+        a = narrow_product(jnp.matmul, x, p["wa"]).astype(jnp.float32) + dt_bias
         beta = jnp.clip(jax.nn.softplus(a), *cfg.mamba_dt_limit)  # [T, Hv]
         g = (-decay_rate * beta)[..., None]  # [T, Hv, 1]
         qn = jnp.repeat(q.astype(jnp.float32), group, axis=1)
@@ -350,16 +349,15 @@ def gated_delta_net(
             if "wf" in p:
                 a = jnp.einsum("td,dhk->thk", x, p["wf"]).astype(jnp.float32)
             else:
-                a = jnp.einsum("tr,rhk->thk", x @ p["wf_a"], p["wf_b"]).astype(jnp.float32)
-            a = a + p["dt_bias"].astype(jnp.float32)
+                low = narrow_product(jnp.matmul, x, p["wf_a"])
+                a = jnp.einsum("tr,rhk->thk", low, p["wf_b"]).astype(jnp.float32)
+            a = a + dt_bias
             if cfg.kda_gate_bound:  # Ling 2.5's, bounded to [bound, 0]
                 g = cfg.kda_gate_bound * jax.nn.sigmoid(decay_rate[:, None] * a)
             else:
                 g = -decay_rate[:, None] * jax.nn.softplus(a)
         else:  # one per value head
-            a = narrow_product(jnp.matmul, x, p["wa"]).astype(jnp.float32) + p["dt_bias"].astype(
-                jnp.float32
-            )
+            a = narrow_product(jnp.matmul, x, p["wa"]).astype(jnp.float32) + dt_bias
             g = (-decay_rate * jax.nn.softplus(a))[..., None]  # [T, Hv, 1]
         qn = jnp.repeat(_l2norm(q), group, axis=1) * cfg.linear_key_head_dim**-0.5
         kn = jnp.repeat(_l2norm(k), group, axis=1)

@@ -57,8 +57,6 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
         ones = jnp.ones((x.shape[-1],), jnp.float32)
         scale = p_moe["router_scale"] * jnp.asarray(x.shape[-1] ** -0.5, x.dtype)
         x = rms_norm(x, ones, cfg.rms_norm_eps, True) * scale
-    # Full float32 (HF's), never TF32 (XLA:GPU's default for float32 dots): a 1e-3 error
-    # in a router logit can flip a close expert choice.
     router = p_moe["router"].astype(jnp.float32)
     logits = narrow_product(precise_matmul, x.astype(jnp.float32), router)  # [T, E]
     if "router_logit_bias" in p_moe:
