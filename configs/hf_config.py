@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from configs import hf_deepseek_v4 as v4
+from configs import hf_mimo as mimo
 from configs import hf_olmo as olmo
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
 from configs.hf_afmoe import AFMOE, AFMOE_DEFAULTS, afmoe_fields
@@ -34,43 +35,16 @@ from configs.hf_window import sliding_window_fields
 from configs.int4_schemes import INT4_METHODS, Int4Scheme, int4_scheme
 from configs.model_config import ModelConfig, RopeScaling
 
+# fmt: off
 SUPPORTED_MODEL_TYPES = (
-    "llama",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "qwen2_moe",
-    "qwen3_moe",
-    "mixtral",
-    "olmoe",
-    *olmo.OLMO_TYPES,
-    "ernie4_5_moe",
-    "glm4_moe",
-    "glm4_moe_lite",
-    "gpt_oss",
-    "minimax_m2",
-    "dots1",
-    "deepseek_v2",
-    "deepseek_v3",
-    "deepseek_v32",
-    "glm_moe_dsa",
-    "mistral4",
-    "mistral_large4_text",
-    "ministral3",
-    "hunyuan_v1_moe",
-    "llama4_text",
-    *LINEAR_MODEL_TYPES,
-    KIMI_LINEAR,
-    DEEPSEEK_V4,
-    NEMOTRON_H,
-    GRANITE,
-    *GRANITE_MOES,
-    "solar_open",
-    *EXAONE_TYPES,
-    AFMOE,
-    GEMMA4,
-    BAILING,
+    "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
+    *olmo.OLMO_TYPES, "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "gpt_oss", "minimax_m2",
+    "dots1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4",
+    "mistral_large4_text", "ministral3", "hunyuan_v1_moe", "llama4_text", *LINEAR_MODEL_TYPES,
+    KIMI_LINEAR, DEEPSEEK_V4, NEMOTRON_H, GRANITE, *GRANITE_MOES, "solar_open", *EXAONE_TYPES,
+    AFMOE, GEMMA4, BAILING, mimo.MIMO,
 )
+# fmt: on
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
 # vision tower's weights are not read): config.json's text_config is the model, of one of
 # SUPPORTED_MODEL_TYPES; each wrapper's default text model_type, and its class's default
@@ -255,6 +229,7 @@ _DEFAULTS.update(
     **olmo.OLMO_DEFAULTS,
     **AFMOE_DEFAULTS,
     **GEMMA4_DEFAULTS,
+    **mimo.MIMO_DEFAULTS,
     **BAILING_DEFAULTS,
     # Solar Open: GLM-4.5's class with its own defaults (no dense layer, no MTP, no q/k
     # norms or partial rotary: Llama's attention).
@@ -283,6 +258,7 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     **BAILING_ALIASES,
     **v4.V4_ALIASES,
     **NEMOTRON_ALIASES,
+    **mimo.MIMO_ALIASES,
     "qwen3_moe": {"num_experts": ("num_local_experts",)},
     "mixtral": {"num_local_experts": ("num_experts",)},
     "minimax_m2": {"num_local_experts": ("num_experts",)},
@@ -738,6 +714,8 @@ def config_from_hf(
         rope_theta = v4.v4_main_theta(f)
     elif model_type == GEMMA4:  # (its windowed layers' RoPE: gemma4_fields)
         rope_theta, rope_scaling, _ = gemma4_rope(f)
+    elif model_type == mimo.MIMO:  # (the same)
+        rope_theta, rope_scaling = mimo.mimo_rope(f)
     else:
         rope_theta, rope_scaling = _rope(f, max_position)
     window = sliding_window_fields(f, model_type, num_layers)
@@ -755,8 +733,8 @@ def config_from_hf(
         arch = granite_fields(f, model_type)
     elif model_type in (*EXAONE_TYPES, AFMOE):  # (their windows too)
         arch = afmoe_fields(f) if model_type == AFMOE else exaone_fields(f, model_type)
-    elif model_type == GEMMA4:  # (its window too)
-        arch = gemma4_fields(f)
+    elif model_type in (GEMMA4, mimo.MIMO):  # (their windows too)
+        arch = gemma4_fields(f) if model_type == GEMMA4 else mimo.mimo_fields(f)
     elif model_type == NEMOTRON_H:  # (its layers: its mixers)
         arch = nemotron_h_fields(f)
         num_layers = arch.pop("num_layers")

@@ -6,18 +6,24 @@ from __future__ import annotations
 from typing import Any
 
 
-def v3_router_fields(f: Any, scale: str = "routed_scaling_factor") -> dict:
+def v3_router_fields(
+    f: Any, scale: str = "routed_scaling_factor", null_scale: float | None = None
+) -> dict:
     """DeepSeek-V3's router as transformers' DeepseekV3TopkRouter and its copies read it
-    (GLM-4.5, dots.llm1, Kimi-Linear, Nemotron-H, K-EXAONE, AFMoE): sigmoid scores, the
-    correction bias for the choice only, group-limited, renormalized when norm_topk_prob,
-    times the config's `scale` field."""
+    (GLM-4.5, dots.llm1, Kimi-Linear, Nemotron-H, K-EXAONE, AFMoE, MiMo-V2-Flash): sigmoid
+    scores, the correction bias for the choice only, group-limited, renormalized when
+    norm_topk_prob, times the config's `scale` field (`null_scale` where that is null, if
+    given: MiMo-V2-Flash's released config stores null for 1.0)."""
+    factor = f.get(scale)
+    if factor is None:
+        factor = f.required(scale) if null_scale is None else null_scale
     return dict(
         scoring_func="sigmoid",
         topk_method="noaux_tc",
         n_group=f.get("n_group") or 1,
         topk_group=f.get("topk_group") or 1,
         norm_topk_prob=bool(f.get("norm_topk_prob")),
-        routed_scaling_factor=float(f.required(scale)),
+        routed_scaling_factor=float(factor),
     )
 
 

@@ -40,7 +40,8 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         "bailing_hybrid",
         NEMOTRON_H,  # (nemotron_h_fields refuses one)
     )
-    if model_type in (DEEPSEEK_V4, "exaone_moe", "exaone4", "afmoe", "gemma4_text"):  # (own)
+    own = (DEEPSEEK_V4, "exaone_moe", "exaone4", "afmoe", "gemma4_text", "mimo_v2_flash")
+    if model_type in own:
         return {}
     if model_type in no_window:
         return none

@@ -1,5 +1,6 @@
 """Checks of ModelConfig's fields kept out of configs/model_config.py (its line limit): the
-MoE router and experts, Gemma 4's attention geometry and Ling 2.5's gates and clips. Each
+MoE router and experts, Gemma 4's attention geometry and Ling 2.5's gates and clips,
+DeepSeek-V4's attention and MiMo-V2-Flash's values and sinks. Each
 raises ValueError naming the field and its limit."""
 
 from __future__ import annotations
@@ -100,3 +101,66 @@ def check_gemma4_ling(cfg: Any) -> None:
         raise ValueError("pre_norms=False: needs sandwich_norms (a layer normed nowhere)")
     if cfg.dense_beside_moe and not cfg.num_experts:
         raise ValueError("dense_beside_moe=True: needs routed experts (num_experts > 0)")
+
+
+def check_v4(cfg: Any) -> None:
+    """DeepSeek-V4's attention, hyper-connections and hash routing, as transformers'
+    deepseek_v4 builds them."""
+    from configs.model_config import V4_LAYER_KINDS
+
+    kinds = cfg.v4_layer_kinds
+    if len(kinds) != cfg.num_layers or any(k not in V4_LAYER_KINDS for k in kinds):
+        raise ValueError(
+            f"v4_layer_kinds={kinds!r}: needs one of {V4_LAYER_KINDS} per layer ({cfg.num_layers})"
+        )
+    rotary = cfg.rotary_dim
+    if cfg.num_kv_heads != 1 or cfg.head_dim <= 0 or not 2 <= rotary <= cfg.head_dim:
+        raise ValueError(
+            f"num_kv_heads={cfg.num_kv_heads}, head_dim={cfg.head_dim}, "
+            f"partial_rotary_factor={cfg.partial_rotary_factor}: DeepSeek-V4 attends one "
+            "shared key=value head whose last int(head_dim * factor) >= 2 channels rotate"
+        )
+    if rotary % 2:
+        raise ValueError(f"rotary channels {rotary}: must be even")
+    for name in ("q_lora_rank", "o_groups", "o_lora_rank", "hc_mult", "hc_sinkhorn_iters"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name}={getattr(cfg, name)}: DeepSeek-V4 needs it >= 1")
+    if cfg.num_heads % cfg.o_groups:
+        raise ValueError(f"o_groups={cfg.o_groups}: must divide num_heads={cfg.num_heads}")
+    if not isinstance(cfg.sliding_window, int) or cfg.sliding_window < 1:
+        raise ValueError(
+            f"sliding_window={cfg.sliding_window!r}: DeepSeek-V4 needs an integer >= 1"
+        )
+    if cfg.csa_ratio < 1 or cfg.hca_ratio < 1:
+        raise ValueError(f"csa_ratio={cfg.csa_ratio}, hca_ratio={cfg.hca_ratio}: must be >= 1")
+    if "csa" in kinds:
+        for name in ("index_topk", "index_n_heads", "index_head_dim"):
+            if getattr(cfg, name) < 1:
+                raise ValueError(f"{name}={getattr(cfg, name)}: a csa layer needs it >= 1")
+        if cfg.index_head_dim < rotary:
+            raise ValueError(
+                f"index_head_dim={cfg.index_head_dim}: must hold the {rotary} rotary channels"
+            )
+    bad = [i for i in cfg.hash_moe_layers if not (0 <= i < cfg.num_layers and cfg.is_moe_layer(i))]
+    if bad:
+        raise ValueError(f"hash_moe_layers: layer {bad[0]} is not an MoE layer")
+    if cfg.linear_attention_layers or cfg.mtp_drafts:
+        raise ValueError("DeepSeek-V4: no linear-attention layers or MTP drafts here")
+
+
+def check_values_and_sinks(cfg: Any) -> None:
+    """GQA values narrower than the keys and scaled (MiMo-V2-Flash), and sinks on the
+    windowed layers alone."""
+    if not cfg.attention_value_scale > 0 or cfg.v_head_dim < 0:
+        raise ValueError(
+            f"attention_value_scale={cfg.attention_value_scale}: must be > 0; v_head_dim="
+            f"{cfg.v_head_dim}: must be >= 0"
+        )
+    if cfg.attention_type == "gqa" and cfg.v_head_dim and cfg.attention_k_eq_v:
+        raise ValueError(
+            f"v_head_dim={cfg.v_head_dim}: not with attention_k_eq_v (the values are the keys)"
+        )
+    if cfg.attention_value_scale != 1.0 and cfg.attention_type != "gqa":
+        raise ValueError("attention_value_scale: GQA attention only")
+    if cfg.windowed_sinks_only and not cfg.attention_sinks:
+        raise ValueError("windowed_sinks_only=True: needs attention_sinks")

@@ -6,7 +6,12 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from configs.model_checks import check_gemma4_ling, check_moe
+from configs.model_checks import (
+    check_gemma4_ling,
+    check_moe,
+    check_v4,
+    check_values_and_sinks,
+)
 
 # ntk_alpha: a fixed NTK-aware base, theta * alpha^(d / (d - 2)) (Hunyuan's checkpoints
 # spell it "dynamic" with an alpha; its frequencies never depend on the length).
@@ -84,6 +89,8 @@ class ModelConfig:
     # A learned logit per query head that joins every softmax as a key with no value
     # (gpt-oss "sinks"): softmax over [scores, sink], the sink's share dropped.
     attention_sinks: bool = False
+    # MiMo-V2-Flash: those sinks on the windowed layers alone (its full layers have none).
+    windowed_sinks_only: bool = False
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
     qk_norm_after_rope: bool = False  # Hunyuan: those norms after RoPE, not before
     # OLMoE: the q and k RMSNorms span all heads' channels at once (weights [H * Dh] and
@@ -105,7 +112,9 @@ class ModelConfig:
     kv_lora_rank: int = 0  # latent width cached per token
     qk_nope_head_dim: int = 0  # per-head non-rotary q/k width
     qk_rope_head_dim: int = 0  # decoupled rotary width (shared key across heads)
-    v_head_dim: int = 0  # per-head value width
+    v_head_dim: int = 0  # per-head value width (GQA: 0 is head_dim; MiMo-V2-Flash's narrower)
+    # MiMo-V2-Flash: the values times this before attention (its attention_value_scale).
+    attention_value_scale: float = 1.0
     rope_interleave: bool = True  # DeepSeek rotary pairs are interleaved (x0,x1),(x2,x3)...
     # Llama 4's query temperature (Mistral 4: llama_4_scaling_beta): queries, after RoPE,
     # times 1 + attn_scale_beta * log(1 + floor(position / attn_scale_positions)); 0: none.
@@ -311,7 +320,7 @@ class ModelConfig:
                 f"attention_type={self.attention_type!r}: expected one of {ATTENTION_TYPES}"
             )
         if self.is_dsv4:
-            self._check_v4()
+            check_v4(self)
         elif self.attention_type == "gqa":
             if self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads:
                 raise ValueError(
@@ -396,6 +405,7 @@ class ModelConfig:
             )
         check_moe(self)
         check_gemma4_ling(self)
+        check_values_and_sinks(self)
         for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be > 0")
@@ -467,55 +477,6 @@ class ModelConfig:
                 f"{self.linear_value_head_dim}: kimi_delta needs them equal to the key heads "
                 f"and width ({kda[0]}, {kda[1]})"
             )
-
-    def _check_v4(self) -> None:
-        """DeepSeek-V4's attention, hyper-connections and hash routing, as transformers'
-        deepseek_v4 builds them."""
-        kinds = self.v4_layer_kinds
-        if len(kinds) != self.num_layers or any(k not in V4_LAYER_KINDS for k in kinds):
-            raise ValueError(
-                f"v4_layer_kinds={kinds!r}: needs one of {V4_LAYER_KINDS} per layer "
-                f"({self.num_layers})"
-            )
-        rotary = self.rotary_dim
-        if self.num_kv_heads != 1 or self.head_dim <= 0 or not 2 <= rotary <= self.head_dim:
-            raise ValueError(
-                f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
-                f"partial_rotary_factor={self.partial_rotary_factor}: DeepSeek-V4 attends one "
-                "shared key=value head whose last int(head_dim * factor) >= 2 channels rotate"
-            )
-        if rotary % 2:
-            raise ValueError(f"rotary channels {rotary}: must be even")
-        for name in ("q_lora_rank", "o_groups", "o_lora_rank", "hc_mult", "hc_sinkhorn_iters"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)}: DeepSeek-V4 needs it >= 1")
-        if self.num_heads % self.o_groups:
-            raise ValueError(f"o_groups={self.o_groups}: must divide num_heads={self.num_heads}")
-        if not isinstance(self.sliding_window, int) or self.sliding_window < 1:
-            raise ValueError(
-                f"sliding_window={self.sliding_window!r}: DeepSeek-V4 needs an integer >= 1"
-            )
-        if self.csa_ratio < 1 or self.hca_ratio < 1:
-            raise ValueError(
-                f"csa_ratio={self.csa_ratio}, hca_ratio={self.hca_ratio}: must be >= 1"
-            )
-        if "csa" in kinds:
-            for name in ("index_topk", "index_n_heads", "index_head_dim"):
-                if getattr(self, name) < 1:
-                    raise ValueError(f"{name}={getattr(self, name)}: a csa layer needs it >= 1")
-            if self.index_head_dim < rotary:
-                raise ValueError(
-                    f"index_head_dim={self.index_head_dim}: must hold the {rotary} rotary channels"
-                )
-        bad = [
-            i
-            for i in self.hash_moe_layers
-            if not (0 <= i < self.num_layers and self.is_moe_layer(i))
-        ]
-        if bad:
-            raise ValueError(f"hash_moe_layers: layer {bad[0]} is not an MoE layer")
-        if self.linear_attention_layers or self.mtp_drafts:
-            raise ValueError("DeepSeek-V4: no linear-attention layers or MTP drafts here")
 
     def _check_sharing(self) -> None:
         """shared_indexer_layers and kv_source_layers, as transformers runs them."""
@@ -622,7 +583,8 @@ class ModelConfig:
             raw = {"sliding": (), "hca": (2 * dh,), "csa": (4 * dh, 4 * di)}[kind]
             return (dh, *raw)
         if not self.is_mla:
-            return (self.layer_num_kv_heads(layer) * self.layer_head_dim(layer),) * 2
+            kv = self.layer_num_kv_heads(layer)
+            return kv * self.layer_head_dim(layer), kv * self.layer_v_head_dim(layer)
         latent = (self.kv_lora_rank + self.qk_rope_head_dim,)
         own = latent if self.kv_source(layer) == layer else ()
         return own + ((self.index_head_dim,) if self.indexes(layer) else ())
@@ -640,6 +602,16 @@ class ModelConfig:
     def layer_head_dim(self, layer: int) -> int:
         """GQA layer `layer`'s per-head q/k/v width."""
         return self.global_head_dim if self.is_global_layer(layer) else self.head_dim
+
+    def layer_v_head_dim(self, layer: int) -> int:
+        """GQA layer `layer`'s per-head value width (v_head_dim, else its q/k width)."""
+        return self.v_head_dim or self.layer_head_dim(layer)
+
+    def layer_sinks(self, layer: int) -> bool:
+        """Whether GQA layer `layer` has attention sinks (attention_sinks, where
+        windowed_sinks_only keeps them to the windowed layers)."""
+        windowed = self.attention_window(layer) is not None
+        return self.attention_sinks and (windowed or not self.windowed_sinks_only)
 
     def layer_num_kv_heads(self, layer: int) -> int:
         """GQA layer `layer`'s KV heads."""

@@ -1,9 +1,10 @@
 """Presets of Upstage Solar Open (transformers' solar_open: Llama's attention, GLM-4.5's MoE on
 every layer), LG K-EXAONE (exaone_moe) and EXAONE 4.0 (exaone4), Arcee's AFMoE (afmoe),
-inclusionAI's Ling 2.5 (bailing_hybrid), IBM Granite 3's MoE (granitemoe, granitemoeshared)
-and AllenAI's FlexOlmo (flex_olmo), OLMo 2 (olmo2) and OLMo 3 (olmo3): the test-size models of
-tests/fixtures/<arch> (tests/test_hf_config.py reads each config.json back to its preset)
-and the shapes of Solar-Open-100B and Ling 3 Flash (the others' real ones come from their
+inclusionAI's Ling 2.5 (bailing_hybrid), IBM Granite 3's MoE (granitemoe, granitemoeshared),
+AllenAI's FlexOlmo (flex_olmo), OLMo 2 (olmo2) and OLMo 3 (olmo3) and Xiaomi's MiMo-V2-Flash
+(mimo_v2_flash): the test-size models of tests/fixtures/<arch> (tests/test_hf_config.py and
+tests/test_mimo.py read each config.json back to its preset) and the shapes of
+Solar-Open-100B, Ling 3 Flash and MiMo-V2-Flash (the others' real ones come from their
 config.json: transformers' defaults are not them)."""
 
 from __future__ import annotations
@@ -276,4 +277,58 @@ MORE["tiny-olmo3"] = MORE["tiny-olmo2"].replace(
     rope_scaling_full_only=True,
     sliding_window=8,
     full_attention_layers=(3,),
+)
+# tests/fixtures/mimo_v2_flash: Xiaomi MiMo-V2-Flash: 4 layers 64 wide, 4 query heads with
+# q/k 32 wide and values 16 wide (times 0.6); layers 0 and 3 global over 1 KV head, layers 1
+# and 2 an 8-key window over 2 KV heads with a sink per head; RoPE on 10 channels of each
+# head at theta 5e6 (global) or 1e4 (windowed); layer 0 dense (96 wide), then top-2 of 8
+# experts 24 wide over two groups (one kept), renormalized, scaled 1.5, no shared expert.
+MORE["tiny-mimo-v2-flash"] = MORE["tiny-exaone-moe"].replace(
+    name="tiny-mimo-v2-flash",
+    model_type="mimo_v2_flash",
+    num_kv_heads=2,
+    head_dim=32,
+    v_head_dim=16,
+    global_head_dim=32,
+    global_num_kv_heads=1,
+    attention_value_scale=0.6,
+    attention_sinks=True,
+    windowed_sinks_only=True,
+    qk_norm=False,
+    partial_rotary_factor=0.334,
+    rope_theta=5e6,
+    sliding_rope_theta=1e4,
+    full_attention_layers=(0, 3),
+    nope_layers=(),
+    num_shared_experts=0,
+    routed_scaling_factor=1.5,
+)
+# MiMo-V2-Flash (XiaomiMiMo/MiMo-V2-Flash): transformers 5.25's MiMoV2FlashConfig defaults (its
+# docstring names that checkpoint): 48 layers 4,096 wide, 64 heads with q/k 192 wide and
+# values 128 wide; layer 0 and every sixth layer global over 4 KV heads, the other 39 a
+# 129-key window over 8 with sinks; a dense first layer 16,384 wide, then top-8 of 256
+# experts 2,048 wide; 131,072 positions.
+MORE["mimo-v2-flash"] = MORE["tiny-mimo-v2-flash"].replace(
+    name="mimo-v2-flash",
+    vocab_size=152576,
+    hidden_size=4096,
+    num_layers=48,
+    num_heads=64,
+    num_kv_heads=8,
+    head_dim=192,
+    v_head_dim=128,
+    global_head_dim=192,
+    global_num_kv_heads=4,
+    attention_value_scale=0.707,
+    intermediate_size=16384,
+    max_position_embeddings=131072,
+    sliding_window=129,
+    full_attention_layers=tuple(i for i in range(48) if i == 0 or (i + 1) % 6 == 0),
+    num_experts=256,
+    num_experts_per_tok=8,
+    moe_intermediate_size=2048,
+    n_group=1,
+    routed_scaling_factor=1.0,
+    eos_token_ids=(),
+    dtype="bfloat16",
 )

@@ -626,7 +626,7 @@ def _check_sizes(kv_block_pages: int, query_tile: int) -> None:
 def paged_attention_gqa(
     q: jax.Array,  # [T, H, Dh]
     k_pages: jax.Array,  # [N, P, K, Dh]
-    v_pages: jax.Array,  # [N, P, K, Dh]
+    v_pages: jax.Array,  # [N, P, K, Dv]
     meta: AttnMetadata,
     scale: float,
     kv_block_pages: int,
@@ -636,7 +636,7 @@ def paged_attention_gqa(
     window: int | None = None,
     sinks: jax.Array | None = None,  # [H]: gpt-oss's per-head sink logits
     chunked: bool = False,
-) -> jax.Array:  # [T, H, Dh]
+) -> jax.Array:  # [T, H, Dv]
     """Grouped-query attention of ragged query tokens over their sequences' paged K/V.
 
     The step's own K/V must already be written to the pages. Decodes reduce over blocks of
@@ -652,6 +652,7 @@ def paged_attention_gqa(
     q, k_pages, v_pages = jnp.asarray(q), as_pages(k_pages), as_pages(v_pages)
     num_tokens, num_heads, head_dim = q.shape
     num_pages, page_size, num_kv_heads, _ = k_pages.shape
+    value_dim = v_pages.shape[-1]  # (MiMo-V2-Flash: narrower than the keys)
     if num_heads % num_kv_heads:
         raise ValueError(
             f"num query heads {num_heads} is not a multiple of num kv heads {num_kv_heads}"
@@ -659,8 +660,9 @@ def paged_attention_gqa(
     group = num_heads // num_kv_heads
 
     def gather_block(ids):  # ids: [..., Bp]
-        shape = (*ids.shape[:-1], ids.shape[-1] * page_size, num_kv_heads, head_dim)
-        return gather_pages(k_pages, ids).reshape(shape), gather_pages(v_pages, ids).reshape(shape)
+        rows = (*ids.shape[:-1], ids.shape[-1] * page_size, num_kv_heads)
+        k = gather_pages(k_pages, ids).reshape(*rows, head_dim)
+        return k, gather_pages(v_pages, ids).reshape(*rows, value_dim)
 
     # Query head h uses KV head h // G (HF repeat_kv order), so the G heads of one KV head
     # share each gathered block.
@@ -675,12 +677,12 @@ def paged_attention_gqa(
         split_decodes,
         prefill_block_tokens,
         gather_block,
-        head_dim,
+        value_dim,
         window=window,
         sinks=None if sinks is None else sinks.astype(jnp.float32).reshape(num_kv_heads, group),
         chunked=chunked,
     )
-    return o.reshape(num_tokens, num_heads, head_dim).astype(q.dtype)
+    return o.reshape(num_tokens, num_heads, value_dim).astype(q.dtype)
 
 
 def paged_attention_mla(

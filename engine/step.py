@@ -602,10 +602,11 @@ def init_kv_pages(
     window_num_pages: int | None = None,
     state_rows: int = 0,
 ) -> list:
-    """Zeroed paged cache: per layer (K, V) pages for GQA, (latent,) pages for MLA, and
-    (latent, index keys) for MLA with sparse attention (ModelConfig.layer_kv_widths: a
-    layer reading another's latent keeps none, one with no indexer of its own no keys);
-    a gated DeltaNet layer's state arrays with `state_rows` rows (whatever `dtype`).
+    """Zeroed paged cache: per layer (K, V) pages for GQA (kv_quant.cache_row_shapes: V's
+    rows v_head_dim wide, if set), (latent,) pages for MLA, and (latent, index keys) for MLA
+    with sparse attention (ModelConfig.layer_kv_widths: a layer reading another's latent
+    keeps none, one with no indexer of its own no keys); a gated DeltaNet layer's state
+    arrays with `state_rows` rows (whatever `dtype`).
 
     `dtype` defaults to the model's; float8_e4m3fn gives kv_quant.QuantizedPages (fp8 data
     with a float32 scale per row). With a `mesh` the pages are created in place with their
@@ -643,6 +644,5 @@ def init_kv_pages(
         n = num_pages
         if window_num_pages is not None and cfg.attention_window(i) is not None:
             n = window_num_pages
-        shape = (n, page_size, cfg.layer_num_kv_heads(i), cfg.layer_head_dim(i))
-        kv.append((zeros(shape), zeros(shape)))
+        kv.append(tuple(zeros((n, page_size, *row)) for row in kv_quant.cache_row_shapes(cfg, i)))
     return kv

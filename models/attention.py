@@ -42,7 +42,7 @@ class AttnInputs(NamedTuple):
 
     q: jax.Array | None = None  # GQA [T, H, Dh], qk-normed and roped
     k: jax.Array | None = None  # GQA [T, K, Dh], qk-normed and roped
-    v: jax.Array | None = None  # GQA [T, K, Dh]
+    v: jax.Array | None = None  # GQA [T, K, Dv] (Dv: the layer's value width)
     q_nope: jax.Array | None = None  # MLA [T, H, Dn]
     q_pe: jax.Array | None = None  # MLA [T, H, Dr], roped
     c_kv: jax.Array | None = None  # MLA [T, R], after kv_a_norm (None: kv_source_layers)
@@ -68,12 +68,15 @@ def _frequencies(cfg: ModelConfig, p: dict) -> tuple:
 def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array, p: dict | None = None, layer=0):
     """Rotate the leading rope_dim(cfg) channels of x [T, ..., Dx]; the others (a partial
     rotary factor, HF GLM-4.5's apply_rotary_pos_emb) pass through unchanged. `p`: the
-    layer's attention params (LeRoPE's alpha). Gemma 4: its layer's own RoPE, whole."""
-    if cfg.sliding_rope_theta or cfg.rope_proportional:
+    layer's attention params (LeRoPE's alpha). Gemma 4: its layer's own RoPE, whole;
+    MiMo-V2-Flash: plain RoPE at sliding_rope_theta on its windowed layers."""
+    if cfg.rope_proportional:
         return apply_rope(x, positions, gemma4_frequencies(cfg, layer, x.shape[-1]))
     dim = rope_dim(cfg)
-    if cfg.rope_scaling_full_only and cfg.attention_window(layer) is not None:  # (OLMo 3)
-        inv_freq, attention_factor = rope_frequencies(cfg.rope_theta, dim, RopeScaling())
+    windowed = cfg.attention_window(layer) is not None
+    if windowed and (cfg.rope_scaling_full_only or cfg.sliding_rope_theta):  # (OLMo 3, MiMo)
+        theta = cfg.sliding_rope_theta or cfg.rope_theta
+        inv_freq, attention_factor = rope_frequencies(theta, dim, RopeScaling())
     else:
         inv_freq, attention_factor = _frequencies(cfg, p or {})
     if dim == x.shape[-1]:
@@ -89,8 +92,9 @@ def _no_delta(name: str, x: jax.Array) -> None:
 def gqa_inputs(
     p: dict, x: jax.Array, positions: jax.Array, cfg: ModelConfig, delta=_no_delta, layer=0
 ) -> AttnInputs:
-    """x: [T, D] -> q [T, H, Dh], k/v [T, K, Dh]; optional bias; qk-norm (per head, or over
-    all heads: OLMoE) and OLMoE's clip before rope (HF; Hunyuan's qk-norm after it).
+    """x: [T, D] -> q [T, H, Dh], k [T, K, Dh], v [T, K, Dv]; optional bias; qk-norm (per
+    head, or over all heads: OLMoE) and OLMoE's clip before rope (HF; Hunyuan's qk-norm
+    after it); MiMo-V2-Flash's values scaled.
     `delta(leaf, x)`: a LoRA term to add to a projection (models/lora.py), or None."""
     q = add(jnp.einsum("td,dhk->thk", x, p["wq"]), delta("wq", x))
     k = add(jnp.einsum("td,dhk->thk", x, p["wk"]), delta("wk", x))
@@ -102,10 +106,12 @@ def gqa_inputs(
         v = rms_norm(v, jnp.ones((v.shape[-1],), jnp.float32), cfg.rms_norm_eps, True)
     if cfg.attention_bias:
         q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
+    if cfg.attention_value_scale != 1.0:  # MiMo-V2-Flash (after the bias, as transformers)
+        v = v * cfg.attention_value_scale
     if cfg.qk_norm_full:  # OLMoE: over all heads' channels at once
         q = rms_norm(q.reshape(q.shape[0], -1), p["q_norm"].reshape(-1), cfg.rms_norm_eps)
         k = rms_norm(k.reshape(k.shape[0], -1), p["k_norm"].reshape(-1), cfg.rms_norm_eps)
-        q, k = q.reshape(v.shape[0], -1, cfg.head_dim), k.reshape(v.shape)
+        q, k = (y.reshape(y.shape[0], -1, cfg.head_dim) for y in (q, k))
     elif cfg.qk_norm and not cfg.qk_norm_after_rope:
         q, k = model_norm(q, p["q_norm"], cfg), model_norm(k, p["k_norm"], cfg)
     if cfg.clip_qkv is not None:

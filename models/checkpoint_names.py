@@ -103,20 +103,22 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         return names
     k, dh = cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)
     k_eq_v = cfg.attention_k_eq_v and cfg.is_global_layer(layer)  # (Gemma 4: no v_proj)
-    for proj, heads in (("q", h), ("k", k)) + ((("v", k),) if not k_eq_v else ()):
-        names[f"{pre}.{proj}_proj.weight"] = _linear(heads * dh, d, at + (f"w{proj}",))
+    dv = cfg.layer_v_head_dim(layer)
+    for proj, rows in (("q", h * dh), ("k", k * dh)) + ((("v", k * dv),) if not k_eq_v else ()):
+        names[f"{pre}.{proj}_proj.weight"] = _linear(rows, d, at + (f"w{proj}",))
         if cfg.attention_bias:
-            names[f"{pre}.{proj}_proj.bias"] = _vector(heads * dh, at + (f"b{proj}",))
+            names[f"{pre}.{proj}_proj.bias"] = _vector(rows, at + (f"b{proj}",))
     if cfg.model_type == "afmoe":  # its gate's own projection
         names[f"{pre}.gate_proj.weight"] = _linear(h * dh, d, at + ("wq_gate",))
     elif cfg.attn_output_gate:  # Qwen3-Next: per head, its query rows then its gate rows
         targets = (at + ("wq",), at + ("wq_gate",))
         names[f"{pre}.q_proj.weight"] = HFTensor((2 * h * dh, d), targets, "grouped", groups=h)
-    names[f"{pre}.o_proj.weight"] = _linear(d, h * dh, at + ("wo",))
+    names[f"{pre}.o_proj.weight"] = _linear(d, h * dv, at + ("wo",))
     if cfg.o_proj_bias:
         names[f"{pre}.o_proj.bias"] = _vector(d, at + ("bo",))
-    if cfg.attention_sinks:
-        names[f"{pre}.sinks"] = _vector(h, at + ("sinks",))
+    if cfg.layer_sinks(layer):  # (MiMo-V2-Flash's checkpoints name them attention_sink_bias)
+        sinks = "attention_sink_bias" if cfg.model_type == "mimo_v2_flash" else "sinks"
+        names[f"{pre}.{sinks}"] = _vector(h, at + ("sinks",))
     if cfg.qk_norm:
         width_q, width_k = (h * dh, k * dh) if cfg.qk_norm_full else (dh, dh)
         q_norm, k_norm = ("query_layernorm", "key_layernorm") if hunyuan else ("q_norm", "k_norm")

@@ -22,7 +22,7 @@ from models.transformer import final_logits, forward_hidden
 
 
 def init_cache(cfg: ModelConfig, max_len: int) -> list:
-    """Per layer: GQA (k [L, K, Dh], v [L, K, Dh]); MLA (latent [L, R + Dr],), with sparse
+    """Per layer: GQA (k [L, K, Dh], v [L, K, Dv]); MLA (latent [L, R + Dr],), with sparse
     attention (latent, index keys [L, Di]); a gated DeltaNet's state (one row); zeros."""
     dt = jnp.dtype(cfg.dtype)
 
@@ -33,7 +33,11 @@ def init_cache(cfg: ModelConfig, max_len: int) -> list:
             return deepseek_v4.init_layer_cache(cfg, i, 1, max_len, lambda s: jnp.zeros(s, dt))
         if cfg.is_mla:
             return tuple(jnp.zeros((max_len, w), dt) for w in cfg.layer_kv_widths(i))
-        return (jnp.zeros((max_len, cfg.layer_num_kv_heads(i), cfg.layer_head_dim(i)), dt),) * 2
+        k = cfg.layer_num_kv_heads(i)
+        return tuple(
+            jnp.zeros((max_len, k, dim), dt)
+            for dim in (cfg.layer_head_dim(i), cfg.layer_v_head_dim(i))
+        )
 
     return [layer(i) for i in range(cfg.num_layers)]
 
@@ -101,7 +105,7 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
             )
             o = jnp.einsum("thl,lhv->thv", probs.astype(v.dtype), v)  # [T, H, Dv]
             return o, kv_i
-        k_cache, v_cache = kv_i  # [L, K, Dh]
+        k_cache, v_cache = kv_i  # [L, K, Dh], [L, K, Dv]
         k_cache = k_cache.at[positions].set(inp.k.astype(k_cache.dtype))
         v_cache = v_cache.at[positions].set(inp.v.astype(v_cache.dtype))
         t, h, dh = inp.q.shape
@@ -120,7 +124,7 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
             chunked=cfg.layer_chunked(i),
         )
         o = jnp.einsum("tkgl,lkd->tkgd", probs.astype(v_cache.dtype), v_cache)
-        return o.reshape(t, h, dh), (k_cache, v_cache)
+        return o.reshape(t, h, v_cache.shape[-1]), (k_cache, v_cache)
 
     return attend
 

@@ -5,10 +5,10 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
 
   embed [V, D]; final_norm [D]; lm_head [D, V] (absent when tied)
   layers[i]: attn_norm [D], mlp_norm [D], attn {...}, and either mlp {...} or moe {...}
-  GQA attn: wq [D, H, Dh], wk/wv [D, K, Dh], wo [H, Dh, D]; bq [H, Dh], bk/bv [K, Dh]
-            (attention_bias); q_norm/k_norm [Dh] (qk_norm; [H, Dh] / [K, Dh] with
-            qk_norm_full); bo [D] (o_proj_bias);
-            sinks [H] (attention_sinks)
+  GQA attn: wq [D, H, Dh], wk [D, K, Dh], wv [D, K, Dv], wo [H, Dv, D] (Dv: v_head_dim,
+            else Dh); bq [H, Dh], bk [K, Dh], bv [K, Dv] (attention_bias); q_norm/k_norm
+            [Dh] (qk_norm; [H, Dh] / [K, Dh] with qk_norm_full); bo [D] (o_proj_bias);
+            sinks [H] (attention_sinks; windowed layers only with windowed_sinks_only)
   MLA attn: wq [D, H, Dn+Dr] or wq_a [D, Rq], q_a_norm [Rq], wq_b [Rq, H, Dn+Dr];
             wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D]
             (a nope layer: Dr 0 in wkv_a, Dn + Dr in wkv_b); rope_alpha [Dr/2]
@@ -110,16 +110,17 @@ def is_spec(x: Any) -> bool:
 def _gqa_specs(cfg: ModelConfig, dt, w, layer: int = 0) -> dict:
     d, h = cfg.hidden_size, cfg.num_heads
     k, dh = cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)
+    dv = cfg.layer_v_head_dim(layer)
     s = {
         "wq": ParamSpec((d, h, dh), dt, ("embed", "q_heads", "head_dim"), w),
         "wk": ParamSpec((d, k, dh), dt, ("embed", "kv_heads", "head_dim"), w),
-        "wv": ParamSpec((d, k, dh), dt, ("embed", "kv_heads", "head_dim"), w),
-        "wo": ParamSpec((h, dh, d), dt, ("q_heads", "head_dim", "embed"), w),
+        "wv": ParamSpec((d, k, dv), dt, ("embed", "kv_heads", "head_dim"), w),
+        "wo": ParamSpec((h, dv, d), dt, ("q_heads", "head_dim", "embed"), w),
     }
     if cfg.attention_bias:
         s["bq"] = ParamSpec((h, dh), dt, ("q_heads", "head_dim"), zeros)
         s["bk"] = ParamSpec((k, dh), dt, ("kv_heads", "head_dim"), zeros)
-        s["bv"] = ParamSpec((k, dh), dt, ("kv_heads", "head_dim"), zeros)
+        s["bv"] = ParamSpec((k, dv), dt, ("kv_heads", "head_dim"), zeros)
     if cfg.qk_norm_full:  # OLMoE: one norm over all heads' channels
         s["q_norm"] = ParamSpec((h, dh), dt, ("q_heads", "head_dim"), ones)
         s["k_norm"] = ParamSpec((k, dh), dt, ("kv_heads", "head_dim"), ones)
@@ -133,7 +134,7 @@ def _gqa_specs(cfg: ModelConfig, dt, w, layer: int = 0) -> dict:
         del s["wv"]
     if cfg.o_proj_bias:
         s["bo"] = ParamSpec((d,), dt, ("embed",), zeros)
-    if cfg.attention_sinks:
+    if cfg.layer_sinks(layer):
         s["sinks"] = ParamSpec((h,), dt, ("q_heads",), zeros)
     return s
 

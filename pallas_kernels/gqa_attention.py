@@ -39,9 +39,15 @@ def check_gqa_supported(
     if q.ndim != 3:
         raise ValueError(f"q {q.shape}: expected [T, H, Dh]")
     num_heads, head_dim = q.shape[1:]
-    if k_pages.ndim != 4 or k_pages.shape != v_pages.shape:
+    if k_pages.ndim != 4 or k_pages.shape[:3] != v_pages.shape[:3] or v_pages.ndim != 4:
         raise ValueError(
-            f"k_pages {k_pages.shape} and v_pages {v_pages.shape}: expected equal [N, P, K, Dh]"
+            f"k_pages {k_pages.shape} and v_pages {v_pages.shape}: expected [N, P, K, Dh] "
+            "and [N, P, K, Dv]"
+        )
+    if v_pages.shape[3] != k_pages.shape[3]:  # (MiMo-V2-Flash's values: the XLA path)
+        raise UnsupportedShapeError(
+            f"v_pages head dim {v_pages.shape[3]} != k_pages head dim {k_pages.shape[3]}: "
+            "the kernel takes values as wide as the keys"
         )
     if k_pages.shape[3] != head_dim:
         raise ValueError(f"k_pages head dim {k_pages.shape[3]} != q head dim {head_dim}")

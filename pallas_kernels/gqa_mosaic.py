@@ -90,10 +90,13 @@ def check_gqa_mosaic_supported(
     config: MosaicGQAConfig = MOSAIC_GQA_CONFIG,
 ) -> None:
     """Raises UnsupportedShapeError for what this kernel does not take."""
-    if k_pages.ndim != 4 or k_pages.shape != v_pages.shape:
+    if k_pages.ndim != 4 or v_pages.ndim != 4 or k_pages.shape[:3] != v_pages.shape[:3]:
         raise ValueError(
-            f"k_pages {k_pages.shape}, v_pages {v_pages.shape}: expected both [N, P, K, Dh]"
+            f"k_pages {k_pages.shape}, v_pages {v_pages.shape}: expected [N, P, K, Dh] and "
+            "[N, P, K, Dv]"
         )
+    if v_pages.shape[3] != k_pages.shape[3]:
+        raise UnsupportedShapeError(f"v_pages {v_pages.shape}: values as wide as the keys only")
     num_heads, head_dim = q.shape[1:]
     num_kv_heads = k_pages.shape[2]
     if num_heads % num_kv_heads or k_pages.shape[3] != head_dim:

@@ -83,6 +83,9 @@ ARCHS = {
     "gemma4_dense": "tiny-gemma4-dense",  # 31B's kind: no experts, the global layers' own v
     # Ling 2.5: KDA with full-rank, bounded gates; MLA with a gate per head; clipped SwiGLU
     "bailing_hybrid": "tiny-bailing-hybrid",
+    # MiMo-V2-Flash: values narrower than the keys and scaled, sinks on the windowed layers
+    # (twice the KV heads), a RoPE base per layer kind on 10 of 32 channels
+    "mimo_v2_flash": "tiny-mimo-v2-flash",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

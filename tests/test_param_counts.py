@@ -54,6 +54,10 @@ from models.specs import count_params
         # 3,822,530,590 active and 30,697,345,340: the counts here, to the parameter).
         ("gemma-4-26b-a4b", 25.2e9, 0.005, 3.8e9, 0.01),
         ("gemma-4-31b", 30.7e9, 0.005, 30.7e9, 0.005),
+        # Xiaomi's MiMo-V2-Flash card: 309B total, 15B active (rounded). transformers 5.25's
+        # MiMoV2FlashForCausalLM with its default shapes on the meta device: 308,778,768,832
+        # parameters, plus the 47 x 256 correction biases it keeps as buffers: the count here.
+        ("mimo-v2-flash", 309e9, 0.005, 15e9, 0.03),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
