@@ -16,7 +16,7 @@ from configs.model_checks import (
 # ntk_alpha: a fixed NTK-aware base, theta * alpha^(d / (d - 2)) (Hunyuan's checkpoints
 # spell it "dynamic" with an alpha; its frequencies never depend on the length).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha")
-LINEAR_ATTENTION_KINDS = ("gated_delta", "kimi_delta", "mamba2")
+LINEAR_ATTENTION_KINDS = ("gated_delta", "kimi_delta", "mamba2", "short_conv")
 # dsv4: DeepSeek-V4's attention (models/deepseek_v4.py).
 ATTENTION_TYPES = ("gqa", "mla", "dsv4")
 # softmax_topk: the top-k router logits, softmaxed among themselves (gpt-oss);
@@ -167,7 +167,9 @@ class ModelConfig:
     # correction: S_t = exp(-exp(A_log) dt_t) S_{t-1} + B_t (dt_t x_t)^T, y_t = S_t^T C_t +
     # D x_t, dt_t = softplus(x W_dt + dt_bias) clamped to mamba_dt_limit; B and C per group
     # (the "key" heads, ssm_state_size wide), x per head; the conv has a bias; the output
-    # RMS-normed per group of heads after the silu(z) gate).
+    # RMS-normed per group of heads after the silu(z) gate). "short_conv" (LFM2's gated
+    # short convolution, no recurrence: y = C * conv(B * x) with B, C, x projections of the
+    # token and a causal depthwise conv of linear_conv_kernel taps; no heads).
     linear_attention_kind: str = "gated_delta"
     linear_conv_bias: bool = False
     mamba_dt_limit: tuple[float, float] = (0.0, math.inf)
@@ -450,6 +452,12 @@ class ModelConfig:
                 f"linear_attention_layers: layer {bad[0] if bad else 'all'} is outside [0, "
                 f"num_layers={self.num_layers}) or leaves no full-attention layer"
             )
+        if self.linear_conv_kernel < 2:  # (its state: the last kernel - 1 inputs)
+            raise ValueError(f"linear_conv_kernel={self.linear_conv_kernel}: must be >= 2")
+        if self.linear_attention_kind == "short_conv":  # (LFM2's: no heads, no bias here)
+            if self.linear_conv_bias:
+                raise ValueError("linear_conv_bias: only Mamba-2's convs have a bias")
+            return
         for name in (
             "linear_num_key_heads",
             "linear_num_value_heads",
@@ -458,8 +466,6 @@ class ModelConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: linear attention needs it >= 1")
-        if self.linear_conv_kernel < 2:  # (its state: the last kernel - 1 inputs)
-            raise ValueError(f"linear_conv_kernel={self.linear_conv_kernel}: must be >= 2")
         if self.linear_num_value_heads % self.linear_num_key_heads:
             raise ValueError(
                 f"linear_num_value_heads={self.linear_num_value_heads}: must be a multiple of "
@@ -600,7 +606,7 @@ class ModelConfig:
         return bool(self.global_head_dim) and self.attention_window(layer) is None
 
     def layer_head_dim(self, layer: int) -> int:
-        """GQA layer `layer`'s per-head q/k/v width."""
+        """GQA layer `layer`'s per-head q/k width (and v's, without v_head_dim)."""
         return self.global_head_dim if self.is_global_layer(layer) else self.head_dim
 
     def layer_v_head_dim(self, layer: int) -> int:
@@ -724,7 +730,10 @@ class ModelConfig:
     def linear_state_shapes(self) -> tuple[tuple[int, ...], ...]:
         """Per-sequence state of a gated DeltaNet layer (engine.step.init_kv_pages): the
         conv's last linear_conv_kernel - 1 inputs of q [Hk, dk], k [Hk, dk] and v [Hv, dv]
-        (the model dtype), and the delta rule's [Hv, dk, dv] (float32)."""
+        (the model dtype), and the delta rule's [Hv, dk, dv] (float32). A short conv's
+        (LFM2): its conv's last inputs [D] alone."""
+        if self.linear_attention_kind == "short_conv":
+            return ((self.linear_conv_kernel - 1, self.hidden_size),)
         kc, hk, hv = (
             self.linear_conv_kernel - 1,
             self.linear_num_key_heads,
@@ -736,8 +745,9 @@ class ModelConfig:
     def linear_state_bytes(self) -> int:
         """Bytes of one sequence's state across every gated DeltaNet layer."""
         item = 4 if self.dtype == "float32" else 2
-        *conv, rec = self.linear_state_shapes()
-        per_layer = sum(math.prod(s) for s in conv) * item + math.prod(rec) * 4
+        shapes = self.linear_state_shapes()
+        conv, rec = (shapes, ()) if len(shapes) == 1 else (shapes[:-1], shapes[-1:])
+        per_layer = sum(math.prod(s) for s in conv) * item + sum(math.prod(r) * 4 for r in rec)
         return per_layer * len(self.linear_attention_layers)
 
     @property

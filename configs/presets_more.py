@@ -332,3 +332,36 @@ MORE["mimo-v2-flash"] = MORE["tiny-mimo-v2-flash"].replace(
     eos_token_ids=(),
     dtype="bfloat16",
 )
+# tests/fixtures/lfm2_moe: LiquidAI LFM2-MoE: 5 layers 64 wide; short convs (3 taps) on
+# layers 0, 1 and 3, attention on 2 and 4 (4 heads over 2 KV heads of 16, q/k norms); layer 0
+# dense (96 wide), then top-2 of 8 experts 24 wide by sigmoid score + expert bias,
+# renormalized, scaled 1.5; tied embeddings.
+MORE["tiny-lfm2-moe"] = ModelConfig(
+    name="tiny-lfm2-moe",
+    model_type="lfm2_moe",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=5,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    rope_theta=1e6,
+    tie_word_embeddings=True,
+    qk_norm=True,
+    linear_attention_layers=(0, 1, 3),
+    linear_attention_kind="short_conv",
+    linear_conv_kernel=3,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    scoring_func="sigmoid",
+    topk_method="noaux_tc",
+    norm_topk_prob=True,
+    routed_scaling_factor=1.5,
+    first_k_dense_replace=1,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)

@@ -108,7 +108,10 @@ def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str, layers=None) -> int:
 
 def state_shard_fraction(cfg: ModelConfig, tp: int) -> float:
     """Fraction of a linear-attention model's recurrent state one of `tp` devices holds:
-    its DeltaNet heads split over tp when tp divides them (sharding/rules.py), else all."""
+    its DeltaNet heads split over tp when tp divides them (sharding/rules.py), else all
+    (LFM2's short convs: whole on every device)."""
+    if cfg.linear_attention_kind == "short_conv":
+        return 1.0
     heads = (cfg.linear_num_key_heads, cfg.linear_num_value_heads)
     return 1.0 if any(h % tp for h in heads) else 1.0 / tp
 

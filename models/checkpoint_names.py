@@ -138,6 +138,13 @@ def _linear_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTen
         return _kda_names(cfg, pre, at)
     if cfg.linear_attention_kind == "mamba2":
         return _mamba2_names(cfg, pre, at)
+    if cfg.linear_attention_kind == "short_conv":  # LFM2's: in_proj's rows B, then C, then x
+        bcx = tuple(at + (f"w_{x}",) for x in "bcx")
+        return {
+            f"{pre}.in_proj.weight": HFTensor((3 * d, d), bcx, "grouped"),
+            f"{pre}.conv.weight": HFTensor((d, 1, taps), (at + ("conv",),), "grouped"),
+            f"{pre}.out_proj.weight": _linear(d, d, at + ("wo",)),
+        }
     qkv = tuple(at + (w,) for w in ("wq", "wk", "wv"))
     width = 2 * hk * dk + hv * dv
     names = {
@@ -564,8 +571,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         names.update(_layer_names(cfg, layer, at + ("layer",), moe, expert_layout))
     if cfg.model_type == "mistral_large4_text":
         names = {mistral_native_name(n): t for n, t in names.items()}
-    if cfg.model_type == "bailing_hybrid":  # (its release's names; transformers saves them)
-        names = {_renamed(n, _BAILING_NATIVE): t for n, t in names.items()}
+    if cfg.model_type in _NATIVE:  # (their releases' names; transformers saves them)
+        names = {_renamed(n, _NATIVE[cfg.model_type]): t for n, t in names.items()}
     return names
 
 
@@ -577,6 +584,21 @@ _BAILING_NATIVE = (
     (r"\.attention\.o_proj\.", ".attention.dense."),
     (r"\.gate\.e_score_correction_bias$", ".gate.expert_bias"),
 )
+# LFM2-MoE's (transformers' Lfm2Moe modules: operator_norm, ffn_norm, feed_forward with w1 /
+# w3 / w2, the correction bias beside the gate as expert_bias, the final embedding_norm).
+_LFM2_NATIVE = (
+    (r"^model\.norm\.", "model.embedding_norm."),
+    (r"\.input_layernorm\.", ".operator_norm."),
+    (r"\.post_attention_layernorm\.", ".ffn_norm."),
+    (r"\.self_attn\.o_proj\.", ".self_attn.out_proj."),
+    (r"\.self_attn\.([qk])_norm\.", r".self_attn.\1_layernorm."),
+    (r"\.mlp\.gate\.e_score_correction_bias$", ".feed_forward.expert_bias"),
+    (r"\.mlp\.", ".feed_forward."),
+    (r"\.gate_proj\.", ".w1."),
+    (r"\.up_proj\.", ".w3."),
+    (r"\.down_proj\.", ".w2."),
+)
+_NATIVE = {"bailing_hybrid": _BAILING_NATIVE, "lfm2_moe": _LFM2_NATIVE}
 
 
 def _renamed(name: str, table) -> str:
@@ -609,7 +631,8 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
             }
         )
     if cfg.is_linear_layer(index):  # (Kimi-Linear's KDA: under self_attn; Granite's: mamba)
-        where = {"kimi_delta": "self_attn", "mamba2": "mamba"}.get(cfg.linear_attention_kind)
+        kinds = {"kimi_delta": "self_attn", "mamba2": "mamba", "short_conv": "conv"}
+        where = kinds.get(cfg.linear_attention_kind)
         names.update(_linear_attn_names(cfg, f"{layer}.{where or 'linear_attn'}", at + ("linear",)))
     else:
         names.update(_attn_names(cfg, f"{layer}.self_attn", at + ("attn",), index))

@@ -1,6 +1,6 @@
 """Gated DeltaNet, the linear-attention layers of Qwen3-Next and Qwen3.5 (arXiv:2412.06464),
-Kimi Delta Attention (KDA), Kimi-Linear's (arXiv:2510.26692), and Mamba-2's SSD layers,
-Nemotron-H's (arXiv:2405.21060).
+Kimi Delta Attention (KDA), Kimi-Linear's (arXiv:2510.26692), Mamba-2's SSD layers,
+Nemotron-H's (arXiv:2405.21060), and LFM2's gated short convolutions (`short_conv`).
 
 Per token t of a sequence, with q, k, v from a causal depthwise conv (linear_conv_kernel
 taps, then SiLU) of their projections, q and k L2-normalised (q also times dk^-0.5), and
@@ -109,14 +109,19 @@ def segments_from_spans(
 
 
 def _causal_conv(
-    x: jax.Array, w: jax.Array, prior: jax.Array, seg: Segments, bias: jax.Array | None = None
+    x: jax.Array,
+    w: jax.Array,
+    prior: jax.Array,
+    seg: Segments,
+    bias: jax.Array | None = None,
+    silu: bool = True,
 ):
     """Depthwise causal conv of each span, continuing its sequence's last inputs.
 
     x [T, ...C] this step's inputs; w [K, ...C] the taps (w[K-1] on the newest input);
     prior [S, K-1, ...C] each sequence's previous K-1 inputs, oldest first (zeros when
-    fresh); bias [...C] (Mamba-2's) or None. Returns (silu(conv + bias) [T, ...C], each
-    sequence's last K-1 inputs [S, K-1, ...C])."""
+    fresh); bias [...C] (Mamba-2's) or None. Returns (silu(conv + bias) [T, ...C] (without
+    `silu`: the conv alone, LFM2's), each sequence's last K-1 inputs [S, K-1, ...C])."""
     taps = w.shape[0]
     num_rows = x.shape[0]
     out = jnp.zeros(x.shape, jnp.float32)
@@ -131,7 +136,8 @@ def _causal_conv(
         )
         out = out + tap_in.astype(jnp.float32) * w[m].astype(jnp.float32)
     # The new prior: the span's last K-1 inputs, reaching back into the old prior.
-    return jax.nn.silu(out).astype(x.dtype), _conv_window(x, prior, seg, seg.lengths[:, None])[:, 0]
+    out = jax.nn.silu(out) if silu else out
+    return out.astype(x.dtype), _conv_window(x, prior, seg, seg.lengths[:, None])[:, 0]
 
 
 def _conv_window(x: jax.Array, prior: jax.Array, seg: Segments, ends: jax.Array) -> jax.Array:
@@ -426,8 +432,32 @@ def _mamba_output(p: dict, o: jax.Array, v: jax.Array, x: jax.Array, cfg: ModelC
     return p["norm"] * normed.reshape(y.shape).astype(x.dtype)
 
 
+def short_conv(
+    p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments
+) -> tuple[jax.Array, tuple]:
+    """LFM2's gated short convolution (transformers' Lfm2ShortConv), x [T, D] -> ([T, D],
+    state): B, C and x projections of each token, the causal depthwise conv
+    (linear_conv_kernel taps, no activation) of B * x continuing its sequence's last
+    inputs, times C, projected out. `state`: (those inputs [rows, K-1, D],), read at
+    seg.slots and written back there (and, with snapshots, at seg.snap_row)."""
+    (conv,) = state
+    prior = jnp.where(seg.fresh.reshape((-1, 1, 1)), jnp.zeros((), conv.dtype), conv[seg.slots])
+    bx = (x @ p["w_b"]) * (x @ p["w_x"])
+    y, new = _causal_conv(bx, p["conv"], prior, seg, silu=False)
+    out = ((x @ p["w_c"]) * y) @ p["wo"]
+    if seg.snap_end is not None:  # the conv's inputs before each snapshot's end, at its row
+        rows = jnp.where(seg.snap_end > 0, seg.snap_row, conv.shape[0]).reshape(-1)
+        window = _conv_window(bx, prior, seg, seg.snap_end).reshape((-1,) + conv.shape[1:])
+        conv = conv.at[rows].set(window.astype(conv.dtype), mode="drop")
+    return out, (conv.at[seg.slots].set(new.astype(conv.dtype)),)
+
+
 def zero_state(cfg: ModelConfig, rows: int) -> tuple:
-    """A gated DeltaNet layer's state arrays for `rows` sequences, zeroed."""
-    *conv, rec = cfg.linear_state_shapes()
+    """A linear-attention layer's state arrays for `rows` sequences, zeroed: the convs'
+    inputs in the model dtype, a recurrence's state (all but a short conv) in float32."""
+    shapes = cfg.linear_state_shapes()
     dt = jnp.dtype(cfg.dtype)
+    if cfg.linear_attention_kind == "short_conv":
+        return tuple(jnp.zeros((rows, *s), dt) for s in shapes)
+    *conv, rec = shapes
     return (*(jnp.zeros((rows, *s), dt) for s in conv), jnp.zeros((rows, *rec), jnp.float32))

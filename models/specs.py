@@ -192,8 +192,14 @@ def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
     """A linear-attention layer (models/linear_attention.py), its projections split by what
     they make (transformers' fused in_proj_qkvz / in_proj_qkv are cut apart on load). KDA
     (linear_attention_kind "kimi_delta"): low-rank forget (wf_a, wf_b) and output (wg_a,
-    wg_b) gates in place of wa and wz, dt_bias per key channel."""
+    wg_b) gates in place of wa and wz, dt_bias per key channel. LFM2's short conv
+    (short_conv): w_b / w_c / w_x [D, D] (its in_proj's thirds), conv [K, D], wo [D, D]."""
     d, hk, hv = cfg.hidden_size, cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    if cfg.linear_attention_kind == "short_conv":  # (small: replicated over the mesh)
+        taps, full = cfg.linear_conv_kernel, ("embed", None)
+        proj = {f"w_{x}": ParamSpec((d, d), dt, full, w) for x in "bcx"}
+        conv = ParamSpec((taps, d), dt, (None, None), w)
+        return proj | {"conv": conv, "wo": ParamSpec((d, d), dt, (None, "embed"), w)}
     dk, dv, taps = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel
     kh, vh = ("embed", "linear_k_heads", None), ("embed", "linear_v_heads", None)
     specs = {

@@ -187,15 +187,15 @@ def kv_shardings(cfg: ModelConfig, mesh: Mesh, kv_dtype=None) -> list:
         from engine.kv_quant import QuantizedPages
 
         pages = QuantizedPages(pages, NamedSharding(mesh, logical_to_spec(axes[:-1], rules)))
-    state = tuple(
-        NamedSharding(mesh, logical_to_spec(a, rules))
-        for a in (
-            ("state_rows", None, "linear_k_heads", None),
-            ("state_rows", None, "linear_k_heads", None),
-            ("state_rows", None, "linear_v_heads", None),
-            ("state_rows", "linear_v_heads", None, None),
-        )
+    state_axes = (
+        ("state_rows", None, "linear_k_heads", None),
+        ("state_rows", None, "linear_k_heads", None),
+        ("state_rows", None, "linear_v_heads", None),
+        ("state_rows", "linear_v_heads", None, None),
     )
+    if cfg.linear_attention_kind == "short_conv":  # (LFM2: its conv's inputs, whole)
+        state_axes = (("state_rows", None, None),)
+    state = tuple(NamedSharding(mesh, logical_to_spec(a, rules)) for a in state_axes)
 
     def arrays(i: int) -> int:  # (DeepSeek-V4's entry pages after its per-token ones)
         return len(cfg.layer_kv_widths(i)) + (len(cfg.v4_entry_widths(i)) if cfg.is_dsv4 else 0)

@@ -86,6 +86,8 @@ ARCHS = {
     # MiMo-V2-Flash: values narrower than the keys and scaled, sinks on the windowed layers
     # (twice the KV heads), a RoPE base per layer kind on 10 of 32 channels
     "mimo_v2_flash": "tiny-mimo-v2-flash",
+    # LFM2-MoE: gated short convs (a state of the last inputs) beside q/k-normed attention
+    "lfm2_moe": "tiny-lfm2-moe",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -1,0 +1,81 @@
+"""LiquidAI's LFM2-MoE HF config (transformers' lfm2_moe: LFM2-8B-A1B, LFM2-24B-A2B).
+
+Its layers (`layer_types`): gated short convolutions ("conv": ModelConfig's
+linear_attention_kind "short_conv", conv_L_cache taps, each sequence's last inputs a state
+row) and GQA attention ("full_attention": q/k RMSNorms per head before RoPE, head_dim =
+hidden / heads); before each block an RMSNorm (operator_norm / ffn_norm). Its feed-forward:
+a SwiGLU MLP on the first num_dense_layers layers, then a sigmoid router whose choice adds
+expert_bias (DeepSeek-V3's rule with one group; a plain top-k without use_expert_bias),
+renormalized when norm_topk_prob, times routed_scaling_factor. Embeddings tied by default
+(`tie_embedding`, the releases' spelling, read where tie_word_embeddings is absent; the two
+differing is refused); the final norm is `embedding_norm`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+LFM2_MOE = "lfm2_moe"
+
+# Defaults of transformers 5.25's Lfm2MoeConfig for the fields read.
+# fmt: off
+LFM2_DEFAULTS: dict[str, dict[str, Any]] = {LFM2_MOE: dict(
+    vocab_size=65536, hidden_size=2048, intermediate_size=7168, moe_intermediate_size=1792,
+    num_hidden_layers=32, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
+    rope_theta=1000000.0, max_position_embeddings=128000, rms_norm_eps=1e-5,
+    num_attention_heads=32, num_key_value_heads=8, conv_bias=False, conv_L_cache=3,
+    num_dense_layers=2, num_experts_per_tok=4, num_experts=32, use_expert_bias=True,
+    routed_scaling_factor=1.0, norm_topk_prob=True, layer_types=None,
+)}
+# fmt: on
+LFM2_ALIASES = {
+    LFM2_MOE: {"rms_norm_eps": ("norm_eps",), "tie_word_embeddings": ("tie_embedding",)}
+}
+_KINDS = ("conv", "full_attention")
+
+
+def _layer_kinds(f: Any, num_layers: int) -> list[str]:
+    """`layer_types`, else (LFM2's dense configs' spelling) `full_attn_idxs`."""
+    kinds = f.get("layer_types")
+    idxs = f.hf.get("full_attn_idxs")
+    if kinds is None and isinstance(idxs, list):
+        kinds = [_KINDS[1] if i in idxs else _KINDS[0] for i in range(num_layers)]
+    if kinds is None:
+        raise ValueError("HF config layer_types: required (conv / full_attention per layer)")
+    if not isinstance(kinds, list) or len(kinds) != num_layers or set(kinds) - set(_KINDS):
+        raise ValueError(f"HF config layer_types: expected {num_layers} entries of {_KINDS}")
+    if _KINDS[1] not in kinds:
+        raise ValueError("HF config layer_types: needs a full_attention layer")
+    return kinds
+
+
+def lfm2_fields(f: Any) -> dict:
+    """ModelConfig's layer, attention and MoE fields of an LFM2-MoE config; `f` is
+    hf_config._Fields."""
+    if f.get("conv_bias"):
+        raise ValueError(f"HF config conv_bias=True: not supported for {LFM2_MOE}")
+    tied = f.hf.get("tie_embedding")
+    if tied is not None and "tie_word_embeddings" in f.hf and tied != f.hf["tie_word_embeddings"]:
+        raise ValueError(
+            f"HF config tie_embedding={tied!r} and tie_word_embeddings="
+            f"{f.hf['tie_word_embeddings']!r} differ"
+        )
+    num_layers = f.required("num_hidden_layers")
+    kinds = _layer_kinds(f, num_layers)
+    heads = f.required("num_attention_heads")
+    bias = bool(f.get("use_expert_bias"))
+    return dict(
+        num_kv_heads=f.required("num_key_value_heads"),
+        head_dim=f.required("hidden_size") // heads,
+        qk_norm=True,
+        linear_attention_layers=tuple(i for i, k in enumerate(kinds) if k == _KINDS[0]),
+        linear_attention_kind="short_conv",
+        linear_conv_kernel=f.required("conv_L_cache"),
+        num_experts=f.required("num_experts"),
+        num_experts_per_tok=f.required("num_experts_per_tok"),
+        moe_intermediate_size=f.required("moe_intermediate_size"),
+        scoring_func="sigmoid",
+        topk_method="noaux_tc" if bias else "greedy",
+        norm_topk_prob=bool(f.get("norm_topk_prob")),
+        routed_scaling_factor=float(f.required("routed_scaling_factor")),
+        first_k_dense_replace=f.required("num_dense_layers"),
+    )
