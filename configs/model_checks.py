@@ -1,6 +1,6 @@
 """Checks of ModelConfig's fields kept out of configs/model_config.py (its line limit): the
 MoE router and experts, Gemma 4's attention geometry and Ling 2.5's gates and clips,
-DeepSeek-V4's attention and MiMo-V2-Flash's values and sinks. Each
+DeepSeek-V4's attention, MiMo-V2-Flash's values and sinks and LongCat-Flash's MoE. Each
 raises ValueError naming the field and its limit."""
 
 from __future__ import annotations
@@ -164,3 +164,22 @@ def check_values_and_sinks(cfg: Any) -> None:
         raise ValueError("attention_value_scale: GQA attention only")
     if cfg.windowed_sinks_only and not cfg.attention_sinks:
         raise ValueError("windowed_sinks_only=True: needs attention_sinks")
+
+
+def check_longcat(cfg: Any) -> None:
+    """LongCat-Flash's zero-computation experts, shortcut MoE and scaled MLA LoRAs."""
+    if cfg.zero_experts < 0 or (cfg.zero_experts and not cfg.num_experts):
+        raise ValueError(f"zero_experts={cfg.zero_experts}: must be >= 0, and 0 without experts")
+    if cfg.zero_experts and cfg.topk_method != "noaux_tc":
+        raise ValueError("zero_experts: with the noaux_tc router only (LongCat-Flash's)")
+    if cfg.shortcut_moe and (
+        cfg.num_layers % 2
+        or not cfg.num_experts
+        or any(cfg.is_moe_layer(i) != (i % 2 == 0) for i in range(cfg.num_layers))
+    ):
+        raise ValueError(
+            f"shortcut_moe=True: needs an even num_layers ({cfg.num_layers}) with experts on "
+            "the even layers alone (first_k_dense_replace 0, moe_layer_freq 2)"
+        )
+    if cfg.mla_lora_scales and not (cfg.is_mla and cfg.q_lora_rank):
+        raise ValueError("mla_lora_scales=True: needs MLA attention with a q LoRA")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from configs.model_checks import (
     check_gemma4_ling,
+    check_longcat,
     check_moe,
     check_v4,
     check_values_and_sinks,
@@ -242,6 +243,15 @@ class ModelConfig:
     # Llama 4: each token's input to its (one) routed expert is scaled by the router weight,
     # not the expert's output (vLLM's apply_router_weight_on_input; top-1 only).
     router_weight_on_input: bool = False
+    # LongCat-Flash: zero_experts zero-computation experts after the num_experts routed ones
+    # (a token choosing one adds itself times its weight); shortcut_moe: decoder layers in
+    # pairs, the even layer's MoE reading its MLP's input beside that dense MLP (both on
+    # every even layer, a dense MLP alone on the odd ones), its output joining the stream
+    # after the odd layer's MLP; mla_lora_scales: MLA queries times sqrt(D / q_lora_rank),
+    # the normed latent times sqrt(D / kv_lora_rank) (cached so, read as keys and values).
+    zero_experts: int = 0
+    shortcut_moe: bool = False
+    mla_lora_scales: bool = False
     swiglu_limit: float = 7.0  # clamped_swiglu: gate <= limit, |up| <= limit
     swiglu_alpha: float = 1.702  # clamped_swiglu: gate * sigmoid(alpha * gate)
     # Nemotron-H: the dense MLPs' (and shared experts') activation, one of MLP_ACTS; layers
@@ -408,6 +418,7 @@ class ModelConfig:
         check_moe(self)
         check_gemma4_ling(self)
         check_values_and_sinks(self)
+        check_longcat(self)
         for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be > 0")

@@ -1,11 +1,12 @@
 """Presets of Upstage Solar Open (transformers' solar_open: Llama's attention, GLM-4.5's MoE on
 every layer), LG K-EXAONE (exaone_moe) and EXAONE 4.0 (exaone4), Arcee's AFMoE (afmoe),
 inclusionAI's Ling 2.5 (bailing_hybrid), IBM Granite 3's MoE (granitemoe, granitemoeshared),
-AllenAI's FlexOlmo (flex_olmo), OLMo 2 (olmo2) and OLMo 3 (olmo3) and Xiaomi's MiMo-V2-Flash
-(mimo_v2_flash): the test-size models of tests/fixtures/<arch> (tests/test_hf_config.py and
-tests/test_mimo.py read each config.json back to its preset) and the shapes of
-Solar-Open-100B, Ling 3 Flash and MiMo-V2-Flash (the others' real ones come from their
-config.json: transformers' defaults are not them)."""
+AllenAI's FlexOlmo (flex_olmo), OLMo 2 (olmo2) and OLMo 3 (olmo3), Xiaomi's MiMo-V2-Flash
+(mimo_v2_flash), LiquidAI's LFM2-MoE (lfm2_moe) and Meituan's LongCat-Flash (longcat_flash):
+the test-size models of tests/fixtures/<arch> (tests/test_hf_config.py, test_mimo.py,
+test_lfm2.py and test_longcat.py read each config.json back to its preset) and the shapes of
+Solar-Open-100B, Ling 3 Flash, MiMo-V2-Flash and LongCat-Flash (the others' real ones come
+from their config.json: transformers' defaults are not them)."""
 
 from __future__ import annotations
 
@@ -353,4 +354,65 @@ MORE["tiny-lfm2-moe"] = MORE["tiny-exaone-moe"].replace(
     routed_scaling_factor=1.5,
     mlp_only_layers=(),
     first_k_dense_replace=1,
+)
+# tests/fixtures/longcat_flash: Meituan LongCat-Flash: 2 LongCat layers (4 decoder layers) 64
+# wide; MLA sublayers of 4 heads (q LoRA 32, latent 32, nope 16 + rope 8, values 12; the
+# LoRAs' scales) each with a dense MLP 96 wide; a shortcut MoE per LongCat layer: top-3 of 8
+# experts 24 wide and 4 zero-computation ones, softmax scores, chosen with the correction
+# bias, scaled 2.0.
+MORE["tiny-longcat-flash"] = ModelConfig(
+    name="tiny-longcat-flash",
+    model_type="longcat_flash",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    intermediate_size=96,
+    max_position_embeddings=2048,
+    rope_theta=1e7,
+    attention_type="mla",
+    q_lora_rank=32,
+    kv_lora_rank=32,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=12,
+    mla_lora_scales=True,
+    num_experts=8,
+    zero_experts=4,
+    num_experts_per_tok=3,
+    moe_intermediate_size=24,
+    scoring_func="softmax",
+    topk_method="noaux_tc",
+    routed_scaling_factor=2.0,
+    moe_layer_freq=2,
+    shortcut_moe=True,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# LongCat-Flash-Chat (meituan-longcat/LongCat-Flash-Chat): transformers 5.25's
+# LongcatFlashConfig defaults (its docstring names that checkpoint): 28 LongCat layers (56
+# decoder layers) 6,144 wide, 64 MLA heads (q LoRA 1,536, latent 512, nope 128 + rope 64,
+# values 128), dense MLPs 12,288 wide, a shortcut MoE per LongCat layer over 512 experts 2,048
+# wide and 256 zero-computation ones (top 12, scaled 6.0); 131,072 positions.
+MORE["longcat-flash"] = MORE["tiny-longcat-flash"].replace(
+    name="longcat-flash",
+    vocab_size=131072,
+    hidden_size=6144,
+    num_layers=56,
+    num_heads=64,
+    intermediate_size=12288,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=131072,
+    q_lora_rank=1536,
+    kv_lora_rank=512,
+    qk_nope_head_dim=128,
+    qk_rope_head_dim=64,
+    v_head_dim=128,
+    num_experts=512,
+    zero_experts=256,
+    num_experts_per_tok=12,
+    moe_intermediate_size=2048,
+    routed_scaling_factor=6.0,
+    eos_token_ids=(),
+    dtype="bfloat16",
 )

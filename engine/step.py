@@ -332,7 +332,10 @@ def _step_body(
         """Routed experts over rows at `positions`, their copies counted into `sink`."""
 
         def routed(p_moe, x, weights, experts, **kw):  # (kw: the layer's clip limit)
-            load = expert_load(experts, rows_valid, cfg.num_experts)
+            tallied = experts
+            if cfg.zero_experts:  # (LongCat-Flash's zero-computation copies: not counted)
+                tallied = jnp.where(weights > 0, experts, cfg.num_experts)
+            load = expert_load(tallied, rows_valid, cfg.num_experts)
             if num_physical:
                 experts = eplb.to_physical(p_moe, experts, positions)
                 load = jnp.concatenate([load, expert_load(experts, rows_valid, num_physical)])

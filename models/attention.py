@@ -174,6 +174,8 @@ def mla_inputs(
         q_a = add(x @ p["wq_a"], delta("wq_a", x))
         q_a = rms_norm(q_a, p["q_a_norm"], MLA_LATENT_NORM_EPS)  # [T, Rq]
         q = add(jnp.einsum("tr,rhk->thk", q_a, p["wq_b"]), delta("wq_b", q_a))  # [T, H, Dn + Dr]
+        if cfg.mla_lora_scales:  # LongCat-Flash: its queries scaled (before RoPE)
+            q = q * jnp.asarray((cfg.hidden_size / cfg.q_lora_rank) ** 0.5, q.dtype)
     else:
         q = add(jnp.einsum("td,dhk->thk", x, p["wq"]), delta("wq", x))  # [T, H, Dn + Dr]
     c_kv = k_pe = None  # (a layer reading an earlier layer's latent makes none)
@@ -181,6 +183,8 @@ def mla_inputs(
         kv_a = add(x @ p["wkv_a"], delta("wkv_a", x))  # [T, R + Dr]
         c_kv = rms_norm(kv_a[:, :r], p["kv_a_norm"], cfg.latent_norm_eps)  # [T, R]
         k_pe = kv_a[:, r:]
+        if cfg.mla_lora_scales:  # LongCat-Flash: the normed latent scaled (keys and values)
+            c_kv = c_kv * jnp.asarray((cfg.hidden_size / r) ** 0.5, c_kv.dtype)
     if cfg.mla_unrotated:  # Kimi-Linear: the rope channels as they are (NoPE)
         q_pe = q[..., dn:]
     elif cfg.layer_rope_dim(layer):

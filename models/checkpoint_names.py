@@ -305,7 +305,9 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
     pre = f"{layer}.block_sparse_moe" if legacy_mixtral else f"{layer}.mlp"
     # (Hunyuan's router is the gate's `wg`, AFMoE's its router's `gate`.)
     router = {"hunyuan_v1_moe": "gate.wg", "afmoe": "router.gate"}.get(cfg.model_type, "gate")
-    names = {f"{pre}.{router}.weight": _linear(e, d, at + ("router",))}
+    router = "router.classifier" if cfg.model_type == "longcat_flash" else router
+    ez = e + cfg.zero_experts  # (LongCat-Flash's zero-computation experts are routed too)
+    names = {f"{pre}.{router}.weight": _linear(ez, d, at + ("router",))}
     if cfg.model_type == "ernie4_5_moe":  # kept by Ernie4_5_MoeStatics as [1, E]
         names[f"{pre}.moe_statics.e_score_correction_bias"] = HFTensor(
             (1, e), (at + ("router_bias",),), "copy"
@@ -315,7 +317,8 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
     elif cfg.model_type == "afmoe":
         names[f"{pre}.expert_bias"] = _vector(e, at + ("router_bias",))
     elif cfg.topk_method == "noaux_tc":
-        names[f"{pre}.gate.e_score_correction_bias"] = _vector(e, at + ("router_bias",))
+        bias = "router" if cfg.model_type == "longcat_flash" else "gate"
+        names[f"{pre}.{bias}.e_score_correction_bias"] = _vector(ez, at + ("router_bias",))
     if layout == "fused":
         names[f"{pre}.experts.gate_up_proj"] = HFTensor(
             (e, 2 * f, d), (at + ("w_gate",), at + ("w_up",)), "gate_up"
@@ -543,6 +546,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         raise ValueError(f"expert_layout={expert_layout!r}: expected one of {EXPERT_LAYOUTS}")
     if cfg.is_dsv4:
         return _v4_names(cfg)
+    if cfg.shortcut_moe:
+        return _longcat_names(cfg, expert_layout)
     if cfg.model_type == "nemotron_h":
         return _nemotron_h_names(cfg, expert_layout)
     d, v = cfg.hidden_size, cfg.vocab_size
@@ -573,6 +578,31 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         names = {mistral_native_name(n): t for n, t in names.items()}
     if cfg.model_type in _NATIVE:  # (their releases' names; transformers saves them)
         names = {_renamed(n, _NATIVE[cfg.model_type]): t for n, t in names.items()}
+    return names
+
+
+def _longcat_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:
+    """LongCat-Flash: HF layer i holds decoder layers 2i and 2i + 1 (ours) as its sublayers
+    j = 0, 1 (self_attn.j, mlps.j, input_layernorm.j, post_attention_layernorm.j), and the
+    shortcut MoE of layer 2i as its `mlp` (router.classifier, router's correction bias,
+    experts)."""
+    d, v = cfg.hidden_size, cfg.vocab_size
+    names = {
+        "model.embed_tokens.weight": HFTensor((v, d), (("embed",),), "copy"),
+        "model.norm.weight": _vector(d, ("final_norm",)),
+        "lm_head.weight": _linear(v, d, ("lm_head",)),
+    }
+    for s in range(cfg.num_layers):
+        (i, j), at = divmod(s, 2), ("layers", s)
+        hf = f"model.layers.{i}"
+        names[f"{hf}.input_layernorm.{j}.weight"] = _vector(d, at + ("attn_norm",))
+        names[f"{hf}.post_attention_layernorm.{j}.weight"] = _vector(d, at + ("mlp_norm",))
+        names.update(_attn_names(cfg, f"{hf}.self_attn.{j}", at + ("attn",), s))
+        names.update(_mlp_names(d, cfg.intermediate_size, f"{hf}.mlps.{j}", at + ("mlp",)))
+        if cfg.is_moe_layer(s):
+            names.update(_moe_names(cfg, hf, at + ("moe",), layout))
+    if cfg.tie_word_embeddings:
+        del names["lm_head.weight"]
     return names
 
 

@@ -307,6 +307,9 @@ def moe_block(
     if (limit := cfg.clip_limit(layer)) is not None:
         routed = functools.partial(routed, limit=limit)
     weights, experts = route(p_moe, x if router_x is None else router_x, cfg)
+    identity = None
+    if cfg.zero_experts:  # LongCat-Flash: the chosen zero-computation experts' share of x
+        weights, experts, identity = _zero_experts(x, weights, experts, cfg)
     if cfg.router_weight_on_input:
         # Llama 4 (top-1): the expert sees the token times its router weight (cast to the
         # activations' dtype, as transformers' Llama4TextMoe scales routed_in), unweighted after.
@@ -331,7 +334,21 @@ def moe_block(
             gate = narrow_product(jnp.matmul, x, p_moe["shared_gate"])
             shared = jax.nn.sigmoid(gate)[:, None] * shared
         out = out + shared
+    if identity is not None:
+        out = out + identity.astype(out.dtype)
     return out
+
+
+def _zero_experts(x: jax.Array, weights: jax.Array, experts: jax.Array, cfg: ModelConfig):
+    """LongCat-Flash's zero-computation experts (ids num_experts and up): (weights [T, k]
+    with theirs 0, experts [T, k] with theirs spread over the routed ones as transformers'
+    LongcatFlashMoE does, x times the sum of their weights [T, D] float32). The spread
+    copies weigh nothing; they keep every copy's shape (a fixed k a token)."""
+    e = cfg.num_experts
+    zero = experts >= e
+    identity = x.astype(jnp.float32) * row_sum(jnp.where(zero, weights, 0.0))[:, None]
+    dummy = (experts - e) * e // cfg.zero_experts
+    return jnp.where(zero, 0.0, weights), jnp.where(zero, dummy, experts), identity
 
 
 def expert_load(

@@ -272,7 +272,8 @@ def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
         # (transformers keeps `gate.weight` so, or builds it float32,
         # _keep_in_fp32_modules_strict): a bf16 copy of a float32 checkpoint's router would
         # move close expert choices.
-        "router": ParamSpec((d, e), router_dt, ("embed", None), w),
+        # (LongCat-Flash: its zero-computation experts' logits after the routed ones')
+        "router": ParamSpec((d, e + cfg.zero_experts), router_dt, ("embed", None), w),
         "w_gate": ParamSpec((e, dx, f), dt, ("experts", "embed", "expert_mlp"), w),
         "w_up": ParamSpec((e, dx, f), dt, ("experts", "embed", "expert_mlp"), w),
         "w_down": ParamSpec((e, f, dx), dt, ("experts", "expert_mlp", "embed"), w),
@@ -284,7 +285,7 @@ def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
         s["latent_out"] = ParamSpec((dx, d), dt, (None, "embed"), w)
     if cfg.topk_method == "noaux_tc":
         # DeepSeek-V3 keeps the correction bias in float32.
-        s["router_bias"] = ParamSpec((e,), jnp.float32, (None,), zeros)
+        s["router_bias"] = ParamSpec((e + cfg.zero_experts,), jnp.float32, (None,), zeros)
     if cfg.expert_bias:
         s["router_logit_bias"] = ParamSpec((e,), dt, (None,), zeros)
         s["b_gate"] = ParamSpec((e, f), dt, ("experts", "expert_mlp"), zeros)
@@ -382,7 +383,7 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
         layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)
-    if not moe or cfg.dense_beside_moe:
+    if not moe or cfg.dense_beside_moe or cfg.shortcut_moe:
         layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w, cfg.mlp_act != "relu2")
     if moe and cfg.dense_beside_moe:  # Gemma 4: the dense output's norm, the experts' two
         for name in ("mlp_out_norm", "moe_norm", "moe_out_norm"):

@@ -71,6 +71,7 @@ def forward_hidden(
         x = x * jnp.asarray(cfg.embedding_multiplier, x.dtype)
     x = pin(x, ("batch", "embed"))
     new_kv = []
+    shortcut: dict = {}  # (LongCat-Flash: an even layer's MoE output, for the odd one)
     lora = params.get("lora")
     mask = slot_mask(lora, lora_slots)
     for i, layer in enumerate(params["layers"]):
@@ -83,7 +84,9 @@ def forward_hidden(
             attend_i = functools.partial(_linear_attend, cfg=cfg, segments=segments)
         else:
             attend_i = attend
-        x, kv_i = decoder_layer(layer, cfg, i, x, positions, kv_in, attend_i, routed, pin, delta)
+        x, kv_i = decoder_layer(
+            layer, cfg, i, x, positions, kv_in, attend_i, routed, pin, delta, shortcut
+        )
         new_kv.append(kv_i if source == i else tuple(kv_i[1:]))
     return x, new_kv
 
@@ -108,9 +111,12 @@ def decoder_layer(
     routed: RoutedFn,
     pin: Constrain,
     delta=None,
+    shortcut: dict | None = None,
 ) -> tuple[jax.Array, Any]:
     """Decoder layer `i` (its KV at `kv_i`; the MTP module's layer is i = cfg.num_layers):
-    x + attn(norm(x)), then x + mlp_or_moe(norm(x))."""
+    x + attn(norm(x)), then x + mlp_or_moe(norm(x)). With ModelConfig.shortcut_moe
+    (LongCat-Flash) an even layer runs its dense MLP and leaves its MoE's output in
+    `shortcut` ({"moe": [T, D]}), which the odd layer after it adds last."""
     # fp8 weights (ModelConfig.quantization) come back to the model dtype one layer at a
     # time, inside the step; a no-op for float weights.
     layer = dequantize_tree(layer, x.dtype)
@@ -131,6 +137,12 @@ def decoder_layer(
     if "mlp" not in layer and "moe" not in layer:  # (Nemotron-H: a mixer alone)
         return x, kv_i
     h = model_norm(x, layer["mlp_norm"], cfg) if "mlp_norm" in layer else x
+    if cfg.shortcut_moe and shortcut is not None:  # LongCat-Flash
+        out = swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg))
+        if "moe" in layer:  # (an even layer: its MoE's output joins after the next layer's)
+            shortcut["moe"] = moe_block(layer["moe"], h, cfg, routed, delta, layer=i)
+            return pin(x + out, ("batch", "embed")), kv_i
+        return pin(x + out + shortcut.pop("moe"), ("batch", "embed")), kv_i
     if "moe" in layer and "mlp" in layer:  # Gemma 4: both, each output normed, summed
         dense = model_norm(
             swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg)), layer["mlp_out_norm"], cfg

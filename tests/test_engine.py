@@ -89,6 +89,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
         # (Windowed layers' pages in their pool, the global layers' wider ones in the main.)
         "gemma4",
         "mimo_v2_flash",  # (and values narrower than keys in their own pages; sinks)
+        "longcat_flash",  # (two MLA layers' pages a LongCat layer, the MoE across them)
     ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):

@@ -88,6 +88,8 @@ ARCHS = {
     "mimo_v2_flash": "tiny-mimo-v2-flash",
     # LFM2-MoE: gated short convs (a state of the last inputs) beside q/k-normed attention
     "lfm2_moe": "tiny-lfm2-moe",
+    # LongCat-Flash: two MLA sublayers a layer, a shortcut MoE with zero-computation experts
+    "longcat_flash": "tiny-longcat-flash",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

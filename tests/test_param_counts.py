@@ -58,6 +58,11 @@ from models.specs import count_params
         # MiMoV2FlashForCausalLM with its default shapes on the meta device: 308,778,768,832
         # parameters, plus the 47 x 256 correction biases it keeps as buffers: the count here.
         ("mimo-v2-flash", 309e9, 0.005, 15e9, 0.03),
+        # Meituan's LongCat-Flash card: 560B total (its active count varies with the zero-
+        # computation experts chosen: not checked). transformers 5.25's LongcatFlashForCausalLM
+        # with its default shapes on the meta device: 560,664,958,976 parameters, plus the 28
+        # x 768 correction biases it keeps as buffers: the count here, to the parameter.
+        ("longcat-flash", 560.665e9, 0.0001, None, 0),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
