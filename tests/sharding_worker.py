@@ -54,6 +54,9 @@ LAYOUTS = [
     # global layers' one KV head: every layer's KV heads whole on each device, query heads
     # over tp), a dense MLP over tp beside experts over ep, its router's scales whole.
     ("gemma4", "tp=2,ep=2"),
+    # LongCat-Flash: MLA heads over tp, the shortcut MoE's experts over ep, the copies of
+    # its zero-computation experts exchanged at weight 0 beside the routed ones.
+    ("longcat_flash", "tp=2,ep=2"),
 ]
 # The archs also run on one device in the same process, their logprobs and expert loads the
 # sharded runs' reference (the acceptance list's); the others' is the HF fixture.

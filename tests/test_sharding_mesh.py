@@ -106,10 +106,14 @@ def test_sharded_generate_matches_hf_and_single_device(mesh_results, arch, mesh)
         assert got["expert_load"] == single["expert_load"]
     else:
         assert _max_diff(got["logprobs"], [lp[:MAX_TOKENS] for lp in ref["logprobs"]]) < TOL
-    # Every real token (prompts, then one per decode step) sent k copies per MoE layer.
+    # Every real token (prompts, then one per decode step) sent k copies per MoE layer
+    # (LongCat-Flash: fewer, its zero-computation experts' not counted).
     num_tokens = got["num_prompt_tokens"] + len(ref["prompts"]) * (MAX_TOKENS - 1)
     for layer_load in got["expert_load"]:
-        assert sum(layer_load) == got["top_k"] * num_tokens
+        if arch == "longcat_flash":
+            assert 0 < sum(layer_load) < got["top_k"] * num_tokens
+        else:
+            assert sum(layer_load) == got["top_k"] * num_tokens
     assert got["new_compiles"] == 1  # one step program (every step 16 tokens)
     specs = got["param_specs"]
     if arch == "deepseek_v4":  # (its heads' output goes through a grouped projection)
