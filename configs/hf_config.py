@@ -44,7 +44,7 @@ SUPPORTED_MODEL_TYPES = (
     "dots1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4",
     "mistral_large4_text", "ministral3", "hunyuan_v1_moe", "llama4_text", *LINEAR_MODEL_TYPES,
     KIMI_LINEAR, DEEPSEEK_V4, NEMOTRON_H, GRANITE, *GRANITE_MOES, "solar_open", *EXAONE_TYPES,
-    AFMOE, GEMMA4, BAILING, mimo.MIMO, lfm2.LFM2_MOE, longcat.LONGCAT,
+    AFMOE, GEMMA4, BAILING, mimo.MIMO, *lfm2.LFM2_TYPES, longcat.LONGCAT,
 )
 # fmt: on
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
@@ -734,8 +734,8 @@ def config_from_hf(
         arch = kimi_linear_fields(f)
     elif model_type == BAILING:
         arch = bailing_fields(f)
-    elif model_type == lfm2.LFM2_MOE:
-        arch = lfm2.lfm2_fields(f)
+    elif model_type in lfm2.LFM2_TYPES:
+        arch = lfm2.lfm2_fields(f, model_type)
     elif model_type == longcat.LONGCAT:  # (its layers: two decoder layers each)
         arch = longcat.longcat_fields(f)
         num_layers = arch.pop("num_layers")

@@ -1,4 +1,5 @@
-"""LiquidAI's LFM2-MoE HF config (transformers' lfm2_moe: LFM2-8B-A1B, LFM2-24B-A2B).
+"""LiquidAI's LFM2-MoE and LFM2 HF configs (transformers' lfm2_moe: LFM2-8B-A1B, LFM2-24B-A2B;
+lfm2, dense: LFM2-350M to LFM2-2.6B).
 
 Its layers (`layer_types`): gated short convolutions ("conv": ModelConfig's
 linear_attention_kind "short_conv", conv_L_cache taps, each sequence's last inputs a state
@@ -8,13 +9,20 @@ a SwiGLU MLP on the first num_dense_layers layers, then a sigmoid router whose c
 expert_bias (DeepSeek-V3's rule with one group; a plain top-k without use_expert_bias),
 renormalized when norm_topk_prob, times routed_scaling_factor. Embeddings tied by default
 (`tie_embedding`, the releases' spelling, read where tie_word_embeddings is absent; the two
-differing is refused); the final norm is `embedding_norm`."""
+differing is refused); the final norm is `embedding_norm`.
+
+LFM2 (dense): the same layers with a SwiGLU MLP on every layer, whose width transformers'
+Lfm2MLP derives from intermediate_size (`block_ff_dim`, the releases' spelling, wins):
+with block_auto_adjust_ff_dim, 2/3 of it, times block_ffn_dim_multiplier, rounded up to a
+multiple of block_multiple_of; every layer attention where neither layer_types nor
+full_attn_idxs says otherwise."""
 
 from __future__ import annotations
 
 from typing import Any
 
-LFM2_MOE = "lfm2_moe"
+LFM2_MOE, LFM2 = "lfm2_moe", "lfm2"
+LFM2_TYPES = (LFM2_MOE, LFM2)
 
 # Defaults of transformers 5.25's Lfm2MoeConfig for the fields read.
 # fmt: off
@@ -25,18 +33,27 @@ LFM2_DEFAULTS: dict[str, dict[str, Any]] = {LFM2_MOE: dict(
     num_attention_heads=32, num_key_value_heads=8, conv_bias=False, conv_L_cache=3,
     num_dense_layers=2, num_experts_per_tok=4, num_experts=32, use_expert_bias=True,
     routed_scaling_factor=1.0, norm_topk_prob=True, layer_types=None,
+), LFM2: dict(
+    vocab_size=65536, hidden_size=2560, intermediate_size=12288, num_hidden_layers=32,
+    num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=128000,
+    rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
+    rope_theta=1000000.0, conv_bias=False, conv_L_cache=3, block_multiple_of=256,
+    block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=True, full_attn_idxs=None,
+    layer_types=None,
 )}
 # fmt: on
-LFM2_ALIASES = {
-    LFM2_MOE: {"rms_norm_eps": ("norm_eps",), "tie_word_embeddings": ("tie_embedding",)}
-}
+_NAMES = {"rms_norm_eps": ("norm_eps",), "tie_word_embeddings": ("tie_embedding",)}
+LFM2_ALIASES = {LFM2_MOE: _NAMES, LFM2: _NAMES}
 _KINDS = ("conv", "full_attention")
 
 
-def _layer_kinds(f: Any, num_layers: int) -> list[str]:
-    """`layer_types`, else (LFM2's dense configs' spelling) `full_attn_idxs`."""
+def _layer_kinds(f: Any, num_layers: int, dense: bool) -> list[str]:
+    """`layer_types`, else (LFM2's dense configs' spelling) `full_attn_idxs` (dense: all
+    layers where neither is given, as transformers' Lfm2Config)."""
     kinds = f.get("layer_types")
     idxs = f.hf.get("full_attn_idxs")
+    if kinds is None and dense and idxs is None:
+        idxs = list(range(num_layers))
     if kinds is None and isinstance(idxs, list):
         kinds = [_KINDS[1] if i in idxs else _KINDS[0] for i in range(num_layers)]
     if kinds is None:
@@ -48,11 +65,25 @@ def _layer_kinds(f: Any, num_layers: int) -> list[str]:
     return kinds
 
 
-def lfm2_fields(f: Any) -> dict:
-    """ModelConfig's layer, attention and MoE fields of an LFM2-MoE config; `f` is
-    hf_config._Fields."""
+def _mlp_width(f: Any) -> int:
+    """transformers' Lfm2MLP width (from block_ff_dim where the config has it, as
+    Lfm2Config reads it)."""
+    width = f.hf.get("block_ff_dim") or f.required("intermediate_size")
+    if not f.get("block_auto_adjust_ff_dim"):
+        return width
+    width = int(2 * width / 3)
+    multiplier = f.get("block_ffn_dim_multiplier")
+    if multiplier is None:
+        return width
+    multiple = f.required("block_multiple_of")
+    return multiple * ((int(multiplier * width) + multiple - 1) // multiple)
+
+
+def lfm2_fields(f: Any, model_type: str) -> dict:
+    """ModelConfig's layer, attention and MoE (or MLP) fields of an LFM2-MoE (LFM2)
+    config; `f` is hf_config._Fields."""
     if f.get("conv_bias"):
-        raise ValueError(f"HF config conv_bias=True: not supported for {LFM2_MOE}")
+        raise ValueError(f"HF config conv_bias=True: not supported for {model_type}")
     tied = f.hf.get("tie_embedding")
     if tied is not None and "tie_word_embeddings" in f.hf and tied != f.hf["tie_word_embeddings"]:
         raise ValueError(
@@ -60,16 +91,21 @@ def lfm2_fields(f: Any) -> dict:
             f"{f.hf['tie_word_embeddings']!r} differ"
         )
     num_layers = f.required("num_hidden_layers")
-    kinds = _layer_kinds(f, num_layers)
+    kinds = _layer_kinds(f, num_layers, model_type == LFM2)
     heads = f.required("num_attention_heads")
     bias = bool(f.get("use_expert_bias"))
-    return dict(
+    layers = dict(
         num_kv_heads=f.required("num_key_value_heads"),
         head_dim=f.required("hidden_size") // heads,
         qk_norm=True,
         linear_attention_layers=tuple(i for i, k in enumerate(kinds) if k == _KINDS[0]),
         linear_attention_kind="short_conv",
         linear_conv_kernel=f.required("conv_L_cache"),
+    )
+    if model_type == LFM2:
+        return dict(layers, intermediate_size=_mlp_width(f))
+    return dict(
+        layers,
         num_experts=f.required("num_experts"),
         num_experts_per_tok=f.required("num_experts_per_tok"),
         moe_intermediate_size=f.required("moe_intermediate_size"),

@@ -2,7 +2,8 @@
 every layer), LG K-EXAONE (exaone_moe) and EXAONE 4.0 (exaone4), Arcee's AFMoE (afmoe),
 inclusionAI's Ling 2.5 (bailing_hybrid), IBM Granite 3's MoE (granitemoe, granitemoeshared),
 AllenAI's FlexOlmo (flex_olmo), OLMo 2 (olmo2) and OLMo 3 (olmo3), Xiaomi's MiMo-V2-Flash
-(mimo_v2_flash), LiquidAI's LFM2-MoE (lfm2_moe) and Meituan's LongCat-Flash (longcat_flash):
+(mimo_v2_flash), LiquidAI's LFM2-MoE (lfm2_moe) and LFM2 (lfm2), and Meituan's LongCat-Flash
+(longcat_flash):
 the test-size models of tests/fixtures/<arch> (tests/test_hf_config.py, test_mimo.py,
 test_lfm2.py and test_longcat.py read each config.json back to its preset) and the shapes of
 Solar-Open-100B, Ling 3 Flash, MiMo-V2-Flash and LongCat-Flash (the others' real ones come
@@ -415,4 +416,22 @@ MORE["longcat-flash"] = MORE["tiny-longcat-flash"].replace(
     routed_scaling_factor=6.0,
     eos_token_ids=(),
     dtype="bfloat16",
+)
+# tests/fixtures/lfm2: LiquidAI LFM2 (dense): tiny-lfm2-moe's attention and short convs on 4
+# layers (attention on 1 and 3), a SwiGLU MLP 112 wide on every layer (transformers' width
+# from block_ff_dim 100: 66, times 1.5, rounded up to a multiple of 16).
+MORE["tiny-lfm2"] = MORE["tiny-lfm2-moe"].replace(
+    name="tiny-lfm2",
+    model_type="lfm2",
+    num_layers=4,
+    intermediate_size=112,
+    linear_attention_layers=(0, 2),
+    num_experts=0,
+    num_experts_per_tok=0,
+    moe_intermediate_size=0,
+    scoring_func="softmax",
+    topk_method="greedy",
+    norm_topk_prob=False,
+    routed_scaling_factor=1.0,
+    first_k_dense_replace=0,
 )

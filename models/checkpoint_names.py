@@ -628,7 +628,7 @@ _LFM2_NATIVE = (
     (r"\.up_proj\.", ".w3."),
     (r"\.down_proj\.", ".w2."),
 )
-_NATIVE = {"bailing_hybrid": _BAILING_NATIVE, "lfm2_moe": _LFM2_NATIVE}
+_NATIVE = {"bailing_hybrid": _BAILING_NATIVE, "lfm2_moe": _LFM2_NATIVE, "lfm2": _LFM2_NATIVE}
 
 
 def _renamed(name: str, table) -> str:

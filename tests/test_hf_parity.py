@@ -88,6 +88,7 @@ ARCHS = {
     "mimo_v2_flash": "tiny-mimo-v2-flash",
     # LFM2-MoE: gated short convs (a state of the last inputs) beside q/k-normed attention
     "lfm2_moe": "tiny-lfm2-moe",
+    "lfm2": "tiny-lfm2",  # dense: its MLP's width by transformers' rule
     # LongCat-Flash: two MLA sublayers a layer, a shortcut MoE with zero-computation experts
     "longcat_flash": "tiny-longcat-flash",
 }

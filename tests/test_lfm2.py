@@ -140,3 +140,18 @@ def test_state_bytes_and_shapes():
     assert cfg.layer_kv_widths(2) == (32, 32) and cfg.layer_kv_widths(0) == ()
     with pytest.raises(ValueError, match="linear_conv_kernel=1"):
         cfg.replace(linear_conv_kernel=1)
+
+
+def test_dense_lfm2_mlp_width_and_layer_kinds_as_transformers_reads_them():
+    """LFM2 (dense): the fixture's config reads as its preset (MLP 112 wide from 100);
+    block_ff_dim wins over intermediate_size; without the multiplier no rounding; without
+    auto-adjust the width as given; without layer_types or full_attn_idxs every layer
+    attends (transformers' Lfm2Config)."""
+    saved = json.loads((FIXTURE.parent / "lfm2" / "config.json").read_text())
+    assert _arch(config_from_hf(saved)) == _arch(get_preset("tiny-lfm2"))
+    assert config_from_hf(dict(saved, block_ff_dim=196)).intermediate_size == 208  # 130 * 1.5
+    plain = dict(saved, block_ffn_dim_multiplier=None)
+    assert config_from_hf(plain).intermediate_size == 66
+    assert config_from_hf(dict(saved, block_auto_adjust_ff_dim=False)).intermediate_size == 100
+    bare = {k: v for k, v in saved.items() if k not in ("layer_types", "full_attn_idxs")}
+    assert config_from_hf(bare).linear_attention_layers == ()
