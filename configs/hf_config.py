@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from configs import hf_deepseek_v4 as v4
+from configs import hf_jamba as jamba
 from configs import hf_lfm2 as lfm2
 from configs import hf_longcat as longcat
 from configs import hf_mimo as mimo
@@ -44,7 +45,7 @@ SUPPORTED_MODEL_TYPES = (
     "dots1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4",
     "mistral_large4_text", "ministral3", "hunyuan_v1_moe", "llama4_text", *LINEAR_MODEL_TYPES,
     KIMI_LINEAR, DEEPSEEK_V4, NEMOTRON_H, GRANITE, *GRANITE_MOES, "solar_open", *EXAONE_TYPES,
-    AFMOE, GEMMA4, BAILING, mimo.MIMO, *lfm2.LFM2_TYPES, longcat.LONGCAT,
+    AFMOE, GEMMA4, BAILING, mimo.MIMO, *lfm2.LFM2_TYPES, longcat.LONGCAT, jamba.JAMBA,
 )
 # fmt: on
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
@@ -234,6 +235,7 @@ _DEFAULTS.update(
     **mimo.MIMO_DEFAULTS,
     **lfm2.LFM2_DEFAULTS,
     **longcat.LONGCAT_DEFAULTS,
+    **jamba.JAMBA_DEFAULTS,
     **BAILING_DEFAULTS,
     # Solar Open: GLM-4.5's class with its own defaults (no dense layer, no MTP, no q/k
     # norms or partial rotary: Llama's attention).
@@ -736,6 +738,8 @@ def config_from_hf(
         arch = bailing_fields(f)
     elif model_type in lfm2.LFM2_TYPES:
         arch = lfm2.lfm2_fields(f, model_type)
+    elif model_type == jamba.JAMBA:
+        arch = jamba.jamba_fields(f)
     elif model_type == longcat.LONGCAT:  # (its layers: two decoder layers each)
         arch = longcat.longcat_fields(f)
         num_layers = arch.pop("num_layers")

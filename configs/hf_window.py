@@ -40,6 +40,7 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         "bailing_hybrid",
         "lfm2_moe",
         "lfm2",
+        "jamba",
         "longcat_flash",
         NEMOTRON_H,  # (nemotron_h_fields refuses one)
     )

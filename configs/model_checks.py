@@ -1,6 +1,7 @@
 """Checks of ModelConfig's fields kept out of configs/model_config.py (its line limit): the
 MoE router and experts, Gemma 4's attention geometry and Ling 2.5's gates and clips,
-DeepSeek-V4's attention, MiMo-V2-Flash's values and sinks and LongCat-Flash's MoE. Each
+DeepSeek-V4's attention, the linear-attention layers, MiMo-V2-Flash's values and sinks and
+LongCat-Flash's MoE. Each
 raises ValueError naming the field and its limit."""
 
 from __future__ import annotations
@@ -183,3 +184,70 @@ def check_longcat(cfg: Any) -> None:
         )
     if cfg.mla_lora_scales and not (cfg.is_mla and cfg.q_lora_rank):
         raise ValueError("mla_lora_scales=True: needs MLA attention with a q LoRA")
+
+
+def check_linear(cfg: Any) -> None:
+    """The linear-attention layers (linear_attention_layers), as Qwen3-Next and
+    Kimi-Linear build them."""
+    if cfg.mla_unrotated and not cfg.is_mla:
+        raise ValueError("mla_unrotated: needs MLA attention")
+    from configs.model_config import LINEAR_ATTENTION_KINDS
+
+    if cfg.linear_attention_kind not in LINEAR_ATTENTION_KINDS:
+        raise ValueError(
+            f"linear_attention_kind={cfg.linear_attention_kind!r}: expected one of "
+            f"{LINEAR_ATTENTION_KINDS}"
+        )
+    if not cfg.linear_attention_layers:
+        return
+    if cfg.kv_window or cfg.hybrid_window or cfg.mtp_drafts:
+        raise ValueError(
+            "linear_attention_layers: with full attention on the other layers only "
+            "(no sliding window, attention chunks or MTP drafts)"
+        )
+    bad = [i for i in cfg.linear_attention_layers if not 0 <= i < cfg.num_layers]
+    if bad or len(cfg.linear_attention_layers) == cfg.num_layers:
+        raise ValueError(
+            f"linear_attention_layers: layer {bad[0] if bad else 'all'} is outside [0, "
+            f"num_layers={cfg.num_layers}) or leaves no full-attention layer"
+        )
+    if cfg.linear_conv_kernel < 2:  # (its state: the last kernel - 1 inputs)
+        raise ValueError(f"linear_conv_kernel={cfg.linear_conv_kernel}: must be >= 2")
+    if cfg.linear_attention_kind == "short_conv":  # (LFM2's: no heads, no bias here)
+        if cfg.linear_conv_bias:
+            raise ValueError("linear_conv_bias: only Mamba's convs have a bias")
+        return
+    for name in (
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+    ):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name}={getattr(cfg, name)}: linear attention needs it >= 1")
+    if cfg.linear_num_value_heads % cfg.linear_num_key_heads:
+        raise ValueError(
+            f"linear_num_value_heads={cfg.linear_num_value_heads}: must be a multiple of "
+            f"linear_num_key_heads={cfg.linear_num_key_heads}"
+        )
+    if cfg.linear_conv_bias and cfg.linear_attention_kind not in ("mamba2", "mamba1"):
+        raise ValueError("linear_conv_bias: only Mamba's convs have a bias")
+    mamba1 = cfg.linear_attention_kind == "mamba1"
+    if mamba1 and (
+        cfg.mamba_dt_rank < 1 or cfg.linear_num_key_heads != 1 or cfg.linear_value_head_dim != 1
+    ):
+        raise ValueError(
+            f"mamba_dt_rank={cfg.mamba_dt_rank}, linear_num_key_heads="
+            f"{cfg.linear_num_key_heads}, linear_value_head_dim={cfg.linear_value_head_dim}:"
+            " mamba1 needs a dt rank >= 1, one key head (B and C) and values 1 wide"
+        )
+    kda = (cfg.linear_num_key_heads, cfg.linear_key_head_dim)
+    if cfg.linear_attention_kind == "kimi_delta" and kda != (
+        cfg.linear_num_value_heads,
+        cfg.linear_value_head_dim,
+    ):
+        raise ValueError(
+            f"linear_num_value_heads={cfg.linear_num_value_heads}, linear_value_head_dim="
+            f"{cfg.linear_value_head_dim}: kimi_delta needs them equal to the key heads "
+            f"and width ({kda[0]}, {kda[1]})"
+        )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from configs.model_checks import (
     check_gemma4_ling,
+    check_linear,
     check_longcat,
     check_moe,
     check_v4,
@@ -17,7 +18,7 @@ from configs.model_checks import (
 # ntk_alpha: a fixed NTK-aware base, theta * alpha^(d / (d - 2)) (Hunyuan's checkpoints
 # spell it "dynamic" with an alpha; its frequencies never depend on the length).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha")
-LINEAR_ATTENTION_KINDS = ("gated_delta", "kimi_delta", "mamba2", "short_conv")
+LINEAR_ATTENTION_KINDS = ("gated_delta", "kimi_delta", "mamba2", "short_conv", "mamba1")
 # dsv4: DeepSeek-V4's attention (models/deepseek_v4.py).
 ATTENTION_TYPES = ("gqa", "mla", "dsv4")
 # softmax_topk: the top-k router logits, softmaxed among themselves (gpt-oss);
@@ -170,8 +171,12 @@ class ModelConfig:
     # (the "key" heads, ssm_state_size wide), x per head; the conv has a bias; the output
     # RMS-normed per group of heads after the silu(z) gate). "short_conv" (LFM2's gated
     # short convolution, no recurrence: y = C * conv(B * x) with B, C, x projections of the
-    # token and a causal depthwise conv of linear_conv_kernel taps; no heads).
+    # token and a causal depthwise conv of linear_conv_kernel taps; no heads). "mamba1"
+    # (Jamba's Mamba layers: Mamba-2's recurrence with a decay per state channel,
+    # exp(dt_t A) with A [Hv, dk]: each of the Hv = d_inner channels a value head of width 1,
+    # B and C one shared key head of ssm_state_size; dt from a mamba_dt_rank projection).
     linear_attention_kind: str = "gated_delta"
+    mamba_dt_rank: int = 0
     linear_conv_bias: bool = False
     mamba_dt_limit: tuple[float, float] = (0.0, math.inf)
     # Kimi-Linear's MLA layers use their rope channels as they are (NoPE: no rotation).
@@ -436,64 +441,9 @@ class ModelConfig:
                 f"attn_scale_beta={self.attn_scale_beta}, attn_scale_positions="
                 f"{self.attn_scale_positions}: need beta > 0 and positions >= 1 (or beta 0)"
             )
-        self._check_linear()
+        check_linear(self)
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype={self.dtype!r}: expected float32, bfloat16 or float16")
-
-    def _check_linear(self) -> None:
-        """The linear-attention layers (linear_attention_layers), as Qwen3-Next and
-        Kimi-Linear build them."""
-        if self.mla_unrotated and not self.is_mla:
-            raise ValueError("mla_unrotated: needs MLA attention")
-        if self.linear_attention_kind not in LINEAR_ATTENTION_KINDS:
-            raise ValueError(
-                f"linear_attention_kind={self.linear_attention_kind!r}: expected one of "
-                f"{LINEAR_ATTENTION_KINDS}"
-            )
-        if not self.linear_attention_layers:
-            return
-        if self.kv_window or self.hybrid_window or self.mtp_drafts:
-            raise ValueError(
-                "linear_attention_layers: with full attention on the other layers only "
-                "(no sliding window, attention chunks or MTP drafts)"
-            )
-        bad = [i for i in self.linear_attention_layers if not 0 <= i < self.num_layers]
-        if bad or len(self.linear_attention_layers) == self.num_layers:
-            raise ValueError(
-                f"linear_attention_layers: layer {bad[0] if bad else 'all'} is outside [0, "
-                f"num_layers={self.num_layers}) or leaves no full-attention layer"
-            )
-        if self.linear_conv_kernel < 2:  # (its state: the last kernel - 1 inputs)
-            raise ValueError(f"linear_conv_kernel={self.linear_conv_kernel}: must be >= 2")
-        if self.linear_attention_kind == "short_conv":  # (LFM2's: no heads, no bias here)
-            if self.linear_conv_bias:
-                raise ValueError("linear_conv_bias: only Mamba-2's convs have a bias")
-            return
-        for name in (
-            "linear_num_key_heads",
-            "linear_num_value_heads",
-            "linear_key_head_dim",
-            "linear_value_head_dim",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)}: linear attention needs it >= 1")
-        if self.linear_num_value_heads % self.linear_num_key_heads:
-            raise ValueError(
-                f"linear_num_value_heads={self.linear_num_value_heads}: must be a multiple of "
-                f"linear_num_key_heads={self.linear_num_key_heads}"
-            )
-        if self.linear_conv_bias and self.linear_attention_kind != "mamba2":
-            raise ValueError("linear_conv_bias: only Mamba-2's convs have a bias")
-        kda = (self.linear_num_key_heads, self.linear_key_head_dim)
-        if self.linear_attention_kind == "kimi_delta" and kda != (
-            self.linear_num_value_heads,
-            self.linear_value_head_dim,
-        ):
-            raise ValueError(
-                f"linear_num_value_heads={self.linear_num_value_heads}, linear_value_head_dim="
-                f"{self.linear_value_head_dim}: kimi_delta needs them equal to the key heads "
-                f"and width ({kda[0]}, {kda[1]})"
-            )
 
     def _check_sharing(self) -> None:
         """shared_indexer_layers and kv_source_layers, as transformers runs them."""
@@ -745,6 +695,9 @@ class ModelConfig:
         (LFM2): its conv's last inputs [D] alone."""
         if self.linear_attention_kind == "short_conv":
             return ((self.linear_conv_kernel - 1, self.hidden_size),)
+        if self.linear_attention_kind == "mamba1":  # (its conv over x alone)
+            hv, dk = self.linear_num_value_heads, self.linear_key_head_dim
+            return (self.linear_conv_kernel - 1, hv), (hv, dk, 1)
         kc, hk, hv = (
             self.linear_conv_kernel - 1,
             self.linear_num_key_heads,

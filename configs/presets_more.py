@@ -2,12 +2,12 @@
 every layer), LG K-EXAONE (exaone_moe) and EXAONE 4.0 (exaone4), Arcee's AFMoE (afmoe),
 inclusionAI's Ling 2.5 (bailing_hybrid), IBM Granite 3's MoE (granitemoe, granitemoeshared),
 AllenAI's FlexOlmo (flex_olmo), OLMo 2 (olmo2) and OLMo 3 (olmo3), Xiaomi's MiMo-V2-Flash
-(mimo_v2_flash), LiquidAI's LFM2-MoE (lfm2_moe) and LFM2 (lfm2), and Meituan's LongCat-Flash
-(longcat_flash):
-the test-size models of tests/fixtures/<arch> (tests/test_hf_config.py, test_mimo.py,
-test_lfm2.py and test_longcat.py read each config.json back to its preset) and the shapes of
-Solar-Open-100B, Ling 3 Flash, MiMo-V2-Flash and LongCat-Flash (the others' real ones come
-from their config.json: transformers' defaults are not them)."""
+(mimo_v2_flash), LiquidAI's LFM2-MoE (lfm2_moe) and LFM2 (lfm2), Meituan's LongCat-Flash
+(longcat_flash) and AI21's Jamba (jamba): the test-size models of tests/fixtures/<arch>
+(tests/test_hf_config.py, test_mimo.py, test_lfm2.py, test_longcat.py and test_jamba.py
+read each config.json back to its preset) and the shapes of Solar-Open-100B, Ling 3 Flash,
+MiMo-V2-Flash, LongCat-Flash and Jamba 1.5 Mini (the others' real ones come from their
+config.json: transformers' defaults are not them)."""
 
 from __future__ import annotations
 
@@ -434,4 +434,62 @@ MORE["tiny-lfm2"] = MORE["tiny-lfm2-moe"].replace(
     norm_topk_prob=False,
     routed_scaling_factor=1.0,
     first_k_dense_replace=0,
+)
+# tests/fixtures/jamba: AI21 Jamba: 4 layers 64 wide; Mamba on 0, 1 and 3 (128 channels, 8
+# state channels, a 4-tap conv with bias, dt rank 8), attention without positions on 2 (4
+# heads over 2 KV heads of 16); top-2 of 8 experts 96 wide (softmax, not renormalized) on
+# layers 1 and 3, a dense MLP 96 wide on 0 and 2.
+MORE["tiny-jamba"] = ModelConfig(
+    name="tiny-jamba",
+    model_type="jamba",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    max_position_embeddings=2048,
+    nope_layers=(2,),
+    linear_attention_layers=(0, 1, 3),
+    linear_attention_kind="mamba1",
+    linear_num_key_heads=1,
+    linear_key_head_dim=8,
+    linear_num_value_heads=128,
+    linear_value_head_dim=1,
+    linear_conv_kernel=4,
+    linear_conv_bias=True,
+    mamba_dt_rank=8,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=96,
+    first_k_dense_replace=1,
+    moe_layer_freq=2,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# Jamba 1.5 Mini / Jamba-v0.1 (ai21labs/AI21-Jamba-1.5-Mini): transformers 5.25's JambaConfig
+# defaults: 32 layers 4,096 wide; attention (32 heads over 8 KV heads, no positions) on
+# every eighth from layer 4, Mamba on the others (8,192 channels, 16 state channels, dt
+# rank 256); top-2 of 16 experts 14,336 wide on the odd layers, a dense MLP on the even;
+# 262,144 positions.
+MORE["jamba-1.5-mini"] = MORE["tiny-jamba"].replace(
+    name="jamba-1.5-mini",
+    vocab_size=65536,
+    hidden_size=4096,
+    num_layers=32,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    max_position_embeddings=262144,
+    nope_layers=tuple(range(4, 32, 8)),
+    linear_attention_layers=tuple(i for i in range(32) if i % 8 != 4),
+    linear_key_head_dim=16,
+    linear_num_value_heads=8192,
+    mamba_dt_rank=256,
+    num_experts=16,
+    moe_intermediate_size=14336,
+    eos_token_ids=(),
+    dtype="bfloat16",
 )

@@ -138,6 +138,8 @@ def _linear_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTen
         return _kda_names(cfg, pre, at)
     if cfg.linear_attention_kind == "mamba2":
         return _mamba2_names(cfg, pre, at)
+    if cfg.linear_attention_kind == "mamba1":
+        return _mamba1_names(cfg, pre, at)
     if cfg.linear_attention_kind == "short_conv":  # LFM2's: in_proj's rows B, then C, then x
         bcx = tuple(at + (f"w_{x}",) for x in "bcx")
         return {
@@ -168,6 +170,30 @@ def _linear_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTen
     names[f"{pre}.in_proj_z.weight"] = _linear(hv * dv, d, at + ("wz",))
     names[f"{pre}.in_proj_b.weight"] = _linear(hv, d, at + ("wb",))
     names[f"{pre}.in_proj_a.weight"] = _linear(hv, d, at + ("wa",))
+    return names
+
+
+def _mamba1_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
+    """Jamba's Mamba layer: in_proj's rows x then gate, x_proj's dt then B then C."""
+    d, hv, n = cfg.hidden_size, cfg.linear_num_value_heads, cfg.linear_key_head_dim
+    r, taps = cfg.mamba_dt_rank, cfg.linear_conv_kernel
+    names = {
+        f"{pre}.in_proj.weight": HFTensor((2 * hv, d), (at + ("wv",), at + ("wz",)), "grouped"),
+        f"{pre}.conv1d.weight": HFTensor((hv, 1, taps), (at + ("conv_v",),), "grouped"),
+        f"{pre}.x_proj.weight": HFTensor(
+            (r + 2 * n, hv), tuple(at + (w,) for w in ("w_dt", "w_b", "w_c")), "grouped"
+        ),
+        f"{pre}.dt_proj.weight": _linear(hv, r, at + ("dt_proj",)),
+        f"{pre}.dt_proj.bias": _vector(hv, at + ("dt_bias",)),
+        f"{pre}.A_log": HFTensor((hv, n), (at + ("A_log",),), "copy"),
+        f"{pre}.D": _vector(hv, at + ("D",)),
+        f"{pre}.out_proj.weight": _linear(d, hv, at + ("wo",)),
+        f"{pre}.dt_layernorm.weight": _vector(r, at + ("dt_norm",)),
+        f"{pre}.b_layernorm.weight": _vector(n, at + ("b_norm",)),
+        f"{pre}.c_layernorm.weight": _vector(n, at + ("c_norm",)),
+    }
+    if cfg.linear_conv_bias:
+        names[f"{pre}.conv1d.bias"] = _vector(hv, at + ("conv_v_bias",))
     return names
 
 
@@ -628,7 +654,19 @@ _LFM2_NATIVE = (
     (r"\.up_proj\.", ".w3."),
     (r"\.down_proj\.", ".w2."),
 )
-_NATIVE = {"bailing_hybrid": _BAILING_NATIVE, "lfm2_moe": _LFM2_NATIVE, "lfm2": _LFM2_NATIVE}
+# Jamba's (its final norm, the norm before the feed-forward block, feed_forward.router).
+_JAMBA_NATIVE = (
+    (r"^model\.norm\.", "model.final_layernorm."),
+    (r"\.post_attention_layernorm\.", ".pre_ff_layernorm."),
+    (r"\.mlp\.gate\.weight$", ".feed_forward.router.weight"),
+    (r"\.mlp\.", ".feed_forward."),
+)
+_NATIVE = {
+    "bailing_hybrid": _BAILING_NATIVE,
+    "lfm2_moe": _LFM2_NATIVE,
+    "lfm2": _LFM2_NATIVE,
+    "jamba": _JAMBA_NATIVE,
+}
 
 
 def _renamed(name: str, table) -> str:
@@ -661,7 +699,12 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
             }
         )
     if cfg.is_linear_layer(index):  # (Kimi-Linear's KDA: under self_attn; Granite's: mamba)
-        kinds = {"kimi_delta": "self_attn", "mamba2": "mamba", "short_conv": "conv"}
+        kinds = {
+            "kimi_delta": "self_attn",
+            "mamba2": "mamba",
+            "mamba1": "mamba",
+            "short_conv": "conv",
+        }
         where = kinds.get(cfg.linear_attention_kind)
         names.update(_linear_attn_names(cfg, f"{layer}.{where or 'linear_attn'}", at + ("linear",)))
     else:

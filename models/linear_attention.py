@@ -452,6 +452,51 @@ def short_conv(
     return out, (conv.at[seg.slots].set(new.astype(conv.dtype)),)
 
 
+def mamba1(
+    p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments
+) -> tuple[jax.Array, tuple]:
+    """Jamba's Mamba layer (transformers' JambaMambaMixer), x [T, D] -> ([T, D], state): the
+    causal conv (bias, SiLU) of in_proj's x half, dt / B / C from x_proj each RMS-normed,
+    dt = softplus(dt_proj(dt) + bias), then per channel h and state channel n the selective
+    scan S_t = exp(dt_t A) S_{t-1} + B_t dt_t x_t (A = -exp(A_log) [Hv, N]): delta_rule's
+    Mamba form with each channel a value head of width 1 and B, C one shared key head (a
+    decay per key channel); y = C_t . S_t + D x_t, times silu(gate), out_proj. `state`:
+    (the conv's last inputs [rows, K-1, Hv], the scan's [rows, Hv, N, 1] float32)."""
+    conv, rec = state
+
+    def prior(arr):  # [S, ...] each sequence's, zeros for a fresh one
+        fresh = seg.fresh.reshape((-1,) + (1,) * (arr.ndim - 1))
+        return jnp.where(fresh, jnp.zeros((), arr.dtype), arr[seg.slots])
+
+    xin = x @ p["wv"]  # [T, Hv]
+    before = prior(conv)
+    xc, new_conv = _causal_conv(xin, p["conv_v"], before, seg, p.get("conv_v_bias"))
+    eps = cfg.rms_norm_eps
+    dt = rms_norm(xc @ p["w_dt"], p["dt_norm"], eps) @ p["dt_proj"]  # [T, Hv]
+    b, c = (rms_norm(xc @ p[w], p[n], eps) for w, n in (("w_b", "b_norm"), ("w_c", "c_norm")))
+    dt = jax.nn.softplus(dt.astype(jnp.float32) + p["dt_bias"].astype(jnp.float32))
+    a = -jnp.exp(p["A_log"].astype(jnp.float32))  # [Hv, N]
+    shared = (x.shape[0], xin.shape[1], b.shape[1])  # (B and C: one key head for every h)
+    qk = [jnp.broadcast_to(y.astype(jnp.float32)[:, None], shared) for y in (c, b)]
+    # Row by row always: the chunked form's pairs of rows weighed per state channel would
+    # take [64, 64, N] a channel ([S, 8192, 64, 64, 16] floats for Jamba's); one row's
+    # update is [S, Hv, N] (and drafting spans want a state after each row anyway).
+    snapping = seg.snap_end is not None
+    v = xc.astype(jnp.float32)[..., None]  # [T, Hv, 1]
+    o, final, kept = delta_rule(
+        *qk, v, dt[..., None] * a, dt, prior(rec), seg, None, rec if snapping else None, False
+    )
+    y = o[..., 0] + p["D"].astype(jnp.float32) * xc.astype(jnp.float32)
+    gate = (x @ p["wz"]).astype(jnp.float32)
+    out = (y * jax.nn.silu(gate)).astype(x.dtype) @ p["wo"]
+    if snapping:  # the conv's inputs before each snapshot's end, at its row
+        rows = jnp.where(seg.snap_end > 0, seg.snap_row, conv.shape[0]).reshape(-1)
+        window = _conv_window(xin, before, seg, seg.snap_end).reshape((-1,) + conv.shape[1:])
+        conv, rec = conv.at[rows].set(window.astype(conv.dtype), mode="drop"), kept
+    new = (conv.at[seg.slots].set(new_conv.astype(conv.dtype)), rec.at[seg.slots].set(final))
+    return out, new
+
+
 def zero_state(cfg: ModelConfig, rows: int) -> tuple:
     """A linear-attention layer's state arrays for `rows` sequences, zeroed: the convs'
     inputs in the model dtype, a recurrence's state (all but a short conv) in float32."""

@@ -188,6 +188,33 @@ def _mla_specs(cfg: ModelConfig, layer: int, dt, w) -> dict:
     return s
 
 
+def _mamba1_specs(cfg: ModelConfig, dt, w) -> dict:
+    """Jamba's Mamba layer: in_proj's x and gate halves wv / wz [D, Hv], the conv's taps
+    [K, Hv] (and bias), x_proj's thirds w_dt [Hv, R] / w_b / w_c [Hv, N] with their RMSNorms,
+    dt_proj [R, Hv] and its bias, A_log [Hv, N], D [Hv], wo [Hv, D]."""
+    d, hv, n = cfg.hidden_size, cfg.linear_num_value_heads, cfg.linear_key_head_dim
+    r, taps, vh = cfg.mamba_dt_rank, cfg.linear_conv_kernel, "linear_v_heads"
+    s = {
+        "wv": ParamSpec((d, hv), dt, ("embed", vh), w),
+        "wz": ParamSpec((d, hv), dt, ("embed", vh), w),
+        "conv_v": ParamSpec((taps, hv), dt, (None, vh), w),
+        "w_dt": ParamSpec((hv, r), dt, (vh, None), w),
+        "w_b": ParamSpec((hv, n), dt, (vh, None), w),
+        "w_c": ParamSpec((hv, n), dt, (vh, None), w),
+        "dt_norm": ParamSpec((r,), dt, (None,), ones),
+        "b_norm": ParamSpec((n,), dt, (None,), ones),
+        "c_norm": ParamSpec((n,), dt, (None,), ones),
+        "dt_proj": ParamSpec((r, hv), dt, (None, vh), w),
+        "dt_bias": ParamSpec((hv,), dt, (vh,), zeros),
+        "A_log": ParamSpec((hv, n), dt, (vh, None), zeros),
+        "D": ParamSpec((hv,), dt, (vh,), ones),
+        "wo": ParamSpec((hv, d), dt, (vh, "embed"), w),
+    }
+    if cfg.linear_conv_bias:
+        s["conv_v_bias"] = ParamSpec((hv,), dt, (vh,), zeros)
+    return s
+
+
 def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
     """A linear-attention layer (models/linear_attention.py), its projections split by what
     they make (transformers' fused in_proj_qkvz / in_proj_qkv are cut apart on load). KDA
@@ -195,6 +222,8 @@ def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
     wg_b) gates in place of wa and wz, dt_bias per key channel. LFM2's short conv
     (short_conv): w_b / w_c / w_x [D, D] (its in_proj's thirds), conv [K, D], wo [D, D]."""
     d, hk, hv = cfg.hidden_size, cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    if cfg.linear_attention_kind == "mamba1":
+        return _mamba1_specs(cfg, dt, w)
     if cfg.linear_attention_kind == "short_conv":  # (small: replicated over the mesh)
         taps, full = cfg.linear_conv_kernel, ("embed", None)
         proj = {f"w_{x}": ParamSpec((d, d), dt, full, w) for x in "bcx"}

@@ -27,7 +27,7 @@ from configs.model_config import ModelConfig
 from models import deepseek_v4
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs
 from models.layers import embed, final_logits, gate_activation, model_norm, swiglu_mlp
-from models.linear_attention import Segments, gated_delta_net, short_conv
+from models.linear_attention import Segments, gated_delta_net, mamba1, short_conv
 from models.lora import make_delta, slot_mask
 from models.moe import RoutedFn, moe_block, routed_for
 from models.quantization import dequantize_tree
@@ -96,8 +96,8 @@ def _linear_attend(i, p, kv_i, h, *, cfg, segments):
     AttnInputs), its whole token mixer, output projection included."""
     if segments is None:
         raise ValueError(f"layer {i}: a linear-attention layer needs the step's segments")
-    mixer = short_conv if cfg.linear_attention_kind == "short_conv" else gated_delta_net
-    return mixer(p, h, cfg, kv_i, segments)
+    mixer = {"short_conv": short_conv, "mamba1": mamba1}.get(cfg.linear_attention_kind)
+    return (mixer or gated_delta_net)(p, h, cfg, kv_i, segments)
 
 
 def decoder_layer(

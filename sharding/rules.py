@@ -195,6 +195,8 @@ def kv_shardings(cfg: ModelConfig, mesh: Mesh, kv_dtype=None) -> list:
     )
     if cfg.linear_attention_kind == "short_conv":  # (LFM2: its conv's inputs, whole)
         state_axes = (("state_rows", None, None),)
+    elif cfg.linear_attention_kind == "mamba1":  # (Jamba: x's conv inputs, the SSM state)
+        state_axes = (("state_rows", None, "linear_v_heads"), state_axes[3])
     state = tuple(NamedSharding(mesh, logical_to_spec(a, rules)) for a in state_axes)
 
     def arrays(i: int) -> int:  # (DeepSeek-V4's entry pages after its per-token ones)

@@ -76,20 +76,14 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
 @pytest.mark.parametrize(
     "arch",
     [
-        "qwen2_moe",
-        "olmoe",
-        "ernie4_5_moe",
-        "glm4_moe",
-        "glm4_moe_lite",
-        "minimax_m2",
+        *("qwen2_moe", "olmoe", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "minimax_m2"),
         *("dots1", "granitemoe", "flex_olmo"),  # (FlexOlmo: no norm before its blocks)
         # (Shared latent pages and indexers; chunked layers in a pool of their own.)
         "mistral_large4",
         "llama4",
-        # (Windowed layers' pages in their pool, the global layers' wider ones in the main.)
-        "gemma4",
-        "mimo_v2_flash",  # (and values narrower than keys in their own pages; sinks)
-        "longcat_flash",  # (two MLA layers' pages a LongCat layer, the MoE across them)
+        # (Windowed layers' pages in their pool, the global layers' wider ones in the main;
+        # MiMo's values narrower than its keys, LongCat's MoE across two MLA layers.)
+        *("gemma4", "mimo_v2_flash", "longcat_flash"),
     ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):

@@ -89,6 +89,7 @@ ARCHS = {
     # LFM2-MoE: gated short convs (a state of the last inputs) beside q/k-normed attention
     "lfm2_moe": "tiny-lfm2-moe",
     "lfm2": "tiny-lfm2",  # dense: its MLP's width by transformers' rule
+    "jamba": "tiny-jamba",  # Mamba-1 (a decay per state channel), attention without positions
     # LongCat-Flash: two MLA sublayers a layer, a shortcut MoE with zero-computation experts
     "longcat_flash": "tiny-longcat-flash",
 }

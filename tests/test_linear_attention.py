@@ -252,7 +252,10 @@ def test_kda_pair_decays_over_sub_chunks_equal_each_pair_weighed_alone():
 
 @pytest.mark.parametrize(
     "arch",
-    ["qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid", "bailing_hybrid", "lfm2_moe"],
+    [
+        *("qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid", "bailing_hybrid"),
+        *("lfm2_moe", "jamba"),
+    ],
 )
 def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     """Prompts of 5, 17 and 33 tokens with 16-token chunks beside decodes, pages for fewer
@@ -262,7 +265,8 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     without RoPE, the latent pages beside the state rows), Nemotron-H (Mamba-2, GQA
     without positions, layers without a feed-forward block), Granite 4.0-H (Mamba-2,
     its multipliers), Ling 2.5 (KDA with bounded full-rank gates, gated MLA with RoPE,
-    clipped SwiGLU) and LFM2-MoE (short convs: a state of the conv's last inputs alone)."""
+    clipped SwiGLU), LFM2-MoE (short convs: a state of the conv's last inputs alone) and
+    Jamba (Mamba-1: a decay per state channel; attention without positions)."""
     fixture = FIXTURE.parent / arch
     ref = json.loads((fixture / "reference.json").read_text())
     # (56 tokens at most: the longest sequence's 49 fit, and a page table of one KV block

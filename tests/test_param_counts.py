@@ -63,6 +63,10 @@ from models.specs import count_params
         # with its default shapes on the meta device: 560,664,958,976 parameters, plus the 28
         # x 768 correction biases it keeps as buffers: the count here, to the parameter.
         ("longcat-flash", 560.665e9, 0.0001, None, 0),
+        # AI21's Jamba 1.5 Mini card: 52B total, 12B active; transformers 5.25's
+        # JambaForCausalLM with its default shapes on the meta device: 51,570,323,328 and
+        # 12,110,311,296 (top-2 of 16 experts), the counts here to the parameter.
+        ("jamba-1.5-mini", 51.570323328e9, 1e-9, 12.110311296e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
