@@ -18,8 +18,9 @@ import pytest
 
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
-from models.linear_attention import Segments, mamba1, zero_state
+from models.linear_attention import mamba1, zero_state
 from models.specs import init_params
+from tests.test_lfm2 import ROWS, SLOTS, SPAN_CASES, ragged_segments
 
 FIXTURE = Path(__file__).parent / "fixtures" / "jamba"
 
@@ -50,14 +51,7 @@ def _numpy_mamba(p: dict, x: np.ndarray, conv: np.ndarray, state: np.ndarray):
     return np.stack(out), inputs[-(taps - 1) :], s[..., None]
 
 
-@pytest.mark.parametrize(
-    "lengths, fresh, snaps, drafting",
-    [
-        ((5, 3, 0, 1), (False, True, True, False), None, None),
-        ((1, 6, 0, 2), (False, False, True, False), {1: [(2, 6), (5, 7)], 3: [(1, 8)]}, None),
-        ((3, 4, 0, 2), (False, True, True, False), {0: [(1, 6), (2, 7)], 3: [(1, 8)]}, True),
-    ],
-)
+@pytest.mark.parametrize("lengths, fresh, snaps, drafting", SPAN_CASES)
 def test_mamba1_over_ragged_spans_equals_each_sequence_token_by_token(
     lengths, fresh, snaps, drafting
 ):
@@ -68,30 +62,14 @@ def test_mamba1_over_ragged_spans_equals_each_sequence_token_by_token(
     p["A_log"] = rng.uniform(-2, 1, p["A_log"].shape).astype(np.float32)
     for name in ("dt_bias", "conv_v_bias", "D"):
         p[name] = rng.normal(0.5, 0.5, p[name].shape).astype(np.float32)
-    rows, slots = 16, [2, 4, 0, 5]
-    x = rng.normal(size=(rows, cfg.hidden_size)).astype(np.float32)
+    x = rng.normal(size=(ROWS, cfg.hidden_size)).astype(np.float32)
     conv, rec = [rng.normal(size=a.shape).astype(np.float32) for a in zero_state(cfg, 9)]
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
-    seq_of = np.clip(np.searchsorted(np.cumsum(lengths), np.arange(rows), side="right"), 0, 3)
-    snap_end, snap_row = np.full((4, 2), -1, np.int32), np.full((4, 2), -1, np.int32)
-    for i, pairs in (snaps or {}).items():
-        for j, (end, row) in enumerate(pairs):
-            snap_end[i, j], snap_row[i, j] = end, row
-    seg = Segments(
-        *map(jnp.asarray, (seq_of, np.arange(rows) - starts[seq_of], starts, lengths)),
-        jnp.asarray(slots, jnp.int32),
-        jnp.asarray(fresh),
-        16,
-        None if snaps is None else jnp.asarray(snap_end),
-        None if snaps is None else jnp.asarray(snap_row),
-        None if snaps is None else jnp.zeros(4, jnp.int32),
-        None if drafting is None else jnp.asarray([True, False, False, True]),
-    )
+    seg, starts = ragged_segments(lengths, fresh, snaps, drafting)
     params = {k: jnp.asarray(v) for k, v in p.items()}
     out, new = mamba1(params, jnp.asarray(x), cfg, (jnp.asarray(conv), jnp.asarray(rec)), seg)
     out, new = np.asarray(out), [np.asarray(a) for a in new]
     tol = dict(atol=5e-5, rtol=1e-4)
-    for i, (n, slot, start) in enumerate(zip(lengths, slots, starts, strict=True)):
+    for i, (n, slot, start) in enumerate(zip(lengths, SLOTS, starts, strict=True)):
         before = [np.zeros_like(a[slot]) if fresh[i] else a[slot] for a in (conv, rec)]
         if n:
             want, *after = _numpy_mamba(p, x[start : start + n], *before)

@@ -35,17 +35,41 @@ def _numpy_conv(p: dict, x: np.ndarray, prior: np.ndarray) -> tuple[np.ndarray, 
     return ((x @ p["w_c"]) * conv) @ p["wo"], inputs[-(taps - 1) :]
 
 
-@pytest.mark.parametrize(
-    "lengths, fresh, snaps, drafting",
-    [
-        # a continued span, a fresh one, a padding span, a decode; padding rows after them
-        ((5, 3, 0, 1), (False, True, True, False), None, None),
-        # one-token spans shorter than the conv's window, a snapshot inside each long span
-        ((1, 6, 0, 2), (False, False, True, False), {1: [(2, 6), (5, 7)], 3: [(1, 8)]}, None),
-        # drafting spans: a state after each row but the last
-        ((3, 4, 0, 2), (False, True, True, False), {0: [(1, 6), (2, 7)], 3: [(1, 8)]}, True),
-    ],
-)
+# (lengths, fresh, snapshots {span: [(end, state row)]}, drafting) of four spans in state rows
+# SLOTS over ROWS rows: a continued span, a fresh one, a padding span, a decode (padding rows
+# after them); one-token spans shorter than a conv's window, snapshots inside long spans;
+# drafting spans (a state after each row but the last).
+SPAN_CASES = [
+    ((5, 3, 0, 1), (False, True, True, False), None, None),
+    ((1, 6, 0, 2), (False, False, True, False), {1: [(2, 6), (5, 7)], 3: [(1, 8)]}, None),
+    ((3, 4, 0, 2), (False, True, True, False), {0: [(1, 6), (2, 7)], 3: [(1, 8)]}, True),
+]
+ROWS, SLOTS = 16, [2, 4, 0, 5]
+
+
+def ragged_segments(lengths, fresh, snaps, drafting) -> tuple[Segments, np.ndarray]:
+    """Segments of a SPAN_CASES case (chunks of 16; snapshots and drafting where given) and
+    each span's first row."""
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
+    seq_of = np.clip(np.searchsorted(np.cumsum(lengths), np.arange(ROWS), side="right"), 0, 3)
+    snap_end, snap_row = np.full((4, 2), -1, np.int32), np.full((4, 2), -1, np.int32)
+    for i, pairs in (snaps or {}).items():
+        for j, (end, row) in enumerate(pairs):
+            snap_end[i, j], snap_row[i, j] = end, row
+    seg = Segments(
+        *map(jnp.asarray, (seq_of, np.arange(ROWS) - starts[seq_of], starts, lengths)),
+        jnp.asarray(SLOTS, jnp.int32),
+        jnp.asarray(fresh),
+        16,
+        None if snaps is None else jnp.asarray(snap_end),
+        None if snaps is None else jnp.asarray(snap_row),
+        None if snaps is None else jnp.zeros(4, jnp.int32),
+        None if drafting is None else jnp.asarray([True, False, False, True]),
+    )
+    return seg, starts
+
+
+@pytest.mark.parametrize("lengths, fresh, snaps, drafting", SPAN_CASES)
 def test_short_conv_over_ragged_spans_equals_each_sequence_token_by_token(
     lengths, fresh, snaps, drafting
 ):
@@ -55,28 +79,12 @@ def test_short_conv_over_ragged_spans_equals_each_sequence_token_by_token(
         k: np.asarray(v)
         for k, v in init_params(cfg, 0, 0.3, host=True)["layers"][0]["linear"].items()
     }
-    rows, slots = 16, [2, 4, 0, 5]
-    x = rng.normal(size=(rows, cfg.hidden_size)).astype(np.float32)
+    x = rng.normal(size=(ROWS, cfg.hidden_size)).astype(np.float32)
     (state,) = [rng.normal(size=a.shape).astype(np.float32) for a in zero_state(cfg, 9)]
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
-    seq_of = np.clip(np.searchsorted(np.cumsum(lengths), np.arange(rows), side="right"), 0, 3)
-    snap_end, snap_row = np.full((4, 2), -1, np.int32), np.full((4, 2), -1, np.int32)
-    for i, pairs in (snaps or {}).items():
-        for j, (end, row) in enumerate(pairs):
-            snap_end[i, j], snap_row[i, j] = end, row
-    seg = Segments(
-        *map(jnp.asarray, (seq_of, np.arange(rows) - starts[seq_of], starts, lengths)),
-        jnp.asarray(slots, jnp.int32),
-        jnp.asarray(fresh),
-        16,
-        None if snaps is None else jnp.asarray(snap_end),
-        None if snaps is None else jnp.asarray(snap_row),
-        None if snaps is None else jnp.zeros(4, jnp.int32),
-        None if drafting is None else jnp.asarray([True, False, False, True]),
-    )
+    seg, starts = ragged_segments(lengths, fresh, snaps, drafting)
     out, (new,) = short_conv(p, jnp.asarray(x), cfg, (jnp.asarray(state),), seg)
     out, new = np.asarray(out), np.asarray(new)
-    for i, (n, slot, start) in enumerate(zip(lengths, slots, starts, strict=True)):
+    for i, (n, slot, start) in enumerate(zip(lengths, SLOTS, starts, strict=True)):
         before = np.zeros_like(state[slot]) if fresh[i] else state[slot]
         if n:
             want, prior = _numpy_conv(p, x[start : start + n], before)
