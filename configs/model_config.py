@@ -710,7 +710,8 @@ class ModelConfig:
         """Bytes of one sequence's state across every gated DeltaNet layer."""
         item = 4 if self.dtype == "float32" else 2
         shapes = self.linear_state_shapes()
-        conv, rec = (shapes, ()) if len(shapes) == 1 else (shapes[:-1], shapes[-1:])
+        short = self.linear_attention_kind == "short_conv"  # (no recurrence: convs alone)
+        conv, rec = (shapes, ()) if short else (shapes[:-1], shapes[-1:])
         per_layer = sum(math.prod(s) for s in conv) * item + sum(math.prod(r) * 4 for r in rec)
         return per_layer * len(self.linear_attention_layers)
 

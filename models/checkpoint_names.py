@@ -116,9 +116,8 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
     names[f"{pre}.o_proj.weight"] = _linear(d, h * dv, at + ("wo",))
     if cfg.o_proj_bias:
         names[f"{pre}.o_proj.bias"] = _vector(d, at + ("bo",))
-    if cfg.layer_sinks(layer):  # (MiMo-V2-Flash's checkpoints name them attention_sink_bias)
-        sinks = "attention_sink_bias" if cfg.model_type == "mimo_v2_flash" else "sinks"
-        names[f"{pre}.{sinks}"] = _vector(h, at + ("sinks",))
+    if cfg.layer_sinks(layer):
+        names[f"{pre}.sinks"] = _vector(h, at + ("sinks",))
     if cfg.qk_norm:
         width_q, width_k = (h * dh, k * dh) if cfg.qk_norm_full else (dh, dh)
         q_norm, k_norm = ("query_layernorm", "key_layernorm") if hunyuan else ("q_norm", "k_norm")
@@ -331,7 +330,6 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
     pre = f"{layer}.block_sparse_moe" if legacy_mixtral else f"{layer}.mlp"
     # (Hunyuan's router is the gate's `wg`, AFMoE's its router's `gate`.)
     router = {"hunyuan_v1_moe": "gate.wg", "afmoe": "router.gate"}.get(cfg.model_type, "gate")
-    router = "router.classifier" if cfg.model_type == "longcat_flash" else router
     ez = e + cfg.zero_experts  # (LongCat-Flash's zero-computation experts are routed too)
     names = {f"{pre}.{router}.weight": _linear(ez, d, at + ("router",))}
     if cfg.model_type == "ernie4_5_moe":  # kept by Ernie4_5_MoeStatics as [1, E]
@@ -343,8 +341,7 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
     elif cfg.model_type == "afmoe":
         names[f"{pre}.expert_bias"] = _vector(e, at + ("router_bias",))
     elif cfg.topk_method == "noaux_tc":
-        bias = "router" if cfg.model_type == "longcat_flash" else "gate"
-        names[f"{pre}.{bias}.e_score_correction_bias"] = _vector(ez, at + ("router_bias",))
+        names[f"{pre}.gate.e_score_correction_bias"] = _vector(ez, at + ("router_bias",))
     if layout == "fused":
         names[f"{pre}.experts.gate_up_proj"] = HFTensor(
             (e, 2 * f, d), (at + ("w_gate",), at + ("w_up",)), "gate_up"
@@ -625,8 +622,10 @@ def _longcat_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:
         names[f"{hf}.post_attention_layernorm.{j}.weight"] = _vector(d, at + ("mlp_norm",))
         names.update(_attn_names(cfg, f"{hf}.self_attn.{j}", at + ("attn",), s))
         names.update(_mlp_names(d, cfg.intermediate_size, f"{hf}.mlps.{j}", at + ("mlp",)))
-        if cfg.is_moe_layer(s):
-            names.update(_moe_names(cfg, hf, at + ("moe",), layout))
+        if cfg.is_moe_layer(s):  # (its router: the MoE's router.classifier)
+            moe = _moe_names(cfg, hf, at + ("moe",), layout)
+            names.update({n.replace(".mlp.gate.", ".mlp.router."): t for n, t in moe.items()})
+            names[f"{hf}.mlp.router.classifier.weight"] = names.pop(f"{hf}.mlp.router.weight")
     if cfg.tie_word_embeddings:
         del names["lm_head.weight"]
     return names
@@ -662,6 +661,7 @@ _JAMBA_NATIVE = (
     (r"\.mlp\.", ".feed_forward."),
 )
 _NATIVE = {
+    "mimo_v2_flash": ((r"\.self_attn\.sinks$", ".self_attn.attention_sink_bias"),),
     "bailing_hybrid": _BAILING_NATIVE,
     "lfm2_moe": _LFM2_NATIVE,
     "lfm2": _LFM2_NATIVE,

@@ -318,6 +318,22 @@ def _spans(seg: Segments, keep: jax.Array) -> Segments:
     )
 
 
+def _prior(arr: jax.Array, seg: Segments) -> jax.Array:
+    """Each span's sequence's row of state array `arr` [rows, ...] ([S, ...]), zeros where
+    the span starts its sequence."""
+    fresh = seg.fresh.reshape((-1,) + (1,) * (arr.ndim - 1))
+    return jnp.where(fresh, jnp.zeros((), arr.dtype), arr[seg.slots])
+
+
+def _snap_conv(arr: jax.Array, x: jax.Array, before: jax.Array, seg: Segments) -> jax.Array:
+    """Conv state array `arr` [rows, K-1, ...] with, at each snapshot's row
+    (seg.snap_row), its span's inputs `x` before the snapshot's end (reaching back into
+    `before`, the span's prior)."""
+    rows = jnp.where(seg.snap_end > 0, seg.snap_row, arr.shape[0]).reshape(-1)
+    window = _conv_window(x, before, seg, seg.snap_end).reshape((-1,) + arr.shape[1:])
+    return arr.at[rows].set(window.astype(arr.dtype), mode="drop")
+
+
 def gated_delta_net(
     p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments
 ) -> tuple[jax.Array, tuple]:
@@ -328,13 +344,8 @@ def gated_delta_net(
     rows as sequences (decodes: every bucket whose T is its S) runs the rule a row at a time;
     any other in chunks of seg.chunk rows."""
     conv_q, conv_k, conv_v, rec = state
-    fresh = seg.fresh.reshape((-1, 1, 1, 1))
-
-    def prior(arr):
-        return jnp.where(fresh, jnp.zeros((), arr.dtype), arr[seg.slots])
-
     q_in, k_in, v_in = (jnp.einsum("td,dhk->thk", x, p[n]) for n in ("wq", "wk", "wv"))
-    priors = [prior(arr) for arr in (conv_q, conv_k, conv_v)]
+    priors = [_prior(arr, seg) for arr in (conv_q, conv_k, conv_v)]
     q, new_q = _causal_conv(q_in, p["conv_q"], priors[0], seg, p.get("conv_q_bias"))
     k, new_k = _causal_conv(k_in, p["conv_k"], priors[1], seg, p.get("conv_k_bias"))
     v, new_v = _causal_conv(v_in, p["conv_v"], priors[2], seg, p.get("conv_v_bias"))
@@ -370,7 +381,7 @@ def gated_delta_net(
     by_rows = None if x.shape[0] == seg.starts.shape[0] else seg.chunk
     snapping = seg.snap_end is not None
     rule = functools.partial(
-        delta_rule, qn, kn, v.astype(jnp.float32), g, beta, prior(rec), delta=not mamba
+        delta_rule, qn, kn, v.astype(jnp.float32), g, beta, _prior(rec, seg), delta=not mamba
     )
     if seg.drafting is None or by_rows is None:
         o, final, rec = rule(seg, by_rows, rec if snapping else None)
@@ -398,12 +409,8 @@ def gated_delta_net(
         o = (o.astype(jnp.float32) * jax.nn.silu(z.astype(jnp.float32))).astype(x.dtype)
     out = jnp.einsum("thk,hkd->td", o, p["wo"])
     if snapping:  # the convs' inputs before each snapshot's end, at its row
-        rows = jnp.where(seg.snap_end > 0, seg.snap_row, rec.shape[0]).reshape(-1)
         conv_q, conv_k, conv_v = (
-            arr.at[rows].set(
-                _conv_window(xp, before, seg, seg.snap_end).reshape((-1,) + arr.shape[1:]),
-                mode="drop",
-            )
+            _snap_conv(arr, xp, before, seg)
             for arr, xp, before in zip(
                 (conv_q, conv_k, conv_v), (q_in, k_in, v_in), priors, strict=True
             )
@@ -441,14 +448,12 @@ def short_conv(
     inputs, times C, projected out. `state`: (those inputs [rows, K-1, D],), read at
     seg.slots and written back there (and, with snapshots, at seg.snap_row)."""
     (conv,) = state
-    prior = jnp.where(seg.fresh.reshape((-1, 1, 1)), jnp.zeros((), conv.dtype), conv[seg.slots])
+    prior = _prior(conv, seg)
     bx = (x @ p["w_b"]) * (x @ p["w_x"])
     y, new = _causal_conv(bx, p["conv"], prior, seg, silu=False)
     out = ((x @ p["w_c"]) * y) @ p["wo"]
     if seg.snap_end is not None:  # the conv's inputs before each snapshot's end, at its row
-        rows = jnp.where(seg.snap_end > 0, seg.snap_row, conv.shape[0]).reshape(-1)
-        window = _conv_window(bx, prior, seg, seg.snap_end).reshape((-1,) + conv.shape[1:])
-        conv = conv.at[rows].set(window.astype(conv.dtype), mode="drop")
+        conv = _snap_conv(conv, bx, prior, seg)
     return out, (conv.at[seg.slots].set(new.astype(conv.dtype)),)
 
 
@@ -463,13 +468,8 @@ def mamba1(
     decay per key channel); y = C_t . S_t + D x_t, times silu(gate), out_proj. `state`:
     (the conv's last inputs [rows, K-1, Hv], the scan's [rows, Hv, N, 1] float32)."""
     conv, rec = state
-
-    def prior(arr):  # [S, ...] each sequence's, zeros for a fresh one
-        fresh = seg.fresh.reshape((-1,) + (1,) * (arr.ndim - 1))
-        return jnp.where(fresh, jnp.zeros((), arr.dtype), arr[seg.slots])
-
     xin = x @ p["wv"]  # [T, Hv]
-    before = prior(conv)
+    before = _prior(conv, seg)
     xc, new_conv = _causal_conv(xin, p["conv_v"], before, seg, p.get("conv_v_bias"))
     eps = cfg.rms_norm_eps
     dt = rms_norm(xc @ p["w_dt"], p["dt_norm"], eps) @ p["dt_proj"]  # [T, Hv]
@@ -484,15 +484,13 @@ def mamba1(
     snapping = seg.snap_end is not None
     v = xc.astype(jnp.float32)[..., None]  # [T, Hv, 1]
     o, final, kept = delta_rule(
-        *qk, v, dt[..., None] * a, dt, prior(rec), seg, None, rec if snapping else None, False
+        *qk, v, dt[..., None] * a, dt, _prior(rec, seg), seg, None, rec if snapping else None, False
     )
     y = o[..., 0] + p["D"].astype(jnp.float32) * xc.astype(jnp.float32)
     gate = (x @ p["wz"]).astype(jnp.float32)
     out = (y * jax.nn.silu(gate)).astype(x.dtype) @ p["wo"]
     if snapping:  # the conv's inputs before each snapshot's end, at its row
-        rows = jnp.where(seg.snap_end > 0, seg.snap_row, conv.shape[0]).reshape(-1)
-        window = _conv_window(xin, before, seg, seg.snap_end).reshape((-1,) + conv.shape[1:])
-        conv, rec = conv.at[rows].set(window.astype(conv.dtype), mode="drop"), kept
+        conv, rec = _snap_conv(conv, xin, before, seg), kept
     new = (conv.at[seg.slots].set(new_conv.astype(conv.dtype)), rec.at[seg.slots].set(final))
     return out, new
 
