@@ -20,6 +20,7 @@ from configs import hf_jamba as jamba
 from configs import hf_lfm2 as lfm2
 from configs import hf_longcat as longcat
 from configs import hf_mimo as mimo
+from configs import hf_minimax as minimax
 from configs import hf_olmo as olmo
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
 from configs.hf_afmoe import AFMOE, AFMOE_DEFAULTS, afmoe_fields
@@ -46,6 +47,7 @@ SUPPORTED_MODEL_TYPES = (
     "mistral_large4_text", "ministral3", "hunyuan_v1_moe", "llama4_text", *LINEAR_MODEL_TYPES,
     KIMI_LINEAR, DEEPSEEK_V4, NEMOTRON_H, GRANITE, *GRANITE_MOES, "solar_open", *EXAONE_TYPES,
     AFMOE, GEMMA4, BAILING, mimo.MIMO, *lfm2.LFM2_TYPES, longcat.LONGCAT, jamba.JAMBA,
+    minimax.MINIMAX,
 )
 # fmt: on
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
@@ -236,6 +238,7 @@ _DEFAULTS.update(
     **lfm2.LFM2_DEFAULTS,
     **longcat.LONGCAT_DEFAULTS,
     **jamba.JAMBA_DEFAULTS,
+    **minimax.MINIMAX_DEFAULTS,
     **BAILING_DEFAULTS,
     # Solar Open: GLM-4.5's class with its own defaults (no dense layer, no MTP, no q/k
     # norms or partial rotary: Llama's attention).
@@ -266,6 +269,7 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     **NEMOTRON_ALIASES,
     **mimo.MIMO_ALIASES,
     **lfm2.LFM2_ALIASES,
+    **minimax.MINIMAX_ALIASES,
     "qwen3_moe": {"num_experts": ("num_local_experts",)},
     "mixtral": {"num_local_experts": ("num_experts",)},
     "minimax_m2": {"num_local_experts": ("num_experts",)},
@@ -459,12 +463,12 @@ def _partial_rotary_factor(f: _Fields, model_type: str) -> float:
     where transformers' attention rotates the whole head whatever the field says, so a value
     there would mean a model the reference does not compute: refused."""
     partial = _rope_params(f).get("partial_rotary_factor", f.get("partial_rotary_factor"))
-    if model_type == "minimax_m2":  # its released configs' rotary_dim, else whole heads
+    if model_type in ("minimax_m2", minimax.MINIMAX):  # released configs' rotary_dim
         rotary_dim = f.hf.get("rotary_dim")
         if partial is None and rotary_dim is not None:
             partial = rotary_dim / f.required("head_dim") if _is_number(rotary_dim) else rotary_dim
         partial = 1.0 if partial is None else partial
-    if model_type in ("glm4_moe", "minimax_m2", *LINEAR_MODEL_TYPES):
+    if model_type in ("glm4_moe", "minimax_m2", minimax.MINIMAX, *LINEAR_MODEL_TYPES):
         if not _is_number(partial) or not 0 < partial <= 1:
             raise ValueError(
                 f"HF config partial_rotary_factor={partial!r}: must be a number in (0, 1]"
@@ -740,6 +744,9 @@ def config_from_hf(
         arch = lfm2.lfm2_fields(f, model_type)
     elif model_type == jamba.JAMBA:
         arch = jamba.jamba_fields(f)
+    elif model_type == minimax.MINIMAX:
+        arch = minimax.minimax_fields(f)
+        arch.update(partial_rotary_factor=_partial_rotary_factor(f, model_type))
     elif model_type == longcat.LONGCAT:  # (its layers: two decoder layers each)
         arch = longcat.longcat_fields(f)
         num_layers = arch.pop("num_layers")

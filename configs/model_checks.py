@@ -211,7 +211,8 @@ def check_linear(cfg: Any) -> None:
             f"linear_attention_layers: layer {bad[0] if bad else 'all'} is outside [0, "
             f"num_layers={cfg.num_layers}) or leaves no full-attention layer"
         )
-    if cfg.linear_conv_kernel < 2:  # (its state: the last kernel - 1 inputs)
+    lightning = cfg.linear_attention_kind == "lightning"  # (no conv)
+    if cfg.linear_conv_kernel < 2 and not lightning:  # (its state: the last kernel - 1 inputs)
         raise ValueError(f"linear_conv_kernel={cfg.linear_conv_kernel}: must be >= 2")
     if cfg.linear_attention_kind == "short_conv":  # (LFM2's: no heads, no bias here)
         if cfg.linear_conv_bias:
@@ -242,12 +243,12 @@ def check_linear(cfg: Any) -> None:
             " mamba1 needs a dt rank >= 1, one key head (B and C) and values 1 wide"
         )
     kda = (cfg.linear_num_key_heads, cfg.linear_key_head_dim)
-    if cfg.linear_attention_kind == "kimi_delta" and kda != (
+    if cfg.linear_attention_kind in ("kimi_delta", "lightning") and kda != (
         cfg.linear_num_value_heads,
         cfg.linear_value_head_dim,
     ):
         raise ValueError(
             f"linear_num_value_heads={cfg.linear_num_value_heads}, linear_value_head_dim="
-            f"{cfg.linear_value_head_dim}: kimi_delta needs them equal to the key heads "
-            f"and width ({kda[0]}, {kda[1]})"
+            f"{cfg.linear_value_head_dim}: {cfg.linear_attention_kind} needs them equal to "
+            f"the key heads and width ({kda[0]}, {kda[1]})"
         )

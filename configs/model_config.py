@@ -18,7 +18,14 @@ from configs.model_checks import (
 # ntk_alpha: a fixed NTK-aware base, theta * alpha^(d / (d - 2)) (Hunyuan's checkpoints
 # spell it "dynamic" with an alpha; its frequencies never depend on the length).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha")
-LINEAR_ATTENTION_KINDS = ("gated_delta", "kimi_delta", "mamba2", "short_conv", "mamba1")
+LINEAR_ATTENTION_KINDS = (
+    "gated_delta",
+    "kimi_delta",
+    "mamba2",
+    "short_conv",
+    "mamba1",
+    "lightning",
+)
 # dsv4: DeepSeek-V4's attention (models/deepseek_v4.py).
 ATTENTION_TYPES = ("gqa", "mla", "dsv4")
 # softmax_topk: the top-k router logits, softmaxed among themselves (gpt-oss);
@@ -175,6 +182,10 @@ class ModelConfig:
     # (Jamba's Mamba layers: Mamba-2's recurrence with a decay per state channel,
     # exp(dt_t A) with A [Hv, dk]: each of the Hv = d_inner channels a value head of width 1,
     # B and C one shared key head of ssm_state_size; dt from a mamba_dt_rank projection).
+    # "lightning" (MiniMax-01's lightning attention: S_t = lambda S_{t-1} + k_t v_t^T,
+    # o_t = S_t^T q_t, q, k, v = silu of one projection per head, no conv, lambda a fixed
+    # decay per head and layer; the output RMS-normed over all heads, times sigmoid of a
+    # gate; as many key heads as value heads, dk == dv).
     linear_attention_kind: str = "gated_delta"
     mamba_dt_rank: int = 0
     linear_conv_bias: bool = False
@@ -201,6 +212,12 @@ class ModelConfig:
     rope_scaling_full_only: bool = False
     residual_multiplier: float = 1.0
     attention_multiplier: float = 0.0
+    # MiniMax-01: a block's input joins the stream normed (residual_normed: x = alpha *
+    # norm(x) + beta * block(norm(x))), with alpha and beta per block kind (full attention,
+    # linear attention, MLP / MoE): DeepNorm's scales.
+    residual_normed: bool = False
+    residual_alphas: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    residual_betas: tuple[float, float, float] = (1.0, 1.0, 1.0)
     logits_scaling: float = 1.0
     # Gemma 4: the full-attention layers' own head width and KV heads (0: head_dim,
     # num_kv_heads), their values the key projection's output (no wv: attention_k_eq_v);
@@ -427,6 +444,10 @@ class ModelConfig:
         for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be > 0")
+        for name in ("residual_alphas", "residual_betas"):
+            values = getattr(self, name)
+            if len(values) != 3 or not all(math.isfinite(v) for v in values):
+                raise ValueError(f"{name}={values}: three finite numbers (full, linear, MLP)")
         if self.attention_multiplier < 0:
             raise ValueError(f"attention_multiplier={self.attention_multiplier}: must be >= 0")
         if self.mlp_act not in MLP_ACTS or self.moe_latent_size < 0:
@@ -698,6 +719,10 @@ class ModelConfig:
         if self.linear_attention_kind == "mamba1":  # (its conv over x alone)
             hv, dk = self.linear_num_value_heads, self.linear_key_head_dim
             return (self.linear_conv_kernel - 1, hv), (hv, dk, 1)
+        if self.linear_attention_kind == "lightning":  # (no conv: the recurrence alone)
+            return (
+                (self.linear_num_value_heads, self.linear_key_head_dim, self.linear_value_head_dim),
+            )
         kc, hk, hv = (
             self.linear_conv_kernel - 1,
             self.linear_num_key_heads,

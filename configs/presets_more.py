@@ -3,11 +3,12 @@ every layer), LG K-EXAONE (exaone_moe) and EXAONE 4.0 (exaone4), Arcee's AFMoE (
 inclusionAI's Ling 2.5 (bailing_hybrid), IBM Granite 3's MoE (granitemoe, granitemoeshared),
 AllenAI's FlexOlmo (flex_olmo), OLMo 2 (olmo2) and OLMo 3 (olmo3), Xiaomi's MiMo-V2-Flash
 (mimo_v2_flash), LiquidAI's LFM2-MoE (lfm2_moe) and LFM2 (lfm2), Meituan's LongCat-Flash
-(longcat_flash) and AI21's Jamba (jamba): the test-size models of tests/fixtures/<arch>
-(tests/test_hf_config.py, test_mimo.py, test_lfm2.py, test_longcat.py and test_jamba.py
-read each config.json back to its preset) and the shapes of Solar-Open-100B, Ling 3 Flash,
-MiMo-V2-Flash, LongCat-Flash and Jamba 1.5 Mini (the others' real ones come from their
-config.json: transformers' defaults are not them)."""
+(longcat_flash), AI21's Jamba (jamba) and MiniMax-01 (minimax): the test-size models of
+tests/fixtures/<arch> (tests/test_hf_config.py, test_mimo.py, test_lfm2.py, test_longcat.py,
+test_jamba.py and test_minimax.py read each config.json back to its preset) and the shapes
+of Solar-Open-100B, Ling 3 Flash, MiMo-V2-Flash, LongCat-Flash, Jamba 1.5 Mini and
+MiniMax-Text-01 (the others' real ones come from their config.json: transformers' defaults
+are not them)."""
 
 from __future__ import annotations
 
@@ -490,6 +491,68 @@ MORE["jamba-1.5-mini"] = MORE["tiny-jamba"].replace(
     mamba_dt_rank=256,
     num_experts=16,
     moe_intermediate_size=14336,
+    eos_token_ids=(),
+    dtype="bfloat16",
+)
+# tests/fixtures/minimax: MiniMax-01: 4 layers 64 wide; GQA with RoPE on 0 (4 heads over 2
+# KV heads of 16), lightning attention on 1-3 (4 heads of 16); top-2 of 8 experts 96 wide
+# (softmax, renormalized) on every layer; each block's normed input times 1.68 joins its
+# output times 0.8 (full attention), 1.2 (lightning), 0.9 (MoE).
+MORE["tiny-minimax"] = ModelConfig(
+    name="tiny-minimax",
+    model_type="minimax",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    rope_theta=1000000.0,
+    linear_attention_layers=(1, 2, 3),
+    linear_attention_kind="lightning",
+    linear_num_key_heads=4,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    residual_normed=True,
+    residual_alphas=(1.68, 1.68, 1.68),
+    residual_betas=(0.8, 1.2, 0.9),
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=96,
+    norm_topk_prob=True,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# MiniMax-Text-01 (MiniMaxAI/MiniMax-Text-01; MiniMax-M1 has its shapes): 80 layers 6,144
+# wide; softmax attention (64 heads over 8 KV heads of 128, RoPE on 64 channels, base 1e7)
+# on every eighth layer from layer 7, lightning attention (64 heads of 128) on the others;
+# top-2 of 32 experts 9,216 wide on every layer; DeepNorm's alpha (2 x 80)^0.25, beta 1.
+MORE["minimax-text-01"] = MORE["tiny-minimax"].replace(
+    name="minimax-text-01",
+    vocab_size=200064,
+    hidden_size=6144,
+    num_layers=80,
+    num_heads=64,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=9216,
+    max_position_embeddings=10240000,
+    rope_theta=10000000.0,
+    partial_rotary_factor=0.5,
+    linear_attention_layers=tuple(i for i in range(80) if i % 8 != 7),
+    linear_num_key_heads=64,
+    linear_num_value_heads=64,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    residual_alphas=(3.5565588200778455,) * 3,
+    residual_betas=(1.0, 1.0, 1.0),
+    num_experts=32,
+    moe_intermediate_size=9216,
+    bos_token_id=None,
     eos_token_ids=(),
     dtype="bfloat16",
 )

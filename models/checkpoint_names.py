@@ -139,6 +139,15 @@ def _linear_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTen
         return _mamba2_names(cfg, pre, at)
     if cfg.linear_attention_kind == "mamba1":
         return _mamba1_names(cfg, pre, at)
+    if cfg.linear_attention_kind == "lightning":  # MiniMax-01's: qkv_proj's rows per head q, k, v
+        return {
+            f"{pre}.qkv_proj.weight": HFTensor(
+                (3 * hv * dk, d), tuple(at + (w,) for w in ("wq", "wk", "wv")), "grouped", groups=hv
+            ),
+            f"{pre}.output_gate.weight": _linear(hv * dk, d, at + ("wz",)),
+            f"{pre}.norm.weight": _vector(hv * dk, at + ("norm",)),
+            f"{pre}.out_proj.weight": _linear(d, hv * dk, at + ("wo",)),
+        }
     if cfg.linear_attention_kind == "short_conv":  # LFM2's: in_proj's rows B, then C, then x
         bcx = tuple(at + (f"w_{x}",) for x in "bcx")
         return {
@@ -325,6 +334,7 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
     legacy_mixtral = layout == "per_expert" and cfg.model_type in (
         "mixtral",
         "minimax_m2",
+        "minimax",
         "kimi_linear",  # (Kimi-Linear's shared experts too)
     )
     pre = f"{layer}.block_sparse_moe" if legacy_mixtral else f"{layer}.mlp"
@@ -704,6 +714,7 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
             "mamba2": "mamba",
             "mamba1": "mamba",
             "short_conv": "conv",
+            "lightning": "self_attn",
         }
         where = kinds.get(cfg.linear_attention_kind)
         names.update(_linear_attn_names(cfg, f"{layer}.{where or 'linear_attn'}", at + ("linear",)))

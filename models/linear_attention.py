@@ -1,6 +1,7 @@
 """Gated DeltaNet, the linear-attention layers of Qwen3-Next and Qwen3.5 (arXiv:2412.06464),
 Kimi Delta Attention (KDA), Kimi-Linear's (arXiv:2510.26692), Mamba-2's SSD layers,
-Nemotron-H's (arXiv:2405.21060), and LFM2's gated short convolutions (`short_conv`).
+Nemotron-H's (arXiv:2405.21060), LFM2's gated short convolutions (`short_conv`), Jamba's
+Mamba layers (`mamba1`) and MiniMax-01's lightning attention (`lightning`, arXiv:2501.08313).
 
 Per token t of a sequence, with q, k, v from a causal depthwise conv (linear_conv_kernel
 taps, then SiLU) of their projections, q and k L2-normalised (q also times dk^-0.5), and
@@ -40,6 +41,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from configs.model_config import ModelConfig
 from models.layers import rms_norm
@@ -334,6 +336,21 @@ def _snap_conv(arr: jax.Array, x: jax.Array, before: jax.Array, seg: Segments) -
     return arr.at[rows].set(window.astype(arr.dtype), mode="drop")
 
 
+def _run_rule(rule, x: jax.Array, seg: Segments, rec: jax.Array):
+    """`rule` (delta_rule with its inputs bound) over the step's spans: a batch of as many
+    rows as sequences (decodes) a row at a time, any other in chunks of seg.chunk rows, the
+    drafting spans row by row (a state after each). Returns (o, the state after each span,
+    `rec` with the snapshots written: as given without them)."""
+    by_rows = None if x.shape[0] == seg.starts.shape[0] else seg.chunk
+    snapping = seg.snap_end is not None
+    if seg.drafting is None or by_rows is None:
+        o, final, kept = rule(seg, by_rows, rec if snapping else None)
+        return o, final, kept if snapping else rec
+    o, final, rec = rule(_spans(seg, ~seg.drafting), by_rows, rec)
+    o_d, final_d, rec = rule(_spans(seg, seg.drafting), None, rec)
+    return o + o_d, jnp.where(seg.drafting[:, None, None, None], final_d, final), rec
+
+
 def gated_delta_net(
     p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments
 ) -> tuple[jax.Array, tuple]:
@@ -378,17 +395,11 @@ def gated_delta_net(
             g = (-decay_rate * jax.nn.softplus(a))[..., None]  # [T, Hv, 1]
         qn = jnp.repeat(_l2norm(q), group, axis=1) * cfg.linear_key_head_dim**-0.5
         kn = jnp.repeat(_l2norm(k), group, axis=1)
-    by_rows = None if x.shape[0] == seg.starts.shape[0] else seg.chunk
-    snapping = seg.snap_end is not None
     rule = functools.partial(
         delta_rule, qn, kn, v.astype(jnp.float32), g, beta, _prior(rec, seg), delta=not mamba
     )
-    if seg.drafting is None or by_rows is None:
-        o, final, rec = rule(seg, by_rows, rec if snapping else None)
-    else:  # the drafting spans row by row (a state after each), the others in chunks
-        o, final, rec = rule(_spans(seg, ~seg.drafting), by_rows, rec)
-        o_d, final_d, rec = rule(_spans(seg, seg.drafting), None, rec)
-        o, final = o + o_d, jnp.where(seg.drafting[:, None, None, None], final_d, final)
+    o, final, rec = _run_rule(rule, x, seg, rec)
+    snapping = seg.snap_end is not None
     if mamba:
         o = _mamba_output(p, o, v, x, cfg)
     elif kda:
@@ -415,8 +426,6 @@ def gated_delta_net(
                 (conv_q, conv_k, conv_v), (q_in, k_in, v_in), priors, strict=True
             )
         )
-    else:
-        rec = state[3]
     new_state = tuple(
         arr.at[seg.slots].set(new.astype(arr.dtype))
         for arr, new in zip(
@@ -493,6 +502,43 @@ def mamba1(
         conv, rec = _snap_conv(conv, xin, before, seg), kept
     new = (conv.at[seg.slots].set(new_conv.astype(conv.dtype)), rec.at[seg.slots].set(final))
     return out, new
+
+
+def lightning_decays(cfg: ModelConfig, layer: int) -> np.ndarray:
+    """Lightning attention's decay rate per head of decoder layer `layer` (transformers'
+    MiniMaxLightningAttention.get_slope_rate, in float32): ALiBi's slopes 2^(-8 h / H),
+    h = 1..H, times 1 - layer / (num_layers - 1) (+1e-5 twice), the state keeping
+    exp(-rate) of itself each token."""
+    heads = cfg.linear_num_value_heads
+    base = np.float32(1 / (2 ** (8 / heads)))
+    factor = np.float32(1 - layer / (cfg.num_layers - 1 + 1e-5) + 1e-5)
+    return base ** np.arange(1, heads + 1, dtype=np.float32) * factor
+
+
+def lightning(
+    p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments, layer: int
+) -> tuple[jax.Array, tuple]:
+    """MiniMax-01's lightning attention (transformers' MiniMaxLightningAttention), x [T, D]
+    -> ([T, D], state): q, k, v = silu of one projection per head (no conv, no
+    normalisation, no scale), S_t = exp(-rate) S_{t-1} + k_t v_t^T with a fixed rate per
+    head (`lightning_decays`), o_t = S_t^T q_t: delta_rule's Mamba form with beta 1; o in
+    the model dtype RMS-normed over all heads at once (eps 1e-6, transformers' default
+    there), times sigmoid(x @ wz), projected out. `state`: ([rows, H, dk, dv] float32,)."""
+    (rec,) = state
+    q, k, v = (
+        jax.nn.silu(jnp.einsum("td,dhk->thk", x, p[n])).astype(jnp.float32)
+        for n in ("wq", "wk", "wv")
+    )
+    rates = jnp.asarray(lightning_decays(cfg, layer))
+    g = jnp.broadcast_to(-rates[None, :, None], (x.shape[0], rates.shape[0], 1))
+    beta = jnp.ones(g.shape[:2], jnp.float32)
+    rule = functools.partial(delta_rule, q, k, v, g, beta, _prior(rec, seg), delta=False)
+    o, final, rec = _run_rule(rule, x, seg, rec)
+    flat = o.astype(x.dtype).reshape(x.shape[0], -1)  # [T, H * dv]
+    normed = rms_norm(flat, p["norm"].reshape(-1), 1e-6).reshape(o.shape)
+    gate = jax.nn.sigmoid(jnp.einsum("td,dhk->thk", x, p["wz"]))
+    out = jnp.einsum("thk,hkd->td", normed * gate, p["wo"])
+    return out, (rec.at[seg.slots].set(final),)
 
 
 def zero_state(cfg: ModelConfig, rows: int) -> tuple:

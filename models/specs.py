@@ -220,10 +220,19 @@ def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
     they make (transformers' fused in_proj_qkvz / in_proj_qkv are cut apart on load). KDA
     (linear_attention_kind "kimi_delta"): low-rank forget (wf_a, wf_b) and output (wg_a,
     wg_b) gates in place of wa and wz, dt_bias per key channel. LFM2's short conv
-    (short_conv): w_b / w_c / w_x [D, D] (its in_proj's thirds), conv [K, D], wo [D, D]."""
+    (short_conv): w_b / w_c / w_x [D, D] (its in_proj's thirds), conv [K, D], wo [D, D].
+    Lightning attention: wq / wk / wv / wz [D, H, dk], norm [H, dk] (one over all heads),
+    wo [H, dk, D]."""
     d, hk, hv = cfg.hidden_size, cfg.linear_num_key_heads, cfg.linear_num_value_heads
     if cfg.linear_attention_kind == "mamba1":
         return _mamba1_specs(cfg, dt, w)
+    if cfg.linear_attention_kind == "lightning":  # qkv_proj's thirds, output_gate, out_proj
+        dk, heads = cfg.linear_key_head_dim, ("embed", "linear_v_heads", None)
+        proj = {n: ParamSpec((d, hv, dk), dt, heads, w) for n in ("wq", "wk", "wv", "wz")}
+        return proj | {
+            "norm": ParamSpec((hv, dk), dt, ("linear_v_heads", None), ones),
+            "wo": ParamSpec((hv, dk, d), dt, ("linear_v_heads", None, "embed"), w),
+        }
     if cfg.linear_attention_kind == "short_conv":  # (small: replicated over the mesh)
         taps, full = cfg.linear_conv_kernel, ("embed", None)
         proj = {f"w_{x}": ParamSpec((d, d), dt, full, w) for x in "bcx"}

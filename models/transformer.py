@@ -27,7 +27,7 @@ from configs.model_config import ModelConfig
 from models import deepseek_v4
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs
 from models.layers import embed, final_logits, gate_activation, model_norm, swiglu_mlp
-from models.linear_attention import Segments, gated_delta_net, mamba1, short_conv
+from models.linear_attention import Segments, gated_delta_net, lightning, mamba1, short_conv
 from models.lora import make_delta, slot_mask
 from models.moe import RoutedFn, moe_block, routed_for
 from models.quantization import dequantize_tree
@@ -96,6 +96,8 @@ def _linear_attend(i, p, kv_i, h, *, cfg, segments):
     AttnInputs), its whole token mixer, output projection included."""
     if segments is None:
         raise ValueError(f"layer {i}: a linear-attention layer needs the step's segments")
+    if cfg.linear_attention_kind == "lightning":  # (its decays: the layer's)
+        return lightning(p, h, cfg, kv_i, segments, i)
     mixer = {"short_conv": short_conv, "mamba1": mamba1}.get(cfg.linear_attention_kind)
     return (mixer or gated_delta_net)(p, h, cfg, kv_i, segments)
 
@@ -133,7 +135,11 @@ def decoder_layer(
         if inputs.gate is not None:  # Qwen3-Next's gated attention
             o = o * jax.nn.sigmoid(inputs.gate)
         mixed = attn_output(layer["attn"], o, delta)
-    x = pin(x + _scaled(mixed, layer.get("attn_post_norm"), cfg), ("batch", "embed"))
+    kind = 1 if "linear" in layer else 0
+    x = pin(
+        _joined(x, h, _scaled(mixed, layer.get("attn_post_norm"), cfg), cfg, kind),
+        ("batch", "embed"),
+    )
     if "mlp" not in layer and "moe" not in layer:  # (Nemotron-H: a mixer alone)
         return x, kv_i
     h = model_norm(x, layer["mlp_norm"], cfg) if "mlp_norm" in layer else x
@@ -154,10 +160,23 @@ def decoder_layer(
         out = moe_block(layer["moe"], h, cfg, routed, delta, layer=i)
     else:
         out = swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg))
-    x = x + _scaled(out, layer.get("mlp_post_norm"), cfg)
+    x = _joined(x, h, _scaled(out, layer.get("mlp_post_norm"), cfg), cfg, 2)
     if "layer_scalar" in layer:  # Gemma 4: the layer's output scaled
         x = x * layer["layer_scalar"]
     return pin(x, ("batch", "embed")), kv_i
+
+
+def _joined(x: jax.Array, h: jax.Array, out: jax.Array, cfg: ModelConfig, kind: int):
+    """The stream after a block: x + out, or MiniMax-01's alpha * h + beta * out with h the
+    block's normed input (ModelConfig.residual_normed; alpha and beta of block `kind`: 0
+    full attention, 1 linear attention, 2 MLP), each product in float32 as torch takes a
+    Python float times a tensor, rounded once."""
+    if not cfg.residual_normed:
+        return x + out
+    alpha, beta = cfg.residual_alphas[kind], cfg.residual_betas[kind]
+    return (h.astype(jnp.float32) * alpha).astype(x.dtype) + (
+        out.astype(jnp.float32) * beta
+    ).astype(x.dtype)
 
 
 def _scaled(out: jax.Array, post_norm: jax.Array | None, cfg: ModelConfig) -> jax.Array:

@@ -197,6 +197,8 @@ def kv_shardings(cfg: ModelConfig, mesh: Mesh, kv_dtype=None) -> list:
         state_axes = (("state_rows", None, None),)
     elif cfg.linear_attention_kind == "mamba1":  # (Jamba: x's conv inputs, the SSM state)
         state_axes = (("state_rows", None, "linear_v_heads"), state_axes[3])
+    elif cfg.linear_attention_kind == "lightning":  # (MiniMax-01: no conv, the state alone)
+        state_axes = state_axes[3:]
     state = tuple(NamedSharding(mesh, logical_to_spec(a, rules)) for a in state_axes)
 
     def arrays(i: int) -> int:  # (DeepSeek-V4's entry pages after its per-token ones)

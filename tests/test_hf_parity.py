@@ -92,6 +92,9 @@ ARCHS = {
     "jamba": "tiny-jamba",  # Mamba-1 (a decay per state channel), attention without positions
     # LongCat-Flash: two MLA sublayers a layer, a shortcut MoE with zero-computation experts
     "longcat_flash": "tiny-longcat-flash",
+    # MiniMax-01: lightning attention (a fixed decay per head and layer), the normed input
+    # joining the stream times DeepNorm's alpha
+    "minimax": "tiny-minimax",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -254,7 +254,7 @@ def test_kda_pair_decays_over_sub_chunks_equal_each_pair_weighed_alone():
     "arch",
     [
         *("qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid", "bailing_hybrid"),
-        *("lfm2_moe", "jamba"),
+        *("lfm2_moe", "jamba", "minimax"),
     ],
 )
 def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
@@ -265,8 +265,9 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     without RoPE, the latent pages beside the state rows), Nemotron-H (Mamba-2, GQA
     without positions, layers without a feed-forward block), Granite 4.0-H (Mamba-2,
     its multipliers), Ling 2.5 (KDA with bounded full-rank gates, gated MLA with RoPE,
-    clipped SwiGLU), LFM2-MoE (short convs: a state of the conv's last inputs alone) and
-    Jamba (Mamba-1: a decay per state channel; attention without positions)."""
+    clipped SwiGLU), LFM2-MoE (short convs: a state of the conv's last inputs alone),
+    Jamba (Mamba-1: a decay per state channel; attention without positions) and MiniMax-01
+    (lightning attention: a fixed decay per head; no conv)."""
     fixture = FIXTURE.parent / arch
     ref = json.loads((fixture / "reference.json").read_text())
     # (56 tokens at most: the longest sequence's 49 fit, and a page table of one KV block

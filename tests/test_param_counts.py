@@ -67,6 +67,11 @@ from models.specs import count_params
         # JambaForCausalLM with its default shapes on the meta device: 51,570,323,328 and
         # 12,110,311,296 (top-2 of 16 experts), the counts here to the parameter.
         ("jamba-1.5-mini", 51.570323328e9, 1e-9, 12.110311296e9, 1e-9),
+        # MiniMax-Text-01's card: 456B total, 45.9B active (without the embedding and the
+        # head: 48.40B with them); transformers 5.25's MiniMaxForCausalLM with these shapes
+        # on the meta device: 456,089,655,296 and (top-2 of 32 experts) 48,403,306,496, the
+        # counts here to the parameter.
+        ("minimax-text-01", 456.089655296e9, 1e-9, 48.403306496e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
