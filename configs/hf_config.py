@@ -22,6 +22,7 @@ from configs import hf_longcat as longcat
 from configs import hf_mimo as mimo
 from configs import hf_minimax as minimax
 from configs import hf_olmo as olmo
+from configs import hf_sarvam as sarvam
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
 from configs.hf_afmoe import AFMOE, AFMOE_DEFAULTS, afmoe_fields
 from configs.hf_bailing import BAILING, BAILING_ALIASES, BAILING_DEFAULTS, bailing_fields
@@ -47,7 +48,7 @@ SUPPORTED_MODEL_TYPES = (
     "mistral_large4_text", "ministral3", "hunyuan_v1_moe", "llama4_text", *LINEAR_MODEL_TYPES,
     KIMI_LINEAR, DEEPSEEK_V4, NEMOTRON_H, GRANITE, *GRANITE_MOES, "solar_open", *EXAONE_TYPES,
     AFMOE, GEMMA4, BAILING, mimo.MIMO, *lfm2.LFM2_TYPES, longcat.LONGCAT, jamba.JAMBA,
-    minimax.MINIMAX,
+    minimax.MINIMAX, *sarvam.SARVAM_TYPES,
 )
 # fmt: on
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
@@ -700,7 +701,7 @@ def config_from_hf(
     """
     hf = read_hf_config(source)
     wrapper = hf.get("model_type") if hf.get("model_type") in MULTIMODAL_WRAPPERS else None
-    hf = language_model_config(hf)
+    hf, served_type = sarvam.as_family(language_model_config(hf))  # (served as their family)
     model_type = hf.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         where = f"text_config.model_type (of {wrapper!r})" if wrapper else "model_type"
@@ -710,7 +711,9 @@ def config_from_hf(
             f"{', '.join(MULTIMODAL_WRAPPERS)})"
         )
     if name is None:
-        name = os.fspath(source) if not isinstance(source, dict) else f"hf-{model_type}"
+        name = (
+            os.fspath(source) if not isinstance(source, dict) else f"hf-{served_type or model_type}"
+        )
     f = _Fields(hf, model_type)
     if model_type == olmo.OLMO3:  # (its full layers' RoPE, as the model's)
         f = _Fields(olmo.olmo3_rope_source(f), model_type)
@@ -770,7 +773,7 @@ def config_from_hf(
             arch.update(_llama4_temperature(f))
         elif model_type in olmo.OLMO_TYPES:
             arch.update(olmo.olmo_fields(model_type))
-    return ModelConfig(
+    cfg = ModelConfig(
         name=name,
         model_type=model_type,
         vocab_size=f.required("vocab_size"),
@@ -794,3 +797,4 @@ def config_from_hf(
         num_nextn_predict_layers=int(f.get("num_nextn_predict_layers") or 0),
         **{**window, **arch},  # (Llama 4's chunks name its full-attention layers)
     )
+    return cfg.replace(model_type=served_type) if served_type else cfg

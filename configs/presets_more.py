@@ -556,3 +556,117 @@ MORE["minimax-text-01"] = MORE["tiny-minimax"].replace(
     eos_token_ids=(),
     dtype="bfloat16",
 )
+# tests/fixtures/sarvam_moe: Sarvam-30B's kind (GLM-4.5's model): 3 layers 64 wide, 4 heads
+# over 2 KV heads of 16 with q/k norms and whole-head RoPE (base 8e6); a dense first layer
+# (96 wide), then top-2 of 8 experts 24 wide under the biased sigmoid router (one group,
+# renormalized, scaled 2.5) beside a shared one.
+MORE["tiny-sarvam-moe"] = ModelConfig(
+    name="tiny-sarvam-moe",
+    model_type="sarvam_moe",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    max_position_embeddings=2048,
+    rope_theta=8000000.0,
+    qk_norm=True,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    num_shared_experts=1,
+    scoring_func="sigmoid",
+    topk_method="noaux_tc",
+    norm_topk_prob=True,
+    routed_scaling_factor=2.5,
+    first_k_dense_replace=1,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# tests/fixtures/param2moe: the same with q/k/v biases, tied embeddings, two shared experts
+# and Param2's RoPE base (5e5).
+MORE["tiny-param2moe"] = MORE["tiny-sarvam-moe"].replace(
+    name="tiny-param2moe",
+    model_type="param2moe",
+    rope_theta=500000.0,
+    attention_bias=True,
+    tie_word_embeddings=True,
+    num_shared_experts=2,
+)
+# tests/fixtures/sarvam_mla: Sarvam-105B's kind (DeepSeek-V3's model): 3 layers 64 wide, MLA
+# (4 heads, no query compression, a 32-wide latent, 16 + 8 rope channels on interleaved
+# pairs, values 16 wide); the MoE as tiny-sarvam-moe's.
+MORE["tiny-sarvam-mla"] = MORE["tiny-sarvam-moe"].replace(
+    name="tiny-sarvam-mla",
+    model_type="sarvam_mla",
+    num_kv_heads=4,  # (ModelConfig's default; MLA reads none)
+    rope_theta=10000.0,
+    qk_norm=False,
+    attention_type="mla",
+    kv_lora_rank=32,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=16,
+)
+# Sarvam-30B, Param2-17B-A2.4B and Sarvam-105B: transformers 5.25's SarvamMoEConfig,
+# Param2MoeConfig and SarvamMLAConfig defaults ("sarvamai/sarvam-30b style" and so on):
+# 19 / 21 / 32 layers 4,096 / 2,048 / 4,096 wide; 64 heads over 4 KV heads of 64 / 32 over 8
+# of 64 / MLA with 64 heads (a 512-wide latent, 128 + 64 channels, values 128); top-6 of 128
+# experts 1,024 wide and a shared one / top-6 of 64, 2,048 wide, two shared / top-8 of 128,
+# 2,048 wide, one shared; dense first layers 8,192 / 9,216 / 16,384 wide.
+MORE["sarvam-30b"] = MORE["tiny-sarvam-moe"].replace(
+    name="sarvam-30b",
+    vocab_size=262144,
+    hidden_size=4096,
+    num_layers=19,
+    num_heads=64,
+    num_kv_heads=4,
+    head_dim=64,
+    intermediate_size=8192,
+    max_position_embeddings=131072,
+    num_experts=128,
+    num_experts_per_tok=6,
+    moe_intermediate_size=1024,
+    bos_token_id=None,
+    eos_token_ids=(1,),
+    dtype="bfloat16",
+)
+MORE["param2-17b-a2.4b"] = MORE["tiny-param2moe"].replace(
+    name="param2-17b-a2.4b",
+    vocab_size=128000,
+    hidden_size=2048,
+    num_layers=21,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=64,
+    intermediate_size=9216,
+    max_position_embeddings=32768,
+    attention_bias=False,
+    num_experts=64,
+    num_experts_per_tok=6,
+    moe_intermediate_size=2048,
+    bos_token_id=None,
+    eos_token_ids=(3,),
+    dtype="bfloat16",
+)
+MORE["sarvam-105b"] = MORE["tiny-sarvam-mla"].replace(
+    name="sarvam-105b",
+    vocab_size=262144,
+    hidden_size=4096,
+    num_layers=32,
+    num_heads=64,
+    intermediate_size=16384,
+    max_position_embeddings=4096,
+    kv_lora_rank=512,
+    qk_nope_head_dim=128,
+    qk_rope_head_dim=64,
+    v_head_dim=128,
+    num_experts=128,
+    num_experts_per_tok=8,
+    moe_intermediate_size=2048,
+    bos_token_id=0,
+    eos_token_ids=(1,),
+    dtype="bfloat16",
+)

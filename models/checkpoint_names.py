@@ -7,10 +7,10 @@ Mistral Large 4 ships.
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 from configs.model_config import ModelConfig
+from models.release_names import NATIVE, mistral_native_name, renamed
 
 EXPERT_LAYOUTS = ("per_expert", "fused")
 
@@ -609,9 +609,28 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         names.update(_layer_names(cfg, layer, at + ("layer",), moe, expert_layout))
     if cfg.model_type == "mistral_large4_text":
         names = {mistral_native_name(n): t for n, t in names.items()}
-    if cfg.model_type in _NATIVE:  # (their releases' names; transformers saves them)
-        names = {_renamed(n, _NATIVE[cfg.model_type]): t for n, t in names.items()}
+    if cfg.model_type in NATIVE:  # (their releases' names; transformers saves them)
+        if cfg.model_type in ("sarvam_moe", "param2moe"):  # (q, k, v in one tensor)
+            names = _fused_qkv(names)
+        names = {renamed(n, NATIVE[cfg.model_type]): t for n, t in names.items()}
     return names
+
+
+def _fused_qkv(names: dict[str, HFTensor]) -> dict[str, HFTensor]:
+    """`names` with each attention's q_proj, k_proj and v_proj (weights, and biases where
+    there are) as one query_key_value tensor, their rows in that order."""
+    out = dict(names)
+    for name in names:
+        if not name.endswith(".self_attn.q_proj.weight"):
+            continue
+        pre = name[: -len("q_proj.weight")]
+        for kind in ("weight", "bias"):
+            parts = [out.pop(f"{pre}{x}_proj.{kind}", None) for x in "qkv"]
+            if all(parts):
+                shape = (sum(t.shape[0] for t in parts), *parts[0].shape[1:])
+                targets = tuple(t.targets[0] for t in parts)
+                out[f"{pre}query_key_value.{kind}"] = HFTensor(shape, targets, "grouped")
+    return out
 
 
 def _longcat_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:
@@ -639,51 +658,6 @@ def _longcat_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:
     if cfg.tie_word_embeddings:
         del names["lm_head.weight"]
     return names
-
-
-# transformers' names -> Ling 2.5's own (transformers 5.25's conversion_mapping reverses them
-# on save): applied in order.
-_BAILING_NATIVE = (
-    (r"^model\.embed_tokens\.", "model.word_embeddings."),
-    (r"\.self_attn\.", ".attention."),
-    (r"\.attention\.o_proj\.", ".attention.dense."),
-    (r"\.gate\.e_score_correction_bias$", ".gate.expert_bias"),
-)
-# LFM2-MoE's (transformers' Lfm2Moe modules: operator_norm, ffn_norm, feed_forward with w1 /
-# w3 / w2, the correction bias beside the gate as expert_bias, the final embedding_norm).
-_LFM2_NATIVE = (
-    (r"^model\.norm\.", "model.embedding_norm."),
-    (r"\.input_layernorm\.", ".operator_norm."),
-    (r"\.post_attention_layernorm\.", ".ffn_norm."),
-    (r"\.self_attn\.o_proj\.", ".self_attn.out_proj."),
-    (r"\.self_attn\.([qk])_norm\.", r".self_attn.\1_layernorm."),
-    (r"\.mlp\.gate\.e_score_correction_bias$", ".feed_forward.expert_bias"),
-    (r"\.mlp\.", ".feed_forward."),
-    (r"\.gate_proj\.", ".w1."),
-    (r"\.up_proj\.", ".w3."),
-    (r"\.down_proj\.", ".w2."),
-)
-# Jamba's (its final norm, the norm before the feed-forward block, feed_forward.router).
-_JAMBA_NATIVE = (
-    (r"^model\.norm\.", "model.final_layernorm."),
-    (r"\.post_attention_layernorm\.", ".pre_ff_layernorm."),
-    (r"\.mlp\.gate\.weight$", ".feed_forward.router.weight"),
-    (r"\.mlp\.", ".feed_forward."),
-)
-_NATIVE = {
-    "mimo_v2_flash": ((r"\.self_attn\.sinks$", ".self_attn.attention_sink_bias"),),
-    "bailing_hybrid": _BAILING_NATIVE,
-    "lfm2_moe": _LFM2_NATIVE,
-    "lfm2": _LFM2_NATIVE,
-    "jamba": _JAMBA_NATIVE,
-}
-
-
-def _renamed(name: str, table) -> str:
-    """`name` through each (pattern, replacement) of `table` in turn."""
-    for pattern, repl in table:
-        name = re.sub(pattern, repl, name)
-    return name
 
 
 def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str) -> dict:
@@ -760,35 +734,3 @@ def with_prefixes(names: dict, prefixes: tuple[str, str]) -> dict:
         head + n[len("lm_head.") :] if n.startswith("lm_head.") else model + n[len("model.") :]: t
         for n, t in names.items()
     }
-
-
-# transformers' names -> Mistral's own, in which Mistral Large 4's checkpoints are stored
-# (transformers 5.25 renames them on load and back on save: conversion_mapping.py's
-# "mistral_large4" and "mistral_large4_text"); applied in order.
-_MISTRAL_NATIVE = (
-    (r"^model\.embed_tokens\.", "tok_embeddings."),
-    (r"^model\.rotary_emb\.alpha$", "lerope.alpha"),
-    (r"^model\.norm\.", "norm."),
-    (r"^lm_head\.", "output."),
-    (r"^model\.layers\.", "layers."),
-    (r"\.self_attn\.", ".attention."),
-    (r"\.q_proj\.", ".wq."),
-    (r"\.kv_a_proj_with_mqa\.", ".wkv_a_with_mqa."),
-    (r"\.kv_b_proj\.", ".wkv_b."),
-    (r"\.o_proj\.", ".wo."),
-    (r"\.input_layernorm\.", ".attention_norm."),
-    (r"\.post_attention_layernorm\.", ".ffn_norm."),
-    (r"\.kv_a_layernorm\.", ".kv_a_norm."),
-    (r"\.softmax_scaling\.scale$", ".ssmax_scaling.s"),
-    (r"\.softmax_scaling\.bias$", ".ssmax_scaling.b"),
-    (r"\.mlp\.(gate|experts|shared_experts)\.", r".\1."),
-    (r"\.mlp\.", ".feed_forward."),
-    (r"\.gate_proj\.", ".w1."),
-    (r"\.up_proj\.", ".w3."),
-    (r"\.down_proj\.", ".w2."),
-)
-
-
-def mistral_native_name(name: str) -> str:
-    """A tensor's name in Mistral's own checkpoint format (_MISTRAL_NATIVE)."""
-    return _renamed(name, _MISTRAL_NATIVE)

@@ -95,6 +95,11 @@ ARCHS = {
     # MiniMax-01: lightning attention (a fixed decay per head and layer), the normed input
     # joining the stream times DeepNorm's alpha
     "minimax": "tiny-minimax",
+    # Sarvam-30B and Param2 (GLM-4.5's model under Bailing-style names, q/k/v fused) and
+    # Sarvam-105B (DeepSeek-V3's)
+    "sarvam_moe": "tiny-sarvam-moe",
+    "param2moe": "tiny-param2moe",  # q/k/v biases, tied embeddings
+    "sarvam_mla": "tiny-sarvam-mla",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -72,6 +72,14 @@ from models.specs import count_params
         # on the meta device: 456,089,655,296 and (top-2 of 32 experts) 48,403,306,496, the
         # counts here to the parameter.
         ("minimax-text-01", 456.089655296e9, 1e-9, 48.403306496e9, 1e-9),
+        # Sarvam-30B, Param2-17B-A2.4B, Sarvam-105B (transformers 5.25's class defaults):
+        # their ForCausalLM on the meta device holds 32,152,648,064 / 17,151,124,096 /
+        # 106,031,763,456 parameters (active: 4,520,573,312 / 2,554,946,176 / 12,414,898,176),
+        # plus the correction biases kept as buffers (18 / 20 / 31 x 128 or 64): the counts
+        # here, to the parameter.
+        ("sarvam-30b", 32.152650368e9, 1e-9, 4.520575616e9, 1e-9),
+        ("param2-17b-a2.4b", 17.151125376e9, 1e-9, 2.554947456e9, 1e-9),
+        ("sarvam-105b", 106.031767424e9, 1e-9, 12.414902144e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):

@@ -1,0 +1,90 @@
+"""Checkpoint tensor names as releases spell them: transformers' names (models/
+checkpoint_names.py builds them) renamed per model type where a release (and transformers'
+save, which reverses its load's renaming) names them otherwise, and Mistral's own format."""
+
+from __future__ import annotations
+
+import re
+
+# transformers' names -> Ling 2.5's own (transformers 5.25's conversion_mapping reverses them
+# on save): applied in order.
+_BAILING_NATIVE = (
+    (r"^model\.embed_tokens\.", "model.word_embeddings."),
+    (r"\.self_attn\.", ".attention."),
+    (r"\.attention\.o_proj\.", ".attention.dense."),
+    (r"\.gate\.e_score_correction_bias$", ".gate.expert_bias"),
+)
+# LFM2-MoE's (transformers' Lfm2Moe modules: operator_norm, ffn_norm, feed_forward with w1 /
+# w3 / w2, the correction bias beside the gate as expert_bias, the final embedding_norm).
+_LFM2_NATIVE = (
+    (r"^model\.norm\.", "model.embedding_norm."),
+    (r"\.input_layernorm\.", ".operator_norm."),
+    (r"\.post_attention_layernorm\.", ".ffn_norm."),
+    (r"\.self_attn\.o_proj\.", ".self_attn.out_proj."),
+    (r"\.self_attn\.([qk])_norm\.", r".self_attn.\1_layernorm."),
+    (r"\.mlp\.gate\.e_score_correction_bias$", ".feed_forward.expert_bias"),
+    (r"\.mlp\.", ".feed_forward."),
+    (r"\.gate_proj\.", ".w1."),
+    (r"\.up_proj\.", ".w3."),
+    (r"\.down_proj\.", ".w2."),
+)
+# Jamba's (its final norm, the norm before the feed-forward block, feed_forward.router).
+_JAMBA_NATIVE = (
+    (r"^model\.norm\.", "model.final_layernorm."),
+    (r"\.post_attention_layernorm\.", ".pre_ff_layernorm."),
+    (r"\.mlp\.gate\.weight$", ".feed_forward.router.weight"),
+    (r"\.mlp\.", ".feed_forward."),
+)
+# Sarvam-30B's and Param2's (Bailing's, with GQA: q / k norms named as Hunyuan's).
+_SARVAM_NATIVE = _BAILING_NATIVE + (
+    (r"\.attention\.q_norm\.", ".attention.query_layernorm."),
+    (r"\.attention\.k_norm\.", ".attention.key_layernorm."),
+)
+NATIVE = {
+    "mimo_v2_flash": ((r"\.self_attn\.sinks$", ".self_attn.attention_sink_bias"),),
+    "bailing_hybrid": _BAILING_NATIVE,
+    "sarvam_moe": _SARVAM_NATIVE,
+    "param2moe": _SARVAM_NATIVE,
+    "lfm2_moe": _LFM2_NATIVE,
+    "lfm2": _LFM2_NATIVE,
+    "jamba": _JAMBA_NATIVE,
+}
+
+
+def renamed(name: str, table) -> str:
+    """`name` through each (pattern, replacement) of `table` in turn."""
+    for pattern, repl in table:
+        name = re.sub(pattern, repl, name)
+    return name
+
+
+# transformers' names -> Mistral's own, in which Mistral Large 4's checkpoints are stored
+# (transformers 5.25 renames them on load and back on save: conversion_mapping.py's
+# "mistral_large4" and "mistral_large4_text"); applied in order.
+_MISTRAL_NATIVE = (
+    (r"^model\.embed_tokens\.", "tok_embeddings."),
+    (r"^model\.rotary_emb\.alpha$", "lerope.alpha"),
+    (r"^model\.norm\.", "norm."),
+    (r"^lm_head\.", "output."),
+    (r"^model\.layers\.", "layers."),
+    (r"\.self_attn\.", ".attention."),
+    (r"\.q_proj\.", ".wq."),
+    (r"\.kv_a_proj_with_mqa\.", ".wkv_a_with_mqa."),
+    (r"\.kv_b_proj\.", ".wkv_b."),
+    (r"\.o_proj\.", ".wo."),
+    (r"\.input_layernorm\.", ".attention_norm."),
+    (r"\.post_attention_layernorm\.", ".ffn_norm."),
+    (r"\.kv_a_layernorm\.", ".kv_a_norm."),
+    (r"\.softmax_scaling\.scale$", ".ssmax_scaling.s"),
+    (r"\.softmax_scaling\.bias$", ".ssmax_scaling.b"),
+    (r"\.mlp\.(gate|experts|shared_experts)\.", r".\1."),
+    (r"\.mlp\.", ".feed_forward."),
+    (r"\.gate_proj\.", ".w1."),
+    (r"\.up_proj\.", ".w3."),
+    (r"\.down_proj\.", ".w2."),
+)
+
+
+def mistral_native_name(name: str) -> str:
+    """A tensor's name in Mistral's own checkpoint format (_MISTRAL_NATIVE)."""
+    return renamed(name, _MISTRAL_NATIVE)
