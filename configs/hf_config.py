@@ -40,6 +40,9 @@ from configs.hf_window import sliding_window_fields
 from configs.int4_schemes import INT4_METHODS, Int4Scheme, int4_scheme
 from configs.model_config import ModelConfig, RopeScaling
 
+# Families whose module reads a config whole, its window too (configs/hf_<family>.py: TYPES,
+# their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
+_FAMILIES = (lfm2, longcat, jamba, minimax)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
@@ -47,8 +50,8 @@ SUPPORTED_MODEL_TYPES = (
     "dots1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4",
     "mistral_large4_text", "ministral3", "hunyuan_v1_moe", "llama4_text", *LINEAR_MODEL_TYPES,
     KIMI_LINEAR, DEEPSEEK_V4, NEMOTRON_H, GRANITE, *GRANITE_MOES, "solar_open", *EXAONE_TYPES,
-    AFMOE, GEMMA4, BAILING, mimo.MIMO, *lfm2.LFM2_TYPES, longcat.LONGCAT, jamba.JAMBA,
-    minimax.MINIMAX, *sarvam.SARVAM_TYPES,
+    AFMOE, GEMMA4, BAILING, mimo.MIMO, *sarvam.SARVAM_TYPES,
+    *(model_type for family in _FAMILIES for model_type in family.TYPES),
 )
 # fmt: on
 # Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
@@ -236,10 +239,6 @@ _DEFAULTS.update(
     **AFMOE_DEFAULTS,
     **GEMMA4_DEFAULTS,
     **mimo.MIMO_DEFAULTS,
-    **lfm2.LFM2_DEFAULTS,
-    **longcat.LONGCAT_DEFAULTS,
-    **jamba.JAMBA_DEFAULTS,
-    **minimax.MINIMAX_DEFAULTS,
     **BAILING_DEFAULTS,
     # Solar Open: GLM-4.5's class with its own defaults (no dense layer, no MTP, no q/k
     # norms or partial rotary: Llama's attention).
@@ -269,8 +268,6 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     **v4.V4_ALIASES,
     **NEMOTRON_ALIASES,
     **mimo.MIMO_ALIASES,
-    **lfm2.LFM2_ALIASES,
-    **minimax.MINIMAX_ALIASES,
     "qwen3_moe": {"num_experts": ("num_local_experts",)},
     "mixtral": {"num_local_experts": ("num_experts",)},
     "minimax_m2": {"num_local_experts": ("num_experts",)},
@@ -299,6 +296,9 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     "ernie4_5_moe": {"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)},
     "hunyuan_v1_moe": {"num_experts": ("num_local_experts",), "moe_topk": ("num_experts_per_tok",)},
 }
+for _family in _FAMILIES:
+    _DEFAULTS.update(_family.DEFAULTS)
+    _ALIASES.update(_family.ALIASES)
 
 
 def language_model_config(hf: dict) -> dict:
@@ -464,12 +464,12 @@ def _partial_rotary_factor(f: _Fields, model_type: str) -> float:
     where transformers' attention rotates the whole head whatever the field says, so a value
     there would mean a model the reference does not compute: refused."""
     partial = _rope_params(f).get("partial_rotary_factor", f.get("partial_rotary_factor"))
-    if model_type in ("minimax_m2", minimax.MINIMAX):  # released configs' rotary_dim
+    if model_type == "minimax_m2":  # its released configs' rotary_dim, else whole heads
         rotary_dim = f.hf.get("rotary_dim")
         if partial is None and rotary_dim is not None:
             partial = rotary_dim / f.required("head_dim") if _is_number(rotary_dim) else rotary_dim
         partial = 1.0 if partial is None else partial
-    if model_type in ("glm4_moe", "minimax_m2", minimax.MINIMAX, *LINEAR_MODEL_TYPES):
+    if model_type in ("glm4_moe", "minimax_m2", *LINEAR_MODEL_TYPES):
         if not _is_number(partial) or not 0 < partial <= 1:
             raise ValueError(
                 f"HF config partial_rotary_factor={partial!r}: must be a number in (0, 1]"
@@ -732,27 +732,21 @@ def config_from_hf(
         rope_theta, rope_scaling = mimo.mimo_rope(f)
     else:
         rope_theta, rope_scaling = _rope(f, max_position)
-    window = sliding_window_fields(f, model_type, num_layers)
+    family = next((m for m in _FAMILIES if model_type in m.TYPES), None)
+    window = {} if family else sliding_window_fields(f, model_type, num_layers)
     eos_ids = _eos_ids(f.get("eos_token_id"))
     if not isinstance(source, dict):
         eos_ids = tuple(dict.fromkeys(eos_ids + _generation_eos_ids(source)))
-    if model_type == "mistral4":
+    if family is not None:
+        arch = family.fields(f, model_type)
+        num_layers = arch.pop("num_layers", num_layers)
+    elif model_type == "mistral4":
         _check_mistral4_rotary(f)
         arch = {**mla_fields(f, model_type), **_llama4_temperature(f)}
     elif model_type == KIMI_LINEAR:
         arch = kimi_linear_fields(f)
     elif model_type == BAILING:
         arch = bailing_fields(f)
-    elif model_type in lfm2.LFM2_TYPES:
-        arch = lfm2.lfm2_fields(f, model_type)
-    elif model_type == jamba.JAMBA:
-        arch = jamba.jamba_fields(f)
-    elif model_type == minimax.MINIMAX:
-        arch = minimax.minimax_fields(f)
-        arch.update(partial_rotary_factor=_partial_rotary_factor(f, model_type))
-    elif model_type == longcat.LONGCAT:  # (its layers: two decoder layers each)
-        arch = longcat.longcat_fields(f)
-        num_layers = arch.pop("num_layers")
     elif model_type in (GRANITE, *GRANITE_MOES):
         arch = granite_fields(f, model_type)
     elif model_type in (*EXAONE_TYPES, AFMOE):  # (their windows too)

@@ -13,10 +13,11 @@ import math
 from typing import Any
 
 JAMBA = "jamba"
+TYPES, ALIASES = (JAMBA,), {}
 
 # Defaults of transformers 5.25's JambaConfig for the fields read.
 # fmt: off
-JAMBA_DEFAULTS: dict[str, dict[str, Any]] = {JAMBA: dict(
+DEFAULTS: dict[str, dict[str, Any]] = {JAMBA: dict(
     vocab_size=65536, tie_word_embeddings=False, hidden_size=4096, intermediate_size=14336,
     num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, hidden_act="silu",
     rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, max_position_embeddings=262144,
@@ -36,7 +37,7 @@ def _period(f: Any, what: str) -> tuple[int, int]:
     return period, offset
 
 
-def jamba_fields(f: Any) -> dict:
+def fields(f: Any, model_type: str) -> dict:
     """ModelConfig's layer, Mamba and MoE fields of a Jamba config; `f` is
     hf_config._Fields."""
     if f.get("mamba_proj_bias"):

@@ -22,11 +22,11 @@ from __future__ import annotations
 from typing import Any
 
 LFM2_MOE, LFM2 = "lfm2_moe", "lfm2"
-LFM2_TYPES = (LFM2_MOE, LFM2)
+TYPES = (LFM2_MOE, LFM2)
 
 # Defaults of transformers 5.25's Lfm2MoeConfig for the fields read.
 # fmt: off
-LFM2_DEFAULTS: dict[str, dict[str, Any]] = {LFM2_MOE: dict(
+DEFAULTS: dict[str, dict[str, Any]] = {LFM2_MOE: dict(
     vocab_size=65536, hidden_size=2048, intermediate_size=7168, moe_intermediate_size=1792,
     num_hidden_layers=32, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
     rope_theta=1000000.0, max_position_embeddings=128000, rms_norm_eps=1e-5,
@@ -43,7 +43,7 @@ LFM2_DEFAULTS: dict[str, dict[str, Any]] = {LFM2_MOE: dict(
 )}
 # fmt: on
 _NAMES = {"rms_norm_eps": ("norm_eps",), "tie_word_embeddings": ("tie_embedding",)}
-LFM2_ALIASES = {LFM2_MOE: _NAMES, LFM2: _NAMES}
+ALIASES = {LFM2_MOE: _NAMES, LFM2: _NAMES}
 _KINDS = ("conv", "full_attention")
 
 
@@ -79,7 +79,7 @@ def _mlp_width(f: Any) -> int:
     return multiple * ((int(multiplier * width) + multiple - 1) // multiple)
 
 
-def lfm2_fields(f: Any, model_type: str) -> dict:
+def fields(f: Any, model_type: str) -> dict:
     """ModelConfig's layer, attention and MoE (or MLP) fields of an LFM2-MoE (LFM2)
     config; `f` is hf_config._Fields."""
     if f.get("conv_bias"):

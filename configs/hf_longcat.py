@@ -15,11 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 LONGCAT = "longcat_flash"
+TYPES, ALIASES = (LONGCAT,), {}
 
 # Defaults of transformers 5.25's LongcatFlashConfig for the fields read (num_hidden_layers:
 # its property, 2 x num_layers, what config_from_hf's generic read finds).
 # fmt: off
-LONGCAT_DEFAULTS: dict[str, dict[str, Any]] = {LONGCAT: dict(
+DEFAULTS: dict[str, dict[str, Any]] = {LONGCAT: dict(
     vocab_size=131072, hidden_size=6144, num_layers=28, num_hidden_layers=56,
     num_attention_heads=64, hidden_act="silu", max_position_embeddings=131072,
     rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
@@ -31,7 +32,7 @@ LONGCAT_DEFAULTS: dict[str, dict[str, Any]] = {LONGCAT: dict(
 # fmt: on
 
 
-def longcat_fields(f: Any) -> dict:
+def fields(f: Any, model_type: str) -> dict:
     """ModelConfig's fields of a LongCat-Flash config (num_layers: the decoder layers, two
     per LongCat layer); `f` is hf_config._Fields."""
     nope, rope = f.required("qk_nope_head_dim"), f.required("qk_rope_head_dim")

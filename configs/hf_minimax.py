@@ -21,7 +21,7 @@ MINIMAX = "minimax"
 
 # Defaults of transformers 5.25's MiniMaxConfig for the fields read.
 # fmt: off
-MINIMAX_DEFAULTS: dict[str, dict[str, Any]] = {MINIMAX: dict(
+DEFAULTS: dict[str, dict[str, Any]] = {MINIMAX: dict(
     vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
     num_attention_heads=32, num_key_value_heads=8, head_dim=None, hidden_act="silu",
     max_position_embeddings=131072, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
@@ -29,7 +29,7 @@ MINIMAX_DEFAULTS: dict[str, dict[str, Any]] = {MINIMAX: dict(
     num_local_experts=8, rope_theta=1000000.0, layer_types=None,
 )}
 # fmt: on
-MINIMAX_ALIASES = {MINIMAX: {"num_local_experts": ("num_experts",)}}
+TYPES, ALIASES = (MINIMAX,), {MINIMAX: {"num_local_experts": ("num_experts",)}}
 _BLOCKS = ("full_attn", "linear_attn", "mlp")
 _RELEASE_BLOCKS = ("full_attention", "linear_attention", "mlp")
 
@@ -61,7 +61,7 @@ def _scales(f: Any, which: str) -> tuple[float, ...]:
     return tuple(out)
 
 
-def minimax_fields(f: Any) -> dict:
+def fields(f: Any, model_type: str) -> dict:
     """ModelConfig's layer, lightning-attention, residual and MoE fields of a MiniMax-01
     config; `f` is hf_config._Fields."""
     if f.get("hidden_act") != "silu":
@@ -81,10 +81,14 @@ def minimax_fields(f: Any) -> dict:
     num_layers, heads = f.required("num_hidden_layers"), f.required("num_attention_heads")
     kinds = _layer_kinds(f, num_layers)
     head_dim = f.get("head_dim") or f.required("hidden_size") // heads
+    rotary = f.hf.get("rotary_dim", head_dim)  # (the releases' RoPE width per head)
+    if isinstance(rotary, bool) or not isinstance(rotary, int) or not 0 < rotary <= head_dim:
+        raise ValueError(f"HF config rotary_dim={rotary!r}: an int in (0, head_dim={head_dim}]")
     kv_heads = f.get("num_key_value_heads")
     return dict(
         num_kv_heads=heads if kv_heads is None else kv_heads,
         head_dim=head_dim,
+        partial_rotary_factor=rotary / head_dim,
         linear_attention_layers=tuple(i for i, k in enumerate(kinds) if k == "linear_attention"),
         linear_attention_kind="lightning",
         linear_num_key_heads=heads,

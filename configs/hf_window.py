@@ -38,10 +38,6 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         *LINEAR_MODEL_TYPES,
         KIMI_LINEAR,
         "bailing_hybrid",
-        "lfm2_moe",
-        "lfm2",
-        "jamba",
-        "longcat_flash",
         NEMOTRON_H,  # (nemotron_h_fields refuses one)
     )
     own = (DEEPSEEK_V4, "exaone_moe", "exaone4", "afmoe", "gemma4_text", "mimo_v2_flash")

@@ -134,7 +134,7 @@ def test_config_spellings_layer_pattern_and_rotary_dim():
         (dict(layer_types=["full_attention"] * 3), "layer_types="),
         (dict(layer_types=None, attn_type_list=[1, 2, 0, 0]), "attn_type_list="),
         (dict(mlp_beta_factor="0.9"), "mlp_beta_factor='0.9'"),
-        (dict(rotary_dim=32), "partial_rotary_factor=2.0"),
+        (dict(rotary_dim=32), "rotary_dim=32: an int in"),
     ],
 )
 def test_bad_configs_are_refused_by_field(change, match):
