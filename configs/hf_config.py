@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from configs import hf_cohere as cohere
 from configs import hf_deepseek_v4 as v4
 from configs import hf_jamba as jamba
 from configs import hf_lfm2 as lfm2
@@ -42,7 +43,7 @@ from configs.model_config import ModelConfig, RopeScaling
 
 # Families whose module reads a config whole, its window too (configs/hf_<family>.py: TYPES,
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
-_FAMILIES = (lfm2, longcat, jamba, minimax)
+_FAMILIES = (lfm2, longcat, jamba, minimax, cohere)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
@@ -775,7 +776,7 @@ def config_from_hf(
         num_layers=num_layers,
         num_heads=f.required("num_attention_heads"),
         intermediate_size=arch.pop("intermediate_size", None) or f.required("intermediate_size"),
-        rms_norm_eps=float(f.required("rms_norm_eps")),
+        rms_norm_eps=arch.pop("rms_norm_eps", None) or float(f.required("rms_norm_eps")),
         max_position_embeddings=max_position,
         rope_theta=rope_theta,
         rope_scaling=rope_scaling,

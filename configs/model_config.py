@@ -216,6 +216,15 @@ class ModelConfig:
     # norm(x) + beta * block(norm(x))), with alpha and beta per block kind (full attention,
     # linear attention, MLP / MoE): DeepNorm's scales.
     residual_normed: bool = False
+    # Cohere's Command models: attention and MLP side by side on one normed input, both
+    # outputs added to the stream (parallel_block; no mlp_norm); LayerNorms (norm_kind
+    # "layer": mean-subtracted, no bias, scaled in float32; eps rms_norm_eps) in place of
+    # RMSNorms; the logits times logit_scale; RoPE on interleaved pairs (models/rope.py);
+    # the shared experts' output averaged with the routed one (shared_expert_average).
+    parallel_block: bool = False
+    norm_kind: str = "rms"
+    logit_scale: float = 1.0
+    shared_expert_average: bool = False
     residual_alphas: tuple[float, float, float] = (1.0, 1.0, 1.0)
     residual_betas: tuple[float, float, float] = (1.0, 1.0, 1.0)
     logits_scaling: float = 1.0
@@ -444,6 +453,11 @@ class ModelConfig:
         for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be > 0")
+        if self.norm_kind not in ("rms", "layer") or not self.logit_scale > 0:
+            raise ValueError(
+                f"norm_kind={self.norm_kind!r}, logit_scale={self.logit_scale}: expected "
+                "'rms' or 'layer', and a scale > 0"
+            )
         for name in ("residual_alphas", "residual_betas"):
             values = getattr(self, name)
             if len(values) != 3 or not all(math.isfinite(v) for v in values):

@@ -670,3 +670,48 @@ MORE["sarvam-105b"] = MORE["tiny-sarvam-mla"].replace(
     eos_token_ids=(1,),
     dtype="bfloat16",
 )
+# tests/fixtures/cohere2: Cohere's Command R7B / Command A kind: 4 layers 64 wide, attention
+# (4 heads over 2 KV heads of 16) beside a SwiGLU MLP 96 wide on one LayerNorm'd input;
+# 8-key windows with RoPE on interleaved pairs on layers 0-2, layer 3 global without
+# positions; tied embeddings; logits times 0.25.
+MORE["tiny-cohere2"] = ModelConfig(
+    name="tiny-cohere2",
+    model_type="cohere2",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    tie_word_embeddings=True,
+    sliding_window=8,
+    full_attention_layers=(3,),
+    nope_layers=(3,),
+    parallel_block=True,
+    norm_kind="layer",
+    logit_scale=0.25,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# tests/fixtures/cohere2_moe: Command A+'s kind: the same parallel layers with RMSNorms; a
+# dense first layer (96 wide, global and rotated), windows with RoPE on layers 1-2, layer 3
+# global without positions; top-2 of 8 experts 32 wide (softmax over the chosen logits) and
+# a shared MLP 64 wide (two shared experts), their outputs averaged; logits times 0.5.
+MORE["tiny-cohere2-moe"] = MORE["tiny-cohere2"].replace(
+    name="tiny-cohere2-moe",
+    model_type="cohere2_moe",
+    full_attention_layers=(0, 3),
+    norm_kind="rms",
+    logit_scale=0.5,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    num_shared_experts=1,
+    shared_intermediate_size=64,
+    shared_expert_average=True,
+    scoring_func="softmax_topk",
+    mlp_only_layers=(0,),
+)

@@ -669,6 +669,8 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
     }
     if cfg.model_type == "gemma4_text":
         names.update(_gemma4_names(cfg, layer, at, moe))
+    elif cfg.parallel_block:  # (Cohere: one norm before both blocks)
+        del names[f"{layer}.post_attention_layernorm.weight"]
     elif not cfg.pre_norms:  # (OLMo 2's layers: the blocks' outputs normed, nothing before)
         names = {
             f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("attn_post_norm",)),

@@ -35,9 +35,21 @@ def rms_norm(
 
 
 def model_norm(x: jax.Array, weight: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """The model's own RMSNorm (its decoder, final and q/k norms): rms_norm as its family
-    scales (ModelConfig.norm_scale_in_float32, norm_offset)."""
+    """The model's own norm (its decoder, final and q/k norms): rms_norm as its family
+    scales (ModelConfig.norm_scale_in_float32, norm_offset), or Cohere's LayerNorm
+    (norm_kind "layer")."""
+    if cfg.norm_kind == "layer":
+        return cohere_layer_norm(x, weight, cfg.rms_norm_eps)
     return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_scale_in_float32, cfg.norm_offset)
+
+
+def cohere_layer_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """transformers' CohereLayerNorm over the last axis: x minus its mean over the root of
+    their variance, times the weight, all in float32 (no bias), cast back once."""
+    xf = x.astype(jnp.float32)
+    centered = xf - row_mean(xf)[..., None]
+    normed = centered * jax.lax.rsqrt(row_mean(centered * centered)[..., None] + eps)
+    return (weight.astype(jnp.float32) * normed).astype(x.dtype)
 
 
 def relu2(x: jax.Array) -> jax.Array:
@@ -92,6 +104,8 @@ def final_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array
         logits = h @ params["lm_head"]  # [S, V]
     if cfg.logits_scaling != 1.0:  # (Granite: divided, in the model dtype)
         logits = logits / jnp.asarray(cfg.logits_scaling, logits.dtype)
+    if cfg.logit_scale != 1.0:  # (Cohere: times a Python float, rounded once)
+        logits = (logits.astype(jnp.float32) * cfg.logit_scale).astype(logits.dtype)
     logits = logits.astype(jnp.float32)
     if cfg.final_logit_softcapping:
         cap = cfg.final_logit_softcapping

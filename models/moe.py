@@ -334,6 +334,8 @@ def moe_block(
             gate = narrow_product(jnp.matmul, x, p_moe["shared_gate"])
             shared = jax.nn.sigmoid(gate)[:, None] * shared
         out = out + shared
+        if cfg.shared_expert_average:  # (Cohere's "average": the two outputs' mean)
+            out = out / jnp.asarray(2, out.dtype)
     if identity is not None:
         out = out + identity.astype(out.dtype)
     return out

@@ -417,7 +417,7 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
         layer["mlp_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if i in cfg.no_ffn_layers:  # (Nemotron-H: a mixer alone)
         return layer
-    if cfg.pre_norms:
+    if cfg.pre_norms and not cfg.parallel_block:  # (Cohere: one norm before both blocks)
         layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)

@@ -142,7 +142,8 @@ def decoder_layer(
     )
     if "mlp" not in layer and "moe" not in layer:  # (Nemotron-H: a mixer alone)
         return x, kv_i
-    h = model_norm(x, layer["mlp_norm"], cfg) if "mlp_norm" in layer else x
+    if not cfg.parallel_block:  # (Cohere: the MLP reads the attention's input)
+        h = model_norm(x, layer["mlp_norm"], cfg) if "mlp_norm" in layer else x
     if cfg.shortcut_moe and shortcut is not None:  # LongCat-Flash
         out = swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg))
         if "moe" in layer:  # (an even layer: its MoE's output joins after the next layer's)

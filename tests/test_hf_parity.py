@@ -100,6 +100,10 @@ ARCHS = {
     "sarvam_moe": "tiny-sarvam-moe",
     "param2moe": "tiny-param2moe",  # q/k/v biases, tied embeddings
     "sarvam_mla": "tiny-sarvam-mla",
+    # Cohere: attention beside the MLP on one normed input, LayerNorms, windows with RoPE on
+    # interleaved pairs beside global layers without positions, scaled logits
+    "cohere2": "tiny-cohere2",
+    "cohere2_moe": "tiny-cohere2-moe",  # RMSNorms, a rotated dense layer, averaged shared
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
