@@ -1,7 +1,8 @@
 """Named model presets: test-size models (configs/presets_tiny.py, the shapes of
 tests/fixtures), CPU-size benchmark and long-context models (presets_small.py) and real
 shapes (presets_real.py); the Mamba-2 hybrids' (presets_mamba.py), Solar Open's and
-K-EXAONE's (presets_more.py), Gemma 4's (presets_gemma.py)."""
+K-EXAONE's (presets_more.py), Gemma 4's (presets_gemma.py), Hunyuan 3's and MiniCPM5's
+(presets_newer.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from configs.model_config import ModelConfig
 from configs.presets_gemma import GEMMA
 from configs.presets_mamba import MAMBA
 from configs.presets_more import MORE
+from configs.presets_newer import NEWER
 from configs.presets_real import REAL
 from configs.presets_small import SMALL
 from configs.presets_tiny import TINY
 
-PRESETS: dict[str, ModelConfig] = {**TINY, **SMALL, **REAL, **MAMBA, **MORE, **GEMMA}
-_PARTS = (TINY, SMALL, REAL, MAMBA, MORE, GEMMA)
+PRESETS: dict[str, ModelConfig] = {**TINY, **SMALL, **REAL, **MAMBA, **MORE, **GEMMA, **NEWER}
+_PARTS = (TINY, SMALL, REAL, MAMBA, MORE, GEMMA, NEWER)
 assert len(PRESETS) == sum(map(len, _PARTS)), "a preset name is used twice"
 
 

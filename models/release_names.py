@@ -40,7 +40,14 @@ _SARVAM_NATIVE = _BAILING_NATIVE + (
     (r"\.attention\.q_norm\.", ".attention.query_layernorm."),
     (r"\.attention\.k_norm\.", ".attention.key_layernorm."),
 )
+# Hunyuan 3's (its router's gate, the correction bias beside it, the shared MLP).
+_HY_V3_NATIVE = (
+    (r"\.mlp\.gate\.weight$", ".mlp.router.gate.weight"),
+    (r"\.mlp\.gate\.e_score_correction_bias$", ".mlp.expert_bias"),
+    (r"\.mlp\.shared_experts\.", ".mlp.shared_mlp."),
+)
 NATIVE = {
+    "hy_v3": _HY_V3_NATIVE,
     "mimo_v2_flash": ((r"\.self_attn\.sinks$", ".self_attn.attention_sink_bias"),),
     "bailing_hybrid": _BAILING_NATIVE,
     "sarvam_moe": _SARVAM_NATIVE,

@@ -104,6 +104,8 @@ ARCHS = {
     # interleaved pairs beside global layers without positions, scaled logits
     "cohere2": "tiny-cohere2",
     "cohere2_moe": "tiny-cohere2-moe",  # RMSNorms, a rotated dense layer, averaged shared
+    "hy_v3": "tiny-hy-v3",  # q/k norms, the biased sigmoid router, under the release's names
+    "minicpm5_moe": "tiny-minicpm5-moe",  # gated attention output, V3's grouped router
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

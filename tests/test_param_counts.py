@@ -80,6 +80,12 @@ from models.specs import count_params
         ("sarvam-30b", 32.152650368e9, 1e-9, 4.520575616e9, 1e-9),
         ("param2-17b-a2.4b", 17.151125376e9, 1e-9, 2.554947456e9, 1e-9),
         ("sarvam-105b", 106.031767424e9, 1e-9, 12.414902144e9, 1e-9),
+        # Hunyuan 3 and MiniCPM5-15B-A2.5B (transformers 5.25's class defaults): their
+        # ForCausalLM on the meta device holds 295,033,528,320 / 15,002,552,320 parameters
+        # (active: 20,675,715,072 / 2,771,961,856) plus 79 x 192 / 27 x 160 correction biases
+        # kept as buffers: the counts here, to the parameter.
+        ("hy-v3", 295.033543488e9, 1e-9, 20.675730240e9, 1e-9),
+        ("minicpm5-15b-a2.5b", 15.002556640e9, 1e-9, 2.771966176e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):

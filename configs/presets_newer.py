@@ -1,0 +1,92 @@
+"""Presets of Tencent's Hunyuan 3 (transformers' hy_v3) and OpenBMB's MiniCPM5-MoE
+(minicpm5_moe): the test-size models of tests/fixtures/<arch> (tests/test_hyv3.py reads
+each config.json back to its preset) and the shapes of transformers 5.25's class defaults
+(HYV3Config; MiniCPM5MoeConfig, whose docstring names openbmb/MiniCPM5-15B-A2.5B)."""
+
+from __future__ import annotations
+
+from configs.model_config import ModelConfig
+
+NEWER: dict[str, ModelConfig] = {}
+
+# tests/fixtures/hy_v3: 3 layers 64 wide; 4 heads over 2 KV heads of 16 with q/k norms per
+# head; a dense first layer (96 wide), then top-2 of 8 experts 24 wide under the biased
+# sigmoid router (one group, renormalized, times 2.826) beside a shared one.
+NEWER["tiny-hy-v3"] = ModelConfig(
+    name="tiny-hy-v3",
+    model_type="hy_v3",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    rope_theta=11158840.0,
+    qk_norm=True,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    num_shared_experts=1,
+    scoring_func="sigmoid",
+    topk_method="noaux_tc",
+    norm_topk_prob=True,
+    routed_scaling_factor=2.826,
+    mlp_only_layers=(0,),
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# tests/fixtures/minicpm5_moe: the same sizes with a sigmoid gate on each attention output
+# channel and no q/k norms; two expert groups, one kept, times 3.66.
+NEWER["tiny-minicpm5-moe"] = NEWER["tiny-hy-v3"].replace(
+    name="tiny-minicpm5-moe",
+    model_type="minicpm5_moe",
+    rms_norm_eps=1e-6,
+    rope_theta=5000000.0,
+    qk_norm=False,
+    attn_output_gate=True,
+    n_group=2,
+    routed_scaling_factor=3.66,
+)
+# HYV3Config's defaults: 80 layers 4,096 wide, 64 heads over 8 KV heads of 128; a dense
+# first layer 13,312 wide, then top-8 of 192 experts 1,536 wide and a shared one.
+NEWER["hy-v3"] = NEWER["tiny-hy-v3"].replace(
+    name="hy-v3",
+    vocab_size=120832,
+    hidden_size=4096,
+    num_layers=80,
+    num_heads=64,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=13312,
+    max_position_embeddings=131072,
+    num_experts=192,
+    num_experts_per_tok=8,
+    moe_intermediate_size=1536,
+    bos_token_id=None,
+    eos_token_ids=(),
+    dtype="bfloat16",
+)
+# MiniCPM5-15B-A2.5B (MiniCPM5MoeConfig's defaults): 28 layers 2,048 wide, 32 heads over 2
+# KV heads of 128; a dense first layer 8,192 wide, then top-16 of 160 experts 512 wide and
+# a shared one (one group, times 3.66); 524,288 positions.
+NEWER["minicpm5-15b-a2.5b"] = NEWER["tiny-minicpm5-moe"].replace(
+    name="minicpm5-15b-a2.5b",
+    vocab_size=130560,
+    hidden_size=2048,
+    num_layers=28,
+    num_heads=32,
+    num_kv_heads=2,
+    head_dim=128,
+    intermediate_size=8192,
+    max_position_embeddings=524288,
+    num_experts=160,
+    num_experts_per_tok=16,
+    moe_intermediate_size=512,
+    n_group=1,
+    bos_token_id=0,
+    eos_token_ids=(1, 130073),
+    dtype="bfloat16",
+)
