@@ -31,7 +31,7 @@ from configs.hf_bailing import BAILING, BAILING_ALIASES, BAILING_DEFAULTS, baili
 from configs.hf_deepseek_v4 import DEEPSEEK_V4
 from configs.hf_exaone import EXAONE_DEFAULTS, EXAONE_TYPES, exaone_fields
 from configs.hf_gemma4 import GEMMA4, GEMMA4_DEFAULTS, gemma4_fields, gemma4_rope
-from configs.hf_granite import GRANITE, GRANITE_DEFAULTS, GRANITE_MOES, granite_fields
+from configs.hf_granite import GRANITE, GRANITE_ATTN_TYPES, GRANITE_DEFAULTS, granite_fields
 from configs.hf_kimi_linear import KIMI_ALIASES, KIMI_DEFAULTS, KIMI_LINEAR, kimi_linear_fields
 from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
 from configs.hf_mla import MLA_DEFAULTS, MLA_MODEL_TYPES, mla_fields
@@ -51,7 +51,7 @@ SUPPORTED_MODEL_TYPES = (
     *olmo.OLMO_TYPES, "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "gpt_oss", "minimax_m2",
     "dots1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4",
     "mistral_large4_text", "ministral3", "hunyuan_v1_moe", "llama4_text", *LINEAR_MODEL_TYPES,
-    KIMI_LINEAR, DEEPSEEK_V4, NEMOTRON_H, GRANITE, *GRANITE_MOES, "solar_open", *EXAONE_TYPES,
+    KIMI_LINEAR, DEEPSEEK_V4, NEMOTRON_H, GRANITE, *GRANITE_ATTN_TYPES, "solar_open", *EXAONE_TYPES,
     AFMOE, GEMMA4, BAILING, mimo.MIMO, *sarvam.SARVAM_TYPES,
     *(model_type for family in _FAMILIES for model_type in family.TYPES),
 )
@@ -610,7 +610,7 @@ def _dtype(hf: dict, dtype: str | None) -> str:
 # biases off (Qwen2: q/k/v biases on, handled) and ignore the field, so it is ignored here too.
 _HONOURS_ATTENTION_BIAS = (
     *LINEAR_MODEL_TYPES,
-    *GRANITE_MOES,
+    *GRANITE_ATTN_TYPES,
     KIMI_LINEAR,
     "llama",
     "llama4_text",
@@ -749,7 +749,7 @@ def config_from_hf(
         arch = kimi_linear_fields(f)
     elif model_type == BAILING:
         arch = bailing_fields(f)
-    elif model_type in (GRANITE, *GRANITE_MOES):
+    elif model_type in (GRANITE, *GRANITE_ATTN_TYPES):
         arch = granite_fields(f, model_type)
     elif model_type in (*EXAONE_TYPES, AFMOE):  # (their windows too)
         arch = afmoe_fields(f) if model_type == AFMOE else exaone_fields(f, model_type)
@@ -779,7 +779,7 @@ def config_from_hf(
         intermediate_size=arch.pop("intermediate_size", None) or f.required("intermediate_size"),
         rms_norm_eps=arch.pop("rms_norm_eps", None) or float(f.required("rms_norm_eps")),
         max_position_embeddings=max_position,
-        rope_theta=rope_theta,
+        rope_theta=arch.pop("rope_theta", rope_theta),
         rope_scaling=rope_scaling,
         tie_word_embeddings=bool(f.get("tie_word_embeddings")),
         bos_token_id=f.get("bos_token_id"),

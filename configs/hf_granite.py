@@ -11,7 +11,14 @@ saves them, "linear_attention" / "full_attention".
 Granite 3's MoE models (transformers' granitemoe: granite-3.1-3b-a800m, -1b-a400m, PowerMoE)
 and granitemoeshared are the same blocks without Mamba: every layer attention with RoPE,
 then the experts (granitemoeshared: beside a shared MLP where shared_intermediate_size > 0),
-under the same multipliers and checkpoint names."""
+under the same multipliers and checkpoint names.
+
+The SWA models (granite_swa, dense; granitemoe_swa, granitemoeshared's MoE) add a learnable
+sink per head on every layer (gpt-oss's) and sliding windows on the "sliding_attention"
+layers (`layer_types`, else every fourth layer from 0 global), and take a RoPE base per
+layer (`layer_rope_theta`, 0 for none): one for the global layers and one for the windowed
+ones at most (rope scaling with two bases is refused). granite_swa's MLP is Llama's, under
+its names."""
 
 from __future__ import annotations
 
@@ -22,7 +29,9 @@ from configs.hf_nemotron_h import dt_limit
 
 GRANITE = "granitemoehybrid"
 GRANITE_MOE, GRANITE_MOE_SHARED = "granitemoe", "granitemoeshared"
-GRANITE_MOES = (GRANITE_MOE, GRANITE_MOE_SHARED)
+GRANITE_SWA, GRANITE_MOE_SWA = "granite_swa", "granitemoe_swa"
+# Granite's attention-only families (every layer attention, then experts or an MLP).
+GRANITE_ATTN_TYPES = (GRANITE_MOE, GRANITE_MOE_SHARED, GRANITE_SWA, GRANITE_MOE_SWA)
 
 _KINDS = {"mamba": "linear_attention", "attention": "full_attention"}
 
@@ -51,12 +60,75 @@ GRANITE_DEFAULTS[GRANITE_MOE] = dict(
 GRANITE_DEFAULTS[GRANITE_MOE_SHARED] = dict(
     GRANITE_DEFAULTS[GRANITE_MOE], shared_intermediate_size=0
 )
+# transformers 5.25's GraniteMoeSWAConfig and GraniteSWAConfig.
+_SWA = dict(sliding_window=128, layer_types=None, layer_rope_theta=None)
+GRANITE_DEFAULTS[GRANITE_MOE_SWA] = dict(GRANITE_DEFAULTS[GRANITE_MOE_SHARED], **_SWA)
+GRANITE_DEFAULTS[GRANITE_SWA] = dict(
+    _SWA, vocab_size=100352, hidden_size=2560, intermediate_size=8192, num_hidden_layers=24,
+    num_attention_heads=20, num_key_value_heads=4, hidden_act="silu",
+    max_position_embeddings=8192, rms_norm_eps=1e-5, bos_token_id=100257,
+    eos_token_id=100257, tie_word_embeddings=True, embedding_multiplier=1.0,
+    logits_scaling=1.0, residual_multiplier=1.0, attention_multiplier=1.0, mlp_bias=False,
+)
 # fmt: on
 
 
 def granite_fields(f: Any, model_type: str) -> dict:
     """ModelConfig's fields of a Granite config; `f` is hf_config._Fields."""
-    return _hybrid_fields(f) if model_type == GRANITE else _moe_fields(f, model_type)
+    if model_type == GRANITE:
+        return _hybrid_fields(f)
+    if model_type == GRANITE_SWA:
+        if f.get("mlp_bias"):
+            raise ValueError(f"HF config mlp_bias=True: not supported for {model_type}")
+        heads = f.required("num_attention_heads")
+        out = dict(
+            num_kv_heads=f.get("num_key_value_heads") or heads,
+            head_dim=f.required("hidden_size") // heads,
+            **_multipliers(f),
+        )
+    else:
+        out = _moe_fields(f, model_type)
+    return dict(out, **_swa_fields(f)) if model_type in (GRANITE_SWA, GRANITE_MOE_SWA) else out
+
+
+def _swa_fields(f: Any) -> dict:
+    """The SWA models' layer kinds, sinks and RoPE bases (rope_theta: the global layers')."""
+    num_layers = f.required("num_hidden_layers")
+    kinds = f.get("layer_types")
+    if kinds is None:
+        kinds = ["sliding_attention" if i % 4 else "full_attention" for i in range(num_layers)]
+    allowed = ("full_attention", "sliding_attention")
+    if not isinstance(kinds, list) or len(kinds) != num_layers or set(kinds) - set(allowed):
+        raise ValueError(f"HF config layer_types: expected {num_layers} entries of {allowed}")
+    thetas = f.get("layer_rope_theta")
+    if thetas is not None and (
+        not isinstance(thetas, list)
+        or len(thetas) != num_layers
+        or any(isinstance(t, bool) or not isinstance(t, int | float) or t < 0 for t in thetas)
+    ):
+        raise ValueError(f"HF config layer_rope_theta: expected {num_layers} numbers >= 0")
+    out: dict = dict(attention_sinks=True)
+    if thetas is not None:
+        bases = [{t for t, k in zip(thetas, kinds, strict=True) if t and k == a} for a in allowed]
+        if any(len(b) > 1 for b in bases):
+            raise ValueError(
+                f"HF config layer_rope_theta={thetas}: one base for the global layers and one "
+                "for the windowed ones at most"
+            )
+        (full,), (windowed,) = (b or {0.0} for b in bases)
+        rope = f.hf.get("rope_parameters") or f.hf.get("rope_scaling") or {}
+        if full and windowed and full != windowed and rope.get("rope_type", "default") != "default":
+            raise ValueError("HF config layer_rope_theta: two bases with rope scaling")
+        out.update(
+            nope_layers=tuple(i for i, t in enumerate(thetas) if not t),
+            **({"rope_theta": float(full or windowed)} if full or windowed else {}),
+            sliding_rope_theta=float(windowed) if full and windowed != full else 0.0,
+        )
+    window = f.get("sliding_window")
+    if window is None or "sliding_attention" not in kinds:
+        return dict(out, sliding_window=None, full_attention_layers=())
+    full_layers = tuple(i for i, k in enumerate(kinds) if k == "full_attention")
+    return dict(out, sliding_window=window, full_attention_layers=full_layers)
 
 
 def _moe_fields(f: Any, model_type: str) -> dict:
@@ -68,7 +140,7 @@ def _moe_fields(f: Any, model_type: str) -> dict:
             f"HF config num_local_experts={experts!r}: {model_type} needs >= 1 (every layer "
             "is a MoE layer)"
         )
-    shared = f.get("shared_intermediate_size") if model_type == GRANITE_MOE_SHARED else 0
+    shared = f.get("shared_intermediate_size") if model_type != GRANITE_MOE else 0
     shared = 0 if shared is None else shared
     if not isinstance(shared, int) or isinstance(shared, bool) or shared < 0:
         raise ValueError(f"HF config shared_intermediate_size={shared!r}: must be an int >= 0")

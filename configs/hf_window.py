@@ -41,6 +41,7 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         NEMOTRON_H,  # (nemotron_h_fields refuses one)
     )
     own = (DEEPSEEK_V4, "exaone_moe", "exaone4", "afmoe", "gemma4_text", "mimo_v2_flash")
+    own += ("granite_swa", "granitemoe_swa")
     if model_type in own:
         return {}
     if model_type in no_window:

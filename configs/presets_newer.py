@@ -1,7 +1,8 @@
-"""Presets of Tencent's Hunyuan 3 (transformers' hy_v3) and OpenBMB's MiniCPM5-MoE
-(minicpm5_moe): the test-size models of tests/fixtures/<arch> (tests/test_hyv3.py reads
-each config.json back to its preset) and the shapes of transformers 5.25's class defaults
-(HYV3Config; MiniCPM5MoeConfig, whose docstring names openbmb/MiniCPM5-15B-A2.5B)."""
+"""Presets of Tencent's Hunyuan 3 (transformers' hy_v3), OpenBMB's MiniCPM5-MoE
+(minicpm5_moe) and IBM's Granite SWA (granite_swa, granitemoe_swa): the test-size models
+of tests/fixtures/<arch> (tests/test_hyv3.py and test_granite_swa.py read each config.json
+back to its preset) and the shapes of transformers 5.25's class defaults (HYV3Config;
+MiniCPM5MoeConfig, whose docstring names openbmb/MiniCPM5-15B-A2.5B)."""
 
 from __future__ import annotations
 
@@ -89,4 +90,49 @@ NEWER["minicpm5-15b-a2.5b"] = NEWER["tiny-minicpm5-moe"].replace(
     bos_token_id=0,
     eos_token_ids=(1, 130073),
     dtype="bfloat16",
+)
+# tests/fixtures/granite_swa: IBM Granite SWA (dense): 4 layers 64 wide, 4 heads over 2 KV
+# heads of 16 with a sink each; 8-key windows with RoPE on layers 1-3, layer 0 global
+# without positions; a SwiGLU MLP 96 wide; Granite's multipliers (embeddings x2, blocks x0.5,
+# scores x0.2, logits / 2).
+NEWER["tiny-granite-swa"] = ModelConfig(
+    name="tiny-granite-swa",
+    model_type="granite_swa",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    attention_sinks=True,
+    sliding_window=8,
+    full_attention_layers=(0,),
+    nope_layers=(0,),
+    embedding_multiplier=2.0,
+    residual_multiplier=0.5,
+    attention_multiplier=0.2,
+    logits_scaling=2.0,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# tests/fixtures/granitemoe_swa: the same layers with RoPE on layer 0 too (base 5e5; the
+# windowed layers' 1e4); top-2 of 8 experts 32 wide (softmax over the chosen logits) beside
+# a shared MLP 48 wide.
+NEWER["tiny-granitemoe-swa"] = NEWER["tiny-granite-swa"].replace(
+    name="tiny-granitemoe-swa",
+    model_type="granitemoe_swa",
+    intermediate_size=32,
+    rms_norm_eps=1e-6,
+    rope_theta=500000.0,
+    sliding_rope_theta=10000.0,
+    nope_layers=(),
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    num_shared_experts=1,
+    shared_intermediate_size=48,
+    scoring_func="softmax_topk",
 )

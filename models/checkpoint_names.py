@@ -494,12 +494,18 @@ def _granite_ffn_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFT
         names[f"{layer}.shared_mlp.output_linear.weight"] = _linear(d, fs, mlp + ("w_down",))
     if e:
         moe, pre = at + ("moe",), f"{layer}.block_sparse_moe"
-        names[f"{pre}.router.layer.weight"] = _linear(e, d, moe + ("router",))
-        names[f"{pre}.input_linear.weight"] = HFTensor(
+        # (Granite SWA's under transformers' own names: no conversion of its experts there)
+        swa = cfg.model_type == "granitemoe_swa"
+        router, gate_up, down = (
+            ("router.weight", "experts.gate_up_proj", "experts.down_proj")
+            if swa
+            else ("router.layer.weight", "input_linear.weight", "output_linear.weight")
+        )
+        names[f"{pre}.{router}"] = _linear(e, d, moe + ("router",))
+        names[f"{pre}.{gate_up}"] = HFTensor(
             (e, 2 * f, d), (moe + ("w_gate",), moe + ("w_up",)), "gate_up"
         )
-        down = HFTensor((e, d, f), (moe + ("w_down",),), "experts_T")
-        names[f"{pre}.output_linear.weight"] = down
+        names[f"{pre}.{down}"] = HFTensor((e, d, f), (moe + ("w_down",),), "experts_T")
     return names
 
 
@@ -696,7 +702,7 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
         names.update(_linear_attn_names(cfg, f"{layer}.{where or 'linear_attn'}", at + ("linear",)))
     else:
         names.update(_attn_names(cfg, f"{layer}.self_attn", at + ("attn",), index))
-    if cfg.model_type in ("granitemoehybrid", "granitemoe", "granitemoeshared"):
+    if cfg.model_type in ("granitemoehybrid", "granitemoe", "granitemoeshared", "granitemoe_swa"):
         names.update(_granite_ffn_names(cfg, layer, at))
     elif cfg.model_type == "gemma4_text":
         pass  # (_gemma4_names)

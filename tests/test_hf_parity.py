@@ -106,6 +106,9 @@ ARCHS = {
     "cohere2_moe": "tiny-cohere2-moe",  # RMSNorms, a rotated dense layer, averaged shared
     "hy_v3": "tiny-hy-v3",  # q/k norms, the biased sigmoid router, under the release's names
     "minicpm5_moe": "tiny-minicpm5-moe",  # gated attention output, V3's grouped router
+    # Granite SWA: a sink per head, windows, a RoPE base per layer (0: none), multipliers
+    "granite_swa": "tiny-granite-swa",
+    "granitemoe_swa": "tiny-granitemoe-swa",  # two bases, experts under transformers' names
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
