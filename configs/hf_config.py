@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from configs import hf_cohere as cohere
+from configs import hf_dbrx as dbrx
 from configs import hf_deepseek_v4 as v4
 from configs import hf_hyv3 as hyv3
 from configs import hf_jamba as jamba
@@ -44,7 +45,7 @@ from configs.model_config import ModelConfig, RopeScaling
 
 # Families whose module reads a config whole, its window too (configs/hf_<family>.py: TYPES,
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
-_FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3)
+_FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",

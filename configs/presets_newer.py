@@ -136,3 +136,49 @@ NEWER["tiny-granitemoe-swa"] = NEWER["tiny-granite-swa"].replace(
     shared_intermediate_size=48,
     scoring_func="softmax_topk",
 )
+# tests/fixtures/dbrx: Databricks' DBRX: 3 layers 64 wide; LayerNorms without a bias; 4 heads
+# over 2 KV heads of 16, q / k / v clamped to +-0.5, RoPE base 5e5; top-2 of 8 experts 32
+# wide under a softmax router, renormalized.
+NEWER["tiny-dbrx"] = ModelConfig(
+    name="tiny-dbrx",
+    model_type="dbrx",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=32,
+    rms_norm_eps=1e-5,
+    norm_kind="layer",
+    max_position_embeddings=2048,
+    rope_theta=500000.0,
+    clip_qkv=0.5,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    norm_topk_prob=True,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# DBRX Base / Instruct (databricks/dbrx-instruct's config.json): 40 layers 6,144 wide, 48
+# heads over 8 KV heads of 128 clamped to +-8, RoPE base 5e5; top-4 of 16 experts 10,752
+# wide; 32,768 positions.
+NEWER["dbrx"] = NEWER["tiny-dbrx"].replace(
+    name="dbrx",
+    vocab_size=100352,
+    hidden_size=6144,
+    num_layers=40,
+    num_heads=48,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=10752,
+    max_position_embeddings=32768,
+    clip_qkv=8.0,
+    num_experts=16,
+    num_experts_per_tok=4,
+    moe_intermediate_size=10752,
+    bos_token_id=None,
+    eos_token_ids=(),
+    dtype="bfloat16",
+)

@@ -236,6 +236,10 @@ def _kda_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
     return names
 
 
+# Tensors a checkpoint may hold that are not read, per model type (a pattern): MiniMax-01's
+# lightning decays, buffers transformers saves, computed here from the layer's index
+# (models/linear_attention.lightning_decays; tests/test_minimax.py checks them equal).
+DERIVED_BUFFERS = {"minimax": r"\.self_attn\.(slope_rate|query_decay|key_decay|diagonal_decay)$"}
 # Other names a checkpoint may give a tensor, per model type: transformers 5.25 saves
 # Kimi-Linear's dense MLP under block_sparse_moe (its save reverses the load's renaming of
 # block_sparse_moe to mlp), where the release has mlp.
@@ -589,6 +593,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         return _longcat_names(cfg, expert_layout)
     if cfg.model_type == "nemotron_h":
         return _nemotron_h_names(cfg, expert_layout)
+    if cfg.model_type == "dbrx":
+        return _dbrx_names(cfg)
     d, v = cfg.hidden_size, cfg.vocab_size
     names = {
         "model.embed_tokens.weight": HFTensor((v, d), (("embed",),), "copy"),
@@ -637,6 +643,32 @@ def _fused_qkv(names: dict[str, HFTensor]) -> dict[str, HFTensor]:
                 targets = tuple(t.targets[0] for t in parts)
                 out[f"{pre}query_key_value.{kind}"] = HFTensor(shape, targets, "grouped")
     return out
+
+
+def _dbrx_names(cfg: ModelConfig) -> dict[str, HFTensor]:
+    """DBRX as released: transformer.wte / blocks / norm_f; each block's norm_attn_norm
+    (norm_1, attn.Wqkv with q, k, v rows fused, attn.out_proj, norm_2) and ffn (router.layer,
+    experts.mlp.w1 / v1 / w2, each [E * F, D]: w2 the down projection transposed)."""
+    d, v, e, f = cfg.hidden_size, cfg.vocab_size, cfg.num_experts, cfg.moe_intermediate_size
+    h, k, dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    names = {
+        "transformer.wte.weight": HFTensor((v, d), (("embed",),), "copy"),
+        "transformer.norm_f.weight": _vector(d, ("final_norm",)),
+        "lm_head.weight": _linear(v, d, ("lm_head",)),
+    }
+    for i in range(cfg.num_layers):
+        pre, at = f"transformer.blocks.{i}", ("layers", i)
+        block, attn, moe = f"{pre}.norm_attn_norm", at + ("attn",), at + ("moe",)
+        qkv = tuple(attn + (w,) for w in ("wq", "wk", "wv"))
+        names[f"{block}.norm_1.weight"] = _vector(d, at + ("attn_norm",))
+        names[f"{block}.norm_2.weight"] = _vector(d, at + ("mlp_norm",))
+        names[f"{block}.attn.Wqkv.weight"] = HFTensor(((h + 2 * k) * dh, d), qkv, "grouped")
+        names[f"{block}.attn.out_proj.weight"] = _linear(d, h * dh, attn + ("wo",))
+        names[f"{pre}.ffn.router.layer.weight"] = _linear(e, d, moe + ("router",))
+        for w, leaf, kind in (("w1", "w_gate", "experts_T"), ("v1", "w_up", "experts_T")):
+            names[f"{pre}.ffn.experts.mlp.{w}"] = HFTensor((e * f, d), (moe + (leaf,),), kind)
+        names[f"{pre}.ffn.experts.mlp.w2"] = HFTensor((e * f, d), (moe + ("w_down",),), "copy")
+    return names
 
 
 def _longcat_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:

@@ -687,8 +687,9 @@ def _place(t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], lea
         f = arr.shape[1] // 2
         leaves[gate_path] = cast(gate_path, arr[:, :f].transpose(0, 2, 1))
         leaves[up_path] = cast(up_path, arr[:, f:].transpose(0, 2, 1))
-    elif t.kind == "experts_T":
+    elif t.kind == "experts_T":  # (DBRX's: [E * F, D], experts stacked on the first axis)
         (path,) = t.targets
+        arr = arr.reshape(leaf_specs[path].shape[0], -1, arr.shape[-1])
         leaves[path] = cast(path, arr.transpose(0, 2, 1))
     elif t.kind == "gate_up_interleaved":
         gate_path, up_path = t.targets

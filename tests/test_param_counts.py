@@ -86,6 +86,10 @@ from models.specs import count_params
         # kept as buffers: the counts here, to the parameter.
         ("hy-v3", 295.033543488e9, 1e-9, 20.675730240e9, 1e-9),
         ("minicpm5-15b-a2.5b", 15.002556640e9, 1e-9, 2.771966176e9, 1e-9),
+        # Databricks' DBRX card: 132B total, 36B active; transformers 5.25's DbrxForCausalLM
+        # with dbrx-instruct's shapes on the meta device: 131,596,523,520 and (top-4 of 16)
+        # 36,469,708,800, the counts here to the parameter.
+        ("dbrx", 131.596523520e9, 1e-9, 36.469708800e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
