@@ -88,7 +88,7 @@ def bailing_fields(f: Any) -> dict:
     dense = dense_layers(f, num_layers, default_first=2)
     return dict(
         kda_mla_fields(f, kinds, (heads, head_dim, taps), dense),
-        mla_head_gate=True,
+        head_gate=True,
         kda_full_rank=True,
         kda_gate_bound=bound,
         expert_clip_limits=_limits(f, "expert_swiglu_limit_list", num_layers),

@@ -729,7 +729,7 @@ def config_from_hf(
     if model_type == DEEPSEEK_V4:  # the compressed layers' RoPE; the sliding ones' base
         _, rope_scaling = _rope(_Fields(v4.v4_rope_source(f), model_type), max_position)
         rope_theta = v4.v4_main_theta(f)
-    elif model_type == GEMMA4:  # (its windowed layers' RoPE: gemma4_fields)
+    elif model_type in (GEMMA4, lfm2.LFM3):  # (their windowed layers' RoPE: their fields)
         rope_theta, rope_scaling, _ = gemma4_rope(f)
     elif model_type == mimo.MIMO:  # (the same)
         rope_theta, rope_scaling = mimo.mimo_rope(f)

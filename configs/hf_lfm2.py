@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
-LFM2_MOE, LFM2 = "lfm2_moe", "lfm2"
-TYPES = (LFM2_MOE, LFM2)
+from configs.hf_gemma4 import gemma4_rope
+
+LFM2_MOE, LFM2, LFM3 = "lfm2_moe", "lfm2", "lfm3"
+TYPES = (LFM2_MOE, LFM2, LFM3)
 
 # Defaults of transformers 5.25's Lfm2MoeConfig for the fields read.
 # fmt: off
@@ -43,14 +45,34 @@ DEFAULTS: dict[str, dict[str, Any]] = {LFM2_MOE: dict(
 )}
 # fmt: on
 _NAMES = {"rms_norm_eps": ("norm_eps",), "tie_word_embeddings": ("tie_embedding",)}
-ALIASES = {LFM2_MOE: _NAMES, LFM2: _NAMES}
-_KINDS = ("conv", "full_attention")
+# transformers 5.25's Lfm3Config.
+DEFAULTS[LFM3] = dict(
+    vocab_size=128000, hidden_size=2048, intermediate_size=7680, num_hidden_layers=24,
+    num_attention_heads=16, num_key_value_heads=4, head_dim=128, bos_token_id=124894,
+    eos_token_id=124900, conv_L_cache=7, sliding_window=256, layer_types=None,
+    use_sandwich_norm=True, use_attention_gate=True, attention_bias=False, conv_bias=False,
+    max_position_embeddings=128000, rms_norm_eps=1e-5, tie_word_embeddings=True,
+    rope_parameters=dict(
+        sliding_attention=dict(rope_type="default", rope_theta=10_000.0),
+        full_attention=dict(
+            rope_type="proportional", rope_theta=1_000_000.0, partial_rotary_factor=0.5
+        ),
+    ),
+)  # fmt: skip
+ALIASES = {LFM2_MOE: _NAMES, LFM2: _NAMES, LFM3: _NAMES}
+_KINDS = ("conv", "full_attention", "sliding_attention")
 
 
-def _layer_kinds(f: Any, num_layers: int, dense: bool) -> list[str]:
+def _layer_kinds(f: Any, num_layers: int, dense: bool, lfm3: bool = False) -> list[str]:
     """`layer_types`, else (LFM2's dense configs' spelling) `full_attn_idxs` (dense: all
-    layers where neither is given, as transformers' Lfm2Config)."""
+    layers where neither is given, as transformers' Lfm2Config; LFM3: its pattern of four,
+    conv, conv, full, conv, the first of each four from the second on windowed)."""
     kinds = f.get("layer_types")
+    if kinds is None and lfm3:
+        kinds = [
+            _KINDS[1] if i % 4 == 2 else _KINDS[2] if i % 4 == 0 and i else _KINDS[0]
+            for i in range(num_layers)
+        ]
     idxs = f.hf.get("full_attn_idxs")
     if kinds is None and dense and idxs is None:
         idxs = list(range(num_layers))
@@ -60,6 +82,8 @@ def _layer_kinds(f: Any, num_layers: int, dense: bool) -> list[str]:
         raise ValueError("HF config layer_types: required (conv / full_attention per layer)")
     if not isinstance(kinds, list) or len(kinds) != num_layers or set(kinds) - set(_KINDS):
         raise ValueError(f"HF config layer_types: expected {num_layers} entries of {_KINDS}")
+    if _KINDS[2] in kinds and not lfm3:
+        raise ValueError("HF config layer_types: sliding_attention is LFM3's (lfm3) only")
     if _KINDS[1] not in kinds:
         raise ValueError("HF config layer_types: needs a full_attention layer")
     return kinds
@@ -91,7 +115,7 @@ def fields(f: Any, model_type: str) -> dict:
             f"{f.hf['tie_word_embeddings']!r} differ"
         )
     num_layers = f.required("num_hidden_layers")
-    kinds = _layer_kinds(f, num_layers, model_type == LFM2)
+    kinds = _layer_kinds(f, num_layers, model_type == LFM2, model_type == LFM3)
     heads = f.required("num_attention_heads")
     bias = bool(f.get("use_expert_bias"))
     layers = dict(
@@ -102,6 +126,8 @@ def fields(f: Any, model_type: str) -> dict:
         linear_attention_kind="short_conv",
         linear_conv_kernel=f.required("conv_L_cache"),
     )
+    if model_type == LFM3:
+        return dict(layers, **_lfm3_fields(f, kinds))
     if model_type == LFM2:
         return dict(layers, intermediate_size=_mlp_width(f))
     return dict(
@@ -114,4 +140,27 @@ def fields(f: Any, model_type: str) -> dict:
         norm_topk_prob=bool(f.get("norm_topk_prob")),
         routed_scaling_factor=float(f.required("routed_scaling_factor")),
         first_k_dense_replace=f.required("num_dense_layers"),
+    )
+
+
+def _lfm3_fields(f: Any, kinds: list[str]) -> dict:
+    """LFM3's attention: head_dim as given, a sigmoid gate per head (use_attention_gate),
+    windows on the sliding_attention layers, RoPE per layer kind (Gemma 4's reading: the
+    global layers' proportional RoPE, the windowed ones' default at their own base), norms
+    after each block too (use_sandwich_norm); a SwiGLU MLP intermediate_size wide."""
+    if f.get("attention_bias"):
+        raise ValueError("HF config attention_bias=True: not supported for lfm3")
+    full = tuple(i for i, k in enumerate(kinds) if k == _KINDS[1])
+    windowed = _KINDS[2] in kinds and f.get("sliding_window") is not None
+    if _KINDS[2] in kinds and not windowed:
+        raise ValueError("HF config layer_types: sliding_attention layers need a sliding_window")
+    _, _, rope = gemma4_rope(f)
+    return dict(
+        rope,
+        head_dim=f.required("head_dim"),
+        head_gate=bool(f.get("use_attention_gate")),
+        sandwich_norms=bool(f.get("use_sandwich_norm")),
+        sliding_window=f.get("sliding_window") if windowed else None,
+        full_attention_layers=full if windowed else (),
+        intermediate_size=f.required("intermediate_size"),
     )

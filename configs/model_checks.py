@@ -96,8 +96,8 @@ def check_gemma4_ling(cfg: Any) -> None:
             f"kda_full_rank={cfg.kda_full_rank}, kda_gate_bound={cfg.kda_gate_bound}: KDA "
             "layers only (linear_attention_kind 'kimi_delta'), the bound <= 0"
         )
-    if cfg.mla_head_gate and cfg.attention_type != "mla":
-        raise ValueError("mla_head_gate=True: needs MLA attention")
+    if cfg.head_gate and cfg.attn_output_gate:
+        raise ValueError("head_gate=True: not with attn_output_gate (one gate on the output)")
     if not cfg.pre_norms and not cfg.sandwich_norms:
         raise ValueError("pre_norms=False: needs sandwich_norms (a layer normed nowhere)")
     if cfg.dense_beside_moe and not cfg.num_experts:
@@ -200,10 +200,10 @@ def check_linear(cfg: Any) -> None:
         )
     if not cfg.linear_attention_layers:
         return
-    if cfg.kv_window or cfg.hybrid_window or cfg.mtp_drafts:
+    if cfg.kv_window or cfg.attention_chunk_size or cfg.mtp_drafts:
         raise ValueError(
-            "linear_attention_layers: with full attention on the other layers only "
-            "(no sliding window, attention chunks or MTP drafts)"
+            "linear_attention_layers: with full or windowed attention on some of the other "
+            "layers only (no window on all of them, no attention chunks or MTP drafts)"
         )
     bad = [i for i in cfg.linear_attention_layers if not 0 <= i < cfg.num_layers]
     if bad or len(cfg.linear_attention_layers) == cfg.num_layers:

@@ -244,13 +244,14 @@ class ModelConfig:
     layer_scalars: bool = False
     # Ling 2.5 (bailing_hybrid): KDA's forget and output gates full-rank (linear "wf"
     # [D, Hv, dk], "wz" [D, Hv, dv]), its decay kda_gate_bound * sigmoid(exp(A_log) (f +
-    # dt_bias)) when the bound is < 0 (0: Kimi's -exp(A_log) softplus(f + dt_bias)); MLA's
-    # output times sigmoid(x @ w_head_gate) per head; per layer, SwiGLU clipped after the
+    # dt_bias)) when the bound is < 0 (0: Kimi's -exp(A_log) softplus(f + dt_bias)); the
+    # attention's output times sigmoid(x @ w_head_gate) per head (head_gate: Ling 2.5's MLA,
+    # LFM3's GQA); per layer, SwiGLU clipped after the
     # activation (silu(gate) <= limit, |up| <= limit; 0: none) in the routed experts and
     # in the shared ones.
     kda_full_rank: bool = False
     kda_gate_bound: float = 0.0
-    mla_head_gate: bool = False
+    head_gate: bool = False
     expert_clip_limits: tuple[float, ...] = ()
     shared_clip_limits: tuple[float, ...] = ()
     # MoE
@@ -656,8 +657,11 @@ class ModelConfig:
     def attention_window(self, layer: int) -> int | None:
         """Keys a query of decoder layer `layer` sees back from its own position (itself
         included) at most, or None: every earlier key. With attention_chunk_size, the chunk
-        (a query sees from its chunk's start: layer_chunked)."""
+        (a query sees from its chunk's start: layer_chunked). None for a linear-attention
+        layer (LFM3's windows are its attention layers')."""
         if self._window is None or layer in self.full_attention_layers:
+            return None
+        if self.is_linear_layer(layer):
             return None
         return self._window
 

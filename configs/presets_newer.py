@@ -182,3 +182,35 @@ NEWER["dbrx"] = NEWER["tiny-dbrx"].replace(
     eos_token_ids=(),
     dtype="bfloat16",
 )
+# tests/fixtures/lfm3: LiquidAI's LFM3: 6 layers 64 wide; short convs (7 taps) on 0, 1, 3, 5;
+# q/k-normed GQA (4 heads over 2 KV heads of 16) with a sigmoid gate per head: global with
+# proportional RoPE (base 1e6, half the pairs) on 2, an 8-key window with default RoPE (base
+# 1e4) on 4; RMSNorms before and after every block; a SwiGLU MLP 96 wide; tied embeddings.
+NEWER["tiny-lfm3"] = ModelConfig(
+    name="tiny-lfm3",
+    model_type="lfm3",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=6,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    rope_theta=1000000.0,
+    partial_rotary_factor=0.5,
+    rope_proportional=True,
+    sliding_rope_theta=10000.0,
+    tie_word_embeddings=True,
+    qk_norm=True,
+    head_gate=True,
+    sandwich_norms=True,
+    sliding_window=8,
+    full_attention_layers=(2,),
+    linear_attention_layers=(0, 1, 3, 5),
+    linear_attention_kind="short_conv",
+    linear_conv_kernel=7,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)

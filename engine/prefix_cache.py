@@ -95,8 +95,6 @@ class PrefixCache:
         `windows`: a hybrid model's windowed pages."""
         if pages.on_reuse is not None:
             raise ValueError("pages: already indexed by another prefix cache")
-        if states is not None and windows is not None:  # (no model has both: two cuts)
-            raise ValueError("states, windows: one or the other")
         self.pages, self.host, self.states, self.windows = pages, host, states, windows
         # (parent block id, the page's tokens) -> (page, block id); and page -> its key.
         self._blocks: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
@@ -150,10 +148,11 @@ class PrefixCache:
         with a state snapshot, whose row goes to `seq.state_from` (engine/state_cache.py),
         for hybrid models to the last page whose window is indexed (WindowCache)."""
         hits, blocks = self.match(seq.token_ids_range, seq.num_tokens - 1, seq.lora_id)
-        if self.windows is not None:
+        if self.states is not None:  # (LFM3, both: a boundary whose window is indexed too)
+            covered = None if self.windows is None else self.windows.covers
+            hits, blocks, seq.state_from = self.states.usable(hits, blocks, covered)
+        elif self.windows is not None:
             hits, blocks = self.windows.usable(hits, blocks)
-        if self.states is not None:
-            hits, blocks, seq.state_from = self.states.usable(hits, blocks)
         return hits, blocks
 
     def index(self, seq: SequenceLike, num_tokens: int) -> None:
@@ -293,6 +292,10 @@ class WindowCache:
             if runs[n - 1] >= n - self.first_read(n):
                 return hits[:n], blocks[:n]
         return [], []
+
+    def covers(self, blocks: list[int]) -> bool:
+        """Whether the window pages a query right after `blocks` reads are all indexed."""
+        return all(self._find(b) is not None for b in blocks[self.first_read(len(blocks)) :])
 
     def _find(self, block: int) -> int | HostPage | None:
         """`block`'s windowed page: on the device, else in the host tier, else None."""

@@ -134,13 +134,14 @@ class StateCache:
         """Snapshots indexed. (No __len__: an empty cache must not read as None.)"""
         return len(self._row_of)
 
-    def usable(self, hits: list, blocks: list[int]) -> tuple[list, list[int], int]:
-        """A prefix-cache match cut to the last block boundary with a snapshot: (its pages,
-        its block ids, the snapshot's row); ([], [], 0) when none has one."""
+    def usable(self, hits: list, blocks: list[int], covered=None) -> tuple[list, list[int], int]:
+        """A prefix-cache match cut to the last block boundary with a snapshot (and, for a
+        model with windowed layers too, `covered(blocks)`: its window pages indexed): (its
+        pages, its block ids, the snapshot's row); ([], [], 0) when none has one."""
         per = self.block_size // self.page_size
         for n in range(len(blocks) // per * per, 0, -per):
             row = self._row_of.get(blocks[n - 1])
-            if row is not None:
+            if row is not None and (covered is None or covered(blocks[:n])):
                 self._lru.move_to_end(row)
                 return hits[:n], blocks[:n], row
         return [], [], 0

@@ -52,7 +52,7 @@ class AttnInputs(NamedTuple):
     idx_q: jax.Array | None = None  # [T, Hi, Di], roped
     idx_k: jax.Array | None = None  # [T, Di], roped, shared by the index heads
     idx_w: jax.Array | None = None  # [T, Hi] float32 head weights, both scales folded in
-    # [T, H, Dh] attn_output_gate (MLA's mla_head_gate: [T, H, 1]): o * sigmoid(gate) first
+    # [T, H, Dh] attn_output_gate (head_gate: [T, H, 1]): o * sigmoid(gate) first
     gate: jax.Array | None = None
 
 
@@ -128,6 +128,8 @@ def gqa_inputs(
     gate = None
     if cfg.attn_output_gate:  # Qwen3-Next: q_proj's other half, per output channel
         gate = add(jnp.einsum("td,dhk->thk", x, p["wq_gate"]), delta("wq_gate", x))
+    elif cfg.head_gate:  # LFM3: one per head ([T, H, 1])
+        gate = narrow_product(jnp.matmul, x, p["w_head_gate"])[..., None]
     scale = cfg.attention_multiplier or cfg.head_dim**-0.5  # (Granite's multiplier)
     return AttnInputs(q=q, k=k, v=v, scale=scale, gate=gate)
 
@@ -204,9 +206,7 @@ def mla_inputs(
         k_pe=k_pe,
         scale=mla_softmax_scale(cfg),
         # Ling 2.5: the output per head times sigmoid(x @ w_head_gate) ([T, H, 1])
-        gate=narrow_product(jnp.matmul, x, p["w_head_gate"])[..., None]
-        if cfg.mla_head_gate
-        else None,
+        gate=narrow_product(jnp.matmul, x, p["w_head_gate"])[..., None] if cfg.head_gate else None,
     )
     if cfg.indexes(layer):
         inputs = inputs._replace(**_indexer_inputs(p, x, q_a, positions, cfg, layer))

@@ -81,7 +81,7 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         kv_b_out = h * (cfg.layer_nope_dim(layer) + cfg.v_head_dim)
         names[f"{pre}.kv_b_proj.weight"] = _linear(kv_b_out, r, at + ("wkv_b",))
         names[f"{pre}.o_proj.weight"] = _linear(d, h * cfg.v_head_dim, at + ("wo",))
-        if cfg.mla_head_gate:  # (Ling 2.5)
+        if cfg.head_gate:  # (Ling 2.5)
             names[f"{pre}.g_proj.weight"] = _linear(h, d, at + ("w_head_gate",))
         if cfg.query_log_scale:
             names[f"{pre}.softmax_scaling.scale"] = _vector(h, at + ("q_scale",))
@@ -114,6 +114,8 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         targets = (at + ("wq",), at + ("wq_gate",))
         names[f"{pre}.q_proj.weight"] = HFTensor((2 * h * dh, d), targets, "grouped", groups=h)
     names[f"{pre}.o_proj.weight"] = _linear(d, h * dv, at + ("wo",))
+    if cfg.head_gate:  # (LFM3: one gate per head)
+        names[f"{pre}.g_proj.weight"] = _linear(h, d, at + ("w_head_gate",))
     if cfg.o_proj_bias:
         names[f"{pre}.o_proj.bias"] = _vector(d, at + ("bo",))
     if cfg.layer_sinks(layer):

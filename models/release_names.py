@@ -28,6 +28,18 @@ _LFM2_NATIVE = (
     (r"\.up_proj\.", ".w3."),
     (r"\.down_proj\.", ".w2."),
 )
+# LFM3's (LFM2's block names, its attention's own, the norms after each block).
+_LFM3_NATIVE = (
+    (r"^model\.norm\.", "model.embedding_norm."),
+    (r"\.input_layernorm\.", ".operator_norm."),
+    (r"\.post_attention_layernorm\.", ".post_operator_norm."),
+    (r"\.pre_mlp_layernorm\.", ".ffn_norm."),
+    (r"\.post_mlp_layernorm\.", ".post_ffn_norm."),
+    (r"\.mlp\.gate_proj\.", ".feed_forward.w1."),
+    (r"\.mlp\.up_proj\.", ".feed_forward.w3."),
+    (r"\.mlp\.down_proj\.", ".feed_forward.w2."),
+    (r"\.self_attn\.g_proj\.", ".self_attn.gate_proj."),
+)
 # Jamba's (its final norm, the norm before the feed-forward block, feed_forward.router).
 _JAMBA_NATIVE = (
     (r"^model\.norm\.", "model.final_layernorm."),
@@ -54,6 +66,7 @@ NATIVE = {
     "param2moe": _SARVAM_NATIVE,
     "lfm2_moe": _LFM2_NATIVE,
     "lfm2": _LFM2_NATIVE,
+    "lfm3": _LFM3_NATIVE,
     "jamba": _JAMBA_NATIVE,
 }
 

@@ -13,7 +13,7 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D]
             (a nope layer: Dr 0 in wkv_a, Dn + Dr in wkv_b); rope_alpha [Dr/2]
             (learned_rope_scale, float32); q_scale / q_scale_bias [H] (query_log_scale);
-            w_head_gate [D, H] (mla_head_gate);
+            w_head_gate [D, H] (head_gate; GQA's too);
             DSA indexer (index_topk): idx_wq [Rq, Hi, Di], idx_wk [D, Di],
             idx_k_norm / idx_k_bias [Di], idx_w [D, Hi] (float32); without a q LoRA
             idx_q_norm / idx_q_bias [D] and idx_wq [D, Hi, Di]; idx_q_scale /
@@ -130,6 +130,8 @@ def _gqa_specs(cfg: ModelConfig, dt, w, layer: int = 0) -> dict:
         s["k_norm"] = ParamSpec((dh,), dt, ("head_dim",), norm)
     if cfg.attn_output_gate:
         s["wq_gate"] = ParamSpec((d, h, dh), dt, ("embed", "q_heads", "head_dim"), w)
+    if cfg.head_gate:  # (LFM3: its output times sigmoid(x @ gate) per head)
+        s["w_head_gate"] = ParamSpec((d, h), dt, ("embed", "q_heads"), w)
     if cfg.attention_k_eq_v and cfg.is_global_layer(layer):  # (Gemma 4: v is k's)
         del s["wv"]
     if cfg.o_proj_bias:
@@ -157,7 +159,7 @@ def _mla_specs(cfg: ModelConfig, layer: int, dt, w) -> dict:
     kv_b = (r, h, cfg.layer_nope_dim(layer) + cfg.v_head_dim)
     s["wkv_b"] = ParamSpec(kv_b, dt, ("kv_lora", "q_heads", "head_dim"), w)
     s["wo"] = ParamSpec((h, cfg.v_head_dim, d), dt, ("q_heads", "head_dim", "embed"), w)
-    if cfg.mla_head_gate:  # (Ling 2.5: its output times sigmoid(x @ gate) per head)
+    if cfg.head_gate:  # (Ling 2.5: its output times sigmoid(x @ gate) per head)
         s["w_head_gate"] = ParamSpec((d, h), dt, ("embed", "q_heads"), w)
     if cfg.learned_rope_scale:
         # LeRoPE's one alpha per frequency, the model's (each layer holds a copy), float32

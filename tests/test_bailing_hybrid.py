@@ -85,7 +85,7 @@ def test_ling_3_flash_is_transformers_default_shape():
         ("tiny-bailing-hybrid", dict(shared_clip_limits=(0, -1, 0, 0)), "shared_clip_limits"),
         ("tiny-bailing-hybrid", dict(kda_gate_bound=2.0), "kda_gate_bound=2.0"),
         ("tiny-gemma4", dict(kda_full_rank=True), "kda_full_rank=True"),
-        ("tiny-gemma4", dict(mla_head_gate=True), "mla_head_gate=True"),
+        ("tiny-qwen3-next", dict(head_gate=True), "head_gate=True: not with attn_output_gate"),
         ("tiny-gemma4", dict(global_num_kv_heads=3), "global_num_kv_heads=3"),
         ("tiny-gemma4", dict(global_head_dim=-2), "global_head_dim=-2"),
         ("tiny-gemma4", dict(global_head_dim=33), "global_head_dim=33"),

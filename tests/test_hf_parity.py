@@ -111,6 +111,9 @@ ARCHS = {
     "granite_swa": "tiny-granite-swa",
     "granitemoe_swa": "tiny-granitemoe-swa",  # two bases, experts under transformers' names
     "dbrx": "tiny-dbrx",  # LayerNorms, clamped q/k/v, experts stacked as released
+    # LFM3: short convs beside gated GQA, global (proportional RoPE) and windowed, norms
+    # before and after every block
+    "lfm3": "tiny-lfm3",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -254,7 +254,7 @@ def test_kda_pair_decays_over_sub_chunks_equal_each_pair_weighed_alone():
     "arch",
     [
         *("qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid", "bailing_hybrid"),
-        *("lfm2_moe", "jamba", "minimax"),
+        *("lfm2_moe", "jamba", "minimax", "lfm3"),
     ],
 )
 def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
@@ -266,8 +266,9 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     without positions, layers without a feed-forward block), Granite 4.0-H (Mamba-2,
     its multipliers), Ling 2.5 (KDA with bounded full-rank gates, gated MLA with RoPE,
     clipped SwiGLU), LFM2-MoE (short convs: a state of the conv's last inputs alone),
-    Jamba (Mamba-1: a decay per state channel; attention without positions) and MiniMax-01
-    (lightning attention: a fixed decay per head; no conv)."""
+    Jamba (Mamba-1: a decay per state channel; attention without positions), MiniMax-01
+    (lightning attention: a fixed decay per head; no conv) and LFM3 (short convs beside
+    global and windowed attention: state rows and the window's own pool together)."""
     fixture = FIXTURE.parent / arch
     ref = json.loads((fixture / "reference.json").read_text())
     # (56 tokens at most: the longest sequence's 49 fit, and a page table of one KV block
@@ -292,14 +293,15 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     assert [s.token_ids for s in out.samples] == [ref["greedy_tokens"][1][:4]] * 2
 
 
-@pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear", "nemotron_h"])
+@pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear", "nemotron_h", "lfm3"])
 def test_prefix_cache_hit_resumes_from_a_state_snapshot(arch):
     """Prefix caching on a linear-attention model (engine/state_cache.py), batch-invariant:
     a prompt of 76 tokens computed cold; after a reset, another sharing its first 70
     tokens, prefilled in chunks of 24 (the 64-token boundary inside one), leaves a
     snapshot there; the first again takes 64 tokens from the cache and its state from the
     snapshot: the cold run's greedy tokens and logprob bits (the rule row by row, a state
-    at a boundary the same however the tokens were split). (Batch-invariant steps compile
+    at a boundary the same however the tokens were split). LFM3: its windowed layer's
+    pages behind the boundary indexed too (a cut where both are). (Batch-invariant steps compile
     a few shapes; the chunked form's snapshots: the layer tests above, and
     scripts/bench_prefix_cache on bench-qwen3-next-40m, its tokens the uncached run's.)"""
     rng = np.random.default_rng(0)
