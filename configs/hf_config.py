@@ -39,9 +39,15 @@ from configs.hf_mla import MLA_DEFAULTS, MLA_MODEL_TYPES, mla_fields
 from configs.hf_moe import moe_fields
 from configs.hf_nemotron_h import NEMOTRON_ALIASES, NEMOTRON_DEFAULTS, NEMOTRON_H, nemotron_h_fields
 from configs.hf_qwen3_next import LINEAR_DEFAULTS, LINEAR_MODEL_TYPES, linear_fields
+from configs.hf_rope import (
+    check_mistral4_rotary,
+    llama4_temperature,
+    partial_rotary_factor,
+    rope,
+)
 from configs.hf_window import sliding_window_fields
 from configs.int4_schemes import INT4_METHODS, Int4Scheme, int4_scheme
-from configs.model_config import ModelConfig, RopeScaling
+from configs.model_config import ModelConfig
 
 # Families whose module reads a config whole, its window too (configs/hf_<family>.py: TYPES,
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
@@ -380,152 +386,6 @@ class _Fields:
         return value
 
 
-def _rope_params(f: _Fields) -> dict:
-    """The RoPE dict: `rope_parameters`, legacy `rope_scaling`, or the model type's default."""
-    params = f.hf.get("rope_scaling")  # the legacy spelling; null or {}: not given
-    if not params:
-        params = f.hf.get("rope_parameters")
-        # gpt-oss: transformers' default YaRN, only where rope_parameters is absent or null
-        # (an empty dict is plain RoPE there, checked against its config class).
-        if params is None:
-            params = f.defaults.get("rope_parameters")
-    params = params or {}
-    if not isinstance(params, dict):
-        raise ValueError(f"HF config rope_parameters={params!r}: expected a dict or null")
-    if any(isinstance(v, dict) for v in params.values()):
-        raise ValueError(
-            f"HF config rope_parameters has per-layer-type entries {sorted(params)}; moeserve "
-            "supports one RoPE for all layers"
-        )
-    return params
-
-
-def _rope(f: _Fields, max_position: int) -> tuple[float, RopeScaling]:
-    """(rope_theta, RopeScaling) from `rope_parameters` or legacy `rope_scaling`+`rope_theta`."""
-    params = _rope_params(f)
-    theta = params.get("rope_theta", f.get("rope_theta"))
-    theta = f.defaults["rope_theta"] if theta is None else float(theta)
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type == "default":
-        return theta, RopeScaling()
-    if rope_type == "dynamic" and f.hf.get("model_type") == "hunyuan_v1_moe":
-        # Hunyuan's "dynamic" with an alpha is a fixed base (transformers' ntk_alpha).
-        alpha = params.get("alpha")
-        if not _is_number(alpha) or alpha <= 1:
-            raise ValueError(
-                f"HF config rope_parameters.alpha={alpha!r}: hunyuan_v1_moe's dynamic rope "
-                "needs an alpha > 1 (length-dependent NTK scaling is not supported)"
-            )
-        return theta, RopeScaling(rope_type="ntk_alpha", alpha=float(alpha))
-    if rope_type not in ("linear", "llama3", "yarn"):
-        raise ValueError(
-            f"HF config rope_type={rope_type!r}: supported are default, linear, llama3, yarn"
-        )
-    original = params.get("original_max_position_embeddings")
-    if rope_type in ("llama3", "yarn") and f.hf.get("original_max_position_embeddings"):
-        # transformers' standardize_rope_params gives a top-level value (Phi-3's spelling)
-        # precedence over the one inside the rope dict, for these types.
-        original = f.hf["original_max_position_embeddings"]
-    original = max_position if original is None else int(original)
-    factor = params.get("factor")
-    if factor is None:
-        if rope_type != "yarn":
-            raise ValueError(f"HF config rope_parameters.factor is missing for {rope_type!r}")
-        factor = max_position / original  # transformers' YaRN fallback
-    # DeepSeek's MLA softmax scale uses mscale_all_dim with any non-default rope type
-    # (transformers' DeepseekV2/V3 attention); only YaRN also uses it for the frequencies.
-    mscale_all_dim = float(params.get("mscale_all_dim") or 0.0)
-    fields: dict[str, Any] = dict(
-        rope_type=rope_type, factor=float(factor), mscale_all_dim=mscale_all_dim
-    )
-    if rope_type == "llama3":
-        fields.update(
-            low_freq_factor=float(params.get("low_freq_factor", 1.0)),
-            high_freq_factor=float(params.get("high_freq_factor", 4.0)),
-            original_max_position_embeddings=original,
-        )
-    elif rope_type == "yarn":
-        # transformers reads null betas as 32/1 and uses mscale only when both it and
-        # mscale_all_dim are set, so a null mscale beside a set mscale_all_dim stays unset (0).
-        attention_factor = params.get("attention_factor")
-        mscale = params.get("mscale")
-        mscale = float(mscale) if mscale is not None else (0.0 if mscale_all_dim else 1.0)
-        fields.update(
-            original_max_position_embeddings=original,
-            beta_fast=float(params.get("beta_fast") or 32.0),
-            beta_slow=float(params.get("beta_slow") or 1.0),
-            mscale=mscale,
-            attention_factor=None if attention_factor is None else float(attention_factor),
-            truncate=bool(params.get("truncate", True)),
-        )
-    return theta, RopeScaling(**fields)
-
-
-def _partial_rotary_factor(f: _Fields, model_type: str) -> float:
-    """The fraction of each head RoPE rotates: GLM-4.5's partial_rotary_factor (inside the
-    rope dict or, in released configs, top level; transformers' default 0.5); 1 elsewhere,
-    where transformers' attention rotates the whole head whatever the field says, so a value
-    there would mean a model the reference does not compute: refused."""
-    partial = _rope_params(f).get("partial_rotary_factor", f.get("partial_rotary_factor"))
-    if model_type == "minimax_m2":  # its released configs' rotary_dim, else whole heads
-        rotary_dim = f.hf.get("rotary_dim")
-        if partial is None and rotary_dim is not None:
-            partial = rotary_dim / f.required("head_dim") if _is_number(rotary_dim) else rotary_dim
-        partial = 1.0 if partial is None else partial
-    if model_type in ("glm4_moe", "minimax_m2", *LINEAR_MODEL_TYPES):
-        if not _is_number(partial) or not 0 < partial <= 1:
-            raise ValueError(
-                f"HF config partial_rotary_factor={partial!r}: must be a number in (0, 1]"
-            )
-        return float(partial)
-    if partial not in (None, 1, 1.0):
-        raise ValueError(
-            f"HF config partial_rotary_factor={partial}: only 1.0 is supported for {model_type}"
-        )
-    return 1.0
-
-
-def _check_mistral4_rotary(f: _Fields) -> None:
-    """Mistral 4's partial_rotary_factor must put RoPE on the qk_rope_head_dim channels of
-    each head (transformers sizes its rotary by it)."""
-    nope, rope = f.required("qk_nope_head_dim"), f.required("qk_rope_head_dim")
-    partial = _rope_params(f).get("partial_rotary_factor")
-    if partial is not None and not (
-        _is_number(partial) and abs(partial * (nope + rope) - rope) < 1e-6
-    ):
-        raise ValueError(
-            f"HF config rope_parameters.partial_rotary_factor={partial!r}: mistral4 needs "
-            f"qk_rope_head_dim / (qk_nope_head_dim + qk_rope_head_dim) = {rope}/{nope + rope}"
-        )
-
-
-def _llama4_temperature(f: _Fields) -> dict:
-    """Mistral 4's and Ministral 3's query temperature (ModelConfig.attn_scale_beta) from
-    their rope dict's llama_4_scaling_beta and original_max_position_embeddings, which
-    transformers reads there (and fails without)."""
-    params = _rope_params(f)
-    model_type = f.hf.get("model_type")
-    beta = params.get("llama_4_scaling_beta")
-    if not _is_number(beta) or beta < 0:
-        raise ValueError(
-            f"HF config rope_parameters.llama_4_scaling_beta={beta!r}: {model_type} needs a "
-            "number >= 0 (transformers scales its queries by it)"
-        )
-    if not beta:
-        return dict(attn_scale_beta=0.0)
-    positions = params.get("original_max_position_embeddings")
-    if not isinstance(positions, int) or isinstance(positions, bool) or positions < 1:
-        raise ValueError(
-            f"HF config rope_parameters.original_max_position_embeddings={positions!r}: "
-            f"{model_type}'s query temperature needs an int >= 1"
-        )
-    return dict(attn_scale_beta=float(beta), attn_scale_positions=positions)
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
 def _eos_ids(value: Any) -> tuple[int, ...]:
     if value is None:
         return ()
@@ -678,7 +538,7 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
         or (model_type == "glm4_moe" and bool(f.get("use_qk_norm"))),
         qk_norm_after_rope=model_type == "hunyuan_v1_moe",
         qk_norm_full=model_type in ("olmoe", *olmo.OLMO_TYPES, "minimax_m2"),
-        partial_rotary_factor=_partial_rotary_factor(f, model_type),
+        partial_rotary_factor=partial_rotary_factor(f, model_type),
     )
     if model_type == "llama4_text":
         fields.update(llama4_fields(f))
@@ -727,14 +587,14 @@ def config_from_hf(
     num_layers = f.required("num_hidden_layers")
     max_position = f.required("max_position_embeddings")
     if model_type == DEEPSEEK_V4:  # the compressed layers' RoPE; the sliding ones' base
-        _, rope_scaling = _rope(_Fields(v4.v4_rope_source(f), model_type), max_position)
+        _, rope_scaling = rope(_Fields(v4.v4_rope_source(f), model_type), max_position)
         rope_theta = v4.v4_main_theta(f)
     elif model_type in (GEMMA4, lfm2.LFM3):  # (their windowed layers' RoPE: their fields)
         rope_theta, rope_scaling, _ = gemma4_rope(f)
     elif model_type == mimo.MIMO:  # (the same)
         rope_theta, rope_scaling = mimo.mimo_rope(f)
     else:
-        rope_theta, rope_scaling = _rope(f, max_position)
+        rope_theta, rope_scaling = rope(f, max_position)
     family = next((m for m in _FAMILIES if model_type in m.TYPES), None)
     window = {} if family else sliding_window_fields(f, model_type, num_layers)
     eos_ids = _eos_ids(f.get("eos_token_id"))
@@ -744,8 +604,8 @@ def config_from_hf(
         arch = family.fields(f, model_type)
         num_layers = arch.pop("num_layers", num_layers)
     elif model_type == "mistral4":
-        _check_mistral4_rotary(f)
-        arch = {**mla_fields(f, model_type), **_llama4_temperature(f)}
+        check_mistral4_rotary(f)
+        arch = {**mla_fields(f, model_type), **llama4_temperature(f)}
     elif model_type == KIMI_LINEAR:
         arch = kimi_linear_fields(f)
     elif model_type == BAILING:
@@ -762,12 +622,12 @@ def config_from_hf(
     elif model_type == DEEPSEEK_V4:
         arch = v4.v4_fields(f)
     elif model_type in MLA_MODEL_TYPES:
-        _partial_rotary_factor(f, model_type)  # 1: MLA rotates its whole rope part
+        partial_rotary_factor(f, model_type)  # 1: MLA rotates its whole rope part
         arch = mla_fields(f, model_type)
     else:
         arch = _gqa_fields(f, model_type)
         if model_type == "ministral3":
-            arch.update(_llama4_temperature(f))
+            arch.update(llama4_temperature(f))
         elif model_type in olmo.OLMO_TYPES:
             arch.update(olmo.olmo_fields(model_type))
     cfg = ModelConfig(
