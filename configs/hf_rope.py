@@ -9,6 +9,9 @@ from typing import Any
 from configs.hf_qwen3_next import LINEAR_MODEL_TYPES
 from configs.model_config import RopeScaling
 
+# Families whose RoPE may be Phi-3's LongRoPE (transformers' phi3 and phimoe).
+LONGROPE_TYPES = ("phi3", "phimoe")
+
 
 def rope_params(f: Any) -> dict:
     """The RoPE dict: `rope_parameters`, legacy `rope_scaling`, or the model type's default."""
@@ -36,8 +39,12 @@ def rope(f: Any, max_position: int) -> tuple[float, RopeScaling]:
     theta = params.get("rope_theta", f.get("rope_theta"))
     theta = f.defaults["rope_theta"] if theta is None else float(theta)
     rope_type = params.get("rope_type", params.get("type", "default"))
+    if f.hf.get("model_type") in LONGROPE_TYPES and rope_type in ("su", "yarn"):
+        rope_type = "longrope"  # (Phi3Config's reading of its older spellings)
     if rope_type == "default":
         return theta, RopeScaling()
+    if rope_type == "longrope":
+        return theta, _longrope(f, params, max_position)
     if rope_type == "dynamic" and f.hf.get("model_type") == "hunyuan_v1_moe":
         # Hunyuan's "dynamic" with an alpha is a fixed base (transformers' ntk_alpha).
         alpha = params.get("alpha")
@@ -49,11 +56,12 @@ def rope(f: Any, max_position: int) -> tuple[float, RopeScaling]:
         return theta, RopeScaling(rope_type="ntk_alpha", alpha=float(alpha))
     if rope_type not in ("linear", "llama3", "yarn"):
         raise ValueError(
-            f"HF config rope_type={rope_type!r}: supported are default, linear, llama3, yarn"
+            f"HF config rope_type={rope_type!r}: supported are default, linear, llama3, yarn "
+            f"(and for {', '.join(LONGROPE_TYPES)}, longrope)"
         )
     original = params.get("original_max_position_embeddings")
     if rope_type in ("llama3", "yarn") and f.hf.get("original_max_position_embeddings"):
-        # transformers' standardizerope_params gives a top-level value (Phi-3's spelling)
+        # transformers' standardize_rope_params gives a top-level value (Phi-3's spelling)
         # precedence over the one inside the rope dict, for these types.
         original = f.hf["original_max_position_embeddings"]
     original = max_position if original is None else int(original)
@@ -89,6 +97,39 @@ def rope(f: Any, max_position: int) -> tuple[float, RopeScaling]:
             truncate=bool(params.get("truncate", True)),
         )
     return theta, RopeScaling(**fields)
+
+
+def _longrope(f: Any, params: dict, max_position: int) -> RopeScaling:
+    """Phi-3's LongRoPE: its short and long factors, the pretraining length (the config's
+    top-level original_max_position_embeddings first, as transformers standardizes it),
+    factor (else max_position / that), attention_factor, and Phi-3.5-MoE's mscales."""
+    if f.hf.get("model_type") not in LONGROPE_TYPES:
+        raise ValueError(
+            f"HF config rope_type='longrope': only for {', '.join(LONGROPE_TYPES)} here"
+        )
+    lists = [params.get(name) for name in ("short_factor", "long_factor")]
+    for name, value in zip(("short_factor", "long_factor"), lists, strict=True):
+        if not isinstance(value, list) or not all(is_number(x) for x in value):
+            raise ValueError(f"HF config rope_parameters.{name}={value!r}: a list of numbers")
+    original = f.hf.get("original_max_position_embeddings")
+    original = original or params.get("original_max_position_embeddings")
+    if not isinstance(original, int) or isinstance(original, bool) or original < 1:
+        raise ValueError(
+            f"HF config original_max_position_embeddings={original!r}: longrope needs an int >= 1"
+        )
+    factor = params.get("factor") or max_position / original
+    attention = params.get("attention_factor")
+    moe = f.hf.get("model_type") == "phimoe"  # (PhimoeRotaryEmbedding reads its mscales)
+    return RopeScaling(
+        rope_type="longrope",
+        factor=float(factor),
+        original_max_position_embeddings=original,
+        attention_factor=None if attention is None else float(attention),
+        short_factor=tuple(float(x) for x in lists[0]),
+        long_factor=tuple(float(x) for x in lists[1]),
+        short_mscale=float(params.get("short_mscale") or 0.0) if moe else 0.0,
+        long_mscale=float(params.get("long_mscale") or 0.0) if moe else 0.0,
+    )
 
 
 def partial_rotary_factor(f: Any, model_type: str) -> float:

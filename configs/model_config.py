@@ -17,7 +17,7 @@ from configs.model_checks import (
 
 # ntk_alpha: a fixed NTK-aware base, theta * alpha^(d / (d - 2)) (Hunyuan's checkpoints
 # spell it "dynamic" with an alpha; its frequencies never depend on the length).
-ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha", "longrope")
 LINEAR_ATTENTION_KINDS = (
     "gated_delta",
     "kimi_delta",
@@ -64,6 +64,16 @@ class RopeScaling:
     attention_factor: float | None = None  # yarn: explicit cos/sin magnitude override
     truncate: bool = True  # yarn: round the correction range to whole dims (gpt-oss: False)
     alpha: float = 1.0  # ntk_alpha
+    # longrope (Phi-3, Phi-3.5-MoE): the frequencies divided by short_factor or, with
+    # long_factors (the engine's choice, as vLLM's: max_model_len past
+    # original_max_position_embeddings), long_factor; cos / sin times short_mscale or
+    # long_mscale where given (Phi-3.5-MoE), else attention_factor, else LongRoPE's
+    # sqrt(1 + ln(factor) / ln(original_max_position_embeddings)).
+    short_factor: tuple[float, ...] = ()
+    long_factor: tuple[float, ...] = ()
+    long_factors: bool = False
+    short_mscale: float = 0.0
+    long_mscale: float = 0.0
 
     def __post_init__(self):
         if self.rope_type not in ROPE_TYPES:
@@ -454,6 +464,15 @@ class ModelConfig:
         for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be > 0")
+        rs = self.rope_scaling
+        if rs.rope_type == "longrope" and not (
+            len(rs.short_factor) == len(rs.long_factor) == self.rotary_dim // 2
+        ):
+            raise ValueError(
+                f"rope_scaling short_factor / long_factor: {len(rs.short_factor)} / "
+                f"{len(rs.long_factor)} entries; longrope needs rotary_dim / 2 = "
+                f"{self.rotary_dim // 2} each"
+            )
         if self.norm_kind not in ("rms", "layer") or not self.logit_scale > 0:
             raise ValueError(
                 f"norm_kind={self.norm_kind!r}, logit_scale={self.logit_scale}: expected "

@@ -6,7 +6,9 @@ MiniCPM5MoeConfig, whose docstring names openbmb/MiniCPM5-15B-A2.5B)."""
 
 from __future__ import annotations
 
-from configs.model_config import ModelConfig
+import dataclasses
+
+from configs.model_config import ModelConfig, RopeScaling
 
 NEWER: dict[str, ModelConfig] = {}
 
@@ -213,4 +215,38 @@ NEWER["tiny-lfm3"] = ModelConfig(
     linear_conv_kernel=7,
     bos_token_id=1,
     eos_token_ids=(2,),
+)
+# tests/fixtures/phi3: Microsoft's Phi-3 kind: 3 layers 64 wide, 4 heads over 2 KV heads of
+# 16 (q/k/v and gate/up fused as released), RoPE on 12 of 16 channels with LongRoPE's short
+# factors (pretraining length 64 of 2,048 positions); phi3_long: a length of 4, its long
+# factors (what an engine longer than that uses: models/rope.for_max_model_len).
+_LONGROPE = RopeScaling(
+    rope_type="longrope",
+    factor=2048 / 64,
+    original_max_position_embeddings=64,
+    short_factor=(1.0, 1.1, 1.3, 1.6, 2.0, 2.5),
+    long_factor=(1.0, 1.5, 2.5, 4.0, 6.0, 9.0),
+)
+NEWER["tiny-phi3"] = ModelConfig(
+    name="tiny-phi3",
+    model_type="phi3",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    partial_rotary_factor=0.75,
+    rope_scaling=_LONGROPE,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+NEWER["tiny-phi3-long"] = NEWER["tiny-phi3"].replace(
+    name="tiny-phi3-long",
+    rope_scaling=dataclasses.replace(
+        _LONGROPE, factor=2048 / 4, original_max_position_embeddings=4, long_factors=True
+    ),
 )

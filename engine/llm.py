@@ -41,6 +41,7 @@ from engine.step import StepVariants, init_kv_pages
 from engine.stop_strings import check_stop_strings, final_text
 from engine.structured import StructuredOutputs
 from long_context.policy import LongPrefillPolicy, policy_for_processes
+from models import rope
 from models.load import load_model, model_config
 from sharding.mesh import parse_mesh
 from sharding.placement import check_model_layout, put_replicated, shard_model
@@ -166,6 +167,7 @@ class LLM(EngineControl):
         )
         self._eplb = balancer_for(enable_eplb, eplb_config, cfg, mesh_config if mesh else None)
         max_model_len = inputs.model_len(max_model_len, cfg)
+        cfg = rope.for_max_model_len(cfg, max_model_len)  # (LongRoPE's factors)
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
         states = state_layout(cfg, *opts, max_num_seqs, proposer)  # (linear layers' rows)
         # The windowed layers' pool of a hybrid model (None for any other).

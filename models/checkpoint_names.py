@@ -623,6 +623,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         names.update(_layer_names(cfg, layer, at + ("layer",), moe, expert_layout))
     if cfg.model_type == "mistral_large4_text":
         names = {mistral_native_name(n): t for n, t in names.items()}
+    if cfg.model_type == "phi3":  # (q, k, v in one tensor; the MLP's gate and up too)
+        names = _fused_qkv(names, "qkv_proj", "gate_up_proj")
     if cfg.model_type in NATIVE:  # (their releases' names; transformers saves them)
         if cfg.model_type in ("sarvam_moe", "param2moe"):  # (q, k, v in one tensor)
             names = _fused_qkv(names)
@@ -630,20 +632,28 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
     return names
 
 
-def _fused_qkv(names: dict[str, HFTensor]) -> dict[str, HFTensor]:
+def _fused_qkv(
+    names: dict[str, HFTensor], qkv: str = "query_key_value", gate_up: str | None = None
+) -> dict[str, HFTensor]:
     """`names` with each attention's q_proj, k_proj and v_proj (weights, and biases where
-    there are) as one query_key_value tensor, their rows in that order."""
+    there are) as one `qkv` tensor, their rows in that order; with `gate_up`, each dense
+    MLP's gate_proj and up_proj as one tensor of that name too (Phi-3's)."""
     out = dict(names)
+    fused = [(".self_attn.", ("q_proj", "k_proj", "v_proj"), qkv)]
+    if gate_up:
+        fused.append((".mlp.", ("gate_proj", "up_proj"), gate_up))
     for name in names:
-        if not name.endswith(".self_attn.q_proj.weight"):
-            continue
-        pre = name[: -len("q_proj.weight")]
-        for kind in ("weight", "bias"):
-            parts = [out.pop(f"{pre}{x}_proj.{kind}", None) for x in "qkv"]
-            if all(parts):
-                shape = (sum(t.shape[0] for t in parts), *parts[0].shape[1:])
-                targets = tuple(t.targets[0] for t in parts)
-                out[f"{pre}query_key_value.{kind}"] = HFTensor(shape, targets, "grouped")
+        for where, parts_of, into in fused:
+            first = f"{where}{parts_of[0]}.weight"
+            if not name.endswith(first):
+                continue
+            pre = name[: -len(first)] + where
+            for kind in ("weight", "bias"):
+                parts = [out.pop(f"{pre}{p}.{kind}", None) for p in parts_of]
+                if all(parts):
+                    shape = (sum(t.shape[0] for t in parts), *parts[0].shape[1:])
+                    targets = tuple(t.targets[0] for t in parts)
+                    out[f"{pre}{into}.{kind}"] = HFTensor(shape, targets, "grouped")
     return out
 
 

@@ -9,6 +9,7 @@ baked into the jitted step.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -85,13 +86,42 @@ def _yarn_inv_freq(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarray,
     return inv_freq.astype(np.float32), attention_factor
 
 
+def _longrope_inv_freq(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarray, float]:
+    # HF `_compute_longrope_parameters`, its factors chosen once (RopeScaling.long_factors).
+    ext = np.asarray(rs.long_factor if rs.long_factors else rs.short_factor, np.float32)
+    if ext.shape != (dim // 2,):
+        raise ValueError(f"longrope factors: {ext.shape[0]} for a rotary width of {dim}")
+    exponent = np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)
+    inv_freq = np.float32(1.0) / (ext * np.power(np.float32(theta), exponent, dtype=np.float32))
+    mscale = rs.long_mscale if rs.long_factors else rs.short_mscale
+    if not mscale:
+        orig = rs.original_max_position_embeddings
+        default = 1.0 if rs.factor <= 1 else math.sqrt(1 + math.log(rs.factor) / math.log(orig))
+        mscale = default if rs.attention_factor is None else rs.attention_factor
+    return inv_freq.astype(np.float32), float(mscale)
+
+
+def for_max_model_len(cfg: ModelConfig, max_model_len: int) -> ModelConfig:
+    """`cfg` as an engine of `max_model_len` serves it: LongRoPE's long factors when that
+    passes original_max_position_embeddings, its short ones otherwise (vLLM's choice, made
+    once: transformers switches per sequence, recomputing the cache)."""
+    rs = cfg.rope_scaling
+    if rs.rope_type != "longrope":
+        return cfg
+    long = max_model_len > rs.original_max_position_embeddings
+    return cfg.replace(rope_scaling=dataclasses.replace(rs, long_factors=long))
+
+
 def rope_frequencies(theta: float, dim: int, rs: RopeScaling) -> tuple[np.ndarray, float]:
     """(inv_freq [dim // 2] float32, attention_factor) for rotary width `dim`.
 
-    attention_factor multiplies cos and sin (HF `attention_scaling`); it is 1 except for yarn.
+    attention_factor multiplies cos and sin (HF `attention_scaling`); it is 1 except for yarn
+    and longrope.
     """
     if rs.rope_type == "yarn":
         return _yarn_inv_freq(theta, dim, rs)
+    if rs.rope_type == "longrope":
+        return _longrope_inv_freq(theta, dim, rs)
     if rs.rope_type == "ntk_alpha":  # HF HunYuan's compute_ntk_alpha_rope_parameters
         theta = theta * rs.alpha ** (dim / (dim - 2))
     inv_freq = _base_inv_freq(theta, dim)

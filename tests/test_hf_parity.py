@@ -114,6 +114,9 @@ ARCHS = {
     # LFM3: short convs beside gated GQA, global (proportional RoPE) and windowed, norms
     # before and after every block
     "lfm3": "tiny-lfm3",
+    # Phi-3: q/k/v and gate/up fused, partial LongRoPE: its short factors, its long ones
+    "phi3": "tiny-phi3",
+    "phi3_long": "tiny-phi3-long",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
