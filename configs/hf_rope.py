@@ -111,15 +111,19 @@ def _longrope(f: Any, params: dict, max_position: int) -> RopeScaling:
     for name, value in zip(("short_factor", "long_factor"), lists, strict=True):
         if not isinstance(value, list) or not all(is_number(x) for x in value):
             raise ValueError(f"HF config rope_parameters.{name}={value!r}: a list of numbers")
-    original = f.hf.get("original_max_position_embeddings")
-    original = original or params.get("original_max_position_embeddings")
+    moe = f.hf.get("model_type") == "phimoe"  # (PhimoeRotaryEmbedding reads its mscales)
+    inside, top = (
+        params.get("original_max_position_embeddings"),
+        f.hf.get("original_max_position_embeddings"),
+    )
+    # (PhimoeConfig takes the rope dict's length first, Phi3Config its own top-level one)
+    original = (inside or top) if moe else (top or inside)
     if not isinstance(original, int) or isinstance(original, bool) or original < 1:
         raise ValueError(
             f"HF config original_max_position_embeddings={original!r}: longrope needs an int >= 1"
         )
     factor = params.get("factor") or max_position / original
     attention = params.get("attention_factor")
-    moe = f.hf.get("model_type") == "phimoe"  # (PhimoeRotaryEmbedding reads its mscales)
     return RopeScaling(
         rope_type="longrope",
         factor=float(factor),

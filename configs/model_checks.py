@@ -36,6 +36,13 @@ def check_moe(cfg: Any) -> None:
             raise ValueError(f"topk_method={cfg.topk_method!r}: expected {TOPK_METHODS}")
         if cfg.expert_act not in EXPERT_ACTS:
             raise ValueError(f"expert_act={cfg.expert_act!r}: expected {EXPERT_ACTS}")
+        if cfg.scoring_func == "sparsemixer" and (
+            cfg.num_experts_per_tok != 2 or cfg.topk_method != "greedy" or cfg.sparsemixer_eps < 0
+        ):
+            raise ValueError(
+                f"scoring_func='sparsemixer': needs num_experts_per_tok=2 (got "
+                f"{cfg.num_experts_per_tok}), topk_method='greedy' and sparsemixer_eps >= 0"
+            )
         if cfg.scoring_func == "softmax_topk" and cfg.topk_method != "greedy":
             raise ValueError(
                 f"scoring_func='softmax_topk': needs topk_method='greedy' (got {cfg.topk_method!r})"

@@ -30,7 +30,7 @@ LINEAR_ATTENTION_KINDS = (
 ATTENTION_TYPES = ("gqa", "mla", "dsv4")
 # softmax_topk: the top-k router logits, softmaxed among themselves (gpt-oss);
 # sqrtsoftplus: sqrt(softplus(logit)) (DeepSeek-V4).
-SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk", "sqrtsoftplus")
+SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk", "sqrtsoftplus", "sparsemixer")
 # Expert MLP activation: silu(gate) * up, gpt-oss's clamped form, or DeepSeek-V4's
 # silu(min(gate, limit)) * clip(up, -limit, limit) (models/moe.py).
 # relu2: relu(x @ up)^2, no gate projection (Nemotron-H's experts, and its MLPs: mlp_act).
@@ -235,6 +235,13 @@ class ModelConfig:
     norm_kind: str = "rms"
     logit_scale: float = 1.0
     shared_expert_average: bool = False
+    # Phi-3.5-MoE: LayerNorms with a bias too (norm_bias: "attn_norm_bias", "mlp_norm_bias",
+    # "final_norm_bias"), a bias on lm_head; its router's sparsemixer (scoring_func
+    # "sparsemixer": two experts, each weighed by a softmax over the logits within
+    # sparsemixer_eps, relatively, of its own).
+    norm_bias: bool = False
+    lm_head_bias: bool = False
+    sparsemixer_eps: float = 0.0
     residual_alphas: tuple[float, float, float] = (1.0, 1.0, 1.0)
     residual_betas: tuple[float, float, float] = (1.0, 1.0, 1.0)
     logits_scaling: float = 1.0

@@ -250,3 +250,30 @@ NEWER["tiny-phi3-long"] = NEWER["tiny-phi3"].replace(
         _LONGROPE, factor=2048 / 4, original_max_position_embeddings=4, long_factors=True
     ),
 )
+# tests/fixtures/phimoe: Phi-3.5-MoE's kind: 3 layers 64 wide; 4 heads over 2 KV heads of 16
+# with biases on q, k, v and o; LayerNorms with biases; top-2 of 8 experts 32 wide under the
+# sparsemixer router (relative gap 0.3); a bias on lm_head; LongRoPE's short factors and
+# mscale 1.2 (pretraining length 64).
+NEWER["tiny-phimoe"] = NEWER["tiny-phi3"].replace(
+    name="tiny-phimoe",
+    model_type="phimoe",
+    intermediate_size=32,
+    partial_rotary_factor=1.0,
+    rope_scaling=dataclasses.replace(
+        _LONGROPE,
+        short_factor=(1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.0, 3.5),
+        long_factor=(1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 12.0, 16.0),
+        short_mscale=1.2,
+        long_mscale=1.4,
+    ),
+    attention_bias=True,
+    o_proj_bias=True,
+    norm_kind="layer",
+    norm_bias=True,
+    lm_head_bias=True,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    scoring_func="sparsemixer",
+    sparsemixer_eps=0.3,
+)

@@ -341,6 +341,7 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
         "mixtral",
         "minimax_m2",
         "minimax",
+        "phimoe",
         "kimi_linear",  # (Kimi-Linear's shared experts too)
     )
     pre = f"{layer}.block_sparse_moe" if legacy_mixtral else f"{layer}.mlp"
@@ -604,6 +605,10 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
     }
     if not cfg.tie_word_embeddings:
         names["lm_head.weight"] = _linear(v, d, ("lm_head",))
+    if cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms and head)
+        names["model.norm.bias"] = _vector(d, ("final_norm_bias",))
+    if cfg.lm_head_bias:
+        names["lm_head.bias"] = _vector(v, ("lm_head_bias",))
     for i in range(cfg.num_layers):
         moe = cfg.is_moe_layer(i)
         names.update(_layer_names(cfg, f"model.layers.{i}", ("layers", i), moe, expert_layout))
@@ -721,6 +726,9 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
         names.update(_gemma4_names(cfg, layer, at, moe))
     elif cfg.parallel_block:  # (Cohere: one norm before both blocks)
         del names[f"{layer}.post_attention_layernorm.weight"]
+    elif cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms)
+        names[f"{layer}.input_layernorm.bias"] = _vector(d, at + ("attn_norm_bias",))
+        names[f"{layer}.post_attention_layernorm.bias"] = _vector(d, at + ("mlp_norm_bias",))
     elif not cfg.pre_norms:  # (OLMo 2's layers: the blocks' outputs normed, nothing before)
         names = {
             f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("attn_post_norm",)),

@@ -34,22 +34,29 @@ def rms_norm(
     return weight * normed.astype(x.dtype)
 
 
-def model_norm(x: jax.Array, weight: jax.Array, cfg: ModelConfig) -> jax.Array:
+def model_norm(
+    x: jax.Array, weight: jax.Array, cfg: ModelConfig, bias: jax.Array | None = None
+) -> jax.Array:
     """The model's own norm (its decoder, final and q/k norms): rms_norm as its family
-    scales (ModelConfig.norm_scale_in_float32, norm_offset), or Cohere's LayerNorm
-    (norm_kind "layer")."""
+    scales (ModelConfig.norm_scale_in_float32, norm_offset), or a LayerNorm (norm_kind
+    "layer"; with `bias`, Phi-3.5-MoE's nn.LayerNorm)."""
     if cfg.norm_kind == "layer":
-        return cohere_layer_norm(x, weight, cfg.rms_norm_eps)
+        return cohere_layer_norm(x, weight, cfg.rms_norm_eps, bias)
     return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_scale_in_float32, cfg.norm_offset)
 
 
-def cohere_layer_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+def cohere_layer_norm(
+    x: jax.Array, weight: jax.Array, eps: float, bias: jax.Array | None = None
+) -> jax.Array:
     """transformers' CohereLayerNorm over the last axis: x minus its mean over the root of
-    their variance, times the weight, all in float32 (no bias), cast back once."""
+    their variance, times the weight (plus `bias`: nn.LayerNorm's), all in float32, cast
+    back once."""
     xf = x.astype(jnp.float32)
     centered = xf - row_mean(xf)[..., None]
-    normed = centered * jax.lax.rsqrt(row_mean(centered * centered)[..., None] + eps)
-    return (weight.astype(jnp.float32) * normed).astype(x.dtype)
+    normed = weight.astype(jnp.float32) * (
+        centered * jax.lax.rsqrt(row_mean(centered * centered)[..., None] + eps)
+    )
+    return (normed if bias is None else normed + bias.astype(jnp.float32)).astype(x.dtype)
 
 
 def relu2(x: jax.Array) -> jax.Array:
@@ -97,11 +104,13 @@ def embed(params: dict, token_ids: jax.Array) -> jax.Array:
 def final_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
     """Final norm, then lm_head (or the tied embedding), then the config's soft cap (cap *
     tanh(logits / cap), Mistral Large 4). hidden: [S, D] -> [S, V] float32."""
-    h = model_norm(hidden, params["final_norm"], cfg)
+    h = model_norm(hidden, params["final_norm"], cfg, params.get("final_norm_bias"))
     if cfg.tie_word_embeddings:
         logits = h @ params["embed"].T  # [S, V]
     else:
         logits = h @ params["lm_head"]  # [S, V]
+    if "lm_head_bias" in params:  # (Phi-3.5-MoE)
+        logits = logits + params["lm_head_bias"]
     if cfg.logits_scaling != 1.0:  # (Granite: divided, in the model dtype)
         logits = logits / jnp.asarray(cfg.logits_scaling, logits.dtype)
     if cfg.logit_scale != 1.0:  # (Cohere: times a Python float, rounded once)

@@ -43,6 +43,23 @@ def _group_mask(
     return jnp.repeat(keep, e // cfg.n_group, axis=1)  # [T, E]
 
 
+def _sparsemixer(logits: jax.Array, eps: float) -> tuple[jax.Array, jax.Array]:
+    """Phi-3.5-MoE's router at inference (transformers' sparsemixer, not training): the best
+    expert, weighed by a softmax over the logits within 2 eps of it, relatively (their gap
+    to it over max(|logit|, its logit)); then the best of the others, weighed the same way
+    among the others. logits [T, E] float32 -> (weights [T, 2], experts [T, 2])."""
+    weights, experts, scores = [], [], logits
+    for _ in range(2):
+        best = jnp.argmax(scores, axis=-1)
+        top = jnp.take_along_axis(scores, best[:, None], axis=-1)
+        far = (top - logits) / jnp.maximum(jnp.abs(logits), top) > 2 * eps
+        gates = _softmax(jnp.where(far, -jnp.inf, scores))
+        weights.append(jnp.take_along_axis(gates, best[:, None], axis=-1)[:, 0])
+        experts.append(best)
+        scores = jnp.where(jnp.arange(scores.shape[-1]) == best[:, None], -jnp.inf, scores)
+    return jnp.stack(weights, -1).astype(jnp.float32), jnp.stack(experts, -1).astype(jnp.int32)
+
+
 def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.Array]:
     """Pick top-k experts per token. x: [T, D] -> (weights [T, k] f32, experts [T, k] int32).
 
@@ -62,6 +79,8 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
     if "router_logit_bias" in p_moe:
         logits = logits + p_moe["router_logit_bias"].astype(jnp.float32)[None, :]
     k = cfg.num_experts_per_tok
+    if cfg.scoring_func == "sparsemixer":
+        return _sparsemixer(logits, cfg.sparsemixer_eps)
     if cfg.scoring_func == "softmax_topk":
         # gpt-oss (GptOssTopKRouter): the k largest logits, softmaxed among themselves.
         top, experts = jax.lax.top_k(logits, k)

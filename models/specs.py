@@ -421,6 +421,9 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
         return layer
     if cfg.pre_norms and not cfg.parallel_block:  # (Cohere: one norm before both blocks)
         layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)
+    if cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms)
+        for name in ("attn_norm_bias", "mlp_norm_bias"):
+            layer[name] = ParamSpec((d,), dt, ("embed",), zeros)
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)
     if not moe or cfg.dense_beside_moe or cfg.shortcut_moe:
@@ -461,6 +464,10 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
         }
     if not cfg.tie_word_embeddings:
         specs["lm_head"] = ParamSpec((d, v), dt, ("embed", "vocab"), w)
+    if cfg.norm_bias:  # (Phi-3.5-MoE)
+        specs["final_norm_bias"] = ParamSpec((d,), dt, ("embed",), zeros)
+    if cfg.lm_head_bias:
+        specs["lm_head_bias"] = ParamSpec((v,), dt, ("vocab",), zeros)
     if cfg.quantization:
         block = quant.our_block(cfg.quantization_block)
         bits = quant.bits_of(cfg.quantization)

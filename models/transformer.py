@@ -123,7 +123,8 @@ def decoder_layer(
     # time, inside the step; a no-op for float weights.
     layer = dequantize_tree(layer, x.dtype)
     delta = delta or make_delta(None, None)
-    h = model_norm(x, layer["attn_norm"], cfg) if "attn_norm" in layer else x  # (FlexOlmo)
+    bias = layer.get("attn_norm_bias")  # (Phi-3.5-MoE's LayerNorms)
+    h = model_norm(x, layer["attn_norm"], cfg, bias) if "attn_norm" in layer else x
     if "linear" in layer:  # a gated DeltaNet: its own output projection
         # Every row of the step on each device (dp splits the stream by rows, and a
         # sequence's recurrence needs all of its rows, in order): gathered once here.
@@ -143,7 +144,8 @@ def decoder_layer(
     if "mlp" not in layer and "moe" not in layer:  # (Nemotron-H: a mixer alone)
         return x, kv_i
     if not cfg.parallel_block:  # (Cohere: the MLP reads the attention's input)
-        h = model_norm(x, layer["mlp_norm"], cfg) if "mlp_norm" in layer else x
+        bias = layer.get("mlp_norm_bias")
+        h = model_norm(x, layer["mlp_norm"], cfg, bias) if "mlp_norm" in layer else x
     if cfg.shortcut_moe and shortcut is not None:  # LongCat-Flash
         out = swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg))
         if "moe" in layer:  # (an even layer: its MoE's output joins after the next layer's)

@@ -117,6 +117,8 @@ ARCHS = {
     # Phi-3: q/k/v and gate/up fused, partial LongRoPE: its short factors, its long ones
     "phi3": "tiny-phi3",
     "phi3_long": "tiny-phi3-long",
+    # Phi-3.5-MoE: LayerNorms and attention with biases, the sparsemixer router, LongRoPE
+    "phimoe": "tiny-phimoe",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -92,3 +92,20 @@ def test_longrope_elsewhere_is_refused():
     hf["rope_parameters"] = dict(rope_type="longrope", short_factor=[1.0], long_factor=[1.0])
     with pytest.raises(ValueError, match="rope_type='longrope': only for phi3, phimoe"):
         config_from_hf(hf)
+
+
+def test_phimoe_config_mscales_and_its_router_refusals():
+    """Phi-3.5-MoE reads as tiny-phimoe (its rope dict's pretraining length first, its
+    mscales); the sparsemixer routes exactly two experts."""
+    hf = _saved("phimoe")
+    assert _arch(config_from_hf(hf)) == _arch(get_preset("tiny-phimoe"))
+    rope = config_from_hf(dict(hf, original_max_position_embeddings=8)).rope_scaling
+    assert (rope.original_max_position_embeddings, rope.short_mscale, rope.long_mscale) == (
+        64,
+        1.2,
+        1.4,
+    )
+    _, mscale = rope_frequencies(1e4, 16, dataclasses.replace(rope, long_factors=True))
+    assert mscale == 1.4
+    with pytest.raises(ValueError, match="sparsemixer': needs num_experts_per_tok=2"):
+        config_from_hf(dict(hf, num_experts_per_tok=3))
