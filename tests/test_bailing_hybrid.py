@@ -16,9 +16,9 @@ import pytest
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from models.specs import count_params
+from tests.family_cases import arch_fields
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bailing_hybrid"
-NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")
 
 
 def _release() -> dict:
@@ -30,13 +30,9 @@ def _release() -> dict:
     return dict(release, head_dim=16)
 
 
-def _arch(cfg) -> dict:
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in NON_ARCH}
-
-
 def test_release_spelling_reads_as_the_saved_one():
     want = get_preset("tiny-bailing-hybrid")
-    assert _arch(config_from_hf(_release())) == _arch(want)
+    assert arch_fields(config_from_hf(_release())) == arch_fields(want)
     # transformers' defaults: the first two layers dense, every sixth layer MLA; no clips.
     plain = {k: v for k, v in _release().items() if k != "first_k_dense_replace"}
     plain.update(num_hidden_layers=12, expert_swiglu_limit_list=None)

@@ -5,8 +5,6 @@ tests/test_hf_parity.py (cohere2, cohere2_moe)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -16,24 +14,16 @@ import pytest
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from models.layers import model_norm
+from tests.family_cases import arch_fields, saved_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def _saved(arch: str) -> dict:
-    return json.loads((FIXTURES / arch / "config.json").read_text())
-
-
-def _arch(cfg) -> dict:
-    skip = ("name", "dtype", "bos_token_id", "eos_token_ids")
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
 
 
 @pytest.mark.parametrize(
     "arch, preset", [("cohere2", "tiny-cohere2"), ("cohere2_moe", "tiny-cohere2-moe")]
 )
 def test_fixtures_read_as_their_presets(arch, preset):
-    assert _arch(config_from_hf(FIXTURES / arch)) == _arch(get_preset(preset))
+    assert arch_fields(config_from_hf(FIXTURES / arch)) == arch_fields(get_preset(preset))
 
 
 def test_transformers_rules():
@@ -41,10 +31,10 @@ def test_transformers_rules():
     pattern); cohere2's head width hidden / heads whatever head_dim says; a dense layer's
     global attention rotated only under prefix pattern 1; the sigmoid router renormalized
     with norm_topk_prob; "sum" adds the shared output."""
-    dense = {k: v for k, v in _saved("cohere2").items() if k != "layer_types"}
+    dense = {k: v for k, v in saved_config("cohere2").items() if k != "layer_types"}
     cfg = config_from_hf(dict(dense, num_hidden_layers=8, sliding_window_pattern=2, head_dim=99))
     assert cfg.full_attention_layers == cfg.nope_layers == (1, 3, 5, 7) and cfg.head_dim == 16
-    moe = {k: v for k, v in _saved("cohere2_moe").items() if "layer_types" not in k}
+    moe = {k: v for k, v in saved_config("cohere2_moe").items() if "layer_types" not in k}
     moe.update(first_k_dense_replace=2, num_hidden_layers=6, sliding_window_pattern=4)
     cfg = config_from_hf(dict(moe, prefix_dense_sliding_window_pattern=1))
     assert cfg.full_attention_layers == (0, 1, 5) and cfg.nope_layers == (5,)
@@ -84,7 +74,7 @@ def test_transformers_rules():
 )
 def test_bad_configs_are_refused_by_field(arch, change, match):
     with pytest.raises(ValueError, match=match):
-        config_from_hf({**_saved(arch), **change})
+        config_from_hf({**saved_config(arch), **change})
 
 
 def test_layer_norm_is_coheres():

@@ -4,8 +4,6 @@ HF parity: tests/test_hf_parity.py (dbrx)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import pytest
@@ -14,27 +12,19 @@ from safetensors import safe_open
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from models.checkpoint_names import hf_tensor_names
+from tests.family_cases import arch_fields, saved_config
 
 FIXTURE = Path(__file__).parent / "fixtures" / "dbrx"
-
-
-def _saved() -> dict:
-    return json.loads((FIXTURE / "config.json").read_text())
-
-
-def _arch(cfg) -> dict:
-    skip = ("name", "dtype", "bos_token_id", "eos_token_ids")
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
 
 
 def test_config_spellings():
     """The fixture reads as its preset; the release's config (no rope_parameters, its base
     in attn_config) to the same model; null moe_normalize_expert_weights: not renormalized."""
-    assert _arch(config_from_hf(FIXTURE)) == _arch(get_preset("tiny-dbrx"))
-    release = {k: v for k, v in _saved().items() if k != "rope_parameters"}
-    assert _arch(config_from_hf(release)) == _arch(get_preset("tiny-dbrx"))
-    ffn = dict(_saved()["ffn_config"], moe_normalize_expert_weights=None)
-    assert not config_from_hf(dict(_saved(), ffn_config=ffn)).norm_topk_prob
+    assert arch_fields(config_from_hf(FIXTURE)) == arch_fields(get_preset("tiny-dbrx"))
+    release = {k: v for k, v in saved_config("dbrx").items() if k != "rope_parameters"}
+    assert arch_fields(config_from_hf(release)) == arch_fields(get_preset("tiny-dbrx"))
+    ffn = dict(saved_config("dbrx")["ffn_config"], moe_normalize_expert_weights=None)
+    assert not config_from_hf(dict(saved_config("dbrx"), ffn_config=ffn)).norm_topk_prob
 
 
 @pytest.mark.parametrize(
@@ -48,7 +38,7 @@ def test_config_spellings():
 )
 def test_bad_configs_are_refused_by_field(change, match):
     with pytest.raises(ValueError, match=match):
-        config_from_hf({**_saved(), **change})
+        config_from_hf({**saved_config("dbrx"), **change})
 
 
 def test_tensor_names_are_the_releases():

@@ -5,8 +5,6 @@ tensor names. HF parity: tests/test_hf_parity.py (granite_swa, granitemoe_swa)."
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import pytest
@@ -15,31 +13,23 @@ from safetensors import safe_open
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from models.checkpoint_names import hf_tensor_names
+from tests.family_cases import arch_fields, saved_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def _saved(arch: str) -> dict:
-    return json.loads((FIXTURES / arch / "config.json").read_text())
-
-
-def _arch(cfg) -> dict:
-    skip = ("name", "dtype", "bos_token_id", "eos_token_ids")
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
 
 
 @pytest.mark.parametrize(
     "arch, preset", [("granite_swa", "tiny-granite-swa"), ("granitemoe_swa", "tiny-granitemoe-swa")]
 )
 def test_fixtures_read_as_their_presets(arch, preset):
-    assert _arch(config_from_hf(FIXTURES / arch)) == _arch(get_preset(preset))
+    assert arch_fields(config_from_hf(FIXTURES / arch)) == arch_fields(get_preset(preset))
 
 
 def test_layer_kinds_and_rope_bases():
     """Every fourth layer from 0 global by default; layer_rope_theta: 0 a layer without
     positions, one base per layer kind (the global one as rope_theta, the windowed one as
     sliding_rope_theta where they differ); none given: the config's base everywhere."""
-    hf = {k: v for k, v in _saved("granite_swa").items() if k != "layer_types"}
+    hf = {k: v for k, v in saved_config("granite_swa").items() if k != "layer_types"}
     cfg = config_from_hf(dict(hf, num_hidden_layers=8, layer_rope_theta=[0, 7.0, 7.0, 7.0] * 2))
     assert cfg.full_attention_layers == cfg.nope_layers == (0, 4)
     assert (cfg.rope_theta, cfg.sliding_rope_theta) == (7.0, 0.0)
@@ -47,7 +37,7 @@ def test_layer_kinds_and_rope_bases():
     assert (cfg.rope_theta, cfg.sliding_rope_theta, cfg.nope_layers) == (5.0, 7.0, (3,))
     cfg = config_from_hf(dict(hf, layer_rope_theta=None, sliding_window=None))
     assert cfg.nope_layers == () and cfg.sliding_window is None and cfg.attention_sinks
-    assert cfg.rope_theta == _saved("granite_swa")["rope_parameters"]["rope_theta"]
+    assert cfg.rope_theta == saved_config("granite_swa")["rope_parameters"]["rope_theta"]
 
 
 @pytest.mark.parametrize(
@@ -68,7 +58,7 @@ def test_layer_kinds_and_rope_bases():
 )
 def test_bad_configs_are_refused_by_field(change, match):
     with pytest.raises(ValueError, match=match):
-        config_from_hf({**_saved("granite_swa"), **change})
+        config_from_hf({**saved_config("granite_swa"), **change})
 
 
 def test_moe_tensor_names_are_transformers_own():

@@ -4,8 +4,6 @@ refusals. HF parity: tests/test_hf_parity.py (hy_v3, minicpm5_moe)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import pytest
@@ -14,17 +12,9 @@ from safetensors import safe_open
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from models.checkpoint_names import hf_tensor_names
+from tests.family_cases import arch_fields, saved_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def _saved(arch: str) -> dict:
-    return json.loads((FIXTURES / arch / "config.json").read_text())
-
-
-def _arch(cfg) -> dict:
-    skip = ("name", "dtype", "bos_token_id", "eos_token_ids")
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
 
 
 @pytest.mark.parametrize(
@@ -32,17 +22,17 @@ def _arch(cfg) -> dict:
     [("hy_v3", "tiny-hy-v3", "hy-v3"), ("minicpm5_moe", "tiny-minicpm5-moe", "minicpm5-15b-a2.5b")],
 )
 def test_configs_read_as_their_presets(arch, preset, real):
-    assert _arch(config_from_hf(FIXTURES / arch)) == _arch(get_preset(preset))
-    assert _arch(config_from_hf({"model_type": arch})) == _arch(get_preset(real))
+    assert arch_fields(config_from_hf(FIXTURES / arch)) == arch_fields(get_preset(preset))
+    assert arch_fields(config_from_hf({"model_type": arch})) == arch_fields(get_preset(real))
 
 
 def test_dense_layers_and_release_names():
     """mlp_layer_types picks the dense layers (MiniCPM5: else first_k_dense_replace);
     Hunyuan 3's router, correction bias and shared MLP under its release's names, all in
     the fixture."""
-    hf = dict(_saved("hy_v3"), mlp_layer_types=["sparse", "dense", "sparse"])
+    hf = dict(saved_config("hy_v3"), mlp_layer_types=["sparse", "dense", "sparse"])
     assert config_from_hf(hf).mlp_only_layers == (1,)
-    hf = {k: v for k, v in _saved("minicpm5_moe").items() if k != "mlp_layer_types"}
+    hf = {k: v for k, v in saved_config("minicpm5_moe").items() if k != "mlp_layer_types"}
     assert config_from_hf(dict(hf, first_k_dense_replace=2)).mlp_only_layers == (0, 1)
     names = set(hf_tensor_names(get_preset("tiny-hy-v3")))
     with safe_open(FIXTURES / "hy_v3" / "model.safetensors", "np") as f:
@@ -64,4 +54,4 @@ def test_dense_layers_and_release_names():
 )
 def test_bad_configs_are_refused_by_field(arch, change, match):
     with pytest.raises(ValueError, match=match):
-        config_from_hf({**_saved(arch), **change})
+        config_from_hf({**saved_config(arch), **change})

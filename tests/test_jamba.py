@@ -8,8 +8,6 @@ preemption)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -20,6 +18,7 @@ from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from models.linear_attention import mamba1, zero_state
 from models.specs import init_params
+from tests.family_cases import arch_fields, saved_config
 from tests.test_lfm2 import ROWS, SLOTS, SPAN_CASES, ragged_segments
 
 FIXTURE = Path(__file__).parent / "fixtures" / "jamba"
@@ -86,23 +85,14 @@ def test_mamba1_over_ragged_spans_equals_each_sequence_token_by_token(
             np.testing.assert_array_equal(got[untouched], old[untouched])
 
 
-def _saved() -> dict:
-    return json.loads((FIXTURE / "config.json").read_text())
-
-
-def _arch(cfg) -> dict:
-    skip = ("name", "dtype", "bos_token_id", "eos_token_ids")
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
-
-
 def test_config_layer_pattern_dt_rank_and_dense_experts():
     """The fixture reads as its preset; transformers' rules: attention where i % period ==
     offset, experts likewise, dt rank "auto" = ceil(hidden / 16), one expert a dense MLP."""
-    assert _arch(config_from_hf(FIXTURE)) == _arch(get_preset("tiny-jamba"))
-    cfg = config_from_hf(dict(_saved(), num_hidden_layers=8, mamba_dt_rank="auto"))
+    assert arch_fields(config_from_hf(FIXTURE)) == arch_fields(get_preset("tiny-jamba"))
+    cfg = config_from_hf(dict(saved_config("jamba"), num_hidden_layers=8, mamba_dt_rank="auto"))
     assert cfg.nope_layers == (2, 6) and cfg.mamba_dt_rank == 4
     assert [cfg.is_moe_layer(i) for i in range(8)] == [False, True] * 4
-    dense = config_from_hf(dict(_saved(), num_experts=1))
+    dense = config_from_hf(dict(saved_config("jamba"), num_experts=1))
     assert dense.num_experts == 0 and dense.intermediate_size == 96
 
 
@@ -118,7 +108,7 @@ def test_config_layer_pattern_dt_rank_and_dense_experts():
 )
 def test_bad_configs_are_refused_by_field(change, match):
     with pytest.raises(ValueError, match=match):
-        config_from_hf({**_saved(), **change})
+        config_from_hf({**saved_config("jamba"), **change})
 
 
 def test_state_shapes_and_bytes():

@@ -7,7 +7,6 @@ fixture's HF parity: tests/test_hf_parity.py (reference path) and tests/test_lin
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -19,9 +18,9 @@ from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from models.linear_attention import Segments, short_conv, zero_state
 from models.specs import init_params
+from tests.family_cases import arch_fields, saved_config
 
 FIXTURE = Path(__file__).parent / "fixtures" / "lfm2_moe"
-NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")
 
 
 def _numpy_conv(p: dict, x: np.ndarray, prior: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,24 +97,18 @@ def test_short_conv_over_ragged_spans_equals_each_sequence_token_by_token(
         np.testing.assert_array_equal(new[untouched], state[untouched])
 
 
-def _arch(cfg) -> dict:
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in NON_ARCH}
-
-
-def _saved() -> dict:
-    return json.loads((FIXTURE / "config.json").read_text())
-
-
 def test_saved_and_released_spellings_read_as_the_preset():
     """transformers' save and the releases' spelling (tie_embedding, norm_eps,
     full_attn_idxs in place of layer_types) read to the tiny preset."""
-    want = _arch(get_preset("tiny-lfm2-moe"))
-    assert _arch(config_from_hf(FIXTURE)) == want
+    want = arch_fields(get_preset("tiny-lfm2-moe"))
+    assert arch_fields(config_from_hf(FIXTURE)) == want
     released = {
-        k: v for k, v in _saved().items() if k not in ("layer_types", "tie_word_embeddings")
+        k: v
+        for k, v in saved_config("lfm2_moe").items()
+        if k not in ("layer_types", "tie_word_embeddings")
     }
     released = dict(released, full_attn_idxs=[2, 4], tie_embedding=True)
-    assert _arch(config_from_hf(released)) == want
+    assert arch_fields(config_from_hf(released)) == want
     untied = config_from_hf(dict(released, tie_embedding=False))
     assert not untied.tie_word_embeddings
     plain = config_from_hf(dict(released, use_expert_bias=False))
@@ -134,7 +127,7 @@ def test_saved_and_released_spellings_read_as_the_preset():
 )
 def test_bad_configs_are_refused_by_field(change, match):
     with pytest.raises(ValueError, match=match):
-        config_from_hf({**_saved(), **change})
+        config_from_hf({**saved_config("lfm2_moe"), **change})
 
 
 def test_state_bytes_and_shapes():
@@ -156,7 +149,7 @@ def test_dense_lfm2_mlp_width_and_layer_kinds_as_transformers_reads_them():
     auto-adjust the width as given; without layer_types or full_attn_idxs every layer
     attends (transformers' Lfm2Config)."""
     saved = json.loads((FIXTURE.parent / "lfm2" / "config.json").read_text())
-    assert _arch(config_from_hf(saved)) == _arch(get_preset("tiny-lfm2"))
+    assert arch_fields(config_from_hf(saved)) == arch_fields(get_preset("tiny-lfm2"))
     assert config_from_hf(dict(saved, block_ff_dim=196)).intermediate_size == 208  # 130 * 1.5
     plain = dict(saved, block_ffn_dim_multiplier=None)
     assert config_from_hf(plain).intermediate_size == 66

@@ -6,8 +6,6 @@ snapshots and window pages together)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import pytest
@@ -16,17 +14,9 @@ from safetensors import safe_open
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from models.checkpoint_names import hf_tensor_names
+from tests.family_cases import arch_fields, saved_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def _saved(arch: str = "lfm3") -> dict:
-    return json.loads((FIXTURES / arch / "config.json").read_text())
-
-
-def _arch(cfg) -> dict:
-    skip = ("name", "dtype", "bos_token_id", "eos_token_ids")
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
 
 
 def test_config_layer_pattern_rope_and_windows():
@@ -34,9 +24,11 @@ def test_config_layer_pattern_rope_and_windows():
     conv, full, conv, the first of each four from the second windowed); the global layers'
     proportional RoPE and the windowed ones' base; the window on attention layers only."""
     cfg = config_from_hf(FIXTURES / "lfm3")
-    assert _arch(cfg) == _arch(get_preset("tiny-lfm3"))
+    assert arch_fields(cfg) == arch_fields(get_preset("tiny-lfm3"))
     assert cfg.windowed_layers == (4,) and cfg.hybrid_window == 8
-    plain = {k: v for k, v in _saved().items() if k not in ("layer_types", "rope_parameters")}
+    plain = {
+        k: v for k, v in saved_config("lfm3").items() if k not in ("layer_types", "rope_parameters")
+    }
     cfg = config_from_hf(dict(plain, num_hidden_layers=9))
     assert cfg.linear_attention_layers == (0, 1, 3, 5, 7) and cfg.full_attention_layers == (2, 6)
     assert cfg.windowed_layers == (4, 8)
@@ -61,7 +53,7 @@ def test_config_layer_pattern_rope_and_windows():
 )
 def test_bad_configs_are_refused_by_field(arch, change, match):
     with pytest.raises(ValueError, match=match):
-        config_from_hf({**_saved(arch), **change})
+        config_from_hf({**saved_config(arch), **change})
 
 
 def test_tensor_names_are_the_releases():

@@ -6,7 +6,6 @@ fixture's HF parity: tests/test_hf_parity.py (reference path) and tests/test_eng
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -18,23 +17,15 @@ from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from models.moe import moe_block, route
 from models.specs import init_params
+from tests.family_cases import arch_fields, saved_config
 
 FIXTURE = Path(__file__).parent / "fixtures" / "longcat_flash"
-NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")
-
-
-def _saved() -> dict:
-    return json.loads((FIXTURE / "config.json").read_text())
-
-
-def _arch(cfg) -> dict:
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in NON_ARCH}
 
 
 def test_config_reads_as_the_preset_two_decoder_layers_a_layer():
     cfg = config_from_hf(FIXTURE)
-    assert _arch(cfg) == _arch(get_preset("tiny-longcat-flash"))
-    assert cfg.num_layers == 2 * _saved()["num_layers"]
+    assert arch_fields(cfg) == arch_fields(get_preset("tiny-longcat-flash"))
+    assert cfg.num_layers == 2 * saved_config("longcat_flash")["num_layers"]
     assert [cfg.is_moe_layer(i) for i in range(4)] == [True, False, True, False]
 
 
@@ -51,7 +42,7 @@ def test_config_reads_as_the_preset_two_decoder_layers_a_layer():
 )
 def test_bad_configs_are_refused_by_field(change, match):
     with pytest.raises(ValueError, match=match):
-        config_from_hf({**_saved(), **change})
+        config_from_hf({**saved_config("longcat_flash"), **change})
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,6 @@ tests/test_engine.py (paged engine)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -17,13 +15,9 @@ import pytest
 
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
+from tests.family_cases import arch_fields, saved_config
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mimo_v2_flash"
-NON_ARCH = ("name", "dtype", "bos_token_id", "eos_token_ids")
-
-
-def _saved() -> dict:
-    return json.loads((FIXTURE / "config.json").read_text())
 
 
 def _released() -> dict:
@@ -31,7 +25,7 @@ def _released() -> dict:
     fields, which vLLM and SGLang read), none of transformers' own per-layer fields."""
     hf = {
         k: v
-        for k, v in _saved().items()
+        for k, v in saved_config("mimo_v2_flash").items()
         if k
         not in (
             "layer_types",
@@ -60,14 +54,10 @@ def _released() -> dict:
     )
 
 
-def _arch(cfg) -> dict:
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in NON_ARCH}
-
-
 def test_saved_and_released_spellings_read_as_the_preset():
-    want = _arch(get_preset("tiny-mimo-v2-flash"))
-    assert _arch(config_from_hf(FIXTURE)) == want
-    assert _arch(config_from_hf(_released())) == want
+    want = arch_fields(get_preset("tiny-mimo-v2-flash"))
+    assert arch_fields(config_from_hf(FIXTURE)) == want
+    assert arch_fields(config_from_hf(_released())) == want
     # The released config stores a null routed_scaling_factor: transformers reads 1.0.
     released = config_from_hf(dict(_released(), routed_scaling_factor=None))
     assert released.routed_scaling_factor == 1.0
@@ -80,7 +70,11 @@ def test_transformers_defaults_for_the_layer_kinds_rope_and_value_scale():
     """Without layer_types / hybrid_layer_pattern: the first layer and every sixth global;
     without mlp_layer_types / moe_layer_freq: the first layer dense; no rope_parameters:
     transformers' 5e6 / 1e4 on 0.334 of each head; no attention_value_scale: 0.707."""
-    hf = {k: v for k, v in _saved().items() if k not in ("layer_types", "mlp_layer_types")}
+    hf = {
+        k: v
+        for k, v in saved_config("mimo_v2_flash").items()
+        if k not in ("layer_types", "mlp_layer_types")
+    }
     hf = {k: v for k, v in hf.items() if k not in ("rope_parameters", "attention_value_scale")}
     cfg = config_from_hf(dict(hf, num_hidden_layers=12))
     assert cfg.full_attention_layers == (0, 5, 11)

@@ -9,8 +9,6 @@ preemption)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -22,6 +20,7 @@ from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from models.linear_attention import lightning, lightning_decays, zero_state
 from models.specs import init_params
+from tests.family_cases import arch_fields, saved_config
 from tests.test_lfm2 import ROWS, SLOTS, SPAN_CASES, ragged_segments
 
 FIXTURE = Path(__file__).parent / "fixtures" / "minimax"
@@ -89,19 +88,10 @@ def test_decays_are_the_slope_rates_transformers_saved():
     assert len(set(first.tolist())) == cfg.linear_num_value_heads and (last < 1e-4 * first).all()
 
 
-def _saved() -> dict:
-    return json.loads((FIXTURE / "config.json").read_text())
-
-
-def _arch(cfg) -> dict:
-    skip = ("name", "dtype", "bos_token_id", "eos_token_ids")
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
-
-
 def _released() -> dict:
     """The fixture's config as the released remote code spells it (MiniMax-Text-01's
     config.json: attn_type_list, layernorm_*_alpha / _beta, postnorm, rotary_dim)."""
-    hf = _saved()
+    hf = saved_config("minimax")
     hf["attn_type_list"] = [1 if k == "full_attention" else 0 for k in hf.pop("layer_types")]
     for block, release in (("full_attn", "full_attention"), ("linear_attn", "linear_attention")):
         for which in ("alpha", "beta"):
@@ -116,9 +106,10 @@ def test_config_spellings_layer_pattern_and_rotary_dim():
     rotary_dim (8 of 16 channels rotated); transformers' default layers alternate, full
     attention first."""
     preset = get_preset("tiny-minimax")
-    assert _arch(config_from_hf(FIXTURE)) == _arch(preset)
-    assert _arch(config_from_hf(_released())) == _arch(preset.replace(partial_rotary_factor=0.5))
-    plain = {k: v for k, v in _saved().items() if not k.endswith("_factor")}
+    assert arch_fields(config_from_hf(FIXTURE)) == arch_fields(preset)
+    want = arch_fields(preset.replace(partial_rotary_factor=0.5))
+    assert arch_fields(config_from_hf(_released())) == want
+    plain = {k: v for k, v in saved_config("minimax").items() if not k.endswith("_factor")}
     cfg = config_from_hf(dict(plain, layer_types=None, num_hidden_layers=6))
     assert cfg.linear_attention_layers == (1, 3, 5)
     assert cfg.residual_alphas == cfg.residual_betas == (1.0, 1.0, 1.0) and cfg.residual_normed
@@ -139,7 +130,7 @@ def test_config_spellings_layer_pattern_and_rotary_dim():
 )
 def test_bad_configs_are_refused_by_field(change, match):
     with pytest.raises(ValueError, match=match):
-        config_from_hf({**_saved(), **change})
+        config_from_hf({**saved_config("minimax"), **change})
 
 
 def test_state_shapes_bytes_and_bad_fields():

@@ -18,17 +18,9 @@ from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from engine import LLM, SamplingParams
 from models.rope import for_max_model_len, rope_frequencies
+from tests.family_cases import arch_fields, saved_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def _saved(arch: str = "phi3") -> dict:
-    return json.loads((FIXTURES / arch / "config.json").read_text())
-
-
-def _arch(cfg) -> dict:
-    skip = ("name", "dtype", "bos_token_id", "eos_token_ids")
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
 
 
 def test_configs_and_the_factors_an_engine_takes():
@@ -36,10 +28,10 @@ def test_configs_and_the_factors_an_engine_takes():
     engine of up to 64 tokens, its long ones past that; phi3_long (4) as tiny-phi3-long in
     any engine longer than 4; LongRoPE's attention factor sqrt(1 + ln 32 / ln 64)."""
     short = config_from_hf(FIXTURES / "phi3")
-    assert _arch(for_max_model_len(short, 64)) == _arch(get_preset("tiny-phi3"))
+    assert arch_fields(for_max_model_len(short, 64)) == arch_fields(get_preset("tiny-phi3"))
     assert for_max_model_len(short, 65).rope_scaling.long_factors
     long = for_max_model_len(config_from_hf(FIXTURES / "phi3_long"), 56)
-    assert _arch(long) == _arch(get_preset("tiny-phi3-long"))
+    assert arch_fields(long) == arch_fields(get_preset("tiny-phi3-long"))
     inv_short, factor = rope_frequencies(1e4, 12, short.rope_scaling)
     inv_long, _ = rope_frequencies(1e4, 12, long.rope_scaling)
     np.testing.assert_allclose(factor, np.sqrt(1 + np.log(32) / np.log(64)), rtol=1e-7)
@@ -61,7 +53,7 @@ def test_engine_on_the_long_factors_gives_transformers_tokens():
 def test_older_rope_spellings():
     """rope_scaling with type "su" (or "yarn", Phi3Config's reading) and a top-level
     rope_theta mean the same LongRoPE."""
-    hf = _saved()
+    hf = saved_config("phi3")
     rope = dict(hf.pop("rope_parameters"))
     theta, partial = rope.pop("rope_theta"), rope.pop("partial_rotary_factor")
     for kind in ("su", "yarn"):
@@ -69,7 +61,7 @@ def test_older_rope_spellings():
         legacy["rope_scaling"] = dict(
             {k: v for k, v in rope.items() if k != "rope_type"}, type=kind
         )
-        assert _arch(config_from_hf(legacy)) == _arch(config_from_hf(FIXTURES / "phi3"))
+        assert arch_fields(config_from_hf(legacy)) == arch_fields(config_from_hf(FIXTURES / "phi3"))
 
 
 @pytest.mark.parametrize(
@@ -81,7 +73,7 @@ def test_older_rope_spellings():
     ],
 )
 def test_bad_configs_are_refused_by_field(change, match):
-    hf = _saved()
+    hf = saved_config("phi3")
     hf["rope_parameters"] = {**hf["rope_parameters"], **change}
     with pytest.raises(ValueError, match=match):
         config_from_hf(hf)
@@ -97,8 +89,8 @@ def test_longrope_elsewhere_is_refused():
 def test_phimoe_config_mscales_and_its_router_refusals():
     """Phi-3.5-MoE reads as tiny-phimoe (its rope dict's pretraining length first, its
     mscales); the sparsemixer routes exactly two experts."""
-    hf = _saved("phimoe")
-    assert _arch(config_from_hf(hf)) == _arch(get_preset("tiny-phimoe"))
+    hf = saved_config("phimoe")
+    assert arch_fields(config_from_hf(hf)) == arch_fields(get_preset("tiny-phimoe"))
     rope = config_from_hf(dict(hf, original_max_position_embeddings=8)).rope_scaling
     assert (rope.original_max_position_embeddings, rope.short_mscale, rope.long_mscale) == (
         64,

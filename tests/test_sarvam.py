@@ -4,8 +4,6 @@ spellings; the releases' tensor names. HF parity: tests/test_hf_parity.py."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import pytest
@@ -15,17 +13,9 @@ from configs.hf_config import config_from_hf
 from configs.model_config import RopeScaling
 from configs.presets import get_preset
 from models.checkpoint_names import hf_tensor_names
+from tests.family_cases import arch_fields, saved_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def _saved(arch: str) -> dict:
-    return json.loads((FIXTURES / arch / "config.json").read_text())
-
-
-def _arch(cfg) -> dict:
-    skip = ("name", "dtype", "bos_token_id", "eos_token_ids")
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
 
 
 @pytest.mark.parametrize(
@@ -38,13 +28,13 @@ def _arch(cfg) -> dict:
 )
 def test_fixtures_read_as_their_presets_keeping_their_model_type(arch, preset):
     cfg = config_from_hf(FIXTURES / arch)
-    assert _arch(cfg) == _arch(get_preset(preset)) and cfg.model_type == arch
+    assert arch_fields(cfg) == arch_fields(get_preset(preset)) and cfg.model_type == arch
 
 
 def test_release_names_of_fields_and_class_defaults():
     """The releases' num_experts / num_shared_experts / use_qkv_bias / num_mtp_layers mean
     the family's fields; an empty config is the class's defaults (the real presets)."""
-    hf = _saved("param2moe")
+    hf = saved_config("param2moe")
     for name, field in (
         ("num_experts", "n_routed_experts"),
         ("num_shared_experts", "n_shared_experts"),
@@ -52,14 +42,14 @@ def test_release_names_of_fields_and_class_defaults():
         hf[name] = hf.pop(field)
     hf["use_qkv_bias"] = hf.pop("attention_bias")
     hf["num_mtp_layers"] = hf.pop("num_nextn_predict_layers")
-    assert _arch(config_from_hf(hf)) == _arch(get_preset("tiny-param2moe"))
+    assert arch_fields(config_from_hf(hf)) == arch_fields(get_preset("tiny-param2moe"))
     for model_type, preset in (
         ("sarvam_moe", "sarvam-30b"),
         ("param2moe", "param2-17b-a2.4b"),
         ("sarvam_mla", "sarvam-105b"),
     ):
         cfg = config_from_hf({"model_type": model_type}, dtype="bfloat16")
-        assert _arch(cfg) == _arch(get_preset(preset)), model_type
+        assert arch_fields(cfg) == arch_fields(get_preset(preset)), model_type
 
 
 def test_sarvam_105b_remote_code_spelling():
@@ -67,11 +57,11 @@ def test_sarvam_105b_remote_code_spelling():
     MLA cache width) and q_head_dim dropped, rope_scaling "deepseek_yarn" read as YaRN."""
     yarn = dict(factor=40.0, original_max_position_embeddings=4096, beta_fast=32, beta_slow=1)
     yarn.update(mscale=1.0, mscale_all_dim=1.0)
-    base = dict(_saved("sarvam_mla"), rope_scaling=dict(yarn, rope_type="yarn"))
+    base = dict(saved_config("sarvam_mla"), rope_scaling=dict(yarn, rope_type="yarn"))
     base.pop("rope_parameters")
     release = dict(base, head_dim=40, q_head_dim=24, rope_scaling=dict(yarn, type="deepseek_yarn"))
     got, want = config_from_hf(release), config_from_hf(base)
-    assert _arch(got) == _arch(want)
+    assert arch_fields(got) == arch_fields(want)
     assert got.rope_scaling.rope_type == "yarn" and got.rope_scaling.factor == 40.0
     assert want.rope_scaling != RopeScaling()
 
