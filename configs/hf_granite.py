@@ -13,6 +13,9 @@ and granitemoeshared are the same blocks without Mamba: every layer attention wi
 then the experts (granitemoeshared: beside a shared MLP where shared_intermediate_size > 0),
 under the same multipliers and checkpoint names.
 
+Granite 3's dense models (transformers' granite: granite-3.x-2b / 8b) are Llama's layers
+under the same multipliers, Llama's names.
+
 The SWA models (granite_swa, dense; granitemoe_swa, granitemoeshared's MoE) add a learnable
 sink per head on every layer (gpt-oss's) and sliding windows on the "sliding_attention"
 layers (`layer_types`, else every fourth layer from 0 global), and take a RoPE base per
@@ -29,9 +32,9 @@ from configs.hf_nemotron_h import dt_limit
 
 GRANITE = "granitemoehybrid"
 GRANITE_MOE, GRANITE_MOE_SHARED = "granitemoe", "granitemoeshared"
-GRANITE_SWA, GRANITE_MOE_SWA = "granite_swa", "granitemoe_swa"
+GRANITE_SWA, GRANITE_MOE_SWA, GRANITE_DENSE = "granite_swa", "granitemoe_swa", "granite"
 # Granite's attention-only families (every layer attention, then experts or an MLP).
-GRANITE_ATTN_TYPES = (GRANITE_MOE, GRANITE_MOE_SHARED, GRANITE_SWA, GRANITE_MOE_SWA)
+GRANITE_ATTN_TYPES = (GRANITE_MOE, GRANITE_MOE_SHARED, GRANITE_SWA, GRANITE_MOE_SWA, GRANITE_DENSE)
 
 _KINDS = {"mamba": "linear_attention", "attention": "full_attention"}
 
@@ -63,6 +66,10 @@ GRANITE_DEFAULTS[GRANITE_MOE_SHARED] = dict(
 # transformers 5.25's GraniteMoeSWAConfig and GraniteSWAConfig.
 _SWA = dict(sliding_window=128, layer_types=None, layer_rope_theta=None)
 GRANITE_DEFAULTS[GRANITE_MOE_SWA] = dict(GRANITE_DEFAULTS[GRANITE_MOE_SHARED], **_SWA)
+# transformers 5.25's GraniteConfig (Granite 3's dense models: Llama's layers, the multipliers).
+GRANITE_DEFAULTS[GRANITE_DENSE] = dict(
+    GRANITE_DEFAULTS[GRANITE_MOE], num_key_value_heads=32, mlp_bias=False
+)
 GRANITE_DEFAULTS[GRANITE_SWA] = dict(
     _SWA, vocab_size=100352, hidden_size=2560, intermediate_size=8192, num_hidden_layers=24,
     num_attention_heads=20, num_key_value_heads=4, hidden_act="silu",
@@ -77,7 +84,7 @@ def granite_fields(f: Any, model_type: str) -> dict:
     """ModelConfig's fields of a Granite config; `f` is hf_config._Fields."""
     if model_type == GRANITE:
         return _hybrid_fields(f)
-    if model_type == GRANITE_SWA:
+    if model_type in (GRANITE_SWA, GRANITE_DENSE):
         if f.get("mlp_bias"):
             raise ValueError(f"HF config mlp_bias=True: not supported for {model_type}")
         heads = f.required("num_attention_heads")

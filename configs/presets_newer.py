@@ -277,3 +277,15 @@ NEWER["tiny-phimoe"] = NEWER["tiny-phi3"].replace(
     scoring_func="sparsemixer",
     sparsemixer_eps=0.3,
 )
+# tests/fixtures/granite: IBM Granite 3's dense kind: 3 layers 64 wide, Llama's layers (4
+# heads over 2 KV heads of 16, a SwiGLU MLP 96 wide) under tiny-granite-swa's multipliers.
+NEWER["tiny-granite"] = NEWER["tiny-granite-swa"].replace(
+    name="tiny-granite",
+    model_type="granite",
+    num_layers=3,
+    rms_norm_eps=1e-6,
+    attention_sinks=False,
+    sliding_window=None,
+    full_attention_layers=(),
+    nope_layers=(),
+)

@@ -19,7 +19,12 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.mark.parametrize(
-    "arch, preset", [("granite_swa", "tiny-granite-swa"), ("granitemoe_swa", "tiny-granitemoe-swa")]
+    "arch, preset",
+    [
+        ("granite_swa", "tiny-granite-swa"),
+        ("granitemoe_swa", "tiny-granitemoe-swa"),
+        ("granite", "tiny-granite"),  # (Granite 3's dense models: no sinks, no window)
+    ],
 )
 def test_fixtures_read_as_their_presets(arch, preset):
     assert arch_fields(config_from_hf(FIXTURES / arch)) == arch_fields(get_preset(preset))

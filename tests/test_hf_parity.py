@@ -119,6 +119,7 @@ ARCHS = {
     "phi3_long": "tiny-phi3-long",
     # Phi-3.5-MoE: LayerNorms and attention with biases, the sparsemixer router, LongRoPE
     "phimoe": "tiny-phimoe",
+    "granite": "tiny-granite",  # Granite 3 dense: Llama's layers, Granite's multipliers
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
