@@ -480,6 +480,13 @@ class ModelConfig:
                 f"{len(rs.long_factor)} entries; longrope needs rotary_dim / 2 = "
                 f"{self.rotary_dim // 2} each"
             )
+        if self.norm_bias and self.norm_kind != "layer":
+            raise ValueError("norm_bias=True: needs norm_kind='layer' (an RMSNorm has no bias)")
+        if not self.residual_normed and (self.residual_alphas, self.residual_betas) != (
+            (1.0, 1.0, 1.0),
+            (1.0, 1.0, 1.0),
+        ):
+            raise ValueError("residual_alphas, residual_betas: need residual_normed=True")
         if self.norm_kind not in ("rms", "layer") or not self.logit_scale > 0:
             raise ValueError(
                 f"norm_kind={self.norm_kind!r}, logit_scale={self.logit_scale}: expected "

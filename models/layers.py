@@ -41,16 +41,16 @@ def model_norm(
     scales (ModelConfig.norm_scale_in_float32, norm_offset), or a LayerNorm (norm_kind
     "layer"; with `bias`, Phi-3.5-MoE's nn.LayerNorm)."""
     if cfg.norm_kind == "layer":
-        return cohere_layer_norm(x, weight, cfg.rms_norm_eps, bias)
+        return layer_norm(x, weight, cfg.rms_norm_eps, bias)
     return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_scale_in_float32, cfg.norm_offset)
 
 
-def cohere_layer_norm(
+def layer_norm(
     x: jax.Array, weight: jax.Array, eps: float, bias: jax.Array | None = None
 ) -> jax.Array:
-    """transformers' CohereLayerNorm over the last axis: x minus its mean over the root of
-    their variance, times the weight (plus `bias`: nn.LayerNorm's), all in float32, cast
-    back once."""
+    """A LayerNorm over the last axis (transformers' CohereLayerNorm; with `bias`,
+    nn.LayerNorm's): x minus its mean over the root of their variance, times the weight,
+    plus the bias, all in float32, cast back once."""
     xf = x.astype(jnp.float32)
     centered = xf - row_mean(xf)[..., None]
     normed = weight.astype(jnp.float32) * (

@@ -101,3 +101,5 @@ def test_phimoe_config_mscales_and_its_router_refusals():
     assert mscale == 1.4
     with pytest.raises(ValueError, match="sparsemixer': needs num_experts_per_tok=2"):
         config_from_hf(dict(hf, num_experts_per_tok=3))
+    with pytest.raises(ValueError, match="norm_bias=True: needs norm_kind='layer'"):
+        get_preset("tiny-phimoe").replace(norm_kind="rms")
