@@ -76,6 +76,8 @@ class RopeScaling:
     long_mscale: float = 0.0
 
     def __post_init__(self):
+        for name in ("short_factor", "long_factor"):  # (a JSON round trip gives lists)
+            object.__setattr__(self, name, tuple(float(x) for x in getattr(self, name)))
         if self.rope_type not in ROPE_TYPES:
             raise ValueError(f"rope_type={self.rope_type!r}: expected one of {ROPE_TYPES}")
         if self.factor <= 0:

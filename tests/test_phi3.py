@@ -103,3 +103,14 @@ def test_phimoe_config_mscales_and_its_router_refusals():
         config_from_hf(dict(hf, num_experts_per_tok=3))
     with pytest.raises(ValueError, match="norm_bias=True: needs norm_kind='layer'"):
         get_preset("tiny-phimoe").replace(norm_kind="rms")
+
+
+def test_longrope_config_survives_a_json_round_trip():
+    """An orbax checkpoint's config.json (models/orbax_io): LongRoPE's factor lists come
+    back as the tuples a step's cache key hashes."""
+    from models.orbax_io import config_from_dict, config_to_dict
+
+    for name in ("tiny-phi3-long", "tiny-phimoe"):
+        cfg = get_preset(name)
+        back = config_from_dict(json.loads(json.dumps(config_to_dict(cfg))))
+        assert back == cfg and hash(back.rope_scaling) == hash(cfg.rope_scaling)
