@@ -289,3 +289,25 @@ NEWER["tiny-granite"] = NEWER["tiny-granite-swa"].replace(
     full_attention_layers=(),
     nope_layers=(),
 )
+# tests/fixtures/smollm3: Hugging Face's SmolLM3 kind: 4 layers 64 wide, Llama's layers (4
+# heads over 2 KV heads of 16, a SwiGLU MLP 96 wide) with RoPE (base 2e6) on layers 0-2,
+# none on layer 3, which an 8-key window covers; tied embeddings.
+NEWER["tiny-smollm3"] = ModelConfig(
+    name="tiny-smollm3",
+    model_type="smollm3",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    max_position_embeddings=2048,
+    rope_theta=2000000.0,
+    tie_word_embeddings=True,
+    nope_layers=(3,),
+    sliding_window=8,
+    full_attention_layers=(0, 1, 2),
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)

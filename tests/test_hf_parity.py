@@ -120,6 +120,7 @@ ARCHS = {
     # Phi-3.5-MoE: LayerNorms and attention with biases, the sparsemixer router, LongRoPE
     "phimoe": "tiny-phimoe",
     "granite": "tiny-granite",  # Granite 3 dense: Llama's layers, Granite's multipliers
+    "smollm3": "tiny-smollm3",  # RoPE on three layers of four, a window on the fourth
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
