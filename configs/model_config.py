@@ -228,6 +228,8 @@ class ModelConfig:
     # norm(x) + beta * block(norm(x))), with alpha and beta per block kind (full attention,
     # linear attention, MLP / MoE): DeepNorm's scales.
     residual_normed: bool = False
+    residual_alphas: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    residual_betas: tuple[float, float, float] = (1.0, 1.0, 1.0)
     # Cohere's Command models: attention and MLP side by side on one normed input, both
     # outputs added to the stream (parallel_block; no mlp_norm); LayerNorms (norm_kind
     # "layer": mean-subtracted, no bias, scaled in float32; eps rms_norm_eps) in place of
@@ -244,8 +246,6 @@ class ModelConfig:
     norm_bias: bool = False
     lm_head_bias: bool = False
     sparsemixer_eps: float = 0.0
-    residual_alphas: tuple[float, float, float] = (1.0, 1.0, 1.0)
-    residual_betas: tuple[float, float, float] = (1.0, 1.0, 1.0)
     logits_scaling: float = 1.0
     # Gemma 4: the full-attention layers' own head width and KV heads (0: head_dim,
     # num_kv_heads), their values the key projection's output (no wv: attention_k_eq_v);
