@@ -6,6 +6,7 @@ raises ValueError naming the field and its limit."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -259,3 +260,30 @@ def check_linear(cfg: Any) -> None:
             f"{cfg.linear_value_head_dim}: {cfg.linear_attention_kind} needs them equal to "
             f"the key heads and width ({kda[0]}, {kda[1]})"
         )
+
+
+def check_norms_and_rope(cfg: Any) -> None:
+    """The norms' kind and bias, the stream's residual scales (MiniMax-01), the logit scale
+    (Cohere) and LongRoPE's factor lists (Phi-3)."""
+    rs = cfg.rope_scaling
+    if rs.rope_type == "longrope" and not (
+        len(rs.short_factor) == len(rs.long_factor) == cfg.rotary_dim // 2
+    ):
+        raise ValueError(
+            f"rope_scaling short_factor / long_factor: {len(rs.short_factor)} / "
+            f"{len(rs.long_factor)} entries; longrope needs rotary_dim / 2 = "
+            f"{cfg.rotary_dim // 2} each"
+        )
+    if cfg.norm_bias and cfg.norm_kind != "layer":
+        raise ValueError("norm_bias=True: needs norm_kind='layer' (an RMSNorm has no bias)")
+    if cfg.norm_kind not in ("rms", "layer") or not cfg.logit_scale > 0:
+        raise ValueError(
+            f"norm_kind={cfg.norm_kind!r}, logit_scale={cfg.logit_scale}: expected "
+            "'rms' or 'layer', and a scale > 0"
+        )
+    for name in ("residual_alphas", "residual_betas"):
+        values = getattr(cfg, name)
+        if len(values) != 3 or not all(math.isfinite(v) for v in values):
+            raise ValueError(f"{name}={values}: three finite numbers (full, linear, MLP)")
+        if not cfg.residual_normed and tuple(values) != (1.0, 1.0, 1.0):
+            raise ValueError(f"{name}={values}: needs residual_normed=True")

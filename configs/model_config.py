@@ -11,6 +11,7 @@ from configs.model_checks import (
     check_linear,
     check_longcat,
     check_moe,
+    check_norms_and_rope,
     check_v4,
     check_values_and_sinks,
 )
@@ -18,14 +19,11 @@ from configs.model_checks import (
 # ntk_alpha: a fixed NTK-aware base, theta * alpha^(d / (d - 2)) (Hunyuan's checkpoints
 # spell it "dynamic" with an alpha; its frequencies never depend on the length).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha", "longrope")
+# fmt: off
 LINEAR_ATTENTION_KINDS = (
-    "gated_delta",
-    "kimi_delta",
-    "mamba2",
-    "short_conv",
-    "mamba1",
-    "lightning",
+    "gated_delta", "kimi_delta", "mamba2", "short_conv", "mamba1", "lightning"
 )
+# fmt: on
 # dsv4: DeepSeek-V4's attention (models/deepseek_v4.py).
 ATTENTION_TYPES = ("gqa", "mla", "dsv4")
 # softmax_topk: the top-k router logits, softmaxed among themselves (gpt-oss);
@@ -473,31 +471,7 @@ class ModelConfig:
         for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be > 0")
-        rs = self.rope_scaling
-        if rs.rope_type == "longrope" and not (
-            len(rs.short_factor) == len(rs.long_factor) == self.rotary_dim // 2
-        ):
-            raise ValueError(
-                f"rope_scaling short_factor / long_factor: {len(rs.short_factor)} / "
-                f"{len(rs.long_factor)} entries; longrope needs rotary_dim / 2 = "
-                f"{self.rotary_dim // 2} each"
-            )
-        if self.norm_bias and self.norm_kind != "layer":
-            raise ValueError("norm_bias=True: needs norm_kind='layer' (an RMSNorm has no bias)")
-        if not self.residual_normed and (self.residual_alphas, self.residual_betas) != (
-            (1.0, 1.0, 1.0),
-            (1.0, 1.0, 1.0),
-        ):
-            raise ValueError("residual_alphas, residual_betas: need residual_normed=True")
-        if self.norm_kind not in ("rms", "layer") or not self.logit_scale > 0:
-            raise ValueError(
-                f"norm_kind={self.norm_kind!r}, logit_scale={self.logit_scale}: expected "
-                "'rms' or 'layer', and a scale > 0"
-            )
-        for name in ("residual_alphas", "residual_betas"):
-            values = getattr(self, name)
-            if len(values) != 3 or not all(math.isfinite(v) for v in values):
-                raise ValueError(f"{name}={values}: three finite numbers (full, linear, MLP)")
+        check_norms_and_rope(self)
         if self.attention_multiplier < 0:
             raise ValueError(f"attention_multiplier={self.attention_multiplier}: must be >= 0")
         if self.mlp_act not in MLP_ACTS or self.moe_latent_size < 0:

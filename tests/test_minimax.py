@@ -146,5 +146,5 @@ def test_state_shapes_bytes_and_bad_fields():
         cfg.replace(residual_alphas=(1.0, 1.0))
     with pytest.raises(ValueError, match="residual_betas="):
         cfg.replace(residual_betas=(1.0, float("nan"), 1.0))
-    with pytest.raises(ValueError, match="need residual_normed=True"):
+    with pytest.raises(ValueError, match="needs residual_normed=True"):
         cfg.replace(residual_normed=False)
