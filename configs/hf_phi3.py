@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from configs.hf_rope import rope_params
+from configs.hf_rope import partial_rotary_factor
 
 PHI3, PHIMOE = "phi3", "phimoe"
 TYPES, ALIASES = (PHI3, PHIMOE), {PHIMOE: {"num_local_experts": ("num_experts",)}}
@@ -26,7 +26,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         num_attention_heads=32, num_key_value_heads=None, hidden_act="silu",
         max_position_embeddings=4096, original_max_position_embeddings=4096,
         rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=32000,
-        sliding_window=None, rope_theta=10000.0,
+        sliding_window=None, rope_theta=10000.0, partial_rotary_factor=1.0,
     ),
     PHIMOE: dict(
         vocab_size=32064, hidden_size=4096, intermediate_size=6400, num_hidden_layers=32,
@@ -45,14 +45,10 @@ def fields(f: Any, model_type: str) -> dict:
     if f.get("hidden_act") != "silu":
         raise ValueError(f"HF config hidden_act={f.get('hidden_act')!r}: only 'silu'")
     heads = f.required("num_attention_heads")
-    partial = rope_params(f).get("partial_rotary_factor", f.get("partial_rotary_factor"))
-    partial = 1.0 if partial is None else partial
-    if isinstance(partial, bool) or not isinstance(partial, int | float) or not 0 < partial <= 1:
-        raise ValueError(f"HF config partial_rotary_factor={partial!r}: must be in (0, 1]")
     out = dict(
         num_kv_heads=f.get("num_key_value_heads") or heads,
         head_dim=f.get("head_dim") or f.required("hidden_size") // heads,
-        partial_rotary_factor=float(partial),
+        partial_rotary_factor=partial_rotary_factor(f, model_type),
         sliding_window=f.get("sliding_window"),
         full_attention_layers=(),
     )

@@ -628,18 +628,22 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         names.update(_layer_names(cfg, layer, at + ("layer",), moe, expert_layout))
     if cfg.model_type == "mistral_large4_text":
         names = {mistral_native_name(n): t for n, t in names.items()}
-    if cfg.model_type == "phi3":  # (q, k, v in one tensor; the MLP's gate and up too)
-        names = _fused_qkv(names, "qkv_proj", "gate_up_proj")
+    if cfg.model_type in FUSED:  # (q, k, v in one tensor; Phi-3's MLP gate and up too)
+        names = _fused_qkv(names, *FUSED[cfg.model_type])
     if cfg.model_type in NATIVE:  # (their releases' names; transformers saves them)
-        if cfg.model_type in ("sarvam_moe", "param2moe"):  # (q, k, v in one tensor)
-            names = _fused_qkv(names)
         names = {renamed(n, NATIVE[cfg.model_type]): t for n, t in names.items()}
     return names
 
 
-def _fused_qkv(
-    names: dict[str, HFTensor], qkv: str = "query_key_value", gate_up: str | None = None
-) -> dict[str, HFTensor]:
+# Fused projections per model type: (the q/k/v tensor's name, the MLP gate/up's or None).
+FUSED = {
+    "sarvam_moe": ("query_key_value", None),
+    "param2moe": ("query_key_value", None),
+    "phi3": ("qkv_proj", "gate_up_proj"),
+}
+
+
+def _fused_qkv(names: dict[str, HFTensor], qkv: str, gate_up: str | None) -> dict[str, HFTensor]:
     """`names` with each attention's q_proj, k_proj and v_proj (weights, and biases where
     there are) as one `qkv` tensor, their rows in that order; with `gate_up`, each dense
     MLP's gate_proj and up_proj as one tensor of that name too (Phi-3's)."""
