@@ -254,7 +254,9 @@ def test_a_hybrid_models_samples_share_the_prompt_and_give_the_hf_tokens():
 
     fixture = pathlib.Path(__file__).parent / "fixtures" / "gpt_oss"
     ref = json.loads((fixture / "reference.json").read_text())
-    llm = LLM(model=str(fixture), page_size=4, num_pages=64, max_num_batched_tokens=64)
+    llm = LLM(
+        model=str(fixture), page_size=4, num_pages=64, max_num_batched_tokens=64, max_model_len=128
+    )
     greedy = SamplingParams(n=3, temperature=0.0, max_tokens=16, ignore_eos=True)
     (out,) = llm.generate([ref["prompts"][2]], greedy)
     assert [s.token_ids for s in out.samples] == [ref["greedy_tokens"][2]] * 3
