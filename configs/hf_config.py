@@ -42,6 +42,7 @@ from configs.hf_moe import moe_fields
 from configs.hf_nemotron_h import NEMOTRON_ALIASES, NEMOTRON_DEFAULTS, NEMOTRON_H, nemotron_h_fields
 from configs.hf_qwen3_next import LINEAR_DEFAULTS, LINEAR_MODEL_TYPES, linear_fields
 from configs.hf_rope import (
+    HUNYUAN_TYPES,
     check_mistral4_rotary,
     llama4_temperature,
     partial_rotary_factor,
@@ -57,9 +58,10 @@ _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
-    *olmo.OLMO_TYPES, "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "gpt_oss", "minimax_m2",
-    "dots1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4",
-    "mistral_large4_text", "ministral3", "hunyuan_v1_moe", "llama4_text", *LINEAR_MODEL_TYPES,
+    *olmo.OLMO_TYPES, "ernie4_5", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "gpt_oss",
+    "minimax_m2", "dots1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa",
+    "mistral4", "mistral_large4_text", "ministral3", *HUNYUAN_TYPES, "llama4_text",
+    *LINEAR_MODEL_TYPES,
     KIMI_LINEAR, DEEPSEEK_V4, NEMOTRON_H, GRANITE, *GRANITE_ATTN_TYPES, "solar_open", *EXAONE_TYPES,
     AFMOE, GEMMA4, BAILING, mimo.MIMO, *sarvam.SARVAM_TYPES,
     *(model_type for family in _FAMILIES for model_type in family.TYPES),
@@ -157,6 +159,14 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=50279, num_experts=64,
         num_experts_per_tok=8, norm_topk_prob=False, clip_qkv=None,
     ),
+    # ERNIE 4.5 dense (0.3B): the MoE model's attention (RoPE on interleaved pairs, head_dim
+    # 128 by default) and a SwiGLU MLP on every layer.
+    "ernie4_5": dict(
+        vocab_size=103424, hidden_size=1024, intermediate_size=3072, num_hidden_layers=18,
+        num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
+        use_bias=False, head_dim=128, rope_theta=500000.0,
+    ),
     # ERNIE 4.5 MoE (Baidu): RoPE on interleaved pairs, softmax router whose choice adds a
     # correction bias (moe_statics), shared experts, MoE layers by start/end/interval.
     "ernie4_5_moe": dict(
@@ -218,6 +228,12 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     ),
     # Hunyuan-A13B: Llama's attention with q/k norms after RoPE, NTK-alpha rope; a float32
     # softmax router over experts of intermediate_size beside a shared MLP on every layer.
+    # Hunyuan dense (Hunyuan-0.5B / 1.8B / 4B / 7B): that attention, a SwiGLU MLP.
+    "hunyuan_v1_dense": dict(
+        vocab_size=290943, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=None, max_position_embeddings=2048,
+        rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    ),
     "hunyuan_v1_moe": dict(
         vocab_size=290943, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=None, max_position_embeddings=2048,
@@ -477,7 +493,7 @@ _HONOURS_ATTENTION_BIAS = (
     KIMI_LINEAR,
     "llama",
     "llama4_text",
-    "hunyuan_v1_moe",
+    *HUNYUAN_TYPES,
     "mistral4",
     "mistral_large4_text",
     "qwen3",
@@ -500,9 +516,9 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
         raise ValueError(f"HF config attention_bias=True: not supported for {model_type}")
     if model_type in _HONOURS_MLP_BIAS and f.get("mlp_bias"):
         raise ValueError(f"HF config mlp_bias=True: not supported for {model_type}")
-    if model_type == "ernie4_5_moe" and f.get("use_bias"):
+    if model_type in ("ernie4_5", "ernie4_5_moe") and f.get("use_bias"):
         # Biases on every linear layer, the MLPs' too, which the tree has no slot for.
-        raise ValueError("HF config use_bias=True: not supported for ernie4_5_moe")
+        raise ValueError(f"HF config use_bias=True: not supported for {model_type}")
     if model_type == "minimax_m2":
         # Fields of MiniMax's own configs that transformers' class ignores: refused where
         # they describe another model (MiniMax-01's lightning attention, shared experts).
@@ -536,9 +552,9 @@ def _gqa_fields(f: _Fields, model_type: str) -> dict:
         head_dim=f.required("hidden_size") // heads if head_dim is None else head_dim,
         attention_bias=attention_bias,
         qk_norm=model_type in ("qwen3", "qwen3_moe", "olmoe", "minimax_m2", "dots1")
-        or model_type in ("hunyuan_v1_moe", *LINEAR_MODEL_TYPES, *olmo.OLMO_TYPES)
+        or model_type in (*HUNYUAN_TYPES, *LINEAR_MODEL_TYPES, *olmo.OLMO_TYPES)
         or (model_type == "glm4_moe" and bool(f.get("use_qk_norm"))),
-        qk_norm_after_rope=model_type == "hunyuan_v1_moe",
+        qk_norm_after_rope=model_type in HUNYUAN_TYPES,
         qk_norm_full=model_type in ("olmoe", *olmo.OLMO_TYPES, "minimax_m2"),
         partial_rotary_factor=partial_rotary_factor(f, model_type),
     )

@@ -9,6 +9,9 @@ from typing import Any
 from configs.hf_qwen3_next import LINEAR_MODEL_TYPES
 from configs.model_config import RopeScaling
 
+# Hunyuan's dense and MoE models: their checkpoints' "dynamic" rope with an alpha (below).
+HUNYUAN_TYPES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
+
 # Families whose RoPE may be Phi-3's LongRoPE (transformers' phi3 and phimoe).
 LONGROPE_TYPES = ("phi3", "phimoe")
 
@@ -45,12 +48,12 @@ def rope(f: Any, max_position: int) -> tuple[float, RopeScaling]:
         return theta, RopeScaling()
     if rope_type == "longrope":
         return theta, _longrope(f, params, max_position)
-    if rope_type == "dynamic" and f.hf.get("model_type") == "hunyuan_v1_moe":
+    if rope_type == "dynamic" and f.hf.get("model_type") in HUNYUAN_TYPES:
         # Hunyuan's "dynamic" with an alpha is a fixed base (transformers' ntk_alpha).
         alpha = params.get("alpha")
         if not is_number(alpha) or alpha <= 1:
             raise ValueError(
-                f"HF config rope_parameters.alpha={alpha!r}: hunyuan_v1_moe's dynamic rope "
+                f"HF config rope_parameters.alpha={alpha!r}: Hunyuan's dynamic rope "
                 "needs an alpha > 1 (length-dependent NTK scaling is not supported)"
             )
         return theta, RopeScaling(rope_type="ntk_alpha", alpha=float(alpha))

@@ -22,8 +22,10 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
     no_window = (
         "llama",
         "llama4_text",  # (its chunks: configs/hf_llama4.py)
+        "hunyuan_v1_dense",
         "hunyuan_v1_moe",
         "olmoe",
+        "ernie4_5",
         "ernie4_5_moe",
         "glm4_moe",
         "solar_open",

@@ -311,3 +311,59 @@ NEWER["tiny-smollm3"] = ModelConfig(
     bos_token_id=1,
     eos_token_ids=(2,),
 )
+# tests/fixtures/ernie4_5: ERNIE 4.5 dense, 2 layers 64 wide: ERNIE 4.5 MoE's attention (4
+# heads over 2 KV heads of 16, RoPE base 5e5 on interleaved pairs), a SwiGLU MLP 96 wide;
+# tied embeddings.
+NEWER["tiny-ernie4-5"] = ModelConfig(
+    name="tiny-ernie4-5",
+    model_type="ernie4_5",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    rope_theta=500000.0,
+    tie_word_embeddings=True,
+    bos_token_id=None,
+    eos_token_ids=(2,),
+)
+# tests/fixtures/hunyuan_v1_dense: Hunyuan dense, 2 layers 64 wide: Hunyuan-A13B's attention
+# (4 heads over 2 KV heads of 16, q/k RMSNorms after RoPE, NTK-alpha RoPE: alpha 50), a
+# SwiGLU MLP 96 wide.
+NEWER["tiny-hunyuan-v1-dense"] = ModelConfig(
+    name="tiny-hunyuan-v1-dense",
+    model_type="hunyuan_v1_dense",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    rope_scaling=RopeScaling(rope_type="ntk_alpha", alpha=50.0),
+    qk_norm=True,
+    qk_norm_after_rope=True,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# ERNIE-4.5-0.3B (Ernie4_5Config's defaults, its card's shapes): 18 layers 1,024 wide, 16
+# heads over 2 KV heads of 128, a SwiGLU MLP 3,072 wide; tied embeddings; 131,072 positions.
+NEWER["ernie-4.5-0.3b"] = NEWER["tiny-ernie4-5"].replace(
+    name="ernie-4.5-0.3b",
+    vocab_size=103424,
+    hidden_size=1024,
+    num_layers=18,
+    num_heads=16,
+    num_kv_heads=2,
+    head_dim=128,
+    intermediate_size=3072,
+    max_position_embeddings=131072,
+    bos_token_id=1,
+    dtype="bfloat16",
+)

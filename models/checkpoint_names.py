@@ -63,7 +63,7 @@ def _vector(n: int, path: Path_) -> HFTensor:
 
 def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, HFTensor]:
     d, h = cfg.hidden_size, cfg.num_heads
-    hunyuan = cfg.model_type == "hunyuan_v1_moe"
+    hunyuan = cfg.model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe")
     names = {}
     if cfg.is_mla:
         dq = cfg.qk_head_dim

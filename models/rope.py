@@ -154,7 +154,7 @@ def rope_dim(cfg: ModelConfig) -> int:
 
 def rope_layout(cfg: ModelConfig) -> str:
     """Channel layout HF uses for this model (see apply_rope)."""
-    if cfg.model_type in ("ernie4_5_moe", "llama4_text", "cohere2", "cohere2_moe"):
+    if cfg.model_type in ("ernie4_5", "ernie4_5_moe", "llama4_text", "cohere2", "cohere2_moe"):
         # ERNIE 4.5 and Cohere rotate interleaved pairs in place (GLM style), Llama 4 as
         # complex pairs
         return "pairs"

@@ -121,6 +121,8 @@ ARCHS = {
     "phimoe": "tiny-phimoe",
     "granite": "tiny-granite",  # Granite 3 dense: Llama's layers, Granite's multipliers
     "smollm3": "tiny-smollm3",  # RoPE on three layers of four, a window on the fourth
+    "ernie4_5": "tiny-ernie4-5",  # dense: ERNIE 4.5 MoE's attention, a SwiGLU MLP
+    "hunyuan_v1_dense": "tiny-hunyuan-v1-dense",  # dense: Hunyuan-A13B's attention
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -90,6 +90,9 @@ from models.specs import count_params
         # with dbrx-instruct's shapes on the meta device: 131,596,523,520 and (top-4 of 16)
         # 36,469,708,800, the counts here to the parameter.
         ("dbrx", 131.596523520e9, 1e-9, 36.469708800e9, 1e-9),
+        # ERNIE-4.5-0.3B (dense): transformers 5.25's Ernie4_5ForCausalLM with its default
+        # shapes (the card's) on the meta device: 360,748,032 parameters, tied embeddings.
+        ("ernie-4.5-0.3b", 0.360748032e9, 1e-9, 0.360748032e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):

@@ -1,0 +1,58 @@
+"""The dense siblings of served MoE families: ERNIE 4.5 dense (ernie4_5) and Hunyuan dense
+(hunyuan_v1_dense). The fixtures' configs read to their presets; the class defaults a
+config may leave out; the refusals. HF parity: tests/test_hf_parity.py (ernie4_5,
+hunyuan_v1_dense)."""
+
+from __future__ import annotations
+
+import pytest
+
+from configs.hf_config import config_from_hf
+from configs.presets import get_preset
+from models.rope import rope_layout
+from tests.family_cases import FIXTURES, arch_fields, saved_config
+
+
+@pytest.mark.parametrize(
+    "arch, preset", [("ernie4_5", "tiny-ernie4-5"), ("hunyuan_v1_dense", "tiny-hunyuan-v1-dense")]
+)
+def test_fixture_configs_read_as_their_presets(arch, preset):
+    cfg = config_from_hf(FIXTURES / arch)
+    assert arch_fields(cfg) == arch_fields(get_preset(preset))
+    assert cfg.num_experts == 0  # a SwiGLU MLP on every layer
+
+
+def test_class_defaults_fill_what_a_config_leaves_out():
+    """A bare ERNIE 4.5 config is ERNIE-4.5-0.3B (the class's defaults): head_dim 128 (not
+    hidden / heads), RoPE base 5e5 on interleaved pairs; Hunyuan's heads default to hidden /
+    heads, with q/k norms after RoPE."""
+    bare = config_from_hf({"model_type": "ernie4_5"}, dtype="bfloat16")
+    assert arch_fields(bare, skip=("name",)) == arch_fields(
+        get_preset("ernie-4.5-0.3b"), skip=("name",)
+    )
+    ernie = {k: v for k, v in saved_config("ernie4_5").items() if k != "head_dim"}
+    cfg = config_from_hf(ernie)
+    assert cfg.head_dim == 128 and rope_layout(cfg) == "pairs" and cfg.tie_word_embeddings
+    hunyuan = {k: v for k, v in saved_config("hunyuan_v1_dense").items() if k != "head_dim"}
+    cfg = config_from_hf(hunyuan)
+    assert cfg.head_dim == 64 // 4 and cfg.qk_norm and cfg.qk_norm_after_rope
+    assert cfg.rope_scaling.rope_type == "ntk_alpha" and cfg.rope_scaling.alpha == 50.0
+    assert rope_layout(cfg) == "half"
+
+
+@pytest.mark.parametrize(
+    "arch, change, match",
+    [
+        ("ernie4_5", dict(use_bias=True), "use_bias=True: not supported for ernie4_5"),
+        ("hunyuan_v1_dense", dict(attention_bias=True), "attention_bias=True"),
+        (
+            "hunyuan_v1_dense",
+            dict(rope_parameters=dict(rope_type="dynamic", rope_theta=1e4, factor=2.0)),
+            "alpha=None: Hunyuan's dynamic rope needs an alpha > 1",
+        ),
+        ("ernie4_5", dict(hidden_act="gelu"), "hidden_act='gelu'"),
+    ],
+)
+def test_bad_configs_are_refused_by_field(arch, change, match):
+    with pytest.raises(ValueError, match=match):
+        config_from_hf({**saved_config(arch), **change})
