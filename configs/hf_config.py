@@ -27,6 +27,7 @@ from configs import hf_minimax as minimax
 from configs import hf_olmo as olmo
 from configs import hf_phi3 as phi3
 from configs import hf_sarvam as sarvam
+from configs import hf_seed_oss as seed_oss
 from configs import hf_smollm3 as smollm3
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
 from configs.hf_afmoe import AFMOE, AFMOE_DEFAULTS, afmoe_fields
@@ -54,7 +55,7 @@ from configs.model_config import ModelConfig
 
 # Families whose module reads a config whole, its window too (configs/hf_<family>.py: TYPES,
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
-_FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
+_FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3, seed_oss)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",

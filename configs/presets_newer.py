@@ -367,3 +367,22 @@ NEWER["ernie-4.5-0.3b"] = NEWER["tiny-ernie4-5"].replace(
     bos_token_id=1,
     dtype="bfloat16",
 )
+# tests/fixtures/seed_oss: Seed-OSS, 2 layers 64 wide: Llama's layers (4 heads over 2 KV
+# heads of 16, a SwiGLU MLP 96 wide) with biases on q, k, v and o_proj; RoPE base 1e7.
+NEWER["tiny-seed-oss"] = ModelConfig(
+    name="tiny-seed-oss",
+    model_type="seed_oss",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    max_position_embeddings=2048,
+    rope_theta=10000000.0,
+    attention_bias=True,
+    o_proj_bias=True,
+    bos_token_id=0,
+    eos_token_ids=(2,),
+)

@@ -123,6 +123,7 @@ ARCHS = {
     "smollm3": "tiny-smollm3",  # RoPE on three layers of four, a window on the fourth
     "ernie4_5": "tiny-ernie4-5",  # dense: ERNIE 4.5 MoE's attention, a SwiGLU MLP
     "hunyuan_v1_dense": "tiny-hunyuan-v1-dense",  # dense: Hunyuan-A13B's attention
+    "seed_oss": "tiny-seed-oss",  # Llama's layers, biases on q/k/v and (here) o_proj
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

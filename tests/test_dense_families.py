@@ -1,7 +1,8 @@
-"""The dense siblings of served MoE families: ERNIE 4.5 dense (ernie4_5) and Hunyuan dense
-(hunyuan_v1_dense). The fixtures' configs read to their presets; the class defaults a
-config may leave out; the refusals. HF parity: tests/test_hf_parity.py (ernie4_5,
-hunyuan_v1_dense)."""
+"""Dense families of the 55th session: the dense siblings of served MoE ones, ERNIE 4.5 dense
+(ernie4_5) and Hunyuan dense (hunyuan_v1_dense), and Seed-OSS (seed_oss, configs/
+hf_seed_oss.py). The fixtures' configs read to their presets; the class defaults a config
+may leave out; the refusals. HF parity: tests/test_hf_parity.py (ernie4_5,
+hunyuan_v1_dense, seed_oss)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
 
 
 @pytest.mark.parametrize(
-    "arch, preset", [("ernie4_5", "tiny-ernie4-5"), ("hunyuan_v1_dense", "tiny-hunyuan-v1-dense")]
+    "arch, preset",
+    [
+        ("ernie4_5", "tiny-ernie4-5"),
+        ("hunyuan_v1_dense", "tiny-hunyuan-v1-dense"),
+        ("seed_oss", "tiny-seed-oss"),
+    ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
     cfg = config_from_hf(FIXTURES / arch)
@@ -25,7 +31,8 @@ def test_fixture_configs_read_as_their_presets(arch, preset):
 def test_class_defaults_fill_what_a_config_leaves_out():
     """A bare ERNIE 4.5 config is ERNIE-4.5-0.3B (the class's defaults): head_dim 128 (not
     hidden / heads), RoPE base 5e5 on interleaved pairs; Hunyuan's heads default to hidden /
-    heads, with q/k norms after RoPE."""
+    heads, with q/k norms after RoPE; Seed-OSS biases q/k/v by default, o_proj only when
+    asked."""
     bare = config_from_hf({"model_type": "ernie4_5"}, dtype="bfloat16")
     assert arch_fields(bare, skip=("name",)) == arch_fields(
         get_preset("ernie-4.5-0.3b"), skip=("name",)
@@ -38,6 +45,12 @@ def test_class_defaults_fill_what_a_config_leaves_out():
     assert cfg.head_dim == 64 // 4 and cfg.qk_norm and cfg.qk_norm_after_rope
     assert cfg.rope_scaling.rope_type == "ntk_alpha" and cfg.rope_scaling.alpha == 50.0
     assert rope_layout(cfg) == "half"
+    # Seed-OSS: biases on q/k/v by default, on o_proj only with attention_out_bias.
+    seed = {k: v for k, v in saved_config("seed_oss").items() if "bias" not in k}
+    cfg = config_from_hf(seed)
+    assert cfg.attention_bias and not cfg.o_proj_bias and cfg.sliding_window is None
+    cfg = config_from_hf(dict(seed, attention_bias=False, attention_out_bias=True))
+    assert not cfg.attention_bias and cfg.o_proj_bias
 
 
 @pytest.mark.parametrize(
@@ -51,6 +64,8 @@ def test_class_defaults_fill_what_a_config_leaves_out():
             "alpha=None: Hunyuan's dynamic rope needs an alpha > 1",
         ),
         ("ernie4_5", dict(hidden_act="gelu"), "hidden_act='gelu'"),
+        ("seed_oss", dict(mlp_bias=True), "mlp_bias=True: not supported for seed_oss"),
+        ("seed_oss", dict(hidden_act="gelu"), "hidden_act='gelu'"),
     ],
 )
 def test_bad_configs_are_refused_by_field(arch, change, match):
