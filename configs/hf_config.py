@@ -18,6 +18,7 @@ from typing import Any
 from configs import hf_cohere as cohere
 from configs import hf_dbrx as dbrx
 from configs import hf_deepseek_v4 as v4
+from configs import hf_glm4 as glm4
 from configs import hf_hyv3 as hyv3
 from configs import hf_jamba as jamba
 from configs import hf_lfm2 as lfm2
@@ -55,7 +56,7 @@ from configs.model_config import ModelConfig
 
 # Families whose module reads a config whole, its window too (configs/hf_<family>.py: TYPES,
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
-_FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3, seed_oss)
+_FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3, seed_oss, glm4)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",

@@ -140,7 +140,7 @@ def _longrope(f: Any, params: dict, max_position: int) -> RopeScaling:
 
 
 def partial_rotary_factor(f: Any, model_type: str) -> float:
-    """The fraction of each head RoPE rotates: GLM-4.5's and Phi-3's partial_rotary_factor
+    """The fraction of each head RoPE rotates: GLM-4's, GLM-4.5's and Phi-3's partial_rotary_factor
     (inside the rope dict or, in released configs, top level; transformers' defaults 0.5,
     1); 1 elsewhere,
     where transformers' attention rotates the whole head whatever the field says, so a value
@@ -151,7 +151,7 @@ def partial_rotary_factor(f: Any, model_type: str) -> float:
         if partial is None and rotary_dim is not None:
             partial = rotary_dim / f.required("head_dim") if is_number(rotary_dim) else rotary_dim
         partial = 1.0 if partial is None else partial
-    if model_type in ("glm4_moe", "minimax_m2", "phi3", *LINEAR_MODEL_TYPES):
+    if model_type in ("glm4", "glm4_moe", "minimax_m2", "phi3", *LINEAR_MODEL_TYPES):
         if not is_number(partial) or not 0 < partial <= 1:
             raise ValueError(
                 f"HF config partial_rotary_factor={partial!r}: must be a number in (0, 1]"

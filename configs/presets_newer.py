@@ -386,3 +386,41 @@ NEWER["tiny-seed-oss"] = ModelConfig(
     bos_token_id=0,
     eos_token_ids=(2,),
 )
+# tests/fixtures/glm4: GLM-4 dense, 2 layers 64 wide: 4 heads over 2 KV heads of 16 with q/k/v
+# biases, RoPE on interleaved pairs of each head's first 8 channels, a SwiGLU MLP 96 wide
+# (gate and up fused in the checkpoint), sandwich norms.
+NEWER["tiny-glm4"] = ModelConfig(
+    name="tiny-glm4",
+    model_type="glm4",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    partial_rotary_factor=0.5,
+    attention_bias=True,
+    sandwich_norms=True,
+    bos_token_id=None,
+    eos_token_ids=(2,),
+)
+# GLM-4-9B's shapes (Glm4Config's defaults): 40 layers 4,096 wide, 32 heads over 2 KV heads
+# of 128 with q/k/v biases, RoPE on the leading half of each head, a SwiGLU MLP 13,696 wide,
+# sandwich norms; 131,072 positions.
+NEWER["glm-4-9b"] = NEWER["tiny-glm4"].replace(
+    name="glm-4-9b",
+    vocab_size=151552,
+    hidden_size=4096,
+    num_layers=40,
+    num_heads=32,
+    num_kv_heads=2,
+    head_dim=128,
+    intermediate_size=13696,
+    rms_norm_eps=1.5625e-07,
+    max_position_embeddings=131072,
+    eos_token_ids=(151329, 151336, 151338),
+    dtype="bfloat16",
+)

@@ -628,27 +628,25 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         names.update(_layer_names(cfg, layer, at + ("layer",), moe, expert_layout))
     if cfg.model_type == "mistral_large4_text":
         names = {mistral_native_name(n): t for n, t in names.items()}
-    if cfg.model_type in FUSED:  # (q, k, v in one tensor; Phi-3's MLP gate and up too)
+    if cfg.model_type in FUSED:  # (q, k, v in one tensor; an MLP's gate and up)
         names = _fused_qkv(names, *FUSED[cfg.model_type])
     if cfg.model_type in NATIVE:  # (their releases' names; transformers saves them)
         names = {renamed(n, NATIVE[cfg.model_type]): t for n, t in names.items()}
     return names
 
 
-# Fused projections per model type: (the q/k/v tensor's name, the MLP gate/up's or None).
-FUSED = {
-    "sarvam_moe": ("query_key_value", None),
-    "param2moe": ("query_key_value", None),
-    "phi3": ("qkv_proj", "gate_up_proj"),
-}
+# Fused projections per model type: (the q/k/v tensor's name or None, the MLP gate/up's or
+# None).
+FUSED = {"sarvam_moe": ("query_key_value", None), "param2moe": ("query_key_value", None)}
+FUSED.update(phi3=("qkv_proj", "gate_up_proj"), glm4=(None, "gate_up_proj"))
 
 
-def _fused_qkv(names: dict[str, HFTensor], qkv: str, gate_up: str | None) -> dict[str, HFTensor]:
+def _fused_qkv(names: dict[str, HFTensor], qkv, gate_up) -> dict[str, HFTensor]:
     """`names` with each attention's q_proj, k_proj and v_proj (weights, and biases where
-    there are) as one `qkv` tensor, their rows in that order; with `gate_up`, each dense
-    MLP's gate_proj and up_proj as one tensor of that name too (Phi-3's)."""
+    there are) as one `qkv` tensor (where given), their rows in that order; with `gate_up`,
+    each dense MLP's gate_proj and up_proj as one tensor of that name (Phi-3's, GLM-4's)."""
     out = dict(names)
-    fused = [(".self_attn.", ("q_proj", "k_proj", "v_proj"), qkv)]
+    fused = [(".self_attn.", ("q_proj", "k_proj", "v_proj"), qkv)] if qkv else []
     if gate_up:
         fused.append((".mlp.", ("gate_proj", "up_proj"), gate_up))
     for name in names:

@@ -59,6 +59,12 @@ _HY_V3_NATIVE = (
     (r"\.mlp\.shared_experts\.", ".mlp.shared_mlp."),
 )
 NATIVE = {
+    # GLM-4's sandwich norms (AFMoE's names, in order: the attention's output norm, then the
+    # MLP's input norm).
+    "glm4": (
+        (r"\.post_attention_layernorm\.", ".post_self_attn_layernorm."),
+        (r"\.pre_mlp_layernorm\.", ".post_attention_layernorm."),
+    ),
     "hy_v3": _HY_V3_NATIVE,
     "mimo_v2_flash": ((r"\.self_attn\.sinks$", ".self_attn.attention_sink_bias"),),
     "bailing_hybrid": _BAILING_NATIVE,

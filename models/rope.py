@@ -152,11 +152,14 @@ def rope_dim(cfg: ModelConfig) -> int:
     return cfg.rotary_dim
 
 
+COHERE_TYPES = ("cohere2", "cohere2_moe")
+
+
 def rope_layout(cfg: ModelConfig) -> str:
     """Channel layout HF uses for this model (see apply_rope)."""
-    if cfg.model_type in ("ernie4_5", "ernie4_5_moe", "llama4_text", "cohere2", "cohere2_moe"):
-        # ERNIE 4.5 and Cohere rotate interleaved pairs in place (GLM style), Llama 4 as
-        # complex pairs
+    if cfg.model_type in ("ernie4_5", "ernie4_5_moe", "glm4", "llama4_text", *COHERE_TYPES):
+        # ERNIE 4.5, GLM-4 and Cohere rotate interleaved pairs in place, Llama 4 as complex
+        # pairs
         return "pairs"
     if not cfg.is_mla or not cfg.rope_interleave:
         return "half"

@@ -1,8 +1,8 @@
 """Dense families of the 55th session: the dense siblings of served MoE ones, ERNIE 4.5 dense
-(ernie4_5) and Hunyuan dense (hunyuan_v1_dense), and Seed-OSS (seed_oss, configs/
-hf_seed_oss.py). The fixtures' configs read to their presets; the class defaults a config
-may leave out; the refusals. HF parity: tests/test_hf_parity.py (ernie4_5,
-hunyuan_v1_dense, seed_oss)."""
+(ernie4_5) and Hunyuan dense (hunyuan_v1_dense), Seed-OSS (seed_oss, configs/hf_seed_oss.py)
+and GLM-4 dense (glm4, configs/hf_glm4.py). The fixtures' configs read to their presets;
+the class defaults a config may leave out; the refusals. HF parity: tests/test_hf_parity.py
+(ernie4_5, hunyuan_v1_dense, seed_oss, glm4)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("ernie4_5", "tiny-ernie4-5"),
         ("hunyuan_v1_dense", "tiny-hunyuan-v1-dense"),
         ("seed_oss", "tiny-seed-oss"),
+        ("glm4", "tiny-glm4"),
     ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
@@ -51,6 +52,11 @@ def test_class_defaults_fill_what_a_config_leaves_out():
     assert cfg.attention_bias and not cfg.o_proj_bias and cfg.sliding_window is None
     cfg = config_from_hf(dict(seed, attention_bias=False, attention_out_bias=True))
     assert not cfg.attention_bias and cfg.o_proj_bias
+    # A bare GLM-4 config is GLM-4-9B's shapes (the class's defaults): half of each head
+    # rotated, on interleaved pairs; the three EOS ids.
+    bare = config_from_hf({"model_type": "glm4"}, dtype="bfloat16")
+    assert arch_fields(bare, skip=("name",)) == arch_fields(get_preset("glm-4-9b"), skip=("name",))
+    assert bare.rotary_dim == 64 and rope_layout(bare) == "pairs"
 
 
 @pytest.mark.parametrize(
@@ -66,6 +72,12 @@ def test_class_defaults_fill_what_a_config_leaves_out():
         ("ernie4_5", dict(hidden_act="gelu"), "hidden_act='gelu'"),
         ("seed_oss", dict(mlp_bias=True), "mlp_bias=True: not supported for seed_oss"),
         ("seed_oss", dict(hidden_act="gelu"), "hidden_act='gelu'"),
+        (
+            "glm4",
+            dict(rope_parameters=dict(rope_theta=1e4, partial_rotary_factor=2)),
+            "partial_rotary_factor=2: must be a number in",
+        ),
+        ("glm4", dict(hidden_act="gelu"), "hidden_act='gelu'"),
     ],
 )
 def test_bad_configs_are_refused_by_field(arch, change, match):

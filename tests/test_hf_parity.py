@@ -124,6 +124,7 @@ ARCHS = {
     "ernie4_5": "tiny-ernie4-5",  # dense: ERNIE 4.5 MoE's attention, a SwiGLU MLP
     "hunyuan_v1_dense": "tiny-hunyuan-v1-dense",  # dense: Hunyuan-A13B's attention
     "seed_oss": "tiny-seed-oss",  # Llama's layers, biases on q/k/v and (here) o_proj
+    "glm4": "tiny-glm4",  # GLM-4 dense: partial RoPE on pairs, gate/up fused, sandwich norms
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -93,6 +93,9 @@ from models.specs import count_params
         # ERNIE-4.5-0.3B (dense): transformers 5.25's Ernie4_5ForCausalLM with its default
         # shapes (the card's) on the meta device: 360,748,032 parameters, tied embeddings.
         ("ernie-4.5-0.3b", 0.360748032e9, 1e-9, 0.360748032e9, 1e-9),
+        # GLM-4-9B's shapes: transformers 5.25's Glm4ForCausalLM with its default shapes on
+        # the meta device: 9,400,279,040 parameters.
+        ("glm-4-9b", 9.400279040e9, 1e-9, 9.400279040e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):

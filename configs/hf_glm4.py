@@ -1,0 +1,42 @@
+"""Zhipu's GLM-4 dense HF config (transformers' glm4: GLM-4-9B-0414, GLM-4-32B-0414,
+GLM-Z1): GQA with biases on q, k and v, RoPE on interleaved pairs of each head's leading
+half (partial_rotary_factor, default 0.5), the gate and up projections fused, and each
+block's output RMS-normed before it joins the stream (sandwich norms: post_self_attn_layernorm
+and post_mlp_layernorm beside the usual two). No window."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GLM4 = "glm4"
+TYPES, ALIASES = (GLM4,), {}
+# Defaults of transformers 5.25's Glm4Config for the fields read.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    GLM4: dict(
+        vocab_size=151552, hidden_size=4096, intermediate_size=13696, num_hidden_layers=40,
+        num_attention_heads=32, num_key_value_heads=2, head_dim=128, hidden_act="silu",
+        max_position_embeddings=131072, rms_norm_eps=1.5625e-07, bos_token_id=None,
+        eos_token_id=[151329, 151336, 151338], tie_word_embeddings=False,
+        attention_bias=True, partial_rotary_factor=0.5,
+    )
+}  # fmt: skip
+
+
+def fields(f: Any, model_type: str) -> dict:
+    """ModelConfig's attention, norm and window fields of a GLM-4 config; `f` is
+    hf_config._Fields."""
+    from configs.hf_rope import partial_rotary_factor
+
+    if f.get("hidden_act") != "silu":
+        raise ValueError(f"HF config hidden_act={f.get('hidden_act')!r}: only 'silu'")
+    heads, kv_heads = f.required("num_attention_heads"), f.get("num_key_value_heads")
+    head_dim = f.get("head_dim")
+    return dict(
+        num_kv_heads=heads if kv_heads is None else kv_heads,
+        head_dim=f.required("hidden_size") // heads if head_dim is None else head_dim,
+        attention_bias=bool(f.get("attention_bias")),
+        partial_rotary_factor=partial_rotary_factor(f, model_type),
+        sandwich_norms=True,
+        sliding_window=None,
+        full_attention_layers=(),
+    )
