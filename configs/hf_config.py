@@ -18,6 +18,7 @@ from typing import Any
 from configs import hf_cohere as cohere
 from configs import hf_dbrx as dbrx
 from configs import hf_deepseek_v4 as v4
+from configs import hf_gemma3 as gemma3
 from configs import hf_glm4 as glm4
 from configs import hf_hyv3 as hyv3
 from configs import hf_jamba as jamba
@@ -57,6 +58,7 @@ from configs.model_config import ModelConfig
 # Families whose module reads a config whole, its window too (configs/hf_<family>.py: TYPES,
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3, seed_oss, glm4)
+_FAMILIES += (gemma3,)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
@@ -84,6 +86,7 @@ MULTIMODAL_WRAPPERS = {
     "qwen3_5": ("qwen3_5_text", False),  # Qwen3.5 (dense)
     "qwen3_5_moe": ("qwen3_5_moe_text", False),  # Qwen3.5-35B-A3B ... -397B-A17B
     "gemma4": (GEMMA4, True),  # Gemma 4 26B-A4B, 31B
+    "gemma3": (gemma3.GEMMA3, True),  # Gemma 3 4B, 12B, 27B
 }
 # Language models of vision-language checkpoints that are another family's, read with their
 # own classes' defaults (transformers 5.25's Qwen3VLMoeTextConfig, Qwen3VLTextConfig,
@@ -613,6 +616,8 @@ def config_from_hf(
         rope_theta, rope_scaling, _ = gemma4_rope(f)
     elif model_type == mimo.MIMO:  # (the same)
         rope_theta, rope_scaling = mimo.mimo_rope(f)
+    elif model_type == gemma3.GEMMA3:  # (the same)
+        rope_theta, rope_scaling, _ = gemma3.gemma3_rope(f)
     else:
         rope_theta, rope_scaling = rope(f, max_position)
     family = next((m for m in _FAMILIES if model_type in m.TYPES), None)

@@ -424,3 +424,33 @@ NEWER["glm-4-9b"] = NEWER["tiny-glm4"].replace(
     eos_token_ids=(151329, 151336, 151338),
     dtype="bfloat16",
 )
+# tests/fixtures/gemma3_text: Gemma 3, 2 layers 64 wide: an 8-key window on layer 0 (RoPE base
+# 100), layer 1 global (base 1e4, linear scaling 4); 4 heads over 2 KV heads of 16 with q/k
+# norms, scores times 24^-0.5; norms scaling by 1 + weight before and after each block; a
+# GeGLU MLP 96 wide; embeddings times 8; tied embeddings.
+NEWER["tiny-gemma3"] = ModelConfig(
+    name="tiny-gemma3",
+    model_type="gemma3_text",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    max_position_embeddings=2048,
+    rope_theta=10000.0,
+    rope_scaling=RopeScaling(rope_type="linear", factor=4.0),
+    sliding_rope_theta=100.0,
+    sliding_window=8,
+    full_attention_layers=(1,),
+    tie_word_embeddings=True,
+    qk_norm=True,
+    norm_zero_centered=True,
+    attention_multiplier=24**-0.5,
+    sandwich_norms=True,
+    mlp_act="geglu",
+    embedding_multiplier=8.0,
+    bos_token_id=2,
+    eos_token_ids=(1,),
+)

@@ -65,6 +65,11 @@ NATIVE = {
         (r"\.post_attention_layernorm\.", ".post_self_attn_layernorm."),
         (r"\.pre_mlp_layernorm\.", ".post_attention_layernorm."),
     ),
+    # Gemma 3's (AFMoE's names for the MLP's norms before and after it).
+    "gemma3_text": (
+        (r"\.pre_mlp_layernorm\.", ".pre_feedforward_layernorm."),
+        (r"\.post_mlp_layernorm\.", ".post_feedforward_layernorm."),
+    ),
     "hy_v3": _HY_V3_NATIVE,
     "mimo_v2_flash": ((r"\.self_attn\.sinks$", ".self_attn.attention_sink_bias"),),
     "bailing_hybrid": _BAILING_NATIVE,

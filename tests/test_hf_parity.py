@@ -125,6 +125,9 @@ ARCHS = {
     "hunyuan_v1_dense": "tiny-hunyuan-v1-dense",  # dense: Hunyuan-A13B's attention
     "seed_oss": "tiny-seed-oss",  # Llama's layers, biases on q/k/v and (here) o_proj
     "glm4": "tiny-glm4",  # GLM-4 dense: partial RoPE on pairs, gate/up fused, sandwich norms
+    # Gemma 3: a window beside a global layer, each its RoPE; norms by 1 + weight, sandwiched
+    "gemma3_text": "tiny-gemma3",
+    "gemma3": "tiny-gemma3",  # in its wrapper (a SigLIP tower), under transformers 4's names
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
@@ -140,6 +143,7 @@ WRAPPED = {
     "glm4v_moe": (("model.language_model.", "model."), ("model.visual.",), "per_expert"),
     "qwen3_5_moe": (("model.language_model.", "model."), ("model.visual.",), "fused"),
     "qwen3_5": (("model.language_model.", "model."), ("model.visual.",), "per_expert"),
+    "gemma3": (("language_model.", ""), ("vision_tower.", "multi_modal_projector."), "per_expert"),
 }
 TOL = 2e-3
 
