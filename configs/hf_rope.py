@@ -53,7 +53,7 @@ def rope(f: Any, max_position: int) -> tuple[float, RopeScaling]:
         alpha = params.get("alpha")
         if not is_number(alpha) or alpha <= 1:
             raise ValueError(
-                f"HF config rope_parameters.alpha={alpha!r}: Hunyuan's dynamic rope "
+                f"HF config rope_parameters.alpha={alpha!r}: {f.hf['model_type']}'s dynamic rope "
                 "needs an alpha > 1 (length-dependent NTK scaling is not supported)"
             )
         return theta, RopeScaling(rope_type="ntk_alpha", alpha=float(alpha))

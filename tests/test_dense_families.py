@@ -67,7 +67,7 @@ def test_class_defaults_fill_what_a_config_leaves_out():
         (
             "hunyuan_v1_dense",
             dict(rope_parameters=dict(rope_type="dynamic", rope_theta=1e4, factor=2.0)),
-            "alpha=None: Hunyuan's dynamic rope needs an alpha > 1",
+            "alpha=None: hunyuan_v1_dense's dynamic rope needs an alpha > 1",
         ),
         ("ernie4_5", dict(hidden_act="gelu"), "hidden_act='gelu'"),
         ("seed_oss", dict(mlp_bias=True), "mlp_bias=True: not supported for seed_oss"),
