@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from configs.hf_heads import silu_gqa_heads
+from configs.hf_rope import partial_rotary_factor
+
 GLM4 = "glm4"
 TYPES, ALIASES = (GLM4,), {}
 # Defaults of transformers 5.25's Glm4Config for the fields read.
@@ -25,15 +28,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 def fields(f: Any, model_type: str) -> dict:
     """ModelConfig's attention, norm and window fields of a GLM-4 config; `f` is
     hf_config._Fields."""
-    from configs.hf_rope import partial_rotary_factor
-
-    if f.get("hidden_act") != "silu":
-        raise ValueError(f"HF config hidden_act={f.get('hidden_act')!r}: only 'silu'")
-    heads, kv_heads = f.required("num_attention_heads"), f.get("num_key_value_heads")
-    head_dim = f.get("head_dim")
     return dict(
-        num_kv_heads=heads if kv_heads is None else kv_heads,
-        head_dim=f.required("hidden_size") // heads if head_dim is None else head_dim,
+        **silu_gqa_heads(f),
         attention_bias=bool(f.get("attention_bias")),
         partial_rotary_factor=partial_rotary_factor(f, model_type),
         sandwich_norms=True,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from configs.hf_heads import silu_gqa_heads
+
 SEED_OSS = "seed_oss"
 TYPES, ALIASES = (SEED_OSS,), {}
 # Defaults of transformers 5.25's SeedOssConfig for the fields read.
@@ -25,13 +27,8 @@ def fields(f: Any, model_type: str) -> dict:
     hf_config._Fields."""
     if f.get("mlp_bias"):
         raise ValueError("HF config mlp_bias=True: not supported for seed_oss")
-    if f.get("hidden_act") != "silu":
-        raise ValueError(f"HF config hidden_act={f.get('hidden_act')!r}: only 'silu'")
-    heads, kv_heads = f.required("num_attention_heads"), f.get("num_key_value_heads")
-    head_dim = f.get("head_dim")
     return dict(
-        num_kv_heads=heads if kv_heads is None else kv_heads,
-        head_dim=f.required("hidden_size") // heads if head_dim is None else head_dim,
+        **silu_gqa_heads(f),
         attention_bias=bool(f.get("attention_bias")),
         o_proj_bias=bool(f.get("attention_out_bias")),
         sliding_window=None,
