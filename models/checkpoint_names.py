@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from configs.hf_rope import HUNYUAN_TYPES
 from configs.model_config import ModelConfig
 from models.release_names import NATIVE, mistral_native_name, renamed
 
@@ -63,7 +64,7 @@ def _vector(n: int, path: Path_) -> HFTensor:
 
 def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, HFTensor]:
     d, h = cfg.hidden_size, cfg.num_heads
-    hunyuan = cfg.model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe")
+    hunyuan = cfg.model_type in HUNYUAN_TYPES
     names = {}
     if cfg.is_mla:
         dq = cfg.qk_head_dim

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from configs import hf_cohere as cohere
 from configs.model_config import ModelConfig, RopeScaling
 
 # Layouts of the rotary channels (see apply_rope).
@@ -152,12 +153,9 @@ def rope_dim(cfg: ModelConfig) -> int:
     return cfg.rotary_dim
 
 
-COHERE_TYPES = ("cohere2", "cohere2_moe")
-
-
 def rope_layout(cfg: ModelConfig) -> str:
     """Channel layout HF uses for this model (see apply_rope)."""
-    if cfg.model_type in ("ernie4_5", "ernie4_5_moe", "glm4", "llama4_text", *COHERE_TYPES):
+    if cfg.model_type in ("ernie4_5", "ernie4_5_moe", "glm4", "llama4_text", *cohere.TYPES):
         # ERNIE 4.5, GLM-4 and Cohere rotate interleaved pairs in place, Llama 4 as complex
         # pairs
         return "pairs"
