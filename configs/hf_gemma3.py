@@ -1,4 +1,6 @@
-"""Google's Gemma 3 HF config (transformers' gemma3_text: Gemma 3 270M / 1B, and the
+"""Google's Gemma 3 and Gemma 2 HF configs.
+
+Gemma 3 (transformers' gemma3_text: Gemma 3 270M / 1B, and the
 language model of Gemma 3 4B / 12B / 27B): five windowed layers to one global layer
 (layer_types, or the older sliding_window_pattern); q/k RMSNorms; every RMSNorm scales by
 1 + its weight; the attention scaled by query_pre_attn_scalar^-0.5; norms after each block
@@ -6,7 +8,13 @@ as well as before; a GeGLU (tanh) MLP; the embeddings times sqrt(hidden_size). R
 layer kind: the global layers' (base 1e6, linear scaling on the larger models), the
 windowed layers' plain (base 1e4): rope_parameters by layer type, or the older rope_theta,
 rope_scaling and rope_local_base_freq. Refused with a ValueError naming the field:
-bidirectional attention, soft-capped attention logits, attention biases."""
+bidirectional attention, soft-capped attention logits, attention biases.
+
+Gemma 2 (gemma2: Gemma 2 2B / 9B / 27B) is the same block without the q/k norms, every
+other layer windowed (layer_types, or from layer 0 as the releases have it), one RoPE for
+both kinds, and its attention scores (times the scale) soft-capped, cap * tanh(s / cap),
+by attn_logit_softcapping (50 in the releases; null: none), as the logits are by
+final_logit_softcapping (30)."""
 
 from __future__ import annotations
 
@@ -15,8 +23,8 @@ from typing import Any
 
 from configs.model_config import RopeScaling
 
-GEMMA3 = "gemma3_text"
-TYPES, ALIASES = (GEMMA3,), {}
+GEMMA3, GEMMA2 = "gemma3_text", "gemma2"
+TYPES, ALIASES = (GEMMA3, GEMMA2), {}
 _KINDS = ("sliding_attention", "full_attention")
 # Defaults of transformers 5.25's Gemma3TextConfig for the fields read.
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -28,7 +36,17 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096,
         layer_types=None, final_logit_softcapping=None, attn_logit_softcapping=None,
         use_bidirectional_attention=False,
-    )
+    ),
+    # transformers 5.25's Gemma2Config (RoPE: the generic reading, base 1e4)
+    GEMMA2: dict(
+        vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+        hidden_activation="gelu_pytorch_tanh", max_position_embeddings=8192,
+        rms_norm_eps=1e-6, bos_token_id=2, eos_token_id=1, tie_word_embeddings=True,
+        attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096,
+        layer_types=None, final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
+        use_bidirectional_attention=None, rope_theta=10000.0,
+    ),
 }  # fmt: skip
 
 
@@ -60,10 +78,10 @@ def gemma3_rope(f: Any) -> tuple[float, RopeScaling, float]:
     )
 
 
-def _layer_kinds(f: Any, num_layers: int) -> list[str]:
+def _layer_kinds(f: Any, num_layers: int, model_type: str) -> list[str]:
     kinds = f.get("layer_types")
     if kinds is None:  # transformers: sliding_window_pattern - 1 windowed layers, a global one
-        every = f.hf.get("sliding_window_pattern", 6)
+        every = f.hf.get("sliding_window_pattern", 6) if model_type == GEMMA3 else 2
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"HF config sliding_window_pattern={every!r}: an integer >= 1")
         kinds = [_KINDS[0] if (i + 1) % every else _KINDS[1] for i in range(num_layers)]
@@ -73,13 +91,14 @@ def _layer_kinds(f: Any, num_layers: int) -> list[str]:
 
 
 def fields(f: Any, model_type: str) -> dict:
-    """ModelConfig's attention, window, norm and MLP fields of a Gemma 3 text config; `f`
-    is hf_config._Fields."""
-    for key, why in (
-        ("attention_bias", "attention biases"),
-        ("attn_logit_softcapping", "soft-capped attention logits"),
-        ("use_bidirectional_attention", "bidirectional attention"),
-    ):
+    """ModelConfig's attention, window, norm and MLP fields of a Gemma 3 text config or a
+    Gemma 2 one; `f` is hf_config._Fields."""
+    gemma3 = model_type == GEMMA3
+    refused = [("attention_bias", "attention biases")]
+    refused += [("use_bidirectional_attention", "bidirectional attention")]
+    if gemma3:
+        refused += [("attn_logit_softcapping", "soft-capped attention logits")]
+    for key, why in refused:
         if f.get(key):
             raise ValueError(f"HF config {key}={f.get(key)!r}: {why} not supported")
     if f.get("hidden_activation") != "gelu_pytorch_tanh":
@@ -91,20 +110,32 @@ def fields(f: Any, model_type: str) -> dict:
     if isinstance(scalar, bool) or not isinstance(scalar, int | float) or scalar <= 0:
         raise ValueError(f"HF config query_pre_attn_scalar={scalar!r}: must be a number > 0")
     num_layers = f.required("num_hidden_layers")
-    kinds = _layer_kinds(f, num_layers)
+    kinds = _layer_kinds(f, num_layers, model_type)
     full = tuple(i for i, k in enumerate(kinds) if k == _KINDS[1])
     windowed = len(full) < num_layers
     return dict(
         num_kv_heads=f.required("num_key_value_heads"),
         head_dim=f.required("head_dim"),
-        qk_norm=True,
+        qk_norm=gemma3,
         norm_zero_centered=True,
         attention_multiplier=float(scalar) ** -0.5,
         sandwich_norms=True,
         sliding_window=f.required("sliding_window") if windowed else None,
         full_attention_layers=full if windowed else (),
-        sliding_rope_theta=gemma3_rope(f)[2] if windowed else 0.0,
+        sliding_rope_theta=gemma3_rope(f)[2] if windowed and gemma3 else 0.0,
         mlp_act="geglu",
         embedding_multiplier=math.sqrt(f.required("hidden_size")),
-        final_logit_softcapping=float(f.get("final_logit_softcapping") or 0.0),
+        final_logit_softcapping=_cap(f, "final_logit_softcapping"),
+        attn_logit_softcapping=0.0 if gemma3 else _cap(f, "attn_logit_softcapping"),
     )
+
+
+def _cap(f: Any, key: str) -> float:
+    """A soft cap: a number > 0, or null / absent (none; 0 is refused as HF would divide by
+    it)."""
+    cap = f.get(key)
+    if cap is None:
+        return 0.0
+    if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < math.inf:
+        raise ValueError(f"HF config {key}={cap!r}: a finite number > 0, or null for none")
+    return float(cap)

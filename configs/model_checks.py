@@ -175,6 +175,19 @@ def check_values_and_sinks(cfg: Any) -> None:
         raise ValueError("windowed_sinks_only=True: needs attention_sinks")
 
 
+def check_softcaps(cfg: Any) -> None:
+    """The logits' and the attention scores' tanh caps: finite, >= 0 (0: none); the
+    scores' on GQA attention (no MLA or DeepSeek-V4 path caps them)."""
+    for name in ("final_logit_softcapping", "attn_logit_softcapping"):
+        cap = getattr(cfg, name)
+        if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 <= cap < math.inf:
+            raise ValueError(f"{name}={cap!r}: must be a finite number >= 0 (0: none)")
+    if cfg.attn_logit_softcapping and cfg.attention_type != "gqa":
+        raise ValueError(
+            f"attn_logit_softcapping: GQA attention only (attention_type={cfg.attention_type!r})"
+        )
+
+
 def check_longcat(cfg: Any) -> None:
     """LongCat-Flash's zero-computation experts, shortcut MoE and scaled MLA LoRAs."""
     if cfg.zero_experts < 0 or (cfg.zero_experts and not cfg.num_experts):

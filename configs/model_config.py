@@ -12,6 +12,7 @@ from configs.model_checks import (
     check_longcat,
     check_moe,
     check_norms_and_rope,
+    check_softcaps,
     check_v4,
     check_values_and_sinks,
 )
@@ -207,8 +208,10 @@ class ModelConfig:
     attn_output_gate: bool = False
     # Qwen3-Next's RMSNorms scale by (1 + weight), in float32 (weights stored zero-centred).
     norm_zero_centered: bool = False
-    # Logits squashed to cap * tanh(logits / cap) (Mistral Large 4's 30; 0: none).
+    # Logits squashed to cap * tanh(logits / cap) (Mistral Large 4's 30; 0: none); Gemma 2's
+    # attention scores (times the scale, before the mask) too, by attn_logit_softcapping.
     final_logit_softcapping: float = 0.0
+    attn_logit_softcapping: float = 0.0
     # Granite 4.0 (granitemoehybrid): the embeddings times embedding_multiplier, each
     # block's output times residual_multiplier before it joins the stream, attention scores
     # times attention_multiplier (0: head_dim^-0.5), the logits divided by logits_scaling.
@@ -460,10 +463,7 @@ class ModelConfig:
                 f"router_weight_on_input: needs num_experts_per_tok=1 (got "
                 f"{self.num_experts_per_tok}; each copy of a token would need its own input)"
             )
-        if not self.final_logit_softcapping >= 0:
-            raise ValueError(
-                f"final_logit_softcapping={self.final_logit_softcapping}: must be >= 0"
-            )
+        check_softcaps(self)
         check_moe(self)
         check_gemma4_ling(self)
         check_values_and_sinks(self)

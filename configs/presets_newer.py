@@ -7,6 +7,7 @@ MiniCPM5MoeConfig, whose docstring names openbmb/MiniCPM5-15B-A2.5B)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from configs.model_config import ModelConfig, RopeScaling
 
@@ -454,3 +455,41 @@ NEWER["tiny-gemma3"] = ModelConfig(
     bos_token_id=2,
     eos_token_ids=(1,),
 )
+# tests/fixtures/gemma2: Gemma 2, tiny-gemma3's shapes without q/k norms, one RoPE (base 1e4);
+# the attention scores capped at 1 (1 * tanh(s / 1)), the logits at 3.
+NEWER["tiny-gemma2"] = NEWER["tiny-gemma3"].replace(
+    name="tiny-gemma2",
+    model_type="gemma2",
+    rope_scaling=RopeScaling(),
+    sliding_rope_theta=0.0,
+    qk_norm=False,
+    attn_logit_softcapping=1.0,
+    final_logit_softcapping=3.0,
+)
+# Gemma 2's releases (Gemma2Config's defaults are 2B's): every other layer windowed (4,096
+# keys) from layer 0, RoPE base 1e4, 8,192 positions, the scores capped at 50 and the logits
+# at 30, GeGLU, tied embeddings; the scale query_pre_attn_scalar^-0.5 (256, or 27B's 144).
+for _name, _shape in {
+    "gemma-2-2b": (2304, 9216, 26, 8, 4, 256, 256),
+    "gemma-2-9b": (3584, 14336, 42, 16, 8, 256, 256),
+    "gemma-2-27b": (4608, 36864, 46, 32, 16, 128, 144),
+}.items():
+    _hidden, _mlp, _layers, _heads, _kv_heads, _head_dim, _scalar = _shape
+    NEWER[_name] = NEWER["tiny-gemma2"].replace(
+        name=_name,
+        vocab_size=256000,
+        hidden_size=_hidden,
+        num_layers=_layers,
+        num_heads=_heads,
+        num_kv_heads=_kv_heads,
+        head_dim=_head_dim,
+        intermediate_size=_mlp,
+        max_position_embeddings=8192,
+        sliding_window=4096,
+        full_attention_layers=tuple(range(1, _layers, 2)),
+        attention_multiplier=_scalar**-0.5,
+        embedding_multiplier=math.sqrt(_hidden),
+        attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0,
+        dtype="bfloat16",
+    )

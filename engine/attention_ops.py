@@ -69,9 +69,11 @@ class AttentionOps(NamedTuple):
 
     # pages below may be kv_quant.QuantizedPages (fp8 with per-row scales) as well as arrays
     write_kv: Callable  # (pages [N, P, ...], new [T, ...], slot_mapping [T]) -> pages
-    # (q, k_pages, v_pages, meta, scale, kv_block_pages, window=None, sinks=None) -> [T, H, Dh];
-    # window: the layer's sliding window (ModelConfig.attention_window) or None; sinks: [H]
-    # per-head logits joining every softmax (ModelConfig.attention_sinks) or None
+    # (q, k_pages, v_pages, meta, scale, kv_block_pages, window=None, sinks=None,
+    # softcap=0.0) -> [T, H, Dh]; window: the layer's sliding window
+    # (ModelConfig.attention_window) or None; sinks: [H] per-head logits joining every
+    # softmax (ModelConfig.attention_sinks) or None; softcap: the scores' tanh cap
+    # (ModelConfig.attn_logit_softcapping; 0: none)
     gqa: Callable
     mla: Callable  # (q_lat, q_pe, latent_pages, meta, scale, kv_block_pages) -> [T, H, R]
     # MLA prefill spans in expanded form, or None (absorbed everywhere):
@@ -239,6 +241,7 @@ def _pallas_gqa(
     window=None,
     batch_invariant=False,
     sinks=None,
+    softcap=0.0,
 ):
     (k_data, k_scales), (v_data, v_scales) = _split(k_pages), _split(v_pages)
     try:
@@ -247,7 +250,17 @@ def _pallas_gqa(
     except pk.UnsupportedShapeError as err:
         _fallback("GQA attention", err)
         xla = XLA_INVARIANT_OPS if batch_invariant else XLA_OPS
-        return xla.gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, window=window, sinks=sinks)
+        return xla.gqa(
+            q,
+            k_pages,
+            v_pages,
+            meta,
+            scale,
+            kv_block_pages,
+            window=window,
+            sinks=sinks,
+            softcap=softcap,
+        )
     return pk.ragged_paged_attention(
         q,
         k_data,
@@ -260,6 +273,7 @@ def _pallas_gqa(
         config=_gqa_config(q.shape[0], meta.kv_lens.shape[0], batch_invariant),
         interpret=_interpret(),
         sinks=sinks,
+        softcap=softcap,
     )
 
 
@@ -301,12 +315,16 @@ def _decode_only(num_tokens: int, meta) -> bool:
     return num_tokens <= meta.kv_lens.shape[0]
 
 
-def _mosaic_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, window=None, sinks=None):
+def _mosaic_gqa(
+    q, k_pages, v_pages, meta, scale, kv_block_pages, window=None, sinks=None, softcap=0.0
+):
     """Steps with prefill chunks on the Mosaic GPU kernel; decodes (one token in its 128-row
-    tile), layers with a sliding window or sinks (the Mosaic kernel has neither) and shapes
-    it refuses on the Triton one."""
-    if _decode_only(q.shape[0], meta) or window is not None or sinks is not None:
-        return _pallas_gqa(q, k_pages, v_pages, meta, scale, kv_block_pages, window, sinks=sinks)
+    tile), layers with a sliding window, sinks or a softcap (the Mosaic kernel has none of
+    them) and shapes it refuses on the Triton one."""
+    if _decode_only(q.shape[0], meta) or window is not None or sinks is not None or softcap:
+        return _pallas_gqa(
+            q, k_pages, v_pages, meta, scale, kv_block_pages, window, sinks=sinks, softcap=softcap
+        )
     (k_data, k_scales), (v_data, v_scales) = _split(k_pages), _split(v_pages)
     try:
         pk.check_gqa_mosaic_supported(q, k_data, v_data, k_scales, v_scales)

@@ -208,6 +208,12 @@ def _softmax_step(m, denom, s, valid):
     return m_new, alpha, p, alpha * denom + row_sum(p)
 
 
+def _capped(s: jax.Array, softcap: float) -> jax.Array:
+    """Scores squashed to softcap * tanh(s / softcap) (Gemma 2's attention logits), or as
+    they are with softcap 0."""
+    return softcap * jnp.tanh(s / softcap) if softcap else s
+
+
 def _init_carry(shape: tuple[int, ...], value_dim: int):
     return (
         jnp.full(shape, -jnp.inf, jnp.float32),
@@ -245,6 +251,7 @@ def _decode_attention(
     window,
     sinks=None,
     chunked=False,
+    softcap=0.0,
 ):
     """Sequences with one query token (`is_decode` [S]), batched: each gathers its own blocks.
 
@@ -291,6 +298,7 @@ def _decode_attention(
             s = jnp.einsum(
                 f"sk{qa}gd,slkd->sk{qa}gl", q_dec, keys, preferred_element_type=jnp.float32
             )
+            s = _capped(s, softcap)
             m, alpha, p, denom = _softmax_step(m, denom, s, valid[expand])
             # p is 0 at masked keys, but stale rows (past the context, or before a window:
             # pages given back to the pool) may hold inf/NaN and 0 * inf = NaN.
@@ -336,7 +344,9 @@ class _Tiles(NamedTuple):
     rows: jax.Array  # [NT] int32, queries in it (<= the tile size)
 
 
-def _dense_attention(q, meta, page_table, page_size, gather, value_dim, window, sinks, chunked):
+def _dense_attention(
+    q, meta, page_table, page_size, gather, value_dim, window, sinks, chunked, softcap
+):
     """Every token over its sequence's keys in one block: `page_table` [S, Bp] holds whole
     contexts. q: [T, K, G, Dk]. Returns [T, K, G, Dv].
 
@@ -357,7 +367,9 @@ def _dense_attention(q, meta, page_table, page_size, gather, value_dim, window, 
         valid = key_pos[None, :] < limit[:, None]  # [C, L]
         if window is not None:
             valid &= key_pos[None, :] >= _first_key(positions, window, limit > 0, chunked)[:, None]
-        s = jnp.einsum("tkgd,tlkd->tkgl", q, keys, preferred_element_type=jnp.float32)
+        s = _capped(
+            jnp.einsum("tkgd,tlkd->tkgl", q, keys, preferred_element_type=jnp.float32), softcap
+        )
         m, denom, acc = _init_carry(q.shape[:3], value_dim)
         m, alpha, p, denom = _softmax_step(m, denom, s, valid[:, None, None, :])
         # p is 0 at masked keys, but stale rows may hold inf/NaN (0 * inf = NaN).
@@ -448,6 +460,7 @@ def _blocked_attention(
     window: int | None = None,
     sinks: jax.Array | None = None,  # [K, G] f32: per query head, joins every softmax
     chunked: bool = False,
+    softcap: float = 0.0,  # > 0: scores squashed to softcap * tanh(s / softcap) (Gemma 2)
 ) -> jax.Array:  # [T, K, G, Dv] f32
     """Online-softmax attention of each token over its sequence's keys, one KV block per step.
 
@@ -473,7 +486,7 @@ def _blocked_attention(
             jnp.clip(meta.page_table, 0, num_pages - 1), ((0, 0), (0, kv_block_pages - max_pages))
         )
         return _dense_attention(
-            q, meta, page_table, page_size, gather_block, value_dim, window, sinks, chunked
+            q, meta, page_table, page_size, gather_block, value_dim, window, sinks, chunked, softcap
         )
     if split_decodes:
         # Per-token math only has to be fixed within a path here (decodes already take
@@ -534,6 +547,7 @@ def _blocked_attention(
             window=window,
             sinks=sinks,
             chunked=chunked,
+            softcap=softcap,
         )
         out = out.at[jnp.where(rows < 0, out.shape[0], rows)].set(o_dec, mode="drop")
         tiled = tiled & ~is_decode
@@ -569,6 +583,7 @@ def _blocked_attention(
                     s = jnp.einsum(
                         "kqgd,lkd->kqgl", q_tile, keys, preferred_element_type=jnp.float32
                     )
+                    s = _capped(s, softcap)
                     m, alpha, p, denom = _softmax_step(m, denom, s, valid[None, :, None, :])
                     # Keys below the tile's last limit are real rows of this sequence; only
                     # stale rows past it may hold inf/NaN (0 * inf = NaN), and with a window
@@ -616,6 +631,11 @@ def _check_window(window: int | None) -> None:
         raise ValueError(f"window={window!r}: must be an integer >= 1 or None")
 
 
+def _check_softcap(softcap: float) -> None:
+    if isinstance(softcap, bool) or not isinstance(softcap, int | float) or not softcap >= 0:
+        raise ValueError(f"softcap={softcap!r}: must be a number >= 0 (0: no capping)")
+
+
 def _check_sizes(kv_block_pages: int, query_tile: int) -> None:
     if kv_block_pages < 1:
         raise ValueError(f"kv_block_pages must be >= 1, got {kv_block_pages}")
@@ -636,6 +656,7 @@ def paged_attention_gqa(
     window: int | None = None,
     sinks: jax.Array | None = None,  # [H]: gpt-oss's per-head sink logits
     chunked: bool = False,
+    softcap: float = 0.0,
 ) -> jax.Array:  # [T, H, Dv]
     """Grouped-query attention of ragged query tokens over their sequences' paged K/V.
 
@@ -645,9 +666,12 @@ def paged_attention_gqa(
     `kv_block_pages`). `window`: a sliding window (ModelConfig.attention_window), or None;
     `chunked`: that window is Llama 4's attention chunk (ModelConfig.layer_chunked).
     `sinks`: a logit per query head that joins every query's softmax as a key without a
-    value (ModelConfig.attention_sinks), or None.
+    value (ModelConfig.attention_sinks), or None. `softcap` > 0: each scaled score s
+    becomes softcap * tanh(s / softcap) before the softmax
+    (ModelConfig.attn_logit_softcapping).
     """
     _check_window(window)
+    _check_softcap(softcap)
     _check_sizes(kv_block_pages, query_tile)
     q, k_pages, v_pages = jnp.asarray(q), as_pages(k_pages), as_pages(v_pages)
     num_tokens, num_heads, head_dim = q.shape
@@ -681,6 +705,7 @@ def paged_attention_gqa(
         window=window,
         sinks=None if sinks is None else sinks.astype(jnp.float32).reshape(num_kv_heads, group),
         chunked=chunked,
+        softcap=float(softcap),
     )
     return o.reshape(num_tokens, num_heads, value_dim).astype(q.dtype)
 

@@ -281,6 +281,7 @@ def _step_body(
                 kv_block_pages,
                 window=window,
                 sinks=sinks,
+                softcap=cfg.attn_logit_softcapping,
                 **chunked,
             )
             return o, (k_pages, v_pages)

@@ -111,13 +111,16 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
         t, h, dh = inp.q.shape
         kh = k_cache.shape[1]
         q = inp.q.reshape(t, kh, h // kh, dh)  # [T, K, G, Dh]: head h uses kv head h // G
-        scores = jnp.einsum("tkgd,lkd->tkgl", q, k_cache)  # [T, K, G, L]
+        scores = jnp.einsum("tkgd,lkd->tkgl", q, k_cache).astype(jnp.float32) * inp.scale
+        if cfg.attn_logit_softcapping:  # Gemma 2: cap * tanh(s / cap), before the mask
+            cap = cfg.attn_logit_softcapping
+            scores = cap * jnp.tanh(scores / cap)
         window = cfg.attention_window(i)
         sinks = p_attn.get("sinks")
         if sinks is not None:
             sinks = sinks.astype(jnp.float32).reshape(kh, h // kh)  # [K, G]
         probs = _causal_softmax(
-            scores.astype(jnp.float32) * inp.scale,
+            scores,
             positions,
             window,
             sinks,

@@ -58,6 +58,10 @@ _HY_V3_NATIVE = (
     (r"\.mlp\.gate\.e_score_correction_bias$", ".mlp.expert_bias"),
     (r"\.mlp\.shared_experts\.", ".mlp.shared_mlp."),
 )
+_GEMMA_NATIVE = (
+    (r"\.pre_mlp_layernorm\.", ".pre_feedforward_layernorm."),
+    (r"\.post_mlp_layernorm\.", ".post_feedforward_layernorm."),
+)
 NATIVE = {
     # GLM-4's sandwich norms (AFMoE's names, in order: the attention's output norm, then the
     # MLP's input norm).
@@ -65,11 +69,9 @@ NATIVE = {
         (r"\.post_attention_layernorm\.", ".post_self_attn_layernorm."),
         (r"\.pre_mlp_layernorm\.", ".post_attention_layernorm."),
     ),
-    # Gemma 3's (AFMoE's names for the MLP's norms before and after it).
-    "gemma3_text": (
-        (r"\.pre_mlp_layernorm\.", ".pre_feedforward_layernorm."),
-        (r"\.post_mlp_layernorm\.", ".post_feedforward_layernorm."),
-    ),
+    # Gemma 3's and Gemma 2's (AFMoE's names for the MLP's norms before and after it).
+    "gemma3_text": _GEMMA_NATIVE,
+    "gemma2": _GEMMA_NATIVE,
     "hy_v3": _HY_V3_NATIVE,
     "mimo_v2_flash": ((r"\.self_attn\.sinks$", ".self_attn.attention_sink_bias"),),
     "bailing_hybrid": _BAILING_NATIVE,

@@ -16,6 +16,7 @@ from pallas_kernels.ragged_flash import (
     KVBlock,
     UnsupportedShapeError,
     check_dtypes,
+    check_softcap,
     column_index,
     dequantize_pages,
     load_rows,
@@ -77,16 +78,19 @@ def ragged_paged_attention(
     config: KernelConfig = GQA_CONFIG,
     interpret: bool = False,
     sinks: jax.Array | None = None,  # [H]: a logit per head joining every softmax (gpt-oss)
+    softcap: float = 0.0,  # > 0: scores squashed to softcap * tanh(s / softcap) (Gemma 2)
 ) -> jax.Array:  # [T, H, Dh]
     """Causal GQA of ragged query spans over their paged K/V (already written), or with a
     sliding `window` (a token at position p sees keys p - window + 1 .. p). `sinks` are
-    merged with the kernel's per-split results (ragged_flash.combine_splits).
+    merged with the kernel's per-split results (ragged_flash.combine_splits). With
+    `softcap` each scaled score s is softcap * tanh(s / softcap) (Gemma 2's attention).
 
     fp8 pages (float8_e4m3fn or its bits as uint8, a float32 scale per (token, KV head) row)
     are read as `rows * scales`: the block is upcast to q's dtype and the scales are applied
     to the score columns and to the probabilities before p.v.
     """
     check_gqa_supported(q, k_pages, v_pages, k_scales, v_scales)
+    check_softcap(softcap)
     quantized = k_scales is not None
     num_tokens, num_heads, head_dim = q.shape
     num_pages, page_size, num_kv_heads, _ = k_pages.shape
@@ -145,6 +149,7 @@ def ragged_paged_attention(
         interpret=interpret,
         name="ragged_paged_attention_gqa",
         sinks=row_sinks,
+        softcap=softcap,
     )  # [K * head_blocks, T_pad * heads, d_pad]
     o = o.reshape(num_kv_heads, head_blocks, t_pad, heads, d_pad).transpose(2, 0, 1, 3, 4)
     o = o.reshape(t_pad, num_kv_heads, head_blocks * heads, d_pad)[:num_tokens, :, :group]
@@ -168,9 +173,11 @@ def ragged_paged_attention_ref(
     k_scales: jax.Array | None = None,  # [N, P, K] f32 with fp8 pages (float8_e4m3fn / uint8)
     v_scales: jax.Array | None = None,
     sinks: jax.Array | None = None,  # [H]
+    softcap: float = 0.0,
 ) -> jax.Array:  # [T, H, Dh]
     """Plain jnp twin: each token gathers its sequence's whole K/V and takes a masked softmax
-    (over [keys, sink] when sinks are given, the sink's share dropped)."""
+    (over [keys, sink] when sinks are given, the sink's share dropped; of the capped scores
+    with a softcap)."""
     if k_scales is not None:  # fp8 pages: dequantize them whole
         k_pages = dequantize_pages(k_pages, k_scales)
         v_pages = dequantize_pages(v_pages, v_scales)
@@ -190,7 +197,10 @@ def ragged_paged_attention_ref(
         visible &= jnp.arange(length)[None, :] > positions[:, None] - window
     qg = q.reshape(num_tokens, num_kv_heads, group, head_dim).astype(jnp.float32)
     s = jnp.einsum("tkgd,tlkd->tkgl", qg, keys.astype(jnp.float32), precision=lax.Precision.HIGHEST)
-    s = jnp.where(visible[:, None, None, :], s * scale, -jnp.inf)
+    s = s * scale
+    if softcap:
+        s = softcap * jnp.tanh(s / softcap)
+    s = jnp.where(visible[:, None, None, :], s, -jnp.inf)
     m = jnp.max(s, axis=-1, keepdims=True)
     if sinks is not None:
         sink = sinks.astype(jnp.float32).reshape(1, num_kv_heads, group, 1)

@@ -371,6 +371,7 @@ def _flash_kernel(
     num_pages: int,
     scale: float,
     fast_softmax: bool,
+    softcap: float = 0.0,
 ):
     first_ref, refs = (refs[0], refs[1:]) if windowed else (None, refs)
     q_refs, kv_refs = refs[:num_q_parts], refs[num_q_parts:-2]
@@ -414,7 +415,11 @@ def _flash_kernel(
         if block.key_scale is not None:  # fp8 pages: q . (k * s_k) = (q . k) * s_k
             s = s * block.key_scale[None, :]
         # fast_softmax works in base 2: exp(x * scale) = exp2(x * scale * log2(e)).
-        s = s * (scale * LOG2E if fast_softmax else scale)
+        if softcap:  # Gemma 2: the scaled score squashed to softcap * tanh(s / softcap)
+            s = softcap * jnp.tanh(s * (scale / softcap))
+            s = s * LOG2E if fast_softmax else s
+        else:
+            s = s * (scale * LOG2E if fast_softmax else scale)
         if masked:
             visible = pos[None, :] < limit[:, None]
             if windowed:
@@ -526,6 +531,7 @@ def ragged_flash(
     interpret: bool,
     name: str,
     sinks: jax.Array | None = None,  # [Q, T_pad * Gb] f32, a sink logit per query row
+    softcap: float = 0.0,  # > 0: scaled scores squashed to softcap * tanh(s / softcap)
 ) -> jax.Array:  # [Q, T_pad * Gb, Dv] f32
     """Runs the kernel over (query group, tile, split) and merges the splits (and the rows'
     sinks, `combine_splits`)."""
@@ -551,6 +557,7 @@ def ragged_flash(
         num_pages=num_pages,
         scale=float(scale),
         fast_softmax=config.fast_softmax,
+        softcap=float(softcap),
     )
     o, lse = pl.pallas_call(
         kernel,
@@ -576,6 +583,12 @@ def ragged_flash(
         *kv_arrays,
     )
     return combine_splits(o, lse, sinks)
+
+
+def check_softcap(softcap: float) -> None:
+    """A score softcap must be a number >= 0 (0: none)."""
+    if isinstance(softcap, bool) or not isinstance(softcap, int | float) or not softcap >= 0:
+        raise ValueError(f"softcap={softcap!r}: must be a number >= 0 (0: no capping)")
 
 
 def check_dtypes(queries: Sequence[jax.Array], pages: Sequence[jax.Array], scales=()) -> None:

@@ -128,6 +128,7 @@ ARCHS = {
     # Gemma 3: a window beside a global layer, each its RoPE; norms by 1 + weight, sandwiched
     "gemma3_text": "tiny-gemma3",
     "gemma3": "tiny-gemma3",  # in its wrapper (a SigLIP tower), under transformers 4's names
+    "gemma2": "tiny-gemma2",  # Gemma 3's block without q/k norms, attention scores soft-capped
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

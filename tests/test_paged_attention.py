@@ -102,12 +102,13 @@ def fill_step(rng, page_size, row_shape, seqs, seq_pages):
 
 
 def dense_reference(
-    q, seqs, positions, rows_k, rows_v, scale, window=None, sinks=None, chunked=False
+    q, seqs, positions, rows_k, rows_v, scale, window=None, sinks=None, chunked=False, softcap=0
 ):
     """o[t] = softmax(q[t] . K[:pos+1]) V over the token's own contiguous sequence, float64;
     with a sliding window only the last `window` of those keys (`chunked`: those from the
     start of its chunk of `window`, Llama 4's); with `sinks` ([K, G]) the softmax also
-    takes exp(sink) in its denominator (gpt-oss).
+    takes exp(sink) in its denominator (gpt-oss); with a `softcap` the scaled scores are
+    softcap * tanh(s / softcap) (Gemma 2).
 
     q: [T, K, G, Dk]; rows_k[s]: [L_s, K, Dk]; rows_v[s]: [L_s, K, Dv]. Padding -> zeros.
     """
@@ -120,6 +121,8 @@ def dense_reference(
             if chunked:
                 lo = (n - 1) // window * window
             s = np.einsum("kgd,lkd->kgl", q[t].astype(np.float64), k[lo:n]) * scale
+            if softcap:
+                s = softcap * np.tanh(s / softcap)
             top = s.max(-1, keepdims=True)
             if sinks is not None:
                 top = np.maximum(top, sinks[..., None])
@@ -134,7 +137,7 @@ def dense_reference(
 
 
 @functools.partial(
-    jax.jit, static_argnames=("scale", "block", "tile", "split", "window", "chunked")
+    jax.jit, static_argnames=("scale", "block", "tile", "split", "window", "chunked", "softcap")
 )
 def _gqa_step(
     q,
@@ -152,6 +155,7 @@ def _gqa_step(
     window=None,
     sinks=None,
     chunked=False,
+    softcap=0.0,
     **opts,
 ):
     k_pages = write_kv(k_pages, new_k, slots)
@@ -169,6 +173,7 @@ def _gqa_step(
         window=window,
         sinks=sinks,
         chunked=chunked,
+        softcap=softcap,
     )
 
 
@@ -190,24 +195,28 @@ def _options(tile: int = QUERY_TILE, split: bool = True) -> tuple[int, bool]:
 # so whole blocks before a window are skipped (on the decode path and on the tiles).
 # With sinks (gpt-oss): decodes batched (split) and as tile rows (not split), with a window.
 # Blocks as wide as the table (9 columns of 8, 5 of 16) or wider take the dense path.
+# Scores soft-capped at 1.5 (Gemma 2; the scores here are about 1, so the cap bends them) on
+# the dense path, the batched decodes, tiles of both kinds, with a window and with sinks.
 @pytest.mark.parametrize(
-    "page_size,block,group,tile,split,window,with_sinks",
+    "page_size,block,group,tile,split,window,with_sinks,softcap",
     [
-        (8, 9, 2, 4, True, 30, True),
-        (16, 6, 3, 3, False, None, False),
-        (8, 1, 1, 4, True, None, False),
-        (8, 2, 3, 3, False, None, False),
-        (16, 1, 4, QUERY_TILE, True, None, False),
-        (16, 2, 8, 5, False, None, False),
-        (8, 1, 2, 4, True, 1, False),
-        (8, 2, 3, 3, False, 7, False),
-        (16, 1, 4, 5, True, 16, False),
-        (8, 1, 1, 3, True, 30, False),
-        (8, 1, 2, 4, True, None, True),
-        (8, 2, 3, 3, False, 7, True),
+        (8, 9, 2, 4, True, 30, True, 1.5),
+        (16, 6, 3, 3, False, None, False, 0.0),
+        (8, 1, 1, 4, True, None, False, 0.0),
+        (8, 2, 3, 3, False, None, False, 0.0),
+        (16, 1, 4, QUERY_TILE, True, None, False, 0.0),
+        (16, 2, 8, 5, False, None, False, 1.5),
+        (8, 1, 2, 4, True, 1, False, 0.0),
+        (8, 2, 3, 3, False, 7, False, 0.0),
+        (16, 1, 4, 5, True, 16, False, 1.5),
+        (8, 1, 1, 3, True, 30, False, 0.0),
+        (8, 1, 2, 4, True, None, True, 1.5),
+        (8, 2, 3, 3, False, 7, True, 0.0),
     ],
 )
-def test_gqa_matches_dense_reference(page_size, block, group, tile, split, window, with_sinks):
+def test_gqa_matches_dense_reference(
+    page_size, block, group, tile, split, window, with_sinks, softcap
+):
     num_kv_heads, head_dim = 2, 40
     scale = head_dim**-0.5
     for n in range(3):
@@ -231,14 +240,19 @@ def test_gqa_matches_dense_reference(page_size, block, group, tile, split, windo
         if with_sinks:  # about the scores' scale, so some rows are mostly sink
             sinks = (2 * rng.standard_normal(num_kv_heads * group)).astype(np.float32)
         args = (q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt)
-        o = np.asarray(_gqa_step(*args, scale, block, window, sinks, tile=tile, split=split))
+        o = _gqa_step(*args, scale, block, window, sinks, tile=tile, split=split, softcap=softcap)
+        o = np.asarray(o)
 
         q4 = q.reshape(NUM_TOKENS, num_kv_heads, group, head_dim)
         sinks4 = None if sinks is None else sinks.reshape(num_kv_heads, group)
-        ref = dense_reference(q4, seqs, positions, rows_k, rows_v, scale, window, sinks4)
+        ref_args = (q4, seqs, positions, rows_k, rows_v, scale, window)
+        ref = dense_reference(*ref_args, sinks4, softcap=softcap)
         if with_sinks:
-            plain = dense_reference(q4, seqs, positions, rows_k, rows_v, scale, window)
+            plain = dense_reference(*ref_args, softcap=softcap)
             assert np.abs(plain - ref).max() > 0.1  # the sinks changed the result
+        if softcap:
+            uncapped = dense_reference(*ref_args, sinks4)
+            assert np.abs(uncapped - ref).max() > 0.1  # the cap changed the result
         assert np.all(np.isfinite(o))
         np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
         if window is not None:

@@ -32,7 +32,7 @@ from pallas_kernels import (
 )
 
 ON_GPU = jax.default_backend() == "gpu"
-gqa_ref = jax.jit(ragged_paged_attention_ref, static_argnames="scale")
+gqa_ref = jax.jit(ragged_paged_attention_ref, static_argnames=("scale", "softcap"))
 mla_ref = jax.jit(mla_paged_attention_ref, static_argnames="scale")
 NUM_TOKENS = 24  # padded T
 NUM_SEQS = 6  # padded S (the last one is padding)
@@ -260,6 +260,51 @@ def test_gqa_kernel_with_attention_sinks_matches_ref(case, window, interpret):
         assert np.abs(np.asarray(plain, np.float32) - np.asarray(ref, np.float32)).max() > 0.1
 
 
+# Soft-capped scores (Gemma 2): 1.5 * tanh(s / 1.5) on scores of about 1, with several
+# splits in f32, the base-2 fast softmax (the cap taken in natural units first), and fixed
+# splits under a window, there with sinks as well.
+SOFTCAP_CASES = [
+    ("g1_p8_f32_2splits", None, False),
+    ("g3_d40_p16_bf16_fast", None, False),
+    ("g8_p8_bf16_2progs_fixed", 21, True),
+]
+
+
+@pytest.mark.parametrize("interpret", MODES)
+@pytest.mark.parametrize("case, window, with_sinks", SOFTCAP_CASES)
+def test_gqa_kernel_with_soft_capped_scores_matches_ref(case, window, with_sinks, interpret):
+    _skip_unless_runnable(interpret)
+    group, kv_heads, head_dim, page_size, num_pages, dtype, config = GQA_CASES[case]
+    shape = (num_pages, page_size, kv_heads, head_dim)
+    scale, cap = head_dim**-0.5, 1.5
+    kernel = jax.jit(
+        functools.partial(
+            ragged_paged_attention,
+            scale=scale,
+            window=window,
+            config=config,
+            interpret=interpret,
+            softcap=cap,
+        )
+    )
+    for seed in SEEDS[:2]:
+        b = ragged_batch(seed, page_size, num_pages)
+        rng = np.random.default_rng(600 + seed)
+        q = jnp.asarray(rng.standard_normal((NUM_TOKENS, group * kv_heads, head_dim)), dtype)
+        live = b["owned"] if window is None else _rows_in_windows(b, page_size, window)
+        k_pages = random_pages(rng, shape, live, dtype)
+        v_pages = random_pages(rng, shape, live, dtype)
+        extra = {}
+        if with_sinks:
+            extra["sinks"] = jnp.asarray(2 * rng.standard_normal(group * kv_heads), jnp.float32)
+        out = kernel(q, k_pages, v_pages, *_meta(b), **extra)
+        args = (q, k_pages, v_pages, *_meta(b))
+        ref = gqa_ref(*args, scale=scale, window=window, softcap=cap, **extra)
+        _check(out, ref, b, dtype)
+        uncapped = gqa_ref(*args, scale=scale, window=window, **extra)
+        assert np.abs(np.asarray(uncapped, np.float32) - np.asarray(ref, np.float32)).max() > 0.1
+
+
 MLA_CASES = {
     # name: (heads, kv_lora_rank, rope dim, page size, num pages, dtype, config)
     # a 1-byte partials budget: one split over the whole page table (an MLA prefill's case)
@@ -320,14 +365,17 @@ def test_refs_match_the_engine_xla_path():
     b = ragged_batch(5, 16, 40)
     rng = np.random.default_rng(5)
     meta = build_metadata(*(jnp.asarray(x) for x in _meta(b)))
-    xla_gqa = jax.jit(paged_attention_gqa, static_argnums=(4, 5), static_argnames="window")
+    xla_gqa = jax.jit(
+        paged_attention_gqa, static_argnums=(4, 5), static_argnames=("window", "softcap")
+    )
     xla_mla = jax.jit(paged_attention_mla, static_argnums=(4, 5))
     q = jnp.asarray(rng.standard_normal((NUM_TOKENS, 6, 40)), jnp.float32)
     k_pages = random_pages(rng, (40, 16, 2, 40), b["owned"], jnp.float32)
     v_pages = random_pages(rng, (40, 16, 2, 40), b["owned"], jnp.float32)
     sinks = jnp.asarray(rng.standard_normal(6), jnp.float32)
-    for window, with_sinks in ((None, False), (3, False), (20, False), (None, True), (3, True)):
-        extra = {"sinks": sinks} if with_sinks else {}
+    cases = ((None, False, 0.0), (3, False, 0.0), (20, False, 0.0), (None, True, 0.0))
+    for window, with_sinks, softcap in (*cases, (3, True, 0.0), (20, True, 1.5)):
+        extra = {"sinks": sinks, "softcap": softcap} if with_sinks else {}
         np.testing.assert_allclose(
             gqa_ref(q, k_pages, v_pages, *_meta(b), scale=0.2, window=window, **extra),
             xla_gqa(q, k_pages, v_pages, meta, 0.2, 2, window=window, **extra),
