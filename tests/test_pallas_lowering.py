@@ -180,3 +180,23 @@ def test_kernels_lower_to_triton_for_hopper(kernel, args):
     """The full Pallas-to-Triton lowering for an H200 runs on CPU (no GPU compile)."""
     text = lower_for_gpu(kernel, *args)
     assert "__gpu$xla.gpu.triton" in text
+
+
+def test_soft_capped_scores_lower_to_a_tanh():
+    """Gemma 2 9B's layer (256-wide heads, a 4096-key window, scores capped at 50) lowers,
+    the cap as Triton tanh ops (none without it)."""
+    args = (
+        S((64, 16, 256), jnp.bfloat16),
+        S((2048, 16, 8, 256), jnp.bfloat16),
+        S((2048, 16, 8, 256), jnp.bfloat16),
+        *_metadata(64, 64, 512),
+    )
+    texts = [
+        lower_for_gpu(
+            functools.partial(ragged_paged_attention, scale=256**-0.5, window=4096, softcap=cap),
+            *args,
+        )
+        for cap in (50.0, 0.0)
+    ]
+    assert all("__gpu$xla.gpu.triton" in text for text in texts)
+    assert "tanh" in texts[0] and "tanh" not in texts[1]
