@@ -7,14 +7,16 @@ language model of Gemma 3 4B / 12B / 27B): five windowed layers to one global la
 as well as before; a GeGLU (tanh) MLP; the embeddings times sqrt(hidden_size). RoPE per
 layer kind: the global layers' (base 1e6, linear scaling on the larger models), the
 windowed layers' plain (base 1e4): rope_parameters by layer type, or the older rope_theta,
-rope_scaling and rope_local_base_freq. Refused with a ValueError naming the field:
-bidirectional attention, soft-capped attention logits, attention biases.
+rope_scaling and rope_local_base_freq. Soft-capped attention scores when
+attn_logit_softcapping is set (null in the releases; Gemma 2's, below). Refused with a
+ValueError naming the field: bidirectional attention, attention biases.
 
 Gemma 2 (gemma2: Gemma 2 2B / 9B / 27B) is the same block without the q/k norms, every
 other layer windowed (layer_types, or from layer 0 as the releases have it), one RoPE for
 both kinds, and its attention scores (times the scale) soft-capped, cap * tanh(s / cap),
 by attn_logit_softcapping (50 in the releases; null: none), as the logits are by
-final_logit_softcapping (30)."""
+final_logit_softcapping (30). VaultGemma (vaultgemma: VaultGemma 1B) is Gemma 2 without
+the norms after each block (its MLP's input norm named pre_feedforward_layernorm)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from typing import Any
 
 from configs.model_config import RopeScaling
 
-GEMMA3, GEMMA2 = "gemma3_text", "gemma2"
-TYPES, ALIASES = (GEMMA3, GEMMA2), {}
+GEMMA3, GEMMA2, VAULTGEMMA = "gemma3_text", "gemma2", "vaultgemma"
+TYPES, ALIASES = (GEMMA3, GEMMA2, VAULTGEMMA), {}
 _KINDS = ("sliding_attention", "full_attention")
 # Defaults of transformers 5.25's Gemma3TextConfig for the fields read.
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -48,6 +50,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         use_bidirectional_attention=None, rope_theta=10000.0,
     ),
 }  # fmt: skip
+# VaultGemmaConfig is Gemma2Config (its use_bidirectional_attention removed).
+DEFAULTS[VAULTGEMMA] = {**DEFAULTS[GEMMA2], "use_bidirectional_attention": None}
 
 
 def gemma3_rope(f: Any) -> tuple[float, RopeScaling, float]:
@@ -94,11 +98,10 @@ def fields(f: Any, model_type: str) -> dict:
     """ModelConfig's attention, window, norm and MLP fields of a Gemma 3 text config or a
     Gemma 2 one; `f` is hf_config._Fields."""
     gemma3 = model_type == GEMMA3
-    refused = [("attention_bias", "attention biases")]
-    refused += [("use_bidirectional_attention", "bidirectional attention")]
-    if gemma3:
-        refused += [("attn_logit_softcapping", "soft-capped attention logits")]
-    for key, why in refused:
+    for key, why in (
+        ("attention_bias", "attention biases"),
+        ("use_bidirectional_attention", "bidirectional attention"),
+    ):
         if f.get(key):
             raise ValueError(f"HF config {key}={f.get(key)!r}: {why} not supported")
     if f.get("hidden_activation") != "gelu_pytorch_tanh":
@@ -119,14 +122,14 @@ def fields(f: Any, model_type: str) -> dict:
         qk_norm=gemma3,
         norm_zero_centered=True,
         attention_multiplier=float(scalar) ** -0.5,
-        sandwich_norms=True,
+        sandwich_norms=model_type != VAULTGEMMA,
         sliding_window=f.required("sliding_window") if windowed else None,
         full_attention_layers=full if windowed else (),
         sliding_rope_theta=gemma3_rope(f)[2] if windowed and gemma3 else 0.0,
         mlp_act="geglu",
         embedding_multiplier=math.sqrt(f.required("hidden_size")),
         final_logit_softcapping=_cap(f, "final_logit_softcapping"),
-        attn_logit_softcapping=0.0 if gemma3 else _cap(f, "attn_logit_softcapping"),
+        attn_logit_softcapping=_cap(f, "attn_logit_softcapping"),
     )
 
 

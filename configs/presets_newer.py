@@ -466,6 +466,14 @@ NEWER["tiny-gemma2"] = NEWER["tiny-gemma3"].replace(
     attn_logit_softcapping=1.0,
     final_logit_softcapping=3.0,
 )
+# tests/fixtures/vaultgemma: VaultGemma, tiny-gemma2 without the norms after each block, the
+# scores capped at 0.5.
+NEWER["tiny-vaultgemma"] = NEWER["tiny-gemma2"].replace(
+    name="tiny-vaultgemma",
+    model_type="vaultgemma",
+    sandwich_norms=False,
+    attn_logit_softcapping=0.5,
+)
 # Gemma 2's releases (Gemma2Config's defaults are 2B's): every other layer windowed (4,096
 # keys) from layer 0, RoPE base 1e4, 8,192 positions, the scores capped at 50 and the logits
 # at 30, GeGLU, tied embeddings; the scale query_pre_attn_scalar^-0.5 (256, or 27B's 144).

@@ -72,6 +72,8 @@ NATIVE = {
     # Gemma 3's and Gemma 2's (AFMoE's names for the MLP's norms before and after it).
     "gemma3_text": _GEMMA_NATIVE,
     "gemma2": _GEMMA_NATIVE,
+    # VaultGemma's MLP input norm (no norms after the blocks).
+    "vaultgemma": ((r"\.post_attention_layernorm\.", ".pre_feedforward_layernorm."),),
     "hy_v3": _HY_V3_NATIVE,
     "mimo_v2_flash": ((r"\.self_attn\.sinks$", ".self_attn.attention_sink_bias"),),
     "bailing_hybrid": _BAILING_NATIVE,

@@ -1,9 +1,10 @@
-"""Google's Gemma 3 and Gemma 2 (configs/hf_gemma3.py): the fixtures' configs (Gemma 3's text
-model, the same in its multimodal wrapper, Gemma 2's) read to their presets; the released
-configs' older spelling of the RoPE and the window pattern; Gemma 2's soft caps; the
-refusals. HF parity: tests/test_hf_parity.py (gemma3_text, gemma3, gemma2); the paged
-engine's soft-capped attention: tests/test_engine.py, tests/test_pallas_engine.py
-(gemma2), tests/test_paged_attention.py, tests/test_pallas_attention.py."""
+"""Google's Gemma 3, Gemma 2 and VaultGemma (configs/hf_gemma3.py): the fixtures' configs
+(Gemma 3's text model, the same in its multimodal wrapper, Gemma 2's, VaultGemma's) read
+to their presets; the released configs' older spelling of the RoPE and the window
+pattern; Gemma 2's soft caps; the refusals. HF parity: tests/test_hf_parity.py
+(gemma3_text, gemma3, gemma2, vaultgemma); the paged engine's soft-capped attention:
+tests/test_engine.py, tests/test_pallas_engine.py (gemma2), tests/test_paged_attention.py,
+tests/test_pallas_attention.py."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ def test_fixture_configs_read_as_the_preset(arch):
     cfg = config_from_hf(FIXTURES / arch)
     assert arch_fields(cfg) == arch_fields(get_preset("tiny-gemma3"))
     assert cfg.model_type == "gemma3_text" and cfg.norm_offset == 1.0
+    # Soft-capped attention scores, as Gemma 2's (Gemma3Attention applies the cap when set).
+    capped = config_from_hf(dict(saved_config("gemma3_text"), attn_logit_softcapping=50.0))
+    assert capped.attn_logit_softcapping == 50.0 and cfg.attn_logit_softcapping == 0.0
 
 
 def test_the_released_spelling_of_rope_and_windows():
@@ -48,7 +52,7 @@ def test_the_released_spelling_of_rope_and_windows():
 @pytest.mark.parametrize(
     "change, match",
     [
-        (dict(attn_logit_softcapping=50.0), "attn_logit_softcapping=50.0: soft-capped"),
+        (dict(attn_logit_softcapping=0.0), "attn_logit_softcapping=0.0: a finite number > 0"),
         (dict(use_bidirectional_attention=True), "use_bidirectional_attention=True"),
         (dict(hidden_activation="gelu"), "hidden_activation='gelu'"),
         (dict(query_pre_attn_scalar=0), "query_pre_attn_scalar=0: must be a number > 0"),
@@ -65,8 +69,9 @@ def test_bad_configs_are_refused_by_field(change, match):
 
 
 def test_gemma2_fixture_and_bare_configs_read_as_their_presets():
-    """The fixture's config is tiny-gemma2's; a bare Gemma 2 config is Gemma 2 2B's
-    (Gemma2Config's defaults): every other layer windowed from layer 0, caps 50 and 30."""
+    """The fixtures' configs are tiny-gemma2's and tiny-vaultgemma's; a bare Gemma 2 config
+    is Gemma 2 2B's (Gemma2Config's defaults): every other layer windowed from layer 0, caps
+    50 and 30; a bare VaultGemma one the same without the norms after each block."""
     cfg = config_from_hf(FIXTURES / "gemma2")
     assert arch_fields(cfg) == arch_fields(get_preset("tiny-gemma2"))
     assert cfg.attn_logit_softcapping == 1.0 and cfg.final_logit_softcapping == 3.0
@@ -76,6 +81,14 @@ def test_gemma2_fixture_and_bare_configs_read_as_their_presets():
         get_preset("gemma-2-2b"), skip=("name",)
     )
     assert bare.full_attention_layers == tuple(range(1, 26, 2)) and bare.sliding_window == 4096
+    # VaultGemma: Gemma 2 without the norms after each block (Gemma2Config's defaults).
+    cfg = config_from_hf(FIXTURES / "vaultgemma")
+    assert arch_fields(cfg) == arch_fields(get_preset("tiny-vaultgemma"))
+    assert not cfg.sandwich_norms and cfg.attn_logit_softcapping == 0.5
+    bare_vault = config_from_hf({"model_type": "vaultgemma"}, dtype="bfloat16")
+    assert arch_fields(bare_vault, skip=("name", "model_type", "sandwich_norms")) == arch_fields(
+        bare, skip=("name", "model_type", "sandwich_norms")
+    )
 
 
 def test_gemma2_released_spelling_and_null_caps():

@@ -129,6 +129,7 @@ ARCHS = {
     "gemma3_text": "tiny-gemma3",
     "gemma3": "tiny-gemma3",  # in its wrapper (a SigLIP tower), under transformers 4's names
     "gemma2": "tiny-gemma2",  # Gemma 3's block without q/k norms, attention scores soft-capped
+    "vaultgemma": "tiny-vaultgemma",  # Gemma 2's without the norms after each block
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
