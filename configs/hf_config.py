@@ -22,6 +22,7 @@ from configs import hf_gemma3 as gemma3
 from configs import hf_glm4 as glm4
 from configs import hf_hyv3 as hyv3
 from configs import hf_jamba as jamba
+from configs import hf_laguna as laguna
 from configs import hf_lfm2 as lfm2
 from configs import hf_longcat as longcat
 from configs import hf_mimo as mimo
@@ -58,7 +59,7 @@ from configs.model_config import ModelConfig
 # Families whose module reads a config whole, its window too (configs/hf_<family>.py: TYPES,
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
-_FAMILIES += (seed_oss, glm4, gemma3)  # (the 55th session's)
+_FAMILIES += (seed_oss, glm4, gemma3, laguna)  # (the 55th and 56th sessions')
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
@@ -618,6 +619,8 @@ def config_from_hf(
         rope_theta, rope_scaling = mimo.mimo_rope(f)
     elif model_type == gemma3.GEMMA3:  # (the same)
         rope_theta, rope_scaling, _ = gemma3.gemma3_rope(f)
+    elif model_type == laguna.LAGUNA:  # (its global layers'; the windowed ones': its fields)
+        rope_theta, rope_scaling = rope(_Fields(laguna.rope_source(f), model_type), max_position)
     else:
         rope_theta, rope_scaling = rope(f, max_position)
     family = next((m for m in _FAMILIES if model_type in m.TYPES), None)

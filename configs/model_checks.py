@@ -175,6 +175,55 @@ def check_values_and_sinks(cfg: Any) -> None:
         raise ValueError("windowed_sinks_only=True: needs attention_sinks")
 
 
+def check_mla(cfg: Any) -> None:
+    """MLA's ranks and head widths, and DeepSeek sparse attention's indexer."""
+    for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if getattr(cfg, name) <= 0:
+            raise ValueError(f"{name}={getattr(cfg, name)}: MLA needs it > 0")
+    if cfg.qk_rope_head_dim % 2:
+        raise ValueError(f"qk_rope_head_dim={cfg.qk_rope_head_dim}: must be even")
+    if cfg.sliding_window is not None:
+        raise ValueError(f"sliding_window={cfg.sliding_window}: not implemented for MLA attention")
+    if cfg.index_topk:
+        # (Without a q LoRA the indexer's queries come from the normed hidden state: Mistral
+        # Large 4.)
+        for name in ("index_topk", "index_n_heads", "index_head_dim"):
+            if getattr(cfg, name) <= 0:
+                raise ValueError(f"{name}={getattr(cfg, name)}: DSA needs it > 0")
+        if cfg.index_head_dim < cfg.qk_rope_head_dim:
+            raise ValueError(
+                f"index_head_dim={cfg.index_head_dim}: must hold the rope part "
+                f"(qk_rope_head_dim={cfg.qk_rope_head_dim})"
+            )
+
+
+def check_laguna(cfg: Any) -> None:
+    """Softplus gates, per-layer query heads, whole-head RoPE on windowed layers, a capped
+    router (Laguna's)."""
+    if cfg.attn_gate_act not in ("sigmoid", "softplus"):
+        raise ValueError(f"attn_gate_act={cfg.attn_gate_act!r}: expected 'sigmoid' or 'softplus'")
+    heads = cfg.heads_per_layer
+    if heads:
+        if cfg.attention_type != "gqa" or len(heads) != cfg.num_layers:
+            raise ValueError(
+                f"heads_per_layer: GQA attention only, one entry per layer ({cfg.num_layers})"
+            )
+        for i, h in enumerate(heads):
+            if isinstance(h, bool) or not isinstance(h, int) or h < 1 or h % cfg.num_kv_heads:
+                raise ValueError(
+                    f"heads_per_layer[{i}]={h!r}: must be a multiple >= 1 of num_kv_heads="
+                    f"{cfg.num_kv_heads}"
+                )
+    if cfg.sliding_full_rotary and not cfg.rope_scaling_full_only and not cfg.sliding_rope_theta:
+        raise ValueError(
+            "sliding_full_rotary: the windowed layers' RoPE needs rope_scaling_full_only or "
+            "sliding_rope_theta (their own plain RoPE)"
+        )
+    cap = cfg.router_logit_softcapping
+    if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 <= cap < math.inf:
+        raise ValueError(f"router_logit_softcapping={cap!r}: must be a finite number >= 0")
+
+
 def check_softcaps(cfg: Any) -> None:
     """The logits' and the attention scores' tanh caps: finite, >= 0 (0: none); the
     scores' on GQA attention (no MLA or DeepSeek-V4 path caps them)."""

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 
 from configs.model_checks import (
     check_gemma4_ling,
+    check_laguna,
     check_linear,
     check_longcat,
+    check_mla,
     check_moe,
     check_norms_and_rope,
     check_softcaps,
@@ -223,6 +225,8 @@ class ModelConfig:
     sandwich_norms: bool = False
     pre_norms: bool = True
     rope_scaling_full_only: bool = False
+    # Laguna: its windowed layers rotate the whole head (partial_rotary_factor: the full ones')
+    sliding_full_rotary: bool = False
     residual_multiplier: float = 1.0
     attention_multiplier: float = 0.0
     # MiniMax-01: a block's input joins the stream normed (residual_normed: x = alpha *
@@ -272,6 +276,10 @@ class ModelConfig:
     kda_full_rank: bool = False
     kda_gate_bound: float = 0.0
     head_gate: bool = False
+    # The output gates' function (attn_output_gate, head_gate): sigmoid, or softplus (Laguna)
+    attn_gate_act: str = "sigmoid"
+    # Laguna: query heads per layer (num_attention_heads_per_layer; (): num_heads on each)
+    heads_per_layer: tuple[int, ...] = ()
     expert_clip_limits: tuple[float, ...] = ()
     shared_clip_limits: tuple[float, ...] = ()
     # MoE
@@ -295,6 +303,7 @@ class ModelConfig:
     # Llama 4: each token's input to its (one) routed expert is scaled by the router weight,
     # not the expert's output (vLLM's apply_router_weight_on_input; top-1 only).
     router_weight_on_input: bool = False
+    router_logit_softcapping: float = 0.0  # Laguna: router logits cap * tanh(x / cap) (0: none)
     # LongCat-Flash: zero_experts zero-computation experts after the num_experts routed ones
     # (a token choosing one adds itself times its weight); shortcut_moe: decoder layers in
     # pairs, the even layer's MoE reading its MLP's input beside that dense MLP (both on
@@ -418,27 +427,8 @@ class ModelConfig:
                     f"full_attention_layers: layer {bad[0]} is outside [0, "
                     f"num_layers={self.num_layers})"
                 )
-        else:  # MLA
-            for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-                if getattr(self, name) <= 0:
-                    raise ValueError(f"{name}={getattr(self, name)}: MLA needs it > 0")
-            if self.qk_rope_head_dim % 2:
-                raise ValueError(f"qk_rope_head_dim={self.qk_rope_head_dim}: must be even")
-            if self.sliding_window is not None:
-                raise ValueError(
-                    f"sliding_window={self.sliding_window}: not implemented for MLA attention"
-                )
-            if self.index_topk:
-                # (Without a q LoRA the indexer's queries come from the normed hidden state:
-                # Mistral Large 4.)
-                for name in ("index_topk", "index_n_heads", "index_head_dim"):
-                    if getattr(self, name) <= 0:
-                        raise ValueError(f"{name}={getattr(self, name)}: DSA needs it > 0")
-                if self.index_head_dim < self.qk_rope_head_dim:
-                    raise ValueError(
-                        f"index_head_dim={self.index_head_dim}: must hold the rope part "
-                        f"(qk_rope_head_dim={self.qk_rope_head_dim})"
-                    )
+        else:
+            check_mla(self)
         if self.index_topk and self.attention_type == "gqa":
             raise ValueError(f"index_topk={self.index_topk}: sparse attention needs MLA")
         if self.learned_rope_scale or self.query_log_scale:
@@ -464,6 +454,7 @@ class ModelConfig:
                 f"{self.num_experts_per_tok}; each copy of a token would need its own input)"
             )
         check_softcaps(self)
+        check_laguna(self)
         check_moe(self)
         check_gemma4_ling(self)
         check_values_and_sinks(self)
@@ -624,6 +615,10 @@ class ModelConfig:
         windowed_sinks_only keeps them to the windowed layers)."""
         windowed = self.attention_window(layer) is not None
         return self.attention_sinks and (windowed or not self.windowed_sinks_only)
+
+    def layer_num_heads(self, layer: int) -> int:
+        """GQA layer `layer`'s query heads (heads_per_layer, else num_heads)."""
+        return self.heads_per_layer[layer] if self.heads_per_layer else self.num_heads
 
     def layer_num_kv_heads(self, layer: int) -> int:
         """GQA layer `layer`'s KV heads."""

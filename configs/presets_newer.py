@@ -501,3 +501,74 @@ for _name, _shape in {
         final_logit_softcapping=30.0,
         dtype="bfloat16",
     )
+# tests/fixtures/laguna (Laguna XS.2's layout): 4 layers 64 wide; an 8-key window on layers 0
+# and 2, whose RoPE (base 100) turns the whole head, layers 1 and 3 global with YaRN (factor
+# 4 over 64 positions, attention factor 1, betas 64 / 1) on the leading half of each head;
+# 4 query heads on the windowed layers, 8 on the global ones, over 2 KV heads of 16, q/k
+# norms, outputs times softplus(x @ g) per head; layer 0 dense (96), then top-2 of 8 experts
+# 32 wide by sigmoid scores (logits capped at 1, the correction bias, renormalized, times
+# 2.5) beside a shared expert 48 wide.
+NEWER["tiny-laguna"] = ModelConfig(
+    name="tiny-laguna",
+    model_type="laguna",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    heads_per_layer=(4, 8, 4, 8),
+    intermediate_size=96,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=2048,
+    rope_theta=10000.0,
+    rope_scaling=RopeScaling(
+        rope_type="yarn",
+        factor=4.0,
+        original_max_position_embeddings=64,
+        beta_fast=64.0,
+        beta_slow=1.0,
+        attention_factor=1.0,
+    ),
+    partial_rotary_factor=0.5,
+    rope_scaling_full_only=True,
+    sliding_rope_theta=100.0,
+    sliding_full_rotary=True,
+    sliding_window=8,
+    full_attention_layers=(1, 3),
+    qk_norm=True,
+    head_gate=True,
+    attn_gate_act="softplus",
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    num_shared_experts=1,
+    shared_intermediate_size=48,
+    mlp_only_layers=(0,),
+    scoring_func="sigmoid",
+    topk_method="noaux_tc",
+    norm_topk_prob=True,
+    routed_scaling_factor=2.5,
+    router_logit_softcapping=1.0,
+    bos_token_id=2,
+    eos_token_ids=(1,),
+)
+# tests/fixtures/laguna_m (Laguna M.1's layout): tiny-laguna's shapes, every layer global with
+# 4 query heads and the whole head turned (plain RoPE, base 1e4), outputs times softplus(x @ g)
+# per channel; layers 0-1 dense; no router cap, no scaling.
+NEWER["tiny-laguna-m"] = NEWER["tiny-laguna"].replace(
+    name="tiny-laguna-m",
+    heads_per_layer=(),
+    rope_scaling=RopeScaling(),
+    partial_rotary_factor=1.0,
+    rope_scaling_full_only=False,
+    sliding_rope_theta=0.0,
+    sliding_full_rotary=False,
+    sliding_window=None,
+    full_attention_layers=(),
+    head_gate=False,
+    attn_output_gate=True,
+    mlp_only_layers=(0, 1),
+    routed_scaling_factor=1.0,
+    router_logit_softcapping=0.0,
+)

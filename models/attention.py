@@ -76,6 +76,7 @@ def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array, p: dict | None =
     windowed = cfg.attention_window(layer) is not None
     if windowed and (cfg.rope_scaling_full_only or cfg.sliding_rope_theta):  # (OLMo 3, MiMo)
         theta = cfg.sliding_rope_theta or cfg.rope_theta
+        dim = x.shape[-1] if cfg.sliding_full_rotary else dim  # (Laguna: the whole head)
         inv_freq, attention_factor = rope_frequencies(theta, dim, RopeScaling())
     else:
         inv_freq, attention_factor = _frequencies(cfg, p or {})
@@ -83,6 +84,14 @@ def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array, p: dict | None =
         return apply_rope(x, positions, inv_freq, attention_factor, rope_layout(cfg))
     rotated = apply_rope(x[..., :dim], positions, inv_freq, attention_factor, rope_layout(cfg))
     return jnp.concatenate([rotated, x[..., dim:]], axis=-1)
+
+
+def output_gate(gate: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """What the attention's output is multiplied by: sigmoid(gate), or with attn_gate_act
+    "softplus" (Laguna) softplus(gate) taken in float32 and cast back, as transformers."""
+    if cfg.attn_gate_act == "softplus":
+        return jax.nn.softplus(gate.astype(jnp.float32)).astype(gate.dtype)
+    return jax.nn.sigmoid(gate)
 
 
 def _no_delta(name: str, x: jax.Array) -> None:

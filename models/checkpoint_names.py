@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from configs.hf_rope import HUNYUAN_TYPES
 from configs.model_config import ModelConfig
-from models.release_names import NATIVE, mistral_native_name, renamed
+from models.release_names import NATIVE, ROUTER_BIAS, mistral_native_name, renamed
 
 EXPERT_LAYOUTS = ("per_expert", "fused")
 
@@ -63,7 +63,7 @@ def _vector(n: int, path: Path_) -> HFTensor:
 
 
 def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, HFTensor]:
-    d, h = cfg.hidden_size, cfg.num_heads
+    d, h = cfg.hidden_size, cfg.layer_num_heads(layer)
     hunyuan = cfg.model_type in HUNYUAN_TYPES
     names = {}
     if cfg.is_mla:
@@ -109,8 +109,9 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         names[f"{pre}.{proj}_proj.weight"] = _linear(rows, d, at + (f"w{proj}",))
         if cfg.attention_bias:
             names[f"{pre}.{proj}_proj.bias"] = _vector(rows, at + (f"b{proj}",))
-    if cfg.model_type == "afmoe":  # its gate's own projection
-        names[f"{pre}.gate_proj.weight"] = _linear(h * dh, d, at + ("wq_gate",))
+    own = {"afmoe": "gate_proj", "laguna": "g_proj"}.get(cfg.model_type)
+    if own and cfg.attn_output_gate:  # (AFMoE's gate's own projection; Laguna's per-element)
+        names[f"{pre}.{own}.weight"] = _linear(h * dh, d, at + ("wq_gate",))
     elif cfg.attn_output_gate:  # Qwen3-Next: per head, its query rows then its gate rows
         targets = (at + ("wq",), at + ("wq_gate",))
         names[f"{pre}.q_proj.weight"] = HFTensor((2 * h * dh, d), targets, "grouped", groups=h)
@@ -354,12 +355,9 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
         names[f"{pre}.moe_statics.e_score_correction_bias"] = HFTensor(
             (1, e), (at + ("router_bias",),), "copy"
         )
-    elif cfg.model_type in ("minimax_m2", "exaone_moe"):  # beside its gate, not in it
-        names[f"{pre}.e_score_correction_bias"] = _vector(e, at + ("router_bias",))
-    elif cfg.model_type == "afmoe":
-        names[f"{pre}.expert_bias"] = _vector(e, at + ("router_bias",))
-    elif cfg.topk_method == "noaux_tc":
-        names[f"{pre}.gate.e_score_correction_bias"] = _vector(ez, at + ("router_bias",))
+    elif cfg.topk_method == "noaux_tc":  # (in the gate, or beside it, or in the experts)
+        bias = ROUTER_BIAS.get(cfg.model_type, "gate.e_score_correction_bias")
+        names[f"{pre}.{bias}"] = _vector(ez, at + ("router_bias",))
     if layout == "fused":
         names[f"{pre}.experts.gate_up_proj"] = HFTensor(
             (e, 2 * f, d), (at + ("w_gate",), at + ("w_up",)), "gate_up"
@@ -380,9 +378,10 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
                     shape, (at + (ours,),), "expert", x
                 )
     if cfg.num_shared_experts:
-        # Qwen2-MoE names its one gated shared MLP `shared_expert`; DeepSeek and GLM-4.5
-        # `shared_experts`, Hunyuan `shared_mlp`.
-        shared = "shared_expert" if cfg.shared_expert_gate else "shared_experts"
+        # Qwen2-MoE names its one gated shared MLP `shared_expert` (Laguna its ungated one);
+        # DeepSeek and GLM-4.5 `shared_experts`, Hunyuan `shared_mlp`.
+        one = cfg.shared_expert_gate or cfg.model_type == "laguna"
+        shared = "shared_expert" if one else "shared_experts"
         shared = "shared_mlp" if cfg.model_type == "hunyuan_v1_moe" else shared
         fs = cfg.shared_expert_width
         names.update(_mlp_names(d, fs, f"{pre}.{shared}", at + ("shared",)))

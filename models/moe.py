@@ -78,6 +78,9 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
     logits = narrow_product(precise_matmul, x.astype(jnp.float32), router)  # [T, E]
     if "router_logit_bias" in p_moe:
         logits = logits + p_moe["router_logit_bias"].astype(jnp.float32)[None, :]
+    if cfg.router_logit_softcapping:  # Laguna: cap * tanh(logits / cap)
+        cap = cfg.router_logit_softcapping
+        logits = cap * jnp.tanh(logits / cap)
     k = cfg.num_experts_per_tok
     if cfg.scoring_func == "sparsemixer":
         return _sparsemixer(logits, cfg.sparsemixer_eps)

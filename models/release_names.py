@@ -86,6 +86,16 @@ NATIVE = {
 }
 
 
+# Where noaux_tc routers' correction biases are kept when not in the gate (checkpoint_names):
+# beside it (MiniMax-M2, K-EXAONE, AFMoE), or in the experts (Laguna).
+ROUTER_BIAS = {
+    "minimax_m2": "e_score_correction_bias",
+    "exaone_moe": "e_score_correction_bias",
+    "afmoe": "expert_bias",
+    "laguna": "experts.e_score_correction_bias",
+}
+
+
 def renamed(name: str, table) -> str:
     """`name` through each (pattern, replacement) of `table` in turn."""
     for pattern, repl in table:

@@ -108,7 +108,7 @@ def is_spec(x: Any) -> bool:
 
 
 def _gqa_specs(cfg: ModelConfig, dt, w, layer: int = 0) -> dict:
-    d, h = cfg.hidden_size, cfg.num_heads
+    d, h = cfg.hidden_size, cfg.layer_num_heads(layer)
     k, dh = cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)
     dv = cfg.layer_v_head_dim(layer)
     s = {

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from models import deepseek_v4
-from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs
+from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs, output_gate
 from models.layers import embed, final_logits, gate_activation, model_norm, swiglu_mlp
 from models.linear_attention import Segments, gated_delta_net, lightning, mamba1, short_conv
 from models.lora import make_delta, slot_mask
@@ -133,8 +133,8 @@ def decoder_layer(
         attn_inputs = mla_inputs if cfg.is_mla else gqa_inputs
         inputs = attn_inputs(layer["attn"], h, positions, cfg, delta, i)
         o, kv_i = attend(i, layer["attn"], kv_i, inputs)
-        if inputs.gate is not None:  # Qwen3-Next's gated attention
-            o = o * jax.nn.sigmoid(inputs.gate)
+        if inputs.gate is not None:  # Qwen3-Next's gated attention (Laguna's: softplus)
+            o = o * output_gate(inputs.gate, cfg)
         mixed = attn_output(layer["attn"], o, delta)
     kind = 1 if "linear" in layer else 0
     x = pin(

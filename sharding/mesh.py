@@ -72,8 +72,9 @@ def check_layout(cfg: ModelConfig, mc: MeshConfig) -> None:
     Heads and experts are checked here by name; every other width (MLP, vocabulary, ...) is
     checked per parameter by `sharding.rules.param_partition_specs`.
     """
-    if cfg.num_heads % mc.tp:
-        raise ValueError(f"mesh axis tp={mc.tp} does not divide num_heads={cfg.num_heads}")
+    for heads in sorted(set(cfg.heads_per_layer) | {cfg.num_heads}):  # (Laguna's per layer)
+        if heads % mc.tp:
+            raise ValueError(f"mesh axis tp={mc.tp} does not divide num_heads={heads}")
     if mc.ep > 1 and not cfg.num_experts:
         raise ValueError(
             f"mesh axis ep={mc.ep}: model {cfg.name!r} has no routed experts; use dp or tp"

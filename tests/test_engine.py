@@ -85,6 +85,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
         # MiMo's values narrower than its keys, LongCat's MoE across two MLA layers.)
         *("gemma4", "mimo_v2_flash", "longcat_flash"),
         "gemma2",  # (its attention scores soft-capped)
+        "laguna",  # (query heads per layer, softplus gates, a capped router)
     ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):

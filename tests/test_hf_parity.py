@@ -130,6 +130,10 @@ ARCHS = {
     "gemma3": "tiny-gemma3",  # in its wrapper (a SigLIP tower), under transformers 4's names
     "gemma2": "tiny-gemma2",  # Gemma 3's block without q/k norms, attention scores soft-capped
     "vaultgemma": "tiny-vaultgemma",  # Gemma 2's without the norms after each block
+    # Laguna: query heads per layer, softplus output gates, RoPE per layer kind, a capped
+    # sigmoid router beside a shared expert; M.1's layout: every layer global, gates per channel
+    "laguna": "tiny-laguna",
+    "laguna_m": "tiny-laguna-m",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
