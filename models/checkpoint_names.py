@@ -7,59 +7,15 @@ Mistral Large 4 ships.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from configs.hf_rope import HUNYUAN_TYPES
 from configs.model_config import ModelConfig
+from models.hf_tensors import HFTensor, Path_
+from models.hf_tensors import linear as _linear
+from models.hf_tensors import vector as _vector
+from models.linear_names import linear_attn_names, mamba2_names
 from models.release_names import NATIVE, ROUTER_BIAS, mistral_native_name, renamed
 
 EXPERT_LAYOUTS = ("per_expert", "fused")
-
-# How an HF tensor becomes (part of) a params leaf.
-#   copy:        reshape to the leaf shape (embeddings, norms, biases)
-#   linear:      torch Linear weight [out, in] -> transpose -> reshape to the leaf
-#   expert:      one expert's Linear weight -> transpose -> leaf[expert]
-#   gate_up:     fused [E, 2F, D] -> w_gate = [:, :F]^T, w_up = [:, F:]^T (two targets)
-#   experts_T:   fused [E, D, F] -> transpose the last two axes
-#   gate_up_interleaved: gpt-oss [E, D, 2F] (or its [E, 2F] bias), gate and up columns
-#                alternating: w_gate = [..., 0::2], w_up = [..., 1::2] (two targets)
-#   gate_up_halves: Llama 4 [E, D, 2F]: w_gate = [..., :F], w_up = [..., F:] (two targets)
-#   grouped:     a Linear (or conv [C, 1, K]) weight whose output rows are `groups` groups,
-#                each a run of rows per target in order (each target's share of a group:
-#                its size / input width / groups); each target's rows, transposed, reshape
-#                to it (Qwen3-Next's in_proj_qkvz and gated q_proj, Qwen3.5's in_proj_qkv)
-#   index:       an integer table, reshaped (DeepSeek-V4's tid2eid)
-KINDS = (
-    "index",
-    "copy",
-    "linear",
-    "expert",
-    "gate_up",
-    "experts_T",
-    "gate_up_interleaved",
-    "gate_up_halves",
-    "grouped",
-)
-
-Path_ = tuple  # a params tree path, e.g. ("layers", 0, "attn", "wq")
-
-
-class HFTensor(NamedTuple):
-    """One tensor of an HF checkpoint: its expected shape and where it lands in the params."""
-
-    shape: tuple[int, ...]  # expected shape in the HF file
-    targets: tuple[Path_, ...]  # params leaves it fills
-    kind: str  # one of KINDS
-    expert: int = -1  # expert index for kind "expert"
-    groups: int = 1  # kind "grouped": the output rows' groups
-
-
-def _linear(out_dim: int, in_dim: int, path: Path_) -> HFTensor:
-    return HFTensor((out_dim, in_dim), (path,), "linear")
-
-
-def _vector(n: int, path: Path_) -> HFTensor:
-    return HFTensor((n,), (path,), "copy")
 
 
 def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, HFTensor]:
@@ -127,116 +83,6 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         q_norm, k_norm = ("query_layernorm", "key_layernorm") if hunyuan else ("q_norm", "k_norm")
         names[f"{pre}.{q_norm}.weight"] = _vector(width_q, at + ("q_norm",))
         names[f"{pre}.{k_norm}.weight"] = _vector(width_k, at + ("k_norm",))
-    return names
-
-
-def _linear_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
-    """A gated DeltaNet layer: Qwen3-Next's fused in_proj_qkvz / in_proj_ba (grouped by key
-    head: its q, k, then its value heads' v, then their z; its value heads' b, then a) or
-    Qwen3.5's in_proj_qkv (all q, all k, all v) and in_proj_z / _b / _a; the conv over the
-    q, k, v channels in that order."""
-    d, hk, hv = cfg.hidden_size, cfg.linear_num_key_heads, cfg.linear_num_value_heads
-    dk, dv, taps = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel
-    if cfg.linear_attention_kind == "kimi_delta":
-        return _kda_names(cfg, pre, at)
-    if cfg.linear_attention_kind == "mamba2":
-        return _mamba2_names(cfg, pre, at)
-    if cfg.linear_attention_kind == "mamba1":
-        return _mamba1_names(cfg, pre, at)
-    if cfg.linear_attention_kind == "lightning":  # MiniMax-01's: qkv_proj's rows per head q, k, v
-        return {
-            f"{pre}.qkv_proj.weight": HFTensor(
-                (3 * hv * dk, d), tuple(at + (w,) for w in ("wq", "wk", "wv")), "grouped", groups=hv
-            ),
-            f"{pre}.output_gate.weight": _linear(hv * dk, d, at + ("wz",)),
-            f"{pre}.norm.weight": _vector(hv * dk, at + ("norm",)),
-            f"{pre}.out_proj.weight": _linear(d, hv * dk, at + ("wo",)),
-        }
-    if cfg.linear_attention_kind == "short_conv":  # LFM2's: in_proj's rows B, then C, then x
-        bcx = tuple(at + (f"w_{x}",) for x in "bcx")
-        return {
-            f"{pre}.in_proj.weight": HFTensor((3 * d, d), bcx, "grouped"),
-            f"{pre}.conv.weight": HFTensor((d, 1, taps), (at + ("conv",),), "grouped"),
-            f"{pre}.out_proj.weight": _linear(d, d, at + ("wo",)),
-        }
-    qkv = tuple(at + (w,) for w in ("wq", "wk", "wv"))
-    width = 2 * hk * dk + hv * dv
-    names = {
-        f"{pre}.conv1d.weight": HFTensor(
-            (width, 1, taps), tuple(at + (w,) for w in ("conv_q", "conv_k", "conv_v")), "grouped"
-        ),
-        f"{pre}.A_log": _vector(hv, at + ("A_log",)),
-        f"{pre}.dt_bias": _vector(hv, at + ("dt_bias",)),
-        f"{pre}.norm.weight": _vector(dv, at + ("norm",)),
-        f"{pre}.out_proj.weight": _linear(d, hv * dv, at + ("wo",)),
-    }
-    if cfg.model_type == "qwen3_next":
-        names[f"{pre}.in_proj_qkvz.weight"] = HFTensor(
-            (width + hv * dv, d), (*qkv, at + ("wz",)), "grouped", groups=hk
-        )
-        names[f"{pre}.in_proj_ba.weight"] = HFTensor(
-            (2 * hv, d), (at + ("wb",), at + ("wa",)), "grouped", groups=hk
-        )
-        return names
-    names[f"{pre}.in_proj_qkv.weight"] = HFTensor((width, d), qkv, "grouped")
-    names[f"{pre}.in_proj_z.weight"] = _linear(hv * dv, d, at + ("wz",))
-    names[f"{pre}.in_proj_b.weight"] = _linear(hv, d, at + ("wb",))
-    names[f"{pre}.in_proj_a.weight"] = _linear(hv, d, at + ("wa",))
-    return names
-
-
-def _mamba1_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
-    """Jamba's Mamba layer: in_proj's rows x then gate, x_proj's dt then B then C."""
-    d, hv, n = cfg.hidden_size, cfg.linear_num_value_heads, cfg.linear_key_head_dim
-    r, taps = cfg.mamba_dt_rank, cfg.linear_conv_kernel
-    names = {
-        f"{pre}.in_proj.weight": HFTensor((2 * hv, d), (at + ("wv",), at + ("wz",)), "grouped"),
-        f"{pre}.conv1d.weight": HFTensor((hv, 1, taps), (at + ("conv_v",),), "grouped"),
-        f"{pre}.x_proj.weight": HFTensor(
-            (r + 2 * n, hv), tuple(at + (w,) for w in ("w_dt", "w_b", "w_c")), "grouped"
-        ),
-        f"{pre}.dt_proj.weight": _linear(hv, r, at + ("dt_proj",)),
-        f"{pre}.dt_proj.bias": _vector(hv, at + ("dt_bias",)),
-        f"{pre}.A_log": HFTensor((hv, n), (at + ("A_log",),), "copy"),
-        f"{pre}.D": _vector(hv, at + ("D",)),
-        f"{pre}.out_proj.weight": _linear(d, hv, at + ("wo",)),
-        f"{pre}.dt_layernorm.weight": _vector(r, at + ("dt_norm",)),
-        f"{pre}.b_layernorm.weight": _vector(n, at + ("b_norm",)),
-        f"{pre}.c_layernorm.weight": _vector(n, at + ("c_norm",)),
-    }
-    if cfg.linear_conv_bias:
-        names[f"{pre}.conv1d.bias"] = _vector(hv, at + ("conv_v_bias",))
-    return names
-
-
-def _kda_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
-    """A KDA layer (Kimi-Linear, its release's names under self_attn): q/k/v projections
-    and convs of their own, the low-rank forget (f_a, f_b) and output (g_a, g_b) gates,
-    A_log stored [1, 1, H, 1], dt_bias [H * dk]."""
-    d, h, dk = cfg.hidden_size, cfg.linear_num_value_heads, cfg.linear_key_head_dim
-    taps = cfg.linear_conv_kernel
-    names = {
-        f"{pre}.b_proj.weight": _linear(h, d, at + ("wb",)),
-        f"{pre}.f_a_proj.weight": _linear(dk, d, at + ("wf_a",)),
-        f"{pre}.f_b_proj.weight": _linear(h * dk, dk, at + ("wf_b",)),
-        f"{pre}.g_a_proj.weight": _linear(dk, d, at + ("wg_a",)),
-        f"{pre}.g_b_proj.weight": _linear(h * dk, dk, at + ("wg_b",)),
-        f"{pre}.A_log": HFTensor((1, 1, h, 1), (at + ("A_log",),), "copy"),
-        f"{pre}.dt_bias": _vector(h * dk, at + ("dt_bias",)),
-        f"{pre}.o_norm.weight": _vector(dk, at + ("norm",)),
-        f"{pre}.o_proj.weight": _linear(d, h * dk, at + ("wo",)),
-    }
-    if cfg.kda_full_rank:  # Ling 2.5: full-rank gates, A_log [H]
-        for low_rank in ("f_a_proj", "f_b_proj", "g_a_proj", "g_b_proj"):
-            del names[f"{pre}.{low_rank}.weight"]
-        names[f"{pre}.f_proj.weight"] = _linear(h * dk, d, at + ("wf",))
-        names[f"{pre}.g_proj.weight"] = _linear(h * dk, d, at + ("wz",))
-        names[f"{pre}.A_log"] = _vector(h, at + ("A_log",))
-    for x in "qkv":
-        names[f"{pre}.{x}_proj.weight"] = _linear(h * dk, d, at + (f"w{x}",))
-        names[f"{pre}.{x}_conv1d.weight"] = HFTensor(
-            (h * dk, 1, taps), (at + (f"conv_{x}",),), "grouped"
-        )
     return names
 
 
@@ -464,28 +310,6 @@ def _v4_names(cfg: ModelConfig) -> dict[str, HFTensor]:
     return names
 
 
-def _mamba2_names(cfg: ModelConfig, m: str, li: Path_) -> dict[str, HFTensor]:
-    """A Mamba-2 mixer (Nemotron-H's, Granite 4.0's): in_proj's rows z | x | B | C | dt, its
-    conv's channels x | B | C (and their biases), A_log, D, dt_bias, the gated norm's weight
-    over every channel, out_proj."""
-    d, hk, hv = cfg.hidden_size, cfg.linear_num_key_heads, cfg.linear_num_value_heads
-    dk, dv, taps = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel
-    rows = tuple(li + (w,) for w in ("wz", "wv", "wk", "wq", "wa"))
-    conv = 2 * hk * dk + hv * dv
-    convs = ("conv_v", "conv_k", "conv_q")
-    names = {
-        f"{m}.in_proj.weight": HFTensor((hv * dv + conv + hv, d), rows, "grouped"),
-        f"{m}.conv1d.weight": HFTensor((conv, 1, taps), tuple(li + (c,) for c in convs), "grouped"),
-        f"{m}.norm.weight": _vector(hv * dv, li + ("norm",)),
-        f"{m}.out_proj.weight": _linear(d, hv * dv, li + ("wo",)),
-        **{f"{m}.{leaf}": _vector(hv, li + (leaf,)) for leaf in ("A_log", "D", "dt_bias")},
-    }
-    if cfg.linear_conv_bias:
-        biases = tuple(li + (c + "_bias",) for c in convs)
-        names[f"{m}.conv1d.bias"] = HFTensor((conv,), biases, "grouped")
-    return names
-
-
 def _granite_ffn_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFTensor]:
     """Granite's feed-forward block as released: the shared MLP (input_linear's gate rows,
     then up; Granite 3's granitemoe has none) and, with experts, block_sparse_moe's router
@@ -546,7 +370,7 @@ def _nemotron_h_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:
         if not cfg.is_linear_layer(i):
             names.update(_attn_names(cfg, f"{pre}.mixer", at + ("attn",), i))
         else:
-            names.update(_mamba2_names(cfg, f"{pre}.mixer", at + ("linear",)))
+            names.update(mamba2_names(cfg, f"{pre}.mixer", at + ("linear",)))
         if ffn is None:
             continue
         pre = f"backbone.layers.{ffn}"
@@ -753,7 +577,7 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
             "lightning": "self_attn",
         }
         where = kinds.get(cfg.linear_attention_kind)
-        names.update(_linear_attn_names(cfg, f"{layer}.{where or 'linear_attn'}", at + ("linear",)))
+        names.update(linear_attn_names(cfg, f"{layer}.{where or 'linear_attn'}", at + ("linear",)))
     else:
         names.update(_attn_names(cfg, f"{layer}.self_attn", at + ("attn",), index))
     if cfg.model_type in ("granitemoehybrid", "granitemoe", "granitemoeshared", "granitemoe_swa"):

@@ -40,9 +40,6 @@ from models import int4_checkpoint as int4
 from models.checkpoint_names import (
     ALTERNATE_NAMES,
     EXPERT_LAYOUTS,
-    KINDS,
-    HFTensor,
-    Path_,
     hf_tensor_names,
     prefixes_of,
     with_prefixes,
@@ -58,6 +55,7 @@ from models.fp8_checkpoint import (
     fp4_shapes,
     held_scale,
 )
+from models.hf_tensors import KINDS, HFTensor, Path_
 from models.mxfp4 import (
     BLOCKS_SUFFIX,
     SCALES_SUFFIX,
