@@ -28,6 +28,7 @@ from configs import hf_longcat as longcat
 from configs import hf_mimo as mimo
 from configs import hf_minimax as minimax
 from configs import hf_olmo as olmo
+from configs import hf_olmo_hybrid as olmo_hybrid
 from configs import hf_phi3 as phi3
 from configs import hf_sarvam as sarvam
 from configs import hf_seed_oss as seed_oss
@@ -59,7 +60,7 @@ from configs.model_config import ModelConfig
 # Families whose module reads a config whole, its window too (configs/hf_<family>.py: TYPES,
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
-_FAMILIES += (seed_oss, glm4, gemma3, laguna)  # (the 55th and 56th sessions')
+_FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid)  # (the 55th and 56th sessions')
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",

@@ -268,6 +268,18 @@ def check_linear(cfg: Any) -> None:
             f"linear_attention_kind={cfg.linear_attention_kind!r}: expected one of "
             f"{LINEAR_ATTENTION_KINDS}"
         )
+    if not 0 < cfg.linear_beta_scale < math.inf or not 0 <= cfg.linear_norm_eps < 1:
+        raise ValueError(
+            f"linear_beta_scale={cfg.linear_beta_scale}: must be > 0; linear_norm_eps="
+            f"{cfg.linear_norm_eps}: in [0, 1)"
+        )
+    if cfg.hybrid_post_norms and not (
+        cfg.linear_attention_layers and cfg.pre_norms and not cfg.sandwich_norms
+    ):
+        raise ValueError(
+            "hybrid_post_norms: needs linear_attention_layers, pre_norms and no sandwich_norms "
+            "(the linear layers' norms; the attention layers norm their blocks' outputs)"
+        )
     if not cfg.linear_attention_layers:
         return
     if cfg.kv_window or cfg.attention_chunk_size or cfg.mtp_drafts:

@@ -203,6 +203,11 @@ class ModelConfig:
     mamba_dt_rank: int = 0
     linear_conv_bias: bool = False
     mamba_dt_limit: tuple[float, float] = (0.0, math.inf)
+    # OLMo Hybrid: gated DeltaNet's beta times linear_beta_scale (2), its gated norm's eps (0:
+    # rms_norm_eps); hybrid_post_norms: attention layers norm block outputs, linear ones inputs
+    linear_beta_scale: float = 1.0
+    linear_norm_eps: float = 0.0
+    hybrid_post_norms: bool = False
     # Kimi-Linear's MLA layers use their rope channels as they are (NoPE: no rotation).
     mla_unrotated: bool = False
     # Qwen3-Next's gated attention: q_proj also yields a gate per output channel, the
@@ -548,7 +553,7 @@ class ModelConfig:
         cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
         bf16 model's elements. AFMoE's, FlexOlmo's and OLMo 2's too."""
-        scaled = ("gpt_oss", "afmoe", "gemma4_text", "flex_olmo", "olmo2", "olmo3")
+        scaled = ("gpt_oss", "afmoe", "gemma4_text", "flex_olmo", "olmo2", "olmo3", "olmo_hybrid")
         return self.model_type in scaled or self.norm_zero_centered or self.is_dsv4
 
     @property

@@ -572,3 +572,34 @@ NEWER["tiny-laguna-m"] = NEWER["tiny-laguna"].replace(
     routed_scaling_factor=1.0,
     router_logit_softcapping=0.0,
 )
+# tests/fixtures/olmo_hybrid: OLMo Hybrid, 4 layers 64 wide: gated DeltaNet on layers 0 and 2
+# (2 key heads of 16, 4 value heads of 32, beta = 2 sigmoid(b), the gated norm's eps 1e-5;
+# their blocks' inputs normed), OLMo 3 attention on 1 and 3 (4 heads over 2 KV heads of 16,
+# q/k norms over all heads, no positions; their blocks' outputs normed); a SwiGLU MLP 96 wide.
+NEWER["tiny-olmo-hybrid"] = ModelConfig(
+    name="tiny-olmo-hybrid",
+    model_type="olmo_hybrid",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=2048,
+    qk_norm=True,
+    qk_norm_full=True,
+    nope_layers=(1, 3),
+    linear_attention_layers=(0, 2),
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=32,
+    linear_conv_kernel=4,
+    linear_beta_scale=2.0,
+    linear_norm_eps=1e-5,
+    hybrid_post_norms=True,
+    bos_token_id=2,
+    eos_token_ids=(1,),
+)

@@ -555,7 +555,8 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
     elif cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms)
         names[f"{layer}.input_layernorm.bias"] = _vector(d, at + ("attn_norm_bias",))
         names[f"{layer}.post_attention_layernorm.bias"] = _vector(d, at + ("mlp_norm_bias",))
-    elif not cfg.pre_norms:  # (OLMo 2's layers: the blocks' outputs normed, nothing before)
+    elif not cfg.pre_norms or (cfg.hybrid_post_norms and not cfg.is_linear_layer(index)):
+        # (OLMo 2's layers, OLMo Hybrid's attention ones: the blocks' outputs normed only)
         names = {
             f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("attn_post_norm",)),
             f"{layer}.post_feedforward_layernorm.weight": _vector(d, at + ("mlp_post_norm",)),

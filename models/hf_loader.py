@@ -70,6 +70,7 @@ from models.quantization import (
     quantize_params,
     quantized_leaves,
 )
+from models.release_names import JOINED
 from models.specs import ParamSpec, param_specs
 from models.tree import decoder_layers
 
@@ -107,6 +108,29 @@ def _checkpoint_files(model_dir: Path) -> list[Path]:
         if not f.is_file():
             raise FileNotFoundError(f"checkpoint file {str(f)!r}: not found")
     return files
+
+
+def _join_parts(cfg: ModelConfig, headers: dict[str, _Header]) -> dict[str, tuple[str, ...]]:
+    """Tensors stored in parts (release_names.JOINED) get a header of their own, the parts'
+    rows concatenated, where the checkpoint has every part and not the whole; returns
+    {whole: its parts}, which the reader concatenates."""
+    joined = {}
+    for whole, parts in JOINED.get(cfg.model_type, ()):
+        for first in [n for n in headers if n.endswith(parts[0])]:
+            stem = first[: -len(parts[0])]
+            names = tuple(stem + p for p in parts)
+            if stem + whole in headers or not all(n in headers for n in names):
+                continue
+            heads = [headers[n] for n in names]
+            if len({(h.dtype, h.shape[1:]) for h in heads}) > 1:
+                shapes = ", ".join(f"{n} {headers[n].shape} {headers[n].dtype}" for n in names)
+                raise ValueError(f"checkpoint tensors {shapes}: parts of one tensor must agree")
+            rows = sum(h.shape[0] for h in heads)
+            headers[stem + whole] = _Header(
+                heads[0].file, (rows, *heads[0].shape[1:]), heads[0].dtype
+            )
+            joined[stem + whole] = names
+    return joined
 
 
 def _read_headers(files: list[Path]) -> dict[str, _Header]:
@@ -388,9 +412,11 @@ class _TensorReader(contextlib.ExitStack):
         int4_scheme: Int4Scheme | None = None,
         shapes: dict[str, tuple[int, ...]] | None = None,
         fp8: Fp8Scheme | None = None,
+        joined: dict[str, tuple[str, ...]] | None = None,
     ):
         super().__init__()
         self.headers, self.dtype, self.fp8 = headers, dtype, fp8
+        self.joined = joined or {}  # a tensor stored in parts: their names (_join_parts)
         # int4 weights: their format, and each one's [out, in] (what the loader expects)
         self.int4_scheme, self.shapes = int4_scheme, shapes or {}
         self._fp8 = Fp8Reader()
@@ -437,6 +463,8 @@ class _TensorReader(contextlib.ExitStack):
         return data, held_scale(stored, data.shape, self.fp8)
 
     def _raw(self, name: str) -> np.ndarray:
+        if name in self.joined:
+            return np.concatenate([self._raw(part) for part in self.joined[name]])
         path = self.headers[name].file
         if path not in self._files:
             self._files[path] = self.enter_context(safe_open(str(path), framework="np"))
@@ -514,6 +542,7 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     """
     model_dir = Path(model_dir)
     headers = _read_headers(_checkpoint_files(model_dir))
+    joined = _join_parts(cfg, headers)
     names = _pick_layout(cfg, headers)
     block, method, scheme, fp8 = _quantization(model_dir)
     _validate(names, headers, method, scheme, fp8)
@@ -528,7 +557,7 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
     leaves: dict[Path_, np.ndarray] = {}
     stored: dict[Path_, list[np.ndarray]] = {}
     shapes = {n: t.shape for n, t in names.items()}
-    with _TensorReader(headers, jnp.dtype(cfg.dtype), scheme, shapes, fp8) as reader:
+    with _TensorReader(headers, jnp.dtype(cfg.dtype), scheme, shapes, fp8, joined) as reader:
         # Grouped by file (each shard opened once).
         def file_of(n: str) -> str:
             if _is_mxfp4(n, headers):

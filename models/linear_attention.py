@@ -379,6 +379,8 @@ def gated_delta_net(
         kn = jnp.repeat(k.astype(jnp.float32), group, axis=1)
     else:
         beta = jax.nn.sigmoid(narrow_product(jnp.matmul, x, p["wb"]).astype(jnp.float32))
+        if cfg.linear_beta_scale != 1.0:  # OLMo Hybrid: beta in [0, 2]
+            beta = beta * cfg.linear_beta_scale
         if kda:  # a decay per key channel, from the low-rank (or full-rank) forget gate
             if "wf" in p:
                 a = jnp.einsum("td,dhk->thk", x, p["wf"]).astype(jnp.float32)
@@ -416,7 +418,7 @@ def gated_delta_net(
         # The gated norm (transformers' RMSNormGated): normed in float32, cast, times the
         # weight, times silu(z) in float32.
         z = jnp.einsum("td,dhk->thk", x, p["wz"])  # [T, Hv, dv]
-        o = rms_norm(o.astype(x.dtype), p["norm"], cfg.rms_norm_eps)
+        o = rms_norm(o.astype(x.dtype), p["norm"], cfg.linear_norm_eps or cfg.rms_norm_eps)
         o = (o.astype(jnp.float32) * jax.nn.silu(z.astype(jnp.float32))).astype(x.dtype)
     out = jnp.einsum("thk,hkd->td", o, p["wo"])
     if snapping:  # the convs' inputs before each snapshot's end, at its row

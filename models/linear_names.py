@@ -52,6 +52,16 @@ def linear_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTens
         f"{pre}.norm.weight": _vector(dv, at + ("norm",)),
         f"{pre}.out_proj.weight": _linear(d, hv * dv, at + ("wo",)),
     }
+    if cfg.model_type == "olmo_hybrid":  # a projection and a conv each (g_proj: the gate)
+        # (its conv: q, k, v convs in the checkpoint, read as one: release_names.JOINED)
+        keep = ("conv1d.weight", "A_log", "dt_bias")
+        names = {n: t for n, t in names.items() if n.endswith(keep)}
+        names[f"{pre}.o_norm.weight"] = _vector(dv, at + ("norm",))
+        names[f"{pre}.o_proj.weight"] = _linear(d, hv * dv, at + ("wo",))
+        rows = {"q": hk * dk, "k": hk * dk, "v": hv * dv, "g": hv * dv, "b": hv, "a": hv}
+        for x, n in rows.items():
+            names[f"{pre}.{x}_proj.weight"] = _linear(n, d, at + ("wz" if x == "g" else f"w{x}",))
+        return names
     if cfg.model_type == "qwen3_next":
         names[f"{pre}.in_proj_qkvz.weight"] = HFTensor(
             (width + hv * dv, d), (*qkv, at + ("wz",)), "grouped", groups=hk

@@ -72,6 +72,12 @@ NATIVE = {
     # Gemma 3's and Gemma 2's (AFMoE's names for the MLP's norms before and after it).
     "gemma3_text": _GEMMA_NATIVE,
     "gemma2": _GEMMA_NATIVE,
+    # OLMo Hybrid's release (and transformers 5.25's save): a layer's first norm, and its
+    # second (the MLP's input norm, or an attention layer's output norm).
+    "olmo_hybrid": (
+        (r"\.input_layernorm\.", ".attention_layer_norm."),
+        (r"\.post_attention_layernorm\.", ".feedforward_layer_norm."),
+    ),
     # VaultGemma's MLP input norm (no norms after the blocks).
     "vaultgemma": ((r"\.post_attention_layernorm\.", ".pre_feedforward_layernorm."),),
     "hy_v3": _HY_V3_NATIVE,
@@ -93,6 +99,17 @@ ROUTER_BIAS = {
     "exaone_moe": "e_score_correction_bias",
     "afmoe": "expert_bias",
     "laguna": "experts.e_score_correction_bias",
+}
+
+
+# Tensors a checkpoint keeps in parts, per model type: (the whole's name, as checkpoint_names
+# gives it, and its parts' names), each a suffix; the loader reads the parts' rows in order as
+# the whole. OLMo Hybrid's DeltaNet conv, released as its q, k and v convs (transformers 5.25
+# saves three equal thirds of it under those names: the same rows, in the same order).
+JOINED = {
+    "olmo_hybrid": (
+        (".linear_attn.conv1d.weight", tuple(f".linear_attn.{x}_conv1d.weight" for x in "qkv")),
+    )
 }
 
 

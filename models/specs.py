@@ -409,17 +409,20 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
         return _v4_layer_specs(cfg, i, dt, w)
     d = cfg.hidden_size
     norm = zeros if cfg.norm_zero_centered else ones
-    layer = {"attn_norm": ParamSpec((d,), dt, ("embed",), norm)} if cfg.pre_norms else {}
+    # (OLMo Hybrid's attention layers: OLMo 2's, the blocks' outputs normed, nothing before)
+    post_normed = cfg.hybrid_post_norms and not cfg.is_linear_layer(i)
+    pre_normed = cfg.pre_norms and not post_normed
+    layer = {"attn_norm": ParamSpec((d,), dt, ("embed",), norm)} if pre_normed else {}
     if cfg.is_linear_layer(i):
         layer["linear"] = _linear_specs(cfg, dt, w)
     else:
         layer["attn"] = _mla_specs(cfg, i, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w, i)
-    if cfg.sandwich_norms:  # (AFMoE: the blocks' outputs normed too)
+    if cfg.sandwich_norms or post_normed:  # (AFMoE: the blocks' outputs normed too)
         layer["attn_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
         layer["mlp_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if i in cfg.no_ffn_layers:  # (Nemotron-H: a mixer alone)
         return layer
-    if cfg.pre_norms and not cfg.parallel_block:  # (Cohere: one norm before both blocks)
+    if pre_normed and not cfg.parallel_block:  # (Cohere: one norm before both blocks)
         layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms)
         for name in ("attn_norm_bias", "mlp_norm_bias"):

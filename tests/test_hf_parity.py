@@ -134,6 +134,9 @@ ARCHS = {
     # sigmoid router beside a shared expert; M.1's layout: every layer global, gates per channel
     "laguna": "tiny-laguna",
     "laguna_m": "tiny-laguna-m",
+    # OLMo Hybrid: gated DeltaNet layers (a projection each, beta up to 2) norming their
+    # inputs beside OLMo 3 attention layers without positions norming their outputs
+    "olmo_hybrid": "tiny-olmo-hybrid",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
