@@ -24,6 +24,7 @@ from configs import hf_hyv3 as hyv3
 from configs import hf_jamba as jamba
 from configs import hf_laguna as laguna
 from configs import hf_lfm2 as lfm2
+from configs import hf_llama_kin as llama_kin
 from configs import hf_longcat as longcat
 from configs import hf_mimo as mimo
 from configs import hf_minimax as minimax
@@ -60,7 +61,7 @@ from configs.model_config import ModelConfig
 # Families whose module reads a config whole, its window too (configs/hf_<family>.py: TYPES,
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
-_FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid)  # (the 55th and 56th sessions')
+_FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin)  # (55th, 56th sessions')
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
@@ -539,7 +540,8 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
             if f.hf.get(key) not in (None, want):
                 raise ValueError(f"HF config {key}={f.hf[key]!r}: only {want!r}")
     act = f.hf.get("hidden_act", "silu")
-    if act not in ("silu", "swish"):  # transformers' ACT2FN: both are SiLU
+    # (transformers' ACT2FN: both are SiLU; Arcee's ReLU², its reader checks)
+    if act not in ("silu", "swish") and model_type != llama_kin.ARCEE:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 
 

@@ -603,3 +603,45 @@ NEWER["tiny-olmo-hybrid"] = ModelConfig(
     bos_token_id=2,
     eos_token_ids=(1,),
 )
+# tests/fixtures/ministral, cwm, arcee: Llama's layers, 2 of them 64 wide, 4 heads over 2 KV
+# heads of 16, a SwiGLU MLP 96 wide (Arcee's: down(relu(up(x))^2), no gate); Ministral an
+# 8-key window on layer 0, CWM on layer 1 with Llama 3's RoPE (factor 4 over 64 positions).
+NEWER["tiny-ministral"] = ModelConfig(
+    name="tiny-ministral",
+    model_type="ministral",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=2048,
+    rope_theta=10000.0,
+    sliding_window=8,
+    full_attention_layers=(1,),
+    bos_token_id=2,
+    eos_token_ids=(1,),
+)
+NEWER["tiny-cwm"] = NEWER["tiny-ministral"].replace(
+    name="tiny-cwm",
+    model_type="cwm",
+    rms_norm_eps=1e-5,
+    rope_scaling=RopeScaling(
+        rope_type="llama3",
+        factor=4.0,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        original_max_position_embeddings=64,
+    ),
+    full_attention_layers=(0,),
+)
+NEWER["tiny-arcee"] = NEWER["tiny-ministral"].replace(
+    name="tiny-arcee",
+    model_type="arcee",
+    rms_norm_eps=1e-5,
+    sliding_window=None,
+    full_attention_layers=(),
+    mlp_act="relu2",
+)

@@ -590,6 +590,8 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
     else:
         mlp = f"{layer}.feed_forward" if cfg.model_type == "llama4_text" else f"{layer}.mlp"
         names.update(_mlp_names(d, cfg.intermediate_size, mlp, at + ("mlp",)))
+        if cfg.mlp_act == "relu2":  # (Arcee's: no gate)
+            del names[f"{mlp}.gate_proj.weight"]
     return names
 
 

@@ -1,8 +1,9 @@
 """Dense families of the 55th session: the dense siblings of served MoE ones, ERNIE 4.5 dense
 (ernie4_5) and Hunyuan dense (hunyuan_v1_dense), Seed-OSS (seed_oss, configs/hf_seed_oss.py)
-and GLM-4 dense (glm4, configs/hf_glm4.py). The fixtures' configs read to their presets;
-the class defaults a config may leave out; the refusals. HF parity: tests/test_hf_parity.py
-(ernie4_5, hunyuan_v1_dense, seed_oss, glm4)."""
+and GLM-4 dense (glm4, configs/hf_glm4.py); and the 56th's Llama kin (configs/hf_llama_kin.py:
+ministral, cwm, arcee). The fixtures' configs read to their presets; the class defaults a
+config may leave out; the refusals. HF parity: tests/test_hf_parity.py (ernie4_5,
+hunyuan_v1_dense, seed_oss, glm4, ministral, cwm, arcee)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from models.rope import rope_layout
+from models.specs import count_params
 from tests.family_cases import FIXTURES, arch_fields, saved_config
 
 
@@ -21,6 +23,9 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("hunyuan_v1_dense", "tiny-hunyuan-v1-dense"),
         ("seed_oss", "tiny-seed-oss"),
         ("glm4", "tiny-glm4"),
+        ("ministral", "tiny-ministral"),
+        ("cwm", "tiny-cwm"),
+        ("arcee", "tiny-arcee"),
     ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
@@ -81,5 +86,40 @@ def test_class_defaults_fill_what_a_config_leaves_out():
     ],
 )
 def test_bad_configs_are_refused_by_field(arch, change, match):
+    with pytest.raises(ValueError, match=match):
+        config_from_hf({**saved_config(arch), **change})
+
+
+def test_llama_kin_class_defaults_count_as_transformers_counts_them():
+    """Bare configs are their classes' defaults, whose models transformers 5.25 counts on the
+    meta device: Ministral 7,241,732,096 (with head_dim 128 set: the class's null head_dim
+    fails its own attention; hidden / heads here, 128 as well), CWM 32,581,097,472 (3 of 4
+    layers windowed, 8,192 keys; Llama 3's RoPE), Arcee 4,022,766,080 (a ReLU² MLP)."""
+    counts = {"ministral": 7_241_732_096, "cwm": 32_581_097_472, "arcee": 4_022_766_080}
+    for model_type, count in counts.items():
+        cfg = config_from_hf({"model_type": model_type})
+        assert count_params(cfg)[0] == count, model_type
+    ministral = config_from_hf({"model_type": "ministral"})
+    assert ministral.head_dim == 128 and ministral.sliding_window == 4096
+    assert ministral.full_attention_layers == ()  # (every layer windowed)
+    cwm = config_from_hf({"model_type": "cwm"})
+    assert cwm.full_attention_layers == tuple(range(0, 64, 4)) and cwm.sliding_window == 8192
+    assert cwm.rope_scaling.rope_type == "llama3" and cwm.rope_theta == 1e6
+    arcee = config_from_hf({"model_type": "arcee"})
+    assert arcee.mlp_act == "relu2" and arcee.head_dim == 80 and arcee.sliding_window is None
+
+
+@pytest.mark.parametrize(
+    "arch, change, match",
+    [
+        ("ministral", dict(hidden_act="gelu"), "hidden_act='gelu': only 'silu'"),
+        ("arcee", dict(hidden_act="silu"), "hidden_act='silu': arcee takes 'relu2'"),
+        ("cwm", dict(mlp_bias=True), "mlp_bias=True: biases are not supported"),
+        ("arcee", dict(attention_bias=True), "attention_bias=True: biases are not supported"),
+        ("cwm", dict(layer_types=["full_attention"]), "layer_types: expected 2 entries"),
+        ("ministral", dict(sliding_window=None), "sliding_attention layers need a sliding"),
+    ],
+)
+def test_bad_llama_kin_configs_are_refused_by_field(arch, change, match):
     with pytest.raises(ValueError, match=match):
         config_from_hf({**saved_config(arch), **change})

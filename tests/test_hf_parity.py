@@ -137,6 +137,10 @@ ARCHS = {
     # OLMo Hybrid: gated DeltaNet layers (a projection each, beta up to 2) norming their
     # inputs beside OLMo 3 attention layers without positions norming their outputs
     "olmo_hybrid": "tiny-olmo-hybrid",
+    # Llama's layers: Ministral's and CWM's windows by layer kind, Arcee's ReLU² MLP
+    "ministral": "tiny-ministral",
+    "cwm": "tiny-cwm",
+    "arcee": "tiny-arcee",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

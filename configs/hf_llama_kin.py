@@ -1,0 +1,85 @@
+"""Three HF configs of Llama's layers with a twist each (transformers 5.25's classes).
+
+- ministral (Mistral's Ministral-8B-Instruct-2410): Mistral's attention with a window on the
+  layers `layer_types` marks "sliding_attention" (all of them by default), head width
+  hidden / heads unless head_dim is set.
+- cwm (Meta's Code World Model, CWM 32B): Llama 3's layers and RoPE, an 8,192-key window on
+  the "sliding_attention" layers (three of four by default).
+- arcee (Arcee's AFM-4.5B): Llama's attention with a ReLU² MLP without a gate,
+  down(relu(up(x))^2) (ModelConfig.mlp_act "relu2").
+
+Refused with a ValueError naming the field: an MLP activation other than the family's,
+biases (mlp_bias; attention_bias where the class has it), layer_types of other kinds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MINISTRAL, CWM, ARCEE = "ministral", "cwm", "arcee"
+TYPES, ALIASES = (MINISTRAL, CWM, ARCEE), {}
+_KINDS = ("sliding_attention", "full_attention")
+_ACT = {MINISTRAL: "silu", CWM: "silu", ARCEE: "relu2"}
+# Defaults of transformers 5.25's MinistralConfig, CwmConfig and ArceeConfig (fields read).
+DEFAULTS: dict[str, dict[str, Any]] = {
+    MINISTRAL: dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=None, hidden_act="silu",
+        max_position_embeddings=131072, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, sliding_window=4096, layer_types=None,
+        rope_theta=10000.0,
+    ),
+    CWM: dict(
+        vocab_size=128256, hidden_size=6144, intermediate_size=21504, num_hidden_layers=64,
+        num_attention_heads=48, num_key_value_heads=8, head_dim=128, hidden_act="silu",
+        max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        bos_token_id=128000, eos_token_id=[128001, 128008, 128009], sliding_window=8192,
+        layer_types=None, mlp_bias=False, rope_theta=1000000.0,
+        rope_parameters={
+            "rope_type": "llama3", "rope_theta": 1000000.0, "factor": 16.0,
+            "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192,
+        },
+    ),
+    ARCEE: dict(
+        vocab_size=32000, hidden_size=2560, intermediate_size=18432, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=None, head_dim=None, hidden_act="relu2",
+        max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        bos_token_id=128000, eos_token_id=128001, attention_bias=False, mlp_bias=False,
+        rope_theta=10000.0,
+    ),
+}  # fmt: skip
+
+
+def _layer_kinds(f: Any, model_type: str, num_layers: int) -> list[str]:
+    kinds = f.get("layer_types") if model_type != ARCEE else None
+    if kinds is None:  # (the classes': Ministral's every layer windowed, CWM's 3 of 4)
+        if model_type == CWM:
+            return [_KINDS[1] if i % 4 == 0 else _KINDS[0] for i in range(num_layers)]
+        return [_KINDS[0] if model_type == MINISTRAL else _KINDS[1]] * num_layers
+    if not isinstance(kinds, list) or len(kinds) != num_layers or set(kinds) - set(_KINDS):
+        raise ValueError(f"HF config layer_types: expected {num_layers} entries of {_KINDS}")
+    return kinds
+
+
+def fields(f: Any, model_type: str) -> dict:
+    """ModelConfig's attention, window and MLP fields; `f` is hf_config._Fields."""
+    act = f.get("hidden_act")
+    if act != _ACT[model_type]:
+        raise ValueError(f"HF config hidden_act={act!r}: {model_type} takes {_ACT[model_type]!r}")
+    for key in ("mlp_bias", "attention_bias"):
+        if f.get(key):
+            raise ValueError(f"HF config {key}={f.get(key)!r}: biases are not supported here")
+    num_layers = f.required("num_hidden_layers")
+    heads = f.required("num_attention_heads")
+    kinds = _layer_kinds(f, model_type, num_layers)
+    full = tuple(i for i, k in enumerate(kinds) if k == _KINDS[1])
+    window = f.get("sliding_window") if len(full) < num_layers else None
+    if len(full) < num_layers and window is None:
+        raise ValueError("HF config layer_types: sliding_attention layers need a sliding_window")
+    return dict(
+        num_kv_heads=f.get("num_key_value_heads") or heads,
+        head_dim=f.get("head_dim") or f.required("hidden_size") // heads,
+        sliding_window=window,
+        full_attention_layers=full if window is not None else (),
+        mlp_act="relu2" if model_type == ARCEE else "swiglu",
+    )
