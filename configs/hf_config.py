@@ -540,8 +540,8 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
             if f.hf.get(key) not in (None, want):
                 raise ValueError(f"HF config {key}={f.hf[key]!r}: only {want!r}")
     act = f.hf.get("hidden_act", "silu")
-    # (transformers' ACT2FN: both are SiLU; Arcee's ReLU², its reader checks)
-    if act not in ("silu", "swish") and model_type != llama_kin.ARCEE:
+    # (transformers' ACT2FN: both are SiLU; Arcee's ReLU² and Gemma's GeGLU: their readers')
+    if act not in ("silu", "swish") and model_type not in (llama_kin.ARCEE, gemma3.GEMMA):
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 
 

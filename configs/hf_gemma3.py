@@ -16,7 +16,12 @@ other layer windowed (layer_types, or from layer 0 as the releases have it), one
 both kinds, and its attention scores (times the scale) soft-capped, cap * tanh(s / cap),
 by attn_logit_softcapping (50 in the releases; null: none), as the logits are by
 final_logit_softcapping (30). VaultGemma (vaultgemma: VaultGemma 1B) is Gemma 2 without
-the norms after each block (its MLP's input norm named pre_feedforward_layernorm)."""
+the norms after each block (its MLP's input norm named pre_feedforward_layernorm).
+
+Gemma (gemma: Gemma 2B / 7B, CodeGemma) is the first: Llama's blocks with the norms by
+1 + weight, a GeGLU MLP (its releases' hidden_act "gelu", which transformers reads as the
+tanh approximation), the embeddings times sqrt(hidden_size), the scale head_dim^-0.5, no
+window, no caps."""
 
 from __future__ import annotations
 
@@ -25,8 +30,8 @@ from typing import Any
 
 from configs.model_config import RopeScaling
 
-GEMMA3, GEMMA2, VAULTGEMMA = "gemma3_text", "gemma2", "vaultgemma"
-TYPES, ALIASES = (GEMMA3, GEMMA2, VAULTGEMMA), {}
+GEMMA3, GEMMA2, VAULTGEMMA, GEMMA = "gemma3_text", "gemma2", "vaultgemma", "gemma"
+TYPES, ALIASES = (GEMMA3, GEMMA2, VAULTGEMMA, GEMMA), {}
 _KINDS = ("sliding_attention", "full_attention")
 # Defaults of transformers 5.25's Gemma3TextConfig for the fields read.
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -52,6 +57,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 # VaultGemmaConfig is Gemma2Config (its use_bidirectional_attention removed).
 DEFAULTS[VAULTGEMMA] = {**DEFAULTS[GEMMA2], "use_bidirectional_attention": None}
+# transformers 5.25's GemmaConfig (Gemma 7B's shapes)
+DEFAULTS[GEMMA] = dict(
+    vocab_size=256000, hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
+    num_attention_heads=16, num_key_value_heads=16, head_dim=256,
+    hidden_act="gelu_pytorch_tanh", max_position_embeddings=8192, rms_norm_eps=1e-6,
+    bos_token_id=2, eos_token_id=1, tie_word_embeddings=True, attention_bias=False,
+    use_bidirectional_attention=None, rope_theta=10000.0,
+)  # fmt: skip
 
 
 def gemma3_rope(f: Any) -> tuple[float, RopeScaling, float]:
@@ -104,6 +117,8 @@ def fields(f: Any, model_type: str) -> dict:
     ):
         if f.get(key):
             raise ValueError(f"HF config {key}={f.get(key)!r}: {why} not supported")
+    if model_type == GEMMA:
+        return _gemma_fields(f)
     if f.get("hidden_activation") != "gelu_pytorch_tanh":
         raise ValueError(
             f"HF config hidden_activation={f.get('hidden_activation')!r}: only "
@@ -142,3 +157,19 @@ def _cap(f: Any, key: str) -> float:
     if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < math.inf:
         raise ValueError(f"HF config {key}={cap!r}: a finite number > 0, or null for none")
     return float(cap)
+
+
+def _gemma_fields(f: Any) -> dict:
+    """The first Gemma's: Llama's blocks, norms by 1 + weight, GeGLU, scaled embeddings."""
+    act = f.get("hidden_act")
+    if act not in ("gelu_pytorch_tanh", "gelu"):  # (transformers reads "gelu" as the tanh one)
+        raise ValueError(
+            f"HF config hidden_act={act!r}: only 'gelu_pytorch_tanh' (or the releases' 'gelu')"
+        )
+    return dict(
+        num_kv_heads=f.required("num_key_value_heads"),
+        head_dim=f.required("head_dim"),
+        norm_zero_centered=True,
+        mlp_act="geglu",
+        embedding_multiplier=math.sqrt(f.required("hidden_size")),
+    )

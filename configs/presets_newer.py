@@ -645,3 +645,43 @@ NEWER["tiny-arcee"] = NEWER["tiny-ministral"].replace(
     full_attention_layers=(),
     mlp_act="relu2",
 )
+# tests/fixtures/gemma: the first Gemma, 2 layers 64 wide, 4 query heads over one KV head of
+# 16, norms by 1 + weight, a GeGLU MLP 96 wide, embeddings times 8, tied.
+NEWER["tiny-gemma"] = ModelConfig(
+    name="tiny-gemma",
+    model_type="gemma",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=1,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=2048,
+    tie_word_embeddings=True,
+    norm_zero_centered=True,
+    mlp_act="geglu",
+    embedding_multiplier=8.0,
+    bos_token_id=2,
+    eos_token_ids=(1,),
+)
+# Gemma 2B (multi-query) and 7B (GemmaConfig's defaults): heads of 256, 8,192 positions.
+for _name, _shape in {
+    "gemma-2b": (2048, 16384, 18, 8, 1),
+    "gemma-7b": (3072, 24576, 28, 16, 16),
+}.items():
+    _hidden, _mlp, _layers, _heads, _kv_heads = _shape
+    NEWER[_name] = NEWER["tiny-gemma"].replace(
+        name=_name,
+        vocab_size=256000,
+        hidden_size=_hidden,
+        num_layers=_layers,
+        num_heads=_heads,
+        num_kv_heads=_kv_heads,
+        head_dim=256,
+        intermediate_size=_mlp,
+        max_position_embeddings=8192,
+        embedding_multiplier=math.sqrt(_hidden),
+        dtype="bfloat16",
+    )

@@ -152,3 +152,17 @@ def test_attention_softcap_is_refused_off_the_gqa_path():
     with pytest.raises(ValueError, match="attn_logit_softcapping: GQA attention only"):
         mla.replace(attn_logit_softcapping=50.0)
     assert isinstance(mla.replace(final_logit_softcapping=30.0), ModelConfig)
+
+
+def test_the_first_gemma_reads_as_its_presets():
+    """The fixture's config is tiny-gemma's; a bare config is Gemma 7B's (GemmaConfig's
+    defaults); the releases' hidden_act "gelu" is the tanh GeGLU (transformers swaps it)."""
+    assert arch_fields(config_from_hf(FIXTURES / "gemma")) == arch_fields(get_preset("tiny-gemma"))
+    bare = config_from_hf({"model_type": "gemma"}, dtype="bfloat16")
+    assert arch_fields(bare, skip=("name",)) == arch_fields(get_preset("gemma-7b"), skip=("name",))
+    legacy = config_from_hf({**saved_config("gemma"), "hidden_act": "gelu"})
+    assert legacy.mlp_act == "geglu" and not legacy.sandwich_norms
+    with pytest.raises(ValueError, match="hidden_act='silu': only 'gelu_pytorch_tanh'"):
+        config_from_hf({**saved_config("gemma"), "hidden_act": "silu"})
+    with pytest.raises(ValueError, match="attention_bias=True: attention biases"):
+        config_from_hf({**saved_config("gemma"), "attention_bias": True})

@@ -128,6 +128,7 @@ ARCHS = {
     # Gemma 3: a window beside a global layer, each its RoPE; norms by 1 + weight, sandwiched
     "gemma3_text": "tiny-gemma3",
     "gemma3": "tiny-gemma3",  # in its wrapper (a SigLIP tower), under transformers 4's names
+    "gemma": "tiny-gemma",  # the first Gemma: Llama's blocks, norms by 1 + weight, GeGLU
     "gemma2": "tiny-gemma2",  # Gemma 3's block without q/k norms, attention scores soft-capped
     "vaultgemma": "tiny-vaultgemma",  # Gemma 2's without the norms after each block
     # Laguna: query heads per layer, softplus output gates, RoPE per layer kind, a capped

@@ -99,6 +99,9 @@ from models.specs import count_params
         # Gemma 2 2B / 9B / 27B: transformers 5.25's Gemma2ForCausalLM with each release's
         # shapes on the meta device (2B's are Gemma2Config's defaults): 2,614,341,888,
         # 9,241,705,984 and 27,227,128,320, the sizes the releases' pages give.
+        # Gemma 2B / 7B: the same counts (GemmaForCausalLM): 2,506,172,416 and 8,537,680,896.
+        ("gemma-2b", 2.506172416e9, 1e-9, 2.506172416e9, 1e-9),
+        ("gemma-7b", 8.537680896e9, 1e-9, 8.537680896e9, 1e-9),
         ("gemma-2-2b", 2.614341888e9, 1e-9, 2.614341888e9, 1e-9),
         ("gemma-2-9b", 9.241705984e9, 1e-9, 9.241705984e9, 1e-9),
         ("gemma-2-27b", 27.227128320e9, 1e-9, 27.227128320e9, 1e-9),
