@@ -2,7 +2,10 @@
 GLM-Z1): GQA with biases on q, k and v, RoPE on interleaved pairs of each head's leading
 half (partial_rotary_factor, default 0.5), the gate and up projections fused, and each
 block's output RMS-normed before it joins the stream (sandwich norms: post_self_attn_layernorm
-and post_mlp_layernorm beside the usual two). No window."""
+and post_mlp_layernorm beside the usual two). No window.
+
+GLM-4 (glm: GLM-4-9B-chat-hf, its first release in transformers' layout) is the same model
+without the norms after each block."""
 
 from __future__ import annotations
 
@@ -11,8 +14,8 @@ from typing import Any
 from configs.hf_heads import silu_gqa_heads
 from configs.hf_rope import partial_rotary_factor
 
-GLM4 = "glm4"
-TYPES, ALIASES = (GLM4,), {}
+GLM4, GLM = "glm4", "glm"
+TYPES, ALIASES = (GLM4, GLM), {}
 # Defaults of transformers 5.25's Glm4Config for the fields read.
 DEFAULTS: dict[str, dict[str, Any]] = {
     GLM4: dict(
@@ -23,6 +26,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         attention_bias=True, partial_rotary_factor=0.5,
     )
 }  # fmt: skip
+# transformers 5.25's GlmConfig: the same defaults (GLM-4-9B-chat's shapes)
+DEFAULTS[GLM] = DEFAULTS[GLM4]
 
 
 def fields(f: Any, model_type: str) -> dict:
@@ -32,7 +37,7 @@ def fields(f: Any, model_type: str) -> dict:
         **silu_gqa_heads(f),
         attention_bias=bool(f.get("attention_bias")),
         partial_rotary_factor=partial_rotary_factor(f, model_type),
-        sandwich_norms=True,
+        sandwich_norms=model_type == GLM4,
         sliding_window=None,
         full_attention_layers=(),
     )

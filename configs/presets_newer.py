@@ -685,3 +685,11 @@ for _name, _shape in {
         embedding_multiplier=math.sqrt(_hidden),
         dtype="bfloat16",
     )
+# tests/fixtures/glm: GLM-4-9B-chat-hf's layout, tiny-glm4 without the norms after each block;
+# glm-4-9b-chat its shapes (GlmConfig's defaults, glm-4-9b's without those norms).
+NEWER["tiny-glm"] = NEWER["tiny-glm4"].replace(
+    name="tiny-glm", model_type="glm", sandwich_norms=False
+)
+NEWER["glm-4-9b-chat"] = NEWER["glm-4-9b"].replace(
+    name="glm-4-9b-chat", model_type="glm", sandwich_norms=False
+)

@@ -463,6 +463,7 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
 # None).
 FUSED = {"sarvam_moe": ("query_key_value", None), "param2moe": ("query_key_value", None)}
 FUSED.update(phi3=("qkv_proj", "gate_up_proj"), glm4=(None, "gate_up_proj"))
+FUSED.update(glm=FUSED["glm4"])
 
 
 def _fused_qkv(names: dict[str, HFTensor], qkv, gate_up) -> dict[str, HFTensor]:

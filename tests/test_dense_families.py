@@ -23,6 +23,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("hunyuan_v1_dense", "tiny-hunyuan-v1-dense"),
         ("seed_oss", "tiny-seed-oss"),
         ("glm4", "tiny-glm4"),
+        ("glm", "tiny-glm"),
         ("ministral", "tiny-ministral"),
         ("cwm", "tiny-cwm"),
         ("arcee", "tiny-arcee"),
@@ -62,6 +63,12 @@ def test_class_defaults_fill_what_a_config_leaves_out():
     bare = config_from_hf({"model_type": "glm4"}, dtype="bfloat16")
     assert arch_fields(bare, skip=("name",)) == arch_fields(get_preset("glm-4-9b"), skip=("name",))
     assert bare.rotary_dim == 64 and rope_layout(bare) == "pairs"
+    # GLM-4-9B-chat-hf (glm): the same shapes without the norms after each block.
+    chat = config_from_hf({"model_type": "glm"}, dtype="bfloat16")
+    assert arch_fields(chat, skip=("name",)) == arch_fields(
+        get_preset("glm-4-9b-chat"), skip=("name",)
+    )
+    assert rope_layout(chat) == "pairs" and not chat.sandwich_norms
 
 
 @pytest.mark.parametrize(

@@ -125,6 +125,7 @@ ARCHS = {
     "hunyuan_v1_dense": "tiny-hunyuan-v1-dense",  # dense: Hunyuan-A13B's attention
     "seed_oss": "tiny-seed-oss",  # Llama's layers, biases on q/k/v and (here) o_proj
     "glm4": "tiny-glm4",  # GLM-4 dense: partial RoPE on pairs, gate/up fused, sandwich norms
+    "glm": "tiny-glm",  # GLM-4-9B-chat-hf's layout: the same without the norms after blocks
     # Gemma 3: a window beside a global layer, each its RoPE; norms by 1 + weight, sandwiched
     "gemma3_text": "tiny-gemma3",
     "gemma3": "tiny-gemma3",  # in its wrapper (a SigLIP tower), under transformers 4's names

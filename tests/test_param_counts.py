@@ -96,6 +96,8 @@ from models.specs import count_params
         # GLM-4-9B's shapes: transformers 5.25's Glm4ForCausalLM with its default shapes on
         # the meta device: 9,400,279,040 parameters.
         ("glm-4-9b", 9.400279040e9, 1e-9, 9.400279040e9, 1e-9),
+        # GLM-4-9B-chat-hf: GlmForCausalLM with GlmConfig's defaults: 9,399,951,360.
+        ("glm-4-9b-chat", 9.399951360e9, 1e-9, 9.399951360e9, 1e-9),
         # Gemma 2 2B / 9B / 27B: transformers 5.25's Gemma2ForCausalLM with each release's
         # shapes on the meta device (2B's are Gemma2Config's defaults): 2,614,341,888,
         # 9,241,705,984 and 27,227,128,320, the sizes the releases' pages give.
