@@ -223,6 +223,19 @@ def test_gqa_kernel_with_a_sliding_window_matches_ref(case, window, interpret):
         assert changed == 0 if window >= MAX_LEN else changed > 0.1
 
 
+def _gqa_batch(case: str, window: int | None, seed: int):
+    """A ragged batch for GQA_CASES[case] (batch seed seed % 100), its rng (seeded `seed`),
+    queries and K/V pages: random where its sequences own them (with a window, only the rows
+    some query's window holds; NaN elsewhere)."""
+    group, kv_heads, head_dim, page_size, num_pages, dtype, _ = GQA_CASES[case]
+    b = ragged_batch(seed % 100, page_size, num_pages)
+    rng = np.random.default_rng(seed)
+    q = jnp.asarray(rng.standard_normal((NUM_TOKENS, group * kv_heads, head_dim)), dtype)
+    live = b["owned"] if window is None else _rows_in_windows(b, page_size, window)
+    shape = (num_pages, page_size, kv_heads, head_dim)
+    return b, rng, q, random_pages(rng, shape, live, dtype), random_pages(rng, shape, live, dtype)
+
+
 # Attention sinks (gpt-oss): the kernel's splits merged with one sink logit per head, with
 # several splits, the base-2 fast softmax and padded head blocks (group 3 in 4 rows), fixed
 # splits (batch-invariant mode), and a window.
@@ -238,7 +251,6 @@ SINK_CASES = [
 def test_gqa_kernel_with_attention_sinks_matches_ref(case, window, interpret):
     _skip_unless_runnable(interpret)
     group, kv_heads, head_dim, page_size, num_pages, dtype, config = GQA_CASES[case]
-    shape = (num_pages, page_size, kv_heads, head_dim)
     scale = head_dim**-0.5
     kernel = jax.jit(
         functools.partial(
@@ -246,12 +258,7 @@ def test_gqa_kernel_with_attention_sinks_matches_ref(case, window, interpret):
         )
     )
     for seed in SEEDS[:2]:
-        b = ragged_batch(seed, page_size, num_pages)
-        rng = np.random.default_rng(500 + seed)
-        q = jnp.asarray(rng.standard_normal((NUM_TOKENS, group * kv_heads, head_dim)), dtype)
-        live = b["owned"] if window is None else _rows_in_windows(b, page_size, window)
-        k_pages = random_pages(rng, shape, live, dtype)
-        v_pages = random_pages(rng, shape, live, dtype)
+        b, rng, q, k_pages, v_pages = _gqa_batch(case, window, 500 + seed)
         sinks = jnp.asarray(2 * rng.standard_normal(group * kv_heads), jnp.float32)
         out = kernel(q, k_pages, v_pages, *_meta(b), sinks=sinks)
         ref = gqa_ref(q, k_pages, v_pages, *_meta(b), scale=scale, window=window, sinks=sinks)
@@ -275,7 +282,6 @@ SOFTCAP_CASES = [
 def test_gqa_kernel_with_soft_capped_scores_matches_ref(case, window, with_sinks, interpret):
     _skip_unless_runnable(interpret)
     group, kv_heads, head_dim, page_size, num_pages, dtype, config = GQA_CASES[case]
-    shape = (num_pages, page_size, kv_heads, head_dim)
     scale, cap = head_dim**-0.5, 1.5
     kernel = jax.jit(
         functools.partial(
@@ -288,12 +294,7 @@ def test_gqa_kernel_with_soft_capped_scores_matches_ref(case, window, with_sinks
         )
     )
     for seed in SEEDS[:2]:
-        b = ragged_batch(seed, page_size, num_pages)
-        rng = np.random.default_rng(600 + seed)
-        q = jnp.asarray(rng.standard_normal((NUM_TOKENS, group * kv_heads, head_dim)), dtype)
-        live = b["owned"] if window is None else _rows_in_windows(b, page_size, window)
-        k_pages = random_pages(rng, shape, live, dtype)
-        v_pages = random_pages(rng, shape, live, dtype)
+        b, rng, q, k_pages, v_pages = _gqa_batch(case, window, 600 + seed)
         extra = {}
         if with_sinks:
             extra["sinks"] = jnp.asarray(2 * rng.standard_normal(group * kv_heads), jnp.float32)
