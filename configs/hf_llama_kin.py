@@ -1,4 +1,4 @@
-"""Three HF configs of Llama's layers with a twist each (transformers 5.25's classes).
+"""Four HF configs of Llama's layers with a twist each (transformers 5.25's classes).
 
 - ministral (Mistral's Ministral-8B-Instruct-2410): Mistral's attention with a window on the
   layers `layer_types` marks "sliding_attention" (all of them by default), head width
@@ -7,6 +7,9 @@
   the "sliding_attention" layers (three of four by default).
 - arcee (Arcee's AFM-4.5B): Llama's attention with a ReLU² MLP without a gate,
   down(relu(up(x))^2) (ModelConfig.mlp_act "relu2").
+- exaone (LG's EXAONE 3.0 / 3.5): Llama itself under its release's field names (num_layers,
+  layer_norm_epsilon, activation_function) and tensor names (transformer.h.*, attn.attention,
+  c_fc_0 / c_fc_1 / c_proj: models/release_names.py), which transformers 5.25 saves too.
 
 Refused with a ValueError naming the field: an MLP activation other than the family's,
 biases (mlp_bias; attention_bias where the class has it), layer_types of other kinds."""
@@ -15,10 +18,17 @@ from __future__ import annotations
 
 from typing import Any
 
-MINISTRAL, CWM, ARCEE = "ministral", "cwm", "arcee"
-TYPES, ALIASES = (MINISTRAL, CWM, ARCEE), {}
+MINISTRAL, CWM, ARCEE, EXAONE = "ministral", "cwm", "arcee", "exaone"
+TYPES = (MINISTRAL, CWM, ARCEE, EXAONE)
+ALIASES = {
+    EXAONE: {
+        "num_hidden_layers": ("num_layers",),
+        "rms_norm_eps": ("layer_norm_epsilon",),
+        "hidden_act": ("activation_function",),
+    }
+}
 _KINDS = ("sliding_attention", "full_attention")
-_ACT = {MINISTRAL: "silu", CWM: "silu", ARCEE: "relu2"}
+_ACT = {MINISTRAL: "silu", CWM: "silu", ARCEE: "relu2", EXAONE: "silu"}
 # Defaults of transformers 5.25's MinistralConfig, CwmConfig and ArceeConfig (fields read).
 DEFAULTS: dict[str, dict[str, Any]] = {
     MINISTRAL: dict(
@@ -47,11 +57,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         bos_token_id=128000, eos_token_id=128001, attention_bias=False, mlp_bias=False,
         rope_theta=10000.0,
     ),
+    EXAONE: dict(
+        vocab_size=102400, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=None, hidden_act="silu",
+        max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=361, attention_bias=False, mlp_bias=False,
+        rope_theta=500000.0,
+    ),
 }  # fmt: skip
 
 
 def _layer_kinds(f: Any, model_type: str, num_layers: int) -> list[str]:
-    kinds = f.get("layer_types") if model_type != ARCEE else None
+    kinds = f.get("layer_types") if model_type in (MINISTRAL, CWM) else None
     if kinds is None:  # (the classes': Ministral's every layer windowed, CWM's 3 of 4)
         if model_type == CWM:
             return [_KINDS[1] if i % 4 == 0 else _KINDS[0] for i in range(num_layers)]

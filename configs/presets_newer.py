@@ -693,3 +693,12 @@ NEWER["tiny-glm"] = NEWER["tiny-glm4"].replace(
 NEWER["glm-4-9b-chat"] = NEWER["glm-4-9b"].replace(
     name="glm-4-9b-chat", model_type="glm", sandwich_norms=False
 )
+# tests/fixtures/exaone: EXAONE 3, tiny-cwm's model without its window (Llama 3's RoPE at base
+# 1e6), under its release's names.
+NEWER["tiny-exaone"] = NEWER["tiny-cwm"].replace(
+    name="tiny-exaone",
+    model_type="exaone",
+    rope_theta=1e6,
+    sliding_window=None,
+    full_attention_layers=(),
+)

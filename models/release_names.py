@@ -58,6 +58,19 @@ _HY_V3_NATIVE = (
     (r"\.mlp\.gate\.e_score_correction_bias$", ".mlp.expert_bias"),
     (r"\.mlp\.shared_experts\.", ".mlp.shared_mlp."),
 )
+# EXAONE 3's (its release's GPT-2-like names; transformers 5.25 saves them too).
+_EXAONE_NATIVE = (
+    (r"^model\.embed_tokens\.", "transformer.wte."),
+    (r"^model\.norm\.", "transformer.ln_f."),
+    (r"^model\.layers\.", "transformer.h."),
+    (r"\.input_layernorm\.", ".ln_1."),
+    (r"\.post_attention_layernorm\.", ".ln_2."),
+    (r"\.self_attn\.o_proj\.", ".attn.attention.out_proj."),
+    (r"\.self_attn\.", ".attn.attention."),
+    (r"\.mlp\.gate_proj\.", ".mlp.c_fc_0."),
+    (r"\.mlp\.up_proj\.", ".mlp.c_fc_1."),
+    (r"\.mlp\.down_proj\.", ".mlp.c_proj."),
+)
 _GEMMA_NATIVE = (
     (r"\.pre_mlp_layernorm\.", ".pre_feedforward_layernorm."),
     (r"\.post_mlp_layernorm\.", ".post_feedforward_layernorm."),
@@ -72,6 +85,7 @@ NATIVE = {
     # Gemma 3's and Gemma 2's (AFMoE's names for the MLP's norms before and after it).
     "gemma3_text": _GEMMA_NATIVE,
     "gemma2": _GEMMA_NATIVE,
+    "exaone": _EXAONE_NATIVE,
     # OLMo Hybrid's release (and transformers 5.25's save): a layer's first norm, and its
     # second (the MLP's input norm, or an attention layer's output norm).
     "olmo_hybrid": (

@@ -27,6 +27,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("ministral", "tiny-ministral"),
         ("cwm", "tiny-cwm"),
         ("arcee", "tiny-arcee"),
+        ("exaone", "tiny-exaone"),
     ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
@@ -95,6 +96,17 @@ def test_class_defaults_fill_what_a_config_leaves_out():
 def test_bad_configs_are_refused_by_field(arch, change, match):
     with pytest.raises(ValueError, match=match):
         config_from_hf({**saved_config(arch), **change})
+
+
+def test_exaone_reads_its_releases_field_names():
+    """EXAONE 3.5's config.json spells num_layers, layer_norm_epsilon, activation_function."""
+    fixture = saved_config("exaone")
+    renamed = {"num_hidden_layers": "num_layers", "rms_norm_eps": "layer_norm_epsilon"}
+    renamed |= {"hidden_act": "activation_function"}
+    released = {renamed.get(k, k): v for k, v in fixture.items()}
+    assert arch_fields(config_from_hf(released)) == arch_fields(get_preset("tiny-exaone"))
+    with pytest.raises(ValueError, match="hidden_act='gelu': exaone takes 'silu'"):
+        config_from_hf({**released, "activation_function": "gelu"})
 
 
 def test_llama_kin_class_defaults_count_as_transformers_counts_them():

@@ -144,6 +144,7 @@ ARCHS = {
     "ministral": "tiny-ministral",
     "cwm": "tiny-cwm",
     "arcee": "tiny-arcee",
+    "exaone": "tiny-exaone",  # EXAONE 3: Llama's model under its release's names
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
