@@ -1,4 +1,4 @@
-"""Four HF configs of Llama's layers with a twist each (transformers 5.25's classes).
+"""Five HF configs of Llama's layers with a twist each (transformers 5.25's classes).
 
 - ministral (Mistral's Ministral-8B-Instruct-2410): Mistral's attention with a window on the
   layers `layer_types` marks "sliding_attention" (all of them by default), head width
@@ -10,6 +10,8 @@
 - exaone (LG's EXAONE 3.0 / 3.5): Llama itself under its release's field names (num_layers,
   layer_norm_epsilon, activation_function) and tensor names (transformer.h.*, attn.attention,
   c_fc_0 / c_fc_1 / c_proj: models/release_names.py), which transformers 5.25 saves too.
+- helium (Kyutai's Helium-1): RoPE on interleaved pairs, every RMSNorm scaled in float32
+  (its weight times the normed value, then cast).
 
 Refused with a ValueError naming the field: an MLP activation other than the family's,
 biases (mlp_bias; attention_bias where the class has it), layer_types of other kinds."""
@@ -18,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-MINISTRAL, CWM, ARCEE, EXAONE = "ministral", "cwm", "arcee", "exaone"
-TYPES = (MINISTRAL, CWM, ARCEE, EXAONE)
+MINISTRAL, CWM, ARCEE, EXAONE, HELIUM = "ministral", "cwm", "arcee", "exaone", "helium"
+TYPES = (MINISTRAL, CWM, ARCEE, EXAONE, HELIUM)
 ALIASES = {
     EXAONE: {
         "num_hidden_layers": ("num_layers",),
@@ -28,7 +30,7 @@ ALIASES = {
     }
 }
 _KINDS = ("sliding_attention", "full_attention")
-_ACT = {MINISTRAL: "silu", CWM: "silu", ARCEE: "relu2", EXAONE: "silu"}
+_ACT = {MINISTRAL: "silu", CWM: "silu", ARCEE: "relu2", EXAONE: "silu", HELIUM: "silu"}
 # Defaults of transformers 5.25's MinistralConfig, CwmConfig and ArceeConfig (fields read).
 DEFAULTS: dict[str, dict[str, Any]] = {
     MINISTRAL: dict(
@@ -64,6 +66,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         bos_token_id=1, eos_token_id=361, attention_bias=False, mlp_bias=False,
         rope_theta=500000.0,
     ),
+    HELIUM: dict(
+        vocab_size=48000, hidden_size=2560, intermediate_size=7040, num_hidden_layers=24,
+        num_attention_heads=20, num_key_value_heads=20, head_dim=128, hidden_act="silu",
+        max_position_embeddings=4096, rms_norm_eps=1e-8, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, attention_bias=False, mlp_bias=False,
+        rope_theta=100000.0,
+    ),
 }  # fmt: skip
 
 
@@ -88,6 +97,12 @@ def fields(f: Any, model_type: str) -> dict:
             raise ValueError(f"HF config {key}={f.get(key)!r}: biases are not supported here")
     num_layers = f.required("num_hidden_layers")
     heads = f.required("num_attention_heads")
+    head_dim = f.get("head_dim") or f.required("hidden_size") // heads
+    if model_type == HELIUM and heads * head_dim != f.required("hidden_size"):
+        raise ValueError(
+            f"HF config head_dim={head_dim}: Helium's o_proj takes hidden_size inputs "
+            f"({heads} heads of it do not make hidden_size={f.required('hidden_size')})"
+        )
     kinds = _layer_kinds(f, model_type, num_layers)
     full = tuple(i for i, k in enumerate(kinds) if k == _KINDS[1])
     window = f.get("sliding_window") if len(full) < num_layers else None
@@ -95,7 +110,7 @@ def fields(f: Any, model_type: str) -> dict:
         raise ValueError("HF config layer_types: sliding_attention layers need a sliding_window")
     return dict(
         num_kv_heads=f.get("num_key_value_heads") or heads,
-        head_dim=f.get("head_dim") or f.required("hidden_size") // heads,
+        head_dim=head_dim,
         sliding_window=window,
         full_attention_layers=full if window is not None else (),
         mlp_act="relu2" if model_type == ARCEE else "swiglu",

@@ -554,6 +554,7 @@ class ModelConfig:
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
         bf16 model's elements. AFMoE's, FlexOlmo's and OLMo 2's too."""
         scaled = ("gpt_oss", "afmoe", "gemma4_text", "flex_olmo", "olmo2", "olmo3", "olmo_hybrid")
+        scaled += ("helium",)
         return self.model_type in scaled or self.norm_zero_centered or self.is_dsv4
 
     @property

@@ -702,3 +702,12 @@ NEWER["tiny-exaone"] = NEWER["tiny-cwm"].replace(
     sliding_window=None,
     full_attention_layers=(),
 )
+# tests/fixtures/helium: Helium, tiny-ministral's model without a window, RoPE on interleaved
+# pairs, norms scaled in float32 (eps 1e-8).
+NEWER["tiny-helium"] = NEWER["tiny-ministral"].replace(
+    name="tiny-helium",
+    model_type="helium",
+    rms_norm_eps=1e-8,
+    sliding_window=None,
+    full_attention_layers=(),
+)

@@ -155,7 +155,8 @@ def rope_dim(cfg: ModelConfig) -> int:
 
 def rope_layout(cfg: ModelConfig) -> str:
     """Channel layout HF uses for this model (see apply_rope)."""
-    if cfg.model_type in ("ernie4_5", "ernie4_5_moe", "glm", "glm4", "llama4_text", *cohere.TYPES):
+    pairs = ("ernie4_5", "ernie4_5_moe", "glm", "glm4", "helium", "llama4_text", *cohere.TYPES)
+    if cfg.model_type in pairs:
         # ERNIE 4.5, GLM-4 and Cohere rotate interleaved pairs in place, Llama 4 as complex
         # pairs
         return "pairs"

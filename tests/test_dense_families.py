@@ -28,6 +28,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("cwm", "tiny-cwm"),
         ("arcee", "tiny-arcee"),
         ("exaone", "tiny-exaone"),
+        ("helium", "tiny-helium"),
     ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
@@ -137,6 +138,7 @@ def test_llama_kin_class_defaults_count_as_transformers_counts_them():
         ("arcee", dict(attention_bias=True), "attention_bias=True: biases are not supported"),
         ("cwm", dict(layer_types=["full_attention"]), "layer_types: expected 2 entries"),
         ("ministral", dict(sliding_window=None), "sliding_attention layers need a sliding"),
+        ("helium", dict(head_dim=32), "head_dim=32: Helium's o_proj takes hidden_size inputs"),
     ],
 )
 def test_bad_llama_kin_configs_are_refused_by_field(arch, change, match):
