@@ -224,6 +224,39 @@ def check_laguna(cfg: Any) -> None:
         raise ValueError(f"router_logit_softcapping={cap!r}: must be a finite number >= 0")
 
 
+def check_sharing(cfg: Any) -> None:
+    """shared_indexer_layers and kv_source_layers, as transformers runs them."""
+    shared = cfg.shared_indexer_layers
+    if shared and not cfg.sparse_attention:
+        raise ValueError("shared_indexer_layers: needs sparse attention (index_topk > 0)")
+    bad = [i for i in shared if not 0 < i < cfg.num_layers]
+    if bad:
+        raise ValueError(
+            f"shared_indexer_layers: layer {bad[0]} has no earlier layer with an indexer "
+            f"to take the top-k of (must be in [1, num_layers={cfg.num_layers}))"
+        )
+    sources = cfg.kv_source_layers
+    if not sources:
+        return
+    if not cfg.is_mla or len(sources) != cfg.num_layers:
+        raise ValueError(f"kv_source_layers: needs MLA and one entry per layer ({cfg.num_layers})")
+    for i, s in enumerate(sources):
+        # transformers hands a reading layer the latest latent stored by a layer of its
+        # kind (with or without RoPE): that must be the one named.
+        stores = [
+            j
+            for j in range(i)
+            if sources[j] == j
+            and cfg.layer_rope_dim(j) == cfg.layer_rope_dim(i)
+            and j in sources[j + 1 :]
+        ]
+        if s != i and not (0 <= s < i and sources[s] == s and stores and stores[-1] == s):
+            raise ValueError(
+                f"kv_source_layers[{i}]={s}: a layer reads the latest earlier layer of "
+                "its kind (with or without RoPE) that keeps its own KV"
+            )
+
+
 def check_softcaps(cfg: Any) -> None:
     """The logits' and the attention scores' tanh caps: finite, >= 0 (0: none); the
     scores' on GQA attention (no MLA or DeepSeek-V4 path caps them)."""

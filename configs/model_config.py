@@ -14,6 +14,7 @@ from configs.model_checks import (
     check_mla,
     check_moe,
     check_norms_and_rope,
+    check_sharing,
     check_softcaps,
     check_v4,
     check_values_and_sinks,
@@ -445,7 +446,7 @@ class ModelConfig:
                 raise ValueError(
                     f"nope_layers: layer {bad[0]} is outside [0, num_layers={self.num_layers})"
                 )
-        self._check_sharing()
+        check_sharing(self)
         chunk = self.attention_chunk_size
         if chunk is not None and not (
             isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1
@@ -485,40 +486,6 @@ class ModelConfig:
         check_linear(self)
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype={self.dtype!r}: expected float32, bfloat16 or float16")
-
-    def _check_sharing(self) -> None:
-        """shared_indexer_layers and kv_source_layers, as transformers runs them."""
-        shared = self.shared_indexer_layers
-        if shared and not self.sparse_attention:
-            raise ValueError("shared_indexer_layers: needs sparse attention (index_topk > 0)")
-        bad = [i for i in shared if not 0 < i < self.num_layers]
-        if bad:
-            raise ValueError(
-                f"shared_indexer_layers: layer {bad[0]} has no earlier layer with an indexer "
-                f"to take the top-k of (must be in [1, num_layers={self.num_layers}))"
-            )
-        sources = self.kv_source_layers
-        if not sources:
-            return
-        if not self.is_mla or len(sources) != self.num_layers:
-            raise ValueError(
-                f"kv_source_layers: needs MLA and one entry per layer ({self.num_layers})"
-            )
-        for i, s in enumerate(sources):
-            # transformers hands a reading layer the latest latent stored by a layer of its
-            # kind (with or without RoPE): that must be the one named.
-            stores = [
-                j
-                for j in range(i)
-                if sources[j] == j
-                and self.layer_rope_dim(j) == self.layer_rope_dim(i)
-                and j in sources[j + 1 :]
-            ]
-            if s != i and not (0 <= s < i and sources[s] == s and stores and stores[-1] == s):
-                raise ValueError(
-                    f"kv_source_layers[{i}]={s}: a layer reads the latest earlier layer of "
-                    "its kind (with or without RoPE) that keeps its own KV"
-                )
 
     # -- derived ---------------------------------------------------------------------------
     @property
