@@ -34,6 +34,7 @@ from configs import hf_phi3 as phi3
 from configs import hf_sarvam as sarvam
 from configs import hf_seed_oss as seed_oss
 from configs import hf_smollm3 as smollm3
+from configs import hf_starcoder2 as starcoder2
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
 from configs.hf_afmoe import AFMOE, AFMOE_DEFAULTS, afmoe_fields
 from configs.hf_bailing import BAILING, BAILING_ALIASES, BAILING_DEFAULTS, bailing_fields
@@ -61,7 +62,7 @@ from configs.model_config import ModelConfig
 # Families whose module reads a config whole, its window too (configs/hf_<family>.py: TYPES,
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
-_FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin)  # (55th, 56th sessions')
+_FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2)  # (55th, 56th)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
@@ -540,8 +541,9 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
             if f.hf.get(key) not in (None, want):
                 raise ValueError(f"HF config {key}={f.hf[key]!r}: only {want!r}")
     act = f.hf.get("hidden_act", "silu")
-    # (transformers' ACT2FN: both are SiLU; Arcee's ReLU² and Gemma's GeGLU: their readers')
-    if act not in ("silu", "swish") and model_type not in (llama_kin.ARCEE, gemma3.GEMMA):
+    # (transformers' ACT2FN: both are SiLU; Arcee's, Gemma's and StarCoder2's: their readers')
+    own = (llama_kin.ARCEE, gemma3.GEMMA, starcoder2.STARCODER2)
+    if act not in ("silu", "swish") and model_type not in own:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 
 

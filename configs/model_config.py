@@ -38,7 +38,8 @@ SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk", "sqrtsoftplus", "sparsemi
 # relu2: relu(x @ up)^2, no gate projection (Nemotron-H's experts, and its MLPs: mlp_act).
 # geglu: gelu_tanh(gate) * up (Gemma 4's experts and MLPs).
 EXPERT_ACTS = ("swiglu", "clamped_swiglu", "limited_swiglu", "relu2", "geglu")
-MLP_ACTS = ("swiglu", "relu2", "geglu")
+# gelu: GELU (tanh) of x @ up, no gate (StarCoder2's MLP).
+MLP_ACTS = ("swiglu", "relu2", "geglu", "gelu")
 # DeepSeek-V4's attention per layer: a sliding window alone, or beside compressed entries
 # (csa: one per csa_ratio tokens, overlapping, picked by a lightning indexer; hca: one per
 # hca_ratio tokens, all attended).
@@ -325,6 +326,7 @@ class ModelConfig:
     # whose mixer no feed-forward block follows; routed experts working at this width
     # between a down and an up projection of the token (latent MoE; 0: the hidden size).
     mlp_act: str = "swiglu"
+    mlp_bias: bool = False  # StarCoder2: biases on the dense MLPs' up and down (b_up, b_down)
     no_ffn_layers: tuple[int, ...] = ()
     moe_latent_size: int = 0
     first_k_dense_replace: int = 0  # first k layers use a dense MLP (DeepSeek)

@@ -711,3 +711,19 @@ NEWER["tiny-helium"] = NEWER["tiny-ministral"].replace(
     sliding_window=None,
     full_attention_layers=(),
 )
+# tests/fixtures/starcoder2: StarCoder2, 2 layers 64 wide, an 8-key window on both, 4 heads over
+# 2 KV heads of 16 with biases on q, k, v and o_proj, LayerNorms with biases, the MLP
+# c_proj(gelu_tanh(c_fc(x))) 96 wide with biases, tied embeddings.
+NEWER["tiny-starcoder2"] = NEWER["tiny-ministral"].replace(
+    name="tiny-starcoder2",
+    model_type="starcoder2",
+    rms_norm_eps=1e-5,
+    full_attention_layers=(),
+    tie_word_embeddings=True,
+    attention_bias=True,
+    o_proj_bias=True,
+    mlp_bias=True,
+    norm_kind="layer",
+    norm_bias=True,
+    mlp_act="gelu",
+)

@@ -76,24 +76,29 @@ def gelu_tanh(x: jax.Array) -> jax.Array:
 
 
 def gate_activation(cfg: ModelConfig):
-    """The dense MLPs' gate activation (ModelConfig.mlp_act): SiLU, or GeLU (tanh) for geglu."""
-    return gelu_tanh if cfg.mlp_act == "geglu" else jax.nn.silu
+    """The dense MLPs' gate activation (ModelConfig.mlp_act): SiLU, or GeLU (tanh) for geglu;
+    without a gate, that of up: GeLU (tanh) for gelu, else ReLU²."""
+    return gelu_tanh if cfg.mlp_act in ("geglu", "gelu") else jax.nn.silu
 
 
 def swiglu_mlp(p: dict, x: jax.Array, delta=None, act=jax.nn.silu, limit=None) -> jax.Array:
     """down(act(x @ gate) * (x @ up)), act SiLU (or gate_activation's); x: [T, D], w_gate/w_up
-    [D, F], w_down [F, D] -> [T, D]. Without w_gate (ModelConfig.mlp_act "relu2"):
-    down(relu(x @ up)^2). `delta(leaf, x)`: a LoRA term to add to a projection
-    (models/lora.py), or None. `limit` (ModelConfig.clip_limit): act(gate) <= limit and
-    |up| <= limit."""
+    [D, F], w_down [F, D] -> [T, D]. Without w_gate (ModelConfig.mlp_act "relu2", "gelu"):
+    down(relu(x @ up)^2), or with act GeLU (tanh) down(gelu(x @ up)); b_up / b_down
+    (ModelConfig.mlp_bias) added where present. `delta(leaf, x)`: a LoRA term to add to a
+    projection (models/lora.py), or None. `limit` (ModelConfig.clip_limit): act(gate) <= limit
+    and |up| <= limit."""
     delta = delta or (lambda name, x: None)
     up = add(x @ p["w_up"], delta("w_up", x))  # [T, F]
+    if "b_up" in p:
+        up = up + p["b_up"]
     if "w_gate" in p:
         gate = add(x @ p["w_gate"], delta("w_gate", x))  # [T, F]
         h = clipped(act, limit)(gate, up) if limit else act(gate) * up
     else:
-        h = relu2(up)
-    return add(h @ p["w_down"], delta("w_down", h))
+        h = gelu_tanh(up) if act is gelu_tanh else relu2(up)
+    out = add(h @ p["w_down"], delta("w_down", h))
+    return out + p["b_down"] if "b_down" in p else out
 
 
 def embed(params: dict, token_ids: jax.Array) -> jax.Array:

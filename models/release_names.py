@@ -86,6 +86,7 @@ NATIVE = {
     "gemma3_text": _GEMMA_NATIVE,
     "gemma2": _GEMMA_NATIVE,
     "exaone": _EXAONE_NATIVE,
+    "starcoder2": ((r"\.mlp\.up_proj\.", ".mlp.c_fc."), (r"\.mlp\.down_proj\.", ".mlp.c_proj.")),
     # OLMo Hybrid's release (and transformers 5.25's save): a layer's first norm, and its
     # second (the MLP's input norm, or an attention layer's output norm).
     "olmo_hybrid": (

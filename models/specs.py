@@ -290,12 +290,18 @@ def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
     }
 
 
-def _mlp_specs(d: int, f: int, dt, w, gated: bool = True) -> dict:
-    """A dense MLP: SwiGLU, or (gated False: relu2) up and down alone."""
+def _mlp_specs(d: int, f: int, dt, w, gated: bool = True, biased: bool = False) -> dict:
+    """A dense MLP: SwiGLU, or (gated False: relu2, gelu) up and down alone; `biased`
+    (StarCoder2's): b_up [F], b_down [D] too."""
+    biases = {
+        "b_up": ParamSpec((f,), dt, ("mlp",), zeros),
+        "b_down": ParamSpec((d,), dt, ("embed",), zeros),
+    }
     return {
         **({"w_gate": ParamSpec((d, f), dt, ("embed", "mlp"), w)} if gated else {}),
         "w_up": ParamSpec((d, f), dt, ("embed", "mlp"), w),
         "w_down": ParamSpec((f, d), dt, ("mlp", "embed"), w),
+        **(biases if biased else {}),
     }
 
 
@@ -430,7 +436,8 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)
     if not moe or cfg.dense_beside_moe or cfg.shortcut_moe:
-        layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w, cfg.mlp_act != "relu2")
+        gated = cfg.mlp_act not in ("relu2", "gelu")
+        layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w, gated, cfg.mlp_bias)
     if moe and cfg.dense_beside_moe:  # Gemma 4: the dense output's norm, the experts' two
         for name in ("mlp_out_norm", "moe_norm", "moe_out_norm"):
             layer[name] = ParamSpec((d,), dt, ("embed",), norm)

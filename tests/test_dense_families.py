@@ -1,9 +1,9 @@
 """Dense families of the 55th session: the dense siblings of served MoE ones, ERNIE 4.5 dense
 (ernie4_5) and Hunyuan dense (hunyuan_v1_dense), Seed-OSS (seed_oss, configs/hf_seed_oss.py)
 and GLM-4 dense (glm4, configs/hf_glm4.py); and the 56th's Llama kin (configs/hf_llama_kin.py:
-ministral, cwm, arcee). The fixtures' configs read to their presets; the class defaults a
-config may leave out; the refusals. HF parity: tests/test_hf_parity.py (ernie4_5,
-hunyuan_v1_dense, seed_oss, glm4, ministral, cwm, arcee)."""
+ministral, cwm, arcee, exaone, helium) and StarCoder2 (configs/hf_starcoder2.py). The
+fixtures' configs read to their presets; the class defaults a config may leave out; the
+refusals. HF parity: tests/test_hf_parity.py (each of them)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("arcee", "tiny-arcee"),
         ("exaone", "tiny-exaone"),
         ("helium", "tiny-helium"),
+        ("starcoder2", "tiny-starcoder2"),
     ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
@@ -139,8 +140,21 @@ def test_llama_kin_class_defaults_count_as_transformers_counts_them():
         ("cwm", dict(layer_types=["full_attention"]), "layer_types: expected 2 entries"),
         ("ministral", dict(sliding_window=None), "sliding_attention layers need a sliding"),
         ("helium", dict(head_dim=32), "head_dim=32: Helium's o_proj takes hidden_size inputs"),
+        ("starcoder2", dict(hidden_act="gelu"), "hidden_act='gelu': only 'gelu_pytorch_tanh'"),
     ],
 )
 def test_bad_llama_kin_configs_are_refused_by_field(arch, change, match):
     with pytest.raises(ValueError, match=match):
         config_from_hf({**saved_config(arch), **change})
+
+
+def test_starcoder2_class_defaults_and_biases():
+    """A bare StarCoder2 config is its class's defaults (StarCoder2-3B's shapes): 3,030,371,328
+    parameters, as transformers 5.25 counts StarCoder2ForCausalLM on the meta device; biases
+    everywhere (use_bias), or nowhere."""
+    cfg = config_from_hf({"model_type": "starcoder2"})
+    assert count_params(cfg)[0] == 3_030_371_328
+    assert cfg.mlp_act == "gelu" and cfg.norm_kind == "layer" and cfg.sliding_window is None
+    plain = config_from_hf({**saved_config("starcoder2"), "use_bias": False})
+    assert not (plain.attention_bias or plain.o_proj_bias or plain.mlp_bias) and plain.norm_bias
+    assert config_from_hf({**saved_config("starcoder2"), "norm_epsilon": 1e-3}).rms_norm_eps == 1e-3

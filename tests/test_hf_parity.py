@@ -146,6 +146,8 @@ ARCHS = {
     "arcee": "tiny-arcee",
     "exaone": "tiny-exaone",  # EXAONE 3: Llama's model under its release's names
     "helium": "tiny-helium",  # RoPE on interleaved pairs, norms scaled in float32
+    # StarCoder2: biases everywhere, LayerNorms, an MLP without a gate (GELU), a window
+    "starcoder2": "tiny-starcoder2",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
