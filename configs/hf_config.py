@@ -30,6 +30,7 @@ from configs import hf_mimo as mimo
 from configs import hf_minimax as minimax
 from configs import hf_olmo as olmo
 from configs import hf_olmo_hybrid as olmo_hybrid
+from configs import hf_phi as phi
 from configs import hf_phi3 as phi3
 from configs import hf_sarvam as sarvam
 from configs import hf_seed_oss as seed_oss
@@ -62,7 +63,7 @@ from configs.model_config import ModelConfig
 # Families whose module reads a config whole, its window too (configs/hf_<family>.py: TYPES,
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
-_FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2)  # (55th, 56th)
+_FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
@@ -542,7 +543,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
                 raise ValueError(f"HF config {key}={f.hf[key]!r}: only {want!r}")
     act = f.hf.get("hidden_act", "silu")
     # (transformers' ACT2FN: both are SiLU; Arcee's, Gemma's and StarCoder2's: their readers')
-    own = (llama_kin.ARCEE, gemma3.GEMMA, starcoder2.STARCODER2)
+    own = (llama_kin.ARCEE, gemma3.GEMMA, starcoder2.STARCODER2, phi.PHI)
     if act not in ("silu", "swish") and model_type not in own:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 

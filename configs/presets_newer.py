@@ -727,3 +727,33 @@ NEWER["tiny-starcoder2"] = NEWER["tiny-ministral"].replace(
     norm_bias=True,
     mlp_act="gelu",
 )
+# tests/fixtures/phi: Phi-2's model, 2 layers 64 wide, 4 heads of 16, RoPE on each head's
+# leading half; attention and MLP side by side on one LayerNorm'd input (biases), biases on
+# q, k, v, dense, fc1, fc2 and lm_head; fc2(gelu_tanh(fc1(x))) 96 wide.
+NEWER["tiny-phi"] = NEWER["tiny-starcoder2"].replace(
+    name="tiny-phi",
+    model_type="phi",
+    num_kv_heads=4,
+    sliding_window=None,
+    tie_word_embeddings=False,
+    partial_rotary_factor=0.5,
+    parallel_block=True,
+    lm_head_bias=True,
+)
+# Phi-1.5 (PhiConfig's defaults) and Phi-2: 2,048 positions, a vocabulary of 51,200.
+for _name, _shape in {"phi-1_5": (2048, 8192, 24, 0.5), "phi-2": (2560, 10240, 32, 0.4)}.items():
+    _hidden, _mlp, _layers, _partial = _shape
+    NEWER[_name] = NEWER["tiny-phi"].replace(
+        name=_name,
+        vocab_size=51200,
+        hidden_size=_hidden,
+        num_layers=_layers,
+        num_heads=32,
+        num_kv_heads=32,
+        head_dim=_hidden // 32,
+        intermediate_size=_mlp,
+        partial_rotary_factor=_partial,
+        bos_token_id=1,
+        eos_token_ids=(2,),
+        dtype="bfloat16",
+    )

@@ -551,11 +551,13 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
     }
     if cfg.model_type == "gemma4_text":
         names.update(_gemma4_names(cfg, layer, at, moe))
-    elif cfg.parallel_block:  # (Cohere: one norm before both blocks)
-        del names[f"{layer}.post_attention_layernorm.weight"]
-    elif cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms)
-        names[f"{layer}.input_layernorm.bias"] = _vector(d, at + ("attn_norm_bias",))
-        names[f"{layer}.post_attention_layernorm.bias"] = _vector(d, at + ("mlp_norm_bias",))
+    elif cfg.parallel_block or cfg.norm_bias:
+        if cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms, Phi-2's, StarCoder2's)
+            names[f"{layer}.input_layernorm.bias"] = _vector(d, at + ("attn_norm_bias",))
+            names[f"{layer}.post_attention_layernorm.bias"] = _vector(d, at + ("mlp_norm_bias",))
+        if cfg.parallel_block:  # (Cohere, Phi-2: one norm before both blocks)
+            del names[f"{layer}.post_attention_layernorm.weight"]
+            names.pop(f"{layer}.post_attention_layernorm.bias", None)
     elif not cfg.pre_norms or (cfg.hybrid_post_norms and not cfg.is_linear_layer(index)):
         # (OLMo 2's layers, OLMo Hybrid's attention ones: the blocks' outputs normed only)
         names = {

@@ -87,6 +87,12 @@ NATIVE = {
     "gemma2": _GEMMA_NATIVE,
     "exaone": _EXAONE_NATIVE,
     "starcoder2": ((r"\.mlp\.up_proj\.", ".mlp.c_fc."), (r"\.mlp\.down_proj\.", ".mlp.c_proj.")),
+    "phi": (
+        (r"^model\.norm\.", "model.final_layernorm."),
+        (r"\.self_attn\.o_proj\.", ".self_attn.dense."),
+        (r"\.mlp\.up_proj\.", ".mlp.fc1."),
+        (r"\.mlp\.down_proj\.", ".mlp.fc2."),
+    ),
     # OLMo Hybrid's release (and transformers 5.25's save): a layer's first norm, and its
     # second (the MLP's input norm, or an attention layer's output norm).
     "olmo_hybrid": (

@@ -430,8 +430,8 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
         return layer
     if pre_normed and not cfg.parallel_block:  # (Cohere: one norm before both blocks)
         layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)
-    if cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms)
-        for name in ("attn_norm_bias", "mlp_norm_bias"):
+    if cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms; Phi-2's one before both blocks)
+        for name in ("attn_norm_bias",) + (() if cfg.parallel_block else ("mlp_norm_bias",)):
             layer[name] = ParamSpec((d,), dt, ("embed",), zeros)
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)

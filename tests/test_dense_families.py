@@ -1,7 +1,8 @@
 """Dense families of the 55th session: the dense siblings of served MoE ones, ERNIE 4.5 dense
 (ernie4_5) and Hunyuan dense (hunyuan_v1_dense), Seed-OSS (seed_oss, configs/hf_seed_oss.py)
 and GLM-4 dense (glm4, configs/hf_glm4.py); and the 56th's Llama kin (configs/hf_llama_kin.py:
-ministral, cwm, arcee, exaone, helium) and StarCoder2 (configs/hf_starcoder2.py). The
+ministral, cwm, arcee, exaone, helium), StarCoder2 (configs/hf_starcoder2.py) and Phi-2
+(configs/hf_phi.py). The
 fixtures' configs read to their presets; the class defaults a config may leave out; the
 refusals. HF parity: tests/test_hf_parity.py (each of them)."""
 
@@ -30,6 +31,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("exaone", "tiny-exaone"),
         ("helium", "tiny-helium"),
         ("starcoder2", "tiny-starcoder2"),
+        ("phi", "tiny-phi"),
     ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
@@ -141,6 +143,8 @@ def test_llama_kin_class_defaults_count_as_transformers_counts_them():
         ("ministral", dict(sliding_window=None), "sliding_attention layers need a sliding"),
         ("helium", dict(head_dim=32), "head_dim=32: Helium's o_proj takes hidden_size inputs"),
         ("starcoder2", dict(hidden_act="gelu"), "hidden_act='gelu': only 'gelu_pytorch_tanh'"),
+        ("phi", dict(qk_layernorm=True), "qk_layernorm=True: q/k LayerNorms are not supported"),
+        ("phi", dict(hidden_act="relu"), "hidden_act='relu': only the tanh GELU"),
     ],
 )
 def test_bad_llama_kin_configs_are_refused_by_field(arch, change, match):
@@ -158,3 +162,10 @@ def test_starcoder2_class_defaults_and_biases():
     plain = config_from_hf({**saved_config("starcoder2"), "use_bias": False})
     assert not (plain.attention_bias or plain.o_proj_bias or plain.mlp_bias) and plain.norm_bias
     assert config_from_hf({**saved_config("starcoder2"), "norm_epsilon": 1e-3}).rms_norm_eps == 1e-3
+
+
+def test_a_bare_phi_config_is_phi_1_5():
+    """PhiConfig's defaults are Phi-1.5's shapes (half of each head rotated)."""
+    bare = config_from_hf({"model_type": "phi"}, dtype="bfloat16")
+    assert arch_fields(bare, skip=("name",)) == arch_fields(get_preset("phi-1_5"), skip=("name",))
+    assert bare.rotary_dim == 32 and bare.parallel_block and bare.lm_head_bias

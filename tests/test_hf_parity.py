@@ -148,6 +148,7 @@ ARCHS = {
     "helium": "tiny-helium",  # RoPE on interleaved pairs, norms scaled in float32
     # StarCoder2: biases everywhere, LayerNorms, an MLP without a gate (GELU), a window
     "starcoder2": "tiny-starcoder2",
+    "phi": "tiny-phi",  # Phi-2: attention beside the MLP, biases everywhere, partial RoPE
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
