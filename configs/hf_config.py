@@ -23,6 +23,7 @@ from configs import hf_glm4 as glm4
 from configs import hf_hyv3 as hyv3
 from configs import hf_jamba as jamba
 from configs import hf_laguna as laguna
+from configs import hf_layer_norm_kin as layer_norm_kin
 from configs import hf_lfm2 as lfm2
 from configs import hf_llama_kin as llama_kin
 from configs import hf_longcat as longcat
@@ -64,6 +65,7 @@ from configs.model_config import ModelConfig
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
+_FAMILIES += (layer_norm_kin,)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
@@ -543,7 +545,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
                 raise ValueError(f"HF config {key}={f.hf[key]!r}: only {want!r}")
     act = f.hf.get("hidden_act", "silu")
     # (transformers' ACT2FN: both are SiLU; Arcee's, Gemma's and StarCoder2's: their readers')
-    own = (llama_kin.ARCEE, gemma3.GEMMA, starcoder2.STARCODER2, phi.PHI)
+    own = (llama_kin.ARCEE, gemma3.GEMMA, starcoder2.STARCODER2, phi.PHI, layer_norm_kin.NEMOTRON)
     if act not in ("silu", "swish") and model_type not in own:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 

@@ -151,7 +151,8 @@ def partial_rotary_factor(f: Any, model_type: str) -> float:
         if partial is None and rotary_dim is not None:
             partial = rotary_dim / f.required("head_dim") if is_number(rotary_dim) else rotary_dim
         partial = 1.0 if partial is None else partial
-    if model_type in ("glm", "glm4", "glm4_moe", "minimax_m2", "phi", "phi3", *LINEAR_MODEL_TYPES):
+    partial_types = ("glm", "glm4", "glm4_moe", "minimax_m2", "phi", "phi3", "stablelm", "nemotron")
+    if model_type in (*partial_types, *LINEAR_MODEL_TYPES):
         if not is_number(partial) or not 0 < partial <= 1:
             raise ValueError(
                 f"HF config partial_rotary_factor={partial!r}: must be a number in (0, 1]"

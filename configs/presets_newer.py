@@ -757,3 +757,25 @@ for _name, _shape in {"phi-1_5": (2048, 8192, 24, 0.5), "phi-2": (2560, 10240, 3
         eos_token_ids=(2,),
         dtype="bfloat16",
     )
+# tests/fixtures/stablelm, nemotron: 2 layers 64 wide, 4 heads over 2 KV heads of 16, LayerNorms
+# with biases; StableLM biases on q, k, v, RoPE on each head's leading quarter, a SwiGLU MLP 96
+# wide; Nemotron's norms by 1 + weight, RoPE on half of each head, the MLP down(relu(up(x))^2).
+NEWER["tiny-stablelm"] = NEWER["tiny-ministral"].replace(
+    name="tiny-stablelm",
+    model_type="stablelm",
+    rms_norm_eps=1e-5,
+    sliding_window=None,
+    full_attention_layers=(),
+    partial_rotary_factor=0.25,
+    attention_bias=True,
+    norm_kind="layer",
+    norm_bias=True,
+)
+NEWER["tiny-nemotron"] = NEWER["tiny-stablelm"].replace(
+    name="tiny-nemotron",
+    model_type="nemotron",
+    partial_rotary_factor=0.5,
+    attention_bias=False,
+    norm_zero_centered=True,
+    mlp_act="relu2",
+)

@@ -40,7 +40,8 @@ def model_norm(
     """The model's own norm (its decoder, final and q/k norms): rms_norm as its family
     scales (ModelConfig.norm_scale_in_float32, norm_offset), or a LayerNorm (norm_kind
     "layer"; with `bias`, Phi-3.5-MoE's nn.LayerNorm)."""
-    if cfg.norm_kind == "layer":
+    if cfg.norm_kind == "layer":  # (Nemotron's LayerNorm1P: 1 + weight, in its dtype)
+        weight = weight + jnp.asarray(cfg.norm_offset, weight.dtype) if cfg.norm_offset else weight
         return layer_norm(x, weight, cfg.rms_norm_eps, bias)
     return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_scale_in_float32, cfg.norm_offset)
 

@@ -1,8 +1,8 @@
 """Dense families of the 55th session: the dense siblings of served MoE ones, ERNIE 4.5 dense
 (ernie4_5) and Hunyuan dense (hunyuan_v1_dense), Seed-OSS (seed_oss, configs/hf_seed_oss.py)
 and GLM-4 dense (glm4, configs/hf_glm4.py); and the 56th's Llama kin (configs/hf_llama_kin.py:
-ministral, cwm, arcee, exaone, helium), StarCoder2 (configs/hf_starcoder2.py) and Phi-2
-(configs/hf_phi.py). The
+ministral, cwm, arcee, exaone, helium), StarCoder2 (configs/hf_starcoder2.py), Phi-2
+(configs/hf_phi.py), StableLM and Nemotron-4 (configs/hf_layer_norm_kin.py). The
 fixtures' configs read to their presets; the class defaults a config may leave out; the
 refusals. HF parity: tests/test_hf_parity.py (each of them)."""
 
@@ -32,6 +32,8 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("helium", "tiny-helium"),
         ("starcoder2", "tiny-starcoder2"),
         ("phi", "tiny-phi"),
+        ("stablelm", "tiny-stablelm"),
+        ("nemotron", "tiny-nemotron"),
     ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
@@ -145,6 +147,9 @@ def test_llama_kin_class_defaults_count_as_transformers_counts_them():
         ("starcoder2", dict(hidden_act="gelu"), "hidden_act='gelu': only 'gelu_pytorch_tanh'"),
         ("phi", dict(qk_layernorm=True), "qk_layernorm=True: q/k LayerNorms are not supported"),
         ("phi", dict(hidden_act="relu"), "hidden_act='relu': only the tanh GELU"),
+        ("stablelm", dict(qk_layernorm=True), "qk_layernorm=True: not supported for stablelm"),
+        ("nemotron", dict(mlp_bias=True), "mlp_bias=True: not supported for nemotron"),
+        ("nemotron", dict(hidden_act="silu"), "hidden_act='silu': nemotron takes 'relu2'"),
     ],
 )
 def test_bad_llama_kin_configs_are_refused_by_field(arch, change, match):
@@ -169,3 +174,16 @@ def test_a_bare_phi_config_is_phi_1_5():
     bare = config_from_hf({"model_type": "phi"}, dtype="bfloat16")
     assert arch_fields(bare, skip=("name",)) == arch_fields(get_preset("phi-1_5"), skip=("name",))
     assert bare.rotary_dim == 32 and bare.parallel_block and bare.lm_head_bias
+
+
+def test_stablelm_and_nemotron_class_defaults_count_as_transformers_counts_them():
+    """StableLmConfig's defaults (StableLM-3B-4E1T's shapes) and NemotronConfig's (with its
+    null num_key_value_heads as every head, where transformers' own attention fails on it):
+    2,795,443,200 and 17,642,041,344 parameters on transformers 5.25's meta device."""
+    stablelm = config_from_hf({"model_type": "stablelm"})
+    assert count_params(stablelm)[0] == 2_795_443_200 and stablelm.rotary_dim == 20
+    nemotron = config_from_hf({"model_type": "nemotron"})
+    assert count_params(nemotron)[0] == 17_642_041_344 and nemotron.num_kv_heads == 48
+    assert nemotron.norm_offset == 1.0 and nemotron.mlp_act == "relu2"
+    parallel = config_from_hf({**saved_config("stablelm"), "use_parallel_residual": True})
+    assert parallel.parallel_block

@@ -149,6 +149,8 @@ ARCHS = {
     # StarCoder2: biases everywhere, LayerNorms, an MLP without a gate (GELU), a window
     "starcoder2": "tiny-starcoder2",
     "phi": "tiny-phi",  # Phi-2: attention beside the MLP, biases everywhere, partial RoPE
+    "stablelm": "tiny-stablelm",  # LayerNorms with biases, a quarter of each head rotated
+    "nemotron": "tiny-nemotron",  # LayerNorm1P (1 + weight), a ReLU² MLP without a gate
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
