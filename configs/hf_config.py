@@ -28,6 +28,7 @@ from configs import hf_lfm2 as lfm2
 from configs import hf_llama_kin as llama_kin
 from configs import hf_longcat as longcat
 from configs import hf_mimo as mimo
+from configs import hf_minicpm3 as minicpm3
 from configs import hf_minimax as minimax
 from configs import hf_olmo as olmo
 from configs import hf_olmo_hybrid as olmo_hybrid
@@ -65,7 +66,7 @@ from configs.model_config import ModelConfig
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
-_FAMILIES += (layer_norm_kin,)
+_FAMILIES += (layer_norm_kin, minicpm3)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",

@@ -13,7 +13,7 @@ from configs.model_config import RopeScaling
 HUNYUAN_TYPES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 
 # Families whose RoPE may be Phi-3's LongRoPE (transformers' phi3 and phimoe).
-LONGROPE_TYPES = ("phi3", "phimoe")
+LONGROPE_TYPES = ("phi3", "phimoe", "minicpm3")
 
 
 def rope_params(f: Any) -> dict:

@@ -2,7 +2,8 @@
 (ernie4_5) and Hunyuan dense (hunyuan_v1_dense), Seed-OSS (seed_oss, configs/hf_seed_oss.py)
 and GLM-4 dense (glm4, configs/hf_glm4.py); and the 56th's Llama kin (configs/hf_llama_kin.py:
 ministral, cwm, arcee, exaone, helium), StarCoder2 (configs/hf_starcoder2.py), Phi-2
-(configs/hf_phi.py), StableLM and Nemotron-4 (configs/hf_layer_norm_kin.py). The
+(configs/hf_phi.py), StableLM and Nemotron-4 (configs/hf_layer_norm_kin.py), MiniCPM3
+(configs/hf_minicpm3.py). The
 fixtures' configs read to their presets; the class defaults a config may leave out; the
 refusals. HF parity: tests/test_hf_parity.py (each of them)."""
 
@@ -34,6 +35,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("phi", "tiny-phi"),
         ("stablelm", "tiny-stablelm"),
         ("nemotron", "tiny-nemotron"),
+        ("minicpm3", "tiny-minicpm3"),
     ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
@@ -187,3 +189,28 @@ def test_stablelm_and_nemotron_class_defaults_count_as_transformers_counts_them(
     assert nemotron.norm_offset == 1.0 and nemotron.mlp_act == "relu2"
     parallel = config_from_hf({**saved_config("stablelm"), "use_parallel_residual": True})
     assert parallel.parallel_block
+
+
+def test_minicpm3_defaults_fallbacks_and_longrope():
+    """A bare MiniCPM3 config is MiniCPM3-4B's shapes (the preset); null v_head_dim,
+    scale_depth and dim_model_base take the class's fallbacks (hidden / heads,
+    sqrt(layers): a residual scale of 1, hidden_size: no logit scaling); the release's
+    LongRoPE is read (its factors over the rope channels' 16 frequency pairs)."""
+    bare = config_from_hf({"model_type": "minicpm3"}, dtype="bfloat16")
+    assert arch_fields(bare, skip=("name",)) == arch_fields(
+        get_preset("minicpm3-4b"), skip=("name",)
+    )
+    nulls = dict(v_head_dim=None, scale_depth=None, dim_model_base=None)
+    cfg = config_from_hf({**saved_config("minicpm3"), **nulls})
+    assert cfg.v_head_dim == 16 and cfg.residual_multiplier == 1.0 and cfg.logits_scaling == 1.0
+    factors = [1.0 + i / 16 for i in range(16)]
+    longrope = dict(
+        rope_type="longrope",
+        short_factor=factors,
+        long_factor=factors[::-1],
+        original_max_position_embeddings=32768,
+    )
+    cfg = config_from_hf({"model_type": "minicpm3", "rope_scaling": longrope})
+    assert cfg.rope_scaling.rope_type == "longrope" and len(cfg.rope_scaling.short_factor) == 16
+    with pytest.raises(ValueError, match="attention_bias=True: biases are not supported"):
+        config_from_hf({**saved_config("minicpm3"), "attention_bias": True})

@@ -151,6 +151,7 @@ ARCHS = {
     "phi": "tiny-phi",  # Phi-2: attention beside the MLP, biases everywhere, partial RoPE
     "stablelm": "tiny-stablelm",  # LayerNorms with biases, a quarter of each head rotated
     "nemotron": "tiny-nemotron",  # LayerNorm1P (1 + weight), a ReLU² MLP without a gate
+    "minicpm3": "tiny-minicpm3",  # MLA with plain RoPE, Granite-like scalings, a dense MLP
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -105,6 +105,8 @@ from models.specs import count_params
         ("gemma-2b", 2.506172416e9, 1e-9, 2.506172416e9, 1e-9),
         ("gemma-7b", 8.537680896e9, 1e-9, 8.537680896e9, 1e-9),
         # Phi-1.5 / Phi-2: PhiForCausalLM's counts, 1,418,270,720 and 2,779,683,840.
+        # MiniCPM3-4B: MiniCPM3ForCausalLM with MiniCPM3Config's defaults: 4,073,875,968.
+        ("minicpm3-4b", 4.073875968e9, 1e-9, 4.073875968e9, 1e-9),
         ("phi-1_5", 1.418270720e9, 1e-9, 1.418270720e9, 1e-9),
         ("phi-2", 2.779683840e9, 1e-9, 2.779683840e9, 1e-9),
         ("gemma-2-2b", 2.614341888e9, 1e-9, 2.614341888e9, 1e-9),
