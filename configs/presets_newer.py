@@ -831,3 +831,14 @@ NEWER["minicpm3-4b"] = NEWER["tiny-minicpm3"].replace(
     eos_token_ids=(2,),
     dtype="bfloat16",
 )
+# tests/fixtures/youtu: Youtu-LLM, tiny-minicpm3's shapes without its scalings, V3's MLA (RoPE
+# on interleaved pairs).
+NEWER["tiny-youtu"] = NEWER["tiny-minicpm3"].replace(
+    name="tiny-youtu",
+    model_type="youtu",
+    rms_norm_eps=1e-6,
+    rope_interleave=True,
+    embedding_multiplier=1.0,
+    residual_multiplier=1.0,
+    logits_scaling=1.0,
+)

@@ -2,8 +2,8 @@
 (ernie4_5) and Hunyuan dense (hunyuan_v1_dense), Seed-OSS (seed_oss, configs/hf_seed_oss.py)
 and GLM-4 dense (glm4, configs/hf_glm4.py); and the 56th's Llama kin (configs/hf_llama_kin.py:
 ministral, cwm, arcee, exaone, helium), StarCoder2 (configs/hf_starcoder2.py), Phi-2
-(configs/hf_phi.py), StableLM and Nemotron-4 (configs/hf_layer_norm_kin.py), MiniCPM3
-(configs/hf_minicpm3.py). The
+(configs/hf_phi.py), StableLM and Nemotron-4 (configs/hf_layer_norm_kin.py), MiniCPM3 and
+Youtu-LLM (configs/hf_minicpm3.py). The
 fixtures' configs read to their presets; the class defaults a config may leave out; the
 refusals. HF parity: tests/test_hf_parity.py (each of them)."""
 
@@ -36,6 +36,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("stablelm", "tiny-stablelm"),
         ("nemotron", "tiny-nemotron"),
         ("minicpm3", "tiny-minicpm3"),
+        ("youtu", "tiny-youtu"),
     ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
@@ -214,3 +215,13 @@ def test_minicpm3_defaults_fallbacks_and_longrope():
     assert cfg.rope_scaling.rope_type == "longrope" and len(cfg.rope_scaling.short_factor) == 16
     with pytest.raises(ValueError, match="attention_bias=True: biases are not supported"):
         config_from_hf({**saved_config("minicpm3"), "attention_bias": True})
+
+
+def test_a_bare_youtu_config_counts_as_transformers_counts_it():
+    """YoutuConfig's defaults (Youtu-LLM 2B's shapes): 1,961,560,064 parameters, as
+    transformers 5.25 counts YoutuForCausalLM on the meta device; RoPE as V3's."""
+    cfg = config_from_hf({"model_type": "youtu"})
+    assert count_params(cfg)[0] == 1_961_560_064 and rope_layout(cfg) == "pairs_to_half"
+    assert (
+        config_from_hf({**saved_config("youtu"), "rope_interleave": False}).rope_interleave is False
+    )
