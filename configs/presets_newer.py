@@ -842,3 +842,13 @@ NEWER["tiny-youtu"] = NEWER["tiny-minicpm3"].replace(
     residual_multiplier=1.0,
     logits_scaling=1.0,
 )
+# tests/fixtures/jais2: Jais 2, 2 layers 64 wide, 4 heads over 2 KV heads of 16 with biases on
+# q, k, v and o_proj, LayerNorms with biases, the MLP down(relu(up(x))^2) 96 wide with biases.
+NEWER["tiny-jais2"] = NEWER["tiny-stablelm"].replace(
+    name="tiny-jais2",
+    model_type="jais2",
+    partial_rotary_factor=1.0,
+    o_proj_bias=True,
+    mlp_bias=True,
+    mlp_act="relu2",
+)

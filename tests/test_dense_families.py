@@ -2,7 +2,7 @@
 (ernie4_5) and Hunyuan dense (hunyuan_v1_dense), Seed-OSS (seed_oss, configs/hf_seed_oss.py)
 and GLM-4 dense (glm4, configs/hf_glm4.py); and the 56th's Llama kin (configs/hf_llama_kin.py:
 ministral, cwm, arcee, exaone, helium), StarCoder2 (configs/hf_starcoder2.py), Phi-2
-(configs/hf_phi.py), StableLM and Nemotron-4 (configs/hf_layer_norm_kin.py), MiniCPM3 and
+(configs/hf_phi.py), StableLM, Nemotron-4 and Jais 2 (configs/hf_layer_norm_kin.py), MiniCPM3 and
 Youtu-LLM (configs/hf_minicpm3.py). The
 fixtures' configs read to their presets; the class defaults a config may leave out; the
 refusals. HF parity: tests/test_hf_parity.py (each of them)."""
@@ -37,6 +37,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("nemotron", "tiny-nemotron"),
         ("minicpm3", "tiny-minicpm3"),
         ("youtu", "tiny-youtu"),
+        ("jais2", "tiny-jais2"),
     ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
@@ -190,6 +191,11 @@ def test_stablelm_and_nemotron_class_defaults_count_as_transformers_counts_them(
     assert nemotron.norm_offset == 1.0 and nemotron.mlp_act == "relu2"
     parallel = config_from_hf({**saved_config("stablelm"), "use_parallel_residual": True})
     assert parallel.parallel_block
+    # Jais 2 (Jais2Config's defaults, 8B's shapes): 8,090,401,280; biases where asked.
+    jais2 = config_from_hf({"model_type": "jais2"})
+    assert count_params(jais2)[0] == 8_090_401_280 and jais2.mlp_bias and jais2.o_proj_bias
+    plain = config_from_hf({**saved_config("jais2"), "attention_bias": False, "mlp_bias": False})
+    assert not (plain.attention_bias or plain.o_proj_bias or plain.mlp_bias)
 
 
 def test_minicpm3_defaults_fallbacks_and_longrope():

@@ -153,6 +153,7 @@ ARCHS = {
     "nemotron": "tiny-nemotron",  # LayerNorm1P (1 + weight), a ReLU² MLP without a gate
     "minicpm3": "tiny-minicpm3",  # MLA with plain RoPE, Granite-like scalings, a dense MLP
     "youtu": "tiny-youtu",  # dense MLA, DeepSeek-V3's
+    "jais2": "tiny-jais2",  # biases everywhere, LayerNorms, a ReLU² MLP with biases
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
