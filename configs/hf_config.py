@@ -20,6 +20,7 @@ from configs import hf_dbrx as dbrx
 from configs import hf_deepseek_v4 as v4
 from configs import hf_gemma3 as gemma3
 from configs import hf_glm4 as glm4
+from configs import hf_hyperclovax as hyperclovax
 from configs import hf_hyv3 as hyv3
 from configs import hf_jamba as jamba
 from configs import hf_laguna as laguna
@@ -66,7 +67,7 @@ from configs.model_config import ModelConfig
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
-_FAMILIES += (layer_norm_kin, minicpm3)
+_FAMILIES += (layer_norm_kin, minicpm3, hyperclovax)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",

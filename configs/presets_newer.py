@@ -852,3 +852,17 @@ NEWER["tiny-jais2"] = NEWER["tiny-stablelm"].replace(
     mlp_bias=True,
     mlp_act="relu2",
 )
+# tests/fixtures/hyperclovax: HyperCLOVA X, tiny-ministral's model without its window, Granite's
+# multipliers (embeddings times 8, block outputs times 0.5, scores times 0.3, logits times
+# 0.25: divided by 4), each block's output normed too (Peri-LN).
+NEWER["tiny-hyperclovax"] = NEWER["tiny-ministral"].replace(
+    name="tiny-hyperclovax",
+    model_type="hyperclovax",
+    sliding_window=None,
+    full_attention_layers=(),
+    embedding_multiplier=8.0,
+    residual_multiplier=0.5,
+    attention_multiplier=0.3,
+    logits_scaling=4.0,
+    sandwich_norms=True,
+)

@@ -86,6 +86,13 @@ NATIVE = {
     "gemma3_text": _GEMMA_NATIVE,
     "gemma2": _GEMMA_NATIVE,
     "exaone": _EXAONE_NATIVE,
+    # HyperCLOVA X's Peri-LN norms (AFMoE's names, in order: the attention's output norm, the
+    # MLP's input norm, its output norm).
+    "hyperclovax": (
+        (r"\.post_attention_layernorm\.", ".post_norm1."),
+        (r"\.pre_mlp_layernorm\.", ".post_attention_layernorm."),
+        (r"\.post_mlp_layernorm\.", ".post_norm2."),
+    ),
     "starcoder2": ((r"\.mlp\.up_proj\.", ".mlp.c_fc."), (r"\.mlp\.down_proj\.", ".mlp.c_proj.")),
     "phi": (
         (r"^model\.norm\.", "model.final_layernorm."),

@@ -3,7 +3,7 @@
 and GLM-4 dense (glm4, configs/hf_glm4.py); and the 56th's Llama kin (configs/hf_llama_kin.py:
 ministral, cwm, arcee, exaone, helium), StarCoder2 (configs/hf_starcoder2.py), Phi-2
 (configs/hf_phi.py), StableLM, Nemotron-4 and Jais 2 (configs/hf_layer_norm_kin.py), MiniCPM3 and
-Youtu-LLM (configs/hf_minicpm3.py). The
+Youtu-LLM (configs/hf_minicpm3.py), HyperCLOVA X (configs/hf_hyperclovax.py). The
 fixtures' configs read to their presets; the class defaults a config may leave out; the
 refusals. HF parity: tests/test_hf_parity.py (each of them)."""
 
@@ -38,6 +38,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("minicpm3", "tiny-minicpm3"),
         ("youtu", "tiny-youtu"),
         ("jais2", "tiny-jais2"),
+        ("hyperclovax", "tiny-hyperclovax"),
     ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
@@ -231,3 +232,15 @@ def test_a_bare_youtu_config_counts_as_transformers_counts_it():
     assert (
         config_from_hf({**saved_config("youtu"), "rope_interleave": False}).rope_interleave is False
     )
+
+
+def test_hyperclovax_defaults_and_switches():
+    """HyperCLOVAXConfig's defaults: 6,738,677,760 parameters as transformers counts them;
+    the scores' multiplier null is head_dim^-0.5; without use_post_norm, no norms after the
+    blocks; a logits_scaling <= 0 is refused."""
+    cfg = config_from_hf({"model_type": "hyperclovax"})
+    assert count_params(cfg)[0] == 6_738_677_760 and cfg.attention_multiplier == 128**-0.5
+    plain = config_from_hf({**saved_config("hyperclovax"), "use_post_norm": False})
+    assert not plain.sandwich_norms and plain.logits_scaling == 4.0
+    with pytest.raises(ValueError, match="logits_scaling=0.0: must be > 0"):
+        config_from_hf({**saved_config("hyperclovax"), "logits_scaling": 0.0})
