@@ -1,4 +1,4 @@
-"""Five HF configs of Llama's layers with a twist each (transformers 5.25's classes).
+"""Six HF configs of Llama's layers, five with a twist each (transformers 5.25's classes).
 
 - ministral (Mistral's Ministral-8B-Instruct-2410): Mistral's attention with a window on the
   layers `layer_types` marks "sliding_attention" (all of them by default), head width
@@ -12,6 +12,7 @@
   c_fc_0 / c_fc_1 / c_proj: models/release_names.py), which transformers 5.25 saves too.
 - helium (Kyutai's Helium-1): RoPE on interleaved pairs, every RMSNorm scaled in float32
   (its weight times the normed value, then cast).
+- iquestcoder (IQuest-Coder): Llama itself (transformers builds a LlamaForCausalLM).
 
 Refused with a ValueError naming the field: an MLP activation other than the family's,
 biases (mlp_bias; attention_bias where the class has it), layer_types of other kinds."""
@@ -21,7 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 MINISTRAL, CWM, ARCEE, EXAONE, HELIUM = "ministral", "cwm", "arcee", "exaone", "helium"
-TYPES = (MINISTRAL, CWM, ARCEE, EXAONE, HELIUM)
+IQUEST = "iquestcoder"
+TYPES = (MINISTRAL, CWM, ARCEE, EXAONE, HELIUM, IQUEST)
 ALIASES = {
     EXAONE: {
         "num_hidden_layers": ("num_layers",),
@@ -31,6 +33,7 @@ ALIASES = {
 }
 _KINDS = ("sliding_attention", "full_attention")
 _ACT = {MINISTRAL: "silu", CWM: "silu", ARCEE: "relu2", EXAONE: "silu", HELIUM: "silu"}
+_ACT[IQUEST] = "silu"
 # Defaults of transformers 5.25's MinistralConfig, CwmConfig and ArceeConfig (fields read).
 DEFAULTS: dict[str, dict[str, Any]] = {
     MINISTRAL: dict(
@@ -72,6 +75,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         max_position_embeddings=4096, rms_norm_eps=1e-8, tie_word_embeddings=False,
         bos_token_id=1, eos_token_id=2, attention_bias=False, mlp_bias=False,
         rope_theta=100000.0,
+    ),
+    IQUEST: dict(
+        vocab_size=76800, hidden_size=5120, intermediate_size=27648, num_hidden_layers=80,
+        num_attention_heads=40, num_key_value_heads=8, head_dim=128, hidden_act="silu",
+        max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, attention_bias=False, mlp_bias=False,
+        rope_theta=10000.0,
     ),
 }  # fmt: skip
 

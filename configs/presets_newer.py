@@ -866,3 +866,7 @@ NEWER["tiny-hyperclovax"] = NEWER["tiny-ministral"].replace(
     logits_scaling=4.0,
     sandwich_norms=True,
 )
+# tests/fixtures/iquestcoder: IQuest-Coder, tiny-ministral's model without its window.
+NEWER["tiny-iquestcoder"] = NEWER["tiny-ministral"].replace(
+    name="tiny-iquestcoder", model_type="iquestcoder", sliding_window=None, full_attention_layers=()
+)

@@ -1,7 +1,7 @@
 """Dense families of the 55th session: the dense siblings of served MoE ones, ERNIE 4.5 dense
 (ernie4_5) and Hunyuan dense (hunyuan_v1_dense), Seed-OSS (seed_oss, configs/hf_seed_oss.py)
 and GLM-4 dense (glm4, configs/hf_glm4.py); and the 56th's Llama kin (configs/hf_llama_kin.py:
-ministral, cwm, arcee, exaone, helium), StarCoder2 (configs/hf_starcoder2.py), Phi-2
+ministral, cwm, arcee, exaone, helium, iquestcoder), StarCoder2 (configs/hf_starcoder2.py), Phi-2
 (configs/hf_phi.py), StableLM, Nemotron-4 and Jais 2 (configs/hf_layer_norm_kin.py), MiniCPM3 and
 Youtu-LLM (configs/hf_minicpm3.py), HyperCLOVA X (configs/hf_hyperclovax.py). The
 fixtures' configs read to their presets; the class defaults a config may leave out; the
@@ -39,6 +39,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
         ("youtu", "tiny-youtu"),
         ("jais2", "tiny-jais2"),
         ("hyperclovax", "tiny-hyperclovax"),
+        ("iquestcoder", "tiny-iquestcoder"),
     ],
 )
 def test_fixture_configs_read_as_their_presets(arch, preset):
@@ -126,6 +127,7 @@ def test_llama_kin_class_defaults_count_as_transformers_counts_them():
     fails its own attention; hidden / heads here, 128 as well), CWM 32,581,097,472 (3 of 4
     layers windowed, 8,192 keys; Llama 3's RoPE), Arcee 4,022,766,080 (a ReLU² MLP)."""
     counts = {"ministral": 7_241_732_096, "cwm": 32_581_097_472, "arcee": 4_022_766_080}
+    counts["iquestcoder"] = 39_794_283_520  # (IQuest-Coder's 40B shapes, a LlamaForCausalLM)
     for model_type, count in counts.items():
         cfg = config_from_hf({"model_type": model_type})
         assert count_params(cfg)[0] == count, model_type

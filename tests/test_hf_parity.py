@@ -155,6 +155,7 @@ ARCHS = {
     "youtu": "tiny-youtu",  # dense MLA, DeepSeek-V3's
     "jais2": "tiny-jais2",  # biases everywhere, LayerNorms, a ReLU² MLP with biases
     "hyperclovax": "tiny-hyperclovax",  # Granite's multipliers (logits times), Peri-LN
+    "iquestcoder": "tiny-iquestcoder",  # Llama's model under its own model_type
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
