@@ -148,6 +148,7 @@ def test_bad_adapters_and_arguments_are_refused_before_anything_is_queued(llm2, 
         ("deepseek_v3", "adapter_mla"),
         ("qwen3_next", "adapter_next"),
         ("gemma4", "adapter_gemma4"),
+        ("laguna", "adapter_laguna"),
     ],
 )
 def test_moe_models_take_attention_adapters(arch, adapter, tmp_path):
@@ -155,7 +156,8 @@ def test_moe_models_take_attention_adapters(arch, adapter, tmp_path):
     kv_a_proj_with_mqa / o_proj; qwen3_next (gated DeltaNet layers beside gated attention):
     q_proj (its query and output-gate halves), k/v/o, the dense MLP and the shared experts;
     gemma4: q/k/o, v where a layer has one (a global layer's values are k_proj's, adapted
-    with it), the dense MLP beside the experts. Beside requests without one, as peft
+    with it), the dense MLP beside the experts; laguna: q/k/v/o as wide as each layer's query
+    heads (4 or 8), the first layer's dense MLP. Beside requests without one, as peft
     computes."""
     ref = REFS[arch]
     # (max_model_len: one KV block of page table, the attention that compiles fastest)
@@ -179,6 +181,7 @@ def test_moe_models_take_attention_adapters(arch, adapter, tmp_path):
             "deepseek_v3": ("q_b_proj", "kv_b_proj", r"layers\.0\.self_attn\.kv_b_proj"),
             "qwen3_next": ("1.self_attn.k_proj", "0.linear_attn.in_proj_qkvz", r"linear_attn"),
             "gemma4": ("0.self_attn.v_proj", "1.self_attn.v_proj", r"layers\.1\.self_attn\.v"),
+            "laguna": ("1.self_attn.k_proj", "1.self_attn.g_proj", r"layers\.1\.self_attn\.g"),
         }[arch]
         path = tmp_path / "renamed"
         shutil.copytree(LORA / adapter, path)
