@@ -632,8 +632,12 @@ def _check_window(window: int | None) -> None:
 
 
 def _check_softcap(softcap: float) -> None:
-    if isinstance(softcap, bool) or not isinstance(softcap, int | float) or not softcap >= 0:
-        raise ValueError(f"softcap={softcap!r}: must be a number >= 0 (0: no capping)")
+    if (
+        isinstance(softcap, bool)
+        or not isinstance(softcap, int | float)
+        or not 0 <= softcap < math.inf
+    ):
+        raise ValueError(f"softcap={softcap!r}: must be a finite number >= 0 (0: no capping)")
 
 
 def _check_sizes(kv_block_pages: int, query_tile: int) -> None:

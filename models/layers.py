@@ -77,8 +77,9 @@ def gelu_tanh(x: jax.Array) -> jax.Array:
 
 
 def gate_activation(cfg: ModelConfig):
-    """The dense MLPs' gate activation (ModelConfig.mlp_act): SiLU, or GeLU (tanh) for geglu;
-    without a gate, that of up: GeLU (tanh) for gelu, else ReLU²."""
+    """The dense MLPs' activation (ModelConfig.mlp_act): SiLU on the gate, GeLU (tanh) on it
+    for geglu, GeLU (tanh) on up for gelu (no gate); a relu2 MLP has no gate either and takes
+    ReLU² whatever this returns (swiglu_mlp)."""
     return gelu_tanh if cfg.mlp_act in ("geglu", "gelu") else jax.nn.silu
 
 

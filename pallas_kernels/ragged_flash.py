@@ -587,8 +587,12 @@ def ragged_flash(
 
 def check_softcap(softcap: float) -> None:
     """A score softcap must be a number >= 0 (0: none)."""
-    if isinstance(softcap, bool) or not isinstance(softcap, int | float) or not softcap >= 0:
-        raise ValueError(f"softcap={softcap!r}: must be a number >= 0 (0: no capping)")
+    if (
+        isinstance(softcap, bool)
+        or not isinstance(softcap, int | float)
+        or not 0 <= softcap < math.inf
+    ):
+        raise ValueError(f"softcap={softcap!r}: must be a finite number >= 0 (0: no capping)")
 
 
 def check_dtypes(queries: Sequence[jax.Array], pages: Sequence[jax.Array], scales=()) -> None:

@@ -561,6 +561,9 @@ def test_bad_args():
         paged_attention_gqa(jnp.ones((3, 3, 8)), jnp.ones((2, 4, 2, 8)), k, meta, 1.0, 1)
     with pytest.raises(ValueError, match="kv_lora_rank"):
         paged_attention_mla(jnp.ones((3, 2, 6)), jnp.ones((3, 2, 4)), k[..., 0], meta, 1.0, 1)
+    for cap in (-1.0, float("inf"), True):
+        with pytest.raises(ValueError, match=f"softcap={cap!r}: must be a finite number >= 0"):
+            paged_attention_gqa(jnp.ones((3, 2, 8)), k, k, meta, 1.0, 1, softcap=cap)
 
 
 def _chunk_of_one_sequence(q_seq, pt_row, start, n, lead, num_tokens, neighbour_kv=40):

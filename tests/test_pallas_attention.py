@@ -510,6 +510,9 @@ def test_malformed_metadata_and_configs_raise_a_clear_error():
     for field, value in (("num_warps", 0), ("num_warps", 3), ("num_stages", 0)):
         with pytest.raises(ValueError, match=f"KernelConfig.{field}={value}"):
             KernelConfig(**{field: value})
+    for cap in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="softcap=.*: must be a finite number >= 0"):
+            ragged_paged_attention(q, pages, pages, cu, pos, lens, table, scale=0.1, softcap=cap)
 
 
 @pytest.mark.parametrize("interpret", MODES)
