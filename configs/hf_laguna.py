@@ -48,27 +48,30 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def _rope_kinds(f: Any) -> tuple[dict, dict]:
-    """(the global layers' RoPE dict, the windowed layers'), each complete."""
+def _rope_kinds(f: Any) -> tuple[dict | None, dict | None]:
+    """(the global layers' RoPE dict, the windowed layers'), each complete, or None where
+    rope_parameters has none for that kind (a kind no layer has may go without)."""
     params = f.get("rope_parameters")
-    if not isinstance(params, dict) or set(params) & set(_KINDS) != set(_KINDS):
+    if not isinstance(params, dict) or not set(params) & set(_KINDS):
         raise ValueError(
             f"HF config rope_parameters={params!r}: Laguna's has an entry per layer type {_KINDS}"
         )
     kinds = []
     for kind in _KINDS[::-1]:
-        p = params[kind]
-        if not isinstance(p, dict):
+        p = params.get(kind)
+        if p is not None and not isinstance(p, dict):
             raise ValueError(f"HF config rope_parameters.{kind}={p!r}: expected a dict")
-        kinds.append({"rope_type": "default", "partial_rotary_factor": 1.0, **p})
+        kinds.append(
+            None if p is None else {"rope_type": "default", "partial_rotary_factor": 1.0, **p}
+        )
     return kinds[0], kinds[1]
 
 
 def rope_source(f: Any) -> dict:
     """The HF config with the global layers' RoPE as the model's (hf_config reads its
-    theta and scaling from it)."""
-    full, _ = _rope_kinds(f)
-    return {**f.hf, "rope_parameters": full, "rope_scaling": None}
+    theta and scaling from it; with none, the windowed layers')."""
+    full, sliding = _rope_kinds(f)
+    return {**f.hf, "rope_parameters": full or sliding, "rope_scaling": None}
 
 
 def _layer_list(f: Any, key: str, num_layers: int, allowed: tuple, default: list) -> list:
@@ -108,6 +111,10 @@ def fields(f: Any, model_type: str) -> dict:
     full_layers = tuple(i for i, k in enumerate(kinds) if k == _KINDS[1])
     windowed = len(full_layers) < num_layers
     full, sliding = _rope_kinds(f)
+    for kind, p, used in ((_KINDS[1], full, full_layers), (_KINDS[0], sliding, windowed)):
+        if used and p is None:
+            raise ValueError(f"HF config rope_parameters: no {kind!r} entry for its layers")
+    full = full or sliding
     rotary = {}
     if windowed:
         if sliding["rope_type"] != "default":

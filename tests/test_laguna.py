@@ -92,6 +92,19 @@ def test_bad_configs_are_refused_by_field(change, match):
         config_from_hf({**saved_config("laguna"), **change})
 
 
+def test_a_kind_no_layer_has_needs_no_rope_entry():
+    """M.1's layout (every layer global) reads with only a full_attention entry; XS.2's
+    (windowed layers) without a sliding_attention one is refused by name."""
+    m1 = saved_config("laguna_m")
+    full_only = {"full_attention": m1["rope_parameters"]["full_attention"]}
+    cfg = config_from_hf({**m1, "rope_parameters": full_only})
+    assert arch_fields(cfg) == arch_fields(get_preset("tiny-laguna-m"))
+    xs2 = saved_config("laguna")
+    full_only = {"full_attention": xs2["rope_parameters"]["full_attention"]}
+    with pytest.raises(ValueError, match="rope_parameters: no 'sliding_attention' entry"):
+        config_from_hf({**xs2, "rope_parameters": full_only})
+
+
 def test_the_windowed_layers_rope_is_plain_and_whole_or_the_global_layers_share():
     rope = saved_config("laguna")["rope_parameters"]
     yarn = dict(rope, sliding_attention=dict(rope["full_attention"]))
