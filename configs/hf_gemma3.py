@@ -119,6 +119,7 @@ def fields(f: Any, model_type: str) -> dict:
             raise ValueError(f"HF config {key}={f.get(key)!r}: {why} not supported")
     if model_type == GEMMA:
         return _gemma_fields(f)
+    # (Gemma 2's releases also carry a hidden_act, which its model does not read)
     if f.get("hidden_activation") != "gelu_pytorch_tanh":
         raise ValueError(
             f"HF config hidden_activation={f.get('hidden_activation')!r}: only "

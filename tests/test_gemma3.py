@@ -109,6 +109,8 @@ def test_gemma2_released_spelling_and_null_caps():
         final_logit_softcapping=30.0,
         cache_implementation="hybrid",
         torch_dtype="bfloat16",
+        hidden_act="gelu_pytorch_tanh",  # (beside hidden_activation, which the model reads)
+        hidden_activation="gelu_pytorch_tanh",
     )
     cfg = config_from_hf(released, dtype="bfloat16")
     assert arch_fields(cfg, skip=("name",)) == arch_fields(
