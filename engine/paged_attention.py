@@ -631,7 +631,8 @@ def _check_window(window: int | None) -> None:
         raise ValueError(f"window={window!r}: must be an integer >= 1 or None")
 
 
-def _check_softcap(softcap: float) -> None:
+def check_softcap(softcap: float) -> None:
+    """A score cap (paged attention's, the Pallas kernel's): a finite number >= 0, 0 none."""
     if (
         isinstance(softcap, bool)
         or not isinstance(softcap, int | float)
@@ -675,7 +676,7 @@ def paged_attention_gqa(
     (ModelConfig.attn_logit_softcapping).
     """
     _check_window(window)
-    _check_softcap(softcap)
+    check_softcap(softcap)
     _check_sizes(kv_block_pages, query_tile)
     q, k_pages, v_pages = jnp.asarray(q), as_pages(k_pages), as_pages(v_pages)
     num_tokens, num_heads, head_dim = q.shape

@@ -10,13 +10,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from engine.paged_attention import check_softcap
 from pallas_kernels.ragged_flash import (
     GQA_CONFIG,
     KernelConfig,
     KVBlock,
     UnsupportedShapeError,
     check_dtypes,
-    check_softcap,
     column_index,
     dequantize_pages,
     load_rows,

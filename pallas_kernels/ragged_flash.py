@@ -585,16 +585,6 @@ def ragged_flash(
     return combine_splits(o, lse, sinks)
 
 
-def check_softcap(softcap: float) -> None:
-    """A score softcap must be a number >= 0 (0: none)."""
-    if (
-        isinstance(softcap, bool)
-        or not isinstance(softcap, int | float)
-        or not 0 <= softcap < math.inf
-    ):
-        raise ValueError(f"softcap={softcap!r}: must be a finite number >= 0 (0: no capping)")
-
-
 def check_dtypes(queries: Sequence[jax.Array], pages: Sequence[jax.Array], scales=()) -> None:
     """Queries and pages share one supported dtype; or the pages are fp8 (float8_e4m3fn, or
     its bits as uint8), each with a float32 scale per row (`scales`, shaped like its pages
