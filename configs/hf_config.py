@@ -29,6 +29,7 @@ from configs import hf_lfm2 as lfm2
 from configs import hf_llama_kin as llama_kin
 from configs import hf_longcat as longcat
 from configs import hf_mimo as mimo
+from configs import hf_moe_kin as moe_kin
 from configs import hf_minicpm3 as minicpm3
 from configs import hf_minimax as minimax
 from configs import hf_olmo as olmo
@@ -67,12 +68,12 @@ from configs.model_config import ModelConfig
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
-_FAMILIES += (layer_norm_kin, minicpm3, hyperclovax)
+_FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
     *olmo.OLMO_TYPES, "ernie4_5", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "gpt_oss",
-    "minimax_m2", "dots1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa",
+    "minimax_m2", "dots1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "axk1",
     "mistral4", "mistral_large4_text", "ministral3", *HUNYUAN_TYPES, "llama4_text",
     *LINEAR_MODEL_TYPES,
     KIMI_LINEAR, DEEPSEEK_V4, NEMOTRON_H, GRANITE, *GRANITE_ATTN_TYPES, "solar_open", *EXAONE_TYPES,
@@ -329,6 +330,7 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
         "num_nextn_predict_layers": ("num_mtp_layers",),
     },
     "deepseek_v2": {"n_routed_experts": ("num_experts",)},
+    "axk1": {"n_routed_experts": ("num_local_experts",)},
     # (V3.2's __post_init__ also moves a num_experts there.)
     "deepseek_v32": {"n_routed_experts": ("num_local_experts", "num_experts")},
     "glm_moe_dsa": {"n_routed_experts": ("num_local_experts", "num_experts")},
@@ -518,6 +520,7 @@ _HONOURS_ATTENTION_BIAS = (
     "deepseek_v32",
     "glm4_moe_lite",
     "glm_moe_dsa",
+    "axk1",
 )
 # (glm4_moe reads attention_bias as q/k/v biases only, which the tree holds: _gqa_fields.)
 _HONOURS_MLP_BIAS = ("llama", "deepseek_v2")
@@ -629,7 +632,7 @@ def config_from_hf(
         rope_theta, rope_scaling = mimo.mimo_rope(f)
     elif model_type == gemma3.GEMMA3:  # (the same)
         rope_theta, rope_scaling, _ = gemma3.gemma3_rope(f)
-    elif model_type == laguna.LAGUNA:  # (its global layers'; the windowed ones': its fields)
+    elif model_type in laguna.TYPES:  # (its global layers'; the windowed ones': its fields)
         rope_theta, rope_scaling = rope(_Fields(laguna.rope_source(f), model_type), max_position)
     else:
         rope_theta, rope_scaling = rope(f, max_position)

@@ -1,4 +1,5 @@
-"""Poolside's Laguna HF config (transformers' laguna: Laguna XS.2 / XS 2.1, S 2.1, M.1).
+"""Poolside's Laguna HF config (transformers' laguna: Laguna XS.2 / XS 2.1, S 2.1, M.1), and
+JetBrains' Mellum (mellum: Qwen3-MoE's attention and experts in Laguna's layers; below).
 
 AFMoE-style attention: q/k RMSNorms per head and an output gate from its own projection
 g_proj, softplus rather than sigmoid, one per head (`gating` true or "per-head": XS.2) or
@@ -21,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-LAGUNA = "laguna"
-TYPES, ALIASES = (LAGUNA,), {}
+LAGUNA, MELLUM = "laguna", "mellum"
+TYPES, ALIASES = (LAGUNA, MELLUM), {MELLUM: {"num_experts": ("num_local_experts",)}}
 _KINDS = ("sliding_attention", "full_attention")
 # Defaults of transformers 5.25's LagunaConfig for the fields read.
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -46,6 +47,20 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         bos_token_id=None, eos_token_id=None,
     )
 }  # fmt: skip
+# transformers 5.25's MellumConfig (JetBrains' Mellum: Qwen3-MoE's attention and experts in
+# Laguna's layer layout, its MTP layer not read).
+DEFAULTS[MELLUM] = dict(
+    vocab_size=98304, hidden_size=2304, intermediate_size=7168, num_hidden_layers=28,
+    num_attention_heads=32, num_key_value_heads=4, head_dim=128, hidden_act="silu",
+    max_position_embeddings=131072, rms_norm_eps=1e-6, tie_word_embeddings=False,
+    sliding_window=1024, attention_bias=False, num_experts=64, num_experts_per_tok=8,
+    moe_intermediate_size=896, norm_topk_prob=True, layer_types=None, mlp_layer_types=None,
+    rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+    },
+    bos_token_id=None, eos_token_id=None,
+)  # fmt: skip
 
 
 def _rope_kinds(f: Any) -> tuple[dict | None, dict | None]:
@@ -83,8 +98,10 @@ def _layer_list(f: Any, key: str, num_layers: int, allowed: tuple, default: list
 
 
 def fields(f: Any, model_type: str) -> dict:
-    """ModelConfig's attention, RoPE, window and MoE fields of a Laguna config; `f` is
-    hf_config._Fields."""
+    """ModelConfig's attention, RoPE, window and MoE fields of a Laguna (or Mellum) config;
+    `f` is hf_config._Fields."""
+    if model_type == MELLUM:
+        return _mellum_fields(f)
     for key, why in (
         ("moe_apply_router_weight_on_input", "router weights on the input"),
         ("attention_bias", "attention biases"),
@@ -101,9 +118,7 @@ def fields(f: Any, model_type: str) -> dict:
     per_head = gating in (True, "per-head")
     num_layers = f.required("num_hidden_layers")
     heads = f.required("num_attention_heads")
-    kinds = _layer_list(f, "layer_types", num_layers, _KINDS, [_KINDS[1]] * num_layers)
-    mlps = ["dense"] + ["sparse"] * (num_layers - 1)
-    mlps = _layer_list(f, "mlp_layer_types", num_layers, ("dense", "sparse"), mlps)
+    kinds, mlps = _layouts(f, 1)
     per_layer = f.get("num_attention_heads_per_layer")
     per_layer = [heads] * num_layers if per_layer is None else per_layer
     if not isinstance(per_layer, list) or len(per_layer) != num_layers:
@@ -162,4 +177,62 @@ def fields(f: Any, model_type: str) -> dict:
         norm_topk_prob=True,
         routed_scaling_factor=float(f.required("moe_routed_scaling_factor")),
         router_logit_softcapping=float(cap),
+    )
+
+
+def _layouts(f: Any, dense_default: int) -> tuple[list, list]:
+    """(layer_types, mlp_layer_types), each checked; their defaults every layer global and
+    the first `dense_default` layers dense."""
+    num_layers = f.required("num_hidden_layers")
+    kinds = _layer_list(f, "layer_types", num_layers, _KINDS, [_KINDS[1]] * num_layers)
+    mlps = ["dense"] * dense_default + ["sparse"] * (num_layers - dense_default)
+    return kinds, _layer_list(f, "mlp_layer_types", num_layers, ("dense", "sparse"), mlps)
+
+
+def _mellum_fields(f: Any) -> dict:
+    """Mellum: Qwen3-MoE's attention (q/k RMSNorms per head, RoPE over the whole head: a
+    partial factor is refused) on Laguna's layer kinds, each with its plain RoPE; dense
+    layers by mlp_layer_types (default none), the others Qwen3-MoE's softmax top-k."""
+    if f.get("hidden_act") != "silu":
+        raise ValueError(f"HF config hidden_act={f.get('hidden_act')!r}: only 'silu' (SwiGLU)")
+    if f.get("attention_bias"):
+        raise ValueError(f"HF config attention_bias={f.get('attention_bias')!r}: not supported")
+    kinds, mlps = _layouts(f, 0)
+    full_layers = tuple(i for i, k in enumerate(kinds) if k == _KINDS[1])
+    windowed = len(full_layers) < len(kinds)
+    full, sliding = _rope_kinds(f)
+    for kind, p in ((_KINDS[1], full), (_KINDS[0], sliding)):
+        if kind in kinds and p is None:
+            raise ValueError(f"HF config rope_parameters: no {kind!r} entry for its layers")
+        if p is not None and p["partial_rotary_factor"] not in (1, 1.0):
+            raise ValueError(
+                f"HF config rope_parameters.{kind}.partial_rotary_factor="
+                f"{p['partial_rotary_factor']!r}: Mellum rotates whole heads (only 1)"
+            )
+    if windowed and sliding["rope_type"] != "default":
+        raise ValueError(
+            f"HF config rope_parameters.sliding_attention.rope_type={sliding['rope_type']!r}: "
+            "only 'default' (plain RoPE)"
+        )
+    window = f.get("sliding_window")
+    if windowed and window is None:
+        raise ValueError("HF config layer_types: sliding_attention layers need a sliding_window")
+    heads = f.required("num_attention_heads")
+    dense = tuple(i for i, k in enumerate(mlps) if k == "dense")
+    rotary = {}
+    if windowed:
+        theta = float(sliding.get("rope_theta", 10000.0))
+        rotary = dict(rope_scaling_full_only=True, sliding_rope_theta=theta)
+    return dict(
+        num_kv_heads=f.required("num_key_value_heads"),
+        head_dim=f.get("head_dim") or f.required("hidden_size") // heads,
+        qk_norm=True,
+        **rotary,
+        sliding_window=window if windowed else None,
+        full_attention_layers=full_layers if windowed else (),
+        num_experts=f.required("num_experts") if len(dense) < len(kinds) else 0,
+        num_experts_per_tok=f.required("num_experts_per_tok"),
+        moe_intermediate_size=f.required("moe_intermediate_size"),
+        mlp_only_layers=dense,
+        norm_topk_prob=bool(f.get("norm_topk_prob")),
     )

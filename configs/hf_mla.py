@@ -1,5 +1,5 @@
 """The MLA families' `config.json` fields (configs/hf_config.py reads the rest): DeepSeek V2 and
-V3, GLM-4.7-Flash, and the sparse-attention ones, DeepSeek-V3.2 and GLM-5 (their lightning
+V3, GLM-4.7-Flash, A.X K1, and the sparse-attention ones, DeepSeek-V3.2 and GLM-5 (their lightning
 indexer: engine/sparse_mla.py), as transformers' config classes and modeling code read them.
 `f` is hf_config's view of one config (its class defaults and attribute_map applied).
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 MLA_MODEL_TYPES = (
+    "axk1",
     "deepseek_v2",
     "deepseek_v3",
     "deepseek_v32",
@@ -20,9 +21,9 @@ MLA_MODEL_TYPES = (
 # DeepSeek Sparse Attention: transformers' V3.2 and GLM-5 classes (the latter's indexer
 # ropes interleaved pairs; V3.2's rotate halves).
 DSA_MODEL_TYPES = ("deepseek_v32", "glm_moe_dsa", "mistral_large4_text")
-_NOAUX_TC = ("deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa")
+_NOAUX_TC = ("deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa", "axk1")
 # transformers' classes that place the dense MLPs by mlp_layer_types.
-_MLP_LAYER_TYPES = ("glm4_moe_lite", *DSA_MODEL_TYPES)
+_MLP_LAYER_TYPES = ("glm4_moe_lite", "axk1", *DSA_MODEL_TYPES)
 
 
 # Defaults of the transformers config classes for the fields read (configs/hf_config.py's
@@ -39,6 +40,18 @@ MLA_DEFAULTS: dict[str, dict[str, Any]] = {
         n_shared_experts=1, num_experts_per_tok=4, moe_intermediate_size=1536, n_group=1,
         topk_group=1, norm_topk_prob=True, routed_scaling_factor=1.8, rope_interleave=True,
         mlp_layer_types=None,
+    ),
+    # SK Telecom's A.X K1: DeepSeek-V3 (always a q LoRA, no MTP module read), each MoE
+    # layer's output RMS-normed (post_mlp_layernorm); its dense layers by mlp_layer_types,
+    # else by first_k_dense_replace and moe_layer_freq (read once, into mlp_layer_types).
+    "axk1": dict(
+        vocab_size=163840, hidden_size=7168, intermediate_size=18432, num_hidden_layers=61,
+        num_attention_heads=64, num_key_value_heads=64, max_position_embeddings=32768,
+        rms_norm_eps=1e-6, bos_token_id=163691, eos_token_id=163691, q_lora_rank=1536,
+        kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+        n_routed_experts=192, n_shared_experts=1, num_experts_per_tok=8,
+        moe_intermediate_size=2048, n_group=8, topk_group=4, norm_topk_prob=True,
+        routed_scaling_factor=2.5, rope_interleave=True, mlp_layer_types=None,
     ),
     # DeepSeek V2: `scoring_func` and `moe_layer_freq` are fields of the original remote-code
     # config only (transformers hard-codes softmax and MoE on every layer >= first_k).
@@ -134,6 +147,8 @@ def mla_fields(f: Any, model_type: str) -> dict:
     # A config asking otherwise means a different model to the two references: refuse it.
     softmax = model_type in ("deepseek_v2", "mistral4", "mistral_large4_text")
     hard_coded = dict(scoring_func="softmax" if softmax else "sigmoid", moe_layer_freq=1)
+    if model_type == "axk1":  # (its moe_layer_freq places the dense layers: _dense_layers)
+        del hard_coded["moe_layer_freq"]
     if model_type in _NOAUX_TC:
         hard_coded["topk_method"] = "noaux_tc"
     for name, want in hard_coded.items():
@@ -180,6 +195,10 @@ def mla_fields(f: Any, model_type: str) -> dict:
     )
     if model_type in _MLP_LAYER_TYPES:
         fields.update(first_k_dense_replace=0, mlp_only_layers=_dense_layers(f, model_type))
+    if model_type == "axk1":
+        if not fields["q_lora_rank"]:
+            raise ValueError("HF config q_lora_rank: axk1's attention always has a q LoRA (> 0)")
+        fields["moe_post_norm"] = True
     if model_type == "mistral_large4_text":
         fields.update(_mistral_large4_fields(f))
     if model_type in DSA_MODEL_TYPES:
@@ -283,6 +302,14 @@ def _dense_layers(f: Any, model_type: str) -> tuple[int, ...]:
     first_k_dense_replace, the rest sparse) as the dense layers' indices."""
     num_layers = f.required("num_hidden_layers")
     types = f.get("mlp_layer_types")
+    if types is None and model_type == "axk1":  # (AXK1Config: its legacy fields, once)
+        first, freq = f.hf.get("first_k_dense_replace", 1), f.hf.get("moe_layer_freq", 1)
+        for name, v in (("first_k_dense_replace", first), ("moe_layer_freq", freq)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < (name == "moe_layer_freq"):
+                raise ValueError(f"HF config {name}={v!r}: expected an integer >= 0 (freq >= 1)")
+        types = [
+            "sparse" if i >= first and i % freq == 0 else "dense" for i in range(num_layers)
+        ]
     if types is None:
         dense = 1 if model_type == "glm4_moe_lite" else f.required("first_k_dense_replace")
         dense = min(dense, num_layers)

@@ -30,6 +30,7 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         "glm4_moe",
         "solar_open",
         "glm4_moe_lite",
+        "axk1",
         "minimax_m2",
         "deepseek_v2",
         "deepseek_v3",

@@ -64,6 +64,18 @@ def check_moe(cfg: Any) -> None:
                 f"topk_group={cfg.topk_group}: its groups hold {cfg.topk_group * per_group}"
                 f" experts, fewer than num_experts_per_tok={cfg.num_experts_per_tok}"
             )
+    if cfg.router_bias_on_logits and (
+        not cfg.num_experts or cfg.topk_method != "noaux_tc" or cfg.scoring_func != "sigmoid"
+    ):
+        raise ValueError(
+            "router_bias_on_logits=True: needs routed experts with scoring_func='sigmoid' and "
+            f"topk_method='noaux_tc' (got {cfg.scoring_func!r}, {cfg.topk_method!r})"
+        )
+    if cfg.moe_post_norm and (not cfg.num_experts or cfg.sandwich_norms):
+        raise ValueError(
+            "moe_post_norm=True: needs routed experts, and not sandwich_norms (which norm "
+            "every MLP's output already)"
+        )
 
 
 def check_gemma4_ling(cfg: Any) -> None:

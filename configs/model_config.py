@@ -311,6 +311,12 @@ class ModelConfig:
     # not the expert's output (vLLM's apply_router_weight_on_input; top-1 only).
     router_weight_on_input: bool = False
     router_logit_softcapping: float = 0.0  # Laguna: router logits cap * tanh(x / cap) (0: none)
+    # Kolibri-1's noaux_tc: the correction bias added to the logits for the choice (top-k of
+    # logits + bias; the weights still sigmoid(logit)), not to the sigmoid scores.
+    router_bias_on_logits: bool = False
+    # A.X-K1: the MoE layers' output RMS-normed before it joins the stream (mlp_post_norm;
+    # the dense layers' is not).
+    moe_post_norm: bool = False
     # LongCat-Flash: zero_experts zero-computation experts after the num_experts routed ones
     # (a token choosing one adds itself times its weight); shortcut_moe: decoder layers in
     # pairs, the even layer's MoE reading its MLP's input beside that dense MLP (both on
@@ -521,9 +527,9 @@ class ModelConfig:
         """Whether the layer and final RMSNorms scale by their weight in float32 before the one
         cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
-        bf16 model's elements. AFMoE's, FlexOlmo's and OLMo 2's too."""
+        bf16 model's elements. AFMoE's, FlexOlmo's, OLMo 2's and Flint's too."""
         scaled = ("gpt_oss", "afmoe", "gemma4_text", "flex_olmo", "olmo2", "olmo3", "olmo_hybrid")
-        scaled += ("helium",)
+        scaled += ("helium", "flint")
         return self.model_type in scaled or self.norm_zero_centered or self.is_dsv4
 
     @property

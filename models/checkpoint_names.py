@@ -224,9 +224,9 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
                     shape, (at + (ours,),), "expert", x
                 )
     if cfg.num_shared_experts:
-        # Qwen2-MoE names its one gated shared MLP `shared_expert` (Laguna its ungated one);
+        # Qwen2-MoE names its one gated shared MLP `shared_expert` (Laguna, Flint ungated);
         # DeepSeek and GLM-4.5 `shared_experts`, Hunyuan `shared_mlp`.
-        one = cfg.shared_expert_gate or cfg.model_type == "laguna"
+        one = cfg.shared_expert_gate or cfg.model_type in ("laguna", "flint")
         shared = "shared_expert" if one else "shared_experts"
         shared = "shared_mlp" if cfg.model_type == "hunyuan_v1_moe" else shared
         fs = cfg.shared_expert_width
@@ -590,6 +590,8 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
         pass  # (_gemma4_names)
     elif moe:
         names.update(_moe_names(cfg, layer, at + ("moe",), layout))
+        if cfg.moe_post_norm:  # (A.X-K1's, kept at the layer: transformers' save too)
+            names[f"{layer}.post_mlp_layernorm.weight"] = _vector(d, at + ("mlp_post_norm",))
     else:
         mlp = f"{layer}.feed_forward" if cfg.model_type == "llama4_text" else f"{layer}.mlp"
         names.update(_mlp_names(d, cfg.intermediate_size, mlp, at + ("mlp",)))

@@ -65,7 +65,8 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
 
     softmax + greedy: Mixtral / Qwen3-MoE (renormalized when norm_topk_prob) and DeepSeek-V2
     greedy. group_limited_greedy: DeepSeek-V2, non-kept groups' scores zeroed. noaux_tc:
-    DeepSeek-V3, the correction bias steers the choice only; weights are the unbiased scores.
+    DeepSeek-V3, the correction bias steers the choice only; weights are the unbiased scores
+    (router_bias_on_logits, Kolibri-1: the choice the top-k of logits + bias).
     group_top2: Mistral 4's softmax router, V3's groups without a bias.
     Weights are renormalized when norm_topk_prob (never for DeepSeek-V2, as in HF 5.24), then
     multiplied by routed_scaling_factor (1 for Mixtral and Qwen).
@@ -94,8 +95,9 @@ def route(p_moe: dict, x: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
         scores = _softmax(logits)
     if cfg.topk_method in ("noaux_tc", "group_top2"):
         choice = scores
-        if cfg.topk_method == "noaux_tc":
-            choice = scores + p_moe["router_bias"].astype(jnp.float32)[None, :]
+        if cfg.topk_method == "noaux_tc":  # (Kolibri-1: the bias on the logits)
+            base = logits if cfg.router_bias_on_logits else scores
+            choice = base + p_moe["router_bias"].astype(jnp.float32)[None, :]
         choice = jnp.where(_group_mask(choice, cfg), choice, -jnp.inf)
         _, experts = jax.lax.top_k(choice, k)
         weights = jnp.take_along_axis(scores, experts, axis=-1)

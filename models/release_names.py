@@ -110,6 +110,15 @@ NATIVE = {
     "vaultgemma": ((r"\.post_attention_layernorm\.", ".pre_feedforward_layernorm."),),
     "hy_v3": _HY_V3_NATIVE,
     "mimo_v2_flash": ((r"\.self_attn\.sinks$", ".self_attn.attention_sink_bias"),),
+    "flint": ((r"\.self_attn\.sinks$", ".self_attn.softmax_offset"),),
+    # Kolibri-1's release (and transformers 5.25's save): GLM-4's sandwich norms under its
+    # own names, the router's correction bias outside the MLP.
+    "kolibri1": (
+        (r"\.post_attention_layernorm\.", ".post_attn_norm."),
+        (r"\.pre_mlp_layernorm\.", ".post_attention_layernorm."),
+        (r"\.post_mlp_layernorm\.", ".post_ffn_norm."),
+        (r"\.mlp\.gate\.e_score_correction_bias$", ".moe.router.expert_bias"),
+    ),
     "bailing_hybrid": _BAILING_NATIVE,
     "sarvam_moe": _SARVAM_NATIVE,
     "param2moe": _SARVAM_NATIVE,

@@ -35,7 +35,8 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             no_ffn_layers no mlp_norm, mlp or moe; latent MoE (moe_latent_size L):
             latent_in [D, L], latent_out [L, D], experts [E, L, Fe] / [E, Fe, L]
   sandwich_norms (AFMoE): layers[i] also attn_post_norm, mlp_post_norm [D]; without
-            pre_norms (FlexOlmo) no attn_norm, mlp_norm
+            pre_norms (FlexOlmo) no attn_norm, mlp_norm; moe_post_norm (A.X-K1): the MoE
+            layers' mlp_post_norm alone
   Gemma 4: a full-attention layer's wq/wk/wo at global_head_dim, global_num_kv_heads KV
             heads, no wv (attention_k_eq_v); dense_beside_moe: layers[i] mlp beside moe,
             mlp_out_norm / moe_norm / moe_out_norm [D], moe router_scale [D] and
@@ -136,8 +137,9 @@ def _gqa_specs(cfg: ModelConfig, dt, w, layer: int = 0) -> dict:
         del s["wv"]
     if cfg.o_proj_bias:
         s["bo"] = ParamSpec((d,), dt, ("embed",), zeros)
-    if cfg.layer_sinks(layer):
-        s["sinks"] = ParamSpec((h,), dt, ("q_heads",), zeros)
+    if cfg.layer_sinks(layer):  # (Flint keeps its sinks float32, as transformers does)
+        sink_dt = jnp.float32 if cfg.model_type == "flint" else dt
+        s["sinks"] = ParamSpec((h,), sink_dt, ("q_heads",), zeros)
     return s
 
 
@@ -311,10 +313,11 @@ def _moe_specs(cfg: ModelConfig, dt, w) -> dict:
     fp32_router = cfg.topk_method == "noaux_tc" or cfg.model_type in (
         "mistral_large4_text",
         "hunyuan_v1_moe",
+        "flint",
     )
     router_dt = jnp.float32 if fp32_router else dt
     s = {
-        # DeepSeek-V3's, GLM's, Mistral Large 4's and Hunyuan's routers stay float32
+        # DeepSeek-V3's, GLM's, Mistral Large 4's, Hunyuan's and Flint's routers stay float32
         # (transformers keeps `gate.weight` so, or builds it float32,
         # _keep_in_fp32_modules_strict): a bf16 copy of a float32 checkpoint's router would
         # move close expert choices.
@@ -425,6 +428,8 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
         layer["attn"] = _mla_specs(cfg, i, dt, w) if cfg.is_mla else _gqa_specs(cfg, dt, w, i)
     if cfg.sandwich_norms or post_normed:  # (AFMoE: the blocks' outputs normed too)
         layer["attn_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
+        layer["mlp_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
+    if moe and cfg.moe_post_norm:  # (A.X-K1: the MoE layers' output normed)
         layer["mlp_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if i in cfg.no_ffn_layers:  # (Nemotron-H: a mixer alone)
         return layer

@@ -156,6 +156,12 @@ ARCHS = {
     "jais2": "tiny-jais2",  # biases everywhere, LayerNorms, a ReLU² MLP with biases
     "hyperclovax": "tiny-hyperclovax",  # Granite's multipliers (logits times), Peri-LN
     "iquestcoder": "tiny-iquestcoder",  # Llama's model under its own model_type
+    "axk1": "tiny-axk1",  # DeepSeek-V3 with each MoE layer's output normed
+    "mellum": "tiny-mellum",  # Qwen3-MoE's attention and experts in Laguna's layers
+    # Flint: sinks, RoPE on the windowed layers alone, sigmoid top-k, an ungated shared expert
+    "flint": "tiny-flint",
+    # Kolibri-1: EXAONE 4's attention, GLM-4's norms, picks by logit + bias, weighs by sigmoid
+    "kolibri1": "tiny-kolibri1",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -1,0 +1,93 @@
+"""The 57th session's presets: the tiny-<arch> shapes of its MoE fixtures
+(tests/fixtures/hf_fixture_archs_moe_kin.py)."""
+
+from __future__ import annotations
+
+from configs.model_config import ModelConfig
+
+MOE_KIN: dict[str, ModelConfig] = {}
+_LAYERS = dict(
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=2048,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+# tests/fixtures/axk1 (A.X K1): 4 layers 64 wide, MLA (q LoRA 48, latent 32, nope 16 + rope 8
+# on interleaved pairs, values 12) over 4 heads; layers 0 and 2 dense (96), 1 and 3 top-2 of 16
+# experts 24 wide (sigmoid scores, the correction bias over 4 groups, 2 kept, renormalized,
+# times 2.5) beside a shared expert, their output RMS-normed.
+MOE_KIN["tiny-axk1"] = ModelConfig(
+    name="tiny-axk1",
+    model_type="axk1",
+    **{**_LAYERS, "num_kv_heads": 4},
+    attention_type="mla",
+    q_lora_rank=48,
+    kv_lora_rank=32,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=12,
+    num_experts=16,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    num_shared_experts=1,
+    scoring_func="sigmoid",
+    topk_method="noaux_tc",
+    n_group=4,
+    topk_group=2,
+    norm_topk_prob=True,
+    routed_scaling_factor=2.5,
+    moe_post_norm=True,
+    mlp_only_layers=(0, 2),
+)
+# tests/fixtures/mellum (Mellum): 4 heads over 2 KV heads of 16 with q/k norms; an 8-key window
+# on layers 0 and 2 (RoPE base 100), layers 1 and 3 global (base 1e4); layer 0 dense (96),
+# layers 1-3 a softmax top-2 of 8 experts 32 wide, renormalized.
+MOE_KIN["tiny-mellum"] = ModelConfig(
+    name="tiny-mellum",
+    model_type="mellum",
+    **_LAYERS,
+    qk_norm=True,
+    sliding_window=8,
+    full_attention_layers=(1, 3),
+    rope_scaling_full_only=True,
+    sliding_rope_theta=100.0,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    norm_topk_prob=True,
+    mlp_only_layers=(0,),
+)
+# tests/fixtures/flint (Flint): tiny-mellum's attention with a sink per query head, RoPE
+# (base 1e4) on the windowed layers 0 and 2 alone; layer 0 dense, layers 1-3 top-2 of 8 by
+# sigmoid scores (no bias), renormalized, beside an ungated shared expert 48 wide.
+MOE_KIN["tiny-flint"] = MOE_KIN["tiny-mellum"].replace(
+    name="tiny-flint",
+    model_type="flint",
+    attention_sinks=True,
+    rope_scaling_full_only=False,
+    sliding_rope_theta=0.0,
+    nope_layers=(1, 3),
+    num_shared_experts=1,
+    shared_intermediate_size=48,
+    scoring_func="sigmoid",
+)
+# tests/fixtures/kolibri1 (Kolibri-1): tiny-flint's attention without sinks, GLM-4's sandwich
+# norms, an MoE on every layer choosing the top-2 of logit + correction bias, weighed by
+# sigmoid(logit), renormalized (no dense layer: intermediate_size is the shared expert's).
+MOE_KIN["tiny-kolibri1"] = MOE_KIN["tiny-flint"].replace(
+    name="tiny-kolibri1",
+    model_type="kolibri1",
+    intermediate_size=48,
+    attention_sinks=False,
+    sandwich_norms=True,
+    topk_method="noaux_tc",
+    router_bias_on_logits=True,
+    mlp_only_layers=(),
+)

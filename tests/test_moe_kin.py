@@ -1,0 +1,141 @@
+"""The 57th session's MoE families: A.X K1 (axk1, configs/hf_mla.py), Mellum (mellum,
+configs/hf_laguna.py), Flint and Kolibri-1 (flint, kolibri1, configs/hf_moe_kin.py). The
+fixtures' configs read to their presets; the class defaults counted as transformers counts
+them; the defaults a config may leave out; Kolibri-1's router against numpy; the refusals, by
+field. HF parity: tests/test_hf_parity.py (each of them)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs.hf_config import config_from_hf
+from configs.presets import get_preset
+from models.moe import route
+from models.specs import count_params, param_specs
+from tests.family_cases import FIXTURES, arch_fields, saved_config
+
+ARCHS = ("axk1", "mellum", "flint", "kolibri1")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fixture_configs_read_as_their_presets(arch):
+    cfg = config_from_hf(FIXTURES / arch)
+    assert arch_fields(cfg) == arch_fields(get_preset(f"tiny-{arch}"))
+
+
+@pytest.mark.parametrize(
+    "arch, total, active",
+    [
+        # transformers 5.25's <Arch>ForCausalLM with the class's default shapes on the meta
+        # device: its parameters plus the correction biases it keeps as buffers (A.X K1: 60 x
+        # 192, Kolibri-1: 50 x 384); active: less the experts each token leaves (E - k of
+        # them, 3 x hidden x moe_intermediate each, on every MoE layer).
+        ("axk1", 518_983_063_808, 32_779_344_128),
+        ("mellum", 12_149_923_072, 2_439_060_736),
+        ("flint", 39_785_287_456, 2_822_983_456),
+        ("kolibri1", 78_103_074_560, 3_785_250_560),
+    ],
+)
+def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
+    assert count_params(config_from_hf({"model_type": arch}, dtype="bfloat16")) == (total, active)
+
+
+def test_what_a_config_may_leave_out():
+    """The classes' rules where a field is absent: A.X K1's dense layers from its legacy
+    first_k_dense_replace / moe_layer_freq (default 1 / 1: layer 0 dense); Flint's layer kinds
+    (global on 0, 1, i % 4 == 1 and the last; RoPE on the windowed ones only) and dense layers
+    0 and 1; Kolibri-1's every fifth layer global, which takes no RoPE only with a window."""
+    axk1 = {k: v for k, v in saved_config("axk1").items() if k != "mlp_layer_types"}
+    assert config_from_hf(axk1).mlp_only_layers == (0,)
+    legacy = dict(axk1, num_hidden_layers=6, first_k_dense_replace=2, moe_layer_freq=2)
+    cfg = config_from_hf(legacy)
+    assert [cfg.is_moe_layer(i) for i in range(6)] == [False, False, True, False, True, False]
+    flint = config_from_hf({"model_type": "flint", "num_hidden_layers": 10})
+    assert flint.full_attention_layers == (0, 1, 5, 9) == flint.nope_layers
+    assert flint.mlp_only_layers == (0, 1) and flint.sliding_window == 513
+    assert flint.attention_sinks and flint.norm_scale_in_float32
+    assert param_specs(flint)["layers"][2]["attn"]["sinks"].dtype == jnp.float32
+    stepped = config_from_hf({"model_type": "flint", "num_hidden_layers": 6, "decoder_sparse_step": 2})
+    assert stepped.mlp_only_layers == (0, 1, 2, 4)
+    kolibri = config_from_hf({"model_type": "kolibri1", "num_hidden_layers": 10})
+    assert kolibri.full_attention_layers == (4, 9) == kolibri.nope_layers
+    assert not kolibri.norm_topk_prob and kolibri.routed_scaling_factor == 1.0
+    windowless = {"model_type": "kolibri1", "layer_types": ["full_attention"] * 4}
+    cfg = config_from_hf({**windowless, "num_hidden_layers": 4, "sliding_window": None})
+    assert cfg.sliding_window is None and cfg.nope_layers == ()
+    mellum = config_from_hf({"model_type": "mellum"})
+    assert mellum.sliding_window is None and mellum.rope_theta == 500000.0
+    assert mellum.mlp_only_layers == () and mellum.num_experts == 64
+
+
+def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
+    """Top-k of logit + bias, each pick weighed by sigmoid(logit), renormalized: written out
+    in numpy. The bias is large enough that adding it to the sigmoid scores instead
+    (DeepSeek-V3's rule) picks other experts for some tokens."""
+    cfg = get_preset("tiny-kolibri1")
+    rng = np.random.default_rng(0)
+    t, d, e, k = 32, cfg.hidden_size, cfg.num_experts, cfg.num_experts_per_tok
+    x = rng.normal(size=(t, d)).astype(np.float32)
+    w = (0.1 * rng.normal(size=(d, e))).astype(np.float32)
+    bias = rng.normal(size=(e,)).astype(np.float32)
+    p = {"router": jnp.asarray(w), "router_bias": jnp.asarray(bias)}
+    weights, experts = route(p, jnp.asarray(x), cfg)
+    logits = x.astype(np.float64) @ w.astype(np.float64)
+    want = np.argsort(-(logits + bias), axis=-1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(np.sort(np.asarray(experts), -1), np.sort(want, -1))
+    picked = 1 / (1 + np.exp(-np.take_along_axis(logits, np.asarray(experts), -1)))
+    np.testing.assert_allclose(weights, picked / picked.sum(-1, keepdims=True), rtol=1e-5)
+    _, v3_experts = route(p, jnp.asarray(x), cfg.replace(router_bias_on_logits=False))
+    assert (np.sort(v3_experts, -1) != np.sort(experts, -1)).any(-1).sum() > 0
+
+
+@pytest.mark.parametrize(
+    "arch, change, match",
+    [
+        ("axk1", dict(q_lora_rank=None), "q_lora_rank: axk1's attention always has a q LoRA"),
+        ("axk1", dict(mlp_layer_types=["dense"] * 3), "mlp_layer_types: expected a list of"),
+        ("axk1", dict(scoring_func="softmax"), "scoring_func='softmax': transformers' axk1"),
+        ("mellum", dict(attention_bias=True), "attention_bias=True: not supported"),
+        ("mellum", dict(layer_types=["full_attention"] * 3), "layer_types: expected 4 entries"),
+        (
+            "mellum",
+            dict(rope_parameters={"full_attention": {"rope_theta": 1e4}}),
+            "no 'sliding_attention' entry",
+        ),
+        (
+            "mellum",
+            dict(
+                rope_parameters={
+                    "full_attention": {"rope_theta": 1e4, "partial_rotary_factor": 0.5},
+                    "sliding_attention": {"rope_theta": 1e2},
+                }
+            ),
+            "full_attention.partial_rotary_factor=0.5: Mellum rotates whole heads",
+        ),
+        ("flint", dict(decoder_sparse_step=0), "decoder_sparse_step=0: expected an integer"),
+        ("flint", dict(mlp_only_layers=[4]), r"mlp_only_layers=\[4\]: expected a list"),
+        ("flint", dict(sliding_window=None), "sliding_window=None: sliding_attention layers"),
+        ("flint", dict(hidden_act="gelu"), "hidden_act='gelu': only 'silu'"),
+        ("kolibri1", dict(layer_types="sliding"), "layer_types: expected 4 entries of"),
+        ("kolibri1", dict(attention_bias=True), "attention_bias=True: not supported"),
+    ],
+)
+def test_the_readers_refuse_by_field(arch, change, match):
+    with pytest.raises(ValueError, match=match):
+        config_from_hf({**saved_config(arch), **change})
+
+
+@pytest.mark.parametrize(
+    "preset, change, match",
+    [
+        ("tiny-kolibri1", dict(topk_method="greedy"), "router_bias_on_logits=True: needs"),
+        ("tiny-mellum", dict(router_bias_on_logits=True), "router_bias_on_logits=True: needs"),
+        ("tiny-mellum", dict(moe_post_norm=True, num_experts=0), "moe_post_norm=True: needs"),
+        ("tiny-kolibri1", dict(moe_post_norm=True), "moe_post_norm=True: needs"),
+    ],
+)
+def test_model_config_refuses_bad_fields(preset, change, match):
+    with pytest.raises(ValueError, match=match):
+        get_preset(preset).replace(**change)
