@@ -29,9 +29,9 @@ from configs import hf_lfm2 as lfm2
 from configs import hf_llama_kin as llama_kin
 from configs import hf_longcat as longcat
 from configs import hf_mimo as mimo
-from configs import hf_moe_kin as moe_kin
 from configs import hf_minicpm3 as minicpm3
 from configs import hf_minimax as minimax
+from configs import hf_moe_kin as moe_kin
 from configs import hf_olmo as olmo
 from configs import hf_olmo_hybrid as olmo_hybrid
 from configs import hf_phi as phi

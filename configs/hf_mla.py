@@ -307,9 +307,7 @@ def _dense_layers(f: Any, model_type: str) -> tuple[int, ...]:
         for name, v in (("first_k_dense_replace", first), ("moe_layer_freq", freq)):
             if isinstance(v, bool) or not isinstance(v, int) or v < (name == "moe_layer_freq"):
                 raise ValueError(f"HF config {name}={v!r}: expected an integer >= 0 (freq >= 1)")
-        types = [
-            "sparse" if i >= first and i % freq == 0 else "dense" for i in range(num_layers)
-        ]
+        types = ["sparse" if i >= first and i % freq == 0 else "dense" for i in range(num_layers)]
     if types is None:
         dense = 1 if model_type == "glm4_moe_lite" else f.required("first_k_dense_replace")
         dense = min(dense, num_layers)

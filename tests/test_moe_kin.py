@@ -57,7 +57,9 @@ def test_what_a_config_may_leave_out():
     assert flint.mlp_only_layers == (0, 1) and flint.sliding_window == 513
     assert flint.attention_sinks and flint.norm_scale_in_float32
     assert param_specs(flint)["layers"][2]["attn"]["sinks"].dtype == jnp.float32
-    stepped = config_from_hf({"model_type": "flint", "num_hidden_layers": 6, "decoder_sparse_step": 2})
+    stepped = config_from_hf(
+        {"model_type": "flint", "num_hidden_layers": 6, "decoder_sparse_step": 2}
+    )
     assert stepped.mlp_only_layers == (0, 1, 2, 4)
     kolibri = config_from_hf({"model_type": "kolibri1", "num_hidden_layers": 10})
     assert kolibri.full_attention_layers == (4, 9) == kolibri.nope_layers
