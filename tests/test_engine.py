@@ -86,6 +86,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
         *("gemma4", "mimo_v2_flash", "longcat_flash"),
         "gemma2",  # (its attention scores soft-capped)
         "laguna",  # (query heads per layer, softplus gates, a capped router)
+        "kolibri1",  # (global layers without positions, a router biased on its logits)
     ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):
