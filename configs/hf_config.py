@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from configs import hf_beam as beam
 from configs import hf_cohere as cohere
 from configs import hf_dbrx as dbrx
 from configs import hf_deepseek_v4 as v4
@@ -68,7 +69,7 @@ from configs.model_config import ModelConfig
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
-_FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin)
+_FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
@@ -634,6 +635,8 @@ def config_from_hf(
         rope_theta, rope_scaling, _ = gemma3.gemma3_rope(f)
     elif model_type in laguna.TYPES:  # (its global layers'; the windowed ones': its fields)
         rope_theta, rope_scaling = rope(_Fields(laguna.rope_source(f), model_type), max_position)
+    elif model_type == beam.BEAM:  # (its windowed layers': the global ones take none)
+        rope_theta, rope_scaling = rope(_Fields(beam.rope_source(f), model_type), max_position)
     else:
         rope_theta, rope_scaling = rope(f, max_position)
     family = next((m for m in _FAMILIES if model_type in m.TYPES), None)

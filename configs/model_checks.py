@@ -236,6 +236,22 @@ def check_laguna(cfg: Any) -> None:
         raise ValueError(f"router_logit_softcapping={cap!r}: must be a finite number >= 0")
 
 
+def check_beam(cfg: Any) -> None:
+    """Beam's query power on its NoPE layers, its gates' bias, its depth-scaled stream."""
+    power = cfg.attn_scale_power
+    if isinstance(power, bool) or not isinstance(power, int | float) or not 0 <= power < math.inf:
+        raise ValueError(f"attn_scale_power={power!r}: must be a finite number >= 0")
+    if power and (cfg.attn_scale_beta or cfg.attn_scale_positions < 1):
+        raise ValueError(
+            f"attn_scale_power={power}: needs attn_scale_positions >= 1 (got "
+            f"{cfg.attn_scale_positions}) and no attn_scale_beta (got {cfg.attn_scale_beta})"
+        )
+    if cfg.attn_gate_bias and not cfg.attn_output_gate:
+        raise ValueError("attn_gate_bias=True: needs attn_output_gate (a gate to bias)")
+    if cfg.depth_scaled_residual and (cfg.residual_normed or cfg.parallel_block):
+        raise ValueError("depth_scaled_residual=True: not beside residual_normed or parallel_block")
+
+
 def check_sharing(cfg: Any) -> None:
     """shared_indexer_layers and kv_source_layers, as transformers runs them."""
     shared = cfg.shared_indexer_layers

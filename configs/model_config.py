@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from configs.model_checks import (
+    check_beam,
     check_gemma4_ling,
     check_laguna,
     check_linear,
@@ -148,6 +149,10 @@ class ModelConfig:
     # layers without RoPE only (its attn_temperature_tuning, attn_scale, floor_scale).
     attn_scale_offset: int = 0
     attn_scale_nope_only: bool = False
+    # Beam's scalable softmax on its NoPE layers: queries times (1 + (position +
+    # attn_scale_offset) / attn_scale_positions) ** attn_scale_power, in float32 (with
+    # attn_scale_nope_only; 0: none). Not beside attn_scale_beta.
+    attn_scale_power: float = 0.0
     # Llama 4's use_qk_norm: q and k RMS-normalized (no weight) after RoPE, on RoPE layers.
     qk_l2_norm: bool = False
     # Mistral Large 4 (transformers' mistral_large4_text): MLA layers without RoPE (their
@@ -240,6 +245,10 @@ class ModelConfig:
     # norm(x) + beta * block(norm(x))), with alpha and beta per block kind (full attention,
     # linear attention, MLP / MoE): DeepNorm's scales.
     residual_normed: bool = False
+    # Beam: the stream after the n-th block (n = 2 * layer + 1 for the attention, + 1 for the
+    # MLP; counting from 1) is out / sqrt(n + 1) + x * sqrt(n / (n + 1)): each block's share
+    # of the stream falls with depth.
+    depth_scaled_residual: bool = False
     residual_alphas: tuple[float, float, float] = (1.0, 1.0, 1.0)
     residual_betas: tuple[float, float, float] = (1.0, 1.0, 1.0)
     # Cohere's Command models: attention and MLP side by side on one normed input, both
@@ -285,6 +294,8 @@ class ModelConfig:
     head_gate: bool = False
     # The output gates' function (attn_output_gate, head_gate): sigmoid, or softplus (Laguna)
     attn_gate_act: str = "sigmoid"
+    # Beam: a bias per head on attn_output_gate's gate (attn "gate_bias" [H]), before it
+    attn_gate_bias: bool = False
     # Laguna: query heads per layer (num_attention_heads_per_layer; (): num_heads on each)
     heads_per_layer: tuple[int, ...] = ()
     expert_clip_limits: tuple[float, ...] = ()
@@ -469,6 +480,7 @@ class ModelConfig:
             )
         check_softcaps(self)
         check_laguna(self)
+        check_beam(self)
         check_moe(self)
         check_gemma4_ling(self)
         check_values_and_sinks(self)
@@ -527,9 +539,9 @@ class ModelConfig:
         """Whether the layer and final RMSNorms scale by their weight in float32 before the one
         cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
-        bf16 model's elements. AFMoE's, FlexOlmo's, OLMo 2's and Flint's too."""
+        bf16 model's elements. AFMoE's, FlexOlmo's, OLMo 2's, Flint's and Beam's too."""
         scaled = ("gpt_oss", "afmoe", "gemma4_text", "flex_olmo", "olmo2", "olmo3", "olmo_hybrid")
-        scaled += ("helium", "flint")
+        scaled += ("helium", "flint", "beam")
         return self.model_type in scaled or self.norm_zero_centered or self.is_dsv4
 
     @property

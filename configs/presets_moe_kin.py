@@ -91,3 +91,36 @@ MOE_KIN["tiny-kolibri1"] = MOE_KIN["tiny-flint"].replace(
     router_bias_on_logits=True,
     mlp_only_layers=(),
 )
+# tests/fixtures/beam (Beam): 4 heads over 2 KV heads of 16 with q/k norms, the output times
+# sigmoid(gate_proj(x) + a bias per head); an 8-key window and RoPE (base 1e4) on layers 0-2,
+# layer 3 global without positions, its queries times (1 + (position + 1) / 2048) ** 0.1;
+# sandwich norms scaled in float32, the stream depth-scaled; layers 0-1 dense (96), 2-3 top-2
+# of 8 experts 32 wide (sigmoid, the correction bias, 2 groups, 1 kept, renormalized, times
+# 2.5); logits capped at 3.
+MOE_KIN["tiny-beam"] = ModelConfig(
+    name="tiny-beam",
+    model_type="beam",
+    **_LAYERS,
+    qk_norm=True,
+    attn_output_gate=True,
+    attn_gate_bias=True,
+    sliding_window=8,
+    full_attention_layers=(3,),
+    nope_layers=(3,),
+    attn_scale_power=0.1,
+    attn_scale_positions=2048,
+    attn_scale_offset=1,
+    attn_scale_nope_only=True,
+    sandwich_norms=True,
+    depth_scaled_residual=True,
+    final_logit_softcapping=3.0,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    scoring_func="sigmoid",
+    topk_method="noaux_tc",
+    n_group=2,
+    norm_topk_prob=True,
+    routed_scaling_factor=2.5,
+    mlp_only_layers=(0, 1),
+)

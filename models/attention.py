@@ -137,6 +137,8 @@ def gqa_inputs(
     gate = None
     if cfg.attn_output_gate:  # Qwen3-Next: q_proj's other half, per output channel
         gate = add(jnp.einsum("td,dhk->thk", x, p["wq_gate"]), delta("wq_gate", x))
+        if cfg.attn_gate_bias:  # (Beam: a bias per head)
+            gate = gate + p["gate_bias"][None, :, None].astype(gate.dtype)
     elif cfg.head_gate:  # LFM3: one per head ([T, H, 1])
         gate = narrow_product(jnp.matmul, x, p["w_head_gate"])[..., None]
     scale = cfg.attention_multiplier or cfg.head_dim**-0.5  # (Granite's multiplier)
@@ -148,11 +150,19 @@ def _temperature(cfg: ModelConfig, q: jax.Array, positions: jax.Array, layer: in
     attn_scale_offset) / attn_scale_positions)), made in float32. Mistral 4 and Ministral 3
     (transformers' get_llama_4_attn_scale, offset 0) cast it to q's dtype first; Llama 4
     (its attn_temperature_tuning, offset 1, NoPE layers only) multiplies in float32 and casts
-    the product. q itself where the model (or layer) has none."""
-    if not cfg.attn_scale_beta or (cfg.attn_scale_nope_only and layer not in cfg.nope_layers):
+    the product. Beam's (attn_scale_power p, NoPE layers only): (1 + (position + offset) /
+    positions) ** p, as exp(p * log1p(...)), times q in float32. q itself where the model (or
+    layer) has none."""
+    power = cfg.attn_scale_power
+    if not (cfg.attn_scale_beta or power) or (
+        cfg.attn_scale_nope_only and layer not in cfg.nope_layers
+    ):
         return q
     pos = positions.astype(jnp.float32) + cfg.attn_scale_offset
-    scale = 1.0 + cfg.attn_scale_beta * jnp.log(1.0 + jnp.floor(pos / cfg.attn_scale_positions))
+    if power:
+        scale = jnp.exp(power * jnp.log1p(pos / cfg.attn_scale_positions))
+    else:
+        scale = 1.0 + cfg.attn_scale_beta * jnp.log(1.0 + jnp.floor(pos / cfg.attn_scale_positions))
     scale = scale.reshape((-1,) + (1,) * (q.ndim - 1))
     if cfg.attn_scale_nope_only:
         return (q.astype(jnp.float32) * scale).astype(q.dtype)

@@ -30,7 +30,7 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             in place of wz, wa (kda_full_rank: wf [D, Hv, dk] and wz); Mamba-2 (mamba2:
             wq, wk its C and B, wv its x, wa its dt) has no wb, conv_q/k/v_bias like its
             taps, D [Hv], norm [Hv, dv];
-            GQA wq_gate [D, H, Dh] (attn_output_gate)
+            GQA wq_gate [D, H, Dh] (attn_output_gate), gate_bias [H] (attn_gate_bias)
   Nemotron-H: relu2 MLPs and experts (mlp_act, expert_act) have no w_gate; a layer in
             no_ffn_layers no mlp_norm, mlp or moe; latent MoE (moe_latent_size L):
             latent_in [D, L], latent_out [L, D], experts [E, L, Fe] / [E, Fe, L]
@@ -131,6 +131,8 @@ def _gqa_specs(cfg: ModelConfig, dt, w, layer: int = 0) -> dict:
         s["k_norm"] = ParamSpec((dh,), dt, ("head_dim",), norm)
     if cfg.attn_output_gate:
         s["wq_gate"] = ParamSpec((d, h, dh), dt, ("embed", "q_heads", "head_dim"), w)
+    if cfg.attn_gate_bias:  # (Beam's, per head)
+        s["gate_bias"] = ParamSpec((h,), dt, ("q_heads",), zeros)
     if cfg.head_gate:  # (LFM3: its output times sigmoid(x @ gate) per head)
         s["w_head_gate"] = ParamSpec((d, h), dt, ("embed", "q_heads"), w)
     if cfg.attention_k_eq_v and cfg.is_global_layer(layer):  # (Gemma 4: v is k's)

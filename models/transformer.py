@@ -17,6 +17,7 @@ pins the residual stream at each layer boundary (sharding/rules.py maps the name
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -138,7 +139,7 @@ def decoder_layer(
         mixed = attn_output(layer["attn"], o, delta)
     kind = 1 if "linear" in layer else 0
     x = pin(
-        _joined(x, h, _scaled(mixed, layer.get("attn_post_norm"), cfg), cfg, kind),
+        _joined(x, h, _scaled(mixed, layer.get("attn_post_norm"), cfg), cfg, kind, i),
         ("batch", "embed"),
     )
     if "mlp" not in layer and "moe" not in layer:  # (Nemotron-H: a mixer alone)
@@ -163,20 +164,26 @@ def decoder_layer(
         out = moe_block(layer["moe"], h, cfg, routed, delta, layer=i)
     else:
         out = swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg))
-    x = _joined(x, h, _scaled(out, layer.get("mlp_post_norm"), cfg), cfg, 2)
+    x = _joined(x, h, _scaled(out, layer.get("mlp_post_norm"), cfg), cfg, 2, i)
     if "layer_scalar" in layer:  # Gemma 4: the layer's output scaled
         x = x * layer["layer_scalar"]
     return pin(x, ("batch", "embed")), kv_i
 
 
-def _joined(x: jax.Array, h: jax.Array, out: jax.Array, cfg: ModelConfig, kind: int):
+def _joined(x: jax.Array, h: jax.Array, out: jax.Array, cfg: ModelConfig, kind: int, i: int):
     """The stream after a block: x + out, or MiniMax-01's alpha * h + beta * out with h the
     block's normed input (ModelConfig.residual_normed; alpha and beta of block `kind`: 0
     full attention, 1 linear attention, 2 MLP), each product in float32 as torch takes a
-    Python float times a tensor, rounded once."""
-    if not cfg.residual_normed:
+    Python float times a tensor, rounded once; Beam's (depth_scaled_residual) the same with
+    x for h and the scales of layer i's block (its n-th: 2 * i + 1 + (kind == 2))."""
+    if cfg.depth_scaled_residual:
+        n = 2 * (i + 1) + (kind == 2)  # (this block's 1-based count, plus 1)
+        alpha, beta = math.sqrt((n - 1) / n), 1.0 / math.sqrt(n)
+        h = x
+    elif not cfg.residual_normed:
         return x + out
-    alpha, beta = cfg.residual_alphas[kind], cfg.residual_betas[kind]
+    else:
+        alpha, beta = cfg.residual_alphas[kind], cfg.residual_betas[kind]
     return (h.astype(jnp.float32) * alpha).astype(x.dtype) + (
         out.astype(jnp.float32) * beta
     ).astype(x.dtype)

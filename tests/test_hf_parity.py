@@ -162,6 +162,8 @@ ARCHS = {
     "flint": "tiny-flint",
     # Kolibri-1: EXAONE 4's attention, GLM-4's norms, picks by logit + bias, weighs by sigmoid
     "kolibri1": "tiny-kolibri1",
+    # Beam: gates with a bias per head, NoPE layers' query scale, a depth-scaled stream
+    "beam": "tiny-beam",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

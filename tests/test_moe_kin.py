@@ -1,10 +1,13 @@
 """The 57th session's MoE families: A.X K1 (axk1, configs/hf_mla.py), Mellum (mellum,
-configs/hf_laguna.py), Flint and Kolibri-1 (flint, kolibri1, configs/hf_moe_kin.py). The
-fixtures' configs read to their presets; the class defaults counted as transformers counts
-them; the defaults a config may leave out; Kolibri-1's router against numpy; the refusals, by
-field. HF parity: tests/test_hf_parity.py (each of them)."""
+configs/hf_laguna.py), Flint and Kolibri-1 (flint, kolibri1, configs/hf_moe_kin.py), Beam
+(beam, configs/hf_beam.py). The fixtures' configs read to their presets; the class defaults
+counted as transformers counts them; the defaults a config may leave out; Kolibri-1's router
+against numpy, Beam's query scale against transformers'; the refusals, by field. HF parity:
+tests/test_hf_parity.py (each of them)."""
 
 from __future__ import annotations
+
+import json
 
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +19,7 @@ from models.moe import route
 from models.specs import count_params, param_specs
 from tests.family_cases import FIXTURES, arch_fields, saved_config
 
-ARCHS = ("axk1", "mellum", "flint", "kolibri1")
+ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -36,6 +39,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("mellum", 12_149_923_072, 2_439_060_736),
         ("flint", 39_785_287_456, 2_822_983_456),
         ("kolibri1", 78_103_074_560, 3_785_250_560),
+        ("beam", 501_267_612_352, 23_431_529_152),  # (49 x 256 correction biases)
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -70,6 +74,29 @@ def test_what_a_config_may_leave_out():
     mellum = config_from_hf({"model_type": "mellum"})
     assert mellum.sliding_window is None and mellum.rope_theta == 500000.0
     assert mellum.mlp_only_layers == () and mellum.num_experts == 64
+    beam = config_from_hf({"model_type": "beam", "num_hidden_layers": 13})
+    assert beam.full_attention_layers == (5, 11, 12) == beam.nope_layers
+    assert beam.mlp_only_layers == (0, 1, 2) and beam.final_logit_softcapping == 30.0
+    assert beam.rope_theta == 10000.0 and beam.sliding_window == 512
+    uncapped = config_from_hf({**saved_config("beam"), "final_logit_softcapping": None})
+    assert uncapped.final_logit_softcapping == 0.0
+
+
+def test_beam_query_scale_is_transformers_at_far_positions():
+    """Beam's global layers' query scale (1 + (position + 1) / 2048) ** 0.1, as transformers'
+    compute_attention_scaling gave it at positions up to 131,071 (the fixture's prompts reach
+    48 only, where it is within 0.3% of 1): applied to ones, in float32, on those layers
+    alone."""
+    from models.attention import _temperature
+
+    cfg = get_preset("tiny-beam")
+    want = json.loads((FIXTURES / "beam" / "reference.json").read_text())["nope_query_scale"]
+    positions = jnp.asarray(want["positions"], jnp.int32)
+    ones = jnp.ones((len(want["positions"]), 4, 16), jnp.float32)
+    got = _temperature(cfg, ones, positions, cfg.nope_layers[0])
+    np.testing.assert_allclose(got[:, 0, 0], want["scale"], rtol=2e-7)
+    assert (got == got[:, :1, :1]).all()
+    assert (_temperature(cfg, ones, positions, 0) == ones).all()  # (a windowed layer)
 
 
 def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
@@ -122,6 +149,19 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("flint", dict(hidden_act="gelu"), "hidden_act='gelu': only 'silu'"),
         ("kolibri1", dict(layer_types="sliding"), "layer_types: expected 4 entries of"),
         ("kolibri1", dict(attention_bias=True), "attention_bias=True: not supported"),
+        (
+            "beam",
+            dict(rope_parameters={"full_attention": {"rope_theta": 1e4}}),
+            "full_attention: Beam's global layers take no positions",
+        ),
+        (
+            "beam",
+            dict(rope_parameters={"sliding_attention": {"rope_type": "yarn", "factor": 2.0}}),
+            "sliding_attention.rope_type='yarn': only 'default'",
+        ),
+        ("beam", dict(mlp_layer_types=["dense"]), "mlp_layer_types: expected 4 of dense"),
+        ("beam", dict(final_logit_softcapping=-1), "final_logit_softcapping=-1: a number > 0"),
+        ("beam", dict(attention_bias=True), "attention_bias=True: not supported"),
     ],
 )
 def test_the_readers_refuse_by_field(arch, change, match):
@@ -136,6 +176,10 @@ def test_the_readers_refuse_by_field(arch, change, match):
         ("tiny-mellum", dict(router_bias_on_logits=True), "router_bias_on_logits=True: needs"),
         ("tiny-mellum", dict(moe_post_norm=True, num_experts=0), "moe_post_norm=True: needs"),
         ("tiny-kolibri1", dict(moe_post_norm=True), "moe_post_norm=True: needs"),
+        ("tiny-beam", dict(attn_scale_power=-0.1), "attn_scale_power=-0.1: must be a finite"),
+        ("tiny-beam", dict(attn_scale_beta=0.5), "attn_scale_power=0.1: needs"),
+        ("tiny-beam", dict(attn_output_gate=False), "attn_gate_bias=True: needs attn_output"),
+        ("tiny-beam", dict(residual_normed=True), "depth_scaled_residual=True: not beside"),
     ],
 )
 def test_model_config_refuses_bad_fields(preset, change, match):
