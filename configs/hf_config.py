@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from configs import hf_aria as aria
 from configs import hf_beam as beam
 from configs import hf_cohere as cohere
 from configs import hf_dbrx as dbrx
@@ -69,7 +70,7 @@ from configs.model_config import ModelConfig
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
-_FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam)
+_FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
@@ -98,6 +99,7 @@ MULTIMODAL_WRAPPERS = {
     "qwen3_5_moe": ("qwen3_5_moe_text", False),  # Qwen3.5-35B-A3B ... -397B-A17B
     "gemma4": (GEMMA4, True),  # Gemma 4 26B-A4B, 31B
     "gemma3": (gemma3.GEMMA3, True),  # Gemma 3 4B, 12B, 27B
+    "aria": (aria.ARIA, False),  # Rhymes' Aria
 }
 # Language models of vision-language checkpoints that are another family's, read with their
 # own classes' defaults (transformers 5.25's Qwen3VLMoeTextConfig, Qwen3VLTextConfig,

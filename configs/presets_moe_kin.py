@@ -124,3 +124,16 @@ MOE_KIN["tiny-beam"] = ModelConfig(
     routed_scaling_factor=2.5,
     mlp_only_layers=(0, 1),
 )
+# tests/fixtures/aria_text (Aria's language model): 4 heads over 2 KV heads of 16, RoPE base
+# 1e4; on every layer the top-2 of 8 router logits softmaxed among themselves over experts 48
+# wide beside 2 shared experts (one MLP 96 wide).
+MOE_KIN["tiny-aria-text"] = ModelConfig(
+    name="tiny-aria-text",
+    model_type="aria_text",
+    **{**_LAYERS, "intermediate_size": 48},
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=48,
+    num_shared_experts=2,
+    scoring_func="softmax_topk",
+)

@@ -138,16 +138,20 @@ def _gpt_oss_moe_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFT
 def _llama4_moe_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFTensor]:
     """Llama 4's MoE block (transformers' Llama4TextMoe, as its checkpoints store it): the
     router, the experts fused [E, D, 2F] (gate columns, then up) and [E, F, D], and one
-    shared expert."""
+    shared expert; Aria's (AriaTextMoELayer) the same under mlp, its experts fc1 and fc2,
+    its shared experts' MLP `shared_experts`."""
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-    pre = f"{layer}.feed_forward"
+    aria = cfg.model_type == "aria_text"
+    pre = f"{layer}.mlp" if aria else f"{layer}.feed_forward"
+    gate_up, down = ("fc1.weight", "fc2.weight") if aria else ("gate_up_proj", "down_proj")
+    shared = "shared_experts" if aria else "shared_expert"
     return {
         f"{pre}.router.weight": _linear(e, d, at + ("router",)),
-        f"{pre}.experts.gate_up_proj": HFTensor(
+        f"{pre}.experts.{gate_up}": HFTensor(
             (e, d, 2 * f), (at + ("w_gate",), at + ("w_up",)), "gate_up_halves"
         ),
-        f"{pre}.experts.down_proj": HFTensor((e, f, d), (at + ("w_down",),), "copy"),
-        **_mlp_names(d, cfg.shared_expert_width, f"{pre}.shared_expert", at + ("shared",)),
+        f"{pre}.experts.{down}": HFTensor((e, f, d), (at + ("w_down",),), "copy"),
+        **_mlp_names(d, cfg.shared_expert_width, f"{pre}.{shared}", at + ("shared",)),
     }
 
 
@@ -182,7 +186,7 @@ def _gemma4_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool) -> dict[st
 def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str, HFTensor]:
     if cfg.model_type == "gpt_oss":
         return _gpt_oss_moe_names(cfg, layer, at)
-    if cfg.model_type == "llama4_text":
+    if cfg.model_type in ("llama4_text", "aria_text"):
         return _llama4_moe_names(cfg, layer, at)
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
     # Mixtral's and MiniMax-M2's released per-expert names (w1 / w3 / w2 under

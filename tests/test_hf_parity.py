@@ -164,6 +164,7 @@ ARCHS = {
     "kolibri1": "tiny-kolibri1",
     # Beam: gates with a bias per head, NoPE layers' query scale, a depth-scaled stream
     "beam": "tiny-beam",
+    "aria_text": "tiny-aria-text",  # softmax over the top-k logits, experts fused as released
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -1,9 +1,9 @@
 """The 57th session's MoE families: A.X K1 (axk1, configs/hf_mla.py), Mellum (mellum,
 configs/hf_laguna.py), Flint and Kolibri-1 (flint, kolibri1, configs/hf_moe_kin.py), Beam
-(beam, configs/hf_beam.py). The fixtures' configs read to their presets; the class defaults
-counted as transformers counts them; the defaults a config may leave out; Kolibri-1's router
-against numpy, Beam's query scale against transformers'; the refusals, by field. HF parity:
-tests/test_hf_parity.py (each of them)."""
+(beam, configs/hf_beam.py), Aria (aria_text, configs/hf_aria.py). The fixtures' configs read
+to their presets; the class defaults counted as transformers counts them; the defaults a
+config may leave out; Kolibri-1's router against numpy, Beam's query scale against
+transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each of them)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from models.moe import route
 from models.specs import count_params, param_specs
 from tests.family_cases import FIXTURES, arch_fields, saved_config
 
-ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam")
+ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_fixture_configs_read_as_their_presets(arch):
     cfg = config_from_hf(FIXTURES / arch)
-    assert arch_fields(cfg) == arch_fields(get_preset(f"tiny-{arch}"))
+    assert arch_fields(cfg) == arch_fields(get_preset("tiny-" + arch.replace("_", "-")))
 
 
 @pytest.mark.parametrize(
@@ -40,6 +40,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("flint", 39_785_287_456, 2_822_983_456),
         ("kolibri1", 78_103_074_560, 3_785_250_560),
         ("beam", 501_267_612_352, 23_431_529_152),  # (49 x 256 correction biases)
+        ("aria_text", 18_517_069_824, 8_853_393_408),
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -80,6 +81,16 @@ def test_what_a_config_may_leave_out():
     assert beam.rope_theta == 10000.0 and beam.sliding_window == 512
     uncapped = config_from_hf({**saved_config("beam"), "final_logit_softcapping": None})
     assert uncapped.final_logit_softcapping == 0.0
+
+
+def test_an_aria_checkpoint_serves_its_language_model():
+    """Aria's own config (model_type aria): its text_config is the model, its top-level
+    tie_word_embeddings (default false) the language model's."""
+    text = saved_config("aria_text")
+    wrapped = config_from_hf({"model_type": "aria", "text_config": text, "vision_config": {}})
+    assert arch_fields(wrapped) == arch_fields(get_preset("tiny-aria-text"))
+    tied = config_from_hf({"model_type": "aria", "text_config": text, "tie_word_embeddings": True})
+    assert tied.tie_word_embeddings
 
 
 def test_beam_query_scale_is_transformers_at_far_positions():
@@ -162,6 +173,9 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("beam", dict(mlp_layer_types=["dense"]), "mlp_layer_types: expected 4 of dense"),
         ("beam", dict(final_logit_softcapping=-1), "final_logit_softcapping=-1: a number > 0"),
         ("beam", dict(attention_bias=True), "attention_bias=True: not supported"),
+        ("aria_text", dict(mlp_bias=True), "mlp_bias=True: not supported"),
+        ("aria_text", dict(moe_num_shared_experts=-1), "moe_num_shared_experts=-1: expected"),
+        ("aria_text", dict(hidden_act="gelu"), "hidden_act='gelu': only 'silu'"),
     ],
 )
 def test_the_readers_refuse_by_field(arch, change, match):
