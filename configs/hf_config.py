@@ -26,6 +26,7 @@ from configs import hf_hyperclovax as hyperclovax
 from configs import hf_hyv3 as hyv3
 from configs import hf_jamba as jamba
 from configs import hf_laguna as laguna
+from configs import hf_lara_mini as lara_mini
 from configs import hf_layer_norm_kin as layer_norm_kin
 from configs import hf_lfm2 as lfm2
 from configs import hf_llama_kin as llama_kin
@@ -70,7 +71,7 @@ from configs.model_config import ModelConfig
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
-_FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria)
+_FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",

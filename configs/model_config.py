@@ -539,9 +539,9 @@ class ModelConfig:
         """Whether the layer and final RMSNorms scale by their weight in float32 before the one
         cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
-        bf16 model's elements. AFMoE's, FlexOlmo's, OLMo 2's, Flint's and Beam's too."""
+        bf16 model's elements. AFMoE's, FlexOlmo's, OLMo 2's, Flint's, Beam's, Lara Mini's."""
         scaled = ("gpt_oss", "afmoe", "gemma4_text", "flex_olmo", "olmo2", "olmo3", "olmo_hybrid")
-        scaled += ("helium", "flint", "beam")
+        scaled += ("helium", "flint", "beam", "lara_mini")
         return self.model_type in scaled or self.norm_zero_centered or self.is_dsv4
 
     @property

@@ -232,7 +232,7 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
     if cfg.num_shared_experts:
         # Qwen2-MoE names its one gated shared MLP `shared_expert` (Laguna, Flint ungated);
         # DeepSeek and GLM-4.5 `shared_experts`, Hunyuan `shared_mlp`.
-        one = cfg.shared_expert_gate or cfg.model_type in ("laguna", "flint")
+        one = cfg.shared_expert_gate or cfg.model_type in ("laguna", "flint", "lara_mini")
         shared = "shared_expert" if one else "shared_experts"
         shared = "shared_mlp" if cfg.model_type == "hunyuan_v1_moe" else shared
         fs = cfg.shared_expert_width

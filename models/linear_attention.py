@@ -416,10 +416,14 @@ def gated_delta_net(
         o = (p["norm"].astype(jnp.float32) * normed * jax.nn.sigmoid(gate)).astype(x.dtype)
     else:
         # The gated norm (transformers' RMSNormGated): normed in float32, cast, times the
-        # weight, times silu(z) in float32.
-        z = jnp.einsum("td,dhk->thk", x, p["wz"])  # [T, Hv, dv]
-        o = rms_norm(o.astype(x.dtype), p["norm"], cfg.linear_norm_eps or cfg.rms_norm_eps)
-        o = (o.astype(jnp.float32) * jax.nn.silu(z.astype(jnp.float32))).astype(x.dtype)
+        # weight, times silu(z) in float32 (Lara Mini's: all in float32, one cast).
+        z = jnp.einsum("td,dhk->thk", x, p["wz"]).astype(jnp.float32)  # [T, Hv, dv]
+        eps = cfg.linear_norm_eps or cfg.rms_norm_eps
+        if cfg.model_type == "lara_mini":
+            o = rms_norm(o.astype(x.dtype).astype(jnp.float32), p["norm"], eps, True)
+        else:
+            o = rms_norm(o.astype(x.dtype), p["norm"], eps).astype(jnp.float32)
+        o = (o * jax.nn.silu(z)).astype(x.dtype)
     out = jnp.einsum("thk,hkd->td", o, p["wo"])
     if snapping:  # the convs' inputs before each snapshot's end, at its row
         conv_q, conv_k, conv_v = (

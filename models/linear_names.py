@@ -62,6 +62,11 @@ def linear_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTens
         for x, n in rows.items():
             names[f"{pre}.{x}_proj.weight"] = _linear(n, d, at + ("wz" if x == "g" else f"w{x}",))
         return names
+    if cfg.model_type == "lara_mini":  # (its in_proj: all q, k, v, z, b, a; out_norm)
+        names[f"{pre}.out_norm.weight"] = names.pop(f"{pre}.norm.weight")
+        rows = (*qkv, at + ("wz",), at + ("wb",), at + ("wa",))
+        names[f"{pre}.in_proj.weight"] = HFTensor((width + hv * dv + 2 * hv, d), rows, "grouped")
+        return names
     if cfg.model_type == "qwen3_next":
         names[f"{pre}.in_proj_qkvz.weight"] = HFTensor(
             (width + hv * dv, d), (*qkv, at + ("wz",)), "grouped", groups=hk

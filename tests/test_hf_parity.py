@@ -165,12 +165,15 @@ ARCHS = {
     # Beam: gates with a bias per head, NoPE layers' query scale, a depth-scaled stream
     "beam": "tiny-beam",
     "aria_text": "tiny-aria-text",  # softmax over the top-k logits, experts fused as released
+    # Lara Mini: gated DeltaNet (in_proj fused) beside windowed and global attention, MoE
+    "lara_mini": "tiny-lara-mini",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
 # layout): Mistral 3's under transformers 4's names (experts fused, as transformers 5.25
 # saves them there), Mistral Large 4's under Mistral's own (models/checkpoint_names.py),
-# Qwen3-VL-MoE's under transformers 5's (lm_head at the top).
+# Qwen3-VL-MoE's under transformers 5's (lm_head at the top); and a causal LM whose
+# experts transformers saves fused (Lara Mini).
 MISTRAL_VISION = ("vision_encoder.", "patch_merger.", "pre_mm_projector_norm.", "vision_language")
 WRAPPED = {
     "mistral4": (("language_model.", ""), ("vision_tower.", "multi_modal_projector."), "fused"),
@@ -181,6 +184,7 @@ WRAPPED = {
     "qwen3_5_moe": (("model.language_model.", "model."), ("model.visual.",), "fused"),
     "qwen3_5": (("model.language_model.", "model."), ("model.visual.",), "per_expert"),
     "gemma3": (("language_model.", ""), ("vision_tower.", "multi_modal_projector."), "per_expert"),
+    "lara_mini": (("", ""), (), "fused"),  # (not wrapped: its experts saved fused)
 }
 TOL = 2e-3
 

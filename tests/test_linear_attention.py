@@ -254,7 +254,7 @@ def test_kda_pair_decays_over_sub_chunks_equal_each_pair_weighed_alone():
     "arch",
     [
         *("qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid", "bailing_hybrid"),
-        *("lfm2_moe", "jamba", "minimax", "lfm3", "olmo_hybrid"),
+        *("lfm2_moe", "jamba", "minimax", "lfm3", "olmo_hybrid", "lara_mini"),
     ],
 )
 def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
@@ -268,9 +268,10 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     clipped SwiGLU), LFM2-MoE (short convs: a state of the conv's last inputs alone),
     Jamba (Mamba-1: a decay per state channel; attention without positions), MiniMax-01
     (lightning attention: a fixed decay per head; no conv), LFM3 (short convs beside
-    global and windowed attention: state rows and the window's own pool together) and OLMo
+    global and windowed attention: state rows and the window's own pool together), OLMo
     Hybrid (gated DeltaNet with beta up to 2, its layers' inputs normed, beside attention
-    layers without positions that norm their outputs)."""
+    layers without positions that norm their outputs) and Lara Mini (gated DeltaNet beside
+    windowed and global attention, experts on every layer)."""
     fixture = FIXTURE.parent / arch
     ref = json.loads((fixture / "reference.json").read_text())
     # (56 tokens at most: the longest sequence's 49 fit, and a page table of one KV block
