@@ -1,4 +1,6 @@
-"""Cohere's HF configs: cohere2 (Command R7B, Command A) and cohere2_moe (Command A+).
+"""Cohere's HF configs: cohere2 (Command R7B, Command A) and cohere2_moe (Command A+); and
+cohere (Command R, Command R+: every layer global and rotated, no window; with use_qk_norm
+Cohere's LayerNorm on q and k per head, a weight per head and channel).
 
 Their layers: attention and MLP side by side on one normed input (ModelConfig
 parallel_block), Cohere's LayerNorm (mean-subtracted, no bias; cohere2_moe's RMSNorm where
@@ -23,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-COHERE2, COHERE2_MOE = "cohere2", "cohere2_moe"
-TYPES = (COHERE2, COHERE2_MOE)
+COHERE, COHERE2, COHERE2_MOE = "cohere", "cohere2", "cohere2_moe"
+TYPES = (COHERE, COHERE2, COHERE2_MOE)
 ALIASES: dict = {}
 
 # Defaults of transformers 5.25's Cohere2Config and Cohere2MoeConfig for the fields read.
@@ -36,6 +38,11 @@ _COMMON = dict(
     sliding_window_pattern=4, rope_theta=10000.0,
 )  # fmt: skip
 DEFAULTS: dict[str, dict[str, Any]] = {
+    # transformers 5.25's CohereConfig (Command R's shapes; its own RoPE base)
+    COHERE: dict(
+        _COMMON, num_key_value_heads=None, use_qk_norm=False, sliding_window=None,
+        sliding_window_pattern=None, rope_theta=500000.0,
+    ),
     COHERE2: _COMMON,
     COHERE2_MOE: dict(
         _COMMON, head_dim=128, num_experts_per_tok=2, num_experts=8, num_shared_experts=0,
@@ -66,15 +73,34 @@ def _kinds(f: Any, num_layers: int, first_dense: int) -> list:
     return kinds
 
 
+def _logit_scale(f: Any) -> float:
+    scale = f.required("logit_scale")
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
+        raise ValueError(f"HF config logit_scale={scale!r}: expected a number > 0")
+    return float(scale)
+
+
 def fields(f: Any, model_type: str) -> dict:
     """ModelConfig's attention, window, norm, logit and MoE fields of a Cohere config; `f`
     is hf_config._Fields."""
     for key, want in (("hidden_act", "silu"), ("attention_bias", False)):
         if f.get(key) != want:
             raise ValueError(f"HF config {key}={f.get(key)!r}: only {want!r} is supported")
+    num_layers, heads = f.required("num_hidden_layers"), f.required("num_attention_heads")
+    if model_type == COHERE:  # (no window: every layer global and rotated)
+        return dict(
+            num_kv_heads=f.get("num_key_value_heads") or heads,
+            head_dim=f.required("hidden_size") // heads,
+            qk_norm=bool(f.get("use_qk_norm")),
+            sliding_window=None,
+            full_attention_layers=(),
+            parallel_block=True,
+            norm_kind="layer",
+            rms_norm_eps=float(f.required("layer_norm_eps")),
+            logit_scale=_logit_scale(f),
+        )
     if f.get("sliding_window") is None:
         raise ValueError("HF config sliding_window: null is not supported (no layer rotates)")
-    num_layers, heads = f.required("num_hidden_layers"), f.required("num_attention_heads")
     moe = model_type == COHERE2_MOE
     first = (f.get("first_k_dense_replace") or 0) if moe else 0
     kinds = _kinds(f, num_layers, first)
@@ -87,9 +113,6 @@ def fields(f: Any, model_type: str) -> dict:
     forced = moe and f.get("prefix_dense_sliding_window_pattern") == 1
     full = tuple(i for i, k in enumerate(kinds) if k == "full_attention")
     rms = f.get("rms_norm_eps") if moe else None
-    scale = f.required("logit_scale")
-    if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
-        raise ValueError(f"HF config logit_scale={scale!r}: expected a number > 0")
     out = dict(
         num_kv_heads=f.get("num_key_value_heads") or heads,
         head_dim=f.required("head_dim") if moe else f.required("hidden_size") // heads,
@@ -99,7 +122,7 @@ def fields(f: Any, model_type: str) -> dict:
         parallel_block=True,
         norm_kind="rms" if rms is not None else "layer",
         rms_norm_eps=float(rms if rms is not None else f.required("layer_norm_eps")),
-        logit_scale=float(scale),
+        logit_scale=_logit_scale(f),
     )
     if not moe:
         return out

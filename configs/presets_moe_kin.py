@@ -163,3 +163,16 @@ MOE_KIN["tiny-lara-mini"] = ModelConfig(
     shared_intermediate_size=48,
     norm_topk_prob=True,
 )
+# tests/fixtures/cohere (Command R+'s kind): 4 layers 64 wide, attention (4 heads over 2 KV
+# heads of 16) beside the MLP on one LayerNorm'd input, RoPE on interleaved pairs (base 1e4) on
+# every layer, q and k LayerNorm'd with a weight per head and channel; logits times 0.25, tied.
+MOE_KIN["tiny-cohere"] = ModelConfig(
+    name="tiny-cohere",
+    model_type="cohere",
+    **{**_LAYERS, "rms_norm_eps": 1e-5},
+    tie_word_embeddings=True,
+    qk_norm=True,
+    parallel_block=True,
+    norm_kind="layer",
+    logit_scale=0.25,
+)

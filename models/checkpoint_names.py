@@ -80,7 +80,10 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         names[f"{pre}.o_proj.bias"] = _vector(d, at + ("bo",))
     if cfg.layer_sinks(layer):
         names[f"{pre}.sinks"] = _vector(h, at + ("sinks",))
-    if cfg.qk_norm:
+    if cfg.qk_norm and cfg.model_type == "cohere":  # (Command R+: a weight per head, [H, Dh])
+        names[f"{pre}.q_norm.weight"] = HFTensor((h, dh), (at + ("q_norm",),), "copy")
+        names[f"{pre}.k_norm.weight"] = HFTensor((k, dh), (at + ("k_norm",),), "copy")
+    elif cfg.qk_norm:
         width_q, width_k = (h * dh, k * dh) if cfg.qk_norm_full else (dh, dh)
         q_norm, k_norm = ("query_layernorm", "key_layernorm") if hunyuan else ("q_norm", "k_norm")
         names[f"{pre}.{q_norm}.weight"] = _vector(width_q, at + ("q_norm",))

@@ -7,7 +7,8 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
   layers[i]: attn_norm [D], mlp_norm [D], attn {...}, and either mlp {...} or moe {...}
   GQA attn: wq [D, H, Dh], wk [D, K, Dh], wv [D, K, Dv], wo [H, Dv, D] (Dv: v_head_dim,
             else Dh); bq [H, Dh], bk [K, Dh], bv [K, Dv] (attention_bias); q_norm/k_norm
-            [Dh] (qk_norm; [H, Dh] / [K, Dh] with qk_norm_full); bo [D] (o_proj_bias);
+            [Dh] (qk_norm; [H, Dh] / [K, Dh] with qk_norm_full, and Command R+'s); bo [D]
+            (o_proj_bias);
             sinks [H] (attention_sinks; windowed layers only with windowed_sinks_only)
   MLA attn: wq [D, H, Dn+Dr] or wq_a [D, Rq], q_a_norm [Rq], wq_b [Rq, H, Dn+Dr];
             wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D]
@@ -122,7 +123,8 @@ def _gqa_specs(cfg: ModelConfig, dt, w, layer: int = 0) -> dict:
         s["bq"] = ParamSpec((h, dh), dt, ("q_heads", "head_dim"), zeros)
         s["bk"] = ParamSpec((k, dh), dt, ("kv_heads", "head_dim"), zeros)
         s["bv"] = ParamSpec((k, dv), dt, ("kv_heads", "head_dim"), zeros)
-    if cfg.qk_norm_full:  # OLMoE: one norm over all heads' channels
+    if cfg.qk_norm_full or (cfg.qk_norm and cfg.model_type == "cohere"):
+        # OLMoE: one norm over all heads' channels; Command R+: a weight per head's channel
         s["q_norm"] = ParamSpec((h, dh), dt, ("q_heads", "head_dim"), ones)
         s["k_norm"] = ParamSpec((k, dh), dt, ("kv_heads", "head_dim"), ones)
     elif cfg.qk_norm:

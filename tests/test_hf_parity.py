@@ -167,6 +167,8 @@ ARCHS = {
     "aria_text": "tiny-aria-text",  # softmax over the top-k logits, experts fused as released
     # Lara Mini: gated DeltaNet (in_proj fused) beside windowed and global attention, MoE
     "lara_mini": "tiny-lara-mini",
+    # Command R+: Cohere's parallel block, LayerNorms, q/k norms with a weight per head
+    "cohere": "tiny-cohere",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

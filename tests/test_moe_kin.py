@@ -1,10 +1,11 @@
-"""The 57th session's MoE families: A.X K1 (axk1, configs/hf_mla.py), Mellum (mellum,
+"""The 57th session's families: A.X K1 (axk1, configs/hf_mla.py), Mellum (mellum,
 configs/hf_laguna.py), Flint and Kolibri-1 (flint, kolibri1, configs/hf_moe_kin.py), Beam
 (beam, configs/hf_beam.py), Aria (aria_text, configs/hf_aria.py), Lara Mini (lara_mini,
-configs/hf_lara_mini.py). The fixtures' configs read to their presets; the class defaults
-counted as transformers counts them; the defaults a config may leave out; Kolibri-1's router
-against numpy, Beam's query scale against transformers'; the refusals, by field. HF parity:
-tests/test_hf_parity.py (each of them)."""
+configs/hf_lara_mini.py), and the dense Command R (cohere, configs/hf_cohere.py). The
+fixtures' configs read to their presets; the class defaults counted as transformers counts
+them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
+scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
+of them)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from models.moe import route
 from models.specs import count_params, param_specs
 from tests.family_cases import FIXTURES, arch_fields, saved_config
 
-ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini")
+ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -43,6 +44,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("beam", 501_267_612_352, 23_431_529_152),  # (49 x 256 correction biases)
         ("aria_text", 18_517_069_824, 8_853_393_408),
         ("lara_mini", 7_281_684_672, 650_490_048),  # (tied embeddings, counted once)
+        ("cohere", 34_980_831_232, 34_980_831_232),  # Command R's shapes (35B), dense
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -83,6 +85,14 @@ def test_what_a_config_may_leave_out():
     assert beam.rope_theta == 10000.0 and beam.sliding_window == 512
     uncapped = config_from_hf({**saved_config("beam"), "final_logit_softcapping": None})
     assert uncapped.final_logit_softcapping == 0.0
+    # Command R (no q/k norms) and Command R+'s kind (a LayerNorm per head and channel: 8
+    # KV heads of 128, 30,283,579,392 parameters as transformers counts them)
+    command_r = config_from_hf({"model_type": "cohere"})
+    assert not command_r.qk_norm and command_r.rope_theta == 500000.0
+    assert command_r.sliding_window is None and command_r.tie_word_embeddings
+    plus = config_from_hf({"model_type": "cohere", "use_qk_norm": True, "num_key_value_heads": 8})
+    assert param_specs(plus)["layers"][0]["attn"]["q_norm"].shape == (64, 128)
+    assert count_params(plus)[0] == 30_283_579_392
     lara = config_from_hf({"model_type": "lara_mini", "num_hidden_layers": 10})
     assert lara.linear_attention_layers == (0, 2, 5, 7) and lara.windowed_layers == (1, 4, 6, 9)
     assert lara.nope_layers == (3, 8) == lara.full_attention_layers and lara.tie_word_embeddings
@@ -189,6 +199,9 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("lara_mini", dict(layer_types=["mamba"] * 5), "layer_types: expected 5 entries of"),
         ("lara_mini", dict(sliding_window=0), "sliding_window=0: sliding_attention layers"),
         ("lara_mini", dict(attention_bias=True), "attention_bias=True: not supported"),
+        ("cohere", dict(logit_scale=0), "logit_scale=0: expected a number > 0"),
+        ("cohere", dict(hidden_act="gelu"), "hidden_act='gelu': only 'silu'"),
+        ("cohere", dict(attention_bias=True), "attention_bias=True: only False"),
     ],
 )
 def test_the_readers_refuse_by_field(arch, change, match):
