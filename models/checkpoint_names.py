@@ -68,11 +68,11 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
     own = {"afmoe": "gate_proj", "laguna": "g_proj", "beam": "gate_proj"}.get(cfg.model_type)
     if own and cfg.attn_output_gate:  # (AFMoE's gate's own projection; Laguna's per-element)
         names[f"{pre}.{own}.weight"] = _linear(h * dh, d, at + ("wq_gate",))
-    if cfg.attn_gate_bias:  # (Beam's, per head)
-        names[f"{pre}.gate_bias"] = _vector(h, at + ("gate_bias",))
     elif cfg.attn_output_gate:  # Qwen3-Next: per head, its query rows then its gate rows
         targets = (at + ("wq",), at + ("wq_gate",))
         names[f"{pre}.q_proj.weight"] = HFTensor((2 * h * dh, d), targets, "grouped", groups=h)
+    if cfg.attn_gate_bias:  # (Beam's, per head)
+        names[f"{pre}.gate_bias"] = _vector(h, at + ("gate_bias",))
     names[f"{pre}.o_proj.weight"] = _linear(d, h * dv, at + ("wo",))
     if cfg.head_gate:  # (LFM3: one gate per head)
         names[f"{pre}.g_proj.weight"] = _linear(h, d, at + ("w_head_gate",))
