@@ -1,4 +1,4 @@
-"""Six HF configs of Llama's layers, five with a twist each (transformers 5.25's classes).
+"""Eight HF configs of Llama's layers, six with a twist each (transformers 5.25's classes).
 
 - ministral (Mistral's Ministral-8B-Instruct-2410): Mistral's attention with a window on the
   layers `layer_types` marks "sliding_attention" (all of them by default), head width
@@ -13,6 +13,11 @@
 - helium (Kyutai's Helium-1): RoPE on interleaved pairs, every RMSNorm scaled in float32
   (its weight times the normed value, then cast).
 - iquestcoder (IQuest-Coder): Llama itself (transformers builds a LlamaForCausalLM).
+- internlm3 (Shanghai AI Lab's InternLM3-8B): Llama itself, its biases' switches named
+  qkv_bias and bias.
+- apertus (Swiss AI's Apertus 8B / 70B): q/k RMSNorms per head, an MLP without a gate whose
+  activation is xIELU with two learned slopes per layer (ModelConfig.mlp_act "xielu"), the
+  norms named attention_layernorm and feedforward_layernorm (models/release_names.py).
 
 Refused with a ValueError naming the field: an MLP activation other than the family's,
 biases (mlp_bias; attention_bias where the class has it), layer_types of other kinds."""
@@ -22,18 +27,19 @@ from __future__ import annotations
 from typing import Any
 
 MINISTRAL, CWM, ARCEE, EXAONE, HELIUM = "ministral", "cwm", "arcee", "exaone", "helium"
-IQUEST = "iquestcoder"
-TYPES = (MINISTRAL, CWM, ARCEE, EXAONE, HELIUM, IQUEST)
+IQUEST, INTERNLM3, APERTUS = "iquestcoder", "internlm3", "apertus"
+TYPES = (MINISTRAL, CWM, ARCEE, EXAONE, HELIUM, IQUEST, INTERNLM3, APERTUS)
 ALIASES = {
     EXAONE: {
         "num_hidden_layers": ("num_layers",),
         "rms_norm_eps": ("layer_norm_epsilon",),
         "hidden_act": ("activation_function",),
-    }
+    },
+    INTERNLM3: {"attention_bias": ("qkv_bias",), "mlp_bias": ("bias",)},
 }
 _KINDS = ("sliding_attention", "full_attention")
 _ACT = {MINISTRAL: "silu", CWM: "silu", ARCEE: "relu2", EXAONE: "silu", HELIUM: "silu"}
-_ACT[IQUEST] = "silu"
+_ACT.update({IQUEST: "silu", INTERNLM3: "silu", APERTUS: "xielu"})
 # Defaults of transformers 5.25's MinistralConfig, CwmConfig and ArceeConfig (fields read).
 DEFAULTS: dict[str, dict[str, Any]] = {
     MINISTRAL: dict(
@@ -83,6 +89,24 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         bos_token_id=1, eos_token_id=2, attention_bias=False, mlp_bias=False,
         rope_theta=10000.0,
     ),
+    INTERNLM3: dict(
+        vocab_size=128512, hidden_size=4096, intermediate_size=10240, num_hidden_layers=48,
+        num_attention_heads=32, num_key_value_heads=2, head_dim=128, hidden_act="silu",
+        max_position_embeddings=32768, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, attention_bias=False, mlp_bias=False,
+        rope_theta=10000.0,
+    ),
+    APERTUS: dict(
+        vocab_size=131072, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, head_dim=None, hidden_act="xielu",
+        max_position_embeddings=65536, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, attention_bias=False,
+        rope_parameters={
+            "rope_type": "llama3", "rope_theta": 12000000.0, "factor": 8.0,
+            "original_max_position_embeddings": 8192, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+        },
+    ),
 }  # fmt: skip
 
 
@@ -123,5 +147,6 @@ def fields(f: Any, model_type: str) -> dict:
         head_dim=head_dim,
         sliding_window=window,
         full_attention_layers=full if window is not None else (),
-        mlp_act="relu2" if model_type == ARCEE else "swiglu",
+        mlp_act={ARCEE: "relu2", APERTUS: "xielu"}.get(model_type, "swiglu"),
+        qk_norm=model_type == APERTUS,
     )

@@ -37,6 +37,8 @@ def check_moe(cfg: Any) -> None:
             raise ValueError(f"topk_method={cfg.topk_method!r}: expected {TOPK_METHODS}")
         if cfg.expert_act not in EXPERT_ACTS:
             raise ValueError(f"expert_act={cfg.expert_act!r}: expected {EXPERT_ACTS}")
+        if cfg.mlp_act == "xielu" and cfg.num_shared_experts:
+            raise ValueError("mlp_act='xielu': dense MLPs only (no shared experts)")
         if cfg.scoring_func == "sparsemixer" and (
             cfg.num_experts_per_tok != 2 or cfg.topk_method != "greedy" or cfg.sparsemixer_eps < 0
         ):

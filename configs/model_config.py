@@ -39,8 +39,9 @@ SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk", "sqrtsoftplus", "sparsemi
 # relu2: relu(x @ up)^2, no gate projection (Nemotron-H's experts, and its MLPs: mlp_act).
 # geglu: gelu_tanh(gate) * up (Gemma 4's experts and MLPs).
 EXPERT_ACTS = ("swiglu", "clamped_swiglu", "limited_swiglu", "relu2", "geglu")
-# gelu: GELU (tanh) of x @ up, no gate (StarCoder2's MLP).
-MLP_ACTS = ("swiglu", "relu2", "geglu", "gelu")
+# gelu: GELU (tanh) of x @ up, no gate (StarCoder2's MLP); xielu: Apertus' xIELU of x @ up,
+# no gate, its two learned slopes per layer (models/layers.xielu).
+MLP_ACTS = ("swiglu", "relu2", "geglu", "gelu", "xielu")
 # DeepSeek-V4's attention per layer: a sliding window alone, or beside compressed entries
 # (csa: one per csa_ratio tokens, overlapping, picked by a lightning indexer; hca: one per
 # hca_ratio tokens, all attended).

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from configs.model_config import ModelConfig
+from configs.model_config import ModelConfig, RopeScaling
 
 MOE_KIN: dict[str, ModelConfig] = {}
 _LAYERS = dict(
@@ -175,4 +175,23 @@ MOE_KIN["tiny-cohere"] = ModelConfig(
     parallel_block=True,
     norm_kind="layer",
     logit_scale=0.25,
+)
+# tests/fixtures/internlm3 (InternLM3): Llama's model, 4 layers 64 wide, 4 heads over 2 KV heads
+# of 16, RoPE base 1e4.
+MOE_KIN["tiny-internlm3"] = ModelConfig(name="tiny-internlm3", model_type="internlm3", **_LAYERS)
+# tests/fixtures/apertus (Apertus): 4 heads over 2 KV heads of 16 with q/k RMSNorms, Llama 3's
+# RoPE (factor 8 over 64 positions, base 1e4); an MLP without a gate, 96 wide, under xIELU.
+MOE_KIN["tiny-apertus"] = ModelConfig(
+    name="tiny-apertus",
+    model_type="apertus",
+    **_LAYERS,
+    rope_scaling=RopeScaling(
+        rope_type="llama3",
+        factor=8.0,
+        original_max_position_embeddings=64,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+    ),
+    qk_norm=True,
+    mlp_act="xielu",
 )

@@ -604,8 +604,12 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
     else:
         mlp = f"{layer}.feed_forward" if cfg.model_type == "llama4_text" else f"{layer}.mlp"
         names.update(_mlp_names(d, cfg.intermediate_size, mlp, at + ("mlp",)))
-        if cfg.mlp_act in ("relu2", "gelu"):  # (Arcee's, StarCoder2's: no gate)
+        if cfg.mlp_act in ("relu2", "gelu", "xielu"):  # (Arcee's, StarCoder2's: no gate)
             del names[f"{mlp}.gate_proj.weight"]
+        if cfg.mlp_act == "xielu":  # (Apertus: its activation's parameters; beta, eps [])
+            for x in ("alpha_p", "alpha_n", "beta", "eps"):
+                shape = (1,) if x.startswith("alpha") else ()
+                names[f"{mlp}.act_fn.{x}"] = HFTensor(shape, (at + ("mlp", f"act_{x}"),), "copy")
         if cfg.mlp_bias:  # (StarCoder2's)
             names[f"{mlp}.up_proj.bias"] = _vector(cfg.intermediate_size, at + ("mlp", "b_up"))
             names[f"{mlp}.down_proj.bias"] = _vector(d, at + ("mlp", "b_down"))

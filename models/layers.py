@@ -60,6 +60,17 @@ def layer_norm(
     return (normed if bias is None else normed + bias.astype(jnp.float32)).astype(x.dtype)
 
 
+def xielu(x: jax.Array, p: dict) -> jax.Array:
+    """Apertus' xIELU (transformers' XIELUActivation, its Python form), in x's dtype: with
+    a_p = softplus(act_alpha_p), a_n = beta + softplus(act_alpha_n), a_p x^2 + beta x where
+    x > 0, else (expm1(min(x, eps)) - x) a_n + beta x."""
+    beta, eps = p["act_beta"].astype(x.dtype), p["act_eps"].astype(x.dtype)
+    alpha_p = jax.nn.softplus(p["act_alpha_p"]).astype(x.dtype)
+    alpha_n = beta + jax.nn.softplus(p["act_alpha_n"]).astype(x.dtype)
+    negative = (jnp.expm1(jnp.minimum(x, eps)) - x) * alpha_n + beta * x
+    return jnp.where(x > 0, alpha_p * x * x + beta * x, negative)
+
+
 def relu2(x: jax.Array) -> jax.Array:
     """relu(x)^2 (transformers' ReLUSquaredActivation, Nemotron-H's MLPs)."""
     return jnp.square(jax.nn.relu(x))
@@ -97,6 +108,8 @@ def swiglu_mlp(p: dict, x: jax.Array, delta=None, act=jax.nn.silu, limit=None) -
     if "w_gate" in p:
         gate = add(x @ p["w_gate"], delta("w_gate", x))  # [T, F]
         h = clipped(act, limit)(gate, up) if limit else act(gate) * up
+    elif "act_alpha_p" in p:  # (Apertus)
+        h = xielu(up, p)
     else:
         h = gelu_tanh(up) if act is gelu_tanh else relu2(up)
     out = add(h @ p["w_down"], delta("w_down", h))

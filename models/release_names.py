@@ -85,6 +85,11 @@ NATIVE = {
     # Gemma 3's and Gemma 2's (AFMoE's names for the MLP's norms before and after it).
     "gemma3_text": _GEMMA_NATIVE,
     "gemma2": _GEMMA_NATIVE,
+    # Apertus' (transformers' ApertusDecoderLayer's names for Llama's two norms)
+    "apertus": (
+        (r"\.input_layernorm\.", ".attention_layernorm."),
+        (r"\.post_attention_layernorm\.", ".feedforward_layernorm."),
+    ),
     "beam": _GEMMA_NATIVE,
     "exaone": _EXAONE_NATIVE,
     # HyperCLOVA X's Peri-LN norms (AFMoE's names, in order: the attention's output norm, the

@@ -56,6 +56,7 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -296,18 +297,36 @@ def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
     }
 
 
-def _mlp_specs(d: int, f: int, dt, w, gated: bool = True, biased: bool = False) -> dict:
-    """A dense MLP: SwiGLU, or (gated False: relu2, gelu) up and down alone; `biased`
-    (StarCoder2's): b_up [F], b_down [D] too."""
+def _constant(value: float) -> Initializer:
+    return lambda rng, shape, dtype: jnp.full(shape, value, dtype)
+
+
+# Apertus' xIELU parameters as transformers initializes them (alpha_p = softplus^-1(0.8),
+# alpha_n = softplus^-1(0.8 - beta), beta 0.5, eps -1e-6), each [1].
+_XIELU = {
+    "act_alpha_p": math.log(math.expm1(0.8)),
+    "act_alpha_n": math.log(math.expm1(0.3)),
+    "act_beta": 0.5,
+    "act_eps": -1e-6,
+}
+
+
+def _mlp_specs(
+    d: int, f: int, dt, w, gated: bool = True, biased: bool = False, xielu: bool = False
+) -> dict:
+    """A dense MLP: SwiGLU, or (gated False: relu2, gelu, xielu) up and down alone; `biased`
+    (StarCoder2's): b_up [F], b_down [D] too; `xielu` (Apertus'): its act_* [1] too."""
     biases = {
         "b_up": ParamSpec((f,), dt, ("mlp",), zeros),
         "b_down": ParamSpec((d,), dt, ("embed",), zeros),
     }
+    acts = {k: ParamSpec((1,), dt, (None,), _constant(v)) for k, v in _XIELU.items()}
     return {
         **({"w_gate": ParamSpec((d, f), dt, ("embed", "mlp"), w)} if gated else {}),
         "w_up": ParamSpec((d, f), dt, ("embed", "mlp"), w),
         "w_down": ParamSpec((f, d), dt, ("mlp", "embed"), w),
         **(biases if biased else {}),
+        **(acts if xielu else {}),
     }
 
 
@@ -445,8 +464,9 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)
     if not moe or cfg.dense_beside_moe or cfg.shortcut_moe:
-        gated = cfg.mlp_act not in ("relu2", "gelu")
-        layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w, gated, cfg.mlp_bias)
+        gated = cfg.mlp_act not in ("relu2", "gelu", "xielu")
+        xielu = cfg.mlp_act == "xielu"
+        layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w, gated, cfg.mlp_bias, xielu)
     if moe and cfg.dense_beside_moe:  # Gemma 4: the dense output's norm, the experts' two
         for name in ("mlp_out_norm", "moe_norm", "moe_out_norm"):
             layer[name] = ParamSpec((d,), dt, ("embed",), norm)

@@ -169,6 +169,8 @@ ARCHS = {
     "lara_mini": "tiny-lara-mini",
     # Command R+: Cohere's parallel block, LayerNorms, q/k norms with a weight per head
     "cohere": "tiny-cohere",
+    "internlm3": "tiny-internlm3",  # Llama's model under its own model_type
+    "apertus": "tiny-apertus",  # q/k norms, an MLP without a gate under xIELU
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -1,7 +1,8 @@
 """The 57th session's families: A.X K1 (axk1, configs/hf_mla.py), Mellum (mellum,
 configs/hf_laguna.py), Flint and Kolibri-1 (flint, kolibri1, configs/hf_moe_kin.py), Beam
 (beam, configs/hf_beam.py), Aria (aria_text, configs/hf_aria.py), Lara Mini (lara_mini,
-configs/hf_lara_mini.py), and the dense Command R (cohere, configs/hf_cohere.py). The
+configs/hf_lara_mini.py), and the dense Command R (cohere, configs/hf_cohere.py), InternLM3
+and Apertus (internlm3, apertus: configs/hf_llama_kin.py). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -22,6 +23,7 @@ from models.specs import count_params, param_specs
 from tests.family_cases import FIXTURES, arch_fields, saved_config
 
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
+ARCHS += ("internlm3", "apertus")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -45,6 +47,9 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("aria_text", 18_517_069_824, 8_853_393_408),
         ("lara_mini", 7_281_684_672, 650_490_048),  # (tied embeddings, counted once)
         ("cohere", 34_980_831_232, 34_980_831_232),  # Command R's shapes (35B), dense
+        ("internlm3", 8_804_241_408, 8_804_241_408),  # InternLM3-8B's shapes
+        # (Apertus: its xIELU's beta and eps, buffers there, 2 per layer, read as parameters)
+        ("apertus", 6_979_596_416, 6_979_596_416),
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -125,6 +130,18 @@ def test_beam_query_scale_is_transformers_at_far_positions():
     assert (_temperature(cfg, ones, positions, 0) == ones).all()  # (a windowed layer)
 
 
+def test_internlm3_reads_its_releases_bias_switches():
+    """InternLM3-8B's config.json names its switches qkv_bias and bias (transformers maps them
+    to attention_bias and mlp_bias, and Llama's layers put a bias on o_proj too): off, it is
+    Llama's model; on, refused by name."""
+    release = {k: v for k, v in saved_config("internlm3").items() if not k.endswith("_bias")}
+    release |= {"qkv_bias": False, "bias": False}
+    assert arch_fields(config_from_hf(release)) == arch_fields(get_preset("tiny-internlm3"))
+    for switch, field in (("qkv_bias", "attention_bias"), ("bias", "mlp_bias")):
+        with pytest.raises(ValueError, match=f"{field}=True: biases are not supported"):
+            config_from_hf({**release, switch: True})
+
+
 def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
     """Top-k of logit + bias, each pick weighed by sigmoid(logit), renormalized: written out
     in numpy. The bias is large enough that adding it to the sigmoid scores instead
@@ -202,6 +219,7 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("cohere", dict(logit_scale=0), "logit_scale=0: expected a number > 0"),
         ("cohere", dict(hidden_act="gelu"), "hidden_act='gelu': only 'silu'"),
         ("cohere", dict(attention_bias=True), "attention_bias=True: only False"),
+        ("apertus", dict(hidden_act="silu"), "hidden_act='silu': apertus takes 'xielu'"),
     ],
 )
 def test_the_readers_refuse_by_field(arch, change, match):
@@ -220,6 +238,7 @@ def test_the_readers_refuse_by_field(arch, change, match):
         ("tiny-beam", dict(attn_scale_beta=0.5), "attn_scale_power=0.1: needs"),
         ("tiny-beam", dict(attn_output_gate=False), "attn_gate_bias=True: needs attn_output"),
         ("tiny-beam", dict(residual_normed=True), "depth_scaled_residual=True: not beside"),
+        ("tiny-flint", dict(mlp_act="xielu"), "mlp_act='xielu': dense MLPs only"),
     ],
 )
 def test_model_config_refuses_bad_fields(preset, change, match):
