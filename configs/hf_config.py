@@ -22,6 +22,7 @@ from configs import hf_dbrx as dbrx
 from configs import hf_deepseek_v4 as v4
 from configs import hf_gemma3 as gemma3
 from configs import hf_glm4 as glm4
+from configs import hf_gpt_neox as gpt_neox
 from configs import hf_hyperclovax as hyperclovax
 from configs import hf_hyv3 as hyv3
 from configs import hf_jamba as jamba
@@ -71,7 +72,7 @@ from configs.model_config import ModelConfig
 # their DEFAULTS and ALIASES, fields(f, model_type), which may set num_layers).
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
-_FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini)
+_FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
 # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
@@ -555,7 +556,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
     act = f.hf.get("hidden_act", "silu")
     # (transformers' ACT2FN: both are SiLU; Arcee's, Gemma's and StarCoder2's: their readers')
     own = (llama_kin.ARCEE, *gemma3.TYPES, starcoder2.STARCODER2, phi.PHI, *layer_norm_kin.TYPES)
-    own += (llama_kin.APERTUS,)
+    own += (llama_kin.APERTUS, gpt_neox.GPT_NEOX)
     if act not in ("silu", "swish") and model_type not in own:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 

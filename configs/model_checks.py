@@ -239,7 +239,8 @@ def check_laguna(cfg: Any) -> None:
 
 
 def check_beam(cfg: Any) -> None:
-    """Beam's query power on its NoPE layers, its gates' bias, its depth-scaled stream."""
+    """Beam's query power on its NoPE layers, its gates' bias, its depth-scaled stream;
+    GPT-NeoX's two norms beside each other."""
     power = cfg.attn_scale_power
     if isinstance(power, bool) or not isinstance(power, int | float) or not 0 <= power < math.inf:
         raise ValueError(f"attn_scale_power={power!r}: must be a finite number >= 0")
@@ -250,6 +251,8 @@ def check_beam(cfg: Any) -> None:
         )
     if cfg.attn_gate_bias and not cfg.attn_output_gate:
         raise ValueError("attn_gate_bias=True: needs attn_output_gate (a gate to bias)")
+    if cfg.parallel_norms and not cfg.parallel_block:
+        raise ValueError("parallel_norms=True: needs parallel_block (GPT-NeoX's parallel layers)")
     if cfg.depth_scaled_residual and (cfg.residual_normed or cfg.parallel_block):
         raise ValueError("depth_scaled_residual=True: not beside residual_normed or parallel_block")
 

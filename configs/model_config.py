@@ -40,8 +40,9 @@ SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk", "sqrtsoftplus", "sparsemi
 # geglu: gelu_tanh(gate) * up (Gemma 4's experts and MLPs).
 EXPERT_ACTS = ("swiglu", "clamped_swiglu", "limited_swiglu", "relu2", "geglu")
 # gelu: GELU (tanh) of x @ up, no gate (StarCoder2's MLP); xielu: Apertus' xIELU of x @ up,
-# no gate, its two learned slopes per layer (models/layers.xielu).
-MLP_ACTS = ("swiglu", "relu2", "geglu", "gelu", "xielu")
+# no gate, its two learned slopes per layer (models/layers.xielu); gelu_exact: the erf GELU of
+# x @ up, no gate (GPT-NeoX's).
+MLP_ACTS = ("swiglu", "relu2", "geglu", "gelu", "xielu", "gelu_exact")
 # DeepSeek-V4's attention per layer: a sliding window alone, or beside compressed entries
 # (csa: one per csa_ratio tokens, overlapping, picked by a lightning indexer; hca: one per
 # hca_ratio tokens, all attended).
@@ -258,6 +259,8 @@ class ModelConfig:
     # RMSNorms; the logits times logit_scale; RoPE on interleaved pairs (models/rope.py);
     # the shared experts' output averaged with the routed one (shared_expert_average).
     parallel_block: bool = False
+    # GPT-NeoX's parallel block: the MLP reads its own norm of the block's input (mlp_norm).
+    parallel_norms: bool = False
     norm_kind: str = "rms"
     logit_scale: float = 1.0
     shared_expert_average: bool = False

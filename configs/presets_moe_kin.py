@@ -195,3 +195,24 @@ MOE_KIN["tiny-apertus"] = ModelConfig(
     qk_norm=True,
     mlp_act="xielu",
 )
+# tests/fixtures/gpt_neox (Pythia's layout): 2 layers 64 wide, LayerNorms with biases, 4 heads of
+# 16 (q / k / v / o biased), RoPE on the leading quarter of each head (base 1e4), attention and
+# an MLP without a gate (96 wide, the erf GELU, biased) side by side on their own norms.
+# tests/fixtures/gpt_neox_seq: the blocks one after the other, the tanh GELU.
+MOE_KIN["tiny-gpt-neox"] = ModelConfig(
+    name="tiny-gpt-neox",
+    model_type="gpt_neox",
+    **{**_LAYERS, "num_layers": 2, "num_kv_heads": 4, "rms_norm_eps": 1e-5},
+    partial_rotary_factor=0.25,
+    attention_bias=True,
+    o_proj_bias=True,
+    mlp_bias=True,
+    norm_kind="layer",
+    norm_bias=True,
+    parallel_block=True,
+    parallel_norms=True,
+    mlp_act="gelu_exact",
+)
+MOE_KIN["tiny-gpt-neox-seq"] = MOE_KIN["tiny-gpt-neox"].replace(
+    name="tiny-gpt-neox-seq", parallel_block=False, parallel_norms=False, mlp_act="gelu"
+)

@@ -59,6 +59,8 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
             names[f"{idx}.weights_proj.weight"] = _linear(hi, d, at + ("idx_w",))
         return names
     k, dh = cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)
+    if cfg.model_type == "gpt_neox":  # (q, k, v fused per head: query_key_value)
+        return _gpt_neox_attn_names(cfg, pre, at)
     k_eq_v = cfg.attention_k_eq_v and cfg.is_global_layer(layer)  # (Gemma 4: no v_proj)
     dv = cfg.layer_v_head_dim(layer)
     for proj, rows in (("q", h * dh), ("k", k * dh)) + ((("v", k * dv),) if not k_eq_v else ()):
@@ -88,6 +90,25 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         q_norm, k_norm = ("query_layernorm", "key_layernorm") if hunyuan else ("q_norm", "k_norm")
         names[f"{pre}.{q_norm}.weight"] = _vector(width_q, at + ("q_norm",))
         names[f"{pre}.{k_norm}.weight"] = _vector(width_k, at + ("k_norm",))
+    return names
+
+
+def _gpt_neox_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
+    """GPT-NeoX's attention: query_key_value's rows per head q, k, v (weight and bias), the
+    output projection (o_proj, models/release_names.py renames it dense) with its bias."""
+    d, h, dh = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+    names = {
+        f"{pre}.query_key_value.weight": HFTensor(
+            (3 * h * dh, d), tuple(at + (w,) for w in ("wq", "wk", "wv")), "grouped", groups=h
+        ),
+        f"{pre}.o_proj.weight": _linear(d, h * dh, at + ("wo",)),
+    }
+    if cfg.attention_bias:
+        names[f"{pre}.query_key_value.bias"] = HFTensor(
+            (3 * h * dh,), tuple(at + (b,) for b in ("bq", "bk", "bv")), "grouped", groups=h
+        )
+    if cfg.o_proj_bias:
+        names[f"{pre}.o_proj.bias"] = _vector(d, at + ("bo",))
     return names
 
 
@@ -564,7 +585,7 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
         if cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms, Phi-2's, StarCoder2's)
             names[f"{layer}.input_layernorm.bias"] = _vector(d, at + ("attn_norm_bias",))
             names[f"{layer}.post_attention_layernorm.bias"] = _vector(d, at + ("mlp_norm_bias",))
-        if cfg.parallel_block:  # (Cohere, Phi-2: one norm before both blocks)
+        if cfg.parallel_block and not cfg.parallel_norms:  # (Cohere, Phi-2: one norm)
             del names[f"{layer}.post_attention_layernorm.weight"]
             names.pop(f"{layer}.post_attention_layernorm.bias", None)
     elif not cfg.pre_norms or (cfg.hybrid_post_norms and not cfg.is_linear_layer(index)):
@@ -604,7 +625,7 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
     else:
         mlp = f"{layer}.feed_forward" if cfg.model_type == "llama4_text" else f"{layer}.mlp"
         names.update(_mlp_names(d, cfg.intermediate_size, mlp, at + ("mlp",)))
-        if cfg.mlp_act in ("relu2", "gelu", "xielu"):  # (Arcee's, StarCoder2's: no gate)
+        if cfg.mlp_act in ("relu2", "gelu", "xielu", "gelu_exact"):  # (no gate: Arcee's, ...)
             del names[f"{mlp}.gate_proj.weight"]
         if cfg.mlp_act == "xielu":  # (Apertus: its activation's parameters; beta, eps [])
             for x in ("alpha_p", "alpha_n", "beta", "eps"):

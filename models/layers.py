@@ -60,6 +60,11 @@ def layer_norm(
     return (normed if bias is None else normed + bias.astype(jnp.float32)).astype(x.dtype)
 
 
+def gelu_exact(x: jax.Array) -> jax.Array:
+    """The erf GELU, x * Phi(x) (transformers' "gelu", torch's default)."""
+    return jax.nn.gelu(x, approximate=False)
+
+
 def xielu(x: jax.Array, p: dict) -> jax.Array:
     """Apertus' xIELU (transformers' XIELUActivation, its Python form), in x's dtype: with
     a_p = softplus(act_alpha_p), a_n = beta + softplus(act_alpha_n), a_p x^2 + beta x where
@@ -91,6 +96,8 @@ def gate_activation(cfg: ModelConfig):
     """The dense MLPs' activation (ModelConfig.mlp_act): SiLU on the gate, GeLU (tanh) on it
     for geglu, GeLU (tanh) on up for gelu (no gate); a relu2 MLP has no gate either and takes
     ReLU² whatever this returns (swiglu_mlp)."""
+    if cfg.mlp_act == "gelu_exact":  # (GPT-NeoX's: the erf GELU)
+        return gelu_exact
     return gelu_tanh if cfg.mlp_act in ("geglu", "gelu") else jax.nn.silu
 
 
@@ -111,7 +118,7 @@ def swiglu_mlp(p: dict, x: jax.Array, delta=None, act=jax.nn.silu, limit=None) -
     elif "act_alpha_p" in p:  # (Apertus)
         h = xielu(up, p)
     else:
-        h = gelu_tanh(up) if act is gelu_tanh else relu2(up)
+        h = act(up) if act in (gelu_tanh, gelu_exact) else relu2(up)
     out = add(h @ p["w_down"], delta("w_down", h))
     return out + p["b_down"] if "b_down" in p else out
 

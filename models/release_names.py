@@ -100,6 +100,16 @@ NATIVE = {
         (r"\.post_mlp_layernorm\.", ".post_norm2."),
     ),
     "starcoder2": ((r"\.mlp\.up_proj\.", ".mlp.c_fc."), (r"\.mlp\.down_proj\.", ".mlp.c_proj.")),
+    "gpt_neox": (
+        (r"^model\.embed_tokens\.", "gpt_neox.embed_in."),
+        (r"^model\.norm\.", "gpt_neox.final_layer_norm."),
+        (r"^model\.layers\.", "gpt_neox.layers."),
+        (r"^lm_head\.", "embed_out."),
+        (r"\.self_attn\.o_proj\.", ".attention.dense."),
+        (r"\.self_attn\.", ".attention."),
+        (r"\.mlp\.up_proj\.", ".mlp.dense_h_to_4h."),
+        (r"\.mlp\.down_proj\.", ".mlp.dense_4h_to_h."),
+    ),
     "phi": (
         (r"^model\.norm\.", "model.final_layernorm."),
         (r"\.self_attn\.o_proj\.", ".self_attn.dense."),

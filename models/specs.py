@@ -456,15 +456,17 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
         layer["mlp_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if i in cfg.no_ffn_layers:  # (Nemotron-H: a mixer alone)
         return layer
-    if pre_normed and not cfg.parallel_block:  # (Cohere: one norm before both blocks)
+    # (Cohere: one norm before both blocks; GPT-NeoX: one each, side by side)
+    one_norm = cfg.parallel_block and not cfg.parallel_norms
+    if pre_normed and not one_norm:
         layer["mlp_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms; Phi-2's one before both blocks)
-        for name in ("attn_norm_bias",) + (() if cfg.parallel_block else ("mlp_norm_bias",)):
+        for name in ("attn_norm_bias",) + (() if one_norm else ("mlp_norm_bias",)):
             layer[name] = ParamSpec((d,), dt, ("embed",), zeros)
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)
     if not moe or cfg.dense_beside_moe or cfg.shortcut_moe:
-        gated = cfg.mlp_act not in ("relu2", "gelu", "xielu")
+        gated = cfg.mlp_act not in ("relu2", "gelu", "xielu", "gelu_exact")
         xielu = cfg.mlp_act == "xielu"
         layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w, gated, cfg.mlp_bias, xielu)
     if moe and cfg.dense_beside_moe:  # Gemma 4: the dense output's norm, the experts' two

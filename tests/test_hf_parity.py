@@ -171,6 +171,10 @@ ARCHS = {
     "cohere": "tiny-cohere",
     "internlm3": "tiny-internlm3",  # Llama's model under its own model_type
     "apertus": "tiny-apertus",  # q/k norms, an MLP without a gate under xIELU
+    # GPT-NeoX (Pythia): q, k, v fused per head, partial RoPE, the blocks side by side on
+    # their own LayerNorms (gpt_neox_seq: one after the other), GELU MLPs, biases everywhere
+    "gpt_neox": "tiny-gpt-neox",
+    "gpt_neox_seq": "tiny-gpt-neox-seq",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -2,7 +2,8 @@
 configs/hf_laguna.py), Flint and Kolibri-1 (flint, kolibri1, configs/hf_moe_kin.py), Beam
 (beam, configs/hf_beam.py), Aria (aria_text, configs/hf_aria.py), Lara Mini (lara_mini,
 configs/hf_lara_mini.py), and the dense Command R (cohere, configs/hf_cohere.py), InternLM3
-and Apertus (internlm3, apertus: configs/hf_llama_kin.py). The
+and Apertus (internlm3, apertus: configs/hf_llama_kin.py), GPT-NeoX (gpt_neox,
+configs/hf_gpt_neox.py). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -23,7 +24,7 @@ from models.specs import count_params, param_specs
 from tests.family_cases import FIXTURES, arch_fields, saved_config
 
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
-ARCHS += ("internlm3", "apertus")
+ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -50,6 +51,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("internlm3", 8_804_241_408, 8_804_241_408),  # InternLM3-8B's shapes
         # (Apertus: its xIELU's beta and eps, buffers there, 2 per layer, read as parameters)
         ("apertus", 6_979_596_416, 6_979_596_416),
+        ("gpt_neox", 20_554_567_680, 20_554_567_680),  # GPT-NeoX-20B's shapes
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -142,6 +144,20 @@ def test_internlm3_reads_its_releases_bias_switches():
             config_from_hf({**release, switch: True})
 
 
+def test_pythias_released_spelling():
+    """Pythia's config.json: the rotary fraction and base at the top level (rotary_pct,
+    rotary_emb_base), no rope_parameters: the same model."""
+    saved = saved_config("gpt_neox")
+    release = {
+        k: v for k, v in saved.items() if k not in ("rope_parameters", "partial_rotary_factor")
+    }
+    release |= {"rotary_pct": 0.25, "rotary_emb_base": 10000}
+    cfg = config_from_hf(release)
+    assert arch_fields(cfg) == arch_fields(get_preset("tiny-gpt-neox"))
+    assert cfg.rotary_dim == 4
+    assert config_from_hf({**release, "rotary_pct": 0.5}).rotary_dim == 8
+
+
 def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
     """Top-k of logit + bias, each pick weighed by sigmoid(logit), renormalized: written out
     in numpy. The bias is large enough that adding it to the sigmoid scores instead
@@ -220,6 +236,12 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("cohere", dict(hidden_act="gelu"), "hidden_act='gelu': only 'silu'"),
         ("cohere", dict(attention_bias=True), "attention_bias=True: only False"),
         ("apertus", dict(hidden_act="silu"), "hidden_act='silu': apertus takes 'xielu'"),
+        ("gpt_neox", dict(hidden_act="relu"), "hidden_act='relu': expected one of"),
+        (
+            "gpt_neox",
+            dict(rope_parameters={"rope_theta": 1e4, "partial_rotary_factor": 1.5}),
+            "partial_rotary_factor=1.5: must be a number in",
+        ),
     ],
 )
 def test_the_readers_refuse_by_field(arch, change, match):
@@ -239,6 +261,7 @@ def test_the_readers_refuse_by_field(arch, change, match):
         ("tiny-beam", dict(attn_output_gate=False), "attn_gate_bias=True: needs attn_output"),
         ("tiny-beam", dict(residual_normed=True), "depth_scaled_residual=True: not beside"),
         ("tiny-flint", dict(mlp_act="xielu"), "mlp_act='xielu': dense MLPs only"),
+        ("tiny-gpt-neox-seq", dict(parallel_norms=True), "parallel_norms=True: needs"),
     ],
 )
 def test_model_config_refuses_bad_fields(preset, change, match):
