@@ -37,6 +37,7 @@ from configs import hf_minicpm3 as minicpm3
 from configs import hf_minimax as minimax
 from configs import hf_moe_kin as moe_kin
 from configs import hf_olmo as olmo
+from configs import hf_olmo1 as olmo1
 from configs import hf_olmo_hybrid as olmo_hybrid
 from configs import hf_phi as phi
 from configs import hf_phi3 as phi3
@@ -73,15 +74,47 @@ from configs.model_config import ModelConfig
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
-# fmt: off
+_FAMILIES += (olmo1,)  # fmt: off
 SUPPORTED_MODEL_TYPES = (
-    "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "olmoe",
-    *olmo.OLMO_TYPES, "ernie4_5", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "gpt_oss",
-    "minimax_m2", "dots1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "axk1",
-    "mistral4", "mistral_large4_text", "ministral3", *HUNYUAN_TYPES, "llama4_text",
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "qwen2_moe",
+    "qwen3_moe",
+    "mixtral",
+    "olmoe",
+    *olmo.OLMO_TYPES,
+    "ernie4_5",
+    "ernie4_5_moe",
+    "glm4_moe",
+    "glm4_moe_lite",
+    "gpt_oss",
+    "minimax_m2",
+    "dots1",
+    "deepseek_v2",
+    "deepseek_v3",
+    "deepseek_v32",
+    "glm_moe_dsa",
+    "axk1",
+    "mistral4",
+    "mistral_large4_text",
+    "ministral3",
+    *HUNYUAN_TYPES,
+    "llama4_text",
     *LINEAR_MODEL_TYPES,
-    KIMI_LINEAR, DEEPSEEK_V4, NEMOTRON_H, GRANITE, *GRANITE_ATTN_TYPES, "solar_open", *EXAONE_TYPES,
-    AFMOE, GEMMA4, BAILING, mimo.MIMO, *sarvam.SARVAM_TYPES,
+    KIMI_LINEAR,
+    DEEPSEEK_V4,
+    NEMOTRON_H,
+    GRANITE,
+    *GRANITE_ATTN_TYPES,
+    "solar_open",
+    *EXAONE_TYPES,
+    AFMOE,
+    GEMMA4,
+    BAILING,
+    mimo.MIMO,
+    *sarvam.SARVAM_TYPES,
     *(model_type for family in _FAMILIES for model_type in family.TYPES),
 )
 # fmt: on

@@ -251,6 +251,8 @@ def check_beam(cfg: Any) -> None:
         )
     if cfg.attn_gate_bias and not cfg.attn_output_gate:
         raise ValueError("attn_gate_bias=True: needs attn_output_gate (a gate to bias)")
+    if cfg.norm_weightless and (cfg.is_dsv4 or cfg.norm_bias or cfg.sandwich_norms):
+        raise ValueError("norm_weightless=True: not with norm_bias, sandwich_norms or DeepSeek-V4")
     if cfg.parallel_norms and not cfg.parallel_block:
         raise ValueError("parallel_norms=True: needs parallel_block (GPT-NeoX's parallel layers)")
     if cfg.depth_scaled_residual and (cfg.residual_normed or cfg.parallel_block):

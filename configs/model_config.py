@@ -259,6 +259,8 @@ class ModelConfig:
     # RMSNorms; the logits times logit_scale; RoPE on interleaved pairs (models/rope.py);
     # the shared experts' output averaged with the routed one (shared_expert_average).
     parallel_block: bool = False
+    # OLMo 1: the layers' and the final norm have no weight (nor bias): none is held.
+    norm_weightless: bool = False
     # GPT-NeoX's parallel block: the MLP reads its own norm of the block's input (mlp_norm).
     parallel_norms: bool = False
     norm_kind: str = "rms"

@@ -216,3 +216,14 @@ MOE_KIN["tiny-gpt-neox"] = ModelConfig(
 MOE_KIN["tiny-gpt-neox-seq"] = MOE_KIN["tiny-gpt-neox"].replace(
     name="tiny-gpt-neox-seq", parallel_block=False, parallel_norms=False, mlp_act="gelu"
 )
+# tests/fixtures/olmo (OLMo-1B's kind): Llama's layers, 4 heads over 2 KV heads of 16, LayerNorms
+# without weights (eps 1e-5), q, k and v clamped to [-0.5, 0.5], tied embeddings.
+MOE_KIN["tiny-olmo"] = ModelConfig(
+    name="tiny-olmo",
+    model_type="olmo",
+    **{**_LAYERS, "rms_norm_eps": 1e-5},
+    tie_word_embeddings=True,
+    clip_qkv=0.5,
+    norm_kind="layer",
+    norm_weightless=True,
+)

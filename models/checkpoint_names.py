@@ -466,6 +466,9 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
     for i in range(cfg.num_layers):
         moe = cfg.is_moe_layer(i)
         names.update(_layer_names(cfg, f"model.layers.{i}", ("layers", i), moe, expert_layout))
+    if cfg.norm_weightless:  # (OLMo 1: its norms hold nothing)
+        held = ("attn_norm", "mlp_norm", "final_norm")
+        names = {n: t for n, t in names.items() if t.targets[0][-1] not in held}
     if cfg.learned_rope_scale:  # LeRoPE's alpha, the model's one: a copy in every layer
         alpha = tuple(("layers", i, "attn", "rope_alpha") for i in range(cfg.num_layers))
         names["model.rotary_emb.alpha"] = HFTensor((cfg.qk_rope_head_dim // 2,), alpha, "copy")

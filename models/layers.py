@@ -35,28 +35,32 @@ def rms_norm(
 
 
 def model_norm(
-    x: jax.Array, weight: jax.Array, cfg: ModelConfig, bias: jax.Array | None = None
+    x: jax.Array, weight: jax.Array | None, cfg: ModelConfig, bias: jax.Array | None = None
 ) -> jax.Array:
     """The model's own norm (its decoder, final and q/k norms): rms_norm as its family
     scales (ModelConfig.norm_scale_in_float32, norm_offset), or a LayerNorm (norm_kind
-    "layer"; with `bias`, Phi-3.5-MoE's nn.LayerNorm)."""
+    "layer"; with `bias`, Phi-3.5-MoE's nn.LayerNorm; weight None: OLMo 1's, none)."""
     if cfg.norm_kind == "layer":  # (Nemotron's LayerNorm1P: 1 + weight, in its dtype)
-        weight = weight + jnp.asarray(cfg.norm_offset, weight.dtype) if cfg.norm_offset else weight
+        if weight is not None and cfg.norm_offset:
+            weight = weight + jnp.asarray(cfg.norm_offset, weight.dtype)
         return layer_norm(x, weight, cfg.rms_norm_eps, bias)
+    if weight is None:  # (a weightless RMSNorm)
+        weight = jnp.ones((x.shape[-1],), jnp.float32)
+        return rms_norm(x, weight, cfg.rms_norm_eps, True)
     return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_scale_in_float32, cfg.norm_offset)
 
 
 def layer_norm(
-    x: jax.Array, weight: jax.Array, eps: float, bias: jax.Array | None = None
+    x: jax.Array, weight: jax.Array | None, eps: float, bias: jax.Array | None = None
 ) -> jax.Array:
     """A LayerNorm over the last axis (transformers' CohereLayerNorm; with `bias`,
-    nn.LayerNorm's): x minus its mean over the root of their variance, times the weight,
-    plus the bias, all in float32, cast back once."""
+    nn.LayerNorm's): x minus its mean over the root of their variance, times the weight
+    (None: OLMo 1's, none), plus the bias, all in float32, cast back once."""
     xf = x.astype(jnp.float32)
     centered = xf - row_mean(xf)[..., None]
-    normed = weight.astype(jnp.float32) * (
-        centered * jax.lax.rsqrt(row_mean(centered * centered)[..., None] + eps)
-    )
+    normed = centered * jax.lax.rsqrt(row_mean(centered * centered)[..., None] + eps)
+    if weight is not None:
+        normed = weight.astype(jnp.float32) * normed
     return (normed if bias is None else normed + bias.astype(jnp.float32)).astype(x.dtype)
 
 
@@ -131,7 +135,7 @@ def embed(params: dict, token_ids: jax.Array) -> jax.Array:
 def final_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
     """Final norm, then lm_head (or the tied embedding), then the config's soft cap (cap *
     tanh(logits / cap), Mistral Large 4). hidden: [S, D] -> [S, V] float32."""
-    h = model_norm(hidden, params["final_norm"], cfg, params.get("final_norm_bias"))
+    h = model_norm(hidden, params.get("final_norm"), cfg, params.get("final_norm_bias"))
     if cfg.tie_word_embeddings:
         logits = h @ params["embed"].T  # [S, V]
     else:

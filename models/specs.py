@@ -489,6 +489,11 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
         "layers": [_layer_specs(cfg, i, cfg.is_moe_layer(i), dt, w) for i in range(cfg.num_layers)],
         "final_norm": ParamSpec((d,), dt, ("embed",), zeros if cfg.norm_zero_centered else ones),
     }
+    if cfg.norm_weightless:  # (OLMo 1: its norms hold nothing)
+        del specs["final_norm"]
+        for layer in specs["layers"]:
+            for name in ("attn_norm", "mlp_norm"):
+                layer.pop(name, None)
     if cfg.is_dsv4:
         specs["final_norm"] = ParamSpec((d,), jnp.float32, ("embed",), ones)
         specs["hc_head"] = _hc_specs(cfg, cfg.hc_mult, 1, w)

@@ -126,7 +126,8 @@ def decoder_layer(
     delta = delta or make_delta(None, None)
     bias = layer.get("attn_norm_bias")  # (Phi-3.5-MoE's LayerNorms)
     x_in = x  # (GPT-NeoX's MLP reads its own norm of the layer's input)
-    h = model_norm(x, layer["attn_norm"], cfg, bias) if "attn_norm" in layer else x
+    normed = "attn_norm" in layer or cfg.norm_weightless  # (OLMo 1: norms without weights)
+    h = model_norm(x, layer.get("attn_norm"), cfg, bias) if normed else x
     if "linear" in layer:  # a gated DeltaNet: its own output projection
         # Every row of the step on each device (dp splits the stream by rows, and a
         # sequence's recurrence needs all of its rows, in order): gathered once here.
@@ -147,7 +148,8 @@ def decoder_layer(
         return x, kv_i
     if not cfg.parallel_block or cfg.parallel_norms:  # (Cohere: the attention's input)
         bias, source = layer.get("mlp_norm_bias"), x_in if cfg.parallel_block else x
-        h = model_norm(source, layer["mlp_norm"], cfg, bias) if "mlp_norm" in layer else source
+        normed = "mlp_norm" in layer or cfg.norm_weightless
+        h = model_norm(source, layer.get("mlp_norm"), cfg, bias) if normed else source
     if cfg.shortcut_moe and shortcut is not None:  # LongCat-Flash
         out = swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg))
         if "moe" in layer:  # (an even layer: its MoE's output joins after the next layer's)

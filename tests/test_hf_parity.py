@@ -175,6 +175,7 @@ ARCHS = {
     # their own LayerNorms (gpt_neox_seq: one after the other), GELU MLPs, biases everywhere
     "gpt_neox": "tiny-gpt-neox",
     "gpt_neox_seq": "tiny-gpt-neox-seq",
+    "olmo": "tiny-olmo",  # OLMo 1: LayerNorms without weights, q/k/v clamped
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

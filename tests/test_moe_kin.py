@@ -3,7 +3,7 @@ configs/hf_laguna.py), Flint and Kolibri-1 (flint, kolibri1, configs/hf_moe_kin.
 (beam, configs/hf_beam.py), Aria (aria_text, configs/hf_aria.py), Lara Mini (lara_mini,
 configs/hf_lara_mini.py), and the dense Command R (cohere, configs/hf_cohere.py), InternLM3
 and Apertus (internlm3, apertus: configs/hf_llama_kin.py), GPT-NeoX (gpt_neox,
-configs/hf_gpt_neox.py). The
+configs/hf_gpt_neox.py), the first OLMo (olmo, configs/hf_olmo1.py). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -24,7 +24,7 @@ from models.specs import count_params, param_specs
 from tests.family_cases import FIXTURES, arch_fields, saved_config
 
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
-ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq")
+ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -52,6 +52,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         # (Apertus: its xIELU's beta and eps, buffers there, 2 per layer, read as parameters)
         ("apertus", 6_979_596_416, 6_979_596_416),
         ("gpt_neox", 20_554_567_680, 20_554_567_680),  # GPT-NeoX-20B's shapes
+        ("olmo", 6_888_095_744, 6_888_095_744),  # OLMo-7B's shapes (norms hold nothing)
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -158,6 +159,16 @@ def test_pythias_released_spelling():
     assert config_from_hf({**release, "rotary_pct": 0.5}).rotary_dim == 8
 
 
+def test_olmo_holds_no_norm_weights():
+    """OLMo 1's LayerNorms have no parameters: none in the tree, none read (its fixture holds
+    none); a config without clip_qkv clamps nothing."""
+    cfg = get_preset("tiny-olmo")
+    specs = param_specs(cfg)
+    assert "final_norm" not in specs
+    assert not {"attn_norm", "mlp_norm"} & set(specs["layers"][0])
+    assert config_from_hf({**saved_config("olmo"), "clip_qkv": None}).clip_qkv is None
+
+
 def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
     """Top-k of logit + bias, each pick weighed by sigmoid(logit), renormalized: written out
     in numpy. The bias is large enough that adding it to the sigmoid scores instead
@@ -237,6 +248,8 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("cohere", dict(attention_bias=True), "attention_bias=True: only False"),
         ("apertus", dict(hidden_act="silu"), "hidden_act='silu': apertus takes 'xielu'"),
         ("gpt_neox", dict(hidden_act="relu"), "hidden_act='relu': expected one of"),
+        ("olmo", dict(attention_bias=True), "attention_bias=True: not supported"),
+        ("olmo", dict(clip_qkv="8"), "clip_qkv='8': a number > 0, or null"),
         (
             "gpt_neox",
             dict(rope_parameters={"rope_theta": 1e4, "partial_rotary_factor": 1.5}),
@@ -262,6 +275,7 @@ def test_the_readers_refuse_by_field(arch, change, match):
         ("tiny-beam", dict(residual_normed=True), "depth_scaled_residual=True: not beside"),
         ("tiny-flint", dict(mlp_act="xielu"), "mlp_act='xielu': dense MLPs only"),
         ("tiny-gpt-neox-seq", dict(parallel_norms=True), "parallel_norms=True: needs"),
+        ("tiny-gpt-neox", dict(norm_weightless=True), "norm_weightless=True: not with"),
     ],
 )
 def test_model_config_refuses_bad_fields(preset, change, match):
