@@ -227,3 +227,26 @@ MOE_KIN["tiny-olmo"] = ModelConfig(
     norm_kind="layer",
     norm_weightless=True,
 )
+# tests/fixtures/falcon (Falcon-40B / 180B's layout): 4 layers 64 wide, 8 query heads over 2 KV
+# heads of 8, RoPE base 1e4; attention and an MLP without a gate (128 wide, the erf GELU)
+# side by side on two LayerNorms with biases; tied embeddings. tests/fixtures/falcon_7b
+# (Falcon-7B's): one KV head, one norm before both blocks, biases on every projection.
+MOE_KIN["tiny-falcon"] = ModelConfig(
+    name="tiny-falcon",
+    model_type="falcon",
+    **{**_LAYERS, "num_heads": 8, "head_dim": 8, "intermediate_size": 128, "rms_norm_eps": 1e-5},
+    tie_word_embeddings=True,
+    norm_kind="layer",
+    norm_bias=True,
+    parallel_block=True,
+    parallel_norms=True,
+    mlp_act="gelu_exact",
+)
+MOE_KIN["tiny-falcon-7b"] = MOE_KIN["tiny-falcon"].replace(
+    name="tiny-falcon-7b",
+    num_kv_heads=1,
+    parallel_norms=False,
+    attention_bias=True,
+    o_proj_bias=True,
+    mlp_bias=True,
+)

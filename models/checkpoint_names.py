@@ -13,7 +13,13 @@ from models.hf_tensors import HFTensor, Path_
 from models.hf_tensors import linear as _linear
 from models.hf_tensors import vector as _vector
 from models.linear_names import linear_attn_names, mamba2_names
-from models.release_names import NATIVE, ROUTER_BIAS, mistral_native_name, renamed
+from models.release_names import (
+    FALCON_PARALLEL_NORMS,
+    NATIVE,
+    ROUTER_BIAS,
+    mistral_native_name,
+    renamed,
+)
 
 EXPERT_LAYOUTS = ("per_expert", "fused")
 
@@ -59,8 +65,8 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
             names[f"{idx}.weights_proj.weight"] = _linear(hi, d, at + ("idx_w",))
         return names
     k, dh = cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)
-    if cfg.model_type == "gpt_neox":  # (q, k, v fused per head: query_key_value)
-        return _gpt_neox_attn_names(cfg, pre, at)
+    if cfg.model_type in ("gpt_neox", "falcon"):  # (q, k, v fused: query_key_value)
+        return _fused_qkv_names(cfg, pre, at)
     k_eq_v = cfg.attention_k_eq_v and cfg.is_global_layer(layer)  # (Gemma 4: no v_proj)
     dv = cfg.layer_v_head_dim(layer)
     for proj, rows in (("q", h * dh), ("k", k * dh)) + ((("v", k * dv),) if not k_eq_v else ()):
@@ -93,19 +99,22 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
     return names
 
 
-def _gpt_neox_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
-    """GPT-NeoX's attention: query_key_value's rows per head q, k, v (weight and bias), the
-    output projection (o_proj, models/release_names.py renames it dense) with its bias."""
-    d, h, dh = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+def _fused_qkv_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
+    """GPT-NeoX's and Falcon's attention: query_key_value's rows per KV head, its query
+    heads' rows then its k and v rows (GPT-NeoX: a KV head per query head; Falcon-7B: one KV
+    head for all), weight and bias; the output projection (o_proj, models/release_names.py
+    renames it dense) with its bias."""
+    d, h, k, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    rows = (h + 2 * k) * dh
     names = {
         f"{pre}.query_key_value.weight": HFTensor(
-            (3 * h * dh, d), tuple(at + (w,) for w in ("wq", "wk", "wv")), "grouped", groups=h
+            (rows, d), tuple(at + (w,) for w in ("wq", "wk", "wv")), "grouped", groups=k
         ),
         f"{pre}.o_proj.weight": _linear(d, h * dh, at + ("wo",)),
     }
     if cfg.attention_bias:
         names[f"{pre}.query_key_value.bias"] = HFTensor(
-            (3 * h * dh,), tuple(at + (b,) for b in ("bq", "bk", "bv")), "grouped", groups=h
+            (rows,), tuple(at + (b,) for b in ("bq", "bk", "bv")), "grouped", groups=k
         )
     if cfg.o_proj_bias:
         names[f"{pre}.o_proj.bias"] = _vector(d, at + ("bo",))
@@ -489,6 +498,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         names = _fused_qkv(names, *FUSED[cfg.model_type])
     if cfg.model_type in NATIVE:  # (their releases' names; transformers saves them)
         names = {renamed(n, NATIVE[cfg.model_type]): t for n, t in names.items()}
+    if cfg.model_type == "falcon" and cfg.parallel_norms:  # (Falcon-40B / 180B: ln_attn, ln_mlp)
+        names = {renamed(n, FALCON_PARALLEL_NORMS): t for n, t in names.items()}
     return names
 
 

@@ -100,6 +100,15 @@ NATIVE = {
         (r"\.post_mlp_layernorm\.", ".post_norm2."),
     ),
     "starcoder2": ((r"\.mlp\.up_proj\.", ".mlp.c_fc."), (r"\.mlp\.down_proj\.", ".mlp.c_proj.")),
+    "falcon": (
+        (r"^model\.embed_tokens\.", "transformer.word_embeddings."),
+        (r"^model\.norm\.", "transformer.ln_f."),
+        (r"^model\.layers\.", "transformer.h."),
+        (r"\.self_attn\.o_proj\.", ".self_attention.dense."),
+        (r"\.self_attn\.", ".self_attention."),
+        (r"\.mlp\.up_proj\.", ".mlp.dense_h_to_4h."),
+        (r"\.mlp\.down_proj\.", ".mlp.dense_4h_to_h."),
+    ),
     "gpt_neox": (
         (r"^model\.embed_tokens\.", "gpt_neox.embed_in."),
         (r"^model\.norm\.", "gpt_neox.final_layer_norm."),
@@ -143,6 +152,14 @@ NATIVE = {
     "lfm3": _LFM3_NATIVE,
     "jamba": _JAMBA_NATIVE,
 }
+
+
+# Falcon-40B's and -180B's two norms beside each other (the others': input_layernorm alone, or
+# with post_attention_layernorm in sequential layers).
+FALCON_PARALLEL_NORMS = (
+    (r"\.input_layernorm\.", ".ln_attn."),
+    (r"\.post_attention_layernorm\.", ".ln_mlp."),
+)
 
 
 # Where noaux_tc routers' correction biases are kept when not in the gate (checkpoint_names):

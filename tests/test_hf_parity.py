@@ -176,6 +176,10 @@ ARCHS = {
     "gpt_neox": "tiny-gpt-neox",
     "gpt_neox_seq": "tiny-gpt-neox-seq",
     "olmo": "tiny-olmo",  # OLMo 1: LayerNorms without weights, q/k/v clamped
+    # Falcon: q/k/v fused per KV head; the 40B layout's two norms side by side, 7B's one KV
+    # head and one norm (and biases)
+    "falcon": "tiny-falcon",
+    "falcon_7b": "tiny-falcon-7b",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

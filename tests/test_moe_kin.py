@@ -3,7 +3,8 @@ configs/hf_laguna.py), Flint and Kolibri-1 (flint, kolibri1, configs/hf_moe_kin.
 (beam, configs/hf_beam.py), Aria (aria_text, configs/hf_aria.py), Lara Mini (lara_mini,
 configs/hf_lara_mini.py), and the dense Command R (cohere, configs/hf_cohere.py), InternLM3
 and Apertus (internlm3, apertus: configs/hf_llama_kin.py), GPT-NeoX (gpt_neox,
-configs/hf_gpt_neox.py), the first OLMo (olmo, configs/hf_olmo1.py). The
+configs/hf_gpt_neox.py), the first OLMo (olmo, configs/hf_olmo1.py), Falcon (falcon,
+configs/hf_falcon.py). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -24,7 +25,7 @@ from models.specs import count_params, param_specs
 from tests.family_cases import FIXTURES, arch_fields, saved_config
 
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
-ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo")
+ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo", "falcon", "falcon_7b")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -53,6 +54,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("apertus", 6_979_596_416, 6_979_596_416),
         ("gpt_neox", 20_554_567_680, 20_554_567_680),  # GPT-NeoX-20B's shapes
         ("olmo", 6_888_095_744, 6_888_095_744),  # OLMo-7B's shapes (norms hold nothing)
+        ("falcon", 6_921_720_704, 6_921_720_704),  # Falcon-7B's shapes (one KV head)
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -159,6 +161,26 @@ def test_pythias_released_spelling():
     assert config_from_hf({**release, "rotary_pct": 0.5}).rotary_dim == 8
 
 
+def test_falcon_40b_shapes_and_layouts():
+    """Falcon-40B's config (8 KV heads, new_decoder_architecture, untied): 41,835,970,560
+    parameters, as transformers 5.25 counts them; its norms ln_attn / ln_mlp by default,
+    one with num_ln_in_parallel_attn 1; a KV head per query head without multi_query; one
+    block after the other without parallel_attn."""
+    falcon_40b = dict(
+        model_type="falcon", hidden_size=8192, num_hidden_layers=60, num_attention_heads=128,
+        num_kv_heads=8, new_decoder_architecture=True, tie_word_embeddings=False,
+    )  # fmt: skip
+    cfg = config_from_hf(falcon_40b)
+    assert count_params(cfg)[0] == 41_835_970_560
+    assert cfg.num_kv_heads == 8 and cfg.parallel_norms and cfg.head_dim == 64
+    one = config_from_hf({**falcon_40b, "num_ln_in_parallel_attn": 1})
+    assert one.parallel_block and not one.parallel_norms
+    mha = config_from_hf({"model_type": "falcon", "multi_query": False})
+    assert mha.num_kv_heads == mha.num_heads == 71
+    sequential = config_from_hf({"model_type": "falcon", "parallel_attn": False})
+    assert not sequential.parallel_block and sequential.num_kv_heads == 1
+
+
 def test_olmo_holds_no_norm_weights():
     """OLMo 1's LayerNorms have no parameters: none in the tree, none read (its fixture holds
     none); a config without clip_qkv clamps nothing."""
@@ -249,6 +271,9 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("apertus", dict(hidden_act="silu"), "hidden_act='silu': apertus takes 'xielu'"),
         ("gpt_neox", dict(hidden_act="relu"), "hidden_act='relu': expected one of"),
         ("olmo", dict(attention_bias=True), "attention_bias=True: not supported"),
+        ("falcon", dict(alibi=True), "alibi=True: ALiBi position biases are not supported"),
+        ("falcon", dict(activation="relu"), "activation='relu': only 'gelu'"),
+        ("falcon", dict(num_kv_heads=3), "num_kv_heads=3: must divide 8 heads"),
         ("olmo", dict(clip_qkv="8"), "clip_qkv='8': a number > 0, or null"),
         (
             "gpt_neox",
