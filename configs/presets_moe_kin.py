@@ -250,3 +250,18 @@ MOE_KIN["tiny-falcon-7b"] = MOE_KIN["tiny-falcon"].replace(
     o_proj_bias=True,
     mlp_bias=True,
 )
+# tests/fixtures/gptj (GPT-J's layout): 2 layers 64 wide, 4 heads of 16; attention and an MLP
+# without a gate (96 wide, the tanh GELU, biased) side by side on one LayerNorm with a bias;
+# RoPE on interleaved pairs of each head's leading 8 channels; lm_head biased.
+MOE_KIN["tiny-gptj"] = ModelConfig(
+    name="tiny-gptj",
+    model_type="gptj",
+    **{**_LAYERS, "num_layers": 2, "num_kv_heads": 4, "rms_norm_eps": 1e-5},
+    partial_rotary_factor=0.5,
+    mlp_bias=True,
+    lm_head_bias=True,
+    norm_kind="layer",
+    norm_bias=True,
+    parallel_block=True,
+    mlp_act="gelu",
+)

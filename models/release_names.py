@@ -109,6 +109,16 @@ NATIVE = {
         (r"\.mlp\.up_proj\.", ".mlp.dense_h_to_4h."),
         (r"\.mlp\.down_proj\.", ".mlp.dense_4h_to_h."),
     ),
+    "gptj": (
+        (r"^model\.embed_tokens\.", "transformer.wte."),
+        (r"^model\.norm\.", "transformer.ln_f."),
+        (r"^model\.layers\.", "transformer.h."),
+        (r"\.input_layernorm\.", ".ln_1."),
+        (r"\.self_attn\.o_proj\.", ".attn.out_proj."),
+        (r"\.self_attn\.", ".attn."),
+        (r"\.mlp\.up_proj\.", ".mlp.fc_in."),
+        (r"\.mlp\.down_proj\.", ".mlp.fc_out."),
+    ),
     "gpt_neox": (
         (r"^model\.embed_tokens\.", "gpt_neox.embed_in."),
         (r"^model\.norm\.", "gpt_neox.final_layer_norm."),

@@ -180,6 +180,9 @@ ARCHS = {
     # head and one norm (and biases)
     "falcon": "tiny-falcon",
     "falcon_7b": "tiny-falcon-7b",
+    # GPT-J: RoPE on interleaved pairs of a head's leading channels, one norm before both
+    # blocks side by side, lm_head biased
+    "gptj": "tiny-gptj",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

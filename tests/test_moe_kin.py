@@ -4,7 +4,7 @@ configs/hf_laguna.py), Flint and Kolibri-1 (flint, kolibri1, configs/hf_moe_kin.
 configs/hf_lara_mini.py), and the dense Command R (cohere, configs/hf_cohere.py), InternLM3
 and Apertus (internlm3, apertus: configs/hf_llama_kin.py), GPT-NeoX (gpt_neox,
 configs/hf_gpt_neox.py), the first OLMo (olmo, configs/hf_olmo1.py), Falcon (falcon,
-configs/hf_falcon.py). The
+configs/hf_falcon.py), GPT-J (gptj, configs/hf_gptj.py). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -26,6 +26,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
 
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
 ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo", "falcon", "falcon_7b")
+ARCHS += ("gptj",)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -55,6 +56,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("gpt_neox", 20_554_567_680, 20_554_567_680),  # GPT-NeoX-20B's shapes
         ("olmo", 6_888_095_744, 6_888_095_744),  # OLMo-7B's shapes (norms hold nothing)
         ("falcon", 6_921_720_704, 6_921_720_704),  # Falcon-7B's shapes (one KV head)
+        ("gptj", 6_050_882_784, 6_050_882_784),  # GPT-J-6B's shapes
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -274,6 +276,9 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("falcon", dict(alibi=True), "alibi=True: ALiBi position biases are not supported"),
         ("falcon", dict(activation="relu"), "activation='relu': only 'gelu'"),
         ("falcon", dict(num_kv_heads=3), "num_kv_heads=3: must divide 8 heads"),
+        ("gptj", dict(activation_function="gelu"), "activation_function='gelu': only the tanh"),
+        ("gptj", dict(rotary_dim=7), "rotary_dim=7: must be even"),
+        ("gptj", dict(rotary_dim=32), r"rotary_dim=32: an int in \[2, head_dim=16\]"),
         ("olmo", dict(clip_qkv="8"), "clip_qkv='8': a number > 0, or null"),
         (
             "gpt_neox",
