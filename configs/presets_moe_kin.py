@@ -265,3 +265,68 @@ MOE_KIN["tiny-gptj"] = ModelConfig(
     parallel_block=True,
     mlp_act="gelu",
 )
+# EleutherAI's Pythia (its config.json's shapes: rotary_pct 0.25 at base 1e4, 2,048 positions,
+# untied embed_out, eos 0) and GPT-J-6B, TII's Falcon-7B / 40B / 180B (their shapes, untied
+# but Falcon-7B's; plain RoPE at 1e4), in bfloat16: tests/test_param_counts.py.
+_PYTHIA = MOE_KIN["tiny-gpt-neox"].replace(bos_token_id=0, eos_token_ids=(0,), dtype="bfloat16")
+for _name, (_v, _d, _layers, _heads) in {
+    "pythia-1b": (50304, 2048, 16, 8),
+    "pythia-6.9b": (50432, 4096, 32, 32),
+    "pythia-12b": (50688, 5120, 36, 40),
+}.items():
+    MOE_KIN[_name] = _PYTHIA.replace(
+        name=_name,
+        vocab_size=_v,
+        hidden_size=_d,
+        num_layers=_layers,
+        num_heads=_heads,
+        num_kv_heads=_heads,
+        head_dim=_d // _heads,
+        intermediate_size=4 * _d,
+    )
+MOE_KIN["gpt-j-6b"] = MOE_KIN["tiny-gptj"].replace(
+    name="gpt-j-6b",
+    vocab_size=50400,
+    hidden_size=4096,
+    num_layers=28,
+    num_kv_heads=16,
+    num_heads=16,
+    head_dim=256,
+    intermediate_size=16384,
+    partial_rotary_factor=0.25,
+    bos_token_id=50256,
+    eos_token_ids=(50256,),
+    dtype="bfloat16",
+)
+_FALCON = MOE_KIN["tiny-falcon"].replace(
+    vocab_size=65024, bos_token_id=11, eos_token_ids=(11,), dtype="bfloat16"
+)
+MOE_KIN["falcon-7b"] = MOE_KIN["tiny-falcon-7b"].replace(
+    name="falcon-7b",
+    vocab_size=65024,
+    hidden_size=4544,
+    num_layers=32,
+    num_heads=71,
+    head_dim=64,
+    intermediate_size=4 * 4544,
+    attention_bias=False,
+    o_proj_bias=False,
+    mlp_bias=False,
+    bos_token_id=11,
+    eos_token_ids=(11,),
+    dtype="bfloat16",
+)
+for _name, (_d, _layers, _heads) in {
+    "falcon-40b": (8192, 60, 128),
+    "falcon-180b": (14848, 80, 232),
+}.items():
+    MOE_KIN[_name] = _FALCON.replace(
+        name=_name,
+        hidden_size=_d,
+        num_layers=_layers,
+        num_heads=_heads,
+        num_kv_heads=8,
+        head_dim=64,
+        intermediate_size=4 * _d,
+        tie_word_embeddings=False,
+    )

@@ -149,6 +149,60 @@ def test_internlm3_reads_its_releases_bias_switches():
             config_from_hf({**release, switch: True})
 
 
+@pytest.mark.parametrize(
+    "preset, hf",
+    [
+        # Pythia's config.json (legacy rotary fields), GPT-J-6B's and Falcon's shapes
+        *(
+            (
+                name,
+                dict(
+                    model_type="gpt_neox",
+                    vocab_size=v,
+                    hidden_size=d,
+                    num_hidden_layers=n,
+                    num_attention_heads=h,
+                    intermediate_size=4 * d,
+                    rotary_pct=0.25,
+                    rotary_emb_base=10000,
+                    bos_token_id=0,
+                    eos_token_id=0,
+                ),
+            )  # fmt: skip
+            for name, (v, d, n, h) in {
+                "pythia-1b": (50304, 2048, 16, 8),
+                "pythia-6.9b": (50432, 4096, 32, 32),
+                "pythia-12b": (50688, 5120, 36, 40),
+            }.items()
+        ),
+        ("gpt-j-6b", dict(model_type="gptj")),
+        ("falcon-7b", dict(model_type="falcon")),
+        *(
+            (
+                name,
+                dict(
+                    model_type="falcon",
+                    hidden_size=d,
+                    num_hidden_layers=n,
+                    num_attention_heads=h,
+                    num_kv_heads=8,
+                    new_decoder_architecture=True,
+                    tie_word_embeddings=False,
+                ),
+            )  # fmt: skip
+            for name, (d, n, h) in {
+                "falcon-40b": (8192, 60, 128),
+                "falcon-180b": (14848, 80, 232),
+            }.items()
+        ),
+    ],
+)
+def test_real_presets_are_what_the_readers_make_of_their_shapes(preset, hf):
+    skip = ("name", "max_position_embeddings")
+    want = arch_fields(get_preset(preset), skip)
+    assert arch_fields(config_from_hf(hf, dtype="bfloat16"), skip) == want
+
+
 def test_pythias_released_spelling():
     """Pythia's config.json: the rotary fraction and base at the top level (rotary_pct,
     rotary_emb_base), no rope_parameters: the same model."""

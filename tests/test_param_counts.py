@@ -112,6 +112,19 @@ from models.specs import count_params
         ("gemma-2-2b", 2.614341888e9, 1e-9, 2.614341888e9, 1e-9),
         ("gemma-2-9b", 9.241705984e9, 1e-9, 9.241705984e9, 1e-9),
         ("gemma-2-27b", 27.227128320e9, 1e-9, 27.227128320e9, 1e-9),
+        # Pythia 1B / 6.9B / 12B: the Pythia paper's totals (arXiv:2304.01373, Table 1),
+        # which transformers 5.25's GPTNeoXForCausalLM with their shapes counts on the meta
+        # device too: 1,011,781,632, 6,857,302,016 and 11,846,072,320.
+        ("pythia-1b", 1.011781632e9, 1e-9, 1.011781632e9, 1e-9),
+        ("pythia-6.9b", 6.857302016e9, 1e-9, 6.857302016e9, 1e-9),
+        ("pythia-12b", 11.846072320e9, 1e-9, 11.846072320e9, 1e-9),
+        # GPT-J-6B, Falcon-7B / 40B / 180B: transformers 5.25's GPTJForCausalLM and
+        # FalconForCausalLM with their shapes on the meta device: 6,050,882,784,
+        # 6,921,720,704, 41,835,970,560 and 179,522,565,120.
+        ("gpt-j-6b", 6.050882784e9, 1e-9, 6.050882784e9, 1e-9),
+        ("falcon-7b", 6.921720704e9, 1e-9, 6.921720704e9, 1e-9),
+        ("falcon-40b", 41.835970560e9, 1e-9, 41.835970560e9, 1e-9),
+        ("falcon-180b", 179.522565120e9, 1e-9, 179.522565120e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
