@@ -388,7 +388,9 @@ def test_params_per_device_are_the_shards_jax_places(name):
         ]
         assert params_per_device(cfg, tp) == sum(math.prod(s) for s in shards), (name, tp)
         checked += 1
-    assert checked >= 2, name  # tp=1 and at least one split
+    # tp=1 and at least one split, but where no tp > 1 divides the query heads (Falcon-7B's
+    # 71: served whole, on one device per replica)
+    assert checked >= 2 or cfg.num_heads % 2, name
 
 
 def test_mla_latent_is_not_split_even_when_tp_divides_the_kv_heads():
