@@ -23,6 +23,7 @@ from configs import hf_deepseek_v4 as v4
 from configs import hf_falcon as falcon
 from configs import hf_gemma3 as gemma3
 from configs import hf_glm4 as glm4
+from configs import hf_gpt_bigcode as gpt_bigcode
 from configs import hf_gpt_neox as gpt_neox
 from configs import hf_gptj as gptj
 from configs import hf_hyperclovax as hyperclovax
@@ -76,7 +77,7 @@ from configs.model_config import ModelConfig
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
-_FAMILIES += (olmo1, falcon, gptj)  # fmt: off
+_FAMILIES += (olmo1, falcon, gptj, gpt_bigcode)  # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",
@@ -592,6 +593,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
     # (transformers' ACT2FN: both are SiLU; Arcee's, Gemma's and StarCoder2's: their readers')
     own = (llama_kin.ARCEE, *gemma3.TYPES, starcoder2.STARCODER2, phi.PHI, *layer_norm_kin.TYPES)
     own += (llama_kin.APERTUS, gpt_neox.GPT_NEOX, falcon.FALCON, gptj.GPTJ)
+    own += (gpt_bigcode.GPT_BIGCODE,)
     if act not in ("silu", "swish") and model_type not in own:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 

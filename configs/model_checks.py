@@ -253,6 +253,10 @@ def check_beam(cfg: Any) -> None:
         raise ValueError("attn_gate_bias=True: needs attn_output_gate (a gate to bias)")
     if cfg.norm_weightless and (cfg.is_dsv4 or cfg.norm_bias or cfg.sandwich_norms):
         raise ValueError("norm_weightless=True: not with norm_bias, sandwich_norms or DeepSeek-V4")
+    if cfg.learned_positions and (
+        cfg.attention_type != "gqa" or set(cfg.nope_layers) != set(range(cfg.num_layers))
+    ):
+        raise ValueError("learned_positions=True: GQA with every layer in nope_layers (no RoPE)")
     if cfg.parallel_norms and not cfg.parallel_block:
         raise ValueError("parallel_norms=True: needs parallel_block (GPT-NeoX's parallel layers)")
     if cfg.depth_scaled_residual and (cfg.residual_normed or cfg.parallel_block):

@@ -261,6 +261,9 @@ class ModelConfig:
     parallel_block: bool = False
     # OLMo 1: the layers' and the final norm have no weight (nor bias): none is held.
     norm_weightless: bool = False
+    # GPT-BigCode: a learned position embedding added to the token's (pos_embed [P, D], P =
+    # max_position_embeddings); no RoPE (every layer in nope_layers).
+    learned_positions: bool = False
     # GPT-NeoX's parallel block: the MLP reads its own norm of the block's input (mlp_norm).
     parallel_norms: bool = False
     norm_kind: str = "rms"

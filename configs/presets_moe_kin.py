@@ -265,6 +265,22 @@ MOE_KIN["tiny-gptj"] = ModelConfig(
     parallel_block=True,
     mlp_act="gelu",
 )
+# tests/fixtures/gpt_bigcode (StarCoder's layout): 2 layers 64 wide, a learned position
+# embedding (2,048 positions), no RoPE; 4 query heads of 16 over one KV head, biases
+# everywhere; LayerNorms; an MLP without a gate (96 wide, the tanh GELU); tied embeddings.
+MOE_KIN["tiny-gpt-bigcode"] = MOE_KIN["tiny-gptj"].replace(
+    name="tiny-gpt-bigcode",
+    model_type="gpt_bigcode",
+    num_kv_heads=1,
+    partial_rotary_factor=1.0,
+    learned_positions=True,
+    nope_layers=(0, 1),
+    attention_bias=True,
+    o_proj_bias=True,
+    lm_head_bias=False,
+    parallel_block=False,
+    tie_word_embeddings=True,
+)
 # EleutherAI's Pythia (its config.json's shapes: rotary_pct 0.25 at base 1e4, 2,048 positions,
 # untied embed_out, eos 0) and GPT-J-6B, TII's Falcon-7B / 40B / 180B (their shapes, untied
 # but Falcon-7B's; plain RoPE at 1e4), in bfloat16: tests/test_param_counts.py.
@@ -330,3 +346,19 @@ for _name, (_d, _layers, _heads) in {
         intermediate_size=4 * _d,
         tie_word_embeddings=False,
     )
+# BigCode's StarCoder / StarCoderBase (15.5B: 40 layers 6,144 wide, 48 query heads over one KV
+# head, 8,192 learned positions, 24,576-wide MLPs, 49,152 tokens), in bfloat16.
+MOE_KIN["starcoder"] = MOE_KIN["tiny-gpt-bigcode"].replace(
+    name="starcoder",
+    vocab_size=49152,
+    hidden_size=6144,
+    num_layers=40,
+    num_heads=48,
+    head_dim=128,
+    intermediate_size=24576,
+    max_position_embeddings=8192,
+    nope_layers=tuple(range(40)),
+    bos_token_id=0,
+    eos_token_ids=(0,),
+    dtype="bfloat16",
+)

@@ -65,7 +65,7 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
             names[f"{idx}.weights_proj.weight"] = _linear(hi, d, at + ("idx_w",))
         return names
     k, dh = cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)
-    if cfg.model_type in ("gpt_neox", "falcon"):  # (q, k, v fused: query_key_value)
+    if cfg.model_type in ("gpt_neox", "falcon", "gpt_bigcode"):  # (q, k, v fused)
         return _fused_qkv_names(cfg, pre, at)
     k_eq_v = cfg.attention_k_eq_v and cfg.is_global_layer(layer)  # (Gemma 4: no v_proj)
     dv = cfg.layer_v_head_dim(layer)
@@ -100,20 +100,21 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
 
 
 def _fused_qkv_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
-    """GPT-NeoX's and Falcon's attention: query_key_value's rows per KV head, its query
-    heads' rows then its k and v rows (GPT-NeoX: a KV head per query head; Falcon-7B: one KV
-    head for all), weight and bias; the output projection (o_proj, models/release_names.py
-    renames it dense) with its bias."""
+    """GPT-NeoX's, Falcon's and GPT-BigCode's attention: query_key_value's (c_attn's) rows per
+    KV head, its query heads' rows then its k and v rows (GPT-NeoX: a KV head per query head;
+    Falcon-7B, StarCoder: one KV head for all), weight and bias; the output projection (o_proj,
+    models/release_names.py renames it dense or c_proj) with its bias."""
     d, h, k, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     rows = (h + 2 * k) * dh
+    qkv = "c_attn" if cfg.model_type == "gpt_bigcode" else "query_key_value"
     names = {
-        f"{pre}.query_key_value.weight": HFTensor(
+        f"{pre}.{qkv}.weight": HFTensor(
             (rows, d), tuple(at + (w,) for w in ("wq", "wk", "wv")), "grouped", groups=k
         ),
         f"{pre}.o_proj.weight": _linear(d, h * dh, at + ("wo",)),
     }
     if cfg.attention_bias:
-        names[f"{pre}.query_key_value.bias"] = HFTensor(
+        names[f"{pre}.{qkv}.bias"] = HFTensor(
             (rows,), tuple(at + (b,) for b in ("bq", "bk", "bv")), "grouped", groups=k
         )
     if cfg.o_proj_bias:
@@ -475,6 +476,10 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
     for i in range(cfg.num_layers):
         moe = cfg.is_moe_layer(i)
         names.update(_layer_names(cfg, f"model.layers.{i}", ("layers", i), moe, expert_layout))
+    if cfg.learned_positions:  # (GPT-BigCode's wpe, models/release_names.py)
+        names["model.embed_positions.weight"] = HFTensor(
+            (cfg.max_position_embeddings, d), (("pos_embed",),), "copy"
+        )
     if cfg.norm_weightless:  # (OLMo 1: its norms hold nothing)
         held = ("attn_norm", "mlp_norm", "final_norm")
         names = {n: t for n, t in names.items() if t.targets[0][-1] not in held}

@@ -109,6 +109,18 @@ NATIVE = {
         (r"\.mlp\.up_proj\.", ".mlp.dense_h_to_4h."),
         (r"\.mlp\.down_proj\.", ".mlp.dense_4h_to_h."),
     ),
+    "gpt_bigcode": (
+        (r"^model\.embed_tokens\.", "transformer.wte."),
+        (r"^model\.embed_positions\.", "transformer.wpe."),
+        (r"^model\.norm\.", "transformer.ln_f."),
+        (r"^model\.layers\.", "transformer.h."),
+        (r"\.input_layernorm\.", ".ln_1."),
+        (r"\.post_attention_layernorm\.", ".ln_2."),
+        (r"\.self_attn\.o_proj\.", ".attn.c_proj."),
+        (r"\.self_attn\.", ".attn."),
+        (r"\.mlp\.up_proj\.", ".mlp.c_fc."),
+        (r"\.mlp\.down_proj\.", ".mlp.c_proj."),
+    ),
     "gptj": (
         (r"^model\.embed_tokens\.", "transformer.wte."),
         (r"^model\.norm\.", "transformer.ln_f."),

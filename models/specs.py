@@ -489,6 +489,8 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
         "layers": [_layer_specs(cfg, i, cfg.is_moe_layer(i), dt, w) for i in range(cfg.num_layers)],
         "final_norm": ParamSpec((d,), dt, ("embed",), zeros if cfg.norm_zero_centered else ones),
     }
+    if cfg.learned_positions:  # (GPT-BigCode: a learned embedding per position)
+        specs["pos_embed"] = ParamSpec((cfg.max_position_embeddings, d), dt, (None, "embed"), w)
     if cfg.norm_weightless:  # (OLMo 1: its norms hold nothing)
         del specs["final_norm"]
         for layer in specs["layers"]:

@@ -183,6 +183,8 @@ ARCHS = {
     # GPT-J: RoPE on interleaved pairs of a head's leading channels, one norm before both
     # blocks side by side, lm_head biased
     "gptj": "tiny-gptj",
+    # GPT-BigCode (StarCoder): learned positions, no RoPE, one KV head from a fused c_attn
+    "gpt_bigcode": "tiny-gpt-bigcode",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -4,7 +4,8 @@ configs/hf_laguna.py), Flint and Kolibri-1 (flint, kolibri1, configs/hf_moe_kin.
 configs/hf_lara_mini.py), and the dense Command R (cohere, configs/hf_cohere.py), InternLM3
 and Apertus (internlm3, apertus: configs/hf_llama_kin.py), GPT-NeoX (gpt_neox,
 configs/hf_gpt_neox.py), the first OLMo (olmo, configs/hf_olmo1.py), Falcon (falcon,
-configs/hf_falcon.py), GPT-J (gptj, configs/hf_gptj.py). The
+configs/hf_falcon.py), GPT-J (gptj, configs/hf_gptj.py), GPT-BigCode (gpt_bigcode,
+configs/hf_gpt_bigcode.py). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -26,7 +27,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
 
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
 ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo", "falcon", "falcon_7b")
-ARCHS += ("gptj",)
+ARCHS += ("gptj", "gpt_bigcode")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -57,6 +58,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("olmo", 6_888_095_744, 6_888_095_744),  # OLMo-7B's shapes (norms hold nothing)
         ("falcon", 6_921_720_704, 6_921_720_704),  # Falcon-7B's shapes (one KV head)
         ("gptj", 6_050_882_784, 6_050_882_784),  # GPT-J-6B's shapes
+        ("gpt_bigcode", 111_446_784, 111_446_784),  # (GPT-2 small's shapes, one KV head)
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -176,6 +178,20 @@ def test_internlm3_reads_its_releases_bias_switches():
             }.items()
         ),
         ("gpt-j-6b", dict(model_type="gptj")),
+        (
+            "starcoder",
+            dict(
+                model_type="gpt_bigcode",
+                n_embd=6144,
+                n_layer=40,
+                n_head=48,
+                n_positions=8192,
+                vocab_size=49152,
+                n_inner=24576,
+                bos_token_id=0,
+                eos_token_id=0,
+            ),
+        ),  # fmt: skip
         ("falcon-7b", dict(model_type="falcon")),
         *(
             (
@@ -198,7 +214,7 @@ def test_internlm3_reads_its_releases_bias_switches():
     ],
 )
 def test_real_presets_are_what_the_readers_make_of_their_shapes(preset, hf):
-    skip = ("name", "max_position_embeddings")
+    skip = ("name",) if preset == "starcoder" else ("name", "max_position_embeddings")
     want = arch_fields(get_preset(preset), skip)
     assert arch_fields(config_from_hf(hf, dtype="bfloat16"), skip) == want
 
@@ -235,6 +251,24 @@ def test_falcon_40b_shapes_and_layouts():
     assert mha.num_kv_heads == mha.num_heads == 71
     sequential = config_from_hf({"model_type": "falcon", "parallel_attn": False})
     assert not sequential.parallel_block and sequential.num_kv_heads == 1
+
+
+def test_gpt_bigcode_positions_are_learned_and_bounded():
+    """GPT-BigCode's position table is n_positions long: the engine takes no max_model_len
+    past it (by name, before any work); without multi_query a KV head per query head; an
+    unscaled score where scale_attn_weights is false."""
+    from engine import LLM
+
+    cfg = get_preset("tiny-gpt-bigcode")
+    assert param_specs(cfg)["pos_embed"].shape == (2048, 64)
+    with pytest.raises(ValueError, match=r"max_model_len=4096: must be in \[1, max_position"):
+        LLM(model=str(FIXTURES / "gpt_bigcode"), max_model_len=4096, num_pages=8)
+    mha = config_from_hf({**saved_config("gpt_bigcode"), "multi_query": False})
+    assert mha.num_kv_heads == mha.num_heads == 4
+    unscaled = config_from_hf({**saved_config("gpt_bigcode"), "scale_attn_weights": False})
+    assert unscaled.attention_multiplier == 1.0 and cfg.attention_multiplier == 0.0
+    with pytest.raises(ValueError, match="learned_positions=True: GQA with every layer"):
+        cfg.replace(nope_layers=(0,))
 
 
 def test_olmo_holds_no_norm_weights():
@@ -333,6 +367,8 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("gptj", dict(activation_function="gelu"), "activation_function='gelu': only the tanh"),
         ("gptj", dict(rotary_dim=7), "rotary_dim=7: must be even"),
         ("gptj", dict(rotary_dim=32), r"rotary_dim=32: an int in \[2, head_dim=16\]"),
+        ("gpt_bigcode", dict(add_cross_attention=True), "add_cross_attention=True: cross"),
+        ("gpt_bigcode", dict(activation_function="relu"), "activation_function='relu': expected"),
         ("olmo", dict(clip_qkv="8"), "clip_qkv='8': a number > 0, or null"),
         (
             "gpt_neox",

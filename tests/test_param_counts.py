@@ -125,6 +125,9 @@ from models.specs import count_params
         ("falcon-7b", 6.921720704e9, 1e-9, 6.921720704e9, 1e-9),
         ("falcon-40b", 41.835970560e9, 1e-9, 41.835970560e9, 1e-9),
         ("falcon-180b", 179.522565120e9, 1e-9, 179.522565120e9, 1e-9),
+        # StarCoder (the "15.5B" of BigCode's card): GPTBigCodeForCausalLM with its shapes on
+        # the meta device, 15,517,456,384.
+        ("starcoder", 15.517456384e9, 1e-9, 15.517456384e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):

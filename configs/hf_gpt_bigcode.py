@@ -1,0 +1,72 @@
+"""BigCode's GPT-BigCode HF config (transformers' gpt_bigcode: StarCoder, StarCoderBase,
+SantaCoder, WizardCoder), read whole, under GPT-2's field names (n_embd, n_layer, n_head,
+n_positions, n_inner, activation_function, layer_norm_epsilon).
+
+A learned position embedding (wpe) added to the token's (ModelConfig.learned_positions: no
+RoPE, and no position past n_positions: max_model_len is refused beyond it); LayerNorms with
+biases; attention whose q, k and v come from one biased projection (c_attn: all query heads
+then the one KV head's k and v with multi_query, else per head q | k | v), scores scaled by
+head_dim^-0.5 unless scale_attn_weights is false, a biased output projection; an MLP
+without a gate (c_fc, the tanh GELU or the erf one, c_proj, biased; n_inner wide, default
+4 x n_embd); tied embeddings by default. Its tensors under transformer
+(models/release_names.py). Refused with a ValueError naming the field: cross-attention,
+another activation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GPT_BIGCODE = "gpt_bigcode"
+TYPES = (GPT_BIGCODE,)
+ALIASES = {
+    GPT_BIGCODE: {
+        "hidden_size": ("n_embd",),
+        "num_hidden_layers": ("n_layer",),
+        "num_attention_heads": ("n_head",),
+        "max_position_embeddings": ("n_positions",),
+        "intermediate_size": ("n_inner",),
+        "hidden_act": ("activation_function",),
+        "rms_norm_eps": ("layer_norm_epsilon",),
+    }
+}
+# Defaults of transformers 5.25's GPTBigCodeConfig for the fields read.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    GPT_BIGCODE: dict(
+        vocab_size=50257, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        max_position_embeddings=1024, intermediate_size=None, hidden_act="gelu_pytorch_tanh",
+        rms_norm_eps=1e-5, scale_attn_weights=True, multi_query=True,
+        add_cross_attention=False, tie_word_embeddings=True, rope_theta=10000.0,
+        bos_token_id=50256, eos_token_id=50256,
+    )
+}  # fmt: skip
+_ACTS = {"gelu_pytorch_tanh": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu"}
+_ACTS["gelu"] = "gelu_exact"
+
+
+def fields(f: Any, model_type: str) -> dict:
+    """ModelConfig's embedding, attention, norm and MLP fields of a GPT-BigCode config; `f`
+    is hf_config._Fields."""
+    if f.get("add_cross_attention"):
+        raise ValueError("HF config add_cross_attention=True: cross-attention is not supported")
+    act = f.get("hidden_act")
+    if act not in _ACTS:
+        raise ValueError(f"HF config activation_function={act!r}: expected one of {sorted(_ACTS)}")
+    hidden, heads = f.required("hidden_size"), f.required("num_attention_heads")
+    head_dim = hidden // heads
+    return dict(
+        num_kv_heads=1 if f.get("multi_query") else heads,
+        head_dim=head_dim,
+        intermediate_size=f.get("intermediate_size") or 4 * hidden,
+        learned_positions=True,
+        nope_layers=tuple(range(f.required("num_hidden_layers"))),
+        # (an unscaled score: a multiplier of 1 where head_dim^-0.5 is the default)
+        attention_multiplier=0.0 if f.get("scale_attn_weights") else 1.0,
+        attention_bias=True,
+        o_proj_bias=True,
+        mlp_bias=True,
+        norm_kind="layer",
+        norm_bias=True,
+        mlp_act=_ACTS[act],
+        sliding_window=None,
+        full_attention_layers=(),
+    )
