@@ -10,25 +10,28 @@ head_dim^-0.5 unless scale_attn_weights is false, a biased output projection; an
 without a gate (c_fc, the tanh GELU or the erf one, c_proj, biased; n_inner wide, default
 4 x n_embd); tied embeddings by default. Its tensors under transformer
 (models/release_names.py). Refused with a ValueError naming the field: cross-attention,
-another activation."""
+another activation.
+
+OpenAI's GPT-2 (gpt2) is the same model with a KV head per query head, its projections
+stored as Conv1D weights ([in, out]; c_attn's columns all q, all k, all v); refused where
+scale_attn_by_inverse_layer_idx scales a layer's scores by 1 / (layer + 1)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-GPT_BIGCODE = "gpt_bigcode"
-TYPES = (GPT_BIGCODE,)
-ALIASES = {
-    GPT_BIGCODE: {
-        "hidden_size": ("n_embd",),
-        "num_hidden_layers": ("n_layer",),
-        "num_attention_heads": ("n_head",),
-        "max_position_embeddings": ("n_positions",),
-        "intermediate_size": ("n_inner",),
-        "hidden_act": ("activation_function",),
-        "rms_norm_eps": ("layer_norm_epsilon",),
-    }
+GPT_BIGCODE, GPT2 = "gpt_bigcode", "gpt2"
+TYPES = (GPT_BIGCODE, GPT2)
+_GPT2_NAMES = {
+    "hidden_size": ("n_embd",),
+    "num_hidden_layers": ("n_layer",),
+    "num_attention_heads": ("n_head",),
+    "max_position_embeddings": ("n_positions",),
+    "intermediate_size": ("n_inner",),
+    "hidden_act": ("activation_function",),
+    "rms_norm_eps": ("layer_norm_epsilon",),
 }
+ALIASES = {GPT_BIGCODE: _GPT2_NAMES, GPT2: _GPT2_NAMES}
 # Defaults of transformers 5.25's GPTBigCodeConfig for the fields read.
 DEFAULTS: dict[str, dict[str, Any]] = {
     GPT_BIGCODE: dict(
@@ -39,6 +42,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         bos_token_id=50256, eos_token_id=50256,
     )
 }  # fmt: skip
+# transformers 5.25's GPT2Config (GPT-2 small's shapes, a KV head per query head).
+DEFAULTS[GPT2] = dict(
+    DEFAULTS[GPT_BIGCODE], hidden_act="gelu_new", multi_query=False,
+    scale_attn_by_inverse_layer_idx=False,
+)  # fmt: skip
 _ACTS = {"gelu_pytorch_tanh": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu"}
 _ACTS["gelu"] = "gelu_exact"
 
@@ -48,13 +56,18 @@ def fields(f: Any, model_type: str) -> dict:
     is hf_config._Fields."""
     if f.get("add_cross_attention"):
         raise ValueError("HF config add_cross_attention=True: cross-attention is not supported")
+    if model_type == GPT2 and f.get("scale_attn_by_inverse_layer_idx"):
+        raise ValueError(
+            "HF config scale_attn_by_inverse_layer_idx=True: scores scaled per layer are not "
+            "supported"
+        )
     act = f.get("hidden_act")
     if act not in _ACTS:
         raise ValueError(f"HF config activation_function={act!r}: expected one of {sorted(_ACTS)}")
     hidden, heads = f.required("hidden_size"), f.required("num_attention_heads")
     head_dim = hidden // heads
     return dict(
-        num_kv_heads=1 if f.get("multi_query") else heads,
+        num_kv_heads=1 if model_type == GPT_BIGCODE and f.get("multi_query") else heads,
         head_dim=head_dim,
         intermediate_size=f.get("intermediate_size") or 4 * hidden,
         learned_positions=True,

@@ -362,3 +362,7 @@ MOE_KIN["starcoder"] = MOE_KIN["tiny-gpt-bigcode"].replace(
     eos_token_ids=(0,),
     dtype="bfloat16",
 )
+# tests/fixtures/gpt2 (GPT-2's layout): tiny-gpt-bigcode with a KV head per query head.
+MOE_KIN["tiny-gpt2"] = MOE_KIN["tiny-gpt-bigcode"].replace(
+    name="tiny-gpt2", model_type="gpt2", num_kv_heads=4
+)

@@ -65,7 +65,7 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
             names[f"{idx}.weights_proj.weight"] = _linear(hi, d, at + ("idx_w",))
         return names
     k, dh = cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)
-    if cfg.model_type in ("gpt_neox", "falcon", "gpt_bigcode"):  # (q, k, v fused)
+    if cfg.model_type in ("gpt_neox", "falcon", "gpt_bigcode", "gpt2"):  # (q, k, v fused)
         return _fused_qkv_names(cfg, pre, at)
     k_eq_v = cfg.attention_k_eq_v and cfg.is_global_layer(layer)  # (Gemma 4: no v_proj)
     dv = cfg.layer_v_head_dim(layer)
@@ -106,10 +106,14 @@ def _fused_qkv_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTenso
     models/release_names.py renames it dense or c_proj) with its bias."""
     d, h, k, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     rows = (h + 2 * k) * dh
-    qkv = "c_attn" if cfg.model_type == "gpt_bigcode" else "query_key_value"
+    qkv = "c_attn" if cfg.model_type in ("gpt_bigcode", "gpt2") else "query_key_value"
+    # (GPT-2's c_attn: a Conv1D, [in, out], its columns all q, all k, all v)
+    shape, kind, k = (
+        ((d, rows), "grouped_T", 1) if cfg.model_type == "gpt2" else ((rows, d), "grouped", k)
+    )
     names = {
         f"{pre}.{qkv}.weight": HFTensor(
-            (rows, d), tuple(at + (w,) for w in ("wq", "wk", "wv")), "grouped", groups=k
+            shape, tuple(at + (w,) for w in ("wq", "wk", "wv")), kind, groups=k
         ),
         f"{pre}.o_proj.weight": _linear(d, h * dh, at + ("wo",)),
     }
@@ -505,6 +509,13 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         names = {renamed(n, NATIVE[cfg.model_type]): t for n, t in names.items()}
     if cfg.model_type == "falcon" and cfg.parallel_norms:  # (Falcon-40B / 180B: ln_attn, ln_mlp)
         names = {renamed(n, FALCON_PARALLEL_NORMS): t for n, t in names.items()}
+    if cfg.model_type == "gpt2":  # (its Conv1D weights: [in, out], the leaves' own order)
+        names = {
+            n: t._replace(shape=t.shape[::-1], kind="copy")
+            if t.kind == "linear" and not n.startswith("lm_head.")
+            else t
+            for n, t in names.items()
+        }
     return names
 
 

@@ -727,7 +727,8 @@ def _place(t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], lea
         f = arr.shape[-1] // 2
         leaves[gate_path] = cast(gate_path, arr[..., :f])
         leaves[up_path] = cast(up_path, arr[..., f:])
-    elif t.kind == "grouped":
+    elif t.kind in ("grouped", "grouped_T"):
+        arr = arr.T if t.kind == "grouped_T" else arr  # (GPT-2's Conv1D: [in, out])
         rows = arr.reshape(arr.shape[0], -1)  # [out, in] (a conv's [C, 1, K]: [C, K])
         groups = rows.reshape(t.groups, -1, rows.shape[1])
         start = 0

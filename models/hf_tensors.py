@@ -19,6 +19,7 @@ from typing import NamedTuple
 #                each a run of rows per target in order (each target's share of a group:
 #                its size / input width / groups); each target's rows, transposed, reshape
 #                to it (Qwen3-Next's in_proj_qkvz and gated q_proj, Qwen3.5's in_proj_qkv)
+#   grouped_T:   grouped's, for a weight stored [in, out] (GPT-2's Conv1D c_attn)
 #   index:       an integer table, reshaped (DeepSeek-V4's tid2eid)
 KINDS = (
     "index",
@@ -30,6 +31,7 @@ KINDS = (
     "gate_up_interleaved",
     "gate_up_halves",
     "grouped",
+    "grouped_T",
 )
 
 Path_ = tuple  # a params tree path, e.g. ("layers", 0, "attn", "wq")

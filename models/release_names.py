@@ -176,6 +176,8 @@ NATIVE = {
 }
 
 
+NATIVE["gpt2"] = NATIVE["gpt_bigcode"]  # (GPT-BigCode keeps GPT-2's names)
+
 # Falcon-40B's and -180B's two norms beside each other (the others': input_layernorm alone, or
 # with post_attention_layernorm in sequential layers).
 FALCON_PARALLEL_NORMS = (

@@ -185,6 +185,7 @@ ARCHS = {
     "gptj": "tiny-gptj",
     # GPT-BigCode (StarCoder): learned positions, no RoPE, one KV head from a fused c_attn
     "gpt_bigcode": "tiny-gpt-bigcode",
+    "gpt2": "tiny-gpt2",  # GPT-2: the same with a KV head per query head, Conv1D weights
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

@@ -4,8 +4,8 @@ configs/hf_laguna.py), Flint and Kolibri-1 (flint, kolibri1, configs/hf_moe_kin.
 configs/hf_lara_mini.py), and the dense Command R (cohere, configs/hf_cohere.py), InternLM3
 and Apertus (internlm3, apertus: configs/hf_llama_kin.py), GPT-NeoX (gpt_neox,
 configs/hf_gpt_neox.py), the first OLMo (olmo, configs/hf_olmo1.py), Falcon (falcon,
-configs/hf_falcon.py), GPT-J (gptj, configs/hf_gptj.py), GPT-BigCode (gpt_bigcode,
-configs/hf_gpt_bigcode.py). The
+configs/hf_falcon.py), GPT-J (gptj, configs/hf_gptj.py), GPT-BigCode and GPT-2
+(gpt_bigcode, gpt2: configs/hf_gpt_bigcode.py). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -27,7 +27,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
 
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
 ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo", "falcon", "falcon_7b")
-ARCHS += ("gptj", "gpt_bigcode")
+ARCHS += ("gptj", "gpt_bigcode", "gpt2")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -59,6 +59,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("falcon", 6_921_720_704, 6_921_720_704),  # Falcon-7B's shapes (one KV head)
         ("gptj", 6_050_882_784, 6_050_882_784),  # GPT-J-6B's shapes
         ("gpt_bigcode", 111_446_784, 111_446_784),  # (GPT-2 small's shapes, one KV head)
+        ("gpt2", 124_439_808, 124_439_808),  # GPT-2 small
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -369,6 +370,7 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("gptj", dict(rotary_dim=32), r"rotary_dim=32: an int in \[2, head_dim=16\]"),
         ("gpt_bigcode", dict(add_cross_attention=True), "add_cross_attention=True: cross"),
         ("gpt_bigcode", dict(activation_function="relu"), "activation_function='relu': expected"),
+        ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
         ("olmo", dict(clip_qkv="8"), "clip_qkv='8': a number > 0, or null"),
         (
             "gpt_neox",
