@@ -42,6 +42,7 @@ from configs import hf_moe_kin as moe_kin
 from configs import hf_olmo as olmo
 from configs import hf_olmo1 as olmo1
 from configs import hf_olmo_hybrid as olmo_hybrid
+from configs import hf_opt as opt
 from configs import hf_phi as phi
 from configs import hf_phi3 as phi3
 from configs import hf_sarvam as sarvam
@@ -77,7 +78,7 @@ from configs.model_config import ModelConfig
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
-_FAMILIES += (olmo1, falcon, gptj, gpt_bigcode)  # fmt: off
+_FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt)  # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",
@@ -593,7 +594,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
     # (transformers' ACT2FN: both are SiLU; Arcee's, Gemma's and StarCoder2's: their readers')
     own = (llama_kin.ARCEE, *gemma3.TYPES, starcoder2.STARCODER2, phi.PHI, *layer_norm_kin.TYPES)
     own += (llama_kin.APERTUS, gpt_neox.GPT_NEOX, falcon.FALCON, gptj.GPTJ)
-    own += gpt_bigcode.TYPES
+    own += (*gpt_bigcode.TYPES, opt.OPT)
     if act not in ("silu", "swish") and model_type not in own:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 

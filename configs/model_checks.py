@@ -257,6 +257,8 @@ def check_beam(cfg: Any) -> None:
         cfg.attention_type != "gqa" or set(cfg.nope_layers) != set(range(cfg.num_layers))
     ):
         raise ValueError("learned_positions=True: GQA with every layer in nope_layers (no RoPE)")
+    if cfg.position_offset and not (cfg.learned_positions and cfg.position_offset > 0):
+        raise ValueError(f"position_offset={cfg.position_offset}: > 0, with learned_positions")
     if cfg.parallel_norms and not cfg.parallel_block:
         raise ValueError("parallel_norms=True: needs parallel_block (GPT-NeoX's parallel layers)")
     if cfg.depth_scaled_residual and (cfg.residual_normed or cfg.parallel_block):

@@ -41,8 +41,8 @@ SCORING_FUNCS = ("softmax", "sigmoid", "softmax_topk", "sqrtsoftplus", "sparsemi
 EXPERT_ACTS = ("swiglu", "clamped_swiglu", "limited_swiglu", "relu2", "geglu")
 # gelu: GELU (tanh) of x @ up, no gate (StarCoder2's MLP); xielu: Apertus' xIELU of x @ up,
 # no gate, its two learned slopes per layer (models/layers.xielu); gelu_exact: the erf GELU of
-# x @ up, no gate (GPT-NeoX's).
-MLP_ACTS = ("swiglu", "relu2", "geglu", "gelu", "xielu", "gelu_exact")
+# x @ up, no gate (GPT-NeoX's); relu: ReLU of x @ up, no gate (OPT's).
+MLP_ACTS = ("swiglu", "relu2", "geglu", "gelu", "xielu", "gelu_exact", "relu")
 # DeepSeek-V4's attention per layer: a sliding window alone, or beside compressed entries
 # (csa: one per csa_ratio tokens, overlapping, picked by a lightning indexer; hca: one per
 # hca_ratio tokens, all attended).
@@ -262,8 +262,10 @@ class ModelConfig:
     # OLMo 1: the layers' and the final norm have no weight (nor bias): none is held.
     norm_weightless: bool = False
     # GPT-BigCode: a learned position embedding added to the token's (pos_embed [P, D], P =
-    # max_position_embeddings); no RoPE (every layer in nope_layers).
+    # max_position_embeddings); no RoPE (every layer in nope_layers). OPT's table starts
+    # position_offset rows in (2: [P + 2, D], position p's row p + 2).
     learned_positions: bool = False
+    position_offset: int = 0
     # GPT-NeoX's parallel block: the MLP reads its own norm of the block's input (mlp_norm).
     parallel_norms: bool = False
     norm_kind: str = "rms"

@@ -366,3 +366,25 @@ MOE_KIN["starcoder"] = MOE_KIN["tiny-gpt-bigcode"].replace(
 MOE_KIN["tiny-gpt2"] = MOE_KIN["tiny-gpt-bigcode"].replace(
     name="tiny-gpt2", model_type="gpt2", num_kv_heads=4
 )
+# tests/fixtures/opt (OPT-125M's layout): 2 layers 64 wide, learned positions two rows into
+# their table, no RoPE; 4 heads of 16, biases everywhere; LayerNorms (eps 1e-5) before each
+# block; an MLP without a gate (96 wide, ReLU); tied embeddings.
+MOE_KIN["tiny-opt"] = MOE_KIN["tiny-gpt2"].replace(
+    name="tiny-opt", model_type="opt", position_offset=2, mlp_act="relu"
+)
+# Meta's OPT-125M (OPTConfig's defaults: 12 layers 768 wide, 12 heads, a 3,072-wide MLP, 50,272
+# tokens, 2,048 positions) and OPT-6.7B (32 layers 4,096 wide, 32 heads, 16,384), in bfloat16.
+for _name, (_d, _layers, _heads) in {"opt-125m": (768, 12, 12), "opt-6.7b": (4096, 32, 32)}.items():
+    MOE_KIN[_name] = MOE_KIN["tiny-opt"].replace(
+        name=_name,
+        vocab_size=50272,
+        hidden_size=_d,
+        num_layers=_layers,
+        num_heads=_heads,
+        num_kv_heads=_heads,
+        head_dim=_d // _heads,
+        intermediate_size=4 * _d,
+        nope_layers=tuple(range(_layers)),
+        bos_token_id=2,
+        dtype="bfloat16",
+    )

@@ -481,9 +481,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         moe = cfg.is_moe_layer(i)
         names.update(_layer_names(cfg, f"model.layers.{i}", ("layers", i), moe, expert_layout))
     if cfg.learned_positions:  # (GPT-BigCode's wpe, models/release_names.py)
-        names["model.embed_positions.weight"] = HFTensor(
-            (cfg.max_position_embeddings, d), (("pos_embed",),), "copy"
-        )
+        rows = cfg.max_position_embeddings + cfg.position_offset
+        names["model.embed_positions.weight"] = HFTensor((rows, d), (("pos_embed",),), "copy")
     if cfg.norm_weightless:  # (OLMo 1: its norms hold nothing)
         held = ("attn_norm", "mlp_norm", "final_norm")
         names = {n: t for n, t in names.items() if t.targets[0][-1] not in held}
@@ -655,7 +654,7 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
     else:
         mlp = f"{layer}.feed_forward" if cfg.model_type == "llama4_text" else f"{layer}.mlp"
         names.update(_mlp_names(d, cfg.intermediate_size, mlp, at + ("mlp",)))
-        if cfg.mlp_act in ("relu2", "gelu", "xielu", "gelu_exact"):  # (no gate: Arcee's, ...)
+        if cfg.mlp_act in ("relu2", "gelu", "xielu", "gelu_exact", "relu"):  # (no gate)
             del names[f"{mlp}.gate_proj.weight"]
         if cfg.mlp_act == "xielu":  # (Apertus: its activation's parameters; beta, eps [])
             for x in ("alpha_p", "alpha_n", "beta", "eps"):

@@ -102,6 +102,8 @@ def gate_activation(cfg: ModelConfig):
     ReLU² whatever this returns (swiglu_mlp)."""
     if cfg.mlp_act == "gelu_exact":  # (GPT-NeoX's: the erf GELU)
         return gelu_exact
+    if cfg.mlp_act == "relu":  # (OPT's, on up: no gate)
+        return jax.nn.relu
     return gelu_tanh if cfg.mlp_act in ("geglu", "gelu") else jax.nn.silu
 
 
@@ -122,7 +124,7 @@ def swiglu_mlp(p: dict, x: jax.Array, delta=None, act=jax.nn.silu, limit=None) -
     elif "act_alpha_p" in p:  # (Apertus)
         h = xielu(up, p)
     else:
-        h = act(up) if act in (gelu_tanh, gelu_exact) else relu2(up)
+        h = act(up) if act in (gelu_tanh, gelu_exact, jax.nn.relu) else relu2(up)
     out = add(h @ p["w_down"], delta("w_down", h))
     return out + p["b_down"] if "b_down" in p else out
 

@@ -121,6 +121,17 @@ NATIVE = {
         (r"\.mlp\.up_proj\.", ".mlp.c_fc."),
         (r"\.mlp\.down_proj\.", ".mlp.c_proj."),
     ),
+    "opt": (
+        (r"^model\.embed_tokens\.", "model.decoder.embed_tokens."),
+        (r"^model\.embed_positions\.", "model.decoder.embed_positions."),
+        (r"^model\.norm\.", "model.decoder.final_layer_norm."),
+        (r"^model\.layers\.", "model.decoder.layers."),
+        (r"\.input_layernorm\.", ".self_attn_layer_norm."),
+        (r"\.post_attention_layernorm\.", ".final_layer_norm."),
+        (r"\.self_attn\.o_proj\.", ".self_attn.out_proj."),
+        (r"\.mlp\.up_proj\.", ".fc1."),
+        (r"\.mlp\.down_proj\.", ".fc2."),
+    ),
     "gptj": (
         (r"^model\.embed_tokens\.", "transformer.wte."),
         (r"^model\.norm\.", "transformer.ln_f."),

@@ -466,7 +466,7 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)
     if not moe or cfg.dense_beside_moe or cfg.shortcut_moe:
-        gated = cfg.mlp_act not in ("relu2", "gelu", "xielu", "gelu_exact")
+        gated = cfg.mlp_act not in ("relu2", "gelu", "xielu", "gelu_exact", "relu")
         xielu = cfg.mlp_act == "xielu"
         layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w, gated, cfg.mlp_bias, xielu)
     if moe and cfg.dense_beside_moe:  # Gemma 4: the dense output's norm, the experts' two
@@ -490,7 +490,8 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
         "final_norm": ParamSpec((d,), dt, ("embed",), zeros if cfg.norm_zero_centered else ones),
     }
     if cfg.learned_positions:  # (GPT-BigCode: a learned embedding per position)
-        specs["pos_embed"] = ParamSpec((cfg.max_position_embeddings, d), dt, (None, "embed"), w)
+        rows = cfg.max_position_embeddings + cfg.position_offset  # (OPT's: 2 rows before)
+        specs["pos_embed"] = ParamSpec((rows, d), dt, (None, "embed"), w)
     if cfg.norm_weightless:  # (OLMo 1: its norms hold nothing)
         del specs["final_norm"]
         for layer in specs["layers"]:

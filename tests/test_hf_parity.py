@@ -186,6 +186,7 @@ ARCHS = {
     # GPT-BigCode (StarCoder): learned positions, no RoPE, one KV head from a fused c_attn
     "gpt_bigcode": "tiny-gpt-bigcode",
     "gpt2": "tiny-gpt2",  # GPT-2: the same with a KV head per query head, Conv1D weights
+    "opt": "tiny-opt",  # OPT: learned positions two rows in, a ReLU MLP without a gate
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'

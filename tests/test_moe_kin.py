@@ -5,7 +5,7 @@ configs/hf_lara_mini.py), and the dense Command R (cohere, configs/hf_cohere.py)
 and Apertus (internlm3, apertus: configs/hf_llama_kin.py), GPT-NeoX (gpt_neox,
 configs/hf_gpt_neox.py), the first OLMo (olmo, configs/hf_olmo1.py), Falcon (falcon,
 configs/hf_falcon.py), GPT-J (gptj, configs/hf_gptj.py), GPT-BigCode and GPT-2
-(gpt_bigcode, gpt2: configs/hf_gpt_bigcode.py). The
+(gpt_bigcode, gpt2: configs/hf_gpt_bigcode.py), OPT (opt, configs/hf_opt.py). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -27,7 +27,7 @@ from tests.family_cases import FIXTURES, arch_fields, saved_config
 
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
 ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo", "falcon", "falcon_7b")
-ARCHS += ("gptj", "gpt_bigcode", "gpt2")
+ARCHS += ("gptj", "gpt_bigcode", "gpt2", "opt")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -60,6 +60,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("gptj", 6_050_882_784, 6_050_882_784),  # GPT-J-6B's shapes
         ("gpt_bigcode", 111_446_784, 111_446_784),  # (GPT-2 small's shapes, one KV head)
         ("gpt2", 124_439_808, 124_439_808),  # GPT-2 small
+        ("opt", 125_239_296, 125_239_296),  # OPT-125M
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -179,6 +180,18 @@ def test_internlm3_reads_its_releases_bias_switches():
             }.items()
         ),
         ("gpt-j-6b", dict(model_type="gptj")),
+        ("opt-125m", dict(model_type="opt")),
+        (
+            "opt-6.7b",
+            dict(
+                model_type="opt",
+                hidden_size=4096,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                ffn_dim=16384,
+                word_embed_proj_dim=4096,
+            ),
+        ),  # fmt: skip
         (
             "starcoder",
             dict(
@@ -371,6 +384,9 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("gpt_bigcode", dict(add_cross_attention=True), "add_cross_attention=True: cross"),
         ("gpt_bigcode", dict(activation_function="relu"), "activation_function='relu': expected"),
         ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
+        ("opt", dict(do_layer_norm_before=False), "do_layer_norm_before=False: norms after"),
+        ("opt", dict(word_embed_proj_dim=32), "word_embed_proj_dim=32: embeddings narrower"),
+        ("opt", dict(activation_function="gelu"), "activation_function='gelu': another"),
         ("olmo", dict(clip_qkv="8"), "clip_qkv='8': a number > 0, or null"),
         (
             "gpt_neox",

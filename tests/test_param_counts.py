@@ -128,6 +128,10 @@ from models.specs import count_params
         # StarCoder (the "15.5B" of BigCode's card): GPTBigCodeForCausalLM with its shapes on
         # the meta device, 15,517,456,384.
         ("starcoder", 15.517456384e9, 1e-9, 15.517456384e9, 1e-9),
+        # OPT-125M and OPT-6.7B: OPTForCausalLM with their shapes on the meta device,
+        # 125,239,296 and 6,658,473,984 (the tables' two extra position rows included).
+        ("opt-125m", 0.125239296e9, 1e-9, 0.125239296e9, 1e-9),
+        ("opt-6.7b", 6.658473984e9, 1e-9, 6.658473984e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):

@@ -1,0 +1,69 @@
+"""Meta's OPT HF config (transformers' opt: OPT-125M ... OPT-66B, the model vLLM's quickstart
+serves), read whole.
+
+Learned positions from a table two rows in (ModelConfig.learned_positions, position_offset 2:
+position p reads row p + 2), no RoPE; LayerNorms (eps 1e-5) before each block; attention
+with a KV head per query head, biases on q, k, v and out_proj where enable_bias; an MLP
+without a gate, fc2(relu(fc1(x))), ffn_dim wide (biased); tied embeddings by default; the
+model under model.decoder (models/release_names.py). Refused with a ValueError naming the
+field: norms after the blocks (do_layer_norm_before false: OPT-350M), word_embed_proj_dim
+other than hidden_size (project_in / project_out), a removed final norm, weightless
+LayerNorms, another activation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+OPT = "opt"
+TYPES = (OPT,)
+ALIASES = {OPT: {"intermediate_size": ("ffn_dim",), "hidden_act": ("activation_function",)}}
+# Defaults of transformers 5.25's OPTConfig for the fields read (OPT-125M's shapes).
+DEFAULTS: dict[str, dict[str, Any]] = {
+    OPT: dict(
+        vocab_size=50272, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        intermediate_size=3072, max_position_embeddings=2048, do_layer_norm_before=True,
+        _remove_final_layer_norm=False, word_embed_proj_dim=None, hidden_act="relu",
+        enable_bias=True, layer_norm_elementwise_affine=True, tie_word_embeddings=True,
+        rope_theta=10000.0, bos_token_id=2, eos_token_id=2,
+    )
+}  # fmt: skip
+
+
+def fields(f: Any, model_type: str) -> dict:
+    """ModelConfig's embedding, attention, norm and MLP fields of an OPT config; `f` is
+    hf_config._Fields."""
+    hidden = f.required("hidden_size")
+    refusals = (
+        ("do_layer_norm_before", True, "norms after the blocks (OPT-350M's)"),
+        ("_remove_final_layer_norm", False, "a model without its final norm"),
+        ("layer_norm_elementwise_affine", True, "LayerNorms without weights"),
+        ("hidden_act", "relu", "another activation than ReLU"),
+    )
+    for key, want, what in refusals:
+        if f.get(key) != want:
+            name = "activation_function" if key == "hidden_act" else key  # (OPT's spelling)
+            raise ValueError(f"HF config {name}={f.get(key)!r}: {what} not supported")
+    proj = f.get("word_embed_proj_dim")
+    if proj not in (None, hidden):
+        raise ValueError(
+            f"HF config word_embed_proj_dim={proj!r}: embeddings narrower than "
+            f"hidden_size={hidden} (project_in / project_out) are not supported"
+        )
+    heads = f.required("num_attention_heads")
+    biased = bool(f.get("enable_bias"))
+    return dict(
+        num_kv_heads=heads,
+        head_dim=hidden // heads,
+        learned_positions=True,
+        position_offset=2,
+        nope_layers=tuple(range(f.required("num_hidden_layers"))),
+        attention_bias=biased,
+        o_proj_bias=biased,
+        mlp_bias=biased,
+        norm_kind="layer",
+        norm_bias=True,
+        rms_norm_eps=1e-5,  # (nn.LayerNorm's default: OPT's config has no field)
+        mlp_act="relu",
+        sliding_window=None,
+        full_attention_layers=(),
+    )
