@@ -22,7 +22,9 @@ from typing import Any
 
 GPT_BIGCODE, GPT2 = "gpt_bigcode", "gpt2"
 TYPES = (GPT_BIGCODE, GPT2)
-_GPT2_NAMES = {
+# GPT-2's field names, read as the fields they stand for (GPTBigCodeConfig's, GPT2Config's and
+# GPTJConfig's attribute_map).
+GPT2_FIELD_NAMES = {
     "hidden_size": ("n_embd",),
     "num_hidden_layers": ("n_layer",),
     "num_attention_heads": ("n_head",),
@@ -31,7 +33,7 @@ _GPT2_NAMES = {
     "hidden_act": ("activation_function",),
     "rms_norm_eps": ("layer_norm_epsilon",),
 }
-ALIASES = {GPT_BIGCODE: _GPT2_NAMES, GPT2: _GPT2_NAMES}
+ALIASES = {GPT_BIGCODE: GPT2_FIELD_NAMES, GPT2: GPT2_FIELD_NAMES}
 # Defaults of transformers 5.25's GPTBigCodeConfig for the fields read.
 DEFAULTS: dict[str, dict[str, Any]] = {
     GPT_BIGCODE: dict(

@@ -13,19 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from configs.hf_gpt_bigcode import GPT2_FIELD_NAMES
+
 GPTJ = "gptj"
 TYPES = (GPTJ,)
-ALIASES = {
-    GPTJ: {
-        "hidden_size": ("n_embd",),
-        "num_hidden_layers": ("n_layer",),
-        "num_attention_heads": ("n_head",),
-        "max_position_embeddings": ("n_positions",),
-        "intermediate_size": ("n_inner",),
-        "hidden_act": ("activation_function",),
-        "rms_norm_eps": ("layer_norm_epsilon",),
-    }
-}
+ALIASES = {GPTJ: GPT2_FIELD_NAMES}
 # Defaults of transformers 5.25's GPTJConfig for the fields read (GPT-J-6B's shapes).
 DEFAULTS: dict[str, dict[str, Any]] = {
     GPTJ: dict(
