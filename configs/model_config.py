@@ -43,6 +43,7 @@ EXPERT_ACTS = ("swiglu", "clamped_swiglu", "limited_swiglu", "relu2", "geglu")
 # no gate, its two learned slopes per layer (models/layers.xielu); gelu_exact: the erf GELU of
 # x @ up, no gate (GPT-NeoX's); relu: ReLU of x @ up, no gate (OPT's).
 MLP_ACTS = ("swiglu", "relu2", "geglu", "gelu", "xielu", "gelu_exact", "relu")
+GATELESS_MLP_ACTS = ("relu2", "gelu", "xielu", "gelu_exact", "relu")  # (up and down alone)
 # DeepSeek-V4's attention per layer: a sliding window alone, or beside compressed entries
 # (csa: one per csa_ratio tokens, overlapping, picked by a lightning indexer; hca: one per
 # hca_ratio tokens, all attended).

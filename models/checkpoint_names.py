@@ -8,7 +8,7 @@ Mistral Large 4 ships.
 from __future__ import annotations
 
 from configs.hf_rope import HUNYUAN_TYPES
-from configs.model_config import ModelConfig
+from configs.model_config import GATELESS_MLP_ACTS, ModelConfig
 from models.hf_tensors import HFTensor, Path_
 from models.hf_tensors import linear as _linear
 from models.hf_tensors import vector as _vector
@@ -654,7 +654,7 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
     else:
         mlp = f"{layer}.feed_forward" if cfg.model_type == "llama4_text" else f"{layer}.mlp"
         names.update(_mlp_names(d, cfg.intermediate_size, mlp, at + ("mlp",)))
-        if cfg.mlp_act in ("relu2", "gelu", "xielu", "gelu_exact", "relu"):  # (no gate)
+        if cfg.mlp_act in GATELESS_MLP_ACTS:  # (no gate: Arcee's, StarCoder2's, GPT-2's ...)
             del names[f"{mlp}.gate_proj.weight"]
         if cfg.mlp_act == "xielu":  # (Apertus: its activation's parameters; beta, eps [])
             for x in ("alpha_p", "alpha_n", "beta", "eps"):

@@ -64,7 +64,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs.model_config import ModelConfig
+from configs.model_config import GATELESS_MLP_ACTS, ModelConfig
 from models import quantization as quant
 
 # (rng, shape, dtype) -> a host array. Random weights are drawn on the host with numpy: on
@@ -466,7 +466,7 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
     if moe:
         layer["moe"] = _moe_specs(cfg, dt, w)
     if not moe or cfg.dense_beside_moe or cfg.shortcut_moe:
-        gated = cfg.mlp_act not in ("relu2", "gelu", "xielu", "gelu_exact", "relu")
+        gated = cfg.mlp_act not in GATELESS_MLP_ACTS
         xielu = cfg.mlp_act == "xielu"
         layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w, gated, cfg.mlp_bias, xielu)
     if moe and cfg.dense_beside_moe:  # Gemma 4: the dense output's norm, the experts' two
