@@ -48,6 +48,23 @@ MODULES = {
     "mlp.gate_proj": ("mlp", "w_gate"),
     "mlp.up_proj": ("mlp", "w_up"),
     "mlp.down_proj": ("mlp", "w_down"),
+    # GPT-NeoX's and Falcon's (q, k and v fused: query_key_value, split by _split_qkv), and
+    # GPT-BigCode's (c_attn), output projections and MLPs; OPT's and Phi-2's fc1 / fc2.
+    "attention.query_key_value": ("attn", "wqkv"),
+    "self_attention.query_key_value": ("attn", "wqkv"),
+    "attn.c_attn": ("attn", "wqkv"),
+    "attention.dense": ("attn", "wo"),
+    "self_attention.dense": ("attn", "wo"),
+    "attn.c_proj": ("attn", "wo"),
+    "self_attn.out_proj": ("attn", "wo"),
+    "mlp.dense_h_to_4h": ("mlp", "w_up"),
+    "mlp.dense_4h_to_h": ("mlp", "w_down"),
+    "mlp.c_fc": ("mlp", "w_up"),
+    "mlp.c_proj": ("mlp", "w_down"),
+    "fc1": ("mlp", "w_up"),
+    "fc2": ("mlp", "w_down"),
+    "mlp.fc1": ("mlp", "w_up"),
+    "mlp.fc2": ("mlp", "w_down"),
     # Shared experts (DeepSeek, GLM-4.5; Qwen2-MoE's single `shared_expert`): the step's
     # per-layer adapter dict holds them as "shared_w_gate" etc. beside the attention's.
     # Llama 4's dense MLPs.
@@ -69,10 +86,11 @@ MODULES = {
     },
 }
 # PEFT's names: base_model.model, then the model's own path to its layers (a causal LM's, or
-# a multimodal wrapper's language model's, as transformers 5 or 4 lays it out).
+# a multimodal wrapper's language model's, as transformers 5 or 4 lays it out; GPT-NeoX's,
+# the GPT-2 kin's `transformer.h`, OPT's decoder).
 _NAME = re.compile(
-    r"base_model\.model\.(?:model\.language_model\.|language_model\.model\.|model\.)"
-    r"layers\.(\d+)\.(.+)\.lora_([AB])\.weight"
+    r"base_model\.model\.(?:model\.language_model\.|language_model\.model\.|model\.decoder\."
+    r"|model\.|gpt_neox\.|transformer\.)(?:layers|h)\.(\d+)\.(.+)\.lora_([AB])\.weight"
 )
 
 Key = tuple[int, str, str]  # (layer, group, leaf)
@@ -159,7 +177,8 @@ def load_adapter(path: str, cfg: ModelConfig, max_rank: int) -> dict[Key, tuple]
                 key = None
                 if m and m.group(2) in MODULES:
                     key = (int(m.group(1)), *MODULES[m.group(2)])
-                if key not in dims:
+                fused = key is not None and key[2] == "wqkv" and (key[0], "attn", "wq") in dims
+                if key not in dims and not fused:
                     raise ValueError(
                         f"adapter tensor {name!r}: not a projection LoRA can target in this "
                         f"{cfg.model_type} model (attention projections but MLA's kv_b_proj; "
@@ -170,6 +189,7 @@ def load_adapter(path: str, cfg: ModelConfig, max_rank: int) -> dict[Key, tuple]
         raise ValueError(f"{path}/{WEIGHTS_FILE}: corrupt ({e})") from e
     if cfg.attn_output_gate:
         _split_gate(pairs, cfg)
+    _split_qkv(pairs, cfg)
     out = {}
     for key, ab in sorted(pairs.items()):
         k, n = dims[key]
@@ -200,6 +220,30 @@ def _split_gate(pairs: dict[Key, dict[str, np.ndarray]], cfg: ModelConfig) -> No
             b = ab["B"].reshape(h, 2, dh, -1)
             ab["B"] = b[:, 0].reshape(h * dh, -1)
             pairs[(i, group, "wq_gate")] = {**ab, "B": b[:, 1].reshape(h * dh, -1)}
+
+
+def _split_qkv(pairs: dict[Key, dict[str, np.ndarray]], cfg: ModelConfig) -> None:
+    """A fused q/k/v projection adapted (GPT-NeoX's, Falcon's query_key_value, GPT-BigCode's
+    c_attn): its lora_B rows come as the weight's, per KV head its query heads' rows then its
+    k and v rows (models/checkpoint_names.py); the engine's wq, wk and wv take them, each
+    with the one lora_A. ValueError where B's rows are not the projection's."""
+    h, k, dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    for (i, group, name), ab in list(pairs.items()):
+        if name != "wqkv":
+            continue
+        del pairs[(i, group, name)]
+        b = ab.get("B")
+        if b is None or "A" not in ab or b.shape[0] != (h + 2 * k) * dh:
+            got = None if b is None else b.shape
+            raise ValueError(
+                f"adapter layers.{i}.attn's fused q/k/v: lora_A and lora_B [{(h + 2 * k) * dh}, "
+                f"r] needed (got lora_B {got})"
+            )
+        rows = b.reshape(k, (h // k + 2) * dh, -1)
+        q, kv = h // k * dh, (h // k + 1) * dh
+        parts = {"wq": rows[:, :q], "wk": rows[:, q:kv], "wv": rows[:, kv:]}
+        for leaf, part in parts.items():
+            pairs[(i, group, leaf)] = {"A": ab["A"], "B": part.reshape(-1, b.shape[1])}
 
 
 def slot_mask(lora: list | None, slots: jax.Array | None) -> jax.Array | None:

@@ -193,6 +193,39 @@ def test_moe_models_take_attention_adapters(arch, adapter, tmp_path):
         llm.generate(prompts[0], SamplingParams(max_tokens=1), bad)
 
 
+@pytest.mark.parametrize(
+    "arch, adapter", [("gpt_neox", "adapter_neox"), ("falcon", "adapter_falcon")]
+)
+def test_fused_qkv_models_take_adapters(arch, adapter, tmp_path):
+    """GPT-NeoX (a KV head per query head) and Falcon (8 query heads over 2 KV heads): PEFT's
+    adapters on the fused query_key_value (lora_B's rows split per KV head into q, k and v,
+    each with the one lora_A), the output projection `dense` and the MLP, beside requests
+    without one, as peft computes; a lora_B whose rows are not the projection's is refused
+    by name."""
+    ref = REFS[arch]
+    llm = LLM(
+        str(FIXTURES / arch), enable_lora=True, max_lora_rank=8, num_pages=64, max_model_len=128
+    )
+    req = LoRARequest(adapter, 1, str(LORA / adapter))
+    n = len(ref["adapters"]["base"]["greedy_tokens"][0])
+    params = SamplingParams(max_tokens=n, ignore_eos=True)  # (the references run past EOS)
+    outs = llm.generate(ref["prompts"] * 2, params, [req] * 3 + [None] * 3)
+    for i, out in enumerate(outs):
+        want = ref["adapters"][adapter if i < 3 else "base"]
+        assert out.token_ids == want["greedy_tokens"][i % 3], i
+        np.testing.assert_allclose(out.logprobs, want["logprobs"][i % 3], atol=TOL, rtol=0)
+    path = tmp_path / "cut"
+    shutil.copytree(LORA / adapter, path)
+    tensors = load_file(path / "adapter_model.safetensors")
+    name = next(k for k in tensors if "query_key_value.lora_B" in k)
+    tensors[name] = tensors[name][:-1]
+    save_file(tensors, path / "adapter_model.safetensors")
+    with pytest.raises(ValueError, match=r"attn's fused q/k/v: lora_A and lora_B \["):
+        llm.generate(
+            ref["prompts"][0], SamplingParams(max_tokens=1), LoRARequest("cut", 2, str(path))
+        )
+
+
 def test_engine_settings_are_checked():
     with pytest.raises(ValueError, match="built without enable_lora=True"):
         LLM("tiny-llama", num_pages=8).generate([1, 2], SamplingParams(max_tokens=1), A)
