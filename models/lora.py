@@ -49,7 +49,7 @@ MODULES = {
     "mlp.up_proj": ("mlp", "w_up"),
     "mlp.down_proj": ("mlp", "w_down"),
     # GPT-NeoX's and Falcon's (q, k and v fused: query_key_value, split by _split_qkv), and
-    # GPT-BigCode's (c_attn), output projections and MLPs; OPT's and Phi-2's fc1 / fc2.
+    # GPT-BigCode's (c_attn), output projections and MLPs; GPT-J's attn, OPT's and Phi-2's.
     "attention.query_key_value": ("attn", "wqkv"),
     "self_attention.query_key_value": ("attn", "wqkv"),
     "attn.c_attn": ("attn", "wqkv"),
@@ -57,6 +57,13 @@ MODULES = {
     "self_attention.dense": ("attn", "wo"),
     "attn.c_proj": ("attn", "wo"),
     "self_attn.out_proj": ("attn", "wo"),
+    "self_attn.dense": ("attn", "wo"),
+    "attn.q_proj": ("attn", "wq"),
+    "attn.k_proj": ("attn", "wk"),
+    "attn.v_proj": ("attn", "wv"),
+    "attn.out_proj": ("attn", "wo"),
+    "mlp.fc_in": ("mlp", "w_up"),
+    "mlp.fc_out": ("mlp", "w_down"),
     "mlp.dense_h_to_4h": ("mlp", "w_up"),
     "mlp.dense_4h_to_h": ("mlp", "w_down"),
     "mlp.c_fc": ("mlp", "w_up"),
