@@ -238,9 +238,10 @@ def check_laguna(cfg: Any) -> None:
         raise ValueError(f"router_logit_softcapping={cap!r}: must be a finite number >= 0")
 
 
-def check_beam(cfg: Any) -> None:
-    """Beam's query power on its NoPE layers, its gates' bias, its depth-scaled stream;
-    GPT-NeoX's two norms beside each other."""
+def check_blocks(cfg: Any) -> None:
+    """The block and embedding fields of the 57th session's families: Beam's query power on
+    its NoPE layers, gate bias and depth-scaled stream; OLMo 1's weightless LayerNorms;
+    GPT-BigCode's and OPT's learned positions; GPT-NeoX's two norms side by side."""
     power = cfg.attn_scale_power
     if isinstance(power, bool) or not isinstance(power, int | float) or not 0 <= power < math.inf:
         raise ValueError(f"attn_scale_power={power!r}: must be a finite number >= 0")
@@ -251,8 +252,13 @@ def check_beam(cfg: Any) -> None:
         )
     if cfg.attn_gate_bias and not cfg.attn_output_gate:
         raise ValueError("attn_gate_bias=True: needs attn_output_gate (a gate to bias)")
-    if cfg.norm_weightless and (cfg.is_dsv4 or cfg.norm_bias or cfg.sandwich_norms):
-        raise ValueError("norm_weightless=True: not with norm_bias, sandwich_norms or DeepSeek-V4")
+    if cfg.norm_weightless and (
+        cfg.norm_kind != "layer" or cfg.is_dsv4 or cfg.norm_bias or cfg.sandwich_norms
+    ):
+        raise ValueError(
+            "norm_weightless=True: LayerNorms only (norm_kind 'layer'), not with norm_bias, "
+            "sandwich_norms or DeepSeek-V4"
+        )
     if cfg.learned_positions and (
         cfg.attention_type != "gqa" or set(cfg.nope_layers) != set(range(cfg.num_layers))
     ):

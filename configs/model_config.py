@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from configs.model_checks import (
-    check_beam,
+    check_blocks,
     check_gemma4_ling,
     check_laguna,
     check_linear,
@@ -492,7 +492,7 @@ class ModelConfig:
             )
         check_softcaps(self)
         check_laguna(self)
-        check_beam(self)
+        check_blocks(self)
         check_moe(self)
         check_gemma4_ling(self)
         check_values_and_sinks(self)

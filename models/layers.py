@@ -39,14 +39,11 @@ def model_norm(
 ) -> jax.Array:
     """The model's own norm (its decoder, final and q/k norms): rms_norm as its family
     scales (ModelConfig.norm_scale_in_float32, norm_offset), or a LayerNorm (norm_kind
-    "layer"; with `bias`, Phi-3.5-MoE's nn.LayerNorm; weight None: OLMo 1's, none)."""
+    "layer"; with `bias`, Phi-3.5-MoE's nn.LayerNorm; weight None: OLMo 1's LayerNorm, none)."""
     if cfg.norm_kind == "layer":  # (Nemotron's LayerNorm1P: 1 + weight, in its dtype)
         if weight is not None and cfg.norm_offset:
             weight = weight + jnp.asarray(cfg.norm_offset, weight.dtype)
         return layer_norm(x, weight, cfg.rms_norm_eps, bias)
-    if weight is None:  # (a weightless RMSNorm)
-        weight = jnp.ones((x.shape[-1],), jnp.float32)
-        return rms_norm(x, weight, cfg.rms_norm_eps, True)
     return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_scale_in_float32, cfg.norm_offset)
 
 
