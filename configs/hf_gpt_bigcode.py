@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from configs.hf_heads import GELU_MLP_ACTS
+
 GPT_BIGCODE, GPT2 = "gpt_bigcode", "gpt2"
 TYPES = (GPT_BIGCODE, GPT2)
 # GPT-2's field names, read as the fields they stand for (GPTBigCodeConfig's, GPT2Config's and
@@ -49,8 +51,6 @@ DEFAULTS[GPT2] = dict(
     DEFAULTS[GPT_BIGCODE], hidden_act="gelu_new", multi_query=False,
     scale_attn_by_inverse_layer_idx=False,
 )  # fmt: skip
-_ACTS = {"gelu_pytorch_tanh": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu"}
-_ACTS["gelu"] = "gelu_exact"
 
 
 def fields(f: Any, model_type: str) -> dict:
@@ -64,8 +64,10 @@ def fields(f: Any, model_type: str) -> dict:
             "supported"
         )
     act = f.get("hidden_act")
-    if act not in _ACTS:
-        raise ValueError(f"HF config activation_function={act!r}: expected one of {sorted(_ACTS)}")
+    if act not in GELU_MLP_ACTS:
+        raise ValueError(
+            f"HF config activation_function={act!r}: expected one of {sorted(GELU_MLP_ACTS)}"
+        )
     hidden, heads = f.required("hidden_size"), f.required("num_attention_heads")
     head_dim = hidden // heads
     return dict(
@@ -81,7 +83,7 @@ def fields(f: Any, model_type: str) -> dict:
         mlp_bias=True,
         norm_kind="layer",
         norm_bias=True,
-        mlp_act=_ACTS[act],
+        mlp_act=GELU_MLP_ACTS[act],
         sliding_window=None,
         full_attention_layers=(),
     )

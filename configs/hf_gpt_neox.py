@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from configs.hf_heads import GELU_MLP_ACTS
 from configs.hf_rope import partial_rotary_factor
 
 GPT_NEOX = "gpt_neox"
@@ -35,16 +36,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         bos_token_id=0, eos_token_id=2,
     )
 }  # fmt: skip
-# transformers' ACT2FN: the erf GELU, and the tanh form under its names
-_ACTS = {"gelu": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu"}
 
 
 def fields(f: Any, model_type: str) -> dict:
     """ModelConfig's attention, norm, block and MLP fields of a GPT-NeoX config; `f` is
     hf_config._Fields."""
     act = f.get("hidden_act")
-    if act not in _ACTS:
-        raise ValueError(f"HF config hidden_act={act!r}: expected one of {sorted(_ACTS)}")
+    if act not in GELU_MLP_ACTS:
+        raise ValueError(f"HF config hidden_act={act!r}: expected one of {sorted(GELU_MLP_ACTS)}")
     heads = f.required("num_attention_heads")
     parallel = bool(f.get("use_parallel_residual"))
     biased = bool(f.get("attention_bias"))
@@ -59,7 +58,7 @@ def fields(f: Any, model_type: str) -> dict:
         norm_bias=True,
         parallel_block=parallel,
         parallel_norms=parallel,
-        mlp_act=_ACTS[act],
+        mlp_act=GELU_MLP_ACTS[act],
         sliding_window=None,
         full_attention_layers=(),
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from configs.hf_gpt_bigcode import GPT2_FIELD_NAMES
+from configs.hf_heads import GELU_TANH
 
 GPTJ = "gptj"
 TYPES = (GPTJ,)
@@ -27,14 +28,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         bos_token_id=50256, eos_token_id=50256,
     )
 }  # fmt: skip
-_GELU_TANH = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 
 
 def fields(f: Any, model_type: str) -> dict:
     """ModelConfig's attention, norm, block and MLP fields of a GPT-J config; `f` is
     hf_config._Fields."""
     act = f.get("hidden_act")
-    if act not in _GELU_TANH:
+    if act not in GELU_TANH:
         raise ValueError(f"HF config activation_function={act!r}: only the tanh GELU")
     hidden, heads = f.required("hidden_size"), f.required("num_attention_heads")
     head_dim = hidden // heads

@@ -1,8 +1,14 @@
-"""What the plain GQA families' readers share (configs/hf_seed_oss.py, configs/hf_glm4.py)."""
+"""What the plain GQA families' readers share (configs/hf_seed_oss.py, configs/hf_glm4.py), and
+the GELU names of the gateless-MLP families' (Phi-2, GPT-J, GPT-NeoX, GPT-BigCode, GPT-2)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+# transformers' ACT2FN names of the tanh GELU (gelu_new: the same formula), and every GELU
+# name -> ModelConfig.mlp_act of an MLP without a gate ("gelu": the erf one).
+GELU_TANH = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+GELU_MLP_ACTS = {**dict.fromkeys(GELU_TANH, "gelu"), "gelu": "gelu_exact"}
 
 
 def silu_gqa_heads(f: Any) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from configs.hf_heads import GELU_TANH
 from configs.hf_rope import partial_rotary_factor
 
 PHI = "phi"
@@ -24,8 +25,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         rope_theta=10000.0,
     )
 }  # fmt: skip
-# The tanh GELU, as transformers' ACT2FN names it (gelu_new: the same formula).
-_GELU_TANH = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 
 
 def fields(f: Any, model_type: str) -> dict:
@@ -34,8 +33,8 @@ def fields(f: Any, model_type: str) -> dict:
     if f.get("qk_layernorm"):
         raise ValueError("HF config qk_layernorm=True: q/k LayerNorms are not supported")
     act = f.get("hidden_act")
-    if act not in _GELU_TANH:
-        raise ValueError(f"HF config hidden_act={act!r}: only the tanh GELU {_GELU_TANH}")
+    if act not in GELU_TANH:
+        raise ValueError(f"HF config hidden_act={act!r}: only the tanh GELU {GELU_TANH}")
     heads = f.required("num_attention_heads")
     return dict(
         num_kv_heads=f.get("num_key_value_heads") or heads,
