@@ -108,18 +108,18 @@ def _fused_qkv_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTenso
     rows = (h + 2 * k) * dh
     qkv = "c_attn" if cfg.model_type in ("gpt_bigcode", "gpt2") else "query_key_value"
     # (GPT-2's c_attn: a Conv1D, [in, out], its columns all q, all k, all v)
-    shape, kind, k = (
+    shape, kind, groups = (
         ((d, rows), "grouped_T", 1) if cfg.model_type == "gpt2" else ((rows, d), "grouped", k)
     )
     names = {
         f"{pre}.{qkv}.weight": HFTensor(
-            shape, tuple(at + (w,) for w in ("wq", "wk", "wv")), kind, groups=k
+            shape, tuple(at + (w,) for w in ("wq", "wk", "wv")), kind, groups=groups
         ),
         f"{pre}.o_proj.weight": _linear(d, h * dh, at + ("wo",)),
     }
     if cfg.attention_bias:
         names[f"{pre}.{qkv}.bias"] = HFTensor(
-            (rows,), tuple(at + (b,) for b in ("bq", "bk", "bv")), "grouped", groups=k
+            (rows,), tuple(at + (b,) for b in ("bq", "bk", "bv")), "grouped", groups=groups
         )
     if cfg.o_proj_bias:
         names[f"{pre}.o_proj.bias"] = _vector(d, at + ("bo",))
