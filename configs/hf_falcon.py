@@ -8,11 +8,18 @@ head per query head; RoPE over whole heads; an MLP without a gate (ffn_hidden_si
 by side: Falcon-40B / 180B's on two norms (ln_attn, ln_mlp; num_ln_in_parallel_attn 2, the
 default) or one, Falcon-7B's (parallel_attn) on one (input_layernorm); or one after the other.
 Tied embeddings by default; the model's tensors under transformer (models/release_names.py).
-Refused with a ValueError naming the field: ALiBi, an activation other than the erf GELU."""
+With alibi (Falcon-RW), no RoPE: ALiBi with BLOOM's slopes, which transformers rounds to
+bfloat16 and adds divided by sqrt(head_dim) (ModelConfig.alibi_slopes holds them so; it
+rounds each slope x position to bfloat16 too, exact at the fixture's positions, which the
+engine adds in float32 instead). Refused with a ValueError naming the field: an activation
+other than the erf GELU, ALiBi beside the new decoder architecture."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from configs.hf_alibi import bloom_slopes
 
 FALCON = "falcon"
 TYPES = (FALCON,)
@@ -33,8 +40,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 def fields(f: Any, model_type: str) -> dict:
     """ModelConfig's attention, norm, block and MLP fields of a Falcon config; `f` is
     hf_config._Fields."""
-    if f.get("alibi"):
-        raise ValueError("HF config alibi=True: ALiBi position biases are not supported")
     if f.get("hidden_act") != "gelu":
         raise ValueError(f"HF config activation={f.get('hidden_act')!r}: only 'gelu' (erf)")
     hidden, heads = f.required("hidden_size"), f.required("num_attention_heads")
@@ -50,7 +55,16 @@ def fields(f: Any, model_type: str) -> dict:
     if norms not in (1, 2):
         raise ValueError(f"HF config num_ln_in_parallel_attn={norms!r}: expected 1 or 2")
     biased = bool(f.get("bias"))
+    alibi = {}
+    if f.get("alibi"):  # (Falcon-RW)
+        if new:
+            raise ValueError("HF config alibi=True: not with new_decoder_architecture")
+        alibi = dict(
+            alibi_slopes=falcon_slopes(heads, hidden // heads),
+            nope_layers=tuple(range(f.required("num_hidden_layers"))),
+        )
     return dict(
+        **alibi,
         num_kv_heads=kv_heads,
         head_dim=hidden // heads,
         intermediate_size=f.get("ffn_hidden_size") or 4 * hidden,
@@ -65,3 +79,13 @@ def fields(f: Any, model_type: str) -> dict:
         sliding_window=None,
         full_attention_layers=(),
     )
+
+
+def falcon_slopes(num_heads: int, head_dim: int) -> tuple[float, ...]:
+    """BLOOM's slopes rounded to bfloat16 (round to nearest even), divided by sqrt(head_dim),
+    as transformers' FalconModel adds them."""
+    import numpy as np
+
+    bits = np.asarray(bloom_slopes(num_heads), np.float32).view(np.uint32)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tuple(float(x) / math.sqrt(head_dim) for x in bits.view(np.float32))

@@ -239,9 +239,15 @@ def check_laguna(cfg: Any) -> None:
 
 
 def check_blocks(cfg: Any) -> None:
-    """The block and embedding fields of the 57th session's families: Beam's query power on
-    its NoPE layers, gate bias and depth-scaled stream; OLMo 1's weightless LayerNorms;
-    GPT-BigCode's and OPT's learned positions; GPT-NeoX's two norms side by side."""
+    """The block and embedding fields of the 57th session's families and later: Llama 4's
+    and Beam's query scales on NoPE layers, Beam's gate bias and depth-scaled stream; OLMo
+    1's weightless LayerNorms; GPT-BigCode's and OPT's learned positions; GPT-NeoX's two
+    norms side by side; ALiBi's slopes and BLOOM's embedding norm."""
+    if cfg.attn_scale_beta and not (cfg.attn_scale_beta > 0 and cfg.attn_scale_positions >= 1):
+        raise ValueError(
+            f"attn_scale_beta={cfg.attn_scale_beta}, attn_scale_positions="
+            f"{cfg.attn_scale_positions}: need beta > 0 and positions >= 1 (or beta 0)"
+        )
     power = cfg.attn_scale_power
     if isinstance(power, bool) or not isinstance(power, int | float) or not 0 <= power < math.inf:
         raise ValueError(f"attn_scale_power={power!r}: must be a finite number >= 0")
@@ -269,6 +275,20 @@ def check_blocks(cfg: Any) -> None:
         raise ValueError("parallel_norms=True: needs parallel_block (GPT-NeoX's parallel layers)")
     if cfg.depth_scaled_residual and (cfg.residual_normed or cfg.parallel_block):
         raise ValueError("depth_scaled_residual=True: not beside residual_normed or parallel_block")
+    slopes = cfg.alibi_slopes
+    if slopes:
+        if len(slopes) != cfg.num_heads or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+            for x in slopes
+        ):
+            raise ValueError(
+                f"alibi_slopes: expected {cfg.num_heads} finite numbers (one per query head), "
+                f"got {len(slopes)}"
+            )
+        if cfg.attention_type != "gqa" or set(cfg.nope_layers) != set(range(cfg.num_layers)):
+            raise ValueError("alibi_slopes: GQA with every layer in nope_layers (no RoPE)")
+        if cfg.learned_positions:
+            raise ValueError("alibi_slopes: not beside learned_positions (one position scheme)")
 
 
 def check_sharing(cfg: Any) -> None:

@@ -269,6 +269,10 @@ class ModelConfig:
     position_offset: int = 0
     # GPT-NeoX's parallel block: the MLP reads its own norm of the block's input (mlp_norm).
     parallel_norms: bool = False
+    # ALiBi (BLOOM, MPT, Falcon-RW; no RoPE): a slope per query head, each scaled score plus
+    # slope * (key position - query position). BLOOM's embeddings LayerNormed (embed_norm).
+    alibi_slopes: tuple[float, ...] = ()
+    embed_norm: bool = False
     norm_kind: str = "rms"
     logit_scale: float = 1.0
     shared_expert_average: bool = False
@@ -508,13 +512,6 @@ class ModelConfig:
         bad = [i for i in self.no_ffn_layers if not 0 <= i < self.num_layers]
         if bad:
             raise ValueError(f"no_ffn_layers: layer {bad[0]} is outside [0, {self.num_layers})")
-        if self.attn_scale_beta and not (
-            self.attn_scale_beta > 0 and self.attn_scale_positions >= 1
-        ):
-            raise ValueError(
-                f"attn_scale_beta={self.attn_scale_beta}, attn_scale_positions="
-                f"{self.attn_scale_positions}: need beta > 0 and positions >= 1 (or beta 0)"
-            )
         check_linear(self)
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype={self.dtype!r}: expected float32, bfloat16 or float16")

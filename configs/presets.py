@@ -3,11 +3,12 @@ tests/fixtures), CPU-size benchmark and long-context models (presets_small.py) a
 shapes (presets_real.py); the Mamba-2 hybrids' (presets_mamba.py), Solar Open's and
 K-EXAONE's (presets_more.py), Gemma 4's (presets_gemma.py), Hunyuan 3's and MiniCPM5's
 (presets_newer.py), the 56th session's families (presets_kin.py), the 57th's MoE ones
-(presets_moe_kin.py)."""
+(presets_moe_kin.py), the ALiBi families' (presets_alibi.py)."""
 
 from __future__ import annotations
 
 from configs.model_config import ModelConfig
+from configs.presets_alibi import ALIBI
 from configs.presets_gemma import GEMMA
 from configs.presets_kin import KIN
 from configs.presets_mamba import MAMBA
@@ -18,7 +19,7 @@ from configs.presets_real import REAL
 from configs.presets_small import SMALL
 from configs.presets_tiny import TINY
 
-_PARTS = (TINY, SMALL, REAL, MAMBA, MORE, GEMMA, NEWER, KIN, MOE_KIN)
+_PARTS = (TINY, SMALL, REAL, MAMBA, MORE, GEMMA, NEWER, KIN, MOE_KIN, ALIBI)
 PRESETS: dict[str, ModelConfig] = {name: cfg for part in _PARTS for name, cfg in part.items()}
 assert len(PRESETS) == sum(map(len, _PARTS)), "a preset name is used twice"
 

@@ -214,6 +214,12 @@ def _capped(s: jax.Array, softcap: float) -> jax.Array:
     return softcap * jnp.tanh(s / softcap) if softcap else s
 
 
+def _with_alibi(s: jax.Array, alibi: jax.Array | None, rel: jax.Array) -> jax.Array:
+    """s plus ALiBi's bias, slope * (key position - query position), or s as it is without
+    slopes; `alibi` (f32 slopes) and `rel` (int32 offsets) come shaped to broadcast to s."""
+    return s if alibi is None else s + alibi * rel.astype(jnp.float32)
+
+
 def _init_carry(shape: tuple[int, ...], value_dim: int):
     return (
         jnp.full(shape, -jnp.inf, jnp.float32),
@@ -252,6 +258,7 @@ def _decode_attention(
     sinks=None,
     chunked=False,
     softcap=0.0,
+    alibi=None,
 ):
     """Sequences with one query token (`is_decode` [S]), batched: each gathers its own blocks.
 
@@ -270,6 +277,7 @@ def _decode_attention(
     limit = jnp.where(is_decode, jnp.minimum(meta.positions[first_row] + 1, meta.kv_lens), 0)
     # First key each decode sees (a sliding window), or 0; past every key where none decodes.
     first = _first_key(meta.positions[first_row], window, limit > 0, chunked)
+    q_pos = meta.positions[first_row]  # [S]
     # Other sequences' slots are computed and masked; reading page 0 for them stays in cache.
     page_table = jnp.where(is_decode[:, None], page_table, 0)
 
@@ -279,13 +287,18 @@ def _decode_attention(
     def attend(seqs):  # [n] sequence ids (None: all) -> [n, K, G, Dv]
         if seqs is None:
             q_dec, lim, lo, pages = q[first_row], limit, first, page_table  # [S, K, G, Dk]
+            at = q_pos
         else:
             q_dec, lim, lo, pages = q[first_row[seqs]], limit[seqs], first[seqs], page_table[seqs]
+            at = q_pos[seqs]
         if query_rows > 1:
             q_dec = jnp.pad(
                 q_dec[:, :, None], ((0, 0), (0, 0), (0, query_rows - 1), (0, 0), (0, 0))
             )
         expand = (slice(None),) + (None,) * lead  # [n, L] -> like the scores
+        # [K, G] slopes -> [1, K, (1,) G, 1]
+        slopes = None if alibi is None else alibi[(None, slice(None)) + (None,) * (lead - 2)]
+        slopes = None if slopes is None else slopes[..., None]
 
         def body(b, carry):
             m, denom, acc = carry  # [n, K, (Q,) G], same, [n, K, (Q,) G, Dv]
@@ -298,7 +311,7 @@ def _decode_attention(
             s = jnp.einsum(
                 f"sk{qa}gd,slkd->sk{qa}gl", q_dec, keys, preferred_element_type=jnp.float32
             )
-            s = _capped(s, softcap)
+            s = _with_alibi(_capped(s, softcap), slopes, (key_pos - at[:, None])[expand])
             m, alpha, p, denom = _softmax_step(m, denom, s, valid[expand])
             # p is 0 at masked keys, but stale rows (past the context, or before a window:
             # pages given back to the pool) may hold inf/NaN and 0 * inf = NaN.
@@ -345,7 +358,7 @@ class _Tiles(NamedTuple):
 
 
 def _dense_attention(
-    q, meta, page_table, page_size, gather, value_dim, window, sinks, chunked, softcap
+    q, meta, page_table, page_size, gather, value_dim, window, sinks, chunked, softcap, alibi
 ):
     """Every token over its sequence's keys in one block: `page_table` [S, Bp] holds whole
     contexts. q: [T, K, G, Dk]. Returns [T, K, G, Dv].
@@ -370,6 +383,8 @@ def _dense_attention(
         s = _capped(
             jnp.einsum("tkgd,tlkd->tkgl", q, keys, preferred_element_type=jnp.float32), softcap
         )
+        rel = (key_pos[None, :] - positions[:, None])[:, None, None, :]  # [C, 1, 1, L]
+        s = _with_alibi(s, None if alibi is None else alibi[None, :, :, None], rel)
         m, denom, acc = _init_carry(q.shape[:3], value_dim)
         m, alpha, p, denom = _softmax_step(m, denom, s, valid[:, None, None, :])
         # p is 0 at masked keys, but stale rows may hold inf/NaN (0 * inf = NaN).
@@ -461,6 +476,7 @@ def _blocked_attention(
     sinks: jax.Array | None = None,  # [K, G] f32: per query head, joins every softmax
     chunked: bool = False,
     softcap: float = 0.0,  # > 0: scores squashed to softcap * tanh(s / softcap) (Gemma 2)
+    alibi: jax.Array | None = None,  # [K, G] f32: ALiBi's slope per query head
 ) -> jax.Array:  # [T, K, G, Dv] f32
     """Online-softmax attention of each token over its sequence's keys, one KV block per step.
 
@@ -486,7 +502,17 @@ def _blocked_attention(
             jnp.clip(meta.page_table, 0, num_pages - 1), ((0, 0), (0, kv_block_pages - max_pages))
         )
         return _dense_attention(
-            q, meta, page_table, page_size, gather_block, value_dim, window, sinks, chunked, softcap
+            q,
+            meta,
+            page_table,
+            page_size,
+            gather_block,
+            value_dim,
+            window,
+            sinks,
+            chunked,
+            softcap,
+            alibi,
         )
     if split_decodes:
         # Per-token math only has to be fixed within a path here (decodes already take
@@ -548,10 +574,12 @@ def _blocked_attention(
             sinks=sinks,
             chunked=chunked,
             softcap=softcap,
+            alibi=alibi,
         )
         out = out.at[jnp.where(rows < 0, out.shape[0], rows)].set(o_dec, mode="drop")
         tiled = tiled & ~is_decode
     q_pad = jnp.pad(q, ((0, tile), (0, 0), (0, 0), (0, 0)))
+    tile_slopes = None if alibi is None else alibi[:, None, :, None]  # [K, 1, G, 1]
     pos_pad = jnp.pad(meta.positions, (0, tile))
     tables = _tile_tables(meta, tiled, num_tokens, tile, sizes[1:])
 
@@ -583,7 +611,8 @@ def _blocked_attention(
                     s = jnp.einsum(
                         "kqgd,lkd->kqgl", q_tile, keys, preferred_element_type=jnp.float32
                     )
-                    s = _capped(s, softcap)
+                    rel = (key_pos[None, :] - pos[:, None])[None, :, None, :]  # [1, Q, 1, L]
+                    s = _with_alibi(_capped(s, softcap), tile_slopes, rel)
                     m, alpha, p, denom = _softmax_step(m, denom, s, valid[None, :, None, :])
                     # Keys below the tile's last limit are real rows of this sequence; only
                     # stale rows past it may hold inf/NaN (0 * inf = NaN), and with a window
@@ -641,6 +670,14 @@ def check_softcap(softcap: float) -> None:
         raise ValueError(f"softcap={softcap!r}: must be a finite number >= 0 (0: no capping)")
 
 
+def check_alibi(alibi: jax.Array | None, num_heads: int) -> None:
+    """ALiBi's slopes (paged attention's, the Pallas kernel's): None, or one per query head."""
+    if alibi is not None and jnp.shape(alibi) != (num_heads,):
+        raise ValueError(
+            f"alibi {jnp.shape(alibi)}: expected one slope per query head, [{num_heads}]"
+        )
+
+
 def _check_sizes(kv_block_pages: int, query_tile: int) -> None:
     if kv_block_pages < 1:
         raise ValueError(f"kv_block_pages must be >= 1, got {kv_block_pages}")
@@ -662,6 +699,7 @@ def paged_attention_gqa(
     sinks: jax.Array | None = None,  # [H]: gpt-oss's per-head sink logits
     chunked: bool = False,
     softcap: float = 0.0,
+    alibi: jax.Array | None = None,  # [H] f32: ALiBi's slope per query head
 ) -> jax.Array:  # [T, H, Dv]
     """Grouped-query attention of ragged query tokens over their sequences' paged K/V.
 
@@ -673,7 +711,8 @@ def paged_attention_gqa(
     `sinks`: a logit per query head that joins every query's softmax as a key without a
     value (ModelConfig.attention_sinks), or None. `softcap` > 0: each scaled score s
     becomes softcap * tanh(s / softcap) before the softmax
-    (ModelConfig.attn_logit_softcapping).
+    (ModelConfig.attn_logit_softcapping). `alibi`: a slope per query head, each (scaled,
+    capped) score plus slope * (key position - query position) (ModelConfig.alibi_slopes).
     """
     _check_window(window)
     check_softcap(softcap)
@@ -687,6 +726,7 @@ def paged_attention_gqa(
             f"num query heads {num_heads} is not a multiple of num kv heads {num_kv_heads}"
         )
     group = num_heads // num_kv_heads
+    check_alibi(alibi, num_heads)
 
     def gather_block(ids):  # ids: [..., Bp]
         rows = (*ids.shape[:-1], ids.shape[-1] * page_size, num_kv_heads)
@@ -711,6 +751,7 @@ def paged_attention_gqa(
         sinks=None if sinks is None else sinks.astype(jnp.float32).reshape(num_kv_heads, group),
         chunked=chunked,
         softcap=float(softcap),
+        alibi=None if alibi is None else alibi.astype(jnp.float32).reshape(num_kv_heads, group),
     )
     return o.reshape(num_tokens, num_heads, value_dim).astype(q.dtype)
 

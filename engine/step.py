@@ -257,6 +257,9 @@ def _step_body(
     if cfg.is_mla and not sparse:
         split = mla_split_for(ops, cfg, meta, batch.token_ids.shape[0], batch.kv_lens.shape[0])
 
+    # ALiBi's slopes (BLOOM, MPT, Falcon-RW), passed only where a model has them.
+    alibi = {"alibi": jnp.asarray(cfg.alibi_slopes, jnp.float32)} if cfg.alibi_slopes else {}
+
     def attend_for(meta, slots, split=None):
         """Attention over the pages for the rows `meta` and `slots` describe."""
 
@@ -283,6 +286,7 @@ def _step_body(
                 sinks=sinks,
                 softcap=cfg.attn_logit_softcapping,
                 **chunked,
+                **alibi,
             )
             return o, (k_pages, v_pages)
 

@@ -65,7 +65,7 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
             names[f"{idx}.weights_proj.weight"] = _linear(hi, d, at + ("idx_w",))
         return names
     k, dh = cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)
-    if cfg.model_type in ("gpt_neox", "falcon", "gpt_bigcode", "gpt2"):  # (q, k, v fused)
+    if cfg.model_type in ("gpt_neox", "falcon", "gpt_bigcode", "gpt2", "bloom", "mpt"):
         return _fused_qkv_names(cfg, pre, at)
     k_eq_v = cfg.attention_k_eq_v and cfg.is_global_layer(layer)  # (Gemma 4: no v_proj)
     dv = cfg.layer_v_head_dim(layer)
@@ -100,17 +100,21 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
 
 
 def _fused_qkv_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
-    """GPT-NeoX's, Falcon's and GPT-BigCode's attention: query_key_value's (c_attn's) rows per
-    KV head, its query heads' rows then its k and v rows (GPT-NeoX: a KV head per query head;
-    Falcon-7B, StarCoder: one KV head for all), weight and bias; the output projection (o_proj,
-    models/release_names.py renames it dense or c_proj) with its bias."""
+    """GPT-NeoX's, Falcon's, BLOOM's and GPT-BigCode's attention: query_key_value's (c_attn's)
+    rows per KV head, its query heads' rows then its k and v rows (GPT-NeoX, BLOOM: a KV head
+    per query head; Falcon-7B, StarCoder: one KV head for all), weight and bias; MPT's Wqkv,
+    all q rows, all k, all v; the output projection (o_proj, models/release_names.py renames
+    it dense, c_proj or out_proj) with its bias."""
     d, h, k, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     rows = (h + 2 * k) * dh
-    qkv = "c_attn" if cfg.model_type in ("gpt_bigcode", "gpt2") else "query_key_value"
+    qkv = {"gpt_bigcode": "c_attn", "gpt2": "c_attn", "mpt": "Wqkv"}.get(
+        cfg.model_type, "query_key_value"
+    )
     # (GPT-2's c_attn: a Conv1D, [in, out], its columns all q, all k, all v)
     shape, kind, groups = (
         ((d, rows), "grouped_T", 1) if cfg.model_type == "gpt2" else ((rows, d), "grouped", k)
     )
+    groups = 1 if cfg.model_type == "mpt" else groups
     names = {
         f"{pre}.{qkv}.weight": HFTensor(
             shape, tuple(at + (w,) for w in ("wq", "wk", "wv")), kind, groups=groups
@@ -483,6 +487,10 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
     if cfg.learned_positions:  # (GPT-BigCode's wpe, models/release_names.py)
         rows = cfg.max_position_embeddings + cfg.position_offset
         names["model.embed_positions.weight"] = HFTensor((rows, d), (("pos_embed",),), "copy")
+    if cfg.embed_norm:  # (BLOOM's word_embeddings_layernorm, models/release_names.py)
+        names["model.embed_norm.weight"] = _vector(d, ("embed_norm",))
+        if cfg.norm_bias:
+            names["model.embed_norm.bias"] = _vector(d, ("embed_norm_bias",))
     if cfg.norm_weightless:  # (OLMo 1: its norms hold nothing)
         held = ("attn_norm", "mlp_norm", "final_norm")
         names = {n: t for n, t in names.items() if t.targets[0][-1] not in held}

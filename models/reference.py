@@ -115,6 +115,10 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
         if cfg.attn_logit_softcapping:  # Gemma 2: cap * tanh(s / cap), before the mask
             cap = cfg.attn_logit_softcapping
             scores = cap * jnp.tanh(scores / cap)
+        if cfg.alibi_slopes:  # ALiBi: slope * (key position - query position)
+            slopes = jnp.asarray(cfg.alibi_slopes, jnp.float32).reshape(kh, h // kh)
+            rel = jnp.arange(k_cache.shape[0])[None, :] - positions[:, None]  # [T, L]
+            scores = scores + slopes[None, :, :, None] * rel[:, None, None, :].astype(jnp.float32)
         window = cfg.attention_window(i)
         sinks = p_attn.get("sinks")
         if sinks is not None:

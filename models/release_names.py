@@ -188,6 +188,21 @@ NATIVE = {
 
 
 NATIVE["gpt2"] = NATIVE["gpt_bigcode"]  # (GPT-BigCode keeps GPT-2's names)
+# BLOOM keeps Falcon's names (Falcon's came from it), and LayerNorms its embeddings.
+NATIVE["bloom"] = (
+    (r"^model\.embed_norm\.", "transformer.word_embeddings_layernorm."),
+    *NATIVE["falcon"],
+)
+NATIVE["mpt"] = (
+    (r"^model\.embed_tokens\.", "transformer.wte."),
+    (r"^model\.norm\.", "transformer.norm_f."),
+    (r"^model\.layers\.", "transformer.blocks."),
+    (r"\.input_layernorm\.", ".norm_1."),
+    (r"\.post_attention_layernorm\.", ".norm_2."),
+    (r"\.self_attn\.o_proj\.", ".attn.out_proj."),
+    (r"\.self_attn\.", ".attn."),
+    (r"\.mlp\.", ".ffn."),
+)
 
 # Falcon-40B's and -180B's two norms beside each other (the others': input_layernorm alone, or
 # with post_attention_layernorm in sequential layers).

@@ -492,6 +492,10 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
     if cfg.learned_positions:  # (GPT-BigCode: a learned embedding per position)
         rows = cfg.max_position_embeddings + cfg.position_offset  # (OPT's: 2 rows before)
         specs["pos_embed"] = ParamSpec((rows, d), dt, (None, "embed"), w)
+    if cfg.embed_norm:  # (BLOOM: the embeddings LayerNormed, bias and all)
+        specs["embed_norm"] = ParamSpec((d,), dt, ("embed",), ones)
+        if cfg.norm_bias:
+            specs["embed_norm_bias"] = ParamSpec((d,), dt, ("embed",), zeros)
     if cfg.norm_weightless:  # (OLMo 1: its norms hold nothing)
         del specs["final_norm"]
         for layer in specs["layers"]:

@@ -187,6 +187,11 @@ ARCHS = {
     "gpt_bigcode": "tiny-gpt-bigcode",
     "gpt2": "tiny-gpt2",  # GPT-2: the same with a KV head per query head, Conv1D weights
     "opt": "tiny-opt",  # OPT: learned positions two rows in, a ReLU MLP without a gate
+    # ALiBi, no RoPE: BLOOM's slopes for 6 heads (its embeddings LayerNormed), MPT's,
+    # Falcon-RW's (bfloat16 slopes over sqrt(head_dim))
+    "bloom": "tiny-bloom",
+    "mpt": "tiny-mpt",
+    "falcon_rw": "tiny-falcon-rw",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
