@@ -67,11 +67,13 @@ MPT_ATTN_DEFAULTS = dict(
 
 def bloom_slopes(num_heads: int) -> tuple[float, ...]:
     """BLOOM's (and Falcon-RW's) slopes, as transformers' _get_alibi_slopes: for the largest
-    power of two n <= num_heads, 2^(-8 i / n) for i = 1 .. n; then, for the heads past n, the
-    odd powers 2^(-4 i / n), i = 1, 3, ... (the slopes of 2n heads that n heads skip)."""
+    power of two n <= num_heads, b^i for i = 1 .. n with b = 2^(-8 / n); then, for the heads
+    past n, the odd powers of 2^(-4 / n), i = 1, 3, ... (the slopes of 2n heads that n heads
+    skip). Each base is rounded to float32 first, as there."""
     n = 2 ** math.floor(math.log2(num_heads))
-    slopes = [2.0 ** (-8.0 * i / n) for i in range(1, n + 1)]
-    extra = [2.0 ** (-4.0 * i / n) for i in range(1, 2 * min(n, num_heads - n), 2)]
+    base, extra_base = _float32([2.0 ** (-8.0 / n), 2.0 ** (-4.0 / n)])
+    slopes = [base**i for i in range(1, n + 1)]
+    extra = [extra_base**i for i in range(1, 2 * min(n, num_heads - n), 2)]
     return _float32(slopes + extra)
 
 

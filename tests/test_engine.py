@@ -87,6 +87,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
         "gemma2",  # (its attention scores soft-capped)
         "laguna",  # (query heads per layer, softplus gates, a capped router)
         "kolibri1",  # (global layers without positions, a router biased on its logits)
+        "bloom",  # (ALiBi: its slopes on every chunk's tiles and the decodes)
     ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):

@@ -102,13 +102,24 @@ def fill_step(rng, page_size, row_shape, seqs, seq_pages):
 
 
 def dense_reference(
-    q, seqs, positions, rows_k, rows_v, scale, window=None, sinks=None, chunked=False, softcap=0
+    q,
+    seqs,
+    positions,
+    rows_k,
+    rows_v,
+    scale,
+    window=None,
+    sinks=None,
+    chunked=False,
+    softcap=0,
+    alibi=None,
 ):
     """o[t] = softmax(q[t] . K[:pos+1]) V over the token's own contiguous sequence, float64;
     with a sliding window only the last `window` of those keys (`chunked`: those from the
     start of its chunk of `window`, Llama 4's); with `sinks` ([K, G]) the softmax also
     takes exp(sink) in its denominator (gpt-oss); with a `softcap` the scaled scores are
-    softcap * tanh(s / softcap) (Gemma 2).
+    softcap * tanh(s / softcap) (Gemma 2); with `alibi` ([K, G] slopes) each (capped) score
+    plus slope * (key position - query position) (BLOOM, MPT).
 
     q: [T, K, G, Dk]; rows_k[s]: [L_s, K, Dk]; rows_v[s]: [L_s, K, Dv]. Padding -> zeros.
     """
@@ -123,6 +134,8 @@ def dense_reference(
             s = np.einsum("kgd,lkd->kgl", q[t].astype(np.float64), k[lo:n]) * scale
             if softcap:
                 s = softcap * np.tanh(s / softcap)
+            if alibi is not None:
+                s = s + alibi[..., None] * (np.arange(lo, n) - (n - 1))
             top = s.max(-1, keepdims=True)
             if sinks is not None:
                 top = np.maximum(top, sinks[..., None])
@@ -138,7 +151,7 @@ def dense_reference(
 
 @functools.partial(
     jax.jit, static_argnames=("scale", "block", "tile", "split", "window", "chunked", "softcap")
-)
+)  # (alibi: traced, like sinks)
 def _gqa_step(
     q,
     k_pages,
@@ -156,6 +169,7 @@ def _gqa_step(
     sinks=None,
     chunked=False,
     softcap=0.0,
+    alibi=None,
     **opts,
 ):
     k_pages = write_kv(k_pages, new_k, slots)
@@ -174,6 +188,7 @@ def _gqa_step(
         sinks=sinks,
         chunked=chunked,
         softcap=softcap,
+        alibi=alibi,
     )
 
 
@@ -258,6 +273,47 @@ def test_gqa_matches_dense_reference(
         if window is not None:
             full = dense_reference(q4, seqs, positions, rows_k, rows_v, scale)
             assert np.abs(full - ref).max() > 0.1  # the window changed the result
+
+
+# ALiBi (BLOOM, MPT, Falcon-RW): slopes of 0.5 .. 2^-8 over 72-key contexts, so near keys
+# dominate some heads and not others; on the dense path (a 9-page block), the batched decodes
+# (split) and tiles of both kinds, with a window and with a cap and sinks.
+@pytest.mark.parametrize(
+    "page_size,block,group,tile,split,window,softcap,with_sinks",
+    [
+        (8, 9, 2, 4, True, None, 0.0, False),
+        (8, 1, 3, 3, True, None, 0.0, False),
+        (16, 2, 4, 5, False, 16, 1.5, True),
+        (8, 2, 1, 4, False, None, 0.0, False),
+    ],
+)
+def test_gqa_alibi_matches_dense_reference(
+    page_size, block, group, tile, split, window, softcap, with_sinks
+):
+    num_kv_heads, head_dim = 2, 40
+    scale = head_dim**-0.5
+    rng = np.random.default_rng(300 + 10 * page_size + block + 7 * group)
+    seqs, seq_pages, cu, kv_lens, pt = make_batch(rng, page_size)
+    row = (num_kv_heads, head_dim)
+    k_pages, new_k, slots, positions, rows_k = fill_step(rng, page_size, row, seqs, seq_pages)
+    v_rng = np.random.default_rng(rng.integers(1 << 31))
+    v_pages, new_v, _, _, rows_v = fill_step(v_rng, page_size, row, seqs, seq_pages)
+    q = rng.standard_normal((NUM_TOKENS, num_kv_heads * group, head_dim)).astype(np.float32)
+    heads = num_kv_heads * group
+    alibi = (2.0 ** -(8.0 * np.arange(1, heads + 1) / heads)).astype(np.float32)  # BLOOM's
+    sinks = (2 * rng.standard_normal(heads)).astype(np.float32) if with_sinks else None
+    args = (q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt)
+    o = _gqa_step(
+        *args, scale, block, window, sinks, tile=tile, split=split, softcap=softcap, alibi=alibi
+    )
+    q4 = q.reshape(NUM_TOKENS, num_kv_heads, group, head_dim)
+    sinks4 = None if sinks is None else sinks.reshape(num_kv_heads, group)
+    ref_args = (q4, seqs, positions, rows_k, rows_v, scale, window, sinks4)
+    ref = dense_reference(*ref_args, softcap=softcap, alibi=alibi.reshape(num_kv_heads, group))
+    assert np.abs(dense_reference(*ref_args, softcap=softcap) - ref).max() > 0.1  # it matters
+    np.testing.assert_allclose(np.asarray(o), ref.reshape(o.shape), atol=TOL, rtol=TOL)
+    with pytest.raises(ValueError, match=rf"alibi \({heads - 1},\): expected one slope per"):
+        _gqa_step(*args, scale, block, alibi=alibi[:-1])
 
 
 # Llama 4's attention chunks (a query sees keys from floor(pos / C) * C): chunks of a few keys
