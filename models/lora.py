@@ -51,6 +51,7 @@ MODULES = {
     # GPT-NeoX's and Falcon's (q, k and v fused: query_key_value, split by _split_qkv), and
     # GPT-BigCode's (c_attn), output projections and MLPs; GPT-J's attn, OPT's and Phi-2's.
     "attention.query_key_value": ("attn", "wqkv"),
+    "attn.Wqkv": ("attn", "wqkv"),  # (MPT's: all q rows, all k, all v)
     "self_attention.query_key_value": ("attn", "wqkv"),
     "attn.c_attn": ("attn", "wqkv"),
     "attention.dense": ("attn", "wo"),
@@ -65,6 +66,8 @@ MODULES = {
     "mlp.fc_in": ("mlp", "w_up"),
     "mlp.fc_out": ("mlp", "w_down"),
     "mlp.dense_h_to_4h": ("mlp", "w_up"),
+    "ffn.up_proj": ("mlp", "w_up"),  # (MPT's)
+    "ffn.down_proj": ("mlp", "w_down"),
     "mlp.dense_4h_to_h": ("mlp", "w_down"),
     "mlp.c_fc": ("mlp", "w_up"),
     "mlp.c_proj": ("mlp", "w_down"),
@@ -94,10 +97,10 @@ MODULES = {
 }
 # PEFT's names: base_model.model, then the model's own path to its layers (a causal LM's, or
 # a multimodal wrapper's language model's, as transformers 5 or 4 lays it out; GPT-NeoX's,
-# the GPT-2 kin's `transformer.h`, OPT's decoder).
+# the GPT-2 kin's and BLOOM's `transformer.h`, MPT's `transformer.blocks`, OPT's decoder).
 _NAME = re.compile(
     r"base_model\.model\.(?:model\.language_model\.|language_model\.model\.|model\.decoder\."
-    r"|model\.|gpt_neox\.|transformer\.)(?:layers|h)\.(\d+)\.(.+)\.lora_([AB])\.weight"
+    r"|model\.|gpt_neox\.|transformer\.)(?:layers|h|blocks)\.(\d+)\.(.+)\.lora_([AB])\.weight"
 )
 
 Key = tuple[int, str, str]  # (layer, group, leaf)
@@ -230,11 +233,13 @@ def _split_gate(pairs: dict[Key, dict[str, np.ndarray]], cfg: ModelConfig) -> No
 
 
 def _split_qkv(pairs: dict[Key, dict[str, np.ndarray]], cfg: ModelConfig) -> None:
-    """A fused q/k/v projection adapted (GPT-NeoX's, Falcon's query_key_value, GPT-BigCode's
-    c_attn): its lora_B rows come as the weight's, per KV head its query heads' rows then its
-    k and v rows (models/checkpoint_names.py); the engine's wq, wk and wv take them, each
-    with the one lora_A. ValueError where B's rows are not the projection's."""
+    """A fused q/k/v projection adapted (GPT-NeoX's, Falcon's, BLOOM's query_key_value,
+    GPT-BigCode's c_attn, MPT's Wqkv): its lora_B rows come as the weight's, per KV head its
+    query heads' rows then its k and v rows (MPT's: all q rows, all k, all v;
+    models/checkpoint_names.py); the engine's wq, wk and wv take them, each with the one
+    lora_A. ValueError where B's rows are not the projection's."""
     h, k, dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    groups = 1 if cfg.model_type == "mpt" else k  # (row groups: see _fused_qkv_names)
     for (i, group, name), ab in list(pairs.items()):
         if name != "wqkv":
             continue
@@ -246,8 +251,9 @@ def _split_qkv(pairs: dict[Key, dict[str, np.ndarray]], cfg: ModelConfig) -> Non
                 f"adapter layers.{i}.attn's fused q/k/v: lora_A and lora_B [{(h + 2 * k) * dh}, "
                 f"r] needed (got lora_B {got})"
             )
-        rows = b.reshape(k, (h // k + 2) * dh, -1)
-        q, kv = h // k * dh, (h // k + 1) * dh
+        per = (h + 2 * k) // groups  # heads' rows per group: its q heads', then k's and v's
+        rows = b.reshape(groups, per * dh, -1)
+        q, kv = h // groups * dh, (h + k) // groups * dh
         parts = {"wq": rows[:, :q], "wk": rows[:, q:kv], "wv": rows[:, kv:]}
         for leaf, part in parts.items():
             pairs[(i, group, leaf)] = {"A": ab["A"], "B": part.reshape(-1, b.shape[1])}

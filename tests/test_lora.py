@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import shutil
 import threading
 
@@ -194,12 +195,20 @@ def test_moe_models_take_attention_adapters(arch, adapter, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "arch, adapter", [("gpt_neox", "adapter_neox"), ("falcon", "adapter_falcon")]
+    "arch, adapter",
+    [
+        ("gpt_neox", "adapter_neox"),
+        ("falcon", "adapter_falcon"),
+        ("mpt", "adapter_mpt"),
+        ("bloom", "adapter_bloom"),
+    ],
 )
 def test_fused_qkv_models_take_adapters(arch, adapter, tmp_path):
     """GPT-NeoX (a KV head per query head) and Falcon (8 query heads over 2 KV heads): PEFT's
     adapters on the fused query_key_value (lora_B's rows split per KV head into q, k and v,
-    each with the one lora_A), the output projection `dense` and the MLP, beside requests
+    each with the one lora_A), the output projection `dense` and the MLP; MPT's on Wqkv (its
+    rows all q, all k, all v; ALiBi attention), out_proj and the MLP; BLOOM's as Falcon's
+    names them (a KV head per query head, ALiBi); beside requests
     without one, as peft computes; a lora_B whose rows are not the projection's is refused
     by name."""
     ref = REFS[arch]
@@ -217,7 +226,7 @@ def test_fused_qkv_models_take_adapters(arch, adapter, tmp_path):
     path = tmp_path / "cut"
     shutil.copytree(LORA / adapter, path)
     tensors = load_file(path / "adapter_model.safetensors")
-    name = next(k for k in tensors if "query_key_value.lora_B" in k)
+    name = next(k for k in tensors if re.search(r"(query_key_value|Wqkv)\.lora_B", k))
     tensors[name] = tensors[name][:-1]
     save_file(tensors, path / "adapter_model.safetensors")
     with pytest.raises(ValueError, match=r"attn's fused q/k/v: lora_A and lora_B \["):
