@@ -70,10 +70,11 @@ class AttentionOps(NamedTuple):
     # pages below may be kv_quant.QuantizedPages (fp8 with per-row scales) as well as arrays
     write_kv: Callable  # (pages [N, P, ...], new [T, ...], slot_mapping [T]) -> pages
     # (q, k_pages, v_pages, meta, scale, kv_block_pages, window=None, sinks=None,
-    # softcap=0.0) -> [T, H, Dh]; window: the layer's sliding window
+    # softcap=0.0, alibi=None) -> [T, H, Dh]; window: the layer's sliding window
     # (ModelConfig.attention_window) or None; sinks: [H] per-head logits joining every
     # softmax (ModelConfig.attention_sinks) or None; softcap: the scores' tanh cap
-    # (ModelConfig.attn_logit_softcapping; 0: none)
+    # (ModelConfig.attn_logit_softcapping; 0: none); alibi: [H] ALiBi slopes
+    # (ModelConfig.alibi_slopes) or None
     gqa: Callable
     mla: Callable  # (q_lat, q_pe, latent_pages, meta, scale, kv_block_pages) -> [T, H, R]
     # MLA prefill spans in expanded form, or None (absorbed everywhere):
@@ -242,6 +243,7 @@ def _pallas_gqa(
     batch_invariant=False,
     sinks=None,
     softcap=0.0,
+    alibi=None,
 ):
     (k_data, k_scales), (v_data, v_scales) = _split(k_pages), _split(v_pages)
     try:
@@ -260,6 +262,7 @@ def _pallas_gqa(
             window=window,
             sinks=sinks,
             softcap=softcap,
+            alibi=alibi,
         )
     return pk.ragged_paged_attention(
         q,
@@ -274,6 +277,7 @@ def _pallas_gqa(
         interpret=_interpret(),
         sinks=sinks,
         softcap=softcap,
+        alibi=alibi,
     )
 
 
@@ -316,14 +320,33 @@ def _decode_only(num_tokens: int, meta) -> bool:
 
 
 def _mosaic_gqa(
-    q, k_pages, v_pages, meta, scale, kv_block_pages, window=None, sinks=None, softcap=0.0
+    q,
+    k_pages,
+    v_pages,
+    meta,
+    scale,
+    kv_block_pages,
+    window=None,
+    sinks=None,
+    softcap=0.0,
+    alibi=None,
 ):
     """Steps with prefill chunks on the Mosaic GPU kernel; decodes (one token in its 128-row
-    tile), layers with a sliding window, sinks or a softcap (the Mosaic kernel has none of
-    them) and shapes it refuses on the Triton one."""
-    if _decode_only(q.shape[0], meta) or window is not None or sinks is not None or softcap:
+    tile), layers with a sliding window, sinks, a softcap or ALiBi (the Mosaic kernel has
+    none of them) and shapes it refuses on the Triton one."""
+    plain = window is None and sinks is None and not softcap and alibi is None
+    if _decode_only(q.shape[0], meta) or not plain:
         return _pallas_gqa(
-            q, k_pages, v_pages, meta, scale, kv_block_pages, window, sinks=sinks, softcap=softcap
+            q,
+            k_pages,
+            v_pages,
+            meta,
+            scale,
+            kv_block_pages,
+            window,
+            sinks=sinks,
+            softcap=softcap,
+            alibi=alibi,
         )
     (k_data, k_scales), (v_data, v_scales) = _split(k_pages), _split(v_pages)
     try:

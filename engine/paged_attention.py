@@ -46,6 +46,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from engine import kv_quant
@@ -671,11 +672,16 @@ def check_softcap(softcap: float) -> None:
 
 
 def check_alibi(alibi: jax.Array | None, num_heads: int) -> None:
-    """ALiBi's slopes (paged attention's, the Pallas kernel's): None, or one per query head."""
-    if alibi is not None and jnp.shape(alibi) != (num_heads,):
+    """ALiBi's slopes (paged attention's, the Pallas kernel's): None, or [H], one per query
+    head; finite (checked where the values are concrete, not under a trace)."""
+    if alibi is None:
+        return
+    if np.shape(alibi) != (num_heads,):
         raise ValueError(
-            f"alibi {jnp.shape(alibi)}: expected one slope per query head, [{num_heads}]"
+            f"alibi {np.shape(alibi)}: expected [H] = [{num_heads}], a slope per query head"
         )
+    if not isinstance(alibi, jax.core.Tracer) and not np.isfinite(np.asarray(alibi)).all():
+        raise ValueError(f"alibi={np.asarray(alibi)}: slopes must be finite")
 
 
 def _check_sizes(kv_block_pages: int, query_tile: int) -> None:

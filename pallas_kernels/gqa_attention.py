@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from engine.paged_attention import check_softcap
+from engine.paged_attention import check_alibi, check_softcap
 from pallas_kernels.ragged_flash import (
     GQA_CONFIG,
     KernelConfig,
@@ -79,11 +79,14 @@ def ragged_paged_attention(
     interpret: bool = False,
     sinks: jax.Array | None = None,  # [H]: a logit per head joining every softmax (gpt-oss)
     softcap: float = 0.0,  # > 0: scores squashed to softcap * tanh(s / softcap) (Gemma 2)
+    alibi: jax.Array | None = None,  # [H] f32: a slope per query head (ALiBi)
 ) -> jax.Array:  # [T, H, Dh]
     """Causal GQA of ragged query spans over their paged K/V (already written), or with a
     sliding `window` (a token at position p sees keys p - window + 1 .. p). `sinks` are
     merged with the kernel's per-split results (ragged_flash.combine_splits). With
     `softcap` each scaled score s is softcap * tanh(s / softcap) (Gemma 2's attention).
+    With `alibi` the score of head h at position p against key j then gains
+    alibi[h] * (j - p) (ALiBi, Press et al. 2022), inside the kernel's softmax.
 
     fp8 pages (float8_e4m3fn or its bits as uint8, a float32 scale per (token, KV head) row)
     are read as `rows * scales`: the block is upcast to q's dtype and the scales are applied
@@ -91,6 +94,7 @@ def ragged_paged_attention(
     """
     check_gqa_supported(q, k_pages, v_pages, k_scales, v_scales)
     check_softcap(softcap)
+    check_alibi(alibi, q.shape[1])
     quantized = k_scales is not None
     num_tokens, num_heads, head_dim = q.shape
     num_pages, page_size, num_kv_heads, _ = k_pages.shape
@@ -121,6 +125,12 @@ def ragged_paged_attention(
             ((0, 0), (0, head_blocks * heads - group)),
         ).reshape(num_kv_heads * head_blocks, 1, heads)
         row_sinks = jnp.broadcast_to(sg, (sg.shape[0], t_pad, heads)).reshape(sg.shape[0], -1)
+    slopes = None
+    if alibi is not None:  # [H] -> [K * head_blocks, heads]; padded head slots get 0
+        slopes = jnp.pad(
+            alibi.astype(jnp.float32).reshape(num_kv_heads, group),
+            ((0, 0), (0, head_blocks * heads - group)),
+        ).reshape(num_kv_heads * head_blocks, heads)
 
     def load_kv(kv_refs, kv_head, pages, offsets):
         cols = column_index(head_dim, d_pad)
@@ -150,6 +160,7 @@ def ragged_paged_attention(
         name="ragged_paged_attention_gqa",
         sinks=row_sinks,
         softcap=softcap,
+        alibi=slopes,
     )  # [K * head_blocks, T_pad * heads, d_pad]
     o = o.reshape(num_kv_heads, head_blocks, t_pad, heads, d_pad).transpose(2, 0, 1, 3, 4)
     o = o.reshape(t_pad, num_kv_heads, head_blocks * heads, d_pad)[:num_tokens, :, :group]
@@ -174,10 +185,12 @@ def ragged_paged_attention_ref(
     v_scales: jax.Array | None = None,
     sinks: jax.Array | None = None,  # [H]
     softcap: float = 0.0,
+    alibi: jax.Array | None = None,  # [H] f32
 ) -> jax.Array:  # [T, H, Dh]
     """Plain jnp twin: each token gathers its sequence's whole K/V and takes a masked softmax
     (over [keys, sink] when sinks are given, the sink's share dropped; of the capped scores
-    with a softcap)."""
+    with a softcap, plus alibi[h] * (key position - query position) with ALiBi)."""
+    check_alibi(alibi, q.shape[1])
     if k_scales is not None:  # fp8 pages: dequantize them whole
         k_pages = dequantize_pages(k_pages, k_scales)
         v_pages = dequantize_pages(v_pages, v_scales)
@@ -200,6 +213,10 @@ def ragged_paged_attention_ref(
     s = s * scale
     if softcap:
         s = softcap * jnp.tanh(s / softcap)
+    if alibi is not None:
+        distance = (jnp.arange(length)[None, :] - positions[:, None]).astype(jnp.float32)
+        slopes = alibi.astype(jnp.float32).reshape(1, num_kv_heads, group, 1)
+        s = s + slopes * distance[:, None, None, :]
     s = jnp.where(visible[:, None, None, :], s, -jnp.inf)
     m = jnp.max(s, axis=-1, keepdims=True)
     if sinks is not None:

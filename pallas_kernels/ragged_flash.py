@@ -46,6 +46,10 @@ Masking matches engine.paged_attention: token t sees key j iff j < min(position_
 kv_len of its sequence), and with a sliding window (GQA) also j > position_t - window; a
 token with no visible key gets zeros. A windowed program starts at the first key block any
 of its rows sees: earlier blocks would leave its online-softmax state exactly as it is.
+
+ALiBi (GQA; Press et al. 2022, BLOOM's form) adds slope_h * (j - position_t) to the scaled
+(and capped) score of row (t, h) against key j. The relative form equals HF's slope_h * j
+(softmax is shift-invariant per row) and keeps the bias small and exact at long contexts.
 """
 
 from __future__ import annotations
@@ -245,6 +249,9 @@ class TilePlan(NamedTuple):
     num_tokens_padded: int  # T_pad = T + block_q, so a tile's rows never run off the array
     # [T_pad] int32, first key each token sees under a sliding window; None: no window
     first: jax.Array | None = None
+    # [T_pad] int32, absolute position of each token (0 for padding): the query position
+    # ALiBi measures from. Not limit - 1: limit is also capped by the sequence's kv_len.
+    position: jax.Array | None = None
 
 
 def plan_tiles(
@@ -303,7 +310,8 @@ def plan_tiles(
     if window is not None:
         first = jnp.maximum(positions.astype(jnp.int32) + 1 - window, 0)
         first = jnp.pad(first, (0, block_q))
-    return TilePlan(seq.astype(jnp.int32), start, end, limit, keys, padded, first)
+    position = jnp.pad(positions.astype(jnp.int32), (0, block_q))
+    return TilePlan(seq.astype(jnp.int32), start, end, limit, keys, padded, first, position)
 
 
 class KVBlock(NamedTuple):
@@ -358,9 +366,10 @@ def _flash_kernel(
     tile_split_ref,  # [NT], keys per KV split
     limit_ref,  # [T_pad]
     page_table_ref,  # [S, Pmax]
-    *refs,  # (first [T_pad] if windowed), q parts [Q, T_pad * Gb, Dq_i] ..., kv refs ...,
-    # o [NS, Q, R, Dv], lse [NS, Q, R]
+    *refs,  # (first [T_pad] if windowed), (position [T_pad], slopes [Q, Gb] if alibi),
+    # q parts [Q, T_pad * Gb, Dq_i] ..., kv refs ..., o [NS, Q, R, Dv], lse [NS, Q, R]
     windowed: bool,
+    alibi: bool,
     num_q_parts: int,
     load_kv: LoadKV,
     heads_per_program: int,
@@ -374,6 +383,7 @@ def _flash_kernel(
     softcap: float = 0.0,
 ):
     first_ref, refs = (refs[0], refs[1:]) if windowed else (None, refs)
+    position_ref, slope_ref, refs = (*refs[:2], refs[2:]) if alibi else (None, None, refs)
     q_refs, kv_refs = refs[:num_q_parts], refs[num_q_parts:-2]
     o_ref, lse_ref = refs[-2:]
     group, tile, split = pl.program_id(0), pl.program_id(1), pl.program_id(2)
@@ -396,6 +406,11 @@ def _flash_kernel(
         first = jnp.where(row_ok, first_ref[row_token], jnp.iinfo(jnp.int32).max)
         tile_first = jnp.min(first)
         first_block = jnp.minimum(lax.div(jnp.maximum(tile_first - lo, 0), block_kv), num_blocks)
+
+    if alibi:  # row r is head slot r % Gb of the program's query group
+        q_pos = position_ref[row_token]  # [rows]
+        slope = slope_ref[group, lax.rem(lax.iota(jnp.int32, rows), heads_per_program)]
+        slope = slope * LOG2E if fast_softmax else slope  # [rows], in the softmax's base
 
     r0 = t0 * heads_per_program
     qs = [q_ref[group, pl.ds(r0, rows), :] for q_ref in q_refs]
@@ -420,6 +435,8 @@ def _flash_kernel(
             s = s * LOG2E if fast_softmax else s
         else:
             s = s * (scale * LOG2E if fast_softmax else scale)
+        if alibi:  # <= 0 on visible keys for positive slopes; int distance, exact below 2**24
+            s = s + slope[:, None] * (pos[None, :] - q_pos[:, None]).astype(jnp.float32)
         if masked:
             visible = pos[None, :] < limit[:, None]
             if windowed:
@@ -532,6 +549,7 @@ def ragged_flash(
     name: str,
     sinks: jax.Array | None = None,  # [Q, T_pad * Gb] f32, a sink logit per query row
     softcap: float = 0.0,  # > 0: scaled scores squashed to softcap * tanh(s / softcap)
+    alibi: jax.Array | None = None,  # [Q, Gb] f32, ALiBi slope of each head slot of a group
 ) -> jax.Array:  # [Q, T_pad * Gb, Dv] f32
     """Runs the kernel over (query group, tile, split) and merges the splits (and the rows'
     sinks, `combine_splits`)."""
@@ -544,9 +562,14 @@ def ragged_flash(
     split_bytes = num_groups * num_rows * (value_dim + 1) * 4
     num_splits, tile_split = config.tile_splits(plan.keys, max_len, programs, split_bytes)
     windowed = plan.first is not None
+    if alibi is not None and alibi.shape != (num_groups, heads_per_program):
+        raise ValueError(
+            f"alibi {alibi.shape}: expected [Q, Gb] = [{num_groups}, {heads_per_program}]"
+        )
     kernel = functools.partial(
         _flash_kernel,
         windowed=windowed,
+        alibi=alibi is not None,
         num_q_parts=len(q_parts),
         load_kv=load_kv,
         heads_per_program=heads_per_program,
@@ -579,6 +602,7 @@ def ragged_flash(
         plan.limit,
         page_table.astype(jnp.int32),
         *([plan.first] if windowed else []),
+        *([plan.position, alibi.astype(jnp.float32)] if alibi is not None else []),
         *q_parts,
         *kv_arrays,
     )

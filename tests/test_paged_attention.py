@@ -312,7 +312,7 @@ def test_gqa_alibi_matches_dense_reference(
     ref = dense_reference(*ref_args, softcap=softcap, alibi=alibi.reshape(num_kv_heads, group))
     assert np.abs(dense_reference(*ref_args, softcap=softcap) - ref).max() > 0.1  # it matters
     np.testing.assert_allclose(np.asarray(o), ref.reshape(o.shape), atol=TOL, rtol=TOL)
-    with pytest.raises(ValueError, match=rf"alibi \({heads - 1},\): expected one slope per"):
+    with pytest.raises(ValueError, match=rf"alibi \({heads - 1},\): expected \[H\] = \[{heads}\]"):
         _gqa_step(*args, scale, block, alibi=alibi[:-1])
 
 

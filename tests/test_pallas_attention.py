@@ -306,6 +306,92 @@ def test_gqa_kernel_with_soft_capped_scores_matches_ref(case, window, with_sinks
         assert np.abs(np.asarray(uncapped, np.float32) - np.asarray(ref, np.float32)).max() > 0.1
 
 
+# ALiBi (BLOOM, MPT): slope_h * (key - query position) on every score, inside the kernel's
+# online softmax. f32 with group 1 over two splits; bf16 with group 3 (a padded head slot,
+# slope 0), the base-2 fast softmax, a window, a softcap and sinks, over 48-key splits;
+# group 8 in two head blocks (slopes laid out per block) over fixed 32-key splits.
+ALIBI_CASES = [
+    ("g1_p8_f32_2splits", None, 0.0, False),
+    ("g3_d40_p16_bf16_fast", 5, 1.5, True),
+    ("g8_p8_bf16_2progs_fixed", None, 0.0, False),
+]
+
+
+@pytest.mark.parametrize("interpret", MODES)
+@pytest.mark.parametrize("case, window, cap, with_sinks", ALIBI_CASES)
+def test_gqa_kernel_with_alibi_matches_ref(case, window, cap, with_sinks, interpret):
+    _skip_unless_runnable(interpret)
+    group, kv_heads, head_dim, page_size, num_pages, dtype, config = GQA_CASES[case]
+    scale = head_dim**-0.5
+    static = dict(scale=scale, window=window, softcap=cap)
+    kernel = jax.jit(
+        functools.partial(ragged_paged_attention, **static, config=config, interpret=interpret)
+    )
+    for seed in SEEDS[:2]:
+        b, rng, q, k_pages, v_pages = _gqa_batch(case, window, 700 + seed)
+        # Slopes of 0.01-0.3: keys 10-100 positions back still count, across splits.
+        extra = {"alibi": jnp.asarray(rng.uniform(0.01, 0.3, group * kv_heads), jnp.float32)}
+        if with_sinks:
+            extra["sinks"] = jnp.asarray(2 * rng.standard_normal(group * kv_heads), jnp.float32)
+        args = (q, k_pages, v_pages, *_meta(b))
+        out = kernel(*args, **extra)
+        ref = gqa_ref(*args, **static, **extra)
+        _check(out, ref, b, dtype)
+        plain = gqa_ref(*args, **static, sinks=extra.get("sinks"))
+        assert np.abs(np.asarray(plain, np.float32) - np.asarray(ref, np.float32)).max() > 0.1
+
+
+def test_alibi_ref_matches_a_dense_softmax_with_hf_absolute_bias():
+    """The twin against numpy in HF BLOOM's form, slope_h * key position (equal to the
+    relative form: softmax is shift-invariant per row), for one prefill chunk of a paged
+    sequence followed by padding tokens."""
+    rng = np.random.default_rng(11)
+    kv_heads, group, dim, page_size, kv_len, q_len = 2, 3, 8, 4, 19, 5
+    heads, num_pages, max_pages = kv_heads * group, 8, 6
+    table = rng.permutation(num_pages)[:max_pages].astype(np.int32)[None]  # [1, 6]
+    k = rng.standard_normal((num_pages, page_size, kv_heads, dim)).astype(np.float32)
+    v = rng.standard_normal((num_pages, page_size, kv_heads, dim)).astype(np.float32)
+    q = rng.standard_normal((q_len + 2, heads, dim)).astype(np.float32)
+    slopes = 2.0 ** -np.arange(1, heads + 1, dtype=np.float32)  # BLOOM's for 8 heads, first 6
+    positions = np.r_[np.arange(kv_len - q_len, kv_len), 0, 0].astype(np.int32)
+    meta = (np.array([0, q_len], np.int32), positions, np.array([kv_len], np.int32), table)
+    out = gqa_ref(q, k, v, *meta, scale=0.3, alibi=slopes)
+
+    slot = table[0, np.arange(kv_len) // page_size], np.arange(kv_len) % page_size
+    keys, values = k[slot], v[slot]  # [kv_len, K, D]
+    want = np.zeros_like(q)
+    for t in range(q_len):
+        for h in range(heads):
+            s = 0.3 * keys[:, h // group] @ q[t, h] + slopes[h] * np.arange(kv_len)
+            s[np.arange(kv_len) > positions[t]] = -np.inf
+            p = np.exp(s - s.max())
+            want[t, h] = (p / p.sum()) @ values[:, h // group]
+    np.testing.assert_allclose(np.asarray(out), want, atol=1e-5, rtol=1e-5)
+    plain = np.asarray(gqa_ref(q, k, v, *meta, scale=0.3))
+    assert np.abs(plain - want).max() > 0.1
+
+
+def test_bad_alibi_slopes_are_refused():
+    q = jnp.zeros((4, 4, 16), jnp.float32)
+    pages = jnp.zeros((4, 8, 2, 16), jnp.float32)
+    meta = (
+        jnp.array([0, 2, 4], jnp.int32),
+        jnp.arange(4, dtype=jnp.int32),
+        jnp.array([2, 2], jnp.int32),
+        jnp.zeros((2, 3), jnp.int32),
+    )
+    for fn in (ragged_paged_attention, ragged_paged_attention_ref):
+        for bad in (jnp.zeros(2), jnp.zeros(5), jnp.zeros((1, 4))):
+            with pytest.raises(ValueError, match=r"alibi .*expected \[H\] = \[4\]"):
+                fn(q, pages, pages, *meta, scale=0.1, alibi=bad)
+        with pytest.raises(ValueError, match="alibi=.*must be finite"):
+            fn(q, pages, pages, *meta, scale=0.1, alibi=jnp.array([0.5, jnp.nan, 0.1, 0.2]))
+    with pytest.raises(ValueError, match=r"alibi \(5,\)"):  # also under jit (traced)
+        jax.jit(functools.partial(ragged_paged_attention, scale=0.1, interpret=True))(
+            q, pages, pages, *meta, alibi=jnp.zeros(5)
+        )
+
+
 MLA_CASES = {
     # name: (heads, kv_lora_rank, rope dim, page size, num pages, dtype, config)
     # a 1-byte partials budget: one split over the whole page table (an MLA prefill's case)
@@ -374,9 +460,11 @@ def test_refs_match_the_engine_xla_path():
     k_pages = random_pages(rng, (40, 16, 2, 40), b["owned"], jnp.float32)
     v_pages = random_pages(rng, (40, 16, 2, 40), b["owned"], jnp.float32)
     sinks = jnp.asarray(rng.standard_normal(6), jnp.float32)
-    cases = ((None, False, 0.0), (3, False, 0.0), (20, False, 0.0), (None, True, 0.0))
-    for window, with_sinks, softcap in (*cases, (3, True, 0.0), (20, True, 1.5)):
-        extra = {"sinks": sinks, "softcap": softcap} if with_sinks else {}
+    alibi = jnp.asarray(2.0 ** -np.arange(1, 7), jnp.float32)  # (slopes 1/2 .. 1/64)
+    sunk = {"sinks": sinks}
+    cases = ((None, {}), (3, {}), (20, {}), (None, sunk), (3, sunk))
+    cases += ((20, {**sunk, "softcap": 1.5}), (None, {"alibi": alibi}), (3, {"alibi": alibi}))
+    for window, extra in cases:
         np.testing.assert_allclose(
             gqa_ref(q, k_pages, v_pages, *_meta(b), scale=0.2, window=window, **extra),
             xla_gqa(q, k_pages, v_pages, meta, 0.2, 2, window=window, **extra),

@@ -37,6 +37,7 @@ ARCH_BUDGETS = [
     ("mistral", 32),  # an 8-key sliding window on every layer
     ("gpt_oss", 32),  # attention sinks (merged with the kernel's splits), a windowed layer
     ("gemma2", 32),  # soft-capped scores (and logits), an 8-key window on layer 0
+    ("mpt", 32),  # ALiBi: a slope per query head in the kernel's scores, 6 heads
 ]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 

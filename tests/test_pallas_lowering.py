@@ -143,6 +143,25 @@ def _mla_with_scales(**config):
             ),
             id="gqa_mistral_window_fp8_fast_softmax",
         ),
+        pytest.param(  # BLOOM-7B1's layer: ALiBi slopes over 32 heads, fast_softmax asked
+            lambda q, k, v, *meta_and_slopes: ragged_paged_attention(
+                q,
+                k,
+                v,
+                *meta_and_slopes[:4],
+                scale=128**-0.5,
+                alibi=meta_and_slopes[4],
+                config=FAST_GQA,
+            ),
+            (
+                S((64, 32, 128), jnp.bfloat16),
+                S((4096, 16, 32, 128), jnp.bfloat16),
+                S((4096, 16, 32, 128), jnp.bfloat16),
+                *_metadata(64, 64, 128),
+                S((32,), jnp.float32),
+            ),
+            id="gqa_bloom7b1_alibi_fast_softmax",
+        ),
         pytest.param(
             _mla_with_scales(config=FAST_MLA),
             (
