@@ -1,5 +1,5 @@
 """The 57th session's presets: the tiny-<arch> shapes of its MoE fixtures
-(tests/fixtures/hf_fixture_archs_moe_kin.py)."""
+(tests/fixtures/hf_fixture_archs_moe_kin.py; GPT-Neo's, the 58th's, too)."""
 
 from __future__ import annotations
 
@@ -281,6 +281,19 @@ MOE_KIN["tiny-gpt-bigcode"] = MOE_KIN["tiny-gptj"].replace(
     parallel_block=False,
     tie_word_embeddings=True,
 )
+# tests/fixtures/gpt_neo (GPT-Neo's layout): tiny-gpt-bigcode's with 4 layers, a KV head per
+# query head, q/k/v unbiased and scores unscaled, layers 1 and 3 local (an 8-key window).
+MOE_KIN["tiny-gpt-neo"] = MOE_KIN["tiny-gpt-bigcode"].replace(
+    name="tiny-gpt-neo",
+    model_type="gpt_neo",
+    num_layers=4,
+    num_kv_heads=4,
+    nope_layers=(0, 1, 2, 3),
+    attention_bias=False,
+    attention_multiplier=1.0,
+    sliding_window=8,
+    full_attention_layers=(0, 2),
+)
 # EleutherAI's Pythia (its config.json's shapes: rotary_pct 0.25 at base 1e4, 2,048 positions,
 # untied embed_out, eos 0) and GPT-J-6B, TII's Falcon-7B / 40B / 180B (their shapes, untied
 # but Falcon-7B's; plain RoPE at 1e4), in bfloat16: tests/test_param_counts.py.
@@ -386,5 +399,28 @@ for _name, (_d, _layers, _heads) in {"opt-125m": (768, 12, 12), "opt-6.7b": (409
         intermediate_size=4 * _d,
         nope_layers=tuple(range(_layers)),
         bos_token_id=2,
+        dtype="bfloat16",
+    )
+# EleutherAI's GPT-Neo 125M, 1.3B (GPTNeoConfig's defaults) and 2.7B: global and local
+# (256-key windows) in turn, 50,257 tokens, 2,048 positions, in bfloat16.
+for _name, (_d, _layers, _heads) in {
+    "gpt-neo-125m": (768, 12, 12),
+    "gpt-neo-1.3b": (2048, 24, 16),
+    "gpt-neo-2.7b": (2560, 32, 20),
+}.items():
+    MOE_KIN[_name] = MOE_KIN["tiny-gpt-neo"].replace(
+        name=_name,
+        vocab_size=50257,
+        hidden_size=_d,
+        num_layers=_layers,
+        num_heads=_heads,
+        num_kv_heads=_heads,
+        head_dim=_d // _heads,
+        intermediate_size=4 * _d,
+        nope_layers=tuple(range(_layers)),
+        sliding_window=256,
+        full_attention_layers=tuple(range(0, _layers, 2)),
+        bos_token_id=50256,
+        eos_token_ids=(50256,),
         dtype="bfloat16",
     )

@@ -63,6 +63,10 @@ MODULES = {
     "attn.k_proj": ("attn", "wk"),
     "attn.v_proj": ("attn", "wv"),
     "attn.out_proj": ("attn", "wo"),
+    "attn.attention.q_proj": ("attn", "wq"),  # (GPT-Neo's)
+    "attn.attention.k_proj": ("attn", "wk"),
+    "attn.attention.v_proj": ("attn", "wv"),
+    "attn.attention.out_proj": ("attn", "wo"),
     "mlp.fc_in": ("mlp", "w_up"),
     "mlp.fc_out": ("mlp", "w_down"),
     "mlp.dense_h_to_4h": ("mlp", "w_up"),

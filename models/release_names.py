@@ -188,6 +188,13 @@ NATIVE = {
 
 
 NATIVE["gpt2"] = NATIVE["gpt_bigcode"]  # (GPT-BigCode keeps GPT-2's names)
+# GPT-Neo: GPT-2's, its attention's q, k, v and output projections apart under attn.attention.
+NATIVE["gpt_neo"] = (
+    *NATIVE["gpt_bigcode"][:6],
+    (r"\.self_attn\.o_proj\.", ".attn.attention.out_proj."),
+    (r"\.self_attn\.", ".attn.attention."),
+    *NATIVE["gpt_bigcode"][8:],
+)
 # BLOOM keeps Falcon's names (Falcon's came from it), and LayerNorms its embeddings.
 NATIVE["bloom"] = (
     (r"^model\.embed_norm\.", "transformer.word_embeddings_layernorm."),

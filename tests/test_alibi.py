@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import json
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs.hf_alibi import bloom_slopes, mpt_slopes
 from configs.hf_config import config_from_hf
 from configs.hf_falcon import falcon_slopes
-from configs.model_config import ModelConfig
 from configs.presets import get_preset
 from models.hf_loader import load_hf_params
-from models.reference import cache_len, init_cache, prefill_bucket, reference_forward
 from models.specs import count_params
-from tests.family_cases import FIXTURES, arch_fields, saved_config
+from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits, saved_config
 
 ARCHS = ("bloom", "mpt", "falcon_rw")
 SLOPES = {
@@ -106,17 +103,6 @@ def test_real_presets_are_what_the_readers_make_of_their_shapes(preset, hf, tota
     assert count_params(cfg) == (total, total)
 
 
-def _last_prefill_logits(cfg: ModelConfig, params: dict, prompt: list[int]) -> np.ndarray:
-    bucket = prefill_bucket(len(prompt))
-    ids = np.zeros(bucket, np.int32)
-    ids[: len(prompt)] = prompt
-    cache = init_cache(cfg, cache_len(len(prompt), bucket))
-    logits, _ = reference_forward(
-        params, cfg, jnp.asarray(ids), jnp.int32(0), cache, jnp.int32(len(prompt))
-    )
-    return np.asarray(logits[len(prompt) - 1])
-
-
 def test_the_slopes_move_the_fixtures_logits():
     """tiny-bloom's logits at prompt 0's last position equal transformers' with its slopes;
     at the longest prompt's (33 tokens) they are far from those without (every slope 0:
@@ -125,11 +111,11 @@ def test_the_slopes_move_the_fixtures_logits():
     ref = json.loads((FIXTURES / "bloom" / "reference.json").read_text())
     params = load_hf_params(FIXTURES / "bloom", cfg)
     want = np.asarray(ref["last_prefill_logits_prompt0"], np.float32)
-    got = _last_prefill_logits(cfg, params, ref["prompts"][0])
+    got = last_prefill_logits(cfg, params, ref["prompts"][0])
     np.testing.assert_allclose(got, want, atol=1e-4)
     flat = cfg.replace(alibi_slopes=(0.0,) * cfg.num_heads)
     longest = ref["prompts"][-1]
-    moved = _last_prefill_logits(flat, params, longest) - _last_prefill_logits(cfg, params, longest)
+    moved = last_prefill_logits(flat, params, longest) - last_prefill_logits(cfg, params, longest)
     assert np.abs(moved).max() > 0.05  # (25x test_hf_parity's tolerance, 2e-3)
 
 

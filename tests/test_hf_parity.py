@@ -187,6 +187,8 @@ ARCHS = {
     "gpt_bigcode": "tiny-gpt-bigcode",
     "gpt2": "tiny-gpt2",  # GPT-2: the same with a KV head per query head, Conv1D weights
     "opt": "tiny-opt",  # OPT: learned positions two rows in, a ReLU MLP without a gate
+    # GPT-Neo: GPT-2's layers with q/k/v apart, unscaled scores, local layers' 8-key windows
+    "gpt_neo": "tiny-gpt-neo",
     # ALiBi, no RoPE: BLOOM's slopes for 6 heads (its embeddings LayerNormed), MPT's,
     # Falcon-RW's (bfloat16 slopes over sqrt(head_dim))
     "bloom": "tiny-bloom",

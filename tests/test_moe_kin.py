@@ -5,7 +5,8 @@ configs/hf_lara_mini.py), and the dense Command R (cohere, configs/hf_cohere.py)
 and Apertus (internlm3, apertus: configs/hf_llama_kin.py), GPT-NeoX (gpt_neox,
 configs/hf_gpt_neox.py), the first OLMo (olmo, configs/hf_olmo1.py), Falcon (falcon,
 configs/hf_falcon.py), GPT-J (gptj, configs/hf_gptj.py), GPT-BigCode and GPT-2
-(gpt_bigcode, gpt2: configs/hf_gpt_bigcode.py), OPT (opt, configs/hf_opt.py). The
+(gpt_bigcode, gpt2: configs/hf_gpt_bigcode.py), OPT (opt, configs/hf_opt.py); the 58th's
+GPT-Neo (gpt_neo, configs/hf_gpt_bigcode.py: its windows and unscaled scores). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -21,13 +22,14 @@ import pytest
 
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
+from models.hf_loader import load_hf_params
 from models.moe import route
 from models.specs import count_params, param_specs
-from tests.family_cases import FIXTURES, arch_fields, saved_config
+from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits, saved_config
 
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
 ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo", "falcon", "falcon_7b")
-ARCHS += ("gptj", "gpt_bigcode", "gpt2", "opt")
+ARCHS += ("gptj", "gpt_bigcode", "gpt2", "opt", "gpt_neo")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -61,6 +63,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("gpt_bigcode", 111_446_784, 111_446_784),  # (GPT-2 small's shapes, one KV head)
         ("gpt2", 124_439_808, 124_439_808),  # GPT-2 small
         ("opt", 125_239_296, 125_239_296),  # OPT-125M
+        ("gpt_neo", 1_315_575_808, 1_315_575_808),  # GPT-Neo 1.3B
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -207,6 +210,23 @@ def test_internlm3_reads_its_releases_bias_switches():
             ),
         ),  # fmt: skip
         ("falcon-7b", dict(model_type="falcon")),
+        ("gpt-neo-1.3b", dict(model_type="gpt_neo")),
+        *(
+            (
+                name,
+                dict(
+                    model_type="gpt_neo",
+                    hidden_size=d,
+                    num_layers=n,
+                    num_heads=h,
+                    attention_types=[[["global", "local"], n // 2]],
+                ),
+            )  # fmt: skip
+            for name, (d, n, h) in {
+                "gpt-neo-125m": (768, 12, 12),
+                "gpt-neo-2.7b": (2560, 32, 20),
+            }.items()
+        ),
         *(
             (
                 name,
@@ -385,6 +405,8 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("gpt_bigcode", dict(activation_function="relu"), "activation_function='relu': expected"),
         ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
         ("opt", dict(do_layer_norm_before=False), "do_layer_norm_before=False: norms after"),
+        ("gpt_neo", dict(num_layers=6), "attention_types=.*for each of the 6 layers"),
+        ("gpt_neo", dict(attention_types=[[["global", "sparse"], 2]]), "'global' / 'local'"),
         ("opt", dict(word_embed_proj_dim=32), "word_embed_proj_dim=32: embeddings narrower"),
         ("opt", dict(activation_function="gelu"), "activation_function='gelu': another"),
         ("olmo", dict(clip_qkv="8"), "clip_qkv='8': a number > 0, or null"),
@@ -420,3 +442,17 @@ def test_the_readers_refuse_by_field(arch, change, match):
 def test_model_config_refuses_bad_fields(preset, change, match):
     with pytest.raises(ValueError, match=match):
         get_preset(preset).replace(**change)
+
+
+def test_gpt_neos_windows_and_unscaled_scores_move_its_logits():
+    """tiny-gpt-neo's local layers (an 8-key window) and unscaled scores: each moves the
+    logits at the 33-token prompt's last position (HF parity, tests/test_hf_parity.py,
+    holds them to 2e-3), so the fixture tests both."""
+    cfg = get_preset("tiny-gpt-neo")
+    prompt = json.loads((FIXTURES / "gpt_neo" / "reference.json").read_text())["prompts"][-1]
+    params = load_hf_params(FIXTURES / "gpt_neo", cfg)
+    want = last_prefill_logits(cfg, params, prompt)
+    windowless = cfg.replace(sliding_window=None, full_attention_layers=())
+    scaled = cfg.replace(attention_multiplier=0.0)  # (head_dim^-0.5)
+    for other in (windowless, scaled):
+        assert np.abs(last_prefill_logits(other, params, prompt) - want).max() > 0.05

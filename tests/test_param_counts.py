@@ -132,6 +132,11 @@ from models.specs import count_params
         # 125,239,296 and 6,658,473,984 (the tables' two extra position rows included).
         ("opt-125m", 0.125239296e9, 1e-9, 0.125239296e9, 1e-9),
         ("opt-6.7b", 6.658473984e9, 1e-9, 6.658473984e9, 1e-9),
+        # GPT-Neo 125M / 1.3B / 2.7B: GPTNeoForCausalLM with their shapes on the meta device,
+        # 125,198,592, 1,315,575,808 and 2,651,307,520 (tied embeddings counted once).
+        ("gpt-neo-125m", 0.125198592e9, 1e-9, 0.125198592e9, 1e-9),
+        ("gpt-neo-1.3b", 1.315575808e9, 1e-9, 1.315575808e9, 1e-9),
+        ("gpt-neo-2.7b", 2.651307520e9, 1e-9, 2.651307520e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
