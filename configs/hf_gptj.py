@@ -7,7 +7,13 @@ Attention and MLP side by side on one LayerNorm (with a bias) of the layer's inp
 channels at base 1e4; no attention biases; an MLP without a gate (fc_in, the tanh GELU,
 fc_out, biased; n_inner wide, default 4 x n_embd); lm_head with a bias. Its tensors under
 transformer (models/release_names.py). Refused with a ValueError naming the field: another
-activation, a rotary_dim that is not an even number of a head's channels."""
+activation, a rotary_dim that is not an even number of a head's channels.
+
+Salesforce's CodeGen (codegen: 350M ... 16B, mono / multi / nl) is GPT-J's model with q, k
+and v from one projection without a bias (qkv_proj), its rows in CODEGEN_MP_NUM = 4 groups
+as its training's model-parallel shards left them, each group a quarter of q's channels,
+then a quarter of v's, then of k's (models/checkpoint_names.py); hidden_size must divide by
+4."""
 
 from __future__ import annotations
 
@@ -16,9 +22,10 @@ from typing import Any
 from configs.hf_gpt_bigcode import GPT2_FIELD_NAMES
 from configs.hf_heads import GELU_TANH
 
-GPTJ = "gptj"
-TYPES = (GPTJ,)
-ALIASES = {GPTJ: GPT2_FIELD_NAMES}
+GPTJ, CODEGEN = "gptj", "codegen"
+TYPES = (GPTJ, CODEGEN)
+ALIASES = {GPTJ: GPT2_FIELD_NAMES, CODEGEN: GPT2_FIELD_NAMES}
+CODEGEN_MP_NUM = 4  # (transformers' CodeGenAttention.mp_num)
 # Defaults of transformers 5.25's GPTJConfig for the fields read (GPT-J-6B's shapes).
 DEFAULTS: dict[str, dict[str, Any]] = {
     GPTJ: dict(
@@ -28,16 +35,23 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         bos_token_id=50256, eos_token_id=50256,
     )
 }  # fmt: skip
+# transformers 5.25's CodeGenConfig: GPT-J's defaults (CodeGen-6B's shapes but its 33 layers).
+DEFAULTS[CODEGEN] = DEFAULTS[GPTJ]
 
 
 def fields(f: Any, model_type: str) -> dict:
-    """ModelConfig's attention, norm, block and MLP fields of a GPT-J config; `f` is
-    hf_config._Fields."""
+    """ModelConfig's attention, norm, block and MLP fields of a GPT-J or CodeGen config; `f`
+    is hf_config._Fields."""
     act = f.get("hidden_act")
     if act not in GELU_TANH:
         raise ValueError(f"HF config activation_function={act!r}: only the tanh GELU")
     hidden, heads = f.required("hidden_size"), f.required("num_attention_heads")
     head_dim = hidden // heads
+    if model_type == CODEGEN and hidden % CODEGEN_MP_NUM:
+        raise ValueError(
+            f"HF config n_embd={hidden}: CodeGen's qkv_proj comes in {CODEGEN_MP_NUM} groups; "
+            f"it must divide by {CODEGEN_MP_NUM}"
+        )
     rotary = f.get("rotary_dim") or head_dim
     if isinstance(rotary, bool) or not isinstance(rotary, int) or not 2 <= rotary <= head_dim:
         raise ValueError(f"HF config rotary_dim={rotary!r}: an int in [2, head_dim={head_dim}]")

@@ -265,6 +265,8 @@ MOE_KIN["tiny-gptj"] = ModelConfig(
     parallel_block=True,
     mlp_act="gelu",
 )
+# tests/fixtures/codegen: tiny-gptj's model, q/k/v from one qkv_proj in 4 groups.
+MOE_KIN["tiny-codegen"] = MOE_KIN["tiny-gptj"].replace(name="tiny-codegen", model_type="codegen")
 # tests/fixtures/gpt_bigcode (StarCoder's layout): 2 layers 64 wide, a learned position
 # embedding (2,048 positions), no RoPE; 4 query heads of 16 over one KV head, biases
 # everywhere; LayerNorms; an MLP without a gate (96 wide, the tanh GELU); tied embeddings.
@@ -420,6 +422,28 @@ for _name, (_d, _layers, _heads) in {
         nope_layers=tuple(range(_layers)),
         sliding_window=256,
         full_attention_layers=tuple(range(0, _layers, 2)),
+        bos_token_id=50256,
+        eos_token_ids=(50256,),
+        dtype="bfloat16",
+    )
+# Salesforce's CodeGen 350M / 2B / 6B / 16B (mono, multi and nl share their shapes): 51,200
+# tokens, 2,048 positions, RoPE on each head's leading rotary_dim channels, in bfloat16.
+for _name, (_d, _layers, _heads, _rotary) in {
+    "codegen-350m": (1024, 20, 16, 32),
+    "codegen-2b": (2560, 32, 32, 64),
+    "codegen-6b": (4096, 33, 16, 64),
+    "codegen-16b": (6144, 34, 24, 64),
+}.items():
+    MOE_KIN[_name] = MOE_KIN["tiny-codegen"].replace(
+        name=_name,
+        vocab_size=51200,
+        hidden_size=_d,
+        num_layers=_layers,
+        num_heads=_heads,
+        num_kv_heads=_heads,
+        head_dim=_d // _heads,
+        intermediate_size=4 * _d,
+        partial_rotary_factor=_rotary / (_d // _heads),
         bos_token_id=50256,
         eos_token_ids=(50256,),
         dtype="bfloat16",

@@ -65,7 +65,7 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
             names[f"{idx}.weights_proj.weight"] = _linear(hi, d, at + ("idx_w",))
         return names
     k, dh = cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)
-    if cfg.model_type in ("gpt_neox", "falcon", "gpt_bigcode", "gpt2", "bloom", "mpt"):
+    if cfg.model_type in ("gpt_neox", "falcon", "gpt_bigcode", "gpt2", "bloom", "mpt", "codegen"):
         return _fused_qkv_names(cfg, pre, at)
     k_eq_v = cfg.attention_k_eq_v and cfg.is_global_layer(layer)  # (Gemma 4: no v_proj)
     dv = cfg.layer_v_head_dim(layer)
@@ -103,21 +103,23 @@ def _fused_qkv_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTenso
     """GPT-NeoX's, Falcon's, BLOOM's and GPT-BigCode's attention: query_key_value's (c_attn's)
     rows per KV head, its query heads' rows then its k and v rows (GPT-NeoX, BLOOM: a KV head
     per query head; Falcon-7B, StarCoder: one KV head for all), weight and bias; MPT's Wqkv,
-    all q rows, all k, all v; the output projection (o_proj, models/release_names.py renames
-    it dense, c_proj or out_proj) with its bias."""
+    all q rows, all k, all v; CodeGen's qkv_proj, 4 groups of a quarter of q's rows, then
+    v's, then k's; the output projection (o_proj, models/release_names.py renames it dense,
+    c_proj or out_proj) with its bias."""
     d, h, k, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     rows = (h + 2 * k) * dh
-    qkv = {"gpt_bigcode": "c_attn", "gpt2": "c_attn", "mpt": "Wqkv"}.get(
+    qkv = {"gpt_bigcode": "c_attn", "gpt2": "c_attn", "mpt": "Wqkv", "codegen": "qkv_proj"}.get(
         cfg.model_type, "query_key_value"
     )
     # (GPT-2's c_attn: a Conv1D, [in, out], its columns all q, all k, all v)
     shape, kind, groups = (
         ((d, rows), "grouped_T", 1) if cfg.model_type == "gpt2" else ((rows, d), "grouped", k)
     )
-    groups = 1 if cfg.model_type == "mpt" else groups
+    groups = {"mpt": 1, "codegen": 4}.get(cfg.model_type, groups)  # (CODEGEN_MP_NUM)
+    order = ("wq", "wv", "wk") if cfg.model_type == "codegen" else ("wq", "wk", "wv")
     names = {
         f"{pre}.{qkv}.weight": HFTensor(
-            shape, tuple(at + (w,) for w in ("wq", "wk", "wv")), kind, groups=groups
+            shape, tuple(at + (w,) for w in order), kind, groups=groups
         ),
         f"{pre}.o_proj.weight": _linear(d, h * dh, at + ("wo",)),
     }

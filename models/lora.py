@@ -52,6 +52,7 @@ MODULES = {
     # GPT-BigCode's (c_attn), output projections and MLPs; GPT-J's attn, OPT's and Phi-2's.
     "attention.query_key_value": ("attn", "wqkv"),
     "attn.Wqkv": ("attn", "wqkv"),  # (MPT's: all q rows, all k, all v)
+    "attn.qkv_proj": ("attn", "wqkv"),  # (CodeGen's: 4 groups of q's, v's and k's rows)
     "self_attention.query_key_value": ("attn", "wqkv"),
     "attn.c_attn": ("attn", "wqkv"),
     "attention.dense": ("attn", "wo"),
@@ -238,12 +239,16 @@ def _split_gate(pairs: dict[Key, dict[str, np.ndarray]], cfg: ModelConfig) -> No
 
 def _split_qkv(pairs: dict[Key, dict[str, np.ndarray]], cfg: ModelConfig) -> None:
     """A fused q/k/v projection adapted (GPT-NeoX's, Falcon's, BLOOM's query_key_value,
-    GPT-BigCode's c_attn, MPT's Wqkv): its lora_B rows come as the weight's, per KV head its
-    query heads' rows then its k and v rows (MPT's: all q rows, all k, all v;
-    models/checkpoint_names.py); the engine's wq, wk and wv take them, each with the one
-    lora_A. ValueError where B's rows are not the projection's."""
+    GPT-BigCode's c_attn, MPT's Wqkv, CodeGen's qkv_proj): its lora_B rows come as the
+    weight's, per KV head its query heads' rows then its k and v rows (MPT's: all q rows, all
+    k, all v; CodeGen's: 4 groups of a quarter of q's, v's and k's; models/checkpoint_names.py);
+    the engine's wq, wk and wv take them, each with the one lora_A. ValueError where B's rows
+    are not the projection's."""
     h, k, dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    groups = 1 if cfg.model_type == "mpt" else k  # (row groups: see _fused_qkv_names)
+    # (row groups and their order: see checkpoint_names._fused_qkv_names)
+    groups = {"mpt": 1, "codegen": 4}.get(cfg.model_type, k)
+    order = ("wq", "wv", "wk") if cfg.model_type == "codegen" else ("wq", "wk", "wv")
+    share = {"wq": h * dh // groups, "wk": k * dh // groups, "wv": k * dh // groups}
     for (i, group, name), ab in list(pairs.items()):
         if name != "wqkv":
             continue
@@ -255,11 +260,11 @@ def _split_qkv(pairs: dict[Key, dict[str, np.ndarray]], cfg: ModelConfig) -> Non
                 f"adapter layers.{i}.attn's fused q/k/v: lora_A and lora_B [{(h + 2 * k) * dh}, "
                 f"r] needed (got lora_B {got})"
             )
-        per = (h + 2 * k) // groups  # heads' rows per group: its q heads', then k's and v's
-        rows = b.reshape(groups, per * dh, -1)
-        q, kv = h // groups * dh, (h + k) // groups * dh
-        parts = {"wq": rows[:, :q], "wk": rows[:, q:kv], "wv": rows[:, kv:]}
-        for leaf, part in parts.items():
+        rows = b.reshape(groups, (h + 2 * k) * dh // groups, -1)
+        start = 0
+        for leaf in order:
+            part = rows[:, start : start + share[leaf]]
+            start += share[leaf]
             pairs[(i, group, leaf)] = {"A": ab["A"], "B": part.reshape(-1, b.shape[1])}
 
 

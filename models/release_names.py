@@ -188,6 +188,7 @@ NATIVE = {
 
 
 NATIVE["gpt2"] = NATIVE["gpt_bigcode"]  # (GPT-BigCode keeps GPT-2's names)
+NATIVE["codegen"] = NATIVE["gptj"]  # (its attention's one qkv_proj beside GPT-J's out_proj)
 # GPT-Neo: GPT-2's, its attention's q, k, v and output projections apart under attn.attention.
 NATIVE["gpt_neo"] = (
     *NATIVE["gpt_bigcode"][:6],

@@ -156,10 +156,10 @@ def rope_dim(cfg: ModelConfig) -> int:
 def rope_layout(cfg: ModelConfig) -> str:
     """Channel layout HF uses for this model (see apply_rope)."""
     pairs = ("ernie4_5", "ernie4_5_moe", "glm", "glm4", "helium", "llama4_text", *cohere.TYPES)
-    pairs += ("gptj",)
+    pairs += ("gptj", "codegen")
     if cfg.model_type in pairs:
-        # ERNIE 4.5, GLM-4, Cohere and GPT-J rotate interleaved pairs in place, Llama 4 as complex
-        # pairs
+        # ERNIE 4.5, GLM-4, Cohere, GPT-J and CodeGen rotate interleaved pairs in place,
+        # Llama 4 as complex pairs
         return "pairs"
     if not cfg.is_mla or not cfg.rope_interleave:
         return "half"

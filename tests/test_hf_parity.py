@@ -189,6 +189,7 @@ ARCHS = {
     "opt": "tiny-opt",  # OPT: learned positions two rows in, a ReLU MLP without a gate
     # GPT-Neo: GPT-2's layers with q/k/v apart, unscaled scores, local layers' 8-key windows
     "gpt_neo": "tiny-gpt-neo",
+    "codegen": "tiny-codegen",  # CodeGen: GPT-J's, q/k/v from one qkv_proj in 4 groups
     # ALiBi, no RoPE: BLOOM's slopes for 6 heads (its embeddings LayerNormed), MPT's,
     # Falcon-RW's (bfloat16 slopes over sqrt(head_dim))
     "bloom": "tiny-bloom",

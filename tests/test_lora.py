@@ -201,6 +201,7 @@ def test_moe_models_take_attention_adapters(arch, adapter, tmp_path):
         ("falcon", "adapter_falcon"),
         ("mpt", "adapter_mpt"),
         ("bloom", "adapter_bloom"),
+        ("codegen", "adapter_codegen"),
     ],
 )
 def test_fused_qkv_models_take_adapters(arch, adapter, tmp_path):
@@ -208,7 +209,8 @@ def test_fused_qkv_models_take_adapters(arch, adapter, tmp_path):
     adapters on the fused query_key_value (lora_B's rows split per KV head into q, k and v,
     each with the one lora_A), the output projection `dense` and the MLP; MPT's on Wqkv (its
     rows all q, all k, all v; ALiBi attention), out_proj and the MLP; BLOOM's as Falcon's
-    names them (a KV head per query head, ALiBi); beside requests
+    names them (a KV head per query head, ALiBi); CodeGen's on qkv_proj (4 groups of a quarter
+    of q's, v's and k's rows), out_proj, fc_in and fc_out; beside requests
     without one, as peft computes; a lora_B whose rows are not the projection's is refused
     by name."""
     ref = REFS[arch]
@@ -226,7 +228,7 @@ def test_fused_qkv_models_take_adapters(arch, adapter, tmp_path):
     path = tmp_path / "cut"
     shutil.copytree(LORA / adapter, path)
     tensors = load_file(path / "adapter_model.safetensors")
-    name = next(k for k in tensors if re.search(r"(query_key_value|Wqkv)\.lora_B", k))
+    name = next(k for k in tensors if re.search(r"(query_key_value|Wqkv|qkv_proj)\.lora_B", k))
     tensors[name] = tensors[name][:-1]
     save_file(tensors, path / "adapter_model.safetensors")
     with pytest.raises(ValueError, match=r"attn's fused q/k/v: lora_A and lora_B \["):

@@ -6,7 +6,8 @@ and Apertus (internlm3, apertus: configs/hf_llama_kin.py), GPT-NeoX (gpt_neox,
 configs/hf_gpt_neox.py), the first OLMo (olmo, configs/hf_olmo1.py), Falcon (falcon,
 configs/hf_falcon.py), GPT-J (gptj, configs/hf_gptj.py), GPT-BigCode and GPT-2
 (gpt_bigcode, gpt2: configs/hf_gpt_bigcode.py), OPT (opt, configs/hf_opt.py); the 58th's
-GPT-Neo (gpt_neo, configs/hf_gpt_bigcode.py: its windows and unscaled scores). The
+GPT-Neo (gpt_neo, configs/hf_gpt_bigcode.py: its windows and unscaled scores) and CodeGen
+(codegen, configs/hf_gptj.py). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -29,7 +30,7 @@ from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits, saved
 
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
 ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo", "falcon", "falcon_7b")
-ARCHS += ("gptj", "gpt_bigcode", "gpt2", "opt", "gpt_neo")
+ARCHS += ("gptj", "gpt_bigcode", "gpt2", "opt", "gpt_neo", "codegen")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -64,6 +65,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("gpt2", 124_439_808, 124_439_808),  # GPT-2 small
         ("opt", 125_239_296, 125_239_296),  # OPT-125M
         ("gpt_neo", 1_315_575_808, 1_315_575_808),  # GPT-Neo 1.3B
+        ("codegen", 6_050_882_784, 6_050_882_784),  # (GPT-J-6B's shapes: CodeGenConfig's)
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -211,6 +213,26 @@ def test_internlm3_reads_its_releases_bias_switches():
         ),  # fmt: skip
         ("falcon-7b", dict(model_type="falcon")),
         ("gpt-neo-1.3b", dict(model_type="gpt_neo")),
+        *(
+            (
+                name,
+                dict(
+                    model_type="codegen",
+                    vocab_size=51200,
+                    n_embd=d,
+                    n_layer=n,
+                    n_head=h,
+                    rotary_dim=r,
+                    n_ctx=2048,
+                ),
+            )  # fmt: skip
+            for name, (d, n, h, r) in {
+                "codegen-350m": (1024, 20, 16, 32),
+                "codegen-2b": (2560, 32, 32, 64),
+                "codegen-6b": (4096, 33, 16, 64),
+                "codegen-16b": (6144, 34, 24, 64),
+            }.items()
+        ),
         *(
             (
                 name,
@@ -406,6 +428,7 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
         ("opt", dict(do_layer_norm_before=False), "do_layer_norm_before=False: norms after"),
         ("gpt_neo", dict(num_layers=6), "attention_types=.*for each of the 6 layers"),
+        ("codegen", dict(n_embd=66, n_head=6), "n_embd=66: CodeGen's qkv_proj comes in 4"),
         ("gpt_neo", dict(attention_types=[[["global", "sparse"], 2]]), "'global' / 'local'"),
         ("opt", dict(word_embed_proj_dim=32), "word_embed_proj_dim=32: embeddings narrower"),
         ("opt", dict(activation_function="gelu"), "activation_function='gelu': another"),

@@ -137,6 +137,12 @@ from models.specs import count_params
         ("gpt-neo-125m", 0.125198592e9, 1e-9, 0.125198592e9, 1e-9),
         ("gpt-neo-1.3b", 1.315575808e9, 1e-9, 1.315575808e9, 1e-9),
         ("gpt-neo-2.7b", 2.651307520e9, 1e-9, 2.651307520e9, 1e-9),
+        # CodeGen 350M / 2B / 6B / 16B: CodeGenForCausalLM with their shapes on the meta
+        # device, 356,712,448, 2,779,356,160, 7,064,213,504 and 16,032,155,648.
+        ("codegen-350m", 0.356712448e9, 1e-9, 0.356712448e9, 1e-9),
+        ("codegen-2b", 2.779356160e9, 1e-9, 2.779356160e9, 1e-9),
+        ("codegen-6b", 7.064213504e9, 1e-9, 7.064213504e9, 1e-9),
+        ("codegen-16b", 16.032155648e9, 1e-9, 16.032155648e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
