@@ -7,26 +7,9 @@ from __future__ import annotations
 from configs.hf_alibi import bloom_slopes, mpt_slopes
 from configs.hf_falcon import falcon_slopes
 from configs.model_config import ModelConfig
+from configs.preset_shapes import at_release_shapes
 
 ALIBI: dict[str, ModelConfig] = {}
-
-
-def _shapes(cfg: ModelConfig, slopes, vocab: int, d: int, layers: int, heads: int, **kw):
-    """`cfg` at a release's shapes: every head its own KV head, 4 x d wide MLPs unless
-    `kw` says otherwise, no RoPE on any layer, bfloat16."""
-    return cfg.replace(
-        vocab_size=vocab,
-        hidden_size=d,
-        num_layers=layers,
-        num_heads=heads,
-        num_kv_heads=heads,
-        head_dim=d // heads,
-        intermediate_size=4 * d,
-        alibi_slopes=slopes(heads, d // heads),
-        nope_layers=tuple(range(layers)),
-        dtype="bfloat16",
-        **kw,
-    )
 
 
 # tests/fixtures/bloom: 3 layers 48 wide, 6 heads of 8 with BLOOM's slopes, LayerNorms with
@@ -92,33 +75,32 @@ for _name, (_d, _layers, _heads) in {
     "bloom-7b1": (4096, 30, 32),
     "bloom": (14336, 70, 112),
 }.items():
-    ALIBI[_name] = _shapes(
-        ALIBI["tiny-bloom"].replace(name=_name, bos_token_id=1, eos_token_ids=(2,)),
-        lambda h, _: bloom_slopes(h),
-        250880,
-        _d,
-        _layers,
-        _heads,
+    ALIBI[_name] = at_release_shapes(
+        ALIBI["tiny-bloom"], _name, 250880, _d, _layers, _heads, alibi_slopes=bloom_slopes(_heads)
     )
 # MosaicML's MPT-7B (2,048 positions) and MPT-30B (8,192), 50,432 tokens, eos 0.
 for _name, (_d, _layers, _heads, _positions) in {
     "mpt-7b": (4096, 32, 32, 2048),
     "mpt-30b": (7168, 48, 64, 8192),
 }.items():
-    ALIBI[_name] = _shapes(
-        ALIBI["tiny-mpt"].replace(name=_name, bos_token_id=0, eos_token_ids=(0,)),
-        lambda h, _: mpt_slopes(h, 8),
+    ALIBI[_name] = at_release_shapes(
+        ALIBI["tiny-mpt"],
+        _name,
         50432,
         _d,
         _layers,
         _heads,
+        alibi_slopes=mpt_slopes(_heads, 8),
         max_position_embeddings=_positions,
+        bos_token_id=0,
+        eos_token_ids=(0,),
     )
 # TII's Falcon-RW-1B (50,304 tokens) and -7B (65,024), trained on RefinedWeb alone.
 for _name, (_v, _d, _layers, _heads) in {
     "falcon-rw-1b": (50304, 2048, 24, 32),
     "falcon-rw-7b": (65024, 4096, 36, 64),
 }.items():
-    ALIBI[_name] = _shapes(
-        ALIBI["tiny-falcon-rw"].replace(name=_name), falcon_slopes, _v, _d, _layers, _heads
-    )
+    ALIBI[_name] = at_release_shapes(
+        ALIBI["tiny-falcon-rw"], _name, _v, _d, _layers, _heads,
+        alibi_slopes=falcon_slopes(_heads, _d // _heads),
+    )  # fmt: skip

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from configs.model_config import ModelConfig, RopeScaling
+from configs.preset_shapes import at_release_shapes
 
 MOE_KIN: dict[str, ModelConfig] = {}
 _LAYERS = dict(
@@ -390,18 +391,8 @@ MOE_KIN["tiny-opt"] = MOE_KIN["tiny-gpt2"].replace(
 # Meta's OPT-125M (OPTConfig's defaults: 12 layers 768 wide, 12 heads, a 3,072-wide MLP, 50,272
 # tokens, 2,048 positions) and OPT-6.7B (32 layers 4,096 wide, 32 heads, 16,384), in bfloat16.
 for _name, (_d, _layers, _heads) in {"opt-125m": (768, 12, 12), "opt-6.7b": (4096, 32, 32)}.items():
-    MOE_KIN[_name] = MOE_KIN["tiny-opt"].replace(
-        name=_name,
-        vocab_size=50272,
-        hidden_size=_d,
-        num_layers=_layers,
-        num_heads=_heads,
-        num_kv_heads=_heads,
-        head_dim=_d // _heads,
-        intermediate_size=4 * _d,
-        nope_layers=tuple(range(_layers)),
-        bos_token_id=2,
-        dtype="bfloat16",
+    MOE_KIN[_name] = at_release_shapes(
+        MOE_KIN["tiny-opt"], _name, 50272, _d, _layers, _heads, bos_token_id=2
     )
 # EleutherAI's GPT-Neo 125M, 1.3B (GPTNeoConfig's defaults) and 2.7B: global and local
 # (256-key windows) in turn, 50,257 tokens, 2,048 positions, in bfloat16.
@@ -410,21 +401,17 @@ for _name, (_d, _layers, _heads) in {
     "gpt-neo-1.3b": (2048, 24, 16),
     "gpt-neo-2.7b": (2560, 32, 20),
 }.items():
-    MOE_KIN[_name] = MOE_KIN["tiny-gpt-neo"].replace(
-        name=_name,
-        vocab_size=50257,
-        hidden_size=_d,
-        num_layers=_layers,
-        num_heads=_heads,
-        num_kv_heads=_heads,
-        head_dim=_d // _heads,
-        intermediate_size=4 * _d,
-        nope_layers=tuple(range(_layers)),
+    MOE_KIN[_name] = at_release_shapes(
+        MOE_KIN["tiny-gpt-neo"],
+        _name,
+        50257,
+        _d,
+        _layers,
+        _heads,
         sliding_window=256,
         full_attention_layers=tuple(range(0, _layers, 2)),
         bos_token_id=50256,
         eos_token_ids=(50256,),
-        dtype="bfloat16",
     )
 # Salesforce's CodeGen 350M / 2B / 6B / 16B (mono, multi and nl share their shapes): 51,200
 # tokens, 2,048 positions, RoPE on each head's leading rotary_dim channels, in bfloat16.
@@ -434,17 +421,14 @@ for _name, (_d, _layers, _heads, _rotary) in {
     "codegen-6b": (4096, 33, 16, 64),
     "codegen-16b": (6144, 34, 24, 64),
 }.items():
-    MOE_KIN[_name] = MOE_KIN["tiny-codegen"].replace(
-        name=_name,
-        vocab_size=51200,
-        hidden_size=_d,
-        num_layers=_layers,
-        num_heads=_heads,
-        num_kv_heads=_heads,
-        head_dim=_d // _heads,
-        intermediate_size=4 * _d,
+    MOE_KIN[_name] = at_release_shapes(
+        MOE_KIN["tiny-codegen"],
+        _name,
+        51200,
+        _d,
+        _layers,
+        _heads,
         partial_rotary_factor=_rotary / (_d // _heads),
         bos_token_id=50256,
         eos_token_ids=(50256,),
-        dtype="bfloat16",
     )
