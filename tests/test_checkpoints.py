@@ -431,8 +431,8 @@ def _unknown_model_type(d: str) -> str:
     with open(path) as f:
         hf = json.load(f)
     with open(path, "w") as f:
-        json.dump({**hf, "model_type": "bloom"}, f)
-    return "bloom"
+        json.dump({**hf, "model_type": "t5"}, f)
+    return "t5"
 
 
 def _drop_shard(d: str) -> str:
