@@ -275,10 +275,10 @@ def _decode_attention(
     """
     num_tokens, num_seqs = q.shape[0], is_decode.shape[0]
     first_row = jnp.clip(meta.cu_q_lens[:-1], 0, num_tokens - 1)  # [S]
-    limit = jnp.where(is_decode, jnp.minimum(meta.positions[first_row] + 1, meta.kv_lens), 0)
-    # First key each decode sees (a sliding window), or 0; past every key where none decodes.
-    first = _first_key(meta.positions[first_row], window, limit > 0, chunked)
     q_pos = meta.positions[first_row]  # [S]
+    limit = jnp.where(is_decode, jnp.minimum(q_pos + 1, meta.kv_lens), 0)
+    # First key each decode sees (a sliding window), or 0; past every key where none decodes.
+    first = _first_key(q_pos, window, limit > 0, chunked)
     # Other sequences' slots are computed and masked; reading page 0 for them stays in cache.
     page_table = jnp.where(is_decode[:, None], page_table, 0)
 
@@ -297,9 +297,9 @@ def _decode_attention(
                 q_dec[:, :, None], ((0, 0), (0, 0), (0, query_rows - 1), (0, 0), (0, 0))
             )
         expand = (slice(None),) + (None,) * lead  # [n, L] -> like the scores
-        # [K, G] slopes -> [1, K, (1,) G, 1]
-        slopes = None if alibi is None else alibi[(None, slice(None)) + (None,) * (lead - 2)]
-        slopes = None if slopes is None else slopes[..., None]
+        slopes = None  # [K, G] -> [1, K, (1,) G, 1], like the scores
+        if alibi is not None:
+            slopes = (alibi[None, :, None] if query_rows > 1 else alibi[None])[..., None]
 
         def body(b, carry):
             m, denom, acc = carry  # [n, K, (Q,) G], same, [n, K, (Q,) G, Dv]
