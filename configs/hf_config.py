@@ -44,6 +44,7 @@ from configs import hf_olmo as olmo
 from configs import hf_olmo1 as olmo1
 from configs import hf_olmo_hybrid as olmo_hybrid
 from configs import hf_opt as opt
+from configs import hf_persimmon as persimmon
 from configs import hf_phi as phi
 from configs import hf_phi3 as phi3
 from configs import hf_sarvam as sarvam
@@ -79,7 +80,7 @@ from configs.model_config import ModelConfig
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
-_FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi)  # fmt: off
+_FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon)  # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",
@@ -595,7 +596,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
     # (transformers' ACT2FN: both are SiLU; Arcee's, Gemma's and StarCoder2's: their readers')
     own = (llama_kin.ARCEE, *gemma3.TYPES, starcoder2.STARCODER2, phi.PHI, *layer_norm_kin.TYPES)
     own += (llama_kin.APERTUS, gpt_neox.GPT_NEOX, falcon.FALCON, *gptj.TYPES)
-    own += (*gpt_bigcode.TYPES, opt.OPT)
+    own += (*gpt_bigcode.TYPES, opt.OPT, persimmon.PERSIMMON)
     if act not in ("silu", "swish") and model_type not in own:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 

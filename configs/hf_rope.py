@@ -152,7 +152,7 @@ def partial_rotary_factor(f: Any, model_type: str) -> float:
             partial = rotary_dim / f.required("head_dim") if is_number(rotary_dim) else rotary_dim
         partial = 1.0 if partial is None else partial
     partial_types = ("glm", "glm4", "glm4_moe", "minimax_m2", "phi", "phi3", "stablelm", "nemotron")
-    partial_types += ("gpt_neox",)
+    partial_types += ("gpt_neox", "persimmon")
     if model_type in (*partial_types, *LINEAR_MODEL_TYPES):
         if not is_number(partial) or not 0 < partial <= 1:
             raise ValueError(

@@ -268,6 +268,23 @@ MOE_KIN["tiny-gptj"] = ModelConfig(
 )
 # tests/fixtures/codegen: tiny-gptj's model, q/k/v from one qkv_proj in 4 groups.
 MOE_KIN["tiny-codegen"] = MOE_KIN["tiny-gptj"].replace(name="tiny-codegen", model_type="codegen")
+# tests/fixtures/persimmon: 2 layers 64 wide, 4 heads of 16 with q/k LayerNorms (biased),
+# RoPE on each head's leading half at base 25,000, a 96-wide ReLU-squared MLP, biases and
+# LayerNorms everywhere, untied.
+MOE_KIN["tiny-persimmon"] = ModelConfig(
+    name="tiny-persimmon",
+    model_type="persimmon",
+    **{**_LAYERS, "num_layers": 2, "num_kv_heads": 4, "rms_norm_eps": 1e-5},
+    rope_theta=25000.0,
+    partial_rotary_factor=0.5,
+    qk_norm=True,
+    attention_bias=True,
+    o_proj_bias=True,
+    mlp_bias=True,
+    norm_kind="layer",
+    norm_bias=True,
+    mlp_act="relu2",
+)
 # tests/fixtures/gpt_bigcode (StarCoder's layout): 2 layers 64 wide, a learned position
 # embedding (2,048 positions), no RoPE; 4 query heads of 16 over one KV head, biases
 # everywhere; LayerNorms; an MLP without a gate (96 wide, the tanh GELU); tied embeddings.
@@ -432,3 +449,14 @@ for _name, (_d, _layers, _heads, _rotary) in {
         bos_token_id=50256,
         eos_token_ids=(50256,),
     )
+# Adept's Persimmon-8B (PersimmonConfig's shapes: 262,144 tokens, 36 layers 4,096 wide, 64
+# heads, a 16,384-wide MLP, 16,384 positions; its release's RoPE base 25,000), in bfloat16.
+MOE_KIN["persimmon-8b"] = at_release_shapes(
+    MOE_KIN["tiny-persimmon"],
+    "persimmon-8b",
+    262144,
+    4096,
+    36,
+    64,
+    max_position_embeddings=16384,
+)

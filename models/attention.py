@@ -121,8 +121,9 @@ def gqa_inputs(
         q = rms_norm(q.reshape(q.shape[0], -1), p["q_norm"].reshape(-1), cfg.rms_norm_eps)
         k = rms_norm(k.reshape(k.shape[0], -1), p["k_norm"].reshape(-1), cfg.rms_norm_eps)
         q, k = (y.reshape(y.shape[0], -1, cfg.head_dim) for y in (q, k))
-    elif cfg.qk_norm and not cfg.qk_norm_after_rope:
-        q, k = model_norm(q, p["q_norm"], cfg), model_norm(k, p["k_norm"], cfg)
+    elif cfg.qk_norm and not cfg.qk_norm_after_rope:  # (Persimmon's LayerNorms: biased too)
+        q = model_norm(q, p["q_norm"], cfg, p.get("q_norm_bias"))
+        k = model_norm(k, p["k_norm"], cfg, p.get("k_norm_bias"))
     if cfg.clip_qkv is not None:
         c = cfg.clip_qkv
         q, k, v = jnp.clip(q, -c, c), jnp.clip(k, -c, c), jnp.clip(v, -c, c)

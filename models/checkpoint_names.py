@@ -65,7 +65,8 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
             names[f"{idx}.weights_proj.weight"] = _linear(hi, d, at + ("idx_w",))
         return names
     k, dh = cfg.layer_num_kv_heads(layer), cfg.layer_head_dim(layer)
-    if cfg.model_type in ("gpt_neox", "falcon", "gpt_bigcode", "gpt2", "bloom", "mpt", "codegen"):
+    fused = ("gpt_neox", "falcon", "gpt_bigcode", "gpt2", "bloom", "mpt", "codegen", "persimmon")
+    if cfg.model_type in fused:
         return _fused_qkv_names(cfg, pre, at)
     k_eq_v = cfg.attention_k_eq_v and cfg.is_global_layer(layer)  # (Gemma 4: no v_proj)
     dv = cfg.layer_v_head_dim(layer)
@@ -129,6 +130,10 @@ def _fused_qkv_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTenso
         )
     if cfg.o_proj_bias:
         names[f"{pre}.o_proj.bias"] = _vector(d, at + ("bo",))
+    if cfg.qk_norm:  # (Persimmon's: a LayerNorm over each head's channels, weight and bias)
+        for n in ("q_norm", "k_norm"):
+            names[f"{pre}.{n}.weight"] = _vector(dh, at + (n,))
+            names[f"{pre}.{n}.bias"] = _vector(dh, at + (f"{n}_bias",))
     return names
 
 

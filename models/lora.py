@@ -51,6 +51,7 @@ MODULES = {
     # GPT-NeoX's and Falcon's (q, k and v fused: query_key_value, split by _split_qkv), and
     # GPT-BigCode's (c_attn), output projections and MLPs; GPT-J's attn, OPT's and Phi-2's.
     "attention.query_key_value": ("attn", "wqkv"),
+    "self_attn.query_key_value": ("attn", "wqkv"),  # (Persimmon's)
     "attn.Wqkv": ("attn", "wqkv"),  # (MPT's: all q rows, all k, all v)
     "attn.qkv_proj": ("attn", "wqkv"),  # (CodeGen's: 4 groups of q's, v's and k's rows)
     "self_attention.query_key_value": ("attn", "wqkv"),

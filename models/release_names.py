@@ -188,7 +188,14 @@ NATIVE = {
 
 
 NATIVE["gpt2"] = NATIVE["gpt_bigcode"]  # (GPT-BigCode keeps GPT-2's names)
-NATIVE["codegen"] = NATIVE["gptj"]  # (its attention's one qkv_proj beside GPT-J's out_proj)
+NATIVE["codegen"] = NATIVE["gptj"]
+NATIVE["persimmon"] = (
+    (r"^model\.norm\.", "model.final_layernorm."),
+    (r"\.self_attn\.o_proj\.", ".self_attn.dense."),
+    (r"\.self_attn\.([qk])_norm\.", r".self_attn.\1_layernorm."),
+    (r"\.mlp\.up_proj\.", ".mlp.dense_h_to_4h."),
+    (r"\.mlp\.down_proj\.", ".mlp.dense_4h_to_h."),
+)  # (its attention's one qkv_proj beside GPT-J's out_proj)
 # GPT-Neo: GPT-2's, its attention's q, k, v and output projections apart under attn.attention.
 NATIVE["gpt_neo"] = (
     *NATIVE["gpt_bigcode"][:6],

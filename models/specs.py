@@ -132,6 +132,9 @@ def _gqa_specs(cfg: ModelConfig, dt, w, layer: int = 0) -> dict:
         norm = zeros if cfg.norm_zero_centered else ones
         s["q_norm"] = ParamSpec((dh,), dt, ("head_dim",), norm)
         s["k_norm"] = ParamSpec((dh,), dt, ("head_dim",), norm)
+        if cfg.norm_bias:  # (Persimmon: LayerNorms with a bias, shared by the heads)
+            s["q_norm_bias"] = ParamSpec((dh,), dt, ("head_dim",), zeros)
+            s["k_norm_bias"] = ParamSpec((dh,), dt, ("head_dim",), zeros)
     if cfg.attn_output_gate:
         s["wq_gate"] = ParamSpec((d, h, dh), dt, ("embed", "q_heads", "head_dim"), w)
     if cfg.attn_gate_bias:  # (Beam's, per head)

@@ -190,6 +190,8 @@ ARCHS = {
     # GPT-Neo: GPT-2's layers with q/k/v apart, unscaled scores, local layers' 8-key windows
     "gpt_neo": "tiny-gpt-neo",
     "codegen": "tiny-codegen",  # CodeGen: GPT-J's, q/k/v from one qkv_proj in 4 groups
+    # Persimmon: q/k/v per head fused, q/k LayerNorms with a bias, RoPE on half of each head
+    "persimmon": "tiny-persimmon",
     # ALiBi, no RoPE: BLOOM's slopes for 6 heads (its embeddings LayerNormed), MPT's,
     # Falcon-RW's (bfloat16 slopes over sqrt(head_dim))
     "bloom": "tiny-bloom",

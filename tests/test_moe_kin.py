@@ -6,8 +6,8 @@ and Apertus (internlm3, apertus: configs/hf_llama_kin.py), GPT-NeoX (gpt_neox,
 configs/hf_gpt_neox.py), the first OLMo (olmo, configs/hf_olmo1.py), Falcon (falcon,
 configs/hf_falcon.py), GPT-J (gptj, configs/hf_gptj.py), GPT-BigCode and GPT-2
 (gpt_bigcode, gpt2: configs/hf_gpt_bigcode.py), OPT (opt, configs/hf_opt.py); the 58th's
-GPT-Neo (gpt_neo, configs/hf_gpt_bigcode.py: its windows and unscaled scores) and CodeGen
-(codegen, configs/hf_gptj.py). The
+GPT-Neo (gpt_neo, configs/hf_gpt_bigcode.py: its windows and unscaled scores), CodeGen
+(codegen, configs/hf_gptj.py) and Persimmon (persimmon, configs/hf_persimmon.py). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -30,7 +30,7 @@ from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits, saved
 
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
 ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo", "falcon", "falcon_7b")
-ARCHS += ("gptj", "gpt_bigcode", "gpt2", "opt", "gpt_neo", "codegen")
+ARCHS += ("gptj", "gpt_bigcode", "gpt2", "opt", "gpt_neo", "codegen", "persimmon")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -66,6 +66,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("opt", 125_239_296, 125_239_296),  # OPT-125M
         ("gpt_neo", 1_315_575_808, 1_315_575_808),  # GPT-Neo 1.3B
         ("codegen", 6_050_882_784, 6_050_882_784),  # (GPT-J-6B's shapes: CodeGenConfig's)
+        ("persimmon", 9_397_175_296, 9_397_175_296),  # Persimmon-8B's shapes
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -213,6 +214,17 @@ def test_internlm3_reads_its_releases_bias_switches():
         ),  # fmt: skip
         ("falcon-7b", dict(model_type="falcon")),
         ("gpt-neo-1.3b", dict(model_type="gpt_neo")),
+        (
+            "persimmon-8b",
+            dict(
+                model_type="persimmon",
+                rope_parameters={
+                    "rope_type": "default",
+                    "rope_theta": 25000.0,
+                    "partial_rotary_factor": 0.5,
+                },
+            ),
+        ),  # fmt: skip
         *(
             (
                 name,
@@ -429,6 +441,7 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("opt", dict(do_layer_norm_before=False), "do_layer_norm_before=False: norms after"),
         ("gpt_neo", dict(num_layers=6), "attention_types=.*for each of the 6 layers"),
         ("codegen", dict(n_embd=66, n_head=6), "n_embd=66: CodeGen's qkv_proj comes in 4"),
+        ("persimmon", dict(hidden_act="gelu"), "hidden_act='gelu': only 'relu2'"),
         ("gpt_neo", dict(attention_types=[[["global", "sparse"], 2]]), "'global' / 'local'"),
         ("opt", dict(word_embed_proj_dim=32), "word_embed_proj_dim=32: embeddings narrower"),
         ("opt", dict(activation_function="gelu"), "activation_function='gelu': another"),

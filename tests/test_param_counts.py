@@ -143,6 +143,8 @@ from models.specs import count_params
         ("codegen-2b", 2.779356160e9, 1e-9, 2.779356160e9, 1e-9),
         ("codegen-6b", 7.064213504e9, 1e-9, 7.064213504e9, 1e-9),
         ("codegen-16b", 16.032155648e9, 1e-9, 16.032155648e9, 1e-9),
+        # Persimmon-8B: PersimmonForCausalLM with its shapes on the meta device, 9,397,175,296.
+        ("persimmon-8b", 9.397175296e9, 1e-9, 9.397175296e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
