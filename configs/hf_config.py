@@ -17,6 +17,7 @@ from typing import Any
 
 from configs import hf_alibi as alibi
 from configs import hf_aria as aria
+from configs import hf_bamba as bamba
 from configs import hf_beam as beam
 from configs import hf_cohere as cohere
 from configs import hf_dbrx as dbrx
@@ -80,7 +81,7 @@ from configs.model_config import ModelConfig
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
-_FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon)  # fmt: off
+_FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon, bamba)  # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",

@@ -196,15 +196,6 @@ def _hybrid_fields(f: Any) -> dict:
         raise ValueError(
             f"HF config layer_types: expected {num_layers} entries, each 'mamba' or 'attention'"
         )
-    heads = f.required("mamba_n_heads")
-    inner = f.required("mamba_expand") * hidden
-    head_dim = f.get("mamba_d_head")
-    head_dim = inner // heads if head_dim == "auto" else head_dim
-    if not isinstance(head_dim, int) or head_dim * heads != inner:
-        raise ValueError(
-            f"HF config mamba_d_head={head_dim!r}: mamba_n_heads={heads} of it must make "
-            f"mamba_expand x hidden_size = {inner}"
-        )
     attention = tuple(i for i, k in enumerate(kinds) if k == "full_attention")
     experts = f.get("num_local_experts") or 0
     shared = f.required("shared_intermediate_size")
@@ -222,6 +213,26 @@ def _hybrid_fields(f: Any) -> dict:
         num_kv_heads=f.get("num_key_value_heads") or f.required("num_attention_heads"),
         head_dim=hidden // f.required("num_attention_heads"),
         nope_layers=() if position == "rope" else attention,
+        **mamba2_fields(f, attention),
+        **_multipliers(f),
+    )
+
+
+def mamba2_fields(f: Any, attention: tuple[int, ...]) -> dict:
+    """The Mamba-2 layers of a hybrid whose layers but `attention` are Mamba-2 mixers with
+    Bamba's fields (mamba_n_heads, mamba_d_head, mamba_n_groups, mamba_d_state, mamba_d_conv,
+    mamba_expand, mamba_conv_bias, time_step_limit): Granite 4.0's, Bamba's."""
+    num_layers, hidden = f.required("num_hidden_layers"), f.required("hidden_size")
+    heads = f.required("mamba_n_heads")
+    inner = f.required("mamba_expand") * hidden
+    head_dim = f.get("mamba_d_head")
+    head_dim = inner // heads if head_dim == "auto" else head_dim
+    if not isinstance(head_dim, int) or head_dim * heads != inner:
+        raise ValueError(
+            f"HF config mamba_d_head={head_dim!r}: mamba_n_heads={heads} of it must make "
+            f"mamba_expand x hidden_size = {inner}"
+        )
+    return dict(
         linear_attention_layers=tuple(i for i in range(num_layers) if i not in attention),
         linear_attention_kind="mamba2",
         linear_num_key_heads=f.required("mamba_n_groups"),
@@ -231,5 +242,4 @@ def _hybrid_fields(f: Any) -> dict:
         linear_conv_kernel=f.required("mamba_d_conv"),
         linear_conv_bias=bool(f.get("mamba_conv_bias")),
         mamba_dt_limit=dt_limit(f.get("time_step_limit")),
-        **_multipliers(f),
     )

@@ -155,3 +155,37 @@ MAMBA["tiny-granitemoehybrid-dense"] = MAMBA["tiny-granitemoehybrid"].replace(
     shared_intermediate_size=0,
     scoring_func="softmax",
 )
+# tests/fixtures/bamba: Bamba's layers (Mamba-2 as tiny-granitemoehybrid-dense's; attention
+# on layers 1 and 3 with RoPE on each head's leading half), a 96-wide SwiGLU MLP after every
+# mixer, no multipliers.
+MAMBA["tiny-bamba"] = MAMBA["tiny-granitemoehybrid-dense"].replace(
+    name="tiny-bamba",
+    model_type="bamba",
+    num_layers=4,
+    rms_norm_eps=1e-5,
+    partial_rotary_factor=0.5,
+    linear_attention_layers=(0, 2),
+    embedding_multiplier=1.0,
+    residual_multiplier=1.0,
+    attention_multiplier=0.0,
+    logits_scaling=1.0,
+)
+# IBM's Bamba-9B (BambaConfig's shapes, attention on layers 9, 18 and 27; 128,000 tokens,
+# 262,144 positions), in bfloat16.
+MAMBA["bamba-9b"] = MAMBA["tiny-bamba"].replace(
+    name="bamba-9b",
+    vocab_size=128000,
+    hidden_size=4096,
+    num_layers=32,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    max_position_embeddings=262144,
+    linear_attention_layers=tuple(i for i in range(32) if i not in (9, 18, 27)),
+    linear_num_key_heads=1,
+    linear_num_value_heads=128,
+    linear_key_head_dim=256,
+    linear_value_head_dim=64,
+    dtype="bfloat16",
+)

@@ -184,6 +184,7 @@ NATIVE = {
     "lfm2": _LFM2_NATIVE,
     "lfm3": _LFM3_NATIVE,
     "jamba": _JAMBA_NATIVE,
+    "bamba": _JAMBA_NATIVE,  # (Jamba's layer names around Mamba-2 mixers, no experts)
 }
 
 

@@ -192,6 +192,8 @@ ARCHS = {
     "codegen": "tiny-codegen",  # CodeGen: GPT-J's, q/k/v from one qkv_proj in 4 groups
     # Persimmon: q/k/v per head fused, q/k LayerNorms with a bias, RoPE on half of each head
     "persimmon": "tiny-persimmon",
+    # Bamba: Mamba-2 layers beside Llama attention (RoPE on half of each head), Jamba's names
+    "bamba": "tiny-bamba",
     # ALiBi, no RoPE: BLOOM's slopes for 6 heads (its embeddings LayerNormed), MPT's,
     # Falcon-RW's (bfloat16 slopes over sqrt(head_dim))
     "bloom": "tiny-bloom",

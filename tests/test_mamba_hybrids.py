@@ -1,8 +1,8 @@
-"""Mamba-2 hybrids' configs and checkpoints: Nemotron-H (configs/hf_nemotron_h.py) and
-Granite 4.0 (configs/hf_granite.py): releases' config.json spellings, bad fields refused by
-name, Nemotron-H's checkpoints under transformers' own names (the releases' are the
-fixtures': tests/test_hf_parity.py, tests/test_linear_attention.py run them through the
-reference path and the engine)."""
+"""Mamba-2 hybrids' configs and checkpoints: Nemotron-H (configs/hf_nemotron_h.py), Granite
+4.0 (configs/hf_granite.py) and Bamba (configs/hf_bamba.py): releases' config.json
+spellings, bad fields refused by name, Nemotron-H's checkpoints under transformers' own
+names (the releases' are the fixtures': tests/test_hf_parity.py, tests/test_linear_attention.py
+run them through the reference path and the engine)."""
 
 from __future__ import annotations
 
@@ -193,3 +193,32 @@ def test_config_of_a_granite_release():
     ]:
         with pytest.raises(ValueError, match=match):
             config_from_hf({**release, **change})
+
+
+def test_config_of_a_bamba_release():
+    """Bamba (configs/hf_bamba.py): the fixture's config.json reads to tiny-bamba; Bamba-9B's
+    shapes (attention on layers 9, 18, 27) to bamba-9b, 9,808,584,064 parameters as
+    transformers 5.25's BambaForCausalLM counts them on the meta device; bad fields refused by
+    name (transformers fixes the rotary fraction at 0.5, so another means a model it does not
+    compute)."""
+    from models.specs import count_params
+
+    fixture = json.loads((FIXTURES / "bamba" / "config.json").read_text())
+    want = get_preset("tiny-bamba")
+    assert config_from_hf(fixture).replace(name=want.name) == want
+    nine = config_from_hf({"model_type": "bamba", "attn_layer_indices": [9, 18, 27]})
+    assert nine.replace(name="bamba-9b", dtype="bfloat16") == get_preset("bamba-9b")
+    assert count_params(nine) == (9_808_584_064, 9_808_584_064)
+    for change, match in [
+        (dict(attn_layer_indices=None), "attn_layer_indices=None: a model of Mamba-2 layers"),
+        (dict(attn_layer_indices=[1, 7]), r"attn_layer_indices=\[1, 7\]: layers in \[0, "),
+        (dict(mlp_bias=True), "mlp_bias=True: biases are not supported"),
+        (dict(mamba_proj_bias=True), "mamba_proj_bias=True: biases"),
+        (dict(hidden_act="gelu"), "hidden_act='gelu'"),
+        (
+            dict(rope_parameters={**fixture["rope_parameters"], "partial_rotary_factor": 0.25}),
+            "partial_rotary_factor=0.25: transformers' Bamba",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            config_from_hf({**fixture, **change})
