@@ -23,6 +23,7 @@ attention, q/k LayerNorms, a logit scale, an MLP other than 4 x d_model wide).""
 from __future__ import annotations
 
 import math
+import struct
 from typing import Any
 
 BLOOM = "bloom"
@@ -89,10 +90,8 @@ def mpt_slopes(num_heads: int, bias_max: float) -> tuple[float, ...]:
 
 
 def _float32(values: list[float]) -> tuple[float, ...]:
-    """The values rounded to float32, as transformers holds them."""
-    import numpy as np
-
-    return tuple(float(x) for x in np.asarray(values, np.float32))
+    """The values rounded to float32 (to nearest), as transformers holds them."""
+    return tuple(struct.unpack("<f", struct.pack("<f", x))[0] for x in values)
 
 
 def fields(f: Any, model_type: str) -> dict:

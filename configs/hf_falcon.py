@@ -17,6 +17,7 @@ other than the erf GELU, ALiBi beside the new decoder architecture."""
 from __future__ import annotations
 
 import math
+import struct
 from typing import Any
 
 from configs.hf_alibi import bloom_slopes
@@ -82,10 +83,11 @@ def fields(f: Any, model_type: str) -> dict:
 
 
 def falcon_slopes(num_heads: int, head_dim: int) -> tuple[float, ...]:
-    """BLOOM's slopes rounded to bfloat16 (round to nearest even), divided by sqrt(head_dim),
-    as transformers' FalconModel adds them."""
-    import numpy as np
-
-    bits = np.asarray(bloom_slopes(num_heads), np.float32).view(np.uint32)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return tuple(float(x) / math.sqrt(head_dim) for x in bits.view(np.float32))
+    """BLOOM's slopes rounded to bfloat16 (to nearest, ties to even), divided by
+    sqrt(head_dim), as transformers' FalconModel adds them."""
+    out = []
+    for slope in bloom_slopes(num_heads):  # (float32 values: their bits, rounded to 16)
+        bits = struct.unpack("<I", struct.pack("<f", slope))[0]
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        out.append(struct.unpack("<f", struct.pack("<I", bits))[0] / math.sqrt(head_dim))
+    return tuple(out)
