@@ -597,7 +597,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
     # (transformers' ACT2FN: both are SiLU; Arcee's, Gemma's and StarCoder2's: their readers')
     own = (llama_kin.ARCEE, *gemma3.TYPES, starcoder2.STARCODER2, phi.PHI, *layer_norm_kin.TYPES)
     own += (llama_kin.APERTUS, gpt_neox.GPT_NEOX, falcon.FALCON, *gptj.TYPES)
-    own += (*gpt_bigcode.TYPES, opt.OPT, persimmon.PERSIMMON)
+    own += (*gpt_bigcode.TYPES, *opt.TYPES, persimmon.PERSIMMON)
     if act not in ("silu", "swish") and model_type not in own:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 

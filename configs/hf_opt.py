@@ -8,15 +8,22 @@ without a gate, fc2(relu(fc1(x))), ffn_dim wide (biased); tied embeddings by def
 model under model.decoder (models/release_names.py). Refused with a ValueError naming the
 field: norms after the blocks (do_layer_norm_before false: OPT-350M), word_embed_proj_dim
 other than hidden_size (project_in / project_out), a removed final norm, weightless
-LayerNorms, another activation."""
+LayerNorms, another activation.
+
+Microsoft's BioGPT (biogpt: BioGPT, BioGPT-Large) is OPT's model with the token embeddings
+times sqrt(hidden_size) where scale_embedding (ModelConfig.embedding_multiplier, before the
+positions join them), the erf GELU, LayerNorms at nn.LayerNorm's eps 1e-5 (transformers'
+BioGPT does not pass layer_norm_eps to them), tied embeddings, the model under biogpt."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-OPT = "opt"
-TYPES = (OPT,)
+OPT, BIOGPT = "opt", "biogpt"
+TYPES = (OPT, BIOGPT)
 ALIASES = {OPT: {"intermediate_size": ("ffn_dim",), "hidden_act": ("activation_function",)}}
+ALIASES[BIOGPT] = {}
 # Defaults of transformers 5.25's OPTConfig for the fields read (OPT-125M's shapes).
 DEFAULTS: dict[str, dict[str, Any]] = {
     OPT: dict(
@@ -27,12 +34,28 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         rope_theta=10000.0, bos_token_id=2, eos_token_id=2,
     )
 }  # fmt: skip
+# transformers 5.25's BioGptConfig (BioGPT's shapes).
+DEFAULTS[BIOGPT] = dict(
+    vocab_size=42384, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+    intermediate_size=4096, hidden_act="gelu", max_position_embeddings=1024,
+    scale_embedding=True, tie_word_embeddings=True, rope_theta=10000.0, bos_token_id=0,
+    eos_token_id=2,
+)  # fmt: skip
 
 
 def fields(f: Any, model_type: str) -> dict:
-    """ModelConfig's embedding, attention, norm and MLP fields of an OPT config; `f` is
-    hf_config._Fields."""
+    """ModelConfig's embedding, attention, norm and MLP fields of an OPT or BioGPT config; `f`
+    is hf_config._Fields."""
     hidden = f.required("hidden_size")
+    if model_type == BIOGPT:
+        if f.get("hidden_act") != "gelu":
+            raise ValueError(f"HF config hidden_act={f.get('hidden_act')!r}: only 'gelu' (erf)")
+        scale = math.sqrt(hidden) if f.get("scale_embedding") else 1.0
+        return {
+            **_opt_layers(f, hidden, True),
+            "mlp_act": "gelu_exact",
+            "embedding_multiplier": scale,
+        }
     refusals = (
         ("do_layer_norm_before", True, "norms after the blocks (OPT-350M's)"),
         ("_remove_final_layer_norm", False, "a model without its final norm"),
@@ -49,8 +72,11 @@ def fields(f: Any, model_type: str) -> dict:
             f"HF config word_embed_proj_dim={proj!r}: embeddings narrower than "
             f"hidden_size={hidden} (project_in / project_out) are not supported"
         )
+    return _opt_layers(f, hidden, bool(f.get("enable_bias")))
+
+
+def _opt_layers(f: Any, hidden: int, biased: bool) -> dict:
     heads = f.required("num_attention_heads")
-    biased = bool(f.get("enable_bias"))
     return dict(
         num_kv_heads=heads,
         head_dim=hidden // heads,

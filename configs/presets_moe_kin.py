@@ -405,6 +405,11 @@ MOE_KIN["tiny-gpt2"] = MOE_KIN["tiny-gpt-bigcode"].replace(
 MOE_KIN["tiny-opt"] = MOE_KIN["tiny-gpt2"].replace(
     name="tiny-opt", model_type="opt", position_offset=2, mlp_act="relu"
 )
+# tests/fixtures/biogpt: tiny-opt's layers with the tokens' embeddings times sqrt(64), the erf
+# GELU.
+MOE_KIN["tiny-biogpt"] = MOE_KIN["tiny-opt"].replace(
+    name="tiny-biogpt", model_type="biogpt", embedding_multiplier=8.0, mlp_act="gelu_exact"
+)
 # Meta's OPT-125M (OPTConfig's defaults: 12 layers 768 wide, 12 heads, a 3,072-wide MLP, 50,272
 # tokens, 2,048 positions) and OPT-6.7B (32 layers 4,096 wide, 32 heads, 16,384), in bfloat16.
 for _name, (_d, _layers, _heads) in {"opt-125m": (768, 12, 12), "opt-6.7b": (4096, 32, 32)}.items():
@@ -460,3 +465,21 @@ MOE_KIN["persimmon-8b"] = at_release_shapes(
     64,
     max_position_embeddings=16384,
 )
+# Microsoft's BioGPT (BioGptConfig's shapes: 24 layers 1,024 wide, 42,384 tokens, 1,024
+# positions) and BioGPT-Large (48 layers 1,600 wide, 25 heads, 57,717 tokens, 2,048
+# positions), in bfloat16.
+for _name, (_v, _d, _layers, _heads, _positions) in {
+    "biogpt": (42384, 1024, 24, 16, 1024),
+    "biogpt-large": (57717, 1600, 48, 25, 2048),
+}.items():
+    MOE_KIN[_name] = at_release_shapes(
+        MOE_KIN["tiny-biogpt"],
+        _name,
+        _v,
+        _d,
+        _layers,
+        _heads,
+        embedding_multiplier=_d**0.5,
+        max_position_embeddings=_positions,
+        bos_token_id=0,
+    )

@@ -190,6 +190,13 @@ NATIVE = {
 
 NATIVE["gpt2"] = NATIVE["gpt_bigcode"]  # (GPT-BigCode keeps GPT-2's names)
 NATIVE["codegen"] = NATIVE["gptj"]
+# BioGPT: OPT's layer names under biogpt, its final norm layer_norm, its head output_projection.
+NATIVE["biogpt"] = (
+    (r"^model\.norm\.", "biogpt.layer_norm."),
+    (r"^lm_head\.", "output_projection."),
+    *((p, r.replace("model.decoder.", "biogpt.")) for p, r in NATIVE["opt"][:4]),
+    *NATIVE["opt"][4:],
+)
 NATIVE["persimmon"] = (
     (r"^model\.norm\.", "model.final_layernorm."),
     (r"\.self_attn\.o_proj\.", ".self_attn.dense."),

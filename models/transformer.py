@@ -68,12 +68,12 @@ def forward_hidden(
             params, cfg, token_ids, positions, kv, attend, routed, pin
         )
     x = embed(params, token_ids)  # [T, D]
+    if cfg.embedding_multiplier != 1.0:  # (Granite; BioGPT's, before its positions)
+        x = x * jnp.asarray(cfg.embedding_multiplier, x.dtype)
     if "pos_embed" in params:  # (GPT-BigCode: its learned position embedding added)
         x = x + jnp.take(params["pos_embed"], positions + cfg.position_offset, axis=0)
     if "embed_norm" in params:  # (BLOOM: word_embeddings_layernorm)
         x = model_norm(x, params["embed_norm"], cfg, params.get("embed_norm_bias"))
-    if cfg.embedding_multiplier != 1.0:  # (Granite)
-        x = x * jnp.asarray(cfg.embedding_multiplier, x.dtype)
     x = pin(x, ("batch", "embed"))
     new_kv = []
     shortcut: dict = {}  # (LongCat-Flash: an even layer's MoE output, for the odd one)

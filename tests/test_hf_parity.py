@@ -194,6 +194,7 @@ ARCHS = {
     "persimmon": "tiny-persimmon",
     # Bamba: Mamba-2 layers beside Llama attention (RoPE on half of each head), Jamba's names
     "bamba": "tiny-bamba",
+    "biogpt": "tiny-biogpt",  # BioGPT: OPT's layers, token embeddings times sqrt(hidden)
     # ALiBi, no RoPE: BLOOM's slopes for 6 heads (its embeddings LayerNormed), MPT's,
     # Falcon-RW's (bfloat16 slopes over sqrt(head_dim))
     "bloom": "tiny-bloom",

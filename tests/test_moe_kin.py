@@ -7,7 +7,8 @@ configs/hf_gpt_neox.py), the first OLMo (olmo, configs/hf_olmo1.py), Falcon (fal
 configs/hf_falcon.py), GPT-J (gptj, configs/hf_gptj.py), GPT-BigCode and GPT-2
 (gpt_bigcode, gpt2: configs/hf_gpt_bigcode.py), OPT (opt, configs/hf_opt.py); the 58th's
 GPT-Neo (gpt_neo, configs/hf_gpt_bigcode.py: its windows and unscaled scores), CodeGen
-(codegen, configs/hf_gptj.py) and Persimmon (persimmon, configs/hf_persimmon.py). The
+(codegen, configs/hf_gptj.py), Persimmon (persimmon, configs/hf_persimmon.py) and BioGPT
+(biogpt, configs/hf_opt.py). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -30,7 +31,7 @@ from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits, saved
 
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
 ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo", "falcon", "falcon_7b")
-ARCHS += ("gptj", "gpt_bigcode", "gpt2", "opt", "gpt_neo", "codegen", "persimmon")
+ARCHS += ("gptj", "gpt_bigcode", "gpt2", "opt", "gpt_neo", "codegen", "persimmon", "biogpt")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -67,6 +68,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("gpt_neo", 1_315_575_808, 1_315_575_808),  # GPT-Neo 1.3B
         ("codegen", 6_050_882_784, 6_050_882_784),  # (GPT-J-6B's shapes: CodeGenConfig's)
         ("persimmon", 9_397_175_296, 9_397_175_296),  # Persimmon-8B's shapes
+        ("biogpt", 346_763_264, 346_763_264),  # BioGPT
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -214,6 +216,19 @@ def test_internlm3_reads_its_releases_bias_switches():
         ),  # fmt: skip
         ("falcon-7b", dict(model_type="falcon")),
         ("gpt-neo-1.3b", dict(model_type="gpt_neo")),
+        ("biogpt", dict(model_type="biogpt")),
+        (
+            "biogpt-large",
+            dict(
+                model_type="biogpt",
+                vocab_size=57717,
+                hidden_size=1600,
+                num_hidden_layers=48,
+                num_attention_heads=25,
+                intermediate_size=6400,
+                max_position_embeddings=2048,
+            ),
+        ),  # fmt: skip
         (
             "persimmon-8b",
             dict(
@@ -442,6 +457,7 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("gpt_neo", dict(num_layers=6), "attention_types=.*for each of the 6 layers"),
         ("codegen", dict(n_embd=66, n_head=6), "n_embd=66: CodeGen's qkv_proj comes in 4"),
         ("persimmon", dict(hidden_act="gelu"), "hidden_act='gelu': only 'relu2'"),
+        ("biogpt", dict(hidden_act="relu"), "hidden_act='relu': only 'gelu'"),
         ("gpt_neo", dict(attention_types=[[["global", "sparse"], 2]]), "'global' / 'local'"),
         ("opt", dict(word_embed_proj_dim=32), "word_embed_proj_dim=32: embeddings narrower"),
         ("opt", dict(activation_function="gelu"), "activation_function='gelu': another"),

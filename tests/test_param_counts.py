@@ -145,6 +145,10 @@ from models.specs import count_params
         ("codegen-16b", 16.032155648e9, 1e-9, 16.032155648e9, 1e-9),
         # Persimmon-8B: PersimmonForCausalLM with its shapes on the meta device, 9,397,175,296.
         ("persimmon-8b", 9.397175296e9, 1e-9, 9.397175296e9, 1e-9),
+        # BioGPT and BioGPT-Large: BioGptForCausalLM with their shapes on the meta device,
+        # 346,763,264 and 1,571,188,800 (the position tables' two extra rows included).
+        ("biogpt", 0.346763264e9, 1e-9, 0.346763264e9, 1e-9),
+        ("biogpt-large", 1.571188800e9, 1e-9, 1.571188800e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
