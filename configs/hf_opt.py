@@ -13,17 +13,29 @@ LayerNorms, another activation.
 Microsoft's BioGPT (biogpt: BioGPT, BioGPT-Large) is OPT's model with the token embeddings
 times sqrt(hidden_size) where scale_embedding (ModelConfig.embedding_multiplier, before the
 positions join them), the erf GELU, LayerNorms at nn.LayerNorm's eps 1e-5 (transformers'
-BioGPT does not pass layer_norm_eps to them), tied embeddings, the model under biogpt."""
+BioGPT does not pass layer_norm_eps to them), tied embeddings, the model under biogpt.
+
+Meta's XGLM (xglm: 564M ... 7.5B) is BioGPT's model with fairseq's sinusoidal positions in
+place of learned ones (ModelConfig.sinusoidal_positions, two rows in as OPT's table), under
+its own field names (d_model, ffn_dim, num_layers, attention_heads, activation_function);
+cross-attention refused."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-OPT, BIOGPT = "opt", "biogpt"
-TYPES = (OPT, BIOGPT)
+OPT, BIOGPT, XGLM = "opt", "biogpt", "xglm"
+TYPES = (OPT, BIOGPT, XGLM)
 ALIASES = {OPT: {"intermediate_size": ("ffn_dim",), "hidden_act": ("activation_function",)}}
 ALIASES[BIOGPT] = {}
+ALIASES[XGLM] = {
+    "hidden_size": ("d_model",),
+    "intermediate_size": ("ffn_dim",),
+    "num_hidden_layers": ("num_layers",),
+    "num_attention_heads": ("attention_heads",),
+    "hidden_act": ("activation_function",),
+}
 # Defaults of transformers 5.25's OPTConfig for the fields read (OPT-125M's shapes).
 DEFAULTS: dict[str, dict[str, Any]] = {
     OPT: dict(
@@ -41,21 +53,29 @@ DEFAULTS[BIOGPT] = dict(
     scale_embedding=True, tie_word_embeddings=True, rope_theta=10000.0, bos_token_id=0,
     eos_token_id=2,
 )  # fmt: skip
+# transformers 5.25's XGLMConfig (XGLM-564M's shapes).
+DEFAULTS[XGLM] = dict(
+    DEFAULTS[BIOGPT], vocab_size=256008, hidden_size=1024, intermediate_size=4096,
+    num_hidden_layers=24, num_attention_heads=16, max_position_embeddings=2048,
+    add_cross_attention=False,
+)  # fmt: skip
 
 
 def fields(f: Any, model_type: str) -> dict:
     """ModelConfig's embedding, attention, norm and MLP fields of an OPT or BioGPT config; `f`
     is hf_config._Fields."""
     hidden = f.required("hidden_size")
-    if model_type == BIOGPT:
+    if model_type in (BIOGPT, XGLM):
         if f.get("hidden_act") != "gelu":
-            raise ValueError(f"HF config hidden_act={f.get('hidden_act')!r}: only 'gelu' (erf)")
+            name = "activation_function" if model_type == XGLM else "hidden_act"
+            raise ValueError(f"HF config {name}={f.get('hidden_act')!r}: only 'gelu' (erf)")
+        if f.get("add_cross_attention"):
+            raise ValueError("HF config add_cross_attention=True: cross-attention is not supported")
+        out = _opt_layers(f, hidden, True)
+        if model_type == XGLM:  # (its table computed: no learned one)
+            out.update(learned_positions=False, sinusoidal_positions=True)
         scale = math.sqrt(hidden) if f.get("scale_embedding") else 1.0
-        return {
-            **_opt_layers(f, hidden, True),
-            "mlp_act": "gelu_exact",
-            "embedding_multiplier": scale,
-        }
+        return {**out, "mlp_act": "gelu_exact", "embedding_multiplier": scale}
     refusals = (
         ("do_layer_norm_before", True, "norms after the blocks (OPT-350M's)"),
         ("_remove_final_layer_norm", False, "a model without its final norm"),

@@ -265,12 +265,19 @@ def check_blocks(cfg: Any) -> None:
             "norm_weightless=True: LayerNorms only (norm_kind 'layer'), not with norm_bias, "
             "sandwich_norms or DeepSeek-V4"
         )
-    if cfg.learned_positions and (
-        cfg.attention_type != "gqa" or set(cfg.nope_layers) != set(range(cfg.num_layers))
-    ):
-        raise ValueError("learned_positions=True: GQA with every layer in nope_layers (no RoPE)")
-    if cfg.position_offset and not (cfg.learned_positions and cfg.position_offset > 0):
-        raise ValueError(f"position_offset={cfg.position_offset}: > 0, with learned_positions")
+    for name in ("learned_positions", "sinusoidal_positions"):
+        if getattr(cfg, name) and (
+            cfg.attention_type != "gqa" or set(cfg.nope_layers) != set(range(cfg.num_layers))
+        ):
+            raise ValueError(f"{name}=True: GQA with every layer in nope_layers (no RoPE)")
+    if cfg.learned_positions and cfg.sinusoidal_positions:
+        raise ValueError("learned_positions and sinusoidal_positions: one position table")
+    tabled = cfg.learned_positions or cfg.sinusoidal_positions
+    if cfg.position_offset and not (tabled and cfg.position_offset > 0):
+        raise ValueError(
+            f"position_offset={cfg.position_offset}: > 0, with learned_positions or "
+            "sinusoidal_positions"
+        )
     if cfg.parallel_norms and not cfg.parallel_block:
         raise ValueError("parallel_norms=True: needs parallel_block (GPT-NeoX's parallel layers)")
     if cfg.depth_scaled_residual and (cfg.residual_normed or cfg.parallel_block):
@@ -287,8 +294,8 @@ def check_blocks(cfg: Any) -> None:
             )
         if cfg.attention_type != "gqa" or set(cfg.nope_layers) != set(range(cfg.num_layers)):
             raise ValueError("alibi_slopes: GQA with every layer in nope_layers (no RoPE)")
-        if cfg.learned_positions:
-            raise ValueError("alibi_slopes: not beside learned_positions (one position scheme)")
+        if cfg.learned_positions or cfg.sinusoidal_positions:
+            raise ValueError("alibi_slopes: not beside a position table (one position scheme)")
 
 
 def check_sharing(cfg: Any) -> None:

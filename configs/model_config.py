@@ -264,9 +264,11 @@ class ModelConfig:
     norm_weightless: bool = False
     # GPT-BigCode: a learned position embedding added to the token's (pos_embed [P, D], P =
     # max_position_embeddings); no RoPE (every layer in nope_layers). OPT's table starts
-    # position_offset rows in (2: [P + 2, D], position p's row p + 2).
+    # position_offset rows in (2: [P + 2, D], position p's row p + 2). XGLM's: fairseq's
+    # sinusoids (sin, then cos, of position x 10000^(-i / (D / 2 - 1))), computed, not held.
     learned_positions: bool = False
     position_offset: int = 0
+    sinusoidal_positions: bool = False
     # GPT-NeoX's parallel block: the MLP reads its own norm of the block's input (mlp_norm).
     parallel_norms: bool = False
     # ALiBi (BLOOM, MPT, Falcon-RW; no RoPE): a slope per query head, each scaled score plus

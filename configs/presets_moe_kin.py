@@ -410,6 +410,10 @@ MOE_KIN["tiny-opt"] = MOE_KIN["tiny-gpt2"].replace(
 MOE_KIN["tiny-biogpt"] = MOE_KIN["tiny-opt"].replace(
     name="tiny-biogpt", model_type="biogpt", embedding_multiplier=8.0, mlp_act="gelu_exact"
 )
+# tests/fixtures/xglm: tiny-biogpt's model with fairseq's sinusoidal positions, computed.
+MOE_KIN["tiny-xglm"] = MOE_KIN["tiny-biogpt"].replace(
+    name="tiny-xglm", model_type="xglm", learned_positions=False, sinusoidal_positions=True
+)
 # Meta's OPT-125M (OPTConfig's defaults: 12 layers 768 wide, 12 heads, a 3,072-wide MLP, 50,272
 # tokens, 2,048 positions) and OPT-6.7B (32 layers 4,096 wide, 32 heads, 16,384), in bfloat16.
 for _name, (_d, _layers, _heads) in {"opt-125m": (768, 12, 12), "opt-6.7b": (4096, 32, 32)}.items():
@@ -481,5 +485,21 @@ for _name, (_v, _d, _layers, _heads, _positions) in {
         _heads,
         embedding_multiplier=_d**0.5,
         max_position_embeddings=_positions,
+        bos_token_id=0,
+    )
+# Meta's XGLM-564M (XGLMConfig's shapes) and XGLM-7.5B (32 layers 4,096 wide, 32 heads, a
+# 16,384-wide MLP): 256,008 tokens, 2,048 positions, in bfloat16.
+for _name, (_d, _layers, _heads) in {
+    "xglm-564m": (1024, 24, 16),
+    "xglm-7.5b": (4096, 32, 32),
+}.items():
+    MOE_KIN[_name] = at_release_shapes(
+        MOE_KIN["tiny-xglm"],
+        _name,
+        256008,
+        _d,
+        _layers,
+        _heads,
+        embedding_multiplier=_d**0.5,
         bos_token_id=0,
     )

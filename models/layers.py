@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -124,6 +126,18 @@ def swiglu_mlp(p: dict, x: jax.Array, delta=None, act=jax.nn.silu, limit=None) -
         h = act(up) if act in (gelu_tanh, gelu_exact, jax.nn.relu) else relu2(up)
     out = add(h @ p["w_down"], delta("w_down", h))
     return out + p["b_down"] if "b_down" in p else out
+
+
+def sinusoids(positions: jax.Array, dim: int) -> jax.Array:  # [T] int32 -> [T, dim] f32
+    """fairseq's sinusoidal position embeddings (transformers' XGLM): for i < h = dim // 2,
+    sin(p x f_i) in channel i and cos(p x f_i) in channel h + i, f_i = exp(-i ln(10000) /
+    (h - 1)), in float32 as transformers builds its table; a zero channel past them where dim
+    is odd."""
+    half = dim // 2
+    freq = jnp.exp(jnp.arange(half, dtype=jnp.float32) * -(math.log(10000) / (half - 1)))
+    angle = positions.astype(jnp.float32)[:, None] * freq[None, :]
+    out = jnp.concatenate([jnp.sin(angle), jnp.cos(angle)], axis=-1)
+    return jnp.pad(out, ((0, 0), (0, dim % 2)))
 
 
 def embed(params: dict, token_ids: jax.Array) -> jax.Array:

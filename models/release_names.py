@@ -197,6 +197,8 @@ NATIVE["biogpt"] = (
     *((p, r.replace("model.decoder.", "biogpt.")) for p, r in NATIVE["opt"][:4]),
     *NATIVE["opt"][4:],
 )
+# XGLM: OPT's layer names under model, its final norm layer_norm (no position table held).
+NATIVE["xglm"] = ((r"^model\.norm\.", "model.layer_norm."), *NATIVE["opt"][4:])
 NATIVE["persimmon"] = (
     (r"^model\.norm\.", "model.final_layernorm."),
     (r"\.self_attn\.o_proj\.", ".self_attn.dense."),

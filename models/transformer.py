@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from configs.model_config import ModelConfig
 from models import deepseek_v4
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs, output_gate
-from models.layers import embed, final_logits, gate_activation, model_norm, swiglu_mlp
+from models.layers import embed, final_logits, gate_activation, model_norm, sinusoids, swiglu_mlp
 from models.linear_attention import Segments, gated_delta_net, lightning, mamba1, short_conv
 from models.lora import make_delta, slot_mask
 from models.moe import RoutedFn, moe_block, routed_for
@@ -72,6 +72,8 @@ def forward_hidden(
         x = x * jnp.asarray(cfg.embedding_multiplier, x.dtype)
     if "pos_embed" in params:  # (GPT-BigCode: its learned position embedding added)
         x = x + jnp.take(params["pos_embed"], positions + cfg.position_offset, axis=0)
+    if cfg.sinusoidal_positions:  # (XGLM: fairseq's table, computed)
+        x = x + sinusoids(positions + cfg.position_offset, x.shape[-1]).astype(x.dtype)
     if "embed_norm" in params:  # (BLOOM: word_embeddings_layernorm)
         x = model_norm(x, params["embed_norm"], cfg, params.get("embed_norm_bias"))
     x = pin(x, ("batch", "embed"))

@@ -195,6 +195,7 @@ ARCHS = {
     # Bamba: Mamba-2 layers beside Llama attention (RoPE on half of each head), Jamba's names
     "bamba": "tiny-bamba",
     "biogpt": "tiny-biogpt",  # BioGPT: OPT's layers, token embeddings times sqrt(hidden)
+    "xglm": "tiny-xglm",  # XGLM: BioGPT's with fairseq's sinusoidal positions, computed
     # ALiBi, no RoPE: BLOOM's slopes for 6 heads (its embeddings LayerNormed), MPT's,
     # Falcon-RW's (bfloat16 slopes over sqrt(head_dim))
     "bloom": "tiny-bloom",

@@ -7,8 +7,8 @@ configs/hf_gpt_neox.py), the first OLMo (olmo, configs/hf_olmo1.py), Falcon (fal
 configs/hf_falcon.py), GPT-J (gptj, configs/hf_gptj.py), GPT-BigCode and GPT-2
 (gpt_bigcode, gpt2: configs/hf_gpt_bigcode.py), OPT (opt, configs/hf_opt.py); the 58th's
 GPT-Neo (gpt_neo, configs/hf_gpt_bigcode.py: its windows and unscaled scores), CodeGen
-(codegen, configs/hf_gptj.py), Persimmon (persimmon, configs/hf_persimmon.py) and BioGPT
-(biogpt, configs/hf_opt.py). The
+(codegen, configs/hf_gptj.py), Persimmon (persimmon, configs/hf_persimmon.py), BioGPT and
+XGLM (biogpt, xglm: configs/hf_opt.py; XGLM's sinusoids against transformers'). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -32,6 +32,7 @@ from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits, saved
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
 ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo", "falcon", "falcon_7b")
 ARCHS += ("gptj", "gpt_bigcode", "gpt2", "opt", "gpt_neo", "codegen", "persimmon", "biogpt")
+ARCHS += ("xglm",)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -69,6 +70,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("codegen", 6_050_882_784, 6_050_882_784),  # (GPT-J-6B's shapes: CodeGenConfig's)
         ("persimmon", 9_397_175_296, 9_397_175_296),  # Persimmon-8B's shapes
         ("biogpt", 346_763_264, 346_763_264),  # BioGPT
+        ("xglm", 564_463_616, 564_463_616),  # XGLM-564M (no position table held)
     ],
 )
 def test_class_defaults_count_as_transformers_counts_them(arch, total, active):
@@ -217,6 +219,11 @@ def test_internlm3_reads_its_releases_bias_switches():
         ("falcon-7b", dict(model_type="falcon")),
         ("gpt-neo-1.3b", dict(model_type="gpt_neo")),
         ("biogpt", dict(model_type="biogpt")),
+        ("xglm-564m", dict(model_type="xglm")),
+        (
+            "xglm-7.5b",
+            dict(model_type="xglm", d_model=4096, ffn_dim=16384, num_layers=32, attention_heads=32),
+        ),
         (
             "biogpt-large",
             dict(
@@ -458,6 +465,8 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("codegen", dict(n_embd=66, n_head=6), "n_embd=66: CodeGen's qkv_proj comes in 4"),
         ("persimmon", dict(hidden_act="gelu"), "hidden_act='gelu': only 'relu2'"),
         ("biogpt", dict(hidden_act="relu"), "hidden_act='relu': only 'gelu'"),
+        ("xglm", dict(activation_function="relu"), "activation_function='relu': only 'gelu'"),
+        ("xglm", dict(add_cross_attention=True), "add_cross_attention=True: cross-attention"),
         ("gpt_neo", dict(attention_types=[[["global", "sparse"], 2]]), "'global' / 'local'"),
         ("opt", dict(word_embed_proj_dim=32), "word_embed_proj_dim=32: embeddings narrower"),
         ("opt", dict(activation_function="gelu"), "activation_function='gelu': another"),
@@ -508,3 +517,18 @@ def test_gpt_neos_windows_and_unscaled_scores_move_its_logits():
     scaled = cfg.replace(attention_multiplier=0.0)  # (head_dim^-0.5)
     for other in (windowless, scaled):
         assert np.abs(last_prefill_logits(other, params, prompt) - want).max() > 0.05
+
+
+def test_xglms_sinusoids_are_transformers_far_past_the_prompts():
+    """XGLM's computed position table (models/layers.sinusoids, two rows in) equals the rows
+    transformers' XGLMSinusoidalPositionalEmbedding.get_embedding built (reference.json) at
+    positions 0, 48, 999 and 2,047 (the fixture's prompts reach 48 only)."""
+    from models.layers import sinusoids
+
+    want = json.loads((FIXTURES / "xglm" / "reference.json").read_text())["sinusoids"]
+    got = np.asarray(sinusoids(jnp.asarray(want["rows"], jnp.int32), 64))
+    table = np.asarray(want["table"])
+    np.testing.assert_allclose(got[:2], table[:2], atol=2e-6, rtol=0)  # (positions 0, 48)
+    # Far out a float32 frequency one step off (torch's and XLA's float32 exp round their own
+    # ways) moves the angle 2,049 x f by up to 1.2e-4: within three such steps.
+    np.testing.assert_allclose(got[2:], table[2:], atol=3.6e-4, rtol=0)

@@ -149,6 +149,10 @@ from models.specs import count_params
         # 346,763,264 and 1,571,188,800 (the position tables' two extra rows included).
         ("biogpt", 0.346763264e9, 1e-9, 0.346763264e9, 1e-9),
         ("biogpt-large", 1.571188800e9, 1e-9, 1.571188800e9, 1e-9),
+        # XGLM-564M and XGLM-7.5B: XGLMForCausalLM with their shapes on the meta device,
+        # 564,463,616 and 7,492,771,840 (its sinusoidal table is a buffer, not a parameter).
+        ("xglm-564m", 0.564463616e9, 1e-9, 0.564463616e9, 1e-9),
+        ("xglm-7.5b", 7.492771840e9, 1e-9, 7.492771840e9, 1e-9),
     ],
 )
 def test_param_counts(preset, total, total_tol, active, active_tol):
