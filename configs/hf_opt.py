@@ -62,8 +62,8 @@ DEFAULTS[XGLM] = dict(
 
 
 def fields(f: Any, model_type: str) -> dict:
-    """ModelConfig's embedding, attention, norm and MLP fields of an OPT or BioGPT config; `f`
-    is hf_config._Fields."""
+    """ModelConfig's embedding, attention, norm and MLP fields of an OPT, BioGPT or XGLM
+    config; `f` is hf_config._Fields."""
     hidden = f.required("hidden_size")
     if model_type in (BIOGPT, XGLM):
         if f.get("hidden_act") != "gelu":
@@ -96,6 +96,8 @@ def fields(f: Any, model_type: str) -> dict:
 
 
 def _opt_layers(f: Any, hidden: int, biased: bool) -> dict:
+    """OPT's layers (BioGPT's, XGLM's): learned positions two rows into their table, a KV head
+    per query head, biases where `biased`, LayerNorms with biases at eps 1e-5."""
     heads = f.required("num_attention_heads")
     return dict(
         num_kv_heads=heads,

@@ -100,6 +100,17 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
     return names
 
 
+def fused_qkv_layout(cfg: ModelConfig) -> tuple[int, tuple[str, str, str]]:
+    """How a fused q/k/v projection's rows come (its weight's, its LoRA's lora_B's): in how
+    many groups, each a run of rows per target in the order given. Per KV head, its query
+    heads' rows, then k's, then v's (GPT-NeoX, Falcon, BLOOM, Persimmon, GPT-BigCode); MPT's
+    and GPT-2's in one group, all q, all k, all v; CodeGen's in 4 (its training's model-parallel
+    shards, transformers' mp_num), each a quarter of q's, then of v's, then of k's."""
+    if cfg.model_type == "codegen":
+        return 4, ("wq", "wv", "wk")
+    return (1 if cfg.model_type in ("mpt", "gpt2") else cfg.num_kv_heads), ("wq", "wk", "wv")
+
+
 def _fused_qkv_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
     """GPT-NeoX's, Falcon's, BLOOM's and GPT-BigCode's attention: query_key_value's (c_attn's)
     rows per KV head, its query heads' rows then its k and v rows (GPT-NeoX, BLOOM: a KV head
@@ -107,17 +118,14 @@ def _fused_qkv_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTenso
     all q rows, all k, all v; CodeGen's qkv_proj, 4 groups of a quarter of q's rows, then
     v's, then k's; the output projection (o_proj, models/release_names.py renames it dense,
     c_proj or out_proj) with its bias."""
-    d, h, k, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    rows = (h + 2 * k) * dh
+    d, h, dh = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+    rows = (h + 2 * cfg.num_kv_heads) * dh
     qkv = {"gpt_bigcode": "c_attn", "gpt2": "c_attn", "mpt": "Wqkv", "codegen": "qkv_proj"}.get(
         cfg.model_type, "query_key_value"
     )
-    # (GPT-2's c_attn: a Conv1D, [in, out], its columns all q, all k, all v)
-    shape, kind, groups = (
-        ((d, rows), "grouped_T", 1) if cfg.model_type == "gpt2" else ((rows, d), "grouped", k)
-    )
-    groups = {"mpt": 1, "codegen": 4}.get(cfg.model_type, groups)  # (CODEGEN_MP_NUM)
-    order = ("wq", "wv", "wk") if cfg.model_type == "codegen" else ("wq", "wk", "wv")
+    groups, order = fused_qkv_layout(cfg)
+    # (GPT-2's c_attn: a Conv1D, [in, out])
+    shape, kind = ((d, rows), "grouped_T") if cfg.model_type == "gpt2" else ((rows, d), "grouped")
     names = {
         f"{pre}.{qkv}.weight": HFTensor(
             shape, tuple(at + (w,) for w in order), kind, groups=groups
@@ -125,9 +133,8 @@ def _fused_qkv_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTenso
         f"{pre}.o_proj.weight": _linear(d, h * dh, at + ("wo",)),
     }
     if cfg.attention_bias:
-        names[f"{pre}.{qkv}.bias"] = HFTensor(
-            (rows,), tuple(at + (b,) for b in ("bq", "bk", "bv")), "grouped", groups=groups
-        )
+        biases = tuple(at + ("b" + w[1],) for w in order)  # (wq -> bq ...)
+        names[f"{pre}.{qkv}.bias"] = HFTensor((rows,), biases, "grouped", groups=groups)
     if cfg.o_proj_bias:
         names[f"{pre}.o_proj.bias"] = _vector(d, at + ("bo",))
     if cfg.qk_norm:  # (Persimmon's: a LayerNorm over each head's channels, weight and bias)

@@ -30,6 +30,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from configs.model_config import ModelConfig
+from models.checkpoint_names import fused_qkv_layout
 from models.quantization import ATTN_WEIGHTS, MLP_WEIGHTS, matrix_dims
 from models.reductions import narrow_product
 from models.specs import param_specs
@@ -239,16 +240,13 @@ def _split_gate(pairs: dict[Key, dict[str, np.ndarray]], cfg: ModelConfig) -> No
 
 
 def _split_qkv(pairs: dict[Key, dict[str, np.ndarray]], cfg: ModelConfig) -> None:
-    """A fused q/k/v projection adapted (GPT-NeoX's, Falcon's, BLOOM's query_key_value,
-    GPT-BigCode's c_attn, MPT's Wqkv, CodeGen's qkv_proj): its lora_B rows come as the
-    weight's, per KV head its query heads' rows then its k and v rows (MPT's: all q rows, all
-    k, all v; CodeGen's: 4 groups of a quarter of q's, v's and k's; models/checkpoint_names.py);
-    the engine's wq, wk and wv take them, each with the one lora_A. ValueError where B's rows
-    are not the projection's."""
+    """A fused q/k/v projection adapted (GPT-NeoX's, Falcon's, BLOOM's, Persimmon's
+    query_key_value, GPT-BigCode's c_attn, MPT's Wqkv, CodeGen's qkv_proj): its lora_B rows
+    come as the weight's (checkpoint_names.fused_qkv_layout: groups, each a run of rows per
+    target); the engine's wq, wk and wv take them, each with the one lora_A. ValueError where
+    B's rows are not the projection's."""
     h, k, dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    # (row groups and their order: see checkpoint_names._fused_qkv_names)
-    groups = {"mpt": 1, "codegen": 4}.get(cfg.model_type, k)
-    order = ("wq", "wv", "wk") if cfg.model_type == "codegen" else ("wq", "wk", "wv")
+    groups, order = fused_qkv_layout(cfg)
     share = {"wq": h * dh // groups, "wk": k * dh // groups, "wv": k * dh // groups}
     for (i, group, name), ab in list(pairs.items()):
         if name != "wqkv":

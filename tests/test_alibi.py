@@ -159,7 +159,8 @@ def test_refusals_name_the_field(arch, change, message):
         (dict(alibi_slopes=(0.5,) * 5), "alibi_slopes: expected 6 finite numbers .*got 5"),
         (dict(alibi_slopes=(0.5,) * 5 + (float("nan"),)), "alibi_slopes: expected 6 finite"),
         (dict(nope_layers=(0, 1)), "alibi_slopes: GQA with every layer in nope_layers"),
-        (dict(learned_positions=True), "learned_positions"),
+        (dict(learned_positions=True), "alibi_slopes: not beside a position table"),
+        (dict(sinusoidal_positions=True), "alibi_slopes: not beside a position table"),
     ],
 )
 def test_bad_config_fields_are_refused(change, message):
