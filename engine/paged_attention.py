@@ -495,6 +495,8 @@ def _blocked_attention(
     num_tokens, num_kv_heads, group, _ = q.shape
     block_len = kv_block_pages * page_size
     max_pages = meta.page_table.shape[1]
+    # Which keys each path masks, and how it shapes a score: the same on every path.
+    shaping = dict(window=window, sinks=sinks, chunked=chunked, softcap=softcap, alibi=alibi)
     if decodes and max_pages <= kv_block_pages:
         # Whole contexts fit one decode block. Unused columns (padded to the whole block, so
         # a token's math is that of a decode over one block) are clipped into range and
@@ -502,19 +504,7 @@ def _blocked_attention(
         page_table = jnp.pad(
             jnp.clip(meta.page_table, 0, num_pages - 1), ((0, 0), (0, kv_block_pages - max_pages))
         )
-        return _dense_attention(
-            q,
-            meta,
-            page_table,
-            page_size,
-            gather_block,
-            value_dim,
-            window,
-            sinks,
-            chunked,
-            softcap,
-            alibi,
-        )
+        return _dense_attention(q, meta, page_table, page_size, gather_block, value_dim, **shaping)
     if split_decodes:
         # Per-token math only has to be fixed within a path here (decodes already take
         # their own shape), so a short step uses a short tile, the last few rows of a span
@@ -571,11 +561,7 @@ def _blocked_attention(
             gather_block,
             value_dim,
             query_rows=1 if split_decodes else tile,
-            window=window,
-            sinks=sinks,
-            chunked=chunked,
-            softcap=softcap,
-            alibi=alibi,
+            **shaping,
         )
         out = out.at[jnp.where(rows < 0, out.shape[0], rows)].set(o_dec, mode="drop")
         tiled = tiled & ~is_decode

@@ -2,6 +2,7 @@
 
 import functools
 import re
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -19,86 +20,15 @@ from engine.paged_attention import (
     paged_attention_mla,
     write_kv,
 )
+from tests.paged_cases import (
+    NUM_PAGES,
+    NUM_SEQS,
+    NUM_TOKENS,
+    fill_step,
+    make_batch,
+)
 
-NUM_PAGES = 48
-NUM_TOKENS = 40  # padded T
-NUM_SEQS = 6  # padded S
-MAX_LEN = 72
-GARBAGE = 1e4  # stale rows: large but finite, like a previous request's K/V
 TOL = 1e-5
-
-
-def make_batch(rng, page_size):
-    """A random ragged step: decodes, prefill chunks, empty spans and padding, shuffled pages.
-
-    Returns host arrays plus, per real sequence, (q_len, kv_len, page ids).
-    """
-    # An odd number of columns (9 or 5), so a block of 2 pages overhangs the table's end.
-    max_pages = -(-MAX_LEN // page_size)
-    # Lengths on, just before and just after page boundaries, plus random ones.
-    boundary = [page_size * m + d for m in range(1, 5) for d in (-1, 0, 1)]
-    seqs = []
-    tokens_left, pages_left = NUM_TOKENS - 3, NUM_PAGES  # keep a few padding tokens
-    for _ in range(rng.integers(3, NUM_SEQS + 1)):
-        kind = rng.choice(["decode", "prefill", "empty"], p=[0.4, 0.45, 0.15])
-        kv_len = int(rng.choice(boundary) if rng.random() < 0.5 else rng.integers(1, MAX_LEN + 1))
-        if not seqs:
-            kv_len = MAX_LEN  # reaches the table's last column
-        if kind == "decode":
-            q_len = 1
-        elif kind == "prefill":
-            q_len = int(rng.integers(1, min(kv_len, 14) + 1))
-        else:
-            q_len = 0
-        q_len = min(q_len, tokens_left)
-        if -(-kv_len // page_size) > pages_left:
-            kv_len, q_len = 0, 0
-        n_pages = -(-kv_len // page_size)
-        tokens_left -= q_len
-        pages_left -= n_pages
-        seqs.append((q_len, kv_len, n_pages))
-    perm = rng.permutation(NUM_PAGES)
-    # Unused columns hold garbage, including out-of-range ids, which must be harmless.
-    page_table = rng.integers(-2, NUM_PAGES + 3, size=(NUM_SEQS, max_pages)).astype(np.int32)
-    kv_lens = np.zeros(NUM_SEQS, np.int32)
-    cu = [0]
-    used = 0
-    seq_pages = []
-    for s, (q_len, kv_len, n_pages) in enumerate(seqs):
-        pages = perm[used : used + n_pages]
-        used += n_pages
-        page_table[s, :n_pages] = pages
-        kv_lens[s] = kv_len
-        cu.append(cu[-1] + q_len)
-        seq_pages.append(pages)
-    cu += [cu[-1]] * (NUM_SEQS - len(seqs))  # padding sequences: no tokens, kv_len 0
-    return seqs, seq_pages, np.array(cu, np.int32), kv_lens, page_table
-
-
-def fill_step(rng, page_size, row_shape, seqs, seq_pages):
-    """Contiguous per-sequence cache rows; context rows pre-written, step rows left to write_kv.
-
-    Returns (pages with garbage everywhere else, new rows [T, ...], slot_mapping, positions,
-    contiguous rows per sequence).
-    """
-    pages = rng.uniform(-GARBAGE, GARBAGE, size=(NUM_PAGES, page_size, *row_shape))
-    new = rng.uniform(-GARBAGE, GARBAGE, size=(NUM_TOKENS, *row_shape))  # padding rows: garbage
-    slots = np.full(NUM_TOKENS, -1, np.int32)
-    positions = rng.integers(0, MAX_LEN, NUM_TOKENS).astype(np.int32)  # padding: garbage
-    rows = []
-    t = 0
-    for (q_len, kv_len, _), pg in zip(seqs, seq_pages, strict=True):
-        seq_rows = rng.standard_normal((kv_len, *row_shape))
-        rows.append(seq_rows)
-        ctx = kv_len - q_len
-        for j in range(ctx):
-            pages[pg[j // page_size], j % page_size] = seq_rows[j]
-        for j in range(ctx, kv_len):
-            new[t] = seq_rows[j]
-            slots[t] = pg[j // page_size] * page_size + j % page_size
-            positions[t] = j
-            t += 1
-    return pages.astype(np.float32), new.astype(np.float32), slots, positions, rows
 
 
 def dense_reference(
@@ -199,6 +129,39 @@ def _mla_step(q_lat, q_pe, pages, new, slots, cu, positions, kv_lens, pt, scale,
     return paged_attention_mla(q_lat, q_pe, pages, meta, scale, block, *_options(**opts))
 
 
+class _GqaBatch(NamedTuple):
+    """A random GQA step (make_batch; fill_step for K, then V; queries): `args` for _gqa_step,
+    the rest for dense_reference."""
+
+    seqs: list
+    seq_pages: list
+    positions: np.ndarray  # [T]
+    rows_k: list  # per sequence [L_s, K, Dh]
+    rows_v: list
+    q4: np.ndarray  # [T, K, G, Dh]
+    args: tuple  # (q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt)
+
+    def forget_rows(self, page_size: int, rows_before) -> None:
+        """NaN in each sequence's first `rows_before(q_len, kv_len)` cache rows (pages given
+        back to the pool), in place."""
+        for (q_len, kv_len, _), pages in zip(self.seqs, self.seq_pages, strict=True):
+            for j in range(rows_before(q_len, kv_len)):
+                for cache in self.args[1:3]:
+                    cache[pages[j // page_size], j % page_size] = np.nan
+
+
+def _gqa_batch(rng, page_size: int, group: int, num_kv_heads: int = 2, head_dim: int = 40):
+    seqs, seq_pages, cu, kv_lens, pt = make_batch(rng, page_size)
+    row = (num_kv_heads, head_dim)
+    k_pages, new_k, slots, positions, rows_k = fill_step(rng, page_size, row, seqs, seq_pages)
+    v_rng = np.random.default_rng(rng.integers(1 << 31))
+    v_pages, new_v, _, _, rows_v = fill_step(v_rng, page_size, row, seqs, seq_pages)
+    q = rng.standard_normal((NUM_TOKENS, num_kv_heads * group, head_dim)).astype(np.float32)
+    q4 = q.reshape(NUM_TOKENS, num_kv_heads, group, head_dim)
+    args = (q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt)
+    return _GqaBatch(seqs, seq_pages, positions, rows_k, rows_v, q4, args)
+
+
 def _options(tile: int = QUERY_TILE, split: bool = True) -> tuple[int, bool]:
     return tile, split
 
@@ -238,29 +201,18 @@ def test_gqa_matches_dense_reference(
         rng = np.random.default_rng(
             100 * page_size + 10 * block + group + 1000 * n + 7 * (window or 0)
         )
-        seqs, seq_pages, cu, kv_lens, pt = make_batch(rng, page_size)
-        row = (num_kv_heads, head_dim)
-        k_pages, new_k, slots, positions, rows_k = fill_step(rng, page_size, row, seqs, seq_pages)
-        v_rng = np.random.default_rng(rng.integers(1 << 31))
-        v_pages, new_v, _, _, rows_v = fill_step(v_rng, page_size, row, seqs, seq_pages)
-        q = rng.standard_normal((NUM_TOKENS, num_kv_heads * group, head_dim)).astype(np.float32)
-        if window is not None:
-            # Rows before every query's window may be pages given back to the pool: NaN.
-            for (q_len, kv_len, _), pages in zip(seqs, seq_pages, strict=True):
-                for j in range(max(0, kv_len - q_len + 1 - window)):
-                    for cache in (k_pages, v_pages):
-                        cache[pages[j // page_size], j % page_size] = np.nan
+        b = _gqa_batch(rng, page_size, group, num_kv_heads, head_dim)
+        if window is not None:  # (rows before every query's window: NaN)
+            b.forget_rows(page_size, lambda q_len, kv_len: max(0, kv_len - q_len + 1 - window))
 
         sinks = None
         if with_sinks:  # about the scores' scale, so some rows are mostly sink
             sinks = (2 * rng.standard_normal(num_kv_heads * group)).astype(np.float32)
-        args = (q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt)
-        o = _gqa_step(*args, scale, block, window, sinks, tile=tile, split=split, softcap=softcap)
+        o = _gqa_step(*b.args, scale, block, window, sinks, tile=tile, split=split, softcap=softcap)
         o = np.asarray(o)
 
-        q4 = q.reshape(NUM_TOKENS, num_kv_heads, group, head_dim)
         sinks4 = None if sinks is None else sinks.reshape(num_kv_heads, group)
-        ref_args = (q4, seqs, positions, rows_k, rows_v, scale, window)
+        ref_args = (b.q4, b.seqs, b.positions, b.rows_k, b.rows_v, scale, window)
         ref = dense_reference(*ref_args, sinks4, softcap=softcap)
         if with_sinks:
             plain = dense_reference(*ref_args, softcap=softcap)
@@ -271,7 +223,7 @@ def test_gqa_matches_dense_reference(
         assert np.all(np.isfinite(o))
         np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
         if window is not None:
-            full = dense_reference(q4, seqs, positions, rows_k, rows_v, scale)
+            full = dense_reference(*ref_args[:-1])
             assert np.abs(full - ref).max() > 0.1  # the window changed the result
 
 
@@ -293,22 +245,16 @@ def test_gqa_alibi_matches_dense_reference(
     num_kv_heads, head_dim = 2, 40
     scale = head_dim**-0.5
     rng = np.random.default_rng(300 + 10 * page_size + block + 7 * group)
-    seqs, seq_pages, cu, kv_lens, pt = make_batch(rng, page_size)
-    row = (num_kv_heads, head_dim)
-    k_pages, new_k, slots, positions, rows_k = fill_step(rng, page_size, row, seqs, seq_pages)
-    v_rng = np.random.default_rng(rng.integers(1 << 31))
-    v_pages, new_v, _, _, rows_v = fill_step(v_rng, page_size, row, seqs, seq_pages)
-    q = rng.standard_normal((NUM_TOKENS, num_kv_heads * group, head_dim)).astype(np.float32)
+    b = _gqa_batch(rng, page_size, group, num_kv_heads, head_dim)
     heads = num_kv_heads * group
     alibi = (2.0 ** -(8.0 * np.arange(1, heads + 1) / heads)).astype(np.float32)  # BLOOM's
     sinks = (2 * rng.standard_normal(heads)).astype(np.float32) if with_sinks else None
-    args = (q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt)
+    args = b.args
     o = _gqa_step(
         *args, scale, block, window, sinks, tile=tile, split=split, softcap=softcap, alibi=alibi
     )
-    q4 = q.reshape(NUM_TOKENS, num_kv_heads, group, head_dim)
     sinks4 = None if sinks is None else sinks.reshape(num_kv_heads, group)
-    ref_args = (q4, seqs, positions, rows_k, rows_v, scale, window, sinks4)
+    ref_args = (b.q4, b.seqs, b.positions, b.rows_k, b.rows_v, scale, window, sinks4)
     ref = dense_reference(*ref_args, softcap=softcap, alibi=alibi.reshape(num_kv_heads, group))
     assert np.abs(dense_reference(*ref_args, softcap=softcap) - ref).max() > 0.1  # it matters
     np.testing.assert_allclose(np.asarray(o), ref.reshape(o.shape), atol=TOL, rtol=TOL)
@@ -327,24 +273,15 @@ def test_gqa_attention_chunks_match_dense_reference(page_size, block, group, til
     scale = head_dim**-0.5
     for n in range(2):
         rng = np.random.default_rng(200 * page_size + 10 * block + group + 1000 * n + chunk)
-        seqs, seq_pages, cu, kv_lens, pt = make_batch(rng, page_size)
-        row = (num_kv_heads, head_dim)
-        k_pages, new_k, slots, positions, rows_k = fill_step(rng, page_size, row, seqs, seq_pages)
-        v_rng = np.random.default_rng(rng.integers(1 << 31))
-        v_pages, new_v, _, _, rows_v = fill_step(v_rng, page_size, row, seqs, seq_pages)
-        q = rng.standard_normal((NUM_TOKENS, num_kv_heads * group, head_dim)).astype(np.float32)
-        # Rows before every query's chunk may be pages given back to the pool: NaN.
-        for (q_len, kv_len, _), pages in zip(seqs, seq_pages, strict=True):
-            for j in range((kv_len - q_len) // chunk * chunk if kv_len > q_len else 0):
-                for cache in (k_pages, v_pages):
-                    cache[pages[j // page_size], j % page_size] = np.nan
-        args = (q, k_pages, v_pages, new_k, new_v, slots, cu, positions, kv_lens, pt)
-        o = np.asarray(_gqa_step(*args, scale, block, chunk, None, True, tile=tile, split=split))
-        q4 = q.reshape(NUM_TOKENS, num_kv_heads, group, head_dim)
-        ref = dense_reference(q4, seqs, positions, rows_k, rows_v, scale, chunk, chunked=True)
+        b = _gqa_batch(rng, page_size, group, num_kv_heads, head_dim)
+        # (rows before every query's chunk: NaN)
+        b.forget_rows(page_size, lambda q_len, kv_len: max(0, kv_len - q_len) // chunk * chunk)
+        o = np.asarray(_gqa_step(*b.args, scale, block, chunk, None, True, tile=tile, split=split))
+        ref_args = (b.q4, b.seqs, b.positions, b.rows_k, b.rows_v, scale, chunk)
+        ref = dense_reference(*ref_args, chunked=True)
         assert np.all(np.isfinite(o))
         np.testing.assert_allclose(o, ref.reshape(o.shape), atol=TOL, rtol=TOL)
-        window = dense_reference(q4, seqs, positions, rows_k, rows_v, scale, chunk)
+        window = dense_reference(*ref_args)
         assert np.abs(window - ref).max() > 0.1  # chunks are not a sliding window
 
 
