@@ -37,6 +37,7 @@ from configs import hf_layer_norm_kin as layer_norm_kin
 from configs import hf_lfm2 as lfm2
 from configs import hf_llama_kin as llama_kin
 from configs import hf_longcat as longcat
+from configs import hf_mamba as mamba
 from configs import hf_mimo as mimo
 from configs import hf_minicpm3 as minicpm3
 from configs import hf_minimax as minimax
@@ -81,7 +82,7 @@ from configs.model_config import ModelConfig
 _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
-_FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon, bamba)  # fmt: off
+_FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon, bamba, mamba)  # fmt: off
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",
@@ -726,7 +727,7 @@ def config_from_hf(
         vocab_size=f.required("vocab_size"),
         hidden_size=f.required("hidden_size"),
         num_layers=num_layers,
-        num_heads=f.required("num_attention_heads"),
+        num_heads=arch.pop("num_heads", None) or f.required("num_attention_heads"),
         intermediate_size=arch.pop("intermediate_size", None) or f.required("intermediate_size"),
         rms_norm_eps=arch.pop("rms_norm_eps", None) or float(f.required("rms_norm_eps")),
         max_position_embeddings=max_position,

@@ -395,10 +395,17 @@ def check_linear(cfg: Any) -> None:
             "layers only (no window on all of them, no attention chunks or MTP drafts)"
         )
     bad = [i for i in cfg.linear_attention_layers if not 0 <= i < cfg.num_layers]
-    if bad or len(cfg.linear_attention_layers) == cfg.num_layers:
+    if bad:
         raise ValueError(
-            f"linear_attention_layers: layer {bad[0] if bad else 'all'} is outside [0, "
-            f"num_layers={cfg.num_layers}) or leaves no full-attention layer"
+            f"linear_attention_layers: layer {bad[0]} is outside [0, num_layers={cfg.num_layers})"
+        )
+    if len(cfg.linear_attention_layers) == cfg.num_layers and cfg.linear_attention_kind not in (
+        "mamba1",
+        "mamba2",
+    ):
+        raise ValueError(
+            f"linear_attention_layers: every layer; only Mamba's mixers (linear_attention_kind "
+            f"mamba1, mamba2) make a model without attention, not {cfg.linear_attention_kind!r}"
         )
     lightning = cfg.linear_attention_kind == "lightning"  # (no conv)
     if cfg.linear_conv_kernel < 2 and not lightning:  # (its state: the last kernel - 1 inputs)

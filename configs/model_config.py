@@ -731,6 +731,11 @@ class ModelConfig:
         return next(i for i in range(self.num_layers) if not self.is_linear_layer(i))
 
     @property
+    def attention_free(self) -> bool:
+        """No decoder layer attends (Mamba, Mamba-2): KV pages hold nothing, positions unused."""
+        return len(self.linear_attention_layers) == self.num_layers
+
+    @property
     def norm_offset(self) -> float:
         """Added to every decoder RMSNorm's weight (in float32) before it scales."""
         return 1.0 if self.norm_zero_centered else 0.0
@@ -765,13 +770,6 @@ class ModelConfig:
         conv, rec = (shapes, ()) if short else (shapes[:-1], shapes[-1:])
         per_layer = sum(math.prod(s) for s in conv) * item + sum(math.prod(r) * 4 for r in rec)
         return per_layer * len(self.linear_attention_layers)
-
-    @property
-    def kv_cache_widths(self) -> tuple[int, ...]:
-        """Per-token cache arrays' trailing widths of a layer that keeps all it can: MLA
-        latent (and the sparse attention indexer's key), or GQA K and V (layer_kv_widths:
-        a given layer's)."""
-        return self.layer_kv_widths(self.first_attention_layer)
 
     @property
     def num_kv_layers(self) -> int:

@@ -1,7 +1,8 @@
 """Mamba-2 hybrids' presets: Nemotron-H's (transformers' nemotron_h, configs/hf_nemotron_h.py)
 and Granite 4.0's (granitemoehybrid, configs/hf_granite.py): the test-size models of
 tests/fixtures/<arch> (tests/test_hf_config.py reads each config.json back to its preset)
-and NVIDIA Nemotron 3 Nano's shapes."""
+and NVIDIA Nemotron 3 Nano's shapes; the attention-free models (configs/hf_mamba.py):
+Mamba's, Falcon Mamba's and Mamba-2's test sizes and releases."""
 
 from __future__ import annotations
 
@@ -189,3 +190,80 @@ MAMBA["bamba-9b"] = MAMBA["tiny-bamba"].replace(
     linear_value_head_dim=64,
     dtype="bfloat16",
 )
+
+
+def _ssm(name: str, model_type: str, vocab: int, d: int, layers: int, **fields) -> ModelConfig:
+    """An attention-free model (configs/hf_mamba.py): every layer a norm and a mixer, the
+    unused attention fields as its reader sets them."""
+    every = tuple(range(layers))
+    return ModelConfig(
+        name=name,
+        model_type=model_type,
+        vocab_size=vocab,
+        hidden_size=d,
+        num_layers=layers,
+        num_heads=1,
+        num_kv_heads=1,
+        head_dim=d,
+        intermediate_size=2 * d,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=2048,
+        linear_attention_layers=every,
+        no_ffn_layers=every,
+        linear_conv_bias=True,
+        **fields,
+    )
+
+
+def _mamba1(name: str, model_type: str, vocab: int, d: int, layers: int, **fields):
+    """Mamba-1: 2 x d channels, each a value head of width 1; a 16-wide state, dt of rank
+    ceil(d / 16) (the releases' "auto")."""
+    mamba1 = dict(
+        linear_attention_kind="mamba1", linear_num_key_heads=1, linear_key_head_dim=16,
+        linear_num_value_heads=2 * d, linear_value_head_dim=1, mamba_dt_rank=-(-d // 16),
+    )  # fmt: skip
+    return _ssm(name, model_type, vocab, d, layers, **{**mamba1, **fields})
+
+
+# tests/fixtures/mamba: 3 layers 64 wide, 128 channels, dt of rank 8, tied embeddings.
+MAMBA["tiny-mamba"] = _mamba1(
+    "tiny-mamba", "mamba", 512, 64, 3, mamba_dt_rank=8, tie_word_embeddings=True,
+    bos_token_id=1, eos_token_ids=(2,),
+)  # fmt: skip
+# tests/fixtures/falcon_mamba: the same, dt / B / C normed without weights (eps 1e-3), untied.
+MAMBA["tiny-falcon-mamba"] = MAMBA["tiny-mamba"].replace(
+    name="tiny-falcon-mamba", model_type="falcon_mamba", tie_word_embeddings=False,
+    linear_norm_eps=1e-3,
+)  # fmt: skip
+# tests/fixtures/mamba2: 3 layers 64 wide, Mamba-2 with 8 heads of 16 over 2 groups of a
+# 16-wide state, untied.
+MAMBA["tiny-mamba2"] = _ssm(
+    "tiny-mamba2", "mamba2", 512, 64, 3, linear_attention_kind="mamba2",
+    linear_num_key_heads=2, linear_num_value_heads=8, linear_key_head_dim=16,
+    linear_value_head_dim=16, bos_token_id=1, eos_token_ids=(2,),
+)  # fmt: skip
+# state-spaces' Mamba releases in transformers' format (mamba-<size>-hf): the GPT-NeoX
+# tokenizer's 50,280 rows, tied, eos 0; and TII's Falcon Mamba 7B (65,024 tokens, untied,
+# its mixer eps 1e-6), all in bfloat16.
+for _name, (_d, _layers) in {
+    "mamba-130m": (768, 24),
+    "mamba-370m": (1024, 48),
+    "mamba-790m": (1536, 48),
+    "mamba-1.4b": (2048, 48),
+    "mamba-2.8b": (2560, 64),
+}.items():
+    MAMBA[_name] = _mamba1(
+        _name, "mamba", 50280, _d, _layers, tie_word_embeddings=True, bos_token_id=0,
+        eos_token_ids=(0,), dtype="bfloat16",
+    )  # fmt: skip
+MAMBA["falcon-mamba-7b"] = _mamba1(
+    "falcon-mamba-7b", "falcon_mamba", 65024, 4096, 64, linear_norm_eps=1e-6, bos_token_id=0,
+    eos_token_ids=(11,), dtype="bfloat16",
+)  # fmt: skip
+# Mistral's Mamba-Codestral 7B (Mamba2Config's defaults, its token ids too: 64 layers 4,096
+# wide, 128 heads of 64 over 8 groups of a 128-wide state, 32,768 tokens, untied), bfloat16.
+MAMBA["mamba-codestral-7b"] = _ssm(
+    "mamba-codestral-7b", "mamba2", 32768, 4096, 64, linear_attention_kind="mamba2",
+    linear_num_key_heads=8, linear_num_value_heads=128, linear_key_head_dim=128,
+    linear_value_head_dim=64, bos_token_id=0, eos_token_ids=(2,), dtype="bfloat16",
+)  # fmt: skip

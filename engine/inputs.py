@@ -330,10 +330,11 @@ def load_text_side(tokenizer_path, cfg: ModelConfig) -> tuple:
 
 def model_len(max_model_len: int | None, cfg: ModelConfig) -> int:
     """LLM's max_model_len (checked an int already): the model's max_position_embeddings
-    unless given, and never more."""
+    unless given, and never more, but for a model without attention (Mamba's: no positions,
+    a state of one size whatever the length)."""
     if max_model_len is None:
         return cfg.max_position_embeddings
-    if max_model_len > cfg.max_position_embeddings:
+    if max_model_len > cfg.max_position_embeddings and not cfg.attention_free:
         raise ValueError(
             f"max_model_len={max_model_len!r}: must be in [1, max_position_embeddings="
             f"{cfg.max_position_embeddings}]"

@@ -116,6 +116,13 @@ def pools_from_budget(
     # (DeepSeek-V4's entry pages hold less than a byte a token for some widths).
     page = kv_pool_bytes(cfg, 1, None if window_num_pages is None else 0, page_size, kv_dtype)
     per_token = -(-page // page_size)
+    if cfg.attention_free:  # (its pages hold nothing: the states are all it keeps)
+        if budget < 0:
+            raise ValueError(
+                f"budget_bytes: {state_rows} states of {cfg.linear_state_bytes()} bytes (one a "
+                f"sequence, max_num_seqs={max_num_seqs}) need {-budget} bytes more"
+            )
+        return max_num_seqs * pages_per_seq, None
     num_pages = min(
         pages_for_budget(budget, per_token, page_size),
         max_num_seqs * pages_per_seq,

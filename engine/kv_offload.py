@@ -131,7 +131,15 @@ def host_tier_for(
     and {"num_cpu_blocks": N, "block_size": tokens} (None: no offloading); checked before
     any weight is read. The tier keeps a hybrid model's windowed pages too
     (engine/prefix_cache.WindowCache; DeepSeek-V4's per-token rows), each page counted in
-    its own pool's bytes (num_cpu_blocks: in pages)."""
+    its own pool's bytes (num_cpu_blocks: in pages). A model without attention (Mamba's)
+    has no KV in its pages: refused."""
+    offloading = size_gib is not None or (transfer is not None and transfer.offloading)
+    if offloading and cfg.attention_free:
+        option = "kv_offloading_size" if size_gib is not None else "kv_transfer_config"
+        raise ValueError(
+            f"{option}: {cfg.model_type} has no attention layer, so no KV page to offload "
+            "(its prefix cache keeps state snapshots: num_state_snapshots)"
+        )
     if transfer is not None and transfer.offloading:
         if size_gib is not None:
             raise ValueError(

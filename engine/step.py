@@ -251,8 +251,9 @@ def _step_body(
     # Which MLA sequences attend expanded: decided once for the step, used by every layer.
     # DeepSeek-V3.2: with a page table no wider than the indexer's top-k, every query keeps
     # every key it sees, so its sparse attention is dense MLA (and takes that path).
-    page_size = kv[cfg.first_attention_layer][0].shape[1]
-    sparse = cfg.is_mla and sparse_mla.selects(cfg, meta.page_table.shape[1] * page_size)
+    sparse = cfg.is_mla and sparse_mla.selects(
+        cfg, meta.page_table.shape[1] * kv[cfg.first_attention_layer][0].shape[1]
+    )
     split = None
     if cfg.is_mla and not sparse:
         split = mla_split_for(ops, cfg, meta, batch.token_ids.shape[0], batch.kv_lens.shape[0])

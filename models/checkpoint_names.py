@@ -12,7 +12,7 @@ from configs.model_config import GATELESS_MLP_ACTS, ModelConfig
 from models.hf_tensors import HFTensor, Path_
 from models.hf_tensors import linear as _linear
 from models.hf_tensors import vector as _vector
-from models.linear_names import linear_attn_names, mamba2_names
+from models.linear_names import linear_attn_names
 from models.release_names import (
     FALCON_PARALLEL_NORMS,
     NATIVE,
@@ -402,6 +402,11 @@ def _granite_ffn_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFT
     return names
 
 
+# Models whose checkpoints keep their blocks under "backbone." (Nemotron-H's; Mamba's,
+# Falcon Mamba's and Mamba-2's: mixers alone, each its own block).
+BACKBONE_TYPES = ("nemotron_h", "mamba", "falcon_mamba", "mamba2")
+
+
 def nemotron_h_blocks(cfg: ModelConfig) -> list[tuple[int, int | None]]:
     """Nemotron-H's blocks (one mixer or one feed-forward block each) behind each decoder
     layer: (its mixer's block, its feed-forward block's or None: no_ffn_layers)."""
@@ -414,10 +419,11 @@ def nemotron_h_blocks(cfg: ModelConfig) -> list[tuple[int, int | None]]:
 
 
 def _nemotron_h_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:
-    """Nemotron-H as released (and as transformers 5.25 saves it: "backbone.", experts one
-    per expert; its own load names, "model." and fused experts, are the alternates): each
-    block a norm and a mixer; Mamba-2's in_proj rows z | x | B | C | dt and its conv's
-    channels x | B | C; relu2 MLPs and experts (up, down); the latent MoE's projections."""
+    """Nemotron-H (and the BACKBONE_TYPES after it) as released and as transformers 5.25
+    saves it ("backbone.", experts one per expert; its own load names, "model." and fused
+    experts, are the alternates): each block a norm and a mixer; Mamba-2's in_proj rows z |
+    x | B | C | dt and its conv's channels x | B | C (Mamba-1's: models/linear_names.py);
+    relu2 MLPs and experts (up, down); the latent MoE's projections."""
     d, v, e, f = cfg.hidden_size, cfg.vocab_size, cfg.num_experts, cfg.moe_intermediate_size
     dx = cfg.moe_latent_size or d
     names = {
@@ -432,7 +438,7 @@ def _nemotron_h_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:
         if not cfg.is_linear_layer(i):
             names.update(_attn_names(cfg, f"{pre}.mixer", at + ("attn",), i))
         else:
-            names.update(mamba2_names(cfg, f"{pre}.mixer", at + ("linear",)))
+            names.update(linear_attn_names(cfg, f"{pre}.mixer", at + ("linear",)))
         if ffn is None:
             continue
         pre = f"backbone.layers.{ffn}"
@@ -480,7 +486,7 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         return _v4_names(cfg)
     if cfg.shortcut_moe:
         return _longcat_names(cfg, expert_layout)
-    if cfg.model_type == "nemotron_h":
+    if cfg.model_type in BACKBONE_TYPES:
         return _nemotron_h_names(cfg, expert_layout)
     if cfg.model_type == "dbrx":
         return _dbrx_names(cfg)

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from configs.hf_mamba import mamba1_norms
 from configs.model_config import ModelConfig
 from models.layers import rms_norm
 from models.reductions import narrow_product, row_mean, row_sum
@@ -475,8 +476,9 @@ def short_conv(
 def mamba1(
     p: dict, x: jax.Array, cfg: ModelConfig, state: tuple, seg: Segments
 ) -> tuple[jax.Array, tuple]:
-    """Jamba's Mamba layer (transformers' JambaMambaMixer), x [T, D] -> ([T, D], state): the
-    causal conv (bias, SiLU) of in_proj's x half, dt / B / C from x_proj each RMS-normed,
+    """Mamba-1 as Jamba's layer (transformers' JambaMambaMixer; MambaMixer, FalconMambaMixer),
+    x [T, D] -> ([T, D], state): the causal conv (bias, SiLU) of in_proj's x half, dt / B /
+    C from x_proj each RMS-normed (configs.hf_mamba.mamba1_norms),
     dt = softplus(dt_proj(dt) + bias), then per channel h and state channel n the selective
     scan S_t = exp(dt_t A) S_{t-1} + B_t dt_t x_t (A = -exp(A_log) [Hv, N]): delta_rule's
     Mamba form with each channel a value head of width 1 and B, C one shared key head (a
@@ -486,9 +488,16 @@ def mamba1(
     xin = x @ p["wv"]  # [T, Hv]
     before = _prior(conv, seg)
     xc, new_conv = _causal_conv(xin, p["conv_v"], before, seg, p.get("conv_v_bias"))
-    eps = cfg.rms_norm_eps
-    dt = rms_norm(xc @ p["w_dt"], p["dt_norm"], eps) @ p["dt_proj"]  # [T, Hv]
-    b, c = (rms_norm(xc @ p[w], p[n], eps) for w, n in (("w_b", "b_norm"), ("w_c", "c_norm")))
+    # dt, B and C RMS-normed with Jamba's weights, Falcon Mamba's without, or not at all.
+    norms = mamba1_norms(cfg.model_type)
+    eps = cfg.linear_norm_eps or cfg.rms_norm_eps
+
+    def normed(w: str, n: str) -> jax.Array:
+        y = xc @ p[w]
+        return y if norms == "none" else rms_norm(y, p[n] if norms == "weighted" else 1.0, eps)
+
+    dt = normed("w_dt", "dt_norm") @ p["dt_proj"]  # [T, Hv]
+    b, c = normed("w_b", "b_norm"), normed("w_c", "c_norm")
     dt = jax.nn.softplus(dt.astype(jnp.float32) + p["dt_bias"].astype(jnp.float32))
     a = -jnp.exp(p["A_log"].astype(jnp.float32))  # [Hv, N]
     shared = (x.shape[0], xin.shape[1], b.shape[1])  # (B and C: one key head for every h)

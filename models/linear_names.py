@@ -6,6 +6,7 @@ ModelConfig.is_linear_layer names)."""
 
 from __future__ import annotations
 
+from configs.hf_mamba import mamba1_norms
 from configs.model_config import ModelConfig
 from models.hf_tensors import HFTensor, Path_
 from models.hf_tensors import linear as _linear
@@ -83,7 +84,8 @@ def linear_attn_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTens
 
 
 def _mamba1_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
-    """Jamba's Mamba layer: in_proj's rows x then gate, x_proj's dt then B then C."""
+    """A Mamba-1 layer (Jamba's, Mamba's, Falcon Mamba's): in_proj's rows x then gate,
+    x_proj's dt then B then C."""
     d, hv, n = cfg.hidden_size, cfg.linear_num_value_heads, cfg.linear_key_head_dim
     r, taps = cfg.mamba_dt_rank, cfg.linear_conv_kernel
     names = {
@@ -97,10 +99,10 @@ def _mamba1_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
         f"{pre}.A_log": HFTensor((hv, n), (at + ("A_log",),), "copy"),
         f"{pre}.D": _vector(hv, at + ("D",)),
         f"{pre}.out_proj.weight": _linear(d, hv, at + ("wo",)),
-        f"{pre}.dt_layernorm.weight": _vector(r, at + ("dt_norm",)),
-        f"{pre}.b_layernorm.weight": _vector(n, at + ("b_norm",)),
-        f"{pre}.c_layernorm.weight": _vector(n, at + ("c_norm",)),
     }
+    if mamba1_norms(cfg.model_type) == "weighted":  # (Falcon Mamba's have no weights)
+        for x, width in (("dt", r), ("b", n), ("c", n)):
+            names[f"{pre}.{x}_layernorm.weight"] = _vector(width, at + (f"{x}_norm",))
     if cfg.linear_conv_bias:
         names[f"{pre}.conv1d.bias"] = _vector(hv, at + ("conv_v_bias",))
     return names

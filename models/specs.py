@@ -64,6 +64,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from configs.hf_mamba import mamba1_norms
 from configs.model_config import GATELESS_MLP_ACTS, ModelConfig
 from models import quantization as quant
 
@@ -201,8 +202,8 @@ def _mla_specs(cfg: ModelConfig, layer: int, dt, w) -> dict:
 
 
 def _mamba1_specs(cfg: ModelConfig, dt, w) -> dict:
-    """Jamba's Mamba layer: in_proj's x and gate halves wv / wz [D, Hv], the conv's taps
-    [K, Hv] (and bias), x_proj's thirds w_dt [Hv, R] / w_b / w_c [Hv, N] with their RMSNorms,
+    """A Mamba-1 layer: in_proj's x and gate halves wv / wz [D, Hv], the conv's taps [K, Hv]
+    (and bias), x_proj's thirds w_dt [Hv, R] / w_b / w_c [Hv, N] (Jamba's with RMSNorms),
     dt_proj [R, Hv] and its bias, A_log [Hv, N], D [Hv], wo [Hv, D]."""
     d, hv, n = cfg.hidden_size, cfg.linear_num_value_heads, cfg.linear_key_head_dim
     r, taps, vh = cfg.mamba_dt_rank, cfg.linear_conv_kernel, "linear_v_heads"
@@ -213,9 +214,6 @@ def _mamba1_specs(cfg: ModelConfig, dt, w) -> dict:
         "w_dt": ParamSpec((hv, r), dt, (vh, None), w),
         "w_b": ParamSpec((hv, n), dt, (vh, None), w),
         "w_c": ParamSpec((hv, n), dt, (vh, None), w),
-        "dt_norm": ParamSpec((r,), dt, (None,), ones),
-        "b_norm": ParamSpec((n,), dt, (None,), ones),
-        "c_norm": ParamSpec((n,), dt, (None,), ones),
         "dt_proj": ParamSpec((r, hv), dt, (None, vh), w),
         "dt_bias": ParamSpec((hv,), dt, (vh,), zeros),
         "A_log": ParamSpec((hv, n), dt, (vh, None), zeros),
@@ -224,6 +222,11 @@ def _mamba1_specs(cfg: ModelConfig, dt, w) -> dict:
     }
     if cfg.linear_conv_bias:
         s["conv_v_bias"] = ParamSpec((hv,), dt, (vh,), zeros)
+    if mamba1_norms(cfg.model_type) == "weighted":  # (Jamba's)
+        s |= {
+            f"{x}_norm": ParamSpec((w,), dt, (None,), ones)
+            for x, w in (("dt", r), ("b", n), ("c", n))
+        }
     return s
 
 

@@ -73,7 +73,7 @@ def check_layout(cfg: ModelConfig, mc: MeshConfig) -> None:
     checked per parameter by `sharding.rules.param_partition_specs`.
     """
     for heads in sorted(set(cfg.heads_per_layer) | {cfg.num_heads}):  # (Laguna's per layer)
-        if heads % mc.tp:
+        if heads % mc.tp and not cfg.attention_free:
             raise ValueError(f"mesh axis tp={mc.tp} does not divide num_heads={heads}")
     if mc.ep > 1 and not cfg.num_experts:
         raise ValueError(

@@ -42,7 +42,7 @@ def test_deepseek_v32_dense_layers_indexer_and_refusals():
     cfg = config_from_hf(hf)
     assert (cfg.index_topk, cfg.index_n_heads, cfg.index_head_dim) == (12, 8, 16)
     assert cfg.sparse_attention and cfg.rope_interleave and cfg.topk_method == "noaux_tc"
-    assert cfg.kv_cache_widths == (32 + 8, 16)
+    assert cfg.layer_kv_widths(0) == (32 + 8, 16)
     del hf["mlp_layer_types"]
     assert [config_from_hf(hf).is_moe_layer(i) for i in range(3)] == [False, True, True]
     hf["first_k_dense_replace"] = 2
