@@ -24,23 +24,24 @@ TYPES = (MAMBA, FALCON_MAMBA, MAMBA2)
 _EPS = {"rms_norm_eps": ("layer_norm_epsilon",)}
 ALIASES = {t: _EPS for t in TYPES}
 # Defaults of transformers 5.25's MambaConfig, FalconMambaConfig and Mamba2Config for the
-# fields read (max_position_embeddings: none of theirs, above).
+# fields read (layer_norm_epsilon as rms_norm_eps; max_position_embeddings: none of theirs,
+# above).
 # fmt: off
 _MAMBA1 = dict(
     vocab_size=50280, hidden_size=768, state_size=16, num_hidden_layers=32,
-    layer_norm_epsilon=1e-5, bos_token_id=0, eos_token_id=0, expand=2, conv_kernel=4,
+    rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=0, expand=2, conv_kernel=4,
     use_bias=False, use_conv_bias=True, hidden_act="silu", time_step_rank="auto",
-    tie_word_embeddings=True, max_position_embeddings=2048,
+    tie_word_embeddings=True, max_position_embeddings=2048, residual_in_fp32=True,
 )
 DEFAULTS: dict[str, dict[str, Any]] = {
     MAMBA: _MAMBA1,
     FALCON_MAMBA: dict(_MAMBA1, mixer_rms_eps=1e-6),
     MAMBA2: dict(
         num_heads=128, head_dim=64, vocab_size=32768, hidden_size=4096, state_size=128,
-        num_hidden_layers=64, layer_norm_epsilon=1e-5, bos_token_id=0, eos_token_id=2,
+        num_hidden_layers=64, rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=2,
         expand=2, conv_kernel=4, n_groups=8, use_bias=False, use_conv_bias=True,
         hidden_act="silu", time_step_limit=(0.0, math.inf), tie_word_embeddings=False,
-        max_position_embeddings=2048,
+        max_position_embeddings=2048, residual_in_fp32=True,
     ),
 }
 # fmt: on
@@ -65,6 +66,7 @@ def fields(f: Any, model_type: str) -> dict:
     inner = f.required("expand") * hidden
     every = tuple(range(num_layers))
     common = dict(
+        residual_in_float32=bool(f.get("residual_in_fp32")),
         num_heads=1,  # (no attention: the attention fields are unused)
         num_kv_heads=1,
         head_dim=hidden,

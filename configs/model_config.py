@@ -363,6 +363,9 @@ class ModelConfig:
     mlp_act: str = "swiglu"
     mlp_bias: bool = False  # StarCoder2: biases on the dense MLPs' up and down (b_up, b_down)
     no_ffn_layers: tuple[int, ...] = ()
+    # Mamba's residual_in_fp32: the stream in float32 between blocks, each block's input and
+    # the final norm's output rounded to the model dtype (as transformers' MambaBlock).
+    residual_in_float32: bool = False
     moe_latent_size: int = 0
     first_k_dense_replace: int = 0  # first k layers use a dense MLP (DeepSeek)
     moe_layer_freq: int = 1  # every n-th layer after first_k_dense_replace is MoE

@@ -211,6 +211,7 @@ def _ssm(name: str, model_type: str, vocab: int, d: int, layers: int, **fields) 
         linear_attention_layers=every,
         no_ffn_layers=every,
         linear_conv_bias=True,
+        residual_in_float32=True,
         **fields,
     )
 

@@ -149,6 +149,8 @@ def final_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array
     """Final norm, then lm_head (or the tied embedding), then the config's soft cap (cap *
     tanh(logits / cap), Mistral Large 4). hidden: [S, D] -> [S, V] float32."""
     h = model_norm(hidden, params.get("final_norm"), cfg, params.get("final_norm_bias"))
+    if cfg.residual_in_float32:  # (a float32 stream's norm, rounded as transformers' Mamba)
+        h = h.astype(params["final_norm"].dtype)
     if cfg.tie_word_embeddings:
         logits = h @ params["embed"].T  # [S, V]
     else:

@@ -76,6 +76,8 @@ def forward_hidden(
         x = x + sinusoids(positions + cfg.position_offset, x.shape[-1]).astype(x.dtype)
     if "embed_norm" in params:  # (BLOOM: word_embeddings_layernorm)
         x = model_norm(x, params["embed_norm"], cfg, params.get("embed_norm_bias"))
+    if cfg.residual_in_float32:  # (Mamba's: its blocks' inputs rounded back, decoder_layer)
+        x = x.astype(jnp.float32)
     x = pin(x, ("batch", "embed"))
     new_kv = []
     shortcut: dict = {}  # (LongCat-Flash: an even layer's MoE output, for the odd one)
@@ -128,12 +130,15 @@ def decoder_layer(
     `shortcut` ({"moe": [T, D]}), which the odd layer after it adds last."""
     # fp8 weights (ModelConfig.quantization) come back to the model dtype one layer at a
     # time, inside the step; a no-op for float weights.
-    layer = dequantize_tree(layer, x.dtype)
+    # (A float32 stream, ModelConfig.residual_in_float32: the block reads it in the model
+    # dtype, its norm's.)
+    dtype = layer["attn_norm"].dtype if cfg.residual_in_float32 else x.dtype
+    layer = dequantize_tree(layer, dtype)
     delta = delta or make_delta(None, None)
     bias = layer.get("attn_norm_bias")  # (Phi-3.5-MoE's LayerNorms)
     x_in = x  # (GPT-NeoX's MLP reads its own norm of the layer's input)
     normed = "attn_norm" in layer or cfg.norm_weightless  # (OLMo 1: norms without weights)
-    h = model_norm(x, layer.get("attn_norm"), cfg, bias) if normed else x
+    h = model_norm(x.astype(dtype), layer.get("attn_norm"), cfg, bias) if normed else x
     if "linear" in layer:  # a gated DeltaNet: its own output projection
         # Every row of the step on each device (dp splits the stream by rows, and a
         # sequence's recurrence needs all of its rows, in order): gathered once here.

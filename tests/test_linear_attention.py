@@ -255,6 +255,7 @@ def test_kda_pair_decays_over_sub_chunks_equal_each_pair_weighed_alone():
     [
         *("qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid", "bailing_hybrid"),
         *("lfm2_moe", "jamba", "minimax", "lfm3", "olmo_hybrid", "lara_mini"),
+        *("falcon_mamba", "mamba2"),
     ],
 )
 def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
@@ -270,8 +271,9 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     (lightning attention: a fixed decay per head; no conv), LFM3 (short convs beside
     global and windowed attention: state rows and the window's own pool together), OLMo
     Hybrid (gated DeltaNet with beta up to 2, its layers' inputs normed, beside attention
-    layers without positions that norm their outputs) and Lara Mini (gated DeltaNet beside
-    windowed and global attention, experts on every layer)."""
+    layers without positions that norm their outputs), Lara Mini (gated DeltaNet beside
+    windowed and global attention, experts on every layer), and without attention Falcon
+    Mamba (Mamba-1) and Mamba-2 (pages that hold nothing, still bounding the admissions)."""
     fixture = FIXTURE.parent / arch
     ref = json.loads((fixture / "reference.json").read_text())
     # (56 tokens at most: the longest sequence's 49 fit, and a page table of one KV block
@@ -296,7 +298,7 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     assert [s.token_ids for s in out.samples] == [ref["greedy_tokens"][1][:4]] * 2
 
 
-@pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear", "nemotron_h", "lfm3"])
+@pytest.mark.parametrize("arch", ["qwen3_next", "kimi_linear", "nemotron_h", "lfm3", "mamba"])
 def test_prefix_cache_hit_resumes_from_a_state_snapshot(arch):
     """Prefix caching on a linear-attention model (engine/state_cache.py), batch-invariant:
     a prompt of 76 tokens computed cold; after a reset, another sharing its first 70
@@ -304,9 +306,10 @@ def test_prefix_cache_hit_resumes_from_a_state_snapshot(arch):
     snapshot there; the first again takes 64 tokens from the cache and its state from the
     snapshot: the cold run's greedy tokens and logprob bits (the rule row by row, a state
     at a boundary the same however the tokens were split). LFM3: its windowed layer's
-    pages behind the boundary indexed too (a cut where both are). (Batch-invariant steps compile
-    a few shapes; the chunked form's snapshots: the layer tests above, and
-    scripts/bench_prefix_cache on bench-qwen3-next-40m, its tokens the uncached run's.)"""
+    pages behind the boundary indexed too (a cut where both are); Mamba: the state alone.
+    (Batch-invariant steps compile a few shapes; the chunked form's snapshots: the layer
+    tests above, and scripts/bench_prefix_cache on bench-qwen3-next-40m, its tokens the
+    uncached run's.)"""
     rng = np.random.default_rng(0)
     prefix = rng.integers(3, 200, 70).tolist()
     a, b = prefix + rng.integers(3, 200, 6).tolist(), prefix + rng.integers(3, 200, 10).tolist()
