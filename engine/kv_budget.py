@@ -119,8 +119,9 @@ def pools_from_budget(
     if cfg.attention_free:  # (its pages hold nothing: the states are all it keeps)
         if budget < 0:
             raise ValueError(
-                f"budget_bytes: {state_rows} states of {cfg.linear_state_bytes()} bytes (one a "
-                f"sequence, max_num_seqs={max_num_seqs}) need {-budget} bytes more"
+                f"max_num_seqs={max_num_seqs}: its {state_rows} recurrent states "
+                f"({cfg.linear_state_bytes()} bytes each) need {-budget} bytes more than the "
+                "memory budget holds"
             )
         return max_num_seqs * pages_per_seq, None
     num_pages = min(

@@ -119,7 +119,7 @@ def test_pools_are_sized_by_the_states_alone():
     assert cfg.kv_bytes_per_token() == 0
     num_pages, window = pools_from_budget(cfg, 64 << 20, 16, None, 2, 128, None, rows)
     assert (num_pages, window) == (2 * 128, None)
-    with pytest.raises(ValueError, match="4 states of"):
+    with pytest.raises(ValueError, match="max_num_seqs=2: its 4 recurrent states"):
         pools_from_budget(cfg, cfg.linear_state_bytes() * 3, 16, None, 2, 128, None, rows)
 
 
