@@ -113,6 +113,8 @@ def state_shard_fraction(cfg: ModelConfig, tp: int) -> float:
     if cfg.linear_attention_kind == "short_conv":
         return 1.0
     heads = (cfg.linear_num_key_heads, cfg.linear_num_value_heads)
+    if cfg.linear_attention_kind == "mamba1":  # (its one key head, every channel's: unsplit)
+        heads = heads[1:]
     return 1.0 if any(h % tp for h in heads) else 1.0 / tp
 
 
@@ -252,7 +254,7 @@ def capacity(
     ratio = check_window_ratio(cfg, swa_full_tokens_ratio)
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise ValueError(f"context={context!r}: must be an integer >= 1")
-    if context > cfg.max_position_embeddings:
+    if context > cfg.max_position_embeddings and not cfg.attention_free:  # (Mamba: none)
         raise ValueError(
             f"context={context}: exceeds the model's max_position_embeddings="
             f"{cfg.max_position_embeddings}"
@@ -300,7 +302,6 @@ def capacity(
             f"({weight_dtype}, tp={tp}), more than {usable / GIB:.1f} GiB left after "
             f"headroom={headroom}; needs hbm_gib > {need:.1f} or a larger tp"
         )
-    num_pages = budget // (per_token_dev * page_size)
     pages_per_sequence = -(-context // page_size)
     window = cfg.kv_window or cfg.hybrid_window
     windowed = len(cfg.windowed_layers) if window is not None else 0
@@ -327,6 +328,10 @@ def capacity(
         rows *= dtype_bytes(kv_dtype, "kv_dtype") * window_pages * page_size
         sequence_bytes = per_token_dev * page_size * pages_per_sequence + rows
         windowed = cfg.num_layers
+    if per_token_dev:
+        num_pages = budget // (per_token_dev * page_size)
+    else:  # (no KV: the pages of the sequences the states allow, which hold nothing)
+        num_pages = budget // sequence_bytes * pages_per_sequence
     return Capacity(
         model=cfg.name,
         context=context,

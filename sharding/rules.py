@@ -71,7 +71,9 @@ def rules_for(cfg: ModelConfig, mc: MeshConfig) -> dict[str, MeshAxes]:
     kv_heads = {cfg.layer_num_kv_heads(i) for i in range(cfg.num_layers)}
     if not cfg.is_mla and any(k % mc.tp for k in kv_heads):
         rules["kv_heads"] = None
-    if cfg.linear_num_key_heads % mc.tp or cfg.linear_num_value_heads % mc.tp:
+    # (Mamba-1's B and C: one key head every channel reads, no array of it split by heads.)
+    keys = cfg.linear_num_key_heads if cfg.linear_attention_kind != "mamba1" else mc.tp
+    if keys % mc.tp or cfg.linear_num_value_heads % mc.tp:
         rules["linear_k_heads"] = rules["linear_v_heads"] = None
     return rules
 

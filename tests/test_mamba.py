@@ -2,7 +2,8 @@
 and Mamba-2 (mamba2). Their fixtures' configs read to their presets; the classes' defaults
 and the released shapes counted as transformers counts them; Falcon Mamba's weightless norms
 move its logits; the engine with no KV: its pools sized by the states alone, a prompt past
-max_position_embeddings, a tp mesh over no heads, and the options it refuses, by field.
+max_position_embeddings, a tp mesh over no heads, a deployment's size, and the options it
+refuses, by field.
 HF parity: tests/test_hf_parity.py; the engine's chunks, preemption and prefix-cache
 snapshots: tests/test_linear_attention.py (falcon_mamba, mamba2)."""
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import jax
 import numpy as np
 import pytest
 
@@ -18,10 +20,12 @@ from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from engine import LLM, SamplingParams
 from engine.kv_budget import pools_from_budget
+from long_context.capacity import capacity
 from models.hf_loader import load_hf_params
 from models.reference import greedy_generate, prefill_bucket
 from models.specs import count_params
 from sharding.mesh import MeshConfig, check_layout
+from sharding.rules import param_partition_specs
 from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits
 
 ARCHS = ("mamba", "falcon_mamba", "mamba2")
@@ -124,7 +128,17 @@ def test_pools_are_sized_by_the_states_alone():
 
 
 def test_a_mesh_splits_the_mixers_whatever_num_heads_says():
-    check_layout(get_preset("tiny-mamba"), MeshConfig(tp=2))  # (num_heads 1: unused)
+    """tp over Mamba-1's channels (its one key head, B and C, read by all of them, is not a
+    reason to keep them whole) and Mamba-2's heads; num_heads (1, unused) not checked."""
+    for preset, leaf in (("tiny-mamba", "wv"), ("tiny-mamba2", "wv")):
+        cfg = get_preset(preset)
+        check_layout(cfg, MeshConfig(tp=2))
+        specs = param_partition_specs(cfg, MeshConfig(tp=2))["layers"][0]["linear"]
+        assert "tp" in jax.tree.leaves(tuple(specs[leaf])), (preset, specs[leaf])
+    c = capacity("mamba-2.8b", 262144, hbm_gib=80, tp=2)
+    state = get_preset("mamba-2.8b").linear_state_bytes()
+    assert (c.kv_bytes_per_token, c.state_bytes_per_sequence_per_device) == (0, state // 2)
+    assert c.max_sequences == c.kv_budget_bytes_per_device // (state // 2)
     with pytest.raises(ValueError, match="tp=2 does not divide num_heads=1"):
         attending = get_preset("tiny-mamba").replace(linear_attention_layers=(0, 1))
         check_layout(attending, MeshConfig(tp=2))
