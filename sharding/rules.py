@@ -66,8 +66,12 @@ MLA_PAGES_AXES = ("kv_pages", "page_slots", "kv_latent")  # [N, P, R + Dr]
 
 
 def rules_for(cfg: ModelConfig, mc: MeshConfig) -> dict[str, MeshAxes]:
-    """RULES adapted to one model: KV heads replicated when tp does not divide them."""
+    """RULES adapted to one model: KV heads replicated when tp does not divide them, and so
+    the vocabulary (GPT-2's 50,257 tokens: the embedding and lm_head whole on each device;
+    vLLM pads it instead)."""
     rules = dict(RULES)
+    if cfg.vocab_size % mc.tp:
+        rules["vocab"] = None
     kv_heads = {cfg.layer_num_kv_heads(i) for i in range(cfg.num_layers)}
     if not cfg.is_mla and any(k % mc.tp for k in kv_heads):
         rules["kv_heads"] = None

@@ -146,6 +146,18 @@ def test_kv_heads_split_when_tp_divides_them_and_replicated_otherwise():
     assert logical_to_spec(GQA_PAGES_AXES, rules_for(qwen, tp2)) == P(None, None, "tp", None)
 
 
+def test_a_vocabulary_tp_does_not_divide_is_kept_whole():
+    """GPT-2's 50,257 tokens: the embedding and lm_head replicated over tp, the rest split
+    as ever (by hand, 59th session: a 509-token tiny-gpt2, tiny-llama and tiny-mamba gave the
+    one-device tokens on tp=2 and dp=2,tp=2 meshes of 8 fake devices)."""
+    gpt2 = get_preset("gpt-neo-125m")  # (GPT-2's vocabulary)
+    specs = param_partition_specs(gpt2, MeshConfig(tp=2))
+    assert specs["embed"] == P(None, None)
+    assert specs["layers"][0]["mlp"]["w_up"] == P(None, "tp")
+    even = param_partition_specs(gpt2.replace(vocab_size=50258), MeshConfig(tp=2))
+    assert even["embed"] == P("tp", None)
+
+
 def test_kv_pages_and_activations_on_a_mesh(monkeypatch):
     """On dp=2,tp=2,ep=2 (an abstract mesh: specs only, no devices): pages replicated over dp
     (one pool); GQA pages split by KV heads over tp when tp divides them; MLA's latent pages
