@@ -143,13 +143,20 @@ MULTIMODAL_WRAPPERS = {
     "gemma4": (GEMMA4, True),  # Gemma 4 26B-A4B, 31B
     "gemma3": (gemma3.GEMMA3, True),  # Gemma 3 4B, 12B, 27B
     "aria": (aria.ARIA, False),  # Rhymes' Aria
+    "qwen2_vl": ("qwen2_vl_text", False),  # Qwen2-VL 2B, 7B, 72B
+    "qwen2_5_vl": ("qwen2_5_vl_text", False),  # Qwen2.5-VL 3B, 7B, 32B, 72B
 }
+# Wrappers whose released config.json keeps the language model's fields at the top level
+# (no text_config; transformers reads them into one), and whose pre-v5 saves kept
+# tie_word_embeddings in text_config, which transformers carries to the top level.
+FLAT_WRAPPERS = ("qwen2_vl", "qwen2_5_vl")
 # Language models of vision-language checkpoints that are another family's, read with their
 # own classes' defaults (transformers 5.25's Qwen3VLMoeTextConfig, Qwen3VLTextConfig,
 # Glm4vMoeTextConfig) and the fields those classes fix: Qwen3-VL's are Qwen3-MoE's (top-k
 # always renormalized) and Qwen3's, with no sliding window; GLM-4.5V's is GLM-4.5's with
-# no q/k norms and no MTP layer. Their M-RoPE gives text tokens the same position on its
-# three axes: plain RoPE (image and video inputs: not supported).
+# no q/k norms and no MTP layer; Qwen2-VL's and Qwen2.5-VL's are Qwen2's (biased q/k/v, its
+# window fields). Their M-RoPE gives text tokens the same position on its three axes: plain
+# RoPE (image and video inputs: not supported; Qwen2-VL's rope type "mrope" read as that).
 # fmt: off
 _VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
     "qwen3_vl_moe_text": ("qwen3_moe", dict(
@@ -167,6 +174,12 @@ _VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
     "glm4v_moe_text": ("glm4_moe", dict(
         vocab_size=151424, max_position_embeddings=65536, attention_bias=True,
     ), dict(use_qk_norm=False, num_nextn_predict_layers=0)),
+    **{t: ("qwen2", dict(  # (Qwen2VLTextConfig's and Qwen2_5_VLTextConfig's, alike)
+        vocab_size=152064, hidden_size=8192, intermediate_size=29568, num_hidden_layers=80,
+        num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=32768,
+        rms_norm_eps=1e-5, use_sliding_window=False, sliding_window=4096, max_window_layers=80,
+        bos_token_id=151643, eos_token_id=151645, rope_theta=1000000.0,
+    ), {}) for t in ("qwen2_vl_text", "qwen2_5_vl_text")},
 }
 # fmt: on
 _DTYPES = ("float32", "bfloat16", "float16")
@@ -400,13 +413,17 @@ def language_model_config(hf: dict) -> dict:
     if wrapper is None:
         return hf
     default_type, default_tie = wrapper
-    text = hf.get("text_config", {})
+    flat = hf["model_type"] in FLAT_WRAPPERS and "text_config" not in hf
+    skip = ("model_type", "vision_config", "text_config")
+    text = {k: v for k, v in hf.items() if k not in skip} if flat else hf.get("text_config", {})
     if not isinstance(text, dict):
         raise ValueError(f"HF config text_config={text!r}: expected a JSON object")
     out = {"model_type": default_type, **text}
     if hf["model_type"] == "kimi_k25" and out["model_type"] == "kimi_k2":
         out["model_type"] = "deepseek_v3"  # (Kimi_K25Config's reading of its remote code's)
     out["tie_word_embeddings"] = hf.get("tie_word_embeddings", default_tie)
+    if hf["model_type"] in FLAT_WRAPPERS and text.get("tie_word_embeddings"):
+        out["tie_word_embeddings"] = True
     for key in ("quantization_config", "dtype", "torch_dtype"):
         if key in hf:
             out[key] = hf[key]
@@ -416,7 +433,12 @@ def language_model_config(hf: dict) -> dict:
 def _vl_text(text: dict) -> dict:
     """A vision-language model's text config as the config of the family it is (_VL_TEXT)."""
     family, defaults, fixed = _VL_TEXT[text["model_type"]]
-    return {**defaults, **text, **fixed, "model_type": family}
+    out = {**defaults, **text, **fixed, "model_type": family}
+    for key in ("rope_parameters", "rope_scaling"):  # (Qwen2-VL's M-RoPE: plain for text)
+        rope = out.get(key)
+        if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) == "mrope":
+            out[key] = {k: v for k, v in rope.items() if k != "type"} | {"rope_type": "default"}
+    return out
 
 
 def read_hf_config(source: dict | str | os.PathLike) -> dict:

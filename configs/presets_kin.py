@@ -9,6 +9,7 @@ import math
 
 from configs.model_config import ModelConfig, RopeScaling
 from configs.presets_newer import NEWER
+from configs.presets_tiny import TINY
 
 KIN: dict[str, ModelConfig] = {}
 # tests/fixtures/gemma2: Gemma 2, tiny-gemma3's shapes without q/k norms, one RoPE (base 1e4);
@@ -425,4 +426,10 @@ KIN["tiny-hyperclovax"] = KIN["tiny-ministral"].replace(
 # tests/fixtures/iquestcoder: IQuest-Coder, tiny-ministral's model without its window.
 KIN["tiny-iquestcoder"] = KIN["tiny-ministral"].replace(
     name="tiny-iquestcoder", model_type="iquestcoder", sliding_window=None, full_attention_layers=()
+)
+# tests/fixtures/qwen2_vl, qwen2_5_vl: Qwen2-VL's and Qwen2.5-VL's language model (served from
+# its wrapper): tiny-qwen2's shapes; Qwen2.5-VL's tied, as its 3B.
+KIN["tiny-qwen2-vl"] = TINY["tiny-qwen2"].replace(name="tiny-qwen2-vl", bos_token_id=1)
+KIN["tiny-qwen2-5-vl"] = KIN["tiny-qwen2-vl"].replace(
+    name="tiny-qwen2-5-vl", tie_word_embeddings=True
 )

@@ -205,6 +205,9 @@ ARCHS = {
     "bloom": "tiny-bloom",
     "mpt": "tiny-mpt",
     "falcon_rw": "tiny-falcon-rw",
+    # Qwen2-VL, Qwen2.5-VL (tied) in their wrappers: Qwen2's language model, M-RoPE for text
+    "qwen2_vl": "tiny-qwen2-vl",
+    "qwen2_5_vl": "tiny-qwen2-5-vl",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
@@ -223,6 +226,9 @@ WRAPPED = {
     "qwen3_5": (("model.language_model.", "model."), ("model.visual.",), "per_expert"),
     "gemma3": (("language_model.", ""), ("vision_tower.", "multi_modal_projector."), "per_expert"),
     "lara_mini": (("", ""), (), "fused"),  # (not wrapped: its experts saved fused)
+    # (transformers 5.25 saves Qwen2-VL's and Qwen2.5-VL's as released: model.*, visual.*)
+    "qwen2_vl": (("", ""), ("visual.",), "per_expert"),
+    "qwen2_5_vl": (("", ""), ("visual.",), "per_expert"),
 }
 TOL = 2e-3
 

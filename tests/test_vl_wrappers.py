@@ -1,0 +1,70 @@
+"""Qwen2-VL and Qwen2.5-VL served as their language model (configs/hf_config.py
+MULTIMODAL_WRAPPERS, _VL_TEXT: Qwen2's): the fixtures' configs (transformers 5's text_config)
+and the releases' flat ones (the text fields at the top level, rope_scaling of type "mrope",
+a pre-v5 save's tie_word_embeddings in text_config) read the same; their checkpoints in
+transformers 5.25's layout (as released) and in the language_model one load alike. HF parity:
+tests/test_hf_parity.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from configs.hf_config import config_from_hf
+from configs.presets import get_preset
+from models.hf_loader import load_hf_params
+from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits, saved_config
+
+ARCHS = ("qwen2_vl", "qwen2_5_vl")
+
+
+def _flat(arch: str) -> dict:
+    """The fixture's config.json as the releases lay it out: no text_config."""
+    hf = saved_config(arch)
+    text = dict(hf.pop("text_config"))
+    rope = text.pop("rope_parameters")
+    text["rope_theta"] = rope.pop("rope_theta")
+    text["rope_scaling"] = {"type": "mrope", "mrope_section": rope["mrope_section"]}
+    text.pop("model_type")
+    return {**text, **hf}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fixture_and_release_configs_read_as_the_preset(arch):
+    want = arch_fields(get_preset("tiny-" + arch.replace("_", "-")))
+    assert arch_fields(config_from_hf(FIXTURES / arch)) == want
+    assert arch_fields(config_from_hf(_flat(arch))) == want
+
+
+def test_a_pre_v5_save_ties_by_its_text_config():
+    """transformers carries text_config's tie_word_embeddings to the top when the top's is
+    false (Qwen2.5-VL-3B saved by transformers 4)."""
+    hf = saved_config("qwen2_vl")
+    assert not config_from_hf(hf).tie_word_embeddings
+    tied = {**hf, "text_config": {**hf["text_config"], "tie_word_embeddings": True}}
+    assert config_from_hf(tied).tie_word_embeddings
+    assert not config_from_hf({**tied, "model_type": "mistral3"}).tie_word_embeddings
+
+
+def test_the_language_model_layout_loads_alike(tmp_path):
+    """The same weights under model.language_model.* (transformers 5's in-memory names, as
+    some converters save them), the vision tower under model.visual.*: the same logits."""
+    cfg = get_preset("tiny-qwen2-vl")
+    src = FIXTURES / "qwen2_vl"
+    shutil.copytree(src, tmp_path / "m")
+    tensors = load_file(str(src / "model.safetensors"))
+    renamed = {
+        ("model.language_model." + n[len("model.") :] if n.startswith("model.") else
+         "model." + n if n.startswith("visual.") else n): t
+        for n, t in tensors.items()
+    }  # fmt: skip
+    assert "model.language_model.embed_tokens.weight" in renamed
+    save_file(renamed, str(tmp_path / "m" / "model.safetensors"))
+    prompt = json.loads((src / "reference.json").read_text())["prompts"][0]
+    want = last_prefill_logits(cfg, load_hf_params(src, cfg), prompt)
+    got = last_prefill_logits(cfg, load_hf_params(tmp_path / "m", cfg), prompt)
+    np.testing.assert_array_equal(got, want)
