@@ -145,11 +145,19 @@ MULTIMODAL_WRAPPERS = {
     "aria": (aria.ARIA, False),  # Rhymes' Aria
     "qwen2_vl": ("qwen2_vl_text", False),  # Qwen2-VL 2B, 7B, 72B
     "qwen2_5_vl": ("qwen2_5_vl_text", False),  # Qwen2.5-VL 3B, 7B, 32B, 72B
+    "llava": ("llama", False),  # LLaVA-1.5, Pixtral (HF), ...: Llama's or Mistral's
+    "llava_next": ("llama", False),  # LLaVA-NeXT
+    "llava_onevision": ("qwen2", False),  # LLaVA-OneVision
+    "internvl": ("qwen2", True),  # InternVL 3 / 3.5 (-hf)
+    "idefics3": ("llama", False),  # Idefics3
+    "smolvlm": ("llama", False),  # SmolVLM, SmolVLM2
 }
 # Wrappers whose released config.json keeps the language model's fields at the top level
-# (no text_config; transformers reads them into one), and whose pre-v5 saves kept
-# tie_word_embeddings in text_config, which transformers carries to the top level.
+# (no text_config; transformers reads them into one).
 FLAT_WRAPPERS = ("qwen2_vl", "qwen2_5_vl")
+# Wrappers whose pre-v5 saves kept tie_word_embeddings in text_config: transformers carries
+# a true one to the top level.
+TIE_FROM_TEXT = ("qwen2_vl", "qwen2_5_vl", "llava", "llava_onevision")
 # Language models of vision-language checkpoints that are another family's, read with their
 # own classes' defaults (transformers 5.25's Qwen3VLMoeTextConfig, Qwen3VLTextConfig,
 # Glm4vMoeTextConfig) and the fields those classes fix: Qwen3-VL's are Qwen3-MoE's (top-k
@@ -422,7 +430,7 @@ def language_model_config(hf: dict) -> dict:
     if hf["model_type"] == "kimi_k25" and out["model_type"] == "kimi_k2":
         out["model_type"] = "deepseek_v3"  # (Kimi_K25Config's reading of its remote code's)
     out["tie_word_embeddings"] = hf.get("tie_word_embeddings", default_tie)
-    if hf["model_type"] in FLAT_WRAPPERS and text.get("tie_word_embeddings"):
+    if hf["model_type"] in TIE_FROM_TEXT and text.get("tie_word_embeddings"):
         out["tie_word_embeddings"] = True
     for key in ("quantization_config", "dtype", "torch_dtype"):
         if key in hf:

@@ -433,3 +433,13 @@ KIN["tiny-qwen2-vl"] = TINY["tiny-qwen2"].replace(name="tiny-qwen2-vl", bos_toke
 KIN["tiny-qwen2-5-vl"] = KIN["tiny-qwen2-vl"].replace(
     name="tiny-qwen2-5-vl", tie_word_embeddings=True
 )
+# tests/fixtures/llava, smolvlm: LLaVA's and SmolVLM's Llama language model (2 layers 64 wide,
+# 4 heads of 16 over 2 KV heads, a 128-wide SwiGLU), untied; llava_onevision, internvl:
+# tiny-qwen2-vl's, tied (by text_config, by InternVL's default).
+KIN["tiny-llava"] = KIN["tiny-qwen2-vl"].replace(
+    name="tiny-llava", model_type="llama", attention_bias=False, rms_norm_eps=1e-5,
+    rope_theta=10000.0,
+)  # fmt: skip
+KIN["tiny-smolvlm"] = KIN["tiny-llava"].replace(name="tiny-smolvlm")
+KIN["tiny-llava-onevision"] = KIN["tiny-qwen2-5-vl"].replace(name="tiny-llava-onevision")
+KIN["tiny-internvl"] = KIN["tiny-qwen2-5-vl"].replace(name="tiny-internvl")

@@ -702,6 +702,7 @@ NAME_PREFIXES = (
     ("model.", "lm_head."),
     ("model.language_model.", "lm_head."),
     ("language_model.model.", "language_model.lm_head."),
+    ("model.text_model.", "lm_head."),  # (Idefics3's, SmolVLM's)
 )
 
 

@@ -208,6 +208,11 @@ ARCHS = {
     # Qwen2-VL, Qwen2.5-VL (tied) in their wrappers: Qwen2's language model, M-RoPE for text
     "qwen2_vl": "tiny-qwen2-vl",
     "qwen2_5_vl": "tiny-qwen2-5-vl",
+    # LLaVA, SmolVLM (Llama's), LLaVA-OneVision, InternVL (Qwen2's, tied) in their wrappers
+    "llava": "tiny-llava",
+    "smolvlm": "tiny-smolvlm",
+    "llava_onevision": "tiny-llava-onevision",
+    "internvl": "tiny-internvl",
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
@@ -229,7 +234,13 @@ WRAPPED = {
     # (transformers 5.25 saves Qwen2-VL's and Qwen2.5-VL's as released: model.*, visual.*)
     "qwen2_vl": (("", ""), ("visual.",), "per_expert"),
     "qwen2_5_vl": (("", ""), ("visual.",), "per_expert"),
-}
+    # (and LLaVA's, LLaVA-OneVision's and InternVL's under transformers 4's names; SmolVLM's
+    # language model under model.text_model.)
+    **{a: (("language_model.", ""), ("vision_tower.", "multi_modal_projector.",
+           "image_newline"), "per_expert") for a in ("llava", "llava_onevision", "internvl")},
+    "smolvlm": (("model.text_model.", "model."), ("model.vision_model.", "model.connector."),
+                "per_expert"),
+}  # fmt: skip
 TOL = 2e-3
 
 

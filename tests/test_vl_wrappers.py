@@ -1,9 +1,10 @@
-"""Qwen2-VL and Qwen2.5-VL served as their language model (configs/hf_config.py
-MULTIMODAL_WRAPPERS, _VL_TEXT: Qwen2's): the fixtures' configs (transformers 5's text_config)
-and the releases' flat ones (the text fields at the top level, rope_scaling of type "mrope",
-a pre-v5 save's tie_word_embeddings in text_config) read the same; their checkpoints in
-transformers 5.25's layout (as released) and in the language_model one load alike. HF parity:
-tests/test_hf_parity.py."""
+"""Vision-language checkpoints served as their language model (configs/hf_config.py
+MULTIMODAL_WRAPPERS): Qwen2-VL and Qwen2.5-VL (_VL_TEXT: Qwen2's), LLaVA, LLaVA-NeXT,
+Idefics3 and SmolVLM (Llama's), LLaVA-OneVision and InternVL (Qwen2's). The fixtures'
+configs (text_config) and Qwen2-VL's releases' flat ones (the text fields at the top level,
+rope_scaling of type "mrope") read as the presets; the wrappers that take a pre-v5 save's
+tie_word_embeddings from text_config; Qwen2-VL's checkpoint in transformers 5.25's layout (as
+released) and in the language_model one load alike. HF parity: tests/test_hf_parity.py."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from configs.presets import get_preset
 from models.hf_loader import load_hf_params
 from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits, saved_config
 
-ARCHS = ("qwen2_vl", "qwen2_5_vl")
+ARCHS = ("qwen2_vl", "qwen2_5_vl", "llava", "llava_onevision", "internvl", "smolvlm")
 
 
 def _flat(arch: str) -> dict:
@@ -34,20 +35,42 @@ def _flat(arch: str) -> dict:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_fixture_and_release_configs_read_as_the_preset(arch):
+def test_fixture_configs_read_as_the_presets(arch):
     want = arch_fields(get_preset("tiny-" + arch.replace("_", "-")))
     assert arch_fields(config_from_hf(FIXTURES / arch)) == want
-    assert arch_fields(config_from_hf(_flat(arch))) == want
+    if arch.startswith("qwen2"):  # (their releases: flat)
+        assert arch_fields(config_from_hf(_flat(arch))) == want
+    if arch in ("llava", "smolvlm"):  # (LLaVA-NeXT's config as LLaVA's, Idefics3's as SmolVLM's)
+        other = {"llava": "llava_next", "smolvlm": "idefics3"}[arch]
+        assert arch_fields(config_from_hf({**saved_config(arch), "model_type": other})) == want
 
 
-def test_a_pre_v5_save_ties_by_its_text_config():
-    """transformers carries text_config's tie_word_embeddings to the top when the top's is
-    false (Qwen2.5-VL-3B saved by transformers 4)."""
-    hf = saved_config("qwen2_vl")
+@pytest.mark.parametrize(
+    "wrapper, carried",
+    [
+        ("qwen2_vl", True),
+        ("qwen2_5_vl", True),
+        ("llava", True),
+        ("llava_onevision", True),
+        ("llava_next", False),
+        ("smolvlm", False),
+        ("mistral3", False),
+    ],
+)
+def test_a_pre_v5_save_ties_by_its_text_config_where_transformers_carries_it(wrapper, carried):
+    """transformers' Qwen2-VL, Qwen2.5-VL, LLaVA and LLaVA-OneVision classes carry
+    text_config's tie_word_embeddings to the top when the top's is false (Qwen2.5-VL-3B
+    saved by transformers 4); the others tie by the top level alone."""
+    hf = {**saved_config("llava"), "model_type": wrapper, "tie_word_embeddings": False}
     assert not config_from_hf(hf).tie_word_embeddings
     tied = {**hf, "text_config": {**hf["text_config"], "tie_word_embeddings": True}}
-    assert config_from_hf(tied).tie_word_embeddings
-    assert not config_from_hf({**tied, "model_type": "mistral3"}).tie_word_embeddings
+    assert config_from_hf(tied).tie_word_embeddings == carried
+
+
+def test_internvl_ties_by_its_class_default():
+    hf = saved_config("internvl")
+    del hf["tie_word_embeddings"]
+    assert config_from_hf(hf).tie_word_embeddings
 
 
 def test_the_language_model_layout_loads_alike(tmp_path):
