@@ -23,6 +23,7 @@ from configs import hf_cohere as cohere
 from configs import hf_dbrx as dbrx
 from configs import hf_deepseek_v4 as v4
 from configs import hf_falcon as falcon
+from configs import hf_falcon_h1 as falcon_h1
 from configs import hf_gemma3 as gemma3
 from configs import hf_glm4 as glm4
 from configs import hf_gpt_bigcode as gpt_bigcode
@@ -83,6 +84,7 @@ _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
 _FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon, bamba, mamba)  # fmt: off
+_FAMILIES += (falcon_h1,)  # 59th
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",

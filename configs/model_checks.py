@@ -387,6 +387,16 @@ def check_linear(cfg: Any) -> None:
             "hybrid_post_norms: needs linear_attention_layers, pre_norms and no sandwich_norms "
             "(the linear layers' norms; the attention layers norm their blocks' outputs)"
         )
+    mamba2 = cfg.linear_attention_kind == "mamba2"
+    if not cfg.mamba_gated_norm and not (mamba2 and cfg.linear_attention_layers):
+        raise ValueError("mamba_gated_norm=False: only for Mamba-2 layers (Falcon-H1's)")
+    pairs = tuple(range(0, cfg.num_layers, 2)), tuple(range(1, cfg.num_layers, 2))
+    split = (tuple(cfg.no_ffn_layers), cfg.linear_attention_layers) != pairs
+    if cfg.parallel_hybrid and (cfg.num_layers % 2 or split or not mamba2):
+        raise ValueError(
+            "parallel_hybrid: needs an even num_layers, Mamba-2 (linear_attention_layers) on "
+            "the odd layers and no_ffn_layers the even ones (attention and its Mamba-2 pair)"
+        )
     if not cfg.linear_attention_layers:
         return
     if cfg.kv_window or cfg.attention_chunk_size or cfg.mtp_drafts:

@@ -125,13 +125,11 @@ class ModelConfig:
     # [K * Dh]) instead of each head's; with qk_norm.
     qk_norm_full: bool = False
     clip_qkv: float | None = None  # OLMoE: q, k and v clamped to [-clip, clip] after the norms
-    # Sliding-window attention (Mistral v0.1, Qwen with use_sliding_window): a query at
-    # position p sees keys p - sliding_window + 1 .. p (HF's `kv_idx > q_idx - window`);
-    # None: full causal attention. Layers in `full_attention_layers` take no window.
+    # Sliding-window attention (Mistral v0.1): a query at p sees keys p - sliding_window +
+    # 1 .. p; None: every earlier key. Layers in `full_attention_layers` take no window.
     sliding_window: int | None = None
     full_attention_layers: tuple[int, ...] = ()
-    # Llama 4's chunked attention (attention_chunk_size): a query at position p sees keys
-    # from the start of its chunk, floor(p / C) * C, to p; the layers in
+    # Llama 4's chunked attention: a query at p sees keys floor(p / C) * C .. p; layers in
     # full_attention_layers see every key. Not with a sliding window.
     attention_chunk_size: int | None = None
     attention_type: str = "gqa"  # one of ATTENTION_TYPES
@@ -158,23 +156,19 @@ class ModelConfig:
     attn_scale_power: float = 0.0
     # Llama 4's use_qk_norm: q and k RMS-normalized (no weight) after RoPE, on RoPE layers.
     qk_l2_norm: bool = False
-    # Mistral Large 4 (transformers' mistral_large4_text): MLA layers without RoPE (their
-    # q/k nope part takes the rope channels too; their k_pe rows cached as zeros), LeRoPE
-    # (each rope frequency times exp(alpha), alpha a learned vector: attn "rope_alpha"),
-    # and a learned per-head query scale s_h * log(position + 1) + b_h (attn "q_scale",
-    # "q_scale_bias"; the indexer's queries too).
+    # Mistral Large 4: MLA layers without RoPE (q/k nope parts take the rope channels; k_pe
+    # rows cached as zeros), LeRoPE (rope frequencies times exp of attn "rope_alpha"), a
+    # per-head query scale s_h * log(position + 1) + b_h ("q_scale", "q_scale_bias").
     nope_layers: tuple[int, ...] = ()
     learned_rope_scale: bool = False
     query_log_scale: bool = False
     # DeepSeek Sparse Attention (DeepSeek-V3.2, engine/sparse_mla.py): an MLA query attends
-    # only to the index_topk earlier keys its layer's lightning indexer scores highest
-    # (0: every key); the indexer's own key, index_head_dim wide, is cached per token.
+    # to the index_topk keys its lightning indexer scores highest (0: all); its keys cached.
     index_topk: int = 0
     index_n_heads: int = 0
     index_head_dim: int = 0
     index_rope_interleave: bool = False  # GLM-5: the indexer ropes interleaved pairs
-    # GLM-5's and Mistral Large 4's "shared" indexer layers (transformers' indexer_types):
-    # no indexer of their own; each takes the top-k of the nearest earlier layer that has one.
+    # GLM-5's, Mistral Large 4's "shared" indexer layers: the nearest earlier indexer's top-k.
     shared_indexer_layers: tuple[int, ...] = ()
     # Mistral Large 4's KV sharing (its kv_source_layers): per decoder layer, the layer whose
     # latent cache it attends to (itself: its own; empty: every layer its own). A layer
@@ -218,6 +212,12 @@ class ModelConfig:
     linear_beta_scale: float = 1.0
     linear_norm_eps: float = 0.0
     hybrid_post_norms: bool = False
+    # Falcon-H1: each HF layer's attention and Mamba-2 side by side on one normed input, as
+    # decoder layers 2i (attention, its output held back) and 2i + 1 (Mamba-2, adding both).
+    parallel_hybrid: bool = False
+    mamba_gated_norm: bool = True  # Mamba-2's RMSNorm after its gate (Falcon-H1's: none)
+    # Falcon-H1's multipliers, folded into a layer's weights on load: ((leaf path), factor).
+    load_scales: tuple[tuple[tuple[str, ...], float], ...] = ()
     # Kimi-Linear's MLA layers use their rope channels as they are (NoPE: no rotation).
     mla_unrotated: bool = False
     # Qwen3-Next's gated attention: q_proj also yields a gate per output channel, the

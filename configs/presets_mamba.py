@@ -268,3 +268,24 @@ MAMBA["mamba-codestral-7b"] = _ssm(
     linear_num_key_heads=8, linear_num_value_heads=128, linear_key_head_dim=128,
     linear_value_head_dim=64, bos_token_id=0, eos_token_ids=(2,), dtype="bfloat16",
 )  # fmt: skip
+# tests/fixtures/falcon_h1: Falcon-H1's 3 layers as 6 (attention 4 heads of 16 over 2 KV
+# heads beside Mamba-2 8 heads of 8 over 2 groups of a 16-wide state, no gated norm; a
+# 96-wide SwiGLU), its µP multipliers away from 1: the embeddings', the logits' and, folded
+# into the weights on load, its projections' (configs/hf_falcon_h1.py).
+MAMBA["tiny-falcon-h1"] = ModelConfig(
+    name="tiny-falcon-h1", model_type="falcon_h1", vocab_size=512, hidden_size=64,
+    num_layers=6, num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=96,
+    rms_norm_eps=1e-5, max_position_embeddings=2048, rope_theta=100000.0,
+    parallel_hybrid=True, linear_attention_layers=(1, 3, 5), no_ffn_layers=(0, 2, 4),
+    linear_attention_kind="mamba2", linear_num_key_heads=2, linear_num_value_heads=8,
+    linear_key_head_dim=16, linear_value_head_dim=8, linear_conv_bias=True,
+    mamba_gated_norm=False, embedding_multiplier=1.7, logit_scale=0.6,
+    load_scales=(
+        (("attn", "wq"), 1.3), (("attn", "wk"), 1.3 * 0.8), (("attn", "wv"), 1.3),
+        (("attn", "wo"), 0.7), (("linear", "wz"), 1.2 * 0.5), (("linear", "wv"), 1.2 * 1.5),
+        (("linear", "wk"), 1.2 * 0.75), (("linear", "wq"), 1.2 * 1.25),
+        (("linear", "wa"), 1.2 * 2.0), (("linear", "wo"), 0.9), (("mlp", "w_gate"), 1.1),
+        (("mlp", "w_down"), 0.85),
+    ),
+    bos_token_id=1, eos_token_ids=(2,),
+)  # fmt: skip

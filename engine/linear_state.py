@@ -108,6 +108,8 @@ def check_model_engine(
     page_size = prefix[3]
     if cfg.model_type == "nemotron_h" and lora:  # (PEFT names its blocks, not our layers)
         raise ValueError("enable_lora: not supported for nemotron_h yet")
+    if cfg.parallel_hybrid and lora:  # (PEFT names its layers, each two of ours)
+        raise ValueError("enable_lora: not supported for falcon_h1 yet")
     if cfg.attention_free and lora:  # (no attention or MLP projection to adapt)
         raise ValueError(f"enable_lora: not supported for {cfg.model_type} (Mamba's mixers) yet")
     if not cfg.is_dsv4:

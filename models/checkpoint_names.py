@@ -478,6 +478,29 @@ def _nemotron_h_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:
     return names
 
 
+def _falcon_h1_names(cfg: ModelConfig) -> dict[str, HFTensor]:
+    """Falcon-H1: HF layer j is decoder layers 2j (its attention, under self_attn) and 2j + 1
+    (its Mamba-2 mixer, under mamba, and its feed_forward MLP); its input_layernorm is the
+    first's attn_norm (the second reads its output: ModelConfig.parallel_hybrid),
+    pre_ff_layernorm the MLP's norm."""
+    d, v = cfg.hidden_size, cfg.vocab_size
+    names = {
+        "model.embed_tokens.weight": HFTensor((v, d), (("embed",),), "copy"),
+        "model.final_layernorm.weight": _vector(d, ("final_norm",)),
+    }
+    if not cfg.tie_word_embeddings:
+        names["lm_head.weight"] = _linear(v, d, ("lm_head",))
+    for j in range(cfg.num_layers // 2):
+        pre, attn, mixer = f"model.layers.{j}", ("layers", 2 * j), ("layers", 2 * j + 1)
+        names[f"{pre}.input_layernorm.weight"] = _vector(d, attn + ("attn_norm",))
+        names[f"{pre}.pre_ff_layernorm.weight"] = _vector(d, mixer + ("mlp_norm",))
+        names.update(_attn_names(cfg, f"{pre}.self_attn", attn + ("attn",), 2 * j))
+        names.update(linear_attn_names(cfg, f"{pre}.mamba", mixer + ("linear",)))
+        f = cfg.intermediate_size
+        names.update(_mlp_names(d, f, f"{pre}.feed_forward", mixer + ("mlp",)))
+    return names
+
+
 def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict[str, HFTensor]:
     """Every tensor an HF checkpoint of `cfg` must hold -> expected shape and params target."""
     if expert_layout not in EXPERT_LAYOUTS:
@@ -488,6 +511,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         return _longcat_names(cfg, expert_layout)
     if cfg.model_type in BACKBONE_TYPES:
         return _nemotron_h_names(cfg, expert_layout)
+    if cfg.parallel_hybrid:
+        return _falcon_h1_names(cfg)
     if cfg.model_type == "dbrx":
         return _dbrx_names(cfg)
     d, v = cfg.hidden_size, cfg.vocab_size

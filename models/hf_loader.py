@@ -578,10 +578,32 @@ def load_hf_params(model_dir: str | Path, cfg: ModelConfig) -> dict:
         else:
             leaves[path] = QuantizedWeight(data, scale, *layouts[path], our_block(block))
     params = _build_tree(specs, leaves)
+    if cfg.load_scales:
+        _fold_scales(params, cfg.load_scales)
     if cfg.quantization:
         block = our_block(cfg.quantization_block)
         params = quantize_params(params, block, cfg.quantization_skip, cfg=cfg)
     return params
+
+
+def _fold_scales(params: dict, scales) -> None:
+    """ModelConfig.load_scales, in place: each decoder layer's leaf at a path (where the layer
+    has it) times its factor, in float32, rounded once to its dtype (Falcon-H1's multipliers
+    of its projections' inputs or outputs; a Linear's input times a scalar is its weight's)."""
+    for layer in params["layers"]:
+        for path, factor in scales:
+            node = layer
+            for key in path[:-1]:
+                node = node.get(key, {})
+            leaf = node.get(path[-1])
+            if leaf is None:
+                continue
+            if not isinstance(leaf, np.ndarray):
+                raise ValueError(
+                    f"load_scales: {'.'.join(path)} is held quantized; a quantized checkpoint "
+                    "of a model whose multipliers fold into its weights is not supported"
+                )
+            node[path[-1]] = (leaf.astype(np.float32) * np.float32(factor)).astype(leaf.dtype)
 
 
 def _path_name(path: Path_) -> str:

@@ -449,6 +449,8 @@ def _mamba_output(p: dict, o: jax.Array, v: jax.Array, x: jax.Array, cfg: ModelC
     weight. o, v [T, Hv, dv] -> [T, Hv, dv] in x's dtype."""
     y = o + p["D"].astype(jnp.float32)[:, None] * v.astype(jnp.float32)
     z = jnp.einsum("td,dhk->thk", x, p["wz"]).astype(jnp.float32)
+    if not cfg.mamba_gated_norm:  # Falcon-H1: the gate alone (its scan's output, cast)
+        return (y.astype(x.dtype) * jax.nn.silu(z.astype(x.dtype))).astype(x.dtype)
     y = y * jax.nn.silu(z)
     grouped = y.reshape(y.shape[0], cfg.linear_num_key_heads, -1)  # [T, G, Hv/G * dv]
     normed = grouped * jax.lax.rsqrt(row_mean(grouped * grouped)[..., None] + cfg.rms_norm_eps)

@@ -151,10 +151,11 @@ def mamba2_names(cfg: ModelConfig, m: str, li: Path_) -> dict[str, HFTensor]:
     names = {
         f"{m}.in_proj.weight": HFTensor((hv * dv + conv + hv, d), rows, "grouped"),
         f"{m}.conv1d.weight": HFTensor((conv, 1, taps), tuple(li + (c,) for c in convs), "grouped"),
-        f"{m}.norm.weight": _vector(hv * dv, li + ("norm",)),
         f"{m}.out_proj.weight": _linear(d, hv * dv, li + ("wo",)),
         **{f"{m}.{leaf}": _vector(hv, li + (leaf,)) for leaf in ("A_log", "D", "dt_bias")},
     }
+    if cfg.mamba_gated_norm:  # (Falcon-H1's mixers have none)
+        names[f"{m}.norm.weight"] = _vector(hv * dv, li + ("norm",))
     if cfg.linear_conv_bias:
         biases = tuple(li + (c + "_bias",) for c in convs)
         names[f"{m}.conv1d.bias"] = HFTensor((conv,), biases, "grouped")

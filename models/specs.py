@@ -274,13 +274,14 @@ def _linear_specs(cfg: ModelConfig, dt, w) -> dict:
             "conv_k_bias": ParamSpec((hk, dk), dt, ("linear_k_heads", None), zeros),
             "conv_v_bias": ParamSpec((hv, dv), dt, hv_dv[1:], zeros),
         }
-        return {k: v for k, v in specs.items() if k != "wb"} | {
+        norm = {"norm": ParamSpec((hv, dv), dt, hv_dv[1:], ones)}  # per channel, per group
+        return {k: v for k, v in specs.items() if k not in ("wb", "norm")} | {
             **(biases if cfg.linear_conv_bias else {}),
             "wz": ParamSpec((d, hv, dv), dt, vh, w),
             "wa": ParamSpec((d, hv), dt, ("embed", "linear_v_heads"), w),
             "dt_bias": ParamSpec((hv,), dt, ("linear_v_heads",), ones),
             "D": ParamSpec((hv,), dt, ("linear_v_heads",), ones),
-            "norm": ParamSpec((hv, dv), dt, hv_dv[1:], ones),  # per channel, normed per group
+            **(norm if cfg.mamba_gated_norm else {}),  # (Falcon-H1's: none)
         }
     if cfg.linear_attention_kind == "kimi_delta" and cfg.kda_full_rank:  # (Ling 2.5's)
         return specs | {
@@ -451,6 +452,8 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
     post_normed = cfg.hybrid_post_norms and not cfg.is_linear_layer(i)
     pre_normed = cfg.pre_norms and not post_normed
     layer = {"attn_norm": ParamSpec((d,), dt, ("embed",), norm)} if pre_normed else {}
+    if cfg.parallel_hybrid and cfg.is_linear_layer(i):  # (Falcon-H1: its pair's normed input)
+        del layer["attn_norm"]
     if cfg.is_linear_layer(i):
         layer["linear"] = _linear_specs(cfg, dt, w)
     else:

@@ -139,6 +139,9 @@ def decoder_layer(
     x_in = x  # (GPT-NeoX's MLP reads its own norm of the layer's input)
     normed = "attn_norm" in layer or cfg.norm_weightless  # (OLMo 1: norms without weights)
     h = model_norm(x.astype(dtype), layer.get("attn_norm"), cfg, bias) if normed else x
+    pair = cfg.parallel_hybrid and shortcut is not None  # (Falcon-H1: attention, Mamba-2)
+    if pair and "linear" in layer:  # (the pair's second: the first's normed input, no norm)
+        h = shortcut.pop("h")
     if "linear" in layer:  # a gated DeltaNet: its own output projection
         # Every row of the step on each device (dp splits the stream by rows, and a
         # sequence's recurrence needs all of its rows, in order): gathered once here.
@@ -150,6 +153,11 @@ def decoder_layer(
         if inputs.gate is not None:  # Qwen3-Next's gated attention (Laguna's: softplus)
             o = o * output_gate(inputs.gate, cfg)
         mixed = attn_output(layer["attn"], o, delta)
+    if pair:
+        if "linear" not in layer:  # (its output and input wait for the next layer)
+            shortcut.update(attn=mixed, h=h)
+            return x, kv_i
+        mixed = mixed + shortcut.pop("attn")
     kind = 1 if "linear" in layer else 0
     x = pin(
         _joined(x, h, _scaled(mixed, layer.get("attn_post_norm"), cfg), cfg, kind, i),

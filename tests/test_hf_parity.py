@@ -198,6 +198,8 @@ ARCHS = {
     "mamba": "tiny-mamba",
     "falcon_mamba": "tiny-falcon-mamba",
     "mamba2": "tiny-mamba2",
+    # Falcon-H1: attention beside Mamba-2 in every layer, its µP multipliers folded on load
+    "falcon_h1": "tiny-falcon-h1",
     "biogpt": "tiny-biogpt",  # BioGPT: OPT's layers, token embeddings times sqrt(hidden)
     "xglm": "tiny-xglm",  # XGLM: BioGPT's with fairseq's sinusoidal positions, computed
     # ALiBi, no RoPE: BLOOM's slopes for 6 heads (its embeddings LayerNormed), MPT's,

@@ -255,7 +255,7 @@ def test_kda_pair_decays_over_sub_chunks_equal_each_pair_weighed_alone():
     [
         *("qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid", "bailing_hybrid"),
         *("lfm2_moe", "jamba", "minimax", "lfm3", "olmo_hybrid", "lara_mini"),
-        *("falcon_mamba", "mamba2"),
+        *("falcon_mamba", "mamba2", "falcon_h1"),
     ],
 )
 def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
@@ -272,8 +272,9 @@ def test_engine_matches_hf_with_chunks_reused_state_rows_and_preemption(arch):
     global and windowed attention: state rows and the window's own pool together), OLMo
     Hybrid (gated DeltaNet with beta up to 2, its layers' inputs normed, beside attention
     layers without positions that norm their outputs), Lara Mini (gated DeltaNet beside
-    windowed and global attention, experts on every layer), and without attention Falcon
-    Mamba (Mamba-1) and Mamba-2 (pages that hold nothing, still bounding the admissions)."""
+    windowed and global attention, experts on every layer), Falcon-H1 (attention beside
+    Mamba-2 in each layer: pairs of ours), and without attention Falcon Mamba (Mamba-1) and
+    Mamba-2 (pages that hold nothing, still bounding the admissions)."""
     fixture = FIXTURE.parent / arch
     ref = json.loads((fixture / "reference.json").read_text())
     # (56 tokens at most: the longest sequence's 49 fit, and a page table of one KV block
