@@ -53,7 +53,7 @@ def _multipliers(f: Any, key: str, n: int) -> list[float]:
 def fields(f: Any, model_type: str) -> dict:
     """ModelConfig's layer, mixer and multiplier fields of a Falcon-H1 config; `f` is
     hf_config._Fields."""
-    from configs.hf_nemotron_h import dt_limit
+    from configs.hf_granite import mamba2_fields
 
     for key in ("attention_bias", "mlp_bias", "mamba_proj_bias", "projectors_bias"):
         if f.get(key):
@@ -69,14 +69,6 @@ def fields(f: Any, model_type: str) -> dict:
     layers, hidden = f.required("num_hidden_layers"), f.required("hidden_size")
     heads = f.required("num_attention_heads")
     inner = f.get("mamba_d_ssm") or f.required("mamba_expand") * hidden
-    mamba_heads = f.required("mamba_n_heads")
-    head_dim = f.get("mamba_d_head")
-    head_dim = inner // mamba_heads if head_dim == "auto" else head_dim
-    if head_dim * mamba_heads != inner:
-        raise ValueError(
-            f"HF config mamba_d_head={head_dim}: mamba_n_heads={mamba_heads} of it must make "
-            f"the mixer's {inner} channels"
-        )
     gate, down = _multipliers(f, "mlp_multipliers", 2)
     z, x, b, c, dt = _multipliers(f, "ssm_multipliers", 5)
     ssm_in, attn_in = float(f.get("ssm_in_multiplier")), float(f.get("attention_in_multiplier"))
@@ -100,16 +92,8 @@ def fields(f: Any, model_type: str) -> dict:
         num_kv_heads=f.get("num_key_value_heads") or heads,
         head_dim=f.hf.get("head_dim") or hidden // heads,
         parallel_hybrid=True,
-        linear_attention_layers=tuple(range(1, 2 * layers, 2)),
         no_ffn_layers=tuple(range(0, 2 * layers, 2)),
-        linear_attention_kind="mamba2",
-        linear_num_key_heads=f.required("mamba_n_groups"),
-        linear_num_value_heads=mamba_heads,
-        linear_key_head_dim=f.required("mamba_d_state"),
-        linear_value_head_dim=head_dim,
-        linear_conv_kernel=f.required("mamba_d_conv"),
-        linear_conv_bias=bool(f.get("mamba_conv_bias")),
-        mamba_dt_limit=dt_limit(f.get("time_step_limit")),
+        **mamba2_fields(f, tuple(range(0, 2 * layers, 2)), 2 * layers, inner),
         mamba_gated_norm=gated_norm,
         embedding_multiplier=float(f.get("embedding_multiplier")),
         logit_scale=float(f.get("lm_head_multiplier")),

@@ -218,19 +218,23 @@ def _hybrid_fields(f: Any) -> dict:
     )
 
 
-def mamba2_fields(f: Any, attention: tuple[int, ...]) -> dict:
-    """The Mamba-2 layers of a hybrid whose layers but `attention` are Mamba-2 mixers with
-    Bamba's fields (mamba_n_heads, mamba_d_head, mamba_n_groups, mamba_d_state, mamba_d_conv,
-    mamba_expand, mamba_conv_bias, time_step_limit): Granite 4.0's, Bamba's."""
-    num_layers, hidden = f.required("num_hidden_layers"), f.required("hidden_size")
+def mamba2_fields(
+    f: Any, attention: tuple[int, ...], num_layers: int | None = None, inner: int | None = None
+) -> dict:
+    """The Mamba-2 layers of a hybrid whose `num_layers` layers (num_hidden_layers) but
+    `attention` are Mamba-2 mixers with Bamba's fields (mamba_n_heads, mamba_d_head,
+    mamba_n_groups, mamba_d_state, mamba_d_conv, mamba_expand, mamba_conv_bias,
+    time_step_limit), `inner` channels (mamba_expand x hidden_size): Granite 4.0's, Bamba's,
+    Falcon-H1's."""
+    num_layers = num_layers or f.required("num_hidden_layers")
     heads = f.required("mamba_n_heads")
-    inner = f.required("mamba_expand") * hidden
+    inner = inner or f.required("mamba_expand") * f.required("hidden_size")
     head_dim = f.get("mamba_d_head")
     head_dim = inner // heads if head_dim == "auto" else head_dim
     if not isinstance(head_dim, int) or head_dim * heads != inner:
         raise ValueError(
             f"HF config mamba_d_head={head_dim!r}: mamba_n_heads={heads} of it must make "
-            f"mamba_expand x hidden_size = {inner}"
+            f"the mixer's {inner} channels"
         )
     return dict(
         linear_attention_layers=tuple(i for i in range(num_layers) if i not in attention),
