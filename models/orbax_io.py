@@ -45,10 +45,15 @@ def config_from_dict(d: dict) -> ModelConfig:
             d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
         for f in dataclasses.fields(ModelConfig):  # its tuple fields, stored as lists
             if f.name in d and isinstance(f.default, tuple):
-                d[f.name] = tuple(d[f.name])
+                d[f.name] = tuple(_tuples(v) for v in d[f.name])  # (not iterable: TypeError)
         return ModelConfig(**d)
     except TypeError as e:
         raise ValueError(f"config: {e}") from e
+
+
+def _tuples(x: Any) -> Any:
+    """JSON's lists as tuples, at every depth (load_scales: ((path), factor) pairs)."""
+    return tuple(_tuples(v) for v in x) if isinstance(x, list) else x
 
 
 def _named_leaves(tree: Any) -> dict[str, Any]:

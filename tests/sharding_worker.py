@@ -57,6 +57,9 @@ LAYOUTS = [
     # LongCat-Flash: MLA heads over tp, the shortcut MoE's experts over ep, the copies of
     # its zero-computation experts exchanged at weight 0 beside the routed ones.
     ("longcat_flash", "tp=2,ep=2"),
+    # Falcon Mamba (no attention): Mamba-1's channels, their convs, scan states and dt_proj
+    # over tp, x_proj's and out_proj's sums across the shards; no heads to split.
+    ("falcon_mamba", "tp=2"),
 ]
 # The archs also run on one device in the same process, their logprobs and expert loads the
 # sharded runs' reference (the acceptance list's); the others' is the HF fixture.
@@ -126,11 +129,13 @@ def _generate(llm, prompts) -> dict:
 def _param_specs(llm) -> dict:
     """Where a few weights landed, to check that the mesh really splits them."""
     layers = [x for x in llm.params["layers"] if "attn" in x]  # (not a DeltaNet layer)
-    layer = next((x for x in layers if "moe" in x), layers[0])
-    wo = "wq_b" if "wq_b" in layer["attn"] and "wo" not in layer["attn"] else "wo"
-    picks = {f"attn.{wo}": layer["attn"][wo]}  # (DeepSeek-V4's heads: in its wq_b)
-    if "moe" in layer:
-        picks["moe.w_up"] = layer["moe"]["w_up"]
+    picks = {}
+    if layers:  # (none in a model without attention)
+        layer = next((x for x in layers if "moe" in x), layers[0])
+        wo = "wq_b" if "wq_b" in layer["attn"] and "wo" not in layer["attn"] else "wo"
+        picks[f"attn.{wo}"] = layer["attn"][wo]  # (DeepSeek-V4's heads: in its wq_b)
+        if "moe" in layer:
+            picks["moe.w_up"] = layer["moe"]["w_up"]
     linear = [x["linear"] for x in llm.params["layers"] if "linear" in x]
     if linear:  # (a DeltaNet's or Mamba-2's value heads)
         picks["linear.wv"] = linear[0]["wv"]
