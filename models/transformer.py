@@ -132,7 +132,9 @@ def decoder_layer(
     # time, inside the step; a no-op for float weights.
     # (A float32 stream, ModelConfig.residual_in_float32: the block reads it in the model
     # dtype, its norm's.)
-    dtype = layer["attn_norm"].dtype if cfg.residual_in_float32 else x.dtype
+    dtype = x.dtype
+    if cfg.residual_in_float32:
+        dtype = layer["attn_norm"].dtype if "attn_norm" in layer else jnp.dtype(cfg.dtype)
     layer = dequantize_tree(layer, dtype)
     delta = delta or make_delta(None, None)
     bias = layer.get("attn_norm_bias")  # (Phi-3.5-MoE's LayerNorms)

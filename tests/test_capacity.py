@@ -350,9 +350,12 @@ def test_a_tp_the_engine_cannot_split_by_is_refused():
         capacity("llama-3.1-8b", 4096, tp=3, hbm_gib=80.0)
     with pytest.raises(ValueError, match=r"tp=64: .*does not divide num_heads"):
         capacity("tiny-llama", 64, tp=64, hbm_gib=1.0)
-    # 3 divides tiny-llama's 6 heads but not its 512-token vocabulary, which tp splits.
-    with pytest.raises(ValueError, match=r"tp=3: .*'vocab' of size 512 is split over mesh"):
-        capacity("tiny-llama", 64, tp=3, hbm_gib=1.0)
+    # 3 divides tiny-llama's 6 heads but not an MLP 190 wide, which tp splits (its
+    # 512-token vocabulary, which 3 does not divide either, stays whole on each device).
+    odd = get_preset("tiny-llama").replace(intermediate_size=190)
+    with pytest.raises(ValueError, match=r"tp=3: .*'mlp' of size 190 is split over mesh"):
+        capacity(odd, 64, tp=3, hbm_gib=1.0)
+    assert capacity("tiny-llama", 64, tp=3, hbm_gib=1.0).tp == 3
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
