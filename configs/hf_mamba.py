@@ -6,7 +6,7 @@ Every layer is one block: an RMSNorm, the mixer, the residual; no attention, no 
 (ModelConfig: every layer in linear_attention_layers and no_ffn_layers, so the engine keeps
 a state per sequence and no KV page: engine/kv_budget.py). Mamba-1's mixer is Jamba's
 (linear_attention_kind "mamba1") without the RMSNorms of dt, B and C, or, Falcon Mamba's,
-with them but without weights (eps mixer_rms_eps: ModelConfig.linear_norm_eps; mamba1_norms);
+with them but without weights (eps mixer_rms_eps: linear_norm_eps; ModelConfig.mamba1_norms);
 Mamba-2's is Nemotron-H's ("mamba2": the same names under "backbone."). No positions:
 max_position_embeddings, which these configs do not have, is only the default max_model_len
 (vLLM's 2,048 when a config names no length); a longer one may be asked for.
@@ -45,12 +45,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     ),
 }
 # fmt: on
-
-
-def mamba1_norms(model_type: str) -> str:
-    """Mamba-1's RMSNorms of x_proj's dt, B and C: "weighted" (Jamba's), "plain" (Falcon
-    Mamba's, without weights) or "none" (the first Mamba's)."""
-    return {"jamba": "weighted", FALCON_MAMBA: "plain"}.get(model_type, "none")
 
 
 def fields(f: Any, model_type: str) -> dict:

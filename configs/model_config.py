@@ -186,29 +186,24 @@ class ModelConfig:
     linear_value_head_dim: int = 0
     linear_conv_kernel: int = 4
     # Which rule those layers run: "gated_delta" (Qwen3's gated DeltaNet: a decay per value
-    # head, the output gated by silu(z)) or "kimi_delta" (Kimi-Linear's KDA: a decay per
-    # key channel from a low-rank forget gate, the output by sigmoid of a low-rank gate;
-    # as many key heads as value heads, dk == dv).
-    # "mamba2" (Nemotron-H's Mamba-2 layers, the same recurrence without the delta rule's
-    # correction: S_t = exp(-exp(A_log) dt_t) S_{t-1} + B_t (dt_t x_t)^T, y_t = S_t^T C_t +
-    # D x_t, dt_t = softplus(x W_dt + dt_bias) clamped to mamba_dt_limit; B and C per group
-    # (the "key" heads, ssm_state_size wide), x per head; the conv has a bias; the output
-    # RMS-normed per group of heads after the silu(z) gate). "short_conv" (LFM2's gated
-    # short convolution, no recurrence: y = C * conv(B * x) with B, C, x projections of the
-    # token and a causal depthwise conv of linear_conv_kernel taps; no heads). "mamba1"
-    # (Jamba's Mamba layers: Mamba-2's recurrence with a decay per state channel,
-    # exp(dt_t A) with A [Hv, dk]: each of the Hv = d_inner channels a value head of width 1,
-    # B and C one shared key head of ssm_state_size; dt from a mamba_dt_rank projection).
-    # "lightning" (MiniMax-01's lightning attention: S_t = lambda S_{t-1} + k_t v_t^T,
-    # o_t = S_t^T q_t, q, k, v = silu of one projection per head, no conv, lambda a fixed
-    # decay per head and layer; the output RMS-normed over all heads, times sigmoid of a
-    # gate; as many key heads as value heads, dk == dv).
+    # head, the output gated by silu(z)) or "kimi_delta" (Kimi-Linear's KDA: a decay per key
+    # channel from a low-rank forget gate, a sigmoid output gate; Hk = Hv, dk == dv).
+    # "mamba2" (Nemotron-H's Mamba-2: the recurrence without the delta rule's correction,
+    # S_t = exp(-exp(A_log) dt_t) S_{t-1} + B_t (dt_t x_t)^T, y_t = S_t^T C_t + D x_t, dt
+    # clamped to mamba_dt_limit; B and C per group, the "key" heads; the output RMS-normed
+    # per group after the silu(z) gate). "short_conv" (LFM2's: y = C * conv(B * x), no
+    # recurrence, no heads). "mamba1" (Mamba-1: a decay per state channel, exp(dt_t A),
+    # each of the Hv channels a value head of width 1, B and C one shared key head; dt of
+    # rank mamba_dt_rank; its dt / B / C RMSNorms: mamba1_norms).
+    # "lightning" (MiniMax-01's: S_t = lambda S_{t-1} + k_t v_t^T, o_t = S_t^T q_t, a fixed
+    # decay per head and layer, no conv; the output normed over all heads, sigmoid-gated).
     linear_attention_kind: str = "gated_delta"
     mamba_dt_rank: int = 0
     linear_conv_bias: bool = False
     mamba_dt_limit: tuple[float, float] = (0.0, math.inf)
     # OLMo Hybrid: gated DeltaNet's beta times linear_beta_scale (2), its gated norm's eps (0:
-    # rms_norm_eps); hybrid_post_norms: attention layers norm block outputs, linear ones inputs
+    # rms_norm_eps; Falcon Mamba's dt / B / C norms'); hybrid_post_norms: attention layers
+    # norm block outputs, linear ones inputs
     linear_beta_scale: float = 1.0
     linear_norm_eps: float = 0.0
     hybrid_post_norms: bool = False
@@ -737,6 +732,12 @@ class ModelConfig:
     def attention_free(self) -> bool:
         """No decoder layer attends (Mamba, Mamba-2): KV pages hold nothing, positions unused."""
         return len(self.linear_attention_layers) == self.num_layers
+
+    @property
+    def mamba1_norms(self) -> str:
+        """Mamba-1's RMSNorms of x_proj's dt, B and C: "weighted" (Jamba's), "plain" (Falcon
+        Mamba's, without weights, eps linear_norm_eps) or "none" (the first Mamba's)."""
+        return {"jamba": "weighted", "falcon_mamba": "plain"}.get(self.model_type, "none")
 
     @property
     def norm_offset(self) -> float:

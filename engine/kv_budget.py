@@ -114,8 +114,6 @@ def pools_from_budget(
         budget -= kv_pool_bytes(cfg, 0, window_num_pages, page_size, kv_dtype)
     # One page of the main pool (without the windowed pool's share), per token rounded up
     # (DeepSeek-V4's entry pages hold less than a byte a token for some widths).
-    page = kv_pool_bytes(cfg, 1, None if window_num_pages is None else 0, page_size, kv_dtype)
-    per_token = -(-page // page_size)
     if cfg.attention_free:  # (its pages hold nothing: the states are all it keeps)
         if budget < 0:
             raise ValueError(
@@ -124,6 +122,8 @@ def pools_from_budget(
                 "memory budget holds"
             )
         return max_num_seqs * pages_per_seq, None
+    page = kv_pool_bytes(cfg, 1, None if window_num_pages is None else 0, page_size, kv_dtype)
+    per_token = -(-page // page_size)
     num_pages = min(
         pages_for_budget(budget, per_token, page_size),
         max_num_seqs * pages_per_seq,

@@ -43,7 +43,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs.hf_mamba import mamba1_norms
 from configs.model_config import ModelConfig
 from models.layers import rms_norm
 from models.reductions import narrow_product, row_mean, row_sum
@@ -450,7 +449,7 @@ def _mamba_output(p: dict, o: jax.Array, v: jax.Array, x: jax.Array, cfg: ModelC
     y = o + p["D"].astype(jnp.float32)[:, None] * v.astype(jnp.float32)
     z = jnp.einsum("td,dhk->thk", x, p["wz"]).astype(jnp.float32)
     if not cfg.mamba_gated_norm:  # Falcon-H1: the gate alone (its scan's output, cast)
-        return (y.astype(x.dtype) * jax.nn.silu(z.astype(x.dtype))).astype(x.dtype)
+        return y.astype(x.dtype) * jax.nn.silu(z.astype(x.dtype))
     y = y * jax.nn.silu(z)
     grouped = y.reshape(y.shape[0], cfg.linear_num_key_heads, -1)  # [T, G, Hv/G * dv]
     normed = grouped * jax.lax.rsqrt(row_mean(grouped * grouped)[..., None] + cfg.rms_norm_eps)
@@ -480,7 +479,7 @@ def mamba1(
 ) -> tuple[jax.Array, tuple]:
     """Mamba-1 as Jamba's layer (transformers' JambaMambaMixer; MambaMixer, FalconMambaMixer),
     x [T, D] -> ([T, D], state): the causal conv (bias, SiLU) of in_proj's x half, dt / B /
-    C from x_proj each RMS-normed (configs.hf_mamba.mamba1_norms),
+    C from x_proj each RMS-normed (ModelConfig.mamba1_norms),
     dt = softplus(dt_proj(dt) + bias), then per channel h and state channel n the selective
     scan S_t = exp(dt_t A) S_{t-1} + B_t dt_t x_t (A = -exp(A_log) [Hv, N]): delta_rule's
     Mamba form with each channel a value head of width 1 and B, C one shared key head (a
@@ -491,7 +490,7 @@ def mamba1(
     before = _prior(conv, seg)
     xc, new_conv = _causal_conv(xin, p["conv_v"], before, seg, p.get("conv_v_bias"))
     # dt, B and C RMS-normed with Jamba's weights, Falcon Mamba's without, or not at all.
-    norms = mamba1_norms(cfg.model_type)
+    norms = cfg.mamba1_norms
     eps = cfg.linear_norm_eps or cfg.rms_norm_eps
 
     def normed(w: str, n: str) -> jax.Array:

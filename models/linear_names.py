@@ -6,7 +6,6 @@ ModelConfig.is_linear_layer names)."""
 
 from __future__ import annotations
 
-from configs.hf_mamba import mamba1_norms
 from configs.model_config import ModelConfig
 from models.hf_tensors import HFTensor, Path_
 from models.hf_tensors import linear as _linear
@@ -100,7 +99,7 @@ def _mamba1_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTensor]:
         f"{pre}.D": _vector(hv, at + ("D",)),
         f"{pre}.out_proj.weight": _linear(d, hv, at + ("wo",)),
     }
-    if mamba1_norms(cfg.model_type) == "weighted":  # (Falcon Mamba's have no weights)
+    if cfg.mamba1_norms == "weighted":  # (Falcon Mamba's have no weights)
         for x, width in (("dt", r), ("b", n), ("c", n)):
             names[f"{pre}.{x}_layernorm.weight"] = _vector(width, at + (f"{x}_norm",))
     if cfg.linear_conv_bias:

@@ -64,7 +64,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs.hf_mamba import mamba1_norms
 from configs.model_config import GATELESS_MLP_ACTS, ModelConfig
 from models import quantization as quant
 
@@ -222,10 +221,10 @@ def _mamba1_specs(cfg: ModelConfig, dt, w) -> dict:
     }
     if cfg.linear_conv_bias:
         s["conv_v_bias"] = ParamSpec((hv,), dt, (vh,), zeros)
-    if mamba1_norms(cfg.model_type) == "weighted":  # (Jamba's)
+    if cfg.mamba1_norms == "weighted":  # (Jamba's)
         s |= {
-            f"{x}_norm": ParamSpec((w,), dt, (None,), ones)
-            for x, w in (("dt", r), ("b", n), ("c", n))
+            f"{x}_norm": ParamSpec((k,), dt, (None,), ones)
+            for x, k in (("dt", r), ("b", n), ("c", n))
         }
     return s
 

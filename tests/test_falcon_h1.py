@@ -39,10 +39,6 @@ def test_class_defaults_count_as_transformers_counts_them(hf, total):
     assert count_params(config_from_hf(hf, dtype="bfloat16")) == (total, total)
 
 
-def _logits(cfg, params, prompt) -> np.ndarray:
-    return last_prefill_logits(cfg, params, prompt)
-
-
 def test_every_multiplier_and_the_parallel_pair_move_the_logits():
     """Read with one multiplier at 1 (each of the twelve folded ones, the embeddings', the
     logits') or with the pair run one after the other (the attention's output joining the
@@ -52,7 +48,7 @@ def test_every_multiplier_and_the_parallel_pair_move_the_logits():
     hf = saved_config("falcon_h1")
     cfg = config_from_hf(hf)
     prompt = [int(t) for t in np.random.default_rng(0).integers(3, 500, 33)]
-    want = _logits(cfg, load_hf_params(FIXTURE, cfg), prompt)
+    want = last_prefill_logits(cfg, load_hf_params(FIXTURE, cfg), prompt)
     changes = [{k: 1.0} for k in ("embedding_multiplier", "lm_head_multiplier")]
     changes += [{"ssm_multipliers": [1.0 if i == j else m for j, m in enumerate(
         hf["ssm_multipliers"])]} for i in range(5)]  # fmt: skip
@@ -66,10 +62,12 @@ def test_every_multiplier_and_the_parallel_pair_move_the_logits():
         other = config_from_hf({**hf, **change})
         folded = other.replace(load_scales=cfg.load_scales) == cfg  # (the same forward)
         params = load_hf_params(FIXTURE, other)
-        moved = np.abs(_logits(cfg if folded else other, params, prompt) - want).max()
+        moved = np.abs(last_prefill_logits(cfg if folded else other, params, prompt) - want).max()
         assert moved > 2e-3, change
     params = load_hf_params(FIXTURE, cfg)
-    serial = np.abs(_logits(cfg.replace(parallel_hybrid=False), params, prompt) - want).max()
+    serial = np.abs(
+        last_prefill_logits(cfg.replace(parallel_hybrid=False), params, prompt) - want
+    ).max()
     assert serial > 2e-3
 
 
