@@ -131,15 +131,16 @@ def test_bad_adapters_and_arguments_are_refused_before_anything_is_queued(llm2, 
     bad = _bad_adapter(tmp_path, use_dora=True)
     with pytest.raises(ValueError, match="use_dora=True: not supported"):
         llm2.generate(PROMPTS[0], sp, LoRARequest("x", 9, bad))
-    with pytest.raises(ValueError, match="lora_int_id=1: already names adapter 'a'"):
-        llm2.generate(PROMPTS[0], sp, LoRARequest("other", 1, str(LORA / "adapter_b")))
     with pytest.raises(ValueError, match="lora_request: 2 given for 3 prompts"):
         llm2.generate(PROMPTS, sp, [A, B])
     with pytest.raises(ValueError, match="lora_int_id=0: must be an int >= 1"):
         LoRARequest("x", 0, "p")
     assert llm2.stats()["num_waiting"] == 0 and not llm2.has_unfinished()
-    # Still serves.
+    # Still serves; then another adapter under the id it serves is refused.
     _check(llm2.generate(PROMPTS, SamplingParams(max_tokens=N), A), [A] * 3)
+    with pytest.raises(ValueError, match="lora_int_id=1: already names adapter 'a'"):
+        llm2.generate(PROMPTS[0], sp, LoRARequest("other", 1, str(LORA / "adapter_b")))
+    assert llm2.stats()["num_waiting"] == 0 and not llm2.has_unfinished()
 
 
 @pytest.mark.parametrize(
