@@ -1,5 +1,5 @@
 """Rhymes' Aria language model (transformers 5.25's aria_text; served alone from an "aria"
-checkpoint, its vision tower not read: hf_config.MULTIMODAL_WRAPPERS), read whole.
+checkpoint, its vision tower not read: hf_wrappers.MULTIMODAL_WRAPPERS), read whole.
 
 Llama's attention and RoPE; an MoE on every layer: the top `moe_topk` of
 `moe_num_experts` router logits, softmaxed among themselves (gpt-oss's rule without its

@@ -1,7 +1,7 @@
 """Every tensor of a Hugging Face checkpoint the loader (models/hf_loader.py) reads: its name,
 expected shape and the params leaves it fills (`hf_tensor_names`), per family; where a
 checkpoint keeps them (the "model." / "lm_head." prefixes of a causal LM, or a multimodal
-wrapper's: configs/hf_config.py MULTIMODAL_WRAPPERS); and Mistral's own names, in which
+wrapper's: configs/hf_wrappers.py MULTIMODAL_WRAPPERS); and Mistral's own names, in which
 Mistral Large 4 ships.
 """
 
@@ -720,7 +720,7 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
 
 
 # Where a checkpoint keeps the language model: (its "model." prefix, its lm_head's), as
-# causal LMs save it, then multimodal wrappers (configs/hf_config.MULTIMODAL_WRAPPERS) as
+# causal LMs save it, then multimodal wrappers (configs/hf_wrappers.MULTIMODAL_WRAPPERS) as
 # transformers 5 and as transformers 4 (and released Mistral 3 checkpoints) lay them out.
 # The other tensors (a vision tower, its projector) are not read.
 NAME_PREFIXES = (

@@ -16,6 +16,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from configs.presets import get_preset
+from configs.presets_vl import VL_FIXTURES as VL2
 from engine import LLM
 from models.checkpoint_names import ALTERNATE_NAMES, DERIVED_BUFFERS
 from models.hf_loader import hf_tensor_names, load_hf_params
@@ -215,6 +216,11 @@ ARCHS = {
     "smolvlm": "tiny-smolvlm",
     "llava_onevision": "tiny-llava-onevision",
     "internvl": "tiny-internvl",
+    # More wrappers, each its family's text fixture: Aya Vision and Command A Vision
+    # (Cohere2's; the latter's head unscaled), LFM2-VL, Fuyu (Persimmon's), EXAONE 4.5,
+    # DeepSeek-VL (Llama's, tied by its class), Idefics2 (Mistral's), HyperCLOVA X Vision,
+    # MiniCPM-V 4.6 (Qwen3.5's), LightOnOCR (Qwen3's), GLM-4.1V (GLM-4's, M-RoPE for text)
+    **{a: "tiny-" + a.replace("_", "-") for a in VL2},
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
 # vision tower's and projector's prefixes, whose tensors are not read, the experts'
@@ -242,6 +248,22 @@ WRAPPED = {
            "image_newline"), "per_expert") for a in ("llava", "llava_onevision", "internvl")},
     "smolvlm": (("model.text_model.", "model."), ("model.vision_model.", "model.connector."),
                 "per_expert"),
+    # (transformers 5.25 saves Aya Vision's and Fuyu's under transformers 4's names)
+    "aya_vision": (("language_model.", ""), ("vision_tower.", "multi_modal_projector."),
+                   "per_expert"),
+    "fuyu": (("language_model.", ""), ("vision_embed_tokens.",), "per_expert"),
+    "idefics2": (("model.text_model.", "model."), ("model.vision_model.", "model.connector."),
+                 "per_expert"),
+    **{a: (("model.language_model.", "model."), others, "per_expert") for a, others in (
+        ("glm4v", ("model.visual.",)),
+        ("exaone4_5", ("model.visual.",)),
+        ("minicpmv4_6", ("model.merger.", "model.vision_tower.")),
+        ("lighton_ocr", ("model.vision_encoder.", "model.vision_projection.")),
+        ("hyperclovax_vision_v2", ("model.vision_model.", "model.vision_projector.")),
+        ("lfm2_vl", ("model.vision_tower.", "model.multi_modal_projector.")),
+        ("cohere2_vision", ("model.vision_tower.", "model.multi_modal_projector.")),
+        ("deepseek_vl", ("model.vision_model.", "model.aligner.")),
+    )},
 }  # fmt: skip
 TOL = 2e-3
 

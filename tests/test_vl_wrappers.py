@@ -1,6 +1,8 @@
-"""Vision-language checkpoints served as their language model (configs/hf_config.py
+"""Vision-language checkpoints served as their language model (configs/hf_wrappers.py
 MULTIMODAL_WRAPPERS): Qwen2-VL and Qwen2.5-VL (_VL_TEXT: Qwen2's), LLaVA, LLaVA-NeXT,
-Idefics3 and SmolVLM (Llama's), LLaVA-OneVision and InternVL (Qwen2's). The fixtures'
+Idefics3 and SmolVLM (Llama's), LLaVA-OneVision and InternVL (Qwen2's), and the wrappers of
+configs/presets_vl.py (each its family's text fixture), with those whose language model,
+names and reading are a fixture's read as that one's. The fixtures'
 configs (text_config) and Qwen2-VL's releases' flat ones (the text fields at the top level,
 rope_scaling of type "mrope") read as the presets; the wrappers that take a pre-v5 save's
 tie_word_embeddings from text_config; Qwen2-VL's checkpoint in transformers 5.25's layout (as
@@ -17,10 +19,12 @@ from safetensors.numpy import load_file, save_file
 
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
+from configs.presets_vl import VL_FIXTURES
 from models.hf_loader import load_hf_params
 from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits, saved_config
 
 ARCHS = ("qwen2_vl", "qwen2_5_vl", "llava", "llava_onevision", "internvl", "smolvlm")
+ARCHS += VL_FIXTURES
 
 
 def _flat(arch: str) -> dict:
@@ -45,6 +49,68 @@ def test_fixture_configs_read_as_the_presets(arch):
         assert arch_fields(config_from_hf({**saved_config(arch), "model_type": other})) == want
 
 
+# (wrapper, the fixture it reads as, whether its class ties when config.json says nothing):
+# transformers 5.25's classes' defaults.
+READ_AS = [
+    ("llava_next_video", "llava", False),
+    ("vipllava", "llava", False),
+    ("video_llava", "llava", False),
+    ("janus", "deepseek_vl", True),
+    ("deepseek_vl_hybrid", "deepseek_vl", True),
+    ("got_ocr2", "internvl", True),
+    ("ovis2", "internvl", True),
+    ("video_llama_3", "llava_onevision", False),
+    ("llava_onevision1_5", "lighton_ocr", False),
+    ("ovis2_5", "lighton_ocr", False),
+    ("qianfan_ocr", "lighton_ocr", False),
+    ("minicpmv4_7", "minicpmv4_6", False),
+    ("minicpm_ocr", "minicpmv4_6", True),
+    ("glm46v", "glm4v", False),
+    ("aya_vision", "aya_vision", True),
+    ("lfm2_vl", "lfm2_vl", True),
+    ("exaone4_5", "exaone4_5", False),
+]
+
+
+@pytest.mark.parametrize("wrapper, fixture, tied", READ_AS)
+def test_wrappers_read_as_the_fixture_of_their_kind(wrapper, fixture, tied):
+    """The same text_config in `wrapper`: the fixture's preset; without a top-level
+    tie_word_embeddings, tied as the wrapper's class defaults."""
+    want = arch_fields(get_preset("tiny-" + fixture.replace("_", "-")))
+    hf = {**saved_config(fixture), "model_type": wrapper}
+    assert arch_fields(config_from_hf(hf)) == want
+    del hf["tie_word_embeddings"]
+    hf["text_config"] = {k: v for k, v in hf["text_config"].items() if k != "tie_word_embeddings"}
+    assert arch_fields(config_from_hf(hf)) == {**want, "tie_word_embeddings": tied}
+
+
+def test_command_a_vision_reads_its_language_model_without_its_logit_scale():
+    """Cohere2VisionForConditionalGeneration applies lm_head alone (Aya Vision's head, the
+    text config's logit_scale): the same text_config reads with and without the scale."""
+    hf = saved_config("cohere2_vision")
+    assert hf["text_config"]["logit_scale"] == 0.25
+    assert config_from_hf(hf).logit_scale == 1.0
+    assert config_from_hf({**hf, "model_type": "aya_vision"}).logit_scale == 0.25
+
+
+def test_lfm3_vl_serves_lfm3():
+    hf = {"model_type": "lfm3_vl", "text_config": saved_config("lfm3")}
+    hf["text_config"].pop("tie_word_embeddings")
+    assert arch_fields(config_from_hf(hf)) == arch_fields(get_preset("tiny-lfm3"))  # (tied)
+
+
+def test_glm4v_text_takes_its_class_defaults():
+    """Glm4vTextConfig's: heads hidden_size / num_attention_heads wide whatever head_dim
+    says, biased q/k/v, RoPE on the whole head unless partial_rotary_factor says otherwise,
+    eps 1e-5 (GLM-4's: head_dim 128, half the head, 1.5625e-7)."""
+    text = dict(saved_config("glm4v")["text_config"], head_dim=64)
+    got = config_from_hf({"model_type": "glm4v", "text_config": text})
+    assert (got.head_dim, got.partial_rotary_factor, got.attention_bias) == (16, 0.5, True)
+    text = {k: v for k, v in text.items() if k not in ("rope_parameters", "rms_norm_eps")}
+    got = config_from_hf({"model_type": "glm4v", "text_config": text})
+    assert (got.partial_rotary_factor, got.rms_norm_eps, got.rope_theta) == (1.0, 1e-5, 1e4)
+
+
 @pytest.mark.parametrize(
     "wrapper, carried",
     [
@@ -52,15 +118,20 @@ def test_fixture_configs_read_as_the_presets(arch):
         ("qwen2_5_vl", True),
         ("llava", True),
         ("llava_onevision", True),
+        ("llava_next_video", True),
+        ("video_llama_3", True),
         ("llava_next", False),
         ("smolvlm", False),
         ("mistral3", False),
+        ("vipllava", False),
+        ("janus", False),
+        ("lighton_ocr", False),
     ],
 )
 def test_a_pre_v5_save_ties_by_its_text_config_where_transformers_carries_it(wrapper, carried):
-    """transformers' Qwen2-VL, Qwen2.5-VL, LLaVA and LLaVA-OneVision classes carry
-    text_config's tie_word_embeddings to the top when the top's is false (Qwen2.5-VL-3B
-    saved by transformers 4); the others tie by the top level alone."""
+    """transformers' Qwen2-VL, Qwen2.5-VL, LLaVA, LLaVA-OneVision, LLaVA-NeXT-Video and
+    VideoLLaMA3 classes carry text_config's tie_word_embeddings to the top when the top's is
+    false (Qwen2.5-VL-3B saved by transformers 4); the others tie by the top level alone."""
     hf = {**saved_config("llava"), "model_type": wrapper, "tie_word_embeddings": False}
     assert not config_from_hf(hf).tie_word_embeddings
     tied = {**hf, "text_config": {**hf["text_config"], "tie_word_embeddings": True}}

@@ -1,0 +1,164 @@
+"""Multimodal checkpoints served as their language model alone (vLLM's text-only use: the
+vision tower's weights are not read): config.json's text_config is the model, of one of
+hf_config.SUPPORTED_MODEL_TYPES or a vision-language text type read as the family it is
+(_VL_TEXT). Each wrapper's behaviour here is transformers 5.25's class's, checked by a
+fixture built with that class (tests/fixtures/hf_fixture_archs_vl*.py) or, for wrappers
+whose language model and names are another fixture's, by its config read alike
+(tests/test_vl_wrappers.py)."""
+
+from __future__ import annotations
+
+from configs.hf_aria import ARIA
+from configs.hf_gemma3 import GEMMA3
+from configs.hf_gemma4 import GEMMA4
+
+# Each wrapper's default text model_type, and its class's default tie_word_embeddings
+# (transformers ties by the top-level field, not text_config's).
+MULTIMODAL_WRAPPERS = {
+    "mistral3": ("mistral", True),
+    "mistral_large4": ("mistral_large4_text", False),
+    "kimi_k25": ("deepseek_v3", True),  # Kimi K2.5: DeepSeek-V3's language model
+    "llama4": ("llama4_text", False),  # Llama 4 Scout, Maverick
+    "qwen3_vl_moe": ("qwen3_vl_moe_text", False),  # Qwen3-VL-30B-A3B, -235B-A22B
+    "qwen3_vl": ("qwen3_vl_text", False),
+    "glm4v_moe": ("glm4v_moe_text", False),  # GLM-4.5V, GLM-4.6V
+    "glm4v": ("glm4v_text", False),  # GLM-4.1V-9B-Thinking
+    "glm46v": ("glm4v_text", False),  # GLM-4.6V-Flash
+    "qwen3_5": ("qwen3_5_text", False),  # Qwen3.5 (dense)
+    "qwen3_5_moe": ("qwen3_5_moe_text", False),  # Qwen3.5-35B-A3B ... -397B-A17B
+    "gemma4": (GEMMA4, True),  # Gemma 4 26B-A4B, 31B
+    "gemma3": (GEMMA3, True),  # Gemma 3 4B, 12B, 27B
+    "aria": (ARIA, False),  # Rhymes' Aria
+    "qwen2_vl": ("qwen2_vl_text", False),  # Qwen2-VL 2B, 7B, 72B
+    "qwen2_5_vl": ("qwen2_5_vl_text", False),  # Qwen2.5-VL 3B, 7B, 32B, 72B
+    # Llama's (or Mistral's) language model
+    "llava": ("llama", False),  # LLaVA-1.5, Pixtral (HF), ...
+    "llava_next": ("llama", False),  # LLaVA-NeXT
+    "llava_next_video": ("llama", False),  # LLaVA-NeXT-Video
+    "vipllava": ("llama", False),  # ViP-LLaVA
+    "video_llava": ("llama", False),  # Video-LLaVA
+    "idefics3": ("llama", False),  # Idefics3
+    "smolvlm": ("llama", False),  # SmolVLM, SmolVLM2
+    "idefics2": ("mistral", False),  # Idefics2 (model.text_model.)
+    "janus": ("llama", True),  # Janus-Pro (-hf)
+    "deepseek_vl": ("llama", True),  # DeepSeek-VL (-hf)
+    "deepseek_vl_hybrid": ("llama", True),
+    # Qwen2's, Qwen3's, Qwen3.5's
+    "llava_onevision": ("qwen2", False),  # LLaVA-OneVision
+    "internvl": ("qwen2", True),  # InternVL 3 / 3.5 (-hf)
+    "video_llama_3": ("qwen2", False),  # VideoLLaMA3
+    "got_ocr2": ("qwen2", True),  # GOT-OCR 2.0 (-hf)
+    "ovis2": ("qwen2", True),  # Ovis2
+    "llava_onevision1_5": ("qwen3", False),  # LLaVA-OneVision-1.5
+    "ovis2_5": ("qwen3", False),  # Ovis2.5
+    "qianfan_ocr": ("qwen3", False),  # Qianfan-OCR
+    "lighton_ocr": ("qwen3", True),  # LightOnOCR
+    "minicpmv4_6": ("qwen3_5_text", False),  # MiniCPM-V 4.6
+    "minicpmv4_7": ("qwen3_5_text", False),
+    "minicpm_ocr": ("qwen3_5_text", True),
+    # Other families'
+    "aya_vision": ("cohere2", True),  # Cohere's Aya Vision 8B, 32B
+    "cohere2_vision": ("cohere2", True),  # Command A Vision (its logits unscaled)
+    "lfm2_vl": ("lfm2", True),  # LFM2-VL
+    "lfm3_vl": ("lfm3", True),
+    "fuyu": ("persimmon", False),  # Adept's Fuyu-8B
+    "exaone4_5": ("exaone4", False),  # EXAONE 4.5
+    "hyperclovax_vision_v2": ("hyperclovax", True),  # HyperCLOVA X SEED Think Vision
+}
+# Wrappers whose released config.json keeps the language model's fields at the top level
+# (no text_config; transformers reads them into one).
+FLAT_WRAPPERS = ("qwen2_vl", "qwen2_5_vl")
+# Wrappers whose pre-v5 saves kept tie_word_embeddings in text_config: transformers carries
+# a true one to the top level.
+TIE_FROM_TEXT = ("qwen2_vl", "qwen2_5_vl", "llava", "llava_onevision", "llava_next_video")
+TIE_FROM_TEXT += ("video_llama_3",)
+# Wrappers whose head does not apply the language model's logit_scale (transformers'
+# Cohere2VisionForConditionalGeneration: lm_head alone; Aya Vision's scales).
+UNSCALED_LOGITS = ("cohere2_vision",)
+
+
+def _glm4v_head_dim(text: dict) -> int:
+    """GLM-4.1V's attention: heads hidden_size / num_attention_heads wide, whatever head_dim."""
+    return text["hidden_size"] // text["num_attention_heads"]
+
+
+# Language models of vision-language checkpoints that are another family's, read with their
+# own classes' defaults (transformers 5.25's Qwen3VLMoeTextConfig, Qwen3VLTextConfig,
+# Glm4vMoeTextConfig, Glm4vTextConfig) and the fields those classes fix (a callable: of the
+# merged config): Qwen3-VL's are Qwen3-MoE's (top-k always renormalized) and Qwen3's, with
+# no sliding window; GLM-4.5V's is GLM-4.5's with no q/k norms and no MTP layer; GLM-4.1V's
+# is GLM-4-0414's (biased q/k/v, sandwich norms) with whole-head RoPE by default; Qwen2-VL's
+# and Qwen2.5-VL's are Qwen2's (biased q/k/v, its window fields). Their M-RoPE gives text
+# tokens the same position on its three axes: plain RoPE (image and video inputs: not
+# supported; Qwen2-VL's rope type "mrope" read as that).
+# fmt: off
+_VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
+    "qwen3_vl_moe_text": ("qwen3_moe", dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+        num_attention_heads=16, num_key_value_heads=16, head_dim=128,
+        max_position_embeddings=128000, rms_norm_eps=1e-6, moe_intermediate_size=1408,
+        num_experts_per_tok=4, num_local_experts=60, decoder_sparse_step=1, mlp_only_layers=[],
+        bos_token_id=None, eos_token_id=None, rope_theta=500000.0,
+    ), dict(norm_topk_prob=True, use_sliding_window=False)),
+    "qwen3_vl_text": ("qwen3", dict(
+        vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, head_dim=128,
+        max_position_embeddings=128000, rms_norm_eps=1e-6, rope_theta=500000.0,
+    ), dict(use_sliding_window=False)),
+    "glm4v_moe_text": ("glm4_moe", dict(
+        vocab_size=151424, max_position_embeddings=65536, attention_bias=True,
+    ), dict(use_qk_norm=False, num_nextn_predict_layers=0)),
+    "glm4v_text": ("glm4", dict(
+        vocab_size=151552, hidden_size=4096, intermediate_size=13696, num_hidden_layers=40,
+        num_attention_heads=32, num_key_value_heads=2, max_position_embeddings=32768,
+        rms_norm_eps=1e-5, rope_theta=10000.0, partial_rotary_factor=1.0,
+    ), dict(attention_bias=True, head_dim=_glm4v_head_dim)),
+    **{t: ("qwen2", dict(  # (Qwen2VLTextConfig's and Qwen2_5_VLTextConfig's, alike)
+        vocab_size=152064, hidden_size=8192, intermediate_size=29568, num_hidden_layers=80,
+        num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=32768,
+        rms_norm_eps=1e-5, use_sliding_window=False, sliding_window=4096, max_window_layers=80,
+        bos_token_id=151643, eos_token_id=151645, rope_theta=1000000.0,
+    ), {}) for t in ("qwen2_vl_text", "qwen2_5_vl_text")},
+}
+# fmt: on
+
+
+def language_model_config(hf: dict) -> dict:
+    """The config of the model served: `hf` itself, or a multimodal wrapper's text_config
+    (MULTIMODAL_WRAPPERS) with the top level's quantization_config, dtype and
+    tie_word_embeddings (which decide the language model's, as transformers reads them)."""
+    if hf.get("model_type") in _VL_TEXT:  # (such a text_config read alone)
+        return _vl_text(hf)
+    wrapper = MULTIMODAL_WRAPPERS.get(hf.get("model_type"))
+    if wrapper is None:
+        return hf
+    default_type, default_tie = wrapper
+    flat = hf["model_type"] in FLAT_WRAPPERS and "text_config" not in hf
+    skip = ("model_type", "vision_config", "text_config")
+    text = {k: v for k, v in hf.items() if k not in skip} if flat else hf.get("text_config", {})
+    if not isinstance(text, dict):
+        raise ValueError(f"HF config text_config={text!r}: expected a JSON object")
+    out = {"model_type": default_type, **text}
+    if hf["model_type"] == "kimi_k25" and out["model_type"] == "kimi_k2":
+        out["model_type"] = "deepseek_v3"  # (Kimi_K25Config's reading of its remote code's)
+    out["tie_word_embeddings"] = hf.get("tie_word_embeddings", default_tie)
+    if hf["model_type"] in TIE_FROM_TEXT and text.get("tie_word_embeddings"):
+        out["tie_word_embeddings"] = True
+    if hf["model_type"] in UNSCALED_LOGITS:
+        out["logit_scale"] = 1.0
+    for key in ("quantization_config", "dtype", "torch_dtype"):
+        if key in hf:
+            out[key] = hf[key]
+    return _vl_text(out) if out["model_type"] in _VL_TEXT else out
+
+
+def _vl_text(text: dict) -> dict:
+    """A vision-language model's text config as the config of the family it is (_VL_TEXT)."""
+    family, defaults, fixed = _VL_TEXT[text["model_type"]]
+    out = {**defaults, **text, "model_type": family}
+    out |= {k: v(out) if callable(v) else v for k, v in fixed.items()}
+    for key in ("rope_parameters", "rope_scaling"):  # (Qwen2-VL's M-RoPE: plain for text)
+        rope = out.get(key)
+        if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) == "mrope":
+            out[key] = {k: v for k, v in rope.items() if k != "type"} | {"rope_type": "default"}
+    return out
