@@ -24,6 +24,9 @@ MULTIMODAL_WRAPPERS = {
     "glm4v_moe": ("glm4v_moe_text", False),  # GLM-4.5V, GLM-4.6V
     "glm4v": ("glm4v_text", False),  # GLM-4.1V-9B-Thinking
     "glm46v": ("glm4v_text", False),  # GLM-4.6V-Flash
+    "glm_ocr": ("glm_ocr_text", False),  # GLM-OCR
+    "hunyuan_vl": ("hunyuan_vl_text", True),  # HunyuanOCR
+    "granite_docling": ("granite_docling_text", True),  # Granite-Docling (model.text_model.)
     "qwen3_5": ("qwen3_5_text", False),  # Qwen3.5 (dense)
     "qwen3_5_moe": ("qwen3_5_moe_text", False),  # Qwen3.5-35B-A3B ... -397B-A17B
     "gemma4": (GEMMA4, True),  # Gemma 4 26B-A4B, 31B
@@ -71,7 +74,7 @@ FLAT_WRAPPERS = ("qwen2_vl", "qwen2_5_vl")
 # Wrappers whose pre-v5 saves kept tie_word_embeddings in text_config: transformers carries
 # a true one to the top level.
 TIE_FROM_TEXT = ("qwen2_vl", "qwen2_5_vl", "llava", "llava_onevision", "llava_next_video")
-TIE_FROM_TEXT += ("video_llama_3",)
+TIE_FROM_TEXT += ("video_llama_3", "glm4v", "glm_ocr", "hunyuan_vl")
 # Wrappers whose head does not apply the language model's logit_scale (transformers'
 # Cohere2VisionForConditionalGeneration: lm_head alone; Aya Vision's scales).
 UNSCALED_LOGITS = ("cohere2_vision",)
@@ -83,14 +86,15 @@ def _glm4v_head_dim(text: dict) -> int:
 
 
 # Language models of vision-language checkpoints that are another family's, read with their
-# own classes' defaults (transformers 5.25's Qwen3VLMoeTextConfig, Qwen3VLTextConfig,
-# Glm4vMoeTextConfig, Glm4vTextConfig) and the fields those classes fix (a callable: of the
-# merged config): Qwen3-VL's are Qwen3-MoE's (top-k always renormalized) and Qwen3's, with
-# no sliding window; GLM-4.5V's is GLM-4.5's with no q/k norms and no MTP layer; GLM-4.1V's
-# is GLM-4-0414's (biased q/k/v, sandwich norms) with whole-head RoPE by default; Qwen2-VL's
-# and Qwen2.5-VL's are Qwen2's (biased q/k/v, its window fields). Their M-RoPE gives text
-# tokens the same position on its three axes: plain RoPE (image and video inputs: not
-# supported; Qwen2-VL's rope type "mrope" read as that).
+# own classes' defaults (transformers 5.25's <Wrapper>TextConfig) and the fields those
+# classes fix (a callable: of the merged config): Qwen3-VL's are Qwen3-MoE's (top-k always
+# renormalized) and Qwen3's, with no sliding window; GLM-4.5V's is GLM-4.5's with no q/k
+# norms and no MTP layer; GLM-4.1V's is GLM-4-0414's (biased q/k/v, sandwich norms) with
+# whole-head RoPE by default, GLM-OCR's the same without biases; HunyuanOCR's is Hunyuan's
+# dense one, tied; Granite-Docling's is Granite's under its own multipliers; Qwen2-VL's and
+# Qwen2.5-VL's are Qwen2's (biased q/k/v, its window fields). Their M-RoPE gives text tokens
+# the same position on each axis: the text's RoPE (_TEXT_ROPE; image and video inputs: not
+# supported).
 # fmt: off
 _VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
     "qwen3_vl_moe_text": ("qwen3_moe", dict(
@@ -113,6 +117,23 @@ _VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
         num_attention_heads=32, num_key_value_heads=2, max_position_embeddings=32768,
         rms_norm_eps=1e-5, rope_theta=10000.0, partial_rotary_factor=1.0,
     ), dict(attention_bias=True, head_dim=_glm4v_head_dim)),
+    "glm_ocr_text": ("glm4", dict(
+        vocab_size=59392, hidden_size=1024, intermediate_size=4096, num_hidden_layers=16,
+        num_attention_heads=16, num_key_value_heads=8, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, rope_theta=10000.0, partial_rotary_factor=1.0,
+    ), dict(attention_bias=False, head_dim=_glm4v_head_dim)),
+    "hunyuan_vl_text": ("hunyuan_v1_dense", dict(
+        vocab_size=290943, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=2048,
+        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
+    ), {}),
+    "granite_docling_text": ("granite", dict(
+        vocab_size=133800, hidden_size=1024, intermediate_size=2048, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=32768,
+        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
+        embedding_multiplier=12.0, logits_scaling=4.0, residual_multiplier=0.263,
+        attention_multiplier=0.015625,
+    ), {}),
     **{t: ("qwen2", dict(  # (Qwen2VLTextConfig's and Qwen2_5_VLTextConfig's, alike)
         vocab_size=152064, hidden_size=8192, intermediate_size=29568, num_hidden_layers=80,
         num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=32768,
@@ -157,8 +178,16 @@ def _vl_text(text: dict) -> dict:
     family, defaults, fixed = _VL_TEXT[text["model_type"]]
     out = {**defaults, **text, "model_type": family}
     out |= {k: v(out) if callable(v) else v for k, v in fixed.items()}
-    for key in ("rope_parameters", "rope_scaling"):  # (Qwen2-VL's M-RoPE: plain for text)
+    for key in ("rope_parameters", "rope_scaling"):  # (M-RoPE's types: the text's RoPE)
         rope = out.get(key)
-        if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) == "mrope":
-            out[key] = {k: v for k, v in rope.items() if k != "type"} | {"rope_type": "default"}
+        kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+        if kind in _TEXT_ROPE:
+            out[key] = {k: v for k, v in rope.items() if k != "type"} | {
+                "rope_type": _TEXT_ROPE[kind]
+            }
     return out
+
+
+# M-RoPE's rope types as their text positions rotate: Qwen2-VL's "mrope" the plain RoPE,
+# HunyuanOCR's "xdrope" Hunyuan's NTK-alpha one (its class reads it as "dynamic").
+_TEXT_ROPE = {"mrope": "default", "xdrope": "dynamic"}

@@ -1,8 +1,8 @@
 """Test-size presets of the vision-language wrappers served as their language model
 (configs/hf_wrappers.py), the shapes of tests/fixtures/<wrapper> (made by
 tests/fixtures/hf_fixture_archs_vl2.py): each its family's tiny preset, renamed, but where the
-wrapper reads it otherwise (Command A Vision's logits unscaled; DeepSeek-VL's and HyperCLOVA X
-Vision's tie, their classes' default)."""
+wrapper reads it otherwise (Command A Vision's logits unscaled; GLM-OCR's q/k/v without biases;
+the tie of the fixtures tied by their class's default or their text_config)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ _FAMILY = {  # wrapper fixture -> its family's tiny preset
     "minicpmv4_6": TINY["tiny-qwen3-5"],
     "lighton_ocr": TINY["tiny-qwen3"],
     "glm4v": NEWER["tiny-glm4"],
+    "glm_ocr": NEWER["tiny-glm4"].replace(attention_bias=False, tie_word_embeddings=True),
+    "hunyuan_vl": NEWER["tiny-hunyuan-v1-dense"].replace(tie_word_embeddings=True),
+    # (the text_config leaves rms_norm_eps to GraniteDoclingTextConfig: 1e-5, not 1e-6)
+    "granite_docling": NEWER["tiny-granite"].replace(tie_word_embeddings=True, rms_norm_eps=1e-5),
 }
 VL_FIXTURES = tuple(_FAMILY)
 VL: dict[str, ModelConfig] = {}

@@ -219,7 +219,8 @@ ARCHS = {
     # More wrappers, each its family's text fixture: Aya Vision and Command A Vision
     # (Cohere2's; the latter's head unscaled), LFM2-VL, Fuyu (Persimmon's), EXAONE 4.5,
     # DeepSeek-VL (Llama's, tied by its class), Idefics2 (Mistral's), HyperCLOVA X Vision,
-    # MiniCPM-V 4.6 (Qwen3.5's), LightOnOCR (Qwen3's), GLM-4.1V (GLM-4's, M-RoPE for text)
+    # MiniCPM-V 4.6 (Qwen3.5's), LightOnOCR (Qwen3's), GLM-4.1V and GLM-OCR (GLM-4's, M-RoPE
+    # for text), HunyuanOCR (Hunyuan's), Granite-Docling (Granite's)
     **{a: "tiny-" + a.replace("_", "-") for a in VL2},
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
@@ -252,10 +253,13 @@ WRAPPED = {
     "aya_vision": (("language_model.", ""), ("vision_tower.", "multi_modal_projector."),
                    "per_expert"),
     "fuyu": (("language_model.", ""), ("vision_embed_tokens.",), "per_expert"),
+    "hunyuan_vl": (("", ""), ("vit.",), "per_expert"),
+    "granite_docling": (("model.text_model.", "model."), ("model.vision_model.",), "per_expert"),
     "idefics2": (("model.text_model.", "model."), ("model.vision_model.", "model.connector."),
                  "per_expert"),
     **{a: (("model.language_model.", "model."), others, "per_expert") for a, others in (
         ("glm4v", ("model.visual.",)),
+        ("glm_ocr", ("model.visual.",)),
         ("exaone4_5", ("model.visual.",)),
         ("minicpmv4_6", ("model.merger.", "model.vision_tower.")),
         ("lighton_ocr", ("model.vision_encoder.", "model.vision_projection.")),

@@ -93,6 +93,17 @@ def test_command_a_vision_reads_its_language_model_without_its_logit_scale():
     assert config_from_hf({**hf, "model_type": "aya_vision"}).logit_scale == 0.25
 
 
+def test_hunyuan_ocr_reads_its_released_rope_spelling():
+    """HunyuanOCR's release: rope type "xdrope" with xdrope_section, which its class reads as
+    "dynamic" (NTK-alpha) with mrope_section, as transformers saves it."""
+    hf = saved_config("hunyuan_vl")
+    rope = hf["text_config"]["rope_parameters"]
+    assert rope["rope_type"] == "dynamic"
+    section = rope.pop("mrope_section")
+    hf["text_config"]["rope_parameters"] = dict(rope, rope_type="xdrope", xdrope_section=section)
+    assert arch_fields(config_from_hf(hf)) == arch_fields(get_preset("tiny-hunyuan-vl"))
+
+
 def test_lfm3_vl_serves_lfm3():
     hf = {"model_type": "lfm3_vl", "text_config": saved_config("lfm3")}
     hf["text_config"].pop("tie_word_embeddings")
@@ -120,6 +131,11 @@ def test_glm4v_text_takes_its_class_defaults():
         ("llava_onevision", True),
         ("llava_next_video", True),
         ("video_llama_3", True),
+        ("glm4v", True),
+        ("glm_ocr", True),
+        ("hunyuan_vl", True),
+        ("glm46v", False),
+        ("granite_docling", False),
         ("llava_next", False),
         ("smolvlm", False),
         ("mistral3", False),
@@ -129,9 +145,10 @@ def test_glm4v_text_takes_its_class_defaults():
     ],
 )
 def test_a_pre_v5_save_ties_by_its_text_config_where_transformers_carries_it(wrapper, carried):
-    """transformers' Qwen2-VL, Qwen2.5-VL, LLaVA, LLaVA-OneVision, LLaVA-NeXT-Video and
-    VideoLLaMA3 classes carry text_config's tie_word_embeddings to the top when the top's is
-    false (Qwen2.5-VL-3B saved by transformers 4); the others tie by the top level alone."""
+    """transformers' Qwen2-VL, Qwen2.5-VL, LLaVA, LLaVA-OneVision, LLaVA-NeXT-Video,
+    VideoLLaMA3, GLM-4.1V, GLM-OCR and HunyuanOCR classes carry text_config's
+    tie_word_embeddings to the top when the top's is false (Qwen2.5-VL-3B saved by
+    transformers 4); the others tie by the top level alone."""
     hf = {**saved_config("llava"), "model_type": wrapper, "tie_word_embeddings": False}
     assert not config_from_hf(hf).tie_word_embeddings
     tied = {**hf, "text_config": {**hf["text_config"], "tie_word_embeddings": True}}
