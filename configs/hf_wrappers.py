@@ -67,7 +67,13 @@ MULTIMODAL_WRAPPERS = {
     "fuyu": ("persimmon", False),  # Adept's Fuyu-8B
     "exaone4_5": ("exaone4", False),  # EXAONE 4.5
     "hyperclovax_vision_v2": ("hyperclovax", True),  # HyperCLOVA X SEED Think Vision
+    # Omni models' thinkers (text, image, audio in; text out), Qwen3-MoE's and Qwen2's
+    "qwen3_omni_moe_thinker": ("qwen3_omni_moe_text", False),
+    "qwen2_5_omni_thinker": ("qwen2_5_omni_text", False),
 }
+# Omni checkpoints whose thinker (its config thinker_config, its tensors under thinker.) is
+# served, the talker and code2wav not read: Qwen3-Omni-30B-A3B, Qwen2.5-Omni 3B / 7B.
+OMNI_WRAPPERS = {"qwen3_omni_moe": "qwen3_omni_moe_thinker", "qwen2_5_omni": "qwen2_5_omni_thinker"}
 # Wrappers whose released config.json keeps the language model's fields at the top level
 # (no text_config; transformers reads them into one).
 FLAT_WRAPPERS = ("qwen2_vl", "qwen2_5_vl")
@@ -91,7 +97,8 @@ def _glm4v_head_dim(text: dict) -> int:
 # renormalized) and Qwen3's, with no sliding window; GLM-4.5V's is GLM-4.5's with no q/k
 # norms and no MTP layer; GLM-4.1V's is GLM-4-0414's (biased q/k/v, sandwich norms) with
 # whole-head RoPE by default, GLM-OCR's the same without biases; HunyuanOCR's is Hunyuan's
-# dense one, tied; Granite-Docling's is Granite's under its own multipliers; Qwen2-VL's and
+# dense one, tied; the Omni thinkers' are Qwen3-MoE's (top-k renormalized by default) and
+# Qwen2's; Granite-Docling's is Granite's under its own multipliers; Qwen2-VL's and
 # Qwen2.5-VL's are Qwen2's (biased q/k/v, its window fields). Their M-RoPE gives text tokens
 # the same position on each axis: the text's RoPE (_TEXT_ROPE; image and video inputs: not
 # supported).
@@ -112,6 +119,19 @@ _VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
     "glm4v_moe_text": ("glm4_moe", dict(
         vocab_size=151424, max_position_embeddings=65536, attention_bias=True,
     ), dict(use_qk_norm=False, num_nextn_predict_layers=0)),
+    "qwen3_omni_moe_text": ("qwen3_moe", dict(
+        vocab_size=3584, hidden_size=2048, intermediate_size=18944, num_hidden_layers=28,
+        num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, num_experts=128, num_experts_per_tok=8,
+        moe_intermediate_size=768, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], sliding_window=None, bos_token_id=None, eos_token_id=None,
+    ), dict(use_sliding_window=False)),
+    "qwen2_5_omni_text": ("qwen2", dict(
+        vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+        num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False, sliding_window=None,
+        max_window_layers=28, bos_token_id=None, eos_token_id=None,
+    ), {}),
     "glm4v_text": ("glm4", dict(
         vocab_size=151552, hidden_size=4096, intermediate_size=13696, num_hidden_layers=40,
         num_attention_heads=32, num_key_value_heads=2, max_position_embeddings=32768,
@@ -150,6 +170,14 @@ def language_model_config(hf: dict) -> dict:
     tie_word_embeddings (which decide the language model's, as transformers reads them)."""
     if hf.get("model_type") in _VL_TEXT:  # (such a text_config read alone)
         return _vl_text(hf)
+    if hf.get("model_type") in OMNI_WRAPPERS:
+        thinker = hf.get("thinker_config", {})
+        if not isinstance(thinker, dict):
+            raise ValueError(f"HF config thinker_config={thinker!r}: expected a JSON object")
+        carried = {k: hf[k] for k in ("quantization_config", "dtype", "torch_dtype") if k in hf}
+        return language_model_config(
+            {"model_type": OMNI_WRAPPERS[hf["model_type"]], **carried, **thinker}
+        )
     wrapper = MULTIMODAL_WRAPPERS.get(hf.get("model_type"))
     if wrapper is None:
         return hf

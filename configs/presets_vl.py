@@ -29,6 +29,8 @@ _FAMILY = {  # wrapper fixture -> its family's tiny preset
     "hunyuan_vl": NEWER["tiny-hunyuan-v1-dense"].replace(tie_word_embeddings=True),
     # (the text_config leaves rms_norm_eps to GraniteDoclingTextConfig: 1e-5, not 1e-6)
     "granite_docling": NEWER["tiny-granite"].replace(tie_word_embeddings=True, rms_norm_eps=1e-5),
+    "qwen3_omni_moe_thinker": TINY["tiny-qwen3-moe"],
+    "qwen2_5_omni_thinker": TINY["tiny-qwen2"],
 }
 VL_FIXTURES = tuple(_FAMILY)
 VL: dict[str, ModelConfig] = {}

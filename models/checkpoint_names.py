@@ -728,6 +728,8 @@ NAME_PREFIXES = (
     ("model.language_model.", "lm_head."),
     ("language_model.model.", "language_model.lm_head."),
     ("model.text_model.", "lm_head."),  # (Idefics3's, SmolVLM's)
+    ("thinker.model.language_model.", "thinker.lm_head."),  # (an Omni model's thinker)
+    ("thinker.model.", "thinker.lm_head."),
 )
 
 

@@ -104,11 +104,12 @@ MODULES = {
 }
 # PEFT's names: base_model.model, then the model's own path to its layers (a causal LM's, or
 # a multimodal wrapper's language model's, as transformers 5 or 4 lays it out, SmolVLM's
-# text_model; GPT-NeoX's, the GPT-2 kin's and BLOOM's `transformer.h`, MPT's
-# `transformer.blocks`, OPT's decoder).
+# text_model, an Omni model's thinker's; GPT-NeoX's, the GPT-2 kin's and BLOOM's
+# `transformer.h`, MPT's `transformer.blocks`, OPT's decoder).
 _NAME = re.compile(
-    r"base_model\.model\.(?:model\.language_model\.|language_model\.model\.|model\.decoder\."
-    r"|model\.text_model\.|model\.|gpt_neox\.|transformer\.)(?:layers|h|blocks)\.(\d+)\."
+    r"base_model\.model\.(?:(?:thinker\.)?model\.language_model\.|language_model\.model\."
+    r"|model\.decoder\.|model\.text_model\.|(?:thinker\.)?model\.|gpt_neox\.|transformer\.)"
+    r"(?:layers|h|blocks)\.(\d+)\."
     r"(.+)\.lora_([AB])\.weight"
 )
 

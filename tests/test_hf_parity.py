@@ -220,7 +220,8 @@ ARCHS = {
     # (Cohere2's; the latter's head unscaled), LFM2-VL, Fuyu (Persimmon's), EXAONE 4.5,
     # DeepSeek-VL (Llama's, tied by its class), Idefics2 (Mistral's), HyperCLOVA X Vision,
     # MiniCPM-V 4.6 (Qwen3.5's), LightOnOCR (Qwen3's), GLM-4.1V and GLM-OCR (GLM-4's, M-RoPE
-    # for text), HunyuanOCR (Hunyuan's), Granite-Docling (Granite's)
+    # for text), HunyuanOCR (Hunyuan's), Granite-Docling (Granite's), the Qwen3-Omni and
+    # Qwen2.5-Omni thinkers (Qwen3-MoE's, Qwen2's)
     **{a: "tiny-" + a.replace("_", "-") for a in VL2},
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
@@ -254,6 +255,8 @@ WRAPPED = {
                    "per_expert"),
     "fuyu": (("language_model.", ""), ("vision_embed_tokens.",), "per_expert"),
     "hunyuan_vl": (("", ""), ("vit.",), "per_expert"),
+    **{a: (("", ""), ("visual.", "audio_tower."), "per_expert")
+       for a in ("qwen3_omni_moe_thinker", "qwen2_5_omni_thinker")},
     "granite_docling": (("model.text_model.", "model."), ("model.vision_model.",), "per_expert"),
     "idefics2": (("model.text_model.", "model."), ("model.vision_model.", "model.connector."),
                  "per_expert"),

@@ -42,7 +42,7 @@ def _flat(arch: str) -> dict:
 def test_fixture_configs_read_as_the_presets(arch):
     want = arch_fields(get_preset("tiny-" + arch.replace("_", "-")))
     assert arch_fields(config_from_hf(FIXTURES / arch)) == want
-    if arch.startswith("qwen2"):  # (their releases: flat)
+    if arch in ("qwen2_vl", "qwen2_5_vl"):  # (their releases: flat)
         assert arch_fields(config_from_hf(_flat(arch))) == want
     if arch in ("llava", "smolvlm"):  # (LLaVA-NeXT's config as LLaVA's, Idefics3's as SmolVLM's)
         other = {"llava": "llava_next", "smolvlm": "idefics3"}[arch]
@@ -179,3 +179,41 @@ def test_the_language_model_layout_loads_alike(tmp_path):
     want = last_prefill_logits(cfg, load_hf_params(src, cfg), prompt)
     got = last_prefill_logits(cfg, load_hf_params(tmp_path / "m", cfg), prompt)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("omni", ["qwen3_omni_moe", "qwen2_5_omni"])
+def test_an_omni_checkpoint_serves_its_thinker(omni, tmp_path):
+    """Qwen3-Omni's and Qwen2.5-Omni's checkpoints: the thinker's config as thinker_config,
+    its tensors under thinker. (transformers 5.25's Qwen3OmniMoeForConditionalGeneration:
+    thinker.model.language_model.*, thinker.lm_head; the releases: thinker.model.*), a
+    talker's beside them: the thinker fixture's preset and logits."""
+    thinker = omni + "_thinker"
+    cfg = get_preset("tiny-" + thinker.replace("_", "-"))
+    hf = {"model_type": omni, "thinker_config": saved_config(thinker), "dtype": "float32"}
+    hf["thinker_config"].pop("model_type")  # (the class's default)
+    assert arch_fields(config_from_hf(hf)) == arch_fields(cfg)
+    src = FIXTURES / thinker
+    tensors = load_file(str(src / "model.safetensors"))
+    prompt = json.loads((src / "reference.json").read_text())["prompts"][0]
+    want = last_prefill_logits(cfg, load_hf_params(src, cfg), prompt)
+    for text in ("thinker.model.language_model.", "thinker.model."):
+        out = tmp_path / text
+        out.mkdir()
+        (out / "config.json").write_text(json.dumps(hf))
+        renamed = {
+            (text + n[len("model.") :] if n.startswith("model.") else "thinker." + n): t
+            for n, t in tensors.items()
+        }
+        renamed["talker.model.embed_tokens.weight"] = tensors["model.embed_tokens.weight"]
+        save_file(renamed, str(out / "model.safetensors"))
+        got = last_prefill_logits(cfg, load_hf_params(out, cfg), prompt)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_omni_thinker_text_configs_take_their_classes_defaults():
+    """Qwen3OmniMoeTextConfig renormalizes the top-k by default (Qwen3-MoE's does not)."""
+    text = dict(saved_config("qwen3_omni_moe_thinker")["text_config"])
+    del text["norm_topk_prob"]
+    got = config_from_hf({"model_type": "qwen3_omni_moe_thinker", "text_config": text})
+    assert got.norm_topk_prob
+    assert not config_from_hf({**text, "model_type": "qwen3_moe"}).norm_topk_prob
