@@ -108,6 +108,7 @@ SUPPORTED_MODEL_TYPES = (
     "deepseek_v32",
     "glm_moe_dsa",
     "axk1",
+    "axk2",
     "mistral4",
     "mistral_large4_text",
     "ministral3",
@@ -337,6 +338,7 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "deepseek_v2": {"n_routed_experts": ("num_experts",)},
     "axk1": {"n_routed_experts": ("num_local_experts",)},
+    "axk2": {"n_routed_experts": ("num_local_experts",)},
     # (V3.2's __post_init__ also moves a num_experts there.)
     "deepseek_v32": {"n_routed_experts": ("num_local_experts", "num_experts")},
     "glm_moe_dsa": {"n_routed_experts": ("num_local_experts", "num_experts")},
@@ -498,6 +500,7 @@ _HONOURS_ATTENTION_BIAS = (
     "glm4_moe_lite",
     "glm_moe_dsa",
     "axk1",
+    "axk2",
 )
 # (glm4_moe reads attention_bias as q/k/v biases only, which the tree holds: _gqa_fields.)
 _HONOURS_MLP_BIAS = ("llama", "deepseek_v2")

@@ -10,6 +10,7 @@ from typing import Any
 
 MLA_MODEL_TYPES = (
     "axk1",
+    "axk2",
     "deepseek_v2",
     "deepseek_v3",
     "deepseek_v32",
@@ -20,8 +21,8 @@ MLA_MODEL_TYPES = (
 )
 # DeepSeek Sparse Attention: transformers' V3.2 and GLM-5 classes (the latter's indexer
 # ropes interleaved pairs; V3.2's rotate halves).
-DSA_MODEL_TYPES = ("deepseek_v32", "glm_moe_dsa", "mistral_large4_text")
-_NOAUX_TC = ("deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa", "axk1")
+DSA_MODEL_TYPES = ("deepseek_v32", "glm_moe_dsa", "mistral_large4_text", "axk2")
+_NOAUX_TC = ("deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa", "axk1", "axk2")
 # transformers' classes that place the dense MLPs by mlp_layer_types.
 _MLP_LAYER_TYPES = ("glm4_moe_lite", "axk1", *DSA_MODEL_TYPES)
 
@@ -86,6 +87,20 @@ MLA_DEFAULTS: dict[str, dict[str, Any]] = {
         norm_topk_prob=True, routed_scaling_factor=2.5, first_k_dense_replace=3,
         mlp_layer_types=None, index_topk=2048, index_n_heads=64, index_head_dim=128,
     ),
+    # SK Telecom's A.X K2: V3.2's class (A.X-K2-Light's sizes, no expert groups) with its
+    # queries and a gate per value channel from [normed, raw] q LoRA latent through
+    # q_gate_proj, and gated input norms (and MoE layers' second norms) of gated_norm_rank;
+    # its dense layers by mlp_layer_types, else first_k_dense_replace / moe_layer_freq.
+    "axk2": dict(
+        vocab_size=163840, hidden_size=2048, intermediate_size=5120, num_hidden_layers=48,
+        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=131072,
+        rms_norm_eps=1e-6, bos_token_id=163691, eos_token_id=163691, q_lora_rank=384,
+        kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64,
+        n_routed_experts=128, n_shared_experts=1, num_experts_per_tok=8,
+        moe_intermediate_size=512, n_group=None, topk_group=None, norm_topk_prob=True,
+        routed_scaling_factor=2.5, mlp_layer_types=None, index_topk=2048, index_n_heads=16,
+        index_head_dim=128, gated_norm_rank=16,
+    ),
     # GLM-5: V3.2's class with GLM's sizes (and its indexer's rope on interleaved pairs).
     "glm_moe_dsa": dict(
         vocab_size=154880, hidden_size=6144, intermediate_size=12288, num_hidden_layers=78,
@@ -147,7 +162,7 @@ def mla_fields(f: Any, model_type: str) -> dict:
     # A config asking otherwise means a different model to the two references: refuse it.
     softmax = model_type in ("deepseek_v2", "mistral4", "mistral_large4_text")
     hard_coded = dict(scoring_func="softmax" if softmax else "sigmoid", moe_layer_freq=1)
-    if model_type == "axk1":  # (its moe_layer_freq places the dense layers: _dense_layers)
+    if model_type in ("axk1", "axk2"):  # (moe_layer_freq places dense layers: _dense_layers)
         del hard_coded["moe_layer_freq"]
     if model_type in _NOAUX_TC:
         hard_coded["topk_method"] = "noaux_tc"
@@ -195,10 +210,15 @@ def mla_fields(f: Any, model_type: str) -> dict:
     )
     if model_type in _MLP_LAYER_TYPES:
         fields.update(first_k_dense_replace=0, mlp_only_layers=_dense_layers(f, model_type))
+    if model_type in ("axk1", "axk2") and not fields["q_lora_rank"]:
+        raise ValueError(f"HF config q_lora_rank: {model_type}'s attention always has one (> 0)")
     if model_type == "axk1":
-        if not fields["q_lora_rank"]:
-            raise ValueError("HF config q_lora_rank: axk1's attention always has a q LoRA (> 0)")
         fields["moe_post_norm"] = True
+    if model_type == "axk2":
+        rank = f.required("gated_norm_rank")
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise ValueError(f"HF config gated_norm_rank={rank!r}: axk2 needs an int >= 1")
+        fields.update(mla_query_gate=True, gated_norm_rank=rank)
     if model_type == "mistral_large4_text":
         fields.update(_mistral_large4_fields(f))
     if model_type in DSA_MODEL_TYPES:
@@ -302,7 +322,7 @@ def _dense_layers(f: Any, model_type: str) -> tuple[int, ...]:
     first_k_dense_replace, the rest sparse) as the dense layers' indices."""
     num_layers = f.required("num_hidden_layers")
     types = f.get("mlp_layer_types")
-    if types is None and model_type == "axk1":  # (AXK1Config: its legacy fields, once)
+    if types is None and model_type in ("axk1", "axk2"):  # (their legacy fields, once)
         first, freq = f.hf.get("first_k_dense_replace", 1), f.hf.get("moe_layer_freq", 1)
         for name, v in (("first_k_dense_replace", first), ("moe_layer_freq", freq)):
             if isinstance(v, bool) or not isinstance(v, int) or v < (name == "moe_layer_freq"):

@@ -31,6 +31,7 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         "solar_open",
         "glm4_moe_lite",
         "axk1",
+        "axk2",
         "minimax_m2",
         "deepseek_v2",
         "deepseek_v3",

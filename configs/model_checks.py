@@ -198,6 +198,10 @@ def check_mla(cfg: Any) -> None:
         raise ValueError(f"qk_rope_head_dim={cfg.qk_rope_head_dim}: must be even")
     if cfg.sliding_window is not None:
         raise ValueError(f"sliding_window={cfg.sliding_window}: not implemented for MLA attention")
+    if cfg.mla_query_gate and cfg.q_lora_rank <= 0:
+        raise ValueError("mla_query_gate=True: needs a q LoRA (q_lora_rank > 0)")
+    if cfg.gated_norm_rank < 0:
+        raise ValueError(f"gated_norm_rank={cfg.gated_norm_rank}: must be >= 0")
     if cfg.index_topk:
         # (Without a q LoRA the indexer's queries come from the normed hidden state: Mistral
         # Large 4.)

@@ -139,8 +139,12 @@ class ModelConfig:
     qk_nope_head_dim: int = 0  # per-head non-rotary q/k width
     qk_rope_head_dim: int = 0  # decoupled rotary width (shared key across heads)
     v_head_dim: int = 0  # per-head value width (GQA: 0 is head_dim; MiMo-V2-Flash's narrower)
-    # MiMo-V2-Flash: the values times this before attention (its attention_value_scale).
-    attention_value_scale: float = 1.0
+    attention_value_scale: float = 1.0  # MiMo-V2-Flash: the values times this first
+    # A.X K2: MLA queries (and a sigmoid gate per value channel, attn "wq_gate") from the
+    # q LoRA's [normed, raw] latent; input norms (and the MoE layers' second) gated by
+    # sigmoid(silu(y @ norm_gate_a) @ norm_gate_b) of rank gated_norm_rank (0: none).
+    mla_query_gate: bool = False
+    gated_norm_rank: int = 0
     rope_interleave: bool = True  # DeepSeek rotary pairs are interleaved (x0,x1),(x2,x3)...
     # Llama 4's query temperature (Mistral 4: llama_4_scaling_beta): queries, after RoPE,
     # times 1 + attn_scale_beta * log(1 + floor(position / attn_scale_positions)); 0: none.
@@ -154,8 +158,7 @@ class ModelConfig:
     # attn_scale_offset) / attn_scale_positions) ** attn_scale_power, in float32 (with
     # attn_scale_nope_only; 0: none). Not beside attn_scale_beta.
     attn_scale_power: float = 0.0
-    # Llama 4's use_qk_norm: q and k RMS-normalized (no weight) after RoPE, on RoPE layers.
-    qk_l2_norm: bool = False
+    qk_l2_norm: bool = False  # Llama 4's use_qk_norm: q, k RMS-normed after RoPE (no weight)
     # Mistral Large 4: MLA layers without RoPE (q/k nope parts take the rope channels; k_pe
     # rows cached as zeros), LeRoPE (rope frequencies times exp of attn "rope_alpha"), a
     # per-head query scale s_h * log(position + 1) + b_h ("q_scale", "q_scale_bias").
@@ -318,10 +321,8 @@ class ModelConfig:
     num_experts_per_tok: int = 0  # top-k
     moe_intermediate_size: int = 0  # per-expert SwiGLU width
     num_shared_experts: int = 0  # DeepSeek shared experts (always on)
-    # Width of the shared-expert MLP; 0: moe_intermediate_size * num_shared_experts.
-    shared_intermediate_size: int = 0
-    # Qwen2-MoE: the shared expert's output is scaled by sigmoid(x @ w) per token.
-    shared_expert_gate: bool = False
+    shared_intermediate_size: int = 0  # 0: moe_intermediate_size * num_shared_experts
+    shared_expert_gate: bool = False  # Qwen2-MoE: shared output times sigmoid(x @ w)
     scoring_func: str = "softmax"  # router scores: one of SCORING_FUNCS
     topk_method: str = "greedy"  # one of TOPK_METHODS
     n_group: int = 1  # expert groups for group-limited routing
@@ -403,9 +404,8 @@ class ModelConfig:
     hc_sinkhorn_iters: int = 20
     hc_eps: float = 1e-6
     hash_moe_layers: tuple[int, ...] = ()
-    # Whether its per-token rows (the window's keys, the compressors' inputs) live in a pool
-    # of their own that gives back the pages behind v4_token_window (hybrid_window); the
-    # entries stay in the main pool.
+    # Whether its per-token rows (the window's keys, the compressors' inputs) live in a pool of
+    # their own giving back the pages behind v4_token_window (hybrid_window); entries: main.
     v4_window_pool: bool = True
 
     def __post_init__(self):

@@ -47,6 +47,13 @@ MOE_KIN["tiny-axk1"] = ModelConfig(
     moe_post_norm=True,
     mlp_only_layers=(0, 2),
 )
+# tests/fixtures/axk2 (A.X K2): tiny-axk1's MLA and MoE without the MoE output norm, layer 0
+# dense; its queries and a gate per value channel from [normed, raw] q LoRA latent; gated
+# input norms (and MoE layers' second) of rank 4; V3.2's indexer, 8 heads of 16 keeping 12.
+MOE_KIN["tiny-axk2"] = MOE_KIN["tiny-axk1"].replace(
+    name="tiny-axk2", model_type="axk2", moe_post_norm=False, mlp_only_layers=(0,),
+    mla_query_gate=True, gated_norm_rank=4, index_topk=12, index_n_heads=8, index_head_dim=16,
+)  # fmt: skip
 # tests/fixtures/mellum (Mellum): 4 heads over 2 KV heads of 16 with q/k norms; an 8-key window
 # on layers 0 and 2 (RoPE base 100), layers 1 and 3 global (base 1e4); layer 0 dense (96),
 # layers 1-3 a softmax top-2 of 8 experts 32 wide, renormalized.

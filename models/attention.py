@@ -191,11 +191,14 @@ def mla_inputs(
     its own (shared_indexer_layers) idx_* None. `delta(leaf, x)`: a LoRA term for wq /
     wq_a / wq_b / wkv_a (models/lora.py), or None."""
     dn, r, dr = cfg.layer_nope_dim(layer), cfg.kv_lora_rank, cfg.qk_rope_head_dim
-    q_a = None
+    q_a = gate = None
     if cfg.q_lora_rank:
-        q_a = add(x @ p["wq_a"], delta("wq_a", x))
-        q_a = rms_norm(q_a, p["q_a_norm"], MLA_LATENT_NORM_EPS)  # [T, Rq]
-        q = add(jnp.einsum("tr,rhk->thk", q_a, p["wq_b"]), delta("wq_b", q_a))  # [T, H, Dn + Dr]
+        raw = add(x @ p["wq_a"], delta("wq_a", x))
+        q_a = rms_norm(raw, p["q_a_norm"], MLA_LATENT_NORM_EPS)  # [T, Rq]
+        q_in = jnp.concatenate([q_a, raw], axis=-1) if cfg.mla_query_gate else q_a
+        q = add(jnp.einsum("tr,rhk->thk", q_in, p["wq_b"]), delta("wq_b", q_in))  # [T, H, Dq]
+        if cfg.mla_query_gate:  # A.X K2: a gate per value channel ([T, H, Dv])
+            gate = jnp.einsum("tr,rhk->thk", q_in, p["wq_gate"])
         if cfg.mla_lora_scales:  # LongCat-Flash: its queries scaled (before RoPE)
             q = q * jnp.asarray((cfg.hidden_size / cfg.q_lora_rank) ** 0.5, q.dtype)
     else:
@@ -226,7 +229,7 @@ def mla_inputs(
         k_pe=k_pe,
         scale=mla_softmax_scale(cfg),
         # Ling 2.5: the output per head times sigmoid(x @ w_head_gate) ([T, H, 1])
-        gate=narrow_product(jnp.matmul, x, p["w_head_gate"])[..., None] if cfg.head_gate else None,
+        gate=narrow_product(jnp.matmul, x, p["w_head_gate"])[..., None] if cfg.head_gate else gate,
     )
     if cfg.indexes(layer):
         inputs = inputs._replace(**_indexer_inputs(p, x, q_a, positions, cfg, layer))

@@ -36,6 +36,10 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
             names[f"{pre}.q_a_proj.weight"] = _linear(rq, d, at + ("wq_a",))
             names[f"{pre}.q_a_layernorm.weight"] = _vector(rq, at + ("q_a_norm",))
             names[f"{pre}.q_b_proj.weight"] = _linear(h * dq, rq, at + ("wq_b",))
+            if cfg.mla_query_gate:  # (A.X K2: per head, its query rows then its gate rows)
+                rows, targets = h * (dq + cfg.v_head_dim), (at + ("wq_b",), at + ("wq_gate",))
+                grouped = HFTensor((rows, 2 * rq), targets, "grouped", groups=h)
+                names[f"{pre}.q_b_proj.weight"] = grouped
         else:
             names[f"{pre}.q_proj.weight"] = _linear(h * dq, d, at + ("wq",))
         if cfg.kv_source(layer) == layer:
@@ -154,6 +158,13 @@ DERIVED_BUFFERS = {"minimax": r"\.self_attn\.(slope_rate|query_decay|key_decay|d
 ALTERNATE_NAMES = {
     "kimi_linear": ((".mlp.", ".block_sparse_moe."),),
     "nemotron_h": (("backbone.", "model."),),
+    # A.X K2's release (vLLM's names) and transformers 5.25's in-memory ones for its fused
+    # query-and-gate projection and its gated norms' low-rank MLP
+    "axk2": (
+        ("self_attn.q_b_proj.", "self_attn.q_gate_proj."),
+        ("W_down.", "mlp.fc1."),
+        ("W_up.", "mlp.fc2."),
+    ),
     # DeepSeek-V4's release names its tensors without "model." (transformers 5.25 renames
     # only the embedding, final norm and hyper-connection head back on save).
     "deepseek_v4": (
@@ -663,6 +674,13 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
     }
     if cfg.model_type == "gemma4_text":
         names.update(_gemma4_names(cfg, layer, at, moe))
+    elif cfg.gated_norm_rank:  # (A.X K2: norm.weight, W_down / W_up under a gated norm)
+        gated = (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "mlp_norm"))
+        for hf, ours in gated[: 1 + moe]:  # (a dense layer's second norm: a plain one)
+            r, w = cfg.gated_norm_rank, names.pop(f"{layer}.{hf}.weight")
+            names[f"{layer}.{hf}.norm.weight"] = w
+            names[f"{layer}.{hf}.W_down.weight"] = _linear(r, d, at + (f"{ours}_gate_a",))
+            names[f"{layer}.{hf}.W_up.weight"] = _linear(d, r, at + (f"{ours}_gate_b",))
     elif cfg.parallel_block or cfg.norm_bias:
         if cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms, Phi-2's, StarCoder2's)
             names[f"{layer}.input_layernorm.bias"] = _vector(d, at + ("attn_norm_bias",))

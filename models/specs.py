@@ -14,7 +14,8 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             wkv_a [D, R+Dr], kv_a_norm [R], wkv_b [R, H, Dn+Dv], wo [H, Dv, D]
             (a nope layer: Dr 0 in wkv_a, Dn + Dr in wkv_b); rope_alpha [Dr/2]
             (learned_rope_scale, float32); q_scale / q_scale_bias [H] (query_log_scale);
-            w_head_gate [D, H] (head_gate; GQA's too);
+            w_head_gate [D, H] (head_gate; GQA's too); mla_query_gate: wq_b [2Rq, H,
+            Dn+Dr], wq_gate [2Rq, H, Dv];
             DSA indexer (index_topk): idx_wq [Rq, Hi, Di], idx_wk [D, Di],
             idx_k_norm / idx_k_bias [Di], idx_w [D, Hi] (float32); without a q LoRA
             idx_q_norm / idx_q_bias [D] and idx_wq [D, Hi, Di]; idx_q_scale /
@@ -37,7 +38,8 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             latent_in [D, L], latent_out [L, D], experts [E, L, Fe] / [E, Fe, L]
   sandwich_norms (AFMoE): layers[i] also attn_post_norm, mlp_post_norm [D]; without
             pre_norms (FlexOlmo) no attn_norm, mlp_norm; moe_post_norm (A.X-K1): the MoE
-            layers' mlp_post_norm alone
+            layers' mlp_post_norm alone; gated_norm_rank r (A.X K2): attn_norm_gate_a [D, r],
+            attn_norm_gate_b [r, D], the MoE layers' mlp_norm_gate_a / _b too
   Gemma 4: a full-attention layer's wq/wk/wo at global_head_dim, global_num_kv_heads KV
             heads, no wv (attention_k_eq_v); dense_beside_moe: layers[i] mlp beside moe,
             mlp_out_norm / moe_norm / moe_out_norm [D], moe router_scale [D] and
@@ -159,6 +161,9 @@ def _mla_specs(cfg: ModelConfig, layer: int, dt, w) -> dict:
         rq = cfg.q_lora_rank
         s["wq_a"] = ParamSpec((d, rq), dt, ("embed", "q_lora"), w)
         s["q_a_norm"] = ParamSpec((rq,), dt, ("q_lora",), ones)
+        if cfg.mla_query_gate:  # (A.X K2: from [normed, raw] latent, a gate per channel)
+            rq, dv = 2 * rq, cfg.v_head_dim
+            s["wq_gate"] = ParamSpec((rq, h, dv), dt, ("q_lora", "q_heads", "head_dim"), w)
         s["wq_b"] = ParamSpec((rq, h, dq), dt, ("q_lora", "q_heads", "head_dim"), w)
     else:
         s["wq"] = ParamSpec((d, h, dq), dt, ("embed", "q_heads", "head_dim"), w)
@@ -462,6 +467,10 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
         layer["mlp_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if moe and cfg.moe_post_norm:  # (A.X-K1: the MoE layers' output normed)
         layer["mlp_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
+    for name in ("attn_norm", "mlp_norm")[: 1 + moe] if cfg.gated_norm_rank else ():
+        r = cfg.gated_norm_rank  # (A.X K2: its input norm, a MoE layer's second, gated)
+        layer[f"{name}_gate_a"] = ParamSpec((d, r), dt, ("embed", None), w)
+        layer[f"{name}_gate_b"] = ParamSpec((r, d), dt, (None, "embed"), w)
     if i in cfg.no_ffn_layers:  # (Nemotron-H: a mixer alone)
         return layer
     # (Cohere: one norm before both blocks; GPT-NeoX: one each, side by side)

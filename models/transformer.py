@@ -141,6 +141,7 @@ def decoder_layer(
     x_in = x  # (GPT-NeoX's MLP reads its own norm of the layer's input)
     normed = "attn_norm" in layer or cfg.norm_weightless  # (OLMo 1: norms without weights)
     h = model_norm(x.astype(dtype), layer.get("attn_norm"), cfg, bias) if normed else x
+    h = _norm_gated(h, layer, "attn_norm")
     pair = cfg.parallel_hybrid and shortcut is not None  # (Falcon-H1: attention, Mamba-2)
     if pair and "linear" in layer:  # (the pair's second: the first's normed input, no norm)
         h = shortcut.pop("h")
@@ -171,6 +172,7 @@ def decoder_layer(
         bias, source = layer.get("mlp_norm_bias"), x_in if cfg.parallel_block else x
         normed = "mlp_norm" in layer or cfg.norm_weightless
         h = model_norm(source, layer.get("mlp_norm"), cfg, bias) if normed else source
+        h = _norm_gated(h, layer, "mlp_norm")
     if cfg.shortcut_moe and shortcut is not None:  # LongCat-Flash
         out = swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg))
         if "moe" in layer:  # (an even layer: its MoE's output joins after the next layer's)
@@ -192,6 +194,16 @@ def decoder_layer(
     if "layer_scalar" in layer:  # Gemma 4: the layer's output scaled
         x = x * layer["layer_scalar"]
     return pin(x, ("batch", "embed")), kv_i
+
+
+def _norm_gated(h: jax.Array, layer: dict, norm: str) -> jax.Array:
+    """A.X K2's gated norm (ModelConfig.gated_norm_rank): the normed h times
+    sigmoid(silu(h @ gate_a) @ gate_b), the sigmoid in float32 as transformers; h itself
+    where the layer has no such gate."""
+    if f"{norm}_gate_a" not in layer:
+        return h
+    gate = jax.nn.silu(h @ layer[f"{norm}_gate_a"]) @ layer[f"{norm}_gate_b"]
+    return (h * jax.nn.sigmoid(gate.astype(jnp.float32))).astype(h.dtype)
 
 
 def _joined(x: jax.Array, h: jax.Array, out: jax.Array, cfg: ModelConfig, kind: int, i: int):

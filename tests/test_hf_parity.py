@@ -158,6 +158,9 @@ ARCHS = {
     "hyperclovax": "tiny-hyperclovax",  # Granite's multipliers (logits times), Peri-LN
     "iquestcoder": "tiny-iquestcoder",  # Llama's model under its own model_type
     "axk1": "tiny-axk1",  # DeepSeek-V3 with each MoE layer's output normed
+    # A.X K2: V3.2's sparse MLA, queries and a gate per value channel from [normed, raw] q
+    # LoRA latent, gated input norms
+    "axk2": "tiny-axk2",
     "mellum": "tiny-mellum",  # Qwen3-MoE's attention and experts in Laguna's layers
     # Flint: sinks, RoPE on the windowed layers alone, sigmoid top-k, an ungated shared expert
     "flint": "tiny-flint",
