@@ -211,7 +211,9 @@ def mla_fields(f: Any, model_type: str) -> dict:
     if model_type in _MLP_LAYER_TYPES:
         fields.update(first_k_dense_replace=0, mlp_only_layers=_dense_layers(f, model_type))
     if model_type in ("axk1", "axk2") and not fields["q_lora_rank"]:
-        raise ValueError(f"HF config q_lora_rank: {model_type}'s attention always has one (> 0)")
+        raise ValueError(
+            f"HF config q_lora_rank: {model_type}'s attention always has a q LoRA (> 0)"
+        )
     if model_type == "axk1":
         fields["moe_post_norm"] = True
     if model_type == "axk2":

@@ -8,7 +8,8 @@ configs/hf_falcon.py), GPT-J (gptj, configs/hf_gptj.py), GPT-BigCode and GPT-2
 (gpt_bigcode, gpt2: configs/hf_gpt_bigcode.py), OPT (opt, configs/hf_opt.py); the 58th's
 GPT-Neo (gpt_neo, configs/hf_gpt_bigcode.py: its windows and unscaled scores), CodeGen
 (codegen, configs/hf_gptj.py), Persimmon (persimmon, configs/hf_persimmon.py), BioGPT and
-XGLM (biogpt, xglm: configs/hf_opt.py; XGLM's sinusoids against transformers'). The
+XGLM (biogpt, xglm: configs/hf_opt.py; XGLM's sinusoids against transformers'); the 60th's
+A.X K2 (axk2, configs/hf_mla.py). The
 fixtures' configs read to their presets; the class defaults counted as transformers counts
 them; the defaults a config may leave out; Kolibri-1's router against numpy, Beam's query
 scale against transformers'; the refusals, by field. HF parity: tests/test_hf_parity.py (each
@@ -32,7 +33,7 @@ from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits, saved
 ARCHS = ("axk1", "mellum", "flint", "kolibri1", "beam", "aria_text", "lara_mini", "cohere")
 ARCHS += ("internlm3", "apertus", "gpt_neox", "gpt_neox_seq", "olmo", "falcon", "falcon_7b")
 ARCHS += ("gptj", "gpt_bigcode", "gpt2", "opt", "gpt_neo", "codegen", "persimmon", "biogpt")
-ARCHS += ("xglm",)
+ARCHS += ("xglm", "axk2")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -49,6 +50,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         # 192, Kolibri-1: 50 x 384); active: less the experts each token leaves (E - k of
         # them, 3 x hidden x moe_intermediate each, on every MoE layer).
         ("axk1", 518_983_063_808, 32_779_344_128),
+        ("axk2", 20_314_500_992, 2_572_595_072),  # (47 x 128 correction biases)
         ("mellum", 12_149_923_072, 2_439_060_736),
         ("flint", 39_785_287_456, 2_822_983_456),
         ("kolibri1", 78_103_074_560, 3_785_250_560),
@@ -87,6 +89,8 @@ def test_what_a_config_may_leave_out():
     legacy = dict(axk1, num_hidden_layers=6, first_k_dense_replace=2, moe_layer_freq=2)
     cfg = config_from_hf(legacy)
     assert [cfg.is_moe_layer(i) for i in range(6)] == [False, False, True, False, True, False]
+    axk2 = {k: v for k, v in saved_config("axk2").items() if k != "mlp_layer_types"}
+    assert config_from_hf(dict(axk2, moe_layer_freq=2)).mlp_only_layers == (0, 1, 3)
     flint = config_from_hf({"model_type": "flint", "num_hidden_layers": 10})
     assert flint.full_attention_layers == (0, 1, 5, 9) == flint.nope_layers
     assert flint.mlp_only_layers == (0, 1) and flint.sliding_window == 513
@@ -398,6 +402,9 @@ def test_kolibri1_router_picks_by_biased_logits_and_weighs_by_sigmoid():
         ("axk1", dict(q_lora_rank=None), "q_lora_rank: axk1's attention always has a q LoRA"),
         ("axk1", dict(mlp_layer_types=["dense"] * 3), "mlp_layer_types: expected a list of"),
         ("axk1", dict(scoring_func="softmax"), "scoring_func='softmax': transformers' axk1"),
+        ("axk2", dict(q_lora_rank=None), "q_lora_rank: axk2's attention always has a q LoRA"),
+        ("axk2", dict(gated_norm_rank=0), "gated_norm_rank=0: axk2 needs an int >= 1"),
+        ("axk2", dict(attention_bias=True), "attention_bias=True: not supported for axk2"),
         ("mellum", dict(attention_bias=True), "attention_bias=True: not supported"),
         ("mellum", dict(layer_types=["full_attention"] * 3), "layer_types: expected 4 entries"),
         (
@@ -487,6 +494,8 @@ def test_the_readers_refuse_by_field(arch, change, match):
     "preset, change, match",
     [
         ("tiny-kolibri1", dict(topk_method="greedy"), "router_bias_on_logits=True: needs"),
+        ("tiny-axk2", dict(q_lora_rank=0), "mla_query_gate=True: needs a q LoRA"),
+        ("tiny-axk2", dict(gated_norm_rank=-1), "gated_norm_rank=-1: must be >= 0"),
         ("tiny-mellum", dict(router_bias_on_logits=True), "router_bias_on_logits=True: needs"),
         ("tiny-mellum", dict(moe_post_norm=True, num_experts=0), "moe_post_norm=True: needs"),
         ("tiny-kolibri1", dict(moe_post_norm=True), "moe_post_norm=True: needs"),
