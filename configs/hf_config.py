@@ -75,7 +75,7 @@ from configs.hf_rope import (
     rope,
 )
 from configs.hf_window import sliding_window_fields
-from configs.hf_wrappers import MULTIMODAL_WRAPPERS, language_model_config
+from configs.hf_wrappers import MULTIMODAL_WRAPPERS, cross_attention_layers, language_model_config
 from configs.int4_schemes import INT4_METHODS, Int4Scheme, int4_scheme
 from configs.model_config import ModelConfig
 
@@ -651,6 +651,9 @@ def config_from_hf(
         arch = mla_fields(f, model_type)
     else:
         arch = _gqa_fields(f, model_type)
+        if model_type == "llama" and "cross_attention_layers" in hf:  # (Llama 3.2 Vision's)
+            arch["cross_attention_layers"] = cross_attention_layers(hf, num_layers)
+            num_layers -= len(arch["cross_attention_layers"])
         if model_type == "ministral3":
             arch.update(llama4_temperature(f))
         elif model_type in olmo.OLMO_TYPES:

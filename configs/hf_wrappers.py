@@ -29,6 +29,7 @@ MULTIMODAL_WRAPPERS = {
     "granite_docling": ("granite_docling_text", True),  # Granite-Docling (model.text_model.)
     "qwen3_5": ("qwen3_5_text", False),  # Qwen3.5 (dense)
     "qwen3_5_moe": ("qwen3_5_moe_text", False),  # Qwen3.5-35B-A3B ... -397B-A17B
+    "mllama": ("mllama_text_model", False),  # Llama 3.2 Vision 11B, 90B (never tied)
     "gemma4": (GEMMA4, True),  # Gemma 4 26B-A4B, 31B
     "gemma3": (GEMMA3, True),  # Gemma 3 4B, 12B, 27B
     "aria": (ARIA, False),  # Rhymes' Aria
@@ -97,11 +98,12 @@ def _glm4v_head_dim(text: dict) -> int:
 # renormalized) and Qwen3's, with no sliding window; GLM-4.5V's is GLM-4.5's with no q/k
 # norms and no MTP layer; GLM-4.1V's is GLM-4-0414's (biased q/k/v, sandwich norms) with
 # whole-head RoPE by default, GLM-OCR's the same without biases; HunyuanOCR's is Hunyuan's
-# dense one, tied; the Omni thinkers' are Qwen3-MoE's (top-k renormalized by default) and
-# Qwen2's; Granite-Docling's is Granite's under its own multipliers; Qwen2-VL's and
-# Qwen2.5-VL's are Qwen2's (biased q/k/v, its window fields). Their M-RoPE gives text tokens
-# the same position on each axis: the text's RoPE (_TEXT_ROPE; image and video inputs: not
-# supported).
+# dense one, tied; Llama 3.2 Vision's is Llama's beside cross-attention layers (skipped for
+# text: ModelConfig.cross_attention_layers), never tied; the Omni thinkers' are Qwen3-MoE's
+# (top-k renormalized by default) and Qwen2's; Granite-Docling's is Granite's under its own
+# multipliers; Qwen2-VL's and Qwen2.5-VL's are Qwen2's (biased q/k/v, its window fields).
+# Their M-RoPE gives text tokens the same position on each axis: the text's RoPE
+# (_TEXT_ROPE; image and video inputs: not supported).
 # fmt: off
 _VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
     "qwen3_vl_moe_text": ("qwen3_moe", dict(
@@ -132,6 +134,12 @@ _VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
         rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False, sliding_window=None,
         max_window_layers=28, bos_token_id=None, eos_token_id=None,
     ), {}),
+    "mllama_text_model": ("llama", dict(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=40,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
+        cross_attention_layers=[3, 8, 13, 18, 23, 28, 33, 38],
+    ), dict(tie_word_embeddings=False, attention_bias=False, mlp_bias=False)),
     "glm4v_text": ("glm4", dict(
         vocab_size=151552, hidden_size=4096, intermediate_size=13696, num_hidden_layers=40,
         num_attention_heads=32, num_key_value_heads=2, max_position_embeddings=32768,
@@ -219,3 +227,18 @@ def _vl_text(text: dict) -> dict:
 # M-RoPE's rope types as their text positions rotate: Qwen2-VL's "mrope" the plain RoPE,
 # HunyuanOCR's "xdrope" Hunyuan's NTK-alpha one (its class reads it as "dynamic").
 _TEXT_ROPE = {"mrope": "default", "xdrope": "dynamic"}
+
+
+def cross_attention_layers(hf: dict, num_layers: int) -> tuple[int, ...]:
+    """Llama 3.2 Vision's cross_attention_layers (of its text config read as Llama's):
+    distinct layer indices below num_hidden_layers, some layer left for the text."""
+    layers = hf["cross_attention_layers"]
+    ok = isinstance(layers, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers for i in layers
+    )
+    if not ok or len(set(layers)) != len(layers) or len(layers) >= num_layers:
+        raise ValueError(
+            f"HF config cross_attention_layers={layers!r}: expected distinct layer indices "
+            f"in [0, num_hidden_layers={num_layers}), fewer than all"
+        )
+    return tuple(sorted(layers))

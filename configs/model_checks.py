@@ -246,7 +246,16 @@ def check_blocks(cfg: Any) -> None:
     """The block and embedding fields of the 57th session's families and later: Llama 4's
     and Beam's query scales on NoPE layers, Beam's gate bias and depth-scaled stream; OLMo
     1's weightless LayerNorms; GPT-BigCode's and OPT's learned positions; GPT-NeoX's two
-    norms side by side; ALiBi's slopes and BLOOM's embedding norm."""
+    norms side by side; ALiBi's slopes and BLOOM's embedding norm; Llama 3.2 Vision's skipped
+    cross-attention layers."""
+    cross, total = cfg.cross_attention_layers, cfg.num_layers + len(cfg.cross_attention_layers)
+    if cross and (sorted(set(cross)) != list(cross) or not 0 <= cross[0] <= cross[-1] < total):
+        raise ValueError(
+            f"cross_attention_layers={cross}: expected increasing checkpoint layer indices "
+            f"below num_layers + their number ({total})"
+        )
+    if cross and (cfg.attention_type != "gqa" or cfg.num_experts):
+        raise ValueError(f"cross_attention_layers={cross}: a dense GQA model's only")
     if cfg.attn_scale_beta and not (cfg.attn_scale_beta > 0 and cfg.attn_scale_positions >= 1):
         raise ValueError(
             f"attn_scale_beta={cfg.attn_scale_beta}, attn_scale_positions="

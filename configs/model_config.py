@@ -108,8 +108,7 @@ class ModelConfig:
     max_position_embeddings: int = 4096  # longest position the model was built for
     rope_theta: float = 10000.0  # RoPE base
     rope_scaling: RopeScaling = field(default_factory=RopeScaling)  # frequency scaling
-    # GQA: the fraction of head_dim that is rotated, the first int(head_dim * factor)
-    # channels (GLM-4.5's 0.5); the rest pass through unrotated.
+    # GQA: the first int(head_dim * factor) channels rotated (GLM-4.5's 0.5), the rest not.
     partial_rotary_factor: float = 1.0
     tie_word_embeddings: bool = False  # lm_head shares the embedding matrix
     attention_bias: bool = False  # q/k/v projections carry biases (Qwen2)
@@ -117,20 +116,19 @@ class ModelConfig:
     # A learned logit per query head that joins every softmax as a key with no value
     # (gpt-oss "sinks"): softmax over [scores, sink], the sink's share dropped.
     attention_sinks: bool = False
-    # MiMo-V2-Flash: those sinks on the windowed layers alone (its full layers have none).
-    windowed_sinks_only: bool = False
+    windowed_sinks_only: bool = False  # MiMo-V2-Flash: those sinks on windowed layers alone
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
     qk_norm_after_rope: bool = False  # Hunyuan: those norms after RoPE, not before
     # OLMoE: the q and k RMSNorms span all heads' channels at once (weights [H * Dh] and
     # [K * Dh]) instead of each head's; with qk_norm.
     qk_norm_full: bool = False
     clip_qkv: float | None = None  # OLMoE: q, k and v clamped to [-clip, clip] after the norms
-    # Sliding-window attention (Mistral v0.1): a query at p sees keys p - sliding_window +
-    # 1 .. p; None: every earlier key. Layers in `full_attention_layers` take no window.
+    # Sliding window (Mistral v0.1): a query at p sees keys p - window + 1 .. p; None: all.
+    # Layers in `full_attention_layers` take no window.
     sliding_window: int | None = None
     full_attention_layers: tuple[int, ...] = ()
-    # Llama 4's chunked attention: a query at p sees keys floor(p / C) * C .. p; layers in
-    # full_attention_layers see every key. Not with a sliding window.
+    # Llama 4's chunks: a query at p sees keys floor(p / C) * C .. p (full_attention_layers:
+    # every key). Not with a sliding window.
     attention_chunk_size: int | None = None
     attention_type: str = "gqa"  # one of ATTENTION_TYPES
     # MLA (DeepSeek V2/V3)
@@ -140,6 +138,9 @@ class ModelConfig:
     qk_rope_head_dim: int = 0  # decoupled rotary width (shared key across heads)
     v_head_dim: int = 0  # per-head value width (GQA: 0 is head_dim; MiMo-V2-Flash's narrower)
     attention_value_scale: float = 1.0  # MiMo-V2-Flash: the values times this first
+    # Llama 3.2 Vision (mllama): its checkpoint's cross-attention layers, skipped without an
+    # image (decoder layer i is its i-th other layer); its embedding's 8 more rows unread.
+    cross_attention_layers: tuple[int, ...] = ()
     # A.X K2: MLA queries (and a sigmoid gate per value channel, attn "wq_gate") from the
     # q LoRA's [normed, raw] latent; input norms (and the MoE layers' second) gated by
     # sigmoid(silu(y @ norm_gate_a) @ norm_gate_b) of rank gated_norm_rank (0: none).
@@ -404,8 +405,7 @@ class ModelConfig:
     hc_sinkhorn_iters: int = 20
     hc_eps: float = 1e-6
     hash_moe_layers: tuple[int, ...] = ()
-    # Whether its per-token rows (the window's keys, the compressors' inputs) live in a pool of
-    # their own giving back the pages behind v4_token_window (hybrid_window); entries: main.
+    # Its per-token rows in a pool of their own, giving back pages behind v4_token_window.
     v4_window_pool: bool = True
 
     def __post_init__(self):

@@ -31,6 +31,8 @@ _FAMILY = {  # wrapper fixture -> its family's tiny preset
     "granite_docling": NEWER["tiny-granite"].replace(tie_word_embeddings=True, rms_norm_eps=1e-5),
     "qwen3_omni_moe_thinker": TINY["tiny-qwen3-moe"],
     "qwen2_5_omni_thinker": TINY["tiny-qwen2"],
+    # (Llama 3.2 Vision's: RoPE base 5e5 by its class; checkpoint layers 1 and 3 cross-attention)
+    "mllama": KIN["tiny-llava"].replace(rope_theta=500000.0, cross_attention_layers=(1, 3)),
 }
 VL_FIXTURES = tuple(_FAMILY)
 VL: dict[str, ModelConfig] = {}

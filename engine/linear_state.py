@@ -110,6 +110,8 @@ def check_model_engine(
         raise ValueError("enable_lora: not supported for nemotron_h yet")
     if cfg.parallel_hybrid and lora:  # (PEFT names its layers, each two of ours)
         raise ValueError("enable_lora: not supported for falcon_h1 yet")
+    if cfg.cross_attention_layers and lora:  # (PEFT numbers the cross-attention layers too)
+        raise ValueError("enable_lora: not supported for Llama 3.2 Vision (mllama) yet")
     if cfg.attention_free and lora:  # (no attention or MLP projection to adapt)
         raise ValueError(f"enable_lora: not supported for {cfg.model_type} (Mamba's mixers) yet")
     if not cfg.is_dsv4:

@@ -531,15 +531,19 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         "model.embed_tokens.weight": HFTensor((v, d), (("embed",),), "copy"),
         "model.norm.weight": _vector(d, ("final_norm",)),
     }
+    if cfg.cross_attention_layers:  # (Llama 3.2 Vision: 8 image-token rows after the vocabulary)
+        names["model.embed_tokens.weight"] = HFTensor((v + 8, d), (("embed",),), "rows")
     if not cfg.tie_word_embeddings:
         names["lm_head.weight"] = _linear(v, d, ("lm_head",))
     if cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms and head)
         names["model.norm.bias"] = _vector(d, ("final_norm_bias",))
     if cfg.lm_head_bias:
         names["lm_head.bias"] = _vector(v, ("lm_head_bias",))
-    for i in range(cfg.num_layers):
+    text_layers = [i for i in range(cfg.num_layers + len(cfg.cross_attention_layers))]
+    text_layers = [i for i in text_layers if i not in cfg.cross_attention_layers]
+    for i, hf in enumerate(text_layers):  # (the checkpoint's index hf: Llama 3.2 Vision's)
         moe = cfg.is_moe_layer(i)
-        names.update(_layer_names(cfg, f"model.layers.{i}", ("layers", i), moe, expert_layout))
+        names.update(_layer_names(cfg, f"model.layers.{hf}", ("layers", i), moe, expert_layout))
     if cfg.learned_positions:  # (GPT-BigCode's wpe, models/release_names.py)
         rows = cfg.max_position_embeddings + cfg.position_offset
         names["model.embed_positions.weight"] = HFTensor((rows, d), (("pos_embed",),), "copy")

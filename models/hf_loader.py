@@ -719,7 +719,10 @@ def _place(t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], lea
         spec = leaf_specs[path]
         return np.asarray(x, dtype=spec.dtype)
 
-    if t.kind in ("copy", "index"):  # (to every target: LeRoPE's alpha is each layer's)
+    if t.kind == "rows":  # (Llama 3.2 Vision's embedding: its image tokens' rows unread)
+        (path,) = t.targets
+        leaves[path] = cast(path, arr[: leaf_specs[path].shape[0]])
+    elif t.kind in ("copy", "index"):  # (to every target: LeRoPE's alpha is each layer's)
         for path in t.targets:
             leaves[path] = cast(path, arr.reshape(leaf_specs[path].shape))
     elif t.kind == "linear":

@@ -224,7 +224,8 @@ ARCHS = {
     # DeepSeek-VL (Llama's, tied by its class), Idefics2 (Mistral's), HyperCLOVA X Vision,
     # MiniCPM-V 4.6 (Qwen3.5's), LightOnOCR (Qwen3's), GLM-4.1V and GLM-OCR (GLM-4's, M-RoPE
     # for text), HunyuanOCR (Hunyuan's), Granite-Docling (Granite's), the Qwen3-Omni and
-    # Qwen2.5-Omni thinkers (Qwen3-MoE's, Qwen2's)
+    # Qwen2.5-Omni thinkers (Qwen3-MoE's, Qwen2's), Llama 3.2 Vision (Llama's, its
+    # cross-attention layers skipped for text)
     **{a: "tiny-" + a.replace("_", "-") for a in VL2},
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
@@ -257,6 +258,9 @@ WRAPPED = {
     "aya_vision": (("language_model.", ""), ("vision_tower.", "multi_modal_projector."),
                    "per_expert"),
     "fuyu": (("language_model.", ""), ("vision_embed_tokens.",), "per_expert"),
+    # (Llama 3.2 Vision's cross-attention layers, 1 and 3, not read)
+    "mllama": (("language_model.", ""), ("vision_model.", "multi_modal_projector.",
+               "language_model.model.layers.1.", "language_model.model.layers.3."), "per_expert"),
     "hunyuan_vl": (("", ""), ("vit.",), "per_expert"),
     **{a: (("", ""), ("visual.", "audio_tower."), "per_expert")
        for a in ("qwen3_omni_moe_thinker", "qwen2_5_omni_thinker")},

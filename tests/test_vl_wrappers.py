@@ -20,7 +20,8 @@ from safetensors.numpy import load_file, save_file
 from configs.hf_config import config_from_hf
 from configs.presets import get_preset
 from configs.presets_vl import VL_FIXTURES
-from models.hf_loader import load_hf_params
+from engine import LLM
+from models.hf_loader import hf_tensor_names, load_hf_params
 from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits, saved_config
 
 ARCHS = ("qwen2_vl", "qwen2_5_vl", "llava", "llava_onevision", "internvl", "smolvlm")
@@ -217,3 +218,25 @@ def test_omni_thinker_text_configs_take_their_classes_defaults():
     got = config_from_hf({"model_type": "qwen3_omni_moe_thinker", "text_config": text})
     assert got.norm_topk_prob
     assert not config_from_hf({**text, "model_type": "qwen3_moe"}).norm_topk_prob
+
+
+def test_llama_3_2_vision_serves_its_self_attention_layers():
+    """MllamaTextConfig's defaults (Llama-3.2-11B-Vision's shapes): 40 layers, 8 of them
+    cross-attention, which transformers skips without an image: 32 decoder layers here, each
+    named by its checkpoint index; never tied (the class ties nothing)."""
+    cfg = config_from_hf({"model_type": "mllama", "text_config": {}, "tie_word_embeddings": True})
+    assert cfg.num_layers == 32 and cfg.cross_attention_layers == tuple(range(3, 40, 5))
+    assert not cfg.tie_word_embeddings and cfg.rope_theta == 500000.0
+    names = hf_tensor_names(get_preset("tiny-mllama"))
+    assert {n.split(".")[2] for n in names if n.startswith("model.layers.")} == {"0", "2"}
+    assert names["model.embed_tokens.weight"].shape == (520, 64)
+    with pytest.raises(ValueError, match="enable_lora: not supported for Llama 3.2 Vision"):
+        LLM(str(FIXTURES / "mllama"), enable_lora=True, num_pages=16, max_model_len=64)
+
+
+@pytest.mark.parametrize("layers", [[1, 1], [4], [0, 1, 2, 3], "1"])
+def test_bad_cross_attention_layers_are_refused(layers):
+    hf = saved_config("mllama")
+    hf["text_config"]["cross_attention_layers"] = layers
+    with pytest.raises(ValueError, match="cross_attention_layers="):
+        config_from_hf(hf)
