@@ -68,6 +68,7 @@ MULTIMODAL_WRAPPERS = {
     "fuyu": ("persimmon", False),  # Adept's Fuyu-8B
     "exaone4_5": ("exaone4", False),  # EXAONE 4.5
     "hyperclovax_vision_v2": ("hyperclovax", True),  # HyperCLOVA X SEED Think Vision
+    "nemotron_h_omni": ("nemotron_h", False),  # Nemotron 3 Nano Omni (its releases: llm_config)
     # Omni models' thinkers (text, image, audio in; text out), Qwen3-MoE's and Qwen2's
     "qwen3_omni_moe_thinker": ("qwen3_omni_moe_text", False),
     "qwen2_5_omni_thinker": ("qwen2_5_omni_text", False),
@@ -192,7 +193,8 @@ def language_model_config(hf: dict) -> dict:
     default_type, default_tie = wrapper
     flat = hf["model_type"] in FLAT_WRAPPERS and "text_config" not in hf
     skip = ("model_type", "vision_config", "text_config")
-    text = {k: v for k, v in hf.items() if k not in skip} if flat else hf.get("text_config", {})
+    text = hf.get("text_config", hf.get("llm_config", {}))  # (Nemotron Omni's: llm_config)
+    text = {k: v for k, v in hf.items() if k not in skip} if flat else text
     if not isinstance(text, dict):
         raise ValueError(f"HF config text_config={text!r}: expected a JSON object")
     out = {"model_type": default_type, **text}

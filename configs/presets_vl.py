@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from configs.model_config import ModelConfig
 from configs.presets_kin import KIN
+from configs.presets_mamba import MAMBA
 from configs.presets_moe_kin import MOE_KIN
 from configs.presets_more import MORE
 from configs.presets_newer import NEWER
@@ -33,6 +34,7 @@ _FAMILY = {  # wrapper fixture -> its family's tiny preset
     "qwen2_5_omni_thinker": TINY["tiny-qwen2"],
     # (Llama 3.2 Vision's: RoPE base 5e5 by its class; checkpoint layers 1 and 3 cross-attention)
     "mllama": KIN["tiny-llava"].replace(rope_theta=500000.0, cross_attention_layers=(1, 3)),
+    "nemotron_h_omni": MAMBA["tiny-nemotron-h"],
 }
 VL_FIXTURES = tuple(_FAMILY)
 VL: dict[str, ModelConfig] = {}

@@ -752,23 +752,28 @@ NAME_PREFIXES = (
     ("model.text_model.", "lm_head."),  # (Idefics3's, SmolVLM's)
     ("thinker.model.language_model.", "thinker.lm_head."),  # (an Omni model's thinker)
     ("thinker.model.", "thinker.lm_head."),
+    ("language_model.backbone.", "language_model.lm_head."),  # (Nemotron-H's, wrapped)
 )
 
 
 def prefixes_of(headers) -> tuple[str, str]:
-    """The NAME_PREFIXES entry whose embedding the checkpoint holds (the first if none)."""
+    """The NAME_PREFIXES entry whose embedding the checkpoint holds (embed_tokens, or
+    Nemotron-H's embeddings; the first if none)."""
     for model, head in NAME_PREFIXES:
-        if f"{model}embed_tokens.weight" in headers:
+        if f"{model}embed_tokens.weight" in headers or f"{model}embeddings.weight" in headers:
             return model, head
     return NAME_PREFIXES[0]
 
 
 def with_prefixes(names: dict, prefixes: tuple[str, str]) -> dict:
-    """hf_tensor_names' `names` under a checkpoint's prefixes (prefixes_of)."""
+    """hf_tensor_names' `names` under a checkpoint's prefixes (prefixes_of); Nemotron-H's
+    backbone.* as its model.*."""
     model, head = prefixes
     if (model, head) == NAME_PREFIXES[0]:
         return names
     return {
-        head + n[len("lm_head.") :] if n.startswith("lm_head.") else model + n[len("model.") :]: t
+        head + n[len("lm_head.") :]
+        if n.startswith("lm_head.")
+        else model + n[len("backbone." if n.startswith("backbone.") else "model.") :]: t
         for n, t in names.items()
     }

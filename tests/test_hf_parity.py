@@ -225,7 +225,8 @@ ARCHS = {
     # MiniCPM-V 4.6 (Qwen3.5's), LightOnOCR (Qwen3's), GLM-4.1V and GLM-OCR (GLM-4's, M-RoPE
     # for text), HunyuanOCR (Hunyuan's), Granite-Docling (Granite's), the Qwen3-Omni and
     # Qwen2.5-Omni thinkers (Qwen3-MoE's, Qwen2's), Llama 3.2 Vision (Llama's, its
-    # cross-attention layers skipped for text)
+    # cross-attention layers skipped for text), Nemotron 3 Nano Omni (Nemotron-H's, under
+    # language_model.backbone.)
     **{a: "tiny-" + a.replace("_", "-") for a in VL2},
 }
 # The multimodal fixtures: (their language model's prefix and what it stands for, the
@@ -262,6 +263,7 @@ WRAPPED = {
     "mllama": (("language_model.", ""), ("vision_model.", "multi_modal_projector.",
                "language_model.model.layers.1.", "language_model.model.layers.3."), "per_expert"),
     "hunyuan_vl": (("", ""), ("vit.",), "per_expert"),
+    "nemotron_h_omni": (("language_model.", ""), ("vision_model.", "mlp1."), "per_expert"),
     **{a: (("", ""), ("visual.", "audio_tower."), "per_expert")
        for a in ("qwen3_omni_moe_thinker", "qwen2_5_omni_thinker")},
     "granite_docling": (("model.text_model.", "model."), ("model.vision_model.",), "per_expert"),

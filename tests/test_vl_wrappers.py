@@ -240,3 +240,24 @@ def test_bad_cross_attention_layers_are_refused(layers):
     hf["text_config"]["cross_attention_layers"] = layers
     with pytest.raises(ValueError, match="cross_attention_layers="):
         config_from_hf(hf)
+
+
+def test_nemotron_omni_reads_its_release_spelling_and_both_layouts(tmp_path):
+    """Nemotron 3 Nano Omni's releases name the language model's config llm_config; its
+    tensors as released (language_model.backbone.*, transformers 5.25's save) and as
+    transformers holds them (language_model.model.*) load to the same logits."""
+    hf = saved_config("nemotron_h_omni")
+    legacy = {k: v for k, v in hf.items() if k != "text_config"} | {"llm_config": hf["text_config"]}
+    cfg = get_preset("tiny-nemotron-h-omni")
+    assert arch_fields(config_from_hf(legacy)) == arch_fields(cfg)
+    src = FIXTURES / "nemotron_h_omni"
+    shutil.copytree(src, tmp_path / "m")
+    tensors = load_file(str(src / "model.safetensors"))
+    old, new = "language_model.backbone.", "language_model.model."
+    assert any(n.startswith(old) for n in tensors)
+    renamed = {new + n[len(old) :] if n.startswith(old) else n: t for n, t in tensors.items()}
+    save_file(renamed, str(tmp_path / "m" / "model.safetensors"))
+    prompt = json.loads((src / "reference.json").read_text())["prompts"][0]
+    want = last_prefill_logits(cfg, load_hf_params(src, cfg), prompt)
+    got = last_prefill_logits(cfg, load_hf_params(tmp_path / "m", cfg), prompt)
+    np.testing.assert_array_equal(got, want)
