@@ -23,6 +23,8 @@ MLA_MODEL_TYPES = (
 # ropes interleaved pairs; V3.2's rotate halves).
 DSA_MODEL_TYPES = ("deepseek_v32", "glm_moe_dsa", "mistral_large4_text", "axk2")
 _NOAUX_TC = ("deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa", "axk1", "axk2")
+# SK Telecom's A.X K1 and K2: a q LoRA always; dense layers by their legacy fields too.
+_AXK = ("axk1", "axk2")
 # transformers' classes that place the dense MLPs by mlp_layer_types.
 _MLP_LAYER_TYPES = ("glm4_moe_lite", "axk1", *DSA_MODEL_TYPES)
 
@@ -162,7 +164,7 @@ def mla_fields(f: Any, model_type: str) -> dict:
     # A config asking otherwise means a different model to the two references: refuse it.
     softmax = model_type in ("deepseek_v2", "mistral4", "mistral_large4_text")
     hard_coded = dict(scoring_func="softmax" if softmax else "sigmoid", moe_layer_freq=1)
-    if model_type in ("axk1", "axk2"):  # (moe_layer_freq places dense layers: _dense_layers)
+    if model_type in _AXK:  # (their moe_layer_freq places the dense layers: _dense_layers)
         del hard_coded["moe_layer_freq"]
     if model_type in _NOAUX_TC:
         hard_coded["topk_method"] = "noaux_tc"
@@ -210,7 +212,7 @@ def mla_fields(f: Any, model_type: str) -> dict:
     )
     if model_type in _MLP_LAYER_TYPES:
         fields.update(first_k_dense_replace=0, mlp_only_layers=_dense_layers(f, model_type))
-    if model_type in ("axk1", "axk2") and not fields["q_lora_rank"]:
+    if model_type in _AXK and not fields["q_lora_rank"]:
         raise ValueError(
             f"HF config q_lora_rank: {model_type}'s attention always has a q LoRA (> 0)"
         )
@@ -324,7 +326,7 @@ def _dense_layers(f: Any, model_type: str) -> tuple[int, ...]:
     first_k_dense_replace, the rest sparse) as the dense layers' indices."""
     num_layers = f.required("num_hidden_layers")
     types = f.get("mlp_layer_types")
-    if types is None and model_type in ("axk1", "axk2"):  # (their legacy fields, once)
+    if types is None and model_type in _AXK:  # (their legacy fields, once)
         first, freq = f.hf.get("first_k_dense_replace", 1), f.hf.get("moe_layer_freq", 1)
         for name, v in (("first_k_dense_replace", first), ("moe_layer_freq", freq)):
             if isinstance(v, bool) or not isinstance(v, int) or v < (name == "moe_layer_freq"):

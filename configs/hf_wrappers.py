@@ -173,6 +173,13 @@ _VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
 # fmt: on
 
 
+# The top level's fields that decide the language model's, carried into its config.
+_CARRIED = ("quantization_config", "dtype", "torch_dtype")
+# M-RoPE's rope types as their text positions rotate: Qwen2-VL's "mrope" the plain RoPE,
+# HunyuanOCR's "xdrope" Hunyuan's NTK-alpha one (its class reads it as "dynamic").
+_TEXT_ROPE = {"mrope": "default", "xdrope": "dynamic"}
+
+
 def language_model_config(hf: dict) -> dict:
     """The config of the model served: `hf` itself, or a multimodal wrapper's text_config
     (MULTIMODAL_WRAPPERS) with the top level's quantization_config, dtype and
@@ -183,7 +190,7 @@ def language_model_config(hf: dict) -> dict:
         thinker = hf.get("thinker_config", {})
         if not isinstance(thinker, dict):
             raise ValueError(f"HF config thinker_config={thinker!r}: expected a JSON object")
-        carried = {k: hf[k] for k in ("quantization_config", "dtype", "torch_dtype") if k in hf}
+        carried = {k: hf[k] for k in _CARRIED if k in hf}
         return language_model_config(
             {"model_type": OMNI_WRAPPERS[hf["model_type"]], **carried, **thinker}
         )
@@ -205,9 +212,7 @@ def language_model_config(hf: dict) -> dict:
         out["tie_word_embeddings"] = True
     if hf["model_type"] in UNSCALED_LOGITS:
         out["logit_scale"] = 1.0
-    for key in ("quantization_config", "dtype", "torch_dtype"):
-        if key in hf:
-            out[key] = hf[key]
+    out |= {k: hf[k] for k in _CARRIED if k in hf}
     return _vl_text(out) if out["model_type"] in _VL_TEXT else out
 
 
@@ -224,11 +229,6 @@ def _vl_text(text: dict) -> dict:
                 "rope_type": _TEXT_ROPE[kind]
             }
     return out
-
-
-# M-RoPE's rope types as their text positions rotate: Qwen2-VL's "mrope" the plain RoPE,
-# HunyuanOCR's "xdrope" Hunyuan's NTK-alpha one (its class reads it as "dynamic").
-_TEXT_ROPE = {"mrope": "default", "xdrope": "dynamic"}
 
 
 def cross_attention_layers(hf: dict, num_layers: int) -> tuple[int, ...]:

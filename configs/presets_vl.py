@@ -38,5 +38,5 @@ _FAMILY = {  # wrapper fixture -> its family's tiny preset
 }
 VL_FIXTURES = tuple(_FAMILY)
 VL: dict[str, ModelConfig] = {}
-for _arch, _cfg in _FAMILY.items():
-    VL["tiny-" + _arch.replace("_", "-")] = _cfg.replace(name="tiny-" + _arch.replace("_", "-"))
+for _name, _cfg in (("tiny-" + a.replace("_", "-"), c) for a, c in _FAMILY.items()):
+    VL[_name] = _cfg.replace(name=_name)

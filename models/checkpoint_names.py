@@ -539,8 +539,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         names["model.norm.bias"] = _vector(d, ("final_norm_bias",))
     if cfg.lm_head_bias:
         names["lm_head.bias"] = _vector(v, ("lm_head_bias",))
-    text_layers = [i for i in range(cfg.num_layers + len(cfg.cross_attention_layers))]
-    text_layers = [i for i in text_layers if i not in cfg.cross_attention_layers]
+    cross = cfg.cross_attention_layers
+    text_layers = [i for i in range(cfg.num_layers + len(cross)) if i not in cross]
     for i, hf in enumerate(text_layers):  # (the checkpoint's index hf: Llama 3.2 Vision's)
         moe = cfg.is_moe_layer(i)
         names.update(_layer_names(cfg, f"model.layers.{hf}", ("layers", i), moe, expert_layout))
