@@ -43,6 +43,7 @@ from configs import hf_mimo as mimo
 from configs import hf_minicpm3 as minicpm3
 from configs import hf_minimax as minimax
 from configs import hf_moe_kin as moe_kin
+from configs import hf_nanochat as nanochat
 from configs import hf_olmo as olmo
 from configs import hf_olmo1 as olmo1
 from configs import hf_olmo_hybrid as olmo_hybrid
@@ -85,7 +86,7 @@ _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
 _FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon, bamba, mamba)  # fmt: off
-_FAMILIES += (falcon_h1,)  # 59th
+_FAMILIES += (falcon_h1, nanochat)  # 59th, 61st
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",
@@ -532,7 +533,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
     # (transformers' ACT2FN: both are SiLU; Arcee's, Gemma's and StarCoder2's: their readers')
     own = (llama_kin.ARCEE, *gemma3.TYPES, starcoder2.STARCODER2, phi.PHI, *layer_norm_kin.TYPES)
     own += (llama_kin.APERTUS, gpt_neox.GPT_NEOX, falcon.FALCON, *gptj.TYPES)
-    own += (*gpt_bigcode.TYPES, *opt.TYPES, persimmon.PERSIMMON)
+    own += (*gpt_bigcode.TYPES, *opt.TYPES, persimmon.PERSIMMON, nanochat.NANOCHAT)
     if act not in ("silu", "swish") and model_type not in own:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 

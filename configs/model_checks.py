@@ -272,11 +272,15 @@ def check_blocks(cfg: Any) -> None:
     if cfg.attn_gate_bias and not cfg.attn_output_gate:
         raise ValueError("attn_gate_bias=True: needs attn_output_gate (a gate to bias)")
     if cfg.norm_weightless and (
-        cfg.norm_kind != "layer" or cfg.is_dsv4 or cfg.norm_bias or cfg.sandwich_norms
+        cfg.is_dsv4
+        or cfg.norm_bias
+        or cfg.sandwich_norms
+        or cfg.norm_offset
+        or cfg.residual_in_float32
     ):
         raise ValueError(
-            "norm_weightless=True: LayerNorms only (norm_kind 'layer'), not with norm_bias, "
-            "sandwich_norms or DeepSeek-V4"
+            "norm_weightless=True: not with norm_bias, sandwich_norms, a norm_offset, "
+            "residual_in_float32 or DeepSeek-V4"
         )
     for name in ("learned_positions", "sinusoidal_positions"):
         if getattr(cfg, name) and (

@@ -259,7 +259,7 @@ class ModelConfig:
     # RMSNorms; the logits times logit_scale; RoPE on interleaved pairs (models/rope.py);
     # the shared experts' output averaged with the routed one (shared_expert_average).
     parallel_block: bool = False
-    # OLMo 1: the layers' and the final norm have no weight (nor bias): none is held.
+    # OLMo 1 (LayerNorms), NanoChat (RMSNorms, its embed_norm too): norms hold no weight.
     norm_weightless: bool = False
     # GPT-BigCode: a learned position embedding added to the token's (pos_embed [P, D], P =
     # max_position_embeddings); no RoPE (every layer in nope_layers). OPT's table starts

@@ -17,11 +17,12 @@ from configs.presets_moe_kin import MOE_KIN
 from configs.presets_more import MORE
 from configs.presets_newer import NEWER
 from configs.presets_real import REAL
+from configs.presets_recent import RECENT
 from configs.presets_small import SMALL
 from configs.presets_tiny import TINY
 from configs.presets_vl import VL
 
-_PARTS = (TINY, SMALL, REAL, MAMBA, MORE, GEMMA, NEWER, KIN, MOE_KIN, ALIBI, VL)
+_PARTS = (TINY, SMALL, REAL, MAMBA, MORE, GEMMA, NEWER, KIN, MOE_KIN, ALIBI, VL, RECENT)
 PRESETS: dict[str, ModelConfig] = {name: cfg for part in _PARTS for name, cfg in part.items()}
 assert len(PRESETS) == sum(map(len, _PARTS)), "a preset name is used twice"
 

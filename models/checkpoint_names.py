@@ -551,8 +551,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         names["model.embed_norm.weight"] = _vector(d, ("embed_norm",))
         if cfg.norm_bias:
             names["model.embed_norm.bias"] = _vector(d, ("embed_norm_bias",))
-    if cfg.norm_weightless:  # (OLMo 1: its norms hold nothing)
-        held = ("attn_norm", "mlp_norm", "final_norm")
+    if cfg.norm_weightless:  # (OLMo 1, NanoChat: their norms hold nothing)
+        held = ("attn_norm", "mlp_norm", "final_norm", "embed_norm")
         names = {n: t for n, t in names.items() if t.targets[0][-1] not in held}
     if cfg.learned_rope_scale:  # LeRoPE's alpha, the model's one: a copy in every layer
         alpha = tuple(("layers", i, "attn", "rope_alpha") for i in range(cfg.num_layers))

@@ -14,7 +14,7 @@ from models.reductions import row_mean
 
 def rms_norm(
     x: jax.Array,
-    weight: jax.Array,
+    weight: jax.Array | None,
     eps: float,
     scale_in_float32: bool = False,
     offset: float = 0.0,
@@ -24,13 +24,16 @@ def rms_norm(
     Like HF (LlamaRMSNorm and kin): statistics in float32, cast back to x's dtype, then scaled.
     `scale_in_float32` (GptOssRMSNorm, ModelConfig.norm_scale_in_float32): scaled in float32,
     then cast once. `offset` (ModelConfig.norm_offset): added to the weight in float32
-    first (Qwen3-Next's zero-centred norms scale by 1 + weight).
+    first (Qwen3-Next's zero-centred norms scale by 1 + weight). `weight` None: no scale
+    (NanoChat's norms hold no weight).
     """
     xf = x.astype(jnp.float32)
     # row_mean: in the batch-invariant step a row's statistics must not depend on the batch
     # (fixed-order there, models/reductions.py).
     variance = row_mean(xf * xf)[..., None]
     normed = xf * jax.lax.rsqrt(variance + eps)
+    if weight is None:
+        return normed.astype(x.dtype)
     if scale_in_float32:
         return ((weight.astype(jnp.float32) + offset) * normed).astype(x.dtype)
     return weight * normed.astype(x.dtype)

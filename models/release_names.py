@@ -152,6 +152,10 @@ NATIVE = {
         (r"\.mlp\.up_proj\.", ".mlp.dense_h_to_4h."),
         (r"\.mlp\.down_proj\.", ".mlp.dense_4h_to_h."),
     ),
+    "nanochat": (
+        (r"\.mlp\.up_proj\.", ".mlp.fc1."),
+        (r"\.mlp\.down_proj\.", ".mlp.fc2."),
+    ),
     "phi": (
         (r"^model\.norm\.", "model.final_layernorm."),
         (r"\.self_attn\.o_proj\.", ".self_attn.dense."),

@@ -20,7 +20,7 @@ from configs import hf_cohere as cohere
 from configs.model_config import ModelConfig, RopeScaling
 
 # Layouts of the rotary channels (see apply_rope).
-LAYOUTS = ("half", "pairs", "pairs_to_half")
+LAYOUTS = ("half", "pairs", "pairs_to_half", "half_reversed")
 
 
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -157,6 +157,8 @@ def rope_layout(cfg: ModelConfig) -> str:
     """Channel layout HF uses for this model (see apply_rope)."""
     pairs = ("ernie4_5", "ernie4_5_moe", "glm", "glm4", "helium", "llama4_text", *cohere.TYPES)
     pairs += ("gptj", "codegen")
+    if cfg.model_type == "nanochat":  # (its rotate_half flips both signs)
+        return "half_reversed"
     if cfg.model_type in pairs:
         # ERNIE 4.5, GLM-4, Cohere, GPT-J and CodeGen rotate interleaved pairs in place,
         # Llama 4 as complex pairs
@@ -181,14 +183,17 @@ def apply_rope(
       view_as_complex path).
     layout "pairs_to_half": pairs (2i, 2i+1) rotated, output written as [all even | all odd]
       (HF DeepSeek-V3 apply_rotary_pos_emb_interleave).
-    All three give the same q.k dot products for the same pair assignment; only what is cached
-    differs, so q and k must use the same layout.
+    layout "half_reversed": "half" by the opposite angle (NanoChat's rotate_half, cat(x2, -x1)).
+    The first three give the same q.k dot products for the same pair assignment; only what is
+    cached differs, so q and k must use the same layout.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}: expected one of {LAYOUTS}")
     freqs = positions.astype(jnp.float32)[:, None] * jnp.asarray(inv_freq)[None, :]  # [T, Dr/2]
     cos = jnp.cos(freqs) * attention_factor
     sin = jnp.sin(freqs) * attention_factor
+    if layout == "half_reversed":
+        sin, layout = -sin, "half"
     extra = x.ndim - 2
     cos = cos.reshape(cos.shape[:1] + (1,) * extra + cos.shape[1:])
     sin = sin.reshape(sin.shape[:1] + (1,) * extra + sin.shape[1:])

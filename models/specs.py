@@ -513,8 +513,9 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
         specs["embed_norm"] = ParamSpec((d,), dt, ("embed",), ones)
         if cfg.norm_bias:
             specs["embed_norm_bias"] = ParamSpec((d,), dt, ("embed",), zeros)
-    if cfg.norm_weightless:  # (OLMo 1: its norms hold nothing)
+    if cfg.norm_weightless:  # (OLMo 1, NanoChat: their norms hold nothing)
         del specs["final_norm"]
+        specs.pop("embed_norm", None)
         for layer in specs["layers"]:
             for name in ("attn_norm", "mlp_norm"):
                 layer.pop(name, None)

@@ -211,6 +211,9 @@ ARCHS = {
     "bloom": "tiny-bloom",
     "mpt": "tiny-mpt",
     "falcon_rw": "tiny-falcon-rw",
+    # NanoChat: weightless RMSNorms (the embeddings' too), RoPE by the opposite angle, q/k
+    # normed after it, a ReLU-squared MLP as fc1 / fc2, the logits capped
+    "nanochat": "tiny-nanochat",
     # Qwen2-VL, Qwen2.5-VL (tied) in their wrappers: Qwen2's language model, M-RoPE for text
     "qwen2_vl": "tiny-qwen2-vl",
     "qwen2_5_vl": "tiny-qwen2-5-vl",

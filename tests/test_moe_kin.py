@@ -505,8 +505,8 @@ def test_the_readers_refuse_by_field(arch, change, match):
         ("tiny-beam", dict(residual_normed=True), "depth_scaled_residual=True: not beside"),
         ("tiny-flint", dict(mlp_act="xielu"), "mlp_act='xielu': dense MLPs only"),
         ("tiny-gpt-neox-seq", dict(parallel_norms=True), "parallel_norms=True: needs"),
-        ("tiny-gpt-neox", dict(norm_weightless=True), "norm_weightless=True: LayerNorms only"),
-        ("tiny-internlm3", dict(norm_weightless=True), "norm_weightless=True: LayerNorms only"),
+        ("tiny-gpt-neox", dict(norm_weightless=True), "norm_weightless=True: not with norm_b"),
+        ("tiny-helium", dict(norm_weightless=True, norm_zero_centered=True), "norm_weightless"),
     ],
 )
 def test_model_config_refuses_bad_fields(preset, change, match):
