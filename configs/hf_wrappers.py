@@ -21,9 +21,11 @@ MULTIMODAL_WRAPPERS = {
     "llama4": ("llama4_text", False),  # Llama 4 Scout, Maverick
     "qwen3_vl_moe": ("qwen3_vl_moe_text", False),  # Qwen3-VL-30B-A3B, -235B-A22B
     "qwen3_vl": ("qwen3_vl_text", False),
+    "cosmos3_omni": ("qwen3_vl_text", False),  # NVIDIA's Cosmos3 reasoner (Qwen3-VL's classes)
     "glm4v_moe": ("glm4v_moe_text", False),  # GLM-4.5V, GLM-4.6V
     "glm4v": ("glm4v_text", False),  # GLM-4.1V-9B-Thinking
     "glm46v": ("glm4v_text", False),  # GLM-4.6V-Flash
+    "glmga": ("glm4v_text", False),  # (GLM-4.6V's classes, its config renamed)
     "glm_ocr": ("glm_ocr_text", False),  # GLM-OCR
     "hunyuan_vl": ("hunyuan_vl_text", True),  # HunyuanOCR
     "granite_docling": ("granite_docling_text", True),  # Granite-Docling (model.text_model.)

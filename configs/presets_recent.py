@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from configs.model_config import ModelConfig
 from configs.preset_shapes import at_release_shapes
+from configs.presets_tiny import TINY
 
 RECENT: dict[str, ModelConfig] = {}
 
@@ -47,3 +48,9 @@ for _depth in (20, 32):
         bos_token_id=0,
         eos_token_ids=(1,),
     )
+# tests/fixtures/cosmos3_omni: tiny-qwen3's language model (its M-RoPE plain RoPE for text),
+# untied by Cosmos3OmniConfig's default, saved as its unified checkpoints are (the language
+# model at the root, Diffusers' attention names).
+RECENT["tiny-cosmos3-omni"] = TINY["tiny-qwen3"].replace(
+    name="tiny-cosmos3-omni", tie_word_embeddings=False
+)

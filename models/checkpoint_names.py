@@ -152,12 +152,17 @@ def _fused_qkv_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTenso
 # lightning decays, buffers transformers saves, computed here from the layer's index
 # (models/linear_attention.lightning_decays; tests/test_minimax.py checks them equal).
 DERIVED_BUFFERS = {"minimax": r"\.self_attn\.(slope_rate|query_decay|key_decay|diagonal_decay)$"}
+# Diffusers' attention names (q_proj as to_q, ...).
+_DIFFUSERS_ATTENTION = (("q_proj", "to_q"), ("k_proj", "to_k"), ("v_proj", "to_v"))
+_DIFFUSERS_ATTENTION += (("o_proj", "to_out"), ("q_norm", "norm_q"), ("k_norm", "norm_k"))
 # Other names a checkpoint may give a tensor, per model type: transformers 5.25 saves
 # Kimi-Linear's dense MLP under block_sparse_moe (its save reverses the load's renaming of
 # block_sparse_moe to mlp), where the release has mlp.
 ALTERNATE_NAMES = {
     "kimi_linear": ((".mlp.", ".block_sparse_moe."),),
     "nemotron_h": (("backbone.", "model."),),
+    # Cosmos3's newer unified checkpoints (Qwen3-VL's language model): Diffusers' names
+    "qwen3": tuple((f".self_attn.{a}.", f".self_attn.{b}.") for a, b in _DIFFUSERS_ATTENTION),
     # A.X K2's release (vLLM's names) and transformers 5.25's in-memory ones for its fused
     # query-and-gate projection and its gated norms' low-rank MLP
     "axk2": (
@@ -753,6 +758,7 @@ NAME_PREFIXES = (
     ("thinker.model.language_model.", "thinker.lm_head."),  # (an Omni model's thinker)
     ("thinker.model.", "thinker.lm_head."),
     ("language_model.backbone.", "language_model.lm_head."),  # (Nemotron-H's, wrapped)
+    ("", "lm_head."),  # (Cosmos3's unified checkpoints: the language model at the root)
 )
 
 

@@ -18,7 +18,7 @@ from safetensors.numpy import load_file, save_file
 from configs.presets import get_preset
 from configs.presets_vl import VL_FIXTURES as VL2
 from engine import LLM
-from models.checkpoint_names import ALTERNATE_NAMES, DERIVED_BUFFERS
+from models.checkpoint_names import ALTERNATE_NAMES, DERIVED_BUFFERS, prefixes_of, with_prefixes
 from models.hf_loader import hf_tensor_names, load_hf_params
 from models.load import load_model
 from models.reference import (
@@ -214,6 +214,9 @@ ARCHS = {
     # NanoChat: weightless RMSNorms (the embeddings' too), RoPE by the opposite angle, q/k
     # normed after it, a ReLU-squared MLP as fc1 / fc2, the logits capped
     "nanochat": "tiny-nanochat",
+    # Cosmos3's reasoner (Qwen3-VL's): its language model at the checkpoint's root, its
+    # attention under Diffusers' names
+    "cosmos3_omni": "tiny-cosmos3-omni",
     # Qwen2-VL, Qwen2.5-VL (tied) in their wrappers: Qwen2's language model, M-RoPE for text
     "qwen2_vl": "tiny-qwen2-vl",
     "qwen2_5_vl": "tiny-qwen2-5-vl",
@@ -266,6 +269,8 @@ WRAPPED = {
     "mllama": (("language_model.", ""), ("vision_model.", "multi_modal_projector.",
                "language_model.model.layers.1.", "language_model.model.layers.3."), "per_expert"),
     "hunyuan_vl": (("", ""), ("vit.",), "per_expert"),
+    # (Cosmos3's language model at the root: read under the loader's prefixes for it)
+    "cosmos3_omni": (("", ""), ("blocks.", "merger.", "patch_embed.", "pos_embed."), "per_expert"),
     "nemotron_h_omni": (("language_model.", ""), ("vision_model.", "mlp1."), "per_expert"),
     **{a: (("", ""), ("visual.", "audio_tower."), "per_expert")
        for a in ("qwen3_omni_moe_thinker", "qwen2_5_omni_thinker")},
@@ -611,7 +616,7 @@ def test_hf_tensor_names_cover_the_fixture():
         on_disk = {alias + n.removeprefix(text) if n.startswith(text) else n for n in on_disk}
         derived = DERIVED_BUFFERS.get(cfg.model_type)  # (not read: computed here)
         on_disk = {n for n in on_disk if not (derived and re.search(derived, n))}
-        want = set(hf_tensor_names(cfg, layout))
+        want = set(with_prefixes(hf_tensor_names(cfg, layout), prefixes_of(on_disk)))
         for ours, theirs in ALTERNATE_NAMES.get(cfg.model_type, ()):  # (the loader's too)
             on_disk = {
                 n.replace(theirs, ours) if n.replace(theirs, ours) in want else n for n in on_disk

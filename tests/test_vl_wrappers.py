@@ -6,7 +6,8 @@ names and reading are a fixture's read as that one's. The fixtures'
 configs (text_config) and Qwen2-VL's releases' flat ones (the text fields at the top level,
 rope_scaling of type "mrope") read as the presets; the wrappers that take a pre-v5 save's
 tie_word_embeddings from text_config; Qwen2-VL's checkpoint in transformers 5.25's layout (as
-released) and in the language_model one load alike. HF parity: tests/test_hf_parity.py."""
+released) and in the language_model one load alike; Cosmos3's in each of its layouts. HF
+parity: tests/test_hf_parity.py."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ READ_AS = [
     ("minicpmv4_7", "minicpmv4_6", False),
     ("minicpm_ocr", "minicpmv4_6", True),
     ("glm46v", "glm4v", False),
+    ("glmga", "glm4v", False),
     ("aya_vision", "aya_vision", True),
     ("lfm2_vl", "lfm2_vl", True),
     ("exaone4_5", "exaone4_5", False),
@@ -261,3 +263,37 @@ def test_nemotron_omni_reads_its_release_spelling_and_both_layouts(tmp_path):
     want = last_prefill_logits(cfg, load_hf_params(src, cfg), prompt)
     got = last_prefill_logits(cfg, load_hf_params(tmp_path / "m", cfg), prompt)
     np.testing.assert_array_equal(got, want)
+
+
+def test_cosmos3_reads_each_of_its_checkpoint_layouts(tmp_path):
+    """Cosmos3's unified checkpoints keep the language model at the root, the newer ones its
+    attention under Diffusers' names (to_q ... to_out, norm_q, norm_k: the fixture, as
+    transformers 5.25 saves it); the older ones under Qwen3's, and transformers' own layout
+    (model.language_model.*, model.visual.*): each loads to the same logits."""
+    cfg = get_preset("tiny-cosmos3-omni")
+    src = FIXTURES / "cosmos3_omni"
+    assert arch_fields(config_from_hf(src)) == arch_fields(cfg)  # (untied by its class)
+    tensors = load_file(str(src / "model.safetensors"))
+    assert "layers.0.self_attn.to_q.weight" in tensors and "embed_tokens.weight" in tensors
+    diffusers = (("to_q", "q_proj"), ("to_k", "k_proj"), ("to_v", "v_proj"), ("to_out", "o_proj"))
+    diffusers += (("norm_q", "q_norm"), ("norm_k", "k_norm"))
+
+    def qwen3_names(n: str) -> str:
+        for old, new in diffusers:
+            n = n.replace(f".self_attn.{old}.", f".self_attn.{new}.")
+        return n
+
+    older = {qwen3_names(n): t for n, t in tensors.items()}
+    text = ("layers.", "embed_tokens.", "norm.")
+    nested = {
+        ("model.language_model." + n if n.startswith(text) else
+         n if n.startswith("lm_head.") else "model.visual." + n): t
+        for n, t in older.items()
+    }  # fmt: skip
+    prompt = json.loads((src / "reference.json").read_text())["prompts"][0]
+    want = last_prefill_logits(cfg, load_hf_params(src, cfg), prompt)
+    for i, layout in enumerate((older, nested)):
+        shutil.copytree(src, tmp_path / str(i))
+        save_file(layout, str(tmp_path / str(i) / "model.safetensors"))
+        got = last_prefill_logits(cfg, load_hf_params(tmp_path / str(i), cfg), prompt)
+        np.testing.assert_array_equal(got, want)
