@@ -92,5 +92,14 @@ def bailing_fields(f: Any) -> dict:
         kda_full_rank=True,
         kda_gate_bound=bound,
         expert_clip_limits=_limits(f, "expert_swiglu_limit_list", num_layers),
-        shared_clip_limits=_limits(f, "share_expert_swiglu_limit_list", num_layers),
+        # (a dense layer's MLP takes no clip: transformers builds it without its limit)
+        shared_clip_limits=_unclipped(
+            _limits(f, "share_expert_swiglu_limit_list", num_layers), dense
+        ),
     )
+
+
+def _unclipped(limits: tuple[float, ...], dense) -> tuple[float, ...]:
+    """`limits` with the dense layers' set to 0 (none); () where none is left."""
+    limits = tuple(0.0 if i in dense else x for i, x in enumerate(limits))
+    return limits if any(limits) else ()

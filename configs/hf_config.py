@@ -55,6 +55,7 @@ from configs import hf_sarvam as sarvam
 from configs import hf_seed_oss as seed_oss
 from configs import hf_smollm3 as smollm3
 from configs import hf_starcoder2 as starcoder2
+from configs import hf_step as step
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
 from configs.hf_afmoe import AFMOE, AFMOE_DEFAULTS, afmoe_fields
 from configs.hf_bailing import BAILING, BAILING_ALIASES, BAILING_DEFAULTS, bailing_fields
@@ -86,7 +87,7 @@ _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
 _FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon, bamba, mamba)  # fmt: off
-_FAMILIES += (falcon_h1, nanochat)  # 59th, 61st
+_FAMILIES += (falcon_h1, nanochat, step)  # 59th, 61st
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",
@@ -533,7 +534,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
     # (transformers' ACT2FN: both are SiLU; Arcee's, Gemma's and StarCoder2's: their readers')
     own = (llama_kin.ARCEE, *gemma3.TYPES, starcoder2.STARCODER2, phi.PHI, *layer_norm_kin.TYPES)
     own += (llama_kin.APERTUS, gpt_neox.GPT_NEOX, falcon.FALCON, *gptj.TYPES)
-    own += (*gpt_bigcode.TYPES, *opt.TYPES, persimmon.PERSIMMON, nanochat.NANOCHAT)
+    own += (*gpt_bigcode.TYPES, *opt.TYPES, persimmon.PERSIMMON, nanochat.NANOCHAT, *step.TYPES)
     if act not in ("silu", "swish") and model_type not in own:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 
@@ -619,6 +620,8 @@ def config_from_hf(
         rope_theta, rope_scaling = rope(_Fields(laguna.rope_source(f), model_type), max_position)
     elif model_type == beam.BEAM:  # (its windowed layers': the global ones take none)
         rope_theta, rope_scaling = rope(_Fields(beam.rope_source(f), model_type), max_position)
+    elif model_type in step.TYPES:  # (its global layers', as Laguna's)
+        rope_theta, rope_scaling = rope(_Fields(step.rope_source(f), model_type), max_position)
     else:
         rope_theta, rope_scaling = rope(f, max_position)
     family = next((m for m in _FAMILIES if model_type in m.TYPES), None)
@@ -680,7 +683,9 @@ def config_from_hf(
         quantization_act_order=bool(int4 and int4.act_order),
         # transformers' default is 1 where the config names none; the loader then finds out
         # whether the MTP layer's weights are there (only when drafting with it).
-        num_nextn_predict_layers=int(f.get("num_nextn_predict_layers") or 0),
+        num_nextn_predict_layers=arch.pop(
+            "num_nextn_predict_layers", int(f.get("num_nextn_predict_layers") or 0)
+        ),
         **{**window, **arch},  # (Llama 4's chunks name its full-attention layers)
     )
     return cfg.replace(model_type=served_type) if served_type else cfg

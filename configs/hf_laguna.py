@@ -89,6 +89,35 @@ def rope_source(f: Any) -> dict:
     return {**f.hf, "rope_parameters": full or sliding, "rope_scaling": None}
 
 
+def windowed_rope(full: dict | None, sliding: dict | None, windowed: bool) -> dict:
+    """ModelConfig's RoPE fields of global layers with RoPE `full` beside windowed ones with
+    `sliding` (_rope_kinds' dicts; `windowed`: whether any layer is windowed): the global
+    layers' rotated part, and the windowed layers' base and whole-head rotation (their RoPE
+    plain, on the whole head or on the global layers' part)."""
+    full = full or sliding
+    rotary = dict(partial_rotary_factor=float(full["partial_rotary_factor"]))
+    if not windowed:
+        return rotary
+    if sliding["rope_type"] != "default":
+        raise ValueError(
+            f"HF config rope_parameters.sliding_attention.rope_type="
+            f"{sliding['rope_type']!r}: only 'default' (plain RoPE)"
+        )
+    whole = sliding["partial_rotary_factor"] in (1, 1.0)
+    if not whole and sliding["partial_rotary_factor"] != full["partial_rotary_factor"]:
+        raise ValueError(
+            f"HF config rope_parameters.sliding_attention.partial_rotary_factor="
+            f"{sliding['partial_rotary_factor']!r}: 1, or the full layers' "
+            f"{full['partial_rotary_factor']!r}"
+        )
+    return dict(
+        rotary,
+        rope_scaling_full_only=True,
+        sliding_rope_theta=float(sliding.get("rope_theta", 10000.0)),
+        sliding_full_rotary=whole,
+    )
+
+
 def _layer_list(f: Any, key: str, num_layers: int, allowed: tuple, default: list) -> list:
     value = f.get(key)
     value = default if value is None else value
@@ -129,26 +158,7 @@ def fields(f: Any, model_type: str) -> dict:
     for kind, p, used in ((_KINDS[1], full, full_layers), (_KINDS[0], sliding, windowed)):
         if used and p is None:
             raise ValueError(f"HF config rope_parameters: no {kind!r} entry for its layers")
-    full = full or sliding
-    rotary = {}
-    if windowed:
-        if sliding["rope_type"] != "default":
-            raise ValueError(
-                f"HF config rope_parameters.sliding_attention.rope_type="
-                f"{sliding['rope_type']!r}: only 'default' (plain RoPE)"
-            )
-        whole = sliding["partial_rotary_factor"] in (1, 1.0)
-        if not whole and sliding["partial_rotary_factor"] != full["partial_rotary_factor"]:
-            raise ValueError(
-                f"HF config rope_parameters.sliding_attention.partial_rotary_factor="
-                f"{sliding['partial_rotary_factor']!r}: 1, or the full layers' "
-                f"{full['partial_rotary_factor']!r}"
-            )
-        rotary = dict(
-            rope_scaling_full_only=True,
-            sliding_rope_theta=float(sliding.get("rope_theta", 10000.0)),
-            sliding_full_rotary=whole,
-        )
+    rotary = windowed_rope(full, sliding, windowed)
     window = f.get("sliding_window")
     if windowed and window is None:
         raise ValueError("HF config layer_types: sliding_attention layers need a sliding_window")
@@ -158,7 +168,6 @@ def fields(f: Any, model_type: str) -> dict:
         num_kv_heads=f.required("num_key_value_heads"),
         head_dim=f.get("head_dim") or f.required("hidden_size") // heads,
         heads_per_layer=() if set(per_layer) <= {heads} else tuple(per_layer),
-        partial_rotary_factor=float(full["partial_rotary_factor"]),
         **rotary,
         qk_norm=True,
         attn_output_gate=not per_head,

@@ -69,6 +69,7 @@ MULTIMODAL_WRAPPERS = {
     "lfm3_vl": ("lfm3", True),
     "fuyu": ("persimmon", False),  # Adept's Fuyu-8B
     "exaone4_5": ("exaone4", False),  # EXAONE 4.5
+    "step3p7": ("step3p5", False),  # Step 3.7 Flash (its text_config's model_type not read)
     "hyperclovax_vision_v2": ("hyperclovax", True),  # HyperCLOVA X SEED Think Vision
     "nemotron_h_omni": ("nemotron_h", False),  # Nemotron 3 Nano Omni (its releases: llm_config)
     # Omni models' thinkers (text, image, audio in; text out), Qwen3-MoE's and Qwen2's
@@ -209,6 +210,8 @@ def language_model_config(hf: dict) -> dict:
     out = {"model_type": default_type, **text}
     if hf["model_type"] == "kimi_k25" and out["model_type"] == "kimi_k2":
         out["model_type"] = "deepseek_v3"  # (Kimi_K25Config's reading of its remote code's)
+    if hf["model_type"] == "step3p7":  # (Step3p7Config drops its remote code's)
+        out["model_type"] = default_type
     out["tie_word_embeddings"] = hf.get("tie_word_embeddings", default_tie)
     if hf["model_type"] in TIE_FROM_TEXT and text.get("tie_word_embeddings"):
         out["tie_word_embeddings"] = True

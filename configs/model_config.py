@@ -305,7 +305,7 @@ class ModelConfig:
     # attention's output times sigmoid(x @ w_head_gate) per head (head_gate: Ling 2.5's MLA,
     # LFM3's GQA); per layer, SwiGLU clipped after the
     # activation (silu(gate) <= limit, |up| <= limit; 0: none) in the routed experts and
-    # in the shared ones.
+    # in the shared ones (and in a dense layer's MLP: Step 3.7).
     kda_full_rank: bool = False
     kda_gate_bound: float = 0.0
     head_gate: bool = False

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from configs.model_config import ModelConfig
+from configs.model_config import ModelConfig, RopeScaling
 from configs.preset_shapes import at_release_shapes
 from configs.presets_tiny import TINY
 
@@ -53,4 +53,57 @@ for _depth in (20, 32):
 # model at the root, Diffusers' attention names).
 RECENT["tiny-cosmos3-omni"] = TINY["tiny-qwen3"].replace(
     name="tiny-cosmos3-omni", tie_word_embeddings=False
+)
+# tests/fixtures/step3p7 (Step 3.7 Flash's language model, its text_config in the releases'
+# spelling): 4 layers 64 wide; layers 0 and 3 global (4 query heads of 16 over 2 KV heads,
+# Llama 3's RoPE on half of each head at base 5e5), 1 and 2 windowed (8 keys, 8 query heads,
+# RoPE on the whole head at base 1e4); q/k norms; every norm times 1 + its weight; scores
+# times 24^-0.5; a sigmoid gate per head; layer 0 a dense SwiGLU (96 wide, clipped at 0.6),
+# 1-3 top-2 of 8 experts 24 wide (sigmoid, the correction bias, renormalized, times 2;
+# clipped at 0.5 in layer 2, 0.4 in 3) beside a shared expert 32 wide (clipped at 0.5 in 1).
+RECENT["tiny-step3p7"] = ModelConfig(
+    name="tiny-step3p7",
+    model_type="step3p5",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    heads_per_layer=(4, 8, 8, 4),
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    rope_theta=500000.0,
+    rope_scaling=RopeScaling(
+        rope_type="llama3",
+        factor=2.0,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        original_max_position_embeddings=16,
+    ),
+    partial_rotary_factor=0.5,
+    rope_scaling_full_only=True,
+    sliding_rope_theta=10000.0,
+    sliding_full_rotary=True,
+    sliding_window=8,
+    full_attention_layers=(0, 3),
+    attention_multiplier=24**-0.5,
+    qk_norm=True,
+    norm_zero_centered=True,
+    head_gate=True,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    num_shared_experts=1,
+    shared_intermediate_size=32,
+    mlp_only_layers=(0,),
+    scoring_func="sigmoid",
+    topk_method="noaux_tc",
+    norm_topk_prob=True,
+    routed_scaling_factor=2.0,
+    expert_clip_limits=(0.0, 0.0, 0.5, 0.4),
+    shared_clip_limits=(0.6, 0.5, 0.0, 0.0),
+    bos_token_id=1,
+    eos_token_ids=(2,),
 )

@@ -14,6 +14,7 @@ from models.hf_tensors import linear as _linear
 from models.hf_tensors import vector as _vector
 from models.linear_names import linear_attn_names
 from models.release_names import (
+    DIFFUSERS_ATTENTION,
     FALCON_PARALLEL_NORMS,
     NATIVE,
     ROUTER_BIAS,
@@ -79,6 +80,7 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         if cfg.attention_bias:
             names[f"{pre}.{proj}_proj.bias"] = _vector(rows, at + (f"b{proj}",))
     own = {"afmoe": "gate_proj", "laguna": "g_proj", "beam": "gate_proj"}.get(cfg.model_type)
+    own = "g_proj" if cfg.model_type == "step3p5" else own
     if own and cfg.attn_output_gate:  # (AFMoE's gate's own projection; Laguna's per-element)
         names[f"{pre}.{own}.weight"] = _linear(h * dh, d, at + ("wq_gate",))
     elif cfg.attn_output_gate:  # Qwen3-Next: per head, its query rows then its gate rows
@@ -152,9 +154,6 @@ def _fused_qkv_names(cfg: ModelConfig, pre: str, at: Path_) -> dict[str, HFTenso
 # lightning decays, buffers transformers saves, computed here from the layer's index
 # (models/linear_attention.lightning_decays; tests/test_minimax.py checks them equal).
 DERIVED_BUFFERS = {"minimax": r"\.self_attn\.(slope_rate|query_decay|key_decay|diagonal_decay)$"}
-# Diffusers' attention names (q_proj as to_q, ...).
-_DIFFUSERS_ATTENTION = (("q_proj", "to_q"), ("k_proj", "to_k"), ("v_proj", "to_v"))
-_DIFFUSERS_ATTENTION += (("o_proj", "to_out"), ("q_norm", "norm_q"), ("k_norm", "norm_k"))
 # Other names a checkpoint may give a tensor, per model type: transformers 5.25 saves
 # Kimi-Linear's dense MLP under block_sparse_moe (its save reverses the load's renaming of
 # block_sparse_moe to mlp), where the release has mlp.
@@ -162,7 +161,7 @@ ALTERNATE_NAMES = {
     "kimi_linear": ((".mlp.", ".block_sparse_moe."),),
     "nemotron_h": (("backbone.", "model."),),
     # Cosmos3's newer unified checkpoints (Qwen3-VL's language model): Diffusers' names
-    "qwen3": tuple((f".self_attn.{a}.", f".self_attn.{b}.") for a, b in _DIFFUSERS_ATTENTION),
+    "qwen3": tuple((f".self_attn.{a}.", f".self_attn.{b}.") for a, b in DIFFUSERS_ATTENTION),
     # A.X K2's release (vLLM's names) and transformers 5.25's in-memory ones for its fused
     # query-and-gate projection and its gated norms' low-rank MLP
     "axk2": (
@@ -255,7 +254,23 @@ def _gemma4_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool) -> dict[st
     return names
 
 
+def _step_moe_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFTensor]:
+    """Step 3.5 / 3.7's MoE block as released (moe.*: experts stacked per projection)."""
+    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    names = {
+        f"{layer}.moe.gate.weight": _linear(e, d, at + ("router",)),
+        f"{layer}.moe.router_bias": _vector(e, at + ("router_bias",)),
+    }
+    for proj, ours, shape in (("gate", "w_gate", (e, f, d)), ("up", "w_up", (e, f, d))):
+        names[f"{layer}.moe.{proj}_proj.weight"] = HFTensor(shape, (at + (ours,),), "experts_T")
+    names[f"{layer}.moe.down_proj.weight"] = HFTensor((e, d, f), (at + ("w_down",),), "experts_T")
+    names.update(_mlp_names(d, cfg.shared_expert_width, f"{layer}.share_expert", at + ("shared",)))
+    return names
+
+
 def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str, HFTensor]:
+    if cfg.model_type == "step3p5":
+        return _step_moe_names(cfg, layer, at)
     if cfg.model_type == "gpt_oss":
         return _gpt_oss_moe_names(cfg, layer, at)
     if cfg.model_type in ("llama4_text", "aria_text"):

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import re
 
+# Diffusers' attention names (q_proj as to_q, ...: Cosmos3's newer checkpoints).
+DIFFUSERS_ATTENTION = (("q_proj", "to_q"), ("k_proj", "to_k"), ("v_proj", "to_v"))
+DIFFUSERS_ATTENTION += (("o_proj", "to_out"), ("q_norm", "norm_q"), ("k_norm", "norm_k"))
 # transformers' names -> Ling 2.5's own (transformers 5.25's conversion_mapping reverses them
 # on save): applied in order.
 _BAILING_NATIVE = (

@@ -188,8 +188,8 @@ def decoder_layer(
         out = dense + model_norm(routed_out, layer["moe_out_norm"], cfg)
     elif "moe" in layer:
         out = moe_block(layer["moe"], h, cfg, routed, delta, layer=i)
-    else:
-        out = swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg))
+    else:  # (Step 3.7's clipped as its shared expert: shared_clip_limits)
+        out = swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg), cfg.clip_limit(i, True))
     x = _joined(x, h, _scaled(out, layer.get("mlp_post_norm"), cfg), cfg, 2, i)
     if "layer_scalar" in layer:  # Gemma 4: the layer's output scaled
         x = x * layer["layer_scalar"]

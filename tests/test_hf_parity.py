@@ -217,6 +217,9 @@ ARCHS = {
     # Cosmos3's reasoner (Qwen3-VL's): its language model at the checkpoint's root, its
     # attention under Diffusers' names
     "cosmos3_omni": "tiny-cosmos3-omni",
+    # Step 3.7 Flash in its wrapper: Laguna's layers with zero-centred norms, a sigmoid gate
+    # per head, clipped SwiGLUs (its dense MLP's too), its experts stacked per projection
+    "step3p7": "tiny-step3p7",
     # Qwen2-VL, Qwen2.5-VL (tied) in their wrappers: Qwen2's language model, M-RoPE for text
     "qwen2_vl": "tiny-qwen2-vl",
     "qwen2_5_vl": "tiny-qwen2-5-vl",
@@ -269,6 +272,7 @@ WRAPPED = {
     "mllama": (("language_model.", ""), ("vision_model.", "multi_modal_projector.",
                "language_model.model.layers.1.", "language_model.model.layers.3."), "per_expert"),
     "hunyuan_vl": (("", ""), ("vit.",), "per_expert"),
+    "step3p7": (("", ""), ("vision_model.", "vit_large_projector."), "per_expert"),
     # (Cosmos3's language model at the root: read under the loader's prefixes for it)
     "cosmos3_omni": (("", ""), ("blocks.", "merger.", "patch_embed.", "pos_embed."), "per_expert"),
     "nemotron_h_omni": (("language_model.", ""), ("vision_model.", "mlp1."), "per_expert"),
