@@ -29,6 +29,7 @@ MULTIMODAL_WRAPPERS = {
     "glm_ocr": ("glm_ocr_text", False),  # GLM-OCR
     "hunyuan_vl": ("hunyuan_vl_text", True),  # HunyuanOCR
     "granite_docling": ("granite_docling_text", True),  # Granite-Docling (model.text_model.)
+    "granite4_vision": ("granite4_vision_text", False),  # Granite 4 Vision (model.language_model.)
     "qwen3_5": ("qwen3_5_text", False),  # Qwen3.5 (dense)
     "qwen3_5_moe": ("qwen3_5_moe_text", False),  # Qwen3.5-35B-A3B ... -397B-A17B
     "mllama": ("mllama_text_model", False),  # Llama 3.2 Vision 11B, 90B (never tied)
@@ -166,6 +167,7 @@ _VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
         embedding_multiplier=12.0, logits_scaling=4.0, residual_multiplier=0.263,
         attention_multiplier=0.015625,
     ), {}),
+    "granite4_vision_text": ("granite", {}, {}),  # (GraniteConfig's own defaults)
     **{t: ("qwen2", dict(  # (Qwen2VLTextConfig's and Qwen2_5_VLTextConfig's, alike)
         vocab_size=152064, hidden_size=8192, intermediate_size=29568, num_hidden_layers=80,
         num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=32768,

@@ -107,6 +107,18 @@ def test_hunyuan_ocr_reads_its_released_rope_spelling():
     assert arch_fields(config_from_hf(hf)) == arch_fields(get_preset("tiny-hunyuan-vl"))
 
 
+def test_granite4_vision_serves_granite():
+    """Granite 4 Vision's text model is Granite's (GraniteConfig's defaults, its forward
+    without images), untied by its class whatever text_config says."""
+    text = {**saved_config("granite"), "model_type": "granite4_vision_text"}
+    want = arch_fields(get_preset("tiny-granite"))
+    got = config_from_hf({"model_type": "granite4_vision", "text_config": text})
+    assert arch_fields(got) == {**want, "tie_word_embeddings": False}
+    bare = config_from_hf({"model_type": "granite4_vision"}, dtype="bfloat16")
+    granite = config_from_hf({"model_type": "granite"}, dtype="bfloat16")
+    assert arch_fields(bare, ("name",)) == arch_fields(granite, ("name",))
+
+
 def test_lfm3_vl_serves_lfm3():
     hf = {"model_type": "lfm3_vl", "text_config": saved_config("lfm3")}
     hf["text_config"].pop("tie_word_embeddings")
