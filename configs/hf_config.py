@@ -66,7 +66,7 @@ from configs.hf_granite import GRANITE, GRANITE_ATTN_TYPES, GRANITE_DEFAULTS, gr
 from configs.hf_kimi_linear import KIMI_ALIASES, KIMI_DEFAULTS, KIMI_LINEAR, kimi_linear_fields
 from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
 from configs.hf_mla import MLA_DEFAULTS, MLA_MODEL_TYPES, mla_fields
-from configs.hf_moe import moe_fields
+from configs.hf_moe import ERNIE_MOE, moe_fields
 from configs.hf_nemotron_h import NEMOTRON_ALIASES, NEMOTRON_DEFAULTS, NEMOTRON_H, nemotron_h_fields
 from configs.hf_qwen3_next import LINEAR_DEFAULTS, LINEAR_MODEL_TYPES, linear_fields
 from configs.hf_rope import (
@@ -100,6 +100,7 @@ SUPPORTED_MODEL_TYPES = (
     *olmo.OLMO_TYPES,
     "ernie4_5",
     "ernie4_5_moe",
+    ERNIE_MOE[1],
     "glm4_moe",
     "glm4_moe_lite",
     "gpt_oss",
@@ -200,6 +201,16 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         use_bias=False, moe_intermediate_size=1536, moe_k=6, moe_num_experts=64,
         moe_num_shared_experts=2, moe_layer_start_index=1, moe_layer_end_index=-1,
         moe_layer_interval=1, moe_norm_min=1e-12, rope_theta=500000.0,
+    ),
+    # ERNIE 4.5 VL's language model (Ernie4_5_VLMoeTextConfig): its text experts and shared
+    # ones on the layers mlp_layer_types calls sparse; M-RoPE, whose text positions rotate as
+    # the plain RoPE on interleaved pairs.
+    ERNIE_MOE[1]: dict(
+        vocab_size=103424, hidden_size=2560, intermediate_size=12288, num_hidden_layers=28,
+        num_attention_heads=20, num_key_value_heads=4, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=None, tie_word_embeddings=True,
+        use_bias=False, moe_intermediate_size=[1536, 512], moe_k=6, moe_num_experts=64,
+        moe_num_shared_experts=2, moe_norm_min=1e-12, mlp_layer_types=None, rope_theta=500000.0,
     ),
     # GLM-4.5 / 4.6 / 4.7 (and -Air): DeepSeek-V3's router on a GQA attention that rotates
     # only part of each head (partial_rotary_factor, default 0.5).
@@ -346,7 +357,9 @@ _ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
     "glm_moe_dsa": {"n_routed_experts": ("num_local_experts", "num_experts")},
     "mistral4": {"n_routed_experts": ("num_local_experts",)},
     "mistral_large4_text": {"n_routed_experts": ("num_local_experts", "num_experts")},
-    "ernie4_5_moe": {"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)},
+    **dict.fromkeys(
+        ERNIE_MOE, {"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)}
+    ),
     "hunyuan_v1_moe": {"num_experts": ("num_local_experts",), "moe_topk": ("num_experts_per_tok",)},
 }
 for _family in _FAMILIES:
@@ -515,7 +528,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
         raise ValueError(f"HF config attention_bias=True: not supported for {model_type}")
     if model_type in _HONOURS_MLP_BIAS and f.get("mlp_bias"):
         raise ValueError(f"HF config mlp_bias=True: not supported for {model_type}")
-    if model_type in ("ernie4_5", "ernie4_5_moe") and f.get("use_bias"):
+    if model_type in ("ernie4_5", *ERNIE_MOE) and f.get("use_bias"):
         # Biases on every linear layer, the MLPs' too, which the tree has no slot for.
         raise ValueError(f"HF config use_bias=True: not supported for {model_type}")
     if model_type == "minimax_m2":

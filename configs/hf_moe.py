@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# ERNIE 4.5's MoE, and ERNIE 4.5 VL's language model (its text experts; configs/hf_config.py)
+ERNIE_MOE = ("ernie4_5_moe", "ernie4_5_vl_moe_text")
+
 
 def v3_router_fields(
     f: Any, scale: str = "routed_scaling_factor", null_scale: float | None = None
@@ -83,8 +86,8 @@ def moe_fields(f: Any, model_type: str, attn: dict) -> dict:
         )
         if model_type == "solar_open":  # (every layer MoE, whatever the field says)
             out.update(first_k_dense_replace=0, intermediate_size=out["moe_intermediate_size"])
-    elif model_type == "ernie4_5_moe":
-        out.update(_ernie_moe_fields(f))
+    elif model_type in ERNIE_MOE:
+        out.update(_ernie_moe_fields(f, model_type))
     elif model_type == "hunyuan_v1_moe":
         out.update(_hunyuan_moe_fields(f))
     elif model_type in ("olmoe", "flex_olmo"):
@@ -153,31 +156,50 @@ def _hunyuan_moe_fields(f: Any) -> dict:
     )
 
 
-def _ernie_moe_fields(f: Any) -> dict:
+def _ernie_moe_fields(f: Any, model_type: str) -> dict:
     """transformers' Ernie4_5_MoeTopKRouter: softmax scores, the top k picked on scores plus
     the correction bias, the picked scores renormalized (their sum clamped at moe_norm_min,
     1e-12: the same as noaux_tc's + 1e-20 for any real sum); MoE on layers i with
-    (i + 1) % interval == 0 and start <= i <= end (end -1: the last)."""
+    (i + 1) % interval == 0 and start <= i <= end (end -1: the last). ERNIE 4.5 VL's: on the
+    layers mlp_layer_types calls "sparse" (default: all but the first), its text experts
+    moe_intermediate_size[0] wide (its vision experts' width after it)."""
     num_layers = f.required("num_hidden_layers")
-    interval = f.required("moe_layer_interval")
-    start, end = f.required("moe_layer_start_index"), f.required("moe_layer_end_index")
-    end = num_layers - 1 if end == -1 else end
-    if not isinstance(interval, int) or interval < 1:
-        raise ValueError(f"HF config moe_layer_interval={interval!r}: must be an integer >= 1")
+    width = f.required("moe_intermediate_size")
+    if model_type == ERNIE_MOE[1]:
+        kinds = f.get("mlp_layer_types") or ["dense"] + ["sparse"] * (num_layers - 1)
+        if (
+            not isinstance(kinds, list)
+            or len(kinds) != num_layers
+            or set(kinds) - {"dense", "sparse"}
+        ):
+            raise ValueError(f"HF config mlp_layer_types: expected {num_layers} of dense / sparse")
+        if not isinstance(width, list) or len(width) != 2:
+            raise ValueError(f"HF config moe_intermediate_size={width!r}: [text, vision] widths")
+        moe_layers, width = [k == "sparse" for k in kinds], width[0]
+    else:
+        moe_layers = _ernie_moe_layers(f, num_layers)
     norm_min = f.get("moe_norm_min")
     if norm_min is not None and not 0 <= norm_min <= 1e-6:
         raise ValueError(
             f"HF config moe_norm_min={norm_min!r}: only values up to 1e-6 are supported (the "
             "renormalization here clamps nothing)"
         )
-    moe_layers = [(i + 1) % interval == 0 and start <= i <= end for i in range(num_layers)]
     return dict(
         num_experts=f.required("moe_num_experts"),
         num_experts_per_tok=f.required("moe_k"),
-        moe_intermediate_size=f.required("moe_intermediate_size"),
+        moe_intermediate_size=width,
         num_shared_experts=f.get("moe_num_shared_experts") or 0,
         scoring_func="softmax",
         topk_method="noaux_tc",
         norm_topk_prob=True,
         mlp_only_layers=tuple(i for i, moe in enumerate(moe_layers) if not moe),
     )
+
+
+def _ernie_moe_layers(f: Any, num_layers: int) -> list[bool]:
+    interval = f.required("moe_layer_interval")
+    start, end = f.required("moe_layer_start_index"), f.required("moe_layer_end_index")
+    end = num_layers - 1 if end == -1 else end
+    if not isinstance(interval, int) or interval < 1:
+        raise ValueError(f"HF config moe_layer_interval={interval!r}: must be an integer >= 1")
+    return [(i + 1) % interval == 0 and start <= i <= end for i in range(num_layers)]

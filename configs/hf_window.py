@@ -27,6 +27,7 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         "olmoe",
         "ernie4_5",
         "ernie4_5_moe",
+        "ernie4_5_vl_moe_text",
         "glm4_moe",
         "solar_open",
         "glm4_moe_lite",

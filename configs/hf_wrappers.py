@@ -70,6 +70,7 @@ MULTIMODAL_WRAPPERS = {
     "lfm3_vl": ("lfm3", True),
     "fuyu": ("persimmon", False),  # Adept's Fuyu-8B
     "exaone4_5": ("exaone4", False),  # EXAONE 4.5
+    "ernie4_5_vl_moe": ("ernie4_5_vl_moe_text", True),  # ERNIE 4.5 VL 28B-A3B, 424B-A47B
     "step3p7": ("step3p5", False),  # Step 3.7 Flash (its text_config's model_type not read)
     "hyperclovax_vision_v2": ("hyperclovax", True),  # HyperCLOVA X SEED Think Vision
     "nemotron_h_omni": ("nemotron_h", False),  # Nemotron 3 Nano Omni (its releases: llm_config)

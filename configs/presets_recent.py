@@ -107,3 +107,11 @@ RECENT["tiny-step3p7"] = ModelConfig(
     bos_token_id=1,
     eos_token_ids=(2,),
 )
+# tests/fixtures/ernie4_5_vl_moe (ERNIE 4.5 VL's language model): tiny-ernie4-5-moe's with
+# layers 1 and 3 MoE (its text experts), untied.
+RECENT["tiny-ernie4-5-vl-moe"] = TINY["tiny-ernie4-5-moe"].replace(
+    name="tiny-ernie4-5-vl-moe",
+    model_type="ernie4_5_vl_moe_text",
+    mlp_only_layers=(0, 2),
+    tie_word_embeddings=False,
+)

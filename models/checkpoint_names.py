@@ -7,8 +7,10 @@ Mistral Large 4 ships.
 
 from __future__ import annotations
 
+from configs.hf_moe import ERNIE_MOE
 from configs.hf_rope import HUNYUAN_TYPES
 from configs.model_config import GATELESS_MLP_ACTS, ModelConfig
+from models.expert_names import gpt_oss_moe_names, llama4_moe_names, mlp_names, step_moe_names
 from models.hf_tensors import HFTensor, Path_
 from models.hf_tensors import linear as _linear
 from models.hf_tensors import vector as _vector
@@ -180,52 +182,6 @@ ALTERNATE_NAMES = {
 }
 
 
-def _mlp_names(d: int, f: int, pre: str, at: Path_) -> dict[str, HFTensor]:
-    return {
-        f"{pre}.gate_proj.weight": _linear(f, d, at + ("w_gate",)),
-        f"{pre}.up_proj.weight": _linear(f, d, at + ("w_up",)),
-        f"{pre}.down_proj.weight": _linear(d, f, at + ("w_down",)),
-    }
-
-
-def _gpt_oss_moe_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFTensor]:
-    """gpt-oss keeps its experts fused, gate and up interleaved, each with a bias, and
-    `mlp.router` with a bias (transformers' GptOssMLP; the released bf16 layout)."""
-    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-    pre = f"{layer}.mlp"
-    gate_up = (at + ("w_gate",), at + ("w_up",))
-    return {
-        f"{pre}.router.weight": _linear(e, d, at + ("router",)),
-        f"{pre}.router.bias": _vector(e, at + ("router_logit_bias",)),
-        f"{pre}.experts.gate_up_proj": HFTensor((e, d, 2 * f), gate_up, "gate_up_interleaved"),
-        f"{pre}.experts.gate_up_proj_bias": HFTensor(
-            (e, 2 * f), (at + ("b_gate",), at + ("b_up",)), "gate_up_interleaved"
-        ),
-        f"{pre}.experts.down_proj": HFTensor((e, f, d), (at + ("w_down",),), "copy"),
-        f"{pre}.experts.down_proj_bias": HFTensor((e, d), (at + ("b_down",),), "copy"),
-    }
-
-
-def _llama4_moe_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFTensor]:
-    """Llama 4's MoE block (transformers' Llama4TextMoe, as its checkpoints store it): the
-    router, the experts fused [E, D, 2F] (gate columns, then up) and [E, F, D], and one
-    shared expert; Aria's (AriaTextMoELayer) the same under mlp, its experts fc1 and fc2,
-    its shared experts' MLP `shared_experts`."""
-    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-    aria = cfg.model_type == "aria_text"
-    pre = f"{layer}.mlp" if aria else f"{layer}.feed_forward"
-    gate_up, down = ("fc1.weight", "fc2.weight") if aria else ("gate_up_proj", "down_proj")
-    shared = "shared_experts" if aria else "shared_expert"
-    return {
-        f"{pre}.router.weight": _linear(e, d, at + ("router",)),
-        f"{pre}.experts.{gate_up}": HFTensor(
-            (e, d, 2 * f), (at + ("w_gate",), at + ("w_up",)), "gate_up_halves"
-        ),
-        f"{pre}.experts.{down}": HFTensor((e, f, d), (at + ("w_down",),), "copy"),
-        **_mlp_names(d, cfg.shared_expert_width, f"{pre}.{shared}", at + ("shared",)),
-    }
-
-
 def _gemma4_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool) -> dict[str, HFTensor]:
     """Gemma 4's norms after its blocks and around its feed-forward halves, its layer
     scalar, its dense MLP and (moe) the experts beside it: the router's projection, scale
@@ -242,7 +198,7 @@ def _gemma4_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool) -> dict[st
         norms["post_feedforward_layernorm_2"] = "moe_out_norm"
     names = {f"{layer}.{hf}.weight": _vector(d, at + (ours,)) for hf, ours in norms.items()}
     names[f"{layer}.layer_scalar"] = _vector(1, at + ("layer_scalar",))
-    names.update(_mlp_names(d, cfg.intermediate_size, f"{layer}.mlp", at + ("mlp",)))
+    names.update(mlp_names(d, cfg.intermediate_size, f"{layer}.mlp", at + ("mlp",)))
     if moe:
         m = at + ("moe",)
         names[f"{layer}.router.proj.weight"] = _linear(e, d, m + ("router",))
@@ -254,27 +210,13 @@ def _gemma4_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool) -> dict[st
     return names
 
 
-def _step_moe_names(cfg: ModelConfig, layer: str, at: Path_) -> dict[str, HFTensor]:
-    """Step 3.5 / 3.7's MoE block as released (moe.*: experts stacked per projection)."""
-    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-    names = {
-        f"{layer}.moe.gate.weight": _linear(e, d, at + ("router",)),
-        f"{layer}.moe.router_bias": _vector(e, at + ("router_bias",)),
-    }
-    for proj, ours, shape in (("gate", "w_gate", (e, f, d)), ("up", "w_up", (e, f, d))):
-        names[f"{layer}.moe.{proj}_proj.weight"] = HFTensor(shape, (at + (ours,),), "experts_T")
-    names[f"{layer}.moe.down_proj.weight"] = HFTensor((e, d, f), (at + ("w_down",),), "experts_T")
-    names.update(_mlp_names(d, cfg.shared_expert_width, f"{layer}.share_expert", at + ("shared",)))
-    return names
-
-
 def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str, HFTensor]:
     if cfg.model_type == "step3p5":
-        return _step_moe_names(cfg, layer, at)
+        return step_moe_names(cfg, layer, at)
     if cfg.model_type == "gpt_oss":
-        return _gpt_oss_moe_names(cfg, layer, at)
+        return gpt_oss_moe_names(cfg, layer, at)
     if cfg.model_type in ("llama4_text", "aria_text"):
-        return _llama4_moe_names(cfg, layer, at)
+        return llama4_moe_names(cfg, layer, at)
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
     # Mixtral's and MiniMax-M2's released per-expert names (w1 / w3 / w2 under
     # block_sparse_moe); transformers' fused layout is under mlp.
@@ -290,10 +232,15 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
     router = {"hunyuan_v1_moe": "gate.wg", "afmoe": "router.gate"}.get(cfg.model_type, "gate")
     ez = e + cfg.zero_experts  # (LongCat-Flash's zero-computation experts are routed too)
     names = {f"{pre}.{router}.weight": _linear(ez, d, at + ("router",))}
-    if cfg.model_type == "ernie4_5_moe":  # kept by Ernie4_5_MoeStatics as [1, E]
+    if cfg.model_type in ERNIE_MOE:  # kept by Ernie4_5_MoeStatics as [1, E]
+        # (ERNIE 4.5 VL's: its text and vision routers' [2, E], the text one's read; its
+        # text router stored [D, E]; its vision experts after its text ones, unread)
+        vl = cfg.model_type == ERNIE_MOE[1]
         names[f"{pre}.moe_statics.e_score_correction_bias"] = HFTensor(
-            (1, e), (at + ("router_bias",),), "copy"
+            (1 + vl, e), (at + ("router_bias",),), "rows" if vl else "copy"
         )
+        if vl:
+            names[f"{pre}.gate.weight"] = HFTensor((d, e), (at + ("router",),), "copy")
     elif cfg.topk_method == "noaux_tc":  # (in the gate, or beside it, or in the experts)
         bias = ROUTER_BIAS.get(cfg.model_type, "gate.e_score_correction_bias")
         names[f"{pre}.{bias}"] = _vector(ez, at + ("router_bias",))
@@ -323,7 +270,7 @@ def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str
         shared = "shared_expert" if one else "shared_experts"
         shared = "shared_mlp" if cfg.model_type == "hunyuan_v1_moe" else shared
         fs = cfg.shared_expert_width
-        names.update(_mlp_names(d, fs, f"{pre}.{shared}", at + ("shared",)))
+        names.update(mlp_names(d, fs, f"{pre}.{shared}", at + ("shared",)))
     if cfg.shared_expert_gate:
         names[f"{pre}.shared_expert_gate.weight"] = _linear(1, d, at + ("shared_gate",))
     return names
@@ -528,7 +475,7 @@ def _falcon_h1_names(cfg: ModelConfig) -> dict[str, HFTensor]:
         names.update(_attn_names(cfg, f"{pre}.self_attn", attn + ("attn",), 2 * j))
         names.update(linear_attn_names(cfg, f"{pre}.mamba", mixer + ("linear",)))
         f = cfg.intermediate_size
-        names.update(_mlp_names(d, f, f"{pre}.feed_forward", mixer + ("mlp",)))
+        names.update(mlp_names(d, f, f"{pre}.feed_forward", mixer + ("mlp",)))
     return names
 
 
@@ -679,7 +626,7 @@ def _longcat_names(cfg: ModelConfig, layout: str) -> dict[str, HFTensor]:
         names[f"{hf}.input_layernorm.{j}.weight"] = _vector(d, at + ("attn_norm",))
         names[f"{hf}.post_attention_layernorm.{j}.weight"] = _vector(d, at + ("mlp_norm",))
         names.update(_attn_names(cfg, f"{hf}.self_attn.{j}", at + ("attn",), s))
-        names.update(_mlp_names(d, cfg.intermediate_size, f"{hf}.mlps.{j}", at + ("mlp",)))
+        names.update(mlp_names(d, cfg.intermediate_size, f"{hf}.mlps.{j}", at + ("mlp",)))
         if cfg.is_moe_layer(s):  # (its router: the MoE's router.classifier)
             moe = _moe_names(cfg, hf, at + ("moe",), layout)
             names.update({n.replace(".mlp.gate.", ".mlp.router."): t for n, t in moe.items()})
@@ -748,7 +695,7 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
             names[f"{layer}.post_mlp_layernorm.weight"] = _vector(d, at + ("mlp_post_norm",))
     else:
         mlp = f"{layer}.feed_forward" if cfg.model_type == "llama4_text" else f"{layer}.mlp"
-        names.update(_mlp_names(d, cfg.intermediate_size, mlp, at + ("mlp",)))
+        names.update(mlp_names(d, cfg.intermediate_size, mlp, at + ("mlp",)))
         if cfg.mlp_act in GATELESS_MLP_ACTS:  # (no gate: Arcee's, StarCoder2's, GPT-2's ...)
             del names[f"{mlp}.gate_proj.weight"]
         if cfg.mlp_act == "xielu":  # (Apertus: its activation's parameters; beta, eps [])

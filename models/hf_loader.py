@@ -719,9 +719,10 @@ def _place(t: HFTensor, arr: np.ndarray, leaf_specs: dict[Path_, ParamSpec], lea
         spec = leaf_specs[path]
         return np.asarray(x, dtype=spec.dtype)
 
-    if t.kind == "rows":  # (Llama 3.2 Vision's embedding: its image tokens' rows unread)
-        (path,) = t.targets
-        leaves[path] = cast(path, arr[: leaf_specs[path].shape[0]])
+    if t.kind == "rows":  # (Llama 3.2 Vision's embedding: its image tokens' rows unread;
+        (path,) = t.targets  # ERNIE 4.5 VL's router biases: the text one's, the first row)
+        shape = leaf_specs[path].shape
+        leaves[path] = cast(path, arr.reshape(-1)[: math.prod(shape)].reshape(shape))
     elif t.kind in ("copy", "index"):  # (to every target: LeRoPE's alpha is each layer's)
         for path in t.targets:
             leaves[path] = cast(path, arr.reshape(leaf_specs[path].shape))

@@ -21,7 +21,8 @@ from typing import NamedTuple
 #                to it (Qwen3-Next's in_proj_qkvz and gated q_proj, Qwen3.5's in_proj_qkv)
 #   grouped_T:   grouped's, for a weight stored [in, out] (GPT-2's Conv1D c_attn)
 #   index:       an integer table, reshaped (DeepSeek-V4's tid2eid)
-#   rows:        the leading rows of a table, the leaf's (Llama 3.2 Vision's embedding)
+#   rows:        the leading elements of a table in row order, the leaf's (Llama 3.2 Vision's
+#                embedding rows; ERNIE 4.5 VL's text router bias, the first of its two rows)
 KINDS = (
     "index",
     "rows",

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs import hf_cohere as cohere
+from configs.hf_moe import ERNIE_MOE
 from configs.model_config import ModelConfig, RopeScaling
 
 # Layouts of the rotary channels (see apply_rope).
@@ -155,7 +156,7 @@ def rope_dim(cfg: ModelConfig) -> int:
 
 def rope_layout(cfg: ModelConfig) -> str:
     """Channel layout HF uses for this model (see apply_rope)."""
-    pairs = ("ernie4_5", "ernie4_5_moe", "glm", "glm4", "helium", "llama4_text", *cohere.TYPES)
+    pairs = ("ernie4_5", *ERNIE_MOE, "glm", "glm4", "helium", "llama4_text", *cohere.TYPES)
     pairs += ("gptj", "codegen")
     if cfg.model_type == "nanochat":  # (its rotate_half flips both signs)
         return "half_reversed"

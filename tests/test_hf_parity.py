@@ -220,6 +220,9 @@ ARCHS = {
     # Step 3.7 Flash in its wrapper: Laguna's layers with zero-centred norms, a sigmoid gate
     # per head, clipped SwiGLUs (its dense MLP's too), its experts stacked per projection
     "step3p7": "tiny-step3p7",
+    # ERNIE 4.5 VL in its wrapper: its text experts (its vision ones, after them, unread),
+    # its router stored transposed, its two routers' biases in one tensor
+    "ernie4_5_vl_moe": "tiny-ernie4-5-vl-moe",
     # Qwen2-VL, Qwen2.5-VL (tied) in their wrappers: Qwen2's language model, M-RoPE for text
     "qwen2_vl": "tiny-qwen2-vl",
     "qwen2_5_vl": "tiny-qwen2-5-vl",
@@ -273,6 +276,11 @@ WRAPPED = {
                "language_model.model.layers.1.", "language_model.model.layers.3."), "per_expert"),
     "hunyuan_vl": (("", ""), ("vit.",), "per_expert"),
     "step3p7": (("", ""), ("vision_model.", "vit_large_projector."), "per_expert"),
+    # (ERNIE 4.5 VL's vision experts, 8-15 of its MoE layers 1 and 3, and their router)
+    "ernie4_5_vl_moe": (("", ""), ("model.vision_model.", "model.resampler_model.", *(
+        f"model.layers.{i}.mlp.{x}" for i in (1, 3)
+        for x in ("gate.weight_1", *(f"experts.{e}." for e in range(8, 16)))
+    )), "per_expert"),
     # (Cosmos3's language model at the root: read under the loader's prefixes for it)
     "cosmos3_omni": (("", ""), ("blocks.", "merger.", "patch_embed.", "pos_embed."), "per_expert"),
     "nemotron_h_omni": (("language_model.", ""), ("vision_model.", "mlp1."), "per_expert"),

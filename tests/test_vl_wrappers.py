@@ -23,6 +23,7 @@ from configs.presets import get_preset
 from configs.presets_vl import VL_FIXTURES
 from engine import LLM
 from models.hf_loader import hf_tensor_names, load_hf_params
+from models.specs import count_params
 from tests.family_cases import FIXTURES, arch_fields, last_prefill_logits, saved_config
 
 ARCHS = ("qwen2_vl", "qwen2_5_vl", "llava", "llava_onevision", "internvl", "smolvlm")
@@ -309,3 +310,45 @@ def test_cosmos3_reads_each_of_its_checkpoint_layouts(tmp_path):
         save_file(layout, str(tmp_path / str(i) / "model.safetensors"))
         got = last_prefill_logits(cfg, load_hf_params(tmp_path / str(i), cfg), prompt)
         np.testing.assert_array_equal(got, want)
+
+
+def test_ernie_vl_serves_its_text_experts(tmp_path):
+    """ERNIE 4.5 VL: a bare config is ERNIE-4.5-VL-28B-A3B's language model, which
+    transformers 5.25 builds with 21,825,437,888 parameters besides its vision experts and
+    their router (meta device; tied by its class); its vision experts (stored after the
+    text ones), their router and its correction bias (the second row) are not read: NaN
+    there leaves the logits."""
+    bare = config_from_hf({"model_type": "ernie4_5_vl_moe"}, dtype="bfloat16")
+    assert (bare.num_experts, bare.moe_intermediate_size, bare.mlp_only_layers) == (64, 1536, (0,))
+    assert bare.tie_word_embeddings and count_params(bare)[0] == 21_825_437_888
+    cfg = get_preset("tiny-ernie4-5-vl-moe")
+    src = FIXTURES / "ernie4_5_vl_moe"
+    assert arch_fields(config_from_hf(src)) == arch_fields(cfg)
+    shutil.copytree(src, tmp_path / "m")
+    tensors = load_file(str(src / "model.safetensors"))
+    vision = [n for n in tensors if n.endswith(".mlp.gate.weight_1")]
+    vision += [n for n in tensors if any(f".mlp.experts.{e}." in n for e in range(8, 16))]
+    assert len(vision) == 2 * (1 + 8 * 3)  # (layers 1 and 3: their router and 8 experts)
+    for n in vision:
+        tensors[n] = np.full_like(tensors[n], np.nan)
+    for n in [n for n in tensors if n.endswith("moe_statics.e_score_correction_bias")]:
+        tensors[n][1] = np.nan
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    prompt = json.loads((src / "reference.json").read_text())["prompts"][0]
+    want = last_prefill_logits(cfg, load_hf_params(src, cfg), prompt)
+    got = last_prefill_logits(cfg, load_hf_params(tmp_path / "m", cfg), prompt)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(moe_intermediate_size=24), r"moe_intermediate_size=24: \[text, vision\] widths"),
+        (dict(mlp_layer_types=["dense", "sparse"]), "mlp_layer_types: expected 4 of dense"),
+        (dict(use_bias=True), "use_bias=True: not supported"),
+    ],
+)
+def test_ernie_vl_refuses_bad_text_configs(change, match):
+    hf = saved_config("ernie4_5_vl_moe")
+    with pytest.raises(ValueError, match=match):
+        config_from_hf({**hf, "text_config": {**hf["text_config"], **change}})
