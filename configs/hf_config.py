@@ -546,7 +546,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
     act = f.hf.get("hidden_act", "silu")
     # (transformers' ACT2FN: both are SiLU; Arcee's, Gemma's and StarCoder2's: their readers')
     own = (llama_kin.ARCEE, *gemma3.TYPES, starcoder2.STARCODER2, phi.PHI, *layer_norm_kin.TYPES)
-    own += (llama_kin.APERTUS, gpt_neox.GPT_NEOX, falcon.FALCON, *gptj.TYPES)
+    own += (llama_kin.APERTUS, llama_kin.APERTUS1P5, gpt_neox.GPT_NEOX, falcon.FALCON, *gptj.TYPES)
     own += (*gpt_bigcode.TYPES, *opt.TYPES, persimmon.PERSIMMON, nanochat.NANOCHAT, *step.TYPES)
     if act not in ("silu", "swish") and model_type not in own:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")

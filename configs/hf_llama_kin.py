@@ -1,4 +1,4 @@
-"""Eight HF configs of Llama's layers, six with a twist each (transformers 5.25's classes).
+"""Nine HF configs of Llama's layers, seven with a twist each (transformers 5.25's classes).
 
 - ministral (Mistral's Ministral-8B-Instruct-2410): Mistral's attention with a window on the
   layers `layer_types` marks "sliding_attention" (all of them by default), head width
@@ -18,6 +18,9 @@
 - apertus (Swiss AI's Apertus 8B / 70B): q/k RMSNorms per head, an MLP without a gate whose
   activation is xIELU with two learned slopes per layer (ModelConfig.mlp_act "xielu"), the
   norms named attention_layernorm and feedforward_layernorm (models/release_names.py).
+- apertus1p5_text (Apertus 1.5's language model): Apertus' with a vocabulary extended by
+  visual and audio codes and the head pruned to the first output_vocab_size ids
+  (ModelConfig.output_vocab_size: the other ids' logits -inf).
 
 Refused with a ValueError naming the field: an MLP activation other than the family's,
 biases (mlp_bias; attention_bias where the class has it), layer_types of other kinds."""
@@ -28,7 +31,8 @@ from typing import Any
 
 MINISTRAL, CWM, ARCEE, EXAONE, HELIUM = "ministral", "cwm", "arcee", "exaone", "helium"
 IQUEST, INTERNLM3, APERTUS = "iquestcoder", "internlm3", "apertus"
-TYPES = (MINISTRAL, CWM, ARCEE, EXAONE, HELIUM, IQUEST, INTERNLM3, APERTUS)
+APERTUS1P5 = "apertus1p5_text"
+TYPES = (MINISTRAL, CWM, ARCEE, EXAONE, HELIUM, IQUEST, INTERNLM3, APERTUS, APERTUS1P5)
 ALIASES = {
     EXAONE: {
         "num_hidden_layers": ("num_layers",),
@@ -39,7 +43,7 @@ ALIASES = {
 }
 _KINDS = ("sliding_attention", "full_attention")
 _ACT = {MINISTRAL: "silu", CWM: "silu", ARCEE: "relu2", EXAONE: "silu", HELIUM: "silu"}
-_ACT.update({IQUEST: "silu", INTERNLM3: "silu", APERTUS: "xielu"})
+_ACT.update({IQUEST: "silu", INTERNLM3: "silu", APERTUS: "xielu", APERTUS1P5: "xielu"})
 # Defaults of transformers 5.25's MinistralConfig, CwmConfig and ArceeConfig (fields read).
 DEFAULTS: dict[str, dict[str, Any]] = {
     MINISTRAL: dict(
@@ -108,6 +112,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         },
     ),
 }  # fmt: skip
+# Apertus 1.5's text model: Apertus' with the vocabulary extended (visual and audio codes) and
+# its head pruned to the first output_vocab_size ids (None: not pruned).
+DEFAULTS[APERTUS1P5] = dict(DEFAULTS[APERTUS], vocab_size=266752, output_vocab_size=None)
 
 
 def _layer_kinds(f: Any, model_type: str, num_layers: int) -> list[str]:
@@ -147,6 +154,17 @@ def fields(f: Any, model_type: str) -> dict:
         head_dim=head_dim,
         sliding_window=window,
         full_attention_layers=full if window is not None else (),
-        mlp_act={ARCEE: "relu2", APERTUS: "xielu"}.get(model_type, "swiglu"),
-        qk_norm=model_type == APERTUS,
+        mlp_act={ARCEE: "relu2", APERTUS: "xielu", APERTUS1P5: "xielu"}.get(model_type, "swiglu"),
+        qk_norm=model_type in (APERTUS, APERTUS1P5),
+        output_vocab_size=_output_vocab(f) if model_type == APERTUS1P5 else 0,
     )
+
+
+def _output_vocab(f: Any) -> int:
+    """Apertus 1.5's head rows: output_vocab_size (None, or vocab_size: all, 0 here)."""
+    out, vocab = f.get("output_vocab_size"), f.required("vocab_size")
+    if out is None or out == vocab:
+        return 0
+    if isinstance(out, bool) or not isinstance(out, int) or not 1 <= out <= vocab:
+        raise ValueError(f"HF config output_vocab_size={out!r}: an int in [1, {vocab}], or null")
+    return out

@@ -350,11 +350,16 @@ def check_sharing(cfg: Any) -> None:
 
 def check_softcaps(cfg: Any) -> None:
     """The logits' and the attention scores' tanh caps: finite, >= 0 (0: none); the
-    scores' on GQA attention (no MLA or DeepSeek-V4 path caps them)."""
+    scores' on GQA attention (no MLA or DeepSeek-V4 path caps them); a pruned head's rows."""
     for name in ("final_logit_softcapping", "attn_logit_softcapping"):
         cap = getattr(cfg, name)
         if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 <= cap < math.inf:
             raise ValueError(f"{name}={cap!r}: must be a finite number >= 0 (0: none)")
+    out = cfg.output_vocab_size
+    if out and (not 0 < out <= cfg.vocab_size or cfg.tie_word_embeddings or cfg.lm_head_bias):
+        raise ValueError(
+            f"output_vocab_size={out}: at most vocab_size={cfg.vocab_size}, untied, no lm_head bias"
+        )
     if cfg.attn_logit_softcapping and cfg.attention_type != "gqa":
         raise ValueError(
             f"attn_logit_softcapping: GQA attention only (attention_type={cfg.attention_type!r})"

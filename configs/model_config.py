@@ -98,6 +98,7 @@ class ModelConfig:
     name: str = "custom"  # preset name or checkpoint directory
     model_type: str = "llama"  # HF model_type this config maps from
     vocab_size: int = 512  # embedding rows
+    output_vocab_size: int = 0  # lm_head rows, the first ids' (Apertus 1.5's pruned; 0: all)
     hidden_size: int = 64  # model width D
     num_layers: int = 2  # decoder layers
     num_heads: int = 4  # query heads H
@@ -371,11 +372,10 @@ class ModelConfig:
     bos_token_id: int | None = None  # prepended by the tokenizer, if any
     eos_token_ids: tuple[int, ...] = ()  # generation stops on any of these
     dtype: str = "float32"  # parameter and activation dtype
-    # Weights held as fp8 (or "int4": packed 4-bit, a scale per group of inputs) with a
-    # float32 scale per block (models/quantization.py; None: all
-    # in `dtype`). quantization_block: the blocks, as HF's weight_block_size [rows (out),
-    # cols (in)] of a Linear; quantization_skip: leaves that stay in `dtype` although they
-    # could be quantized ("layers.0.attn.wo": what an fp8 checkpoint stores unquantized).
+    # Weights held as fp8 (or "int4": packed 4-bit, a scale per group of inputs) with a float32
+    # scale per block (models/quantization.py; None: all in `dtype`). quantization_block: the
+    # blocks, as HF's weight_block_size [rows (out), cols (in)] of a Linear; quantization_skip:
+    # leaves kept in `dtype` ("layers.0.attn.wo": what an fp8 checkpoint stores unquantized).
     quantization: str | None = None
     quantization_block: tuple[int, int] = (128, 128)
     quantization_skip: tuple[str, ...] = ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from configs.model_config import ModelConfig, RopeScaling
 from configs.preset_shapes import at_release_shapes
+from configs.presets_moe_kin import MOE_KIN
 from configs.presets_tiny import TINY
 
 RECENT: dict[str, ModelConfig] = {}
@@ -114,4 +115,9 @@ RECENT["tiny-ernie4-5-vl-moe"] = TINY["tiny-ernie4-5-moe"].replace(
     model_type="ernie4_5_vl_moe_text",
     mlp_only_layers=(0, 2),
     tie_word_embeddings=False,
+)
+# tests/fixtures/apertus1p5_text (Apertus 1.5's language model): tiny-apertus' layers, its
+# head pruned to the first 400 ids.
+RECENT["tiny-apertus1p5"] = MOE_KIN["tiny-apertus"].replace(
+    name="tiny-apertus1p5", model_type="apertus1p5_text", output_vocab_size=400
 )

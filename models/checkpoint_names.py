@@ -500,8 +500,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
     }
     if cfg.cross_attention_layers:  # (Llama 3.2 Vision: 8 image-token rows after the vocabulary)
         names["model.embed_tokens.weight"] = HFTensor((v + 8, d), (("embed",),), "rows")
-    if not cfg.tie_word_embeddings:
-        names["lm_head.weight"] = _linear(v, d, ("lm_head",))
+    if not cfg.tie_word_embeddings:  # (Apertus 1.5's: the first output_vocab_size ids')
+        names["lm_head.weight"] = _linear(cfg.output_vocab_size or v, d, ("lm_head",))
     if cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms and head)
         names["model.norm.bias"] = _vector(d, ("final_norm_bias",))
     if cfg.lm_head_bias:

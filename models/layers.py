@@ -150,7 +150,8 @@ def embed(params: dict, token_ids: jax.Array) -> jax.Array:
 
 def final_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
     """Final norm, then lm_head (or the tied embedding), then the config's soft cap (cap *
-    tanh(logits / cap), Mistral Large 4). hidden: [S, D] -> [S, V] float32."""
+    tanh(logits / cap), Mistral Large 4); a pruned head's logits (ModelConfig.
+    output_vocab_size) -inf past its rows. hidden: [S, D] -> [S, V] float32."""
     h = model_norm(hidden, params.get("final_norm"), cfg, params.get("final_norm_bias"))
     if cfg.residual_in_float32:  # (a float32 stream's norm, rounded as transformers' Mamba)
         h = h.astype(params["final_norm"].dtype)
@@ -168,4 +169,7 @@ def final_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array
     if cfg.final_logit_softcapping:
         cap = cfg.final_logit_softcapping
         logits = jnp.tanh(logits / cap) * cap
+    if logits.shape[-1] < cfg.vocab_size:  # (a pruned head: the other ids never come)
+        pad = ((0, 0),) * (logits.ndim - 1) + ((0, cfg.vocab_size - logits.shape[-1]),)
+        logits = jnp.pad(logits, pad, constant_values=-jnp.inf)
     return logits

@@ -197,6 +197,7 @@ NATIVE = {
 
 NATIVE["gpt2"] = NATIVE["gpt_bigcode"]  # (GPT-BigCode keeps GPT-2's names)
 NATIVE["codegen"] = NATIVE["gptj"]
+NATIVE["apertus1p5_text"] = NATIVE["apertus"]
 # BioGPT: OPT's layer names under biogpt, its final norm layer_norm, its head output_projection.
 NATIVE["biogpt"] = (
     (r"^model\.norm\.", "biogpt.layer_norm."),

@@ -533,8 +533,8 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
             "layer": _layer_specs(cfg, cfg.num_layers, bool(cfg.num_experts), dt, w),
             "norm": ParamSpec((d,), dt, ("embed",), ones),
         }
-    if not cfg.tie_word_embeddings:
-        specs["lm_head"] = ParamSpec((d, v), dt, ("embed", "vocab"), w)
+    if not cfg.tie_word_embeddings:  # (Apertus 1.5's pruned: output_vocab_size rows)
+        specs["lm_head"] = ParamSpec((d, cfg.output_vocab_size or v), dt, ("embed", "vocab"), w)
     if cfg.norm_bias:  # (Phi-3.5-MoE)
         specs["final_norm_bias"] = ParamSpec((d,), dt, ("embed",), zeros)
     if cfg.lm_head_bias:

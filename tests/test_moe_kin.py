@@ -61,6 +61,7 @@ def test_fixture_configs_read_as_their_presets(arch):
         ("internlm3", 8_804_241_408, 8_804_241_408),  # InternLM3-8B's shapes
         # (Apertus: its xIELU's beta and eps, buffers there, 2 per layer, read as parameters)
         ("apertus", 6_979_596_416, 6_979_596_416),
+        ("apertus1p5_text", 8_091_086_976, 8_091_086_976),  # (its vocabulary 266,752)
         ("gpt_neox", 20_554_567_680, 20_554_567_680),  # GPT-NeoX-20B's shapes
         ("olmo", 6_888_095_744, 6_888_095_744),  # OLMo-7B's shapes (norms hold nothing)
         ("falcon", 6_921_720_704, 6_921_720_704),  # Falcon-7B's shapes (one KV head)
