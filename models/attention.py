@@ -88,9 +88,12 @@ def _rope(cfg: ModelConfig, x: jax.Array, positions: jax.Array, p: dict | None =
 
 def output_gate(gate: jax.Array, cfg: ModelConfig) -> jax.Array:
     """What the attention's output is multiplied by: sigmoid(gate), or with attn_gate_act
-    "softplus" (Laguna) softplus(gate) taken in float32 and cast back, as transformers."""
+    "softplus" (Laguna) softplus(gate) taken in float32 and cast back, as transformers; A.X
+    K2's (mla_query_gate) sigmoid left in float32, the product taken there (transformers')."""
     if cfg.attn_gate_act == "softplus":
         return jax.nn.softplus(gate.astype(jnp.float32)).astype(gate.dtype)
+    if cfg.mla_query_gate:
+        return jax.nn.sigmoid(gate.astype(jnp.float32))
     return jax.nn.sigmoid(gate)
 
 

@@ -154,7 +154,7 @@ def decoder_layer(
         inputs = attn_inputs(layer["attn"], h, positions, cfg, delta, i)
         o, kv_i = attend(i, layer["attn"], kv_i, inputs)
         if inputs.gate is not None:  # Qwen3-Next's gated attention (Laguna's: softplus)
-            o = o * output_gate(inputs.gate, cfg)
+            o = (o * output_gate(inputs.gate, cfg)).astype(o.dtype)
         mixed = attn_output(layer["attn"], o, delta)
     if pair:
         if "linear" not in layer:  # (its output and input wait for the next layer)
