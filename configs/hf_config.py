@@ -21,6 +21,7 @@ from configs import hf_bamba as bamba
 from configs import hf_beam as beam
 from configs import hf_cohere as cohere
 from configs import hf_dbrx as dbrx
+from configs import hf_deepseek_ocr as deepseek_ocr
 from configs import hf_deepseek_v4 as v4
 from configs import hf_falcon as falcon
 from configs import hf_falcon_h1 as falcon_h1
@@ -87,7 +88,7 @@ _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
 _FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon, bamba, mamba)  # fmt: off
-_FAMILIES += (falcon_h1, nanochat, step)  # 59th, 61st
+_FAMILIES += (falcon_h1, nanochat, step, deepseek_ocr)  # 59th, 61st
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",

@@ -121,3 +121,32 @@ RECENT["tiny-ernie4-5-vl-moe"] = TINY["tiny-ernie4-5-moe"].replace(
 RECENT["tiny-apertus1p5"] = MOE_KIN["tiny-apertus"].replace(
     name="tiny-apertus1p5", model_type="apertus1p5_text", output_vocab_size=400
 )
+# tests/fixtures/deepseek_ocr2 (DeepSeek-OCR 2's language model): 3 layers 64 wide, Llama's
+# attention (4 heads over 2 KV heads of 16), layer 0 dense (96), 1 and 2 DeepSeek-V2's MoE
+# (softmax, top-2 of 8 experts 24 wide within the best of 4 groups, times 1.5) beside a
+# shared expert.
+RECENT["tiny-deepseek-ocr2"] = ModelConfig(
+    name="tiny-deepseek-ocr2",
+    model_type="deepseek_ocr2_text",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=2048,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    num_shared_experts=1,
+    scoring_func="softmax",
+    topk_method="group_limited_greedy",
+    n_group=4,
+    topk_group=1,
+    routed_scaling_factor=1.5,
+    mlp_only_layers=(0,),
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)

@@ -225,6 +225,8 @@ ARCHS = {
     "ernie4_5_vl_moe": "tiny-ernie4-5-vl-moe",
     # Apertus 1.5's language model: Apertus' with its head pruned to the first 400 ids
     "apertus1p5_text": "tiny-apertus1p5",
+    # DeepSeek-OCR 2's language model: Llama's attention on DeepSeek-V2's group-limited MoE
+    "deepseek_ocr2": "tiny-deepseek-ocr2",
     # Qwen2-VL, Qwen2.5-VL (tied) in their wrappers: Qwen2's language model, M-RoPE for text
     "qwen2_vl": "tiny-qwen2-vl",
     "qwen2_5_vl": "tiny-qwen2-5-vl",
@@ -278,6 +280,8 @@ WRAPPED = {
                "language_model.model.layers.1.", "language_model.model.layers.3."), "per_expert"),
     "hunyuan_vl": (("", ""), ("vit.",), "per_expert"),
     "step3p7": (("", ""), ("vision_model.", "vit_large_projector."), "per_expert"),
+    "deepseek_ocr2": (("", ""), ("model.projector.", "model.qwen2_model.", "model.sam_model.",
+                                 "model.view_seperator"), "per_expert"),
     # (ERNIE 4.5 VL's vision experts, 8-15 of its MoE layers 1 and 3, and their router)
     "ernie4_5_vl_moe": (("", ""), ("model.vision_model.", "model.resampler_model.", *(
         f"model.layers.{i}.mlp.{x}" for i in (1, 3)
