@@ -20,6 +20,7 @@ from configs import hf_aria as aria
 from configs import hf_bamba as bamba
 from configs import hf_beam as beam
 from configs import hf_cohere as cohere
+from configs import hf_cohere_compass as compass
 from configs import hf_dbrx as dbrx
 from configs import hf_deepseek_ocr as deepseek_ocr
 from configs import hf_deepseek_v4 as v4
@@ -88,7 +89,7 @@ _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
 _FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon, bamba, mamba)  # fmt: off
-_FAMILIES += (falcon_h1, nanochat, step, deepseek_ocr)  # 59th, 61st
+_FAMILIES += (falcon_h1, nanochat, step, deepseek_ocr, compass)  # 59th, 61st
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",
@@ -634,8 +635,9 @@ def config_from_hf(
         rope_theta, rope_scaling = rope(_Fields(laguna.rope_source(f), model_type), max_position)
     elif model_type == beam.BEAM:  # (its windowed layers': the global ones take none)
         rope_theta, rope_scaling = rope(_Fields(beam.rope_source(f), model_type), max_position)
-    elif model_type in step.TYPES:  # (its global layers', as Laguna's)
-        rope_theta, rope_scaling = rope(_Fields(step.rope_source(f), model_type), max_position)
+    elif model_type in (*step.TYPES, *compass.TYPES):  # (its global layers', as Laguna's)
+        source = (step if model_type in step.TYPES else compass).rope_source(f)
+        rope_theta, rope_scaling = rope(_Fields(source, model_type), max_position)
     else:
         rope_theta, rope_scaling = rope(f, max_position)
     family = next((m for m in _FAMILIES if model_type in m.TYPES), None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from configs.model_config import ModelConfig, RopeScaling
 from configs.preset_shapes import at_release_shapes
 from configs.presets_moe_kin import MOE_KIN
+from configs.presets_more import MORE
 from configs.presets_tiny import TINY
 
 RECENT: dict[str, ModelConfig] = {}
@@ -149,4 +150,9 @@ RECENT["tiny-deepseek-ocr2"] = ModelConfig(
     mlp_only_layers=(0,),
     bos_token_id=1,
     eos_token_ids=(2,),
+)
+# tests/fixtures/cohere_compass_text (Compass's language model): tiny-cohere2's layers with RoPE
+# on halves at base 5e4 on the windowed layers 0-2 (layer 3 global, without positions).
+RECENT["tiny-cohere-compass"] = MORE["tiny-cohere2"].replace(
+    name="tiny-cohere-compass", model_type="cohere_compass_text", rope_theta=50000.0
 )

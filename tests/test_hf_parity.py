@@ -227,6 +227,8 @@ ARCHS = {
     "apertus1p5_text": "tiny-apertus1p5",
     # DeepSeek-OCR 2's language model: Llama's attention on DeepSeek-V2's group-limited MoE
     "deepseek_ocr2": "tiny-deepseek-ocr2",
+    # Compass: Command R7B's layers with RoPE on halves set per layer type (null: none)
+    "cohere_compass_text": "tiny-cohere-compass",
     # Qwen2-VL, Qwen2.5-VL (tied) in their wrappers: Qwen2's language model, M-RoPE for text
     "qwen2_vl": "tiny-qwen2-vl",
     "qwen2_5_vl": "tiny-qwen2-5-vl",

@@ -352,3 +352,45 @@ def test_ernie_vl_refuses_bad_text_configs(change, match):
     hf = saved_config("ernie4_5_vl_moe")
     with pytest.raises(ValueError, match=match):
         config_from_hf({**hf, "text_config": {**hf["text_config"], **change}})
+
+
+def _compass(**rope) -> dict:
+    hf = saved_config("cohere_compass_text")
+    return {**hf, "rope_parameters": {**hf["rope_parameters"], **rope}}
+
+
+def test_cohere_compass_reads_its_rope_per_layer_type():
+    """Compass (tests/fixtures/cohere_compass_text: its global layer without positions): in
+    the cohere_compass wrapper, untied by the wrapper's class whatever text_config says; with
+    the global layer rotated too (Llama 3's scaling there), the windowed layers' RoPE plain
+    at their own base; logit_scale null is 1."""
+    text = saved_config("cohere_compass_text")
+    want = arch_fields(get_preset("tiny-cohere-compass"))
+    wrapped = config_from_hf({"model_type": "cohere_compass", "text_config": text})
+    assert text["tie_word_embeddings"] and arch_fields(wrapped) == {
+        **want,
+        "tie_word_embeddings": False,
+    }
+    scaled = dict(rope_type="llama3", rope_theta=1e6, factor=8.0, low_freq_factor=1.0,
+                  high_freq_factor=4.0, original_max_position_embeddings=64)  # fmt: skip
+    both = config_from_hf(_compass(full_attention=scaled))
+    assert (both.nope_layers, both.rope_theta, both.sliding_rope_theta) == ((), 1e6, 5e4)
+    assert both.rope_scaling.rope_type == "llama3" and both.rope_scaling_full_only
+    assert both.sliding_full_rotary
+    assert config_from_hf({**text, "logit_scale": None}).logit_scale == 1.0
+
+
+@pytest.mark.parametrize(
+    "hf, match",
+    [
+        (saved_config("cohere_compass_text") | {"rope_parameters": {}}, "no 'sliding_attention'"),
+        (
+            _compass(sliding_attention=dict(rope_theta=1e4, partial_rotary_factor=0.5)),
+            "partial_rotary_factor=0.5: Compass rotates whole heads",
+        ),
+        ({"model_type": "cohere_compass_text"}, "no 'full_attention' entry"),
+    ],
+)
+def test_cohere_compass_refuses_a_rope_it_cannot_read(hf, match):
+    with pytest.raises(ValueError, match=match):
+        config_from_hf(hf)
