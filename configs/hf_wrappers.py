@@ -21,7 +21,11 @@ MULTIMODAL_WRAPPERS = {
     "llama4": ("llama4_text", False),  # Llama 4 Scout, Maverick
     "qwen3_vl_moe": ("qwen3_vl_moe_text", False),  # Qwen3-VL-30B-A3B, -235B-A22B
     "qwen3_vl": ("qwen3_vl_text", False),
-    "cosmos3_omni": ("qwen3_vl_text", False),  # NVIDIA's Cosmos3 reasoner (Qwen3-VL's classes)
+    "cosmos3_omni": ("qwen3_vl_text", False),
+    "cosmos3_edge": (
+        "cosmos3_edge_text",
+        False,
+    ),  # NVIDIA's Cosmos3 Edge  # NVIDIA's Cosmos3 reasoner (Qwen3-VL's classes)
     "glm4v_moe": ("glm4v_moe_text", False),  # GLM-4.5V, GLM-4.6V
     "glm4v": ("glm4v_text", False),  # GLM-4.1V-9B-Thinking
     "glm46v": ("glm4v_text", False),  # GLM-4.6V-Flash
@@ -172,6 +176,13 @@ _VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
         attention_multiplier=0.015625,
     ), {}),
     "granite4_vision_text": ("granite", {}, {}),  # (GraniteConfig's own defaults)
+    # Cosmos3 Edge's: Arcee's layers (a ReLU-squared MLP without a gate), its M-RoPE plain
+    "cosmos3_edge_text": ("arcee", dict(
+        vocab_size=131072, hidden_size=2048, intermediate_size=9216, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128, hidden_act="relu2",
+        max_position_embeddings=131072, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=11,
+        tie_word_embeddings=False, rope_theta=100_000_000.0,
+    ), {}),
     **{t: ("qwen2", dict(  # (Qwen2VLTextConfig's and Qwen2_5_VLTextConfig's, alike)
         vocab_size=152064, hidden_size=8192, intermediate_size=29568, num_hidden_layers=80,
         num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=32768,

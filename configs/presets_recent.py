@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from configs.model_config import ModelConfig, RopeScaling
 from configs.preset_shapes import at_release_shapes
+from configs.presets_kin import KIN
 from configs.presets_moe_kin import MOE_KIN
 from configs.presets_more import MORE
 from configs.presets_tiny import TINY
@@ -156,3 +157,5 @@ RECENT["tiny-deepseek-ocr2"] = ModelConfig(
 RECENT["tiny-cohere-compass"] = MORE["tiny-cohere2"].replace(
     name="tiny-cohere-compass", model_type="cohere_compass_text", rope_theta=50000.0
 )
+# tests/fixtures/cosmos3_edge (Cosmos3 Edge's language model): tiny-arcee's layers, untied.
+RECENT["tiny-cosmos3-edge"] = KIN["tiny-arcee"].replace(name="tiny-cosmos3-edge")

@@ -229,6 +229,9 @@ ARCHS = {
     "deepseek_ocr2": "tiny-deepseek-ocr2",
     # Compass: Command R7B's layers with RoPE on halves set per layer type (null: none)
     "cohere_compass_text": "tiny-cohere-compass",
+    # Cosmos3 Edge: Arcee's layers, saved as released (the language model at the root,
+    # Diffusers' attention names)
+    "cosmos3_edge": "tiny-cosmos3-edge",
     # Qwen2-VL, Qwen2.5-VL (tied) in their wrappers: Qwen2's language model, M-RoPE for text
     "qwen2_vl": "tiny-qwen2-vl",
     "qwen2_5_vl": "tiny-qwen2-5-vl",
@@ -282,6 +285,7 @@ WRAPPED = {
                "language_model.model.layers.1.", "language_model.model.layers.3."), "per_expert"),
     "hunyuan_vl": (("", ""), ("vit.",), "per_expert"),
     "step3p7": (("", ""), ("vision_model.", "vit_large_projector."), "per_expert"),
+    "cosmos3_edge": (("", ""), ("model.projector.", "model.visual."), "per_expert"),
     "deepseek_ocr2": (("", ""), ("model.projector.", "model.qwen2_model.", "model.sam_model.",
                                  "model.view_seperator"), "per_expert"),
     # (ERNIE 4.5 VL's vision experts, 8-15 of its MoE layers 1 and 3, and their router)

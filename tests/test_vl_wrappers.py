@@ -394,3 +394,16 @@ def test_cohere_compass_reads_its_rope_per_layer_type():
 def test_cohere_compass_refuses_a_rope_it_cannot_read(hf, match):
     with pytest.raises(ValueError, match=match):
         config_from_hf(hf)
+
+
+def test_cosmos3_edge_serves_arcees_layers():
+    """Cosmos3 Edge's language model is Arcee's (Llama's attention, a ReLU-squared MLP
+    without a gate) with Cosmos3EdgeTextConfig's defaults (RoPE base 1e8, head_dim 128, eos
+    11), untied by its class."""
+    assert arch_fields(config_from_hf(FIXTURES / "cosmos3_edge")) == arch_fields(
+        get_preset("tiny-cosmos3-edge")
+    )
+    bare = config_from_hf({"model_type": "cosmos3_edge"}, dtype="bfloat16")
+    assert (bare.model_type, bare.mlp_act, bare.rope_theta) == ("arcee", "relu2", 1e8)
+    assert (bare.head_dim, bare.num_kv_heads, bare.eos_token_ids) == (128, 8, (11,))
+    assert not bare.tie_word_embeddings
