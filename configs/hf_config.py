@@ -45,6 +45,7 @@ from configs import hf_mimo as mimo
 from configs import hf_minicpm3 as minicpm3
 from configs import hf_minimax as minimax
 from configs import hf_moe_kin as moe_kin
+from configs import hf_molmo2 as molmo2
 from configs import hf_nanochat as nanochat
 from configs import hf_olmo as olmo
 from configs import hf_olmo1 as olmo1
@@ -89,7 +90,7 @@ _FAMILIES = (lfm2, longcat, jamba, minimax, cohere, hyv3, dbrx, phi3, smollm3)
 _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2, phi)  # 55-56th
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
 _FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon, bamba, mamba)  # fmt: off
-_FAMILIES += (falcon_h1, nanochat, step, deepseek_ocr, compass)  # 59th, 61st
+_FAMILIES += (falcon_h1, nanochat, step, deepseek_ocr, compass, molmo2)  # 59th, 61st
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",

@@ -159,3 +159,23 @@ RECENT["tiny-cohere-compass"] = MORE["tiny-cohere2"].replace(
 )
 # tests/fixtures/cosmos3_edge (Cosmos3 Edge's language model): tiny-arcee's layers, untied.
 RECENT["tiny-cosmos3-edge"] = KIN["tiny-arcee"].replace(name="tiny-cosmos3-edge")
+# tests/fixtures/molmo2 (Molmo2's language model): 2 layers 64 wide, 4 heads over 2 KV heads of
+# 16, q and k normed over all heads at once, q/k/v biased; a SwiGLU MLP 96 wide; RoPE base 1e6.
+RECENT["tiny-molmo2"] = ModelConfig(
+    name="tiny-molmo2",
+    model_type="molmo2_text",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=2048,
+    rope_theta=1e6,
+    attention_bias=True,
+    qk_norm=True,
+    qk_norm_full=True,
+    eos_token_ids=(2,),
+)

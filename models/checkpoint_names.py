@@ -502,6 +502,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
     }
     if cfg.cross_attention_layers:  # (Llama 3.2 Vision: 8 image-token rows after the vocabulary)
         names["model.embed_tokens.weight"] = HFTensor((v + 8, d), (("embed",),), "rows")
+    if cfg.model_type == "molmo2_text":  # (its image tokens' rows after the vocabulary: unread)
+        names["model.embed_tokens.weight"] = HFTensor((v, d), (("embed",),), "rows")
     if not cfg.tie_word_embeddings:  # (Apertus 1.5's: the first output_vocab_size ids')
         names["lm_head.weight"] = _linear(cfg.output_vocab_size or v, d, ("lm_head",))
     if cfg.norm_bias:  # (Phi-3.5-MoE's LayerNorms and head)
@@ -559,17 +561,19 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
 # None).
 FUSED = {"sarvam_moe": ("query_key_value", None), "param2moe": ("query_key_value", None)}
 FUSED.update(phi3=("qkv_proj", "gate_up_proj"), glm4=(None, "gate_up_proj"))
-FUSED.update(glm=FUSED["glm4"])
+FUSED.update(glm=FUSED["glm4"], molmo2_text=("qkv_proj", "up_gate_proj"))
 
 
 def _fused_qkv(names: dict[str, HFTensor], qkv, gate_up) -> dict[str, HFTensor]:
     """`names` with each attention's q_proj, k_proj and v_proj (weights, and biases where
     there are) as one `qkv` tensor (where given), their rows in that order; with `gate_up`,
-    each dense MLP's gate_proj and up_proj as one tensor of that name (Phi-3's, GLM-4's)."""
+    each dense MLP's gate_proj and up_proj as one tensor of that name (Phi-3's, GLM-4's; named
+    up_gate_proj: up's rows first, Molmo2's)."""
     out = dict(names)
     fused = [(".self_attn.", ("q_proj", "k_proj", "v_proj"), qkv)] if qkv else []
     if gate_up:
-        fused.append((".mlp.", ("gate_proj", "up_proj"), gate_up))
+        parts = ("up_proj", "gate_proj") if gate_up == "up_gate_proj" else ("gate_proj", "up_proj")
+        fused.append((".mlp.", parts, gate_up))
     for name in names:
         for where, parts_of, into in fused:
             first = f"{where}{parts_of[0]}.weight"

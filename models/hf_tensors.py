@@ -22,7 +22,8 @@ from typing import NamedTuple
 #   grouped_T:   grouped's, for a weight stored [in, out] (GPT-2's Conv1D c_attn)
 #   index:       an integer table, reshaped (DeepSeek-V4's tid2eid)
 #   rows:        the leading elements of a table in row order, the leaf's (Llama 3.2 Vision's
-#                embedding rows; ERNIE 4.5 VL's text router bias, the first of its two rows)
+#                embedding rows; ERNIE 4.5 VL's text router bias, the first of its two rows);
+#                a table of more rows than its shape's is read alike (Molmo2's embedding)
 KINDS = (
     "index",
     "rows",

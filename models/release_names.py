@@ -198,6 +198,18 @@ NATIVE = {
 NATIVE["gpt2"] = NATIVE["gpt_bigcode"]  # (GPT-BigCode keeps GPT-2's names)
 NATIVE["codegen"] = NATIVE["gptj"]
 NATIVE["apertus1p5_text"] = NATIVE["apertus"]
+# Molmo2's (its q, k, v and its up, gate rows fused already: checkpoint_names.FUSED).
+NATIVE["molmo2_text"] = (
+    (r"^model\.embed_tokens\.", "model.transformer.wte."),
+    (r"^model\.norm\.", "model.transformer.ln_f."),
+    (r"^model\.layers\.", "model.transformer.blocks."),
+    (r"\.input_layernorm\.", ".attn_norm."),
+    (r"\.post_attention_layernorm\.", ".ff_norm."),
+    (r"\.self_attn\.qkv_proj\.", ".self_attn.att_proj."),
+    (r"\.self_attn\.o_proj\.", ".self_attn.attn_out."),
+    (r"\.mlp\.up_gate_proj\.", ".mlp.ff_proj."),
+    (r"\.mlp\.down_proj\.", ".mlp.ff_out."),
+)
 # BioGPT: OPT's layer names under biogpt, its final norm layer_norm, its head output_projection.
 NATIVE["biogpt"] = (
     (r"^model\.norm\.", "biogpt.layer_norm."),
@@ -262,7 +274,10 @@ ROUTER_BIAS = {
 JOINED = {
     "olmo_hybrid": (
         (".linear_attn.conv1d.weight", tuple(f".linear_attn.{x}_conv1d.weight" for x in "qkv")),
-    )
+    ),
+    # Molmo2's embedding: the text tokens' rows (embedding), then the image tokens'
+    # (new_embedding; transformers 5.25 saves the whole in two equal halves under those names).
+    "molmo2_text": ((".wte.weight", (".wte.embedding", ".wte.new_embedding")),),
 }
 
 

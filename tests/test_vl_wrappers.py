@@ -407,3 +407,44 @@ def test_cosmos3_edge_serves_arcees_layers():
     assert (bare.model_type, bare.mlp_act, bare.rope_theta) == ("arcee", "relu2", 1e8)
     assert (bare.head_dim, bare.num_kv_heads, bare.eos_token_ids) == (128, 8, (11,))
     assert not bare.tie_word_embeddings
+
+
+def test_molmo2_reads_its_releases_embedding_split(tmp_path):
+    """Molmo2's releases keep the text tokens' embedding rows (wte.embedding, vocab_size of
+    them) apart from the image tokens' (wte.new_embedding); transformers 5.25 saves the
+    whole in two equal halves under those names (the fixture): both load to the same logits.
+    A bare config is Molmo2-8B's language model (q/k norms per head)."""
+    cfg = get_preset("tiny-molmo2")
+    src = FIXTURES / "molmo2"
+    assert arch_fields(config_from_hf(src)) == arch_fields(cfg)
+    tensors = load_file(str(src / "model.safetensors"))
+    pre = "model.transformer.wte."
+    whole = np.concatenate([tensors[pre + "embedding"], tensors[pre + "new_embedding"]])
+    assert tensors[pre + "embedding"].shape[0] == 260 and whole.shape[0] == 512 + 8
+    tensors[pre + "embedding"], tensors[pre + "new_embedding"] = whole[:512], whole[512:]
+    shutil.copytree(src, tmp_path / "m")
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    prompt = json.loads((src / "reference.json").read_text())["prompts"][0]
+    want = last_prefill_logits(cfg, load_hf_params(src, cfg), prompt)
+    got = last_prefill_logits(cfg, load_hf_params(tmp_path / "m", cfg), prompt)
+    np.testing.assert_array_equal(got, want)
+    bare = config_from_hf({"model_type": "molmo2"}, dtype="bfloat16")
+    assert (bare.num_layers, bare.hidden_size, bare.vocab_size) == (36, 4096, 151936)
+    assert bare.qk_norm and not bare.qk_norm_full and not bare.tie_word_embeddings
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(norm_after=True), "norm_after=True: norms after the blocks"),
+        (dict(qk_norm_type="gemma"), "qk_norm_type='gemma'"),
+        (
+            dict(rope_scaling_layers=[0], rope_parameters=dict(rope_type="linear", factor=2.0)),
+            r"rope_scaling_layers=\[0\]: scaled RoPE on every layer or none",
+        ),
+    ],
+)
+def test_molmo2_refuses_what_it_cannot_serve(change, match):
+    hf = saved_config("molmo2")
+    with pytest.raises(ValueError, match=match):
+        config_from_hf({**hf, "text_config": {**hf["text_config"], **change}})
