@@ -102,6 +102,7 @@ SUPPORTED_MODEL_TYPES = (
     "olmoe",
     *olmo.OLMO_TYPES,
     "ernie4_5",
+    "paddleocr_vl_text",
     "ernie4_5_moe",
     ERNIE_MOE[1],
     "glm4_moe",
@@ -190,6 +191,14 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     # ERNIE 4.5 dense (0.3B): the MoE model's attention (RoPE on interleaved pairs, head_dim
     # 128 by default) and a SwiGLU MLP on every layer.
     "ernie4_5": dict(
+        vocab_size=103424, hidden_size=1024, intermediate_size=3072, num_hidden_layers=18,
+        num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
+        use_bias=False, head_dim=128, rope_theta=500000.0,
+    ),
+    # PaddleOCR-VL's language model: ERNIE 4.5 dense's (its class's defaults), its RoPE on
+    # halves (Qwen2.5-Omni's attention, M-RoPE: plain for text).
+    "paddleocr_vl_text": dict(
         vocab_size=103424, hidden_size=1024, intermediate_size=3072, num_hidden_layers=18,
         num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=131072,
         rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
@@ -531,7 +540,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
         raise ValueError(f"HF config attention_bias=True: not supported for {model_type}")
     if model_type in _HONOURS_MLP_BIAS and f.get("mlp_bias"):
         raise ValueError(f"HF config mlp_bias=True: not supported for {model_type}")
-    if model_type in ("ernie4_5", *ERNIE_MOE) and f.get("use_bias"):
+    if model_type in ("ernie4_5", "paddleocr_vl_text", *ERNIE_MOE) and f.get("use_bias"):
         # Biases on every linear layer, the MLPs' too, which the tree has no slot for.
         raise ValueError(f"HF config use_bias=True: not supported for {model_type}")
     if model_type == "minimax_m2":

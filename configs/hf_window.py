@@ -26,6 +26,7 @@ def sliding_window_fields(f: Any, model_type: str, num_layers: int) -> dict:
         "hunyuan_v1_moe",
         "olmoe",
         "ernie4_5",
+        "paddleocr_vl_text",
         "ernie4_5_moe",
         "ernie4_5_vl_moe_text",
         "glm4_moe",

@@ -78,7 +78,8 @@ MULTIMODAL_WRAPPERS = {
     "step3p7": ("step3p5", False),  # Step 3.7 Flash (its text_config's model_type not read)
     "deepseek_ocr2": ("deepseek_ocr2_text", False),  # DeepSeek-OCR 2
     "cohere_compass": ("cohere_compass_text", False),
-    "molmo2": ("molmo2_text", False),  # AllenAI's Molmo2  # Cohere's North (Qwen3-VL's wrapper)
+    "molmo2": ("molmo2_text", False),  # AllenAI's Molmo2
+    "paddleocr_vl": ("paddleocr_vl_text", True),  # PaddleOCR-VL  # Cohere's North (Qwen3-VL's wrapper)
     "apertus1p5": ("apertus1p5_text", False),  # Apertus 1.5 (its head pruned to text ids)
     "hyperclovax_vision_v2": ("hyperclovax", True),  # HyperCLOVA X SEED Think Vision
     "nemotron_h_omni": ("nemotron_h", False),  # Nemotron 3 Nano Omni (its releases: llm_config)

@@ -8,6 +8,7 @@ from configs.preset_shapes import at_release_shapes
 from configs.presets_kin import KIN
 from configs.presets_moe_kin import MOE_KIN
 from configs.presets_more import MORE
+from configs.presets_newer import NEWER
 from configs.presets_tiny import TINY
 
 RECENT: dict[str, ModelConfig] = {}
@@ -178,4 +179,9 @@ RECENT["tiny-molmo2"] = ModelConfig(
     qk_norm=True,
     qk_norm_full=True,
     eos_token_ids=(2,),
+)
+# tests/fixtures/paddleocr_vl (PaddleOCR-VL's language model): tiny-ernie4-5's layers with RoPE
+# on halves, tied.
+RECENT["tiny-paddleocr-vl"] = NEWER["tiny-ernie4-5"].replace(
+    name="tiny-paddleocr-vl", model_type="paddleocr_vl_text"
 )

@@ -235,6 +235,8 @@ ARCHS = {
     # Molmo2: OLMo 2's attention (q/k normed over all heads, biased q/k/v), its releases'
     # names (q/k/v and up/gate fused, the embedding in two)
     "molmo2": "tiny-molmo2",
+    # PaddleOCR-VL: ERNIE 4.5 dense's layers with RoPE on halves (not ERNIE's pairs)
+    "paddleocr_vl": "tiny-paddleocr-vl",
     # Qwen2-VL, Qwen2.5-VL (tied) in their wrappers: Qwen2's language model, M-RoPE for text
     "qwen2_vl": "tiny-qwen2-vl",
     "qwen2_5_vl": "tiny-qwen2-5-vl",
@@ -290,6 +292,7 @@ WRAPPED = {
     "step3p7": (("", ""), ("vision_model.", "vit_large_projector."), "per_expert"),
     "cosmos3_edge": (("", ""), ("model.projector.", "model.visual."), "per_expert"),
     "molmo2": (("", ""), ("model.vision_backbone.",), "per_expert"),
+    "paddleocr_vl": (("", ""), ("mlp_AR.", "visual."), "per_expert"),
     "deepseek_ocr2": (("", ""), ("model.projector.", "model.qwen2_model.", "model.sam_model.",
                                  "model.view_seperator"), "per_expert"),
     # (ERNIE 4.5 VL's vision experts, 8-15 of its MoE layers 1 and 3, and their router)

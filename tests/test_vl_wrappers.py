@@ -448,3 +448,22 @@ def test_molmo2_refuses_what_it_cannot_serve(change, match):
     hf = saved_config("molmo2")
     with pytest.raises(ValueError, match=match):
         config_from_hf({**hf, "text_config": {**hf["text_config"], **change}})
+
+
+def test_paddleocr_vl_rotates_halves_not_ernies_pairs():
+    """PaddleOCR-VL's language model is ERNIE 4.5 dense's but for its RoPE (on halves: its
+    attention's, Qwen2.5-Omni's): served as ERNIE's (pairs) the fixture's logits move; tied by
+    the wrapper's class whatever text_config says."""
+    cfg = get_preset("tiny-paddleocr-vl")
+    src = FIXTURES / "paddleocr_vl"
+    assert arch_fields(config_from_hf(src)) == arch_fields(cfg)
+    hf = saved_config("paddleocr_vl")
+    assert not hf["text_config"]["tie_word_embeddings"]
+    assert config_from_hf(
+        {k: v for k, v in hf.items() if k != "tie_word_embeddings"}
+    ).tie_word_embeddings
+    params = load_hf_params(src, cfg)
+    prompt = json.loads((src / "reference.json").read_text())["prompts"][-1]
+    want = last_prefill_logits(cfg, params, prompt)
+    ernie = last_prefill_logits(cfg.replace(model_type="ernie4_5"), params, prompt)
+    assert np.abs(ernie - want).max() > 0.05
