@@ -21,11 +21,8 @@ MULTIMODAL_WRAPPERS = {
     "llama4": ("llama4_text", False),  # Llama 4 Scout, Maverick
     "qwen3_vl_moe": ("qwen3_vl_moe_text", False),  # Qwen3-VL-30B-A3B, -235B-A22B
     "qwen3_vl": ("qwen3_vl_text", False),
-    "cosmos3_omni": ("qwen3_vl_text", False),
-    "cosmos3_edge": (
-        "cosmos3_edge_text",
-        False,
-    ),  # NVIDIA's Cosmos3 Edge  # NVIDIA's Cosmos3 reasoner (Qwen3-VL's classes)
+    "cosmos3_omni": ("qwen3_vl_text", False),  # NVIDIA's Cosmos3 reasoner (Qwen3-VL's classes)
+    "cosmos3_edge": ("cosmos3_edge_text", False),  # NVIDIA's Cosmos3 Edge
     "glm4v_moe": ("glm4v_moe_text", False),  # GLM-4.5V, GLM-4.6V
     "glm4v": ("glm4v_text", False),  # GLM-4.1V-9B-Thinking
     "glm46v": ("glm4v_text", False),  # GLM-4.6V-Flash
@@ -77,9 +74,9 @@ MULTIMODAL_WRAPPERS = {
     "ernie4_5_vl_moe": ("ernie4_5_vl_moe_text", True),  # ERNIE 4.5 VL 28B-A3B, 424B-A47B
     "step3p7": ("step3p5", False),  # Step 3.7 Flash (its text_config's model_type not read)
     "deepseek_ocr2": ("deepseek_ocr2_text", False),  # DeepSeek-OCR 2
-    "cohere_compass": ("cohere_compass_text", False),
+    "cohere_compass": ("cohere_compass_text", False),  # Cohere's North (Qwen3-VL's wrapper)
     "molmo2": ("molmo2_text", False),  # AllenAI's Molmo2
-    "paddleocr_vl": ("paddleocr_vl_text", True),  # PaddleOCR-VL  # Cohere's North (Qwen3-VL's wrapper)
+    "paddleocr_vl": ("paddleocr_vl_text", True),  # PaddleOCR-VL
     "apertus1p5": ("apertus1p5_text", False),  # Apertus 1.5 (its head pruned to text ids)
     "hyperclovax_vision_v2": ("hyperclovax", True),  # HyperCLOVA X SEED Think Vision
     "nemotron_h_omni": ("nemotron_h", False),  # Nemotron 3 Nano Omni (its releases: llm_config)
