@@ -45,6 +45,7 @@ MULTIMODAL_WRAPPERS = {
     "llava_next_video": ("llama", False),  # LLaVA-NeXT-Video
     "vipllava": ("llama", False),  # ViP-LLaVA
     "video_llava": ("llama", False),  # Video-LLaVA
+    "perception_lm": ("llama", False),  # Meta's Perception LM (LLaVA's classes)
     "idefics3": ("llama", False),  # Idefics3
     "smolvlm": ("llama", False),  # SmolVLM, SmolVLM2
     "idefics2": ("mistral", False),  # Idefics2 (model.text_model.)
@@ -55,6 +56,7 @@ MULTIMODAL_WRAPPERS = {
     "llava_onevision": ("qwen2", False),  # LLaVA-OneVision
     "internvl": ("qwen2", True),  # InternVL 3 / 3.5 (-hf)
     "video_llama_3": ("qwen2", False),  # VideoLLaMA3
+    "fast_vlm": ("qwen2", False),  # Apple's FastVLM (LLaVA's classes)
     "got_ocr2": ("qwen2", True),  # GOT-OCR 2.0 (-hf)
     "ovis2": ("qwen2", True),  # Ovis2
     "llava_onevision1_5": ("qwen3", False),  # LLaVA-OneVision-1.5
@@ -93,7 +95,7 @@ FLAT_WRAPPERS = ("qwen2_vl", "qwen2_5_vl")
 # Wrappers whose pre-v5 saves kept tie_word_embeddings in text_config: transformers carries
 # a true one to the top level.
 TIE_FROM_TEXT = ("qwen2_vl", "qwen2_5_vl", "llava", "llava_onevision", "llava_next_video")
-TIE_FROM_TEXT += ("video_llama_3", "glm4v", "glm_ocr", "hunyuan_vl")
+TIE_FROM_TEXT += ("video_llama_3", "glm4v", "glm_ocr", "hunyuan_vl", "fast_vlm", "perception_lm")
 # Wrappers whose head does not apply the language model's logit_scale (transformers'
 # Cohere2VisionForConditionalGeneration: lm_head alone; Aya Vision's scales).
 UNSCALED_LOGITS = ("cohere2_vision",)

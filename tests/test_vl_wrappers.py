@@ -58,6 +58,8 @@ READ_AS = [
     ("llava_next_video", "llava", False),
     ("vipllava", "llava", False),
     ("video_llava", "llava", False),
+    ("perception_lm", "llava", False),
+    ("fast_vlm", "llava_onevision", False),
     ("janus", "deepseek_vl", True),
     ("deepseek_vl_hybrid", "deepseek_vl", True),
     ("got_ocr2", "internvl", True),
