@@ -81,8 +81,8 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         names[f"{pre}.{proj}_proj.weight"] = _linear(rows, d, at + (f"w{proj}",))
         if cfg.attention_bias:
             names[f"{pre}.{proj}_proj.bias"] = _vector(rows, at + (f"b{proj}",))
-    own = {"afmoe": "gate_proj", "laguna": "g_proj", "beam": "gate_proj"}.get(cfg.model_type)
-    own = "g_proj" if cfg.model_type == "step3p5" else own
+    own = {"afmoe": "gate_proj", "laguna": "g_proj", "beam": "gate_proj", "step3p5": "g_proj"}
+    own = own.get(cfg.model_type)
     if own and cfg.attn_output_gate:  # (AFMoE's gate's own projection; Laguna's per-element)
         names[f"{pre}.{own}.weight"] = _linear(h * dh, d, at + ("wq_gate",))
     elif cfg.attn_output_gate:  # Qwen3-Next: per head, its query rows then its gate rows
