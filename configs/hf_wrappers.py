@@ -46,6 +46,7 @@ MULTIMODAL_WRAPPERS = {
     "vipllava": ("llama", False),  # ViP-LLaVA
     "video_llava": ("llama", False),  # Video-LLaVA
     "perception_lm": ("llama", False),  # Meta's Perception LM (LLaVA's classes)
+    "emu3": ("emu3_text_model", False),  # BAAI's Emu3 (text_model.model., text_model.lm_head)
     "idefics3": ("llama", False),  # Idefics3
     "smolvlm": ("llama", False),  # SmolVLM, SmolVLM2
     "idefics2": ("mistral", False),  # Idefics2 (model.text_model.)
@@ -177,6 +178,12 @@ _VL_TEXT = {  # text model_type -> (the family, class defaults, fixed fields)
         attention_multiplier=0.015625,
     ), {}),
     "granite4_vision_text": ("granite", {}, {}),  # (GraniteConfig's own defaults)
+    "emu3_text_model": ("llama", dict(  # (BAAI's Emu3: Llama's, dropout aside)
+        vocab_size=184622, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=9216,
+        rms_norm_eps=1e-5, bos_token_id=151849, eos_token_id=151850, rope_theta=1e6,
+        tie_word_embeddings=False,
+    ), dict(attention_bias=False, mlp_bias=False)),
     # Cosmos3 Edge's: Arcee's layers (a ReLU-squared MLP without a gate), its M-RoPE plain
     "cosmos3_edge_text": ("arcee", dict(
         vocab_size=131072, hidden_size=2048, intermediate_size=9216, num_hidden_layers=28,

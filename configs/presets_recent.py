@@ -185,3 +185,15 @@ RECENT["tiny-molmo2"] = ModelConfig(
 RECENT["tiny-paddleocr-vl"] = NEWER["tiny-ernie4-5"].replace(
     name="tiny-paddleocr-vl", model_type="paddleocr_vl_text"
 )
+# tests/fixtures/emu3 (Emu3's language model): Llama's layers, 2 of them 64 wide, 4 heads over 2
+# KV heads of 16, a SwiGLU MLP 96 wide, RoPE base 1e6; untied.
+RECENT["tiny-emu3"] = TINY["tiny-llama"].replace(
+    name="tiny-emu3",
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    head_dim=16,
+    intermediate_size=96,
+    rope_theta=1e6,
+    rope_scaling=RopeScaling(),
+)

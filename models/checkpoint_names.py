@@ -726,6 +726,7 @@ NAME_PREFIXES = (
     ("thinker.model.language_model.", "thinker.lm_head."),  # (an Omni model's thinker)
     ("thinker.model.", "thinker.lm_head."),
     ("language_model.backbone.", "language_model.lm_head."),  # (Nemotron-H's, wrapped)
+    ("text_model.model.", "text_model.lm_head."),  # (Emu3's)
     ("", "lm_head."),  # (Cosmos3's unified checkpoints: the language model at the root)
 )
 

@@ -237,6 +237,8 @@ ARCHS = {
     "molmo2": "tiny-molmo2",
     # PaddleOCR-VL: ERNIE 4.5 dense's layers with RoPE on halves (not ERNIE's pairs)
     "paddleocr_vl": "tiny-paddleocr-vl",
+    # Emu3: Llama's layers under text_model.model. / text_model.lm_head
+    "emu3": "tiny-emu3",
     # Qwen2-VL, Qwen2.5-VL (tied) in their wrappers: Qwen2's language model, M-RoPE for text
     "qwen2_vl": "tiny-qwen2-vl",
     "qwen2_5_vl": "tiny-qwen2-5-vl",
@@ -293,6 +295,7 @@ WRAPPED = {
     "cosmos3_edge": (("", ""), ("model.projector.", "model.visual."), "per_expert"),
     "molmo2": (("", ""), ("model.vision_backbone.",), "per_expert"),
     "paddleocr_vl": (("", ""), ("mlp_AR.", "visual."), "per_expert"),
+    "emu3": (("", ""), ("vqmodel.",), "per_expert"),
     "deepseek_ocr2": (("", ""), ("model.projector.", "model.qwen2_model.", "model.sam_model.",
                                  "model.view_seperator"), "per_expert"),
     # (ERNIE 4.5 VL's vision experts, 8-15 of its MoE layers 1 and 3, and their router)

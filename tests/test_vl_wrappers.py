@@ -469,3 +469,17 @@ def test_paddleocr_vl_rotates_halves_not_ernies_pairs():
     want = last_prefill_logits(cfg, params, prompt)
     ernie = last_prefill_logits(cfg.replace(model_type="ernie4_5"), params, prompt)
     assert np.abs(ernie - want).max() > 0.05
+
+
+def test_emu3_serves_its_llama_text_model():
+    """Emu3's language model is Llama's (its decoder layers' dropout aside) with
+    Emu3TextConfig's defaults (RoPE base 1e6, 184,622 ids), untied by its class whatever
+    text_config says."""
+    hf = saved_config("emu3")
+    assert arch_fields(config_from_hf(FIXTURES / "emu3")) == arch_fields(get_preset("tiny-emu3"))
+    tied = {**hf, "text_config": {**hf["text_config"], "tie_word_embeddings": True}}
+    del tied["tie_word_embeddings"]
+    assert not config_from_hf(tied).tie_word_embeddings
+    bare = config_from_hf({"model_type": "emu3"}, dtype="bfloat16")
+    assert (bare.model_type, bare.vocab_size, bare.rope_theta) == ("llama", 184622, 1e6)
+    assert (bare.num_kv_heads, bare.eos_token_ids) == (8, (151850,))
