@@ -91,6 +91,9 @@ _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
 _FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon, bamba, mamba)  # fmt: off
 _FAMILIES += (falcon_h1, nanochat, step, deepseek_ocr, compass, molmo2)  # 59th, 61st
+# Families with a RoPE per layer kind: the model's is the one their rope_source picks (their
+# global layers', or Beam's windowed ones'); the other kind's is in their fields.
+_ROPE_BY_KIND = (laguna, beam, step, compass)
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",
@@ -641,13 +644,8 @@ def config_from_hf(
         rope_theta, rope_scaling = mimo.mimo_rope(f)
     elif model_type == gemma3.GEMMA3:  # (the same)
         rope_theta, rope_scaling, _ = gemma3.gemma3_rope(f)
-    elif model_type in laguna.TYPES:  # (its global layers'; the windowed ones': its fields)
-        rope_theta, rope_scaling = rope(_Fields(laguna.rope_source(f), model_type), max_position)
-    elif model_type == beam.BEAM:  # (its windowed layers': the global ones take none)
-        rope_theta, rope_scaling = rope(_Fields(beam.rope_source(f), model_type), max_position)
-    elif model_type in (*step.TYPES, *compass.TYPES):  # (its global layers', as Laguna's)
-        source = (step if model_type in step.TYPES else compass).rope_source(f)
-        rope_theta, rope_scaling = rope(_Fields(source, model_type), max_position)
+    elif ruled := next((m for m in _ROPE_BY_KIND if model_type in m.TYPES), None):
+        rope_theta, rope_scaling = rope(_Fields(ruled.rope_source(f), model_type), max_position)
     else:
         rope_theta, rope_scaling = rope(f, max_position)
     family = next((m for m in _FAMILIES if model_type in m.TYPES), None)

@@ -164,8 +164,7 @@ ALTERNATE_NAMES = {
     "nemotron_h": (("backbone.", "model."),),
     # Cosmos3's newer unified checkpoints (Qwen3-VL's language model) and Cosmos3 Edge's
     # (Arcee's): Diffusers' names
-    "qwen3": tuple((f".self_attn.{a}.", f".self_attn.{b}.") for a, b in DIFFUSERS_ATTENTION),
-    "arcee": tuple((f".self_attn.{a}.", f".self_attn.{b}.") for a, b in DIFFUSERS_ATTENTION),
+    **dict.fromkeys(("qwen3", "arcee"), DIFFUSERS_ATTENTION),
     # A.X K2's release (vLLM's names) and transformers 5.25's in-memory ones for its fused
     # query-and-gate projection and its gated norms' low-rank MLP
     "axk2": (

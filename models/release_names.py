@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import re
 
-# Diffusers' attention names (q_proj as to_q, ...: Cosmos3's newer checkpoints).
-DIFFUSERS_ATTENTION = (("q_proj", "to_q"), ("k_proj", "to_k"), ("v_proj", "to_v"))
-DIFFUSERS_ATTENTION += (("o_proj", "to_out"), ("q_norm", "norm_q"), ("k_norm", "norm_k"))
+# Diffusers' attention names (q_proj as to_q, ...: Cosmos3's checkpoints), as
+# checkpoint_names.ALTERNATE_NAMES pairs.
+DIFFUSERS_ATTENTION = tuple(
+    (f".self_attn.{ours}.", f".self_attn.{theirs}.")
+    for ours, theirs in (("q_proj", "to_q"), ("k_proj", "to_k"), ("v_proj", "to_v"))
+    + (("o_proj", "to_out"), ("q_norm", "norm_q"), ("k_norm", "norm_k"))
+)
 # transformers' names -> Ling 2.5's own (transformers 5.25's conversion_mapping reverses them
 # on save): applied in order.
 _BAILING_NATIVE = (
