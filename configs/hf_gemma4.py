@@ -9,9 +9,13 @@ it on every layer a softmax top-k router over the RMS-normed token (renormalized
 learned per-expert scale) and GeGLU experts; a learned scalar on each layer's output; the
 embeddings times sqrt(hidden_size); logits soft-capped.
 
-Served: Gemma 4 26B-A4B (MoE) and 31B (dense). Refused with a ValueError naming the field:
-the small models' per-layer embeddings (hidden_size_per_layer_input > 0) and KV sharing
-(num_kv_shared_layers > 0), bidirectional attention, attention biases."""
+The small models (E2B, E4B): per-layer embeddings (hidden_size_per_layer_input > 0:
+ModelConfig.per_layer_input_dim), the last num_kv_shared_layers layers reading the last
+earlier layer of their kind's K and V (kv_source_layers), their MLPs twice as wide with
+use_double_wide_mlp (layer_intermediate_sizes).
+
+Served: Gemma 4 26B-A4B (MoE), 31B (dense), E2B and E4B. Refused with a ValueError naming
+the field: bidirectional attention, attention biases."""
 
 from __future__ import annotations
 
@@ -35,7 +39,8 @@ GEMMA4_DEFAULTS: dict[str, dict[str, Any]] = {GEMMA4: dict(
     use_bidirectional_attention=None, hidden_size_per_layer_input=256,
     attention_k_eq_v=False, num_kv_shared_layers=0, enable_moe_block=False, num_experts=None,
     top_k_experts=None, moe_intermediate_size=None, global_head_dim=512,
-    num_global_key_value_heads=None,
+    num_global_key_value_heads=None, vocab_size_per_layer_input=262144,
+    use_double_wide_mlp=False,
     rope_parameters={
         "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
         "full_attention": {
@@ -82,6 +87,25 @@ def _global_geometry(f: Any, kinds: list[str], kv_heads: int) -> tuple[int, int]
     return int(head_dim), int(heads)
 
 
+def _kv_sources(f: Any, kinds: list[str]) -> list[int]:
+    """Each layer's KV source (transformers' kv_sharing_modes): the last num_kv_shared_layers
+    layers read the last earlier layer of their kind's K and V; the others their own."""
+    n, shared = len(kinds), f.get("num_kv_shared_layers") or 0
+    if not isinstance(shared, int) or not 0 <= shared < n:
+        raise ValueError(f"HF config num_kv_shared_layers={shared!r}: must be in [0, {n})")
+    first = n - shared
+    sources = list(range(n))
+    for i in range(first, n):
+        earlier = [j for j in range(first) if kinds[j] == kinds[i]]
+        if not earlier:
+            raise ValueError(
+                f"HF config num_kv_shared_layers={shared}: layer {i} ({kinds[i]}) has no "
+                "earlier layer of its kind to read K and V from"
+            )
+        sources[i] = earlier[-1]
+    return sources
+
+
 def gemma4_rope(f: Any) -> tuple[float, RopeScaling, dict]:
     """(rope_theta, RopeScaling, fields) of the full layers' proportional RoPE, with the
     windowed layers' base and the rotated fraction as ModelConfig fields."""
@@ -106,13 +130,8 @@ def gemma4_rope(f: Any) -> tuple[float, RopeScaling, dict]:
 def gemma4_fields(f: Any) -> dict:
     """ModelConfig's attention, window and feed-forward fields of a Gemma 4 text config;
     `f` is hf_config._Fields."""
-    for key, why in (
-        ("hidden_size_per_layer_input", "per-layer embeddings (Gemma 4 E2B / E4B)"),
-        ("num_kv_shared_layers", "KV sharing across layers (Gemma 4 E2B / E4B)"),
-        ("attention_bias", "attention biases"),
-    ):
-        if f.get(key):
-            raise ValueError(f"HF config {key}={f.get(key)!r}: {why} not supported (only 0)")
+    if f.get("attention_bias"):
+        raise ValueError("HF config attention_bias=True: attention biases not supported")
     if f.get("use_bidirectional_attention") == "all":
         raise ValueError("HF config use_bidirectional_attention='all': only causal attention")
     if f.get("hidden_activation") != "gelu_pytorch_tanh":
@@ -128,7 +147,18 @@ def gemma4_fields(f: Any) -> dict:
     global_dim, global_heads = _global_geometry(f, kinds, kv_heads)
     moe = bool(f.get("enable_moe_block"))
     _, _, rope = gemma4_rope(f)
+    sources = _kv_sources(f, kinds)
+    width = f.required("intermediate_size")
+    wide = [2 * width if s != i else width for i, s in enumerate(sources)]
+    per_layer = int(f.get("hidden_size_per_layer_input") or 0)
     return dict(
+        kv_source_layers=tuple(sources) if sources != list(range(num_layers)) else (),
+        layer_intermediate_sizes=tuple(wide) if f.get("use_double_wide_mlp") else (),
+        per_layer_input_dim=per_layer,
+        # (a larger table's rows past the vocabulary are never looked up: not read)
+        per_layer_vocab_size=min(f.get("vocab_size_per_layer_input"), f.required("vocab_size"))
+        if per_layer
+        else 0,
         num_kv_heads=kv_heads,
         head_dim=f.required("head_dim"),
         global_head_dim=global_dim,

@@ -315,6 +315,50 @@ def check_blocks(cfg: Any) -> None:
             raise ValueError("alibi_slopes: not beside a position table (one position scheme)")
 
 
+def check_gqa(cfg: Any) -> None:
+    """GQA attention's heads, widths, rotary fraction and window; the per-layer inputs
+    (Gemma 4's PLE) and dense MLP widths."""
+    if cfg.num_kv_heads <= 0 or cfg.num_heads % cfg.num_kv_heads:
+        raise ValueError(
+            f"num_kv_heads={cfg.num_kv_heads}: must be > 0 and divide num_heads={cfg.num_heads}"
+        )
+    if cfg.head_dim <= 0:
+        raise ValueError(f"head_dim={cfg.head_dim}: must be > 0")
+    if cfg.qk_norm_full and not cfg.qk_norm:
+        raise ValueError("qk_norm_full=True: needs qk_norm=True")
+    if cfg.clip_qkv is not None and not cfg.clip_qkv > 0:
+        raise ValueError(f"clip_qkv={cfg.clip_qkv!r}: must be > 0 or None")
+    rotary = int(cfg.head_dim * cfg.partial_rotary_factor)
+    if not 0 < cfg.partial_rotary_factor <= 1 or rotary < 2 or rotary % 2:
+        raise ValueError(
+            f"partial_rotary_factor={cfg.partial_rotary_factor}: must be in (0, 1] and "
+            f"rotate an even number >= 2 of head_dim={cfg.head_dim} channels "
+            f"(int(head_dim * factor) = {rotary})"
+        )
+    window = cfg.sliding_window
+    if window is not None and not (
+        isinstance(window, int) and not isinstance(window, bool) and window >= 1
+    ):
+        raise ValueError(f"sliding_window={window!r}: must be an integer >= 1 or None")
+    bad = [i for i in cfg.full_attention_layers if not 0 <= i < cfg.num_layers]
+    if bad:
+        raise ValueError(
+            f"full_attention_layers: layer {bad[0]} is outside [0, num_layers={cfg.num_layers})"
+        )
+    if cfg.per_layer_input_dim < 0 or not 0 <= cfg.per_layer_vocab_size <= cfg.vocab_size:
+        raise ValueError(
+            f"per_layer_input_dim={cfg.per_layer_input_dim}: must be >= 0; "
+            f"per_layer_vocab_size={cfg.per_layer_vocab_size}: must be in [0, "
+            f"vocab_size={cfg.vocab_size}]"
+        )
+    sizes = cfg.layer_intermediate_sizes
+    if sizes and (len(sizes) != cfg.num_layers or not all(s > 0 for s in sizes)):
+        raise ValueError(
+            f"layer_intermediate_sizes={sizes}: one width > 0 per layer "
+            f"(num_layers={cfg.num_layers})"
+        )
+
+
 def check_sharing(cfg: Any) -> None:
     """shared_indexer_layers and kv_source_layers, as transformers runs them."""
     shared = cfg.shared_indexer_layers
@@ -329,8 +373,22 @@ def check_sharing(cfg: Any) -> None:
     sources = cfg.kv_source_layers
     if not sources:
         return
-    if not cfg.is_mla or len(sources) != cfg.num_layers:
-        raise ValueError(f"kv_source_layers: needs MLA and one entry per layer ({cfg.num_layers})")
+    if cfg.is_dsv4 or cfg.linear_attention_layers or len(sources) != cfg.num_layers:
+        raise ValueError(
+            f"kv_source_layers: MLA or GQA attention alone, one entry per layer ({cfg.num_layers})"
+        )
+    if not cfg.is_mla:
+        if cfg.qk_norm_full or cfg.attention_bias or cfg.clip_qkv is not None:
+            raise ValueError(
+                "kv_source_layers: not beside qk_norm_full, attention_bias or clip_qkv (GQA)"
+            )
+        for i, s in enumerate(sources):
+            if s != i and not (0 <= s < i and sources[s] == s and _same_kind(cfg, s, i)):
+                raise ValueError(
+                    f"kv_source_layers[{i}]={s}: a layer reads an earlier layer that keeps "
+                    "its own KV, of its kind (window, head width, KV heads)"
+                )
+        return
     for i, s in enumerate(sources):
         # transformers hands a reading layer the latest latent stored by a layer of its
         # kind (with or without RoPE): that must be the one named.
@@ -346,6 +404,20 @@ def check_sharing(cfg: Any) -> None:
                 f"kv_source_layers[{i}]={s}: a layer reads the latest earlier layer of "
                 "its kind (with or without RoPE) that keeps its own KV"
             )
+
+
+def _same_kind(cfg: Any, a: int, b: int) -> bool:
+    """Whether GQA layers a and b cache alike (one may attend to the other's pages)."""
+    return all(
+        f(a) == f(b)
+        for f in (
+            cfg.attention_window,
+            cfg.layer_chunked,
+            cfg.layer_head_dim,
+            cfg.layer_v_head_dim,
+            cfg.layer_num_kv_heads,
+        )
+    )
 
 
 def check_softcaps(cfg: Any) -> None:

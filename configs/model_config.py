@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from configs.model_checks import (
     check_blocks,
     check_gemma4_ling,
+    check_gqa,
     check_laguna,
     check_linear,
     check_longcat,
@@ -175,10 +176,10 @@ class ModelConfig:
     index_rope_interleave: bool = False  # GLM-5: the indexer ropes interleaved pairs
     # GLM-5's, Mistral Large 4's "shared" indexer layers: the nearest earlier indexer's top-k.
     shared_indexer_layers: tuple[int, ...] = ()
-    # Mistral Large 4's KV sharing (its kv_source_layers): per decoder layer, the layer whose
-    # latent cache it attends to (itself: its own; empty: every layer its own). A layer
-    # reading an earlier one's computes no latent and caches none (its indexer's keys it
-    # still caches, when it has an indexer).
+    # KV sharing (Mistral Large 4's kv_source_layers, Gemma 4's num_kv_shared_layers): per
+    # decoder layer, the layer whose cache it attends to (itself: its own; empty: every layer
+    # its own). A layer reading an earlier one's computes no latent (MLA) or keys and values
+    # (GQA) and caches none (its indexer's keys it still caches, when it has an indexer).
     kv_source_layers: tuple[int, ...] = ()
     # Hybrid linear attention (Qwen3-Next, Qwen3.5: models/linear_attention.py): these
     # decoder layers run a gated DeltaNet (a causal depthwise conv of linear_conv_kernel
@@ -300,6 +301,15 @@ class ModelConfig:
     rope_proportional: bool = False
     dense_beside_moe: bool = False
     layer_scalars: bool = False
+    # Gemma 4 E2B / E4B: per-layer embeddings (PLE). Layer i's input of per_layer_input_dim
+    # P: its slice of a token table [per_layer_vocab_size (0: vocab_size), L * P] (times
+    # sqrt(P)) joined with its slice of the embedded token's projection [D, L * P] (times
+    # D^-0.5, RMS-normed per slice), the sum times 2^-0.5; after its MLP the layer adds
+    # norm(down(gelu(x @ gate) * input)). Dense MLP widths per layer (Gemma 4's double-wide
+    # MLPs on its KV-sharing layers; (): intermediate_size on each).
+    per_layer_input_dim: int = 0
+    per_layer_vocab_size: int = 0
+    layer_intermediate_sizes: tuple[int, ...] = ()
     # Ling 2.5 (bailing_hybrid): KDA's forget and output gates full-rank (linear "wf"
     # [D, Hv, dk], "wz" [D, Hv, dv]), its decay kda_gate_bound * sigmoid(exp(A_log) (f +
     # dt_bias)) when the bound is < 0 (0: Kimi's -exp(A_log) softplus(f + dt_bias)); the
@@ -436,38 +446,7 @@ class ModelConfig:
         if self.is_dsv4:
             check_v4(self)
         elif self.attention_type == "gqa":
-            if self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads:
-                raise ValueError(
-                    f"num_kv_heads={self.num_kv_heads}: must be > 0 and divide "
-                    f"num_heads={self.num_heads}"
-                )
-            if self.head_dim <= 0:
-                raise ValueError(f"head_dim={self.head_dim}: must be > 0")
-            if self.qk_norm_full and not self.qk_norm:
-                raise ValueError("qk_norm_full=True: needs qk_norm=True")
-            if self.clip_qkv is not None and not self.clip_qkv > 0:
-                raise ValueError(f"clip_qkv={self.clip_qkv!r}: must be > 0 or None")
-            rotary = int(self.head_dim * self.partial_rotary_factor)
-            if not 0 < self.partial_rotary_factor <= 1 or rotary < 2 or rotary % 2:
-                raise ValueError(
-                    f"partial_rotary_factor={self.partial_rotary_factor}: must be in (0, 1] and "
-                    f"rotate an even number >= 2 of head_dim={self.head_dim} channels "
-                    f"(int(head_dim * factor) = {rotary})"
-                )
-            if self.sliding_window is not None and not (
-                isinstance(self.sliding_window, int)
-                and not isinstance(self.sliding_window, bool)
-                and self.sliding_window >= 1
-            ):
-                raise ValueError(
-                    f"sliding_window={self.sliding_window!r}: must be an integer >= 1 or None"
-                )
-            bad = [i for i in self.full_attention_layers if not 0 <= i < self.num_layers]
-            if bad:
-                raise ValueError(
-                    f"full_attention_layers: layer {bad[0]} is outside [0, "
-                    f"num_layers={self.num_layers})"
-                )
+            check_gqa(self)
         else:
             check_mla(self)
         if self.index_topk and self.attention_type == "gqa":
@@ -572,8 +551,13 @@ class ModelConfig:
         return self.sparse_attention and layer not in self.shared_indexer_layers
 
     def kv_source(self, layer: int) -> int:
-        """The layer whose latent cache layer `layer` attends to (kv_source_layers)."""
+        """The layer whose cache layer `layer` attends to (kv_source_layers)."""
         return self.kv_source_layers[layer] if layer < len(self.kv_source_layers) else layer
+
+    def layer_intermediate_size(self, layer: int) -> int:
+        """Layer `layer`'s dense MLP width (layer_intermediate_sizes, else intermediate_size)."""
+        sizes = self.layer_intermediate_sizes
+        return sizes[layer] if layer < len(sizes) else self.intermediate_size
 
     def layer_kv_widths(self, layer: int) -> tuple[int, ...]:
         """Trailing widths of layer `layer`'s cache arrays (engine.step.init_kv_pages): GQA's
@@ -587,7 +571,9 @@ class ModelConfig:
             kind, dh, di = self.v4_layer_kinds[layer], self.head_dim, self.index_head_dim
             raw = {"sliding": (), "hca": (2 * dh,), "csa": (4 * dh, 4 * di)}[kind]
             return (dh, *raw)
-        if not self.is_mla:
+        if not self.is_mla:  # (none where it reads an earlier layer's K and V)
+            if self.kv_source(layer) != layer:
+                return ()
             kv = self.layer_num_kv_heads(layer)
             return kv * self.layer_head_dim(layer), kv * self.layer_v_head_dim(layer)
         latent = (self.kv_lora_rank + self.qk_rope_head_dim,)

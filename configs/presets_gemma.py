@@ -123,3 +123,54 @@ GEMMA["gemma-4-31b"] = GEMMA["gemma-4-26b-a4b"].replace(
     moe_intermediate_size=0,
     dense_beside_moe=False,
 )
+
+
+def _kv_shared(kinds: list[str], shared: int) -> tuple[int, ...]:
+    """Gemma 4's KV sources: the last `shared` layers read the last earlier layer of their
+    kind's K and V (configs/hf_gemma4.py)."""
+    first = len(kinds) - shared
+    last = {kind: max(j for j in range(first) if kinds[j] == kind) for kind in set(kinds)}
+    return tuple(i if i < first else last[kinds[i]] for i in range(len(kinds)))
+
+
+# tests/fixtures/gemma4_e (Gemma 4 E2B's kind): 6 layers 64 wide, windowed (8 keys) and global
+# in turn, 2 KV heads of 16 and of 32; layers 3-5 read layer 1's and 2's K and V, their MLPs
+# 96 wide (the others' 48); per-layer inputs 8 wide per layer; logits uncapped.
+_E_KINDS = ["sliding", "full"] * 3
+GEMMA["tiny-gemma4-e"] = GEMMA["tiny-gemma4-dense"].replace(
+    name="tiny-gemma4-e",
+    num_layers=6,
+    full_attention_layers=(1, 3, 5),
+    intermediate_size=48,
+    layer_intermediate_sizes=(48,) * 3 + (96,) * 3,
+    kv_source_layers=_kv_shared(_E_KINDS, 3),
+    per_layer_input_dim=8,
+    per_layer_vocab_size=512,
+)
+# Gemma 4 E2B: 35 layers 1,536 wide, 8 heads over 1 KV head (256 wide windowed, 512 global),
+# each fifth layer global; the last 20 read layers 13's and 14's K and V, their MLPs 12,288
+# wide (the others' 6,144); per-layer inputs 256 wide per layer (a 262,144 x 8,960 table);
+# logits capped at 30 (its config.json as third-party loaders transcribe it).
+_E2B_KINDS = (["sliding"] * 4 + ["full"]) * 7
+GEMMA["gemma-4-e2b"] = GEMMA["gemma-4-26b-a4b"].replace(
+    name="gemma-4-e2b",
+    hidden_size=1536,
+    embedding_multiplier=1536**0.5,
+    num_layers=35,
+    num_heads=8,
+    num_kv_heads=1,
+    global_num_kv_heads=1,
+    attention_k_eq_v=False,
+    sliding_window=512,
+    full_attention_layers=tuple(range(4, 35, 5)),
+    intermediate_size=6144,
+    layer_intermediate_sizes=(6144,) * 15 + (12288,) * 20,
+    kv_source_layers=_kv_shared(_E2B_KINDS, 20),
+    per_layer_input_dim=256,
+    per_layer_vocab_size=262144,
+    max_position_embeddings=131072,
+    num_experts=0,
+    num_experts_per_tok=0,
+    moe_intermediate_size=0,
+    dense_beside_moe=False,
+)

@@ -99,10 +99,10 @@ def cache_row_shapes(cfg: ModelConfig, layer: int = 0) -> tuple[tuple[int, ...],
     """Row shape of each of layer `layer`'s cache arrays for one token: GQA (K, Dh) for K
     and (K, Dv) for V, MLA (R + Dr,) for the latent (and (Di,) for a sparse-attention indexer's key;
     ModelConfig.layer_kv_widths); none for a gated DeltaNet layer (its state is per
-    sequence: engine/linear_state.py)."""
+    sequence: engine/linear_state.py) or a layer reading an earlier one's (kv_source_layers)."""
     if cfg.is_mla or cfg.is_dsv4:  # (DeepSeek-V4: its per-token rows; entries per page)
         return tuple((w,) for w in cfg.layer_kv_widths(layer))
-    if cfg.is_linear_layer(layer):
+    if cfg.is_linear_layer(layer) or cfg.kv_source(layer) != layer:
         return ()
     k = cfg.layer_num_kv_heads(layer)
     return (k, cfg.layer_head_dim(layer)), (k, cfg.layer_v_head_dim(layer))

@@ -270,8 +270,9 @@ def _step_body(
             layer_meta, layer_slots = meta, slots
             if window is not None and window_meta is not None:  # the windowed layers' pool
                 layer_meta, layer_slots = window_meta, batch.window_slot_mapping
-            k_pages = ops.write_kv(k_pages, x.k, layer_slots)
-            v_pages = ops.write_kv(v_pages, x.v, layer_slots)
+            if x.k is not None:  # (None: it reads an earlier layer's K and V, written)
+                k_pages = ops.write_kv(k_pages, x.k, layer_slots)
+                v_pages = ops.write_kv(v_pages, x.v, layer_slots)
             sinks = p_attn.get("sinks")  # gpt-oss: per-head logits that join every softmax
             layer_ops, chunked = ops, {}
             if cfg.layer_chunked(i):  # Llama 4's chunks: the XLA path (no kernel has them)

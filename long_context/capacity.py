@@ -101,7 +101,8 @@ def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str, layers=None) -> int:
         total = sum(sum(cfg.layer_kv_widths(i)) for i in layers) * item
     if kv_dtype == "float8_e4m3fn":
         for i in layers:
-            rows = len(cfg.layer_kv_widths(i)) if cfg.is_mla else 2 * cfg.layer_num_kv_heads(i)
+            rows = len(cfg.layer_kv_widths(i))  # (GQA: K's and V's, one per KV head)
+            rows *= 1 if cfg.is_mla else cfg.layer_num_kv_heads(i)
             total += rows * FP8_KV_SCALE_BYTES
     return math.ceil(total)
 

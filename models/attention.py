@@ -109,6 +109,8 @@ def gqa_inputs(
     after it); MiMo-V2-Flash's values scaled.
     `delta(leaf, x)`: a LoRA term to add to a projection (models/lora.py), or None."""
     q = add(jnp.einsum("td,dhk->thk", x, p["wq"]), delta("wq", x))
+    if "wk" not in p:  # (it reads an earlier layer's K and V: kv_source_layers)
+        return _shared_kv_query(p, x, q, positions, cfg, delta, layer)
     k = add(jnp.einsum("td,dhk->thk", x, p["wk"]), delta("wk", x))
     if "wv" in p:
         v = add(jnp.einsum("td,dhk->thk", x, p["wv"]), delta("wv", x))
@@ -137,6 +139,26 @@ def gqa_inputs(
             q, k = rms_norm(q, ones, cfg.rms_norm_eps), rms_norm(k, ones, cfg.rms_norm_eps)
     if cfg.qk_norm_after_rope:  # Hunyuan
         q, k = model_norm(q, p["q_norm"], cfg), model_norm(k, p["k_norm"], cfg)
+    return _query_done(p, x, q, k, v, positions, cfg, delta, layer)
+
+
+def _shared_kv_query(p, x, q, positions, cfg: ModelConfig, delta, layer: int) -> AttnInputs:
+    """gqa_inputs of a layer reading an earlier layer's K and V (Gemma 4's KV sharing): its
+    query alone, projected (q), normed and roped as gqa_inputs does; k and v None."""
+    # (qk_norm_full, attention_bias, clip_qkv: refused beside it, model_checks)
+    if cfg.qk_norm and not cfg.qk_norm_after_rope:
+        q = model_norm(q, p["q_norm"], cfg, p.get("q_norm_bias"))
+    if layer not in cfg.nope_layers:
+        q = _rope(cfg, q, positions, layer=layer)
+        if cfg.qk_l2_norm:
+            q = rms_norm(q, jnp.ones((q.shape[-1],), q.dtype), cfg.rms_norm_eps)
+    if cfg.qk_norm_after_rope:
+        q = model_norm(q, p["q_norm"], cfg)
+    return _query_done(p, x, q, None, None, positions, cfg, delta, layer)
+
+
+def _query_done(p, x, q, k, v, positions, cfg: ModelConfig, delta, layer: int) -> AttnInputs:
+    """gqa_inputs' last steps: the query's temperature, the output gate, the scale."""
     q = _temperature(cfg, q, positions, layer)
     gate = None
     if cfg.attn_output_gate:  # Qwen3-Next: q_proj's other half, per output channel

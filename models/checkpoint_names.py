@@ -76,8 +76,9 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
     if cfg.model_type in fused:
         return _fused_qkv_names(cfg, pre, at)
     k_eq_v = cfg.attention_k_eq_v and cfg.is_global_layer(layer)  # (Gemma 4: no v_proj)
-    dv = cfg.layer_v_head_dim(layer)
-    for proj, rows in (("q", h * dh), ("k", k * dh)) + ((("v", k * dv),) if not k_eq_v else ()):
+    dv, keeps_kv = cfg.layer_v_head_dim(layer), cfg.kv_source(layer) == layer
+    projections = (("q", h * dh),) + ((("k", k * dh),) if keeps_kv else ())  # (else: shared)
+    for proj, rows in projections + ((("v", k * dv),) if keeps_kv and not k_eq_v else ()):
         names[f"{pre}.{proj}_proj.weight"] = _linear(rows, d, at + (f"w{proj}",))
         if cfg.attention_bias:
             names[f"{pre}.{proj}_proj.bias"] = _vector(rows, at + (f"b{proj}",))
@@ -104,7 +105,8 @@ def _attn_names(cfg: ModelConfig, pre: str, at: Path_, layer: int) -> dict[str, 
         width_q, width_k = (h * dh, k * dh) if cfg.qk_norm_full else (dh, dh)
         q_norm, k_norm = ("query_layernorm", "key_layernorm") if hunyuan else ("q_norm", "k_norm")
         names[f"{pre}.{q_norm}.weight"] = _vector(width_q, at + ("q_norm",))
-        names[f"{pre}.{k_norm}.weight"] = _vector(width_k, at + ("k_norm",))
+        if keeps_kv:
+            names[f"{pre}.{k_norm}.weight"] = _vector(width_k, at + ("k_norm",))
     return names
 
 
@@ -199,7 +201,13 @@ def _gemma4_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool) -> dict[st
         norms["post_feedforward_layernorm_2"] = "moe_out_norm"
     names = {f"{layer}.{hf}.weight": _vector(d, at + (ours,)) for hf, ours in norms.items()}
     names[f"{layer}.layer_scalar"] = _vector(1, at + ("layer_scalar",))
-    names.update(mlp_names(d, cfg.intermediate_size, f"{layer}.mlp", at + ("mlp",)))
+    width = cfg.layer_intermediate_size(at[1] if at[0] == "layers" else 0)
+    names.update(mlp_names(d, width, f"{layer}.mlp", at + ("mlp",)))
+    if cfg.per_layer_input_dim:  # (E2B / E4B: the per-layer input's gate, projection, norm)
+        p = cfg.per_layer_input_dim
+        names[f"{layer}.per_layer_input_gate.weight"] = _linear(p, d, at + ("ple_gate",))
+        names[f"{layer}.per_layer_projection.weight"] = _linear(d, p, at + ("ple_out",))
+        names[f"{layer}.post_per_layer_input_norm.weight"] = _vector(d, at + ("ple_post_norm",))
     if moe:
         m = at + ("moe",)
         names[f"{layer}.router.proj.weight"] = _linear(e, d, m + ("router",))
@@ -514,6 +522,15 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
     for i, hf in enumerate(text_layers):  # (the checkpoint's index hf: Llama 3.2 Vision's)
         moe = cfg.is_moe_layer(i)
         names.update(_layer_names(cfg, f"model.layers.{hf}", ("layers", i), moe, expert_layout))
+    if cfg.per_layer_input_dim:  # (Gemma 4 E2B / E4B's per-layer embeddings)
+        rows, width = cfg.per_layer_vocab_size or v, cfg.num_layers * cfg.per_layer_input_dim
+        names["model.embed_tokens_per_layer.weight"] = HFTensor(
+            (rows, width), (("ple_embed",),), "rows"
+        )
+        names["model.per_layer_model_projection.weight"] = _linear(width, d, ("ple_proj",))
+        names["model.per_layer_projection_norm.weight"] = _vector(
+            width // cfg.num_layers, ("ple_norm",)
+        )
     if cfg.learned_positions:  # (GPT-BigCode's wpe, models/release_names.py)
         rows = cfg.max_position_embeddings + cfg.position_offset
         names["model.embed_positions.weight"] = HFTensor((rows, d), (("pos_embed",),), "copy")

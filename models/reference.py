@@ -34,6 +34,8 @@ def init_cache(cfg: ModelConfig, max_len: int) -> list:
         if cfg.is_mla:
             return tuple(jnp.zeros((max_len, w), dt) for w in cfg.layer_kv_widths(i))
         k = cfg.layer_num_kv_heads(i)
+        if cfg.kv_source(i) != i:  # (it reads an earlier layer's K and V)
+            return ()
         return tuple(
             jnp.zeros((max_len, k, dim), dt)
             for dim in (cfg.layer_head_dim(i), cfg.layer_v_head_dim(i))
@@ -106,8 +108,9 @@ def contiguous_attend(cfg: ModelConfig, positions: jax.Array):
             o = jnp.einsum("thl,lhv->thv", probs.astype(v.dtype), v)  # [T, H, Dv]
             return o, kv_i
         k_cache, v_cache = kv_i  # [L, K, Dh], [L, K, Dv]
-        k_cache = k_cache.at[positions].set(inp.k.astype(k_cache.dtype))
-        v_cache = v_cache.at[positions].set(inp.v.astype(v_cache.dtype))
+        if inp.k is not None:  # (None: an earlier layer's K and V, read as written)
+            k_cache = k_cache.at[positions].set(inp.k.astype(k_cache.dtype))
+            v_cache = v_cache.at[positions].set(inp.v.astype(v_cache.dtype))
         t, h, dh = inp.q.shape
         kh = k_cache.shape[1]
         q = inp.q.reshape(t, kh, h // kh, dh)  # [T, K, G, Dh]: head h uses kv head h // G

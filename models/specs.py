@@ -43,7 +43,10 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
   Gemma 4: a full-attention layer's wq/wk/wo at global_head_dim, global_num_kv_heads KV
             heads, no wv (attention_k_eq_v); dense_beside_moe: layers[i] mlp beside moe,
             mlp_out_norm / moe_norm / moe_out_norm [D], moe router_scale [D] and
-            expert_scale [E]; layer_scalar [1] (layer_scalars)
+            expert_scale [E]; layer_scalar [1] (layer_scalars); per-layer inputs
+            (per_layer_input_dim P): ple_embed [Vp, L*P], ple_proj [D, L*P], ple_norm [P],
+            layers[i] ple_gate [D, P], ple_out [P, D], ple_post_norm [D]; a layer reading
+            an earlier one's K and V (kv_source_layers) no wk, wv, k_norm
   mtp (ModelConfig.mtp_drafts): enorm, hnorm, norm [D], eh_proj [2D, D], layer {...}
   DeepSeek-V4 (attention_type "dsv4", models/deepseek_v4.py): layers[i] also attn_hc /
             mlp_hc {fn [N*D, (2+N)*N], base [(2+N)*N], scale [3]}; attn wq_a [D, Rq],
@@ -145,6 +148,9 @@ def _gqa_specs(cfg: ModelConfig, dt, w, layer: int = 0) -> dict:
         s["w_head_gate"] = ParamSpec((d, h), dt, ("embed", "q_heads"), w)
     if cfg.attention_k_eq_v and cfg.is_global_layer(layer):  # (Gemma 4: v is k's)
         del s["wv"]
+    if cfg.kv_source(layer) != layer:  # (it reads an earlier layer's K and V)
+        for name in ("wk", "wv", "k_norm", "k_norm_bias"):
+            s.pop(name, None)
     if cfg.o_proj_bias:
         s["bo"] = ParamSpec((d,), dt, ("embed",), zeros)
     if cfg.layer_sinks(layer):  # (Flint keeps its sinks float32, as transformers does)
@@ -485,12 +491,18 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
     if not moe or cfg.dense_beside_moe or cfg.shortcut_moe:
         gated = cfg.mlp_act not in GATELESS_MLP_ACTS
         xielu = cfg.mlp_act == "xielu"
-        layer["mlp"] = _mlp_specs(d, cfg.intermediate_size, dt, w, gated, cfg.mlp_bias, xielu)
+        width = cfg.layer_intermediate_size(i)
+        layer["mlp"] = _mlp_specs(d, width, dt, w, gated, cfg.mlp_bias, xielu)
     if moe and cfg.dense_beside_moe:  # Gemma 4: the dense output's norm, the experts' two
         for name in ("mlp_out_norm", "moe_norm", "moe_out_norm"):
             layer[name] = ParamSpec((d,), dt, ("embed",), norm)
         layer["moe"]["router_scale"] = ParamSpec((d,), dt, ("embed",), ones)
         layer["moe"]["expert_scale"] = ParamSpec((cfg.num_experts,), dt, (None,), ones)
+    if cfg.per_layer_input_dim:  # (Gemma 4 E2B / E4B: its per-layer input's gate)
+        p = cfg.per_layer_input_dim
+        layer["ple_gate"] = ParamSpec((d, p), dt, ("embed", None), w)
+        layer["ple_out"] = ParamSpec((p, d), dt, (None, "embed"), w)
+        layer["ple_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if cfg.layer_scalars:
         layer["layer_scalar"] = ParamSpec((1,), dt, (None,), ones)
     return layer
@@ -506,6 +518,11 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
         "layers": [_layer_specs(cfg, i, cfg.is_moe_layer(i), dt, w) for i in range(cfg.num_layers)],
         "final_norm": ParamSpec((d,), dt, ("embed",), zeros if cfg.norm_zero_centered else ones),
     }
+    if cfg.per_layer_input_dim:  # (Gemma 4 E2B / E4B: models.transformer.per_layer_inputs)
+        rows, width = cfg.per_layer_vocab_size or v, cfg.num_layers * cfg.per_layer_input_dim
+        specs["ple_embed"] = ParamSpec((rows, width), dt, ("vocab", None), w)
+        specs["ple_proj"] = ParamSpec((d, width), dt, ("embed", None), w)
+        specs["ple_norm"] = ParamSpec((cfg.per_layer_input_dim,), dt, (None,), ones)
     if cfg.learned_positions:  # (GPT-BigCode: a learned embedding per position)
         rows = cfg.max_position_embeddings + cfg.position_offset  # (OPT's: 2 rows before)
         specs["pos_embed"] = ParamSpec((rows, d), dt, (None, "embed"), w)

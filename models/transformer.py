@@ -78,6 +78,7 @@ def forward_hidden(
         x = model_norm(x, params.get("embed_norm"), cfg, params.get("embed_norm_bias"))
     if cfg.residual_in_float32:  # (Mamba's: its blocks' inputs rounded back, decoder_layer)
         x = x.astype(jnp.float32)
+    ple = per_layer_inputs(params, cfg, token_ids, x) if cfg.per_layer_input_dim else None
     x = pin(x, ("batch", "embed"))
     new_kv = []
     shortcut: dict = {}  # (LongCat-Flash: an even layer's MoE output, for the odd one)
@@ -85,19 +86,50 @@ def forward_hidden(
     mask = slot_mask(lora, lora_slots)
     for i, layer in enumerate(params["layers"]):
         delta = make_delta(lora[i] if lora else None, mask)
-        source = cfg.kv_source(i)
-        # A layer reading an earlier layer's latent (Mistral Large 4's kv_source_layers)
-        # sees it, as that layer left it this step, before its own arrays.
-        kv_in = kv[i] if source == i else (new_kv[source][0], *kv[i])
+        source, shared = cfg.kv_source(i), 1 if cfg.is_mla else 2
+        # A layer reading an earlier layer's latent (Mistral Large 4's kv_source_layers), or
+        # its K and V (Gemma 4's), sees them as that layer left them this step, before its
+        # own arrays.
+        kv_in = kv[i] if source == i else (*new_kv[source][:shared], *kv[i])
         if cfg.is_linear_layer(i):  # (no LoRA for these models: engine/linear_state.py)
             attend_i = functools.partial(_linear_attend, cfg=cfg, segments=segments)
         else:
             attend_i = attend
         x, kv_i = decoder_layer(
-            layer, cfg, i, x, positions, kv_in, attend_i, routed, pin, delta, shortcut
+            layer,
+            cfg,
+            i,
+            x,
+            positions,
+            kv_in,
+            attend_i,
+            routed,
+            pin,
+            delta,
+            shortcut,
+            None if ple is None else ple[:, i],
         )
-        new_kv.append(kv_i if source == i else tuple(kv_i[1:]))
+        new_kv.append(kv_i if source == i else tuple(kv_i[shared:]))
     return x, new_kv
+
+
+def per_layer_inputs(params: dict, cfg: ModelConfig, token_ids: jax.Array, x: jax.Array):
+    """Gemma 4's per-layer embeddings ([T, L, P], ModelConfig.per_layer_input_dim): each
+    token's rows of ple_embed times sqrt(P), joined with the embedded token x [T, D]
+    projected (times D^-0.5) and RMS-normed per layer, the sum times 2^-0.5: the scalars
+    taken in float32 and the products rounded once, as torch takes a tensor times a Python
+    float. Ids past per_layer_vocab_size read row 0 (Gemma 3n's rule)."""
+    n, p, dt = cfg.num_layers, cfg.per_layer_input_dim, x.dtype
+    ids = jnp.where(token_ids < params["ple_embed"].shape[0], token_ids, 0)
+    rows = jnp.take(params["ple_embed"], ids, axis=0).reshape(-1, n, p)
+    rows = rows * jnp.asarray(math.sqrt(p), dt)
+
+    def times(y: jax.Array, scale: float) -> jax.Array:
+        return (y.astype(jnp.float32) * scale).astype(dt)
+
+    projected = times(x @ params["ple_proj"], cfg.hidden_size**-0.5).reshape(-1, n, p)
+    projected = model_norm(projected, params["ple_norm"], cfg)
+    return times(projected + rows, 2**-0.5)
 
 
 def _linear_attend(i, p, kv_i, h, *, cfg, segments):
@@ -123,6 +155,7 @@ def decoder_layer(
     pin: Constrain,
     delta=None,
     shortcut: dict | None = None,
+    ple: jax.Array | None = None,  # [T, P] the layer's per-layer input (Gemma 4 E2B / E4B)
 ) -> tuple[jax.Array, Any]:
     """Decoder layer `i` (its KV at `kv_i`; the MTP module's layer is i = cfg.num_layers):
     x + attn(norm(x)), then x + mlp_or_moe(norm(x)). With ModelConfig.shortcut_moe
@@ -191,6 +224,9 @@ def decoder_layer(
     else:  # (Step 3.7's clipped as its shared expert: shared_clip_limits)
         out = swiglu_mlp(layer["mlp"], h, delta, gate_activation(cfg), cfg.clip_limit(i, True))
     x = _joined(x, h, _scaled(out, layer.get("mlp_post_norm"), cfg), cfg, 2, i)
+    if ple is not None:  # Gemma 4 E2B / E4B: its per-layer input gated in
+        gated = gate_activation(cfg)(x @ layer["ple_gate"]) * ple
+        x = x + model_norm(gated @ layer["ple_out"], layer["ple_post_norm"], cfg)
     if "layer_scalar" in layer:  # Gemma 4: the layer's output scaled
         x = x * layer["layer_scalar"]
     return pin(x, ("batch", "embed")), kv_i

@@ -82,8 +82,8 @@ def test_full_layers_kv_heads_as_transformers_decides():
 @pytest.mark.parametrize(
     "change, match",
     [
-        (dict(hidden_size_per_layer_input=256), "hidden_size_per_layer_input=256"),
-        (dict(num_kv_shared_layers=2), "num_kv_shared_layers=2"),
+        (dict(num_kv_shared_layers=4), r"num_kv_shared_layers=4: must be in \[0, 4\)"),
+        (dict(num_kv_shared_layers=3), "layer 1 .full_attention. has no earlier layer"),
         (dict(attention_bias=True), "attention_bias=True"),
         (dict(use_bidirectional_attention="all"), "use_bidirectional_attention='all'"),
         (dict(hidden_activation="gelu"), "hidden_activation='gelu'"),

@@ -84,6 +84,8 @@ ARCHS = {
     # Gemma 4: global layers' own geometry, k = v, proportional RoPE, MLP beside the experts
     "gemma4": "tiny-gemma4",
     "gemma4_dense": "tiny-gemma4-dense",  # 31B's kind: no experts, the global layers' own v
+    # E2B's kind: per-layer embeddings, the last layers reading earlier ones' K and V
+    "gemma4_e": "tiny-gemma4-e",
     # Ling 2.5: KDA with full-rank, bounded gates; MLA with a gate per head; clipped SwiGLU
     "bailing_hybrid": "tiny-bailing-hybrid",
     # MiMo-V2-Flash: values narrower than the keys and scaled, sinks on the windowed layers
