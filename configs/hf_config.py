@@ -27,6 +27,7 @@ from configs import hf_deepseek_v4 as v4
 from configs import hf_falcon as falcon
 from configs import hf_falcon_h1 as falcon_h1
 from configs import hf_gemma3 as gemma3
+from configs import hf_gemma3n as gemma3n
 from configs import hf_glm4 as glm4
 from configs import hf_gpt_bigcode as gpt_bigcode
 from configs import hf_gpt_neox as gpt_neox
@@ -91,6 +92,7 @@ _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
 _FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon, bamba, mamba)  # fmt: off
 _FAMILIES += (falcon_h1, nanochat, step, deepseek_ocr, compass, molmo2)  # 59th, 61st
+_FAMILIES += (gemma3n,)  # 62nd
 # Families with a RoPE per layer kind: the model's is the one their rope_source picks (their
 # global layers', or Beam's windowed ones'); the other kind's is in their fields.
 _ROPE_BY_KIND = (laguna, beam, step, compass)
@@ -642,7 +644,7 @@ def config_from_hf(
         rope_theta, rope_scaling, _ = gemma4_rope(f)
     elif model_type == mimo.MIMO:  # (the same)
         rope_theta, rope_scaling = mimo.mimo_rope(f)
-    elif model_type == gemma3.GEMMA3:  # (the same)
+    elif model_type in (gemma3.GEMMA3, gemma3n.GEMMA3N):  # (the same)
         rope_theta, rope_scaling, _ = gemma3.gemma3_rope(f)
     elif ruled := next((m for m in _ROPE_BY_KIND if model_type in m.TYPES), None):
         rope_theta, rope_scaling = rope(_Fields(ruled.rope_source(f), model_type), max_position)

@@ -87,7 +87,7 @@ def _global_geometry(f: Any, kinds: list[str], kv_heads: int) -> tuple[int, int]
     return int(head_dim), int(heads)
 
 
-def _kv_sources(f: Any, kinds: list[str]) -> list[int]:
+def kv_sources(f: Any, kinds: list[str]) -> list[int]:
     """Each layer's KV source (transformers' kv_sharing_modes): the last num_kv_shared_layers
     layers read the last earlier layer of their kind's K and V; the others their own."""
     n, shared = len(kinds), f.get("num_kv_shared_layers") or 0
@@ -147,7 +147,7 @@ def gemma4_fields(f: Any) -> dict:
     global_dim, global_heads = _global_geometry(f, kinds, kv_heads)
     moe = bool(f.get("enable_moe_block"))
     _, _, rope = gemma4_rope(f)
-    sources = _kv_sources(f, kinds)
+    sources = kv_sources(f, kinds)
     width = f.required("intermediate_size")
     wide = [2 * width if s != i else width for i, s in enumerate(sources)]
     per_layer = int(f.get("hidden_size_per_layer_input") or 0)

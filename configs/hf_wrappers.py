@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from configs.hf_aria import ARIA
 from configs.hf_gemma3 import GEMMA3
+from configs.hf_gemma3n import GEMMA3N
 from configs.hf_gemma4 import GEMMA4
 
 # Each wrapper's default text model_type, and its class's default tie_word_embeddings
@@ -36,6 +37,7 @@ MULTIMODAL_WRAPPERS = {
     "mllama": ("mllama_text_model", False),  # Llama 3.2 Vision 11B, 90B (never tied)
     "gemma4": (GEMMA4, True),  # Gemma 4 26B-A4B, 31B
     "gemma3": (GEMMA3, True),  # Gemma 3 4B, 12B, 27B
+    "gemma3n": (GEMMA3N, True),  # Gemma 3n E2B, E4B
     "aria": (ARIA, False),  # Rhymes' Aria
     "qwen2_vl": ("qwen2_vl_text", False),  # Qwen2-VL 2B, 7B, 72B
     "qwen2_5_vl": ("qwen2_5_vl_text", False),  # Qwen2.5-VL 3B, 7B, 32B, 72B

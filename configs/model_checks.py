@@ -351,6 +351,19 @@ def check_gqa(cfg: Any) -> None:
             f"per_layer_vocab_size={cfg.per_layer_vocab_size}: must be in [0, "
             f"vocab_size={cfg.vocab_size}]"
         )
+    if cfg.altup_num_inputs and (
+        cfg.altup_num_inputs < 2 or cfg.laurel_rank < 1 or not cfg.per_layer_input_dim
+    ):
+        raise ValueError(
+            f"altup_num_inputs={cfg.altup_num_inputs}: 0, or >= 2 with laurel_rank >= 1 "
+            f"(got {cfg.laurel_rank}) and per_layer_input_dim > 0 (Gemma 3n)"
+        )
+    sparsity = cfg.activation_sparsity
+    if sparsity and (len(sparsity) != cfg.num_layers or not all(0 <= s < 1 for s in sparsity)):
+        raise ValueError(
+            f"activation_sparsity={sparsity}: one share in [0, 1) per layer "
+            f"(num_layers={cfg.num_layers})"
+        )
     sizes = cfg.layer_intermediate_sizes
     if sizes and (len(sizes) != cfg.num_layers or not all(s > 0 for s in sizes)):
         raise ValueError(

@@ -310,6 +310,12 @@ class ModelConfig:
     per_layer_input_dim: int = 0
     per_layer_vocab_size: int = 0
     layer_intermediate_sizes: tuple[int, ...] = ()
+    # Gemma 3n (models/gemma3n.py): AltUp's altup_num_inputs streams of the residual, the
+    # first through each layer; a LAuReL block of rank laurel_rank beside the attention; per
+    # layer, the share of the MLP's gate Gaussian top-k zeroes (activation_sparsity).
+    altup_num_inputs: int = 0
+    laurel_rank: int = 0
+    activation_sparsity: tuple[float, ...] = ()
     # Ling 2.5 (bailing_hybrid): KDA's forget and output gates full-rank (linear "wf"
     # [D, Hv, dk], "wz" [D, Hv, dv]), its decay kda_gate_bound * sigmoid(exp(A_log) (f +
     # dt_bias)) when the bound is < 0 (0: Kimi's -exp(A_log) softplus(f + dt_bias)); the
@@ -528,7 +534,8 @@ class ModelConfig:
         cast back (transformers' GptOssRMSNorm), not after casting the normalized value (every
         other family's, LlamaRMSNorm's): the same in float32, 1 bf16 step apart on ~25% of a
         bf16 model's elements. AFMoE's, FlexOlmo's, OLMo 2's, Flint's, Beam's, Lara Mini's."""
-        scaled = ("gpt_oss", "afmoe", "gemma4_text", "flex_olmo", "olmo2", "olmo3", "olmo_hybrid")
+        scaled = ("gpt_oss", "afmoe", "gemma4_text", "gemma3n_text", "flex_olmo", "olmo2", "olmo3")
+        scaled += ("olmo_hybrid",)
         scaled += ("helium", "flint", "beam", "lara_mini")
         return self.model_type in scaled or self.norm_zero_centered or self.is_dsv4
 

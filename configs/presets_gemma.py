@@ -174,3 +174,87 @@ GEMMA["gemma-4-e2b"] = GEMMA["gemma-4-26b-a4b"].replace(
     moe_intermediate_size=0,
     dense_beside_moe=False,
 )
+
+
+def _gemma3n(name: str, **fields) -> ModelConfig:
+    """Gemma 3n's fixed fields (configs/hf_gemma3n.py): Gemma 4's attention and norms with
+    Gemma 3's RoPE per layer kind (1e6 global, 1e4 windowed), AltUp over 4 streams."""
+    hidden = fields["hidden_size"]
+    return ModelConfig(
+        name=name,
+        model_type="gemma3n_text",
+        qk_norm=True,
+        v_norm=True,
+        attention_multiplier=1.0,
+        sandwich_norms=True,
+        mlp_act="geglu",
+        tie_word_embeddings=True,
+        embedding_multiplier=hidden**0.5,
+        rope_theta=1e6,
+        sliding_rope_theta=1e4,
+        final_logit_softcapping=30.0,
+        altup_num_inputs=4,
+        **fields,
+    )
+
+
+# tests/fixtures/gemma3n: 6 layers 64 wide, 4 heads over 2 KV heads of 16, windowed (8 keys) and
+# global in turn; layers 3-5 read layer 1's and 2's K and V; MLPs 48, 48, 64, 64, 96, 96 wide,
+# the first two's gates Gaussian top-k'd (0.95, 0.6); LAuReL of rank 4; per-layer inputs 8 wide
+# per layer from a 384-row table.
+GEMMA["tiny-gemma3n"] = _gemma3n(
+    "tiny-gemma3n",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=6,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    sliding_window=8,
+    full_attention_layers=(1, 3, 5),
+    intermediate_size=96,
+    layer_intermediate_sizes=(48, 48, 64, 64, 96, 96),
+    activation_sparsity=(0.95, 0.6, 0.0, 0.0, 0.0, 0.0),
+    kv_source_layers=_kv_shared(_E_KINDS, 3),
+    laurel_rank=4,
+    per_layer_input_dim=8,
+    per_layer_vocab_size=384,
+    max_position_embeddings=2048,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)
+
+
+def _gemma3n_release(name: str, num_layers: int, width: int, shared: int) -> ModelConfig:
+    """Gemma 3n E2B / E4B: layers 2,048 wide, 8 heads over 2 KV heads of 256, each fifth
+    layer global, the others a 512-key window; the last `shared` layers read the last
+    earlier layer of their kind's K and V; MLPs `width` wide, the first ten's gates top-k'd
+    (0.95); LAuReL of rank 64; per-layer inputs 256 wide per layer from 262,144 rows; 262,400
+    tokens of vocabulary, 32,768 of context (their config.json as transformers' defaults and
+    third-party loaders spell them; not on this machine)."""
+    kinds = ["full" if (i + 1) % 5 == 0 else "sliding" for i in range(num_layers)]
+    return _gemma3n(
+        name,
+        vocab_size=262400,
+        hidden_size=2048,
+        num_layers=num_layers,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=256,
+        sliding_window=512,
+        full_attention_layers=tuple(i for i, k in enumerate(kinds) if k == "full"),
+        intermediate_size=width,
+        activation_sparsity=(0.95,) * 10 + (0.0,) * (num_layers - 10),
+        kv_source_layers=_kv_shared(kinds, shared),
+        laurel_rank=64,
+        per_layer_input_dim=256,
+        per_layer_vocab_size=262144,
+        max_position_embeddings=32768,
+        bos_token_id=2,
+        eos_token_ids=(1,),
+        dtype="bfloat16",
+    )
+
+
+GEMMA["gemma-3n-e2b"] = _gemma3n_release("gemma-3n-e2b", 30, 8192, 10)
+GEMMA["gemma-3n-e4b"] = _gemma3n_release("gemma-3n-e4b", 35, 16384, 15)

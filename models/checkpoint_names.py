@@ -11,6 +11,7 @@ from configs.hf_moe import ERNIE_MOE
 from configs.hf_rope import HUNYUAN_TYPES
 from configs.model_config import GATELESS_MLP_ACTS, ModelConfig
 from models.expert_names import gpt_oss_moe_names, llama4_moe_names, mlp_names, step_moe_names
+from models.gemma_names import GEMMA_LAYOUT, altup_names, gemma_layer_names
 from models.hf_tensors import HFTensor, Path_
 from models.hf_tensors import linear as _linear
 from models.hf_tensors import vector as _vector
@@ -183,40 +184,6 @@ ALTERNATE_NAMES = {
         ("model.layers.", "layers."),
     ),
 }
-
-
-def _gemma4_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool) -> dict[str, HFTensor]:
-    """Gemma 4's norms after its blocks and around its feed-forward halves, its layer
-    scalar, its dense MLP and (moe) the experts beside it: the router's projection, scale
-    and per-expert scales, the experts fused [E, 2F, D] (gate rows, then up) and [E, D, F]."""
-    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-    norms = {
-        "post_attention_layernorm": "attn_post_norm",
-        "pre_feedforward_layernorm": "mlp_norm",
-        "post_feedforward_layernorm": "mlp_post_norm",
-    }
-    if moe:
-        norms["post_feedforward_layernorm_1"] = "mlp_out_norm"
-        norms["pre_feedforward_layernorm_2"] = "moe_norm"
-        norms["post_feedforward_layernorm_2"] = "moe_out_norm"
-    names = {f"{layer}.{hf}.weight": _vector(d, at + (ours,)) for hf, ours in norms.items()}
-    names[f"{layer}.layer_scalar"] = _vector(1, at + ("layer_scalar",))
-    width = cfg.layer_intermediate_size(at[1] if at[0] == "layers" else 0)
-    names.update(mlp_names(d, width, f"{layer}.mlp", at + ("mlp",)))
-    if cfg.per_layer_input_dim:  # (E2B / E4B: the per-layer input's gate, projection, norm)
-        p = cfg.per_layer_input_dim
-        names[f"{layer}.per_layer_input_gate.weight"] = _linear(p, d, at + ("ple_gate",))
-        names[f"{layer}.per_layer_projection.weight"] = _linear(d, p, at + ("ple_out",))
-        names[f"{layer}.post_per_layer_input_norm.weight"] = _vector(d, at + ("ple_post_norm",))
-    if moe:
-        m = at + ("moe",)
-        names[f"{layer}.router.proj.weight"] = _linear(e, d, m + ("router",))
-        names[f"{layer}.router.scale"] = _vector(d, m + ("router_scale",))
-        names[f"{layer}.router.per_expert_scale"] = _vector(e, m + ("expert_scale",))
-        gate_up = (m + ("w_gate",), m + ("w_up",))
-        names[f"{layer}.experts.gate_up_proj"] = HFTensor((e, 2 * f, d), gate_up, "gate_up")
-        names[f"{layer}.experts.down_proj"] = HFTensor((e, d, f), (m + ("w_down",),), "experts_T")
-    return names
 
 
 def _moe_names(cfg: ModelConfig, layer: str, at: Path_, layout: str) -> dict[str, HFTensor]:
@@ -522,6 +489,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
     for i, hf in enumerate(text_layers):  # (the checkpoint's index hf: Llama 3.2 Vision's)
         moe = cfg.is_moe_layer(i)
         names.update(_layer_names(cfg, f"model.layers.{hf}", ("layers", i), moe, expert_layout))
+    if cfg.altup_num_inputs:  # (Gemma 3n's streams' projections)
+        names.update(altup_names(cfg))
     if cfg.per_layer_input_dim:  # (Gemma 4 E2B / E4B's per-layer embeddings)
         rows, width = cfg.per_layer_vocab_size or v, cfg.num_layers * cfg.per_layer_input_dim
         names["model.embed_tokens_per_layer.weight"] = HFTensor(
@@ -665,8 +634,8 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
         f"{layer}.input_layernorm.weight": _vector(d, at + ("attn_norm",)),
         f"{layer}.post_attention_layernorm.weight": _vector(d, at + ("mlp_norm",)),
     }
-    if cfg.model_type == "gemma4_text":
-        names.update(_gemma4_names(cfg, layer, at, moe))
+    if cfg.model_type in GEMMA_LAYOUT:
+        names.update(gemma_layer_names(cfg, layer, at, moe))
     elif cfg.gated_norm_rank:  # (A.X K2: norm.weight, W_down / W_up under a gated norm)
         gated = (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "mlp_norm"))
         for hf, ours in gated[: 1 + moe]:  # (a dense layer's second norm: a plain one)
@@ -709,8 +678,8 @@ def _layer_names(cfg: ModelConfig, layer: str, at: Path_, moe: bool, layout: str
         names.update(_attn_names(cfg, f"{layer}.self_attn", at + ("attn",), index))
     if cfg.model_type in ("granitemoehybrid", "granitemoe", "granitemoeshared", "granitemoe_swa"):
         names.update(_granite_ffn_names(cfg, layer, at))
-    elif cfg.model_type == "gemma4_text":
-        pass  # (_gemma4_names)
+    elif cfg.model_type in GEMMA_LAYOUT:
+        pass  # (gemma_layer_names)
     elif moe:
         names.update(_moe_names(cfg, layer, at + ("moe",), layout))
         if cfg.moe_post_norm:  # (A.X-K1's, kept at the layer: transformers' save too)

@@ -173,3 +173,25 @@ def final_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array
         pad = ((0, 0),) * (logits.ndim - 1) + ((0, cfg.vocab_size - logits.shape[-1]),)
         logits = jnp.pad(logits, pad, constant_values=-jnp.inf)
     return logits
+
+
+def per_layer_inputs(params: dict, cfg: ModelConfig, token_ids: jax.Array, x: jax.Array):
+    """Gemma 4's per-layer embeddings ([T, L, P], ModelConfig.per_layer_input_dim): each
+    token's rows of ple_embed times sqrt(P), joined with the embedded token x [T, D]
+    projected (times D^-0.5) and RMS-normed per layer, the sum times 2^-0.5: the scalars
+    taken in float32 and the products rounded once, as torch takes a tensor times a Python
+    float (Gemma 3n's scales: tensors of the model dtype, the products in it). Ids past
+    per_layer_vocab_size read row 0 (Gemma 3n's rule)."""
+    n, p, dt = cfg.num_layers, cfg.per_layer_input_dim, x.dtype
+    ids = jnp.where(token_ids < params["ple_embed"].shape[0], token_ids, 0)
+    rows = jnp.take(params["ple_embed"], ids, axis=0).reshape(-1, n, p)
+    rows = rows * jnp.asarray(math.sqrt(p), dt)
+
+    def times(y: jax.Array, scale: float) -> jax.Array:
+        if cfg.altup_num_inputs:
+            return y * jnp.asarray(scale, dt)
+        return (y.astype(jnp.float32) * scale).astype(dt)
+
+    projected = times(x @ params["ple_proj"], cfg.hidden_size**-0.5).reshape(-1, n, p)
+    projected = model_norm(projected, params["ple_norm"], cfg)
+    return times(projected + rows, 2**-0.5)

@@ -118,6 +118,8 @@ Key = tuple[int, str, str]  # (layer, group, leaf)
 
 def targets(cfg: ModelConfig) -> dict[Key, tuple[int, int]]:
     """Every projection an adapter may target in this model -> (K, N)."""
+    if cfg.altup_num_inputs:  # (Gemma 3n's stack passes no adapters: none targeted)
+        return {}
     specs = param_specs(cfg.replace(quantization=None))
     out = {}
     attn_weights = {k: v for k, v in ATTN_WEIGHTS.items() if k != "wkv_b"}

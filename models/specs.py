@@ -47,6 +47,10 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             (per_layer_input_dim P): ple_embed [Vp, L*P], ple_proj [D, L*P], ple_norm [P],
             layers[i] ple_gate [D, P], ple_out [P, D], ple_post_norm [D]; a layer reading
             an earlier one's K and V (kv_source_layers) no wk, wv, k_norm
+  Gemma 3n (altup_num_inputs N, laurel_rank r): altup_proj / altup_unembed [N-1, D, D];
+            layers[i] laurel_left [D, r], laurel_right [r, D], laurel_norm [D], altup
+            {correct_scale [D], correction_coefs [N, N], prediction_coefs [N, N*N], router
+            [D, N], router_norm [D]}
   mtp (ModelConfig.mtp_drafts): enorm, hnorm, norm [D], eh_proj [2D, D], layer {...}
   DeepSeek-V4 (attention_type "dsv4", models/deepseek_v4.py): layers[i] also attn_hc /
             mlp_hc {fn [N*D, (2+N)*N], base [(2+N)*N], scale [3]}; attn wq_a [D, Rq],
@@ -505,6 +509,18 @@ def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
         layer["ple_post_norm"] = ParamSpec((d,), dt, ("embed",), norm)
     if cfg.layer_scalars:
         layer["layer_scalar"] = ParamSpec((1,), dt, (None,), ones)
+    if cfg.altup_num_inputs:  # (Gemma 3n: its LAuReL block and AltUp, models/gemma3n.py)
+        n, r = cfg.altup_num_inputs, cfg.laurel_rank
+        layer["laurel_left"] = ParamSpec((d, r), dt, ("embed", None), w)
+        layer["laurel_right"] = ParamSpec((r, d), dt, (None, "embed"), w)
+        layer["laurel_norm"] = ParamSpec((d,), dt, ("embed",), norm)
+        layer["altup"] = {
+            "correct_scale": ParamSpec((d,), dt, ("embed",), ones),
+            "correction_coefs": ParamSpec((n, n), dt, (None, None), w),
+            "prediction_coefs": ParamSpec((n, n * n), dt, (None, None), w),
+            "router": ParamSpec((d, n), dt, ("embed", None), w),
+            "router_norm": ParamSpec((d,), dt, ("embed",), norm),
+        }
     return layer
 
 
@@ -523,6 +539,10 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
         specs["ple_embed"] = ParamSpec((rows, width), dt, ("vocab", None), w)
         specs["ple_proj"] = ParamSpec((d, width), dt, ("embed", None), w)
         specs["ple_norm"] = ParamSpec((cfg.per_layer_input_dim,), dt, (None,), ones)
+    if cfg.altup_num_inputs:  # (Gemma 3n: its streams' projections, out and back)
+        streams = (cfg.altup_num_inputs - 1, d, d)
+        specs["altup_proj"] = ParamSpec(streams, dt, (None, None, None), w)
+        specs["altup_unembed"] = ParamSpec(streams, dt, (None, None, None), w)
     if cfg.learned_positions:  # (GPT-BigCode: a learned embedding per position)
         rows = cfg.max_position_embeddings + cfg.position_offset  # (OPT's: 2 rows before)
         specs["pos_embed"] = ParamSpec((rows, d), dt, (None, "embed"), w)

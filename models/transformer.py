@@ -25,9 +25,17 @@ import jax
 import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
-from models import deepseek_v4
+from models import deepseek_v4, gemma3n
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs, output_gate
-from models.layers import embed, final_logits, gate_activation, model_norm, sinusoids, swiglu_mlp
+from models.layers import (
+    embed,
+    final_logits,
+    gate_activation,
+    model_norm,
+    per_layer_inputs,
+    sinusoids,
+    swiglu_mlp,
+)
 from models.linear_attention import Segments, gated_delta_net, lightning, mamba1, short_conv
 from models.lora import make_delta, slot_mask
 from models.moe import RoutedFn, moe_block, routed_for
@@ -67,6 +75,8 @@ def forward_hidden(
         return deepseek_v4.forward_hidden(
             params, cfg, token_ids, positions, kv, attend, routed, pin
         )
+    if cfg.altup_num_inputs:  # (Gemma 3n's AltUp streams: its own stack)
+        return gemma3n.forward_hidden(params, cfg, token_ids, positions, kv, attend, pin)
     x = embed(params, token_ids)  # [T, D]
     if cfg.embedding_multiplier != 1.0:  # (Granite; BioGPT's, before its positions)
         x = x * jnp.asarray(cfg.embedding_multiplier, x.dtype)
@@ -111,25 +121,6 @@ def forward_hidden(
         )
         new_kv.append(kv_i if source == i else tuple(kv_i[shared:]))
     return x, new_kv
-
-
-def per_layer_inputs(params: dict, cfg: ModelConfig, token_ids: jax.Array, x: jax.Array):
-    """Gemma 4's per-layer embeddings ([T, L, P], ModelConfig.per_layer_input_dim): each
-    token's rows of ple_embed times sqrt(P), joined with the embedded token x [T, D]
-    projected (times D^-0.5) and RMS-normed per layer, the sum times 2^-0.5: the scalars
-    taken in float32 and the products rounded once, as torch takes a tensor times a Python
-    float. Ids past per_layer_vocab_size read row 0 (Gemma 3n's rule)."""
-    n, p, dt = cfg.num_layers, cfg.per_layer_input_dim, x.dtype
-    ids = jnp.where(token_ids < params["ple_embed"].shape[0], token_ids, 0)
-    rows = jnp.take(params["ple_embed"], ids, axis=0).reshape(-1, n, p)
-    rows = rows * jnp.asarray(math.sqrt(p), dt)
-
-    def times(y: jax.Array, scale: float) -> jax.Array:
-        return (y.astype(jnp.float32) * scale).astype(dt)
-
-    projected = times(x @ params["ple_proj"], cfg.hidden_size**-0.5).reshape(-1, n, p)
-    projected = model_norm(projected, params["ple_norm"], cfg)
-    return times(projected + rows, 2**-0.5)
 
 
 def _linear_attend(i, p, kv_i, h, *, cfg, segments):

@@ -44,6 +44,7 @@ ARCHS = (
     *("qwen3_5_moe", "qwen3_5", "olmo2", "olmo3"),
     *("deepseek_v4", "solar_open", "exaone_moe", "afmoe", "gemma4", "gemma4_dense"),
     "gemma4_e",
+    "gemma3n",
     *("bailing_hybrid", "granitemoe", "granitemoeshared", "flex_olmo", "exaone4"),
     *("nemotron_h", "nemotron_h_latent", "granitemoehybrid", "granitemoehybrid_dense"),
 )

@@ -86,6 +86,8 @@ ARCHS = {
     "gemma4_dense": "tiny-gemma4-dense",  # 31B's kind: no experts, the global layers' own v
     # E2B's kind: per-layer embeddings, the last layers reading earlier ones' K and V
     "gemma4_e": "tiny-gemma4-e",
+    # Gemma 3n: AltUp's four streams, LAuReL, the MLP gates' Gaussian top-k, E2B's sharing
+    "gemma3n": "tiny-gemma3n",
     # Ling 2.5: KDA with full-rank, bounded gates; MLA with a gate per head; clipped SwiGLU
     "bailing_hybrid": "tiny-bailing-hybrid",
     # MiMo-V2-Flash: values narrower than the keys and scaled, sinks on the windowed layers
