@@ -60,12 +60,20 @@ from configs import hf_seed_oss as seed_oss
 from configs import hf_smollm3 as smollm3
 from configs import hf_starcoder2 as starcoder2
 from configs import hf_step as step
+from configs import hf_zamba2 as zamba2
 from configs.fp8_schemes import Fp8Scheme, compressed_tensors_fp8, deepseek_fp8, is_float_quantized
 from configs.hf_afmoe import AFMOE, AFMOE_DEFAULTS, afmoe_fields
 from configs.hf_bailing import BAILING, BAILING_ALIASES, BAILING_DEFAULTS, bailing_fields
 from configs.hf_deepseek_v4 import DEEPSEEK_V4
 from configs.hf_exaone import EXAONE_DEFAULTS, EXAONE_TYPES, exaone_fields
-from configs.hf_gemma4 import GEMMA4, GEMMA4_DEFAULTS, gemma4_fields, gemma4_rope
+from configs.hf_gemma4 import (
+    GEMMA4,
+    GEMMA4_DEFAULTS,
+    GEMMA4_UNIFIED,
+    as_gemma4,
+    gemma4_fields,
+    gemma4_rope,
+)
 from configs.hf_granite import GRANITE, GRANITE_ATTN_TYPES, GRANITE_DEFAULTS, granite_fields
 from configs.hf_kimi_linear import KIMI_ALIASES, KIMI_DEFAULTS, KIMI_LINEAR, kimi_linear_fields
 from configs.hf_llama4 import LLAMA4_DEFAULTS, llama4_fields
@@ -92,7 +100,7 @@ _FAMILIES += (seed_oss, glm4, gemma3, laguna, olmo_hybrid, llama_kin, starcoder2
 _FAMILIES += (layer_norm_kin, minicpm3, hyperclovax, moe_kin, beam, aria, lara_mini, gpt_neox)
 _FAMILIES += (olmo1, falcon, gptj, gpt_bigcode, opt, alibi, persimmon, bamba, mamba)  # fmt: off
 _FAMILIES += (falcon_h1, nanochat, step, deepseek_ocr, compass, molmo2)  # 59th, 61st
-_FAMILIES += (gemma3n,)  # 62nd
+_FAMILIES += (gemma3n, zamba2)  # 62nd
 # Families with a RoPE per layer kind: the model's is the one their rope_source picks (their
 # global layers', or Beam's windowed ones'); the other kind's is in their fields.
 _ROPE_BY_KIND = (laguna, beam, step, compass)
@@ -136,6 +144,7 @@ SUPPORTED_MODEL_TYPES = (
     *EXAONE_TYPES,
     AFMOE,
     GEMMA4,
+    GEMMA4_UNIFIED,
     BAILING,
     mimo.MIMO,
     *sarvam.SARVAM_TYPES,
@@ -565,6 +574,7 @@ def _refuse_unsupported(f: _Fields, model_type: str) -> None:
     own = (llama_kin.ARCEE, *gemma3.TYPES, starcoder2.STARCODER2, phi.PHI, *layer_norm_kin.TYPES)
     own += (llama_kin.APERTUS, llama_kin.APERTUS1P5, gpt_neox.GPT_NEOX, falcon.FALCON, *gptj.TYPES)
     own += (*gpt_bigcode.TYPES, *opt.TYPES, persimmon.PERSIMMON, nanochat.NANOCHAT, *step.TYPES)
+    own += zamba2.TYPES
     if act not in ("silu", "swish") and model_type not in own:
         raise ValueError(f"HF config hidden_act={act!r}: only 'silu' (SwiGLU) is supported")
 
@@ -615,7 +625,8 @@ def config_from_hf(
     """
     hf = read_hf_config(source)
     wrapper = hf.get("model_type") if hf.get("model_type") in MULTIMODAL_WRAPPERS else None
-    hf, served_type = sarvam.as_family(language_model_config(hf))  # (served as their family)
+    # (served as their family; Gemma 4 unified's text model as Gemma 4's)
+    hf, served_type = sarvam.as_family(as_gemma4(language_model_config(hf)))
     model_type = hf.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         where = f"text_config.model_type (of {wrapper!r})" if wrapper else "model_type"

@@ -51,6 +51,24 @@ GEMMA4_DEFAULTS: dict[str, dict[str, Any]] = {GEMMA4: dict(
 # fmt: on
 
 
+GEMMA4_UNIFIED = "gemma4_unified_text"
+# transformers 5.25's Gemma4UnifiedTextConfig (the language model of gemma4_unified): Gemma 4's
+# text config whose per-layer inputs and experts are gone (their fields raise), with a
+# 1,024-key window and 262,144 positions by default; its layers Gemma 4's dense ones.
+_UNIFIED = dict(
+    GEMMA4_DEFAULTS[GEMMA4], sliding_window=1024, max_position_embeddings=262144,
+    use_bidirectional_attention="vision",
+)  # fmt: skip
+
+
+def as_gemma4(hf: dict) -> dict:
+    """A gemma4_unified_text config as the gemma4_text one it is (its class's defaults
+    filled in, no per-layer inputs, no experts); other configs as they are."""
+    if hf.get("model_type") != GEMMA4_UNIFIED:
+        return hf
+    return {**_UNIFIED, **hf, "model_type": GEMMA4, "hidden_size_per_layer_input": 0}
+
+
 def _layer_kinds(f: Any, num_layers: int) -> list[str]:
     kinds = f.get("layer_types")
     if kinds is None:  # transformers: five windowed layers, then a full one

@@ -11,7 +11,7 @@ from __future__ import annotations
 from configs.hf_aria import ARIA
 from configs.hf_gemma3 import GEMMA3
 from configs.hf_gemma3n import GEMMA3N
-from configs.hf_gemma4 import GEMMA4
+from configs.hf_gemma4 import GEMMA4, GEMMA4_UNIFIED
 
 # Each wrapper's default text model_type, and its class's default tie_word_embeddings
 # (transformers ties by the top-level field, not text_config's).
@@ -35,7 +35,8 @@ MULTIMODAL_WRAPPERS = {
     "qwen3_5": ("qwen3_5_text", False),  # Qwen3.5 (dense)
     "qwen3_5_moe": ("qwen3_5_moe_text", False),  # Qwen3.5-35B-A3B ... -397B-A17B
     "mllama": ("mllama_text_model", False),  # Llama 3.2 Vision 11B, 90B (never tied)
-    "gemma4": (GEMMA4, True),  # Gemma 4 26B-A4B, 31B
+    "gemma4": (GEMMA4, True),  # Gemma 4 26B-A4B, 31B, E2B, E4B
+    "gemma4_unified": (GEMMA4_UNIFIED, True),  # Gemma 4 12B (read as gemma4_text)
     "gemma3": (GEMMA3, True),  # Gemma 3 4B, 12B, 27B
     "gemma3n": (GEMMA3N, True),  # Gemma 3n E2B, E4B
     "aria": (ARIA, False),  # Rhymes' Aria

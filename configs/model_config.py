@@ -316,6 +316,12 @@ class ModelConfig:
     altup_num_inputs: int = 0
     laurel_rank: int = 0
     activation_sparsity: tuple[float, ...] = ()
+    # Zamba2 (models/zamba2.py): shared_blocks transformer blocks run in turn, one before each
+    # hybrid layer's Mamba-2 mixer (an attention layer here), on [x, embeddings], each run with
+    # its own adapters of adapter_rank (attention_adapters: on q / k / v too, not only the MLP).
+    shared_blocks: int = 0
+    adapter_rank: int = 0
+    attention_adapters: bool = False
     # Ling 2.5 (bailing_hybrid): KDA's forget and output gates full-rank (linear "wf"
     # [D, Hv, dk], "wz" [D, Hv, dv]), its decay kda_gate_bound * sigmoid(exp(A_log) (f +
     # dt_bias)) when the bound is < 0 (0: Kimi's -exp(A_log) softplus(f + dt_bias)); the

@@ -147,6 +147,18 @@ GEMMA["tiny-gemma4-e"] = GEMMA["tiny-gemma4-dense"].replace(
     per_layer_input_dim=8,
     per_layer_vocab_size=512,
 )
+# tests/fixtures/gemma4_unified (Gemma 4 unified's text model, read as Gemma 4's): 6 layers 64
+# wide, two windowed (8 keys, 2 KV heads of 16) to one global (1 KV head of 32, its values the
+# keys' projection); layers 4 and 5 read layer 3's and layer 2's K and V; a GeGLU MLP 96 wide.
+_U_KINDS = ["sliding", "sliding", "full"] * 2
+GEMMA["tiny-gemma4-unified"] = GEMMA["tiny-gemma4-dense"].replace(
+    name="tiny-gemma4-unified",
+    num_layers=6,
+    full_attention_layers=(2, 5),
+    global_num_kv_heads=1,
+    attention_k_eq_v=True,
+    kv_source_layers=_kv_shared(_U_KINDS, 2),
+)
 # Gemma 4 E2B: 35 layers 1,536 wide, 8 heads over 1 KV head (256 wide windowed, 512 global),
 # each fifth layer global; the last 20 read layers 13's and 14's K and V, their MLPs 12,288
 # wide (the others' 6,144); per-layer inputs 256 wide per layer (a 262,144 x 8,960 table);

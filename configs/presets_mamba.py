@@ -6,6 +6,8 @@ Mamba's, Falcon Mamba's and Mamba-2's test sizes and releases."""
 
 from __future__ import annotations
 
+import math
+
 from configs.hf_nemotron_h import decoder_layers, layer_fields, pattern_kinds
 from configs.model_config import ModelConfig
 
@@ -289,3 +291,38 @@ MAMBA["tiny-falcon-h1"] = ModelConfig(
     ),
     bos_token_id=1, eos_token_ids=(2,),
 )  # fmt: skip
+# tests/fixtures/zamba2 (Zyphra's Zamba2, 1.2B's kind): six Mamba-2 layers 64 wide (4 heads of
+# 32 channels, 2 groups of B and C of 16, dt at least 0.001), layers 1, 3 and 4 hybrid: each
+# first runs one of two shared blocks in turn (attention over [x, embeddings], 4 MHA heads of
+# 32 with RoPE, scaled by 16^-0.5; an erf-GELU MLP 96 wide; rank-4 adapters on q / k / v and
+# the MLP), here a layer of its own before the mixer: 9 layers; tied embeddings.
+MAMBA["tiny-zamba2"] = ModelConfig(
+    name="tiny-zamba2",
+    model_type="zamba2",
+    vocab_size=512,
+    hidden_size=64,
+    num_layers=9,
+    num_heads=4,
+    num_kv_heads=4,
+    head_dim=32,
+    intermediate_size=96,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    tie_word_embeddings=True,
+    attention_multiplier=0.25,
+    mlp_act="gelu_exact",
+    shared_blocks=2,
+    adapter_rank=4,
+    attention_adapters=True,
+    linear_attention_layers=(0, 2, 3, 5, 7, 8),
+    linear_attention_kind="mamba2",
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=32,
+    linear_conv_kernel=4,
+    linear_conv_bias=True,
+    mamba_dt_limit=(0.001, math.inf),
+    bos_token_id=1,
+    eos_token_ids=(2,),
+)

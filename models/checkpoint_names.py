@@ -24,6 +24,7 @@ from models.release_names import (
     mistral_native_name,
     renamed,
 )
+from models.zamba2_names import zamba2_names
 
 EXPERT_LAYOUTS = ("per_expert", "fused")
 
@@ -469,6 +470,8 @@ def hf_tensor_names(cfg: ModelConfig, expert_layout: str = "per_expert") -> dict
         return _falcon_h1_names(cfg)
     if cfg.model_type == "dbrx":
         return _dbrx_names(cfg)
+    if cfg.shared_blocks:  # (Zamba2)
+        return zamba2_names(cfg)
     d, v = cfg.hidden_size, cfg.vocab_size
     names = {
         "model.embed_tokens.weight": HFTensor((v, d), (("embed",),), "copy"),

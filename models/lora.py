@@ -118,7 +118,7 @@ Key = tuple[int, str, str]  # (layer, group, leaf)
 
 def targets(cfg: ModelConfig) -> dict[Key, tuple[int, int]]:
     """Every projection an adapter may target in this model -> (K, N)."""
-    if cfg.altup_num_inputs:  # (Gemma 3n's stack passes no adapters: none targeted)
+    if cfg.altup_num_inputs or cfg.shared_blocks:  # (Gemma 3n's, Zamba2's stacks: none)
         return {}
     specs = param_specs(cfg.replace(quantization=None))
     out = {}

@@ -51,6 +51,10 @@ Init, shardings, abstract shapes and the checkpoint layout all derive from the t
             layers[i] laurel_left [D, r], laurel_right [r, D], laurel_norm [D], altup
             {correct_scale [D], correction_coefs [N, N], prediction_coefs [N, N*N], router
             [D, N], router_norm [D]}
+  Zamba2 (shared_blocks B, adapter_rank r): shared[b] {attn_norm [2D], attn {wq / wk / wv
+            [2D, H, Dh], wo [H, Dh, D]}, mlp_norm [D], mlp}; a Mamba-2 layer attn_norm,
+            linear; a shared block's run linear_out [D, D], gate_up_a [D, r], gate_up_b
+            [r, 2F] (attention_adapters: q_a / k_a / v_a [2D, r], q_b / k_b / v_b [r, 2D])
   mtp (ModelConfig.mtp_drafts): enorm, hnorm, norm [D], eh_proj [2D, D], layer {...}
   DeepSeek-V4 (attention_type "dsv4", models/deepseek_v4.py): layers[i] also attn_hc /
             mlp_hc {fn [N*D, (2+N)*N], base [(2+N)*N], scale [3]}; attn wq_a [D, Rq],
@@ -457,9 +461,46 @@ def _v4_layer_specs(cfg: ModelConfig, i: int, dt, w) -> dict:
     }
 
 
+def _zamba2_layer_specs(cfg: ModelConfig, i: int, dt, w) -> dict:
+    """Zamba2's layer i: a Mamba-2 layer's norm and mixer, or a shared block's run: its
+    adapters (gate_up's; q / k / v's with attention_adapters) and output projection."""
+    d, r = cfg.hidden_size, cfg.adapter_rank
+    if cfg.is_linear_layer(i):
+        return {
+            "attn_norm": ParamSpec((d,), dt, ("embed",), ones),
+            "linear": _linear_specs(cfg, dt, w),
+        }
+    layer = {"linear_out": ParamSpec((d, d), dt, ("embed", None), w)}
+    widths = {"gate_up": (d, 2 * cfg.intermediate_size)}
+    if cfg.attention_adapters:  # (2D in and out: MHA, heads of 2D / H)
+        widths.update(q=(2 * d, 2 * d), k=(2 * d, 2 * d), v=(2 * d, 2 * d))
+    for name, (into, out) in widths.items():
+        layer[f"{name}_a"] = ParamSpec((into, r), dt, (None, None), w)
+        layer[f"{name}_b"] = ParamSpec((r, out), dt, (None, None), w)
+    return layer
+
+
+def _shared_block_specs(cfg: ModelConfig, dt, w) -> dict:
+    """A Zamba2 shared block: its attention over [x, embeddings] (2D wide) and its MLP."""
+    d, h, k, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    return {
+        "attn_norm": ParamSpec((2 * d,), dt, (None,), ones),
+        "attn": {
+            "wq": ParamSpec((2 * d, h, dh), dt, (None, "q_heads", "head_dim"), w),
+            "wk": ParamSpec((2 * d, k, dh), dt, (None, "kv_heads", "head_dim"), w),
+            "wv": ParamSpec((2 * d, k, dh), dt, (None, "kv_heads", "head_dim"), w),
+            "wo": ParamSpec((h, dh, d), dt, ("q_heads", "head_dim", "embed"), w),
+        },
+        "mlp_norm": ParamSpec((d,), dt, ("embed",), ones),
+        "mlp": _mlp_specs(d, cfg.intermediate_size, dt, w),
+    }
+
+
 def _layer_specs(cfg: ModelConfig, i: int, moe: bool, dt, w) -> dict:
     if cfg.is_dsv4:
         return _v4_layer_specs(cfg, i, dt, w)
+    if cfg.shared_blocks:
+        return _zamba2_layer_specs(cfg, i, dt, w)
     d = cfg.hidden_size
     norm = zeros if cfg.norm_zero_centered else ones
     # (OLMo Hybrid's attention layers: OLMo 2's, the blocks' outputs normed, nothing before)
@@ -539,6 +580,8 @@ def param_specs(cfg: ModelConfig, init_std: float = 0.02) -> dict:
         specs["ple_embed"] = ParamSpec((rows, width), dt, ("vocab", None), w)
         specs["ple_proj"] = ParamSpec((d, width), dt, ("embed", None), w)
         specs["ple_norm"] = ParamSpec((cfg.per_layer_input_dim,), dt, (None,), ones)
+    if cfg.shared_blocks:  # (Zamba2: models/zamba2.py)
+        specs["shared"] = [_shared_block_specs(cfg, dt, w) for _ in range(cfg.shared_blocks)]
     if cfg.altup_num_inputs:  # (Gemma 3n: its streams' projections, out and back)
         streams = (cfg.altup_num_inputs - 1, d, d)
         specs["altup_proj"] = ParamSpec(streams, dt, (None, None, None), w)

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
-from models import deepseek_v4, gemma3n
+from models import deepseek_v4, gemma3n, zamba2
 from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs, output_gate
 from models.layers import (
     embed,
@@ -77,6 +77,8 @@ def forward_hidden(
         )
     if cfg.altup_num_inputs:  # (Gemma 3n's AltUp streams: its own stack)
         return gemma3n.forward_hidden(params, cfg, token_ids, positions, kv, attend, pin)
+    if cfg.shared_blocks:  # (Zamba2's shared blocks before its Mamba-2 mixers: the same)
+        return zamba2.forward_hidden(params, cfg, token_ids, positions, kv, attend, pin, segments)
     x = embed(params, token_ids)  # [T, D]
     if cfg.embedding_multiplier != 1.0:  # (Granite; BioGPT's, before its positions)
         x = x * jnp.asarray(cfg.embedding_multiplier, x.dtype)

@@ -88,8 +88,9 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
         "laguna",  # (query heads per layer, softplus gates, a capped router)
         "kolibri1",  # (global layers without positions, a router biased on its logits)
         "bloom",  # (ALiBi: its slopes on every chunk's tiles and the decodes)
-        # (Layers reading earlier ones' pages, per-layer inputs; Gemma 3n's AltUp streams.)
-        *("gemma4_e", "gemma3n"),
+        # (Layers reading earlier ones' pages, per-layer inputs; Gemma 3n's AltUp streams;
+        # Zamba2's shared blocks before its Mamba-2 mixers.)
+        *("gemma4_e", "gemma3n", "gemma4_unified", "zamba2"),
     ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):

@@ -129,3 +129,21 @@ def test_gemma3n_in_its_wrapper_with_a_releases_extra_tensors_loads_the_same(tmp
 def test_gemma3n_takes_no_adapters():
     with pytest.raises(ValueError, match="gemma3n_text has no projection LoRA targets"):
         LoRASlots(get_preset("tiny-gemma3n"), 2, 4)
+
+
+def test_gemma4_unified_reads_as_gemma4_with_its_own_class_defaults():
+    """gemma4_unified_text (in its wrapper too) is Gemma 4's text model without per-layer
+    inputs or experts: its saved config reads to the tiny preset; left out, its fields take
+    Gemma4UnifiedTextConfig's defaults (a 1,024-key window), not gemma4_text's (512, and
+    256-wide per-layer inputs)."""
+    saved = _saved("gemma4_unified")
+    want = get_preset("tiny-gemma4-unified")
+    for hf in (saved, dict(model_type="gemma4_unified", text_config=saved)):
+        got = config_from_hf(hf)
+        assert got.replace(name=want.name) == want.replace(dtype=got.dtype)
+    bare = {k: v for k, v in saved.items() if k not in ("sliding_window", "per_layer_config")}
+    bare.update(global_head_dim=32, num_global_key_value_heads=1)
+    cfg = config_from_hf(bare)
+    assert (cfg.model_type, cfg.sliding_window, cfg.per_layer_input_dim) == ("gemma4_text", 1024, 0)
+    gemma4 = config_from_hf(dict(bare, model_type="gemma4_text"))
+    assert (gemma4.sliding_window, gemma4.per_layer_input_dim) == (512, 256)

@@ -45,6 +45,8 @@ ARCHS = (
     *("deepseek_v4", "solar_open", "exaone_moe", "afmoe", "gemma4", "gemma4_dense"),
     "gemma4_e",
     "gemma3n",
+    "gemma4_unified",
+    "zamba2",
     *("bailing_hybrid", "granitemoe", "granitemoeshared", "flex_olmo", "exaone4"),
     *("nemotron_h", "nemotron_h_latent", "granitemoehybrid", "granitemoehybrid_dense"),
 )

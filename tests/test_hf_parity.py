@@ -88,6 +88,8 @@ ARCHS = {
     "gemma4_e": "tiny-gemma4-e",
     # Gemma 3n: AltUp's four streams, LAuReL, the MLP gates' Gaussian top-k, E2B's sharing
     "gemma3n": "tiny-gemma3n",
+    "gemma4_unified": "tiny-gemma4-unified",  # (Gemma 4 unified's, read as Gemma 4's)
+    "zamba2": "tiny-zamba2",  # (shared transformer blocks before Mamba-2 mixers)
     # Ling 2.5: KDA with full-rank, bounded gates; MLA with a gate per head; clipped SwiGLU
     "bailing_hybrid": "tiny-bailing-hybrid",
     # MiMo-V2-Flash: values narrower than the keys and scaled, sinks on the windowed layers
