@@ -86,6 +86,16 @@ MULTIMODAL_WRAPPERS = {
     "apertus1p5": ("apertus1p5_text", False),  # Apertus 1.5 (its head pruned to text ids)
     "hyperclovax_vision_v2": ("hyperclovax", True),  # HyperCLOVA X SEED Think Vision
     "nemotron_h_omni": ("nemotron_h", False),  # Nemotron 3 Nano Omni (its releases: llm_config)
+    # Audio-language models, their language model served for text (the audio encoder not
+    # read): Mistral's Voxtral, Qwen2-Audio, NVIDIA's Audio / Music Flamingo, Zhipu's
+    # GLM-ASR, Qwen3-ASR, MOSS-Transcribe-Diarize.
+    "voxtral": ("llama", False),
+    "qwen2_audio": ("qwen2", False),
+    "audioflamingo3": ("qwen2", False),
+    "musicflamingo": ("qwen2", False),
+    "glmasr": ("llama", True),
+    "qwen3_asr": ("qwen3", True),
+    "moss_transcribe_diarize": ("qwen3", True),
     # Omni models' thinkers (text, image, audio in; text out), Qwen3-MoE's and Qwen2's
     "qwen3_omni_moe_thinker": ("qwen3_omni_moe_text", False),
     "qwen2_5_omni_thinker": ("qwen2_5_omni_text", False),

@@ -1,8 +1,9 @@
-"""Test-size presets of the vision-language wrappers served as their language model
-(configs/hf_wrappers.py), the shapes of tests/fixtures/<wrapper> (made by
-tests/fixtures/hf_fixture_archs_vl2.py): each its family's tiny preset, renamed, but where the
-wrapper reads it otherwise (Command A Vision's logits unscaled; GLM-OCR's q/k/v without biases;
-the tie of the fixtures tied by their class's default or their text_config)."""
+"""Test-size presets of the vision-language and audio-language wrappers served as their
+language model (configs/hf_wrappers.py), the shapes of tests/fixtures/<wrapper> (made by
+tests/fixtures/hf_fixture_archs_vl2.py and hf_fixture_archs_audio.py): each its family's
+tiny preset, renamed, but where the wrapper reads it otherwise (Command A Vision's logits
+unscaled; GLM-OCR's q/k/v without biases; Voxtral's text class's heads and RoPE base; the
+tie of the fixtures tied by their class's default or their text_config)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,15 @@ _FAMILY = {  # wrapper fixture -> its family's tiny preset
     # (Llama 3.2 Vision's: RoPE base 5e5 by its class; checkpoint layers 1 and 3 cross-attention)
     "mllama": KIN["tiny-llava"].replace(rope_theta=500000.0, cross_attention_layers=(1, 3)),
     "nemotron_h_omni": MAMBA["tiny-nemotron-h"],
+    # The audio-language wrappers (tests/fixtures/hf_fixture_archs_audio.py)
+    # (Voxtral's text_config by its class: heads 128 wide, RoPE base 1e8, as its releases)
+    "voxtral": KIN["tiny-llava"].replace(head_dim=128, rope_theta=1e8),
+    "qwen2_audio": TINY["tiny-qwen2"],
+    "audioflamingo3": TINY["tiny-qwen2"],
+    "musicflamingo": TINY["tiny-qwen2"],
+    "glmasr": KIN["tiny-llava"].replace(tie_word_embeddings=True),
+    "qwen3_asr": TINY["tiny-qwen3"],
+    "moss_transcribe_diarize": TINY["tiny-qwen3"],
 }
 VL_FIXTURES = tuple(_FAMILY)
 VL: dict[str, ModelConfig] = {}
