@@ -63,7 +63,7 @@ QUICK_TESTS := $(call tests_of,capacity sampler pallas_lowering long_context_pol
 	hf_config hf_config_defaults hf_config_mla tool_calls priority_scheduling fp8_schemes \
 	int4_gptq_awq chat family_configs mimo lfm2 longcat jamba minimax sarvam cohere hyv3 \
 	granite_swa dbrx lfm3 phi3 smollm3 dense_families gemma3 laguna \
-	olmo_hybrid moe_kin alibi vl_wrappers)
+	olmo_hybrid moe_kin alibi vl_wrappers gemma_small zamba2)
 LISTED := $(FIRST_TESTS) $(GROUP_A) $(GROUP_B) $(LATER_TESTS) $(QUICK_TESTS)
 OTHER_TESTS := $(filter-out $(LISTED),$(sort $(wildcard tests/test_*.py)))
 # (a group in quotes: one argument, one pytest process)

@@ -184,7 +184,7 @@ def test_mistral_large4_fields_and_refusals():
         # Layer 1 has no RoPE, layer 0 has: transformers would hand it no latent.
         (dict(kv_source_layers=[0, 0, 2]), r"kv_source_layers\[1\]=0: a layer reads"),
         (dict(kv_source_layers=[0, 1, 1]), r"kv_source_layers\[2\]=1: a layer reads"),
-        (dict(kv_source_layers=[0, 1]), "kv_source_layers: needs MLA and one entry per layer"),
+        (dict(kv_source_layers=[0, 1]), r"kv_source_layers: MLA or GQA .*per layer \(3\)"),
         (dict(kv_source_layers=[0, 1, "0"]), "kv_source_layers=\\[0, 1, '0'\\]: expected"),
         (dict(indexer_types=["shared", "full", "full"]), "indexer_types: layer 0 is 'shared'"),
         (dict(final_logit_softcapping=None), "final_logit_softcapping=None: mistral_large4"),
