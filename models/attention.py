@@ -56,6 +56,23 @@ class AttnInputs(NamedTuple):
     gate: jax.Array | None = None
 
 
+def kv_arrays_in(cfg: ModelConfig, i: int, kv: list, new_kv: list) -> tuple:
+    """Layer i's cache arrays as its backend sees them: its own (kv[i]), or, where it reads
+    an earlier layer's (kv_source_layers), that layer's latent (MLA) or K and V (GQA) as that
+    layer left them this step (new_kv), before its own (an indexer's keys)."""
+    source = cfg.kv_source(i)
+    return kv[i] if source == i else (*new_kv[source][: _read_arrays(cfg)], *kv[i])
+
+
+def kv_arrays_kept(cfg: ModelConfig, i: int, kv_i: tuple) -> tuple:
+    """What layer i keeps of the arrays its backend returns (kv_arrays_in's, updated)."""
+    return kv_i if cfg.kv_source(i) == i else tuple(kv_i[_read_arrays(cfg) :])
+
+
+def _read_arrays(cfg: ModelConfig) -> int:
+    return 1 if cfg.is_mla else 2  # (MLA's latent; GQA's K and V)
+
+
 def _frequencies(cfg: ModelConfig, p: dict) -> tuple:
     """(inv_freq [rope_dim // 2], attention_factor): the config's, times exp(rope_alpha)
     under LeRoPE (Mistral Large 4's rotary: the learned alpha scales each frequency)."""

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
-from models.attention import attn_output, gqa_inputs
+from models.attention import attn_output, gqa_inputs, kv_arrays_in, kv_arrays_kept
 from models.layers import embed, gelu_tanh, model_norm, per_layer_inputs
 from models.reductions import row_mean
 
@@ -46,11 +46,10 @@ def forward_hidden(params: dict, cfg: ModelConfig, token_ids, positions, kv: lis
     streams = pin(jnp.stack([x, *spread]), (None, "batch", "embed"))  # [N, T, D]
     new_kv = []
     for i, layer in enumerate(params["layers"]):
-        source = cfg.kv_source(i)  # (a layer reading an earlier one's K and V sees them first)
-        kv_in = kv[i] if source == i else (*new_kv[source][:2], *kv[i])
+        kv_in = kv_arrays_in(cfg, i, kv, new_kv)
         streams, kv_i = _layer(layer, cfg, i, streams, positions, kv_in, attend, ple[:, i])
         streams = pin(streams, (None, "batch", "embed"))
-        new_kv.append(kv_i if source == i else tuple(kv_i[2:]))
+        new_kv.append(kv_arrays_kept(cfg, i, kv_i))
     top = streams[0]
     back = [
         _rescaled(s @ w, top) for s, w in zip(streams[1:], params["altup_unembed"], strict=True)

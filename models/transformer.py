@@ -26,7 +26,15 @@ import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
 from models import deepseek_v4, gemma3n, zamba2
-from models.attention import AttnInputs, attn_output, gqa_inputs, mla_inputs, output_gate
+from models.attention import (
+    AttnInputs,
+    attn_output,
+    gqa_inputs,
+    kv_arrays_in,
+    kv_arrays_kept,
+    mla_inputs,
+    output_gate,
+)
 from models.layers import (
     embed,
     final_logits,
@@ -98,30 +106,17 @@ def forward_hidden(
     mask = slot_mask(lora, lora_slots)
     for i, layer in enumerate(params["layers"]):
         delta = make_delta(lora[i] if lora else None, mask)
-        source, shared = cfg.kv_source(i), 1 if cfg.is_mla else 2
-        # A layer reading an earlier layer's latent (Mistral Large 4's kv_source_layers), or
-        # its K and V (Gemma 4's), sees them as that layer left them this step, before its
-        # own arrays.
-        kv_in = kv[i] if source == i else (*new_kv[source][:shared], *kv[i])
+        # (Mistral Large 4's layers reading an earlier one's latent, Gemma 4's K and V)
+        kv_in = kv_arrays_in(cfg, i, kv, new_kv)
         if cfg.is_linear_layer(i):  # (no LoRA for these models: engine/linear_state.py)
             attend_i = functools.partial(_linear_attend, cfg=cfg, segments=segments)
         else:
             attend_i = attend
+        ple_i = None if ple is None else ple[:, i]
         x, kv_i = decoder_layer(
-            layer,
-            cfg,
-            i,
-            x,
-            positions,
-            kv_in,
-            attend_i,
-            routed,
-            pin,
-            delta,
-            shortcut,
-            None if ple is None else ple[:, i],
+            layer, cfg, i, x, positions, kv_in, attend_i, routed, pin, delta, shortcut, ple_i
         )
-        new_kv.append(kv_i if source == i else tuple(kv_i[shared:]))
+        new_kv.append(kv_arrays_kept(cfg, i, kv_i))
     return x, new_kv
 
 
