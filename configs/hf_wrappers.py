@@ -88,7 +88,7 @@ MULTIMODAL_WRAPPERS = {
     "nemotron_h_omni": ("nemotron_h", False),  # Nemotron 3 Nano Omni (its releases: llm_config)
     # Audio-language models, their language model served for text (the audio encoder not
     # read): Mistral's Voxtral, Qwen2-Audio, NVIDIA's Audio / Music Flamingo, Zhipu's
-    # GLM-ASR, Qwen3-ASR, MOSS-Transcribe-Diarize.
+    # GLM-ASR, Qwen3-ASR, MOSS-Transcribe-Diarize, IBM's Granite Speech.
     "voxtral": ("llama", False),
     "qwen2_audio": ("qwen2", False),
     "audioflamingo3": ("qwen2", False),
@@ -96,6 +96,8 @@ MULTIMODAL_WRAPPERS = {
     "glmasr": ("llama", True),
     "qwen3_asr": ("qwen3", True),
     "moss_transcribe_diarize": ("qwen3", True),
+    "granite_speech": ("granite", True),  # IBM's Granite Speech 3.3 (its LoRA: audio only)
+    "granite_speech_plus": ("granite", True),
     # Omni models' thinkers (text, image, audio in; text out), Qwen3-MoE's and Qwen2's
     "qwen3_omni_moe_thinker": ("qwen3_omni_moe_text", False),
     "qwen2_5_omni_thinker": ("qwen2_5_omni_text", False),
@@ -110,9 +112,11 @@ FLAT_WRAPPERS = ("qwen2_vl", "qwen2_5_vl")
 # a true one to the top level.
 TIE_FROM_TEXT = ("qwen2_vl", "qwen2_5_vl", "llava", "llava_onevision", "llava_next_video")
 TIE_FROM_TEXT += ("video_llama_3", "glm4v", "glm_ocr", "hunyuan_vl", "fast_vlm", "perception_lm")
-# Wrappers whose head does not apply the language model's logit_scale (transformers'
-# Cohere2VisionForConditionalGeneration: lm_head alone; Aya Vision's scales).
-UNSCALED_LOGITS = ("cohere2_vision",)
+# Wrappers whose head does not apply the language model's logit scale (the field named):
+# transformers' Cohere2VisionForConditionalGeneration and GraniteSpeechForConditionalGeneration
+# take lm_head alone (Aya Vision's, Granite-Docling's scale; vLLM scales Granite Speech's).
+UNSCALED_LOGITS = {"cohere2_vision": "logit_scale"}
+UNSCALED_LOGITS.update(granite_speech="logits_scaling", granite_speech_plus="logits_scaling")
 
 
 def _glm4v_head_dim(text: dict) -> int:
@@ -254,7 +258,7 @@ def language_model_config(hf: dict) -> dict:
     if hf["model_type"] in TIE_FROM_TEXT and text.get("tie_word_embeddings"):
         out["tie_word_embeddings"] = True
     if hf["model_type"] in UNSCALED_LOGITS:
-        out["logit_scale"] = 1.0
+        out[UNSCALED_LOGITS[hf["model_type"]]] = 1.0
     out |= {k: hf[k] for k in _CARRIED if k in hf}
     return _vl_text(out) if out["model_type"] in _VL_TEXT else out
 

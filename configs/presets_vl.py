@@ -1,9 +1,10 @@
 """Test-size presets of the vision-language and audio-language wrappers served as their
 language model (configs/hf_wrappers.py), the shapes of tests/fixtures/<wrapper> (made by
 tests/fixtures/hf_fixture_archs_vl2.py and hf_fixture_archs_audio.py): each its family's
-tiny preset, renamed, but where the wrapper reads it otherwise (Command A Vision's logits
-unscaled; GLM-OCR's q/k/v without biases; Voxtral's text class's heads and RoPE base; the
-tie of the fixtures tied by their class's default or their text_config)."""
+tiny preset, renamed, but where the wrapper reads it otherwise (Command A Vision's and
+Granite Speech's logits unscaled; GLM-OCR's q/k/v without biases; Voxtral's text class's
+heads and RoPE base; the tie of the fixtures tied by their class's default or their
+text_config)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,11 @@ _FAMILY = {  # wrapper fixture -> its family's tiny preset
     "glmasr": KIN["tiny-llava"].replace(tie_word_embeddings=True),
     "qwen3_asr": TINY["tiny-qwen3"],
     "moss_transcribe_diarize": TINY["tiny-qwen3"],
+    # (Granite Speech's head: lm_head alone, without Granite's logits_scaling)
+    "granite_speech": NEWER["tiny-granite"].replace(tie_word_embeddings=True, logits_scaling=1.0),
+    "granite_speech_plus": NEWER["tiny-granite"].replace(
+        tie_word_embeddings=True, logits_scaling=1.0
+    ),
 }
 VL_FIXTURES = tuple(_FAMILY)
 VL: dict[str, ModelConfig] = {}

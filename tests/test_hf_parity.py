@@ -327,7 +327,14 @@ WRAPPED = {
         ("lfm2_vl", ("model.vision_tower.", "model.multi_modal_projector.")),
         ("cohere2_vision", ("model.vision_tower.", "model.multi_modal_projector.")),
         ("deepseek_vl", ("model.vision_model.", "model.aligner.")),
+        ("qwen3_asr", ("model.audio_tower.", "model.multi_modal_projector.")),
+        ("moss_transcribe_diarize", ("model.audio_tower.", "model.multi_modal_projector.")),
     )},
+    # (the audio-language wrappers: transformers 4's names, the audio encoder not read)
+    **{a: (("language_model.", ""), ("audio_tower.", "multi_modal_projector."), "per_expert")
+       for a in ("voxtral", "qwen2_audio", "audioflamingo3", "musicflamingo", "glmasr")},
+    **{a: (("language_model.", ""), ("encoder.", "projector."), "per_expert")
+       for a in ("granite_speech", "granite_speech_plus")},
 }  # fmt: skip
 TOL = 2e-3
 
