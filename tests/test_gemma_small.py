@@ -147,3 +147,14 @@ def test_gemma4_unified_reads_as_gemma4_with_its_own_class_defaults():
     assert (cfg.model_type, cfg.sliding_window, cfg.per_layer_input_dim) == ("gemma4_text", 1024, 0)
     gemma4 = config_from_hf(dict(bare, model_type="gemma4_text"))
     assert (gemma4.sliding_window, gemma4.per_layer_input_dim) == (512, 256)
+
+
+def test_gemma3n_release_spelling_reads_as_the_saved_one():
+    """Gemma 3n's releases spell the RoPE as rope_theta / rope_local_base_freq (and carry a
+    query_pre_attn_scalar its attention ignores): the same model as transformers' save."""
+    saved = _saved("gemma3n")
+    release = {k: v for k, v in saved.items() if k != "rope_parameters"}
+    release.update(rope_theta=1e6, rope_local_base_freq=1e4, query_pre_attn_scalar=256)
+    assert config_from_hf(release) == config_from_hf(saved)
+    other = config_from_hf(dict(release, rope_local_base_freq=5e3))
+    assert other.sliding_rope_theta == 5e3
