@@ -207,8 +207,8 @@ class Capacity:
     kv_tokens: int  # tokens the KV budget holds in whole pages (over all sequences)
     max_sequences: int  # full-context sequences decoding at once, each in whole pages
     sliding_window: int | None = None  # the layers' window (fewer pages held), or None
-    # Layers with that window: all of them (ModelConfig.kv_window) or, in a hybrid model,
-    # those whose KV has a pool of its own; 0 without a window.
+    # Layers with that window that cache: all of them (ModelConfig.kv_window) or, in a hybrid
+    # model, those whose KV has a pool of its own; 0 without a window.
     windowed_layers: int = 0
     swa_full_tokens_ratio: float | None = None  # their pool's share of the full pool's pages
     # Linear-attention models: a sequence's recurrent state (conv inputs and the gated
@@ -354,7 +354,10 @@ def capacity(
         kv_tokens=num_pages * page_size,
         max_sequences=budget // sequence_bytes,
         sliding_window=window,
-        windowed_layers=windowed,
+        # (those caching: a layer reading an earlier one's K and V holds no pages)
+        windowed_layers=sum(1 for i in cfg.windowed_layers if cfg.layer_kv_widths(i))
+        if windowed
+        else 0,
         swa_full_tokens_ratio=ratio,
         state_bytes_per_sequence_per_device=state,
     )

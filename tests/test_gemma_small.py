@@ -158,3 +158,15 @@ def test_gemma3n_release_spelling_reads_as_the_saved_one():
     assert config_from_hf(release) == config_from_hf(saved)
     other = config_from_hf(dict(release, rope_local_base_freq=5e3))
     assert other.sliding_rope_theta == 5e3
+
+
+def test_capacity_counts_the_layers_that_cache():
+    """Gemma 4 E2B at 131,072 tokens on 141 GiB: 3 global layers x K and V of 1 x 512 bf16 a
+    token over the context, the 12 windowed layers that cache (of 28) 1 x 256 over their
+    window's 33 pages of 16; the 20 reading others' pages hold none."""
+    from long_context.capacity import capacity
+
+    c = capacity("gemma-4-e2b", context=131072, hbm_gib=141)
+    per_sequence = 3 * 2 * 512 * 2 * 131072 + 12 * 2 * 256 * 2 * 33 * 16
+    assert c.windowed_layers == 12
+    assert c.max_sequences == c.kv_budget_bytes_per_device // per_sequence == 156
