@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 
 from configs.model_config import ModelConfig
-from models.attention import AttnInputs, _rope
-from models.layers import embed, gate_activation, gelu_exact, model_norm
+from models.attention import attn_output, gqa_inputs
+from models.layers import embed, gate_activation, model_norm, swiglu_mlp
 from models.linear_attention import gated_delta_net
 
 
@@ -48,10 +48,25 @@ def forward_hidden(
     return x, new_kv
 
 
-def _low_rank(layer: dict, name: str, x: jax.Array) -> jax.Array | None:
-    """This run's adapter `name` on x (x @ A @ B), or None where the run has none."""
-    a = layer.get(f"{name}_a")
-    return None if a is None else (x @ a) @ layer[f"{name}_b"]
+def _adapters(layer: dict):
+    """This run's adapters as a `delta(leaf, x)` (models/lora.py's form, so gqa_inputs and
+    swiglu_mlp add them): x @ A @ B on wq / wk / wv, and gate_up's columns split between
+    w_gate and w_up (made once for both)."""
+    made: dict = {}
+
+    def delta(leaf: str, x: jax.Array) -> jax.Array | None:
+        name = {"wq": "q", "wk": "k", "wv": "v", "w_gate": "gate_up", "w_up": "gate_up"}.get(leaf)
+        if name is None or f"{name}_a" not in layer:
+            return None
+        if name not in made:
+            made[name] = (x @ layer[f"{name}_a"]) @ layer[f"{name}_b"]
+        extra = made[name]
+        if name != "gate_up":
+            return extra
+        half = extra.shape[-1] // 2  # (its gate's columns, then its up's)
+        return extra[:, :half] if leaf == "w_gate" else extra[:, half:]
+
+    return delta
 
 
 def _shared_block(
@@ -59,23 +74,8 @@ def _shared_block(
 ):
     """One run of a shared transformer block (the module docstring): ([T, D], kv_i)."""
     h = model_norm(jnp.concatenate([x, e], axis=-1), block["attn_norm"], cfg)  # [T, 2D]
-    p = block["attn"]
-    projected = {}
-    for name in ("q", "k", "v"):
-        w = p[f"w{name}"]  # [2D, heads, dh]
-        y = jnp.einsum("td,dhk->thk", h, w)
-        extra = _low_rank(layer, name, h)
-        projected[name] = y if extra is None else y + extra.reshape(y.shape)
-    q, k, v = projected["q"], projected["k"], projected["v"]
-    if i not in cfg.nope_layers:  # (use_mem_rope)
-        q, k = _rope(cfg, q, positions, layer=i), _rope(cfg, k, positions, layer=i)
-    o, kv_i = attend(i, p, kv_i, AttnInputs(q=q, k=k, v=v, scale=cfg.attention_multiplier))
-    out = jnp.einsum("thk,hkd->td", o, p["wo"])
-    h = model_norm(out, block["mlp_norm"], cfg)
-    mlp = block["mlp"]
-    gate, up = h @ mlp["w_gate"], h @ mlp["w_up"]
-    extra = _low_rank(layer, "gate_up", h)  # (its gate's columns, then its up's)
-    if extra is not None:
-        gate, up = gate + extra[:, : gate.shape[-1]], up + extra[:, gate.shape[-1] :]
-    act = gelu_exact if cfg.mlp_act == "gelu_exact" else gate_activation(cfg)
-    return (act(gate) * up) @ mlp["w_down"], kv_i
+    delta = _adapters(layer)
+    inputs = gqa_inputs(block["attn"], h, positions, cfg, delta, layer=i)  # (RoPE: use_mem_rope)
+    o, kv_i = attend(i, block["attn"], kv_i, inputs)
+    h = model_norm(attn_output(block["attn"], o), block["mlp_norm"], cfg)
+    return swiglu_mlp(block["mlp"], h, delta, gate_activation(cfg)), kv_i
