@@ -75,7 +75,7 @@ def fields(f: Any, model_type: str) -> dict:
         raise ValueError(f"HF config layer_types: expected {n} entries of {_KINDS}")
     full = tuple(i for i, k in enumerate(kinds) if k == _KINDS[1])
     windowed = len(full) < n
-    sources = kv_sources(f, kinds)
+    sources = kv_sources(kinds, f.get("num_kv_shared_layers"))
     widths = _per_layer(f, "intermediate_size", n, None)
     sparse = 10 if n > 10 else 0  # (transformers' default pattern: 0.95 on the first ten)
     sparsity = _per_layer(

@@ -105,10 +105,11 @@ def _global_geometry(f: Any, kinds: list[str], kv_heads: int) -> tuple[int, int]
     return int(head_dim), int(heads)
 
 
-def kv_sources(f: Any, kinds: list[str]) -> list[int]:
-    """Each layer's KV source (transformers' kv_sharing_modes): the last num_kv_shared_layers
-    layers read the last earlier layer of their kind's K and V; the others their own."""
-    n, shared = len(kinds), f.get("num_kv_shared_layers") or 0
+def kv_sources(kinds: list[str], shared: Any) -> list[int]:
+    """Each layer's KV source (transformers' kv_sharing_modes): the last `shared`
+    (num_kv_shared_layers) layers read the last earlier layer of their kind's K and V; the
+    others their own. ValueError naming the field where no such layer exists."""
+    n, shared = len(kinds), shared or 0
     if not isinstance(shared, int) or not 0 <= shared < n:
         raise ValueError(f"HF config num_kv_shared_layers={shared!r}: must be in [0, {n})")
     first = n - shared
@@ -165,7 +166,7 @@ def gemma4_fields(f: Any) -> dict:
     global_dim, global_heads = _global_geometry(f, kinds, kv_heads)
     moe = bool(f.get("enable_moe_block"))
     _, _, rope = gemma4_rope(f)
-    sources = kv_sources(f, kinds)
+    sources = kv_sources(kinds, f.get("num_kv_shared_layers"))
     width = f.required("intermediate_size")
     wide = [2 * width if s != i else width for i, s in enumerate(sources)]
     per_layer = int(f.get("hidden_size_per_layer_input") or 0)

@@ -5,6 +5,7 @@ configs; the releases' config.json files are not on this machine)."""
 
 from __future__ import annotations
 
+from configs.hf_gemma4 import kv_sources
 from configs.model_config import ModelConfig
 
 GEMMA: dict[str, ModelConfig] = {}
@@ -126,11 +127,8 @@ GEMMA["gemma-4-31b"] = GEMMA["gemma-4-26b-a4b"].replace(
 
 
 def _kv_shared(kinds: list[str], shared: int) -> tuple[int, ...]:
-    """Gemma 4's KV sources: the last `shared` layers read the last earlier layer of their
-    kind's K and V (configs/hf_gemma4.py)."""
-    first = len(kinds) - shared
-    last = {kind: max(j for j in range(first) if kinds[j] == kind) for kind in set(kinds)}
-    return tuple(i if i < first else last[kinds[i]] for i in range(len(kinds)))
+    """Gemma 4's KV sources for these layer kinds (configs/hf_gemma4.py's rule)."""
+    return tuple(kv_sources(kinds, shared))
 
 
 # tests/fixtures/gemma4_e (Gemma 4 E2B's kind): 6 layers 64 wide, windowed (8 keys) and global
