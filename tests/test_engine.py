@@ -69,10 +69,9 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
     assert bool(expanded_spans) == arch.startswith("deepseek")
 
 
-# The MoE families HF parity checks (tests/test_hf_parity.py) but ARCHS above does not: their
-# attention and experts reach the engine's paged path through the same code as ARCHS', so
-# one chunked budget each (the prompts span several chunks and pages), every step padded to
-# it (token_buckets: one program to compile, not five), keeps the suite short.
+# Families HF parity checks (tests/test_hf_parity.py) but ARCHS above does not: one chunked
+# budget each (the prompts span several chunks and pages), every step padded to it
+# (token_buckets: one program to compile, not five), keeps the suite short.
 @pytest.mark.parametrize(
     "arch",
     [
@@ -88,9 +87,7 @@ def test_generate_matches_hf_for_every_prefill_chunk_budget(arch, monkeypatch):
         "laguna",  # (query heads per layer, softplus gates, a capped router)
         "kolibri1",  # (global layers without positions, a router biased on its logits)
         "bloom",  # (ALiBi: its slopes on every chunk's tiles and the decodes)
-        # (Layers reading earlier ones' pages, per-layer inputs; Gemma 3n's AltUp streams;
-        # Zamba2's shared blocks before its Mamba-2 mixers.)
-        *("gemma4_e", "gemma3n", "gemma4_unified", "zamba2"),
+        *("gemma4_e", "gemma3n", "gemma4_unified", "zamba2"),  # (KV sharing, AltUp, Zamba2)
     ],
 )
 def test_generate_matches_hf_in_small_prefill_chunks(arch):

@@ -43,10 +43,7 @@ ARCHS = (
     "kimi_linear",
     *("qwen3_5_moe", "qwen3_5", "olmo2", "olmo3"),
     *("deepseek_v4", "solar_open", "exaone_moe", "afmoe", "gemma4", "gemma4_dense"),
-    "gemma4_e",
-    "gemma3n",
-    "gemma4_unified",
-    "zamba2",
+    *("gemma4_e", "gemma3n", "gemma4_unified", "zamba2"),  # (62nd session)
     *("bailing_hybrid", "granitemoe", "granitemoeshared", "flex_olmo", "exaone4"),
     *("nemotron_h", "nemotron_h_latent", "granitemoehybrid", "granitemoehybrid_dense"),
 )
