@@ -39,11 +39,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def rope_source(f: Any) -> tuple[float, Any, float]:
-    """(the global layers' base, their RopeScaling, the windowed layers' base): Gemma 3's."""
-    return gemma3_rope(f)
-
-
 def _per_layer(f: Any, key: str, num_layers: int, default: Any) -> list:
     """A per-layer list, or one value for every layer (transformers' __post_init__)."""
     value = f.get(key)
@@ -93,7 +88,7 @@ def fields(f: Any, model_type: str) -> dict:
         sandwich_norms=True,
         sliding_window=f.required("sliding_window") if windowed else None,
         full_attention_layers=full if windowed else (),
-        sliding_rope_theta=rope_source(f)[2] if windowed else 0.0,
+        sliding_rope_theta=gemma3_rope(f)[2] if windowed else 0.0,
         kv_source_layers=tuple(sources) if sources != list(range(n)) else (),
         intermediate_size=max(widths),
         layer_intermediate_sizes=tuple(widths) if len(set(widths)) > 1 else (),

@@ -58,17 +58,17 @@ def forward_hidden(params: dict, cfg: ModelConfig, token_ids, positions, kv: lis
     return pin(mean.astype(top.dtype), ("batch", "embed")), new_kv
 
 
-def _rms(y: jax.Array) -> jax.Array:
-    """sqrt(mean(y^2)) over the last axis, kept ([..., 1], float32)."""
+def _mean_square(y: jax.Array) -> jax.Array:
+    """mean(y^2) over the last axis, kept ([..., 1], float32)."""
     yf = y.astype(F32)
-    return jnp.sqrt(row_mean(yf * yf))[..., None]
+    return row_mean(yf * yf)[..., None]
 
 
 def _rescaled(y: jax.Array, like: jax.Array) -> jax.Array:
     """y times rms(like) / rms(y) (the latter at least sqrt(1e-5)), in y's dtype as
     transformers takes each step."""
-    target = _rms(like).astype(y.dtype)
-    magnitude = jnp.sqrt(jnp.maximum(jnp.square(_rms(y)), 1e-5)).astype(y.dtype)
+    target = jnp.sqrt(_mean_square(like)).astype(y.dtype)
+    magnitude = jnp.sqrt(jnp.maximum(_mean_square(y), 1e-5)).astype(y.dtype)
     return y * target / magnitude
 
 
